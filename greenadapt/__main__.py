@@ -1,0 +1,3 @@
+from greenadapt.cli import main
+
+main()

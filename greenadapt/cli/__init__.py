@@ -1,0 +1,98 @@
+"""The ``greenadapt`` command line.
+
+One module per command (``greenadapt/cli/<command>.py``); each parses its
+options and calls a plain library function that knows nothing of typer.
+Heavy libraries (torch, transformers, gensim) are imported inside the
+commands, so ``greenadapt --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from greenadapt import __version__
+
+app = typer.Typer(
+    name="greenadapt",
+    help="Cheap domain adaptation of BERT-style models: w2v -> align -> expand on CPU, then finetune.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"greenadapt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """greenadapt: domain vocabulary on CPUs in hours, the GPU only for fine-tuning."""
+
+
+def _register() -> None:
+    # Imported for their @app.command side effect; each keeps heavy imports local.
+    from greenadapt.cli import adapt, align, expand, finetune, predict, qa, w2v  # noqa: F401
+
+
+def main() -> None:
+    """Console entry point: run the app, map errors to one line and an exit code."""
+    from greenadapt.errors import (
+        EXIT_INTERNAL,
+        EXIT_INTERRUPTED,
+        EXIT_RESOURCE,
+        GreenAdaptError,
+    )
+
+    _register()
+    debug = os.environ.get("GREENADAPT_DEBUG", "") not in ("", "0")
+    try:
+        app(standalone_mode=False)
+    except GreenAdaptError as exc:
+        if debug:
+            raise
+        _fail(f"error: {exc.one_line()}", exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted: nothing was left half-written; rerun to continue", EXIT_INTERRUPTED)
+    except MemoryError:
+        if debug:
+            raise
+        _fail("error: out of memory (try fewer --workers, a smaller --max-new or a machine with more RAM)", EXIT_RESOURCE)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            _fail("interrupted", EXIT_INTERRUPTED)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if debug:
+            raise
+        if isinstance(exc, OSError) and exc.filename:
+            _fail(f"error: {exc.filename}: {exc.strerror or exc}", EXIT_RESOURCE)
+        _fail(
+            f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+            "(a bug in greenadapt; rerun with GREENADAPT_DEBUG=1 for the traceback and report it)",
+            EXIT_INTERNAL,
+        )
+    sys.exit(0)
+
+
+def _fail(message: str, code: int) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    sys.exit(code)

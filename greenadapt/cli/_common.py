@@ -1,0 +1,127 @@
+"""Helpers shared by the command modules: logging, progress, output.
+
+Results go to stdout (a one-line summary, or JSON with ``--json``); logs and
+progress go to stderr. Progress bars appear only on a TTY and never with
+``--quiet``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import typer
+
+from greenadapt.progress import NULL_PROGRESS, Progress
+
+WorkdirOption = typer.Option(
+    None, "--workdir", help="Workspace for stage outputs [env: GREENADAPT_WORKDIR; default ./greenadapt-work]."
+)
+ForceOption = typer.Option(False, "--force", help="Redo the stage even if an up-to-date output exists.")
+WaitOption = typer.Option(False, "--wait", help="If another process is writing the same output, wait for it instead of failing.")
+JsonOption = typer.Option(False, "--json", help="Print the manifest as JSON on stdout.")
+QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars, warnings and errors only.")
+VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging.")
+
+
+def setup_logging(*, quiet: bool = False, verbose: bool = False) -> None:
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_greenadapt", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s", "%H:%M:%S"))
+    handler._greenadapt = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("greenadapt").setLevel(level)
+    # Libraries are chatty at INFO; their progress is shown by our own bars.
+    for noisy in ("gensim", "smart_open", "urllib3", "httpx", "huggingface_hub", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+class RichProgress:
+    """The rich-backed implementation of :class:`greenadapt.progress.Progress`."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress as _RichProgress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = _RichProgress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self._task: Any = None
+        self._progress.start()
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        self.finish()
+        self._task = self._progress.add_task(description, total=total, unit=unit, info="")
+
+    def update(self, completed: float, **info: float | str) -> None:
+        if self._task is None:
+            return
+        text = "  ".join(_format_info(k, v) for k, v in info.items())
+        self._progress.update(self._task, completed=completed, info=text)
+
+    def finish(self) -> None:
+        if self._task is not None:
+            task = self._progress.tasks[-1]
+            if task.total is not None:
+                self._progress.update(self._task, completed=task.total)
+            self._task = None
+
+    def close(self) -> None:
+        self.finish()
+        self._progress.stop()
+
+
+def _format_info(key: str, value: float | str) -> str:
+    if isinstance(value, float | int) and key.endswith("_per_s"):
+        return f"{value:,.0f} {key[: -len('_per_s')]}/s"
+    return f"{key}={value}"
+
+
+class progress_for:
+    """``with progress_for(quiet) as progress:`` — a bar on a TTY, nothing otherwise."""
+
+    def __init__(self, quiet: bool) -> None:
+        self._enabled = not quiet and sys.stderr.isatty()
+        self._bar: RichProgress | None = None
+
+    def __enter__(self) -> Progress:
+        if self._enabled:
+            self._bar = RichProgress()
+            return self._bar
+        return NULL_PROGRESS
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def emit(manifest: dict[str, Any], summary: str, *, as_json: bool) -> None:
+    """The stage's result on stdout: JSON for machines, else one summary line."""
+    if as_json:
+        sys.stdout.write(json.dumps(manifest, indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write(summary.rstrip("\n") + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,1 @@
+"""`greenadapt adapt` (being written)."""

@@ -1,0 +1,1 @@
+"""`greenadapt align` (being written)."""

@@ -1,0 +1,1 @@
+"""`greenadapt expand` (being written)."""

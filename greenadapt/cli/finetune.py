@@ -1,0 +1,1 @@
+"""`greenadapt finetune` (being written)."""

@@ -1,0 +1,1 @@
+"""`greenadapt predict` (being written)."""

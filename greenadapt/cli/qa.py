@@ -1,0 +1,1 @@
+"""`greenadapt qa` (being written)."""

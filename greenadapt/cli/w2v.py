@@ -1,0 +1,1 @@
+"""`greenadapt w2v` (being written)."""

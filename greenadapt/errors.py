@@ -1,0 +1,101 @@
+"""Typed errors, each mapped by the CLI to one line and an exit code.
+
+Library code raises these with *what* went wrong, *where* (file and line
+when there is one) and *how to fix it*; the CLI prints
+``error: <where>: <what> (<fix>)`` and exits with ``exit_code``. Anything
+else that escapes is a bug and is reported as such.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Exit codes are part of the interface: shell pipelines and cron wrappers
+# branch on them. Keep them stable and documented in the README.
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_BAD_INPUT = 3
+EXIT_STAGE_CONFLICT = 4
+EXIT_RESOURCE = 5
+EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
+EXIT_INTERRUPTED = 130
+
+
+class GreenAdaptError(Exception):
+    """Base class: a failure the user can act on."""
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        path: str | os.PathLike[str] | None = None,
+        line: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.path = os.fspath(path) if path is not None else None
+        self.line = line
+
+    def one_line(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = self.path if self.line is None else f"{self.path}:{self.line}"
+            where += ": "
+        text = f"{where}{self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return " ".join(text.split())  # one line, whatever the parts held
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+
+class UsageError(GreenAdaptError):
+    """Options that contradict each other or name nothing usable."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(GreenAdaptError):
+    """An input file, corpus, model or task file that cannot be used."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class CorpusError(InputError):
+    """A corpus source that is missing, empty, binary or unreadable."""
+
+
+class ModelError(InputError):
+    """A model that is missing or not a BERT-style WordPiece model."""
+
+
+class DataError(InputError):
+    """A labelled task file with a malformed line or unknown label."""
+
+
+class StageError(GreenAdaptError):
+    """A stage folder that is of the wrong kind, incomplete or corrupt."""
+
+    exit_code = EXIT_STAGE_CONFLICT
+
+
+class OutputExistsError(StageError):
+    """An output folder exists and was made with other inputs or options."""
+
+
+class ResourceError(GreenAdaptError):
+    """Disk full, unwritable folder, out of memory."""
+
+    exit_code = EXIT_RESOURCE
+
+
+class LockedError(GreenAdaptError):
+    """Another greenadapt process is writing the same output."""
+
+    exit_code = EXIT_LOCKED

