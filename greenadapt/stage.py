@@ -164,8 +164,19 @@ def load_stage(folder: str | os.PathLike[str], kind: str, *, checksums: bool = T
 
 
 def manifest_identity(folder: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """How a downstream stage names this upstream stage in its own fingerprint."""
-    return {"stage": manifest.get("kind"), "path": str(folder.resolve()), "fingerprint": manifest.get("fingerprint")}
+    """How a downstream stage names this upstream stage in its own fingerprint.
+
+    The content digest (over the upstream file checksums) matters as much as
+    the fingerprint: a forced redo with multi-threaded training can produce
+    different vectors from identical options, and downstream must notice.
+    """
+    content = hashlib.sha256(canonical_json(manifest.get("files", {})).encode()).hexdigest()
+    return {
+        "stage": manifest.get("kind"),
+        "path": str(folder.resolve()),
+        "fingerprint": manifest.get("fingerprint"),
+        "content": content,
+    }
 
 
 # --------------------------------------------------------------------------

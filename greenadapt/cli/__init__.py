@@ -71,14 +71,13 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
+        # typer vendors click; reach its exception types through typer itself.
+        if isinstance(exc, typer.Abort):
             _fail("interrupted", EXIT_INTERRUPTED)
-        if isinstance(exc, click.ClickException):
-            exc.show()
+        if isinstance(exc, typer.Exit):
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()  # click's own usage errors: usage line + message, exit 2
             sys.exit(exc.exit_code)
         if debug:
             raise

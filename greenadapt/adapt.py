@@ -1,0 +1,95 @@
+"""``adapt``: the three CPU stages in one call (w2v -> align -> expand).
+
+Each stage keeps its own folder, manifest and skip logic, so a rerun with
+unchanged inputs redoes nothing and a change in one option redoes only
+the stages downstream of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.stage import StageOutcome
+from greenadapt.w2v import W2VOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AdaptOptions:
+    w2v: W2VOptions = field(default_factory=W2VOptions)
+    align_method: str = "lstsq"
+    max_new: int | None = None
+    min_count_new: int = 1
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class AdaptOutcome:
+    w2v: StageOutcome
+    align: StageOutcome
+    expand: StageOutcome
+
+    @property
+    def stages(self) -> list[tuple[str, StageOutcome]]:
+        return [("w2v", self.w2v), ("align", self.align), ("expand", self.expand)]
+
+
+def run_adapt(
+    corpus: Sequence[str],
+    *,
+    model: str | None,
+    options: AdaptOptions,
+    text_fields: Sequence[str] | None = None,
+    workdir: Path | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress = NULL_PROGRESS,
+) -> AdaptOutcome:
+    """Run w2v, align and expand for ``corpus`` on ``model``.
+
+    Intermediate folders live in the workspace; ``out`` (default: the
+    workspace's ``expand`` folder) receives the adapted model.
+    """
+    from greenadapt.align import run_align
+    from greenadapt.expand import run_expand
+    from greenadapt.w2v import run_w2v
+
+    w2v = run_w2v(
+        corpus,
+        model=model,
+        options=options.w2v,
+        text_fields=text_fields,
+        workdir=workdir,
+        force=force,
+        wait=wait,
+        progress=progress,
+    )
+    # Downstream stages take the model the w2v manifest recorded, so the
+    # three stages can never silently disagree about it.
+    align = run_align(
+        w2v=w2v.path,
+        model=model,
+        method=options.align_method,
+        seed=options.seed,
+        force=force,
+        wait=wait,
+        progress=progress,
+    )
+    expand = run_expand(
+        align=align.path,
+        model=model,
+        max_new=options.max_new,
+        min_count=options.min_count_new,
+        seed=options.seed,
+        out=out,
+        force=force,
+        wait=wait,
+        progress=progress,
+    )
+    return AdaptOutcome(w2v=w2v, align=align, expand=expand)

@@ -1,0 +1,103 @@
+"""The CLI shell: instant start-up, errors as one line with a meaningful exit code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from greenadapt import errors, workspace
+from greenadapt.errors import CorpusError, GreenAdaptError, StageError, UsageError
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "greenadapt", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+
+
+def test_help_and_version_do_not_import_heavy_libraries() -> None:
+    probe = (
+        "import sys\n"
+        "sys.argv = ['greenadapt', '--help']\n"
+        "from greenadapt.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'transformers', 'gensim', 'numpy', 'scipy') if m in sys.modules]\n"
+        "sys.stderr.write(repr(heavy))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.stderr.strip().endswith("[]"), result.stderr
+    for command in ("w2v", "align", "expand", "adapt"):
+        assert command in result.stdout
+    version = _cli("--version")
+    assert version.returncode == 0 and version.stdout.startswith("greenadapt ")
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    result = _cli("no-such-command")
+    assert result.returncode == errors.EXIT_USAGE
+    assert "Traceback" not in result.stderr
+
+
+def test_one_line_formats_where_what_and_fix() -> None:
+    error = CorpusError("looks binary,\nnot text", path="data/x.bin", line=3, hint="pass a text file")
+    assert error.one_line() == "data/x.bin:3: looks binary, not text (pass a text file)"
+    assert error.exit_code == errors.EXIT_BAD_INPUT
+    assert StageError("x").exit_code == errors.EXIT_STAGE_CONFLICT
+    assert isinstance(UsageError("x"), GreenAdaptError)
+
+
+def test_typed_error_from_a_command_is_one_line_without_traceback(tmp_path: Path) -> None:
+    result = _cli("align", "--corpus", "never-ran", "--workdir", str(tmp_path))
+    assert result.returncode == errors.EXIT_STAGE_CONFLICT, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "no w2v output for corpus never-ran" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_env_shows_the_traceback(tmp_path: Path) -> None:
+    result = _cli("align", "--corpus", "never-ran", "--workdir", str(tmp_path), env={"GREENADAPT_DEBUG": "1"})
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("specs", "expected"),
+    [(["cord19"], "cord19"), (["cord19", "pubmed"], "cord19+pubmed")],
+)
+def test_corpus_keys_for_names(specs: list[str], expected: str) -> None:
+    assert workspace.corpus_key(specs) == expected
+
+
+def test_corpus_keys_for_paths_do_not_collide(tmp_path: Path) -> None:
+    a = workspace.corpus_key([str(tmp_path / "a" / "data.txt")])
+    b = workspace.corpus_key([str(tmp_path / "b" / "data.txt")])
+    assert a != b and a.startswith("data-") and b.startswith("data-")
+    url_key = workspace.corpus_key(["s3://bucket/dump/*.jsonl.gz"])
+    assert "/" not in url_key and "*" not in url_key
+    assert url_key == workspace.corpus_key(["s3://bucket/dump/*.jsonl.gz"])
+
+
+def test_find_stage_dir_needs_model_when_ambiguous(tmp_path: Path) -> None:
+    for model in ("m1", "m2"):
+        folder = tmp_path / "cord19" / model / "w2v"
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text("{}")
+    with pytest.raises(UsageError, match="several models"):
+        workspace.find_stage_dir(tmp_path, ["cord19"], None, "w2v")
+    assert workspace.find_stage_dir(tmp_path, ["cord19"], "m2", "w2v") == tmp_path / "cord19" / "m2" / "w2v"
+
+
+def test_workdir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(workspace.WORKDIR_ENV, raising=False)
+    assert workspace.workdir(None) == Path("greenadapt-work")
+    monkeypatch.setenv(workspace.WORKDIR_ENV, str(tmp_path))
+    assert workspace.workdir(None) == tmp_path
+    assert workspace.workdir(tmp_path / "x") == tmp_path / "x"

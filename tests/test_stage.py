@@ -1,0 +1,162 @@
+"""StageRun: atomic folders, manifests with checksums, locks, skip-if-unchanged."""
+
+from __future__ import annotations
+
+import errno
+import json
+import multiprocessing as mp
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from greenadapt import stage
+from greenadapt.errors import LockedError, OutputExistsError, ResourceError, StageError
+from greenadapt.stage import StageRun, fingerprint, load_stage, read_manifest, verify_files
+
+
+def _make(out: Path, config: dict, *, payload: str = "hello", force: bool = False) -> StageRun:
+    with StageRun("demo", out, config, [{"input": "x"}], force=force) as run:
+        if not run.skipped:
+            (run.tmp / "data.txt").write_text(payload)
+            (run.tmp / "sub").mkdir()
+            (run.tmp / "sub" / "more.bin").write_bytes(b"\x00\x01")
+            run.commit(stats={"n": 1})
+    return run
+
+
+def test_commit_writes_complete_folder_with_checksums(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    run = _make(out, {"a": 1})
+    manifest = read_manifest(out)
+    assert manifest is not None and manifest["kind"] == "demo"
+    assert set(manifest["files"]) == {"data.txt", "sub/more.bin"}
+    assert manifest["fingerprint"] == run.fingerprint == fingerprint("demo", {"a": 1}, [{"input": "x"}])
+    assert manifest["cost"]["wall_seconds"] >= 0 and manifest["cost"]["peak_rss_mib"] > 0
+    assert verify_files(out, manifest) is None
+    # nothing but the finished folder and the lock file is left beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".stage.lock", "stage"]
+
+
+def test_rerun_with_same_inputs_is_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+    before = (out / "manifest.json").read_text()
+    run = _make(out, {"a": 1}, payload="would change")
+    assert run.skipped and "up to date" in run.skip_reason
+    assert (out / "data.txt").read_text() == "hello"
+    assert (out / "manifest.json").read_text() == before
+
+
+def test_changed_options_refuse_without_force_and_redo_with_it(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+    with pytest.raises(OutputExistsError, match="changed: a"):
+        _make(out, {"a": 2})
+    run = _make(out, {"a": 2}, payload="new", force=True)
+    assert not run.skipped
+    assert (out / "data.txt").read_text() == "new"
+    assert read_manifest(out)["config"] == {"a": 2}
+
+
+def test_failure_inside_stage_leaves_previous_output_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+    with pytest.raises(RuntimeError):
+        with StageRun("demo", out, {"a": 2}, [], force=True) as run:
+            (run.tmp / "data.txt").write_text("partial")
+            raise RuntimeError("boom")
+    assert (out / "data.txt").read_text() == "hello"
+    assert verify_files(out, read_manifest(out)) is None
+    assert not list(tmp_path.glob(".stage.tmp-*"))
+
+
+def test_corrupted_output_is_detected(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+    (out / "data.txt").write_text("HELLO")  # same size, other bytes
+    with pytest.raises(StageError, match="data.txt does not match its checksum"):
+        load_stage(out, "demo")
+    with pytest.raises(StageError, match="corrupt"):
+        _make(out, {"a": 1})
+
+
+def test_load_stage_names_wrong_kind_and_unfinished_folders(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+    with pytest.raises(StageError, match="'demo' folder, a 'w2v' folder is needed"):
+        load_stage(out, "w2v")
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "vectors.bin").write_bytes(b"x")
+    with pytest.raises(StageError, match="not a finished greenadapt stage"):
+        load_stage(half, "w2v")
+    with pytest.raises(OutputExistsError, match="unfinished or foreign"):
+        _make(half, {"a": 1})
+
+
+def _hold_lock(out: str, ready: mp.Event, release: mp.Event) -> None:  # type: ignore[type-arg]
+    with StageRun("demo", out, {"a": 1}, []):
+        ready.set()
+        release.wait(30)
+
+
+def test_second_writer_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    ctx = mp.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(str(out), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(LockedError, match=f"greenadapt pid {holder.pid}"):
+            _make(out, {"a": 1})
+    finally:
+        release.set()
+        holder.join(30)
+    _make(out, {"a": 1})  # lock released: now it works
+    assert (out / "data.txt").read_text() == "hello"
+
+
+def _killed_writer(out: str) -> None:
+    with StageRun("demo", out, {"a": 9}, [], force=True) as run:
+        (run.tmp / "data.txt").write_text("partial")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_sigkill_mid_stage_leaves_previous_output_and_next_run_cleans_up(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+    proc = mp.get_context("fork").Process(target=_killed_writer, args=(str(out),))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+    assert (out / "data.txt").read_text() == "hello"
+    assert list(tmp_path.glob(".stage.tmp-*")), "the killed run's temporary is still there"
+    _make(out, {"a": 1})  # the next run (holding the lock) removes it
+    assert not list(tmp_path.glob(".stage.tmp-*"))
+
+
+def test_unwritable_parent_gives_resource_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def denied(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    with pytest.raises(ResourceError, match="cannot write here"):
+        _make(tmp_path / "new" / "stage", {"a": 1})
+
+
+def test_disk_full_while_committing_keeps_previous_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+
+    def full(path: Path, obj: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(stage, "write_json", full)
+    with pytest.raises(ResourceError, match="disk full"):
+        _make(out, {"a": 2}, payload="new", force=True)
+    assert (out / "data.txt").read_text() == "hello"
+    assert verify_files(out, read_manifest(out)) is None
+    assert not list(tmp_path.glob(".stage.tmp-*"))
