@@ -1,1 +1,71 @@
-"""`greenadapt w2v` (being written)."""
+"""`greenadapt w2v`: CBOW word2vec on a domain corpus, in the model's own words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from greenadapt.cli import app
+from greenadapt.cli._common import (
+    ForceOption,
+    JsonOption,
+    QuietOption,
+    VerboseOption,
+    WaitOption,
+    WorkdirOption,
+    emit,
+    progress_for,
+    setup_logging,
+)
+
+
+@app.command("w2v")
+def w2v_command(
+    corpus: list[str] = typer.Option(
+        ...,
+        "--corpus",
+        "-c",
+        help="Registered corpus name, file, folder, glob or URL (.txt, .gz, .bz2, .xz, JSON lines, CSV). Repeatable.",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model folder or Hub id whose tokenizer defines the words (default: the bundled MiniLM)."
+    ),
+    text_field: list[str] | None = typer.Option(
+        None, "--text-field", help="Field(s) holding the text in JSON lines/CSV sources (default: text). Repeatable."
+    ),
+    dim: int | None = typer.Option(None, "--dim", min=1, help="Vector size (default: the model's hidden size)."),
+    epochs: int = typer.Option(5, "--epochs", min=1, help="Passes over the corpus."),
+    min_count: int = typer.Option(5, "--min-count", min=1, help="Ignore words seen fewer times."),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, help="Processes/threads (default: all cores); with 1, runs are reproducible."
+    ),
+    seed: int = typer.Option(1, "--seed", help="Random seed."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Output folder (default: WORKDIR/CORPUS/MODEL/w2v)."
+    ),
+    workdir: Path | None = WorkdirOption,
+    force: bool = ForceOption,
+    wait: bool = WaitOption,
+    as_json: bool = JsonOption,
+    quiet: bool = QuietOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Pre-tokenize the corpus with the model's normalizer (cached) and train CBOW word2vec on it."""
+    setup_logging(quiet=quiet, verbose=verbose)
+    from greenadapt.w2v import W2VOptions, run_w2v, summary_line
+
+    options = W2VOptions(dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed)
+    with progress_for(quiet) as progress:
+        outcome = run_w2v(
+            corpus,
+            model=model,
+            options=options,
+            text_fields=text_field or None,
+            workdir=workdir,
+            out=out,
+            force=force,
+            wait=wait,
+            progress=progress,
+        )
+    emit(outcome.manifest, summary_line(outcome), as_json=as_json)

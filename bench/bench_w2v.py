@@ -1,0 +1,127 @@
+"""`w2v` end to end vs raw gensim on the same, already pre-tokenized text.
+
+In one run, on the same machine and with identical word2vec options
+(CBOW, negative sampling, dim 384, 5 epochs, min_count 5, 2 workers by
+default):
+
+(a) ``greenadapt.w2v.run_w2v`` end to end with a fresh workspace and
+    pre-tokenization cache: model/tokenizer loading, reading and
+    decompressing the corpus, pre-tokenization with the model's
+    normalizer, vocabulary, training, writing vectors.bin/counts.tsv and
+    the checksummed manifests. Nothing heavy is imported before it, so it
+    also pays the transformers/torch and gensim imports a CLI user pays.
+(b) raw gensim: ``Word2Vec(corpus_file=<(a)'s pre-tokenized corpus.txt>)``
+    with the same options (its own vocabulary scan included), gensim
+    already imported.
+
+Goal: (a)/(b) <= 1.15. Timings are wall clock and noisy on a shared
+machine; run it when the machine is otherwise idle.
+
+    python bench/bench_w2v.py                       # ../shared/data/corpora/biomed-10m.txt.gz
+    python bench/bench_w2v.py --corpus corpora/sample.txt.gz --out /tmp/bench-w2v
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+SHARED_CORPUS = REPO.parent / "shared" / "data" / "corpora" / "biomed-10m.txt.gz"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=SHARED_CORPUS, help="corpus file (default: biomed-10m)")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the workspace and results (default: a temp dir)")
+    parser.add_argument("--model", default=None, help="model folder (default: the bundled MiniLM)")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--min-count", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if not args.corpus.is_file():
+        sys.exit(f"corpus not found: {args.corpus} (pass --corpus PATH)")
+
+    out = args.out or Path(tempfile.mkdtemp(prefix="bench-w2v-"))
+    work = out / "work"
+    shutil.rmtree(work, ignore_errors=True)  # a fresh pre-tokenization cache
+    out.mkdir(parents=True, exist_ok=True)
+
+    # (a) greenadapt end to end
+    started = time.perf_counter()
+    from greenadapt.w2v import W2VOptions, run_w2v
+
+    options = W2VOptions(dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers, seed=args.seed)
+    outcome = run_w2v([str(args.corpus)], model=args.model, options=options, workdir=work)
+    a_seconds = time.perf_counter() - started
+    stats = outcome.manifest["stats"]
+    pretokenized = Path(stats["pretok_cache"]) / "corpus.txt"
+
+    # (b) raw gensim on the same pre-tokenized text
+    from gensim.models import Word2Vec
+
+    started = time.perf_counter()
+    raw = Word2Vec(
+        corpus_file=str(pretokenized),
+        vector_size=args.dim,
+        epochs=args.epochs,
+        min_count=args.min_count,
+        workers=args.workers,
+        seed=args.seed,
+        sg=0,
+        hs=0,
+        negative=options.negative,
+        window=options.window,
+        sample=options.sample,
+    )
+    b_seconds = time.perf_counter() - started
+    b_train = raw.total_train_time
+
+    ours = [line.split("\t", 1)[0] for line in (outcome.path / "counts.tsv").read_text(encoding="utf-8").splitlines()]
+    result = {
+        "corpus": str(args.corpus),
+        "corpus_mb": round(args.corpus.stat().st_size / 1e6, 1),
+        "lines": stats["lines"],
+        "tokens": stats["tokens"],
+        "options": {k: getattr(options, k) for k in ("dim", "epochs", "min_count", "workers", "seed")},
+        "a_greenadapt_seconds": round(a_seconds, 2),
+        "a_pretok_seconds": stats["pretok_seconds"],
+        "a_vocab_seconds": stats["vocab_seconds"],
+        "a_train_seconds": stats["train_seconds"],
+        "a_other_seconds": round(a_seconds - stats["pretok_seconds"] - stats["vocab_seconds"] - stats["train_seconds"], 2),
+        "a_words_per_s": stats["words_per_s"],
+        "a_vocab_size": stats["vocab_size"],
+        "b_gensim_seconds": round(b_seconds, 2),
+        "b_train_seconds": round(b_train, 2),
+        "b_words_per_s": round(stats["tokens"] * args.epochs / max(b_train, 1e-9)),
+        "b_vocab_size": len(raw.wv),
+        "same_vocabulary": ours == raw.wv.index_to_key,
+        "ratio": round(a_seconds / b_seconds, 3),
+        "goal": 1.15,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "output": str(outcome.path),
+    }
+    (out / "bench_w2v.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print()
+    print("| corpus | tokens | greenadapt w2v (s) | of which pretok (s) | raw gensim (s) | ratio | words/s (a / b) | vocab (a / b) |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {args.corpus.name} | {stats['tokens']:,} | {a_seconds:.1f} | {stats['pretok_seconds']:.1f} | {b_seconds:.1f} "
+        f"| {result['ratio']:.3f} | {result['a_words_per_s']:,} / {result['b_words_per_s']:,} "
+        f"| {result['a_vocab_size']:,} / {result['b_vocab_size']:,} |"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,617 @@
+"""Pre-tokenization with the target model's own normalizer and pre-tokenizer.
+
+word2vec must see exactly the "words" the model's tokenizer sees before
+WordPiece (lower-cased and accent-stripped for uncased models, untouched
+for cased ones), or the intersection with the wordpiece vocabulary in the
+align stage is wrong. So every line goes through
+``backend_tokenizer.normalizer`` and then ``.pre_tokenizer``; the result is
+one sentence per line, words separated by single spaces, no empty lines:
+the format gensim's ``corpus_file`` mode reads.
+
+Speed. The tokenizers Python API costs a few microseconds per word
+(alignment tracking plus one Python tuple per word), which would make this
+step slower than word2vec training itself. Two paths keep it cheap:
+
+* ASCII lines (nearly all of an English corpus) take a *verified byte
+  path*: the normalizer's effect on each of the 127 ASCII characters and
+  the pre-tokenizer's class for each (word character, separator, isolated
+  punctuation) are read off the real objects once per process, and the
+  path is only enabled if it reproduces the real objects exactly on a
+  probe set covering every character pair and random runs. It then runs
+  as a few ``bytes.translate``/``replace`` passes per chunk.
+* Other lines are joined into one string per chunk with a sentinel word
+  between them, so one normalize/pre-tokenize call serves many lines. The
+  sentinel is only trusted if it comes back exactly once per line break;
+  otherwise (the text contains it, or something normalizes to it) that
+  batch is redone one line at a time. Unusual normalizers or
+  pre-tokenizers that may look across line boundaries are always run one
+  line at a time.
+
+Sentence breaks are ``\\n`` (the corpus readers split lines at LF; a CR of
+CRLF is whitespace to every BERT normalizer). Words never contain ASCII
+whitespace, which gensim's reader would split on. A line of more than
+:data:`MAX_LINE_WORDS` words (a document without sentence breaks) is cut
+into consecutive lines of that many words, as word2vec.c does; see
+:mod:`greenadapt.w2v` for why gensim needs it.
+
+Chunks of text are processed by a process pool with a bounded number of
+chunks in flight, so memory stays constant whatever the corpus size. Word
+counts are collected on the way (in first-occurrence order, as gensim's
+own vocabulary scan would produce them) so that word2vec need not scan
+the corpus again.
+
+The result is cached under ``<cache_root>/<key>/`` (a ``pretok`` stage
+folder) keyed by the source identities, the normalizer and pre-tokenizer
+JSON, the tokenizers version and :data:`PRETOK_FORMAT`.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import logging
+import multiprocessing
+import random
+import re
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greenadapt.errors import CorpusError
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.stage import StageRun, fingerprint, resource_errors
+
+log = logging.getLogger(__name__)
+
+PRETOK_FORMAT = 2
+CORPUS_FILE = "corpus.txt"
+VOCAB_FILE = "vocab.tsv"  # word<TAB>count, first-occurrence order
+# Longer lines are cut into consecutive lines of at most this many words:
+# word2vec.c's MAX_SENTENCE_LENGTH. gensim's corpus_file reader batches
+# lines until a batch passes 10,000 words and then trains at most 10,000
+# (sub-sampled) words of it, so one long line could lose thousands of words.
+MAX_LINE_WORDS = 1000
+CHUNK_CHARS = 2 << 20  # text per pool task: large enough to amortise the per-task cost
+SLOW_BATCH_CHARS = 256 << 10  # text per normalize/pre-tokenize call on the general path
+
+_NORMALIZERS_LOCAL = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents", "Strip"}
+_PRE_TOKENIZERS_LOCAL = {"BertPreTokenizer", "WhitespaceSplit", "Whitespace", "Punctuation", "Digits"}
+_SENTINEL_CANDIDATES = ("\u2402", "\u241e", "\u2403", "qzxjsentinelqzxj")
+_FILE_WHITESPACE = re.compile("[\t\x0b\x0c\r\n]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+# --------------------------------------------------------------------------
+# What a "word" is for a model
+
+
+@dataclass(frozen=True)
+class TextRules:
+    """The model's normalizer and pre-tokenizer as canonical JSON (None when absent)."""
+
+    normalizer: str | None
+    pre_tokenizer: str | None
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> TextRules:
+        """From a transformers fast tokenizer or a ``tokenizers.Tokenizer``."""
+        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        spec = json.loads(backend.to_str())
+        return cls(_canonical(spec.get("normalizer")), _canonical(spec.get("pre_tokenizer")))
+
+    def flags(self) -> dict[str, bool]:
+        """``{"lowercase": ..., "strip_accents": ...}`` as the normalizer applies them."""
+        return normalization_flags(json.loads(self.normalizer) if self.normalizer else None)
+
+
+def _canonical(obj: Any) -> str | None:
+    return None if obj is None else json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def normalization_flags(normalizer: dict[str, Any] | None) -> dict[str, bool]:
+    """Whether a normalizer (tokenizer.json form) lower-cases and strips accents.
+
+    ``BertNormalizer(strip_accents=None)`` strips accents exactly when it
+    lower-cases (the original BERT behaviour), so the effective value is
+    reported, not the raw setting.
+    """
+    flags = {"lowercase": False, "strip_accents": False}
+
+    def visit(node: Any) -> None:
+        if not isinstance(node, dict):
+            return
+        kind = node.get("type")
+        if kind == "BertNormalizer":
+            lower = bool(node.get("lowercase", True))
+            strip = node.get("strip_accents")
+            flags["lowercase"] |= lower
+            flags["strip_accents"] |= lower if strip is None else bool(strip)
+        elif kind == "Lowercase":
+            flags["lowercase"] = True
+        elif kind == "StripAccents":
+            flags["strip_accents"] = True
+        for child in node.get("normalizers") or ():
+            visit(child)
+
+    visit(normalizer)
+    return flags
+
+
+def _types(node: Any, key: str) -> set[str]:
+    """The ``type`` names in a (possibly nested Sequence) component spec."""
+    if not isinstance(node, dict):
+        return set()
+    found = {str(node.get("type"))}
+    for child in node.get(key) or ():
+        found |= _types(child, key)
+    found.discard("Sequence")
+    return found
+
+
+class WordSplitter:
+    """Turns lines of raw text into lines of space-separated model words.
+
+    Built from :class:`TextRules` (JSON) so worker processes can rebuild
+    it; construction probes the real objects to set up the fast paths.
+    """
+
+    def __init__(self, rules: TextRules) -> None:
+        from tokenizers import Tokenizer
+
+        # A throwaway tokenizer is the public way to deserialize components.
+        spec = {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": [],
+            "normalizer": json.loads(rules.normalizer) if rules.normalizer else None,
+            "pre_tokenizer": json.loads(rules.pre_tokenizer) if rules.pre_tokenizer else {"type": "WhitespaceSplit"},
+            "post_processor": None,
+            "decoder": None,
+            "model": {"type": "WordLevel", "vocab": {"[UNK]": 0}, "unk_token": "[UNK]"},
+        }
+        carrier = Tokenizer.from_str(json.dumps(spec))
+        self._normalizer = carrier.normalizer
+        self._pre_tokenizer = carrier.pre_tokenizer
+        local = _types(spec["normalizer"], "normalizers") <= _NORMALIZERS_LOCAL and _types(
+            spec["pre_tokenizer"], "pretokenizers"
+        ) <= _PRE_TOKENIZERS_LOCAL
+        self._sentinel = self._choose_sentinel() if local else None
+        self._ascii = _AsciiPlan.build(self) if local else None
+        self.replaced_chars = 0
+
+    # -- the reference behaviour ----------------------------------------------
+    def words(self, text: str) -> list[str]:
+        """The model's words for ``text``: normalize, then pre-tokenize (one call each)."""
+        try:
+            normalized = self._normalizer.normalize_str(text) if self._normalizer is not None else text
+        except UnicodeEncodeError:  # lone surrogates cannot cross into Rust
+            text, count = _SURROGATES.subn("\ufffd", text)
+            self.replaced_chars += count
+            normalized = self._normalizer.normalize_str(text) if self._normalizer is not None else text
+        return [word for word, _ in self._pre_tokenizer.pre_tokenize_str(normalized)]
+
+    # -- batch interface ------------------------------------------------------
+    def split_text(self, text: str) -> list[str]:
+        """One output line per ``\\n``-separated line of ``text`` (``""`` when a line has no words)."""
+        if self._ascii is not None and text.isascii():
+            return self._ascii.split(text)
+        return self.split_lines(text.split("\n"))
+
+    def split_lines(self, lines: Sequence[str]) -> list[str]:
+        """One output line per input line (``""`` when a line has no words)."""
+        if self._ascii is None:
+            return self._split_general(lines)
+        plain: list[int] = []
+        other: list[int] = []
+        for i, line in enumerate(lines):
+            (plain if line.isascii() else other).append(i)
+        out = [""] * len(lines)
+        if plain:
+            for i, words in zip(plain, self._ascii.split("\n".join(lines[i] for i in plain)), strict=True):
+                out[i] = words
+        for i, words in zip(other, self._split_general([lines[i] for i in other]), strict=True):
+            out[i] = words
+        return out
+
+    def _split_general(self, lines: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        batch: list[str] = []
+        size = 0
+        for line in lines:
+            batch.append(line)
+            size += len(line)
+            if size >= SLOW_BATCH_CHARS:
+                out.extend(self._split_batch(batch))
+                batch, size = [], 0
+        if batch:
+            out.extend(self._split_batch(batch))
+        return out
+
+    def _split_batch(self, lines: list[str]) -> list[str]:
+        if self._sentinel is not None and len(lines) > 1:
+            sentinel, marker = self._sentinel
+            joined = f" {sentinel} ".join(lines)
+            # The raw count rules out lines containing the sentinel; the
+            # count after normalization rules out text normalized into it.
+            words = self.words(joined) if joined.count(sentinel) == len(lines) - 1 else []
+            breaks = [i for i, word in enumerate(words) if word == marker]
+            if len(breaks) == len(lines) - 1:
+                out, start = [], 0
+                for end in [*breaks, len(words)]:
+                    out.append(_safe_join(words[start:end]))
+                    start = end + 1
+                return out
+            log.debug("sentinel %r seen in the text; %d lines split one by one", sentinel, len(lines))
+        return [_safe_join(self.words(line)) for line in lines]
+
+    def _choose_sentinel(self) -> tuple[str, str] | None:
+        for candidate in _SENTINEL_CANDIDATES:
+            words = self.words(f"a {candidate} b")
+            if len(words) == 3 and words[1] not in (words[0], words[2]):
+                return candidate, words[1]
+        return None
+
+
+def _safe_join(words: list[str]) -> str:
+    text = " ".join(words)
+    if _FILE_WHITESPACE.search(text):
+        # gensim splits lines at ASCII whitespace; a pre-tokenizer that keeps
+        # such characters inside a word gets its word split there, visibly.
+        text = " ".join(word for word in _FILE_WHITESPACE.sub(" ", text).split(" ") if word)
+    return text
+
+
+class _AsciiPlan:
+    """Normalize + pre-tokenize ASCII text with byte operations, verified against the real objects."""
+
+    def __init__(self, table: bytes, delete: bytes, isolated: bytes) -> None:
+        self.table = table
+        self.delete = delete
+        self.isolated = [bytes([c]) for c in isolated]
+
+    @classmethod
+    def build(cls, splitter: WordSplitter) -> _AsciiPlan | None:
+        normalized: dict[int, str] = {}
+        for code in range(128):
+            if code == 10:  # never inside a line: it is the line separator here
+                continue
+            out = splitter._normalizer.normalize_str(chr(code)) if splitter._normalizer is not None else chr(code)
+            if len(out) > 1 or (out and (not out.isascii() or out == "\n")):
+                return None
+            normalized[code] = out
+        pre = splitter._pre_tokenizer
+        if [w for w, _ in pre.pre_tokenize_str("aa")] != ["aa"]:
+            return None
+        kinds: dict[str, str] = {}
+        for ch in set(normalized.values()) - {""}:
+            got = [w for w, _ in pre.pre_tokenize_str(f"a{ch}a")]
+            if got == ["a", "a"]:
+                kinds[ch] = "separator"
+            elif got == ["a", ch, "a"]:
+                kinds[ch] = "isolated"
+            elif got == [f"a{ch}a"]:
+                kinds[ch] = "word"
+            else:
+                return None
+        if kinds.get(" ") != "separator":
+            return None
+        table = bytearray(range(256))
+        delete = bytearray()
+        for code, out in normalized.items():
+            if out == "":
+                delete.append(code)
+            elif kinds[out] == "separator":
+                table[code] = 32
+            else:
+                table[code] = ord(out)
+        isolated = bytes(sorted({ord(ch) for ch, kind in kinds.items() if kind == "isolated"}))
+        plan = cls(bytes(table), bytes(delete), isolated)
+        return plan if plan._verify(splitter) else None
+
+    def split(self, text: str) -> list[str]:
+        """``split_text`` for pure-ASCII ``text``."""
+        data = text.encode("ascii").translate(self.table, self.delete)
+        for char in self.isolated:
+            if char in data:
+                data = data.replace(char, b" " + char + b" ")
+        while b"  " in data:
+            data = data.replace(b"  ", b" ")
+        return [line.strip(" ") for line in data.decode("ascii").split("\n")]
+
+    def _verify(self, splitter: WordSplitter) -> bool:
+        for probe in _ascii_probes():
+            expected = [" ".join(splitter.words(line)) for line in probe.split("\n")]
+            if self.split(probe) != expected:
+                log.debug("ASCII fast path disagrees with the tokenizer; using the general path only")
+                return False
+        return True
+
+
+def _ascii_probes() -> Iterator[str]:
+    chars = [chr(c) for c in range(128) if c != 10]
+    # every ordered pair, between word characters, so context effects show up
+    yield " ".join(f"a{x}{y}b" for x in chars for y in chars)
+    # runs of one class next to another (punctuation runs, whitespace runs, controls)
+    rng = random.Random(20240601)
+    alphabets = [
+        "".join(chars),
+        "aB9 !?.,-_()[]'\"\t\r",
+        "ab \x00\x01\x1c\x1f\x7f\t\x0b\x0c\r",
+        "Ab1 " + "".join(c for c in chars if not c.isalnum()),
+    ]
+    for alphabet in alphabets:
+        yield "\n".join("".join(rng.choices(alphabet, k=rng.randint(0, 40))) for _ in range(64))
+
+
+# --------------------------------------------------------------------------
+# Worker side: one chunk of text in, its pre-tokenized lines and counts out
+
+_WORKER_SPLITTER: WordSplitter | None = None
+
+
+def _init_worker(normalizer: str | None, pre_tokenizer: str | None) -> None:
+    global _WORKER_SPLITTER
+    _WORKER_SPLITTER = WordSplitter(TextRules(normalizer, pre_tokenizer))
+
+
+@dataclass
+class _ChunkResult:
+    text: str  # lines joined with "\n", with a final "\n" (or "" when no words)
+    lines: int
+    tokens: int
+    counts: dict[str, int]
+    replaced_chars: int
+
+
+def _process_chunk(chunk: str, splitter: WordSplitter | None = None) -> _ChunkResult:
+    splitter = splitter or _WORKER_SPLITTER
+    assert splitter is not None, "worker not initialised"
+    before = splitter.replaced_chars
+    kept = list(_cut_long_lines(line for line in splitter.split_text(chunk) if line))
+    if not kept:
+        return _ChunkResult("", 0, 0, {}, splitter.replaced_chars - before)
+    text = "\n".join(kept)
+    tokens = text.count(" ") + len(kept)
+    counts = collections.Counter(text.replace("\n", " ").split(" "))
+    return _ChunkResult(text + "\n", len(kept), tokens, counts, splitter.replaced_chars - before)
+
+
+def _cut_long_lines(lines: Iterable[str]) -> Iterator[str]:
+    for line in lines:
+        # a line of fewer than 2 * MAX_LINE_WORDS characters cannot be too long
+        if len(line) < 2 * MAX_LINE_WORDS or line.count(" ") < MAX_LINE_WORDS:
+            yield line
+        else:
+            words = line.split(" ")
+            for start in range(0, len(words), MAX_LINE_WORDS):
+                yield " ".join(words[start : start + MAX_LINE_WORDS])
+
+
+# --------------------------------------------------------------------------
+# Driver: read, farm out, write in order, cache
+
+
+@dataclass(frozen=True)
+class PretokenizedCorpus:
+    """A cached pre-tokenized corpus: ``path`` is its text, one sentence per line."""
+
+    path: Path
+    key: str
+    lines: int
+    tokens: int
+    types: int  # distinct words
+    bytes: int  # decompressed input bytes read
+    output_bytes: int
+    replaced_chars: int
+    skipped_records: int
+    seconds: float  # wall time of the run that made it
+    cached: bool  # True when this call reused an existing cache entry
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def word_counts(self) -> dict[str, int]:
+        """Every word and its count, in first-occurrence order (gensim's scan order)."""
+        counts: dict[str, int] = {}
+        with open(self.folder / VOCAB_FILE, encoding="utf-8", newline="\n") as handle:
+            for line in handle:
+                word, _, count = line.rstrip("\n").rpartition("\t")
+                counts[word] = int(count)
+        return counts
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "tokens": self.tokens,
+            "types": self.types,
+            "bytes": self.bytes,
+            "output_bytes": self.output_bytes,
+            "replaced_chars": self.replaced_chars,
+            "skipped_records": self.skipped_records,
+            "seconds": self.seconds,
+        }
+
+
+def pretokenize_corpus(
+    sources: Sequence[Any],
+    tokenizer: Any,
+    cache_root: Path,
+    *,
+    workers: int,
+    progress: Progress = NULL_PROGRESS,
+    force: bool = False,
+) -> PretokenizedCorpus:
+    """Pre-tokenize ``sources`` (CorpusSource-like) with ``tokenizer``'s normalizer and pre-tokenizer.
+
+    Reuses ``cache_root/<key>/`` when it holds the same sources processed
+    with the same rules (without reading the sources); ``force`` redoes it.
+    Raises CorpusError when the corpus yields no words at all.
+    """
+    import tokenizers
+
+    from greenadapt.corpus import source_identities
+
+    rules = TextRules.from_tokenizer(tokenizer)
+    config = {
+        "format": PRETOK_FORMAT,
+        "normalizer": rules.normalizer,
+        "pre_tokenizer": rules.pre_tokenizer,
+        "tokenizers": tokenizers.__version__,
+    }
+    inputs = source_identities(list(sources))
+    key = fingerprint("pretok", config, inputs)
+    out = Path(cache_root) / key
+    # wait=True: another run making the same cache entry will finish it for us.
+    with StageRun("pretok", out, config, inputs, force=force, wait=True, libraries=("tokenizers",)) as run:
+        if run.skipped:
+            assert run.manifest is not None
+            log.info("pre-tokenized corpus cached in %s", out)
+            return _from_manifest(out, key, run.manifest, cached=True)
+        started = time.perf_counter()
+        with resource_errors(out.parent):
+            totals = _write_pretokenized(sources, rules, run.tmp, max(1, workers), progress)
+        if totals["tokens"] == 0:
+            names = ", ".join(_display(s) for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
+            raise CorpusError(
+                f"the corpus has no words ({totals['lines_read']:,} lines or records read)",
+                path=names,
+                hint="check that the files are not empty and, for JSON lines/CSV, that --text-field names the text",
+            )
+        totals["seconds"] = round(time.perf_counter() - started, 3)
+        manifest = run.commit(stats=totals)
+    seconds = totals["seconds"]
+    log.info(
+        "pre-tokenized %s lines, %s tokens in %.1f s (%.1f MB/s)",
+        f"{totals['lines']:,}",
+        f"{totals['tokens']:,}",
+        seconds,
+        totals["bytes"] / 1e6 / max(seconds, 1e-9),
+    )
+    return _from_manifest(out, key, manifest, cached=False)
+
+
+def _display(source: Any) -> str:
+    return str(getattr(source, "display", None) or getattr(source, "uri", source))
+
+
+def _from_manifest(folder: Path, key: str, manifest: dict[str, Any], *, cached: bool) -> PretokenizedCorpus:
+    s = manifest.get("stats", {})
+    return PretokenizedCorpus(
+        path=folder / CORPUS_FILE,
+        key=key,
+        lines=int(s["lines"]),
+        tokens=int(s["tokens"]),
+        types=int(s["types"]),
+        bytes=int(s["bytes"]),
+        output_bytes=int(s["output_bytes"]),
+        replaced_chars=int(s["replaced_chars"]),
+        skipped_records=int(s["skipped_records"]),
+        seconds=float(s["seconds"]),
+        cached=cached,
+    )
+
+
+def _iter_chunks(sources: Sequence[Any], stats: Any) -> Iterator[str]:
+    """The corpus as text chunks of about CHUNK_CHARS, cut at line boundaries."""
+    parts: list[str] = []
+    size = 0
+    for source in sources:
+        for text in source.iter_texts(stats):
+            parts.append(text)
+            size += len(text) + 1
+            if size >= CHUNK_CHARS:
+                yield "\n".join(parts)
+                parts, size = [], 0
+    if parts:
+        yield "\n".join(parts)
+
+
+def _write_pretokenized(
+    sources: Sequence[Any], rules: TextRules, folder: Path, workers: int, progress: Progress
+) -> dict[str, Any]:
+    from greenadapt.corpus import ReadStats
+
+    stats = ReadStats()
+    hints = [s.size_hint() for s in sources]
+    known = [h for h in hints if h is not None]
+    progress.start("pre-tokenizing", total=sum(known) / 1e6 if len(known) == len(hints) else None, unit="MB")
+    totals = {"lines": 0, "tokens": 0, "output_bytes": 0, "replaced": 0}
+    counts: dict[str, int] = {}
+    started = time.perf_counter()
+    with open(folder / CORPUS_FILE, "wb") as handle:
+        for result in _run_chunks(_iter_chunks(sources, stats), rules, workers):
+            data = result.text.encode("utf-8")
+            handle.write(data)
+            totals["output_bytes"] += len(data)
+            totals["lines"] += result.lines
+            totals["tokens"] += result.tokens
+            totals["replaced"] += result.replaced_chars
+            get = counts.get
+            for word, count in result.counts.items():
+                counts[word] = get(word, 0) + count
+            elapsed = max(time.perf_counter() - started, 1e-9)
+            progress.update(stats.raw_bytes_read / 1e6, tokens_per_s=totals["tokens"] / elapsed)
+    with open(folder / VOCAB_FILE, "w", encoding="utf-8", newline="\n") as vocab:
+        vocab.writelines(f"{word}\t{count}\n" for word, count in counts.items())
+    progress.finish()
+    return {
+        "lines": totals["lines"],
+        "tokens": totals["tokens"],
+        "types": len(counts),
+        "bytes": stats.bytes_read,
+        "output_bytes": totals["output_bytes"],
+        "replaced_chars": stats.replaced_chars + totals["replaced"],
+        "skipped_records": stats.skipped_records,
+        "lines_read": stats.units,
+        "workers": workers,
+    }
+
+
+def _run_chunks(chunks: Iterable[str], rules: TextRules, workers: int) -> Iterator[_ChunkResult]:
+    """Process chunks in order; in ``workers`` processes when there is more than one chunk.
+
+    At most ``2 * workers`` chunks are in flight, so the reader never runs
+    ahead of the workers by more than that (unlike ``Pool.imap``, whose
+    feeder thread would read the whole corpus into the task queue). If the
+    worker processes cannot run (e.g. a ``__main__`` read from stdin that
+    children cannot re-import), the work continues in this process.
+    """
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    iterator = iter(chunks)
+    head = list(itertools.islice(iterator, 2))
+    pending: collections.deque[tuple[str, Future[_ChunkResult]]] = collections.deque()
+    if workers > 1 and len(head) > 1:
+        # Not fork: the caller may hold threads (progress bars, torch), and a
+        # forked child can inherit a lock held by one of them.
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        executor = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context(method),
+            initializer=_init_worker,
+            initargs=(rules.normalizer, rules.pre_tokenizer),
+        )
+        try:
+            for chunk in itertools.chain(head, iterator):
+                pending.append((chunk, executor.submit(_process_chunk, chunk)))
+                while len(pending) >= 2 * workers:
+                    yield pending[0][1].result()
+                    pending.popleft()
+            while pending:
+                yield pending[0][1].result()
+                pending.popleft()
+            return
+        except BrokenProcessPool as exc:
+            log.warning("pre-tokenizing in one process: the worker processes failed (%s)", exc)
+            head = [chunk for chunk, _ in pending]
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+    splitter = WordSplitter(rules)
+    for chunk in itertools.chain(head, iterator):
+        yield _process_chunk(chunk, splitter)

@@ -1,0 +1,315 @@
+"""The ``w2v`` stage: CBOW word2vec on a domain corpus, in the model's own words.
+
+The corpus is pre-tokenized with the target model's normalizer and
+pre-tokenizer (:mod:`greenadapt.pretokenize`, cached) and fed to gensim's
+``corpus_file`` mode: CBOW with negative sampling, gensim's defaults
+except ``vector_size`` (the model's hidden size unless ``--dim``).
+
+Output folder (a ``w2v`` stage)::
+
+    vectors.bin    word2vec binary format, gensim's order (most frequent first)
+    counts.tsv     word<TAB>count, same order, UTF-8, no header
+    manifest.json  config, inputs, stats, library versions, cost
+
+Equivalence with plain gensim. The vocabulary is built from the word
+counts collected during pre-tokenization (in first-occurrence order, as
+gensim's own scan collects them) instead of a second pass over the text,
+and training is ``Word2Vec.train(corpus_file=...)`` with the same
+``total_examples``/``total_words`` gensim would use: with one worker the
+vectors are bit-identical to ``Word2Vec(corpus_file=<pretokenized>)``.
+
+Long lines. gensim's ``corpus_file`` reader fills a batch with lines
+until it holds *more* than 10,000 words (the line that crosses the limit
+stays in the batch), and the training loop then stops after 10,000
+words that survive sub-sampling and the vocabulary: the rest of the batch
+is skipped silently. Measured with gensim 4.4 and no sub-sampling, lines
+of 6,000 words lose 17% of their words per epoch, lines of 9,000 words 43%. Pre-tokenized
+lines are therefore cut at 1,000 words (word2vec.c's sentence limit, so
+the only effect is that context windows do not reach across a cut). With
+ordinary text, sub-sampling of frequent words keeps a batch's trained
+words well under 10,000 and nothing is lost; in the worst case (almost no
+word sub-sampled, e.g. ``sample=0``) a batch can still lose up to the
+length of its last line. The stage compares the words gensim trained with
+the number sub-sampling predicts and logs a warning (and records
+``words_dropped_estimate``) when more than 2% are missing.
+
+Several workers: gensim's threads start at byte offsets of the file and
+each stops after its share of words, so a few words near the offsets are
+seen once more or once less per epoch (gensim's approximation).
+
+Determinism. With ``workers=1`` and a fixed seed two runs give identical
+``vectors.bin`` in any process: gensim seeds its vectors from ``seed``, and
+the word hash it uses for per-word seeds (``hashfxn``, Python's randomized
+``hash`` by default) is replaced by a stable one. With more workers thread
+scheduling makes results vary slightly, which is why ``workers`` is part
+of the stage's fingerprint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greenadapt import workspace
+from greenadapt.errors import CorpusError, UsageError
+from greenadapt.models import hidden_size, load_wordpiece_tokenizer, resolve_model
+from greenadapt.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, TextRules, pretokenize_corpus
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.stage import StageOutcome, StageRun
+
+log = logging.getLogger(__name__)
+
+VECTORS_FILE = "vectors.bin"
+COUNTS_FILE = "counts.tsv"
+_GENSIM_LOGGER = "gensim.models.word2vec"
+_DROP_WARNING = 0.02  # beyond sampling noise on any corpus worth training on
+
+
+@dataclass
+class W2VOptions:
+    """word2vec options; None means "derive it" (dim: model hidden size, workers: all cores)."""
+
+    dim: int | None = None
+    epochs: int = 5
+    min_count: int = 5
+    workers: int | None = None
+    seed: int = 1
+    window: int = 5
+    negative: int = 5
+    sample: float = 1e-3
+
+    def resolved_workers(self) -> int:
+        return self.workers if self.workers is not None else max(1, os.cpu_count() or 1)
+
+    def check(self) -> None:
+        for name in ("dim", "epochs", "min_count", "workers", "window", "negative"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if not 0 <= self.sample < 1:
+            raise UsageError(f"sample must be in [0, 1), got {self.sample}")
+
+
+def stable_hash(text: str) -> int:
+    """A hash that is the same in every process (unlike ``hash``), for gensim's ``hashfxn``."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+def run_w2v(
+    corpus: Sequence[str],
+    *,
+    model: str | None,
+    options: W2VOptions,
+    text_fields: Sequence[str] | None = None,
+    workdir: Path | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress = NULL_PROGRESS,
+) -> StageOutcome:
+    """Train word2vec on ``corpus`` in ``model``'s words; skip when an up-to-date output exists."""
+    from greenadapt.corpus import resolve_corpus, source_identities
+
+    options.check()
+    corpus = list(corpus)
+    sources = resolve_corpus(corpus, text_fields=text_fields)
+    model_ref = resolve_model(model)
+    tokenizer = load_wordpiece_tokenizer(model_ref.path)
+    rules = TextRules.from_tokenizer(tokenizer)
+    dim = options.dim or hidden_size(model_ref)
+    workers = options.resolved_workers()
+    root = workspace.workdir(workdir)
+    out_dir = Path(out) if out is not None else workspace.stage_dir(root, corpus, model_ref.slug, "w2v")
+    config: dict[str, Any] = {
+        "algorithm": "cbow",
+        "hs": 0,
+        "dim": dim,
+        "epochs": options.epochs,
+        "min_count": options.min_count,
+        "workers": workers,
+        "seed": options.seed,
+        "window": options.window,
+        "negative": options.negative,
+        "sample": options.sample,
+        "text_fields": list(text_fields) if text_fields else None,
+        "model": model_ref.identity(),
+        **rules.flags(),
+        "pretok_format": PRETOK_FORMAT,
+    }
+    inputs = source_identities(sources)
+    libraries = ("gensim", "numpy", "tokenizers", "transformers")
+    with StageRun("w2v", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+        if run.skipped:
+            assert run.manifest is not None
+            return StageOutcome(run.out, run.manifest, skipped=True, skip_reason=run.skip_reason)
+        pretok = pretokenize_corpus(
+            sources, tokenizer, root / "cache" / "pretok", workers=workers, progress=progress, force=force
+        )
+        vectors, train_stats = _train(pretok, dim=dim, options=options, workers=workers, progress=progress)
+        vectors.save_word2vec_format(str(run.tmp / VECTORS_FILE), binary=True)
+        _write_counts(vectors, run.tmp / COUNTS_FILE)
+        stats = {
+            "lines": pretok.lines,
+            "tokens": pretok.tokens,
+            "types": pretok.types,
+            "vocab_size": len(vectors),
+            "bytes": pretok.bytes,
+            "replaced_chars": pretok.replaced_chars,
+            "skipped_records": pretok.skipped_records,
+            "pretok_seconds": pretok.seconds,
+            "pretok_cached": pretok.cached,
+            "pretok_cache": str(pretok.folder.absolute()),
+            **train_stats,
+        }
+        manifest = run.commit(stats=stats)
+    log.info("w2v: %s words x %d dims -> %s", f"{len(vectors):,}", dim, run.out)
+    return StageOutcome(run.out, manifest, skipped=False)
+
+
+def _train(
+    pretok: PretokenizedCorpus, *, dim: int, options: W2VOptions, workers: int, progress: Progress
+) -> tuple[Any, dict[str, Any]]:
+    from gensim.models import Word2Vec
+
+    model = Word2Vec(
+        vector_size=dim,
+        window=options.window,
+        min_count=options.min_count,
+        workers=workers,
+        sg=0,
+        hs=0,
+        negative=options.negative,
+        sample=options.sample,
+        seed=options.seed,
+        epochs=options.epochs,
+        hashfxn=stable_hash,
+    )
+    started = time.perf_counter()
+    model.build_vocab_from_freq(pretok.word_counts(), corpus_count=pretok.lines)
+    vocab_seconds = time.perf_counter() - started
+    if len(model.wv) == 0:
+        raise CorpusError(
+            f"no word occurs at least {options.min_count} times in the corpus ({pretok.tokens:,} tokens)",
+            hint="lower --min-count or use a larger corpus",
+        )
+    started = time.perf_counter()
+    with _training_progress(progress, pretok.tokens, options.epochs) as callbacks:
+        trained, raw = model.train(
+            corpus_file=str(pretok.path),
+            total_examples=model.corpus_count,
+            total_words=pretok.tokens,
+            epochs=options.epochs,
+            start_alpha=model.alpha,
+            end_alpha=model.min_alpha,
+            callbacks=callbacks,
+        )
+    seconds = time.perf_counter() - started
+    expected = options.epochs * _expected_trained_words(model.wv)
+    dropped = max(0.0, 1.0 - trained / expected) if expected else 0.0
+    if dropped > _DROP_WARNING:
+        log.warning(
+            "gensim trained %.1f%% fewer words than sub-sampling predicts (%s of about %s): its corpus_file "
+            "reader skips the end of a batch once 10,000 words are trained; expect this only with sample=0 "
+            "or a corpus of almost only rare words",
+            100 * dropped,
+            f"{trained:,}",
+            f"{expected:,.0f}",
+        )
+    return model.wv, {
+        "words_trained": int(trained),
+        "words_expected": round(expected),
+        "words_dropped_estimate": round(dropped, 4),
+        "raw_words": int(raw),
+        "words_per_s": round(raw / max(seconds, 1e-9)),
+        "vocab_seconds": round(vocab_seconds, 3),
+        "train_seconds": round(seconds, 3),
+    }
+
+
+def _expected_trained_words(vectors: Any) -> float:
+    """Words per epoch that survive sub-sampling, in expectation: sum of count x keep probability."""
+    import numpy as np
+
+    keep = vectors.expandos["sample_int"].astype(np.float64) / 2**32  # gensim's keep threshold
+    return float(np.dot(vectors.expandos["count"].astype(np.float64), np.minimum(keep, 1.0)))
+
+
+def _write_counts(vectors: Any, path: Path) -> None:
+    counts = vectors.expandos["count"]
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(f"{word}\t{int(count)}\n" for word, count in zip(vectors.index_to_key, counts, strict=True))
+
+
+@contextlib.contextmanager
+def _training_progress(progress: Progress, tokens: int, epochs: int) -> Iterator[list[Any]]:
+    """Feed gensim's progress into ``progress``: per epoch from a callback, within one from its log.
+
+    gensim reports within-epoch progress only through its logger
+    (``EPOCH n - PROGRESS: at p% examples, w words/s``). A logger filter
+    reads those records; the logger is opened to INFO only for the
+    duration and the filter passes on just what the caller's logging
+    configuration would have shown, so the console is no noisier.
+    """
+    from gensim.models.callbacks import CallbackAny2Vec
+
+    total = tokens * epochs
+    state = {"epochs_done": 0, "started": time.perf_counter()}
+
+    def report(position: float, words_per_s: float | None = None) -> None:
+        if words_per_s is None:
+            words_per_s = position / max(time.perf_counter() - state["started"], 1e-9)
+        progress.update(min(position, total), words_per_s=words_per_s)
+
+    class EpochCounter(CallbackAny2Vec):  # type: ignore[misc]
+        def on_epoch_end(self, model: Any) -> None:
+            state["epochs_done"] += 1
+            report(state["epochs_done"] * tokens)
+
+    logger = logging.getLogger(_GENSIM_LOGGER)
+    shown_from = logger.getEffectiveLevel()
+
+    def observe(record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if "PROGRESS: at" in message and message.startswith("EPOCH") and isinstance(record.args, tuple):
+            with contextlib.suppress(TypeError, ValueError, IndexError):
+                percent, words_per_s = float(record.args[1]), float(record.args[2])
+                report((state["epochs_done"] + percent / 100) * tokens, words_per_s)
+        return record.levelno >= shown_from
+
+    old_level = logger.level
+    logger.addFilter(observe)
+    logger.setLevel(min(shown_from, logging.INFO))
+    progress.start("word2vec", total=total, unit="words")
+    try:
+        yield [EpochCounter()]
+    finally:
+        logger.removeFilter(observe)
+        logger.setLevel(old_level)
+        progress.finish()
+
+
+def summary_line(outcome: StageOutcome) -> str:
+    """The one-line result the CLI prints."""
+    if outcome.skipped:
+        return f"w2v: up to date ({outcome.skip_reason.removeprefix('up to date: ')}) -> {outcome.path}"
+    stats = outcome.manifest.get("stats", {})
+    dim = outcome.manifest.get("config", {}).get("dim", "?")
+    seconds = outcome.manifest.get("cost", {}).get("wall_seconds", 0.0)
+    return (
+        f"w2v: {stats.get('vocab_size', 0):,} words x {dim} dims from {_human(stats.get('tokens', 0))} tokens "
+        f"in {seconds:.0f} s -> {outcome.path}"
+    )
+
+
+def _human(n: int) -> str:
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.1f}{suffix}"
+    return str(n)
