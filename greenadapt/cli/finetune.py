@@ -1,1 +1,143 @@
-"""`greenadapt finetune` (being written)."""
+"""`greenadapt finetune`: fine-tune on NER or text classification with both tokenizers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from greenadapt.cli import app
+from greenadapt.cli._common import (
+    ForceOption,
+    JsonOption,
+    QuietOption,
+    VerboseOption,
+    WaitOption,
+    WorkdirOption,
+    emit,
+    progress_for,
+    setup_logging,
+)
+
+TextFieldOption = typer.Option(
+    None, "--text-field", help="Text field (JSON) or column (TSV: header name or 0-based number); NER JSON: the token list."
+)
+PairFieldOption = typer.Option(None, "--pair-field", help="Second text of a sentence pair (JSON field or TSV column).")
+LabelFieldOption = typer.Option(None, "--label-field", help="Label field or column; NER JSON: the tag list.")
+FormatOption = typer.Option("auto", "--format", help="auto, columns (NER word ... label), jsonl or tsv.")
+HeaderOption = typer.Option("auto", "--header", help="TSV header row: auto, yes or no.")
+PoolOption = typer.Option("mean", "--pool", help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+DeviceOption = typer.Option("auto", "--device", help="auto, cpu, cuda, cuda:N or mps.")
+PrecisionOption = typer.Option("auto", "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16, fp16.")
+
+
+def parse_seeds(text: str | None, seed: int) -> list[int]:
+    from greenadapt.errors import UsageError
+
+    if text is None:
+        return [seed]
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds {text!r} is not a comma-separated list of integers", hint="e.g. --seeds 1,2,3") from None
+
+
+@app.command("finetune")
+def finetune(
+    task: str = typer.Option(..., "--task", help="ner or classify (qa: see `greenadapt qa`)."),
+    train: Path = typer.Option(..., "--train", help="Training file."),
+    dev: Path | None = typer.Option(None, "--dev", help="Dev file: best-epoch selection (or training data with --train-on train+dev)."),
+    test: Path | None = typer.Option(None, "--test", help="Test file, evaluated at the end under every pooling mode."),
+    model: str | None = typer.Option(None, "--model", help="Expanded model folder (two tokenizers) or any BERT-style model."),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default: <workdir>/finetune/<data>/<model>)."),
+    workdir: Path | None = WorkdirOption,
+    mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
+    pool: str = PoolOption,
+    epochs: int = typer.Option(3, "--epochs", help="Passes over the training data."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps (overrides --epochs)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples per optimizer step, over all processes."),
+    grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per step and process (gradient accumulation)."),
+    lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear schedule)."),
+    warmup: float = typer.Option(0.1, "--warmup", help="Fraction of the steps spent warming up."),
+    weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
+    seed: int = typer.Option(42, "--seed", help="Random seed."),
+    seeds: str | None = typer.Option(None, "--seeds", help="Several seeds, e.g. 1,2,3: one model each, mean ± std reported."),
+    train_on: str = typer.Option("train", "--train-on", help="train, or train+dev (the paper's protocol; no dev selection)."),
+    train_embeddings: str = typer.Option("all", "--train-embeddings", help="Word embeddings to train: all, new (added rows only) or none."),
+    max_length: int = typer.Option(128, "--max-length", help="Wordpieces per sequence; longer NER chunks are split."),
+    max_words: int = typer.Option(30, "--max-words", help="NER: words per chunk (labelled spans are never split)."),
+    metric: str | None = typer.Option(None, "--metric", help="Dev metric for the best epoch: NER f1|precision|recall|accuracy; classify accuracy|micro_f1|macro_f1|mcc|f1."),
+    positive_label: str | None = typer.Option(None, "--positive-label", help="Classification: the label whose F1 is 'f1' (default: 1 for 0/1 labels)."),
+    text_field: str | None = TextFieldOption,
+    pair_field: str | None = PairFieldOption,
+    label_field: str | None = LabelFieldOption,
+    file_format: str = FormatOption,
+    header: str = HeaderOption,
+    device: str = DeviceOption,
+    precision: str = PrecisionOption,
+    eval_batch_size: int = typer.Option(64, "--eval-batch-size", help="Sequences per inference batch."),
+    force: bool = ForceOption,
+    wait: bool = WaitOption,
+    as_json: bool = JsonOption,
+    quiet: bool = QuietOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Fine-tune with a 50/50 mixture of the general and domain tokenizers; evaluate with mean pooling."""
+    from greenadapt.finetune.data import ReaderOptions
+    from greenadapt.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.finetune.train import TrainConfig
+
+    setup_logging(quiet=quiet, verbose=verbose)
+    options = FinetuneOptions(
+        task=task,
+        train=train,
+        dev=dev,
+        test=test,
+        model=model,
+        out=out,
+        workdir=workdir,
+        reader=ReaderOptions(file_format, text_field, pair_field, label_field, header),  # type: ignore[arg-type]
+        training=TrainConfig(
+            mix=mix,
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            lr=lr,
+            epochs=epochs,
+            max_steps=max_steps,
+            warmup=warmup,
+            weight_decay=weight_decay,
+            train_embeddings=train_embeddings,
+            precision=precision,
+            eval_batch_size=eval_batch_size,
+        ),
+        pool=pool,
+        seeds=parse_seeds(seeds, seed),
+        train_on=train_on,
+        max_length=max_length,
+        max_words=max_words,
+        metric=metric,
+        positive_label=positive_label,
+        device=device,
+        force=force,
+        wait=wait,
+    )
+    with progress_for(quiet) as progress:
+        outcome = run_finetune(options, progress)
+    if not outcome.manifest:  # a non-zero rank under torchrun: rank 0 reports
+        return
+    emit(outcome.manifest, _summary(outcome), as_json=as_json)
+
+
+def _summary(outcome: object) -> str:
+    manifest = outcome.manifest  # type: ignore[attr-defined]
+    stats = manifest.get("stats", {})
+    metric = manifest.get("config", {}).get("task", {}).get("metric", "")
+    parts = []
+    for split, value in stats.get("summary", {}).items():
+        text = f"{split} {metric} {100 * value['mean']:.2f}"
+        if value.get("n", 1) > 1:
+            text += f" ± {100 * value['std']:.2f} ({value['n']} seeds)"
+        parts.append(text)
+    state = "up to date" if outcome.skipped else "fine-tuned"  # type: ignore[attr-defined]
+    scores = f": {', '.join(parts)} (pool {stats.get('pool')})" if parts else ""
+    return f"{state} {stats.get('task', '')} model in {outcome.path}{scores}"  # type: ignore[attr-defined]

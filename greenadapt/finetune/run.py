@@ -1,0 +1,530 @@
+"""The ``finetune`` stage and ``predict``: what the CLI calls.
+
+A finetune run folder (kind ``finetune``, written through StageRun)::
+
+    manifest.json
+    metrics.json            per seed, split and pooling mode; mean ± std over seeds
+    <model>/                the run folder itself for one seed, ``seed-<s>/`` for several:
+        config.json, model.safetensors      transformers-loadable, with id2label/label2id
+        tokenizer.json, ...                  T̂ (or the only tokenizer of a plain model)
+        general-tokenizer/                   T_LM (when the model has both)
+        greenadapt_task.json                 task, labels, reader options, lengths
+        train_log.jsonl                      one line per optimizer step, one per dev evaluation
+        predictions/<split>.<ext>            dev/test predictions in the input's format
+
+Under torchrun every process trains; only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from greenadapt.errors import DataError, StageError, UsageError
+from greenadapt.finetune import POOL_MODES
+from greenadapt.finetune.data import ReaderOptions, TaskFile, check_known_labels, prediction_file_name, write_predictions
+from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
+from greenadapt.finetune.metrics import summarize_seeds
+from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
+from greenadapt.finetune.tokenize import GENERAL_TOKENIZER_DIR, TokenizerPair, Unit, check_vocab_fits, load_tokenizers
+from greenadapt.finetune.train import DistContext, TrainConfig, init_distributed, pick_device, train
+from greenadapt.models import ModelRef, resolve_model, slugify
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.stage import (
+    MANIFEST,
+    StageOutcome,
+    StageRun,
+    file_identity,
+    load_stage,
+    manifest_identity,
+    read_manifest,
+    resource_errors,
+    write_json,
+)
+from greenadapt.workspace import workdir as resolve_workdir
+
+log = logging.getLogger(__name__)
+
+KIND = "finetune"
+TRAIN_ON = ("train", "train+dev")
+
+
+@dataclass
+class FinetuneOptions:
+    task: str
+    train: Path
+    dev: Path | None = None
+    test: Path | None = None
+    model: str | None = None
+    out: Path | None = None
+    workdir: Path | None = None
+    reader: ReaderOptions = field(default_factory=ReaderOptions)
+    training: TrainConfig = field(default_factory=TrainConfig)  # its mix None: 0.5 with a domain tokenizer, else 0
+    pool: str = "mean"
+    seeds: list[int] = field(default_factory=lambda: [42])
+    train_on: str = "train"
+    max_length: int = 128
+    max_words: int = 30
+    metric: str | None = None
+    positive_label: str | None = None
+    device: str = "auto"
+    force: bool = False
+    wait: bool = False
+
+
+# --------------------------------------------------------------------------
+# finetune
+
+
+def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """Fine-tune (one run per seed), evaluate under every pooling mode, write the run folder."""
+    task = get_task(options.task)
+    _check_options(options)
+    ref = resolve_model(options.model)
+    model_identity = _model_identity(ref)
+
+    train_file = task.read(options.train, options.reader, require_labels=True)
+    dev_file = task.read(options.dev, options.reader, require_labels=True) if options.dev else None
+    test_file = task.read(options.test, options.reader, require_labels=True) if options.test else None
+    if options.train_on == "train+dev" and dev_file is None:
+        raise UsageError("--train-on train+dev needs --dev")
+    training_files = [train_file] + ([dev_file] if options.train_on == "train+dev" and dev_file else [])
+    labels = task.order_labels([label for f in training_files for label in f.labels()])
+    if len(labels) < 2:
+        raise DataError(f"the training data has only {len(labels)} label(s) ({', '.join(labels)})", path=train_file.path)
+    for other in (dev_file, test_file):
+        if other is not None:
+            check_known_labels(other, labels)
+
+    tokenizers = load_tokenizers(ref.path)
+    requested_mix = options.training.mix
+    mix = requested_mix if requested_mix is not None else (0.5 if tokenizers.has_domain else 0.0)
+    if mix > 0 and not tokenizers.has_domain:
+        raise UsageError(
+            f"--mix {mix:g} needs a domain tokenizer, but {ref.path} has only one tokenizer (no {GENERAL_TOKENIZER_DIR}/)",
+            hint="pass a model folder written by `greenadapt expand`, or --mix 0",
+        )
+    if options.pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
+    pool = options.pool if tokenizers.has_domain else "general"
+    positive = positive_label_for(labels, options.positive_label) if task.name == "classify" else None
+    metric = task.check_metric(options.metric, positive)
+    settings = TaskSettings(
+        task=task.name,
+        labels=labels,
+        max_length=_max_length(ref, tokenizers, options.max_length),
+        max_words=options.max_words,
+        metric=metric,
+        positive_label=positive,
+        reader=options.reader.as_config(),
+        has_domain_tokenizer=tokenizers.has_domain,
+    )
+    base = replace(options.training, mix=mix)
+    config = {
+        "task": settings.to_json(),
+        "train": {k: v for k, v in asdict(base).items() if k not in ("seed", "eval_batch_size")},
+        "seeds": list(options.seeds),
+        "train_on": options.train_on,
+        "pool": pool,
+        "model": ref.name,
+    }
+    inputs = [model_identity] + [
+        {"role": role, **file_identity(f.path)}
+        for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file))
+        if f is not None
+    ]
+    out = options.out or _default_out(options, ref)
+
+    ctx = init_distributed(options.device)
+    try:
+        with contextlib.ExitStack() as stack:
+            stage: StageRun | None = None
+            if ctx.is_main:
+                libraries = ("torch", "transformers", "tokenizers")
+                stage = stack.enter_context(
+                    StageRun(KIND, out, config, inputs, force=options.force, wait=options.wait, libraries=libraries)
+                )
+            skipped = ctx.broadcast_int(int(stage.skipped) if stage is not None else 0)
+            if skipped:
+                if stage is None:
+                    return StageOutcome(Path(out), {}, True)
+                return StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
+            job = _Job(task, settings, tokenizers, ref, base, ctx, pool, progress)
+            result = job.run(train_file, dev_file, test_file, options.seeds, options.train_on, stage.tmp if stage else None)
+            if stage is None:
+                return StageOutcome(Path(out), {}, False)
+            manifest = stage.commit(stats=result)
+            return StageOutcome(stage.out, manifest, False)
+    finally:
+        ctx.close()
+
+
+def _check_options(options: FinetuneOptions) -> None:
+    training = options.training
+    if training.mix is not None and not 0.0 <= training.mix <= 1.0:
+        raise UsageError(f"--mix {training.mix} is not a probability", hint="use a value from 0 to 1")
+    if options.pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {options.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    if options.train_on not in TRAIN_ON:
+        raise UsageError(f"unknown --train-on {options.train_on!r}", hint="train or train+dev")
+    if training.train_embeddings not in TRAIN_EMBEDDINGS:
+        raise UsageError(f"unknown --train-embeddings {training.train_embeddings!r}", hint="all, new or none")
+    if not options.seeds or len(set(options.seeds)) != len(options.seeds):
+        raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
+    for source, name in [(training, n) for n in ("batch_size", "grad_accum", "epochs", "eval_batch_size")] + [
+        (options, n) for n in ("max_length", "max_words")
+    ]:
+        if getattr(source, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if training.max_steps is not None and training.max_steps < 1:
+        raise UsageError("--max-steps must be at least 1")
+    if training.lr <= 0 or not 0 <= training.warmup < 1:
+        raise UsageError("--lr must be positive and --warmup a fraction below 1")
+
+
+def _model_identity(ref: ModelRef) -> dict[str, Any]:
+    manifest = read_manifest(ref.path)
+    if manifest is not None and manifest.get("kind") == "expand":
+        manifest = load_stage(ref.path, "expand")
+        return manifest_identity(ref.path, manifest)
+    return ref.identity()
+
+
+def _default_out(options: FinetuneOptions, ref: ModelRef) -> Path:
+    data = slugify(f"{options.train.resolve().parent.name}-{options.task}")
+    manifest = read_manifest(ref.path)
+    if manifest is not None and manifest.get("kind") == "expand":
+        # <workdir>/<corpus>/<model>/expand → "<model>-green-<corpus>"
+        model_key = slugify(f"{ref.path.parent.name}-green-{ref.path.parent.parent.name}")
+    else:
+        model_key = ref.slug
+    return resolve_workdir(options.workdir) / "finetune" / data / model_key
+
+
+def _max_length(ref: ModelRef, tokenizers: TokenizerPair, requested: int) -> int:
+    config = ref.config()
+    limits = [requested]
+    if isinstance(config.get("max_position_embeddings"), int):
+        limits.append(config["max_position_embeddings"])
+    model_max = getattr(tokenizers.general, "model_max_length", None)
+    if isinstance(model_max, int) and model_max < 1_000_000:
+        limits.append(model_max)
+    length = min(limits)
+    if length < requested:
+        log.warning("--max-length %d is more than the model handles; using %d", requested, length)
+    return length
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence the load report and progress bar transformers prints when a new head is added on purpose."""
+    from transformers.utils import logging as hf_logging
+
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    bars = hf_logging.is_progress_bar_enabled()
+    logger.setLevel(logging.ERROR)
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+@dataclass
+class _Job:
+    """One fine-tuning job: the shared pieces, run once per seed."""
+
+    task: Task
+    settings: TaskSettings
+    tokenizers: TokenizerPair
+    ref: ModelRef
+    base: TrainConfig
+    ctx: DistContext
+    pool: str
+    progress: Progress
+
+    def run(
+        self,
+        train_file: TaskFile,
+        dev_file: TaskFile | None,
+        test_file: TaskFile | None,
+        seeds: Sequence[int],
+        train_on: str,
+        tmp: Path | None,
+    ) -> dict[str, Any]:
+        train_units, train_stats = self.task.units(train_file, self.settings, self.tokenizers)
+        dev_units = self.task.units(dev_file, self.settings, self.tokenizers)[0] if dev_file else None
+        if train_on == "train+dev" and dev_file is not None and dev_units is not None:
+            train_units = train_units + dev_units
+        select_on_dev = dev_file is not None and train_on == "train"
+        test_units = self.task.units(test_file, self.settings, self.tokenizers)[0] if test_file else None
+        per_seed: dict[str, Any] = {}
+        trained: dict[str, Any] = {}
+        for seed in seeds:
+            folder = None if tmp is None else (tmp if len(seeds) == 1 else tmp / f"seed-{seed}")
+            metrics, summary = self._one_seed(
+                seed,
+                train_units,
+                (dev_file, dev_units) if select_on_dev else (None, None),
+                (test_file, test_units),
+                folder,
+            )
+            per_seed[str(seed)] = metrics
+            trained[str(seed)] = summary
+        result = {
+            "task": self.task.name,
+            "labels": self.settings.labels,
+            "mix": self.base.mix,
+            "pool": self.pool,
+            "units": {"train": len(train_units), "dev": len(dev_units or []), "test": len(test_units or [])},
+            "preprocessing": train_stats,
+            "models": {str(s): "." if len(seeds) == 1 else f"seed-{s}" for s in seeds},
+            "training": trained,
+        }
+        if tmp is not None:
+            metrics_doc = {
+                "seeds": list(seeds),
+                "primary_metric": self.settings.metric,
+                "pool": self.pool,
+                "summary": summarize_seeds(per_seed),
+                "per_seed": per_seed,
+            }
+            with resource_errors(tmp):
+                write_json(tmp / "metrics.json", metrics_doc)
+            result["summary"] = _headline(metrics_doc, self.settings.metric or "", self.pool)
+        return result
+
+    def _one_seed(
+        self,
+        seed: int,
+        train_units: list[Unit],
+        dev: tuple[TaskFile | None, list[Unit] | None],
+        test: tuple[TaskFile | None, list[Unit] | None],
+        folder: Path | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Train one model and evaluate it; ``dev`` (when given) selects the best epoch."""
+        import torch
+        from transformers import set_seed
+
+        set_seed(seed)  # python, numpy, torch: the new head's initialisation and dropout
+        with quiet_transformers():
+            model = self.task.load_model(self.ref.path, self.settings.labels)
+        vocab_rows = model.get_input_embeddings().weight.shape[0]
+        check_vocab_fits(self.tokenizers, vocab_rows, self.ref.path)
+        n_base = self.tokenizers.general_vocab_size if self.tokenizers.has_domain else vocab_rows
+        config = replace(self.base, seed=seed)
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+
+        metric = self.settings.metric or self.task.default_metric
+        dev_file, dev_units = dev
+
+        def evaluate(m: Any) -> tuple[float, dict[str, Any]]:
+            scores = self._scores(m, dev_file, dev_units, (self.pool,))[0][self.pool]  # type: ignore[arg-type]
+            return float(scores[metric]), {metric: scores[metric]}
+
+        result = train(
+            model,
+            train_units,
+            config,
+            self.ctx,
+            pad_id=self.tokenizers.pad_id,
+            n_base_rows=n_base,
+            has_domain=self.tokenizers.has_domain,
+            evaluate=evaluate if dev_file is not None and dev_units is not None else None,
+            log_path=folder / "train_log.jsonl" if folder is not None else None,
+            progress=self.progress,
+        )
+        metrics: dict[str, Any] = {}
+        for split, (task_file, units) in (("dev", dev), ("test", test)):
+            if task_file is None or units is None:
+                continue
+            scores, predictions = self._scores(model, task_file, units, _report_modes(self.tokenizers))
+            metrics[split] = scores
+            if folder is not None:
+                with resource_errors(folder):
+                    write_predictions(task_file, predictions[self.pool], folder / "predictions" / prediction_file_name(task_file, split))
+        if folder is not None:
+            with resource_errors(folder):
+                self._save(model, folder)
+        summary = {
+            "steps": result.steps,
+            "epochs": result.epochs_run,
+            "best_epoch": result.best_epoch,
+            "dev_history": result.dev_history,
+            "train_seconds": round(result.seconds, 2),
+            "domain_fraction": round(result.domain_fraction, 4),
+        }
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return metrics, summary
+
+    def _scores(
+        self, model: Any, task_file: TaskFile, units: list[Unit], modes: Sequence[str]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+        from greenadapt.finetune.infer import pooled_logits
+
+        logits = pooled_logits(
+            model,
+            units,
+            self.ctx,
+            has_domain=self.tokenizers.has_domain,
+            pad_id=self.tokenizers.pad_id,
+            batch_size=self.base.eval_batch_size,
+            precision=self.base.precision,
+            modes=modes,
+        )
+        scores, predictions = {}, {}
+        for mode, values in logits.items():
+            predictions[mode] = self.task.decode(task_file, argmax_labels(values, self.settings.labels))
+            scores[mode] = self.task.score(task_file, predictions[mode], self.settings)
+        return scores, predictions
+
+    def _save(self, model: Any, folder: Path) -> None:
+        with quiet_transformers():
+            model.save_pretrained(str(folder))
+        if self.tokenizers.domain is not None:
+            self.tokenizers.domain.save_pretrained(str(folder))
+            self.tokenizers.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
+        else:
+            self.tokenizers.general.save_pretrained(str(folder))
+        write_json(folder / TASK_FILE, self.settings.to_json())
+
+
+def _report_modes(tokenizers: TokenizerPair) -> tuple[str, ...]:
+    from greenadapt.finetune.infer import report_modes
+
+    return report_modes(tokenizers.has_domain)
+
+
+def _headline(metrics_doc: dict[str, Any], metric: str, pool: str) -> dict[str, Any]:
+    """The one number per split a summary line shows: the primary metric under the chosen pooling."""
+    headline = {}
+    for split, pools in metrics_doc["summary"].items():
+        value = pools.get(pool, {}).get(metric)
+        if value is not None:
+            headline[split] = value
+    return headline
+
+
+# --------------------------------------------------------------------------
+# predict
+
+
+@dataclass
+class PredictResult:
+    output: Path
+    examples: int
+    pool: str
+    metrics: dict[str, Any] | None
+    model: Path
+
+
+def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]:
+    """A fine-tuned model folder and its task settings, from a run folder or one of its seed folders."""
+    path = Path(spec)
+    if not path.is_dir():
+        raise StageError("no fine-tuned model here", path=path, hint="pass the folder `greenadapt finetune` wrote")
+    manifest = read_manifest(path)
+    if manifest is not None and manifest.get("kind") == KIND:
+        load_stage(path, KIND)
+        models = manifest.get("stats", {}).get("models", {})
+        if len(models) > 1:
+            names = ", ".join(sorted(models.values()))
+            raise UsageError(f"this run holds one model per seed ({names})", path=path, hint=f"pass --model {path}/{sorted(models.values())[0]}")
+    elif (path.parent / MANIFEST).is_file() and (read_manifest(path.parent) or {}).get("kind") == KIND:
+        load_stage(path.parent, KIND)
+    task_json = path / TASK_FILE
+    if not task_json.is_file():
+        raise StageError(
+            f"not a fine-tuned greenadapt model (no {TASK_FILE})",
+            path=path,
+            hint="pass the folder `greenadapt finetune` wrote",
+        )
+    try:
+        settings = TaskSettings.from_json(json.loads(task_json.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, TypeError) as exc:
+        raise StageError(f"unreadable {TASK_FILE}: {exc}", path=task_json) from None
+    return path, settings
+
+
+def run_predict(
+    model: str | os.PathLike[str],
+    input_path: Path,
+    output_path: Path,
+    *,
+    pool: str = "mean",
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    ignore_labels: bool = False,
+    reader_overrides: dict[str, Any] | None = None,
+) -> PredictResult:
+    """Predict labels for ``input_path`` with a fine-tuned model; score them when the input is labelled.
+
+    The input is read with the training files' reader options; ``reader_overrides``
+    (ReaderOptions field → value, None values ignored) changes some of them.
+    """
+    if pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    folder, settings = find_model_folder(model)
+    task = get_task(settings.task)
+    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
+    if overrides:
+        settings = replace(settings, reader=replace(settings.reader_options, **overrides).as_config())
+    task_file = task.read(input_path, settings, require_labels=False)
+    score = task_file.labelled and not ignore_labels
+    if score:
+        try:
+            check_known_labels(task_file, settings.labels)
+        except DataError as exc:
+            raise DataError(exc.message, path=exc.path, line=exc.line, hint="pass --ignore-labels to predict without scoring") from None
+    elif task_file.labelled:
+        task_file = _strip_labels(task_file)
+    tokenizers = load_tokenizers(folder)
+    if pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
+    mode = pool if tokenizers.has_domain else "general"
+    units, _ = task.units(task_file, settings, tokenizers)
+    import transformers
+
+    with quiet_transformers():
+        loaded = getattr(transformers, task.auto_model).from_pretrained(str(folder))
+    ctx = DistContext(device=pick_device(device))
+    loaded.to(ctx.device)
+    from greenadapt.finetune.infer import pooled_logits
+
+    logits = pooled_logits(
+        loaded,
+        units,
+        ctx,
+        has_domain=tokenizers.has_domain,
+        pad_id=tokenizers.pad_id,
+        batch_size=batch_size,
+        precision=precision,
+        modes=(mode,),
+    )[mode]
+    predictions = task.decode(task_file, argmax_labels(logits, settings.labels))
+    with resource_errors(output_path.parent):
+        write_predictions(task_file, predictions, output_path)
+    metrics = task.score(task_file, predictions, settings) if score else None
+    return PredictResult(output_path, len(task_file.examples), mode, metrics, folder)
+
+
+def _strip_labels(task_file: TaskFile) -> TaskFile:
+    from greenadapt.finetune.data import NerSentence
+
+    examples = [
+        replace(e, labels=None) if isinstance(e, NerSentence) else replace(e, label=None) for e in task_file.examples
+    ]
+    return replace(task_file, examples=examples, labelled=False)

@@ -1,0 +1,111 @@
+"""The split word embedding and row-wise AdamW for very large added vocabularies."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from greenadapt.finetune.embeddings import RowAdamW, SplitWordEmbedding, install, merge_back
+
+
+def _table(n: int, d: int = 4, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=generator)
+
+
+def test_forward_equals_a_plain_embedding() -> None:
+    weight = _table(12)
+    plain = nn.Embedding.from_pretrained(weight.clone(), padding_idx=0)
+    split = SplitWordEmbedding(weight, 7, 0, train_base=True, capacity=16)
+    ids = torch.tensor([[2, 7, 11, 0], [8, 8, 3, 6]])
+    split.eval()
+    assert torch.equal(split(ids), plain(ids))
+    split.train()
+    split.load_rows(ids)
+    assert split.loaded.tolist() == [0, 1, 4]
+    assert torch.equal(split(ids), plain(ids))
+    assert torch.equal(split.merged_weight(), weight)
+
+
+def test_using_an_unloaded_row_is_an_error() -> None:
+    split = SplitWordEmbedding(_table(10), 5, None, train_base=False, capacity=4)
+    split.train()
+    split.load_rows(torch.tensor([6]))
+    with pytest.raises(RuntimeError, match="did not load"):
+        split(torch.tensor([[7]]))
+
+
+def test_row_adamw_matches_adamw_on_rows_used_every_step_and_leaves_others_alone() -> None:
+    n_base, n_added, d = 5, 4, 4
+    weight = _table(n_base + n_added, d)
+    reference = nn.Parameter(weight[n_base:].clone())
+    dense = torch.optim.AdamW([reference], lr=0.05, weight_decay=0.1)
+    split = SplitWordEmbedding(weight, n_base, None, train_base=False, capacity=8)
+    split.train()
+    sparse = RowAdamW(split, lr=0.05, weight_decay=0.1)
+    ids = torch.tensor([[n_base + 0, n_base + 2, 1, n_base + 2]])  # rows 0 and 2 of the added block; 1 and 3 never
+    target = _table(4, d, seed=1)
+    for _ in range(5):
+        split.load_rows(ids)
+        loss = ((split(ids)[0] - target) ** 2).sum()
+        loss.backward()
+        sparse.step()
+        sparse.zero_grad()
+
+        rows = torch.where(ids[0] >= n_base, ids[0] - n_base, 0)
+        gathered = reference[rows]
+        base_rows = weight[ids[0].clamp(max=n_base - 1)]
+        mixed = torch.where((ids[0] >= n_base).unsqueeze(1), gathered, base_rows)
+        ((mixed - target) ** 2).sum().backward()
+        grad_mask = torch.zeros(n_added, 1)
+        grad_mask[[0, 2]] = 1
+        reference.grad *= grad_mask
+        # Dense AdamW on rows 0 and 2 only (untouched rows get no update there either).
+        with torch.no_grad():
+            before = reference[[1, 3]].clone()
+        dense.step()
+        with torch.no_grad():
+            reference[[1, 3]] = before
+        dense.zero_grad()
+    assert torch.allclose(split.added[[0, 2]], reference[[0, 2]].detach(), atol=1e-6)
+    assert torch.equal(split.added[[1, 3]], weight[n_base + 1 :: 2])  # bit-identical
+    assert torch.equal(split.base.weight, weight[:n_base])  # frozen original rows
+    assert sparse.state_size_rows() == 2
+
+
+def test_state_grows_with_used_rows_not_vocabulary() -> None:
+    n_base, n_added = 10, 1_000_000
+    weight = torch.zeros(n_base + n_added, 4)
+    split = SplitWordEmbedding(weight, n_base, None, train_base=False, capacity=64)
+    split.train()
+    optimizer = RowAdamW(split, lr=0.01)
+    for step in range(3):
+        ids = torch.tensor([[n_base + step, n_base + 999_999, 3]])
+        split.load_rows(ids)
+        split(ids).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert optimizer.state_size_rows() == 4  # rows 0, 1, 2 and 999999 of the added block
+    assert optimizer.exp_avg.shape[0] < 10_000  # moments for used rows only, never 1M × dim
+    assert split.active.shape[0] == 64
+    changed = (split.added != 0).any(dim=1).nonzero().flatten().tolist()
+    assert changed == [0, 1, 2, 999_999]
+
+
+def test_install_modes_and_merge_back(tiny_bert_base) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(tiny_bert_base))
+    n = model.get_input_embeddings().weight.shape[0]
+    assert install(model, n_base=n, mode="new", capacity=8) is None  # no added rows: nothing to split
+    assert not model.get_input_embeddings().weight.requires_grad
+
+    model = AutoModel.from_pretrained(str(tiny_bert_base))
+    before = model.get_input_embeddings().weight.detach().clone()
+    split = install(model, n_base=n - 10, mode="all", capacity=8)
+    assert isinstance(split, SplitWordEmbedding) and split.base.weight.requires_grad
+    assert isinstance(model.get_input_embeddings(), SplitWordEmbedding)
+    merge_back(model)
+    restored = model.get_input_embeddings()
+    assert isinstance(restored, nn.Embedding) and torch.equal(restored.weight, before)
