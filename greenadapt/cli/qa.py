@@ -1,1 +1,70 @@
-"""`greenadapt qa` (being written)."""
+"""`greenadapt qa`: extractive question answering over whole documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from greenadapt.cli import app
+from greenadapt.cli._common import (
+    ForceOption,
+    JsonOption,
+    QuietOption,
+    VerboseOption,
+    WaitOption,
+    emit,
+    progress_for,
+    setup_logging,
+)
+
+
+@app.command("qa")
+def qa_command(
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="QA model folder (plain or from `greenadapt expand`) or Hub id."
+    ),
+    data: Path = typer.Option(..., "--data", "-d", help="SQuAD v1/v2-style JSON file (e.g. Covid-QA)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for predictions.json, nbest.json, metrics.json."),
+    pool: str | None = typer.Option(
+        None,
+        "--pool",
+        help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "
+        "Default: mean for an expanded model, general for a plain one.",
+    ),
+    max_length: int | None = typer.Option(None, "--max-length", help="Model input length. Default: the model's (512 for BERT)."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Windows per forward pass."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N questions (quick runs)."),
+    n_best: int = typer.Option(20, "--n-best", min=1, help="Answers kept per question in nbest.json."),
+    max_answer_chars: int = typer.Option(500, "--max-answer-chars", min=1, help="Longest answer in characters."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    force: bool = ForceOption,
+    wait: bool = WaitOption,
+    as_json: bool = JsonOption,
+    quiet: bool = QuietOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Answer each question over its whole document with sliding windows (one or two tokenizers)."""
+    setup_logging(quiet=quiet, verbose=verbose)
+    from greenadapt.qa.run import QaOptions, run_qa
+
+    options = QaOptions(
+        pool=pool,
+        max_length=max_length,
+        batch_size=batch_size,
+        limit=limit,
+        n_best=n_best,
+        max_answer_chars=max_answer_chars,
+        device=device,
+    )
+    with progress_for(quiet) as progress:
+        outcome = run_qa(model, data, out, options=options, force=force, wait=wait, progress=progress)
+    stats = outcome.manifest.get("stats", {})
+    state = "up to date" if outcome.skipped else f"{stats.get('questions_per_s') or 0:.2f} questions/s"
+    scores = ""
+    if stats.get("f1") is not None:
+        scores = (
+            f"; EM {stats['exact_match']:.2f} F1 {stats['f1']:.2f} substring {stats['substring_match']:.2f}"
+        )
+    summary = f"qa: {stats.get('questions', '?')} questions, pool {stats.get('pool', '?')}{scores} ({state}) -> {outcome.path}"
+    emit(outcome.manifest, summary, as_json=as_json)

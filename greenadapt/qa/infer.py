@@ -1,0 +1,176 @@
+"""Batched inference: context-level start/end logits for (question, tokenization) jobs.
+
+A *job* is one question with one tokenization of its context. Its windows
+(``greenadapt.qa.windows``) are queued together with those of the
+following jobs — other questions on the same paper, the other tokenizer,
+the next papers — sorted by length in chunks and run in batches, so the
+model always sees full batches with little padding. The active logits of
+each window are scattered into per-job arrays; a job is yielded as soon
+as its last window is done, so memory stays bounded by the chunk size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.qa.windows import Window, plan_windows
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+log = logging.getLogger(__name__)
+
+# How many batches' worth of windows are sorted by length together.
+_SORT_CHUNK_BATCHES = 8
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    cls: int
+    sep: int
+    pad: int
+
+
+@dataclass(frozen=True)
+class LogitJob:
+    key: Hashable
+    question_ids: np.ndarray
+    context_ids: np.ndarray
+    special: SpecialIds
+
+
+@dataclass
+class InferenceStats:
+    windows: int = 0
+    batches: int = 0
+    positions: int = 0  # model input positions processed, padding included
+    padding: int = 0
+
+
+@dataclass
+class _JobState:
+    job: LogitJob
+    start: np.ndarray
+    end: np.ndarray
+    remaining: int
+
+
+@dataclass
+class _Pending:
+    state: _JobState
+    window: Window
+    length: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.length = self.window.input_length(len(self.state.job.question_ids))
+
+
+def build_batch(items: list[tuple[LogitJob, Window]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """input_ids, token_type_ids (0 for [CLS] Q [SEP], 1 after) and attention_mask, right-padded."""
+    import numpy as np
+
+    lengths = [window.input_length(len(job.question_ids)) for job, window in items]
+    width = max(lengths)
+    input_ids = np.empty((len(items), width), dtype=np.int64)
+    token_types = np.zeros((len(items), width), dtype=np.int64)
+    attention = np.zeros((len(items), width), dtype=np.int64)
+    for row, ((job, window), length) in enumerate(zip(items, lengths, strict=True)):
+        q = len(job.question_ids)
+        input_ids[row, :] = job.special.pad
+        input_ids[row, 0] = job.special.cls
+        input_ids[row, 1 : 1 + q] = job.question_ids
+        input_ids[row, 1 + q] = job.special.sep
+        input_ids[row, 2 + q : length - 1] = job.context_ids[window.span_start : window.span_stop]
+        input_ids[row, length - 1] = job.special.sep
+        token_types[row, 2 + q : length] = 1
+        attention[row, :length] = 1
+    return input_ids, token_types, attention
+
+
+class QaRunner:
+    """Owns the model and device; turns batches of inputs into start/end logits."""
+
+    def __init__(self, model: Any, device: torch.device) -> None:
+        import torch
+
+        self.model = model
+        self.device = device
+        if device.type == "cuda":
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            self._autocast: Callable[[], Any] = lambda: torch.autocast("cuda", dtype=dtype)
+        else:
+            self._autocast = contextlib.nullcontext
+
+    def logits(self, input_ids: np.ndarray, token_types: np.ndarray, attention: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        non_blocking = self.device.type == "cuda"
+        inputs = {
+            "input_ids": torch.from_numpy(input_ids).to(self.device, non_blocking=non_blocking),
+            "token_type_ids": torch.from_numpy(token_types).to(self.device, non_blocking=non_blocking),
+            "attention_mask": torch.from_numpy(attention).to(self.device, non_blocking=non_blocking),
+        }
+        with torch.inference_mode(), self._autocast():
+            output = self.model(**inputs)
+        start = output.start_logits.float().cpu().numpy()
+        end = output.end_logits.float().cpu().numpy()
+        return start, end
+
+
+def stream_logits(
+    runner: QaRunner,
+    jobs: Iterable[LogitJob],
+    *,
+    max_length: int,
+    batch_size: int,
+    stats: InferenceStats | None = None,
+) -> Iterator[tuple[LogitJob, np.ndarray, np.ndarray]]:
+    """Yield ``(job, start_logits, end_logits)`` with one logit per context wordpiece, as jobs finish."""
+    import numpy as np
+
+    stats = stats if stats is not None else InferenceStats()
+    chunk_size = batch_size * _SORT_CHUNK_BATCHES
+    queue: list[_Pending] = []
+
+    def drain(limit: int) -> Iterator[tuple[LogitJob, np.ndarray, np.ndarray]]:
+        while len(queue) >= limit and queue:
+            chunk = queue[:chunk_size]
+            del queue[:chunk_size]
+            chunk.sort(key=lambda pending: pending.length, reverse=True)
+            for first in range(0, len(chunk), batch_size):
+                yield from _run_batch(runner, chunk[first : first + batch_size], stats)
+
+    for job in jobs:
+        n_context = len(job.context_ids)
+        state = _JobState(job, np.empty(n_context, np.float32), np.empty(n_context, np.float32), 0)
+        if n_context == 0:
+            yield job, state.start, state.end
+            continue
+        windows = plan_windows(n_context, len(job.question_ids), max_length)
+        state.remaining = len(windows)
+        queue.extend(_Pending(state, window) for window in windows)
+        yield from drain(chunk_size)
+    yield from drain(1)
+
+
+def _run_batch(runner: QaRunner, batch: list[_Pending], stats: InferenceStats) -> Iterator[tuple[LogitJob, np.ndarray, np.ndarray]]:
+    input_ids, token_types, attention = build_batch([(p.state.job, p.window) for p in batch])
+    start, end = runner.logits(input_ids, token_types, attention)
+    stats.windows += len(batch)
+    stats.batches += 1
+    stats.positions += input_ids.size
+    stats.padding += int(input_ids.size - attention.sum())
+    for row, pending in enumerate(batch):
+        window, state = pending.window, pending.state
+        offset = window.active_offset(len(state.job.question_ids))
+        width = window.active_stop - window.active_start
+        state.start[window.active_start : window.active_stop] = start[row, offset : offset + width]
+        state.end[window.active_start : window.active_stop] = end[row, offset : offset + width]
+        state.remaining -= 1
+        if state.remaining == 0:
+            yield state.job, state.start, state.end

@@ -1,0 +1,102 @@
+"""SQuAD fine-tuning: answer positions in windows, the tokenizer mixture, a loadable result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from greenadapt.errors import UsageError
+from greenadapt.qa.data import read_squad
+from greenadapt.qa.train import QaTrainOptions, featurize, run_finetune_qa
+from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+CONTEXT = (
+    "The heart rate of covid patients was high. Myocarditis was associated with tachycardias. "
+    "Ventilation was the main treatment for the disease in most patients. "
+) * 3
+
+
+@pytest.fixture(scope="module")
+def expanded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_expanded_qa(tmp_path_factory.mktemp("qa-train") / "model")
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    late = CONTEXT.rindex("Ventilation")
+    return squad_file(
+        tmp_path_factory.mktemp("qa-train-data") / "train.json",
+        [
+            {
+                "paragraphs": [
+                    paragraph(
+                        CONTEXT,
+                        ("t1", "What was high?", [("heart rate", 4)]),
+                        ("t2", "What was the main treatment?", [("Ventilation", late)]),
+                        ("t3", "What was associated with tachycardias?", [("Myocarditis", 43)]),
+                        ("t4", "Where is the moon?", [("not in the text", 0)]),
+                    )
+                ]
+            }
+        ],
+    )
+
+
+def test_answer_positions_point_at_the_answer_or_cls(expanded: Path, train_file: Path) -> None:
+    from transformers import AutoTokenizer
+
+    data = read_squad(train_file)
+    for folder in (expanded, expanded / "general-tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        options = QaTrainOptions(max_length=40, doc_stride=12)
+        features, dropped = featurize(data, tokenizer, options)
+        assert dropped == 1  # t4's answer is not in the context
+        answers = {0: "heart rate", 1: "ventilation", 2: "myocarditis"}
+        positive = 0
+        for ids, start, end, owner in zip(
+            features.input_ids, features.start_positions, features.end_positions, features.question_index, strict=True
+        ):
+            assert len(ids) <= 40
+            if start == 0:
+                assert end == 0
+                continue
+            positive += 1
+            decoded = tokenizer.decode(ids[start : end + 1]).replace(" ##", "").replace("##", "")
+            assert decoded == answers[int(owner)]
+        # t2's answer is in the last occurrence, so only windows holding it are positive.
+        assert positive >= 3 and len(features.input_ids) > positive
+
+
+def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    from greenadapt.qa.run import QaOptions, run_qa
+
+    options = QaTrainOptions(max_length=48, doc_stride=16, batch_size=4, lr=3e-3, max_steps=40, warmup=0.1, seed=3)
+    outcome = run_finetune_qa(str(expanded), train_file, tmp_path / "ft", dev=train_file, options=options)
+    stats = outcome.manifest["stats"]
+    assert stats["steps"] == 40 and stats["mix"] == 0.5 and stats["questions_left_out"] == 1
+    assert stats["last_loss"] < 0.5 * stats["first_loss"]
+    log_lines = [json.loads(line) for line in (outcome.path / "train_log.jsonl").read_text().splitlines()]
+    shares = [line["domain_share"] for line in log_lines]
+    assert len(log_lines) == 40 and 0.0 < sum(shares) / len(shares) < 1.0
+    assert AutoModelForQuestionAnswering.from_pretrained(outcome.path) is not None
+    assert len(AutoTokenizer.from_pretrained(outcome.path)) > len(AutoTokenizer.from_pretrained(outcome.path / "general-tokenizer"))
+    assert stats["dev"]["pool"] == "mean" and 0.0 <= stats["dev"]["f1"] <= 100.0
+    answered = run_qa(str(outcome.path), train_file, tmp_path / "qa", options=QaOptions(max_length=48))
+    assert answered.manifest["config"]["pool"] == "mean"
+
+    again = run_finetune_qa(str(expanded), train_file, tmp_path / "ft2", options=options)
+    assert (again.path / "model.safetensors").read_bytes() == (outcome.path / "model.safetensors").read_bytes()
+
+
+def test_mix_needs_a_domain_tokenizer(train_file: Path, tmp_path: Path) -> None:
+    from conftest import build_tiny_bert
+
+    plain = build_tiny_bert(tmp_path / "plain", head="mlm")
+    with pytest.raises(UsageError, match="domain tokenizer"):
+        run_finetune_qa(str(plain), train_file, tmp_path / "x", options=QaTrainOptions(mix=0.5))
+    with pytest.raises(UsageError, match="doc-stride"):
+        run_finetune_qa(str(plain), train_file, tmp_path / "x", options=QaTrainOptions(doc_stride=400))
