@@ -69,7 +69,7 @@ def find_stage_dir(root: Path, corpus: Sequence[str], model_slug: str | None, st
     base = root / corpus_key(corpus)
     if model_slug is not None:
         return base / model_slug / stage
-    candidates = sorted(p.parent for p in base.glob(f"*/{stage}/manifest.json"))
+    candidates = sorted(p.parent.parent for p in base.glob(f"*/{stage}/manifest.json"))  # the model folders
     if not candidates:
         raise StageError(
             f"no {stage} output for corpus {'+'.join(corpus)} in workspace {root}",

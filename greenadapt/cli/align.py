@@ -1,1 +1,106 @@
-"""`greenadapt align` (being written)."""
+"""`greenadapt align`: fit the map from word2vec space into the model's embedding space."""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from greenadapt.cli import app
+from greenadapt.cli._common import (
+    ForceOption,
+    JsonOption,
+    QuietOption,
+    VerboseOption,
+    WaitOption,
+    WorkdirOption,
+    emit,
+    progress_for,
+    setup_logging,
+)
+
+
+class Method(str, enum.Enum):
+    lstsq = "lstsq"
+    identity = "identity"
+    random = "random"
+
+
+@app.command("align")
+def align_command(
+    w2v: Path | None = typer.Option(None, "--w2v", help="Folder written by `greenadapt w2v`."),
+    corpus: list[str] | None = typer.Option(
+        None, "--corpus", "-c", help="Find the w2v output of this corpus in the workspace (repeatable)."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model folder or Hub id (default: the model the w2v output was made with)."
+    ),
+    method: Method = typer.Option(
+        Method.lstsq, "--method", help="lstsq (least squares), or the paper's ablations identity / random."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split (and of the random ablation)."),
+    probe: list[str] | None = typer.Option(
+        None, "--probe", help="Also show the neighbours of this word (repeatable)."
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: beside the w2v folder)."),
+    workdir: Path | None = WorkdirOption,
+    force: bool = ForceOption,
+    wait: bool = WaitOption,
+    as_json: bool = JsonOption,
+    quiet: bool = QuietOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Map word2vec vectors into the model's wordpiece-embedding space (least squares)."""
+    setup_logging(quiet=quiet, verbose=verbose)
+    from greenadapt.align import REPORT_FILE, run_align
+
+    with progress_for(quiet) as progress:
+        outcome = run_align(
+            w2v=w2v,
+            corpus=corpus or None,
+            model=model,
+            method=method.value,
+            seed=seed,
+            probes=probe or (),
+            workdir=workdir,
+            out=out,
+            force=force,
+            wait=wait,
+            progress=progress,
+        )
+    stats = outcome.manifest.get("stats", {})
+    state = "up to date" if outcome.skipped else "done"
+    held = stats.get("heldout_cosine")
+    summary = (
+        f"align {state}: {stats.get('n_shared', 0):,} shared words, {stats.get('n_new', 0):,} new; "
+        f"held-out cosine {'n/a' if held is None else f'{held:.3f}'} ({stats.get('method')}) -> {outcome.path}"
+    )
+    emit(outcome.manifest, summary, as_json=as_json)
+    if not as_json:
+        report = json.loads((outcome.path / REPORT_FILE).read_text(encoding="utf-8"))
+        _print_neighbours(report.get("neighbours", []))
+
+
+def _print_neighbours(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="nearest neighbours (cf. Poerner et al. 2020, Table 2)", title_justify="left")
+    table.add_column("word")
+    table.add_column("count", justify="right")
+    table.add_column("within word2vec space")
+    table.add_column("cross-space: wordpieces nearest to W·v")
+    for row in rows:
+        if not row.get("in_w2v"):
+            within, cross = "(not in the word2vec vocabulary)", ""
+        else:
+            within = ", ".join(word for word, _ in row.get("within", []))
+            cross = ", ".join(token for token, _ in row.get("cross", [])) or "—"
+        count = row.get("count")
+        table.add_row(row["word"], "" if count is None else f"{count:,}", within, cross)
+    Console(soft_wrap=False).print(table)

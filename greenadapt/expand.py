@@ -1,0 +1,514 @@
+"""``expand``: the domain-adapted model folder.
+
+New words are the word2vec words that are not in the model's vocabulary,
+keeping those with a count >= ``min_count`` that the domain tokenizer can
+actually produce (at most ``max_input_chars_per_word`` characters, left
+unchanged by the model's normalizer and pre-tokenizer, not starting with
+``##``). **Order**: count descending, ties by the word in Unicode code
+point order; ``max_new`` keeps the first ``max_new``. The i-th new word gets
+id ``V + i``, where V is the number of rows of the input embedding matrix
+(``new_words.tsv`` lists word, id and count).
+
+The weights are edited at the state-dict level, never through a model
+class, so any head (MLM, QA, token classification, …) survives:
+
+- every tensor named ``*word_embeddings.weight`` and every other 2-D
+  tensor of the same (V, d) shape (a separately stored tied or untied
+  decoder) gets rows V… appended; rows 0…V−1 stay bit-identical;
+- row V+i is ``W·v_i`` computed in float32 (``float32(v_i) @ float32(W)ᵀ``,
+  relative error ~1e-6 against float64) and cast to the tensor's dtype; for
+  the ``random`` ablation, a draw from N(mean, cov) of the embedding matrix
+  seeded with ``seed``;
+- every 1-D tensor of length V (output biases such as
+  ``cls.predictions.bias``) is extended with the **mean of its existing
+  values**, a neutral prior that neither favours nor suppresses new words;
+- ``config.json`` gets the new ``vocab_size``.
+
+Weights are written as one ``model.safetensors`` (metadata ``{"format":
+"pt"}``) streamed tensor by tensor, and only the new words' vectors are
+read from ``vectors.bin``, so peak memory is about those vectors plus the
+model, not several copies of the grown embedding matrix.
+
+The folder's top holds the domain tokenizer T̂ (see
+:mod:`greenadapt.domain_tokenizer`), so ``AutoTokenizer.from_pretrained``
+gives it; ``general-tokenizer/`` holds the original tokenizer T_LM
+unchanged. Other files (sentence-transformers modules, generation config,
+README) are copied; weight files of other formats are not, since they
+would no longer match.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import struct
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.errors import ModelError, StageError, UsageError
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.stage import StageOutcome, StageRun, load_stage, manifest_identity, resource_errors
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from greenadapt.domain_tokenizer import GeneralTokenizer
+    from greenadapt.models import ModelRef
+
+log = logging.getLogger(__name__)
+
+NEW_WORDS_FILE = "new_words.tsv"
+WEIGHTS_FILE = "model.safetensors"
+ORDER = "count descending, then word (Unicode code point order)"
+BIAS_FILL = "mean of the existing bias values"
+_ROW_CHUNK = 32768
+# Top-level files that hold weights (rewritten as model.safetensors) or are
+# rewritten here; copying them would leave stale, mismatched copies.
+_NOT_COPIED = (
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "*.bin",
+    "*.bin.index.json",
+    "*.h5",
+    "*.msgpack",
+    "*.ckpt*",
+    "*.onnx",
+    "*.ot",
+    "*.pt",
+    "*.pth",
+    "*.gguf",
+    "config.json",
+    "manifest.json",
+    NEW_WORDS_FILE,
+)
+_DIRS_NOT_COPIED = ("onnx", "openvino")
+
+
+@dataclass
+class NewWords:
+    """The words expand adds, in id order, with their rows in the word2vec matrix."""
+
+    words: list[str]
+    counts: list[int]
+    w2v_rows: list[int]
+    excluded: dict[str, int] = field(default_factory=dict)
+
+
+def run_expand(
+    *,
+    align: Path | None = None,
+    corpus: Sequence[str] | None = None,
+    model: str | None = None,
+    max_new: int | None = None,
+    min_count: int = 1,
+    seed: int = 0,
+    workdir: Path | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress = NULL_PROGRESS,
+) -> StageOutcome:
+    """Write the expanded model folder for the align output ``align`` (or ``corpus``'s).
+
+    ``model`` defaults to the model align was fitted on; another model must
+    have the same vocabulary and embedding size (e.g. a fine-tuned copy).
+    The output folder defaults to the ``expand`` sibling of the align folder.
+    """
+    from greenadapt.align import locate_upstream, model_for_stage, vocab_digest
+    from greenadapt.domain_tokenizer import load_general_tokenizer
+
+    if max_new is not None and max_new < 0:
+        raise UsageError(f"--max-new must be >= 0, got {max_new}")
+    if min_count < 1:
+        raise UsageError(f"--min-count must be >= 1, got {min_count}")
+    align_dir = locate_upstream("align", align, corpus, model, workdir)
+    align_manifest = load_stage(align_dir, "align")
+    w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
+    align_config = align_manifest.get("config", {})
+    method = str(align_config.get("method", "lstsq"))
+    ref = model_for_stage(model, align_config.get("model"), align_dir)
+    general = load_general_tokenizer(ref.path)
+    aligned_to = align_manifest.get("stats", {}).get("vocab_digest")
+    if aligned_to is not None and vocab_digest(general) != aligned_to:
+        raise ModelError(
+            f"the vocabulary of {ref.name} differs from that of the model the map was fitted on",
+            path=ref.path,
+            hint="rerun `greenadapt align` with this --model, or expand the model align used",
+        )
+    if align_config.get("model", {}).get("path") != str(ref.path):
+        log.warning("expanding %s with a map fitted on %s (same vocabulary)", ref.path, align_config.get("model", {}).get("path"))
+
+    out_dir = Path(out) if out is not None else align_dir.parent / "expand"
+    config = {
+        "model": ref.identity(),
+        "align": manifest_identity(align_dir, align_manifest),
+        "max_new": max_new,
+        "min_count": min_count,
+        # Only the random ablation draws numbers; elsewhere a seed change must not redo the stage.
+        "seed": seed if method == "random" else None,
+    }
+    inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
+    libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
+    with StageRun("expand", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+        if run.skipped:
+            assert run.manifest is not None
+            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
+        with resource_errors(run.tmp):
+            stats = _expand(
+                align_dir, w2v_dir, ref, general, method=method, max_new=max_new, min_count=min_count, seed=seed,
+                dest=run.tmp, progress=progress,
+            )
+        manifest = run.commit(stats=stats)
+    log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
+    return StageOutcome(run.out, manifest, False)
+
+
+def _w2v_of(align_dir: Path, align_manifest: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """The w2v folder align read, checked to be unchanged since."""
+    recorded = next((i for i in align_manifest.get("inputs", []) if i.get("stage") == "w2v"), None)
+    if recorded is None or not recorded.get("path"):
+        raise StageError("the align manifest names no w2v input", path=align_dir, hint="rerun `greenadapt align --force`")
+    w2v_dir = Path(recorded["path"])
+    w2v_manifest = load_stage(w2v_dir, "w2v")
+    if manifest_identity(w2v_dir, w2v_manifest) != recorded:
+        raise StageError(
+            "the w2v output changed after align read it",
+            path=w2v_dir,
+            hint="rerun `greenadapt align ... --force` before expand",
+        )
+    return w2v_dir, w2v_manifest
+
+
+def select_new_words(
+    general: GeneralTokenizer,
+    words: Sequence[str],
+    counts: Mapping[str, int],
+    *,
+    max_new: int | None,
+    min_count: int,
+) -> NewWords:
+    """Pick and order the new words (see the module docstring)."""
+    from greenadapt.domain_tokenizer import reachable_words
+
+    excluded = {"below_min_count": 0, "too_long": 0, "unreachable": 0}
+    max_chars = general.max_input_chars_per_word
+    rows: list[int] = []
+    for index, word in enumerate(words):
+        if general.is_known(word):
+            continue
+        count = counts.get(word)
+        if count is None:
+            raise StageError(
+                f"the counts file has no count for word2vec word {word!r}",
+                hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
+            )
+        if count < min_count:
+            excluded["below_min_count"] += 1
+        elif len(word) > max_chars:
+            excluded["too_long"] += 1
+        else:
+            rows.append(index)
+    keep = reachable_words(general, [words[i] for i in rows])
+    excluded["unreachable"] = keep.count(False)
+    if excluded["unreachable"]:
+        log.warning(
+            "%d word2vec words can never be produced by the model's tokenizer (normalization, punctuation "
+            "or a leading ##) and are not added; was w2v trained with this model's tokenizer?",
+            excluded["unreachable"],
+        )
+    rows = [i for i, ok in zip(rows, keep) if ok]
+    chosen_words = [words[i] for i in rows]
+    chosen_counts = [counts[w] for w in chosen_words]
+    # Two stable sorts on plain keys (word, then count) give the (-count, word)
+    # order several times faster than one sort on tuples.
+    order = sorted(range(len(rows)), key=chosen_words.__getitem__)
+    order.sort(key=[-c for c in chosen_counts].__getitem__)
+    if max_new is not None:
+        order = order[:max_new]
+    return NewWords(
+        words=[chosen_words[k] for k in order],
+        counts=[chosen_counts[k] for k in order],
+        w2v_rows=[rows[k] for k in order],
+        excluded=excluded,
+    )
+
+
+def _expand(
+    align_dir: Path,
+    w2v_dir: Path,
+    ref: ModelRef,
+    general: GeneralTokenizer,
+    *,
+    method: str,
+    max_new: int | None,
+    min_count: int,
+    seed: int,
+    dest: Path,
+    progress: Progress,
+) -> dict[str, Any]:
+    import torch
+
+    from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR, copy_general_tokenizer, write_domain_tokenizer
+    from greenadapt.vectors import iter_state_dict, pick_embedding_key, read_counts, read_word2vec_binary
+
+    counts = read_counts(w2v_dir / "counts.tsv")
+    listed = list(counts)
+    new = select_new_words(general, listed, counts, max_new=max_new, min_count=min_count)
+    progress.start("reading word2vec vectors")
+    # Only the new words' vectors, in new-word order: a capped run holds no more.
+    words, vectors = read_word2vec_binary(w2v_dir / "vectors.bin", rows=new.w2v_rows)
+    progress.finish()
+    if words != listed:
+        raise StageError(
+            "vectors.bin and counts.tsv list different words",
+            path=w2v_dir,
+            hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
+        )
+    del words, listed
+
+    state = dict(iter_state_dict(ref.path))
+    embedding_key = pick_embedding_key(list(state), ref.path)
+    n_rows, dim = state[embedding_key].shape
+    if general.size > n_rows:
+        raise ModelError(
+            f"the tokenizer has ids up to {general.size - 1} but the embedding matrix only {n_rows} rows",
+            path=ref.path,
+        )
+    row_keys, bias_keys = _vocabulary_tensors(state, embedding_key, ref.path)
+    new_rows = _new_row_source(align_dir, method, vectors, dim=dim, seed=seed)
+
+    progress.start("writing weights", total=len(state), unit="tensors")
+    n_new = len(new.words)
+    cached: list[torch.Tensor] | None = [] if len(row_keys) > 1 else None
+    specs: list[tuple[str, torch.dtype, tuple[int, ...], Callable[[], Iterable[torch.Tensor]]]] = []
+    for name in row_keys + bias_keys + sorted(set(state) - set(row_keys) - set(bias_keys)):
+        tensor = state[name]
+        if name in row_keys:
+            shape = (n_rows + n_new, *tensor.shape[1:])
+            specs.append((name, tensor.dtype, shape, _grown_rows(tensor, new_rows, cached)))
+        elif name in bias_keys:
+            fill = tensor.double().mean().to(tensor.dtype)
+            specs.append((name, tensor.dtype, (n_rows + n_new,), _grown_bias(tensor, fill, n_new)))
+        else:
+            specs.append((name, tensor.dtype, tuple(tensor.shape), lambda t=tensor: [t]))
+    write_safetensors(dest / WEIGHTS_FILE, specs, metadata={"format": "pt"}, progress=progress)
+    progress.finish()
+    embedding_dtype = str(state[embedding_key].dtype).removeprefix("torch.")
+    del state, vectors, new_rows, specs, cached
+
+    config = json.loads((ref.path / "config.json").read_text(encoding="utf-8"))
+    if config.get("vocab_size") != n_rows:
+        log.warning("config.json says vocab_size %s, the embedding matrix has %d rows", config.get("vocab_size"), n_rows)
+    config["vocab_size"] = n_rows + n_new
+    (dest / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    progress.start("writing tokenizers")
+    write_domain_tokenizer(general, new.words, n_rows, dest)
+    copy_general_tokenizer(ref.path, dest / GENERAL_TOKENIZER_DIR)
+    _copy_other_files(ref.path, dest)
+    with open(dest / NEW_WORDS_FILE, "w", encoding="utf-8", newline="\n") as handle:
+        ids = range(n_rows, n_rows + n_new)
+        handle.write("".join(map("{}\t{}\t{}\n".format, new.words, ids, new.counts)))
+    progress.finish()
+    return {
+        "n_new": n_new,
+        "vocab_size_before": n_rows,
+        "vocab_size_after": n_rows + n_new,
+        "first_new_id": n_rows,
+        "method": method,
+        "order": ORDER,
+        "excluded": new.excluded,
+        "extended_tensors": row_keys,
+        "extended_biases": bias_keys,
+        "bias_fill": BIAS_FILL,
+        "embedding_dtype": embedding_dtype,
+        "new_row_precision": f"float32 matmul, cast to {embedding_dtype}",
+    }
+
+
+def _vocabulary_tensors(
+    state: Mapping[str, torch.Tensor], embedding_key: str, model_path: Path
+) -> tuple[list[str], list[str]]:
+    """The tensors indexed by token id: (V, d) matrices to grow by rows, (V,) biases to grow by a fill value."""
+    n_rows, dim = state[embedding_key].shape
+    rows, biases = [embedding_key], []
+    for name in sorted(state):
+        tensor = state[name]
+        if name == embedding_key or "position_embeddings" in name or "token_type_embeddings" in name:
+            continue
+        if tuple(tensor.shape) == (n_rows, dim):
+            rows.append(name)
+        elif tensor.ndim == 1 and tensor.shape[0] == n_rows:
+            biases.append(name)
+        elif n_rows in tuple(tensor.shape):
+            if name.endswith("word_embeddings.weight"):
+                raise ModelError(
+                    f"{name} has shape {tuple(tensor.shape)}, unlike the input embeddings {(n_rows, dim)}",
+                    path=model_path,
+                    hint="models with differently sized word-embedding tables are not supported",
+                )
+            log.warning("%s %s has a vocabulary-sized dimension and is left unchanged", name, tuple(tensor.shape))
+    return rows, biases
+
+
+def _new_row_source(
+    align_dir: Path, method: str, vectors: np.ndarray, *, dim: int, seed: int
+) -> Callable[[], Iterator[np.ndarray]]:
+    """A function yielding the new rows (float32) in chunks; ``vectors`` are the new words' own, in order."""
+    import numpy as np
+
+    from greenadapt.align import COV_FILE, MAP_FILE, MEAN_FILE, gaussian_rows
+
+    def load(name: str) -> np.ndarray:
+        try:
+            return np.load(align_dir / name, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise StageError(f"unreadable {name}: {exc}", path=align_dir / name, hint="rerun `greenadapt align --force`") from None
+
+    if method == "random":
+        mean, cov = load(MEAN_FILE), load(COV_FILE)
+        if mean.shape != (dim,) or cov.shape != (dim, dim):
+            raise StageError(
+                f"the Gaussian has dimension {mean.shape[0]}, the embeddings {dim}",
+                path=align_dir,
+                hint="rerun `greenadapt align --force` for this model",
+            )
+        return lambda: gaussian_rows(mean, cov, len(vectors), seed)
+    W = load(MAP_FILE)
+    if W.shape != (dim, vectors.shape[1]):
+        raise StageError(
+            f"map.npy has shape {W.shape}, but the model's embeddings have {dim} dimensions and the "
+            f"word2vec vectors {vectors.shape[1]}",
+            path=align_dir / MAP_FILE,
+            hint="rerun `greenadapt align --force` for this model and w2v output",
+        )
+    W32t = np.ascontiguousarray(W.T, dtype=np.float32)
+
+    def chunks() -> Iterator[np.ndarray]:
+        for start in range(0, len(vectors), _ROW_CHUNK):
+            yield vectors[start : start + _ROW_CHUNK] @ W32t
+
+    return chunks
+
+
+def _grown_rows(
+    tensor: torch.Tensor, new_rows: Callable[[], Iterator[np.ndarray]], cached: list[torch.Tensor] | None
+) -> Callable[[], Iterator[torch.Tensor]]:
+    import torch
+
+    def chunks() -> Iterator[torch.Tensor]:
+        yield tensor
+        if cached:
+            # A second vocabulary matrix reuses the first one's rows, so tied copies stay bit-identical.
+            yield from (c.to(tensor.dtype) for c in cached)
+            return
+        for chunk in new_rows():
+            rows = torch.from_numpy(chunk).to(tensor.dtype)
+            if cached is not None:
+                cached.append(rows)
+            yield rows
+
+    return chunks
+
+
+def _grown_bias(tensor: torch.Tensor, fill: torch.Tensor, n_new: int) -> Callable[[], Iterator[torch.Tensor]]:
+    import torch
+
+    def chunks() -> Iterator[torch.Tensor]:
+        yield tensor
+        yield torch.full((n_new,), fill.item(), dtype=tensor.dtype)
+
+    return chunks
+
+
+# --------------------------------------------------------------------------
+# A streaming safetensors writer
+
+
+def _safetensors_dtypes() -> dict[Any, str]:
+    import torch
+
+    names = {
+        torch.float64: "F64",
+        torch.float32: "F32",
+        torch.float16: "F16",
+        torch.bfloat16: "BF16",
+        torch.int64: "I64",
+        torch.int32: "I32",
+        torch.int16: "I16",
+        torch.int8: "I8",
+        torch.uint8: "U8",
+        torch.bool: "BOOL",
+    }
+    for attr, code in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
+        if hasattr(torch, attr):
+            names[getattr(torch, attr)] = code
+    return names
+
+
+def write_safetensors(
+    path: Path,
+    specs: Sequence[tuple[str, torch.dtype, tuple[int, ...], Callable[[], Iterable[torch.Tensor]]]],
+    *,
+    metadata: Mapping[str, str],
+    progress: Progress = NULL_PROGRESS,
+) -> None:
+    """Write a safetensors file whose tensors arrive in chunks (name, dtype, shape, chunk source).
+
+    The layout is the format's: an 8-byte little-endian header length, a
+    JSON header padded with spaces to a multiple of 8, then the tensors'
+    bytes back to back in the header's order.
+    """
+    import torch
+
+    if sys.byteorder != "little":
+        raise RuntimeError("writing safetensors needs a little-endian machine")
+    codes = _safetensors_dtypes()
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, dtype, shape, _ in specs:
+        if dtype not in codes:
+            raise ModelError(f"tensor {name} has dtype {dtype}, which greenadapt cannot write to safetensors")
+        numel = 1
+        for size in shape:
+            numel *= size
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        header[name] = {"dtype": codes[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    header["__metadata__"] = dict(metadata)
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(encoded)))
+        handle.write(encoded)
+        for done, (name, dtype, _, source) in enumerate(specs, start=1):
+            written = 0
+            for chunk in source():
+                if chunk.dtype != dtype:
+                    raise RuntimeError(f"{name}: chunk of dtype {chunk.dtype}, expected {dtype}")
+                data = chunk.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+                handle.write(data)
+                written += data.nbytes
+            start, end = header[name]["data_offsets"]
+            if written != end - start:
+                raise RuntimeError(f"{name}: wrote {written} bytes, the header promises {end - start}")
+            progress.update(done)
+
+
+def _copy_other_files(model_path: Path, dest: Path) -> None:
+    from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR, TOKENIZER_FILES
+
+    for child in sorted(model_path.iterdir()):
+        if child.name.startswith("."):
+            continue
+        if child.is_dir():
+            if child.name not in (*_DIRS_NOT_COPIED, GENERAL_TOKENIZER_DIR):
+                shutil.copytree(child, dest / child.name, ignore=shutil.ignore_patterns(".*"))
+        elif child.is_file() and child.name not in TOKENIZER_FILES and not any(fnmatch(child.name, p) for p in _NOT_COPIED):
+            shutil.copyfile(child, dest / child.name)

@@ -1,0 +1,329 @@
+"""The two sources of vectors: word2vec files and the model's input embeddings.
+
+word2vec binary format (as written by the original C tool and by gensim)::
+
+    "<n_words> <dim>\\n"
+    then n_words times: "<word> " + dim little-endian float32 [+ optional "\\n"]
+
+The reader parses it in large blocks and copies each vector's bytes
+straight into one preallocated ``float32`` array, so the only per-entry
+Python work is finding the word (no per-float work): a million 384-d
+vectors read in a few seconds. Truncated or garbled files raise an
+:class:`~greenadapt.errors.InputError` naming the file and the entry.
+
+``counts.tsv`` is ``word<TAB>count`` per line, UTF-8, no header, in the
+same order as the vectors (frequency descending).
+
+The embedding matrix is read from the checkpoint files without
+instantiating the model: the tensor whose name ends with
+``word_embeddings.weight`` in ``model.safetensors`` (single file or
+sharded index) or ``pytorch_model.bin`` (``weights_only``); transformers
+is the fallback for any other layout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.errors import InputError, ModelError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+log = logging.getLogger(__name__)
+
+_BLOCK = 16 << 20
+# No real word is this long; a longer run without a space means the file is
+# not word2vec binary (or the header's dimension is wrong).
+_MAX_WORD_BYTES = 4096
+EMBEDDING_SUFFIX = "word_embeddings.weight"
+
+
+def read_word2vec_binary(
+    path: str | os.PathLike[str], limit: int | None = None, *, rows: Sequence[int] | None = None
+) -> tuple[list[str], np.ndarray]:
+    """Read a word2vec binary file: ``(words, vectors)`` with vectors ``float32`` of shape (n, dim).
+
+    ``limit`` reads only the first ``limit`` entries (the most frequent ones
+    for files written in frequency order). ``rows`` (entry indices) keeps
+    only those vectors, in that order, while still returning every word: a
+    capped ``expand`` then holds the vectors it needs, not all of them.
+    """
+    import numpy as np
+
+    path = Path(path)
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read word2vec file: {exc.strerror or exc}", path=path) from None
+    with handle:
+        header = handle.readline(256)
+        n_declared, dim = _parse_header(header, path)
+        n = n_declared if limit is None else max(0, min(n_declared, limit))
+        if rows is None:
+            slots: Sequence[int] = range(n)
+            vectors = np.empty((n, dim), dtype="<f4")
+        else:
+            wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
+            if wanted.size and (wanted.min() < 0 or wanted.max() >= n):
+                raise ValueError(f"rows must lie in [0, {n}), got {wanted.min()}..{wanted.max()}")
+            slot_array = np.full(n, -1, dtype=np.int64)
+            slot_array[wanted] = np.arange(wanted.size)
+            if np.count_nonzero(slot_array >= 0) != wanted.size:
+                raise ValueError("rows must not repeat")
+            slots = slot_array.tolist()
+            vectors = np.empty((wanted.size, dim), dtype="<f4")
+        dest = memoryview(vectors.reshape(-1).view(np.uint8))
+        row_bytes = 4 * dim
+        words: list[str] = []
+        buf = b""
+        view = memoryview(buf)
+        pos = 0
+        eof = False
+        for i in range(n):
+            while True:
+                # Skip the optional newline the C tool writes after each vector.
+                while pos < len(buf) and buf[pos] == 0x0A:
+                    pos += 1
+                space = buf.find(b" ", pos, pos + _MAX_WORD_BYTES + 1)
+                if space >= 0 and len(buf) - space - 1 >= row_bytes:
+                    break
+                if space < 0 and len(buf) - pos > _MAX_WORD_BYTES:
+                    raise InputError(
+                        f"entry {i + 1}: no word ends within {_MAX_WORD_BYTES} bytes, so this is not a word2vec "
+                        f"binary file or the header's dimension {dim} is wrong",
+                        path=path,
+                        hint="write the vectors with greenadapt w2v or gensim's save_word2vec_format(binary=True)",
+                    )
+                if eof:
+                    raise InputError(
+                        f"truncated: the header promises {n_declared} vectors of dimension {dim}, "
+                        f"the file ends inside entry {i + 1}",
+                        path=path,
+                        hint="the file was cut short; rerun the w2v stage with --force",
+                    )
+                block = handle.read(_BLOCK)
+                eof = not block
+                buf = buf[pos:] + block
+                view = memoryview(buf)
+                pos = 0
+            raw = buf[pos:space]
+            try:
+                word = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(
+                    f"entry {i + 1}: the word is not valid UTF-8 ({raw[:40]!r})",
+                    path=path,
+                    hint="the file is corrupt or not a word2vec binary file",
+                ) from None
+            if not word:
+                raise InputError(f"entry {i + 1}: empty word", path=path, hint="the file is corrupt")
+            words.append(word)
+            start = space + 1
+            slot = slots[i]
+            if slot >= 0:
+                dest[slot * row_bytes : (slot + 1) * row_bytes] = view[start : start + row_bytes]
+            pos = start + row_bytes
+    if vectors.size and not np.isfinite(vectors).all():
+        bad_slot = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+        bad = bad_slot if rows is None else int(rows[bad_slot])
+        raise InputError(
+            f"entry {bad + 1} ({words[bad]!r}) holds NaN or infinite values",
+            path=path,
+            hint="the file is corrupt, or training diverged; rerun the w2v stage with --force",
+        )
+    return words, vectors
+
+
+def _parse_header(header: bytes, path: Path) -> tuple[int, int]:
+    parts = header.split()
+    if not header.endswith(b"\n") or len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise InputError(
+            f"not a word2vec binary file: the first line should be '<n_words> <dim>', it is {header[:60]!r}",
+            path=path,
+            line=1,
+            hint="write the vectors with greenadapt w2v or gensim's save_word2vec_format(binary=True)",
+        )
+    n, dim = int(parts[0]), int(parts[1])
+    if dim <= 0:
+        raise InputError(f"word2vec header gives dimension {dim}", path=path, line=1, hint="the file is corrupt")
+    return n, dim
+
+
+def write_word2vec_binary(path: str | os.PathLike[str], words: Sequence[str], vectors: np.ndarray) -> None:
+    """Write ``words`` and their ``vectors`` in gensim's word2vec binary layout (float32, no newlines)."""
+    import numpy as np
+
+    matrix = np.ascontiguousarray(vectors, dtype="<f4")
+    if matrix.ndim != 2 or matrix.shape[0] != len(words):
+        raise ValueError(f"{len(words)} words but vectors of shape {matrix.shape}")
+    with open(path, "wb") as handle:
+        handle.write(f"{matrix.shape[0]} {matrix.shape[1]}\n".encode())
+        chunk: list[bytes] = []
+        for word, row in zip(words, matrix):
+            if not word or any(c.isspace() for c in word):
+                raise ValueError(f"word2vec words must be non-empty and hold no whitespace: {word!r}")
+            chunk.append(word.encode("utf-8") + b" ")
+            chunk.append(row.tobytes())
+            if len(chunk) >= 8192:
+                handle.write(b"".join(chunk))
+                chunk.clear()
+        handle.write(b"".join(chunk))
+
+
+def read_counts(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Read ``word<TAB>count`` lines into a dict that keeps the file's order."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8", newline="\n") as handle:
+            lines = handle.read().split("\n")
+    except UnicodeDecodeError:
+        raise InputError("counts file is not UTF-8", path=path, hint="rerun the w2v stage with --force") from None
+    except OSError as exc:
+        raise InputError(f"cannot read counts file: {exc.strerror or exc}", path=path) from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    # Fast path, no per-line Python: one split, then C-level checks on the columns.
+    fields = "\t".join(lines).split("\t")
+    if len(fields) == 2 * len(lines):
+        words, numbers = fields[0::2], fields[1::2]
+        # Equal totals could still hide a line with two tabs next to one with none.
+        one_tab_each = list(map("\t".join, zip(words, numbers))) == lines
+        if one_tab_each and all(words) and all(map(str.isdecimal, numbers)):
+            return dict(zip(words, map(int, numbers)))
+    counts: dict[str, int] = {}
+    for line_no, line in enumerate(lines, start=1):
+        word, tab, count = line.rpartition("\t")
+        if not tab or not word or not count.isdecimal():
+            raise InputError(
+                f"expected 'word<TAB>count', got {line[:60]!r}",
+                path=path,
+                line=line_no,
+                hint="the counts file is corrupt; rerun the w2v stage with --force",
+            )
+        counts[word] = int(count)
+    return counts
+
+
+def write_counts(path: str | os.PathLike[str], counts: Sequence[tuple[str, int]]) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(f"{word}\t{count}\n" for word, count in counts)
+
+
+# --------------------------------------------------------------------------
+# The model's input embedding matrix
+
+
+def checkpoint_files(model_path: Path) -> tuple[str, list[Path]]:
+    """The weight files of a model folder: ``("safetensors"|"bin", files)``; ``("", [])`` if none we read."""
+    for kind, single, index in (
+        ("safetensors", "model.safetensors", "model.safetensors.index.json"),
+        ("bin", "pytorch_model.bin", "pytorch_model.bin.index.json"),
+    ):
+        if (model_path / single).is_file():
+            return kind, [model_path / single]
+        if (model_path / index).is_file():
+            try:
+                weight_map = json.loads((model_path / index).read_text(encoding="utf-8"))["weight_map"]
+                shards = sorted(set(weight_map.values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ModelError(f"unreadable shard index: {exc}", path=model_path / index) from None
+            missing = [s for s in shards if not (model_path / s).is_file()]
+            if missing:
+                raise ModelError(f"shard {missing[0]} named by the index is missing", path=model_path / index)
+            return kind, [model_path / s for s in shards]
+    return "", []
+
+
+def iter_state_dict(model_path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(name, torch.Tensor)`` for every tensor of the checkpoint, shard by shard."""
+    import torch
+
+    kind, files = checkpoint_files(model_path)
+    if not files:
+        raise ModelError(
+            "no model.safetensors or pytorch_model.bin (single or sharded) in the model folder",
+            path=model_path,
+            hint="save the model with save_pretrained (PyTorch weights)",
+        )
+    for file in files:
+        if kind == "safetensors":
+            from safetensors import SafetensorError, safe_open
+
+            try:
+                with safe_open(str(file), framework="pt") as reader:
+                    for name in reader.keys():
+                        yield name, reader.get_tensor(name)
+            except SafetensorError as exc:
+                raise ModelError(f"unreadable safetensors file: {exc}", path=file) from None
+        else:
+            try:
+                state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            except Exception as exc:  # torch raises many types for a bad or unsafe pickle
+                raise ModelError(
+                    f"cannot load PyTorch weights safely ({type(exc).__name__})",
+                    path=file,
+                    hint="convert the checkpoint to safetensors",
+                ) from None
+            yield from state.items()
+
+
+def pick_embedding_key(names: Sequence[str], path: Path) -> str:
+    """The input word-embedding tensor among ``names`` (the shortest, i.e. outermost, if several)."""
+    keys = sorted((n for n in names if n.endswith(EMBEDDING_SUFFIX)), key=lambda n: (len(n), n))
+    if not keys:
+        raise ModelError(
+            f"no tensor named '*{EMBEDDING_SUFFIX}' in the checkpoint",
+            path=path,
+            hint="greenadapt adapts BERT-style models (BERT, BioBERT, MiniLM, ELECTRA)",
+        )
+    if len(keys) > 1:
+        log.info("several word-embedding tensors (%s); aligning to %s", ", ".join(keys), keys[0])
+    return keys[0]
+
+
+def read_input_embeddings(model_path: Path) -> np.ndarray:
+    """The model's input word-embedding matrix as ``float32`` (V, d), without building the model."""
+    import numpy as np
+
+    kind, files = checkpoint_files(model_path)
+    if kind == "safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        located: dict[str, Path] = {}
+        try:
+            for file in files:
+                with safe_open(str(file), framework="pt") as reader:
+                    located.update(dict.fromkeys(reader.keys(), file))
+            key = pick_embedding_key(list(located), model_path)
+            with safe_open(str(located[key]), framework="pt") as reader:
+                tensor = reader.get_tensor(key)
+        except SafetensorError as exc:
+            raise ModelError(f"unreadable safetensors file: {exc}", path=files[0]) from None
+    elif kind == "bin":
+        state = dict(iter_state_dict(model_path))
+        tensor = state[pick_embedding_key(list(state), model_path)]
+    else:
+        tensor = _embeddings_via_transformers(model_path)
+    return np.ascontiguousarray(tensor.detach().float().numpy(), dtype=np.float32)
+
+
+def _embeddings_via_transformers(model_path: Path) -> Any:
+    from transformers import AutoModel
+
+    log.info("no safetensors/bin checkpoint in %s; loading the model with transformers", model_path)
+    try:
+        model = AutoModel.from_pretrained(str(model_path))
+    except Exception as exc:
+        raise ModelError(
+            f"cannot load the model's weights: {type(exc).__name__}",
+            path=model_path,
+            hint="the folder needs model.safetensors or pytorch_model.bin",
+        ) from None
+    return model.get_input_embeddings().weight
