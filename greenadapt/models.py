@@ -146,6 +146,16 @@ def load_wordpiece_tokenizer(path: Path) -> Any:
     """
     from transformers import AutoTokenizer
 
+    # transformers 5 rebuilds a WordPiece tokenizer from whatever vocabulary a
+    # folder has when tokenizer_config.json names BertTokenizer, so the saved
+    # tokenizer.json is the authority on what the model really uses.
+    saved_type = _saved_tokenizer_model_type(path)
+    if saved_type not in (None, "WordPiece"):
+        raise ModelError(
+            f"not a BERT-style model with a WordPiece vocabulary (its tokenizer.json model is {saved_type})",
+            path=path,
+            hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as exc:
@@ -163,3 +173,15 @@ def load_wordpiece_tokenizer(path: Path) -> Any:
             hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
         )
     return tokenizer
+
+
+def _saved_tokenizer_model_type(path: Path) -> str | None:
+    tokenizer_json = path / "tokenizer.json"
+    if not tokenizer_json.is_file():
+        return None
+    try:
+        model = json.loads(tokenizer_json.read_text(encoding="utf-8")).get("model") or {}
+    except (OSError, json.JSONDecodeError, AttributeError) as exc:
+        raise ModelError(f"unreadable tokenizer.json: {exc}", path=tokenizer_json) from None
+    model_type = model.get("type") if isinstance(model, dict) else None
+    return model_type if isinstance(model_type, str) else None

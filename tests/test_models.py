@@ -75,6 +75,11 @@ def test_non_wordpiece_tokenizer_is_rejected(tmp_path: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
     with pytest.raises(ModelError, match="not a BERT-style model with a WordPiece vocabulary"):
         load_wordpiece_tokenizer(folder)
+    # transformers would happily rebuild a WordPiece tokenizer here; the saved one decides
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}))
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\na\nb\n")
+    with pytest.raises(ModelError, match="tokenizer.json model is BPE"):
+        load_wordpiece_tokenizer(folder)
 
 
 def test_default_model_is_the_bundled_minilm(minilm_path: Path) -> None:

@@ -17,7 +17,7 @@ import typer
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 WorkdirOption = typer.Option(
-    None, "--workdir", help="Workspace for stage outputs [env: GREENADAPT_WORKDIR; default ./greenadapt-work]."
+    None, "--workdir", help="Workspace for stage outputs (default: $GREENADAPT_WORKDIR, else ./greenadapt-work)."
 )
 ForceOption = typer.Option(False, "--force", help="Redo the stage even if an up-to-date output exists.")
 WaitOption = typer.Option(False, "--wait", help="If another process is writing the same output, wait for it instead of failing.")

@@ -26,18 +26,18 @@ def adapt_command(
         ..., "--corpus", "-c", help="Registered corpus name, file, directory, glob or URL (repeatable)."
     ),
     model: str | None = typer.Option(
-        None, "--model", "-m", help="Model folder or Hub id [default: bundled all-MiniLM-L6-v2]."
+        None, "--model", "-m", help="Model folder or Hub id (default: bundled all-MiniLM-L6-v2)."
     ),
     text_field: list[str] | None = typer.Option(None, "--text-field", help="JSON/CSV field(s) holding text."),
-    dim: int | None = typer.Option(None, "--dim", help="word2vec dimension [default: the model's hidden size]."),
+    dim: int | None = typer.Option(None, "--dim", help="word2vec dimension (default: the model's hidden size)."),
     epochs: int = typer.Option(5, "--epochs", min=1, help="word2vec epochs."),
     min_count: int = typer.Option(5, "--min-count", min=1, help="word2vec minimum word count."),
-    workers: int | None = typer.Option(None, "--workers", min=1, help="Threads/processes [default: all cores]."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Threads/processes (default: all cores)."),
     method: str = typer.Option("lstsq", "--method", help="Alignment: lstsq, identity or random."),
     max_new: int | None = typer.Option(None, "--max-new", min=0, help="At most this many new words (most frequent first)."),
     min_count_new: int = typer.Option(1, "--min-count-new", min=1, help="Minimum corpus count of a new word."),
     seed: int = typer.Option(1, "--seed", help="Random seed for every stage."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Folder for the adapted model [default: in the workspace]."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Folder for the adapted model (default: in the workspace)."),
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,
     wait: bool = WaitOption,
