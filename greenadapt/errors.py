@@ -19,6 +19,9 @@ EXIT_BAD_INPUT = 3
 EXIT_STAGE_CONFLICT = 4
 EXIT_RESOURCE = 5
 EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
+# SIGTERM stopped `finetune` after it saved a checkpoint; `--resume` continues.
+# 99 is what Grid Engine reads as "requeue this job".
+EXIT_PREEMPTED = 99
 EXIT_INTERRUPTED = 130
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from greenadapt.errors import UsageError
 from greenadapt.qa.data import read_squad
-from greenadapt.qa.train import QaTrainOptions, featurize, run_finetune_qa
+from greenadapt.qa.train import QA_TRAINING, QaTrainOptions, featurize, run_finetune_qa
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 CONTEXT = (
@@ -74,13 +75,14 @@ def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: 
 
     from greenadapt.qa.run import QaOptions, run_qa
 
-    options = QaTrainOptions(max_length=48, doc_stride=16, batch_size=4, lr=3e-3, max_steps=40, warmup=0.1, seed=3)
+    training = replace(QA_TRAINING, batch_size=4, lr=3e-3, max_steps=40, warmup=0.1, seed=3)
+    options = QaTrainOptions(max_length=48, doc_stride=16, training=training)
     outcome = run_finetune_qa(str(expanded), train_file, tmp_path / "ft", dev=train_file, options=options)
     stats = outcome.manifest["stats"]
     assert stats["steps"] == 40 and stats["mix"] == 0.5 and stats["questions_left_out"] == 1
     assert stats["last_loss"] < 0.5 * stats["first_loss"]
     log_lines = [json.loads(line) for line in (outcome.path / "train_log.jsonl").read_text().splitlines()]
-    shares = [line["domain_share"] for line in log_lines]
+    shares = [line["domain_windows"] / line["windows"] for line in log_lines]
     assert len(log_lines) == 40 and 0.0 < sum(shares) / len(shares) < 1.0
     assert AutoModelForQuestionAnswering.from_pretrained(outcome.path) is not None
     assert len(AutoTokenizer.from_pretrained(outcome.path)) > len(AutoTokenizer.from_pretrained(outcome.path / "general-tokenizer"))
@@ -97,6 +99,41 @@ def test_mix_needs_a_domain_tokenizer(train_file: Path, tmp_path: Path) -> None:
 
     plain = build_tiny_bert(tmp_path / "plain", head="mlm")
     with pytest.raises(UsageError, match="domain tokenizer"):
-        run_finetune_qa(str(plain), train_file, tmp_path / "x", options=QaTrainOptions(mix=0.5))
+        run_finetune_qa(str(plain), train_file, tmp_path / "x", options=QaTrainOptions(training=replace(QA_TRAINING, mix=0.5)))
     with pytest.raises(UsageError, match="doc-stride"):
         run_finetune_qa(str(plain), train_file, tmp_path / "x", options=QaTrainOptions(doc_stride=400))
+
+
+def _run(model: Path, data: Path, out: Path, **training: object) -> tuple[dict, list[dict]]:
+    options = QaTrainOptions(max_length=48, doc_stride=16, training=replace(QA_TRAINING, batch_size=4, lr=3e-3, **training))
+    outcome = run_finetune_qa(str(model), data, out, options=options, force=True)
+    return outcome.manifest["stats"], [json.loads(line) for line in (outcome.path / "train_log.jsonl").read_text().splitlines()]
+
+
+def test_mix_zero_and_one_train_one_tokenizer_each(expanded: Path, train_file: Path, tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    n_base = len(json.loads((expanded / "general-tokenizer" / "tokenizer.json").read_text())["model"]["vocab"])
+    key = "bert.embeddings.word_embeddings.weight"
+    added_before = load_file(str(expanded / "model.safetensors"))[key][n_base:]
+    general, general_log = _run(expanded, train_file, tmp_path / "mix0", max_steps=3, mix=0.0)
+    assert general["domain_fraction"] == 0.0 and set(general["windows"]) == {"general"}  # T̂ is not even featurised
+    assert all(line["domain_windows"] == 0 for line in general_log)
+    # T̂'s added rows are never looked up, so they leave training bit-identical.
+    assert (load_file(str(tmp_path / "mix0" / "model.safetensors"))[key][n_base:] == added_before).all()
+    domain, domain_log = _run(expanded, train_file, tmp_path / "mix1", max_steps=3, mix=1.0)
+    assert domain["domain_fraction"] == 1.0 and all(line["domain_windows"] == line["windows"] for line in domain_log)
+    assert (load_file(str(tmp_path / "mix1" / "model.safetensors"))[key][n_base:] != added_before).any()
+
+
+def test_gradient_accumulation_gives_the_same_gradient(train_file: Path, tmp_path: Path) -> None:
+    from finetune_helpers import set_dropout
+
+    model = build_tiny_expanded_qa(tmp_path / "nodrop")
+    set_dropout(model, 0.0)
+    whole = _run(model, train_file, tmp_path / "a1", max_steps=1, grad_accum=1)[1][0]
+    split = _run(model, train_file, tmp_path / "a2", max_steps=1, grad_accum=2)[1][0]
+    assert whole["windows"] == split["windows"] == 4
+    # The loss is the mean over the global batch and the gradient its gradient, however many micro-batches.
+    assert split["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+    assert split["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)

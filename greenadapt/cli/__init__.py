@@ -57,7 +57,9 @@ def main() -> None:
     _register()
     debug = os.environ.get("GREENADAPT_DEBUG", "") not in ("", "0")
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns what it would have exited with,
+        # e.g. 130 after it caught a KeyboardInterrupt itself.
+        returned = app(standalone_mode=False)
     except GreenAdaptError as exc:
         if debug:
             raise
@@ -88,7 +90,9 @@ def main() -> None:
             "(a bug in greenadapt; rerun with GREENADAPT_DEBUG=1 for the traceback and report it)",
             EXIT_INTERNAL,
         )
-    sys.exit(0)
+    if returned == EXIT_INTERRUPTED:
+        _fail("interrupted: nothing was left half-written; rerun to continue", EXIT_INTERRUPTED)
+    sys.exit(returned if isinstance(returned, int) else 0)
 
 
 def _fail(message: str, code: int) -> None:

@@ -1,4 +1,4 @@
-"""`greenadapt finetune`: fine-tune on NER or text classification with both tokenizers."""
+"""`greenadapt finetune`: fine-tune on NER, text classification or SQuAD-style QA with both tokenizers."""
 
 from __future__ import annotations
 
@@ -44,27 +44,29 @@ def parse_seeds(text: str | None, seed: int) -> list[int]:
 
 @app.command("finetune")
 def finetune(
-    task: str = typer.Option(..., "--task", help="ner or classify (qa: see `greenadapt qa`)."),
+    ctx: typer.Context,
+    task: str = typer.Option(..., "--task", help="ner, classify or qa (SQuAD-style JSON; answer with `greenadapt qa`)."),
     train: Path = typer.Option(..., "--train", help="Training file."),
-    dev: Path | None = typer.Option(None, "--dev", help="Dev file: best-epoch selection (or training data with --train-on train+dev)."),
-    test: Path | None = typer.Option(None, "--test", help="Test file, evaluated at the end under every pooling mode."),
+    dev: Path | None = typer.Option(None, "--dev", help="Dev file: best-epoch selection (or training data with --train-on train+dev); qa: scored after training."),
+    test: Path | None = typer.Option(None, "--test", help="Test file, evaluated at the end under every pooling mode (qa: EM/F1 as `greenadapt qa` answers)."),
     model: str | None = typer.Option(None, "--model", help="Expanded model folder (two tokenizers) or any BERT-style model."),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default: <workdir>/finetune/<data>/<model>)."),
     workdir: Path | None = WorkdirOption,
     mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
     pool: str = PoolOption,
-    epochs: int = typer.Option(3, "--epochs", help="Passes over the training data."),
+    epochs: int = typer.Option(3, "--epochs", help="Passes over the training data (qa default: 2)."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps (overrides --epochs)."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Examples per optimizer step, over all processes."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples (qa: windows) per optimizer step, over all processes (qa default: 16)."),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per step and process (gradient accumulation)."),
-    lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear schedule)."),
+    lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear schedule; qa default: 3e-5)."),
     warmup: float = typer.Option(0.1, "--warmup", help="Fraction of the steps spent warming up."),
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(42, "--seed", help="Random seed."),
     seeds: str | None = typer.Option(None, "--seeds", help="Several seeds, e.g. 1,2,3: one model each, mean ± std reported."),
     train_on: str = typer.Option("train", "--train-on", help="train, or train+dev (the paper's protocol; no dev selection)."),
     train_embeddings: str = typer.Option("all", "--train-embeddings", help="Word embeddings to train: all, new (added rows only) or none."),
-    max_length: int = typer.Option(128, "--max-length", help="Wordpieces per sequence; longer NER chunks are split."),
+    max_length: int = typer.Option(128, "--max-length", help="Wordpieces per sequence; longer NER chunks are split (qa default: 384, or the model's limit)."),
+    doc_stride: int | None = typer.Option(None, "--doc-stride", help="qa: wordpieces shared by consecutive windows of a long context (default: 128, at most a third of --max-length)."),
     max_words: int = typer.Option(30, "--max-words", help="NER: words per chunk (labelled spans are never split)."),
     metric: str | None = typer.Option(None, "--metric", help="Dev metric for the best epoch: NER f1|precision|recall|accuracy; classify accuracy|micro_f1|macro_f1|mcc|f1."),
     positive_label: str | None = typer.Option(None, "--positive-label", help="Classification: the label whose F1 is 'f1' (default: 1 for 0/1 labels)."),
@@ -78,6 +80,12 @@ def finetune(
     eval_batch_size: int = typer.Option(64, "--eval-batch-size", help="Sequences per inference batch."),
     force: bool = ForceOption,
     wait: bool = WaitOption,
+    save_every: int | None = typer.Option(
+        None, "--save-every", min=1, help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99)."
+    ),
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
@@ -120,6 +128,10 @@ def finetune(
         device=device,
         force=force,
         wait=wait,
+        save_every=save_every,
+        resume=resume,
+        doc_stride=doc_stride,
+        given=options_given(ctx),
     )
     with progress_for(quiet) as progress:
         outcome = run_finetune(options, progress)
@@ -128,9 +140,21 @@ def finetune(
     emit(outcome.manifest, _summary(outcome), as_json=as_json)
 
 
+def options_given(ctx: typer.Context) -> frozenset[str]:
+    """The flags typed on the command line (or set through the environment), not left at their defaults."""
+    given = set()
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given.add(max(param.opts, key=len))
+    return frozenset(given)
+
+
 def _summary(outcome: object) -> str:
     manifest = outcome.manifest  # type: ignore[attr-defined]
     stats = manifest.get("stats", {})
+    if stats.get("task") == "qa":
+        return _qa_summary(outcome)
     metric = manifest.get("config", {}).get("task", {}).get("metric", "")
     parts = []
     for split, value in stats.get("summary", {}).items():
@@ -141,3 +165,15 @@ def _summary(outcome: object) -> str:
     state = "up to date" if outcome.skipped else "fine-tuned"  # type: ignore[attr-defined]
     scores = f": {', '.join(parts)} (pool {stats.get('pool')})" if parts else ""
     return f"{state} {stats.get('task', '')} model in {outcome.path}{scores}"  # type: ignore[attr-defined]
+
+
+def _qa_summary(outcome: object) -> str:
+    stats = outcome.manifest.get("stats", {})  # type: ignore[attr-defined]
+    parts = [
+        f"{split} EM {stats[split]['exact_match']:.2f} F1 {stats[split]['f1']:.2f}"
+        for split in ("dev", "test")
+        if isinstance(stats.get(split), dict) and stats[split].get("f1") is not None
+    ]
+    state = "up to date" if outcome.skipped else "fine-tuned"  # type: ignore[attr-defined]
+    scores = f": {', '.join(parts)} (pool {stats.get('pool')})" if parts else ""
+    return f"{state} qa model in {outcome.path}{scores}"  # type: ignore[attr-defined]

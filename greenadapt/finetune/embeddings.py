@@ -161,6 +161,46 @@ class RowAdamW(torch.optim.Optimizer):
         """How many rows have optimizer state (the rows training has used so far)."""
         return self.used
 
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        """The base optimizer's state (learning rate, betas) plus the per-row moments and step counts.
+
+        Only the ``used`` slots are exported, as copies: a slice of the grown
+        tables would drag their whole storage into a saved file.
+        """
+        state = super().state_dict()
+        used = self.used
+        state["rows"] = {
+            "slot_of": self.slot_of.detach().cpu().clone(),
+            "exp_avg": self.exp_avg[:used].detach().cpu().clone(),
+            "exp_avg_sq": self.exp_avg_sq[:used].detach().cpu().clone(),
+            "row_steps": self.row_steps[:used].detach().cpu().clone(),
+        }
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        state = dict(state_dict)
+        rows = state.pop("rows", None)
+        if not isinstance(rows, dict) or set(rows) != {"slot_of", "exp_avg", "exp_avg_sq", "row_steps"}:
+            raise ValueError("not a RowAdamW state: the per-row state is missing")
+        slot_of, exp_avg, exp_avg_sq, row_steps = (rows[k] for k in ("slot_of", "exp_avg", "exp_avg_sq", "row_steps"))
+        used = exp_avg.shape[0]
+        dim = self.embedding.embedding_dim
+        if (
+            slot_of.shape != self.slot_of.shape
+            or exp_avg.shape != (used, dim)
+            or exp_avg_sq.shape != (used, dim)
+            or row_steps.shape != (used,)
+            or (used and int(slot_of.max()) >= used)
+        ):
+            raise ValueError(f"RowAdamW state for {slot_of.shape[0]} added rows of width {exp_avg.shape[-1]} does not fit this embedding")
+        super().load_state_dict(state)
+        device = self.embedding.added.device
+        self.slot_of = slot_of.to(device=device, dtype=torch.long).clone()
+        self.exp_avg = exp_avg.to(device=device, dtype=self.exp_avg.dtype).clone()
+        self.exp_avg_sq = exp_avg_sq.to(device=device, dtype=self.exp_avg_sq.dtype).clone()
+        self.row_steps = row_steps.to(device=device, dtype=torch.long).clone()
+        self.used = used
+
 
 def install(model: Any, *, n_base: int, mode: str, capacity: int) -> SplitWordEmbedding | None:
     """Set up the word embeddings for ``--train-embeddings mode``; return the split module if one was installed."""

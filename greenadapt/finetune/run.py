@@ -13,6 +13,10 @@ A finetune run folder (kind ``finetune``, written through StageRun)::
         predictions/<split>.<ext>            dev/test predictions in the input's format
 
 Under torchrun every process trains; only rank 0 writes.
+
+``--task qa`` is dispatched to :func:`greenadapt.qa.train.run_finetune_qa`
+(SQuAD windows, start/end loss; same folder kind, ``greenadapt_task.json``
+says ``qa``); the shared options map onto its ``QaTrainOptions``.
 """
 
 from __future__ import annotations
@@ -21,19 +25,29 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.data import ReaderOptions, TaskFile, check_known_labels, prediction_file_name, write_predictions
 from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.finetune.metrics import summarize_seeds
-from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
+from greenadapt.finetune.tasks import QA_TASK, TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
 from greenadapt.finetune.tokenize import GENERAL_TOKENIZER_DIR, TokenizerPair, Unit, check_vocab_fits, load_tokenizers
-from greenadapt.finetune.train import DistContext, TrainConfig, init_distributed, pick_device, train
+from greenadapt.finetune.train import (
+    Checkpointing,
+    DistContext,
+    StopSignal,
+    TrainConfig,
+    init_distributed,
+    latest_checkpoint,
+    pick_device,
+    train,
+)
 from greenadapt.models import ModelRef, resolve_model, slugify
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import (
@@ -41,6 +55,7 @@ from greenadapt.stage import (
     StageOutcome,
     StageRun,
     file_identity,
+    fingerprint,
     load_stage,
     manifest_identity,
     read_manifest,
@@ -48,6 +63,9 @@ from greenadapt.stage import (
     write_json,
 )
 from greenadapt.workspace import workdir as resolve_workdir
+
+if TYPE_CHECKING:
+    from greenadapt.qa.train import QaTrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +94,21 @@ class FinetuneOptions:
     device: str = "auto"
     force: bool = False
     wait: bool = False
+    save_every: int | None = None  # steps between resumable checkpoints (in checkpoint_folder(out))
+    resume: bool = False  # continue from the checkpoint an interrupted run left
+    doc_stride: int | None = None  # --task qa only; None: 128, or a third of the window when that is smaller
+    # The command-line options the user set, e.g. {"--lr", "--max-words"} (the CLI fills it in).
+    # None: every option whose value differs from its default counts as set. Only --task qa
+    # looks at it: options left unset take the QA defaults, and set ones QA has no use for are refused.
+    given: frozenset[str] | None = None
+
+
+# Options of ner/classify that mean nothing for --task qa (nor checkpoints: the QA loop has none yet).
+NOT_FOR_QA = (
+    "--max-words", "--metric", "--positive-label", "--train-on",
+    "--text-field", "--pair-field", "--label-field", "--format", "--header",
+    "--save-every", "--resume",
+)
 
 
 # --------------------------------------------------------------------------
@@ -84,7 +117,11 @@ class FinetuneOptions:
 
 def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Fine-tune (one run per seed), evaluate under every pooling mode, write the run folder."""
+    if options.task == QA_TASK:
+        return _run_finetune_qa(options, progress)
     task = get_task(options.task)
+    if options.doc_stride is not None:
+        raise UsageError(f"--doc-stride applies to --task qa only, not {options.task}")
     _check_options(options)
     ref = resolve_model(options.model)
     model_identity = _model_identity(ref)
@@ -141,9 +178,12 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     ]
     out = options.out or _default_out(options, ref)
 
+    checkpoints = checkpoint_folder(out)
+
     ctx = init_distributed(options.device)
     try:
         with contextlib.ExitStack() as stack:
+            stop = stack.enter_context(StopSignal(checkpoints))
             stage: StageRun | None = None
             if ctx.is_main:
                 libraries = ("torch", "transformers", "tokenizers")
@@ -154,15 +194,131 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
             if skipped:
                 if stage is None:
                     return StageOutcome(Path(out), {}, True)
+                _drop_finished_checkpoints(checkpoints, stage.fingerprint)
                 return StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
-            job = _Job(task, settings, tokenizers, ref, base, ctx, pool, progress)
+            run_fingerprint = fingerprint(KIND, config, inputs)
+            if stage is not None:
+                _check_checkpoints(checkpoints, run_fingerprint, resume=options.resume)
+            checkpointing = Checkpointing(
+                checkpoints,
+                run_fingerprint,
+                save_every=options.save_every,
+                resume=options.resume,
+                save_final=options.save_every is not None or len(options.seeds) > 1,
+                writer=ctx.is_main,
+            )
+            job = _Job(task, settings, tokenizers, ref, base, ctx, pool, progress, checkpointing, stop)
             result = job.run(train_file, dev_file, test_file, options.seeds, options.train_on, stage.tmp if stage else None)
             if stage is None:
                 return StageOutcome(Path(out), {}, False)
             manifest = stage.commit(stats=result)
+            shutil.rmtree(checkpoints, ignore_errors=True)
+            if stop.received:
+                log.warning("SIGTERM arrived after the last training step; the run was finished and saved first")
             return StageOutcome(stage.out, manifest, False)
     finally:
         ctx.close()
+
+
+def checkpoint_folder(out: str | os.PathLike[str]) -> Path:
+    """Where a run writing ``out`` keeps its checkpoints: a sibling, so they outlive the run's temporary folder."""
+    path = Path(out).absolute()
+    return path.parent / f"{path.name}.checkpoint"
+
+
+def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool) -> None:
+    """Never discard an interrupted run's checkpoints unasked, nor resume from another run's."""
+    if not folder.is_dir():
+        return
+    found = [c for c in (latest_checkpoint(seed) for seed in sorted(folder.glob("seed-*"))) if c is not None]
+    if not found:
+        log.info("removing %s: it holds no complete checkpoint", folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    if not resume:
+        steps = ", ".join(str(manifest.get("step")) for _, manifest in found)
+        raise StageError(
+            f"an interrupted run left checkpoints here (step {steps})",
+            path=folder,
+            hint="pass --resume to continue from them, or delete this folder to start over",
+        )
+    for path, manifest in found:
+        if manifest.get("fingerprint") != run_fingerprint:
+            raise StageError(
+                "this checkpoint was made with other inputs or options",
+                path=path,
+                hint=f"rerun with the options of the interrupted run, or delete {folder} to start over",
+            )
+
+
+def _drop_finished_checkpoints(folder: Path, run_fingerprint: str) -> None:
+    # A run killed between its commit and removing its checkpoints leaves them behind; the output supersedes them.
+    found = [c for c in (latest_checkpoint(seed) for seed in sorted(folder.glob("seed-*"))) if c is not None]
+    if folder.is_dir() and all(manifest.get("fingerprint") == run_fingerprint for _, manifest in found):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_finetune_qa(options: FinetuneOptions, progress: Progress) -> StageOutcome:
+    from greenadapt.qa.train import run_finetune_qa
+
+    qa_options = qa_train_options(options)
+    out = options.out or _default_out(options, resolve_model(options.model))
+    return run_finetune_qa(
+        options.model,
+        options.train,
+        out,
+        dev=options.dev,
+        test=options.test,
+        options=qa_options,
+        force=options.force,
+        wait=options.wait,
+        progress=progress,
+    )
+
+
+def qa_train_options(options: FinetuneOptions) -> QaTrainOptions:
+    """``QaTrainOptions`` from the shared options: the set ones as given, the rest at the QA defaults."""
+    from greenadapt.qa.train import QA_TRAINING, QaTrainOptions
+
+    given = options_set(options)
+    refused = [flag for flag in NOT_FOR_QA if flag in given]
+    if refused:
+        raise UsageError(
+            f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --task qa",
+            hint=f"leave {'it' if len(refused) == 1 else 'them'} out; qa takes the training, --max-length, --doc-stride and --pool options",
+        )
+    if len(options.seeds) > 1:
+        raise UsageError("--task qa trains one model, not one per seed", hint="use --seed")
+    shared = {f.name: getattr(options.training, f.name) for f in fields(TrainConfig) if _flag(f.name) in given}
+    return QaTrainOptions(
+        training=replace(QA_TRAINING, **{**shared, "seed": options.seeds[0]}),
+        max_length=options.max_length if "--max-length" in given else None,
+        doc_stride=options.doc_stride,
+        pool=options.pool if "--pool" in given else None,
+        device=options.device,
+    )
+
+
+def options_set(options: FinetuneOptions) -> frozenset[str]:
+    """``options.given``, or the flags of the options whose values differ from their defaults."""
+    if options.given is not None:
+        return options.given
+    pairs = [
+        (options, FinetuneOptions(task=options.task, train=options.train)),
+        (options.training, TrainConfig()),
+        (options.reader, ReaderOptions()),
+    ]
+    return frozenset(
+        _flag(f.name)
+        for value, default in pairs
+        for f in fields(value)
+        if not is_dataclass(getattr(value, f.name)) and getattr(value, f.name) != getattr(default, f.name)
+    )
+
+
+def _flag(name: str) -> str:
+    # Every option's flag is its field name in kebab case (--batch-size, --format, --seeds).
+    return "--" + name.replace("_", "-")
 
 
 def _check_options(options: FinetuneOptions) -> None:
@@ -184,6 +340,8 @@ def _check_options(options: FinetuneOptions) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if training.max_steps is not None and training.max_steps < 1:
         raise UsageError("--max-steps must be at least 1")
+    if options.save_every is not None and options.save_every < 1:
+        raise UsageError("--save-every must be at least 1")
     if training.lr <= 0 or not 0 <= training.warmup < 1:
         raise UsageError("--lr must be positive and --warmup a fraction below 1")
 
@@ -251,6 +409,8 @@ class _Job:
     ctx: DistContext
     pool: str
     progress: Progress
+    checkpoint: Checkpointing | None = None  # its folder holds one subfolder per seed
+    stop: StopSignal | None = None
 
     def run(
         self,
@@ -343,6 +503,8 @@ class _Job:
             evaluate=evaluate if dev_file is not None and dev_units is not None else None,
             log_path=folder / "train_log.jsonl" if folder is not None else None,
             progress=self.progress,
+            checkpoint=replace(self.checkpoint, folder=self.checkpoint.folder / f"seed-{seed}") if self.checkpoint else None,
+            stop=self.stop,
         )
         metrics: dict[str, Any] = {}
         for split, (task_file, units) in (("dev", dev), ("test", test)):

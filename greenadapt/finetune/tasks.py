@@ -1,7 +1,10 @@
 """What differs between tasks: reading, units, the model head, decoding, scores.
 
-``TASKS`` maps ``--task`` to a :class:`Task`. Adding a task (question
-answering is next) means adding one entry; ``run`` is task-agnostic.
+``TASKS`` maps ``--task`` to a :class:`Task`. Adding a labelling task
+means adding one entry; ``run`` is task-agnostic. Question answering
+(``QA_TASK``) is not a :class:`Task`: its windows, span loss and
+whole-document answers live in ``greenadapt.qa``, and ``run_finetune``
+hands ``--task qa`` to ``greenadapt.qa.train``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from greenadapt.finetune.metrics import classification_scores, default_positive_
 from greenadapt.finetune.tokenize import TokenizerPair, Unit, ner_units, text_units
 
 TASK_FILE = "greenadapt_task.json"  # written into each fine-tuned model folder
+QA_TASK = "qa"
 
 
 @dataclass
@@ -173,12 +177,14 @@ TASKS: dict[str, Task] = {"ner": NerTask(), "classify": ClassifyTask()}
 
 
 def get_task(name: str) -> Task:
-    if name == "qa":
+    """The labelling task ``name``; a question-answering model is refused with where it belongs."""
+    if name == QA_TASK:
         raise UsageError(
-            "--task qa is not handled by finetune yet", hint="use `greenadapt qa` for question answering"
+            "this is a question-answering model: it answers questions with `greenadapt qa`, it does not label files",
+            hint="greenadapt qa --model MODEL_FOLDER --data QUESTIONS.json --out DIR",
         )
     if name not in TASKS:
-        raise UsageError(f"unknown --task {name!r}", hint=f"choose from {', '.join(TASKS)}")
+        raise UsageError(f"unknown --task {name!r}", hint=f"choose from {', '.join([*TASKS, QA_TASK])}")
     return TASKS[name]
 
 

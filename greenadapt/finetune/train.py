@@ -12,6 +12,14 @@ of the mean loss over the global batch whatever W and A are.
 Mixing: in epoch e, unit i is fed through the domain tokenizer iff
 ``uniform(seed, e)[i] < mix``: a fresh draw per unit and epoch that does not
 depend on the order of the data or the number of processes.
+
+Checkpoints: with a :class:`Checkpointing`, ``train`` saves everything the
+rest of the run depends on (weights, both optimizers including the lazy
+per-row state, schedulers, the grad scaler, the python/numpy/torch random
+states, the epoch and the position in its batch list, the best-on-dev
+weights, the log so far), so a resumed run takes the same steps with the
+same numbers as one never stopped. SIGTERM (:class:`StopSignal`) is turned
+into "save a checkpoint before the next step, then raise :class:`Preempted`".
 """
 
 from __future__ import annotations
@@ -21,15 +29,20 @@ import json
 import logging
 import math
 import os
+import random
+import shutil
+import signal
+import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from greenadapt.errors import UsageError
+from greenadapt.errors import EXIT_PREEMPTED, GreenAdaptError, StageError, UsageError
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -263,6 +276,250 @@ def plan_steps(n_units: int, config: TrainConfig) -> tuple[int, int]:
     return per_epoch, max(1, total)
 
 
+# --------------------------------------------------------------------------
+# Pre-emption and checkpoints
+
+CHECKPOINT_MANIFEST = "checkpoint.json"
+CHECKPOINT_FORMAT = 1
+_WEIGHTS, _BEST, _TENSORS, _STATE, _LOG = "model.safetensors", "best.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
+
+
+class Preempted(GreenAdaptError):
+    """SIGTERM stopped fine-tuning; ``--resume`` continues from the checkpoint it saved."""
+
+    exit_code = EXIT_PREEMPTED
+
+
+class StopSignal:
+    """SIGTERM as a request to stop, honoured where nothing is lost.
+
+    Until training starts there is nothing to save, so the handler raises
+    :class:`Preempted` at once (StageRun then removes the temporary output as
+    for any error). From the first training step on (:meth:`defer`) it only
+    records the request: the loop saves a checkpoint before its next step and
+    raises; a request that arrives after the last step lets the run finish
+    evaluating and saving, which is shorter than training again.
+    """
+
+    def __init__(self, checkpoints: Path | None = None) -> None:
+        self.checkpoints = checkpoints
+        self.received = False
+        self._deferred = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> StopSignal:
+        # Python delivers signals to the main thread only; elsewhere (a library caller's worker) leave SIGTERM alone.
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._installed = False
+
+    def defer(self) -> None:
+        self._deferred = True
+
+    def requested(self, ctx: DistContext) -> bool:
+        """Whether any process got SIGTERM (all processes must call this at the same points)."""
+        if ctx.world == 1:
+            return self.received
+        import torch
+
+        flag = torch.tensor([int(self.received)], device=ctx.device)
+        return bool(ctx.all_reduce_sum(flag).item())
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+        if not self._deferred:
+            raise self.stopped("before training started")
+
+    def stopped(self, when: str, saved: Path | None = None) -> Preempted:
+        resume = "rerun the same command with --resume to continue"
+        if saved is not None:
+            return Preempted(f"stopped by SIGTERM {when}; checkpoint saved", path=saved, hint=resume)
+        if self.checkpoints is not None and self.checkpoints.is_dir():
+            return Preempted(f"stopped by SIGTERM {when}", path=self.checkpoints, hint=f"{resume} from the checkpoints here")
+        return Preempted(f"stopped by SIGTERM {when}; nothing to save yet", hint="rerun the same command")
+
+
+@dataclass
+class Checkpointing:
+    """Where and when :func:`train` saves its state, and whether it resumes from it.
+
+    ``folder`` (one per seed) holds ``ckpt-<n>/`` folders; one counts only
+    once its ``checkpoint.json`` (written last, with checksums of the other
+    files) is there, and only the newest is kept. ``fingerprint`` is the
+    run's stage fingerprint: a checkpoint of other inputs or options is
+    never resumed.
+    """
+
+    folder: Path
+    fingerprint: str
+    save_every: int | None = None
+    resume: bool = False
+    save_final: bool = False  # after the last step too: several seeds, so a finished seed survives an interruption
+    writer: bool = True  # under torchrun only rank 0 writes; every rank reads
+
+
+@dataclass
+class _Position:
+    """Where training stands: what a resumed run continues from."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0  # index, in this epoch's batch list, of the next batch to train on
+    domain_units: int = 0
+    seen_units: int = 0
+    seconds: float = 0.0
+
+
+def latest_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint in ``folder`` and its manifest; damaged ones are skipped with a warning."""
+    from greenadapt.stage import verify_files
+
+    for candidate in sorted(folder.glob("ckpt-*"), reverse=True):
+        try:
+            manifest = json.loads((candidate / CHECKPOINT_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # no manifest: a save that was interrupted before its last write
+        problem = verify_files(candidate, manifest) if isinstance(manifest, dict) else "unreadable manifest"
+        if problem is None and manifest.get("format") == CHECKPOINT_FORMAT:
+            return candidate, manifest
+        log.warning("ignoring damaged checkpoint %s: %s", candidate, problem or "unknown format")
+    return None
+
+
+def _python_rng_json() -> list[Any]:
+    version, internal, gauss = random.getstate()
+    return [version, list(internal), gauss]
+
+
+def _numpy_rng_json() -> list[Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def _save_checkpoint(
+    checkpoint: Checkpointing,
+    stepper: _Stepper,
+    position: _Position,
+    result: TrainResult,
+    best_state: dict[str, Any] | None,
+    log_path: Path | None,
+    *,
+    complete: bool,
+) -> Path:
+    """Write one checkpoint atomically (temporary folder, manifest last, rename) and drop the older ones."""
+    import torch
+    from safetensors.torch import save_file
+
+    from greenadapt.stage import resource_errors, sha256_file, write_json
+
+    folder = checkpoint.folder
+    with resource_errors(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        older = sorted(folder.glob("ckpt-*"))
+        number = 1 + max((int(p.name.split("-")[1]) for p in older if p.name.split("-")[1].isdigit()), default=0)
+        tmp = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            # Copies break tied weights' shared storage, which safetensors refuses to write.
+            weights = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in stepper.model.state_dict().items()}
+            save_file(weights, str(tmp / _WEIGHTS))
+            if best_state is not None:
+                save_file({k: v.contiguous() for k, v in best_state.items()}, str(tmp / _BEST))
+            tensors, state = stepper.state()
+            torch.save(tensors, tmp / _TENSORS)
+            state.update(
+                {
+                    "format": CHECKPOINT_FORMAT,
+                    "fingerprint": checkpoint.fingerprint,
+                    "seed": stepper.config.seed,
+                    "complete": complete,
+                    "position": asdict(position),
+                    "result": {"best_epoch": result.best_epoch, "best_score": result.best_score, "dev_history": result.dev_history},
+                    "python_rng": _python_rng_json(),
+                    "numpy_rng": _numpy_rng_json(),
+                }
+            )
+            (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
+            if log_path is not None and log_path.is_file():
+                shutil.copyfile(log_path, tmp / _LOG)
+            files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
+            manifest = {"format": CHECKPOINT_FORMAT, "fingerprint": checkpoint.fingerprint, "step": position.step}
+            write_json(tmp / CHECKPOINT_MANIFEST, {**manifest, "complete": complete, "files": files})
+            final = folder / f"ckpt-{number:06d}"
+            os.rename(tmp, final)
+            _fsync_directory(folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for stale in [*older, *folder.glob(".tmp-*")]:
+            shutil.rmtree(stale, ignore_errors=True)
+    log.info("checkpoint at step %d saved in %s", position.step, final)
+    return final
+
+
+def _fsync_directory(path: Path) -> None:
+    # The rename is durable only once the directory entry is on disk.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _Restored:
+    path: Path
+    position: _Position
+    result: dict[str, Any]
+    best_state: dict[str, Any] | None
+    complete: bool
+
+
+def _load_checkpoint(checkpoint: Checkpointing, stepper: _Stepper, log_path: Path | None) -> _Restored | None:
+    """Put the newest checkpoint's state into ``stepper`` (and the random generators); None when there is none."""
+    import pickle
+
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    found = latest_checkpoint(checkpoint.folder)
+    if found is None:
+        log.info("no checkpoint in %s: training from the start", checkpoint.folder)
+        return None
+    path, manifest = found
+    hint = f"delete {path.parent} to start over"
+    if manifest.get("fingerprint") != checkpoint.fingerprint:
+        raise StageError("this checkpoint was made with other inputs or options", path=path, hint=hint)
+    try:
+        state = json.loads((path / _STATE).read_text(encoding="utf-8"))
+        if state.get("seed") != stepper.config.seed:
+            raise StageError(f"this checkpoint is of seed {state.get('seed')}, not {stepper.config.seed}", path=path, hint=hint)
+        # weights_only: a checkpoint folder is an input like any other and must not run code.
+        tensors = torch.load(path / _TENSORS, map_location="cpu", weights_only=True)
+        stepper.model.load_state_dict(load_file(str(path / _WEIGHTS), device=str(stepper.ctx.device)))
+        best = load_file(str(path / _BEST)) if (path / _BEST).is_file() else None
+        position = _Position(**state["position"])
+        stepper.load_state(tensors, state, position.step)
+        python_rng, numpy_rng = state["python_rng"], state["numpy_rng"]
+        random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
+        np.random.set_state((numpy_rng[0], np.array(numpy_rng[1], dtype=np.uint32), *numpy_rng[2:]))
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
+        # UnpicklingError: weights_only refused an object; RuntimeError: tensors that do not fit this model.
+        raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
+    if log_path is not None and (path / _LOG).is_file():
+        shutil.copyfile(path / _LOG, log_path)
+    log.info("resuming from %s: step %d, epoch %d", path, position.step, position.epoch + 1)
+    return _Restored(path, position, state["result"], best, bool(state.get("complete")))
+
+
 def train(
     model: Any,
     units: Sequence[Unit],
@@ -275,40 +532,74 @@ def train(
     evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None,
     log_path: Path | None = None,
     progress: Progress = NULL_PROGRESS,
+    checkpoint: Checkpointing | None = None,
+    stop: StopSignal | None = None,
 ) -> TrainResult:
     """Fine-tune ``model`` in place; with ``evaluate`` (dev score, details) keep the best epoch's weights.
 
     The best epoch's weights are held as a CPU copy of the state dict (with a
     very large added vocabulary that copy includes the whole added-row table).
+    With ``checkpoint``, state is saved every ``save_every`` steps and, with
+    ``resume``, training continues from the newest checkpoint; with ``stop``,
+    SIGTERM saves a checkpoint before the next step and raises :class:`Preempted`.
     """
     mix = config.mix or 0.0
     if mix > 0 and not has_domain:
         raise UsageError("--mix > 0 needs a model folder with a domain tokenizer")
+    if stop is not None:
+        stop.defer()
+        if stop.requested(ctx):
+            raise stop.stopped(f"before training seed {config.seed}")
     stepper = _Stepper(model, units, config, ctx, pad_id=pad_id, n_base_rows=n_base_rows)
     _, total_steps = plan_steps(len(units), config)
     result = TrainResult(steps=0, epochs_run=0, best_epoch=None, best_score=None)
     best_state: dict[str, Any] | None = None
-    log_handle = open(log_path, "w", encoding="utf-8") if log_path is not None and ctx.is_main else None
-    started = time.perf_counter()
-    domain_units = seen_units = step = epoch = 0
+    at = _Position()
+    restored = _load_checkpoint(checkpoint, stepper, log_path if ctx.is_main else None) if checkpoint and checkpoint.resume else None
+    if restored is not None:
+        at, best_state = restored.position, restored.best_state
+        result.best_epoch, result.best_score = restored.result["best_epoch"], restored.result["best_score"]
+        result.dev_history = list(restored.result["dev_history"])
+    writes = checkpoint is not None and checkpoint.writer
+
+    def save(*, complete: bool = False) -> Path | None:
+        saved = None
+        if writes:
+            if log_handle is not None:
+                log_handle.flush()
+            at.seconds = time.perf_counter() - started
+            saved = _save_checkpoint(checkpoint, stepper, at, result, best_state, log_path, complete=complete)  # type: ignore[arg-type]
+        ctx.barrier()  # no process may exit (and have torchrun stop the others) before rank 0 has saved
+        return saved
+
+    mode = "a" if restored is not None else "w"
+    log_handle = open(log_path, mode, encoding="utf-8") if log_path is not None and ctx.is_main else None
+    started = time.perf_counter() - at.seconds
     progress.start(f"fine-tuning (seed {config.seed})", total=total_steps, unit="steps")
+    if at.step:
+        progress.update(at.step)
     try:
-        while step < total_steps:
-            views = choose_views(len(units), mix, config.seed, epoch)
+        while at.step < total_steps:
+            views = choose_views(len(units), mix, config.seed, at.epoch)
             lengths = np.array([len(u.ids[v]) for u, v in zip(units, views, strict=True)])
-            for batch in length_grouped_batches(lengths, config.batch_size, config.seed, epoch):
-                if step >= total_steps:
+            batches = length_grouped_batches(lengths, config.batch_size, config.seed, at.epoch)
+            for index in range(at.batch, len(batches)):
+                if at.step >= total_steps:
                     break
+                if stop is not None and stop.requested(ctx):
+                    at.batch = index
+                    raise stop.stopped(f"at step {at.step} of {total_steps} (seed {config.seed})", save())
+                batch = batches[index]
                 if len(batch) < stepper.micro_per_step:
                     continue  # an epoch's last, tiny batch that cannot give every process a micro-batch
                 loss, grad_norm = stepper.step(batch, views)
-                step += 1
-                domain_units += int(views[batch].sum())
-                seen_units += len(batch)
+                at.step += 1
+                at.domain_units += int(views[batch].sum())
+                at.seen_units += len(batch)
                 if log_handle is not None:
                     record = {
-                        "step": step,
-                        "epoch": epoch + 1,
+                        "step": at.step,
+                        "epoch": at.epoch + 1,
                         "loss": round(loss, 6),
                         "lr": stepper.lr(),
                         "units": len(batch),
@@ -320,33 +611,39 @@ def train(
                     log_handle.write(json.dumps(record) + "\n")
                 if not math.isfinite(loss) and stepper.scaler is None:
                     raise UsageError(
-                        f"the training loss became {loss} at step {step}", hint="lower --lr, or use --precision fp32 or bf16"
+                        f"the training loss became {loss} at step {at.step}", hint="lower --lr, or use --precision fp32 or bf16"
                     )
-                progress.update(step, loss=f"{loss:.4f}")
-            epoch += 1
+                if checkpoint is not None and checkpoint.save_every and at.step % checkpoint.save_every == 0 and at.step < total_steps:
+                    at.batch = index + 1
+                    save()
+                progress.update(at.step, loss=f"{loss:.4f}")
+            at.epoch += 1
+            at.batch = 0
             if evaluate is None:
                 continue
             model.eval()
             score, details = evaluate(model)
             model.train()
-            result.dev_history.append({"epoch": epoch, "step": step, "score": score, **details})
+            result.dev_history.append({"epoch": at.epoch, "step": at.step, "score": score, **details})
             if log_handle is not None:
-                log_handle.write(json.dumps({"event": "dev", "epoch": epoch, "step": step, "score": score}) + "\n")
+                log_handle.write(json.dumps({"event": "dev", "epoch": at.epoch, "step": at.step, "score": score}) + "\n")
             if result.best_score is None or score > result.best_score:
-                result.best_score, result.best_epoch = score, epoch
+                result.best_score, result.best_epoch = score, at.epoch
                 best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            log.info("epoch %d: dev score %.4f (best %.4f, epoch %d)", epoch, score, result.best_score, result.best_epoch)
+            log.info("epoch %d: dev score %.4f (best %.4f, epoch %d)", at.epoch, score, result.best_score, result.best_epoch)
+        if checkpoint is not None and checkpoint.save_final and not (restored is not None and restored.complete):
+            save(complete=True)
     finally:
         progress.finish()
         if log_handle is not None:
             log_handle.close()
-    if best_state is not None and result.best_epoch != epoch:
+    if best_state is not None and result.best_epoch != at.epoch:
         model.load_state_dict(best_state)
         log.info("restored the weights of epoch %d (best on dev)", result.best_epoch)
     stepper.finish()
-    result.steps, result.epochs_run = step, epoch
+    result.steps, result.epochs_run = at.step, at.epoch
     result.seconds = time.perf_counter() - started
-    result.domain_fraction = domain_units / seen_units if seen_units else 0.0
+    result.domain_fraction = at.domain_units / at.seen_units if at.seen_units else 0.0
     return result
 
 
@@ -449,6 +746,39 @@ class _Stepper:
             scheduler.step()
         return float(ctx.all_reduce_sum(loss_sum).item()) / ctx.world, grad_norm
 
+    def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What a checkpoint needs besides the weights: tensors (for torch.save) and the JSON-able rest."""
+        import torch
+
+        tensors: dict[str, Any] = {"optimizers": [opt.state_dict() for opt in self.optimizers], "torch_rng": torch.get_rng_state()}
+        if self.ctx.device.type == "cuda":
+            tensors["cuda_rng"] = torch.cuda.get_rng_state(self.ctx.device)
+        state = {
+            "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+        }
+        return tensors, state
+
+    def load_state(self, tensors: dict[str, Any], state: dict[str, Any], step: int) -> None:
+        import torch
+
+        if len(tensors["optimizers"]) != len(self.optimizers) or len(state["schedulers"]) != len(self.schedulers):
+            raise ValueError(f"the checkpoint holds {len(tensors['optimizers'])} optimizers, this run has {len(self.optimizers)}")
+        for optimizer, saved in zip(self.optimizers, tensors["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+        for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
+            scheduler.load_state_dict(saved)
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        if self.ctx.rank == 0:
+            torch.set_rng_state(tensors["torch_rng"])
+            if self.ctx.device.type == "cuda" and "cuda_rng" in tensors:
+                torch.cuda.set_rng_state(tensors["cuda_rng"], self.ctx.device)
+        else:
+            # Only rank 0's generator is saved; the others get a fresh stream per resume point
+            # (their dropout masks then differ from an uninterrupted run's, their weights do not diverge).
+            torch.manual_seed(self.config.seed + self.ctx.rank + 1_000_003 * step)
+
     def finish(self) -> None:
         """Back to a plain, saveable transformers model in eval mode."""
         from greenadapt.finetune import embeddings
@@ -458,14 +788,19 @@ class _Stepper:
 
 
 __all__ = [
+    "EXIT_PREEMPTED",
     "VIEW_DOMAIN",
     "VIEW_GENERAL",
+    "Checkpointing",
     "DistContext",
+    "Preempted",
+    "StopSignal",
     "TrainConfig",
     "TrainResult",
     "choose_views",
     "collate",
     "init_distributed",
+    "latest_checkpoint",
     "length_grouped_batches",
     "output_rows",
     "plan_steps",

@@ -2,18 +2,36 @@
 
 Features are the usual ones of the transformers SQuAD recipe: ``[CLS]
 question [SEP] context [SEP]`` windows of at most ``max_length`` wordpieces
-overlapping by ``doc_stride``, the question cut to ``max_question_tokens``;
-a window whose context does not contain the whole gold answer (and a
-SQuAD v2 no-answer question) is labelled with the [CLS] position. Every
-question is featurised under each tokenizer once; in epoch e its features
-come from T̂ with probability ``mix`` (a fresh draw per question and
-epoch, as in ``greenadapt finetune``), otherwise from T_LM.
+overlapping by ``doc_stride``, the question cut to ``max_question_tokens``
+(and to what the stride leaves room for); a window whose context does not
+contain the whole gold answer (and a SQuAD v2 no-answer question) is
+labelled with the [CLS] position. Every question is featurised under each
+tokenizer once; in epoch e all its windows come from T̂ with probability
+``mix`` (``choose_views``: a fresh draw per question and epoch, as in
+``greenadapt finetune``), otherwise from T_LM.
 
-AdamW (no decay on biases and LayerNorm), linear warm-up then linear decay,
-gradient clipping. The output folder loads with
-``AutoModelForQuestionAnswering`` and ``AutoTokenizer`` (T̂ at the top,
-T_LM in ``general-tokenizer/`` when the input had both), so ``greenadapt qa``
-and transformers can use it directly.
+The loop is ``greenadapt finetune``'s in everything but the loss: the knobs
+are a :class:`~greenadapt.finetune.train.TrainConfig`; ``batch_size``
+windows per optimizer step in length-grouped batches, cut into
+``grad_accum`` micro-batches whose summed loss is divided by the global
+batch size (so the gradient is that of the mean loss whatever
+``grad_accum`` is); AdamW without decay on biases and norms, linear
+warm-up then decay, gradient clipping, autocast per ``precision``, and the
+row-wise trained added embeddings of ``--train-embeddings``. One process:
+there is no data-parallel path for QA yet.
+
+``dev`` and ``test`` are scored after training the way ``greenadapt qa``
+answers: each question over its whole context with centred windows,
+word-level logits pooled over the tokenizers (``pool``), exact match and F1
+with the official SQuAD normalisation. That is not transformers' per-window
+post-processing, so the numbers are comparable with ``greenadapt qa`` runs
+rather than with ``run_qa.py``'s. Dev does not select an epoch.
+
+The output folder loads with ``AutoModelForQuestionAnswering`` and
+``AutoTokenizer`` (T̂ at the top, T_LM in ``general-tokenizer/`` when the
+input had both), so ``greenadapt qa`` and transformers can use it directly;
+its ``greenadapt_task.json`` says task ``qa`` so ``greenadapt predict``
+can point to ``greenadapt qa`` instead.
 """
 
 from __future__ import annotations
@@ -23,11 +41,12 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import DataError, UsageError
+from greenadapt.finetune.train import TrainConfig
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, file_identity, resource_errors, write_json
 
@@ -39,37 +58,54 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KIND = "finetune"
+TASK = "qa"
+# The usual SQuAD recipe (BERT: 3e-5, 2 epochs, 384/128 windows); batch 16 fits a 12 GB GPU.
+QA_TRAINING = TrainConfig(batch_size=16, lr=3e-5, epochs=2)
+DEFAULT_MAX_LENGTH = 384
+DEFAULT_DOC_STRIDE = 128
+# Line-based task files: given to --task qa they are a mix-up of tasks, not broken JSON.
+_NOT_SQUAD_SUFFIXES = (".tsv", ".csv", ".txt", ".conll", ".conllu", ".iob", ".iob2", ".bio", ".jsonl", ".ndjson")
 
 
 @dataclass(frozen=True)
 class QaTrainOptions:
-    mix: float | None = None  # None: 0.5 with a domain tokenizer, else 0
-    max_length: int = 384
-    doc_stride: int = 128
+    training: TrainConfig = field(default_factory=lambda: QA_TRAINING)  # its mix None: 0.5 with a domain tokenizer, else 0
+    max_length: int | None = None  # None: 384, or the model's limit when that is smaller
+    doc_stride: int | None = None  # None: 128, or a third of max_length when that is smaller
     max_question_tokens: int = 64
-    batch_size: int = 16
-    lr: float = 3e-5
-    epochs: int = 2
-    max_steps: int | None = None
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    seed: int = 42
+    pool: str | None = None  # dev/test scoring; None: mean with a domain tokenizer, else general
     limit: int | None = None  # only the first N training questions
-    device: str | None = None
+    device: str = "auto"
 
     def check(self) -> None:
-        if self.mix is not None and not 0.0 <= self.mix <= 1.0:
-            raise UsageError(f"--mix {self.mix} is not a probability", hint="use a value from 0 to 1")
-        for name in ("max_length", "batch_size", "epochs", "max_question_tokens"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise UsageError("--max-steps must be at least 1")
-        if not 0 < self.doc_stride < self.max_length:
-            raise UsageError(f"--doc-stride {self.doc_stride} must be between 1 and --max-length - 1")
-        if self.lr <= 0 or not 0 <= self.warmup < 1:
+        from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
+
+        config = self.training
+        if config.mix is not None and not 0.0 <= config.mix <= 1.0:
+            raise UsageError(f"--mix {config.mix} is not a probability", hint="use a value from 0 to 1")
+        for flag, value in (
+            ("--batch-size", config.batch_size),
+            ("--grad-accum", config.grad_accum),
+            ("--epochs", config.epochs),
+            ("--eval-batch-size", config.eval_batch_size),
+            ("--max-steps", config.max_steps if config.max_steps is not None else 1),
+            ("--doc-stride", self.doc_stride if self.doc_stride is not None else 1),
+            ("max_question_tokens", self.max_question_tokens),
+            ("--limit", self.limit if self.limit is not None else 1),
+        ):
+            if value < 1:
+                raise UsageError(f"{flag} must be at least 1 (got {value})")
+        if config.batch_size < config.grad_accum:
+            raise UsageError(
+                f"--batch-size {config.batch_size} is smaller than --grad-accum {config.grad_accum}",
+                hint="--batch-size is the number of windows of one optimizer step",
+            )
+        if config.lr <= 0 or not 0 <= config.warmup < 1:
             raise UsageError("--lr must be positive and --warmup a fraction below 1")
+        if config.train_embeddings not in TRAIN_EMBEDDINGS:
+            raise UsageError(f"unknown --train-embeddings {config.train_embeddings!r}", hint="all, new or none")
+        if config.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise UsageError(f"unknown --precision {config.precision!r}", hint="auto, fp32, bf16 or fp16")
 
 
 @dataclass
@@ -81,6 +117,36 @@ class Features:
     start_positions: np.ndarray
     end_positions: np.ndarray
     question_index: np.ndarray  # which question each window belongs to
+
+
+def window_lengths(options: QaTrainOptions, model_config: dict[str, Any], tokenizer: Any) -> tuple[int, int]:
+    """(max_length, doc_stride): the requested ones, checked against the model, or the defaults that fit it."""
+    from greenadapt.qa.model import default_max_length, resolve_max_length
+
+    if options.max_length is None:
+        max_length = min(DEFAULT_MAX_LENGTH, default_max_length(model_config, tokenizer))
+    else:
+        max_length = resolve_max_length(options.max_length, model_config, tokenizer)
+    doc_stride = options.doc_stride if options.doc_stride is not None else min(DEFAULT_DOC_STRIDE, max_length // 3)
+    # A window holds [CLS] q [SEP] c [SEP] with at least one question piece and doc_stride + 1 context
+    # pieces; the tokenizers library aborts the process (a Rust panic) when the context part is shorter.
+    if not 0 < doc_stride <= max_length - 5:
+        raise UsageError(
+            f"--doc-stride {doc_stride} leaves no room for the question and new context in --max-length {max_length} windows",
+            hint=f"use a stride from 1 to {max_length - 5}, usually a third of --max-length",
+        )
+    return max_length, doc_stride
+
+
+def check_squad_path(path: str | os.PathLike[str], flag: str) -> None:
+    """Refuse a NER/classification file given to --task qa before it is parsed as JSON."""
+    suffix = Path(path).suffix.lower()
+    if suffix in _NOT_SQUAD_SUFFIXES:
+        raise UsageError(
+            f"{flag}: --task qa trains on SQuAD-style JSON, not a {suffix} file",
+            path=path,
+            hint='the format `greenadapt qa` reads, {"data": [{"paragraphs": [...]}]}; NER and classification files go with --task ner or classify',
+        )
 
 
 def featurize(squad: SquadData, tokenizer: Any, options: QaTrainOptions) -> tuple[Features, int]:
@@ -98,12 +164,16 @@ def featurize(squad: SquadData, tokenizer: Any, options: QaTrainOptions) -> tupl
     dropped = len(questions) - len(usable)
     if not usable:
         return Features([], [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)), dropped
-    # Cut long questions in the text, at a wordpiece boundary, so the pair encoding below keeps room for context.
+    if options.max_length is None or options.doc_stride is None:
+        raise ValueError("featurize needs max_length and doc_stride set (see window_lengths)")
+    # Cut long questions in the text, at a wordpiece boundary, so the pair encoding below keeps room
+    # for doc_stride + 1 context pieces (window_lengths guarantees at least one question piece).
+    budget = min(options.max_question_tokens, options.max_length - 4 - options.doc_stride)
     question_offsets = tokenizer(
         [questions[i] for i in usable], add_special_tokens=False, return_offsets_mapping=True
     )["offset_mapping"]
     cut_questions = [
-        questions[i][: offsets[options.max_question_tokens - 1][1]] if len(offsets) > options.max_question_tokens else questions[i]
+        questions[i][: offsets[budget - 1][1]] if len(offsets) > budget else questions[i]
         for offsets, i in zip(question_offsets, usable, strict=True)
     ]
     encoded = tokenizer(
@@ -152,36 +222,60 @@ def run_finetune_qa(
     out: str | os.PathLike[str],
     *,
     dev: str | os.PathLike[str] | None = None,
+    test: str | os.PathLike[str] | None = None,
     options: QaTrainOptions | None = None,
     force: bool = False,
     wait: bool = False,
     progress: Progress = NULL_PROGRESS,
 ) -> StageOutcome:
-    """Fine-tune ``model`` for extractive QA on SQuAD-style ``train``; evaluate on ``dev`` with ``greenadapt qa``."""
+    """Fine-tune ``model`` for extractive QA on SQuAD-style ``train``; score ``dev``/``test`` as ``greenadapt qa`` does."""
+    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.finetune.train import pick_device
     from greenadapt.models import resolve_model
     from greenadapt.qa.data import read_squad
-    from greenadapt.qa.model import load_tokenizers, resolve_device
+    from greenadapt.qa.model import load_tokenizers, resolve_pool
 
     options = options or QaTrainOptions()
     options.check()
+    splits = {"train": train, "dev": dev, "test": test}
+    for split, path in splits.items():
+        if path is not None:
+            check_squad_path(path, f"--{split}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError("--task qa trains in one process; it has no data-parallel path", hint="run it without torchrun")
     ref = resolve_model(model)
     tokenizers = load_tokenizers(ref.path)
-    mix = options.mix if options.mix is not None else (0.5 if tokenizers.domain is not None else 0.0)
+    requested_mix = options.training.mix
+    mix = requested_mix if requested_mix is not None else (0.5 if tokenizers.domain is not None else 0.0)
     if mix > 0 and tokenizers.domain is None:
         raise UsageError(
             f"--mix {mix:g} needs a domain tokenizer, but this model has only one",
             path=ref.path,
             hint="pass a model folder written by `greenadapt expand`, or --mix 0",
         )
-    device = resolve_device(options.device)
+    pool = resolve_pool(options.pool, tokenizers, ref.path)
+    max_length, doc_stride = window_lengths(options, ref.config(), tokenizers.general)
+    options = replace(options, max_length=max_length, doc_stride=doc_stride, training=replace(options.training, mix=mix))
+    device = pick_device(options.device)
     train_data = read_squad(train).limited(options.limit)
-    dev_data = read_squad(dev) if dev is not None else None
-    config = {"task": "qa", **asdict(options), "mix": mix}
-    config.pop("device")
+    scored = {split: read_squad(path) for split, path in splits.items() if split != "train" and path is not None}
+    config = {
+        "task": {
+            "task": TASK,
+            "max_length": max_length,
+            "doc_stride": doc_stride,
+            "max_question_tokens": options.max_question_tokens,
+            "has_domain_tokenizer": tokenizers.domain is not None,
+        },
+        "train": {k: v for k, v in asdict(options.training).items() if k != "eval_batch_size"},
+        "pool": pool,
+        "limit": options.limit,
+        "model": ref.name,
+    }
     inputs = [ref.identity(), {"role": "train", **file_identity(train_data.path)}]
-    if dev_data is not None:
-        inputs.append({"role": "dev", **file_identity(dev_data.path)})
-    with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=("torch", "transformers", "tokenizers")) as run:
+    inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
+    libraries = ("torch", "transformers", "tokenizers")
+    with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
@@ -196,34 +290,57 @@ def run_finetune_qa(
             )
         if dropped:
             log.warning("%d training question(s) left out: their gold answer text is not in the context", dropped)
-        qa_model = _load_for_training(ref.path, device)
+        qa_model = _load_for_training(ref.path, tokenizers, options.training.seed, device)
         with resource_errors(run.tmp):
-            log_path = run.tmp / "train_log.jsonl"
-            stats = _train(qa_model, [f for f, _ in featurized], train_data.n_questions, mix, options, device, log_path, progress)
-            stats.update(questions_left_out=dropped, features={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
-            qa_model.save_pretrained(run.tmp)
-            _save_tokenizers(tokenizers, run.tmp)
-            if dev_data is not None:
-                metrics = _evaluate(qa_model, tokenizers, dev_data, options, device)
+            stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
+            stats.update(
+                _train(
+                    qa_model,
+                    [f for f, _ in featurized],
+                    train_data.n_questions,
+                    len(tokenizers.general),
+                    options.training,
+                    device,
+                    run.tmp / "train_log.jsonl",
+                    progress,
+                )
+            )
+            stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
+            with quiet_transformers():
+                qa_model.save_pretrained(run.tmp)
+            _save_tokenizers(tokenizers, run.tmp, max_length)
+            metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
+            for split, data in scored.items():
+                scores, predictions = _evaluate(qa_model, tokenizers, data, pool, max_length, options.training.eval_batch_size, device)
+                metrics[split] = scores
+                (run.tmp / "predictions").mkdir(exist_ok=True)
+                write_json(run.tmp / "predictions" / f"{split}.json", predictions)
+                stats[split] = {k: scores[k] for k in ("exact_match", "f1", "substring_match", "questions")} | {"pool": pool}
+            if scored:
                 write_json(run.tmp / "metrics.json", metrics)
-                stats["dev"] = {k: metrics[k] for k in ("exact_match", "f1", "substring_match", "pool")}
         manifest = run.commit(stats=stats, extra={"model": str(ref.path)})
         return StageOutcome(run.out, manifest, False)
 
 
-def _load_for_training(path: Path, device: Any) -> Any:
-    from transformers import AutoModelForQuestionAnswering
+def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> Any:
+    import torch
+    from transformers import AutoModelForQuestionAnswering, set_seed
 
     from greenadapt.errors import ModelError
-    from greenadapt.qa.model import quiet_transformers_loading
+    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.qa.model import check_vocabulary
 
+    set_seed(seed)  # a new QA head's initialisation
     try:
-        with quiet_transformers_loading():
-            model, info = AutoModelForQuestionAnswering.from_pretrained(str(path), output_loading_info=True)
+        # A missing head is expected here (training adds one), so transformers' load report is noise.
+        with quiet_transformers():
+            # fp32 master weights whatever the checkpoint's dtype; autocast does the rest.
+            model, info = AutoModelForQuestionAnswering.from_pretrained(str(path), dtype=torch.float32, output_loading_info=True)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise ModelError(f"cannot load the model for question answering: {type(exc).__name__}", path=path) from None
     if info.get("missing_keys"):
         log.info("new question-answering head initialised (%s)", ", ".join(sorted(info["missing_keys"])[:4]))
+    check_vocabulary(model, tokenizers, path)
     return model.to(device)
 
 
@@ -231,8 +348,8 @@ def _train(
     model: Any,
     views: list[Features],
     n_questions: int,
-    mix: float,
-    options: QaTrainOptions,
+    n_base_rows: int,
+    config: TrainConfig,
     device: Any,
     log_path: Path,
     progress: Progress,
@@ -240,62 +357,148 @@ def _train(
     import numpy as np
     import torch
 
-    from greenadapt.finetune.train import autocast_dtype, choose_views
+    from greenadapt.finetune import embeddings
+    from greenadapt.finetune.train import autocast_dtype, choose_views, length_grouped_batches, plan_steps
 
-    torch.manual_seed(options.seed)
-    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    per_epoch = [math.ceil(len(v.input_ids) / options.batch_size) for v in views]
-    total = options.max_steps or options.epochs * max(per_epoch)
-    decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": options.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=options.lr
-    )
-    warmup = int(total * options.warmup)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: (step + 1) / max(1, warmup) if step < warmup else max(0.0, (total - step) / max(1, total - warmup))
-    )
-    amp = autocast_dtype("auto", device)
+    mix = config.mix or 0.0
+    # With mix 1 the general windows are never drawn: they must not stretch the epochs either.
+    used = [v for v in range(len(views)) if (v == 0 and mix < 1) or (v == 1 and mix > 0)]
+    _, total = plan_steps(max(len(views[v].input_ids) for v in used), config)
+    torch.manual_seed(config.seed)  # dropout
+    longest = max(len(ids) for features in views for ids in features.input_ids)
+    split = embeddings.install(model, n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest)
     model.train()
-    step, began, losses = 0, time.perf_counter(), []
-    progress.start("training", total=total, unit="steps")
-    with open(log_path, "w", encoding="utf-8") as log_file:
-        epoch = 0
-        while step < total:
-            chosen = choose_views(n_questions, mix, options.seed, epoch) if len(views) > 1 else np.zeros(n_questions, np.int64)
-            rows = [(v, r) for v, features in enumerate(views) for r in np.flatnonzero(chosen[features.question_index] == v)]
-            order = np.random.default_rng([options.seed, epoch]).permutation(len(rows))
-            for first in range(0, len(order), options.batch_size):
-                batch = [rows[i] for i in order[first : first + options.batch_size]]
-                inputs = _collate(views, batch, pad_id, device)
-                with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-                    loss = model(**inputs).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), options.max_grad_norm)
+    optimizers, schedulers = _optimizers(model, split, config, total)
+    dtype = autocast_dtype(config.precision, device)
+    scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+
+    def step(batch: list[tuple[int, int]]) -> tuple[float, float | None]:
+        if split is not None:
+            domain_ids = [views[v].input_ids[r] for v, r in batch if v == 1]
+            flat = np.concatenate(domain_ids) if domain_ids else np.zeros(0, np.int64)
+            split.load_rows(torch.from_numpy(flat).to(device))
+        loss_sum = 0.0
+        for part in np.array_split(np.arange(len(batch)), config.grad_accum):
+            inputs, starts, ends = _collate(views, [batch[i] for i in part], pad_id, device)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                output = model(**inputs)
+            cross_entropy = torch.nn.functional.cross_entropy
+            summed = cross_entropy(output.start_logits.float(), starts, reduction="sum") + cross_entropy(output.end_logits.float(), ends, reduction="sum")
+            # transformers' QA loss, (start + end) / 2 averaged over the batch, taken over the global batch.
+            loss = summed / (2 * len(batch))
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            loss_sum += float(loss.detach())
+        if scaler is not None:
+            for optimizer in optimizers:
+                scaler.unscale_(optimizer)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)) if config.max_grad_norm > 0 else None
+        for optimizer in optimizers:
+            if scaler is not None:
+                scaler.step(optimizer)
+            else:
                 optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                losses.append(loss.item())
-                domain_share = sum(v for v, _ in batch) / len(batch)
-                log_file.write(json.dumps({"step": step, "epoch": epoch, "loss": losses[-1], "lr": scheduler.get_last_lr()[0], "domain_share": domain_share}) + "\n")
-                progress.update(step, loss=f"{losses[-1]:.3f}")
-                if step >= total:
-                    break
-            epoch += 1
-    progress.finish()
+            optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.update()
+        for scheduler in schedulers:
+            scheduler.step()
+        return loss_sum, grad_norm
+
+    step_count = epoch = domain_windows = seen_windows = 0
+    losses: list[float] = []
+    began = time.perf_counter()
+    progress.start("fine-tuning (qa)", total=total, unit="steps")
+    try:
+        with open(log_path, "w", encoding="utf-8") as log_file:
+            while step_count < total:
+                chosen = choose_views(n_questions, mix, config.seed, epoch)
+                rows = [(v, int(r)) for v in used for r in np.flatnonzero(chosen[views[v].question_index] == v)]
+                lengths = np.array([len(views[v].input_ids[r]) for v, r in rows])
+                stepped = False
+                for indices in length_grouped_batches(lengths, config.batch_size, config.seed, epoch):
+                    if step_count >= total:
+                        break
+                    if len(indices) < config.grad_accum:
+                        continue  # an epoch's last, tiny batch that cannot fill every micro-batch
+                    batch = [rows[i] for i in indices]
+                    loss, grad_norm = step(batch)
+                    if not math.isfinite(loss) and scaler is None:
+                        raise UsageError(
+                            f"the training loss became {loss} at step {step_count + 1}", hint="lower --lr, or use --precision fp32 or bf16"
+                        )
+                    step_count += 1
+                    stepped = True
+                    losses.append(loss)
+                    in_domain = sum(v for v, _ in batch)
+                    domain_windows += in_domain
+                    seen_windows += len(batch)
+                    record = {
+                        "step": step_count,
+                        "epoch": epoch + 1,
+                        "loss": round(loss, 6),
+                        "lr": float(schedulers[0].get_last_lr()[0]),
+                        "windows": len(batch),
+                        "domain_windows": in_domain,
+                        "wordpieces": int(lengths[indices].sum()),
+                        "grad_norm": None if grad_norm is None else round(grad_norm, 6),
+                        "seconds": round(time.perf_counter() - began, 3),
+                    }
+                    log_file.write(json.dumps(record) + "\n")
+                    progress.update(step_count, loss=f"{loss:.4f}")
+                epoch += 1
+                if not stepped:
+                    raise DataError(f"{len(rows)} training window(s) cannot fill --grad-accum {config.grad_accum} micro-batches")
+    finally:
+        progress.finish()
+    embeddings.merge_back(model)
     model.eval()
     return {
-        "steps": step,
-        "epochs_started": epoch,
-        "mix": mix,
+        "steps": step_count,
+        "epochs": epoch,
         "first_loss": losses[0],
         "last_loss": float(np.mean(losses[-10:])),
         "train_seconds": round(time.perf_counter() - began, 2),
+        "domain_fraction": round(domain_windows / seen_windows, 4) if seen_windows else 0.0,
     }
 
 
-def _collate(views: list[Features], batch: list[tuple[int, int]], pad_id: int, device: Any) -> dict[str, Any]:
+# As finetune.train._Stepper: norms and biases are not decayed.
+_NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
+
+
+def _optimizers(model: Any, split: Any, config: TrainConfig, total: int) -> tuple[list[Any], list[Any]]:
+    """AdamW (plus RowAdamW for row-wise trained added embeddings) and finetune's linear schedule."""
+    import torch
+
+    from greenadapt.finetune import embeddings
+
+    active = split.active if split is not None else None
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]
+    optimizers: list[Any] = [
+        torch.optim.AdamW(
+            [
+                {"params": [p for n, p in named if not n.endswith(_NO_DECAY)], "weight_decay": config.weight_decay},
+                {"params": [p for n, p in named if n.endswith(_NO_DECAY)], "weight_decay": 0.0},
+            ],
+            lr=config.lr,
+        )
+    ]
+    if split is not None:
+        optimizers.append(embeddings.RowAdamW(split, lr=config.lr, weight_decay=config.weight_decay))
+    warmup = int(round(config.warmup * total))
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return optimizers, [torch.optim.lr_scheduler.LambdaLR(optimizer, schedule) for optimizer in optimizers]
+
+
+def _collate(views: list[Features], batch: list[tuple[int, int]], pad_id: int, device: Any) -> tuple[dict[str, Any], Any, Any]:
+    """Padded model inputs of ``(view, window)`` rows, and their start and end positions."""
     import numpy as np
     import torch
 
@@ -308,35 +511,45 @@ def _collate(views: list[Features], batch: list[tuple[int, int]], pad_id: int, d
         ids[i, :n] = views[v].input_ids[r]
         types[i, :n] = views[v].token_type_ids[r]
         mask[i, :n] = 1
-    starts = np.array([views[v].start_positions[r] for v, r in batch])
-    ends = np.array([views[v].end_positions[r] for v, r in batch])
-    tensors = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "start_positions": starts, "end_positions": ends}
-    return {name: torch.from_numpy(array).to(device) for name, array in tensors.items()}
+    starts = np.array([views[v].start_positions[r] for v, r in batch], dtype=np.int64)
+    ends = np.array([views[v].end_positions[r] for v, r in batch], dtype=np.int64)
+
+    def to(array: np.ndarray) -> Any:
+        return torch.from_numpy(array).to(device)
+
+    return {"input_ids": to(ids), "token_type_ids": to(types), "attention_mask": to(mask)}, to(starts), to(ends)
 
 
-def _save_tokenizers(tokenizers: Any, folder: Path) -> None:
+def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
+    from greenadapt.finetune.tasks import TASK_FILE, TaskSettings
     from greenadapt.qa.model import GENERAL_TOKENIZER_DIR
 
     if tokenizers.domain is None:
         tokenizers.general.save_pretrained(folder)
-        return
-    tokenizers.domain.save_pretrained(folder)
-    tokenizers.general.save_pretrained(folder / GENERAL_TOKENIZER_DIR)
+    else:
+        tokenizers.domain.save_pretrained(folder)
+        tokenizers.general.save_pretrained(folder / GENERAL_TOKENIZER_DIR)
+    settings = TaskSettings(task=TASK, labels=[], max_length=max_length, metric="f1", has_domain_tokenizer=tokenizers.domain is not None)
+    write_json(folder / TASK_FILE, settings.to_json())
 
 
-def _evaluate(model: Any, tokenizers: Any, dev: SquadData, options: QaTrainOptions, device: Any) -> dict[str, Any]:
+def _evaluate(
+    model: Any, tokenizers: Any, data: SquadData, pool: str, max_length: int, batch_size: int, device: Any
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``greenadapt qa``'s whole-document answers and scores; also the predictions, id → answer."""
     from greenadapt.qa.infer import QaRunner
     from greenadapt.qa.metrics import evaluate
     from greenadapt.qa.run import answer_questions
 
-    pool = "mean" if tokenizers.domain is not None else "general"
-    runner = QaRunner(model, device)
-    predictions = {
+    answered = {
         question.id: (answers[0]["text"] if answers else "")
         for question, answers in answer_questions(
-            runner, dev.documents, tokenizers.for_pool(pool), max_length=options.max_length,
-            batch_size=options.batch_size, n_best=1, max_answer_chars=500,
+            QaRunner(model, device), data.documents, tokenizers.for_pool(pool), max_length=max_length,
+            batch_size=batch_size, n_best=1, max_answer_chars=500,
         )
     }
-    golds = {q.id: [a.text for a in q.answers] for q in dev.questions if q.answers is not None}
-    return {**evaluate(predictions, golds), "pool": pool, "questions": len(predictions)}
+    predictions = {q.id: answered.get(q.id, "") for q in data.questions}
+    golds = {q.id: [a.text for a in q.answers] for q in data.questions if q.answers is not None}
+    if not golds:
+        log.warning("%s has no gold answers: predictions only, no scores", data.path)
+    return {**evaluate(predictions, golds), "pool": pool, "questions": len(predictions)}, predictions

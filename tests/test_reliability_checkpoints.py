@@ -1,0 +1,355 @@
+"""finetune checkpoints: --save-every, --resume and SIGTERM pre-emption.
+
+The invariant: a run interrupted at any step and resumed ends with the same
+weights, metrics and log as one never interrupted (CPU, fixed seed; the tiny
+model keeps its dropout, so the random states must be restored too).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from finetune_helpers import build_tiny_expanded, write_ner_file
+
+from greenadapt.errors import StageError
+from greenadapt.finetune import embeddings
+from greenadapt.finetune.run import FinetuneOptions, checkpoint_folder, run_finetune
+from greenadapt.finetune.train import EXIT_PREEMPTED, Preempted, TrainConfig, latest_checkpoint
+from greenadapt.stage import load_stage, sha256_file
+
+STEPS_PER_EPOCH = 5  # 40 training sentences, batches of 8
+# Tiny models gain nothing from threads, and on a busy machine spinning OpenMP threads slow them tenfold.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_expanded(tmp_path_factory.mktemp("ckpt-model") / "model")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ckpt-data")
+    return {"train": write_ner_file(root / "train.tsv", 40, seed=1), "dev": write_ner_file(root / "dev.tsv", 12, seed=2)}
+
+
+def _options(model: Path, data: dict[str, Path], out: Path, **kw: Any) -> FinetuneOptions:
+    training = {"batch_size": 8, "lr": 3e-3, "epochs": 3}
+    for name in list(kw):
+        if name in TrainConfig.__dataclass_fields__:
+            training[name] = kw.pop(name)
+    base: dict[str, Any] = {"task": "ner", "train": data["train"], "dev": data["dev"], "test": data["dev"],
+                            "model": str(model), "out": out, "device": "cpu", "seeds": [7]}
+    base.update(kw)
+    return FinetuneOptions(**base, training=TrainConfig(**training))
+
+
+@pytest.fixture(scope="module")
+def reference(model: Path, data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Never interrupted: 3 epochs, dev selection after each, mix 0.5 (row-wise trained added rows)."""
+    return run_finetune(_options(model, data, tmp_path_factory.mktemp("ckpt-ref") / "run")).path
+
+
+@pytest.fixture(scope="module")
+def reference_seeds(model: Path, data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_finetune(_options(model, data, tmp_path_factory.mktemp("ckpt-ref2") / "run", dev=None, max_steps=6, seeds=[1, 2])).path
+
+
+class _Crash(Exception):
+    """Stands in for SIGKILL: no handler runs, only checkpoints already on disk survive."""
+
+
+class _AtStep:
+    """A Progress that does ``action`` when training reports step ``step`` (of the ``nth`` seed)."""
+
+    def __init__(self, step: int, action: Callable[[], None], nth: int = 1) -> None:
+        self.step, self.action, self.nth, self.started = step, action, nth, 0
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        self.started += 1
+
+    def update(self, completed: float, **info: float | str) -> None:
+        if completed == self.step and self.started == self.nth and info:
+            self.action()
+
+    def finish(self) -> None:
+        pass
+
+
+def _sigterm() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _crash() -> None:
+    raise _Crash
+
+
+def _log_without_times(folder: Path) -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in (folder / "train_log.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    from safetensors.numpy import load_file
+
+    ma, mb = load_stage(a, "finetune"), load_stage(b, "finetune")
+    assert ma["fingerprint"] == mb["fingerprint"]
+    assert set(ma["files"]) == set(mb["files"])
+    for name in ma["files"]:
+        if name.endswith("model.safetensors"):
+            wa, wb = load_file(str(a / name)), load_file(str(b / name))
+            assert wa.keys() == wb.keys()
+            for key in wa:
+                np.testing.assert_allclose(wa[key], wb[key], rtol=0, atol=1e-6, err_msg=f"{name}: {key}")
+        elif name.endswith("train_log.jsonl"):
+            assert _log_without_times((a / name).parent) == _log_without_times((b / name).parent), name
+        elif name.endswith(("metrics.json", ".tsv", "config.json", "greenadapt_task.json")) and "tokenizer" not in name:
+            # Not the tokenizer files: transformers writes the hub's offline setting into them.
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _checkpoints(out: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+    folder = checkpoint_folder(out)
+    found = {seed.name: latest_checkpoint(seed) for seed in sorted(folder.glob("seed-*"))}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+# --------------------------------------------------------------------------
+# Resumed = uninterrupted
+
+
+@pytest.mark.parametrize("step", [2, STEPS_PER_EPOCH, 12])
+def test_sigterm_saves_a_checkpoint_and_resume_matches(model: Path, data: dict[str, Path], reference: Path, tmp_path: Path,
+                                                       step: int) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(Preempted) as info:
+        run_finetune(_options(model, data, out), _AtStep(step, _sigterm))
+    assert info.value.exit_code == EXIT_PREEMPTED == 99
+    assert f"at step {step} of 15" in info.value.one_line() and "--resume" in info.value.one_line()
+    assert not out.exists() and not list(tmp_path.glob(".run.tmp-*"))  # no half-written output
+    (path, manifest), = _checkpoints(out).values()
+    assert manifest["step"] == step and not manifest["complete"]
+    state = json.loads((path / "state.json").read_text())
+    # Stopped at an epoch's end: the dev evaluation ran before the save and is part of it.
+    assert len(state["result"]["dev_history"]) == step // STEPS_PER_EPOCH
+
+    resumed = run_finetune(_options(model, data, out, resume=True))
+    assert not resumed.skipped
+    assert_same_run(reference, resumed.path)
+    assert not checkpoint_folder(out).exists()  # removed once the run is complete
+
+
+def test_crash_resumes_from_the_newest_periodic_checkpoint(model: Path, data: dict[str, Path], reference: Path,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(_Crash):
+        run_finetune(_options(model, data, out, save_every=4), _AtStep(11, _crash))
+    folder = checkpoint_folder(out) / "seed-7"
+    assert [p.name for p in folder.iterdir()] == ["ckpt-000002"]  # step 8; the one of step 4 was dropped
+    assert _checkpoints(out)["seed-7"][1]["step"] == 8
+    assert_same_run(reference, run_finetune(_options(model, data, out, save_every=4, resume=True)).path)
+
+
+def test_several_seeds_keep_finished_seeds(model: Path, data: dict[str, Path], reference_seeds: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from greenadapt.finetune import train as train_module
+
+    out = tmp_path / "run"
+    options = {"dev": None, "max_steps": 6, "seeds": [1, 2], "save_every": 2}
+    with pytest.raises(_Crash):
+        run_finetune(_options(model, data, out, **options), _AtStep(3, _crash, nth=2))
+    found = _checkpoints(out)
+    assert found["seed-1"][1]["complete"] and found["seed-1"][1]["step"] == 6
+    assert found["seed-2"][1]["step"] == 2
+
+    steps: list[int] = []
+    real_step = train_module._Stepper.step
+    monkeypatch.setattr(train_module._Stepper, "step", lambda self, *a: steps.append(self.config.seed) or real_step(self, *a))
+    resumed = run_finetune(_options(model, data, out, resume=True, **options))
+    assert steps == [2] * 4  # seed 1 is not trained again, seed 2 goes on from step 2
+    assert_same_run(reference_seeds, resumed.path)
+
+
+class _AtFinish(_AtStep):
+    """A Progress that sends SIGTERM when training reports it is done (after the last step)."""
+
+    def finish(self) -> None:
+        if self.started:
+            _sigterm()
+
+
+def test_sigterm_before_training_stops_at_once(model: Path, data: dict[str, Path], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from greenadapt.finetune import run as run_module
+
+    real = run_module._check_checkpoints
+
+    def then_sigterm(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        _sigterm()
+
+    monkeypatch.setattr(run_module, "_check_checkpoints", then_sigterm)
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Preempted, match="before training started; nothing to save yet") as info:
+        run_finetune(_options(model, data, tmp_path / "run"))
+    assert info.value.exit_code == EXIT_PREEMPTED
+    assert not (tmp_path / "run").exists() and not checkpoint_folder(tmp_path / "run").exists()
+    assert not list(tmp_path.glob(".run.tmp-*"))
+    assert signal.getsignal(signal.SIGTERM) == handler  # ours is removed again
+
+
+def test_sigterm_after_the_last_step_lets_the_run_finish(model: Path, data: dict[str, Path], reference: Path, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="greenadapt"):
+        outcome = run_finetune(_options(model, data, tmp_path / "run"), _AtFinish(-1, _sigterm))
+    assert any("SIGTERM arrived after the last training step" in r.getMessage() for r in caplog.records)
+    assert_same_run(reference, outcome.path)
+    assert not checkpoint_folder(outcome.path).exists()
+
+
+# --------------------------------------------------------------------------
+# What --resume refuses, and what it ignores
+
+
+def test_checkpoint_is_never_discarded_or_misused(model: Path, data: dict[str, Path], reference: Path, tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(_Crash):
+        run_finetune(_options(model, data, out, save_every=3), _AtStep(4, _crash))
+    with pytest.raises(StageError, match="left checkpoints here") as info:
+        run_finetune(_options(model, data, out))
+    assert "pass --resume" in info.value.one_line() and info.value.exit_code == 4
+    with pytest.raises(StageError, match="other inputs or options"):
+        run_finetune(_options(model, data, out, lr=1e-3, resume=True))
+    assert _checkpoints(out)["seed-7"][1]["step"] == 3  # both refusals left it alone
+
+    # A damaged checkpoint (bytes changed after its checksums were taken) is ignored, not trusted.
+    (path, _), = _checkpoints(out).values()
+    weights = path / "model.safetensors"
+    blob = bytearray(weights.read_bytes())
+    blob[-1] ^= 0xFF
+    weights.write_bytes(bytes(blob))
+    with caplog.at_level(logging.WARNING, logger="greenadapt"):
+        resumed = run_finetune(_options(model, data, out, resume=True))
+    assert any("does not match its checksum" in r.getMessage() for r in caplog.records)
+    assert_same_run(reference, resumed.path)  # trained from the start instead
+
+
+def test_resume_without_a_checkpoint_trains_from_the_start(model: Path, data: dict[str, Path], reference: Path,
+                                                           tmp_path: Path) -> None:
+    outcome = run_finetune(_options(model, data, tmp_path / "run", resume=True))
+    assert_same_run(reference, outcome.path)
+    assert run_finetune(_options(model, data, tmp_path / "run", resume=True)).skipped
+
+
+def test_a_checkpoint_is_never_unpickled(model: Path, data: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(_Crash):
+        run_finetune(_options(model, data, out, save_every=2), _AtStep(3, _crash))
+    (path, manifest), = _checkpoints(out).values()
+    marker = tmp_path / "code-ran"
+    torch.save({"optimizers": _Payload(str(marker))}, path / "optimizer.pt")
+    # Re-vouch for the file, as an attacker who can write the folder could.
+    manifest["files"]["optimizer.pt"] = {"size": (path / "optimizer.pt").stat().st_size, "sha256": sha256_file(path / "optimizer.pt")}
+    (path / "checkpoint.json").write_text(json.dumps(manifest))
+    with pytest.raises(StageError, match="unreadable checkpoint"):
+        run_finetune(_options(model, data, out, resume=True))
+    assert not marker.exists()
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_row_adamw_state_round_trips_through_weights_only_load(tmp_path: Path) -> None:
+    def fresh() -> tuple[embeddings.SplitWordEmbedding, embeddings.RowAdamW]:
+        torch.manual_seed(0)
+        split = embeddings.SplitWordEmbedding(torch.randn(30, 4), 10, 0, train_base=False, capacity=8)
+        return split, embeddings.RowAdamW(split, lr=0.1, weight_decay=0.01)
+
+    def step(split: embeddings.SplitWordEmbedding, optimizer: embeddings.RowAdamW, ids: list[int]) -> None:
+        split.load_rows(torch.tensor(ids))
+        split.train()
+        split(torch.tensor([ids])).pow(2).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    batches = [[10, 12, 3], [12, 15, 29], [11, 10], [29, 20, 21]]
+    split_a, opt_a = fresh()
+    for ids in batches:
+        step(split_a, opt_a, ids)
+    split_b, opt_b = fresh()
+    for ids in batches[:2]:
+        step(split_b, opt_b, ids)
+    torch.save({"opt": opt_b.state_dict(), "added": split_b.added}, tmp_path / "state.pt")
+    saved = torch.load(tmp_path / "state.pt", weights_only=True)
+    split_c, opt_c = fresh()
+    split_c.added.copy_(saved["added"])
+    opt_c.load_state_dict(saved["opt"])
+    assert opt_c.state_size_rows() == 4
+    for ids in batches[2:]:
+        step(split_c, opt_c, ids)
+    assert torch.equal(split_a.added, split_c.added)
+    other = embeddings.RowAdamW(embeddings.SplitWordEmbedding(torch.randn(31, 4), 10, 0, train_base=False, capacity=8), lr=0.1)
+    with pytest.raises(ValueError, match="does not fit"):
+        other.load_state_dict(saved["opt"])
+
+
+# --------------------------------------------------------------------------
+# The command: SIGTERM from outside, a clean exit, --resume
+
+
+def _cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "greenadapt", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)
+
+
+def test_sigterm_to_the_command_exits_99_and_resume_finishes(model: Path, data: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["finetune", "--task", "ner", "--train", str(data["train"]), "--model", str(model), "--out", str(out),
+            "--batch-size", "8", "--max-steps", "30", "--device", "cpu", "--quiet", "--save-every", "5"]
+    process = _cli(*args)
+    deadline = time.monotonic() + 90
+    while not list(checkpoint_folder(out).glob("seed-42/ckpt-*")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == EXIT_PREEMPTED, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "stopped by SIGTERM at step" in errors[0] and "--resume" in errors[0], stderr
+    assert "Traceback" not in stderr and stdout == ""
+    assert not out.exists() and not list(tmp_path.glob(".run.tmp-*"))
+    stopped_at = _checkpoints(out)["seed-42"][1]["step"]
+    assert 5 <= stopped_at < 30
+
+    again = subprocess.run([sys.executable, "-m", "greenadapt", *args, "--resume"], capture_output=True, text=True, timeout=300,
+                           env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert not checkpoint_folder(out).exists()
+    reference = run_finetune(_options(model, data, tmp_path / "ref", dev=None, test=None, seeds=[42], lr=5e-5, max_steps=30))
+    assert_same_run(reference.path, out)
