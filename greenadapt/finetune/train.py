@@ -647,10 +647,40 @@ def train(
     return result
 
 
+NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
+
+
+def build_optimizers(model: Any, split: Any, config: TrainConfig, total: int) -> tuple[list[Any], list[Any]]:
+    """AdamW (norms and biases not decayed), RowAdamW for row-wise trained added rows, linear warm-up schedule."""
+    import torch
+
+    from greenadapt.finetune import embeddings
+
+    active = split.active if split is not None else None
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]
+    optimizers: list[Any] = [
+        torch.optim.AdamW(
+            [
+                {"params": [p for n, p in named if not n.endswith(NO_DECAY)], "weight_decay": config.weight_decay},
+                {"params": [p for n, p in named if n.endswith(NO_DECAY)], "weight_decay": 0.0},
+            ],
+            lr=config.lr,
+        )
+    ]
+    if split is not None:
+        optimizers.append(embeddings.RowAdamW(split, lr=config.lr, weight_decay=config.weight_decay))
+    warmup = int(round(config.warmup * total))
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return optimizers, [torch.optim.lr_scheduler.LambdaLR(optimizer, schedule) for optimizer in optimizers]
+
+
 class _Stepper:
     """Optimizers, schedule, mixed precision and DDP around one model: one call per optimizer step."""
-
-    NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 
     def __init__(self, model: Any, units: Sequence[Unit], config: TrainConfig, ctx: DistContext, *, pad_id: int, n_base_rows: int) -> None:
         import torch
@@ -677,28 +707,8 @@ class _Stepper:
             device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
             self.ddp_model = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
 
-        active = self.split.active if self.split is not None else None
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]
-        self.optimizers: list[Any] = [
-            torch.optim.AdamW(
-                [
-                    {"params": [p for n, p in named if not n.endswith(self.NO_DECAY)], "weight_decay": config.weight_decay},
-                    {"params": [p for n, p in named if n.endswith(self.NO_DECAY)], "weight_decay": 0.0},
-                ],
-                lr=config.lr,
-            )
-        ]
-        if self.split is not None:
-            self.optimizers.append(embeddings.RowAdamW(self.split, lr=config.lr, weight_decay=config.weight_decay))
         _, total = plan_steps(len(units), config)
-        warmup = int(round(config.warmup * total))
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            return max(0.0, (total - step) / max(1, total - warmup))
-
-        self.schedulers = [torch.optim.lr_scheduler.LambdaLR(opt, schedule) for opt in self.optimizers]
+        self.optimizers, self.schedulers = build_optimizers(model, self.split, config, total)
         self.dtype = autocast_dtype(config.precision, ctx.device)
         self.scaler = torch.amp.GradScaler("cuda") if self.dtype == torch.float16 else None
         self.trainable = [p for p in model.parameters() if p.requires_grad]

@@ -358,7 +358,13 @@ def _train(
     import torch
 
     from greenadapt.finetune import embeddings
-    from greenadapt.finetune.train import autocast_dtype, choose_views, length_grouped_batches, plan_steps
+    from greenadapt.finetune.train import (
+        autocast_dtype,
+        build_optimizers,
+        choose_views,
+        length_grouped_batches,
+        plan_steps,
+    )
 
     mix = config.mix or 0.0
     # With mix 1 the general windows are never drawn: they must not stretch the epochs either.
@@ -368,7 +374,7 @@ def _train(
     longest = max(len(ids) for features in views for ids in features.input_ids)
     split = embeddings.install(model, n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest)
     model.train()
-    optimizers, schedulers = _optimizers(model, split, config, total)
+    optimizers, schedulers = build_optimizers(model, split, config, total)
     dtype = autocast_dtype(config.precision, device)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -462,39 +468,6 @@ def _train(
         "train_seconds": round(time.perf_counter() - began, 2),
         "domain_fraction": round(domain_windows / seen_windows, 4) if seen_windows else 0.0,
     }
-
-
-# As finetune.train._Stepper: norms and biases are not decayed.
-_NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
-
-
-def _optimizers(model: Any, split: Any, config: TrainConfig, total: int) -> tuple[list[Any], list[Any]]:
-    """AdamW (plus RowAdamW for row-wise trained added embeddings) and finetune's linear schedule."""
-    import torch
-
-    from greenadapt.finetune import embeddings
-
-    active = split.active if split is not None else None
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]
-    optimizers: list[Any] = [
-        torch.optim.AdamW(
-            [
-                {"params": [p for n, p in named if not n.endswith(_NO_DECAY)], "weight_decay": config.weight_decay},
-                {"params": [p for n, p in named if n.endswith(_NO_DECAY)], "weight_decay": 0.0},
-            ],
-            lr=config.lr,
-        )
-    ]
-    if split is not None:
-        optimizers.append(embeddings.RowAdamW(split, lr=config.lr, weight_decay=config.weight_decay))
-    warmup = int(round(config.warmup * total))
-
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return optimizers, [torch.optim.lr_scheduler.LambdaLR(optimizer, schedule) for optimizer in optimizers]
 
 
 def _collate(views: list[Features], batch: list[tuple[int, int]], pad_id: int, device: Any) -> tuple[dict[str, Any], Any, Any]:
