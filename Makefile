@@ -5,8 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
+CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench clean chromium
 
 setup: $(VENV)/.installed
 
@@ -24,6 +25,17 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The report's browser test (tests/test_report_browser.py, integration) renders the HTML
+# in Debian's headless chromium and skips without it. As root on Debian this installs it;
+# any failure only warns (the test then skips).
+chromium:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium for the report's browser test" >&2; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+			|| echo "warning: could not install chromium; the browser test will be skipped" >&2; \
+	else echo "note: $(CHROMIUM) missing (not root or no apt-get); the browser test will be skipped" >&2; fi
 
 test-fast: setup
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)

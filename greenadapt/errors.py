@@ -22,7 +22,10 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
 # SIGTERM stopped `finetune` after it saved a checkpoint; `--resume` continues.
 # 99 is what Grid Engine reads as "requeue this job".
 EXIT_PREEMPTED = 99
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2, as a shell reports it
+# SIGTERM to any command but a training `finetune` (which saves a checkpoint
+# and exits 99): 128 + 15, what a shell reports for a process SIGTERM killed.
+EXIT_TERMINATED = 143
 
 
 class GreenAdaptError(Exception):
@@ -102,3 +105,13 @@ class LockedError(GreenAdaptError):
     """Another greenadapt process is writing the same output."""
 
     exit_code = EXIT_LOCKED
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived; raised by the CLI's handler so that cleanup runs.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception``
+    in library code can swallow it on the way out.
+    """
+
+    exit_code = EXIT_TERMINATED

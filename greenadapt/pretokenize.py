@@ -66,7 +66,8 @@ from greenadapt.stage import StageRun, fingerprint, resource_errors
 
 log = logging.getLogger(__name__)
 
-PRETOK_FORMAT = 2
+# 3: tar archives' plain corpus members are read too, lines over 8 MiB are cut at spaces.
+PRETOK_FORMAT = 3
 CORPUS_FILE = "corpus.txt"
 VOCAB_FILE = "vocab.tsv"  # word<TAB>count, first-occurrence order
 # Longer lines are cut into consecutive lines of at most this many words:
@@ -410,6 +411,8 @@ class PretokenizedCorpus:
     skipped_records: int
     seconds: float  # wall time of the run that made it
     cached: bool  # True when this call reused an existing cache entry
+    skipped_members: int = 0  # archive members not read (links, devices, ../ names, other types)
+    long_line_cuts: int = 0  # cuts made in lines longer than corpus.readers.MAX_LINE_BYTES
 
     @property
     def folder(self) -> Path:
@@ -433,6 +436,8 @@ class PretokenizedCorpus:
             "output_bytes": self.output_bytes,
             "replaced_chars": self.replaced_chars,
             "skipped_records": self.skipped_records,
+            "skipped_members": self.skipped_members,
+            "long_line_cuts": self.long_line_cuts,
             "seconds": self.seconds,
         }
 
@@ -513,6 +518,8 @@ def _from_manifest(folder: Path, key: str, manifest: dict[str, Any], *, cached: 
         skipped_records=int(s["skipped_records"]),
         seconds=float(s["seconds"]),
         cached=cached,
+        skipped_members=int(s.get("skipped_members", 0)),  # caches of older versions lack the last two
+        long_line_cuts=int(s.get("long_line_cuts", 0)),
     )
 
 
@@ -567,6 +574,8 @@ def _write_pretokenized(
         "output_bytes": totals["output_bytes"],
         "replaced_chars": stats.replaced_chars + totals["replaced"],
         "skipped_records": stats.skipped_records,
+        "skipped_members": stats.skipped_members,
+        "long_line_cuts": stats.long_line_cuts,
         "lines_read": stats.units,
         "workers": workers,
     }

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import platform
+import re
 import resource
 import shutil
 import socket
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt import __version__
+from greenadapt.energy import EnergyProbe
 from greenadapt.errors import (
     LockedError,
     OutputExistsError,
@@ -105,14 +107,26 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
+    manifest, _ = _read_manifest(folder)
+    return manifest
+
+
+def _read_manifest(folder: Path) -> tuple[dict[str, Any] | None, str]:
+    """The manifest, or None and why not ("" when there is none at all)."""
     path = folder / MANIFEST
     if not path.is_file():
-        return None
+        return None, ""
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return manifest if isinstance(manifest, dict) else None
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): truncated or damaged"
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text: damaged"
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or exc})"
+    if not isinstance(manifest, dict):
+        return None, f"a JSON {type(manifest).__name__}, not an object: damaged"
+    return manifest, ""
 
 
 def verify_files(folder: Path, manifest: Mapping[str, Any], *, checksums: bool = True) -> str | None:
@@ -121,6 +135,10 @@ def verify_files(folder: Path, manifest: Mapping[str, Any], *, checksums: bool =
     if not isinstance(files, dict):
         return "the manifest lists no files"
     for rel, meta in files.items():
+        if not isinstance(meta, dict) or not isinstance(meta.get("size"), int) or not isinstance(meta.get("sha256"), str):
+            return f"the manifest's entry for {rel} is damaged (no size and sha256)"
+        if rel.startswith("/") or ".." in rel.split("/") or "\\" in rel or not rel:
+            return f"the manifest names {rel!r}, a file outside its folder"
         path = folder / rel
         if not path.is_file():
             return f"{rel} is missing"
@@ -140,10 +158,16 @@ def load_stage(folder: str | os.PathLike[str], kind: str, *, checksums: bool = T
             path=path,
             hint=f"run `greenadapt {kind}` first or pass the folder it wrote",
         )
-    manifest = read_manifest(path)
+    manifest, damage = _read_manifest(path)
+    if manifest is None and damage:
+        raise StageError(
+            f"{MANIFEST} is {damage}",
+            path=path / MANIFEST,
+            hint=f"rerun `greenadapt {kind}` with --force",
+        )
     if manifest is None:
         raise StageError(
-            "not a finished greenadapt stage folder (no readable manifest.json)",
+            "not a finished greenadapt stage folder (no manifest.json)",
             path=path,
             hint=f"rerun `greenadapt {kind}` with --force",
         )
@@ -157,7 +181,7 @@ def load_stage(folder: str | os.PathLike[str], kind: str, *, checksums: bool = T
     if problem:
         raise StageError(
             f"corrupt {kind} output: {problem}",
-            path=path,
+            path=path / MANIFEST if problem.startswith("the manifest") else path,
             hint=f"rerun `greenadapt {kind} ... --force`",
         )
     return manifest
@@ -195,23 +219,34 @@ class StageOutcome:
 
 @dataclass
 class CostMeter:
-    """Wall time, CPU seconds and peak memory of this process and its children."""
+    """Wall time, CPU seconds and peak memory of this process and its children,
+    plus GPU time, energy (measured or estimated, method stated) and CO₂: see greenadapt.energy."""
 
     wall_start: float = field(default_factory=time.perf_counter)
     cpu_start: float = field(default_factory=lambda: _cpu_seconds())
+    probe: EnergyProbe = field(default_factory=EnergyProbe)
 
     def snapshot(self) -> dict[str, Any]:
         self_usage = resource.getrusage(resource.RUSAGE_SELF)
         child_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         # ru_maxrss is KiB on Linux; the children figure is the largest child's.
         peak_kib = max(self_usage.ru_maxrss, child_usage.ru_maxrss)
-        return {
+        cost: dict[str, Any] = {
             "wall_seconds": round(time.perf_counter() - self.wall_start, 3),
             "cpu_seconds": round(_cpu_seconds() - self.cpu_start, 3),
             "peak_rss_mib": round(peak_kib / 1024, 1),
             "cpu_count": os.cpu_count(),
             "host": socket.gethostname(),
         }
+        cost.update(
+            self.probe.finish(
+                wall_seconds=cost["wall_seconds"],
+                cpu_seconds=cost["cpu_seconds"],
+                peak_rss_mib=cost["peak_rss_mib"],
+                cpu_count=cost["cpu_count"],
+            )
+        )
+        return cost
 
 
 def _cpu_seconds() -> float:
@@ -280,6 +315,10 @@ class StageRun:
                 shutil.rmtree(self.tmp, ignore_errors=True)
         finally:
             self._release_lock()
+        # A full disk while the stage wrote its own files (vectors, weights): one clear line, not
+        # an internal error. Only errors that writing alone raises; EACCES may come from an input.
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG):
+            raise _resource_error(exc, self.out) from exc
 
     # -- decisions ----------------------------------------------------------
     def _existing_is_current(self) -> bool:
@@ -423,9 +462,18 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+_TEMPORARY = re.compile(r"^\.(?P<out>.+)\.tmp-\d+-[0-9a-f]{8}$")
+
+
 def _resource_error(exc: OSError, path: Path) -> ResourceError:
-    if exc.errno == errno.ENOSPC:
+    # A stage's hidden temporary folder is gone by the time the message is read: name its output.
+    match = _TEMPORARY.match(Path(path).name)
+    if match:
+        path = Path(path).parent / match["out"]
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return ResourceError("disk full", path=path, hint="free space or choose another --workdir/--out")
+    if exc.errno == errno.EFBIG:
+        return ResourceError("file too large for this file system", path=path, hint="choose another --workdir/--out")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return ResourceError("cannot write here", path=path, hint="check permissions or choose another --workdir/--out")
     return ResourceError(f"cannot write: {exc.strerror or exc}", path=path)

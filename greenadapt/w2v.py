@@ -163,6 +163,8 @@ def run_w2v(
             "bytes": pretok.bytes,
             "replaced_chars": pretok.replaced_chars,
             "skipped_records": pretok.skipped_records,
+            "skipped_members": pretok.skipped_members,
+            "long_line_cuts": pretok.long_line_cuts,
             "pretok_seconds": pretok.seconds,
             "pretok_cached": pretok.cached,
             "pretok_cache": str(pretok.folder.absolute()),

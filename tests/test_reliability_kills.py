@@ -40,6 +40,7 @@ from finetune_helpers import build_tiny_expanded, write_ner_file
 from w2v_fixtures import linear_w2v
 
 from greenadapt.align import run_align
+from greenadapt.errors import EXIT_TERMINATED
 from greenadapt.finetune.run import checkpoint_folder
 from greenadapt.finetune.train import CHECKPOINT_MANIFEST, EXIT_PREEMPTED
 from greenadapt.stage import load_stage, read_manifest, verify_files
@@ -47,8 +48,9 @@ from greenadapt.stage import load_stage, read_manifest, verify_files
 SEED = 20240607
 KILLS = {"w2v": 7, "expand": 7, "finetune": 6}  # signals delivered to a running process; 20 in all
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
-# What a process may end with: done, killed by a signal, interrupted (130), pre-empted (finetune, 99).
-ENDINGS = {0, -signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT, 130, EXIT_PREEMPTED}
+# What a process may end with: done, killed by a signal (SIGTERM and SIGINT only before the CLI's handlers are
+# in place), interrupted (130), terminated (143), pre-empted (finetune, 99).
+ENDINGS = {0, -signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT, 130, EXIT_TERMINATED, EXIT_PREEMPTED}
 # Tiny models gain nothing from threads, and on a busy machine spinning OpenMP threads slow them tenfold.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 POLL = 0.005
@@ -223,6 +225,8 @@ def _sequence(plan: Plan, logs: Path) -> KillLog:
         text = log.read_text(errors="replace")
         if attempt.returncode not in ENDINGS or "internal error" in text:
             result.problems.append(f"attempt {number} ({attempt}) ended badly: {text[-1500:]}")
+        if attempt.returncode == EXIT_TERMINATED and "terminated by SIGTERM" not in text:
+            result.problems.append(f"attempt {number}: exit {EXIT_TERMINATED} without saying why: {text[-500:]}")
         if attempt.returncode == EXIT_PREEMPTED and "stopped by SIGTERM" not in text:
             result.problems.append(f"attempt {number}: exit {EXIT_PREEMPTED} without saying why: {text[-500:]}")
         # Exit 0 promises an output.

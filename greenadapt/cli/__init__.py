@@ -36,13 +36,24 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
     ),
+    co2_intensity: float | None = typer.Option(
+        None, "--co2-intensity", min=0, metavar="G",
+        help="Grid carbon intensity in g CO2/kWh for the manifests' CO2 figures (default: $GREENADAPT_CO2_INTENSITY, else world average).",
+    ),
+    country: str | None = typer.Option(
+        None, "--country", metavar="XX", help="Take the grid carbon intensity of this country (ISO code, e.g. DE; Ember 2023 averages)."
+    ),
 ) -> None:
     """greenadapt: domain vocabulary on CPUs in hours, the GPU only for fine-tuning."""
+    if co2_intensity is not None or country is not None:
+        from greenadapt.energy import configure
+
+        configure(intensity=co2_intensity, country=country)
 
 
 def _register() -> None:
     # Imported for their @app.command side effect; each keeps heavy imports local.
-    from greenadapt.cli import adapt, align, expand, finetune, predict, qa, w2v  # noqa: F401
+    from greenadapt.cli import adapt, align, expand, finetune, multitask, predict, pretrain, qa, report, w2v  # noqa: F401
 
 
 def main() -> None:
@@ -51,11 +62,14 @@ def main() -> None:
         EXIT_INTERNAL,
         EXIT_INTERRUPTED,
         EXIT_RESOURCE,
+        EXIT_TERMINATED,
         GreenAdaptError,
+        Terminated,
     )
 
     _register()
     debug = os.environ.get("GREENADAPT_DEBUG", "") not in ("", "0")
+    _stop_on_sigterm()
     try:
         # Without standalone mode click returns what it would have exited with,
         # e.g. 130 after it caught a KeyboardInterrupt itself.
@@ -66,6 +80,8 @@ def main() -> None:
         _fail(f"error: {exc.one_line()}", exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted: nothing was left half-written; rerun to continue", EXIT_INTERRUPTED)
+    except Terminated:
+        _fail("terminated by SIGTERM: nothing was left half-written; rerun to continue", EXIT_TERMINATED)
     except MemoryError:
         if debug:
             raise
@@ -93,6 +109,30 @@ def main() -> None:
     if returned == EXIT_INTERRUPTED:
         _fail("interrupted: nothing was left half-written; rerun to continue", EXIT_INTERRUPTED)
     sys.exit(returned if isinstance(returned, int) else 0)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM raises :class:`~greenadapt.errors.Terminated`, so stages remove their temporaries and locks.
+
+    The default action would kill the process at once: the output stays safe
+    (a stage folder is renamed into place whole), but nothing is said and a
+    temporary folder is left for the next run. A second SIGTERM during the
+    cleanup takes the default action. ``finetune`` replaces this handler
+    while it trains (checkpoint, exit 99).
+    """
+    import signal
+    import threading
+
+    from greenadapt.errors import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 def _fail(message: str, code: int) -> None:

@@ -29,6 +29,19 @@ HeaderOption = typer.Option("auto", "--header", help="TSV header row: auto, yes 
 PoolOption = typer.Option("mean", "--pool", help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
 DeviceOption = typer.Option("auto", "--device", help="auto, cpu, cuda, cuda:N or mps.")
 PrecisionOption = typer.Option("auto", "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16, fp16.")
+GmapOption = typer.Option(
+    "none", "--gmap", help="G-MAP: fuse a frozen general model's hidden states as memory: none, single, multi, gated or chunk (the paper's best)."
+)
+GmapLayersOption = typer.Option(
+    None, "--gmap-layers", help='Fused domain layers, 1-based, e.g. "6,12" (default per strategy: single/gated ⌈3L/4⌉, chunk L/2 and L, multi all).'
+)
+GeneralModelOption = typer.Option(
+    None, "--general-model", help="G-MAP general model (default for an expanded model: the model it was expanded from)."
+)
+GmapUnfrozenOption = typer.Option(False, "--gmap-unfrozen", help="G-MAP ablation: train the general model too.")
+GmapCacheOption = typer.Option(
+    False, "--gmap-cache", help="Cache the frozen general model's hidden states on disk (<workdir>/cache/gmap) across epochs."
+)
 
 
 def parse_seeds(text: str | None, seed: int) -> list[int]:
@@ -86,6 +99,11 @@ def finetune(
     resume: bool = typer.Option(
         False, "--resume", help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99)."
     ),
+    gmap: str = GmapOption,
+    gmap_layers: str | None = GmapLayersOption,
+    general_model: str | None = GeneralModelOption,
+    gmap_unfrozen: bool = GmapUnfrozenOption,
+    gmap_cache: bool = GmapCacheOption,
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
@@ -94,8 +112,10 @@ def finetune(
     from greenadapt.finetune.data import ReaderOptions
     from greenadapt.finetune.run import FinetuneOptions, run_finetune
     from greenadapt.finetune.train import TrainConfig
+    from greenadapt.gmap.options import GmapOptions
 
     setup_logging(quiet=quiet, verbose=verbose)
+    gmap_options = GmapOptions.from_cli(gmap, gmap_layers, general_model, gmap_unfrozen, gmap_cache)
     options = FinetuneOptions(
         task=task,
         train=train,
@@ -132,6 +152,7 @@ def finetune(
         resume=resume,
         doc_stride=doc_stride,
         given=options_given(ctx),
+        gmap=gmap_options,
     )
     with progress_for(quiet) as progress:
         outcome = run_finetune(options, progress)

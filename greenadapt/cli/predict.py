@@ -26,6 +26,7 @@ def predict(
     input_path: Path = typer.Option(..., "--input", help="File to label, in a format the model's task reads."),
     output: Path = typer.Option(..., "--output", help="Where to write it back with a predicted-label column/field."),
     pool: str = PoolOption,
+    task_name: str | None = typer.Option(None, "--task", help="The task to run, when --model is a `greenadapt multitask` run folder."),
     ignore_labels: bool = typer.Option(False, "--ignore-labels", help="Do not read or score gold labels in the input."),
     text_field: str | None = TextFieldOption,
     pair_field: str | None = PairFieldOption,
@@ -35,6 +36,9 @@ def predict(
     batch_size: int = typer.Option(64, "--batch-size", help="Sequences per inference batch."),
     device: str = DeviceOption,
     precision: str = PrecisionOption,
+    general_model: str | None = typer.Option(
+        None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
+    ),
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
@@ -50,7 +54,10 @@ def predict(
         "label_field": label_field,
         "header": header,
     }
-    result = run_predict(
+    from greenadapt.multitask.run import is_multitask, multitask_predictor
+
+    run = multitask_predictor(model, task_name) if task_name is not None or is_multitask(model) else run_predict
+    result = run(
         model,
         input_path,
         output,
@@ -60,6 +67,7 @@ def predict(
         precision=precision,
         ignore_labels=ignore_labels,
         reader_overrides=overrides,
+        general_model=general_model,
     )
     if as_json:
         doc = {"output": str(result.output), "examples": result.examples, "pool": result.pool, "metrics": result.metrics}

@@ -38,6 +38,9 @@ def qa_command(
     n_best: int = typer.Option(20, "--n-best", min=1, help="Answers kept per question in nbest.json."),
     max_answer_chars: int = typer.Option(500, "--max-answer-chars", min=1, help="Longest answer in characters."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    general_model: str | None = typer.Option(
+        None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
+    ),
     force: bool = ForceOption,
     wait: bool = WaitOption,
     as_json: bool = JsonOption,
@@ -56,6 +59,7 @@ def qa_command(
         n_best=n_best,
         max_answer_chars=max_answer_chars,
         device=device,
+        general_model=general_model,
     )
     with progress_for(quiet) as progress:
         outcome = run_qa(model, data, out, options=options, force=force, wait=wait, progress=progress)

@@ -4,8 +4,10 @@ Every reader yields text units in constant memory (one line, one record,
 one article at a time). Invalid UTF-8 is replaced with U+FFFD and counted;
 malformed records are skipped, counted and reported with file:line, and
 become fatal only when they are the majority (then the file is probably
-not in the format its name says). Archives are read as streams and never
-extracted, so no member name can write outside anything.
+not in the format its name says). Archives (tar, zip) are read as streams
+and never extracted, so no member name can write outside anything; links,
+devices and absolute or ``../`` member names are skipped and counted all
+the same.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import posixpath
 import tarfile
 import threading
+import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
@@ -30,6 +33,13 @@ BOM = "\ufeff"
 _MAX_WARNINGS_PER_SOURCE = 5
 _MIN_RECORDS_FOR_MAJORITY = 20  # below this, a bad-majority verdict waits for the end of the file
 _BLOCK = 1 << 20
+# A line longer than this (a document or a dump with no newline at all) is
+# cut, at its last space or tab before the limit, into lines of at most this
+# size: memory stays bounded however long the line. word2vec cuts lines at
+# 1000 words anyway (pretokenize.MAX_LINE_WORDS), so nothing is lost but one
+# sentence break.
+MAX_LINE_BYTES = 8 << 20
+_WHITESPACE = (b" ", b"\t", b"\x0b", b"\x0c", b"\r")
 
 # --------------------------------------------------------------------------
 # Decoding with a count of replaced sequences
@@ -98,6 +108,8 @@ def _read_errors(source: CorpusSource) -> Iterator[None]:
         raise CorpusError(f"compressed data is corrupt ({exc})", path=shown, hint="download or copy it again") from None
     except tarfile.TarError as exc:
         raise CorpusError(f"not a readable tar archive ({exc})", path=shown, hint="download it again") from None
+    except zipfile.BadZipFile as exc:
+        raise CorpusError(f"not a readable zip archive ({exc})", path=shown, hint="download it again") from None
     except OSError as exc:
         if exc.errno is None and source.compression:  # gzip.BadGzipFile, bz2's "Invalid data stream"
             raise CorpusError(
@@ -146,18 +158,38 @@ def read_text(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iter
     character, so decoding (and counting replacements) per block is exact.
     """
     pending: list[bytes] = []
+    held = 0  # bytes in pending
     first = True
+    warned = False
     while True:
         block = stream.read(_BLOCK)
         if not block:
             break
         cut = block.rfind(b"\n")
         if cut < 0:
-            pending.append(block)  # inside a very long line: hold it, it is allowed
+            pending.append(block)  # inside a long line: hold it, up to MAX_LINE_BYTES
+            held += len(block)
+            while held >= MAX_LINE_BYTES:
+                joined = b"".join(pending)
+                pending.clear()
+                piece, rest = _cut_long_line(joined)
+                del joined
+                pending, held = [rest], len(rest)
+                text = decode(piece, stats)
+                if first:
+                    first = False
+                    text = text.removeprefix(BOM)
+                if not warned:
+                    warned = True
+                    log.warning("%s: a line longer than %d MiB is cut into pieces (at spaces)", source.display, MAX_LINE_BYTES >> 20)
+                stats.long_line_cuts += 1
+                stats.units += 1
+                yield text
             continue
         pending.append(block[:cut])
         text = decode(b"".join(pending), stats)
         pending = [block[cut + 1 :]]
+        held = len(pending[0])
         if first:
             first = False
             text = text.removeprefix(BOM)
@@ -171,6 +203,28 @@ def read_text(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iter
         text = decode(rest, stats)
         yield text.removeprefix(BOM) if first else text
         stats.units += 1
+
+
+def _cut_long_line(data: bytes) -> tuple[bytes, bytes]:
+    """``data`` (no LF in it) as a piece of at most MAX_LINE_BYTES and the rest, cut at whitespace if there is any.
+
+    ASCII whitespace bytes never occur inside a UTF-8 character; without any,
+    the cut backs up to the start of a character so that none is split.
+    """
+    limit = min(len(data), MAX_LINE_BYTES)
+    space = max(data.rfind(w, 0, limit) for w in _WHITESPACE)  # no copy of the window
+    if space > 0:
+        return data[:space], data[space + 1 :]
+    end = start = limit
+    while start > 0 and end - start < 3 and data[start - 1] & 0xC0 == 0x80:
+        start -= 1  # back over the last character's continuation bytes...
+    if start > 0 and data[start - 1] >= 0xC0:
+        start -= 1  # ...and its lead byte: the whole character goes to the rest
+    elif start != end:
+        start = end  # continuation bytes without a lead: not UTF-8 here, cut where the window ends
+    if start == 0:
+        start = end
+    return data[:start], data[start:]
 
 
 # --------------------------------------------------------------------------
@@ -321,17 +375,28 @@ def _rows_to_texts(reader: Any, source: CorpusSource, stats: ReadStats) -> Itera
 
 
 def read_s2orc_tar(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
-    """Titles and abstracts from ``metadata.csv``, body paragraphs from ``document_parses.tar.gz``.
+    """A tar archive, streamed member by member: a CORD-19 release, or files of the other formats.
 
-    A paper with both a PMC and a PDF parse is read once, from the PMC parse
-    (cleaner), when ``metadata.csv`` precedes the parses in the tarball; if
-    the parses come first every parse is read.
+    CORD-19: titles and abstracts from ``metadata.csv``, body paragraphs from
+    ``document_parses.tar.gz``. A paper with both a PMC and a PDF parse is
+    read once, from the PMC parse (cleaner), when ``metadata.csv`` precedes
+    the parses in the tarball; if the parses come first every parse is read.
+    Any other member whose name has a corpus extension (``.txt``,
+    ``.jsonl.gz``, ...) is read in its format. Only regular files are read:
+    links, devices and members with absolute or ``../`` names are skipped,
+    counted (``ReadStats.skipped_members``) and warned about. Nothing is
+    ever written to disk.
     """
     cord = _CordState()
+    skip = _SkippedMembers(source.display, stats)
     seen_any = False
     with tarfile.open(fileobj=stream, mode="r|*") as outer:
         for member in outer:
-            if not member.isfile():
+            if member.isdir():
+                continue
+            why = _unsafe_member(member.name, _tar_kind(member))
+            if why:
+                skip(member.name, why)
                 continue
             base = posixpath.basename(member.name)
             inner = outer.extractfile(member)
@@ -344,7 +409,12 @@ def read_s2orc_tar(source: CorpusSource, stream: IO[bytes], stats: ReadStats) ->
                 seen_any = True
                 with tarfile.open(fileobj=inner, mode="r|*") as parses:
                     for parse in parses:
-                        if parse.isfile() and parse.name.endswith(".json"):
+                        if parse.isdir():
+                            continue
+                        why = _unsafe_member(parse.name, _tar_kind(parse))
+                        if why:
+                            skip(f"{member.name}!{parse.name}", why)
+                        elif parse.name.endswith(".json"):
                             handle = parses.extractfile(parse)
                             if handle is not None:
                                 yield from cord.read_parse(parse.name, handle, source, stats)
@@ -353,8 +423,122 @@ def read_s2orc_tar(source: CorpusSource, stream: IO[bytes], stats: ReadStats) ->
                 # A release unpacked and re-tarred: parses sit directly in the archive.
                 seen_any = True
                 yield from cord.read_parse(member.name, inner, source, stats)
+            else:
+                read = yield from _read_member(source, member.name, inner, stats, skip)
+                seen_any = seen_any or read
+    skip.finish()
     if not seen_any:
-        log.warning("%s: no metadata.csv or document_parses in this tar archive; nothing read", source.display)
+        log.warning("%s: no metadata.csv, document_parses or corpus files in this tar archive; nothing read", source.display)
+
+
+def read_zip(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
+    """A local ``.zip``: each member with a corpus extension, read in its format, one at a time.
+
+    A zip's index is at its end, so the file is opened by path (a URL would
+    have to be downloaded first). Members are streamed, never extracted;
+    links, devices and members with absolute or ``../`` names are skipped,
+    counted and warned about, as in tar archives.
+    """
+    import stat
+
+    if source.is_url:
+        raise CorpusError(
+            "a .zip archive can only be read from a local file (its index is at its end)",
+            path=source.display,
+            hint="download it first, or use a .tar.gz",
+        )
+    skip = _SkippedMembers(source.display, stats)
+    seen_any = False
+    with zipfile.ZipFile(source.uri) as archive:
+        for info in archive.infolist():
+            if info.is_dir():
+                continue
+            mode = info.external_attr >> 16
+            kind = "file"
+            if stat.S_ISLNK(mode):
+                kind = "symlink"
+            elif stat.S_IFMT(mode) not in (0, stat.S_IFREG):
+                kind = "device"
+            why = _unsafe_member(info.filename, kind)
+            if why:
+                skip(info.filename, why)
+                continue
+            stats.raw_bytes_read += info.compress_size
+            with archive.open(info) as handle:
+                read = yield from _read_member(source, info.filename, handle, stats, skip)
+            seen_any = seen_any or read
+    skip.finish()
+    if not seen_any:
+        log.warning("%s: no corpus files in this zip archive; nothing read", source.display)
+
+
+def _tar_kind(member: tarfile.TarInfo) -> str:
+    if member.isfile():
+        return "file"
+    if member.issym():
+        return "symlink"
+    if member.islnk():
+        return "hardlink"
+    return "device"  # character or block device, FIFO, or a type tarfile does not know
+
+
+_KIND_REASONS = {"symlink": "a symbolic link", "hardlink": "a hard link", "device": "not a regular file"}
+
+
+def _unsafe_member(name: str, kind: str) -> str | None:
+    """Why an archive member is not read (a link, a device, a name outside the archive), or None."""
+    if kind != "file":
+        return _KIND_REASONS.get(kind, "not a regular file")
+    normal = name.replace("\\", "/")
+    if normal.startswith("/") or (len(normal) > 1 and normal[1] == ":") or ".." in normal.split("/"):
+        return "an absolute or ../ name"
+    return None
+
+
+class _SkippedMembers:
+    """Counts and warns about archive members that are not read."""
+
+    def __init__(self, shown: str, stats: ReadStats) -> None:
+        self.shown, self.stats, self.count = shown, stats, 0
+
+    def __call__(self, name: str, why: str) -> None:
+        self.count += 1
+        self.stats.skipped_members += 1
+        if self.count <= _MAX_WARNINGS_PER_SOURCE:
+            log.warning("%s: skipped member %r: %s", self.shown, name[:200], why)
+
+    def finish(self) -> None:
+        if self.count > _MAX_WARNINGS_PER_SOURCE:
+            log.warning("%s: skipped %d archive members in all", self.shown, self.count)
+
+
+def _read_member(
+    source: CorpusSource, name: str, handle: IO[bytes], stats: ReadStats, skip: _SkippedMembers
+) -> Iterator[str]:
+    """The texts of one archive member read in the format its name says; returns whether it was read."""
+    import io
+
+    from greenadapt.corpus.source import SNIFF_BYTES, CountingReader, _decompressor, format_for_name, split_compression
+
+    base = posixpath.basename(name)
+    fmt = format_for_name(base, strict=True)
+    if fmt is None or base.startswith("."):
+        log.debug("%s: member %s is not a corpus file type", source.display, name)
+        return False
+    if fmt in ("s2orc-tar", "zip"):
+        skip(name, "an archive inside the archive")
+        return False
+    member = CorpusSource(f"{source.display}!{name}", fmt, source.text_fields)
+    compression = split_compression(base)[1]
+    with contextlib.ExitStack() as stack:
+        stream: IO[bytes] = stack.enter_context(_decompressor(compression, handle)) if compression else handle
+        counted = CountingReader(stream, lambda n: setattr(stats, "bytes_read", stats.bytes_read + n))
+        head = counted.read_head(SNIFF_BYTES)
+        if fmt in TEXT_FORMATS and b"\x00" in head:
+            skip(name, "looks binary (NUL bytes), not text")
+            return False
+        yield from _READERS[fmt](member, io.BufferedReader(counted, buffer_size=1 << 20), stats)
+    return True
 
 
 class _CordState:
@@ -472,5 +656,6 @@ _READERS = {
     "csv": read_delimited,
     "tsv": read_delimited,
     "s2orc-tar": read_s2orc_tar,
+    "zip": read_zip,
     "pubmed-xml": read_pubmed_xml,
 }

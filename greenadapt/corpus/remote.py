@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ def redact_url(url: str) -> RedactedUrl:
         secrets += [s for s in (password, urllib.parse.unquote(password)) if s]
         # A bare user (no password) is often the whole secret, e.g. a token as user name.
         secrets += [s for s in (user, urllib.parse.unquote(user)) if s]
+        _register_log_secrets(list(secrets))
         netloc = hostport
     pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     signed = any(_SECRET_PARAM.search(name) for name, _ in pairs)
@@ -84,6 +86,8 @@ def redact_url(url: str) -> RedactedUrl:
         if _SECRET_PARAM.search(name) or (signed and _SIGNING_PARAM.search(name)):
             if value:
                 secrets += [value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)]
+                if _SECRET_PARAM.search(name):  # not X-Amz-Date, Expires...: those are no secret, and short
+                    _register_log_secrets([value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)])
             continue
         kept.append((name, value))
     if not secrets:
@@ -91,6 +95,40 @@ def redact_url(url: str) -> RedactedUrl:
     query = urllib.parse.urlencode(kept)
     public = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
     return RedactedUrl(public, url, tuple(dict.fromkeys(s for s in secrets if s)))
+
+
+# --------------------------------------------------------------------------
+# Log records: libraries log request lines (urllib3 at DEBUG: "GET /path?query"),
+# so every secret seen in a URL is scrubbed from every record, whatever logger.
+
+_LOG_SECRETS: set[str] = set()
+_LOG_LOCK = threading.Lock()
+_previous_factory: Any = None
+
+
+def _register_log_secrets(values: list[str]) -> None:
+    global _previous_factory
+    values = [v for v in values if v and len(v) >= 3]
+    if not values:
+        return
+    with _LOG_LOCK:
+        _LOG_SECRETS.update(values)
+        if _previous_factory is None:
+            _previous_factory = logging.getLogRecordFactory()
+            logging.setLogRecordFactory(_scrubbing_record_factory)
+
+
+def _scrubbing_record_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    record = _previous_factory(*args, **kwargs)
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
+        return record
+    if any(secret in message for secret in _LOG_SECRETS):
+        for secret in sorted(_LOG_SECRETS, key=len, reverse=True):
+            message = message.replace(secret, "***")
+        record.msg, record.args = message, ()
+    return record
 
 
 def head(url: str) -> dict[str, Any]:

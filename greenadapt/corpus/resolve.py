@@ -104,7 +104,7 @@ def _resolve_path(path: str, shown: str, fields: tuple[str, ...]) -> list[Corpus
             raise CorpusError(
                 "folder holds no corpus files",
                 path=shown,
-                hint="supported: .txt .text .jsonl .ndjson .json .csv .tsv .xml .tar (optionally .gz .bz2 .xz)",
+                hint="supported: .txt .text .jsonl .ndjson .json .csv .tsv .xml .tar .tgz .zip (optionally .gz .bz2 .xz)",
             )
         return [_file_source(f, fields) for f in files]
     return [_file_source(path, fields)]

@@ -23,7 +23,7 @@ from greenadapt.errors import CorpusError
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("text", "jsonl", "csv", "tsv", "s2orc-tar", "pubmed-xml")
+FORMATS = ("text", "jsonl", "csv", "tsv", "s2orc-tar", "pubmed-xml", "zip")
 TEXT_FORMATS = ("text", "jsonl", "csv", "tsv")  # checked for binary content up front
 DEFAULT_TEXT_FIELDS = ("text",)
 COMPRESSIONS = (".gz", ".bz2", ".xz")
@@ -39,8 +39,9 @@ _BY_EXTENSION = {
     ".xml": "pubmed-xml",
     ".tar": "s2orc-tar",
     ".tgz": "s2orc-tar",
+    ".zip": "zip",
 }
-_UNSUPPORTED_COMPRESSION = (".zst", ".lz4", ".zip", ".7z", ".rar", ".br", ".lzma", ".z")
+_UNSUPPORTED_COMPRESSION = (".zst", ".lz4", ".7z", ".rar", ".br", ".lzma", ".z")
 SNIFF_BYTES = 8192
 
 
@@ -53,6 +54,8 @@ class ReadStats:
     replaced_chars: int = 0  # invalid UTF-8 byte sequences replaced with U+FFFD
     skipped_records: int = 0  # malformed JSON lines / unreadable records
     raw_bytes_read: int = 0  # bytes fetched before decompression: comparable to size_hint()
+    long_line_cuts: int = 0  # cuts made in lines longer than readers.MAX_LINE_BYTES (each cut adds a unit)
+    skipped_members: int = 0  # archive members not read: links, devices, absolute or ../ names, unknown formats
 
 
 def split_compression(name: str) -> tuple[str, str | None]:

@@ -48,6 +48,7 @@ from greenadapt.finetune.train import (
     pick_device,
     train,
 )
+from greenadapt.gmap.options import GmapOptions
 from greenadapt.models import ModelRef, resolve_model, slugify
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import (
@@ -65,6 +66,7 @@ from greenadapt.stage import (
 from greenadapt.workspace import workdir as resolve_workdir
 
 if TYPE_CHECKING:
+    from greenadapt.finetune.gmap import GmapSetup
     from greenadapt.qa.train import QaTrainOptions
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,7 @@ class FinetuneOptions:
     # None: every option whose value differs from its default counts as set. Only --task qa
     # looks at it: options left unset take the QA defaults, and set ones QA has no use for are refused.
     given: frozenset[str] | None = None
+    gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion of a frozen general model (strategy "none": off)
 
 
 # Options of ner/classify that mean nothing for --task qa (nor checkpoints: the QA loop has none yet).
@@ -140,6 +143,7 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
             check_known_labels(other, labels)
 
     tokenizers = load_tokenizers(ref.path)
+    gmap = _prepare_gmap(options, ref, tokenizers.general)
     requested_mix = options.training.mix
     mix = requested_mix if requested_mix is not None else (0.5 if tokenizers.has_domain else 0.0)
     if mix > 0 and not tokenizers.has_domain:
@@ -176,6 +180,10 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
         for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file))
         if f is not None
     ]
+    if gmap is not None:
+        # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
+        config["gmap"] = options.gmap.to_config(gmap.general)
+        inputs.append({"role": "general", **_model_identity(gmap.general)})
     out = options.out or _default_out(options, ref)
 
     checkpoints = checkpoint_folder(out)
@@ -207,7 +215,7 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
                 save_final=options.save_every is not None or len(options.seeds) > 1,
                 writer=ctx.is_main,
             )
-            job = _Job(task, settings, tokenizers, ref, base, ctx, pool, progress, checkpointing, stop)
+            job = _Job(task, settings, tokenizers, ref, base, ctx, pool, progress, checkpointing, stop, gmap)
             result = job.run(train_file, dev_file, test_file, options.seeds, options.train_on, stage.tmp if stage else None)
             if stage is None:
                 return StageOutcome(Path(out), {}, False)
@@ -218,6 +226,17 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
             return StageOutcome(stage.out, manifest, False)
     finally:
         ctx.close()
+
+
+def _prepare_gmap(options: FinetuneOptions, ref: ModelRef, t_lm: Any) -> GmapSetup | None:
+    """Resolve and check ``--gmap`` and its general model before any data is tokenized."""
+    if not options.gmap.enabled:
+        options.gmap.check()  # refuses --gmap-* options without --gmap
+        return None
+    from greenadapt.finetune.gmap import prepare
+
+    options.gmap.check()
+    return prepare(options.gmap, ref, t_lm, cache_root=resolve_workdir(options.workdir) / "cache")
 
 
 def checkpoint_folder(out: str | os.PathLike[str]) -> Path:
@@ -296,6 +315,8 @@ def qa_train_options(options: FinetuneOptions) -> QaTrainOptions:
         doc_stride=options.doc_stride,
         pool=options.pool if "--pool" in given else None,
         device=options.device,
+        gmap=options.gmap,
+        workdir=options.workdir,
     )
 
 
@@ -362,6 +383,8 @@ def _default_out(options: FinetuneOptions, ref: ModelRef) -> Path:
         model_key = slugify(f"{ref.path.parent.name}-green-{ref.path.parent.parent.name}")
     else:
         model_key = ref.slug
+    if options.gmap.enabled:
+        model_key += f"-gmap-{options.gmap.strategy}"
     return resolve_workdir(options.workdir) / "finetune" / data / model_key
 
 
@@ -411,6 +434,7 @@ class _Job:
     progress: Progress
     checkpoint: Checkpointing | None = None  # its folder holds one subfolder per seed
     stop: StopSignal | None = None
+    gmap: GmapSetup | None = None
 
     def run(
         self,
@@ -423,10 +447,17 @@ class _Job:
     ) -> dict[str, Any]:
         train_units, train_stats = self.task.units(train_file, self.settings, self.tokenizers)
         dev_units = self.task.units(dev_file, self.settings, self.tokenizers)[0] if dev_file else None
+        test_units = self.task.units(test_file, self.settings, self.tokenizers)[0] if test_file else None
+        if self.gmap is not None:
+            from greenadapt.finetune.gmap import attach_memory
+
+            # Before train+dev joins the lists: a unit's example index refers to its own file.
+            for task_file, units in ((train_file, train_units), (dev_file, dev_units), (test_file, test_units)):
+                if task_file is not None and units is not None:
+                    attach_memory(units, task_file.examples, self.gmap.tokenizer, self.gmap.max_length)
         if train_on == "train+dev" and dev_file is not None and dev_units is not None:
             train_units = train_units + dev_units
         select_on_dev = dev_file is not None and train_on == "train"
-        test_units = self.task.units(test_file, self.settings, self.tokenizers)[0] if test_file else None
         per_seed: dict[str, Any] = {}
         trained: dict[str, Any] = {}
         for seed in seeds:
@@ -450,6 +481,10 @@ class _Job:
             "models": {str(s): "." if len(seeds) == 1 else f"seed-{s}" for s in seeds},
             "training": trained,
         }
+        if self.gmap is not None:
+            result["gmap"] = {**trained[str(seeds[0])].pop("gmap", {}), **self.gmap.describe()}
+            for summary in trained.values():
+                summary.pop("gmap", None)
         if tmp is not None:
             metrics_doc = {
                 "seeds": list(seeds),
@@ -478,6 +513,10 @@ class _Job:
         set_seed(seed)  # python, numpy, torch: the new head's initialisation and dropout
         with quiet_transformers():
             model = self.task.load_model(self.ref.path, self.settings.labels)
+        if self.gmap is not None:
+            from greenadapt.finetune.gmap import build_model
+
+            model = build_model(model, self.gmap)
         vocab_rows = model.get_input_embeddings().weight.shape[0]
         check_vocab_fits(self.tokenizers, vocab_rows, self.ref.path)
         n_base = self.tokenizers.general_vocab_size if self.tokenizers.has_domain else vocab_rows
@@ -526,6 +565,10 @@ class _Job:
             "train_seconds": round(result.seconds, 2),
             "domain_fraction": round(result.domain_fraction, 4),
         }
+        if self.gmap is not None:
+            summary["gmap"] = model.describe()
+            if model.memory_cache is not None:
+                summary["gmap_cache"] = model.memory_cache.stats()
         del model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -553,8 +596,13 @@ class _Job:
         return scores, predictions
 
     def _save(self, model: Any, folder: Path) -> None:
-        with quiet_transformers():
-            model.save_pretrained(str(folder))
+        if self.gmap is not None:
+            from greenadapt.finetune import gmap
+
+            gmap.save(model, folder, self.gmap)
+        else:
+            with quiet_transformers():
+                model.save_pretrained(str(folder))
         if self.tokenizers.domain is not None:
             self.tokenizers.domain.save_pretrained(str(folder))
             self.tokenizers.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
@@ -631,11 +679,14 @@ def run_predict(
     precision: str = "auto",
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
+    general_model: str | None = None,
 ) -> PredictResult:
     """Predict labels for ``input_path`` with a fine-tuned model; score them when the input is labelled.
 
     The input is read with the training files' reader options; ``reader_overrides``
     (ReaderOptions field → value, None values ignored) changes some of them.
+    A G-MAP model (``gmap_config.json``) is reloaded with its general model:
+    the one recorded at training, or ``general_model`` (checked by weights).
     """
     if pool not in POOL_MODES:
         raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
@@ -660,8 +711,15 @@ def run_predict(
     units, _ = task.units(task_file, settings, tokenizers)
     import transformers
 
-    with quiet_transformers():
-        loaded = getattr(transformers, task.auto_model).from_pretrained(str(folder))
+    from greenadapt.finetune import gmap
+
+    if gmap.is_gmap_folder(folder):
+        # A G-MAP model: the fused domain model and its general model, which reads its own input.
+        loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=general_model)
+        gmap.attach_memory(units, task_file.examples, memory_tokenizer, memory_length)
+    else:
+        with quiet_transformers():
+            loaded = getattr(transformers, task.auto_model).from_pretrained(str(folder))
     ctx = DistContext(device=pick_device(device))
     loaded.to(ctx.device)
     from greenadapt.finetune.infer import pooled_logits

@@ -113,6 +113,9 @@ class Unit:
     ids: list[np.ndarray]  # per view: input ids with [CLS] and [SEP]
     type_ids: list[np.ndarray | None]  # per view: segment ids (sentence pairs), None = all zeros
     rows: list[np.ndarray]  # per view: positions of the output rows in ``ids``
+    # G-MAP: the general model's input for this unit (whatever view the domain model reads), when fused
+    memory_ids: np.ndarray | None = None
+    memory_type_ids: np.ndarray | None = None
 
     @property
     def n_rows(self) -> int:

@@ -216,9 +216,11 @@ class Batch:
     token_type_ids: Any
     rows: Any  # flat positions (b * T + t) of the output rows
     targets: Any
+    memory: dict[str, Any] | None = None  # G-MAP: general_input_ids / general_attention_mask / general_token_type_ids
 
     def model_inputs(self) -> dict[str, Any]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "token_type_ids": self.token_type_ids}
+        inputs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "token_type_ids": self.token_type_ids}
+        return inputs if self.memory is None else {**inputs, **self.memory}
 
 
 def collate(units: Sequence[Unit], indices: Sequence[int], views: Sequence[int], pad_id: int, device: Any) -> Batch:
@@ -243,7 +245,27 @@ def collate(units: Sequence[Unit], indices: Sequence[int], views: Sequence[int],
     def to(array: np.ndarray) -> Any:
         return torch.from_numpy(array).to(device, non_blocking=True)
 
-    return Batch(to(input_ids), to(attention), to(type_ids), to(np.concatenate(rows)), to(np.concatenate(targets)))
+    memory = None
+    if units[indices[0]].memory_ids is not None:
+        memory = {k: to(v) for k, v in memory_arrays([units[i] for i in indices], pad_id).items()}
+    return Batch(to(input_ids), to(attention), to(type_ids), to(np.concatenate(rows)), to(np.concatenate(targets)), memory)
+
+
+def memory_arrays(units: Sequence[Unit], pad_id: int) -> dict[str, np.ndarray]:
+    """G-MAP: the general model's padded inputs (its own length, independent of the domain view's)."""
+    width = max(len(u.memory_ids) for u in units)  # type: ignore[arg-type]
+    ids = np.full((len(units), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(units), width), dtype=np.int64)
+    types = np.zeros((len(units), width), dtype=np.int64)
+    for b, unit in enumerate(units):
+        if unit.memory_ids is None:
+            raise ValueError("some units of a batch have a G-MAP memory input and some do not")
+        n = len(unit.memory_ids)
+        ids[b, :n] = unit.memory_ids
+        mask[b, :n] = 1
+        if unit.memory_type_ids is not None:
+            types[b, :n] = unit.memory_type_ids
+    return {"general_input_ids": ids, "general_attention_mask": mask, "general_token_type_ids": types}
 
 
 def output_rows(model: Any, batch: Batch) -> Any:
@@ -403,6 +425,47 @@ def _numpy_rng_json() -> list[Any]:
     return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
 
 
+def _gather_rng_states(ctx: DistContext) -> list[dict[str, Any]]:
+    """Every process's random states (torch CPU and CUDA, Python, NumPy), in rank order; a collective under torchrun.
+
+    Each process draws its own dropout masks (seeded ``seed + rank``), so a
+    resumed run matches an uninterrupted one only if every rank gets its own
+    generators back, not just rank 0 (which alone writes the checkpoint).
+    """
+    import torch
+
+    mine: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_rng_json(), "numpy": _numpy_rng_json()}
+    if ctx.device.type == "cuda":
+        mine["cuda"] = torch.cuda.get_rng_state(ctx.device)
+    if ctx.world == 1:
+        return [mine]
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * ctx.world
+    dist.all_gather_object(gathered, mine)  # pickles between our own processes only; files never hold a pickle
+    return gathered
+
+
+def _set_rng_states(tensors: dict[str, Any], state: dict[str, Any], ctx: DistContext, path: Path) -> None:
+    """Restore this rank's generators from a checkpoint (rank 0's alone in checkpoints of an older greenadapt)."""
+    import torch
+
+    python_rng, numpy_rng = state["python_rng"], state["numpy_rng"]  # rank 0's
+    ranks = tensors.get("rank_rng")
+    if ranks is not None and len(ranks) == ctx.world and len(state.get("rank_rng", [])) == ctx.world:
+        torch.set_rng_state(ranks[ctx.rank]["torch"])
+        if ctx.device.type == "cuda" and "cuda" in ranks[ctx.rank]:
+            torch.cuda.set_rng_state(ranks[ctx.rank]["cuda"], ctx.device)
+        python_rng, numpy_rng = state["rank_rng"][ctx.rank]["python"], state["rank_rng"][ctx.rank]["numpy"]
+    elif ctx.world > 1:
+        saved = "only rank 0's" if ranks is None else f"those of {len(ranks)} processes"
+        log.warning("%s holds %s random states, this run has %d processes: the other ranks' dropout starts afresh", path, saved, ctx.world)
+        if ctx.rank != 0:
+            return  # keep the fresh stream _Stepper.load_state gave this rank
+    random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
+    np.random.set_state((numpy_rng[0], np.array(numpy_rng[1], dtype=np.uint32), *numpy_rng[2:]))
+
+
 def _save_checkpoint(
     checkpoint: Checkpointing,
     stepper: _Stepper,
@@ -412,8 +475,13 @@ def _save_checkpoint(
     log_path: Path | None,
     *,
     complete: bool,
+    rank_rng: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write one checkpoint atomically (temporary folder, manifest last, rename) and drop the older ones."""
+    """Write one checkpoint atomically (temporary folder, manifest last, rename) and drop the older ones.
+
+    ``rank_rng`` (from :func:`_gather_rng_states`): every process's random
+    states; the tensors go into ``optimizer.pt``, the rest into ``state.json``.
+    """
     import torch
     from safetensors.torch import save_file
 
@@ -433,6 +501,9 @@ def _save_checkpoint(
             if best_state is not None:
                 save_file({k: v.contiguous() for k, v in best_state.items()}, str(tmp / _BEST))
             tensors, state = stepper.state()
+            if rank_rng is not None:
+                tensors["rank_rng"] = [{k: v for k, v in r.items() if k in ("torch", "cuda")} for r in rank_rng]
+                state["rank_rng"] = [{"python": r["python"], "numpy": r["numpy"]} for r in rank_rng]
             torch.save(tensors, tmp / _TENSORS)
             state.update(
                 {
@@ -508,9 +579,7 @@ def _load_checkpoint(checkpoint: Checkpointing, stepper: _Stepper, log_path: Pat
         best = load_file(str(path / _BEST)) if (path / _BEST).is_file() else None
         position = _Position(**state["position"])
         stepper.load_state(tensors, state, position.step)
-        python_rng, numpy_rng = state["python_rng"], state["numpy_rng"]
-        random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
-        np.random.set_state((numpy_rng[0], np.array(numpy_rng[1], dtype=np.uint32), *numpy_rng[2:]))
+        _set_rng_states(tensors, state, stepper.ctx, path)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
         # UnpicklingError: weights_only refused an object; RuntimeError: tensors that do not fit this model.
         raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
@@ -564,11 +633,12 @@ def train(
 
     def save(*, complete: bool = False) -> Path | None:
         saved = None
+        rank_rng = _gather_rng_states(ctx) if checkpoint is not None else None  # every process takes part
         if writes:
             if log_handle is not None:
                 log_handle.flush()
             at.seconds = time.perf_counter() - started
-            saved = _save_checkpoint(checkpoint, stepper, at, result, best_state, log_path, complete=complete)  # type: ignore[arg-type]
+            saved = _save_checkpoint(checkpoint, stepper, at, result, best_state, log_path, complete=complete, rank_rng=rank_rng)  # type: ignore[arg-type]
         ctx.barrier()  # no process may exit (and have torchrun stop the others) before rank 0 has saved
         return saved
 
@@ -697,7 +767,10 @@ class _Stepper:
         torch.manual_seed(config.seed + ctx.rank)  # dropout differs per process, the weights do not (DDP)
         model.to(ctx.device)
         longest = max(len(ids) for u in units for ids in u.ids)
-        self.split = embeddings.install(model, n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest)
+        # A G-MAP model's word embeddings are its domain model's; the general model keeps its own.
+        self.split = embeddings.install(
+            getattr(model, "domain", model), n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest
+        )
         model.train()
         self.ddp_model = model
         if ctx.world > 1:
@@ -793,7 +866,7 @@ class _Stepper:
         """Back to a plain, saveable transformers model in eval mode."""
         from greenadapt.finetune import embeddings
 
-        embeddings.merge_back(self.model)
+        embeddings.merge_back(getattr(self.model, "domain", self.model))
         self.model.eval()
 
 

@@ -37,11 +37,24 @@ class SpecialIds:
 
 
 @dataclass(frozen=True)
+class MemorySource:
+    """G-MAP: the same question and context under the general model's tokenizer, and how its pieces map to words."""
+
+    question_ids: np.ndarray
+    context_ids: np.ndarray
+    context_words: np.ndarray  # word of each general context piece (-1: none)
+    job_words: np.ndarray  # word of each of the job's own context pieces
+    special: SpecialIds
+
+
+@dataclass(frozen=True)
 class LogitJob:
     key: Hashable
     question_ids: np.ndarray
     context_ids: np.ndarray
     special: SpecialIds
+    # G-MAP: where the general model's input comes from; None: the window itself (the job's tokenizer is the general one)
+    memory: MemorySource | None = None
 
 
 @dataclass
@@ -92,21 +105,81 @@ def build_batch(items: list[tuple[LogitJob, Window]]) -> tuple[np.ndarray, np.nd
     return input_ids, token_types, attention
 
 
-class QaRunner:
-    """Owns the model and device; turns batches of inputs into start/end logits."""
+def memory_batch(
+    items: list[tuple[LogitJob, Window]], inputs: tuple[np.ndarray, np.ndarray, np.ndarray], max_length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """G-MAP: the general model's input per window: [CLS] question [SEP] the window's words [SEP] under its tokenizer.
 
-    def __init__(self, model: Any, device: torch.device) -> None:
+    A job without a :class:`MemorySource` reads its own window (same tokenizer).
+    The words of a window are those its context pieces lie in; the general
+    context is cut to ``max_length`` (the general model's limit).
+    """
+    import numpy as np
+
+    rows: list[tuple[np.ndarray, np.ndarray]] = []
+    input_ids, token_types, attention = inputs
+    for row, (job, window) in enumerate(items):
+        source = job.memory
+        if source is None:
+            n = int(attention[row].sum())
+            rows.append((input_ids[row, :n], token_types[row, :n]))
+            continue
+        words = source.job_words[window.span_start : window.span_stop]
+        words = words[words >= 0]
+        context = source.context_ids[:0]
+        if len(words):
+            inside = np.flatnonzero((source.context_words >= words.min()) & (source.context_words <= words.max()))
+            if len(inside):
+                context = source.context_ids[inside[0] : inside[-1] + 1]
+        question = source.question_ids[: max(0, max_length - 3)]
+        context = context[: max(0, max_length - 3 - len(question))]
+        ids = np.concatenate([[source.special.cls], question, [source.special.sep], context, [source.special.sep]]).astype(np.int64)
+        types = np.zeros(len(ids), dtype=np.int64)
+        types[2 + len(question) :] = 1
+        rows.append((ids, types))
+    width = max(len(ids) for ids, _ in rows)
+    pad = items[0][0].memory.special.pad if items[0][0].memory is not None else items[0][0].special.pad
+    out_ids = np.full((len(rows), width), pad, dtype=np.int64)
+    out_types = np.zeros((len(rows), width), dtype=np.int64)
+    out_mask = np.zeros((len(rows), width), dtype=np.int64)
+    for row, (ids, types) in enumerate(rows):
+        out_ids[row, : len(ids)] = ids
+        out_types[row, : len(ids)] = types
+        out_mask[row, : len(ids)] = 1
+    return out_ids, out_types, out_mask
+
+
+class QaRunner:
+    """Owns the model and device; turns batches of inputs into start/end logits.
+
+    A G-MAP model (``GmapModel``) also gets the general model's input per
+    window; ``memory_tokenizer`` is the general model's tokenizer (T_LM when
+    it is the same) and ``memory_length`` its input limit.
+    """
+
+    def __init__(self, model: Any, device: torch.device, *, memory_tokenizer: Any = None, memory_length: int = 512) -> None:
         import torch
 
         self.model = model
         self.device = device
+        self.fused = hasattr(model, "general_memory")
+        if self.fused and memory_tokenizer is None:
+            raise ValueError("a G-MAP model needs the general model's tokenizer (memory_tokenizer)")
+        self.memory_tokenizer = memory_tokenizer
+        self.memory_length = memory_length
         if device.type == "cuda":
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
             self._autocast: Callable[[], Any] = lambda: torch.autocast("cuda", dtype=dtype)
         else:
             self._autocast = contextlib.nullcontext
 
-    def logits(self, input_ids: np.ndarray, token_types: np.ndarray, attention: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def logits(
+        self,
+        input_ids: np.ndarray,
+        token_types: np.ndarray,
+        attention: np.ndarray,
+        memory: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
         non_blocking = self.device.type == "cuda"
@@ -115,6 +188,9 @@ class QaRunner:
             "token_type_ids": torch.from_numpy(token_types).to(self.device, non_blocking=non_blocking),
             "attention_mask": torch.from_numpy(attention).to(self.device, non_blocking=non_blocking),
         }
+        if memory is not None:
+            for name, array in zip(("general_input_ids", "general_token_type_ids", "general_attention_mask"), memory, strict=True):
+                inputs[name] = torch.from_numpy(array).to(self.device, non_blocking=non_blocking)
         with torch.inference_mode(), self._autocast():
             output = self.model(**inputs)
         start = output.start_logits.float().cpu().numpy()
@@ -159,8 +235,10 @@ def stream_logits(
 
 
 def _run_batch(runner: QaRunner, batch: list[_Pending], stats: InferenceStats) -> Iterator[tuple[LogitJob, np.ndarray, np.ndarray]]:
-    input_ids, token_types, attention = build_batch([(p.state.job, p.window) for p in batch])
-    start, end = runner.logits(input_ids, token_types, attention)
+    items = [(p.state.job, p.window) for p in batch]
+    input_ids, token_types, attention = build_batch(items)
+    memory = memory_batch(items, (input_ids, token_types, attention), runner.memory_length) if getattr(runner, "fused", False) else None
+    start, end = runner.logits(input_ids, token_types, attention, memory) if memory is not None else runner.logits(input_ids, token_types, attention)
     stats.windows += len(batch)
     stats.batches += 1
     stats.positions += input_ids.size

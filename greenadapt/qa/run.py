@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KIND = "qa"
+MEMORY_VIEW = "gmap-general"  # G-MAP: the general model's own tokenization of a document
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class QaOptions:
     n_best: int = 20
     max_answer_chars: int = 500
     device: str | None = None  # None/"auto": CUDA when available
+    general_model: str | None = None  # G-MAP model: its general model, if not the recorded one
 
     def check(self) -> None:
         for name, value, least in (
@@ -164,13 +166,22 @@ def answer_questions(
     from greenadapt.qa.infer import InferenceStats, stream_logits
     from greenadapt.qa.words import word_max
 
-    preparer = DocumentPreparer(tokenizers, max_length)
+    # G-MAP: the general model reads each window's text under its own tokenizer; when no
+    # pooled tokenizer is that one, it is prepared as well (under a name no job uses).
+    fused = getattr(runner, "fused", False)
+    memory_name = None
+    if fused:
+        memory_name = next((name for name, tok in tokenizers.items() if tok is runner.memory_tokenizer), MEMORY_VIEW)
+    prepared_tokenizers = dict(tokenizers)
+    if memory_name == MEMORY_VIEW:
+        prepared_tokenizers[MEMORY_VIEW] = runner.memory_tokenizer
+    preparer = DocumentPreparer(prepared_tokenizers, max_length)
     open_questions: dict[str, _Open] = {}
     skipped: list[Question] = []
     inference = InferenceStats()
 
     def jobs() -> Iterator[LogitJob]:
-        from greenadapt.qa.infer import LogitJob
+        from greenadapt.qa.infer import LogitJob, MemorySource
 
         for document in documents:
             if not document.questions:
@@ -182,7 +193,15 @@ def answer_questions(
             for question in document.questions:
                 open_questions[question.id] = _Open(prepared, question)
                 for name, context in prepared.contexts.items():
-                    yield LogitJob((question.id, name), prepared.questions[question.id][name], context.ids, context.special)
+                    if name not in tokenizers:
+                        continue  # the general model's own view, read as memory only
+                    memory = None
+                    if memory_name is not None and name != memory_name:
+                        general = prepared.contexts[memory_name]
+                        memory = MemorySource(
+                            prepared.questions[question.id][memory_name], general.ids, general.piece_word, context.piece_word, general.special
+                        )
+                    yield LogitJob((question.id, name), prepared.questions[question.id][name], context.ids, context.special, memory)
 
     done = 0
     total = sum(len(doc.questions) for doc in documents)
@@ -268,16 +287,29 @@ def run_qa(
         "limit": options.limit,
     }
     inputs = [ref.identity(), {"data": file_identity(squad.path)}]
+    from greenadapt.finetune import gmap
+
+    fused = gmap.is_gmap_folder(ref.path)
+    if fused:
+        config["gmap"] = {"general_model": options.general_model}
+    elif options.general_model is not None:
+        raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path, hint="leave --general-model out")
     libraries = ("torch", "transformers", "tokenizers", "numpy")
     with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
-        qa_model = load_qa_model(ref, device)
-        check_vocabulary(qa_model, tokenizers, ref.path)
         from greenadapt.qa.infer import QaRunner
 
-        runner = QaRunner(qa_model, device)
+        if fused:
+            qa_model, memory_tokenizer, memory_length = gmap.load_fused(ref.path, general_model=options.general_model)
+            qa_model.to(device)
+            check_vocabulary(qa_model, tokenizers, ref.path)
+            runner = QaRunner(qa_model, device, memory_tokenizer=memory_tokenizer or tokenizers.general, memory_length=memory_length)
+        else:
+            qa_model = load_qa_model(ref, device)
+            check_vocabulary(qa_model, tokenizers, ref.path)
+            runner = QaRunner(qa_model, device)
         chosen = tokenizers.for_pool(pool)
         log.info(
             "qa: %d questions on %d documents, pool %s (%s), max length %d, device %s",
@@ -323,6 +355,8 @@ def run_qa(
             f1=metrics["f1"],
             substring_match=metrics["substring_match"],
         )
+        if fused:
+            stats["gmap"] = qa_model.describe()
         manifest = run.commit(stats=stats, extra={"model": str(ref.path), "data": str(squad.path)})
         return StageOutcome(run.out, manifest, False)
 

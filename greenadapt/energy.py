@@ -1,0 +1,370 @@
+"""Energy and CO₂ accounting for stage manifests.
+
+Every stage's manifest ``cost`` block gets, besides wall/CPU time and peak
+memory (:class:`greenadapt.stage.CostMeter`), GPU time and model, an energy
+figure in kWh with the *method* that produced it, and a CO₂ estimate:
+
+Measured, where the hardware exposes a counter
+    ``rapl``  Intel/AMD RAPL through ``/sys/class/powercap/intel-rapl*``:
+              the package domains plus any ``dram`` sub-domain, read at the
+              stage's start and end (``energy_uj`` wraps at
+              ``max_energy_range_uj``; one wrap per reading pair is undone).
+              Scope: the whole socket, so on a shared machine it includes
+              other processes' work. The counters are root-only on most
+              kernels since 2020; unreadable counters fall back to the estimate.
+    ``nvml``  NVIDIA's total-energy counter (Volta and newer) through the
+              optional ``nvidia-ml-py`` package, for the GPUs CUDA uses.
+
+Estimated otherwise (``tdp-estimate``)
+    power = TDP × utilisation, with utilisation = CPU seconds / (wall × cores),
+    which makes the CPU energy simply ``CPU seconds × W per busy core``;
+    plus ``wall × peak RSS (GiB) × W per GiB`` for memory, and for a GPU
+    without NVML ``GPU seconds × board power`` (full load assumed):
+
+    ============================  ======================================
+    CPU, per busy core            10 W  (``GREENADAPT_CPU_WATTS_PER_CORE``)
+    memory, per GiB resident      0.3725 W (Green Algorithms, Lannelongue
+                                  et al. 2021)
+    GPU board power               by model (vendor TDP), else 300 W
+    ============================  ======================================
+
+    10 W per core is the TDP per core of typical server CPUs (a 200 W,
+    20-core part); desktop parts run higher, laptop parts lower.
+
+CO₂ kg = kWh × grid intensity (g/kWh) / 1000. The intensity comes from, in
+this order: ``greenadapt --co2-intensity G``, ``greenadapt --country XX``,
+the environment variable ``GREENADAPT_CO2_INTENSITY`` (a number in g/kWh
+or a country code), else the world average. Country averages ship in
+``co2_intensity.csv`` (Ember 2023 via Our World in Data; see its header).
+No figure includes a data-centre PUE factor.
+
+Only the standard library is imported here: ``stage`` imports this module
+and ``greenadapt --help`` must stay instant. torch is consulted only if the
+stage already imported and initialised CUDA.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from greenadapt.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+RAPL_ROOT = Path("/sys/class/powercap")
+INTENSITY_ENV = "GREENADAPT_CO2_INTENSITY"
+WATTS_ENV = "GREENADAPT_CPU_WATTS_PER_CORE"
+INTENSITY_FILE = "co2_intensity.csv"
+WORLD = "WORLD"
+
+CPU_WATTS_PER_CORE = 10.0
+RAM_WATTS_PER_GIB = 0.3725
+GPU_DEFAULT_WATTS = 300.0
+# Nominal board power (vendor datasheets, SXM/reference variants); matched as substrings of the CUDA device name.
+GPU_WATTS = (("H200", 700.0), ("H100", 700.0), ("A100", 400.0), ("V100", 300.0), ("A10", 150.0), ("L4", 72.0), ("T4", 70.0))
+
+UJ_PER_KWH = 3.6e12
+J_PER_KWH = 3.6e6
+
+METHOD_RAPL = "rapl"
+METHOD_NVML = "nvml"
+METHOD_ESTIMATE = "tdp-estimate"
+
+
+# --------------------------------------------------------------------------
+# Grid intensity
+
+
+@dataclass(frozen=True)
+class Intensity:
+    """Grid carbon intensity in g CO₂(e) per kWh and where the figure came from."""
+
+    g_per_kwh: float
+    source: str
+
+
+_override: dict[str, Any] = {}
+
+
+def configure(*, intensity: float | None = None, country: str | None = None) -> None:
+    """Set the process-wide intensity (the global CLI options call this once)."""
+    if intensity is not None and country is not None:
+        raise UsageError("pass either --co2-intensity or --country, not both")
+    if intensity is not None and not intensity >= 0:
+        raise UsageError(f"--co2-intensity must be a number of g/kWh >= 0, not {intensity}")
+    _override.clear()
+    if intensity is not None:
+        _override["intensity"] = Intensity(float(intensity), "--co2-intensity")
+    elif country is not None:
+        _override["intensity"] = country_intensity(country, origin="--country")
+
+
+def country_table() -> dict[str, tuple[float, str]]:
+    """``{ISO code: (g/kWh, source)}`` from the shipped CSV (comment lines start with #)."""
+    text = resources.files("greenadapt").joinpath(INTENSITY_FILE).read_text(encoding="utf-8")
+    rows = csv.DictReader(line for line in text.splitlines() if line and not line.startswith("#"))
+    return {row["code"].upper(): (float(row["g_per_kwh"]), f"{row['name']}, {row['source']} {row['year']}") for row in rows}
+
+
+def country_intensity(code: str, *, origin: str) -> Intensity:
+    table = country_table()
+    key = code.strip().upper()
+    if key not in table:
+        raise UsageError(
+            f"{origin}: no grid intensity for {code!r}",
+            hint=f"known: {', '.join(sorted(table))}; or give the number with --co2-intensity G (g CO2/kWh)",
+        )
+    value, source = table[key]
+    return Intensity(value, f"{origin} {key}: {source}")
+
+
+def resolve_intensity(environ: Mapping[str, str] | None = None) -> Intensity:
+    """CLI option, then ``$GREENADAPT_CO2_INTENSITY`` (number or country code), then the world average."""
+    if "intensity" in _override:
+        return _override["intensity"]
+    env = os.environ if environ is None else environ
+    raw = env.get(INTENSITY_ENV, "").strip()
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            return country_intensity(raw, origin=f"${INTENSITY_ENV}")
+        if not value >= 0:
+            raise UsageError(f"${INTENSITY_ENV}={raw} is not a number of g/kWh >= 0")
+        return Intensity(value, f"${INTENSITY_ENV}")
+    value, source = country_table()[WORLD]
+    return Intensity(value, f"default: {source}")
+
+
+# --------------------------------------------------------------------------
+# RAPL
+
+
+@dataclass(frozen=True)
+class RaplDomain:
+    name: str
+    path: Path
+    max_uj: int
+
+
+def rapl_domains(root: Path = RAPL_ROOT) -> list[RaplDomain]:
+    """Package domains (``intel-rapl:N``) and their ``dram`` sub-domains; core/uncore are inside the package figure."""
+    domains: list[RaplDomain] = []
+    if not root.is_dir():
+        return domains
+    for folder in sorted(root.glob("intel-rapl:*")):
+        parts = folder.name.split(":")
+        try:
+            name = (folder / "name").read_text().strip()
+        except OSError:
+            continue
+        if len(parts) == 2 or (len(parts) == 3 and name == "dram"):
+            try:
+                max_uj = int((folder / "max_energy_range_uj").read_text())
+            except (OSError, ValueError):
+                max_uj = 0
+            domains.append(RaplDomain(f"{folder.name}:{name}", folder / "energy_uj", max_uj))
+    return domains
+
+
+def read_rapl(domains: list[RaplDomain]) -> dict[str, int] | None:
+    """Current counters in µJ, or None if any cannot be read (e.g. root-only)."""
+    if not domains:
+        return None
+    values = {}
+    try:
+        for domain in domains:
+            values[domain.name] = int(domain.path.read_text())
+    except (OSError, ValueError):
+        return None
+    return values
+
+
+def rapl_delta_uj(start: int, end: int, max_uj: int) -> int:
+    """Energy between two readings of one counter, undoing one wrap-around."""
+    if end >= start:
+        return end - start
+    if max_uj <= 0:
+        return 0
+    return end + max_uj - start
+
+
+# --------------------------------------------------------------------------
+# GPU
+
+
+def cuda_in_use() -> bool:
+    """True if this process has initialised CUDA (never imports torch itself)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:  # a broken CUDA setup must not break a stage's manifest
+        return False
+
+
+def gpu_info() -> tuple[str | None, int]:
+    """Model name and the number of GPUs this job uses (one per torchrun rank)."""
+    torch = sys.modules.get("torch")
+    try:
+        name = torch.cuda.get_device_name(torch.cuda.current_device()) if torch is not None else None
+    except Exception:
+        name = None
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return name, max(1, world)
+
+
+def gpu_watts(model: str | None) -> float:
+    for key, watts in GPU_WATTS:
+        if model and key in model:
+            return watts
+    return GPU_DEFAULT_WATTS
+
+
+def _nvml_handles() -> tuple[Any, list[Any]] | None:
+    try:
+        import pynvml  # the nvidia-ml-py package; optional
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible:
+            indices = [int(i) for i in visible.split(",") if i.strip().isdigit()]
+        else:
+            indices = list(range(pynvml.nvmlDeviceGetCount()))
+        return pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+    except Exception:
+        return None
+
+
+def read_nvml_mj() -> int | None:
+    """Total energy of the visible GPUs in mJ since driver load, or None."""
+    found = _nvml_handles()
+    if found is None:
+        return None
+    pynvml, handles = found
+    try:
+        return sum(int(pynvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in handles) if handles else None
+    except Exception:
+        return None
+
+
+# --------------------------------------------------------------------------
+# Estimate and the probe a CostMeter holds
+
+
+def cpu_watts_per_core(environ: Mapping[str, str] | None = None) -> float:
+    raw = (os.environ if environ is None else environ).get(WATTS_ENV, "").strip()
+    try:
+        return float(raw) if raw else CPU_WATTS_PER_CORE
+    except ValueError:
+        log.warning("ignoring $%s=%r: not a number", WATTS_ENV, raw)
+        return CPU_WATTS_PER_CORE
+
+
+def tdp_estimate_kwh(
+    *,
+    cpu_seconds: float,
+    wall_seconds: float,
+    peak_rss_gib: float,
+    gpu_seconds: float = 0.0,
+    gpu_model: str | None = None,
+    watts_per_core: float = CPU_WATTS_PER_CORE,
+) -> dict[str, float]:
+    """TDP × utilisation: ``cpu_seconds × W/core`` (= cores × W/core × util × wall), memory and GPU terms."""
+    return {
+        "cpu_kwh": cpu_seconds * watts_per_core / J_PER_KWH,
+        "ram_kwh": wall_seconds * peak_rss_gib * RAM_WATTS_PER_GIB / J_PER_KWH,
+        "gpu_kwh": gpu_seconds * gpu_watts(gpu_model) / J_PER_KWH,
+    }
+
+
+@dataclass
+class EnergyProbe:
+    """Counter readings taken when a stage starts; :meth:`finish` turns them into the manifest's fields."""
+
+    rapl_root: Path = RAPL_ROOT
+    environ: Mapping[str, str] | None = None
+    _domains: list[RaplDomain] = field(default_factory=list, init=False)
+    _rapl_start: dict[str, int] | None = field(default=None, init=False)
+    _nvml_start: int | None = field(default=None, init=False)
+    _intensity: Intensity | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        # Resolved at the start, so a bad $GREENADAPT_CO2_INTENSITY fails before the work, not after it.
+        self._intensity = resolve_intensity(self.environ)
+        self._domains = rapl_domains(self.rapl_root)
+        self._rapl_start = read_rapl(self._domains)
+        # Read NVML now whenever it is installed: a stage initialises CUDA only after its meter started,
+        # and finish() uses the difference only if CUDA was in use by then.
+        self._nvml_start = read_nvml_mj()
+
+    def finish(self, *, wall_seconds: float, cpu_seconds: float, peak_rss_mib: float, cpu_count: int | None) -> dict[str, Any]:
+        gpu_used = cuda_in_use()
+        gpu_model, gpu_count = gpu_info() if gpu_used else (None, 0)
+        gpu_seconds = wall_seconds * gpu_count if gpu_used else 0.0
+        estimate = tdp_estimate_kwh(
+            cpu_seconds=cpu_seconds,
+            wall_seconds=wall_seconds,
+            peak_rss_gib=peak_rss_mib / 1024,
+            gpu_seconds=gpu_seconds,
+            gpu_model=gpu_model,
+            watts_per_core=cpu_watts_per_core(self.environ),
+        )
+        parts = dict(estimate)
+        methods = {"cpu": METHOD_ESTIMATE, "ram": METHOD_ESTIMATE, "gpu": METHOD_ESTIMATE if gpu_used else None}
+
+        rapl_end = read_rapl(self._domains) if self._rapl_start is not None else None
+        if self._rapl_start is not None and rapl_end is not None:
+            package = dram = 0
+            for domain in self._domains:
+                delta = rapl_delta_uj(self._rapl_start[domain.name], rapl_end[domain.name], domain.max_uj)
+                if domain.name.endswith(":dram"):
+                    dram += delta
+                else:
+                    package += delta
+            parts["cpu_kwh"] = package / UJ_PER_KWH
+            methods["cpu"] = METHOD_RAPL
+            if any(d.name.endswith(":dram") for d in self._domains):
+                parts["ram_kwh"] = dram / UJ_PER_KWH
+                methods["ram"] = METHOD_RAPL
+        if gpu_used:
+            nvml_end = read_nvml_mj()
+            if self._nvml_start is not None and nvml_end is not None and nvml_end >= self._nvml_start:
+                parts["gpu_kwh"] = (nvml_end - self._nvml_start) / 1000 / J_PER_KWH
+                methods["gpu"] = METHOD_NVML
+
+        kwh = sum(parts.values())
+        used = [m for m in methods.values() if m is not None]
+        method = "+".join(dict.fromkeys(used))
+        intensity = self._intensity or resolve_intensity(self.environ)
+        cores = cpu_count or 1
+        return {
+            "cpu_utilisation": round(cpu_seconds / (wall_seconds * cores), 4) if wall_seconds > 0 else None,
+            "gpu_seconds": round(gpu_seconds, 3),
+            "gpu_model": gpu_model,
+            "gpu_count": gpu_count,
+            "energy_kwh": round(kwh, 9),
+            "energy_method": method,
+            "energy_parts": {
+                f"{k}_kwh": {"kwh": round(parts[f"{k}_kwh"], 9), "method": m} for k, m in methods.items() if m is not None
+            },
+            "energy_assumptions": {
+                "cpu_watts_per_core": cpu_watts_per_core(self.environ),
+                "ram_watts_per_gib": RAM_WATTS_PER_GIB,
+                **({"gpu_watts": gpu_watts(gpu_model)} if gpu_used else {}),
+            },
+            "co2_kg": round(kwh * intensity.g_per_kwh / 1000, 9),
+            "co2_intensity_g_per_kwh": intensity.g_per_kwh,
+            "co2_intensity_source": intensity.source,
+        }

@@ -1,0 +1,481 @@
+"""The ``multitask`` stage, :func:`load_task` and prediction with one task of a multitask model.
+
+A multitask run folder (kind ``multitask``, written through StageRun)::
+
+    manifest.json          stats: parameter counts, per-task and average scores, training summary
+    metrics.json           per task, split and pooling mode; averages of the primary metrics
+    pals_config.json       adapter kind, size, heads; the tasks, their types and label counts
+    base/                  the shared encoder (transformers folder) and its tokenizer(s)
+        general-tokenizer/ T_LM, when the model has a domain tokenizer
+    tasks/<name>/
+        adapter.safetensors    the task's PALs and head
+        greenadapt_task.json   labels, reader options, lengths (as `finetune` writes them)
+        predictions/<split>.<ext>
+    train_log.jsonl        one line per step (with its task), one per dev evaluation
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from greenadapt.errors import DataError, UsageError
+from greenadapt.finetune import POOL_MODES
+from greenadapt.finetune.data import TaskFile, check_known_labels, prediction_file_name, write_predictions
+from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
+from greenadapt.finetune.tokenize import GENERAL_TOKENIZER_DIR, TokenizerPair, Unit, check_vocab_fits, load_tokenizers
+from greenadapt.finetune.train import DistContext, TrainConfig, pick_device
+from greenadapt.gmap.options import GmapOptions
+from greenadapt.multitask.sampling import check_sampling
+from greenadapt.multitask.spec import TaskSpec, check_unique
+from greenadapt.multitask.train import MultitaskConfig, train_multitask
+from greenadapt.models import resolve_model, slugify
+from greenadapt.pals.config import PalsConfig
+from greenadapt.pals.config import BASE_DIR, TASKS_DIR
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.stage import StageOutcome, StageRun, file_identity, load_stage, read_manifest, resource_errors, write_json
+from greenadapt.workspace import workdir as resolve_workdir
+
+log = logging.getLogger(__name__)
+
+KIND = "multitask"
+
+
+@dataclass
+class MultitaskOptions:
+    tasks: list[TaskSpec]
+    model: str | None = None
+    out: Path | None = None
+    workdir: Path | None = None
+    pals: PalsConfig = field(default_factory=PalsConfig)
+    training: TrainConfig = field(default_factory=TrainConfig)  # mix None: 0.5 with a domain tokenizer, else 0
+    sampling: str = "annealed"
+    steps_per_epoch: int | None = None
+    freeze_base: bool = False
+    pool: str = "mean"
+    max_length: int = 128
+    max_words: int = 30
+    device: str = "auto"
+    force: bool = False
+    wait: bool = False
+    gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion of a frozen general model (strategy "none": off)
+
+
+@dataclass
+class _Prepared:
+    spec: TaskSpec
+    task: Task
+    settings: TaskSettings
+    files: dict[str, TaskFile]  # train, and dev/test when given
+
+
+def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """Train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
+    from greenadapt.finetune.run import _max_length, _model_identity
+
+    _check_options(options)
+    ref = resolve_model(options.model)
+    model_identity = _model_identity(ref)
+    tokenizers = load_tokenizers(ref.path)
+    options.gmap.check()
+    gmap = None
+    if options.gmap.enabled:
+        from greenadapt.finetune.gmap import prepare
+
+        gmap = prepare(options.gmap, ref, tokenizers.general, cache_root=resolve_workdir(options.workdir) / "cache")
+    requested_mix = options.training.mix
+    mix = requested_mix if requested_mix is not None else (0.5 if tokenizers.has_domain else 0.0)
+    if mix > 0 and not tokenizers.has_domain:
+        raise UsageError(
+            f"--mix {mix:g} needs a domain tokenizer, but {ref.path} has only one tokenizer (no {GENERAL_TOKENIZER_DIR}/)",
+            hint="pass a model folder written by `greenadapt expand`, or --mix 0",
+        )
+    if options.pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
+    pool = options.pool if tokenizers.has_domain else "general"
+    max_length = _max_length(ref, tokenizers, options.max_length)
+    prepared = [_prepare(spec, tokenizers, max_length, options.max_words) for spec in options.tasks]
+
+    training = replace(options.training, mix=mix)
+    config = {
+        "tasks": [{**p.spec.to_json(), "settings": p.settings.to_json()} for p in prepared],
+        "pals": options.pals.to_json(),
+        "train": {k: v for k, v in asdict(training).items() if k != "eval_batch_size"},
+        "sampling": options.sampling,
+        "steps_per_epoch": options.steps_per_epoch,
+        "freeze_base": options.freeze_base,
+        "pool": pool,
+        "model": ref.name,
+    }
+    inputs = [model_identity] + [
+        {"role": f"{p.spec.name}:{role}", **file_identity(f.path)} for p in prepared for role, f in p.files.items()
+    ]
+    if gmap is not None:
+        config["gmap"] = options.gmap.to_config(gmap.general)
+        inputs.append({"role": "general", **_model_identity(gmap.general)})
+    out = options.out or resolve_workdir(options.workdir) / "multitask" / slugify("-".join(p.spec.name for p in prepared)) / ref.slug
+    ctx = DistContext(device=pick_device(options.device))
+    with StageRun(KIND, out, config, inputs, force=options.force, wait=options.wait, libraries=("torch", "transformers", "tokenizers")) as stage:
+        if stage.skipped:
+            return StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
+        stats = _train_and_save(prepared, ref.path, tokenizers, options, training, pool, ctx, stage.tmp, progress, gmap)
+        manifest = stage.commit(stats=stats)
+        return StageOutcome(stage.out, manifest, False)
+
+
+def _check_options(options: MultitaskOptions) -> None:
+    check_unique(options.tasks)
+    check_sampling(options.sampling)
+    training = options.training
+    if training.mix is not None and not 0.0 <= training.mix <= 1.0:
+        raise UsageError(f"--mix {training.mix} is not a probability", hint="use a value from 0 to 1")
+    if options.pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {options.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    for name, value in (("--batch-size", training.batch_size), ("--epochs", training.epochs), ("--max-length", options.max_length),
+                        ("--max-words", options.max_words), ("--eval-batch-size", training.eval_batch_size)):
+        if value < 1:
+            raise UsageError(f"{name} must be at least 1")
+    if options.steps_per_epoch is not None and options.steps_per_epoch < 1:
+        raise UsageError("--steps-per-epoch must be at least 1")
+    if training.max_steps is not None and training.max_steps < 1:
+        raise UsageError("--max-steps must be at least 1")
+    if training.lr <= 0 or not 0 <= training.warmup < 1:
+        raise UsageError("--lr must be positive and --warmup a fraction below 1")
+
+
+def _prepare(spec: TaskSpec, tokenizers: TokenizerPair, max_length: int, max_words: int) -> _Prepared:
+    task = get_task(spec.type)
+    files = {"train": task.read(spec.train, spec.reader, require_labels=True)}
+    for role in ("dev", "test"):
+        path = getattr(spec, role)
+        if path is not None:
+            files[role] = task.read(path, spec.reader, require_labels=True)
+    labels = task.order_labels(files["train"].labels())
+    if len(labels) < 2:
+        raise DataError(
+            f"task {spec.name!r}: the training data has only {len(labels)} label(s) ({', '.join(labels)})", path=files["train"].path
+        )
+    for role in ("dev", "test"):
+        if role in files:
+            check_known_labels(files[role], labels, f"training ({spec.name})")
+    positive = positive_label_for(labels, spec.positive_label) if task.name == "classify" else None
+    try:
+        metric = task.check_metric(spec.metric, positive)
+    except UsageError as exc:
+        raise UsageError(f"task {spec.name!r}: {exc.message}", hint=exc.hint) from None
+    settings = TaskSettings(
+        task=task.name,
+        labels=labels,
+        max_length=max_length,
+        max_words=max_words,
+        metric=metric,
+        positive_label=positive,
+        reader=spec.reader.as_config(),
+        has_domain_tokenizer=tokenizers.has_domain,
+    )
+    return _Prepared(spec, task, settings, files)
+
+
+def _train_and_save(
+    prepared: list[_Prepared],
+    model_path: Path,
+    tokenizers: TokenizerPair,
+    options: MultitaskOptions,
+    training: TrainConfig,
+    pool: str,
+    ctx: DistContext,
+    tmp: Path,
+    progress: Progress,
+    gmap: Any = None,
+) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModel, set_seed
+
+    from greenadapt.finetune.infer import report_modes
+    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.pals.model import MultiTaskModel
+
+    units: dict[str, dict[str, list[Unit]]] = {}
+    preprocessing = {}
+    for p in prepared:
+        units[p.spec.name] = {}
+        for role, task_file in p.files.items():
+            task_units, stats = p.task.units(task_file, p.settings, tokenizers)
+            if gmap is not None:
+                from greenadapt.finetune.gmap import attach_memory
+
+                attach_memory(task_units, task_file.examples, gmap.tokenizer, gmap.max_length)
+            units[p.spec.name][role] = task_units
+            if role == "train":
+                preprocessing[p.spec.name] = stats
+    set_seed(training.seed)
+    with quiet_transformers():
+        base = AutoModel.from_pretrained(str(model_path), dtype=torch.float32)
+    check_vocab_fits(tokenizers, base.get_input_embeddings().weight.shape[0], model_path)
+    model = MultiTaskModel(base, options.pals)
+    for p in prepared:
+        model.add_task(p.spec.name, p.spec.type, len(p.settings.labels))
+    if gmap is not None:
+        from greenadapt.finetune.gmap import build_model
+
+        model.attach_fusion(build_model(model.base, gmap))
+    names = [p.spec.name for p in prepared]
+
+    def scores(p: _Prepared, role: str, modes: Sequence[str]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        return _score(model.task_view(p.spec.name), p, p.files[role], units[p.spec.name][role], tokenizers, ctx, training, modes)
+
+    with_dev = [p for p in prepared if "dev" in p.files]
+
+    def evaluate(_: Any) -> tuple[float, dict[str, Any]]:
+        per_task = {p.spec.name: float(scores(p, "dev", (pool,))[0][pool][p.settings.metric]) for p in with_dev}
+        return sum(per_task.values()) / len(per_task), {"tasks": per_task}
+
+    config = MultitaskConfig(training, options.sampling, options.steps_per_epoch, options.freeze_base)
+    result = train_multitask(
+        model,
+        names,
+        [units[n]["train"] for n in names],
+        config,
+        ctx,
+        pad_id=tokenizers.pad_id,
+        evaluate=evaluate if with_dev else None,
+        log_path=tmp / "train_log.jsonl",
+        progress=progress,
+    )
+    metrics: dict[str, Any] = {}
+    modes = report_modes(tokenizers.has_domain)
+    with resource_errors(tmp):
+        for p in prepared:
+            task_dir = tmp / TASKS_DIR / p.spec.name
+            metrics[p.spec.name] = {"metric": p.settings.metric}
+            for role in ("dev", "test"):
+                if role not in p.files:
+                    continue
+                split_scores, predictions = scores(p, role, modes)
+                metrics[p.spec.name][role] = split_scores
+                out_file = task_dir / "predictions" / prediction_file_name(p.files[role], role)
+                write_predictions(p.files[role], predictions[pool], out_file)
+        with quiet_transformers():
+            model.save(tmp, save_base=gmap is None)
+        if gmap is not None:
+            from greenadapt.finetune.gmap import save as save_fused
+
+            save_fused(model.fusion, tmp / BASE_DIR, gmap)  # the encoder, gates and gmap_config.json
+        _save_tokenizers(tokenizers, tmp / BASE_DIR)
+        for p in prepared:
+            write_json(tmp / TASKS_DIR / p.spec.name / TASK_FILE, p.settings.to_json())
+        averages = _averages(metrics, pool)
+        write_json(tmp / "metrics.json", {"pool": pool, "tasks": metrics, "average": averages})
+    counts = model.parameter_counts()
+    counts["formula_per_task"] = {n: model.expected_task_parameters(n) for n in names}
+    counts["trainable"] = result.trainable_parameters
+    headline = {
+        n: {role: metrics[n][role][pool][metrics[n]["metric"]] for role in ("dev", "test") if role in metrics[n]} for n in names
+    }
+    return {
+        "tasks": names,
+        "adapter": options.pals.adapter,
+        "gmap": None if gmap is None else {"strategy": options.gmap.strategy, **gmap.describe()},
+        "pool": pool,
+        "mix": training.mix,
+        "parameters": counts,
+        "scores": headline,
+        "average": averages,
+        "units": {n: {role: len(u) for role, u in units[n].items()} for n in names},
+        "preprocessing": preprocessing,
+        "training": {
+            "steps": result.steps,
+            "epochs": result.epochs_run,
+            "steps_per_epoch": result.steps_per_epoch,
+            "task_steps": result.task_steps,
+            "best_epoch": result.best_epoch,
+            "dev_history": result.dev_history,
+            "train_seconds": round(result.seconds, 2),
+            "domain_fraction": round(result.domain_fraction, 4),
+        },
+    }
+
+
+def _score(
+    view: Any,
+    p: _Prepared,
+    task_file: TaskFile,
+    units: list[Unit],
+    tokenizers: TokenizerPair,
+    ctx: DistContext,
+    training: TrainConfig,
+    modes: Sequence[str],
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    from greenadapt.finetune.infer import pooled_logits
+
+    logits = pooled_logits(
+        view,
+        units,
+        ctx,
+        has_domain=tokenizers.has_domain,
+        pad_id=tokenizers.pad_id,
+        batch_size=training.eval_batch_size,
+        precision=training.precision,
+        modes=modes,
+    )
+    result, predictions = {}, {}
+    for mode, values in logits.items():
+        predictions[mode] = p.task.decode(task_file, argmax_labels(values, p.settings.labels))
+        result[mode] = p.task.score(task_file, predictions[mode], p.settings)
+    return result, predictions
+
+
+def _averages(metrics: dict[str, Any], pool: str) -> dict[str, float]:
+    """Per split: the mean over tasks of each task's primary metric (only splits every task has)."""
+    averages = {}
+    for role in ("dev", "test"):
+        values = [m[role][pool][m["metric"]] for m in metrics.values() if role in m]
+        if values and len(values) == len(metrics):
+            averages[role] = sum(values) / len(values)
+    return averages
+
+
+def _save_tokenizers(tokenizers: TokenizerPair, folder: Path) -> None:
+    if tokenizers.domain is not None:
+        tokenizers.domain.save_pretrained(str(folder))
+        tokenizers.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
+    else:
+        tokenizers.general.save_pretrained(str(folder))
+
+
+# --------------------------------------------------------------------------
+# Loading one task, predicting with it
+
+
+@dataclass
+class LoadedTask:
+    """One task of a multitask run: a model called like a transformers model, its settings and tokenizers."""
+
+    name: str
+    model: Any  # greenadapt.pals.model.TaskModel
+    settings: TaskSettings
+    tokenizers: TokenizerPair
+    folder: Path
+    memory: tuple[Any, int] | None = None  # G-MAP: (the general model's own tokenizer or None for T_LM, its input limit)
+
+
+def is_multitask(folder: str | os.PathLike[str]) -> bool:
+    manifest = read_manifest(Path(folder)) if Path(folder).is_dir() else None
+    return manifest is not None and manifest.get("kind") == KIND
+
+
+def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
+    """Task ``name`` of a ``greenadapt multitask`` run folder: the shared encoder with only that task's PALs and head."""
+    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.pals.model import MultiTaskModel
+
+    path = Path(folder)
+    manifest = load_stage(path, KIND)
+    names = manifest.get("stats", {}).get("tasks", [])
+    if name not in names:
+        raise UsageError(f"no task {name!r} in this multitask run", path=path, hint=f"--task one of: {', '.join(names)}")
+    try:
+        settings = TaskSettings.from_json(json.loads((path / TASKS_DIR / name / TASK_FILE).read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, TypeError) as exc:
+        from greenadapt.errors import StageError
+
+        raise StageError(f"unreadable {TASK_FILE} of task {name!r}: {exc}", path=path / TASKS_DIR / name) from None
+    memory = None
+    with quiet_transformers():
+        from greenadapt.finetune.gmap import is_gmap_folder, load_fused
+
+        if is_gmap_folder(path / BASE_DIR):
+            fusion, general_tokenizer, general_length = load_fused(path / BASE_DIR, general_model=general_model)
+            multi = MultiTaskModel.load(path, tasks=[name], base=fusion.domain)
+            multi.attach_fusion(fusion)
+            multi.to(device)
+            memory = (general_tokenizer, general_length)
+        elif general_model is not None:
+            raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
+        else:
+            multi = MultiTaskModel.load(path, tasks=[name], device=device)
+    return LoadedTask(name, multi.task_view(name), settings, load_tokenizers(path / BASE_DIR), path, memory)
+
+
+def predict_task(
+    folder: str | os.PathLike[str],
+    name: str,
+    input_path: Path,
+    output_path: Path,
+    *,
+    pool: str = "mean",
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    ignore_labels: bool = False,
+    reader_overrides: dict[str, Any] | None = None,
+    general_model: str | None = None,
+) -> Any:
+    """``greenadapt predict --model RUN --task NAME``: label (and score) a file with one task of a multitask run."""
+    from greenadapt.finetune.infer import pooled_logits
+    from greenadapt.finetune.run import PredictResult, _strip_labels
+
+    if pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    ctx = DistContext(device=pick_device(device))
+    loaded = load_task(folder, name, device=ctx.device, general_model=general_model)
+    settings = loaded.settings
+    task = get_task(settings.task)
+    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
+    if overrides:
+        settings = replace(settings, reader=replace(settings.reader_options, **overrides).as_config())
+    task_file = task.read(input_path, settings, require_labels=False)
+    score = task_file.labelled and not ignore_labels
+    if score:
+        try:
+            check_known_labels(task_file, settings.labels)
+        except DataError as exc:
+            raise DataError(exc.message, path=exc.path, line=exc.line, hint="pass --ignore-labels to predict without scoring") from None
+    elif task_file.labelled:
+        task_file = _strip_labels(task_file)
+    tokenizers = loaded.tokenizers
+    if pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", path=loaded.folder, hint="use --pool general")
+    mode = pool if tokenizers.has_domain else "general"
+    units, _ = task.units(task_file, settings, tokenizers)
+    if loaded.memory is not None:
+        from greenadapt.finetune.gmap import attach_memory
+
+        attach_memory(units, task_file.examples, *loaded.memory)
+    logits = pooled_logits(
+        loaded.model, units, ctx, has_domain=tokenizers.has_domain, pad_id=tokenizers.pad_id,
+        batch_size=batch_size, precision=precision, modes=(mode,),
+    )[mode]
+    predictions = task.decode(task_file, argmax_labels(logits, settings.labels))
+    with resource_errors(output_path.parent):
+        write_predictions(task_file, predictions, output_path)
+    metrics = task.score(task_file, predictions, settings) if score else None
+    return PredictResult(output_path, len(task_file.examples), mode, metrics, loaded.folder)
+
+
+def task_names(folder: str | os.PathLike[str]) -> list[str]:
+    manifest = read_manifest(Path(folder)) or {}
+    return list(manifest.get("stats", {}).get("tasks", []))
+
+
+def multitask_predictor(folder: str | os.PathLike[str], name: str | None) -> Any:
+    """A function with ``run_predict``'s signature that predicts with task ``name`` of a multitask run."""
+    if not is_multitask(folder):
+        raise UsageError("--task names a task of a multitask run, but this is not one", path=str(folder),
+                         hint="leave out --task for a `greenadapt finetune` model")
+    if name is None:
+        raise UsageError("this is a multitask run: name the task to predict with", path=str(folder),
+                         hint=f"pass --task, one of: {', '.join(task_names(folder))}")
+
+    def run(model: Any, input_path: Path, output_path: Path, **kwargs: Any) -> Any:
+        return predict_task(model, name, input_path, output_path, **kwargs)
+
+    return run
+
+
+__all__ = ["KIND", "LoadedTask", "MultitaskOptions", "is_multitask", "load_task", "multitask_predictor", "predict_task", "run_multitask", "task_names"]

@@ -1,0 +1,108 @@
+"""The report's figures as PNG bytes (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DPI = 100
+
+
+def _figure(width: float = 7.0, height: float = 3.2) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    # A bare Figure (not pyplot): no global state, nothing to close, safe in threads.
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def _png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
+
+
+def cost_chart(stages: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """Energy (kWh) and wall time (h) per stage, horizontal bars."""
+    rows = [s for s in stages if s["cost"].get("energy_kwh") is not None]
+    if not rows:
+        return None
+    fig = _figure(8.0, max(2.2, 0.32 * len(rows) + 1.2))
+    energy, wall = fig.subplots(1, 2, sharey=True)
+    labels = [s["name"] for s in rows]
+    positions = list(range(len(rows)))
+    energy.barh(positions, [s["cost"]["energy_kwh"] * 1000 for s in rows], color="#4c9a2a")
+    energy.set_yticks(positions, labels, fontsize=7)
+    energy.invert_yaxis()
+    energy.set_xlabel("energy (Wh)")
+    wall.barh(positions, [s["cost"].get("wall_seconds", 0) / 60 for s in rows], color="#3b6ea8")
+    wall.set_xlabel("wall time (min)")
+    return _png(fig)
+
+
+def results_chart(rows: Sequence[Mapping[str, Any]], title: str) -> bytes | None:
+    """Mean ± std of the primary metric, one bar per group and pooling mode."""
+    if not rows:
+        return None
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    pools = list(dict.fromkeys(r["pool"] for r in rows))
+    fig = _figure(max(5.0, 1.1 * len(groups) + 2), 3.4)
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(pools))
+    scale = 100.0 if max(abs(r["mean"]) for r in rows) <= 1 else 1.0
+    colours = ["#3b6ea8", "#4c9a2a", "#c9822b", "#8e4ca8"]
+    for j, pool in enumerate(pools):
+        xs, means, stds = [], [], []
+        for i, group in enumerate(groups):
+            row = next((r for r in rows if r["group"] == group and r["pool"] == pool), None)
+            if row is not None:
+                xs.append(i + (j - (len(pools) - 1) / 2) * width)
+                means.append(row["mean"] * scale)
+                stds.append(row["std"] * scale)
+        ax.bar(xs, means, width, yerr=stds, capsize=3, label=pool, color=colours[j % len(colours)])
+    ax.set_xticks(range(len(groups)), [g.split("/")[-1] if len(g) > 18 else g for g in groups], fontsize=8, rotation=15)
+    ax.set_ylabel(f"{rows[0]['metric']}" + (" (×100)" if scale != 1 else ""))
+    ax.set_title(title, fontsize=9)
+    ax.legend(title="pooling", fontsize=7, title_fontsize=7)
+    return _png(fig)
+
+
+def curve_chart(curves: Sequence[Mapping[str, Any]], title: str) -> bytes | None:
+    """Training loss per step (one line per configuration and seed) and, when logged, the dev score."""
+    if not any(c["loss"] for c in curves):
+        return None
+    has_dev = any(c["dev"] for c in curves)
+    fig = _figure(7.0, 2.8)
+    axes = fig.subplots(1, 2 if has_dev else 1, squeeze=False)[0]
+    for curve in curves:
+        if curve["loss"]:
+            steps, losses = zip(*curve["loss"])
+            axes[0].plot(steps, _smooth(losses), linewidth=1, label=_curve_label(curve))
+        if has_dev and curve["dev"]:
+            steps, scores = zip(*curve["dev"])
+            axes[1].plot(steps, scores, marker="o", linewidth=1, label=_curve_label(curve))
+    axes[0].set_xlabel("step")
+    axes[0].set_ylabel("training loss (smoothed)")
+    axes[0].set_title(title, fontsize=9)
+    axes[0].legend(fontsize=7)
+    if has_dev:
+        axes[1].set_xlabel("step")
+        axes[1].set_ylabel("dev score")
+    return _png(fig)
+
+
+def _curve_label(curve: Mapping[str, Any]) -> str:
+    return f"{curve['group'].rsplit('/', 1)[-1]}, seed {curve['seed']}"
+
+
+def _smooth(values: Sequence[float], window: int = 10) -> list[float]:
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out

@@ -1,0 +1,302 @@
+"""Render the collected report data as Markdown (stdout) and one self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from greenadapt.report.paper import SOURCE
+
+
+# --------------------------------------------------------------------------
+# Number formatting
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    """A number for a table cell: integers with separators, others with about ``digits`` significant digits."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) or (abs(value) >= 100 and float(value).is_integer()):
+        return f"{int(value):,}"
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1e-3:
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits - 1}e}"
+
+
+def _mean_std(row: Mapping[str, Any]) -> str:
+    scale = 100.0 if abs(row["mean"]) <= 1 else 1.0
+    text = f"{row['mean'] * scale:.2f}"
+    if row["n"] > 1:
+        text += f" ± {row['std'] * scale:.2f}"
+    return text + f" (n={row['n']})"
+
+
+# --------------------------------------------------------------------------
+# Tables, shared by both formats
+
+
+def stage_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["stage", "kind", "wall", "CPU h", "GPU h", "peak mem (MiB)", "energy (kWh)", "CO₂ (kg)", "method"]
+    rows = []
+    for s in data["stages"]:
+        c = s["cost"]
+        rows.append(
+            [
+                s["name"],
+                s["kind"],
+                _duration(c.get("wall_seconds")),
+                _num(c.get("cpu_hours")),
+                _num((c.get("gpu_seconds") or 0) / 3600) if c.get("gpu_seconds") else "—",
+                _num(c.get("peak_rss_mib"), 4),
+                _num(c.get("energy_kwh")),
+                _num(c.get("co2_kg")),
+                str(c.get("energy_method") or "—") + (f" @ {_num(c.get('co2_intensity_g_per_kwh'))} g/kWh" if c.get("co2_intensity_g_per_kwh") is not None else ""),
+            ]
+        )
+    return head, rows
+
+
+def comparison_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["what", "hardware", "wall h", "device h", "energy (kWh)", "CO₂ (kg)", "CO₂ (lbs)", "cost"]
+    rows = []
+    for r in list(data["paper"]["published"]) + list(data["paper"]["ours"]):
+        device = f"{_num(r.get('device_hours'))} {r.get('device', '')}-h" if r.get("device_hours") is not None else "—"
+        rows.append(
+            [
+                r["name"],
+                r.get("hardware") or "—",
+                _num(r.get("wall_hours")),
+                device,
+                _num(r.get("energy_kwh")),
+                _num(r.get("co2_kg")),
+                _num(r.get("co2_lbs")),
+                r.get("cost_usd") or "—",
+            ]
+        )
+    return head, rows
+
+
+def ratio_lines(data: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for r in data["paper"]["ratios"]:
+        text = f"{r['ours']} vs {r['reference']}: wall time × {_num(r['wall_ratio'])}"
+        if r.get("co2_ratio") is not None:
+            text += f", CO₂ × {_num(r['co2_ratio'])}"
+        lines.append(text)
+    return lines
+
+
+def alignment_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["align output", "method", "held-out cosine", "train cosine", "shared words", "new words"]
+    rows = [
+        [a["name"], str(a["method"]), _num(a["heldout_cosine"]), _num(a["train_cosine"]), _num(a["n_shared"]), _num(a["n_new"])]
+        for a in data["alignment"]
+    ]
+    return head, rows
+
+
+def neighbour_table(alignment: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["word", "count", "nearest word2vec words", "nearest wordpieces to W·v"]
+    rows = []
+    for n in alignment["neighbours"]:
+        rows.append(
+            [
+                str(n.get("word")) + (" (probe)" if n.get("kind") == "probe" else ""),
+                _num(n.get("count")),
+                ", ".join(f"{w} {s:.2f}" for w, s in (n.get("within") or [])) or "—",
+                ", ".join(f"{w} {s:.2f}" for w, s in (n.get("cross") or [])) or "—",
+            ]
+        )
+    return head, rows
+
+
+def results_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["configuration", "task", "mix", "split", "pooling", "metric", "mean ± std (×100 if ≤ 1)", "seeds"]
+    rows = [
+        [r["group"], str(r["task"]), _num(r["mix"]), r["split"], r["pool"], r["metric"], _mean_std(r), ",".join(r["seeds"])]
+        for r in data["results"]
+    ]
+    return head, rows
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "—"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+# --------------------------------------------------------------------------
+# Markdown
+
+
+def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown(data: Mapping[str, Any]) -> str:
+    parts = ["# greenadapt report", "", "Runs: " + ", ".join(f"`{r}`" for r in data["runs"]), ""]
+    parts += ["## Stages and their cost", "", _md_table(*stage_table(data)), ""]
+    if data["paper"]["ours"] or data["paper"]["published"]:
+        parts += ["## Adaptation cost beside the paper's", "", _md_table(*comparison_table(data)), ""]
+        parts += [f"- {line}" for line in ratio_lines(data)]
+        parts += ["", f"Published figures: {SOURCE}. Ours: w2v + align + expand; the paper's corpus is far larger.", ""]
+    if data.get("finetune_cost"):
+        f = data["finetune_cost"]
+        parts += [
+            f"Fine-tuning, all runs: {_duration(f['wall_seconds'])} wall, {_num(f['cpu_hours'])} CPU h, "
+            f"{_num(f['energy_kwh'])} kWh, {_num(f['co2_kg'])} kg CO₂.",
+            "",
+        ]
+    if data["alignment"]:
+        parts += ["## Alignment", "", _md_table(*alignment_table(data)), ""]
+    if data["results"]:
+        parts += ["## Results", "", _md_table(*results_table(data)), ""]
+    if data["training"]:
+        parts += ["## Training", ""]
+        for curve in data["training"]:
+            last = curve["loss"][-1] if curve["loss"] else None
+            dev = curve["dev"][-1] if curve["dev"] else None
+            text = f"- `{curve['name']}` seed {curve['seed']}: {len(curve['loss'])} logged steps"
+            if last:
+                text += f", last loss {last[1]:.4f} at step {int(last[0])}"
+            if dev:
+                text += f", last dev score {dev[1]:.4f}"
+            parts.append(text)
+        parts.append("")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------
+# HTML
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:72rem;padding:0 1rem;color:#1d1d1d}
+h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}h3{font-size:1rem}
+table{border-collapse:collapse;margin:.6rem 0;font-size:.85rem}
+th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f0f4ee}td.n{text-align:right;font-variant-numeric:tabular-nums}
+img{max-width:100%;height:auto;display:block;margin:.5rem 0}
+.note{color:#555;font-size:.8rem}code{font-size:.85em}
+"""
+
+# Marks, once the page has loaded, how many of its images decoded (for tests and the curious).
+_SCRIPT = """
+window.addEventListener("load", function () {
+  var images = Array.prototype.slice.call(document.images);
+  document.body.setAttribute("data-images", String(images.length));
+  document.body.setAttribute("data-images-ok", String(images.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length));
+});
+"""
+
+
+def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: Callable[[int], bool] = lambda i: False) -> str:
+    out = ["<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for row in rows:
+        cells = "".join(
+            f'<td class="n">{html.escape(c)}</td>' if numeric(i) else f"<td>{html.escape(c)}</td>" for i, c in enumerate(row)
+        )
+        out.append(f"<tr>{cells}</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _img(png: bytes | None, alt: str) -> str:
+    if png is None:
+        return ""
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> str:
+    """The whole page; ``figures`` maps a figure key (see :func:`figure_specs`) to PNG bytes."""
+    body = ["<h1>greenadapt report</h1>", "<p>Runs: " + ", ".join(f"<code>{html.escape(r)}</code>" for r in data["runs"]) + "</p>"]
+    body += ["<h2>Stages and their cost</h2>", _html_table(*stage_table(data), numeric=lambda i: 2 <= i <= 7)]
+    body.append(_img(figures.get("cost"), "energy and wall time per stage"))
+    body.append(
+        '<p class="note">Energy: measured (rapl, nvml) where the hardware exposes counters, else estimated from '
+        "TDP × utilisation (tdp-estimate); CO₂ = kWh × the grid intensity recorded with each stage.</p>"
+    )
+    body += ["<h2>Adaptation cost beside the paper's</h2>", _html_table(*comparison_table(data), numeric=lambda i: 2 <= i <= 6)]
+    if ratio_lines(data):
+        body.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in ratio_lines(data)) + "</ul>")
+    body.append(
+        f'<p class="note">Published figures: {html.escape(SOURCE)}. Ours: w2v + align + expand of each adapted model; '
+        "the paper adapted on a far larger corpus, and its CO₂ figures include a data-centre overhead factor.</p>"
+    )
+    if data.get("finetune_cost"):
+        f = data["finetune_cost"]
+        body.append(
+            f"<p>Fine-tuning, all runs: {_duration(f['wall_seconds'])} wall, {_num(f['cpu_hours'])} CPU h, "
+            f"{_num(f['energy_kwh'])} kWh, {_num(f['co2_kg'])} kg CO₂.</p>"
+        )
+    if data["alignment"]:
+        body += ["<h2>Alignment</h2>", _html_table(*alignment_table(data), numeric=lambda i: i >= 2)]
+        for alignment in data["alignment"]:
+            if alignment["neighbours"]:
+                body.append(f"<h3>Nearest neighbours: {html.escape(alignment['name'])} ({html.escape(str(alignment['method']))})</h3>")
+                body.append(_html_table(*neighbour_table(alignment)))
+    if data["results"]:
+        body += ["<h2>Results</h2>", _html_table(*results_table(data))]
+        for key, title in result_groups(data):
+            body.append(_img(figures.get(key), title))
+    if data["training"]:
+        body.append("<h2>Training curves</h2>")
+        for key, title in curve_groups(data):
+            body.append(_img(figures.get(key), title))
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        "<title>greenadapt report</title>"
+        f"<style>{_CSS}</style><script>{_SCRIPT}</script></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
+    )
+
+
+# --------------------------------------------------------------------------
+# Which figures the page has
+
+
+def result_groups(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """One results figure per task and split: (figure key, title)."""
+    seen = dict.fromkeys((r["task"], r["split"]) for r in data["results"])
+    return [(f"results:{task}:{split}", f"{task}, {split} split") for task, split in seen]
+
+
+def _curve_family(group: str) -> str:
+    """Curves are drawn together per data set: the configuration's parent folder (``.../finetune/<set>``)."""
+    return group.rsplit("/", 1)[0] if "/" in group else group
+
+
+def curve_groups(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    seen = dict.fromkeys(_curve_family(c["group"]) for c in data["training"])
+    return [(f"curve:{family}", family) for family in seen]
+
+
+def figure_specs(data: Mapping[str, Any]) -> dict[str, Callable[[], bytes | None]]:
+    from greenadapt.report import plots
+
+    specs: dict[str, Callable[[], bytes | None]] = {"cost": lambda: plots.cost_chart(data["stages"])}
+    for key, title in result_groups(data):
+        _, task, split = key.split(":", 2)
+        rows = [r for r in data["results"] if str(r["task"]) == task and r["split"] == split]
+        specs[key] = lambda rows=rows, title=title: plots.results_chart(rows, title)
+    for key, family in curve_groups(data):
+        curves = [c for c in data["training"] if _curve_family(c["group"]) == family]
+        specs[key] = lambda curves=curves, family=family: plots.curve_chart(curves, family)
+    return specs

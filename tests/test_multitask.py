@@ -1,0 +1,272 @@
+"""`greenadapt multitask`: task specs, errors, and a tiny end-to-end run with two tokenizers and --freeze-base."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
+from greenadapt.errors import EXIT_BAD_INPUT, EXIT_USAGE, UsageError
+from greenadapt.multitask.spec import collect_specs, parse_task_option, read_tasks_toml
+
+
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``greenadapt *argv`` in-process: (exit code, stdout, stderr)."""
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *argv])
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --------------------------------------------------------------------------
+# Specs
+
+
+def test_task_option_parses_keys_and_reader_options(tmp_path: Path) -> None:
+    spec = parse_task_option("name=cola,type=classify,train=a.tsv,dev=b.tsv,text-field=3,label_field=1,header=no")
+    assert (spec.name, spec.type, spec.train, spec.dev, spec.test) == ("cola", "classify", Path("a.tsv"), Path("b.tsv"), None)
+    assert (spec.reader.text_field, spec.reader.label_field, spec.reader.header) == ("3", "1", "no")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name=a,type=ner", "no train="),
+        ("name=a,type=pos,train=x", "unknown task type"),
+        ("name=a,type=ner,train=x,colour=red", "unknown task key"),
+        ("name=a/b,type=ner,train=x", "folder name"),
+        ("name=a,type=ner,train", "not key=value"),
+    ],
+)
+def test_bad_task_options(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_task_option(text)
+
+
+def test_toml_tasks_resolve_paths_relative_to_the_file(tmp_path: Path) -> None:
+    toml = tmp_path / "sub" / "tasks.toml"
+    toml.parent.mkdir()
+    toml.write_text('[[task]]\nname = "rte"\ntype = "classify"\ntrain = "rte/train.tsv"\n\n[[task]]\nname = "ncbi"\ntype = "ner"\ntrain = "/abs/train.tsv"\n')
+    specs = read_tasks_toml(toml)
+    assert [s.name for s in specs] == ["rte", "ncbi"]
+    assert specs[0].train == toml.parent / "rte" / "train.tsv"
+    assert specs[1].train == Path("/abs/train.tsv")
+    with pytest.raises(UsageError, match="two tasks are named 'rte'"):
+        collect_specs(["name=rte,type=ner,train=x"], toml)
+
+
+# --------------------------------------------------------------------------
+# End to end (tiny model, synthetic data)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("multitask")
+    model = build_tiny_expanded(root / "model")
+    return {
+        "root": root,
+        "model": model,
+        "ner_train": write_ner_file(root / "ner_train.tsv", 40, seed=1),
+        "ner_dev": write_ner_file(root / "ner_dev.tsv", 12, seed=2),
+        "pair_train": write_classify_file(root / "pair_train.tsv", 40, seed=3, pairs=True, fmt="tsv"),
+        "pair_dev": write_classify_file(root / "pair_dev.tsv", 12, seed=4, pairs=True, fmt="tsv"),
+    }
+
+
+def _tasks(data: dict[str, Path]) -> list[str]:
+    return [
+        "--task", f"name=ncbi,type=ner,train={data['ner_train']},dev={data['ner_dev']},test={data['ner_dev']}",
+        "--task", f"name=pair,type=classify,train={data['pair_train']},dev={data['pair_dev']}",
+    ]
+
+
+COMMON = ("--pal-size", "12", "--pal-heads", "3", "--batch-size", "8", "--epochs", "2", "--steps-per-epoch", "4", "--device", "cpu", "-q")
+
+
+@pytest.fixture(scope="module")
+def frozen_run(data: dict[str, Path]) -> dict:
+    """One --freeze-base run on an expanded model (two tokenizers: mixed training, mean-pooled inference)."""
+    from greenadapt.cli import main
+
+    out = data["root"] / "run"
+    argv = ["greenadapt", "multitask", "--model", str(data["model"]), *_tasks(data), "--out", str(out), "--freeze-base", "--lr", "1e-2", *COMMON, "--json"]
+    buffer = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buffer):
+        mp.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as exit_:
+            main()
+    assert not exit_.value.code, buffer.getvalue()
+    return {"out": out, "manifest": json.loads(buffer.getvalue())}
+
+
+def test_run_reports_parameters_scores_and_mixture(frozen_run: dict) -> None:
+    stats = frozen_run["manifest"]["stats"]
+    assert stats["tasks"] == ["ncbi", "pair"]
+    counts = stats["parameters"]
+    for name in ("ncbi", "pair"):
+        assert counts["per_task"][name]["total"] == counts["formula_per_task"][name]
+    assert counts["total"] == counts["base"] + sum(t["total"] for t in counts["per_task"].values())
+    assert counts["relative_to_base"] == pytest.approx(counts["total"] / counts["base"])
+    # frozen: only adapters, heads and layer norms train
+    assert counts["trainable"] < counts["base"]
+    assert stats["pool"] == "mean"
+    assert 0.0 < stats["training"]["domain_fraction"] < 1.0
+    assert stats["training"]["steps"] == 8
+    assert sum(stats["training"]["task_steps"].values()) == 8
+    metrics = json.loads((frozen_run["out"] / "metrics.json").read_text())
+    assert set(metrics["tasks"]["ncbi"]["test"]) == {"mean", "general", "domain"}
+    expected = (stats["scores"]["ncbi"]["dev"] + stats["scores"]["pair"]["dev"]) / 2
+    assert stats["average"]["dev"] == pytest.approx(expected)
+
+
+def test_freeze_base_keeps_base_weights_bit_identical(frozen_run: dict, data: dict[str, Path]) -> None:
+    from safetensors.torch import load_file
+
+    before = load_file(str(data["model"] / "model.safetensors"))
+    after = load_file(str(frozen_run["out"] / "base" / "model.safetensors"))
+    norms_changed = 0
+    for key, tensor in after.items():
+        if "LayerNorm" in key:
+            norms_changed += int(not tensor.equal(before[key]))
+        else:
+            assert tensor.equal(before[key]), key
+    assert norms_changed > 0  # the layer norms did train
+
+
+def test_predict_task_reproduces_the_runs_predictions(
+    frozen_run: dict, data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = frozen_run["out"]
+    for name, dev in (("ncbi", data["ner_dev"]), ("pair", data["pair_dev"])):
+        target = tmp_path / f"{name}.tsv"
+        code, stdout, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", name, "--input", str(dev), "--output", str(target), "--device", "cpu", "--json")
+        assert code == 0, stderr
+        assert json.loads(stdout)["pool"] == "mean"
+        assert target.read_text() == (out / "tasks" / name / "predictions" / "dev.tsv").read_text()
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--input", str(data["pair_dev"]), "--output", str(tmp_path / "x.tsv"))
+    assert code == EXIT_USAGE and "--task" in stderr and "ncbi, pair" in stderr
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(data["pair_dev"]), "--output", str(tmp_path / "x.tsv"))
+    assert code == EXIT_USAGE and "no task 'rte'" in stderr
+
+
+def test_load_task_gives_one_task(frozen_run: dict) -> None:
+    import torch
+
+    from greenadapt.multitask.run import load_task
+
+    loaded = load_task(frozen_run["out"], "pair")
+    assert loaded.model.multi.tasks == ["pair"]
+    assert loaded.settings.task == "classify" and loaded.tokenizers.has_domain
+    ids = torch.tensor([[loaded.tokenizers.cls_id, 10, 11, loaded.tokenizers.sep_id]])
+    assert loaded.model(ids).logits.shape == (1, len(loaded.settings.labels))
+
+
+def test_rerun_is_skipped(frozen_run: dict, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["multitask", "--model", str(data["model"]), *_tasks(data), "--out", str(frozen_run["out"]), "--freeze-base", "--lr", "1e-2", *COMMON]
+    code, stdout, stderr = cli(monkeypatch, capsys, *argv)
+    assert code == 0, stderr
+    assert stdout.startswith("up to date 2-task pals model") and "average dev" in stdout and "x the base" in stdout
+
+
+# --------------------------------------------------------------------------
+# Errors through the CLI: one line, non-zero exit
+
+
+def test_duplicate_task_names(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = f"name=x,type=ner,train={data['ner_train']}"
+    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task", spec, "--task", spec, "-q")
+    assert code == EXIT_USAGE
+    assert stderr.strip().count("\n") == 0 and "two tasks are named 'x'" in stderr
+
+
+def test_missing_task_file(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = data["root"] / "nope.tsv"
+    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task", f"name=x,type=ner,train={data['ner_train']},test={missing}", "-q")
+    assert code == EXIT_BAD_INPUT
+    assert stderr.strip().count("\n") == 0 and str(missing) in stderr and "not found" in stderr
+
+
+def test_label_set_differs_between_train_and_test(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    test_file = data["root"] / "typed_test.tsv"
+    write_ner_file(test_file, 5, seed=9, typed=True)  # B-Disease where training has untyped B
+    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task", f"name=x,type=ner,train={data['ner_train']},test={test_file}", "-q")
+    assert code == EXIT_BAD_INPUT
+    line = stderr.strip()
+    assert line.count("\n") == 0 and f"{test_file}:" in line and "does not occur in the training (x) data" in line
+
+
+def test_no_tasks(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: dict[str, Path]) -> None:
+    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]))
+    assert code == EXIT_USAGE and "no tasks given" in stderr
+
+
+# --------------------------------------------------------------------------
+# G-MAP: the shared encoder attends to a frozen general model's states
+
+
+def test_multitask_with_gmap_trains_saves_and_predicts(
+    data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conftest import build_tiny_bert
+
+    general = build_tiny_bert(tmp_path / "general", head="base", seed=5)
+    out = tmp_path / "run"
+    code, stdout, stderr = cli(
+        monkeypatch, capsys, "multitask", "--model", str(data["model"]), *_tasks(data), "--out", str(out),
+        "--gmap", "gated", "--general-model", str(general), *COMMON, "--json",
+    )
+    assert code == 0, stderr
+    stats = json.loads(stdout)["stats"]
+    assert stats["gmap"]["strategy"] == "gated"
+    counts = stats["parameters"]
+    general_size = sum(p.numel() for p in __import__("transformers").AutoModel.from_pretrained(str(general)).parameters())
+    assert counts["gmap"] == general_size + 33  # the frozen general model plus one Linear(32, 1) gate
+    assert counts["trainable"] < counts["total"] - general_size + 1  # the general model is frozen
+    assert (out / "base" / "gmap_config.json").is_file()
+    target = tmp_path / "pair.tsv"
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "pair", "--input", str(data["pair_dev"]), "--output", str(target), "--device", "cpu")
+    assert code == 0, stderr
+    assert target.read_text() == (out / "tasks" / "pair" / "predictions" / "dev.tsv").read_text()
+
+    from greenadapt.multitask.run import load_task
+
+    loaded = load_task(out, "ncbi")
+    assert loaded.memory is not None and loaded.model.multi.fusion is not None
+
+
+# --------------------------------------------------------------------------
+# Real model and data (opt-in)
+
+
+@pytest.mark.integration
+def test_minilm_on_rte_and_ncbi_subsets(minilm_path: Path, shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """MiniLM with PALs on 64 RTE pairs and 64 NCBI-disease sentences: trains, reports, predicts."""
+    rte = tmp_path / "rte.tsv"
+    rte.write_text("\n".join((shared_data / "glue" / "RTE" / "train.tsv").read_text(encoding="utf-8").splitlines()[:65]) + "\n")
+    ncbi = tmp_path / "ncbi.tsv"
+    ncbi.write_text("\n\n".join((shared_data / "ner" / "NCBI-disease" / "train.tsv").read_text(encoding="utf-8").split("\n\n")[:64]) + "\n")
+    out = tmp_path / "run"
+    code, stdout, stderr = cli(
+        monkeypatch, capsys, "multitask", "--model", str(minilm_path),
+        "--task", f"name=rte,type=classify,train={rte},dev={rte}", "--task", f"name=ncbi,type=ner,train={ncbi},dev={ncbi}",
+        "--out", str(out), "--max-steps", "4", "--batch-size", "8", "--device", "cpu", "-q", "--json",
+    )
+    assert code == 0, stderr
+    counts = json.loads(stdout)["stats"]["parameters"]
+    # MiniLM: d = 384, 6 layers; PALs at 204 with 12 heads.
+    assert counts["per_task"]["rte"]["adapter"] == 2 * 384 * 204 + 384 + 204 + 6 * 3 * (204 * 204 + 204)
+    assert 1.0 < counts["relative_to_base"] < 1.1
+    code, stdout, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(rte), "--output", str(tmp_path / "p.tsv"), "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["examples"] == 64

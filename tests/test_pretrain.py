@@ -1,0 +1,329 @@
+"""pretrain: the loop learns, resumes exactly, trains only new rows, keeps the general model frozen; outputs load; errors are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from finetune_helpers import NEW_WORDS, build_tiny_expanded
+from greenadapt.errors import EXIT_PREEMPTED, CorpusError, UsageError
+from greenadapt.finetune.train import Preempted
+from greenadapt.pretrain.run import EvalOptions, PretrainOptions, run_eval_only, run_pretrain
+from greenadapt.pretrain.train import PretrainConfig
+from greenadapt.progress import NullProgress
+from greenadapt.stage import load_stage
+
+WORDS = "the patients were treated with the protein and the gene expression of cancer cells was increased in the tumor".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny, very repetitive corpus: rotations of one sentence, plus the expanded model's new words."""
+    path = tmp_path_factory.mktemp("corpus") / "domain.txt"
+    lines = [" ".join(WORDS[i % 7 :] + WORDS[: i % 7] + [NEW_WORDS[i % 4]]) for i in range(300)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _options(model: Path, corpus: Path, out: Path, **changes: Any) -> PretrainOptions:
+    training = PretrainConfig(max_steps=8, batch_size=8, lr=2e-3, seed=3, warmup=0.1, eval_batch_size=8)
+    training = replace(training, **{k: changes.pop(k) for k in list(changes) if hasattr(training, k)})
+    options = PretrainOptions(
+        corpus=[str(corpus)], model=str(model), out=out, workdir=out.parent / "work", training=training,
+        max_length=24, heldout=8, workers=1, device="cpu",
+    )
+    return replace(options, **changes)
+
+
+def _weights(folder: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _log(folder: Path) -> list[dict[str, Any]]:
+    return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in (folder / "train_log.jsonl").read_text().splitlines()]
+
+
+# --------------------------------------------------------------------------
+# Learning, outputs, evaluation
+
+
+def test_loss_decreases_output_loads_and_eval_only_reproduces(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    out = tmp_path / "dapt"
+    general = tmp_path / "general.txt"
+    general.write_text("".join(f"a study of {w} and heart rate {i} risk\n" for i, w in enumerate(["blood", "virus", "sleep"] * 20)))
+    outcome = run_pretrain(_options(tiny_bert, corpus, out, max_steps=30, eval_every=15, general_corpus=[str(general)]))
+    manifest = load_stage(out, "pretrain")
+    stats = manifest["stats"]
+    evaluations = stats["evaluations"]
+    assert [e["step"] for e in evaluations] == [0, 15, 30]
+    before, after = evaluations[0]["domain"]["loss"], evaluations[-1]["domain"]["loss"]
+    assert after < before - 1.0, (before, after)  # a repetitive corpus is easy to learn
+    assert evaluations[-1]["domain"]["perplexity"] == pytest.approx(np.exp(after), rel=1e-3)
+    assert stats["steps"] == 30 and stats["tokens_per_second"] > 0
+    assert all(e["general"]["targets"] > 0 for e in evaluations)  # forgetting is tracked on the general corpus
+    assert len([r for r in _log(out) if "loss" in r]) == 30
+
+    model = AutoModelForMaskedLM.from_pretrained(str(out)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    assert AutoModel.from_pretrained(str(out)).config.vocab_size == model.config.vocab_size
+    inputs = tokenizer("the patients were [MASK] with the protein", return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert torch.isfinite(logits).all() and logits.shape[-1] == len(tokenizer)
+
+    # rerun: up to date
+    assert run_pretrain(_options(tiny_bert, corpus, out, max_steps=30, eval_every=15, general_corpus=[str(general)])).skipped
+    # --eval-only on the output reproduces the run's last held-out evaluation; twice the same numbers
+    eval_options = EvalOptions(corpora=[str(corpus), str(general)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8, device="cpu", batch_size=3, workers=1)
+    first, second = run_eval_only(eval_options), run_eval_only(eval_options)
+    assert first == second
+    scored = first["results"][str(corpus)]
+    assert scored["loss"] == pytest.approx(after, abs=1e-4) and scored["targets"] == evaluations[-1]["domain"]["targets"]
+    assert first["results"][str(general)]["loss"] == pytest.approx(evaluations[-1]["general"]["loss"], abs=1e-4)
+    # and the base model scores worse on the same masked sequences
+    base = run_eval_only(replace(eval_options, model=str(tiny_bert)))["results"][str(corpus)]
+    assert base["loss"] == pytest.approx(before, abs=1e-4) and base["targets"] == scored["targets"]
+    assert outcome.path == out
+
+
+class _AtStep(NullProgress):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def update(self, completed: float, **info: float | str) -> None:
+        if completed == self.step and info:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_checkpoint_and_resume_equal_an_uninterrupted_run(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
+    small = tmp_path / "small.txt"
+    small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
+    # ~37 sequences, 4 held out: 5 batches of 8 (the last of 1) per epoch; 9 steps cross an epoch boundary
+    settings = {"max_steps": 9, "batch_size": 8, "eval_every": 4, "heldout": 4}
+    reference = run_pretrain(_options(tiny_bert, small, tmp_path / "reference", **settings)).path
+    out = tmp_path / "run"
+    with pytest.raises(Preempted) as info:
+        run_pretrain(_options(tiny_bert, small, out, **settings), _AtStep(6))
+    assert info.value.exit_code == EXIT_PREEMPTED == 99 and "--resume" in info.value.one_line()
+    assert not out.exists()
+    with pytest.raises(Exception, match="pass --resume"):
+        run_pretrain(_options(tiny_bert, small, out, **settings))
+    resumed = run_pretrain(_options(tiny_bert, small, out, resume=True, **settings))
+    assert not resumed.skipped and not (tmp_path / "run.checkpoint").exists()
+    a, b = _weights(reference), _weights(out)
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-6, err_msg=key)
+    assert _log(reference) == _log(out)
+    assert load_stage(reference, "pretrain")["stats"]["evaluations"] == load_stage(out, "pretrain")["stats"]["evaluations"]
+
+
+# --------------------------------------------------------------------------
+# Expanded models
+
+
+def test_expanded_model_trains_new_rows_only(corpus: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    model = build_tiny_expanded(tmp_path / "expanded", head="mlm")
+    general_size = len(AutoTokenizer.from_pretrained(str(model / "general-tokenizer")))
+    domain = AutoTokenizer.from_pretrained(str(model))
+    used = [domain.convert_tokens_to_ids(w) for w in NEW_WORDS[:4]]
+    unused = [domain.convert_tokens_to_ids(w) for w in NEW_WORDS[4:]]
+    assert min(used) >= general_size
+
+    key = "bert.embeddings.word_embeddings.weight"
+    original = _weights(model)[key]
+    out = tmp_path / "green-mlm"
+    run_pretrain(_options(model, corpus, out, max_steps=6, train_embeddings="new"))
+    trained = _weights(out)[key]
+    assert np.array_equal(trained[:general_size], original[:general_size])  # bit-identical
+    assert all(not np.array_equal(trained[i], original[i]) for i in used)  # trained in context
+    # Rows never in the input still move: the tied decoder's softmax has a gradient for every row.
+    assert all(not np.array_equal(trained[i], original[i]) for i in unused)
+    assert (out / "general-tokenizer").is_dir() and len(AutoTokenizer.from_pretrained(str(out))) == len(domain)
+    loaded = AutoModelForMaskedLM.from_pretrained(str(out))
+    assert loaded.get_output_embeddings().weight.shape[0] == trained.shape[0] == loaded.cls.predictions.bias.shape[0]
+
+    frozen = tmp_path / "frozen"
+    run_pretrain(_options(model, corpus, frozen, max_steps=3, train_embeddings="none"))
+    assert np.array_equal(_weights(frozen)[key], original)
+
+    # finetune reads the output as an expanded model (both tokenizers: --mix 0.5 by default)
+    from finetune_helpers import write_ner_file
+
+    from greenadapt.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.finetune.train import TrainConfig
+
+    ner = write_ner_file(tmp_path / "ner.tsv", 12, seed=1)
+    tuned = run_finetune(FinetuneOptions(task="ner", train=ner, model=str(out), out=tmp_path / "ner", training=TrainConfig(batch_size=4, max_steps=2), device="cpu"))
+    assert tuned.manifest["stats"]["mix"] == 0.5
+
+
+# --------------------------------------------------------------------------
+# G-MAP
+
+
+def test_gmap_memory_gets_no_gradient_and_the_output_reloads(tiny_bert: Path, tiny_bert_base: Path, corpus: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    from greenadapt.gmap.config import GmapConfig
+    from greenadapt.gmap.model import GmapModel, weights_fingerprint
+    from greenadapt.pretrain.train import build_masked_lm
+
+    model = AutoModelForMaskedLM.from_pretrained(str(tiny_bert))
+    general = AutoModel.from_pretrained(str(tiny_bert_base))
+    fingerprint = weights_fingerprint(general)
+    gmap = GmapModel(model.base_model, general, GmapConfig(strategy="chunk", general_model=str(tiny_bert_base)))
+    mlm = build_masked_lm(model, gmap).train()
+    ids = torch.randint(5, 100, (2, 10))
+    ids[:, 3] = 4  # [MASK]
+    rows = torch.tensor([3, 13])
+    logits = mlm(ids, torch.ones_like(ids), rows)
+    logits.logsumexp(-1).sum().backward()
+    assert all(p.grad is None and not p.requires_grad for p in general.parameters())
+    assert all(p.grad is not None for p in gmap.gates.parameters())
+    assert general.training is False
+    with gmap.fusion_disabled(), torch.no_grad():
+        plain = model.cls(model.base_model(input_ids=ids).last_hidden_state.reshape(-1, 32)[rows])
+    assert not torch.allclose(plain, logits.detach())  # the memory changes the prediction
+
+    out = tmp_path / "gmap"
+    outcome = run_pretrain(_options(tiny_bert, corpus, out, max_steps=4, gmap="chunk", general_model=str(tiny_bert_base)))
+    assert outcome.manifest["stats"]["gmap"] is not None
+    assert (out / "gmap_config.json").is_file() and (out / "gmap_gates.safetensors").is_file()
+    reloaded = GmapModel.from_pretrained(out)
+    assert type(reloaded.domain).__name__ == "BertForMaskedLM" and weights_fingerprint(reloaded.general) == fingerprint
+    AutoModelForMaskedLM.from_pretrained(str(out))  # plain transformers loads the domain model
+    # --eval-only uses the recorded general model
+    report = run_eval_only(EvalOptions(corpora=[str(corpus)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8, device="cpu", workers=1))
+    assert report["gmap"] is True
+    assert report["results"][str(corpus)]["loss"] == pytest.approx(outcome.manifest["stats"]["heldout_after"]["domain"]["loss"], abs=1e-4)
+
+
+def test_gmap_refuses_a_general_model_with_another_vocabulary(corpus: Path, tmp_path: Path, tiny_bert_base: Path) -> None:
+    model = build_tiny_expanded(tmp_path / "expanded", head="mlm")
+    with pytest.raises(UsageError, match="another vocabulary"):
+        run_pretrain(_options(model, corpus, tmp_path / "out", gmap="single", general_model=str(tiny_bert_base)))
+
+
+# --------------------------------------------------------------------------
+# Bad input
+
+
+def test_library_errors(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("the\n")
+    with pytest.raises(CorpusError, match="at least 2"):
+        run_pretrain(_options(tiny_bert, tiny, tmp_path / "out"))
+    with pytest.raises(UsageError, match="--gmap needs --general-model"):
+        run_pretrain(_options(tiny_bert, corpus, tmp_path / "out", gmap="chunk"))
+    with pytest.raises(UsageError, match="train-embeddings"):
+        run_pretrain(_options(tiny_bert, corpus, tmp_path / "out", train_embeddings="some"))
+    with pytest.raises(UsageError, match="--tokenizer domain"):
+        run_pretrain(_options(tiny_bert, corpus, tmp_path / "out", tokenizer="domain"))
+    assert not (tmp_path / "out").exists()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "greenadapt", "pretrain", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    missing = _cli("--corpus", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "o"))
+    assert missing.returncode == 3 and missing.stderr.count("\n") == 1 and "nope.txt" in missing.stderr and "Traceback" not in missing.stderr
+    bad = _cli("--corpus", str(tmp_path), "--eval-only", "--out", str(tmp_path / "o"))
+    assert bad.returncode == 2 and "--out does not apply to --eval-only" in bad.stderr and bad.stderr.count("\n") == 1
+    strategy = _cli("--corpus", str(tmp_path), "--gmap", "chunk")
+    assert strategy.returncode == 2 and "--general-model" in strategy.stderr
+
+
+# --------------------------------------------------------------------------
+# Data parallel
+
+WORKER = """
+import sys
+from pathlib import Path
+from greenadapt.pretrain.run import PretrainOptions, run_pretrain
+from greenadapt.pretrain.train import PretrainConfig
+
+model, corpus, out = sys.argv[1:4]
+run_pretrain(PretrainOptions(
+    corpus=[corpus], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=6, workers=1,
+    training=PretrainConfig(batch_size=8, grad_accum=int(sys.argv[4]), max_steps=4, lr=2e-3, seed=3, eval_every=2), device="cpu",
+))
+"""
+
+
+@pytest.mark.integration  # three interpreters: a minute on an idle 2-core machine
+def test_two_gloo_processes_match_one_process(corpus: Path, tmp_path: Path) -> None:
+    from conftest import build_tiny_bert
+    from finetune_helpers import set_dropout
+
+    model = build_tiny_bert(tmp_path / "model")
+    set_dropout(model, 0.0)  # so two processes with the same global batches compute what one does
+    small = tmp_path / "small.txt"
+    small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, str(script), str(model), str(small), str(tmp_path / "ddp"), "2"], env=env, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    # one process, grad-accum 1: the same global batches
+    from greenadapt.pretrain.run import PretrainOptions
+
+    run_pretrain(PretrainOptions(
+        corpus=[str(small)], model=str(model), out=tmp_path / "single", workdir=tmp_path / "work", max_length=24, heldout=6, workers=1,
+        training=PretrainConfig(batch_size=8, grad_accum=1, max_steps=4, lr=2e-3, seed=3, eval_every=2), device="cpu",
+    ))
+    a, b = _weights(tmp_path / "ddp"), _weights(tmp_path / "single")
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=0, atol=2e-5, err_msg=key)
+    ea = load_stage(tmp_path / "ddp", "pretrain")["stats"]["evaluations"]
+    eb = load_stage(tmp_path / "single", "pretrain")["stats"]["evaluations"]
+    assert [e["domain"]["targets"] for e in ea] == [e["domain"]["targets"] for e in eb]
+    np.testing.assert_allclose([e["domain"]["loss"] for e in ea], [e["domain"]["loss"] for e in eb], atol=1e-4)
+    assert load_stage(tmp_path / "ddp", "pretrain")["stats"]["processes"] == 2
+
+
+@pytest.mark.integration
+def test_minilm_on_the_biomed_corpus(minilm_path: Path, shared_data: Path, tmp_path: Path) -> None:
+    import gzip
+
+    from transformers import AutoModelForMaskedLM
+
+    source = shared_data / "corpora" / "biomed-10m.txt.gz"
+    if not source.is_file():
+        pytest.skip(f"{source} is absent")
+    text = tmp_path / "biomed-300.txt"
+    with gzip.open(source, "rt", encoding="utf-8") as handle:
+        text.write_text("".join(line for _, line in zip(range(300), handle, strict=False)))
+    out = tmp_path / "dapt"
+    outcome = run_pretrain(_options(minilm_path, text, out, max_steps=3, batch_size=4, lr=1e-4, max_length=64, heldout=4))
+    before, after = outcome.manifest["stats"]["heldout_before"]["domain"], outcome.manifest["stats"]["heldout_after"]["domain"]
+    assert np.isfinite(before["loss"]) and np.isfinite(after["loss"]) and before["targets"] == after["targets"] > 0
+    model = AutoModelForMaskedLM.from_pretrained(str(out))
+    assert model.config.vocab_size == 30522 and (out / "tokenizer.json").is_file()

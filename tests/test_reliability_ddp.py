@@ -1,0 +1,134 @@
+"""Checkpoints under data parallelism: every rank's random generators are saved and restored.
+
+Two CPU processes (gloo) fine-tune with dropout on; each draws its own
+dropout masks. A run that crashes after a checkpoint and is resumed must end
+with the weights of a run never interrupted, which holds only if rank 1's
+generators come back as well as rank 0's. A negative control resumes from a
+checkpoint with the per-rank states removed (what greenadapt saved before)
+and must differ, so this test can tell the two apart.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from finetune_helpers import build_tiny_expanded, write_ner_file
+
+from greenadapt.finetune.run import checkpoint_folder
+from greenadapt.finetune.train import latest_checkpoint
+
+WORKER = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from greenadapt.finetune import run as run_module, train as train_module
+    from greenadapt.finetune.run import FinetuneOptions
+    from greenadapt.finetune.train import TrainConfig
+
+    model, train, out, mode = sys.argv[1:5]
+    if mode.startswith("crash:"):
+        crash_at, calls = int(mode.split(":")[1]), [0]
+        original_step = train_module._Stepper.step
+
+        def step(self, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == crash_at:
+                os._exit(17)  # no handler, no cleanup: only checkpoints on disk survive
+            return original_step(self, *args, **kwargs)
+
+        train_module._Stepper.step = step
+    run_module.run_finetune(FinetuneOptions(
+        task="ner", train=Path(train), model=model, out=Path(out), device="cpu", seeds=[5],
+        training=TrainConfig(batch_size=8, lr=3e-3, epochs=2, max_steps=8), save_every=3, resume=mode == "resume",
+    ))
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(args: list[str], tmp_path: Path, *, expect: int = 0) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == expect, err[-3000:]
+
+
+def _weights(out: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(out / "model.safetensors"))
+
+
+def _max_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    assert a.keys() == b.keys()
+    return max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
+
+
+@pytest.mark.integration  # four launches of two processes: minutes on a loaded 2-core machine
+def test_two_rank_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    model = build_tiny_expanded(tmp_path / "model", dropout=0.3)
+    train = write_ner_file(tmp_path / "train.tsv", 40, seed=1)
+    common = [str(model), str(train)]
+
+    _launch([*common, str(tmp_path / "reference"), "full"], tmp_path)
+
+    out = tmp_path / "resumed"
+    _launch([*common, str(out), "crash:5"], tmp_path, expect=17)
+    found = latest_checkpoint(checkpoint_folder(out) / "seed-5")
+    assert found is not None and found[1]["step"] == 3
+    ckpt = found[0]
+    tensors = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    assert len(tensors["rank_rng"]) == 2
+    assert not torch.equal(tensors["rank_rng"][0]["torch"], tensors["rank_rng"][1]["torch"])  # two different streams
+
+    # The negative control: the same checkpoint without the per-rank states.
+    control = tmp_path / "control"
+    import shutil
+
+    shutil.copytree(checkpoint_folder(out), checkpoint_folder(control))
+    _strip_rank_states(latest_checkpoint(checkpoint_folder(control) / "seed-5")[0])  # type: ignore[index]
+
+    _launch([*common, str(out), "resume"], tmp_path)
+    _launch([*common, str(control), "resume"], tmp_path)
+
+    reference, resumed, stripped = _weights(tmp_path / "reference"), _weights(out), _weights(control)
+    assert _max_difference(resumed, reference) <= 1e-6
+    assert _max_difference(stripped, reference) > 1e-5, "the test cannot see rank 1's random state"
+    assert not checkpoint_folder(out).exists()
+
+
+def _strip_rank_states(ckpt: Path) -> None:
+    import hashlib
+    import json
+
+    tensors = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    del tensors["rank_rng"]
+    torch.save(tensors, ckpt / "optimizer.pt")
+    state = json.loads((ckpt / "state.json").read_text())
+    del state["rank_rng"]
+    (ckpt / "state.json").write_text(json.dumps(state))
+    manifest = json.loads((ckpt / "checkpoint.json").read_text())
+    for name in ("optimizer.pt", "state.json"):
+        data = (ckpt / name).read_bytes()
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (ckpt / "checkpoint.json").write_text(json.dumps(manifest))

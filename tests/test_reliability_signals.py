@@ -1,0 +1,148 @@
+"""SIGTERM and Ctrl-C (SIGINT) to `w2v`, `align`, `expand` and `adapt`, sent while the stage writes.
+
+The stage is redoing a complete output (``--force``). The signal is sent at a
+known moment: the command runs under a wrapper that makes the stage's commit
+write a partial file into its temporary folder, say so, and sleep. Whatever
+arrives then must leave the previous output exactly as it was (same
+manifest, files verified), remove the temporary folder, print one line on
+stderr and exit with the documented code (143 for SIGTERM, 130 for Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from w2v_fixtures import linear_w2v
+
+from greenadapt.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from greenadapt.stage import load_stage
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+# Runs `greenadapt ARGS`, with the commit of a stage of kind $SLOW_KIND stopped in the middle.
+WRAPPER = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from greenadapt import stage
+
+    original = stage.StageRun.commit
+
+    def slow_commit(self, **kwargs):
+        if self.kind == os.environ["SLOW_KIND"]:
+            (self.tmp / "partial.bin").write_bytes(b"half")
+            Path(os.environ["SLOW_MARK"]).write_text(str(self.tmp))
+            time.sleep(120)
+        return original(self, **kwargs)
+
+    stage.StageRun.commit = slow_commit
+    from greenadapt.cli import main
+    sys.argv = ["greenadapt", *sys.argv[1:]]
+    main()
+    """
+)
+
+
+def _corpus(path: Path) -> Path:
+    words = "the heart rate of patients with tachycardia rose after covid infection and sleep loss".split()
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(12)) for i in range(300)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _snapshot(folder: Path, kind: str) -> dict:
+    manifest = load_stage(folder, kind)  # checksums verified
+    return {"created": manifest["created"], "fingerprint": manifest["fingerprint"], "files": manifest["files"]}
+
+
+def _interrupt(tmp_path: Path, kind: str, args: list[str], sig: signal.Signals) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "wrapper.py"
+    script.write_text(WRAPPER)
+    mark = tmp_path / f"mark-{kind}-{sig.name}"
+    env = {**ENV, "SLOW_KIND": kind, "SLOW_MARK": str(mark)}
+    process = subprocess.Popen([sys.executable, str(script), *args, "--force", "--quiet"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not mark.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert mark.exists(), f"the stage never reached its commit: {process.communicate(timeout=60)}"
+    assert Path(mark.read_text()).is_dir()  # the temporary output exists, a partial file in it
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _check(result: subprocess.CompletedProcess[str], sig: signal.Signals, out: Path, kind: str, before: dict) -> None:
+    expected = EXIT_TERMINATED if sig == signal.SIGTERM else EXIT_INTERRUPTED
+    assert result.returncode == expected, result.stderr
+    # --quiet leaves warnings (log lines, "HH:MM:SS W name: ..."); besides them, one line and no traceback.
+    lines = [line for line in result.stderr.strip().splitlines() if not re.match(r"\d\d:\d\d:\d\d [DIWE] ", line)]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("terminated by SIGTERM" if sig == signal.SIGTERM else "interrupted"), lines
+    assert "nothing was left half-written" in lines[0]
+    assert result.stdout == ""
+    assert _snapshot(out, kind) == before
+    assert not list(out.parent.glob(f".{out.name}.tmp-*")), "the temporary output was left behind"
+    assert not list(out.parent.glob(f".{out.name}.old-*"))
+
+
+@pytest.fixture(scope="module")
+def w2v_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[list[str], Path]:
+    from greenadapt.w2v import W2VOptions, run_w2v
+
+    root = tmp_path_factory.mktemp("sig-w2v")
+    corpus = _corpus(root / "corpus.txt")
+    out = root / "work" / "w2v"
+    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1", "--epochs", "1",
+            "--dim", "8", "--workdir", str(root / "work"), "--out", str(out)]
+    run_w2v([str(corpus)], model=str(tiny_bert), options=W2VOptions(dim=8, epochs=1, min_count=1, workers=1),
+            workdir=root / "work", out=out)
+    return args, out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_w2v_interrupted_mid_commit(tmp_path: Path, w2v_run: tuple[list[str], Path], sig: signal.Signals) -> None:
+    args, out = w2v_run
+    before = _snapshot(out, "w2v")
+    _check(_interrupt(tmp_path, "w2v", args, sig), sig, out, "w2v", before)
+
+
+def test_align_and_expand_sigterm_mid_commit(tmp_path: Path, tiny_bert: Path) -> None:
+    from greenadapt.align import run_align
+    from greenadapt.expand import run_expand
+
+    w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
+    aligned = run_align(w2v=w2v, out=tmp_path / "align").path
+    expanded = run_expand(align=aligned, out=tmp_path / "expanded").path
+    for kind, out, args in (
+        ("align", aligned, ["align", "--w2v", str(w2v), "--out", str(aligned)]),
+        ("expand", expanded, ["expand", "--align", str(aligned), "--out", str(expanded)]),
+    ):
+        before = _snapshot(out, kind)
+        _check(_interrupt(tmp_path, kind, args, signal.SIGTERM), signal.SIGTERM, out, kind, before)
+
+
+@pytest.mark.integration  # three stages in a subprocess: slower than the rest
+def test_adapt_sigterm_in_its_last_stage(tmp_path: Path, tiny_bert: Path) -> None:
+    from greenadapt.cli import app, _register
+
+    _register()
+    from typer.testing import CliRunner
+
+    corpus = _corpus(tmp_path / "corpus.txt")
+    out = tmp_path / "adapted"
+    args = ["adapt", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1", "--epochs", "1",
+            "--dim", "8", "--workdir", str(tmp_path / "work"), "--out", str(out)]
+    done = CliRunner().invoke(app, [*args, "--quiet"])
+    assert done.exit_code == 0, done.output
+    before = _snapshot(out, "expand")
+    _check(_interrupt(tmp_path, "expand", args, signal.SIGTERM), signal.SIGTERM, out, "expand", before)

@@ -1,0 +1,201 @@
+"""`greenadapt report`: discovery, cost chains, results grouped over seeds, Markdown/JSON/HTML, bad input."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from greenadapt.errors import EXIT_BAD_INPUT, InputError
+from greenadapt.report import collect, markdown, write_html
+from greenadapt.report.paper import LB_TO_KG
+from greenadapt.stage import StageRun, manifest_identity, write_json
+
+# F1 per variant and seed, per pooling mode, as a finetune run's metrics.json holds them.
+SCORES = {
+    "base": {1: {"general": 0.70}, 2: {"general": 0.74}},
+    "green": {
+        1: {"general": 0.71, "domain": 0.69, "mean": 0.75},
+        2: {"general": 0.73, "domain": 0.70, "mean": 0.77},
+    },
+}
+
+
+def _stage(kind: str, out: Path, config: dict[str, Any], inputs: list[dict[str, Any]], files: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+    with StageRun(kind, out, config, inputs) as run:
+        for name, content in files.items():
+            path = run.tmp / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, str):
+                path.write_text(content)
+            else:
+                write_json(path, content)
+        return run.commit(stats=stats)
+
+
+def make_run(root: Path) -> Path:
+    """A workspace run folder like the reproduction study writes, made through StageRun."""
+    run = root / "corpus" / "minilm"
+    w2v = _stage("w2v", run / "w2v", {"dim": 8}, [{"path": "corpus.txt"}], {"vectors.txt": "x"}, {"n_words": 100})
+    neighbours = [{"word": "kappab", "kind": "frequent", "count": 7, "in_w2v": True, "within": [["kappa", 0.9]], "cross": [["ka", 0.4]]}]
+    report = {"method": "lstsq", "heldout_cosine": 0.61, "train_cosine": 0.7, "n_shared": 50, "n_new": 40, "neighbours": neighbours}
+    align = _stage(
+        "align", run / "align", {"method": "lstsq"}, [manifest_identity(run / "w2v", w2v)],
+        {"report.json": report}, {k: v for k, v in report.items() if k != "neighbours"},
+    )
+    _stage("expand", run / "expand", {"seed": 1}, [manifest_identity(run / "align", align)], {"model.bin": "m"}, {"n_new": 40})
+    for variant, seeds in SCORES.items():
+        for seed, pools in seeds.items():
+            per_seed = {str(seed): {"test": {pool: {"f1": f1, "precision": f1} for pool, f1 in pools.items()}}}
+            log = "".join(json.dumps({"step": s, "epoch": 1, "loss": 1.0 / s}) + "\n" for s in range(1, 21))
+            log += json.dumps({"event": "dev", "epoch": 1, "step": 20, "score": 0.5}) + "\n"
+            _stage(
+                "finetune",
+                run / "finetune" / "ncbi" / variant / f"seed-{seed}",
+                {"task": {"task": "ner"}, "train": {"mix": 0.0 if variant == "base" else 0.5}, "seeds": [seed], "model": variant},
+                [{"role": "train", "path": "train.tsv"}],
+                {"metrics.json": {"seeds": [seed], "primary_metric": "f1", "per_seed": per_seed}, "train_log.jsonl": log},
+                {"task": "ner", "mix": 0.0 if variant == "base" else 0.5, "models": {str(seed): "."}},
+            )
+    return run
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("report"))
+
+
+def test_collect_finds_every_stage_in_pipeline_order(run_folder: Path) -> None:
+    data = collect([run_folder])
+    kinds = [s["kind"] for s in data["stages"]]
+    assert kinds == ["w2v", "align", "expand"] + ["finetune"] * 4
+    assert all(s["cost"]["energy_kwh"] > 0 for s in data["stages"])
+
+
+def test_adaptation_cost_sums_its_chain_and_sits_beside_the_paper(run_folder: Path) -> None:
+    data = collect([run_folder])
+    (chain,) = data["adaptation"]
+    assert chain["complete"] and chain["method"] == "lstsq"
+    assert chain["stages"] == ["minilm/w2v", "minilm/align", "minilm/expand"]
+    parts = [s["cost"] for s in data["stages"][:3]]
+    assert chain["energy_kwh"] == pytest.approx(sum(p["energy_kwh"] for p in parts))
+    assert chain["wall_seconds"] == pytest.approx(sum(p["wall_seconds"] for p in parts))
+    published = {p["name"]: p for p in data["paper"]["published"]}
+    green = published["GreenBioBERT (paper)"]
+    assert green["device_hours"] == 144 and green["co2_kg"] == pytest.approx(28 * LB_TO_KG)
+    assert published["BioBERT v1.0 (paper)"]["co2_kg"] == pytest.approx(544 * 0.45359237)
+    assert published["BioBERT v1.1 (paper)"]["wall_hours"] is None  # not in the notes: not made up
+    ratio = next(r for r in data["paper"]["ratios"] if r["reference"] == "GreenBioBERT (paper)")
+    assert ratio["wall_ratio"] == pytest.approx(chain["wall_hours"] / 12)
+
+
+def test_results_group_seeds_and_report_each_pooling_mode(run_folder: Path) -> None:
+    rows = {(r["group"], r["pool"]): r for r in collect([run_folder])["results"]}
+    assert set(rows) == {
+        ("minilm/finetune/ncbi/base", "general"),
+        ("minilm/finetune/ncbi/green", "general"),
+        ("minilm/finetune/ncbi/green", "domain"),
+        ("minilm/finetune/ncbi/green", "mean"),
+    }
+    for (group, pool), row in rows.items():
+        values = [SCORES[group.rsplit("/", 1)[1]][seed][pool] for seed in (1, 2)]
+        assert row["n"] == 2 and row["seeds"] == ["1", "2"] and row["split"] == "test"
+        assert row["mean"] == pytest.approx(statistics.mean(values))
+        assert row["std"] == pytest.approx(statistics.stdev(values))
+
+
+def test_training_curves_are_read_from_the_logs(run_folder: Path) -> None:
+    curves = collect([run_folder])["training"]
+    assert len(curves) == 4
+    curve = curves[0]
+    assert [p[0] for p in curve["loss"]] == list(range(1, 21)) and curve["loss"][1][1] == pytest.approx(0.5)
+    assert curve["dev"] == [[20, 0.5]]
+
+
+def test_markdown_summary(run_folder: Path) -> None:
+    text = markdown(collect([run_folder]))
+    assert "## Stages and their cost" in text and "| minilm/w2v | w2v |" in text
+    assert "GreenBioBERT (paper)" in text and "DESIGN-NOTES.md" in text
+    assert re.search(r"\| minilm/finetune/ncbi/green \| ner \| 0\.5 \| test \| mean \| f1 \| 76\.00 ± 1\.41 \(n=2\) \| 1,2 \|", text)
+    assert "| minilm/align | lstsq | 0.61 |" in text
+
+
+def test_html_is_self_contained_with_decodable_pngs(run_folder: Path, tmp_path: Path) -> None:
+    out = write_html(collect([run_folder]), tmp_path / "sub" / "report.html")
+    page = out.read_text(encoding="utf-8")
+    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">', page)
+    # cost chart, one results chart (ner, test) and one curve chart for the data set (base and green together)
+    assert len(images) == 1 + 1 + 1
+    for data in images:
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not re.search(r'(src|href)="(?!data:)', page)  # nothing fetched from elsewhere
+    assert "kappab" in page and "GreenBioBERT" in page
+    assert [p.name for p in out.parent.iterdir()] == ["report.html"]  # no temporary left behind
+
+
+def test_a_manifest_from_before_energy_accounting_gets_an_estimate(tmp_path: Path) -> None:
+    folder = tmp_path / "old"
+    folder.mkdir()
+    legacy = {"kind": "w2v", "files": {}, "cost": {"wall_seconds": 3600, "cpu_seconds": 7200, "peak_rss_mib": 1024}}
+    (folder / "manifest.json").write_text(json.dumps(legacy))
+    (stage,) = collect([folder])["stages"]
+    assert stage["cost"]["energy_kwh"] == pytest.approx(7200 * 10 / 3.6e6 + 3600 * 0.3725 / 3.6e6)
+    assert stage["cost"]["energy_method"].startswith("tdp-estimate (made by the report")
+    assert stage["cost"]["co2_kg"] is None
+
+
+def test_bad_inputs_are_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such folder"):
+        collect([tmp_path / "missing"])
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(InputError, match="not a folder"):
+        collect([tmp_path / "file.txt"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="not a greenadapt run folder"):
+        collect([tmp_path / "empty"])
+    garbled = tmp_path / "garbled" / "w2v"
+    garbled.mkdir(parents=True)
+    (garbled / "manifest.json").write_text('{"kind": "w2v",\n "cost": {oops}\n}')
+    with pytest.raises(InputError) as info:
+        collect([tmp_path / "garbled"])
+    assert info.value.line == 2 and str(garbled / "manifest.json") in info.value.one_line()
+    (garbled / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="no 'kind'"):
+        collect([tmp_path / "garbled"])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "greenadapt", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_json_and_one_line_errors(run_folder: Path, tmp_path: Path) -> None:
+    done = _cli("report", str(run_folder), "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert {"stages", "adaptation", "alignment", "training", "results", "paper"} <= set(data)
+    bad = tmp_path / "run" / "align"
+    bad.mkdir(parents=True)
+    (bad / "manifest.json").write_bytes(b"\xff\xfe garbage")
+    failed = _cli("report", str(tmp_path / "run"))
+    assert failed.returncode == EXIT_BAD_INPUT
+    assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr
+    assert failed.stderr.startswith(f"error: {bad / 'manifest.json'}: garbled manifest")
+
+
+def test_qa_metrics_shapes_are_read(tmp_path: Path) -> None:
+    run = tmp_path / "qa-runs"
+    flat = {"exact_match": 0.3, "f1": 0.55, "questions": 10, "gold_offsets": {"checked": 10, "repaired": 0}, "pool": "mean"}
+    _stage("qa", run / "answer", {"pool": "mean"}, [], {"metrics.json": flat}, {"f1": 0.55})
+    nested = {"primary_metric": "f1", "pool": "general", "dev": {"exact_match": 0.2, "f1": 0.4}}
+    _stage("finetune", run / "squad", {"train": {"seed": 7}}, [], {"metrics.json": nested}, {"task": "qa"})
+    rows = {(r["group"], r["split"], r["pool"]): r for r in collect([run])["results"]}
+    assert set(rows) == {("qa-runs/answer", "eval", "mean"), ("qa-runs/squad", "dev", "general")}
+    assert rows[("qa-runs/answer", "eval", "mean")]["mean"] == pytest.approx(0.55)
+    assert rows[("qa-runs/squad", "dev", "general")]["seeds"] == ["7"]

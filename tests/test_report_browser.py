@@ -1,0 +1,99 @@
+"""The report page in a real headless browser (Debian's chromium): it renders, its plots load, no console errors."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from greenadapt.report import collect, write_html
+from tests.test_report import make_run
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install chromium)"),
+]
+
+# What this machine needs: no sandbox as root, no GPU, and no network chatter of any kind.
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
+
+
+def _chromium(page: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        return subprocess.run(
+            [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *extra, page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+
+def _console_messages(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+def _dom(page: Path) -> tuple[str, list[str]]:
+    done = _chromium(page, "--virtual-time-budget=5000", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, _console_messages(done.stderr)
+
+
+def test_the_console_check_can_fail(tmp_path: Path) -> None:
+    """A control page with a broken image and a script error: the checks below must see both."""
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        '<!DOCTYPE html><html><body><img src="data:image/png;base64,AAAA">'
+        "<script>window.addEventListener('load', function () {"
+        "document.body.setAttribute('data-images-ok', String([].filter.call(document.images, function (i) { return i.naturalWidth > 0; }).length));"
+        "}); undefinedFunction();</script></body></html>"
+    )
+    dom, console = _dom(bad)
+    assert 'data-images-ok="0"' in dom
+    assert any("undefinedFunction" in line for line in console)
+
+
+def test_report_renders_with_its_plots_and_no_console_errors(tmp_path: Path) -> None:
+    page = write_html(collect([make_run(tmp_path / "run")]), tmp_path / "report.html")
+    dom, console = _dom(page)
+    assert console == []
+    found = re.search(r'<body data-images="(\d+)" data-images-ok="(\d+)"', dom)
+    assert found, dom[:500]
+    total, ok = map(int, found.groups())
+    assert total >= 3 and ok == total
+    assert "Adaptation cost beside the paper" in dom and "GreenBioBERT (paper)" in dom
+
+    shot = tmp_path / "report.png"
+    done = _chromium(page, "--window-size=1200,1600", f"--screenshot={shot}")
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    _assert_not_blank(shot)
+    keep = Path(tempfile.gettempdir()) / "greenadapt-report-screenshot.png"
+    shutil.copyfile(shot, keep)  # for a person to look at after the run
+
+
+def _assert_not_blank(png: Path) -> None:
+    import numpy as np
+    from matplotlib.image import imread
+
+    pixels = imread(png)
+    assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
+    rgb = pixels[..., :3]
+    # A rendered page: mostly white, but with text, table rules and coloured bars.
+    assert rgb.std() > 0.05
+    coloured = (np.abs(rgb[..., 0] - rgb[..., 1]) > 0.15) | (np.abs(rgb[..., 1] - rgb[..., 2]) > 0.15)
+    assert coloured.mean() > 0.005  # the plots' green/blue bars
