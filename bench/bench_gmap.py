@@ -93,7 +93,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     """Interleaved optimizer steps of finetune's own stepper, with and without --gmap chunk, on the same batches."""
     import numpy as np
     import torch
-    from transformers import AutoModelForSequenceClassification, set_seed
+    from transformers import set_seed
 
     from greenadapt.finetune import gmap
     from greenadapt.finetune.run import quiet_transformers

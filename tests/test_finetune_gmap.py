@@ -285,7 +285,6 @@ def test_the_general_model_defaults_to_the_one_an_expanded_model_came_from(model
 
 
 def test_ner_memory_under_another_tokenizer_covers_the_units_words(models, data) -> None:
-    from transformers import AutoTokenizer
 
     from greenadapt.finetune import gmap
     from greenadapt.finetune.tasks import TaskSettings, get_task

@@ -688,27 +688,13 @@ def run_predict(
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
     the one recorded at training, or ``general_model`` (checked by weights).
     """
-    if pool not in POOL_MODES:
-        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    check_pool(pool)
     folder, settings = find_model_folder(model)
-    task = get_task(settings.task)
-    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
-    if overrides:
-        settings = replace(settings, reader=replace(settings.reader_options, **overrides).as_config())
-    task_file = task.read(input_path, settings, require_labels=False)
-    score = task_file.labelled and not ignore_labels
-    if score:
-        try:
-            check_known_labels(task_file, settings.labels)
-        except DataError as exc:
-            raise DataError(exc.message, path=exc.path, line=exc.line, hint="pass --ignore-labels to predict without scoring") from None
-    elif task_file.labelled:
-        task_file = _strip_labels(task_file)
     tokenizers = load_tokenizers(folder)
-    if pool == "domain" and not tokenizers.has_domain:
-        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
-    mode = pool if tokenizers.has_domain else "general"
-    units, _ = task.units(task_file, settings, tokenizers)
+    request = read_for_prediction(
+        input_path, settings, tokenizers, folder, pool=pool, ignore_labels=ignore_labels, reader_overrides=reader_overrides
+    )
+    task, task_file, units, mode = request.task, request.task_file, request.units, request.mode
     import transformers
 
     from greenadapt.finetune import gmap
@@ -734,11 +720,63 @@ def run_predict(
         precision=precision,
         modes=(mode,),
     )[mode]
-    predictions = task.decode(task_file, argmax_labels(logits, settings.labels))
-    with resource_errors(output_path.parent):
-        write_predictions(task_file, predictions, output_path)
-    metrics = task.score(task_file, predictions, settings) if score else None
-    return PredictResult(output_path, len(task_file.examples), mode, metrics, folder)
+    return request.write(logits, output_path, folder)
+
+
+def check_pool(pool: str) -> None:
+    if pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+
+
+@dataclass
+class PredictionRequest:
+    """A file to label with a fine-tuned task: read, label-checked and tokenized into units."""
+
+    task: Any
+    settings: Any
+    task_file: TaskFile
+    units: list[Any]
+    mode: str
+    score: bool
+
+    def write(self, logits: Any, output_path: Path, folder: Path) -> PredictResult:
+        predictions = self.task.decode(self.task_file, argmax_labels(logits, self.settings.labels))
+        with resource_errors(output_path.parent):
+            write_predictions(self.task_file, predictions, output_path)
+        metrics = self.task.score(self.task_file, predictions, self.settings) if self.score else None
+        return PredictResult(output_path, len(self.task_file.examples), self.mode, metrics, folder)
+
+
+def read_for_prediction(
+    input_path: Path,
+    settings: Any,
+    tokenizers: Any,
+    folder: Path,
+    *,
+    pool: str,
+    ignore_labels: bool,
+    reader_overrides: dict[str, Any] | None,
+) -> PredictionRequest:
+    """Read ``input_path`` with the training reader options (``reader_overrides`` changes some; None values
+    are ignored); labels of a labelled file are checked against the trained set unless ``ignore_labels``."""
+    task = get_task(settings.task)
+    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
+    if overrides:
+        settings = replace(settings, reader=replace(settings.reader_options, **overrides).as_config())
+    task_file = task.read(input_path, settings, require_labels=False)
+    score = task_file.labelled and not ignore_labels
+    if score:
+        try:
+            check_known_labels(task_file, settings.labels)
+        except DataError as exc:
+            raise DataError(exc.message, path=exc.path, line=exc.line, hint="pass --ignore-labels to predict without scoring") from None
+    elif task_file.labelled:
+        task_file = _strip_labels(task_file)
+    if pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
+    mode = pool if tokenizers.has_domain else "general"
+    units, _ = task.units(task_file, settings, tokenizers)
+    return PredictionRequest(task, settings, task_file, units, mode, score)
 
 
 def _strip_labels(task_file: TaskFile) -> TaskFile:

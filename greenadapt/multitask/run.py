@@ -418,44 +418,25 @@ def predict_task(
 ) -> Any:
     """``greenadapt predict --model RUN --task NAME``: label (and score) a file with one task of a multitask run."""
     from greenadapt.finetune.infer import pooled_logits
-    from greenadapt.finetune.run import PredictResult, _strip_labels
+    from greenadapt.finetune.run import check_pool, read_for_prediction
 
-    if pool not in POOL_MODES:
-        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    check_pool(pool)
     ctx = DistContext(device=pick_device(device))
     loaded = load_task(folder, name, device=ctx.device, general_model=general_model)
-    settings = loaded.settings
-    task = get_task(settings.task)
-    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
-    if overrides:
-        settings = replace(settings, reader=replace(settings.reader_options, **overrides).as_config())
-    task_file = task.read(input_path, settings, require_labels=False)
-    score = task_file.labelled and not ignore_labels
-    if score:
-        try:
-            check_known_labels(task_file, settings.labels)
-        except DataError as exc:
-            raise DataError(exc.message, path=exc.path, line=exc.line, hint="pass --ignore-labels to predict without scoring") from None
-    elif task_file.labelled:
-        task_file = _strip_labels(task_file)
     tokenizers = loaded.tokenizers
-    if pool == "domain" and not tokenizers.has_domain:
-        raise UsageError("--pool domain needs a model with a domain tokenizer", path=loaded.folder, hint="use --pool general")
-    mode = pool if tokenizers.has_domain else "general"
-    units, _ = task.units(task_file, settings, tokenizers)
+    request = read_for_prediction(
+        input_path, loaded.settings, tokenizers, loaded.folder,
+        pool=pool, ignore_labels=ignore_labels, reader_overrides=reader_overrides,
+    )
     if loaded.memory is not None:
         from greenadapt.finetune.gmap import attach_memory
 
-        attach_memory(units, task_file.examples, *loaded.memory)
+        attach_memory(request.units, request.task_file.examples, *loaded.memory)
     logits = pooled_logits(
-        loaded.model, units, ctx, has_domain=tokenizers.has_domain, pad_id=tokenizers.pad_id,
-        batch_size=batch_size, precision=precision, modes=(mode,),
-    )[mode]
-    predictions = task.decode(task_file, argmax_labels(logits, settings.labels))
-    with resource_errors(output_path.parent):
-        write_predictions(task_file, predictions, output_path)
-    metrics = task.score(task_file, predictions, settings) if score else None
-    return PredictResult(output_path, len(task_file.examples), mode, metrics, loaded.folder)
+        loaded.model, request.units, ctx, has_domain=tokenizers.has_domain, pad_id=tokenizers.pad_id,
+        batch_size=batch_size, precision=precision, modes=(request.mode,),
+    )[request.mode]
+    return request.write(logits, output_path, loaded.folder)
 
 
 def task_names(folder: str | os.PathLike[str]) -> list[str]:
