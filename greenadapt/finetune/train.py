@@ -485,6 +485,44 @@ def _save_checkpoint(
     import torch
     from safetensors.torch import save_file
 
+    def fill(tmp: Path) -> None:
+        # Copies break tied weights' shared storage, which safetensors refuses to write.
+        weights = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in stepper.model.state_dict().items()}
+        save_file(weights, str(tmp / _WEIGHTS))
+        if best_state is not None:
+            save_file({k: v.contiguous() for k, v in best_state.items()}, str(tmp / _BEST))
+        tensors, state = stepper.state()
+        if rank_rng is not None:
+            tensors["rank_rng"] = [{k: v for k, v in r.items() if k in ("torch", "cuda")} for r in rank_rng]
+            state["rank_rng"] = [{"python": r["python"], "numpy": r["numpy"]} for r in rank_rng]
+        torch.save(tensors, tmp / _TENSORS)
+        state.update(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "fingerprint": checkpoint.fingerprint,
+                "seed": stepper.config.seed,
+                "complete": complete,
+                "position": asdict(position),
+                "result": {"best_epoch": result.best_epoch, "best_score": result.best_score, "dev_history": result.dev_history},
+                "python_rng": _python_rng_json(),
+                "numpy_rng": _numpy_rng_json(),
+            }
+        )
+        (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
+        if log_path is not None and log_path.is_file():
+            shutil.copyfile(log_path, tmp / _LOG)
+
+    return write_checkpoint(checkpoint, position.step, fill, complete=complete)
+
+
+def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path], None], *, complete: bool) -> Path:
+    """Write one checkpoint folder atomically and drop the older ones; ``fill(tmp)`` writes its files.
+
+    The files go into a temporary folder, then a manifest with their checksums
+    (what :func:`latest_checkpoint` verifies), then the folder is renamed to the
+    next ``ckpt-NNNNNN`` and the rename made durable. Shared by ``finetune`` and
+    ``pretrain``, whose checkpoints hold different state.
+    """
     from greenadapt.stage import resource_errors, sha256_file, write_json
 
     folder = checkpoint.folder
@@ -495,33 +533,9 @@ def _save_checkpoint(
         tmp = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
-            # Copies break tied weights' shared storage, which safetensors refuses to write.
-            weights = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in stepper.model.state_dict().items()}
-            save_file(weights, str(tmp / _WEIGHTS))
-            if best_state is not None:
-                save_file({k: v.contiguous() for k, v in best_state.items()}, str(tmp / _BEST))
-            tensors, state = stepper.state()
-            if rank_rng is not None:
-                tensors["rank_rng"] = [{k: v for k, v in r.items() if k in ("torch", "cuda")} for r in rank_rng]
-                state["rank_rng"] = [{"python": r["python"], "numpy": r["numpy"]} for r in rank_rng]
-            torch.save(tensors, tmp / _TENSORS)
-            state.update(
-                {
-                    "format": CHECKPOINT_FORMAT,
-                    "fingerprint": checkpoint.fingerprint,
-                    "seed": stepper.config.seed,
-                    "complete": complete,
-                    "position": asdict(position),
-                    "result": {"best_epoch": result.best_epoch, "best_score": result.best_score, "dev_history": result.dev_history},
-                    "python_rng": _python_rng_json(),
-                    "numpy_rng": _numpy_rng_json(),
-                }
-            )
-            (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
-            if log_path is not None and log_path.is_file():
-                shutil.copyfile(log_path, tmp / _LOG)
+            fill(tmp)
             files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
-            manifest = {"format": CHECKPOINT_FORMAT, "fingerprint": checkpoint.fingerprint, "step": position.step}
+            manifest = {"format": CHECKPOINT_FORMAT, "fingerprint": checkpoint.fingerprint, "step": step}
             write_json(tmp / CHECKPOINT_MANIFEST, {**manifest, "complete": complete, "files": files})
             final = folder / f"ckpt-{number:06d}"
             os.rename(tmp, final)
@@ -531,7 +545,7 @@ def _save_checkpoint(
             raise
         for stale in [*older, *folder.glob(".tmp-*")]:
             shutil.rmtree(stale, ignore_errors=True)
-    log.info("checkpoint at step %d saved in %s", position.step, final)
+    log.info("checkpoint at step %d saved in %s", step, final)
     return final
 
 

@@ -40,10 +40,8 @@ import contextlib
 import json
 import logging
 import math
-import os
 import shutil
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,13 +52,13 @@ import numpy as np
 from greenadapt.errors import StageError, UsageError
 from greenadapt.finetune.train import (
     CHECKPOINT_FORMAT,
-    CHECKPOINT_MANIFEST,
     Checkpointing,
     DistContext,
     StopSignal,
     autocast_dtype,
     build_optimizers,
     latest_checkpoint,
+    write_checkpoint,
 )
 from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, PackedCorpus, epoch_order, masked_batch
 from greenadapt.progress import NULL_PROGRESS, Progress
@@ -475,45 +473,26 @@ def _save_checkpoint(
     import torch
     from safetensors.torch import save_file
 
-    from greenadapt.stage import resource_errors, sha256_file, write_json
+    def fill(tmp: Path) -> None:
+        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in stepper.weights().items()}, str(tmp / _WEIGHTS))
+        tensors: dict[str, Any] = {"optimizers": [o.state_dict() for o in stepper.optimizers], "torch_rng": torch.get_rng_state()}
+        if stepper.ctx.device.type == "cuda":
+            tensors["cuda_rng"] = torch.cuda.get_rng_state(stepper.ctx.device)
+        torch.save(tensors, tmp / _TENSORS)
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "fingerprint": checkpoint.fingerprint,
+            "seed": stepper.config.seed,
+            "position": asdict(position),
+            "schedulers": [s.state_dict() for s in stepper.schedulers],
+            "scaler": stepper.scaler.state_dict() if stepper.scaler is not None else None,
+            "evaluations": evaluations,
+        }
+        (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
+        if log_path is not None and log_path.is_file():
+            shutil.copyfile(log_path, tmp / _LOG)
 
-    folder = checkpoint.folder
-    with resource_errors(folder):
-        folder.mkdir(parents=True, exist_ok=True)
-        older = sorted(folder.glob("ckpt-*"))
-        number = 1 + max((int(p.name.split("-")[1]) for p in older if p.name.split("-")[1].isdigit()), default=0)
-        tmp = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
-            save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in stepper.weights().items()}, str(tmp / _WEIGHTS))
-            tensors: dict[str, Any] = {"optimizers": [o.state_dict() for o in stepper.optimizers], "torch_rng": torch.get_rng_state()}
-            if stepper.ctx.device.type == "cuda":
-                tensors["cuda_rng"] = torch.cuda.get_rng_state(stepper.ctx.device)
-            torch.save(tensors, tmp / _TENSORS)
-            state = {
-                "format": CHECKPOINT_FORMAT,
-                "fingerprint": checkpoint.fingerprint,
-                "seed": stepper.config.seed,
-                "position": asdict(position),
-                "schedulers": [s.state_dict() for s in stepper.schedulers],
-                "scaler": stepper.scaler.state_dict() if stepper.scaler is not None else None,
-                "evaluations": evaluations,
-            }
-            (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
-            if log_path is not None and log_path.is_file():
-                shutil.copyfile(log_path, tmp / _LOG)
-            files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
-            manifest = {"format": CHECKPOINT_FORMAT, "fingerprint": checkpoint.fingerprint, "step": position.step, "complete": complete}
-            write_json(tmp / CHECKPOINT_MANIFEST, {**manifest, "files": files})
-            final = folder / f"ckpt-{number:06d}"
-            os.rename(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        for stale in [*older, *folder.glob(".tmp-*")]:
-            shutil.rmtree(stale, ignore_errors=True)
-    log.info("checkpoint at step %d saved in %s", position.step, final)
-    return final
+    return write_checkpoint(checkpoint, position.step, fill, complete=complete)
 
 
 def _load_checkpoint(checkpoint: Checkpointing, stepper: _Stepper, log_path: Path | None) -> tuple[Position, list[dict[str, Any]]] | None:
