@@ -558,6 +558,21 @@ def _fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
+def matching_checkpoint(checkpoint: Checkpointing) -> Path | None:
+    """The newest verified checkpoint to resume from; None when there is none; an error when it was
+    made with other inputs or options (resuming it would silently mix two runs)."""
+    found = latest_checkpoint(checkpoint.folder)
+    if found is None:
+        log.info("no checkpoint in %s: training from the start", checkpoint.folder)
+        return None
+    path, manifest = found
+    if manifest.get("fingerprint") != checkpoint.fingerprint:
+        raise StageError(
+            "this checkpoint was made with other inputs or options", path=path, hint=f"delete {path.parent} to start over"
+        )
+    return path
+
+
 @dataclass
 class _Restored:
     path: Path
@@ -575,14 +590,10 @@ def _load_checkpoint(checkpoint: Checkpointing, stepper: _Stepper, log_path: Pat
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    found = latest_checkpoint(checkpoint.folder)
-    if found is None:
-        log.info("no checkpoint in %s: training from the start", checkpoint.folder)
+    path = matching_checkpoint(checkpoint)
+    if path is None:
         return None
-    path, manifest = found
     hint = f"delete {path.parent} to start over"
-    if manifest.get("fingerprint") != checkpoint.fingerprint:
-        raise StageError("this checkpoint was made with other inputs or options", path=path, hint=hint)
     try:
         state = json.loads((path / _STATE).read_text(encoding="utf-8"))
         if state.get("seed") != stepper.config.seed:

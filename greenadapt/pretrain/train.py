@@ -57,7 +57,7 @@ from greenadapt.finetune.train import (
     StopSignal,
     autocast_dtype,
     build_optimizers,
-    latest_checkpoint,
+    matching_checkpoint,
     write_checkpoint,
 )
 from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, PackedCorpus, epoch_order, masked_batch
@@ -502,14 +502,10 @@ def _load_checkpoint(checkpoint: Checkpointing, stepper: _Stepper, log_path: Pat
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    found = latest_checkpoint(checkpoint.folder)
-    if found is None:
-        log.info("no checkpoint in %s: training from the start", checkpoint.folder)
+    path = matching_checkpoint(checkpoint)
+    if path is None:
         return None
-    path, manifest = found
     hint = f"delete {path.parent} to start over"
-    if manifest.get("fingerprint") != checkpoint.fingerprint:
-        raise StageError("this checkpoint was made with other inputs or options", path=path, hint=hint)
     try:
         state = json.loads((path / _STATE).read_text(encoding="utf-8"))
         tensors = torch.load(path / _TENSORS, map_location="cpu", weights_only=True)
