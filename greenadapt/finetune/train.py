@@ -425,7 +425,7 @@ def _numpy_rng_json() -> list[Any]:
     return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
 
 
-def _gather_rng_states(ctx: DistContext) -> list[dict[str, Any]]:
+def gather_rng_states(ctx: DistContext) -> list[dict[str, Any]]:
     """Every process's random states (torch CPU and CUDA, Python, NumPy), in rank order; a collective under torchrun.
 
     Each process draws its own dropout masks (seeded ``seed + rank``), so a
@@ -446,22 +446,57 @@ def _gather_rng_states(ctx: DistContext) -> list[dict[str, Any]]:
     return gathered
 
 
-def _set_rng_states(tensors: dict[str, Any], state: dict[str, Any], ctx: DistContext, path: Path) -> None:
-    """Restore this rank's generators from a checkpoint (rank 0's alone in checkpoints of an older greenadapt)."""
+def rng_checkpoint_entries(ctx: DistContext, rank_rng: list[dict[str, Any]] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The random states a checkpoint holds: tensors (for ``optimizer.pt``) and the JSON-able rest (``state.json``).
+
+    ``torch_rng`` (the writer's own generator) stays beside the per-rank
+    states so that checkpoints read the same way as those of an older
+    greenadapt, which held rank 0's alone.
+    """
     import torch
 
-    python_rng, numpy_rng = state["python_rng"], state["numpy_rng"]  # rank 0's
-    ranks = tensors.get("rank_rng")
-    if ranks is not None and len(ranks) == ctx.world and len(state.get("rank_rng", [])) == ctx.world:
+    tensors: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
+    if ctx.device.type == "cuda":
+        tensors["cuda_rng"] = torch.cuda.get_rng_state(ctx.device)
+    state: dict[str, Any] = {"python_rng": _python_rng_json(), "numpy_rng": _numpy_rng_json()}
+    if rank_rng is not None:
+        tensors["rank_rng"] = [{k: v for k, v in r.items() if k in ("torch", "cuda")} for r in rank_rng]
+        state["rank_rng"] = [{"python": r["python"], "numpy": r["numpy"]} for r in rank_rng]
+    return tensors, state
+
+
+def restore_rng_states(tensors: dict[str, Any], state: dict[str, Any], ctx: DistContext, path: Path, *, seed: int, step: int) -> None:
+    """Give this rank its generators back from a checkpoint.
+
+    A checkpoint of as many processes as this run restores every rank's own
+    states. One from an older greenadapt (rank 0's states alone) or of another
+    number of processes restores rank 0's, and the other ranks get a fresh
+    stream per resume point: their dropout masks then differ from an
+    uninterrupted run's, their weights do not diverge (DDP averages them).
+    """
+    import torch
+
+    ranks, rank_json = tensors.get("rank_rng"), state.get("rank_rng")
+    if ranks is not None and rank_json is not None and len(ranks) == len(rank_json) == ctx.world:
         torch.set_rng_state(ranks[ctx.rank]["torch"])
         if ctx.device.type == "cuda" and "cuda" in ranks[ctx.rank]:
             torch.cuda.set_rng_state(ranks[ctx.rank]["cuda"], ctx.device)
-        python_rng, numpy_rng = state["rank_rng"][ctx.rank]["python"], state["rank_rng"][ctx.rank]["numpy"]
-    elif ctx.world > 1:
+        _set_python_numpy_rng(rank_json[ctx.rank]["python"], rank_json[ctx.rank]["numpy"])
+        return
+    if ctx.world > 1:
         saved = "only rank 0's" if ranks is None else f"those of {len(ranks)} processes"
         log.warning("%s holds %s random states, this run has %d processes: the other ranks' dropout starts afresh", path, saved, ctx.world)
-        if ctx.rank != 0:
-            return  # keep the fresh stream _Stepper.load_state gave this rank
+    if ctx.rank != 0:
+        torch.manual_seed(seed + ctx.rank + 1_000_003 * step)
+        return
+    torch.set_rng_state(tensors["torch_rng"])
+    if ctx.device.type == "cuda" and "cuda_rng" in tensors:
+        torch.cuda.set_rng_state(tensors["cuda_rng"], ctx.device)
+    if "python_rng" in state:  # pretrain checkpoints of an older greenadapt held torch's alone
+        _set_python_numpy_rng(state["python_rng"], state["numpy_rng"])
+
+
+def _set_python_numpy_rng(python_rng: list[Any], numpy_rng: list[Any]) -> None:
     random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
     np.random.set_state((numpy_rng[0], np.array(numpy_rng[1], dtype=np.uint32), *numpy_rng[2:]))
 
@@ -479,7 +514,7 @@ def _save_checkpoint(
 ) -> Path:
     """Write one checkpoint atomically (temporary folder, manifest last, rename) and drop the older ones.
 
-    ``rank_rng`` (from :func:`_gather_rng_states`): every process's random
+    ``rank_rng`` (from :func:`gather_rng_states`): every process's random
     states; the tensors go into ``optimizer.pt``, the rest into ``state.json``.
     """
     import torch
@@ -492,9 +527,9 @@ def _save_checkpoint(
         if best_state is not None:
             save_file({k: v.contiguous() for k, v in best_state.items()}, str(tmp / _BEST))
         tensors, state = stepper.state()
-        if rank_rng is not None:
-            tensors["rank_rng"] = [{k: v for k, v in r.items() if k in ("torch", "cuda")} for r in rank_rng]
-            state["rank_rng"] = [{"python": r["python"], "numpy": r["numpy"]} for r in rank_rng]
+        rng_tensors, rng_state = rng_checkpoint_entries(stepper.ctx, rank_rng)
+        tensors.update(rng_tensors)
+        state.update(rng_state)
         torch.save(tensors, tmp / _TENSORS)
         state.update(
             {
@@ -504,8 +539,6 @@ def _save_checkpoint(
                 "complete": complete,
                 "position": asdict(position),
                 "result": {"best_epoch": result.best_epoch, "best_score": result.best_score, "dev_history": result.dev_history},
-                "python_rng": _python_rng_json(),
-                "numpy_rng": _numpy_rng_json(),
             }
         )
         (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
@@ -603,8 +636,8 @@ def _load_checkpoint(checkpoint: Checkpointing, stepper: _Stepper, log_path: Pat
         stepper.model.load_state_dict(load_file(str(path / _WEIGHTS), device=str(stepper.ctx.device)))
         best = load_file(str(path / _BEST)) if (path / _BEST).is_file() else None
         position = _Position(**state["position"])
-        stepper.load_state(tensors, state, position.step)
-        _set_rng_states(tensors, state, stepper.ctx, path)
+        stepper.load_state(tensors, state)
+        restore_rng_states(tensors, state, stepper.ctx, path, seed=stepper.config.seed, step=position.step)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
         # UnpicklingError: weights_only refused an object; RuntimeError: tensors that do not fit this model.
         raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
@@ -658,7 +691,7 @@ def train(
 
     def save(*, complete: bool = False) -> Path | None:
         saved = None
-        rank_rng = _gather_rng_states(ctx) if checkpoint is not None else None  # every process takes part
+        rank_rng = gather_rng_states(ctx) if checkpoint is not None else None  # every process takes part
         if writes:
             if log_handle is not None:
                 log_handle.flush()
@@ -855,21 +888,15 @@ class _Stepper:
         return float(ctx.all_reduce_sum(loss_sum).item()) / ctx.world, grad_norm
 
     def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """What a checkpoint needs besides the weights: tensors (for torch.save) and the JSON-able rest."""
-        import torch
-
-        tensors: dict[str, Any] = {"optimizers": [opt.state_dict() for opt in self.optimizers], "torch_rng": torch.get_rng_state()}
-        if self.ctx.device.type == "cuda":
-            tensors["cuda_rng"] = torch.cuda.get_rng_state(self.ctx.device)
+        """What a checkpoint needs besides the weights and random states: tensors (for torch.save) and the JSON-able rest."""
+        tensors: dict[str, Any] = {"optimizers": [opt.state_dict() for opt in self.optimizers]}
         state = {
             "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
         }
         return tensors, state
 
-    def load_state(self, tensors: dict[str, Any], state: dict[str, Any], step: int) -> None:
-        import torch
-
+    def load_state(self, tensors: dict[str, Any], state: dict[str, Any]) -> None:
         if len(tensors["optimizers"]) != len(self.optimizers) or len(state["schedulers"]) != len(self.schedulers):
             raise ValueError(f"the checkpoint holds {len(tensors['optimizers'])} optimizers, this run has {len(self.optimizers)}")
         for optimizer, saved in zip(self.optimizers, tensors["optimizers"], strict=True):
@@ -878,14 +905,6 @@ class _Stepper:
             scheduler.load_state_dict(saved)
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        if self.ctx.rank == 0:
-            torch.set_rng_state(tensors["torch_rng"])
-            if self.ctx.device.type == "cuda" and "cuda_rng" in tensors:
-                torch.cuda.set_rng_state(tensors["cuda_rng"], self.ctx.device)
-        else:
-            # Only rank 0's generator is saved; the others get a fresh stream per resume point
-            # (their dropout masks then differ from an uninterrupted run's, their weights do not diverge).
-            torch.manual_seed(self.config.seed + self.ctx.rank + 1_000_003 * step)
 
     def finish(self) -> None:
         """Back to a plain, saveable transformers model in eval mode."""

@@ -28,10 +28,11 @@ save work on, and splitting the matrix would untie the decoder.
 Checkpoints (``--save-every``, SIGTERM): the same folder layout and
 manifest rules as finetune's (``ckpt-<n>/`` with ``checkpoint.json`` written
 last; :func:`greenadapt.finetune.train.latest_checkpoint` reads them), with
-the weights, optimizer, scheduler, grad-scaler and torch RNG state and the
+the weights, optimizer, scheduler, grad-scaler, every process's random
+generators (torch, CUDA, Python, NumPy: dropout differs per rank) and the
 position (epoch, batch); masking draws depend only on (seed, epoch,
 sequence), so a resumed run takes the same steps with the same numbers as
-an uninterrupted one.
+an uninterrupted one, under torchrun too.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ from greenadapt.finetune.train import (
     StopSignal,
     autocast_dtype,
     build_optimizers,
+    gather_rng_states,
     matching_checkpoint,
+    restore_rng_states,
+    rng_checkpoint_entries,
     write_checkpoint,
 )
 from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, PackedCorpus, epoch_order, masked_batch
@@ -390,13 +394,15 @@ def pretrain(
         at.eval_seconds += time.perf_counter() - begun
         result.evaluations.append(evaluation)
         record({"event": "eval", **evaluation})
-        log.info("step %d: held-out %s", at.step, ", ".join(f"{k} loss {v['loss']:.4f}" for k, v in evaluation.items() if isinstance(v, dict)))
+        if ctx.is_main:
+            log.info("step %d: held-out %s", at.step, ", ".join(f"{k} loss {v['loss']:.4f}" for k, v in evaluation.items() if isinstance(v, dict)))
 
     def save(*, complete: bool = False) -> Path | None:
         saved = None
+        rank_rng = gather_rng_states(ctx) if checkpoint is not None else None  # every process takes part
         if writes:
             at.seconds = time.perf_counter() - started
-            saved = _save_checkpoint(checkpoint, stepper, at, result.evaluations, log_path, complete=complete)  # type: ignore[arg-type]
+            saved = _save_checkpoint(checkpoint, stepper, at, result.evaluations, log_path, complete=complete, rank_rng=rank_rng)  # type: ignore[arg-type]
         ctx.barrier()
         return saved
 
@@ -440,7 +446,7 @@ def pretrain(
                     raise UsageError(f"the training loss became {loss} at step {at.step}", hint="lower --lr, or use --precision fp32 or bf16")
                 at.batch = index + 1
                 progress.update(at.step, loss=f"{loss:.4f}")
-                if time.perf_counter() - last_report >= _REPORT_SECONDS:  # a sign of life in batch-job logs
+                if ctx.is_main and time.perf_counter() - last_report >= _REPORT_SECONDS:  # a sign of life in batch-job logs
                     last_report = time.perf_counter()
                     rate = at.tokens / max(last_report - started - at.eval_seconds, 1e-9)
                     log.info("step %d of %d: loss %.4f, lr %.2e, %.0f tokens/s", at.step, total, loss, stepper.lr(), rate)
@@ -468,18 +474,24 @@ def pretrain(
 
 
 def _save_checkpoint(
-    checkpoint: Checkpointing, stepper: _Stepper, position: Position, evaluations: list[dict[str, Any]], log_path: Path | None, *, complete: bool
+    checkpoint: Checkpointing,
+    stepper: _Stepper,
+    position: Position,
+    evaluations: list[dict[str, Any]],
+    log_path: Path | None,
+    *,
+    complete: bool,
+    rank_rng: list[dict[str, Any]] | None,
 ) -> Path:
     import torch
     from safetensors.torch import save_file
 
     def fill(tmp: Path) -> None:
         save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in stepper.weights().items()}, str(tmp / _WEIGHTS))
-        tensors: dict[str, Any] = {"optimizers": [o.state_dict() for o in stepper.optimizers], "torch_rng": torch.get_rng_state()}
-        if stepper.ctx.device.type == "cuda":
-            tensors["cuda_rng"] = torch.cuda.get_rng_state(stepper.ctx.device)
-        torch.save(tensors, tmp / _TENSORS)
+        rng_tensors, rng_state = rng_checkpoint_entries(stepper.ctx, rank_rng)
+        torch.save({"optimizers": [o.state_dict() for o in stepper.optimizers], **rng_tensors}, tmp / _TENSORS)
         state = {
+            **rng_state,
             "format": CHECKPOINT_FORMAT,
             "fingerprint": checkpoint.fingerprint,
             "seed": stepper.config.seed,
@@ -518,13 +530,8 @@ def _load_checkpoint(checkpoint: Checkpointing, stepper: _Stepper, log_path: Pat
             scheduler.load_state_dict(saved)
         if stepper.scaler is not None and state.get("scaler"):
             stepper.scaler.load_state_dict(state["scaler"])
-        if stepper.ctx.rank == 0:
-            torch.set_rng_state(tensors["torch_rng"])
-            if stepper.ctx.device.type == "cuda" and "cuda_rng" in tensors:
-                torch.cuda.set_rng_state(tensors["cuda_rng"], stepper.ctx.device)
         position = Position(**state["position"])
-        if stepper.ctx.rank != 0:
-            torch.manual_seed(stepper.config.seed + stepper.ctx.rank + 1_000_003 * position.step)
+        restore_rng_states(tensors, state, stepper.ctx, path, seed=stepper.config.seed, step=position.step)
         evaluations = list(state["evaluations"])
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
         raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
