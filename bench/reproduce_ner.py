@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mlm-batch-size", type=int, default=32)
     parser.add_argument("--mlm-lr", type=float, default=1e-4)
     parser.add_argument("--mlm-max-length", type=int, default=128)
+    parser.add_argument("--head-warmup-fraction", type=float, default=0.0,
+                        help="Share of each MLM pass's steps that fits the masked-LM head alone first (MiniLM ships without one).")
+    parser.add_argument("--mlm-eval-every", type=int, default=None, help="Held-out MLM loss every N steps.")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -143,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             ["pretrain", "--corpus", str(corpus), "--model", start, "--workdir", str(work / "work"), "--out", str(out),
              "--max-steps", str(steps), "--batch-size", str(args.mlm_batch_size), "--lr", str(args.mlm_lr),
              "--max-length", str(args.mlm_max_length), "--seed", "1", "--device", args.device,
-             "--save-every", str(args.save_every), "--resume"]
+             "--save-every", str(args.save_every), "--resume",
+             *(["--head-warmup-steps", str(round(args.head_warmup_fraction * steps))] if args.head_warmup_fraction else []),
+             *(["--eval-every", str(args.mlm_eval_every)] if args.mlm_eval_every else [])]
         )
         models[variant] = str(out)
 

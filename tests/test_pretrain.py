@@ -101,6 +101,35 @@ def test_loss_decreases_output_loads_and_eval_only_reproduces(tiny_bert: Path, c
     assert outcome.path == out
 
 
+def test_head_warmup_trains_the_head_alone_then_everything(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
+    original = _weights(tiny_bert)
+    head = {k for k in original if k.startswith("cls.predictions.") and not k.endswith("decoder.weight")}
+    assert head and any(k.startswith("bert.encoder.") for k in original)
+
+    warm = tmp_path / "warm"
+    run_pretrain(_options(tiny_bert, corpus, warm, max_steps=3, head_warmup_steps=3))
+    after = _weights(warm)
+    for key, value in original.items():
+        if key in head:
+            continue
+        assert np.array_equal(after[key], value), f"{key} changed during the head warm-up"
+    assert any(not np.array_equal(after[k], original[k]) for k in head)
+    losses = [r for r in _log(warm) if "loss" in r]
+    assert [r.get("head_only") for r in losses] == [True, True, True]
+    assert losses[-1]["loss"] < losses[0]["loss"]  # the head alone learns
+
+    full = tmp_path / "full"
+    run_pretrain(_options(tiny_bert, corpus, full, max_steps=5, head_warmup_steps=3))
+    assert [r.get("head_only", False) for r in _log(full) if "loss" in r] == [True, True, True, False, False]
+    trained = _weights(full)
+    assert not np.array_equal(trained["bert.encoder.layer.0.attention.self.query.weight"], original["bert.encoder.layer.0.attention.self.query.weight"])
+    # an option at its default does not enter the fingerprint: outputs of older versions stay up to date
+    plain = load_stage(warm, "pretrain")["config"]["train"]
+    assert plain["head_warmup_steps"] == 3
+    run_pretrain(_options(tiny_bert, corpus, tmp_path / "plain", max_steps=1))
+    assert "head_warmup_steps" not in load_stage(tmp_path / "plain", "pretrain")["config"]["train"]
+
+
 class _AtStep(NullProgress):
     def __init__(self, step: int) -> None:
         self.step = step

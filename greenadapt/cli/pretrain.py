@@ -46,6 +46,10 @@ def pretrain_command(
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(42, "--seed", help="Random seed (order, masking, dropout)."),
     train_embeddings: str = typer.Option("all", "--train-embeddings", help="Word embeddings to train: all, new (rows added by expand only) or none."),
+    head_warmup_steps: int = typer.Option(
+        0, "--head-warmup-steps", min=0,
+        help="The first N steps train the masked-LM head alone (encoder and embeddings frozen): for models shipped without an MLM head, such as the bundled MiniLM.",
+    ),
     eval_every: int | None = typer.Option(None, "--eval-every", help="Held-out evaluation every N steps (always before and after training)."),
     eval_batch_size: int = typer.Option(32, "--eval-batch-size", help="Sequences per evaluation batch."),
     gmap: str | None = typer.Option(None, "--gmap", help="G-MAP memory during training: single, multi, gated or chunk (needs --general-model)."),
@@ -114,6 +118,7 @@ def pretrain_command(
         precision=precision,
         eval_batch_size=eval_batch_size,
         eval_every=eval_every,
+        head_warmup_steps=head_warmup_steps,
     )
     options = PretrainOptions(
         corpus=list(corpus),

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 KIND = "pretrain"
 LOG_FILE = "train_log.jsonl"
 TOKENIZER_CHOICES = ("auto", "domain", "general")
+_LATER_OPTIONS = {"head_warmup_steps": 0}  # training options newer than the first pretrain outputs, with their defaults
 
 
 @dataclass
@@ -140,7 +141,8 @@ def _load_mlm(setup: _Setup) -> Any:
     missing = [k for k in info.get("missing_keys", []) if not k.endswith("decoder.weight")]
     if missing:
         log.warning(
-            "%s has no weights for %d masked-LM head tensor(s) (%s...): they start from a random initialisation",
+            "%s has no weights for %d masked-LM head tensor(s) (%s...): they start from a random initialisation"
+            " (--head-warmup-steps fits them before the encoder is trained)",
             setup.ref.path, len(missing), missing[0],
         )
     rows = model.get_input_embeddings().weight.shape[0]
@@ -238,7 +240,8 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
     workers = options.workers or max(1, os.cpu_count() or 1)
     training = options.training
     config = {
-        "train": {k: v for k, v in asdict(training).items() if k != "eval_batch_size"},
+        # Options added later count only when used, so that outputs made before them stay up to date.
+        "train": {k: v for k, v in asdict(training).items() if k != "eval_batch_size" and not (k in _LATER_OPTIONS and v == _LATER_OPTIONS[k])},
         "max_length": setup.max_length,
         "heldout": options.heldout,
         "masking": {"probability": options.mask_probability, "whole_word": options.whole_word_masking, "split": "80/10/10"},

@@ -25,6 +25,18 @@ not used here: the MLM decoder is tied to the embedding matrix and its
 softmax touches every row in every step, so there are no untouched rows to
 save work on, and splitting the matrix would untie the decoder.
 
+``--head-warmup-steps N``: the first N optimizer steps update the MLM
+head's own parameters only (its transform and output bias; the decoder is
+tied to the word embeddings and stays as it is), so a head that starts
+random (a checkpoint that ships without one, such as a sentence-transformers
+encoder) is fitted to the encoder before its gradients reach the encoder:
+the linear-probe-then-fine-tune order of Kumar et al. (ICLR 2022). The
+other gradients are computed and then dropped, which keeps DDP's reduction
+unchanged, and AdamW skips a parameter without a gradient altogether
+(weight decay included), so the encoder and embeddings stay bit-identical
+through the warm-up. Steps, schedule and checkpoints are the same as
+without it: the phase is a function of the step number.
+
 Checkpoints (``--save-every``, SIGTERM): the same folder layout and
 manifest rules as finetune's (``ckpt-<n>/`` with ``checkpoint.json`` written
 last; :func:`greenadapt.finetune.train.latest_checkpoint` reads them), with
@@ -88,6 +100,7 @@ class PretrainConfig:
     precision: str = "auto"
     eval_batch_size: int = 32
     eval_every: int | None = None  # steps between held-out evaluations (besides before and after training)
+    head_warmup_steps: int = 0  # the first N steps train the masked-LM head alone
 
     def check(self) -> None:
         for name in ("batch_size", "grad_accum", "epochs", "eval_batch_size"):
@@ -101,6 +114,8 @@ class PretrainConfig:
             raise UsageError("--lr must be positive and --warmup a fraction below 1")
         if self.train_embeddings not in ("all", "new", "none"):
             raise UsageError(f"unknown --train-embeddings {self.train_embeddings!r}", hint="all, new or none")
+        if self.head_warmup_steps < 0:
+            raise UsageError("--head-warmup-steps must be 0 or more")
 
 
 # --------------------------------------------------------------------------
@@ -277,12 +292,20 @@ class _Stepper:
         self.dtype = autocast_dtype(config.precision, ctx.device)
         self.scaler = torch.amp.GradScaler("cuda") if self.dtype == torch.float16 else None
         self.trainable = [p for p in mlm.parameters() if p.requires_grad]
+        self.head_only_params: list[Any] = []
+        if config.head_warmup_steps:
+            if mlm.head is None:
+                raise UsageError("--head-warmup-steps needs a BERT-style masked-LM head", hint="leave --head-warmup-steps at 0 for this model")
+            head = {id(p) for p in mlm.head.parameters()} - {id(embedding)}
+            self.head_only_params = [p for p in self.trainable if id(p) not in head]
+            if config.head_warmup_steps >= self.total:
+                log.warning("--head-warmup-steps %d covers all %d steps: the encoder is not trained", config.head_warmup_steps, self.total)
 
     def lr(self) -> float:
         return float(self.schedulers[0].get_last_lr()[0])
 
-    def step(self, micro: list[Any]) -> tuple[float, float | None]:
-        """Forward/backward this process's masked micro-batches, then one optimizer step."""
+    def step(self, micro: list[Any], *, head_only: bool = False) -> tuple[float, float | None]:
+        """Forward/backward this process's masked micro-batches, then one optimizer step (of the MLM head alone if ``head_only``)."""
         import torch
 
         ctx = self.ctx
@@ -299,6 +322,9 @@ class _Stepper:
                 loss = loss * (ctx.world / n_targets)
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             loss_sum += loss.detach()
+        if head_only:
+            for param in self.head_only_params:
+                param.grad = None
         if self.frozen_rows is not None and self.embedding.grad is not None:
             self.embedding.grad[: self.n_base] = 0
         if self.scaler is not None:
@@ -428,7 +454,8 @@ def pretrain(
                     masked_batch(corpus, part, masker, seed=config.seed, epoch=at.epoch, pad_id=pad_id)
                     for part in micro_batches(batch, stepper)
                 ]
-                loss, grad_norm = stepper.step(micro)
+                head_only = at.step < config.head_warmup_steps
+                loss, grad_norm = stepper.step(micro, head_only=head_only)
                 at.step += 1
                 at.tokens += sum(corpus.sequence_length(int(i)) for i in batch)
                 record(
@@ -440,6 +467,7 @@ def pretrain(
                         "sequences": len(batch),
                         "grad_norm": None if grad_norm is None else round(grad_norm, 6),
                         "seconds": round(time.perf_counter() - started, 3),
+                        **({"head_only": True} if head_only else {}),
                     }
                 )
                 if not math.isfinite(loss) and stepper.scaler is None:
