@@ -224,13 +224,14 @@ def render_gap_table(rows: list[dict[str, object]]) -> str:
     def number(value: object, spec: str) -> str:
         return "—" if not isinstance(value, int | float) else format(value, spec)
 
-    lines = ["| set | variant | test F1 | share of the base→DAPT gap | adaptation wall | CPU h | GPU h | kWh |",
+    lines = ["| set | variant | test F1 | share of the base→DAPT gap | adaptation wall (s) | CPU h | GPU h | kWh |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         wall, cpu, gpu = row["wall_seconds"], row["cpu_seconds"], row["gpu_seconds"]
         lines.append(
-            f"| {row['set']} | {row['variant']} | {number(row['test_f1'], '.2f')} | {number(row['gap_share'], '.0%')} "
-            f"| {number(wall, '.0f')} s | {number(cpu / 3600 if isinstance(cpu, float) else None, '.3f')} "
+            f"| {row['set']} | {row['variant']} | {number(f1 * 100 if isinstance(f1 := row['test_f1'], float) else None, '.2f')} "
+            f"| {number(row['gap_share'], '.0%')} "
+            f"| {number(wall, '.0f')} | {number(cpu / 3600 if isinstance(cpu, float) else None, '.3f')} "
             f"| {number(gpu / 3600 if isinstance(gpu, float) else None, '.3f')} | {number(row['energy_kwh'], '.2e')} |"
         )
     return "\n".join(lines)

@@ -130,6 +130,27 @@ def test_head_warmup_trains_the_head_alone_then_everything(tiny_bert: Path, corp
     assert "head_warmup_steps" not in load_stage(tmp_path / "plain", "pretrain")["config"]["train"]
 
 
+def test_a_pretrained_model_is_expanded_like_any_other(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
+    """DAPT, then Green: `align`/`expand` take a pretrain output as their model."""
+    from transformers import AutoModelForMaskedLM
+    from w2v_fixtures import linear_w2v
+
+    from greenadapt.align import run_align
+    from greenadapt.expand import run_expand
+
+    dapt = tmp_path / "dapt"
+    run_pretrain(_options(tiny_bert, corpus, dapt, max_steps=2))
+    w2v, _ = linear_w2v(tmp_path / "w2v", dapt)
+    expanded = run_expand(align=run_align(w2v=w2v, out=tmp_path / "align").path, out=tmp_path / "expand")
+    before, after = _weights(dapt), _weights(expanded.path)
+    key = "bert.embeddings.word_embeddings.weight"
+    rows = before[key].shape[0]
+    assert after[key].shape[0] > rows
+    assert np.array_equal(after[key][:rows], before[key])  # the pretrained rows, bit-identical
+    model = AutoModelForMaskedLM.from_pretrained(str(expanded.path))
+    assert model.get_output_embeddings().weight.shape[0] == after[key].shape[0]
+
+
 class _AtStep(NullProgress):
     def __init__(self, step: int) -> None:
         self.step = step
