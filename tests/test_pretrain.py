@@ -183,6 +183,46 @@ def test_sigterm_checkpoint_and_resume_equal_an_uninterrupted_run(tiny_bert: Pat
     assert load_stage(reference, "pretrain")["stats"]["evaluations"] == load_stage(out, "pretrain")["stats"]["evaluations"]
 
 
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_bert: Path, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The autocast path (the CUDA default) run on CPU: fp32 weights saved, fp16's loss scaler checkpointed, resume exact.
+
+    CPU autocast stands in for CUDA here (this machine has no GPU): it runs our
+    code under reduced precision (the target-row head, the fp32 loss, the
+    scaler's unscale/step/update and its state in checkpoints), not CUDA kernels.
+    """
+    import torch
+
+    import greenadapt.pretrain.train as train_module
+
+    dtype = getattr(torch, dtype_name)
+    monkeypatch.setattr(train_module, "autocast_dtype", lambda precision, device: dtype)
+    small = tmp_path / "small.txt"
+    small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
+    settings = {"max_steps": 9, "batch_size": 8, "eval_every": 4, "heldout": 4, "save_every": 4}
+    reference = run_pretrain(_options(tiny_bert, small, tmp_path / "reference", **settings)).path
+    weights = _weights(reference)
+    assert all(v.dtype == np.float32 for v in weights.values())
+    evaluations = load_stage(reference, "pretrain")["stats"]["evaluations"]
+    assert all(np.isfinite(e["domain"]["loss"]) for e in evaluations)
+    assert evaluations[-1]["domain"]["loss"] < evaluations[0]["domain"]["loss"]
+
+    out = tmp_path / "run"
+    with pytest.raises(Preempted):
+        run_pretrain(_options(tiny_bert, small, out, **settings), _AtStep(6))
+    from greenadapt.finetune.run import checkpoint_folder
+    from greenadapt.finetune.train import latest_checkpoint
+
+    saved = latest_checkpoint(checkpoint_folder(out))
+    assert saved is not None
+    scaler = json.loads((saved[0] / "state.json").read_text())["scaler"]
+    assert (scaler is not None and scaler["scale"] > 0) == (dtype_name == "float16")
+    run_pretrain(_options(tiny_bert, small, out, resume=True, **settings))
+    resumed = _weights(out)
+    for key in weights:
+        np.testing.assert_allclose(resumed[key], weights[key], rtol=0, atol=1e-6, err_msg=key)
+
+
 # --------------------------------------------------------------------------
 # Expanded models
 

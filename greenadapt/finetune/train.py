@@ -182,6 +182,13 @@ def autocast_dtype(precision: str, device: Any) -> Any:
     return torch.bfloat16 if precision == "bf16" else torch.float16
 
 
+def grad_scaler(dtype: Any, device: Any) -> Any:
+    """A loss scaler for fp16 autocast on ``device`` (None for bf16 and fp32, which need none)."""
+    import torch
+
+    return torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
+
+
 # --------------------------------------------------------------------------
 # Views, batches, tensors
 
@@ -841,7 +848,7 @@ class _Stepper:
         _, total = plan_steps(len(units), config)
         self.optimizers, self.schedulers = build_optimizers(model, self.split, config, total)
         self.dtype = autocast_dtype(config.precision, ctx.device)
-        self.scaler = torch.amp.GradScaler("cuda") if self.dtype == torch.float16 else None
+        self.scaler = grad_scaler(self.dtype, ctx.device)
         self.trainable = [p for p in model.parameters() if p.requires_grad]
 
     def lr(self) -> float:

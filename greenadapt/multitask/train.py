@@ -27,7 +27,7 @@ import numpy as np
 
 from greenadapt.errors import UsageError
 from greenadapt.finetune.tokenize import Unit
-from greenadapt.finetune.train import TrainConfig, autocast_dtype, build_optimizers, choose_views, collate, output_rows
+from greenadapt.finetune.train import TrainConfig, autocast_dtype, build_optimizers, choose_views, collate, grad_scaler, output_rows
 from greenadapt.multitask.sampling import alpha, sample_tasks
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -117,7 +117,7 @@ def train_multitask(
     optimizers, schedulers = build_optimizers(model, None, training, total)
     trainable = [p for p in model.parameters() if p.requires_grad]
     dtype = autocast_dtype(training.precision, ctx.device)
-    scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+    scaler = grad_scaler(dtype, ctx.device)
     views = [model.task_view(name) for name in names]
     streams = [TaskStream(n, training.batch_size, mix, training.seed + 1009 * i) for i, n in enumerate(sizes)]
     result = MultitaskResult(steps_per_epoch=per_epoch, task_steps=dict.fromkeys(names, 0))

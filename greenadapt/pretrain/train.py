@@ -71,6 +71,7 @@ from greenadapt.finetune.train import (
     autocast_dtype,
     build_optimizers,
     gather_rng_states,
+    grad_scaler,
     matching_checkpoint,
     restore_rng_states,
     rng_checkpoint_entries,
@@ -290,7 +291,7 @@ class _Stepper:
         _, self.total = plan_steps(n_train, config)
         self.optimizers, self.schedulers = build_optimizers(mlm, None, config, self.total)
         self.dtype = autocast_dtype(config.precision, ctx.device)
-        self.scaler = torch.amp.GradScaler("cuda") if self.dtype == torch.float16 else None
+        self.scaler = grad_scaler(self.dtype, ctx.device)
         self.trainable = [p for p in mlm.parameters() if p.requires_grad]
         self.head_only_params: list[Any] = []
         if config.head_warmup_steps:

@@ -418,6 +418,7 @@ def _train(
         autocast_dtype,
         build_optimizers,
         choose_views,
+        grad_scaler,
         length_grouped_batches,
         plan_steps,
     )
@@ -435,7 +436,7 @@ def _train(
     model.train()
     optimizers, schedulers = build_optimizers(model, split, config, total)
     dtype = autocast_dtype(config.precision, device)
-    scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+    scaler = grad_scaler(dtype, device)
     trainable = [p for p in model.parameters() if p.requires_grad]
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
 
