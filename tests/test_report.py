@@ -199,3 +199,36 @@ def test_qa_metrics_shapes_are_read(tmp_path: Path) -> None:
     assert set(rows) == {("qa-runs/answer", "eval", "mean"), ("qa-runs/squad", "dev", "general")}
     assert rows[("qa-runs/answer", "eval", "mean")]["mean"] == pytest.approx(0.55)
     assert rows[("qa-runs/squad", "dev", "general")]["seeds"] == ["7"]
+
+
+def test_pretrain_stages_get_their_held_out_losses_a_curve_and_a_row_beside_the_paper(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    evaluations = [
+        {"step": 0, "domain": {"loss": 10.94, "perplexity": 56410.3}, "general": {"loss": 10.5, "perplexity": 36315.5}},
+        {"step": 300, "domain": {"loss": 5.4714, "perplexity": 237.8}, "general": {"loss": 6.25, "perplexity": 518.0}},
+    ]
+    log = "".join(json.dumps({"step": s, "epoch": 1, "loss": 10.0 / s, **({"head_only": True} if s <= 30 else {})}) + "\n" for s in range(1, 301))
+    log += json.dumps({"event": "eval", **evaluations[-1]}) + "\n"
+    _stage(
+        "pretrain", run / "pretrain-dapt",
+        {"model": "minilm", "tokenizer": "general", "gmap": None, "train": {"seed": 1, "head_warmup_steps": 30}},
+        [{"role": "corpus", "path": "corpus.txt"}], {"train_log.jsonl": log},
+        {"steps": 300, "tokens_trained": 1_228_800, "tokens_per_second": 1972.1, "processes": 1, "device": "cpu", "tokenizer": "general",
+         "evaluations": evaluations, "heldout_before": evaluations[0], "heldout_after": evaluations[-1]},
+    )
+    data = collect([run])
+    (row,) = data["pretraining"]
+    assert row["steps"] == 300 and row["tokens"] == 1_228_800 and row["head_warmup_steps"] == 30
+    assert row["heldout"]["domain"] == {"loss_before": 10.94, "loss_after": 5.4714, "perplexity_before": 56410.3, "perplexity_after": 237.8}
+    assert row["heldout"]["general"]["loss_after"] == 6.25
+    stage_cost = next(s["cost"] for s in data["stages"] if s["kind"] == "pretrain")
+    dapt = next(o for o in data["paper"]["ours"] if "continued masked-LM pretraining, 300 steps" in o["name"])
+    assert dapt["device"] == "CPU core" and dapt["device_hours"] == pytest.approx(stage_cost["cpu_hours"])
+    assert dapt["wall_hours"] == pytest.approx(stage_cost["wall_seconds"] / 3600)
+    curve = next(c for c in data["training"] if c["name"].endswith("pretrain-dapt"))
+    assert len(curve["loss"]) == 300 and curve["loss"][-1] == [300, pytest.approx(10.0 / 300)]
+    text = markdown(data)
+    assert "## Masked-LM pretraining" in text
+    assert "| minilm/pretrain-dapt | minilm (tokenizer general, head warm-up 30) | 300 | 1,228,800 | 10.94 → 5.471 | 56,410 → 238 | 10.5 → 6.25 |" in text
+    page = write_html(data, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "<h2>Masked-LM pretraining</h2>" in page and "10.94 → 5.471" in page

@@ -155,7 +155,8 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         "adaptation": adaptation_chains(stages),
         "finetune_cost": _sum_costs(trained) if (trained := [s["cost"] for s in stages if s["kind"] in ("finetune", "pretrain")]) else None,
         "alignment": [alignment_of(s) for s in stages if s["kind"] == "align"],
-        "training": [curve for s in stages if s["kind"] == "finetune" for curve in curves_of(s)],
+        "pretraining": [pretraining_of(s) for s in stages if s["kind"] == "pretrain"],
+        "training": [curve for s in stages if s["kind"] in ("finetune", "pretrain") for curve in curves_of(s)],
         "results": results_table(stages),
         "paper": paper_comparison(stages),
     }
@@ -202,6 +203,40 @@ def alignment_of(stage: Mapping[str, Any]) -> dict[str, Any]:
         "n_new": stats.get("n_new"),
         "n_w2v": stats.get("n_w2v"),
         "neighbours": report.get("neighbours") or [],
+    }
+
+
+def pretraining_of(stage: Mapping[str, Any]) -> dict[str, Any]:
+    """A continued-pretraining (DAPT) stage: its budget, held-out masked-LM loss before and after, and its cost."""
+    stats, config, cost = stage["stats"], stage["config"], stage["cost"]
+    before, after = stats.get("heldout_before") or {}, stats.get("heldout_after") or {}
+    heldout = {}
+    for corpus in ("domain", "general"):
+        first, last = before.get(corpus), after.get(corpus)
+        if isinstance(first, dict) and isinstance(last, dict):
+            heldout[corpus] = {
+                "loss_before": first.get("loss"),
+                "loss_after": last.get("loss"),
+                "perplexity_before": first.get("perplexity"),
+                "perplexity_after": last.get("perplexity"),
+            }
+    return {
+        "name": stage["name"],
+        "model": config.get("model"),
+        "tokenizer": stats.get("tokenizer") or config.get("tokenizer"),
+        "gmap": (config.get("gmap") or {}).get("strategy"),
+        "head_warmup_steps": (config.get("train") or {}).get("head_warmup_steps", 0),
+        "steps": stats.get("steps"),
+        "tokens": stats.get("tokens_trained"),
+        "tokens_per_second": stats.get("tokens_per_second"),
+        "processes": stats.get("processes"),
+        "device": stats.get("device"),
+        "heldout": heldout,
+        "wall_seconds": cost.get("wall_seconds"),
+        "cpu_hours": cost.get("cpu_hours"),
+        "gpu_hours": (cost.get("gpu_seconds") or 0.0) / 3600,
+        "energy_kwh": cost.get("energy_kwh"),
+        "co2_kg": cost.get("co2_kg"),
     }
 
 
@@ -364,6 +399,24 @@ def paper_comparison(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "co2_kg": co2,
                 "co2_lbs": None if co2 is None else co2 / LB_TO_KG,
                 "energy_method": chain["energy_method"],
+            }
+        )
+    # Continued pretraining (the DAPT comparator) beside them, each stage on its own cost.
+    for stage in (s for s in stages if s["kind"] == "pretrain"):
+        cost = stage["cost"]
+        gpu_hours = (cost.get("gpu_seconds") or 0.0) / 3600
+        co2 = cost.get("co2_kg")
+        ours.append(
+            {
+                "name": f"this run: {stage['name']} (continued masked-LM pretraining, {stage['stats'].get('steps')} steps)",
+                "hardware": _hardware(stages, {"stages": [stage["name"]]}),
+                "wall_hours": cost["wall_hours"],
+                "device_hours": gpu_hours or cost["cpu_hours"],
+                "device": "GPU" if gpu_hours else "CPU core",
+                "energy_kwh": cost.get("energy_kwh"),
+                "co2_kg": co2,
+                "co2_lbs": None if co2 is None else co2 / LB_TO_KG,
+                "energy_method": cost.get("energy_method"),
             }
         )
     rows = [dict(p) for p in PUBLISHED]

@@ -103,6 +103,40 @@ def alignment_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
     return head, rows
 
 
+def pretraining_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["pretrain output", "model", "steps", "tokens", "held-out loss: domain", "perplexity: domain",
+            "held-out loss: general", "tokens/s", "wall", "CPU h", "GPU h"]
+
+    def change(scores: Mapping[str, Any] | None, key: str) -> str:
+        if not scores:
+            return "—"
+        return f"{_num(scores.get(f'{key}_before'), 4)} → {_num(scores.get(f'{key}_after'), 4)}"
+
+    rows = []
+    for r in data.get("pretraining", []):
+        notes = [f"tokenizer {r['tokenizer']}"] if r.get("tokenizer") else []
+        if r.get("head_warmup_steps"):
+            notes.append(f"head warm-up {r['head_warmup_steps']}")
+        if r.get("gmap"):
+            notes.append(f"G-MAP {r['gmap']}")
+        rows.append(
+            [
+                r["name"],
+                f"{r.get('model')} ({', '.join(notes)})" if notes else str(r.get("model")),
+                _num(r.get("steps")),
+                _num(r.get("tokens")),
+                change(r["heldout"].get("domain"), "loss"),
+                change(r["heldout"].get("domain"), "perplexity"),
+                change(r["heldout"].get("general"), "loss"),
+                _num(r.get("tokens_per_second")),
+                _duration(r.get("wall_seconds")),
+                _num(r.get("cpu_hours")),
+                _num(r.get("gpu_hours")) if r.get("gpu_hours") else "—",
+            ]
+        )
+    return head, rows
+
+
 def neighbour_table(alignment: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["word", "count", "nearest word2vec words", "nearest wordpieces to W·v"]
     rows = []
@@ -156,7 +190,7 @@ def markdown(data: Mapping[str, Any]) -> str:
     if data["paper"]["ours"] or data["paper"]["published"]:
         parts += ["## Adaptation cost beside the paper's", "", _md_table(*comparison_table(data)), ""]
         parts += [f"- {line}" for line in ratio_lines(data)]
-        parts += ["", f"Published figures: {SOURCE}. Ours: w2v + align + expand; the paper's corpus is far larger.", ""]
+        parts += ["", f"Published figures: {SOURCE}. Ours: w2v + align + expand of each adapted model, and each continued-pretraining stage on its own; the paper's corpus is far larger.", ""]
     if data.get("finetune_cost"):
         f = data["finetune_cost"]
         parts += [
@@ -166,6 +200,8 @@ def markdown(data: Mapping[str, Any]) -> str:
         ]
     if data["alignment"]:
         parts += ["## Alignment", "", _md_table(*alignment_table(data)), ""]
+    if data.get("pretraining"):
+        parts += ["## Masked-LM pretraining", "", _md_table(*pretraining_table(data)), ""]
     if data["results"]:
         parts += ["## Results", "", _md_table(*results_table(data)), ""]
     if data["training"]:
@@ -237,7 +273,7 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
     if ratio_lines(data):
         body.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in ratio_lines(data)) + "</ul>")
     body.append(
-        f'<p class="note">Published figures: {html.escape(SOURCE)}. Ours: w2v + align + expand of each adapted model; '
+        f'<p class="note">Published figures: {html.escape(SOURCE)}. Ours: w2v + align + expand of each adapted model, and each continued-pretraining stage on its own; '
         "the paper adapted on a far larger corpus, and its CO₂ figures include a data-centre overhead factor.</p>"
     )
     if data.get("finetune_cost"):
@@ -252,6 +288,8 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
             if alignment["neighbours"]:
                 body.append(f"<h3>Nearest neighbours: {html.escape(alignment['name'])} ({html.escape(str(alignment['method']))})</h3>")
                 body.append(_html_table(*neighbour_table(alignment)))
+    if data.get("pretraining"):
+        body += ["<h2>Masked-LM pretraining</h2>", _html_table(*pretraining_table(data), numeric=lambda i: i >= 2)]
     if data["results"]:
         body += ["<h2>Results</h2>", _html_table(*results_table(data))]
         for key, title in result_groups(data):
