@@ -12,9 +12,13 @@ alike; the first ``--skip`` steps of each run are not timed. Tokens/s counts
 non-padding tokens (both sides pack, so there is almost no padding).
 
 ``heldout``: ``greenadapt pretrain`` (the library call the CLI makes) for
-``--steps`` steps on the first ``--lines`` lines of biomed-10m, held-out loss
-before and after on the domain corpus and on a general one (GLUE RTE
-sentences: forgetting), with wall and CPU seconds from the stage manifest.
+``--steps`` steps on the first ``--lines`` lines of biomed-10m (0: all of it),
+held-out loss before and after on the domain corpus and on a general one (GLUE
+RTE sentences: forgetting), with wall and CPU seconds from the stage manifest.
+MiniLM ships no MLM head: with ``--head-warmup-steps W --eval-every W`` the
+evaluation at step W is the base encoder with a fitted head, the honest
+"before" for both corpora. ``--gmap chunk`` trains with MiniLM itself as the
+frozen general model's memory (the G-MAP paper's pretraining experiment).
 The held-out sequences are the corpus's first ``--heldout`` sequences, so a
 prefix of the corpus gives the same held-out set as the whole file.
 
@@ -174,16 +178,22 @@ def heldout(args: argparse.Namespace) -> dict[str, object]:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        corpus_path = corpus_prefix(args.lines, work)
+        corpus_path = corpus_prefix(args.lines, work) if args.lines > 0 else CORPUS
+        training = PretrainConfig(
+            batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, seed=1, eval_batch_size=32,
+            head_warmup_steps=args.head_warmup_steps, eval_every=args.eval_every,
+        )
         options = PretrainOptions(
             corpus=[str(corpus_path)],
             model=str(minilm()),
             out=work / "dapt",
             workdir=work / "work",
-            training=PretrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, seed=1, eval_batch_size=32),
+            training=training,
             max_length=args.max_length,
             heldout=args.heldout,
             general_corpus=[str(general_corpus(work))],
+            gmap=args.gmap,
+            general_model=str(minilm()) if args.gmap else None,
             workers=2,
         )
         started = time.perf_counter()
@@ -195,6 +205,7 @@ def heldout(args: argparse.Namespace) -> dict[str, object]:
         "settings": vars(args),
         "before": stats["heldout_before"],
         "after": stats["heldout_after"],
+        "evaluations": stats["evaluations"],
         "steps": stats["steps"],
         "tokens_trained": stats["tokens_trained"],
         "train_seconds": stats["train_seconds"],
@@ -218,6 +229,9 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--heldout", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--head-warmup-steps", type=int, default=0, help="heldout: first steps that fit the MLM head alone")
+    parser.add_argument("--eval-every", type=int, default=None, help="heldout: held-out losses every N steps")
+    parser.add_argument("--gmap", default=None, help="heldout: G-MAP strategy, MiniLM itself as the frozen general model")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
