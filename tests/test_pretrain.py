@@ -356,13 +356,15 @@ from greenadapt.pretrain.train import PretrainConfig
 model, corpus, out = sys.argv[1:4]
 run_pretrain(PretrainOptions(
     corpus=[corpus], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=6, workers=1,
-    training=PretrainConfig(batch_size=8, grad_accum=int(sys.argv[4]), max_steps=4, lr=2e-3, seed=3, eval_every=2), device="cpu",
+    training=PretrainConfig(batch_size=8, grad_accum=int(sys.argv[4]), max_steps=4, lr=2e-3, seed=3, eval_every=2, head_warmup_steps=2),
+    device="cpu",
 ))
 """
 
 
 @pytest.mark.integration  # three interpreters: a minute on an idle 2-core machine
 def test_two_gloo_processes_match_one_process(corpus: Path, tmp_path: Path) -> None:
+    """Also for the head warm-up (steps 1-2), which one process runs without an encoder graph and DDP by dropping gradients."""
     from conftest import build_tiny_bert
     from finetune_helpers import set_dropout
 
@@ -387,7 +389,7 @@ def test_two_gloo_processes_match_one_process(corpus: Path, tmp_path: Path) -> N
 
     run_pretrain(PretrainOptions(
         corpus=[str(small)], model=str(model), out=tmp_path / "single", workdir=tmp_path / "work", max_length=24, heldout=6, workers=1,
-        training=PretrainConfig(batch_size=8, grad_accum=1, max_steps=4, lr=2e-3, seed=3, eval_every=2), device="cpu",
+        training=PretrainConfig(batch_size=8, grad_accum=1, max_steps=4, lr=2e-3, seed=3, eval_every=2, head_warmup_steps=2), device="cpu",
     ))
     a, b = _weights(tmp_path / "ddp"), _weights(tmp_path / "single")
     for key in a:

@@ -30,9 +30,10 @@ head's own parameters only (its transform and output bias; the decoder is
 tied to the word embeddings and stays as it is), so a head that starts
 random (a checkpoint that ships without one, such as a sentence-transformers
 encoder) is fitted to the encoder before its gradients reach the encoder:
-the linear-probe-then-fine-tune order of Kumar et al. (ICLR 2022). The
-other gradients are computed and then dropped, which keeps DDP's reduction
-unchanged, and AdamW skips a parameter without a gradient altogether
+the linear-probe-then-fine-tune order of Kumar et al. (ICLR 2022). In a
+single process the encoder runs without a graph during the warm-up (a
+fraction of a full step's cost); under DDP its gradients are computed and
+dropped instead, which keeps DDP's reduction unchanged. AdamW skips a parameter without a gradient altogether
 (weight decay included), so the encoder and embeddings stay bit-identical
 through the warm-up. Steps, schedule and checkpoints are the same as
 without it: the phase is a function of the step number.
@@ -143,21 +144,23 @@ def build_masked_lm(model: Any, gmap: Any = None) -> Any:
             self.model = model
             self.gmap = gmap
             self.head = mlm_head(model)
+            self.encoder_frozen = False  # the head warm-up of a single process: no graph through the encoder
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
             if self.head is None:  # an unknown head layout: the model's own forward (logits at every position)
                 logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
                 return logits.reshape(-1, logits.shape[-1]).index_select(0, rows)
-            if self.gmap is not None:
-                # The general model reads the same masked input: the memory must not leak the targets.
-                output = self.gmap(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    general_input_ids=input_ids,
-                    general_attention_mask=attention_mask,
-                )
-            else:
-                output = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)
+            with torch.no_grad() if self.encoder_frozen else contextlib.nullcontext():
+                if self.gmap is not None:
+                    # The general model reads the same masked input: the memory must not leak the targets.
+                    output = self.gmap(
+                        input_ids=input_ids,
+                        attention_mask=attention_mask,
+                        general_input_ids=input_ids,
+                        general_attention_mask=attention_mask,
+                    )
+                else:
+                    output = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)
             hidden = output[0]
             return self.head(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows))
 
@@ -310,6 +313,9 @@ class _Stepper:
         import torch
 
         ctx = self.ctx
+        # DDP expects a gradient for every parameter in every step, so there the
+        # encoder's gradients are computed and dropped below instead.
+        self.mlm.encoder_frozen = head_only and ctx.world == 1
         counted = torch.tensor([sum(b.n_targets for b in micro)], dtype=torch.float64, device=ctx.device)
         n_targets = max(1.0, float(ctx.all_reduce_sum(counted).item()))
         loss_sum = torch.zeros((), device=ctx.device)
