@@ -33,9 +33,9 @@ encoder) is fitted to the encoder before its gradients reach the encoder:
 the linear-probe-then-fine-tune order of Kumar et al. (ICLR 2022). In a
 single process the encoder runs without a graph during the warm-up (a
 fraction of a full step's cost); under DDP its gradients are computed and
-dropped instead, which keeps DDP's reduction unchanged. AdamW skips a parameter without a gradient altogether
-(weight decay included), so the encoder and embeddings stay bit-identical
-through the warm-up. Steps, schedule and checkpoints are the same as
+dropped instead, which keeps DDP's reduction unchanged. AdamW skips a
+parameter without a gradient altogether (weight decay included), so the
+encoder and embeddings stay bit-identical through the warm-up. Steps, schedule and checkpoints are the same as
 without it: the phase is a function of the step number.
 
 Checkpoints (``--save-every``, SIGTERM): the same folder layout and
@@ -296,12 +296,12 @@ class _Stepper:
         self.dtype = autocast_dtype(config.precision, ctx.device)
         self.scaler = grad_scaler(self.dtype, ctx.device)
         self.trainable = [p for p in mlm.parameters() if p.requires_grad]
-        self.head_only_params: list[Any] = []
+        self.frozen_in_warmup: list[Any] = []
         if config.head_warmup_steps:
             if mlm.head is None:
                 raise UsageError("--head-warmup-steps needs a BERT-style masked-LM head", hint="leave --head-warmup-steps at 0 for this model")
             head = {id(p) for p in mlm.head.parameters()} - {id(embedding)}
-            self.head_only_params = [p for p in self.trainable if id(p) not in head]
+            self.frozen_in_warmup = [p for p in self.trainable if id(p) not in head]
             if config.head_warmup_steps >= self.total:
                 log.warning("--head-warmup-steps %d covers all %d steps: the encoder is not trained", config.head_warmup_steps, self.total)
 
@@ -330,7 +330,7 @@ class _Stepper:
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             loss_sum += loss.detach()
         if head_only:
-            for param in self.head_only_params:
+            for param in self.frozen_in_warmup:
                 param.grad = None
         if self.frozen_rows is not None and self.embedding.grad is not None:
             self.embedding.grad[: self.n_base] = 0
