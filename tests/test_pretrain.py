@@ -124,8 +124,7 @@ def test_head_warmup_trains_the_head_alone_then_everything(tiny_bert: Path, corp
     trained = _weights(full)
     assert not np.array_equal(trained["bert.encoder.layer.0.attention.self.query.weight"], original["bert.encoder.layer.0.attention.self.query.weight"])
     # an option at its default does not enter the fingerprint: outputs of older versions stay up to date
-    plain = load_stage(warm, "pretrain")["config"]["train"]
-    assert plain["head_warmup_steps"] == 3
+    assert load_stage(warm, "pretrain")["config"]["train"]["head_warmup_steps"] == 3
     run_pretrain(_options(tiny_bert, corpus, tmp_path / "plain", max_steps=1))
     assert "head_warmup_steps" not in load_stage(tmp_path / "plain", "pretrain")["config"]["train"]
 

@@ -107,32 +107,32 @@ def _max_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float
     return max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
 
 
-@pytest.mark.integration  # four launches of two processes: minutes on a loaded 2-core machine
-def test_two_rank_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    model = build_tiny_expanded(tmp_path / "model", dropout=0.3)
-    train = write_ner_file(tmp_path / "train.tsv", 40, seed=1)
-    common = [str(model), str(train)]
+def _crash_resume_and_control(tmp_path: Path, inputs: list[str], worker: str, seed_folder: str) -> None:
+    """Run uninterrupted; crash at step 5 and resume from the step-3 checkpoint; resume a copy without per-rank states.
 
-    _launch([*common, str(tmp_path / "reference"), "full"], tmp_path)
+    ``seed_folder``: where the run keeps its checkpoints inside ``<out>.checkpoint/``
+    (finetune: one folder per seed; pretrain: none).
+    """
+    import shutil
 
+    def launch(out: Path, mode: str, expect: int = 0) -> None:
+        _launch([*inputs, str(out), mode], tmp_path, expect=expect, worker=worker)
+
+    launch(tmp_path / "reference", "full")
     out = tmp_path / "resumed"
-    _launch([*common, str(out), "crash:5"], tmp_path, expect=17)
-    found = latest_checkpoint(checkpoint_folder(out) / "seed-5")
+    launch(out, "crash:5", expect=17)
+    found = latest_checkpoint(checkpoint_folder(out) / seed_folder)
     assert found is not None and found[1]["step"] == 3
-    ckpt = found[0]
-    tensors = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    tensors = torch.load(found[0] / "optimizer.pt", weights_only=True)
     assert len(tensors["rank_rng"]) == 2
     assert not torch.equal(tensors["rank_rng"][0]["torch"], tensors["rank_rng"][1]["torch"])  # two different streams
 
-    # The negative control: the same checkpoint without the per-rank states.
+    # The negative control: the same checkpoint without the per-rank states (what greenadapt saved before).
     control = tmp_path / "control"
-    import shutil
-
     shutil.copytree(checkpoint_folder(out), checkpoint_folder(control))
-    _strip_rank_states(latest_checkpoint(checkpoint_folder(control) / "seed-5")[0])  # type: ignore[index]
-
-    _launch([*common, str(out), "resume"], tmp_path)
-    _launch([*common, str(control), "resume"], tmp_path)
+    _strip_rank_states(latest_checkpoint(checkpoint_folder(control) / seed_folder)[0])  # type: ignore[index]
+    launch(out, "resume")
+    launch(control, "resume")
 
     reference, resumed, stripped = _weights(tmp_path / "reference"), _weights(out), _weights(control)
     assert _max_difference(resumed, reference) <= 1e-6
@@ -157,6 +157,13 @@ def _strip_rank_states(ckpt: Path) -> None:
     (ckpt / "checkpoint.json").write_text(json.dumps(manifest))
 
 
+@pytest.mark.integration  # four launches of two processes: minutes on a loaded 2-core machine
+def test_two_rank_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    model = build_tiny_expanded(tmp_path / "model", dropout=0.3)
+    train = write_ner_file(tmp_path / "train.tsv", 40, seed=1)
+    _crash_resume_and_control(tmp_path, [str(model), str(train)], WORKER, "seed-5")
+
+
 @pytest.mark.integration  # four launches of two processes
 def test_two_rank_pretrain_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     from conftest import build_tiny_bert
@@ -167,29 +174,4 @@ def test_two_rank_pretrain_resume_matches_an_uninterrupted_run(tmp_path: Path) -
     corpus = tmp_path / "corpus.txt"
     words = "the patients were treated with the protein and the gene expression of cancer cells was increased".split()
     corpus.write_text("\n".join(" ".join(words[i % 9 :] + words[: i % 9]) for i in range(120)) + "\n")
-    common = [str(model), str(corpus)]
-
-    def launch(args: list[str], expect: int = 0) -> None:
-        _launch(args, tmp_path, expect=expect, worker=PRETRAIN_WORKER)
-
-    launch([*common, str(tmp_path / "reference"), "full"])
-    out = tmp_path / "resumed"
-    launch([*common, str(out), "crash:5"], expect=17)
-    found = latest_checkpoint(checkpoint_folder(out))
-    assert found is not None and found[1]["step"] == 3
-    tensors = torch.load(found[0] / "optimizer.pt", weights_only=True)
-    assert len(tensors["rank_rng"]) == 2
-    assert not torch.equal(tensors["rank_rng"][0]["torch"], tensors["rank_rng"][1]["torch"])
-
-    control = tmp_path / "control"
-    import shutil
-
-    shutil.copytree(checkpoint_folder(out), checkpoint_folder(control))
-    _strip_rank_states(latest_checkpoint(checkpoint_folder(control))[0])  # type: ignore[index]
-    launch([*common, str(out), "resume"])
-    launch([*common, str(control), "resume"])
-
-    reference, resumed, stripped = _weights(tmp_path / "reference"), _weights(out), _weights(control)
-    assert _max_difference(resumed, reference) <= 1e-6
-    assert _max_difference(stripped, reference) > 1e-5, "the test cannot see rank 1's random state"
-    assert not checkpoint_folder(out).exists()
+    _crash_resume_and_control(tmp_path, [str(model), str(corpus)], PRETRAIN_WORKER, ".")

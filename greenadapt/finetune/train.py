@@ -456,9 +456,10 @@ def gather_rng_states(ctx: DistContext) -> list[dict[str, Any]]:
 def rng_checkpoint_entries(ctx: DistContext, rank_rng: list[dict[str, Any]] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The random states a checkpoint holds: tensors (for ``optimizer.pt``) and the JSON-able rest (``state.json``).
 
-    ``torch_rng`` (the writer's own generator) stays beside the per-rank
-    states so that checkpoints read the same way as those of an older
-    greenadapt, which held rank 0's alone.
+    The writer's (rank 0's) states are also kept under the keys checkpoints
+    of an older greenadapt held alone (``torch_rng``, ``python_rng``, ...):
+    :func:`restore_rng_states` reads them there both for such checkpoints and
+    when a run resumes with another number of processes.
     """
     import torch
 

@@ -35,8 +35,9 @@ single process the encoder runs without a graph during the warm-up (a
 fraction of a full step's cost); under DDP its gradients are computed and
 dropped instead, which keeps DDP's reduction unchanged. AdamW skips a
 parameter without a gradient altogether (weight decay included), so the
-encoder and embeddings stay bit-identical through the warm-up. Steps, schedule and checkpoints are the same as
-without it: the phase is a function of the step number.
+encoder and embeddings stay bit-identical through the warm-up. Steps,
+schedule and checkpoints are the same as without it: the phase is a
+function of the step number.
 
 Checkpoints (``--save-every``, SIGTERM): the same folder layout and
 manifest rules as finetune's (``ckpt-<n>/`` with ``checkpoint.json`` written

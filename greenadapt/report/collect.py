@@ -383,42 +383,17 @@ def results_table(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def paper_comparison(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Our adaptation runs beside the paper's published cost figures, in the same units."""
-    ours = []
-    for chain in adaptation_chains(stages):
-        if not chain["complete"]:
-            continue
-        co2 = chain.get("co2_kg")
-        ours.append(
-            {
-                "name": f"this run: {chain['name']} ({chain['method']})",
-                "hardware": _hardware(stages, chain),
-                "wall_hours": chain["wall_hours"],
-                "device_hours": chain["cpu_hours"],
-                "device": "CPU core",
-                "energy_kwh": chain["energy_kwh"],
-                "co2_kg": co2,
-                "co2_lbs": None if co2 is None else co2 / LB_TO_KG,
-                "energy_method": chain["energy_method"],
-            }
-        )
+    ours = [
+        _comparison_row(stages, f"this run: {chain['name']} ({chain['method']})", chain["stages"], chain)
+        for chain in adaptation_chains(stages)
+        if chain["complete"]
+    ]
     # Continued pretraining (the DAPT comparator) beside them, each stage on its own cost.
-    for stage in (s for s in stages if s["kind"] == "pretrain"):
-        cost = stage["cost"]
-        gpu_hours = (cost.get("gpu_seconds") or 0.0) / 3600
-        co2 = cost.get("co2_kg")
-        ours.append(
-            {
-                "name": f"this run: {stage['name']} (continued masked-LM pretraining, {stage['stats'].get('steps')} steps)",
-                "hardware": _hardware(stages, {"stages": [stage["name"]]}),
-                "wall_hours": cost["wall_hours"],
-                "device_hours": gpu_hours or cost["cpu_hours"],
-                "device": "GPU" if gpu_hours else "CPU core",
-                "energy_kwh": cost.get("energy_kwh"),
-                "co2_kg": co2,
-                "co2_lbs": None if co2 is None else co2 / LB_TO_KG,
-                "energy_method": cost.get("energy_method"),
-            }
-        )
+    ours += [
+        _comparison_row(stages, f"this run: {s['name']} (continued masked-LM pretraining, {s['stats'].get('steps')} steps)", [s["name"]], s["cost"])
+        for s in stages
+        if s["kind"] == "pretrain"
+    ]
     rows = [dict(p) for p in PUBLISHED]
     ratios = []
     # Ratios for the real adaptation (least squares); the ablations are listed, not compared.
@@ -437,8 +412,25 @@ def paper_comparison(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"published": rows, "ours": ours, "ratios": ratios}
 
 
-def _hardware(stages: Iterable[Mapping[str, Any]], chain: Mapping[str, Any]) -> str:
-    names = set(chain["stages"])
+def _comparison_row(stages: Sequence[Mapping[str, Any]], name: str, stage_names: Iterable[str], cost: Mapping[str, Any]) -> dict[str, Any]:
+    """One of our rows of the paper comparison: ``cost`` is a stage's cost block or a chain's summed one."""
+    gpu_hours = (cost.get("gpu_seconds") or 0.0) / 3600
+    co2 = cost.get("co2_kg")
+    return {
+        "name": name,
+        "hardware": _hardware(stages, stage_names),
+        "wall_hours": cost["wall_hours"],
+        "device_hours": gpu_hours or cost["cpu_hours"],
+        "device": "GPU" if gpu_hours else "CPU core",
+        "energy_kwh": cost.get("energy_kwh"),
+        "co2_kg": co2,
+        "co2_lbs": None if co2 is None else co2 / LB_TO_KG,
+        "energy_method": cost.get("energy_method"),
+    }
+
+
+def _hardware(stages: Iterable[Mapping[str, Any]], stage_names: Iterable[str]) -> str:
+    names = set(stage_names)
     cores = {s["cost"].get("cpu_count") for s in stages if s["name"] in names}
     gpus = {s["cost"].get("gpu_model") for s in stages if s["name"] in names} - {None}
     text = "/".join(str(c) for c in sorted(c for c in cores if c)) + " CPUs"

@@ -113,7 +113,7 @@ def pretraining_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str
         return f"{_num(scores.get(f'{key}_before'), 4)} → {_num(scores.get(f'{key}_after'), 4)}"
 
     rows = []
-    for r in data.get("pretraining", []):
+    for r in data["pretraining"]:
         notes = [f"tokenizer {r['tokenizer']}"] if r.get("tokenizer") else []
         if r.get("head_warmup_steps"):
             notes.append(f"head warm-up {r['head_warmup_steps']}")
@@ -200,7 +200,7 @@ def markdown(data: Mapping[str, Any]) -> str:
         ]
     if data["alignment"]:
         parts += ["## Alignment", "", _md_table(*alignment_table(data)), ""]
-    if data.get("pretraining"):
+    if data["pretraining"]:
         parts += ["## Masked-LM pretraining", "", _md_table(*pretraining_table(data)), ""]
     if data["results"]:
         parts += ["## Results", "", _md_table(*results_table(data)), ""]
@@ -288,7 +288,7 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
             if alignment["neighbours"]:
                 body.append(f"<h3>Nearest neighbours: {html.escape(alignment['name'])} ({html.escape(str(alignment['method']))})</h3>")
                 body.append(_html_table(*neighbour_table(alignment)))
-    if data.get("pretraining"):
+    if data["pretraining"]:
         body += ["<h2>Masked-LM pretraining</h2>", _html_table(*pretraining_table(data), numeric=lambda i: i >= 2)]
     if data["results"]:
         body += ["<h2>Results</h2>", _html_table(*results_table(data))]
