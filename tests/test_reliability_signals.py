@@ -6,6 +6,14 @@ write a partial file into its temporary folder, say so, and sleep. Whatever
 arrives then must leave the previous output exactly as it was (same
 manifest, files verified), remove the temporary folder, print one line on
 stderr and exit with the documented code (143 for SIGTERM, 130 for Ctrl-C).
+
+Each command starts with SIGINT *ignored*, as a shell without job control
+starts a background job (`make test &`, cron wrappers, CI runners). Python
+then installs no KeyboardInterrupt handler of its own, so unless greenadapt
+installs one, a SIGINT is dropped and the stage runs on to "success": the
+flaky failure of this test was that inheritance, not timing. The wrapper
+waits on an event that only the signal's exception can end, so there is no
+window in which a delivered signal goes unnoticed.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from w2v_fixtures import linear_w2v
 
@@ -30,17 +39,19 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # Runs `greenadapt ARGS`, with the commit of a stage of kind $SLOW_KIND stopped in the middle.
 WRAPPER = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys, threading
     from pathlib import Path
     from greenadapt import stage
 
     original = stage.StageRun.commit
+    never_set = threading.Event()
 
     def slow_commit(self, **kwargs):
         if self.kind == os.environ["SLOW_KIND"]:
             (self.tmp / "partial.bin").write_bytes(b"half")
             Path(os.environ["SLOW_MARK"]).write_text(str(self.tmp))
-            time.sleep(120)
+            if not never_set.wait(30):  # only the signal's exception ends this wait early
+                sys.exit("the signal was dropped: the stage would have committed")
         return original(self, **kwargs)
 
     stage.StageRun.commit = slow_commit
@@ -58,6 +69,10 @@ def _corpus(path: Path) -> Path:
     return path
 
 
+def _start_with_sigint_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _snapshot(folder: Path, kind: str) -> dict:
     manifest = load_stage(folder, kind)  # checksums verified
     return {"created": manifest["created"], "fingerprint": manifest["fingerprint"], "files": manifest["files"]}
@@ -69,14 +84,15 @@ def _interrupt(tmp_path: Path, kind: str, args: list[str], sig: signal.Signals) 
     mark = tmp_path / f"mark-{kind}-{sig.name}"
     env = {**ENV, "SLOW_KIND": kind, "SLOW_MARK": str(mark)}
     process = subprocess.Popen([sys.executable, str(script), *args, "--force", "--quiet"], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_start_with_sigint_ignored)
     deadline = time.monotonic() + 240
     while not mark.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert mark.exists(), f"the stage never reached its commit: {process.communicate(timeout=60)}"
     assert Path(mark.read_text()).is_dir()  # the temporary output exists, a partial file in it
     process.send_signal(sig)
-    stdout, stderr = process.communicate(timeout=120)
+    stdout, stderr = process.communicate(timeout=60)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
@@ -116,7 +132,8 @@ def test_w2v_interrupted_mid_commit(tmp_path: Path, w2v_run: tuple[list[str], Pa
     _check(_interrupt(tmp_path, "w2v", args, sig), sig, out, "w2v", before)
 
 
-def test_align_and_expand_sigterm_mid_commit(tmp_path: Path, tiny_bert: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_align_and_expand_interrupted_mid_commit(tmp_path: Path, tiny_bert: Path, sig: signal.Signals) -> None:
     from greenadapt.align import run_align
     from greenadapt.expand import run_expand
 
@@ -128,7 +145,7 @@ def test_align_and_expand_sigterm_mid_commit(tmp_path: Path, tiny_bert: Path) ->
         ("expand", expanded, ["expand", "--align", str(aligned), "--out", str(expanded)]),
     ):
         before = _snapshot(out, kind)
-        _check(_interrupt(tmp_path, kind, args, signal.SIGTERM), signal.SIGTERM, out, kind, before)
+        _check(_interrupt(tmp_path, kind, args, sig), sig, out, kind, before)
 
 
 @pytest.mark.integration  # three stages in a subprocess: slower than the rest
@@ -146,3 +163,76 @@ def test_adapt_sigterm_in_its_last_stage(tmp_path: Path, tiny_bert: Path) -> Non
     assert done.exit_code == 0, done.output
     before = _snapshot(out, "expand")
     _check(_interrupt(tmp_path, "expand", args, signal.SIGTERM), signal.SIGTERM, out, "expand", before)
+
+
+# Stops a long stage in the middle of its work: after the first call of TARGET (module:attribute), mark and go on.
+MID_WORK_WRAPPER = textwrap.dedent(
+    """
+    import importlib, os, sys
+    from pathlib import Path
+
+    module_name, _, attribute = os.environ["TARGET"].partition(":")
+    owner_name, _, method = attribute.partition(".")
+    owner = getattr(importlib.import_module(module_name), owner_name)
+    original = getattr(owner, method)
+
+    def marked(*args, **kwargs):
+        Path(os.environ["SLOW_MARK"]).write_text("working")
+        return original(*args, **kwargs)
+
+    setattr(owner, method, marked)
+    from greenadapt.cli import main
+    sys.argv = ["greenadapt", *sys.argv[1:]]
+    main()
+    """
+)
+
+
+def _interrupt_mid_work(tmp_path: Path, target: str, args: list[str], delay: float) -> tuple[subprocess.CompletedProcess[str], float]:
+    script = tmp_path / "mid_work.py"
+    script.write_text(MID_WORK_WRAPPER)
+    mark = tmp_path / "mark-mid-work"
+    env = {**ENV, "TARGET": target, "SLOW_MARK": str(mark)}
+    process = subprocess.Popen([sys.executable, str(script), *args, "--quiet"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_start_with_sigint_ignored)
+    deadline = time.monotonic() + 240
+    while not mark.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert mark.exists(), f"the stage never started its work: {process.communicate(timeout=60)}"
+    time.sleep(delay)
+    assert process.poll() is None, "the stage finished before the signal: make its work longer"
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)  # exactly one
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), time.monotonic() - sent
+
+
+def test_one_sigint_stops_word2vec_training(tmp_path: Path, tiny_bert: Path) -> None:
+    words = [f"w{i}" for i in range(400)]
+    rng = np.random.default_rng(0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words, 40)) for _ in range(20000)) + "\n", encoding="utf-8")
+    out = tmp_path / "work" / "w2v"
+    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "2", "--min-count", "1", "--epochs", "200",
+            "--dim", "32", "--workdir", str(tmp_path / "work"), "--out", str(out)]
+    result, seconds = _interrupt_mid_work(tmp_path, "gensim.models.word2vec:Word2Vec.train", args, delay=1.0)
+    assert result.returncode == EXIT_INTERRUPTED, result.stderr
+    assert seconds < 10, f"SIGINT took {seconds:.1f} s to stop word2vec training"
+    assert result.stdout == ""
+    assert "interrupted" in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))
+
+
+def test_one_sigint_stops_finetuning(tmp_path: Path) -> None:
+    from finetune_helpers import build_tiny_expanded, write_ner_file
+
+    model = build_tiny_expanded(tmp_path / "model")
+    train = write_ner_file(tmp_path / "train.tsv", 64, seed=1)
+    out = tmp_path / "run"
+    args = ["finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--out", str(out),
+            "--batch-size", "4", "--max-steps", "100000", "--device", "cpu"]
+    result, seconds = _interrupt_mid_work(tmp_path, "torch.optim:AdamW.step", args, delay=1.0)
+    assert result.returncode == EXIT_INTERRUPTED, result.stderr
+    assert seconds < 10, f"SIGINT took {seconds:.1f} s to stop fine-tuning"
+    assert "Traceback" not in result.stderr
+    assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))

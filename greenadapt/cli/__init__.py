@@ -69,7 +69,7 @@ def main() -> None:
 
     _register()
     debug = os.environ.get("GREENADAPT_DEBUG", "") not in ("", "0")
-    _stop_on_sigterm()
+    _stop_on_signals()
     try:
         # Without standalone mode click returns what it would have exited with,
         # e.g. 130 after it caught a KeyboardInterrupt itself.
@@ -111,8 +111,8 @@ def main() -> None:
     sys.exit(returned if isinstance(returned, int) else 0)
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM raises :class:`~greenadapt.errors.Terminated`, so stages remove their temporaries and locks.
+def _stop_on_signals() -> None:
+    """SIGINT raises KeyboardInterrupt and SIGTERM raises :class:`~greenadapt.errors.Terminated`, so stages remove their temporaries and locks.
 
     The default action would kill the process at once: the output stays safe
     (a stage folder is renamed into place whole), but nothing is said and a
@@ -133,6 +133,11 @@ def _stop_on_sigterm() -> None:
         raise Terminated
 
     signal.signal(signal.SIGTERM, terminated)
+    # Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored when it started.
+    # A shell without job control starts background jobs (`cmd &`, cron wrappers, CI runners)
+    # with SIGINT ignored, and then a `kill -INT` or a Ctrl-C relayed by a wrapper was dropped
+    # without a word and the stage ran on to "success". Every SIGINT sent to greenadapt stops it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _fail(message: str, code: int) -> None:
