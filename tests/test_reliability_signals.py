@@ -195,16 +195,21 @@ def _interrupt_mid_work(tmp_path: Path, target: str, args: list[str], delay: flo
     env = {**ENV, "TARGET": target, "SLOW_MARK": str(mark)}
     process = subprocess.Popen([sys.executable, str(script), *args, "--quiet"], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, preexec_fn=_start_with_sigint_ignored)
-    deadline = time.monotonic() + 240
-    while not mark.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert mark.exists(), f"the stage never started its work: {process.communicate(timeout=60)}"
-    time.sleep(delay)
-    assert process.poll() is None, "the stage finished before the signal: make its work longer"
-    sent = time.monotonic()
-    process.send_signal(signal.SIGINT)  # exactly one
-    stdout, stderr = process.communicate(timeout=60)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), time.monotonic() - sent
+    try:
+        deadline = time.monotonic() + 240
+        while not mark.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mark.exists(), f"the stage never started its work: {process.communicate(timeout=60)}"
+        time.sleep(delay)
+        assert process.poll() is None, "the stage finished before the signal: make its work longer"
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)  # exactly one
+        stdout, stderr = process.communicate(timeout=60)
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), time.monotonic() - sent
+    finally:
+        if process.poll() is None:  # a dropped signal must not leave an endless run behind
+            process.kill()
+            process.communicate()
 
 
 def test_one_sigint_stops_word2vec_training(tmp_path: Path, tiny_bert: Path) -> None:
