@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome
 from greenadapt.w2v import W2VOptions
@@ -25,7 +26,7 @@ class AdaptOptions:
     align_method: str = "lstsq"
     max_new: int | None = None
     min_count_new: int = 1
-    seed: int = 0
+    seed: int = DEFAULT_SEED
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ def run_adapt(
     from greenadapt.expand import run_expand
     from greenadapt.w2v import run_w2v
 
+    check_adapt(corpus, model=model, options=options, workdir=workdir, out=out, force=force)
     w2v = run_w2v(
         corpus,
         model=model,
@@ -93,3 +95,35 @@ def run_adapt(
         progress=progress,
     )
     return AdaptOutcome(w2v=w2v, align=align, expand=expand)
+
+
+def check_adapt(
+    corpus: Sequence[str], *, model: str | None, options: AdaptOptions, workdir: Path | None, out: Path | None, force: bool
+) -> None:
+    """Every option of the three stages, before the first one trains: a bad one costs a second, not a w2v run."""
+    from greenadapt import workspace
+    from greenadapt.align import METHODS
+    from greenadapt.destination import Protected, check_destination, corpus_reads, protected
+    from greenadapt.errors import UsageError
+    from greenadapt.models import resolve_model
+
+    options.w2v.check()
+    if options.align_method not in METHODS:
+        raise UsageError(f"unknown --method {options.align_method!r}", hint=f"choose one of {', '.join(METHODS)}")
+    if options.max_new is not None and options.max_new < 0:
+        raise UsageError(f"--max-new must be >= 0, got {options.max_new}")
+    if options.min_count_new < 1:
+        raise UsageError(f"--min-count-new must be >= 1, got {options.min_count_new}")
+    ref = resolve_model(model)
+    root = workspace.workdir(workdir)
+    if out is not None:
+        upstream = [workspace.stage_dir(root, list(corpus), ref.slug, kind) for kind in ("w2v", "align")]
+        check_destination(
+            out, kind="expand", force=force, workspace=root,
+            reads=[
+                *protected("the base --model", ref.path),
+                *corpus_reads(corpus),
+                # Whether or not they exist yet: w2v and align will write there before expand runs.
+                *(Protected(f"the {kind} stage's folder", path) for kind, path in zip(("w2v", "align"), upstream)),
+            ],
+        )

@@ -1,28 +1,18 @@
 """``align``: map word2vec vectors into the model's wordpiece-embedding space.
 
 The shared vocabulary is every WordPiece vocabulary entry that is also a
-word2vec word (no filtering, as in Poerner et al., 2020). Methods:
+word2vec word (no filtering, as in Poerner et al., 2020). The method (see
+:mod:`greenadapt.methods`, one module each: lstsq, identity, random,
+subword-mean, focus, hybrid) is fitted on those shared words and writes what
+``expand`` needs to make the new rows.
 
-``lstsq`` (default)
-    The unconstrained linear map W (d_model × d_w2v) minimising
-    ``||X Wᵀ - Y||²`` over the shared words (X: word2vec vectors, Y: the
-    model's input embeddings). Solved by the normal equations in float64
-    with a ridge of ``1e-9 × mean eigenvalue`` (a few times faster than an
-    SVD-based solver, equally accurate when well conditioned); when
-    ``XᵀX`` is ill conditioned (condition number above 1e10) or there are
-    fewer shared words than dimensions, ``numpy.linalg.lstsq`` instead.
-``identity``
-    W = I, the paper's "no alignment" ablation; needs d_w2v == d_model.
-``random``
-    The paper's random-vector ablation: new rows drawn from a Gaussian
-    with the embedding matrix's mean and covariance (``gaussian_mean.npy``,
-    ``gaussian_cov.npy``); ``expand`` draws them with its ``--seed``.
-
-Outputs: ``map.npy`` (W, float64, shape (d_model, d_w2v); not written for
-``random``), ``report.json`` and ``manifest.json``. ``heldout_cosine`` is
-the mean cosine between W·v and the model's own embedding over a seeded
-random 10% of the shared words, W fitted on the other 90%; the saved W is
-then refitted on all shared words. The report also holds a neighbours
+Outputs: what the method writes (``map.npy``, W as float64 (d_model, d_w2v),
+for lstsq, identity and hybrid; the Gaussian for random), ``report.json`` and
+``manifest.json``. ``heldout_cosine`` is the mean cosine between the row the
+method predicts for a shared word and the model's own row, over a fixed random
+10% of the shared words, the method fitted on the other 90% (lstsq then refits
+W on all shared words). A fit below :data:`LOW_HELDOUT_COSINE`, or fewer shared
+words than dimensions, is warned about and recorded (``warnings``). The report also holds a neighbours
 table like the paper's Table 2: for a few frequent new domain words and
 any ``probes``, the nearest word2vec words (within-space) and the nearest
 wordpiece embeddings to W·v (cross-space).
@@ -36,9 +26,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import InputError, StageError, UsageError
+from greenadapt.methods import InitMethod, MethodOptions, get_method
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, load_stage, manifest_identity, write_json
+
+# Kept importable from here: the map's helpers and file names now live with their methods.
+from greenadapt.methods.lstsq import MAP_FILE, fit_linear_map, mean_cosine  # noqa: E402,F401
+from greenadapt.methods.random import COV_FILE, MEAN_FILE, gaussian_rows  # noqa: E402,F401
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,18 +44,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-METHODS = ("lstsq", "identity", "random")
 HELDOUT_FRACTION = 0.1
-RIDGE = 1e-9
-MAX_CONDITION = 1e10
-N_FREQUENT = 5
+HELDOUT_SEED = 0  # fixed, so the held-out figures of two runs compare and lstsq's output does not depend on --seed
+# Below this held-out cosine the map is close to noise (the bundled 2k-sentence sample gives 0.07;
+# biomed-10m on MiniLM gives about 0.5): warn, since the new rows will then carry little.
+LOW_HELDOUT_COSINE = 0.2
+N_FREQUENT = 10
 N_NEIGHBOURS = 5
 MIN_TABLE_WORD_LEN = 6
-MAP_FILE = "map.npy"
-MEAN_FILE = "gaussian_mean.npy"
-COV_FILE = "gaussian_cov.npy"
 REPORT_FILE = "report.json"
-_SAMPLE_CHUNK = 65536
 
 
 def run_align(
@@ -68,7 +61,8 @@ def run_align(
     corpus: Sequence[str] | None = None,
     model: str | None = None,
     method: str = "lstsq",
-    seed: int = 0,
+    method_options: MethodOptions | None = None,
+    seed: int = DEFAULT_SEED,
     probes: Sequence[str] = (),
     workdir: Path | None = None,
     out: Path | None = None,
@@ -81,10 +75,12 @@ def run_align(
     ``model`` defaults to the model the w2v manifest records. The output
     folder defaults to the ``align`` sibling of the w2v folder.
     """
+    from greenadapt.destination import check_destination, protected
     from greenadapt.domain_tokenizer import load_general_tokenizer
 
-    if method not in METHODS:
-        raise UsageError(f"unknown --method {method!r}", hint=f"choose one of {', '.join(METHODS)}")
+    chosen = get_method(method)
+    method_options = method_options or MethodOptions()
+    method_options.check()
     w2v_dir = locate_upstream("w2v", w2v, corpus, model, workdir)
     w2v_manifest = load_stage(w2v_dir, "w2v")
     ref = model_for_stage(model, w2v_manifest.get("config", {}).get("model"), w2v_dir)
@@ -92,14 +88,26 @@ def run_align(
     check_normalization(general, w2v_manifest, w2v_dir, ref)
 
     out_dir = Path(out) if out is not None else w2v_dir.parent / "align"
-    config = {"method": method, "seed": seed, "probes": list(probes), "model": ref.identity()}
+    check_destination(
+        out_dir, kind="align", force=force, workspace=workdir,
+        reads=[*protected("the --w2v input", w2v_dir), *protected("the base --model", ref.path)],
+    )
+    # lstsq and identity are deterministic (the held-out split has its own fixed seed): a seed change must not
+    # redo them, nor make a later stage refuse their output as "made with other options".
+    config = {"method": method, "seed": seed if method == "random" else None, "probes": list(probes), "model": ref.identity()}
+    if recorded_options(chosen, method_options):
+        # Only when they matter, so that the outputs of the plain paper method keep their fingerprints.
+        config["method_options"] = recorded_options(chosen, method_options)
     inputs = [manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
     libraries = ("numpy", "scipy", "safetensors", "tokenizers", "transformers")
     with StageRun("align", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
-        report = _align(w2v_dir, ref, general, method=method, seed=seed, probes=probes, dest=run.tmp, progress=progress)
+        report = _align(
+            w2v_dir, ref, general, method=chosen, options=method_options, seed=seed, probes=probes, dest=run.tmp,
+            progress=progress,
+        )
         stats = {k: v for k, v in report.items() if k != "neighbours"}
         manifest = run.commit(stats=stats)
     log.info(
@@ -190,12 +198,21 @@ def vocab_digest(general: GeneralTokenizer) -> str:
 # The work
 
 
+def recorded_options(method: InitMethod, options: MethodOptions) -> dict[str, Any]:
+    """The method options align's config records: those the method uses, and --match-norm when on."""
+    chosen = options.for_method(method)
+    if not chosen.get("match_norm"):
+        chosen.pop("match_norm", None)
+    return chosen
+
+
 def _align(
     w2v_dir: Path,
     ref: ModelRef,
     general: GeneralTokenizer,
     *,
-    method: str,
+    method: InitMethod,
+    options: MethodOptions,
     seed: int,
     probes: Sequence[str],
     dest: Path,
@@ -203,10 +220,12 @@ def _align(
 ) -> dict[str, Any]:
     import numpy as np
 
-    from greenadapt.vectors import read_counts, read_input_embeddings, read_word2vec_binary
+    from greenadapt.methods import FitContext
+    from greenadapt.methods.base import describe
+    from greenadapt.vectors import read_counts, read_input_embeddings
 
     progress.start("reading word2vec vectors")
-    words, vectors = read_word2vec_binary(w2v_dir / "vectors.bin")
+    words, vectors = read_w2v_words(w2v_dir, need_vectors=method.needs_vectors, method=method.name)
     counts = read_counts(w2v_dir / "counts.tsv") if (w2v_dir / "counts.tsv").is_file() else {}
     progress.finish()
     embeddings = read_input_embeddings(ref.path)
@@ -229,58 +248,35 @@ def _align(
         elif word not in general.added:
             n_new += 1
     n_shared = len(w2v_rows)
-    if n_shared == 0:
+    if n_shared == 0 and method.needs_vectors:
         raise InputError(
             f"no word2vec word is an entry of the vocabulary of {ref.name} (empty shared vocabulary)",
             path=w2v_dir / "vectors.bin",
             hint="train w2v with this model's tokenizer (same casing), or pass the --model w2v used",
         )
-    if method == "identity" and d_w2v != d_model:
-        raise InputError(
-            f"--method identity needs word2vec vectors of the model's embedding size {d_model}, they have {d_w2v}",
-            path=w2v_dir / "vectors.bin",
-            hint=f"use --method lstsq, or rerun w2v with --dim {d_model}",
-        )
     X = vectors[w2v_rows]
     Y = embeddings[vocab_ids]
-
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(n_shared)
+    order = np.random.default_rng(HELDOUT_SEED).permutation(n_shared)
     n_held = 0 if n_shared < 2 else min(max(1, round(n_shared * HELDOUT_FRACTION)), n_shared - 1)
     held, train = order[:n_held], order[n_held:]
 
-    progress.start(f"fitting the map ({method})")
-    fit_info: dict[str, Any] = {"solver": None, "condition_number": None}
-    W: np.ndarray | None = None
-    if method == "lstsq":
-        W_train, _ = fit_linear_map(X[train], Y[train])
-        train_cos = mean_cosine(X[train] @ W_train.T, Y[train])
-        held_cos = mean_cosine(X[held] @ W_train.T, Y[held]) if n_held else None
-        W, fit_info = fit_linear_map(X, Y)
-        np.save(dest / MAP_FILE, W)
-    elif method == "identity":
-        W = np.eye(d_model)
-        train_cos = mean_cosine(X[train], Y[train])
-        held_cos = mean_cosine(X[held], Y[held]) if n_held else None
-        np.save(dest / MAP_FILE, W)
-    else:
-        mean = embeddings.mean(axis=0, dtype=np.float64)
-        cov = np.cov(embeddings, rowvar=False, dtype=np.float64)
-        np.save(dest / MEAN_FILE, mean)
-        np.save(dest / COV_FILE, cov)
-        train_cos = None
-        draws = np.concatenate(list(gaussian_rows(mean, cov, n_held, seed))) if n_held else None
-        held_cos = mean_cosine(draws, Y[held]) if n_held else None
+    progress.start(f"fitting the map ({method.name})")
+    fitted = method.fit(FitContext(X=X, Y=Y, train=train, held=held, seed=seed, options=options, dest=dest, embeddings=embeddings))
     progress.finish()
-    if n_shared < d_w2v:
-        log.warning("only %d shared words for %d dimensions: the map is underdetermined", n_shared, d_w2v)
+    held_cos, train_cos = fitted.pop("heldout_cosine", None), fitted.pop("train_cosine", None)
+    warnings = fit_warnings(held_cos, n_shared, d_w2v if method.needs_vectors else 0, ref.name)
+    for warning in warnings:
+        log.warning("align: %s", warning)
 
+    W = np.load(dest / fitted["map_file"], allow_pickle=False) if fitted.get("map_file") else None
     table_words = frequent_new_words(general, words, counts) + [general.normalize(p).strip() for p in probes]
     kinds = ["frequent"] * (len(table_words) - len(probes)) + ["probe"] * len(probes)
-    neighbours = neighbour_table(words, vectors, counts, embeddings, general, W, table_words, kinds)
+    neighbours = neighbour_table(words, vectors, counts, embeddings, general, W, table_words, kinds) if d_w2v else []
 
     report: dict[str, Any] = {
-        "method": method,
+        "method": method.name,
+        "method_description": describe(method, options),
+        "word2vec_trained": bool(d_w2v),
         "n_shared": n_shared,
         "n_new": n_new,
         "n_w2v": len(words),
@@ -291,68 +287,59 @@ def _align(
         "heldout_fraction": HELDOUT_FRACTION,
         "n_heldout": int(n_held),
         "n_train": int(len(train)),
-        "seed": seed,
-        **fit_info,
+        "seed": seed if method.name == "random" else None,
+        "heldout_seed": HELDOUT_SEED,
+        "solver": None,
+        "condition_number": None,
+        **fitted,
+        "warnings": warnings,
         "vocab_size": n_rows,
         "vocab_digest": vocab_digest(general),
-        "map_file": MAP_FILE if W is not None else None,
-        "map_dtype": "float64" if W is not None else None,
+        "map_file": fitted.get("map_file"),
+        "map_dtype": fitted.get("map_dtype"),
         "neighbours": neighbours,
     }
     write_json(dest / REPORT_FILE, report)
     return report
 
 
+def read_w2v_words(w2v_dir: Path, *, need_vectors: bool, method: str) -> tuple[list[str], np.ndarray]:
+    """The w2v output's words and vectors; a counts-only output (no word2vec trained) gives (n, 0) vectors."""
+    import numpy as np
+
+    from greenadapt.vectors import read_counts, read_word2vec_binary
+
+    if (w2v_dir / "vectors.bin").is_file():
+        return read_word2vec_binary(w2v_dir / "vectors.bin")
+    if need_vectors:
+        raise InputError(
+            f"--method {method} needs word vectors, but this w2v output holds word counts only (no word2vec was trained)",
+            path=w2v_dir,
+            hint="rerun `greenadapt w2v` without --no-vectors, or choose a method that needs none (subword-mean, random)",
+        )
+    words = list(read_counts(w2v_dir / "counts.tsv"))
+    return words, np.zeros((len(words), 0), dtype=np.float32)
+
+
+def fit_warnings(heldout_cosine: float | None, n_shared: int, d_w2v: int, model: str) -> list[str]:
+    """What a person should know about a fit that will make poor rows (recorded in the manifest and report)."""
+    warnings = []
+    if heldout_cosine is not None and heldout_cosine < LOW_HELDOUT_COSINE:
+        warnings.append(
+            f"held-out cosine {heldout_cosine:.3f} is below {LOW_HELDOUT_COSINE}: the map is close to noise, so the "
+            "new rows will carry little. Likely causes: a corpus too small for word2vec (millions of tokens are "
+            f"needed), a --model other than the one w2v was trained for ({model}), or a tokenization mismatch"
+        )
+    if 0 < n_shared < d_w2v:
+        warnings.append(
+            f"only {n_shared} shared words for {d_w2v} dimensions: the map is underdetermined (a larger corpus, "
+            "a lower --min-count or a smaller --dim)"
+        )
+    return warnings
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)
-
-
-def fit_linear_map(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-    """W (d_y × d_x) minimising ``||X Wᵀ - Y||²``, in float64; see the module docstring for the solver."""
-    import numpy as np
-    import scipy.linalg
-
-    X64 = np.asarray(X, dtype=np.float64)
-    Y64 = np.asarray(Y, dtype=np.float64)
-    n, d = X64.shape
-    gram = X64.T @ X64
-    eigenvalues = np.linalg.eigvalsh(gram)
-    smallest, largest = float(eigenvalues[0]), float(eigenvalues[-1])
-    condition = largest / smallest if smallest > 0 else float("inf")
-    if n >= d and condition <= MAX_CONDITION:
-        ridge = RIDGE * float(np.trace(gram)) / d
-        gram[np.diag_indices(d)] += ridge
-        Wt = scipy.linalg.solve(gram, X64.T @ Y64, assume_a="pos")
-        solver = "normal_equations"
-    else:
-        log.info("XᵀX condition number %.3g: falling back to lstsq", condition)
-        Wt = np.linalg.lstsq(X64, Y64, rcond=None)[0]
-        solver = "lstsq"
-    return np.ascontiguousarray(Wt.T), {"solver": solver, "condition_number": condition if condition < 1e300 else None}
-
-
-def mean_cosine(A: np.ndarray, B: np.ndarray) -> float:
-    """Mean row-wise cosine of two equally shaped matrices (zero rows count as cosine 0)."""
-    import numpy as np
-
-    A64, B64 = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
-    dots = np.einsum("ij,ij->i", A64, B64)
-    norms = np.sqrt(np.einsum("ij,ij->i", A64, A64) * np.einsum("ij,ij->i", B64, B64))
-    return float(np.mean(np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)))
-
-
-def gaussian_rows(mean: np.ndarray, cov: np.ndarray, n: int, seed: int) -> Iterator[np.ndarray]:
-    """``n`` float32 draws from N(mean, cov) in chunks; the same seed gives the same rows."""
-    import numpy as np
-
-    eigenvalues, eigenvectors = np.linalg.eigh(cov)
-    # A symmetric square root tolerates the rank-deficient covariances of
-    # small vocabularies, where a Cholesky factor would fail.
-    factor = eigenvectors * np.sqrt(np.clip(eigenvalues, 0.0, None))
-    rng = np.random.default_rng(seed)
-    for start in range(0, n, _SAMPLE_CHUNK):
-        z = rng.standard_normal((min(_SAMPLE_CHUNK, n - start), len(mean)))
-        yield (mean + z @ factor.T).astype(np.float32)
 
 
 def frequent_new_words(general: GeneralTokenizer, words: Sequence[str], counts: Mapping[str, int]) -> list[str]:

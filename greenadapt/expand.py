@@ -15,10 +15,11 @@ class, so any head (MLM, QA, token classification, …) survives:
 - every tensor named ``*word_embeddings.weight`` and every other 2-D
   tensor of the same (V, d) shape (a separately stored tied or untied
   decoder) gets rows V… appended; rows 0…V−1 stay bit-identical;
-- row V+i is ``W·v_i`` computed in float32 (``float32(v_i) @ float32(W)ᵀ``,
-  relative error ~1e-6 against float64) and cast to the tensor's dtype; for
-  the ``random`` ablation, a draw from N(mean, cov) of the embedding matrix
-  seeded with ``seed``;
+- row V+i is what the align output's method makes (see :mod:`greenadapt.methods`:
+  lstsq's ``float32(v_i) @ float32(W)ᵀ``, the subword mean, FOCUS's weighted
+  sum, …; for ``random`` a draw from N(mean, cov) seeded with ``seed``), rescaled
+  to the mean norm of the model's whole-word rows under ``--match-norm``, cast to
+  the tensor's dtype;
 - every 1-D tensor of length V (output biases such as
   ``cls.predictions.bias``) is extended with the **mean of its existing
   values**, a neutral prior that neither favours nor suppresses new words;
@@ -50,7 +51,11 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import ModelError, StageError, UsageError
+from greenadapt.methods import InitMethod, MethodOptions, RowContext, get_method
+from greenadapt.methods.base import describe
+from greenadapt.methods.norms import rescale_rows, whole_word_norm
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, load_stage, manifest_identity, resource_errors
 
@@ -107,7 +112,7 @@ def run_expand(
     model: str | None = None,
     max_new: int | None = None,
     min_count: int = 1,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
     workdir: Path | None = None,
     out: Path | None = None,
     force: bool = False,
@@ -121,6 +126,7 @@ def run_expand(
     The output folder defaults to the ``expand`` sibling of the align folder.
     """
     from greenadapt.align import locate_upstream, model_for_stage, vocab_digest
+    from greenadapt.destination import check_destination, protected
     from greenadapt.domain_tokenizer import load_general_tokenizer
 
     if max_new is not None and max_new < 0:
@@ -131,7 +137,8 @@ def run_expand(
     align_manifest = load_stage(align_dir, "align")
     w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
     align_config = align_manifest.get("config", {})
-    method = str(align_config.get("method", "lstsq"))
+    method = get_method(str(align_config.get("method", "lstsq")))
+    method_options = MethodOptions.from_config(align_config.get("method_options", {}))
     ref = model_for_stage(model, align_config.get("model"), align_dir)
     general = load_general_tokenizer(ref.path)
     aligned_to = align_manifest.get("stats", {}).get("vocab_digest")
@@ -145,13 +152,21 @@ def run_expand(
         log.warning("expanding %s with a map fitted on %s (same vocabulary)", ref.path, align_config.get("model", {}).get("path"))
 
     out_dir = Path(out) if out is not None else align_dir.parent / "expand"
+    check_destination(
+        out_dir, kind="expand", force=force, workspace=workdir,
+        reads=[
+            *protected("the --align input", align_dir),
+            *protected("the w2v output align read", w2v_dir),
+            *protected("the base --model", ref.path),
+        ],
+    )
     config = {
         "model": ref.identity(),
         "align": manifest_identity(align_dir, align_manifest),
         "max_new": max_new,
         "min_count": min_count,
         # Only the random ablation draws numbers; elsewhere a seed change must not redo the stage.
-        "seed": seed if method == "random" else None,
+        "seed": seed if method.name == "random" else None,
     }
     inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
     libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
@@ -161,8 +176,8 @@ def run_expand(
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
         with resource_errors(run.tmp):
             stats = _expand(
-                align_dir, w2v_dir, ref, general, method=method, max_new=max_new, min_count=min_count, seed=seed,
-                dest=run.tmp, progress=progress,
+                align_dir, w2v_dir, ref, general, method=method, method_options=method_options, max_new=max_new,
+                min_count=min_count, seed=seed, dest=run.tmp, progress=progress,
             )
         manifest = run.commit(stats=stats)
     log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
@@ -245,13 +260,15 @@ def _expand(
     ref: ModelRef,
     general: GeneralTokenizer,
     *,
-    method: str,
+    method: InitMethod,
+    method_options: MethodOptions,
     max_new: int | None,
     min_count: int,
     seed: int,
     dest: Path,
     progress: Progress,
 ) -> dict[str, Any]:
+    import numpy as np
     import torch
 
     from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR, copy_general_tokenizer, write_domain_tokenizer
@@ -260,17 +277,24 @@ def _expand(
     counts = read_counts(w2v_dir / "counts.tsv")
     listed = list(counts)
     new = select_new_words(general, listed, counts, max_new=max_new, min_count=min_count)
-    progress.start("reading word2vec vectors")
-    # Only the new words' vectors, in new-word order: a capped run holds no more.
-    words, vectors = read_word2vec_binary(w2v_dir / "vectors.bin", rows=new.w2v_rows)
-    progress.finish()
-    if words != listed:
-        raise StageError(
-            "vectors.bin and counts.tsv list different words",
-            path=w2v_dir,
-            hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
-        )
-    del words, listed
+    vectors = shared_vectors = shared_ids = None
+    if method.needs_vectors:
+        progress.start("reading word2vec vectors")
+        shared_rows = [i for i, w in enumerate(listed) if w in general.vocab] if method.needs_shared_vectors else []
+        # Only the new (and, for methods that need them, the shared) words' vectors: a capped run holds no more.
+        words, vectors = read_word2vec_binary(w2v_dir / "vectors.bin", rows=new.w2v_rows + shared_rows)
+        progress.finish()
+        if words != listed:
+            raise StageError(
+                "vectors.bin and counts.tsv list different words",
+                path=w2v_dir,
+                hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
+            )
+        if shared_rows:
+            vectors, shared_vectors = vectors[: len(new.w2v_rows)], vectors[len(new.w2v_rows) :]
+            shared_ids = np.array([general.vocab[listed[i]] for i in shared_rows], dtype=np.int64)
+        del words
+    del listed
 
     state = dict(iter_state_dict(ref.path))
     embedding_key = pick_embedding_key(list(state), ref.path)
@@ -281,7 +305,11 @@ def _expand(
             path=ref.path,
         )
     row_keys, bias_keys = _vocabulary_tensors(state, embedding_key, ref.path)
-    new_rows = _new_row_source(align_dir, method, vectors, dim=dim, seed=seed)
+    context = RowContext(
+        align_dir=align_dir, words=new.words, vectors=vectors, embeddings=state[embedding_key].float().numpy(),
+        general=general, shared_vectors=shared_vectors, shared_ids=shared_ids, seed=seed, options=method_options,
+    )
+    new_rows = _new_row_source(method, context)
 
     progress.start("writing weights", total=len(state), unit="tensors")
     n_new = len(new.words)
@@ -300,7 +328,7 @@ def _expand(
     write_safetensors(dest / WEIGHTS_FILE, specs, metadata={"format": "pt"}, progress=progress)
     progress.finish()
     embedding_dtype = str(state[embedding_key].dtype).removeprefix("torch.")
-    del state, vectors, new_rows, specs, cached
+    del state, vectors, new_rows, specs, cached, shared_vectors
 
     config = json.loads((ref.path / "config.json").read_text(encoding="utf-8"))
     if config.get("vocab_size") != n_rows:
@@ -321,7 +349,9 @@ def _expand(
         "vocab_size_before": n_rows,
         "vocab_size_after": n_rows + n_new,
         "first_new_id": n_rows,
-        "method": method,
+        "method": method.name,
+        "method_description": describe(method, method_options),
+        "match_norm_target": context.match_norm_target,
         "order": ORDER,
         "excluded": new.excluded,
         "extended_tensors": row_keys,
@@ -357,44 +387,13 @@ def _vocabulary_tensors(
     return rows, biases
 
 
-def _new_row_source(
-    align_dir: Path, method: str, vectors: np.ndarray, *, dim: int, seed: int
-) -> Callable[[], Iterator[np.ndarray]]:
-    """A function yielding the new rows (float32) in chunks; ``vectors`` are the new words' own, in order."""
-    import numpy as np
-
-    from greenadapt.align import COV_FILE, MAP_FILE, MEAN_FILE, gaussian_rows
-
-    def load(name: str) -> np.ndarray:
-        try:
-            return np.load(align_dir / name, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise StageError(f"unreadable {name}: {exc}", path=align_dir / name, hint="rerun `greenadapt align --force`") from None
-
-    if method == "random":
-        mean, cov = load(MEAN_FILE), load(COV_FILE)
-        if mean.shape != (dim,) or cov.shape != (dim, dim):
-            raise StageError(
-                f"the Gaussian has dimension {mean.shape[0]}, the embeddings {dim}",
-                path=align_dir,
-                hint="rerun `greenadapt align --force` for this model",
-            )
-        return lambda: gaussian_rows(mean, cov, len(vectors), seed)
-    W = load(MAP_FILE)
-    if W.shape != (dim, vectors.shape[1]):
-        raise StageError(
-            f"map.npy has shape {W.shape}, but the model's embeddings have {dim} dimensions and the "
-            f"word2vec vectors {vectors.shape[1]}",
-            path=align_dir / MAP_FILE,
-            hint="rerun `greenadapt align --force` for this model and w2v output",
-        )
-    W32t = np.ascontiguousarray(W.T, dtype=np.float32)
-
-    def chunks() -> Iterator[np.ndarray]:
-        for start in range(0, len(vectors), _ROW_CHUNK):
-            yield vectors[start : start + _ROW_CHUNK] @ W32t
-
-    return chunks
+def _new_row_source(method: InitMethod, context: RowContext) -> Callable[[], Iterator[np.ndarray]]:
+    """A function yielding the new rows (float32) in chunks, from the method (rescaled under --match-norm)."""
+    if not context.options.match_norm:
+        return lambda: method.rows(context)
+    target = whole_word_norm(context.embeddings, context.general)
+    context.match_norm_target = target
+    return lambda: (rescale_rows(chunk, target) for chunk in method.rows(context))
 
 
 def _grown_rows(

@@ -56,7 +56,7 @@ import random
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -413,6 +413,7 @@ class PretokenizedCorpus:
     cached: bool  # True when this call reused an existing cache entry
     skipped_members: int = 0  # archive members not read (links, devices, ../ names, other types)
     long_line_cuts: int = 0  # cuts made in lines longer than corpus.readers.MAX_LINE_BYTES
+    replaced_by_source: dict[str, int] = field(default_factory=dict)  # sources that were not UTF-8: invalid sequences
 
     @property
     def folder(self) -> Path:
@@ -520,20 +521,37 @@ def _from_manifest(folder: Path, key: str, manifest: dict[str, Any], *, cached: 
         cached=cached,
         skipped_members=int(s.get("skipped_members", 0)),  # caches of older versions lack the last two
         long_line_cuts=int(s.get("long_line_cuts", 0)),
+        replaced_by_source=dict(s.get("replaced_by_source", {})),
     )
 
 
-def _iter_chunks(sources: Sequence[Any], stats: Any) -> Iterator[str]:
-    """The corpus as text chunks of about CHUNK_CHARS, cut at line boundaries."""
+def _iter_chunks(sources: Sequence[Any], stats: Any, replaced_by_source: dict[str, int]) -> Iterator[str]:
+    """The corpus as text chunks of about CHUNK_CHARS, cut at line boundaries.
+
+    A source that is not valid UTF-8 is still read (each invalid byte sequence
+    becomes U+FFFD) but never silently: one warning per source, and its count
+    in ``replaced_by_source`` for the manifest.
+    """
     parts: list[str] = []
     size = 0
     for source in sources:
+        before = stats.replaced_chars
         for text in source.iter_texts(stats):
             parts.append(text)
             size += len(text) + 1
             if size >= CHUNK_CHARS:
                 yield "\n".join(parts)
                 parts, size = [], 0
+        replaced = stats.replaced_chars - before
+        if replaced:
+            name = _display(source)
+            replaced_by_source[name] = replaced
+            log.warning(
+                "%s: %s invalid UTF-8 byte sequences replaced with U+FFFD; the text is not UTF-8 "
+                "(convert it first, e.g. `iconv -f latin1 -t utf-8`)",
+                name,
+                f"{replaced:,}",
+            )
     if parts:
         yield "\n".join(parts)
 
@@ -550,8 +568,9 @@ def _write_pretokenized(
     totals = {"lines": 0, "tokens": 0, "output_bytes": 0, "replaced": 0}
     counts: dict[str, int] = {}
     started = time.perf_counter()
+    replaced_by_source: dict[str, int] = {}
     with open(folder / CORPUS_FILE, "wb") as handle:
-        for result in _run_chunks(_iter_chunks(sources, stats), rules, workers):
+        for result in _run_chunks(_iter_chunks(sources, stats, replaced_by_source), rules, workers):
             data = result.text.encode("utf-8")
             handle.write(data)
             totals["output_bytes"] += len(data)
@@ -573,6 +592,7 @@ def _write_pretokenized(
         "bytes": stats.bytes_read,
         "output_bytes": totals["output_bytes"],
         "replaced_chars": stats.replaced_chars + totals["replaced"],
+        "replaced_by_source": replaced_by_source,
         "skipped_records": stats.skipped_records,
         "skipped_members": stats.skipped_members,
         "long_line_cuts": stats.long_line_cuts,

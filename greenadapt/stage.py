@@ -45,7 +45,10 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
+MANIFEST_CHECKSUM = "manifest_sha256"
+EDITED = "edited by hand (its checksum no longer matches its fields)"
 _HASH_CHUNK = 8 << 20
+_SHOWN = 3
 
 
 def canonical_json(obj: Any) -> str:
@@ -107,12 +110,32 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
-    manifest, _ = _read_manifest(folder)
+    manifest, _ = read_manifest_checked(folder)
     return manifest
 
 
-def _read_manifest(folder: Path) -> tuple[dict[str, Any] | None, str]:
-    """The manifest, or None and why not ("" when there is none at all)."""
+def manifest_checksum(manifest: Mapping[str, Any]) -> str:
+    """The checksum a manifest carries over its own fields, so a hand edit is told from changed inputs."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM}
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def read_manifest_checked(folder: Path) -> tuple[dict[str, Any] | None, str]:
+    """A manifest greenadapt wrote, unedited; else None and why not ("" when there is none at all)."""
+    manifest, damage = _parse_manifest(folder)
+    if manifest is not None and _edited(manifest):
+        return None, EDITED
+    return manifest, damage
+
+
+def _edited(manifest: Mapping[str, Any]) -> bool:
+    recorded = manifest.get(MANIFEST_CHECKSUM)
+    # Manifests written before the checksum existed carry none; they are trusted as before.
+    return recorded is not None and recorded != manifest_checksum(manifest)
+
+
+def _parse_manifest(folder: Path) -> tuple[dict[str, Any] | None, str]:
+    """A manifest in greenadapt's form (maybe edited), or None and why not ("" when there is none at all)."""
     path = folder / MANIFEST
     if not path.is_file():
         return None, ""
@@ -126,6 +149,8 @@ def _read_manifest(folder: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"unreadable ({exc.strerror or exc})"
     if not isinstance(manifest, dict):
         return None, f"a JSON {type(manifest).__name__}, not an object: damaged"
+    if not isinstance(manifest.get("kind"), str):
+        return None, "not one greenadapt writes (it names no stage kind)"
     return manifest, ""
 
 
@@ -158,18 +183,19 @@ def load_stage(folder: str | os.PathLike[str], kind: str, *, checksums: bool = T
             path=path,
             hint=f"run `greenadapt {kind}` first or pass the folder it wrote",
         )
-    manifest, damage = _read_manifest(path)
+    manifest, damage = read_manifest_checked(path)
     if manifest is None and damage:
         raise StageError(
             f"{MANIFEST} is {damage}",
             path=path / MANIFEST,
-            hint=f"rerun `greenadapt {kind}` with --force",
+            # An edited manifest is still greenadapt's, so --force may replace the folder; an unreadable one is not.
+            hint=f"rerun `greenadapt {kind} ... --force`" if damage == EDITED else f"delete {path} and rerun `greenadapt {kind}`",
         )
     if manifest is None:
         raise StageError(
             "not a finished greenadapt stage folder (no manifest.json)",
             path=path,
-            hint=f"rerun `greenadapt {kind}` with --force",
+            hint=f"pass the folder `greenadapt {kind}` wrote",
         )
     if manifest.get("kind") != kind:
         raise StageError(
@@ -201,6 +227,65 @@ def manifest_identity(folder: Path, manifest: Mapping[str, Any]) -> dict[str, An
         "fingerprint": manifest.get("fingerprint"),
         "content": content,
     }
+
+
+def check_ownership(out: Path, *, kind: str, force: bool, shown: Path | None = None) -> dict[str, Any] | None:
+    """The manifest of an existing greenadapt folder at ``out`` (None when ``out`` is new or empty).
+
+    Raises for a destination greenadapt must not replace: greenadapt replaces
+    only a folder whose manifest it wrote and that holds no file the manifest
+    does not list; a greenadapt folder of another kind needs ``force``.
+    """
+    name = shown if shown is not None else out
+    if not out.exists() and not out.is_symlink():
+        return None
+    if not out.is_dir():
+        raise OutputExistsError("exists and is not a folder", path=name, hint="choose a new or empty folder")
+    try:
+        entries = list(out.iterdir())
+    except OSError as exc:
+        raise ResourceError(f"cannot read the folder: {exc.strerror or exc}", path=name) from None
+    if not entries:
+        return None
+    manifest, damage = _parse_manifest(out)
+    if manifest is not None and _edited(manifest) and not force:
+        raise OutputExistsError(f"existing output's {MANIFEST} was {EDITED}", path=name, hint="pass --force to redo it")
+    if manifest is None:
+        what = f"its {MANIFEST} is {damage}" if damage else "it holds files greenadapt did not write"
+        raise OutputExistsError(
+            f"refusing to replace this folder: {what}",
+            path=name,
+            hint="choose a new or empty folder; greenadapt replaces only folders it wrote, with or without --force",
+        )
+    foreign = foreign_files(out, manifest)
+    if foreign:
+        listed = ", ".join(foreign[:_SHOWN]) + (f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else "")
+        raise OutputExistsError(
+            f"refusing to replace this greenadapt folder: it also holds files greenadapt did not write ({listed})",
+            path=name,
+            hint="move those files elsewhere, or choose a new or empty folder",
+        )
+    if manifest.get("kind") != kind and not force:
+        raise OutputExistsError(
+            f"output folder exists and is a {manifest.get('kind')!r} folder",
+            path=name,
+            hint="choose another --out, or pass --force to replace it",
+        )
+    return manifest
+
+
+def foreign_files(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """Files (and links) under ``folder`` that its manifest does not list, sorted."""
+    listed = set(manifest.get("files", {}) or {}) | {MANIFEST}
+    found = []
+    for path in folder.rglob("*"):
+        if path.is_symlink() or path.is_file():
+            rel = path.relative_to(folder).as_posix()
+            if rel not in listed:
+                found.append(rel)
+        elif not path.is_dir():
+            found.append(path.relative_to(folder).as_posix())
+    return sorted(found)
 
 
 # --------------------------------------------------------------------------
@@ -322,19 +407,9 @@ class StageRun:
 
     # -- decisions ----------------------------------------------------------
     def _existing_is_current(self) -> bool:
-        if not self.out.exists():
-            return False
-        manifest = read_manifest(self.out)
-        if manifest is None or manifest.get("kind") != self.kind:
-            if self.force:
-                return False
-            what = "an unfinished or foreign folder" if manifest is None else f"a {manifest.get('kind')!r} folder"
-            raise OutputExistsError(
-                f"output folder exists and is {what}",
-                path=self.out,
-                hint="choose another --out, or pass --force to replace it",
-            )
-        if self.force:
+        # Under the lock: the folder may have changed since the command's check_destination.
+        manifest = check_ownership(self.out, kind=self.kind, force=self.force)
+        if manifest is None or manifest.get("kind") != self.kind or self.force:
             return False
         if manifest.get("fingerprint") != self.fingerprint:
             changed = _config_difference(manifest.get("config", {}), self.config)
@@ -381,6 +456,9 @@ class StageRun:
         }
         if extra:
             manifest.update(extra)
+        # The checksum covers the fields as a reader will parse them back.
+        manifest = json.loads(json.dumps(manifest, default=str))
+        manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
         try:
             write_json(self.tmp / MANIFEST, manifest)
             _fsync_dir(self.tmp)
@@ -439,11 +517,47 @@ class StageRun:
             self._lock_handle = None
 
     def _clean_stale_temporaries(self) -> None:
-        # We hold the lock, so any temporary of this output is a dead run's.
+        # We hold the lock, so any temporary of this output is a dead run's; a sibling's, only if its lock is free.
         for pattern in (f".{self.out.name}.tmp-*", f".{self.out.name}.old-*"):
             for stale in self.out.parent.glob(pattern):
                 log.debug("removing leftover %s", stale)
                 shutil.rmtree(stale, ignore_errors=True)
+        sweep_stale_temporaries(self.out.parent)
+
+
+def sweep_stale_temporaries(folder: Path) -> int:
+    """Remove the temporary and superseded folders of dead runs in ``folder``; how many were removed.
+
+    A temporary belongs to a run that holds its output's lock; when that lock can
+    be taken, no live process (on any host sharing the lock) is writing it.
+    """
+    removed = 0
+    if not folder.is_dir():
+        return removed
+    for leftover in folder.glob(".*"):
+        match = _LEFTOVER.match(leftover.name)
+        if match is None:
+            continue
+        try:
+            handle = open(folder / f".{match['out']}.lock", "a+")
+        except OSError:
+            continue
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue  # a live run owns it
+        try:
+            log.info("removing %s, left by a run that was killed", leftover)
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
+            removed += 1
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+    return removed
 
 
 def _config_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
@@ -463,6 +577,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 _TEMPORARY = re.compile(r"^\.(?P<out>.+)\.tmp-\d+-[0-9a-f]{8}$")
+_LEFTOVER = re.compile(r"^\.(?P<out>.+)\.(?:tmp|old)-\d+-[0-9a-f]{8}$")
 
 
 def _resource_error(exc: OSError, path: Path) -> ResourceError:

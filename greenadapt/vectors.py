@@ -274,6 +274,18 @@ def iter_state_dict(model_path: Path) -> Iterator[tuple[str, torch.Tensor]]:
             yield from state.items()
 
 
+def check_weights_load_safely(model_path: Path) -> None:
+    """Refuse, as ``align`` does, pickled weights that ``weights_only`` loading rejects, before transformers meets them.
+
+    transformers would raise torch's own error, whose advice is to turn the safety off; a
+    safetensors checkpoint needs no check (it cannot hold code).
+    """
+    kind, _ = checkpoint_files(model_path)
+    if kind and kind != "safetensors":
+        for _ in iter_state_dict(model_path):
+            pass
+
+
 def pick_embedding_key(names: Sequence[str], path: Path) -> str:
     """The input word-embedding tensor among ``names`` (the shortest, i.e. outermost, if several)."""
     keys = sorted((n for n in names if n.endswith(EMBEDDING_SUFFIX)), key=lambda n: (len(n), n))

@@ -57,12 +57,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt import workspace
 from greenadapt.errors import CorpusError, UsageError
 from greenadapt.models import hidden_size, load_wordpiece_tokenizer, resolve_model
 from greenadapt.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, TextRules, pretokenize_corpus
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import StageOutcome, StageRun
+from greenadapt.stage import StageOutcome, StageRun, sweep_stale_temporaries
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class W2VOptions:
     epochs: int = 5
     min_count: int = 5
     workers: int | None = None
-    seed: int = 1
+    seed: int = DEFAULT_SEED
     window: int = 5
     negative: int = 5
     sample: float = 1e-3
@@ -116,6 +117,7 @@ def run_w2v(
 ) -> StageOutcome:
     """Train word2vec on ``corpus`` in ``model``'s words; skip when an up-to-date output exists."""
     from greenadapt.corpus import resolve_corpus, source_identities
+    from greenadapt.destination import check_destination, corpus_reads, protected
 
     options.check()
     corpus = list(corpus)
@@ -127,6 +129,10 @@ def run_w2v(
     workers = options.resolved_workers()
     root = workspace.workdir(workdir)
     out_dir = Path(out) if out is not None else workspace.stage_dir(root, corpus, model_ref.slug, "w2v")
+    check_destination(
+        out_dir, kind="w2v", force=force, workspace=root,
+        reads=[*protected("the base --model", model_ref.path), *corpus_reads(corpus)],
+    )
     config: dict[str, Any] = {
         "algorithm": "cbow",
         "hs": 0,
@@ -144,6 +150,8 @@ def run_w2v(
         "pretok_format": PRETOK_FORMAT,
     }
     inputs = source_identities(sources)
+    # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
+    sweep_stale_temporaries(root / "cache" / "pretok")
     libraries = ("gensim", "numpy", "tokenizers", "transformers")
     with StageRun("w2v", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
@@ -162,6 +170,7 @@ def run_w2v(
             "vocab_size": len(vectors),
             "bytes": pretok.bytes,
             "replaced_chars": pretok.replaced_chars,
+            "replaced_by_source": pretok.replaced_by_source,
             "skipped_records": pretok.skipped_records,
             "skipped_members": pretok.skipped_members,
             "long_line_cuts": pretok.long_line_cuts,

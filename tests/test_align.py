@@ -99,22 +99,24 @@ def test_manifest_records_inputs_and_default_out_is_the_sibling(exact_w2v: tuple
     assert manifest["config"]["method"] == "lstsq"
 
 
-def test_rerun_skips_and_changed_seed_refuses(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+def test_rerun_skips_and_the_seed_counts_only_for_the_random_method(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     w2v, _ = exact_w2v
     first = run_align(w2v=w2v, out=tmp_path / "a", seed=1)
     again = run_align(w2v=w2v, out=tmp_path / "a", seed=1)
     assert not first.skipped and again.skipped
+    # lstsq is deterministic: another seed names the same output (w2v -> align -> adapt with other defaults works).
+    assert run_align(w2v=w2v, out=tmp_path / "a", seed=2).skipped
+    run_align(w2v=w2v, out=tmp_path / "r", method="random", seed=1)
     with pytest.raises(OutputExistsError, match="seed"):
-        run_align(w2v=w2v, out=tmp_path / "a", seed=2)
+        run_align(w2v=w2v, out=tmp_path / "r", method="random", seed=2)
 
 
-def test_same_seed_same_split_other_seed_other_split(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+def test_the_heldout_split_is_fixed_whatever_the_seed(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     w2v, _ = exact_w2v
     a = json.loads((run_align(w2v=w2v, out=tmp_path / "a", seed=5).path / "report.json").read_text())
-    b = json.loads((run_align(w2v=w2v, out=tmp_path / "b", seed=5).path / "report.json").read_text())
     c = json.loads((run_align(w2v=w2v, out=tmp_path / "c", seed=6).path / "report.json").read_text())
-    assert a == b
-    assert a["heldout_cosine"] != c["heldout_cosine"]
+    assert a == c and a["seed"] is None and a["heldout_seed"] == 0
+    assert (tmp_path / "a" / "map.npy").read_bytes() == (tmp_path / "c" / "map.npy").read_bytes()
 
 
 def test_identity_needs_equal_dimensions(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
@@ -193,7 +195,9 @@ def test_neighbour_table_within_and_cross_space(tiny_bert: Path, tmp_path: Path)
     outcome = run_align(w2v=w2v, probes=["Heart", "nonexistentword"])
     rows = {r["word"]: r for r in json.loads((outcome.path / "report.json").read_text())["neighbours"]}
     frequent = [r for r in rows.values() if r["kind"] == "frequent"]
-    assert [r["word"] for r in frequent] == ["tachycardia", "cardiomyopathy", "myocarditis", "hypertension", "thrombosis"]
+    # The ten most frequent new domain words, most frequent first (seven qualify here).
+    assert [r["word"] for r in frequent][:5] == ["tachycardia", "cardiomyopathy", "myocarditis", "hypertension", "thrombosis"]
+    assert 5 < len(frequent) <= 10
     card = rows["cardiomyopathy"]
     assert card["within"][0][0] == "heart" and card["within"][0][1] > 0.999
     assert card["cross"][0][0] == "heart"

@@ -321,7 +321,7 @@ def test_cli_errors_are_one_line(expanded: Path, data: dict[str, Path], tmp_path
         (["finetune", "--task", "ner", "--train", str(tmp_path / "missing.tsv"), "--model", str(expanded)], 3, "task file not found"),
         (["finetune", "--task", "qa", "--train", str(data["train"]), "--model", str(expanded)], 2, "greenadapt qa"),
         (["finetune", "--task", "ner", "--train", str(data["train"]), "--model", str(expanded), "--seeds", "1,x"], 2, "--seeds"),
-        (["predict", "--model", str(tmp_path), "--input", str(data["test"]), "--output", str(tmp_path / "o")], 4, "not a fine-tuned"),
+        (["predict", "--model", str(tmp_path), "--input", str(data["test"]), "--output", str(tmp_path.parent / f"{tmp_path.name}-o")], 4, "not a fine-tuned"),
     ]
     for argv, code, fragment in cases:
         monkeypatch.setattr(sys, "argv", ["greenadapt", *argv])

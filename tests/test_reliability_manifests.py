@@ -17,7 +17,7 @@ import pytest
 from w2v_fixtures import linear_w2v
 
 from greenadapt.errors import EXIT_STAGE_CONFLICT
-from greenadapt.stage import MANIFEST
+from greenadapt.stage import MANIFEST, MANIFEST_CHECKSUM
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +41,23 @@ def _run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     return int(info.value.code or 0), captured.err
 
 
-def _edit_manifest(edit: Callable[[dict], None]) -> Callable[[Path], None]:
+def _edit_manifest(edit: Callable[[dict], None], *, legacy: bool = False) -> Callable[[Path], None]:
+    """Edit the manifest; ``legacy`` also drops its own checksum, as in a manifest written before it existed,
+    so the checks of the file list itself are reached."""
     def damage(folder: Path) -> None:
         manifest = json.loads((folder / MANIFEST).read_text())
         edit(manifest)
+        if legacy:
+            del manifest[MANIFEST_CHECKSUM]
         (folder / MANIFEST).write_text(json.dumps(manifest))
 
     return damage
+
+
+def _flip_byte(folder: Path) -> None:
+    data = bytearray((folder / "vectors.bin").read_bytes())
+    data[-1] ^= 1
+    (folder / "vectors.bin").write_bytes(bytes(data))
 
 
 def _truncate(folder: Path) -> None:
@@ -77,21 +87,23 @@ def _json_list(folder: Path) -> None:
 
 
 CASES = {
-    # name: (damage, what the one line must say, the file it must name)
-    "truncated manifest": (_truncate, "manifest.json is not valid JSON", MANIFEST),
-    "garbled manifest": (_garble, "manifest.json is not UTF-8", MANIFEST),
-    "manifest not an object": (_json_list, "not an object", MANIFEST),
-    "tampered checksum": (_edit_manifest(_flip_checksum), "vectors.bin does not match its checksum", ""),
-    "entry without checksum": (_edit_manifest(_drop_checksum), "entry for counts.tsv is damaged", MANIFEST),
-    "entry outside the folder": (_edit_manifest(_outside), "a file outside its folder", MANIFEST),
-    "missing file": (lambda folder: (folder / "counts.tsv").unlink(), "counts.tsv is missing", ""),
+    # name: (damage, what the one line must say, the file it must name, the fix it must give)
+    "truncated manifest": (_truncate, "manifest.json is not valid JSON", MANIFEST, "delete"),
+    "garbled manifest": (_garble, "manifest.json is not UTF-8", MANIFEST, "delete"),
+    "manifest not an object": (_json_list, "not an object", MANIFEST, "delete"),
+    "edited manifest": (_edit_manifest(_flip_checksum), "manifest.json is edited by hand", MANIFEST, "--force"),
+    "tampered file": (_flip_byte, "vectors.bin does not match its checksum", "", "--force"),
+    "tampered checksum (legacy manifest)": (_edit_manifest(_flip_checksum, legacy=True), "vectors.bin does not match its checksum", "", "--force"),
+    "entry without checksum": (_edit_manifest(_drop_checksum, legacy=True), "entry for counts.tsv is damaged", MANIFEST, "--force"),
+    "entry outside the folder": (_edit_manifest(_outside, legacy=True), "a file outside its folder", MANIFEST, "--force"),
+    "missing file": (lambda folder: (folder / "counts.tsv").unlink(), "counts.tsv is missing", "", "--force"),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_align_refuses_a_damaged_w2v_folder(case: str, pristine: dict[str, Path], tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    damage, says, names = CASES[case]
+    damage, says, names, fix = CASES[case]
     w2v = shutil.copytree(pristine["w2v"], tmp_path / "w2v")
     damage(w2v)
     code, err = _run_cli(["align", "--w2v", str(w2v), "--out", str(tmp_path / "align")], monkeypatch, capsys)
@@ -100,7 +112,7 @@ def test_align_refuses_a_damaged_w2v_folder(case: str, pristine: dict[str, Path]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert says in lines[0]
     assert f"{w2v / names}".rstrip("/") + ":" in lines[0]  # the folder, or its manifest.json when that is the damage
-    assert "--force" in lines[0]  # the fix
+    assert fix in lines[0]  # the fix
     assert not (tmp_path / "align").exists()
     assert not list(tmp_path.glob(".align.tmp-*"))
 
@@ -118,12 +130,21 @@ def test_expand_refuses_a_truncated_align_manifest(pristine: dict[str, Path], tm
 
 def test_a_damaged_output_is_not_skipped_over(pristine: dict[str, Path], tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Rerunning onto an output whose manifest is damaged: refused without --force, redone with it."""
+    """Rerunning onto an output whose manifest is unreadable: refused even with --force (nothing says greenadapt
+    wrote that folder), redone once the user removed it. An edited but readable manifest is redone with --force."""
     aligned = shutil.copytree(pristine["align"], tmp_path / "align")
     _truncate(aligned)
     args = ["align", "--w2v", str(pristine["w2v"]), "--out", str(aligned)]
+    for extra in ([], ["--force"]):
+        code, err = _run_cli([*args, *extra], monkeypatch, capsys)
+        assert code == EXIT_STAGE_CONFLICT and "not valid JSON" in err and "choose a new or empty folder" in err, err
+        assert (aligned / "map.npy").is_file()  # untouched
+    shutil.rmtree(aligned)
     code, err = _run_cli(args, monkeypatch, capsys)
-    assert code == EXIT_STAGE_CONFLICT and "--force" in err, err
+    assert code == 0, err
+    _edit_manifest(lambda m: m["stats"].update(n_shared=1))(aligned)
+    code, err = _run_cli(args, monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT and "edited by hand" in err and "--force" in err, err
     code, err = _run_cli([*args, "--force"], monkeypatch, capsys)
     assert code == 0, err
     from greenadapt.stage import load_stage

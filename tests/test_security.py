@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from greenadapt.stage import MANIFEST_CHECKSUM, manifest_checksum
 import torch
 from conftest import build_tiny_bert
 from finetune_helpers import write_ner_file
@@ -95,6 +97,7 @@ def _revouch(folder: Path, name: str) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
     data = (folder / name).read_bytes()
     manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)  # the manifest's own checksum is no secret either
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 

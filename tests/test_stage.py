@@ -91,7 +91,7 @@ def test_load_stage_names_wrong_kind_and_unfinished_folders(tmp_path: Path) -> N
     (half / "vectors.bin").write_bytes(b"x")
     with pytest.raises(StageError, match="not a finished greenadapt stage"):
         load_stage(half, "w2v")
-    with pytest.raises(OutputExistsError, match="unfinished or foreign"):
+    with pytest.raises(OutputExistsError, match="files greenadapt did not write"):
         _make(half, {"a": 1})
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -36,7 +37,7 @@ def adapt_command(
     method: str = typer.Option("lstsq", "--method", help="Alignment: lstsq, identity or random."),
     max_new: int | None = typer.Option(None, "--max-new", min=0, help="At most this many new words (most frequent first)."),
     min_count_new: int = typer.Option(1, "--min-count-new", min=1, help="Minimum corpus count of a new word."),
-    seed: int = typer.Option(1, "--seed", help="Random seed for every stage."),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed for every stage."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder for the adapted model (default: in the workspace)."),
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -41,7 +42,7 @@ def align_command(
     method: Method = typer.Option(
         Method.lstsq, "--method", help="lstsq (least squares), or the paper's ablations identity / random."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split (and of the random ablation)."),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the held-out split (and of the random ablation)."),
     probe: list[str] | None = typer.Option(
         None, "--probe", help="Also show the neighbours of this word (repeatable)."
     ),

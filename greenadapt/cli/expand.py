@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -33,7 +34,7 @@ def expand_command(
         None, "--max-new", min=0, help="Add at most this many new words, most frequent first."
     ),
     min_count: int = typer.Option(1, "--min-count", min=1, help="Add only words seen at least this often."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random ablation's draws (align --method random)."),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the random ablation's draws (align --method random)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output model folder (default: beside the align folder)."),
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -74,7 +75,7 @@ def finetune(
     lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear schedule; qa default: 3e-5)."),
     warmup: float = typer.Option(0.1, "--warmup", help="Fraction of the steps spent warming up."),
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
-    seed: int = typer.Option(42, "--seed", help="Random seed."),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
     seeds: str | None = typer.Option(None, "--seeds", help="Several seeds, e.g. 1,2,3: one model each, mean ± std reported."),
     train_on: str = typer.Option("train", "--train-on", help="train, or train+dev (the paper's protocol; no dev selection)."),
     train_embeddings: str = typer.Option("all", "--train-embeddings", help="Word embeddings to train: all, new (added rows only) or none."),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -51,7 +52,7 @@ def multitask(
     lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear schedule)."),
     warmup: float = typer.Option(0.1, "--warmup", help="Fraction of the steps spent warming up."),
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
-    seed: int = typer.Option(42, "--seed", help="Random seed."),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
     mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
     pool: str = PoolOption,
     max_length: int = typer.Option(128, "--max-length", help="Wordpieces per sequence."),

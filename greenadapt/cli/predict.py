@@ -39,6 +39,7 @@ def predict(
     general_model: str | None = typer.Option(
         None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
     ),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --output file (never the --input file)."),
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
@@ -68,6 +69,7 @@ def predict(
         ignore_labels=ignore_labels,
         reader_overrides=overrides,
         general_model=general_model,
+        force=force,
     )
     if as_json:
         doc = {"output": str(result.output), "examples": result.examples, "pool": result.pool, "metrics": result.metrics}

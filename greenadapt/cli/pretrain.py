@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -44,7 +45,7 @@ def pretrain_command(
     lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear warm-up and decay)."),
     warmup: float = typer.Option(0.1, "--warmup", help="Fraction of the steps spent warming up."),
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
-    seed: int = typer.Option(42, "--seed", help="Random seed (order, masking, dropout)."),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed (order, masking, dropout)."),
     train_embeddings: str = typer.Option("all", "--train-embeddings", help="Word embeddings to train: all, new (rows added by expand only) or none."),
     head_warmup_steps: int = typer.Option(
         0, "--head-warmup-steps", min=0,

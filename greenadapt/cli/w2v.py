@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -40,7 +41,7 @@ def w2v_command(
     workers: int | None = typer.Option(
         None, "--workers", min=1, help="Processes/threads (default: all cores); with 1, runs are reproducible."
     ),
-    seed: int = typer.Option(1, "--seed", help="Random seed."),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Output folder (default: WORKDIR/CORPUS/MODEL/w2v)."
     ),

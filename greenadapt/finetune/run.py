@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.destination import check_prediction_output, check_run_destination
 from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.data import ReaderOptions, TaskFile, check_known_labels, prediction_file_name, write_predictions
@@ -87,7 +89,7 @@ class FinetuneOptions:
     reader: ReaderOptions = field(default_factory=ReaderOptions)
     training: TrainConfig = field(default_factory=TrainConfig)  # its mix None: 0.5 with a domain tokenizer, else 0
     pool: str = "mean"
-    seeds: list[int] = field(default_factory=lambda: [42])
+    seeds: list[int] = field(default_factory=lambda: [DEFAULT_SEED])
     train_on: str = "train"
     max_length: int = 128
     max_words: int = 30
@@ -127,6 +129,8 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
         raise UsageError(f"--doc-stride applies to --task qa only, not {options.task}")
     _check_options(options)
     ref = resolve_model(options.model)
+    out = options.out or _default_out(options, ref)
+    check_run_destination(out, kind=KIND, force=options.force, model=ref.path, data=[options.train, options.dev, options.test], workdir=options.workdir)
     model_identity = _model_identity(ref)
 
     train_file = task.read(options.train, options.reader, require_labels=True)
@@ -184,8 +188,6 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
         # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
         config["gmap"] = options.gmap.to_config(gmap.general)
         inputs.append({"role": "general", **_model_identity(gmap.general)})
-    out = options.out or _default_out(options, ref)
-
     checkpoints = checkpoint_folder(out)
 
     ctx = init_distributed(options.device)
@@ -368,6 +370,9 @@ def _check_options(options: FinetuneOptions) -> None:
 
 
 def _model_identity(ref: ModelRef) -> dict[str, Any]:
+    from greenadapt.vectors import check_weights_load_safely
+
+    check_weights_load_safely(ref.path)
     manifest = read_manifest(ref.path)
     if manifest is not None and manifest.get("kind") == "expand":
         manifest = load_stage(ref.path, "expand")
@@ -680,6 +685,7 @@ def run_predict(
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
     general_model: str | None = None,
+    force: bool = False,
 ) -> PredictResult:
     """Predict labels for ``input_path`` with a fine-tuned model; score them when the input is labelled.
 
@@ -689,6 +695,7 @@ def run_predict(
     the one recorded at training, or ``general_model`` (checked by weights).
     """
     check_pool(pool)
+    check_prediction_output(output_path, force=force, model=model, input_path=input_path)
     folder, settings = find_model_folder(model)
     tokenizers = load_tokenizers(folder)
     request = read_for_prediction(

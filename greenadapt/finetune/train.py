@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import EXIT_PREEMPTED, GreenAdaptError, StageError, UsageError
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
@@ -66,7 +67,7 @@ class TrainConfig:
     warmup: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     train_embeddings: str = "all"
     precision: str = "auto"  # auto | fp32 | bf16 | fp16
     eval_batch_size: int = 64

@@ -76,6 +76,7 @@ class _Prepared:
 
 def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
+    from greenadapt.destination import check_run_destination
     from greenadapt.finetune.run import _max_length, _model_identity
 
     _check_options(options)
@@ -119,6 +120,10 @@ def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS)
         config["gmap"] = options.gmap.to_config(gmap.general)
         inputs.append({"role": "general", **_model_identity(gmap.general)})
     out = options.out or resolve_workdir(options.workdir) / "multitask" / slugify("-".join(p.spec.name for p in prepared)) / ref.slug
+    check_run_destination(
+        out, kind=KIND, force=options.force, model=ref.path, data=[f.path for p in prepared for f in p.files.values()],
+        workdir=options.workdir,
+    )
     ctx = DistContext(device=pick_device(options.device))
     with StageRun(KIND, out, config, inputs, force=options.force, wait=options.wait, libraries=("torch", "transformers", "tokenizers")) as stage:
         if stage.skipped:
@@ -415,12 +420,15 @@ def predict_task(
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
     general_model: str | None = None,
+    force: bool = False,
 ) -> Any:
     """``greenadapt predict --model RUN --task NAME``: label (and score) a file with one task of a multitask run."""
+    from greenadapt.destination import check_prediction_output
     from greenadapt.finetune.infer import pooled_logits
     from greenadapt.finetune.run import check_pool, read_for_prediction
 
     check_pool(pool)
+    check_prediction_output(output_path, force=force, model=folder, input_path=input_path)
     ctx = DistContext(device=pick_device(device))
     loaded = load_task(folder, name, device=ctx.device, general_model=general_model)
     tokenizers = loaded.tokenizers

@@ -228,6 +228,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
 
     from greenadapt import workspace
     from greenadapt.corpus import resolve_corpus, source_identities
+    from greenadapt.destination import check_destination, corpus_reads, protected
     from greenadapt.finetune.run import _model_identity, checkpoint_folder
     from greenadapt.pretrain.data import Masker
     from greenadapt.pretrain.train import build_masked_lm, heldout_loss, pretrain
@@ -254,6 +255,10 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
     inputs += [{"role": "corpus", **i} for i in source_identities(corpus_sources)]
     inputs += [{"role": "general-corpus", **i} for i in source_identities(general_sources)]
     out = Path(options.out) if options.out is not None else workspace.stage_dir(root, options.corpus, setup.ref.slug, KIND)
+    check_destination(
+        out, kind=KIND, force=options.force, workspace=root,
+        reads=[*protected("the --model", setup.ref.path), *corpus_reads(options.corpus), *corpus_reads(options.general_corpus or [])],
+    )
     checkpoints = checkpoint_folder(out)
 
     ctx = init_distributed(options.device)

@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import StageError, UsageError
 from greenadapt.finetune.train import (
     CHECKPOINT_FORMAT,
@@ -98,7 +99,7 @@ class PretrainConfig:
     warmup: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     train_embeddings: str = "all"
     precision: str = "auto"
     eval_batch_size: int = 32

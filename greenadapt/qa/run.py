@@ -265,6 +265,8 @@ def run_qa(
     progress: Progress = NULL_PROGRESS,
 ) -> StageOutcome:
     """Answer the questions of ``data`` with ``model``; write predictions, n-best and metrics to ``out``."""
+    from greenadapt.destination import check_run_destination
+    from greenadapt.vectors import check_weights_load_safely
     from greenadapt.models import resolve_model
     from greenadapt.qa.data import read_squad
     from greenadapt.qa.model import check_qa_head, check_vocabulary, load_qa_model, load_tokenizers, resolve_device, resolve_max_length, resolve_pool
@@ -272,6 +274,8 @@ def run_qa(
     options = options or QaOptions()
     options.check()
     ref = resolve_model(model)
+    check_run_destination(out, kind=KIND, force=force, model=ref.path, data=[data])
+    check_weights_load_safely(ref.path)
     check_qa_head(ref.path, ref.config())
     tokenizers = load_tokenizers(ref.path)
     pool = resolve_pool(options.pool, tokenizers, ref.path)

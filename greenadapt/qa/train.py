@@ -258,6 +258,8 @@ def run_finetune_qa(
     progress: Progress = NULL_PROGRESS,
 ) -> StageOutcome:
     """Fine-tune ``model`` for extractive QA on SQuAD-style ``train``; score ``dev``/``test`` as ``greenadapt qa`` does."""
+    from greenadapt.destination import check_run_destination
+    from greenadapt.vectors import check_weights_load_safely
     from greenadapt.finetune.run import quiet_transformers
     from greenadapt.finetune.train import pick_device
     from greenadapt.models import resolve_model
@@ -273,6 +275,8 @@ def run_finetune_qa(
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError("--task qa trains in one process; it has no data-parallel path", hint="run it without torchrun")
     ref = resolve_model(model)
+    check_run_destination(out, kind=KIND, force=force, model=ref.path, data=splits.values(), workdir=options.workdir)
+    check_weights_load_safely(ref.path)
     tokenizers = load_tokenizers(ref.path)
     requested_mix = options.training.mix
     mix = requested_mix if requested_mix is not None else (0.5 if tokenizers.domain is not None else 0.0)

@@ -1,0 +1,47 @@
+"""``identity``: W = I, the paper's "no alignment" ablation (word2vec vectors used as rows as they are)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.errors import InputError
+from greenadapt.methods.base import ROW_CHUNK, FitContext, RowContext
+from greenadapt.methods.lstsq import MAP_FILE, load_map, mean_cosine
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class Identity:
+    name = "identity"
+    summary = "no alignment: word2vec vectors as rows (ablation; needs --dim = the model's hidden size)"
+    needs_vectors = True
+    needs_shared_vectors = False
+    options: tuple[str, ...] = ()
+
+    def fit(self, ctx: FitContext) -> dict[str, Any]:
+        import numpy as np
+
+        d_w2v, d_model = ctx.X.shape[1], ctx.Y.shape[1]
+        if d_w2v != d_model:
+            raise InputError(
+                f"--method identity needs word2vec vectors of the model's embedding size {d_model}, they have {d_w2v}",
+                hint=f"use --method lstsq, or rerun w2v with --dim {d_model}",
+            )
+        np.save(ctx.dest / MAP_FILE, np.eye(d_model))
+        return {
+            "train_cosine": mean_cosine(ctx.X[ctx.train], ctx.Y[ctx.train]),
+            "heldout_cosine": mean_cosine(ctx.X[ctx.held], ctx.Y[ctx.held]) if len(ctx.held) else None,
+            "map_file": MAP_FILE,
+            "map_dtype": "float64",
+        }
+
+    def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
+        assert ctx.vectors is not None
+        W32t = load_map(ctx, ctx.vectors.shape[1])
+        for start in range(0, len(ctx.vectors), ROW_CHUNK):
+            yield ctx.vectors[start : start + ROW_CHUNK] @ W32t
+
+
+IDENTITY = Identity()

@@ -1,0 +1,358 @@
+"""Data safety: greenadapt replaces only what it wrote, and checks every option before it works.
+
+Each writing command is pointed (through the command line, as a user would) at
+a folder of the user's with ``--force``, at its own workspace, and at what it
+reads; each must refuse in one line, quickly, leaving every file as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from finetune_helpers import build_tiny_expanded, write_ner_file
+from w2v_fixtures import linear_w2v
+
+from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, EXIT_USAGE
+from greenadapt.stage import MANIFEST, StageRun, load_stage
+
+
+def _run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])
+    monkeypatch.delenv("GREENADAPT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main()
+    captured = capsys.readouterr()
+    code = int(info.value.code or 0)
+    assert code == 0 or captured.out == ""
+    return code, captured.err
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _corpus(path: Path) -> Path:
+    words = "the heart rate of patients with tachycardia rose after covid infection and sleep loss".split()
+    path.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(12)) for i in range(200)) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[str, Path]:
+    from greenadapt.align import run_align
+
+    root = tmp_path_factory.mktemp("safety")
+    w2v, _ = linear_w2v(root / "w2v", tiny_bert, noise=0.01)
+    expanded = build_tiny_expanded(root / "expanded")
+    from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+    qa_model = build_tiny_expanded_qa(root / "qa-model")
+    squad = squad_file(root / "squad.json", [{"paragraphs": [paragraph("tachycardia is a fast heart rate .", ("q1", "what is tachycardia ?", [("a fast heart rate", 15)]))]}])
+    return {
+        "model": tiny_bert,
+        "w2v": w2v,
+        "align": run_align(w2v=w2v, out=root / "align").path,
+        "corpus": _corpus(root / "corpus.txt"),
+        "expanded": expanded,
+        "ner": write_ner_file(root / "train.tsv", 24, seed=1),
+        "qa_model": qa_model,
+        "squad": squad,
+    }
+
+
+def _writers(inputs: dict[str, Path], work: Path) -> dict[str, list[str]]:
+    """Every command that writes a folder, with its --out left for the caller to add."""
+    small = ["--workers", "1", "--min-count", "1", "--epochs", "1", "--dim", "8"]
+    return {
+        "w2v": ["w2v", "-c", str(inputs["corpus"]), "-m", str(inputs["model"]), *small, "--workdir", str(work)],
+        "align": ["align", "--w2v", str(inputs["w2v"])],
+        "expand": ["expand", "--align", str(inputs["align"])],
+        "adapt": ["adapt", "-c", str(inputs["corpus"]), "-m", str(inputs["model"]), *small, "--workdir", str(work)],
+        "finetune": ["finetune", "--task", "ner", "--train", str(inputs["ner"]), "--model", str(inputs["expanded"]),
+                     "--max-steps", "1", "--device", "cpu", "--workdir", str(work)],
+        "finetune-qa": ["finetune", "--task", "qa", "--train", str(inputs["squad"]), "--model", str(inputs["qa_model"]),
+                        "--max-steps", "1", "--device", "cpu", "--workdir", str(work)],
+        "qa": ["qa", "--model", str(inputs["qa_model"]), "--data", str(inputs["squad"]), "--device", "cpu"],
+        "pretrain": ["pretrain", "-c", str(inputs["corpus"]), "-m", str(inputs["model"]), "--max-steps", "1",
+                     "--device", "cpu", "--workdir", str(work)],
+        "multitask": ["multitask", "--model", str(inputs["expanded"]), "--task", f"name=ner,type=ner,train={inputs['ner']}",
+                      "--max-steps", "1", "--device", "cpu", "--workdir", str(work)],
+    }
+
+
+@pytest.mark.parametrize("command", ["w2v", "align", "expand", "adapt", "finetune", "finetune-qa", "qa", "pretrain", "multitask"])
+def test_force_never_replaces_a_users_folder(command: str, inputs: dict[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "thesis.tex").write_text("three years of work")
+    (mine / "notes" / "todo.txt").write_text("back up")
+    before = _tree(mine)
+    started = time.monotonic()
+    code, err = _run_cli([*_writers(inputs, tmp_path / "work")[command], "--out", str(mine), "--force"], monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT, err
+    assert f"{mine}: refusing to replace this folder" in err and "choose a new or empty folder" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert time.monotonic() - started < 10  # refused before the work, not after it
+    assert _tree(mine) == before
+    assert not list(tmp_path.glob(".mine.*-*")), "a temporary or renamed copy was left beside it"
+
+
+def test_a_file_added_to_a_greenadapt_folder_keeps_it_from_being_replaced(
+    inputs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = shutil.copytree(inputs["align"], tmp_path / "align")
+    (out / "my-notes.md").write_text("the map looks good")
+    code, err = _run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(out), "--force"], monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT and "files greenadapt did not write (my-notes.md)" in err, err
+    assert (out / "my-notes.md").read_text() == "the map looks good"
+    (out / "my-notes.md").unlink()
+    code, err = _run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(out), "--force"], monkeypatch, capsys)
+    assert code == 0, err  # our own folder, untouched by the user: replaced as asked
+    load_stage(out, "align")
+
+
+def test_an_empty_folder_is_a_fine_destination(inputs: dict[str, Path], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    code, err = _run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(tmp_path / "empty")], monkeypatch, capsys)
+    assert code == 0, err
+    load_stage(tmp_path / "empty", "align")
+
+
+def test_the_old_output_goes_only_after_the_new_one_is_complete(inputs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    with StageRun("demo", out, {"a": 1}, []) as run:
+        (run.tmp / "old.txt").write_text("old")
+        run.commit()
+    with pytest.raises(RuntimeError, match="boom"), StageRun("demo", out, {"a": 2}, [], force=True) as run:
+        (run.tmp / "new.txt").write_text("half")
+        raise RuntimeError("boom")
+    assert (out / "old.txt").read_text() == "old" and load_stage(out, "demo")["config"] == {"a": 1}
+
+
+@pytest.mark.parametrize("command", ["w2v", "adapt", "finetune", "pretrain", "multitask"])
+@pytest.mark.parametrize("where", ["the workspace", "a folder holding the workspace"])
+def test_out_at_the_workspace_is_refused(command: str, where: str, inputs: dict[str, Path], tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "outer" / "work"
+    (work / "cache" / "pretok").mkdir(parents=True)
+    (work / "cache" / "pretok" / "keep.txt").write_text("cache")
+    before = _tree(tmp_path / "outer")
+    out = work if where == "the workspace" else tmp_path / "outer"
+    code, err = _run_cli([*_writers(inputs, work)[command], "--out", str(out), "--force"], monkeypatch, capsys)
+    assert code == EXIT_USAGE, err
+    assert "the workspace" in err and "--out" in err, err
+    assert _tree(tmp_path / "outer") == before
+
+
+@pytest.mark.parametrize(
+    ("command", "target"),
+    [
+        ("align", lambda i: i["w2v"]),  # the input stage itself (a greenadapt folder: --force would have replaced it)
+        ("align", lambda i: i["w2v"] / "sub"),  # inside the input
+        ("align", lambda i: i["w2v"].parent),  # holding the input
+        ("expand", lambda i: i["align"]),
+        ("expand", lambda i: i["w2v"]),  # the w2v folder align read
+        ("expand", lambda i: i["model"] / "expanded"),  # inside the base model
+        ("finetune", lambda i: i["expanded"]),  # the model being fine-tuned
+        ("adapt", lambda i: i["model"]),
+    ],
+)
+def test_out_overlapping_an_input_is_refused(command: str, target, inputs: dict[str, Path], tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    out = target(inputs)
+    watched = inputs["w2v"].parent
+    before = _tree(watched)
+    code, err = _run_cli([*_writers(inputs, tmp_path / "work")[command], "--out", str(out), "--force"], monkeypatch, capsys)
+    assert code == EXIT_USAGE, err
+    assert "choose an --out outside what this command reads" in err, err
+    assert _tree(watched) == before
+
+
+def test_adapt_out_at_its_own_w2v_stage_is_refused_before_w2v_runs(inputs: dict[str, Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from greenadapt import workspace
+    from greenadapt.models import resolve_model
+
+    work = tmp_path / "work"
+    future_w2v = workspace.stage_dir(work, [str(inputs["corpus"])], resolve_model(str(inputs["model"])).slug, "w2v")
+    code, err = _run_cli([*_writers(inputs, work)["adapt"], "--out", str(future_w2v)], monkeypatch, capsys)
+    assert code == EXIT_USAGE and "the w2v stage's folder" in err, err
+    assert not work.exists() or not list(work.rglob(MANIFEST))
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--method", "foo"], "unknown --method 'foo'"),
+        (["--max-new", "-1"], "--max-new"),
+        (["--out", "{file}/model"], "is a file"),
+    ],
+)
+def test_adapt_checks_every_option_before_training_word2vec(extra: list[str], says: str, inputs: dict[str, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    extra = [e.replace("{file}", str(a_file)) for e in extra]
+    work = tmp_path / "work"
+    started = time.monotonic()
+    code, err = _run_cli([*_writers(inputs, work)["adapt"], *extra], monkeypatch, capsys)
+    assert code == EXIT_USAGE, err
+    assert says in err, err
+    assert time.monotonic() - started < 2
+    assert not work.exists() or not any(work.rglob("*.bin")), "word2vec ran before the bad option was found"
+
+
+def test_one_default_seed_lets_the_documented_flow_reuse_each_stage(inputs: dict[str, Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`w2v --corpus X` → `align --corpus X` → `adapt --corpus X` with every default: adapt reuses both stages."""
+    small = ["--workers", "1", "--min-count", "1", "--epochs", "1", "--dim", "8"]
+    common = ["-m", str(inputs["model"]), "--workdir", str(tmp_path / "work")]
+    corpus = ["-c", str(inputs["corpus"])]
+    assert _run_cli(["w2v", *corpus, *common, *small], monkeypatch, capsys)[0] == 0
+    assert _run_cli(["align", *corpus, *common], monkeypatch, capsys)[0] == 0
+    code, err = _run_cli(["adapt", *corpus, *common, *small, "--json"], monkeypatch, capsys)
+    assert code == 0, err
+
+
+def test_every_command_defaults_to_the_same_seed() -> None:
+    import inspect
+
+    from greenadapt.adapt import AdaptOptions
+    from greenadapt.align import run_align
+    from greenadapt.cli import _register, app
+    from greenadapt.defaults import DEFAULT_SEED
+    from greenadapt.expand import run_expand
+    from greenadapt.finetune.run import FinetuneOptions
+    from greenadapt.w2v import W2VOptions
+
+    _register()
+    import typer.main
+
+    command = typer.main.get_command(app)
+    seeds = {}
+    for name, sub in command.commands.items():  # type: ignore[attr-defined]
+        for param in sub.params:
+            if param.name == "seed":
+                seeds[name] = param.default
+    assert set(seeds) >= {"w2v", "align", "expand", "adapt", "finetune", "pretrain", "multitask"}
+    assert set(seeds.values()) == {DEFAULT_SEED}, seeds
+    assert W2VOptions().seed == AdaptOptions().seed == DEFAULT_SEED
+    assert FinetuneOptions.__dataclass_fields__["seeds"].default_factory() == [DEFAULT_SEED]  # type: ignore[misc]
+    for function in (run_align, run_expand):
+        assert inspect.signature(function).parameters["seed"].default == DEFAULT_SEED
+
+
+@pytest.mark.parametrize("command", ["finetune", "pretrain"])
+def test_a_pickled_model_gets_the_one_line_refusal(command: str, inputs: dict[str, Path], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import pickle
+
+    from safetensors.torch import load_file
+
+    model = shutil.copytree(inputs["expanded"] if command == "finetune" else inputs["model"], tmp_path / "model")
+
+    state = load_file(str(model / "model.safetensors"))
+    (model / "model.safetensors").unlink()
+
+    class Payload:
+        def __reduce__(self):  # would run code if ever unpickled unsafely
+            return (print, ("pwned",))
+
+    with open(model / "pytorch_model.bin", "wb") as handle:
+        pickle.dump({**state, "evil": Payload()}, handle)
+    args = _writers({**inputs, "expanded": model, "model": model}, tmp_path / "work")[command]
+    code, err = _run_cli([*args, "--out", str(tmp_path / "out")], monkeypatch, capsys)
+    assert code == EXIT_BAD_INPUT, err
+    assert f"{model / 'pytorch_model.bin'}: cannot load PyTorch weights safely" in err, err
+    assert "weights_only" not in err and "pwned" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_stale_pretokenization_temporaries_are_removed_on_the_next_run(inputs: dict[str, Path], tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    args = _writers(inputs, tmp_path / "work")["w2v"]
+    assert _run_cli(args, monkeypatch, capsys)[0] == 0
+    cache = tmp_path / "work" / "cache" / "pretok"
+    (key,) = [p.name for p in cache.iterdir() if not p.name.startswith(".")]
+    # What a `--force` run killed mid-way leaves: its temporary beside the finished entry (pid of a dead process).
+    stale = cache / f".{key}.tmp-999999-0123abcd"
+    stale.mkdir()
+    (stale / "corpus.txt").write_bytes(b"x" * 1_000_000)
+    code, err = _run_cli(args, monkeypatch, capsys)  # w2v is up to date: it never reaches the pre-tokenization stage
+    assert code == 0, err
+    assert not stale.exists()
+    assert (cache / key / MANIFEST).is_file()
+
+
+def test_a_live_runs_temporary_is_left_alone(tmp_path: Path) -> None:
+    from greenadapt.stage import sweep_stale_temporaries
+
+    out = tmp_path / "entry"
+    with StageRun("demo", out, {"a": 1}, []) as run:
+        assert run.tmp.is_dir()
+        assert sweep_stale_temporaries(tmp_path) == 0  # its lock is held
+        assert run.tmp.is_dir()
+        run.commit()
+
+
+def test_predict_never_overwrites_its_input_or_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    model = build_tiny_expanded(tmp_path / "model")
+    train = write_ner_file(tmp_path / "train.tsv", 24, seed=1)
+    run = tmp_path / "run"
+    code, err = _run_cli(["finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--out", str(run),
+                          "--max-steps", "2", "--device", "cpu"], monkeypatch, capsys)
+    assert code == 0, err
+    original = train.read_bytes()
+    (tmp_path / "outputs").mkdir()
+    for output, force, says in (
+        (train, True, "--output is the --input file"),
+        (tmp_path / "outputs", False, "--output is a folder"),
+        (run / "x.tsv", True, "--output lies inside the --model folder"),
+    ):
+        code, err = _run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(output),
+                              *(["--force"] if force else [])], monkeypatch, capsys)
+        assert code == EXIT_USAGE and says in err, err
+        assert f"{output}:" in err and ".tmp" not in err, err  # the user's path, never a hidden temporary
+    assert train.read_bytes() == original
+    out = tmp_path / "tagged.tsv"
+    out.write_text("mine")
+    code, err = _run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(out)], monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT and "--force" in err, err
+    assert out.read_text() == "mine"
+    code, err = _run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(out), "--force"], monkeypatch, capsys)
+    assert code == 0, err
+    assert out.read_text() != "mine"
+
+
+def test_a_latin1_corpus_is_read_with_one_warning_per_file(tiny_bert: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _corpus(tmp_path / "utf8.txt")
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes(("caf\u00e9 na\u00efve r\u00e9sum\u00e9 heart rate\n" * 50).encode("latin-1"))
+    args = ["w2v", "-c", str(good), "-c", str(latin), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1",
+            "--epochs", "1", "--dim", "8", "--workdir", str(tmp_path / "work"), "--json"]
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *args])
+    with pytest.raises(SystemExit) as info:
+        main()
+    captured = capsys.readouterr()
+    assert info.value.code in (0, None), captured.err
+    warnings = [line for line in captured.err.splitlines() if "invalid UTF-8" in line]
+    assert len(warnings) == 1, captured.err
+    assert str(latin) in warnings[0] and "200 invalid UTF-8 byte sequences" in warnings[0]
+    stats = json.loads(captured.out)["stats"]
+    assert stats["replaced_by_source"] == {str(latin): 200}
