@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.methods import DEFAULT_METHOD, MethodOptions, get_method
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome
 from greenadapt.w2v import W2VOptions
@@ -23,7 +24,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class AdaptOptions:
     w2v: W2VOptions = field(default_factory=W2VOptions)
-    align_method: str = "lstsq"
+    align_method: str = DEFAULT_METHOD
+    method_options: MethodOptions = field(default_factory=MethodOptions)
     max_new: int | None = None
     min_count_new: int = 1
     seed: int = DEFAULT_SEED
@@ -62,10 +64,12 @@ def run_adapt(
     from greenadapt.w2v import run_w2v
 
     check_adapt(corpus, model=model, options=options, workdir=workdir, out=out, force=force)
+    # A method that needs no word vectors (subword-mean, random) gets the corpus counts only: no word2vec is trained.
+    w2v_options = options.w2v if get_method(options.align_method).needs_vectors else replace(options.w2v, vectors=False)
     w2v = run_w2v(
         corpus,
         model=model,
-        options=options.w2v,
+        options=w2v_options,
         text_fields=text_fields,
         workdir=workdir,
         force=force,
@@ -78,6 +82,7 @@ def run_adapt(
         w2v=w2v.path,
         model=model,
         method=options.align_method,
+        method_options=options.method_options,
         seed=options.seed,
         force=force,
         wait=wait,
@@ -102,14 +107,13 @@ def check_adapt(
 ) -> None:
     """Every option of the three stages, before the first one trains: a bad one costs a second, not a w2v run."""
     from greenadapt import workspace
-    from greenadapt.align import METHODS
     from greenadapt.destination import Protected, check_destination, corpus_reads, protected
     from greenadapt.errors import UsageError
     from greenadapt.models import resolve_model
 
     options.w2v.check()
-    if options.align_method not in METHODS:
-        raise UsageError(f"unknown --method {options.align_method!r}", hint=f"choose one of {', '.join(METHODS)}")
+    get_method(options.align_method)
+    options.method_options.check()
     if options.max_new is not None and options.max_new < 0:
         raise UsageError(f"--max-new must be >= 0, got {options.max_new}")
     if options.min_count_new < 1:

@@ -87,7 +87,7 @@ def run_align(
     general = load_general_tokenizer(ref.path)
     check_normalization(general, w2v_manifest, w2v_dir, ref)
 
-    out_dir = Path(out) if out is not None else w2v_dir.parent / "align"
+    out_dir = Path(out) if out is not None else w2v_dir.parent / f"align{stage_suffix(chosen, method_options)}"
     check_destination(
         out_dir, kind="align", force=force, workspace=workdir,
         reads=[*protected("the --w2v input", w2v_dir), *protected("the base --model", ref.path)],
@@ -196,6 +196,19 @@ def vocab_digest(general: GeneralTokenizer) -> str:
 
 # --------------------------------------------------------------------------
 # The work
+
+
+def stage_suffix(method: InitMethod, options: MethodOptions) -> str:
+    """How the default align and expand folders of a method are told apart: "" for the paper's lstsq,
+    ``-focus``, ``-lstsq-match-norm``, ``-focus-<hash of its options>`` when they differ from the defaults."""
+    from greenadapt.stage import canonical_json
+
+    chosen = recorded_options(method, options)
+    norm = "-match-norm" if chosen.pop("match_norm", False) else ""
+    name = "" if method.name == "lstsq" and not norm else f"-{method.name}"
+    if chosen == recorded_options(method, MethodOptions()):
+        return f"{name}{norm}"
+    return f"{name}{norm}-{hashlib.sha256(canonical_json(chosen).encode()).hexdigest()[:8]}"
 
 
 def recorded_options(method: InitMethod, options: MethodOptions) -> dict[str, Any]:

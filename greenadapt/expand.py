@@ -151,7 +151,9 @@ def run_expand(
     if align_config.get("model", {}).get("path") != str(ref.path):
         log.warning("expanding %s with a map fitted on %s (same vocabulary)", ref.path, align_config.get("model", {}).get("path"))
 
-    out_dir = Path(out) if out is not None else align_dir.parent / "expand"
+    # align-focus -> expand-focus: each method's model beside its own fit.
+    suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
+    out_dir = Path(out) if out is not None else align_dir.parent / f"expand{suffix}"
     check_destination(
         out_dir, kind="expand", force=force, workspace=workdir,
         reads=[

@@ -85,6 +85,9 @@ class W2VOptions:
     window: int = 5
     negative: int = 5
     sample: float = 1e-3
+    # False: count the corpus words (min_count applied) and train no vectors, for methods that need
+    # none (subword-mean, random); `adapt` chooses this from the method.
+    vectors: bool = True
 
     def resolved_workers(self) -> int:
         return self.workers if self.workers is not None else max(1, os.cpu_count() or 1)
@@ -128,7 +131,9 @@ def run_w2v(
     dim = options.dim or hidden_size(model_ref)
     workers = options.resolved_workers()
     root = workspace.workdir(workdir)
-    out_dir = Path(out) if out is not None else workspace.stage_dir(root, corpus, model_ref.slug, "w2v")
+    # Counts alone are another output than trained vectors: they must not replace each other in the workspace.
+    default_name = "w2v" if options.vectors else "w2v-counts"
+    out_dir = Path(out) if out is not None else workspace.stage_dir(root, corpus, model_ref.slug, default_name)
     check_destination(
         out_dir, kind="w2v", force=force, workspace=root,
         reads=[*protected("the base --model", model_ref.path), *corpus_reads(corpus)],
@@ -149,6 +154,9 @@ def run_w2v(
         **rules.flags(),
         "pretok_format": PRETOK_FORMAT,
     }
+    if not options.vectors:
+        # Recorded only when off, so the outputs of trained runs keep their fingerprints.
+        config.update(vectors=False, dim=None, epochs=None, workers=None, seed=None, window=None, negative=None, sample=None)
     inputs = source_identities(sources)
     # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
     sweep_stale_temporaries(root / "cache" / "pretok")
@@ -160,14 +168,19 @@ def run_w2v(
         pretok = pretokenize_corpus(
             sources, tokenizer, root / "cache" / "pretok", workers=workers, progress=progress, force=force
         )
-        vectors, train_stats = _train(pretok, dim=dim, options=options, workers=workers, progress=progress)
-        vectors.save_word2vec_format(str(run.tmp / VECTORS_FILE), binary=True)
-        _write_counts(vectors, run.tmp / COUNTS_FILE)
+        if options.vectors:
+            vectors, train_stats = _train(pretok, dim=dim, options=options, workers=workers, progress=progress)
+            vectors.save_word2vec_format(str(run.tmp / VECTORS_FILE), binary=True)
+            _write_counts(vectors, run.tmp / COUNTS_FILE)
+            vocab_size = len(vectors)
+        else:
+            vocab_size = _write_corpus_counts(pretok, options.min_count, run.tmp / COUNTS_FILE)
+            train_stats = {"word2vec_trained": False}
         stats = {
             "lines": pretok.lines,
             "tokens": pretok.tokens,
             "types": pretok.types,
-            "vocab_size": len(vectors),
+            "vocab_size": vocab_size,
             "bytes": pretok.bytes,
             "replaced_chars": pretok.replaced_chars,
             "replaced_by_source": pretok.replaced_by_source,
@@ -180,7 +193,7 @@ def run_w2v(
             **train_stats,
         }
         manifest = run.commit(stats=stats)
-    log.info("w2v: %s words x %d dims -> %s", f"{len(vectors):,}", dim, run.out)
+    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims" if options.vectors else " counted (no vectors)", run.out)
     return StageOutcome(run.out, manifest, skipped=False)
 
 
@@ -252,6 +265,20 @@ def _expected_trained_words(vectors: Any) -> float:
     return float(np.dot(vectors.expandos["count"].astype(np.float64), np.minimum(keep, 1.0)))
 
 
+def _write_corpus_counts(pretok: PretokenizedCorpus, min_count: int, path: Path) -> int:
+    """counts.tsv of the words seen at least ``min_count`` times, most frequent first (gensim's order)."""
+    counts = [(w, c) for w, c in pretok.word_counts().items() if c >= min_count]
+    if not counts:
+        raise CorpusError(
+            f"no word occurs at least {min_count} times in the corpus ({pretok.tokens:,} tokens)",
+            hint="lower --min-count or use a larger corpus",
+        )
+    counts.sort(key=lambda wc: (-wc[1], wc[0]))
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(f"{word}\t{count}\n" for word, count in counts)
+    return len(counts)
+
+
 def _write_counts(vectors: Any, path: Path) -> None:
     counts = vectors.expandos["count"]
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
@@ -311,7 +338,7 @@ def summary_line(outcome: StageOutcome) -> str:
     if outcome.skipped:
         return f"w2v: up to date ({outcome.skip_reason.removeprefix('up to date: ')}) -> {outcome.path}"
     stats = outcome.manifest.get("stats", {})
-    dim = outcome.manifest.get("config", {}).get("dim", "?")
+    dim = outcome.manifest.get("config", {}).get("dim") or "no"
     seconds = outcome.manifest.get("cost", {}).get("wall_seconds", 0.0)
     return (
         f"w2v: {stats.get('vocab_size', 0):,} words x {dim} dims from {_human(stats.get('tokens', 0))} tokens "

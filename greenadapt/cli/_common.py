@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from greenadapt.methods import DEFAULT_METHOD, METHODS, method_help
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 WorkdirOption = typer.Option(
@@ -24,6 +25,19 @@ WaitOption = typer.Option(False, "--wait", help="If another process is writing t
 JsonOption = typer.Option(False, "--json", help="Print the manifest as JSON on stdout.")
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars, warnings and errors only.")
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging.")
+
+# The initialisation method and its options: names and help come from the registry (greenadapt.methods).
+MethodOption = typer.Option(
+    DEFAULT_METHOD, "--method", metavar="NAME", help=method_help(), autocompletion=lambda: list(METHODS)
+)
+FocusKOption = typer.Option(10, "--focus-k", metavar="N", help="focus: how many nearest shared words weigh into a row.")
+FocusTemperatureOption = typer.Option(
+    0.1, "--focus-temperature", metavar="FLOAT", help="focus: similarities are divided by this before sparsemax (smaller: sparser)."
+)
+HybridWeightOption = typer.Option(0.5, "--hybrid-weight", metavar="FLOAT", help="hybrid: the weight of lstsq (the rest is subword-mean).")
+MatchNormOption = typer.Option(
+    False, "--match-norm", help="Rescale each new row to the mean norm of the model's whole-word rows (any method)."
+)
 
 
 def setup_logging(*, quiet: bool = False, verbose: bool = False) -> None:

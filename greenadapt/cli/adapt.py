@@ -9,7 +9,12 @@ import typer
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
+    FocusKOption,
+    FocusTemperatureOption,
     ForceOption,
+    HybridWeightOption,
+    MatchNormOption,
+    MethodOption,
     JsonOption,
     QuietOption,
     VerboseOption,
@@ -34,7 +39,11 @@ def adapt_command(
     epochs: int = typer.Option(5, "--epochs", min=1, help="word2vec epochs."),
     min_count: int = typer.Option(5, "--min-count", min=1, help="word2vec minimum word count."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Threads/processes (default: all cores)."),
-    method: str = typer.Option("lstsq", "--method", help="Alignment: lstsq, identity or random."),
+    method: str = MethodOption,
+    focus_k: int = FocusKOption,
+    focus_temperature: float = FocusTemperatureOption,
+    hybrid_weight: float = HybridWeightOption,
+    match_norm: bool = MatchNormOption,
     max_new: int | None = typer.Option(None, "--max-new", min=0, help="At most this many new words (most frequent first)."),
     min_count_new: int = typer.Option(1, "--min-count-new", min=1, help="Minimum corpus count of a new word."),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed for every stage."),
@@ -49,11 +58,13 @@ def adapt_command(
     """Adapt a model to a domain corpus: train word2vec, align it, expand the vocabulary."""
     setup_logging(quiet=quiet, verbose=verbose)
     from greenadapt.adapt import AdaptOptions, run_adapt
+    from greenadapt.methods import MethodOptions
     from greenadapt.w2v import W2VOptions
 
     options = AdaptOptions(
         w2v=W2VOptions(dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed),
         align_method=method,
+        method_options=MethodOptions(focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm),
         max_new=max_new,
         min_count_new=min_count_new,
         seed=seed,
@@ -79,8 +90,9 @@ def adapt_command(
     new_rows = outcome.expand.manifest.get("stats", {}).get("n_new")
     lines.append(
         f"adapted model: {outcome.expand.path} "
-        f"({new_rows if new_rows is not None else '?'} new words; held-out alignment cosine "
-        f"{report.get('heldout_cosine', float('nan')):.3f})"
+        f"({new_rows if new_rows is not None else '?'} new words, {report.get('method', '?')}; "
+        + ("no word2vec trained)" if not report.get("word2vec_trained", True) else
+           f"held-out cosine {'n/a' if report.get('heldout_cosine') is None else format(report['heldout_cosine'], '.3f')})")
     )
     emit(
         {"stages": {name: stage.manifest for name, stage in outcome.stages}, "model": str(outcome.expand.path)},

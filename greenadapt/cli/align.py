@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,12 @@ import typer
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
+    FocusKOption,
+    FocusTemperatureOption,
     ForceOption,
+    HybridWeightOption,
+    MatchNormOption,
+    MethodOption,
     JsonOption,
     QuietOption,
     VerboseOption,
@@ -24,12 +28,6 @@ from greenadapt.cli._common import (
 )
 
 
-class Method(str, enum.Enum):
-    lstsq = "lstsq"
-    identity = "identity"
-    random = "random"
-
-
 @app.command("align")
 def align_command(
     w2v: Path | None = typer.Option(None, "--w2v", help="Folder written by `greenadapt w2v`."),
@@ -39,9 +37,11 @@ def align_command(
     model: str | None = typer.Option(
         None, "--model", "-m", help="Model folder or Hub id (default: the model the w2v output was made with)."
     ),
-    method: Method = typer.Option(
-        Method.lstsq, "--method", help="lstsq (least squares), or the paper's ablations identity / random."
-    ),
+    method: str = MethodOption,
+    focus_k: int = FocusKOption,
+    focus_temperature: float = FocusTemperatureOption,
+    hybrid_weight: float = HybridWeightOption,
+    match_norm: bool = MatchNormOption,
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the held-out split (and of the random ablation)."),
     probe: list[str] | None = typer.Option(
         None, "--probe", help="Also show the neighbours of this word (repeatable)."
@@ -54,16 +54,18 @@ def align_command(
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
 ) -> None:
-    """Map word2vec vectors into the model's wordpiece-embedding space (least squares)."""
+    """Fit the initialisation method on the words word2vec and the model share (the paper's least squares by default)."""
     setup_logging(quiet=quiet, verbose=verbose)
     from greenadapt.align import REPORT_FILE, run_align
+    from greenadapt.methods import MethodOptions
 
     with progress_for(quiet) as progress:
         outcome = run_align(
             w2v=w2v,
             corpus=corpus or None,
             model=model,
-            method=method.value,
+            method=method,
+            method_options=MethodOptions(focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm),
             seed=seed,
             probes=probe or (),
             workdir=workdir,

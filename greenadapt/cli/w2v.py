@@ -42,6 +42,9 @@ def w2v_command(
         None, "--workers", min=1, help="Processes/threads (default: all cores); with 1, runs are reproducible."
     ),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
+    no_vectors: bool = typer.Option(
+        False, "--no-vectors", help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean or random)."
+    ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Output folder (default: WORKDIR/CORPUS/MODEL/w2v)."
     ),
@@ -56,7 +59,7 @@ def w2v_command(
     setup_logging(quiet=quiet, verbose=verbose)
     from greenadapt.w2v import W2VOptions, run_w2v, summary_line
 
-    options = W2VOptions(dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed)
+    options = W2VOptions(dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed, vectors=not no_vectors)
     with progress_for(quiet) as progress:
         outcome = run_w2v(
             corpus,

@@ -35,25 +35,40 @@ class SubwordMean:
 
 
 def wordpiece_ids(general: GeneralTokenizer, words: Sequence[str]) -> list[list[int]]:
-    """The ids T_LM gives each word, without special tokens (one call into the Rust tokenizer per chunk)."""
+    """The ids T_LM gives each word, without special tokens, padding or truncation."""
+    from tokenizers import Tokenizer
+
+    # A model's tokenizer.json may pad every encoding to a fixed length (MiniLM's pads to 128):
+    # those [PAD] ids would enter the mean. A copy with padding and truncation off.
+    backend = Tokenizer.from_str(general.backend.to_str())
+    backend.no_padding()
+    backend.no_truncation()
     ids: list[list[int]] = []
     for start in range(0, len(words), ROW_CHUNK):
-        encodings = general.backend.encode_batch(list(words[start : start + ROW_CHUNK]), add_special_tokens=False)
+        encodings = backend.encode_batch(list(words[start : start + ROW_CHUNK]), add_special_tokens=False)
         ids.extend(e.ids for e in encodings)
     return ids
 
 
 def subword_mean_rows(general: GeneralTokenizer, words: Sequence[str], embeddings: np.ndarray) -> Iterator[np.ndarray]:
     import numpy as np
+    import scipy.sparse
 
+    pieces = wordpiece_ids(general, words)
+    table = np.asarray(embeddings, dtype=np.float64)
     for start in range(0, len(words), ROW_CHUNK):
-        pieces = wordpiece_ids(general, words[start : start + ROW_CHUNK])
-        lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
-        flat = np.fromiter((i for p in pieces for i in p), dtype=np.int64, count=int(lengths.sum()))
-        owner = np.repeat(np.arange(len(pieces)), lengths)
-        sums = np.zeros((len(pieces), embeddings.shape[1]), dtype=np.float64)
-        np.add.at(sums, owner, embeddings[flat].astype(np.float64))
-        yield (sums / np.maximum(lengths, 1)[:, None]).astype(np.float32)
+        chunk = pieces[start : start + ROW_CHUNK]
+        lengths = np.fromiter((len(p) for p in chunk), dtype=np.int64, count=len(chunk))
+        if (lengths == 0).any():
+            raise ValueError(f"the model's tokenizer gives no wordpiece for {words[start + int(np.argmin(lengths))]!r}")
+        flat = np.fromiter((i for p in chunk for i in p), dtype=np.int64, count=int(lengths.sum()))
+        # One sparse product: row i of the averaging matrix holds 1/len at the word's piece ids (a repeated
+        # piece counts twice, as in the mean over the piece sequence).
+        averaging = scipy.sparse.csr_matrix(
+            (np.repeat(1.0 / lengths, lengths), flat, np.concatenate(([0], np.cumsum(lengths)))),
+            shape=(len(chunk), len(table)),
+        )
+        yield np.asarray(averaging @ table, dtype=np.float32)
 
 
 def subword_mean_cosine(general: GeneralTokenizer, words: Sequence[str], targets: np.ndarray, embeddings: np.ndarray) -> float:
