@@ -61,13 +61,26 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
-VARIANTS = ("base", "green", "identity", "random", "dapt", "green-mlm")
+# Initialisation-method variants: (align --method, extra align options); each aligned on the same word2vec
+# vectors as "green" (the paper's lstsq) into align-<variant>/ and expand-<variant>/.
+METHOD_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "identity": ("identity", ()),
+    "random": ("random", ()),
+    "subword-mean": ("subword-mean", ()),
+    "focus": ("focus", ()),
+    "hybrid": ("hybrid", ()),
+    "green-norm": ("lstsq", ("--match-norm",)),
+    "focus-norm": ("focus", ("--match-norm",)),
+}
+VARIANTS = ("base", "green", *METHOD_VARIANTS, "dapt", "green-mlm")
 DEFAULT_VARIANTS = ("base", "green", "identity", "random")
 # Stages whose cost is the price of each variant's adapted model (fine-tuning is paid by all alike).
-ADAPTATION_STAGES = {"base": (), "green": ("w2v", "align", "expand"), "identity": ("w2v", "align-identity", "expand-identity"),
-                     "random": ("w2v", "align-random", "expand-random"), "dapt": ("pretrain-dapt",),
-                     "green-mlm": ("w2v", "align", "expand", "pretrain-green-mlm")}
-MIXED = {"green", "identity", "random", "green-mlm"}
+# subword-mean needs no word2vec: its price is the corpus count (the pre-tokenization, inside w2v's figure
+# here since both share it) plus align and expand; the table states w2v's part separately.
+ADAPTATION_STAGES = {"base": (), "green": ("w2v", "align", "expand"), "dapt": ("pretrain-dapt",),
+                     "green-mlm": ("w2v", "align", "expand", "pretrain-green-mlm"),
+                     **{v: ("w2v", f"align-{v}", f"expand-{v}") for v in METHOD_VARIANTS}}
+MIXED = {"green", "green-mlm", *METHOD_VARIANTS}
 EXIT_PREEMPTED, EXIT_INTERRUPTED = 99, 130
 
 
@@ -100,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-every", type=int, default=100, help="Checkpoint every N steps (resume after a kill).")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dry-run", action="store_true", help="Print the commands, run nothing.")
+    parser.add_argument("--tables-only", action="store_true", help="Only print the tables of the runs finished so far.")
     args = parser.parse_args(argv)
 
     variants = [v for v in args.variants.split(",") if v]
@@ -117,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.corpus_lines:
         corpus = _head_corpus(args.corpus, work / "data" / f"corpus-{args.corpus_lines}.txt.gz", args.corpus_lines)
 
+    if args.tables_only:
+        run_dir = next(work.glob("work/*/*/finetune")).parent
+        study = study_table(run_dir, sets, variants, seeds)
+        _write_atomically(work / "study.json", [json.dumps(study, indent=1) + "\n"])
+        print(render_study_table(study))
+        return 0
+
     # 1. adapt (w2v -> align -> expand); its JSON output names the adapted model folder.
     adapted = runner.run(
         ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"),
@@ -127,15 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = expand_dir.parent
     models = {"base": model, "green": str(expand_dir)}
 
-    # 2. ablations on the same vectors.
-    for method in ("identity", "random"):
-        if method not in variants:
+    # 2. the other initialisation methods (and the paper's ablations) on the same vectors.
+    for variant, (method, extra) in METHOD_VARIANTS.items():
+        if variant not in variants:
             continue
-        runner.run(["align", "--w2v", str(run_dir / "w2v"), "--model", model, "--method", method, "--seed", "1",
-                    "--out", str(run_dir / f"align-{method}")])
-        runner.run(["expand", "--align", str(run_dir / f"align-{method}"), "--model", model, "--seed", "1",
-                    "--out", str(run_dir / f"expand-{method}")])
-        models[method] = str(run_dir / f"expand-{method}")
+        runner.run(["align", "--w2v", str(run_dir / "w2v"), "--model", model, "--method", method, *extra, "--seed", "1",
+                    "--out", str(run_dir / f"align-{variant}")])
+        runner.run(["expand", "--align", str(run_dir / f"align-{variant}"), "--model", model, "--seed", "1",
+                    "--out", str(run_dir / f"expand-{variant}")])
+        models[variant] = str(run_dir / f"expand-{variant}")
 
     # 3. continued masked-LM pretraining: DAPT from the base model, a short pass over the adapted one.
     for variant, start, steps in (("dapt", model, args.dapt_steps), ("green-mlm", str(expand_dir), args.green_mlm_steps)):
@@ -152,13 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         models[variant] = str(out)
 
-    # 4. fine-tuning, one run folder per set, variant and seed.
+    # 4. fine-tuning, one run folder per set, variant and seed; seed by seed, so that a study cut short
+    # still holds complete paired comparisons for the seeds it finished.
     for name in sets:
         folder = args.ner / name
         train = _head_sentences(folder / "train_dev.tsv", work / "data" / name, "train_dev", args.max_train_sentences)
         test = _head_sentences(folder / "test.tsv", work / "data" / name, "test", args.max_test_sentences)
-        for variant in variants:
-            for seed in seeds:
+        for seed in seeds:
+            for variant in variants:
                 out = run_dir / "finetune" / name / variant / f"seed-{seed}"
                 mix = "0.5" if variant in MIXED else "0"
                 runner.run(
@@ -174,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = gap_table(run_dir, sets, variants, seeds)
         _write_atomically(work / "gap.json", [json.dumps(rows, indent=1) + "\n"])
         print(render_gap_table(rows))
+        study = study_table(run_dir, sets, variants, seeds)
+        _write_atomically(work / "study.json", [json.dumps(study, indent=1) + "\n"])
+        _write_atomically(work / "study.md", [render_study_table(study) + "\n"])
+        print("\n" + render_study_table(study))
         print(f"\nreport: {work / 'report.html'}; table: {work / 'gap.json'}", file=sys.stderr)
     return 0
 
@@ -234,6 +260,86 @@ def render_gap_table(rows: list[dict[str, object]]) -> str:
             f"| {number(row['gap_share'], '.0%')} "
             f"| {number(wall, '.0f')} | {number(cpu / 3600 if isinstance(cpu, float) else None, '.3f')} "
             f"| {number(gpu / 3600 if isinstance(gpu, float) else None, '.3f')} | {number(row['energy_kwh'], '.2e')} |"
+        )
+    return "\n".join(lines)
+
+
+POOLS = ("general", "domain", "mean")
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def _per_seed_f1(folder: Path, seeds: list[int]) -> dict[int, dict[str, float]]:
+    """{seed: {pool: test F1}} of the finished seeds of one variant."""
+    found: dict[int, dict[str, float]] = {}
+    for seed in seeds:
+        path = folder / f"seed-{seed}" / "metrics.json"
+        if not path.is_file():
+            continue
+        for scores in json.loads(path.read_text(encoding="utf-8")).get("per_seed", {}).values():
+            test = scores.get("test", {})
+            found[seed] = {pool: float(test[pool]["f1"]) for pool in POOLS if isinstance((test.get(pool) or {}).get("f1"), int | float)}
+    return found
+
+
+def bootstrap_interval(differences: list[float], *, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of paired differences (resampling the seeds)."""
+    import numpy as np
+
+    values = np.asarray(differences, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))].mean(axis=1)
+    return float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, 1 - (1 - level) / 2))
+
+
+def study_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list[int]) -> list[dict[str, object]]:
+    """Per set and variant: test F1 mean ± sd over seeds under each pooling mode, and the paired per-seed
+    difference of its headline mode (mean-pooled for two-tokenizer models) to base (general tokenizer),
+    over the seeds both finished, with a bootstrap interval."""
+    import statistics
+
+    rows: list[dict[str, object]] = []
+    for name in sets:
+        base = _per_seed_f1(run_dir / "finetune" / name / "base", seeds)
+        for variant in variants:
+            runs = _per_seed_f1(run_dir / "finetune" / name / variant, seeds)
+            row: dict[str, object] = {"set": name, "variant": variant, "seeds": sorted(runs)}
+            for pool in POOLS:
+                values = [100 * r[pool] for r in runs.values() if pool in r]
+                row[pool] = {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else None,
+                             "n": len(values)} if values else None
+            headline = "mean" if variant in MIXED else "general"
+            paired = sorted(set(runs) & set(base))
+            diffs = [100 * (runs[s][headline] - base[s]["general"]) for s in paired if headline in runs[s] and "general" in base[s]]
+            row["paired_vs_base"] = {
+                "seeds": paired, "differences": diffs,
+                "mean": statistics.fmean(diffs) if diffs else None,
+                "interval95": bootstrap_interval(diffs) if len(diffs) > 1 else None,
+            }
+            row.update(_adaptation_cost(run_dir, variant))
+            rows.append(row)
+    return rows
+
+
+def render_study_table(rows: list[dict[str, object]]) -> str:
+    def cell(stat: object) -> str:
+        if not isinstance(stat, dict):
+            return "—"
+        sd = stat.get("sd")
+        return f"{stat['mean']:.2f}" + (f" ± {sd:.2f}" if isinstance(sd, float) else "") + f" (n={stat['n']})"
+
+    lines = ["| set | variant | T_LM | T̂ | mean-pooled | Δ vs base, paired (per seed) | 95% bootstrap | adaptation CPU h |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        paired = row["paired_vs_base"]
+        assert isinstance(paired, dict)
+        diffs = ", ".join(f"{d:+.2f}" for d in paired["differences"])
+        interval = paired["interval95"]
+        cpu = row["cpu_seconds"]
+        lines.append(
+            f"| {row['set']} | {row['variant']} | {cell(row['general'])} | {cell(row['domain'])} | {cell(row['mean'])} "
+            f"| {'—' if paired['mean'] is None else format(paired['mean'], '+.2f')} ({diffs}) "
+            f"| {'—' if interval is None else f'[{interval[0]:+.2f}, {interval[1]:+.2f}]'} "
+            f"| {'—' if not isinstance(cpu, float) else format(cpu / 3600, '.3f')} |"
         )
     return "\n".join(lines)
 

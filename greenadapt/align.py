@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 HELDOUT_FRACTION = 0.1
 HELDOUT_SEED = 0  # fixed, so the held-out figures of two runs compare and lstsq's output does not depend on --seed
 # Below this held-out cosine the map is close to noise (the bundled 2k-sentence sample gives 0.07;
-# biomed-10m on MiniLM gives about 0.5): warn, since the new rows will then carry little.
+# biomed-10m on MiniLM gives 0.26): warn, since the new rows will then carry little.
 LOW_HELDOUT_COSINE = 0.2
 N_FREQUENT = 10
 N_NEIGHBOURS = 5

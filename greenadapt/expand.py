@@ -57,7 +57,15 @@ from greenadapt.methods import InitMethod, MethodOptions, RowContext, get_method
 from greenadapt.methods.base import describe
 from greenadapt.methods.norms import rescale_rows, whole_word_norm
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import StageOutcome, StageRun, load_stage, manifest_identity, resource_errors
+from greenadapt.stage import (
+    StageOutcome,
+    StageRun,
+    load_stage,
+    manifest_identity,
+    recorded_input_path,
+    resource_errors,
+    same_identity,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -191,9 +199,9 @@ def _w2v_of(align_dir: Path, align_manifest: Mapping[str, Any]) -> tuple[Path, d
     recorded = next((i for i in align_manifest.get("inputs", []) if i.get("stage") == "w2v"), None)
     if recorded is None or not recorded.get("path"):
         raise StageError("the align manifest names no w2v input", path=align_dir, hint="rerun `greenadapt align --force`")
-    w2v_dir = Path(recorded["path"])
+    w2v_dir = recorded_input_path(recorded, align_dir)
     w2v_manifest = load_stage(w2v_dir, "w2v")
-    if manifest_identity(w2v_dir, w2v_manifest) != recorded:
+    if not same_identity(manifest_identity(w2v_dir, w2v_manifest), recorded):
         raise StageError(
             "the w2v output changed after align read it",
             path=w2v_dir,

@@ -56,8 +56,68 @@ def canonical_json(obj: Any) -> str:
 
 
 def fingerprint(kind: str, config: Mapping[str, Any], inputs: list[Mapping[str, Any]]) -> str:
+    """What names a stage's output: its kind, options and inputs.
+
+    Upstream stages are named by their content (fingerprint and file checksums), not
+    by where they lie, so a workspace moved or copied (``mv``, ``cp -a``) stays up to
+    date; corpus files, data files and models keep their paths.
+    """
+    payload = canonical_json({"kind": kind, "config": _without_paths(config), "inputs": _without_paths(inputs)})
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def legacy_fingerprint(kind: str, config: Mapping[str, Any], inputs: list[Mapping[str, Any]]) -> str:
+    """The fingerprint greenadapt wrote before paths were left out: outputs made then stay up to date."""
     payload = canonical_json({"kind": kind, "config": config, "inputs": inputs})
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+_PATH_KEYS = frozenset({"path", "relpath"})
+
+
+def _without_paths(value: Any) -> Any:
+    # Only upstream stages are named by content (their files' checksums); a file or model named by
+    # size and modification time keeps its path, or two equal-sized files written in the same
+    # second of a coarse-clock file system would be taken for one.
+    if isinstance(value, Mapping):
+        content_named = "content" in value
+        return {k: _without_paths(v) for k, v in value.items() if not (content_named and k in _PATH_KEYS)}
+    if isinstance(value, list | tuple):
+        return [_without_paths(v) for v in value]
+    return value
+
+
+def with_relative_paths(inputs: list[Mapping[str, Any]], folder: Path) -> list[dict[str, Any]]:
+    """``inputs`` as a manifest in ``folder`` records them: each local path also relative to the folder."""
+    recorded = []
+    for item in inputs:
+        entry = dict(item)
+        if isinstance(entry.get("path"), str) and not isinstance(entry.get("relpath"), str):
+            entry["relpath"] = os.path.relpath(entry["path"], folder)
+        recorded.append(entry)
+    return recorded
+
+
+def recorded_input_path(recorded: Mapping[str, Any], manifest_folder: Path) -> Path:
+    """Where an input a manifest records is now: its path, else the same place relative to the manifest's
+    folder (the two moved together); raises a StageError saying "moved" when neither exists."""
+    path = Path(str(recorded.get("path", "")))
+    if recorded.get("path") and path.exists():
+        return path
+    relative = recorded.get("relpath")
+    if isinstance(relative, str) and (manifest_folder / relative).exists():
+        return Path(os.path.normpath(manifest_folder / relative))
+    raise StageError(
+        f"its {recorded.get('stage') or 'input'} input was moved: {path} no longer exists"
+        + (f", nor {manifest_folder / relative}" if isinstance(relative, str) else ""),
+        path=manifest_folder,
+        hint="move it back, or rerun this stage with --force on the input's new place",
+    )
+
+
+def same_identity(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two recorded identities name the same content, wherever it lies."""
+    return _without_paths(a) == _without_paths(b)
 
 
 def sha256_file(path: Path) -> str:
@@ -411,7 +471,7 @@ class StageRun:
         manifest = check_ownership(self.out, kind=self.kind, force=self.force)
         if manifest is None or manifest.get("kind") != self.kind or self.force:
             return False
-        if manifest.get("fingerprint") != self.fingerprint:
+        if manifest.get("fingerprint") not in (self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs)):
             changed = _config_difference(manifest.get("config", {}), self.config)
             raise OutputExistsError(
                 f"{self.kind} output exists but was made with other inputs or options ({changed})",
@@ -448,7 +508,7 @@ class StageRun:
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "fingerprint": self.fingerprint,
             "config": self.config,
-            "inputs": self.inputs,
+            "inputs": with_relative_paths(self.inputs, self.out),
             "libraries": library_versions(*self.libraries),
             "stats": dict(stats or {}),
             "cost": self._meter.snapshot(),

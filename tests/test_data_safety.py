@@ -356,3 +356,51 @@ def test_a_latin1_corpus_is_read_with_one_warning_per_file(tiny_bert: Path, tmp_
     assert str(latin) in warnings[0] and "200 invalid UTF-8 byte sequences" in warnings[0]
     stats = json.loads(captured.out)["stats"]
     assert stats["replaced_by_source"] == {str(latin): 200}
+
+
+def test_a_moved_workspace_stays_up_to_date(inputs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    small = ["--workers", "1", "--min-count", "1", "--epochs", "1", "--dim", "8"]
+    corpus = ["-c", str(inputs["corpus"]), "-m", str(inputs["model"])]
+    code, err = _run_cli(["adapt", *corpus, *small, "--workdir", str(tmp_path / "before"), "--json"], monkeypatch, capsys)
+    assert code == 0, err
+    shutil.move(tmp_path / "before", tmp_path / "after")  # keeps modification times, as mv and cp -a do
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", "adapt", *corpus, *small, "--workdir", str(tmp_path / "after"), "--json"])
+    with pytest.raises(SystemExit) as info:
+        main()
+    out = capsys.readouterr()
+    assert info.value.code in (0, None), out.err
+    stages = json.loads(out.out)["stages"]
+    assert all(m["created"] for m in stages.values())
+    assert "inputs changed" not in out.err and "other inputs" not in out.err
+    align = next((tmp_path / "after").glob("*/*/align"))
+    # expand finds the w2v folder align read at its new place (recorded relative to align's folder)
+    code, err = _run_cli(["expand", "--align", str(align), "--out", str(tmp_path / "again")], monkeypatch, capsys)
+    assert code == 0, err
+    shutil.rmtree(align.parent / "w2v")
+    code, err = _run_cli(["expand", "--align", str(align), "--out", str(tmp_path / "third")], monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT and "w2v input was moved" in err, err
+
+
+def test_outputs_made_before_paths_left_the_fingerprint_stay_up_to_date(tmp_path: Path) -> None:
+    from greenadapt.stage import legacy_fingerprint
+
+    upstream = {"stage": "w2v", "path": "/old/place/w2v", "fingerprint": "f", "content": "c"}
+    with StageRun("demo", tmp_path / "out", {"a": 1}, [upstream]) as run:
+        run.commit()
+    manifest_path = tmp_path / "out" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["fingerprint"] = legacy_fingerprint("demo", {"a": 1}, [upstream])  # as an older greenadapt wrote it
+    from greenadapt.stage import MANIFEST_CHECKSUM, manifest_checksum
+
+    manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+    moved = {**upstream, "path": "/new/place/w2v"}
+    with StageRun("demo", tmp_path / "out", {"a": 1}, [upstream]) as again:
+        assert again.skipped
+    with StageRun("demo", tmp_path / "out2", {"a": 1}, [upstream]) as first:
+        first.commit()
+    with StageRun("demo", tmp_path / "out2", {"a": 1}, [moved]) as run_moved:
+        assert run_moved.skipped  # the same content at another place

@@ -97,3 +97,32 @@ def test_gap_table_reads_scores_and_costs_from_the_run_folder(tmp_path: Path) ->
     assert rows["green-mlm"]["seeds"] == 1 and rows["green-mlm"]["wall_seconds"] == 232.0
     table = reproduce_ner.render_gap_table(list(rows.values()))
     assert "| A | green | 73.00 (2) | 40% | 32 |" in table and "| A | green-mlm | 74.00 (1) |" in table
+
+
+def test_study_table_pairs_seeds_with_base_and_bootstraps_the_mean_difference(tmp_path: Path) -> None:
+    import json
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    import reproduce_ner
+
+    run = tmp_path / "run"
+    general = {"base": {1: 0.70, 2: 0.72, 3: 0.71}, "focus": {1: 0.69, 2: 0.70, 3: 0.68}}
+    mean = {"focus": {1: 0.72, 2: 0.75, 3: 0.71}}  # differences to base: +2, +3, 0 points
+    for variant, seeds in general.items():
+        for seed, value in seeds.items():
+            folder = run / "finetune" / "A" / variant / f"seed-{seed}"
+            folder.mkdir(parents=True)
+            scores = {"general": {"f1": value}}
+            if variant in mean:
+                scores.update(mean={"f1": mean[variant][seed]}, domain={"f1": value - 0.01})
+            (folder / "metrics.json").write_text(json.dumps({"per_seed": {str(seed): {"test": scores}}}))
+    rows = {r["variant"]: r for r in reproduce_ner.study_table(run, ["A"], ["base", "focus"], [1, 2, 3])}
+    focus = rows["focus"]
+    assert all(abs(a - b) < 1e-9 for a, b in zip(focus["paired_vs_base"]["differences"], [2.0, 3.0, 0.0], strict=True))
+    assert abs(focus["paired_vs_base"]["mean"] - 5 / 3) < 1e-9
+    low, high = focus["paired_vs_base"]["interval95"]
+    assert -1e-9 <= low < 5 / 3 < high <= 3.0 + 1e-9  # bootstrap means of three seeds lie within their min and max
+    assert abs(focus["mean"]["mean"] - 72.6667) < 1e-3 and focus["mean"]["n"] == 3 and focus["mean"]["sd"] > 0
+    assert rows["base"]["domain"] is None and rows["base"]["paired_vs_base"]["mean"] == 0.0
+    table = reproduce_ner.render_study_table(list(rows.values()))
+    assert "| A | focus | 69.00 ± 1.00 (n=3) |" in table and "+1.67 (+2.00, +3.00, +0.00)" in table

@@ -569,6 +569,7 @@ class _Job:
             "dev_history": result.dev_history,
             "train_seconds": round(result.seconds, 2),
             "domain_fraction": round(result.domain_fraction, 4),
+            "warnings": result.warnings,
         }
         if self.gmap is not None:
             summary["gmap"] = model.describe()

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.finetune.health import TrainingHealth
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import EXIT_PREEMPTED, GreenAdaptError, StageError, UsageError
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
@@ -297,6 +298,7 @@ class TrainResult:
     dev_history: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     domain_fraction: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # from greenadapt.finetune.health
 
 
 def plan_steps(n_units: int, config: TrainConfig) -> tuple[int, int]:
@@ -690,6 +692,7 @@ def train(
     _, total_steps = plan_steps(len(units), config)
     result = TrainResult(steps=0, epochs_run=0, best_epoch=None, best_score=None)
     best_state: dict[str, Any] | None = None
+    health = TrainingHealth()
     at = _Position()
     restored = _load_checkpoint(checkpoint, stepper, log_path if ctx.is_main else None) if checkpoint and checkpoint.resume else None
     if restored is not None:
@@ -730,6 +733,7 @@ def train(
                 if len(batch) < stepper.micro_per_step:
                     continue  # an epoch's last, tiny batch that cannot give every process a micro-batch
                 loss, grad_norm = stepper.step(batch, views)
+                health.record_loss(loss)
                 at.step += 1
                 at.domain_units += int(views[batch].sum())
                 at.seen_units += len(batch)
@@ -757,10 +761,12 @@ def train(
             at.epoch += 1
             at.batch = 0
             if evaluate is None:
+                health.evaluated()
                 continue
             model.eval()
             score, details = evaluate(model)
             model.train()
+            health.evaluated(score)
             result.dev_history.append({"epoch": at.epoch, "step": at.step, "score": score, **details})
             if log_handle is not None:
                 log_handle.write(json.dumps({"event": "dev", "epoch": at.epoch, "step": at.step, "score": score}) + "\n")
@@ -781,6 +787,7 @@ def train(
     result.steps, result.epochs_run = at.step, at.epoch
     result.seconds = time.perf_counter() - started
     result.domain_fraction = at.domain_units / at.seen_units if at.seen_units else 0.0
+    result.warnings = health.warnings
     return result
 
 

@@ -171,7 +171,11 @@ def adaptation_chains(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         current = expand
         for upstream in ("align", "w2v"):
             link = next((i for i in current["inputs"] if isinstance(i, dict) and i.get("stage") == upstream), None)
-            found = by_path.get(str(Path(link["path"]).resolve())) if link and link.get("path") else None
+            found = None
+            if link and link.get("path"):
+                found = by_path.get(str(Path(link["path"]).resolve()))
+                if found is None and isinstance(link.get("relpath"), str):  # a workspace moved since
+                    found = by_path.get(str((Path(current["path"]) / link["relpath"]).resolve()))
             if found is None:
                 break
             chain.append(found)
