@@ -452,3 +452,32 @@ def test_minilm_on_the_biomed_corpus(minilm_path: Path, shared_data: Path, tmp_p
     assert np.isfinite(before["loss"]) and np.isfinite(after["loss"]) and before["targets"] == after["targets"] > 0
     model = AutoModelForMaskedLM.from_pretrained(str(out))
     assert model.config.vocab_size == 30522 and (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_train_new_rows_moves_the_added_rows_and_nothing_else(corpus: Path, tmp_path: Path, warmup: int) -> None:
+    from transformers import AutoTokenizer
+
+    model = build_tiny_expanded(tmp_path / "expanded", head="mlm")
+    general_size = len(AutoTokenizer.from_pretrained(str(model / "general-tokenizer")))
+    key = "bert.embeddings.word_embeddings.weight"
+    before = _weights(model)
+    out = tmp_path / "new-rows"
+    run_pretrain(_options(model, corpus, out, max_steps=6, train="new-rows", head_warmup_steps=warmup))
+    after = _weights(out)
+    assert set(before) == set(after)
+    assert not np.array_equal(after[key][general_size:], before[key][general_size:])  # the added rows learned
+    assert np.array_equal(after[key][:general_size], before[key][:general_size])
+    head = {name for name in before if name.startswith("cls.predictions.transform")}
+    moved = {name for name in before if name != key and not np.array_equal(before[name], after[name])}
+    # Without a warm-up every other tensor is bit-identical; with one, only the head's own tensors moved.
+    assert moved == (head | {"cls.predictions.bias"} if warmup else set()), moved
+    encoder = [n for n in before if n.startswith("bert.encoder")]
+    assert encoder and all(np.array_equal(before[n], after[n]) for n in encoder)
+
+
+def test_train_new_rows_needs_added_rows(corpus: Path, tiny_bert: Path, tmp_path: Path) -> None:
+    from greenadapt.errors import UsageError
+
+    with pytest.raises(UsageError, match="needs a model with added rows"):
+        run_pretrain(_options(tiny_bert, corpus, tmp_path / "out", max_steps=2, train="new-rows"))

@@ -47,6 +47,10 @@ def pretrain_command(
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed (order, masking, dropout)."),
     train_embeddings: str = typer.Option("all", "--train-embeddings", help="Word embeddings to train: all, new (rows added by expand only) or none."),
+    train: str = typer.Option(
+        "all", "--train", metavar="WHAT",
+        help="all: every parameter (DAPT); new-rows: only the rows expand added, encoder, original rows and head frozen (the head trains during --head-warmup-steps).",
+    ),
     head_warmup_steps: int = typer.Option(
         0, "--head-warmup-steps", min=0,
         help="The first N steps train the masked-LM head alone (encoder and embeddings frozen): for models shipped without an MLM head, such as the bundled MiniLM.",
@@ -120,6 +124,7 @@ def pretrain_command(
         eval_batch_size=eval_batch_size,
         eval_every=eval_every,
         head_warmup_steps=head_warmup_steps,
+        train=train,
     )
     options = PretrainOptions(
         corpus=list(corpus),

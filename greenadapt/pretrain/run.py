@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 KIND = "pretrain"
 LOG_FILE = "train_log.jsonl"
 TOKENIZER_CHOICES = ("auto", "domain", "general")
-_LATER_OPTIONS = {"head_warmup_steps": 0}  # training options newer than the first pretrain outputs, with their defaults
+_LATER_OPTIONS = {"head_warmup_steps": 0, "train": "all"}  # training options newer than the first pretrain outputs, with their defaults
 
 
 @dataclass

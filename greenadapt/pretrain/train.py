@@ -89,6 +89,9 @@ _WEIGHTS, _TENSORS, _STATE, _LOG = "model.safetensors", "optimizer.pt", "state.j
 _REPORT_SECONDS = 60.0
 
 
+TRAIN_CHOICES = ("all", "new-rows")
+
+
 @dataclass(frozen=True)
 class PretrainConfig:
     batch_size: int = 32
@@ -105,6 +108,9 @@ class PretrainConfig:
     eval_batch_size: int = 32
     eval_every: int | None = None  # steps between held-out evaluations (besides before and after training)
     head_warmup_steps: int = 0  # the first N steps train the masked-LM head alone
+    # "new-rows": only the rows expand added learn (after the head warm-up, if any); the encoder, the
+    # original rows and the head stay bit-identical. "all": every parameter.
+    train: str = "all"
 
     def check(self) -> None:
         for name in ("batch_size", "grad_accum", "epochs", "eval_batch_size"):
@@ -120,6 +126,10 @@ class PretrainConfig:
             raise UsageError(f"unknown --train-embeddings {self.train_embeddings!r}", hint="all, new or none")
         if self.head_warmup_steps < 0:
             raise UsageError("--head-warmup-steps must be 0 or more")
+        if self.train not in TRAIN_CHOICES:
+            raise UsageError(f"unknown --train {self.train!r}", hint=" or ".join(TRAIN_CHOICES))
+        if self.train == "new-rows" and self.train_embeddings != "all":
+            raise UsageError("--train new-rows decides which rows train; leave --train-embeddings at all")
 
 
 # --------------------------------------------------------------------------
@@ -280,7 +290,10 @@ class _Stepper:
         mlm.to(ctx.device)
         embedding = mlm.model.get_input_embeddings().weight
         self.embedding, self.n_base, self.frozen_rows = embedding, n_base_rows, None
-        if config.train_embeddings == "none" or (config.train_embeddings == "new" and embedding.shape[0] <= n_base_rows):
+        self.after_warmup_frozen: list[Any] = []
+        if config.train == "new-rows":
+            self.after_warmup_frozen = self._train_new_rows_only(mlm, embedding, n_base_rows, config)
+        elif config.train_embeddings == "none" or (config.train_embeddings == "new" and embedding.shape[0] <= n_base_rows):
             embedding.requires_grad_(False)
         elif config.train_embeddings == "new":
             embedding.requires_grad_(True)
@@ -307,6 +320,22 @@ class _Stepper:
             if config.head_warmup_steps >= self.total:
                 log.warning("--head-warmup-steps %d covers all %d steps: the encoder is not trained", config.head_warmup_steps, self.total)
 
+    def _train_new_rows_only(self, mlm: Any, embedding: Any, n_base_rows: int, config: PretrainConfig) -> list[Any]:
+        """Freeze all but the added rows (and the head during its warm-up); the head's parameters, whose
+        gradients are dropped after the warm-up."""
+        if embedding.shape[0] <= n_base_rows:
+            raise UsageError("--train new-rows needs a model with added rows", hint="pass a model folder written by `greenadapt expand`")
+        head = [] if mlm.head is None or not config.head_warmup_steps else [
+            p for p in mlm.head.parameters() if p is not embedding
+        ]
+        keep = {id(embedding)} | {id(p) for p in head}
+        for param in mlm.parameters():
+            param.requires_grad_(id(param) in keep)
+        self.frozen_rows = embedding.detach()[:n_base_rows].clone()
+        log.info("--train new-rows: %d added rows train, everything else is frozen%s", embedding.shape[0] - n_base_rows,
+                 " (the head trains during its warm-up)" if head else "")
+        return head
+
     def lr(self) -> float:
         return float(self.schedulers[0].get_last_lr()[0])
 
@@ -331,9 +360,8 @@ class _Stepper:
                 loss = loss * (ctx.world / n_targets)
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             loss_sum += loss.detach()
-        if head_only:
-            for param in self.frozen_in_warmup:
-                param.grad = None
+        for param in self.frozen_in_warmup if head_only else self.after_warmup_frozen:
+            param.grad = None
         if self.frozen_rows is not None and self.embedding.grad is not None:
             self.embedding.grad[: self.n_base] = 0
         if self.scaler is not None:
