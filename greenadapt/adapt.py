@@ -64,8 +64,10 @@ def run_adapt(
     from greenadapt.w2v import run_w2v
 
     check_adapt(corpus, model=model, options=options, workdir=workdir, out=out, force=force)
-    # A method that needs no word vectors (subword-mean, random) gets the corpus counts only: no word2vec is trained.
-    w2v_options = options.w2v if get_method(options.align_method).needs_vectors else replace(options.w2v, vectors=False)
+    # The method decides the vectors: word2vec, the base model's contextual ones (context-mean), or none at all
+    # (subword-mean, random: the corpus counts only).
+    source = get_method(options.align_method).vector_source
+    w2v_options = replace(options.w2v, vectors=source != "none", source="context" if source == "context" else "word2vec")
     w2v = run_w2v(
         corpus,
         model=model,

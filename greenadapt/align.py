@@ -105,7 +105,7 @@ def run_align(
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
         report = _align(
-            w2v_dir, ref, general, method=chosen, options=method_options, seed=seed, probes=probes, dest=run.tmp,
+            w2v_dir, w2v_manifest, ref, general, method=chosen, options=method_options, seed=seed, probes=probes, dest=run.tmp,
             progress=progress,
         )
         stats = {k: v for k, v in report.items() if k != "neighbours"}
@@ -221,6 +221,7 @@ def recorded_options(method: InitMethod, options: MethodOptions) -> dict[str, An
 
 def _align(
     w2v_dir: Path,
+    w2v_manifest: Mapping[str, Any],
     ref: ModelRef,
     general: GeneralTokenizer,
     *,
@@ -237,6 +238,13 @@ def _align(
     from greenadapt.methods.base import describe
     from greenadapt.vectors import read_counts, read_input_embeddings
 
+    source = vector_source(w2v_manifest)
+    if method.vector_source == "context" and source != "context":
+        raise InputError(
+            f"--method {method.name} needs the base model's contextual vectors, and this w2v output holds {source} vectors",
+            path=w2v_dir,
+            hint="run `greenadapt adapt --method context-mean`, or `greenadapt w2v --source context` first",
+        )
     progress.start("reading word2vec vectors")
     words, vectors = read_w2v_words(w2v_dir, need_vectors=method.needs_vectors, method=method.name)
     counts = read_counts(w2v_dir / "counts.tsv") if (w2v_dir / "counts.tsv").is_file() else {}
@@ -289,7 +297,8 @@ def _align(
     report: dict[str, Any] = {
         "method": method.name,
         "method_description": describe(method, options),
-        "word2vec_trained": bool(d_w2v),
+        "word2vec_trained": source == "word2vec",
+        "vector_source": source,
         "n_shared": n_shared,
         "n_new": n_new,
         "n_w2v": len(words),
@@ -314,6 +323,12 @@ def _align(
     }
     write_json(dest / REPORT_FILE, report)
     return report
+
+
+def vector_source(w2v_manifest: Mapping[str, Any]) -> str:
+    """What a w2v output's vectors are: "word2vec", "context" or "none" (counts only)."""
+    recorded = w2v_manifest.get("config", {}).get("vectors", True)
+    return "none" if recorded is False else "context" if recorded == "context" else "word2vec"
 
 
 def read_w2v_words(w2v_dir: Path, *, need_vectors: bool, method: str) -> tuple[list[str], np.ndarray]:

@@ -53,10 +53,11 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from greenadapt.context_vectors import ContextOptions
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt import workspace
 from greenadapt.errors import CorpusError, UsageError
@@ -68,6 +69,7 @@ from greenadapt.stage import StageOutcome, StageRun, sweep_stale_temporaries
 log = logging.getLogger(__name__)
 
 VECTORS_FILE = "vectors.bin"
+VECTOR_SOURCES = ("word2vec", "context")
 COUNTS_FILE = "counts.tsv"
 _GENSIM_LOGGER = "gensim.models.word2vec"
 _DROP_WARNING = 0.02  # beyond sampling noise on any corpus worth training on
@@ -88,6 +90,10 @@ class W2VOptions:
     # False: count the corpus words (min_count applied) and train no vectors, for methods that need
     # none (subword-mean, random); `adapt` chooses this from the method.
     vectors: bool = True
+    # "word2vec" (CBOW, the paper) or "context": the base model's own contextual representations
+    # (greenadapt.context_vectors), for `--method context-mean`; chosen by `adapt` from the method.
+    source: str = "word2vec"
+    context: ContextOptions = field(default_factory=ContextOptions)
 
     def resolved_workers(self) -> int:
         return self.workers if self.workers is not None else max(1, os.cpu_count() or 1)
@@ -97,6 +103,12 @@ class W2VOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.source not in VECTOR_SOURCES:
+            raise UsageError(f"unknown vector source {self.source!r}", hint=" or ".join(VECTOR_SOURCES))
+        if self.context.cap < 1:
+            raise UsageError(f"--context-cap must be at least 1, got {self.context.cap}")
+        if self.context.max_tokens is not None and self.context.max_tokens < 1:
+            raise UsageError(f"--context-max-tokens must be at least 1, got {self.context.max_tokens}")
         if not 0 <= self.sample < 1:
             raise UsageError(f"sample must be in [0, 1), got {self.sample}")
 
@@ -132,7 +144,7 @@ def run_w2v(
     workers = options.resolved_workers()
     root = workspace.workdir(workdir)
     # Counts alone are another output than trained vectors: they must not replace each other in the workspace.
-    default_name = "w2v" if options.vectors else "w2v-counts"
+    default_name = "w2v-counts" if not options.vectors else "w2v-context" if options.source == "context" else "w2v"
     out_dir = Path(out) if out is not None else workspace.stage_dir(root, corpus, model_ref.slug, default_name)
     check_destination(
         out_dir, kind="w2v", force=force, workspace=root,
@@ -154,9 +166,12 @@ def run_w2v(
         **rules.flags(),
         "pretok_format": PRETOK_FORMAT,
     }
-    if not options.vectors:
-        # Recorded only when off, so the outputs of trained runs keep their fingerprints.
-        config.update(vectors=False, dim=None, epochs=None, workers=None, seed=None, window=None, negative=None, sample=None)
+    if not options.vectors or options.source == "context":
+        # Recorded only when not word2vec, so the outputs of word2vec runs keep their fingerprints.
+        config.update(dim=None, epochs=None, workers=None, seed=None, window=None, negative=None, sample=None)
+        config["vectors"] = False if not options.vectors else "context"
+        if options.vectors:
+            config["context"] = asdict(options.context)
     inputs = source_identities(sources)
     # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
     sweep_stale_temporaries(root / "cache" / "pretok")
@@ -168,7 +183,9 @@ def run_w2v(
         pretok = pretokenize_corpus(
             sources, tokenizer, root / "cache" / "pretok", workers=workers, progress=progress, force=force
         )
-        if options.vectors:
+        if options.vectors and options.source == "context":
+            vocab_size, train_stats = _write_context_vectors(pretok, model_ref.path, options, run.tmp, progress)
+        elif options.vectors:
             vectors, train_stats = _train(pretok, dim=dim, options=options, workers=workers, progress=progress)
             vectors.save_word2vec_format(str(run.tmp / VECTORS_FILE), binary=True)
             _write_counts(vectors, run.tmp / COUNTS_FILE)
@@ -193,7 +210,7 @@ def run_w2v(
             **train_stats,
         }
         manifest = run.commit(stats=stats)
-    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims" if options.vectors else " counted (no vectors)", run.out)
+    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({options.source})" if options.vectors else " counted (no vectors)", run.out)
     return StageOutcome(run.out, manifest, skipped=False)
 
 
@@ -263,6 +280,23 @@ def _expected_trained_words(vectors: Any) -> float:
 
     keep = vectors.expandos["sample_int"].astype(np.float64) / 2**32  # gensim's keep threshold
     return float(np.dot(vectors.expandos["count"].astype(np.float64), np.minimum(keep, 1.0)))
+
+
+def _write_context_vectors(
+    pretok: PretokenizedCorpus, model_path: Path, options: W2VOptions, dest: Path, progress: Progress
+) -> tuple[int, dict[str, Any]]:
+    """vectors.bin and counts.tsv from the base model's contextual representations (same words in both)."""
+    from greenadapt.context_vectors import context_vectors
+    from greenadapt.vectors import write_counts, write_word2vec_binary
+
+    _write_corpus_counts(pretok, options.min_count, dest / COUNTS_FILE)
+    from greenadapt.vectors import read_counts
+
+    counts = read_counts(dest / COUNTS_FILE)
+    words, vectors, stats = context_vectors(pretok.path, counts, model_path, options=options.context, progress=progress)
+    write_word2vec_binary(dest / VECTORS_FILE, words, vectors)
+    write_counts(dest / COUNTS_FILE, [(w, counts[w]) for w in words])
+    return len(words), {"vector_source": "context", "context": stats}
 
 
 def _write_corpus_counts(pretok: PretokenizedCorpus, min_count: int, path: Path) -> int:

@@ -62,7 +62,7 @@ def _wordpiece_mean(model: Path, words: list[str]) -> np.ndarray:
 
 
 def test_the_registry_is_what_the_command_line_offers() -> None:
-    assert list(METHODS) == ["lstsq", "identity", "random", "subword-mean", "focus", "hybrid"]
+    assert list(METHODS) == ["lstsq", "identity", "random", "subword-mean", "focus", "hybrid", "context-mean"]
     for name, method in METHODS.items():
         assert method.name == name and method.summary and name in method_help()
         assert set(method.options) <= set(MethodOptions.__dataclass_fields__)
@@ -228,3 +228,63 @@ def test_align_warns_about_a_near_noise_fit_and_records_it(tiny_bert: Path, tmp_
     assert report["warnings"] == stats["warnings"]
     good = run_align(w2v=linear_w2v(tmp_path / "good", tiny_bert, noise=0.01)[0], out=tmp_path / "g").manifest["stats"]
     assert good["warnings"] == [] and good["heldout_cosine"] > 0.9
+
+
+def _context_corpus(path: Path) -> Path:
+    words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
+    path.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(8)) for i in range(60)) + "\n")
+    return path
+
+
+def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny_bert: Path, tmp_path: Path) -> None:
+    from transformers import AutoModel, AutoTokenizer
+
+    from greenadapt.context_vectors import ContextOptions
+    from greenadapt.w2v import W2VOptions, run_w2v
+
+    corpus = _context_corpus(tmp_path / "corpus.txt")
+    cap, layer = 3, 1
+    out = run_w2v([str(corpus)], model=str(tiny_bert), workdir=tmp_path / "w",
+                  options=W2VOptions(min_count=2, source="context", context=ContextOptions(layer=layer, cap=cap, batch_lines=7))).path
+    assert out.name == "w2v-context"
+    words, vectors = read_word2vec_binary(out / "vectors.bin")
+    assert words == [line.split("\t")[0] for line in (out / "counts.tsv").read_text().splitlines()]
+    manifest = load_stage(out, "w2v")
+    assert manifest["config"]["vectors"] == "context" and manifest["stats"]["context"]["layer"] == layer
+    # Recompute "tachycardia" independently: one sentence at a time, its first `cap` occurrences.
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    model = AutoModel.from_pretrained(str(tiny_bert)).eval()
+    states = []
+    for line in corpus.read_text().splitlines():
+        split = line.split()
+        if "tachycardia" not in split or len(states) == cap:
+            continue
+        encoded = tokenizer(split, is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            hidden = model(**encoded, output_hidden_states=True).hidden_states[layer][0].double().numpy()
+        ids = encoded.word_ids(0)
+        for position_word in range(len(split)):
+            if split[position_word] == "tachycardia" and len(states) < cap:
+                states.append(hidden[[i for i, w in enumerate(ids) if w == position_word]].mean(axis=0))
+    np.testing.assert_allclose(vectors[words.index("tachycardia")], np.mean(states, axis=0), atol=1e-5)
+
+
+def test_adapt_with_context_mean_maps_contextual_vectors_by_least_squares(tiny_bert: Path, tmp_path: Path) -> None:
+    from greenadapt.adapt import AdaptOptions, run_adapt
+    from greenadapt.w2v import W2VOptions
+
+    corpus = _context_corpus(tmp_path / "corpus.txt")
+    outcome = run_adapt([str(corpus)], model=str(tiny_bert), workdir=tmp_path / "work", out=tmp_path / "model",
+                        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="context-mean"))
+    stats = outcome.align.manifest["stats"]
+    assert stats["vector_source"] == "context" and stats["word2vec_trained"] is False and stats["map_file"] == "map.npy"
+    words, vectors = read_word2vec_binary(outcome.w2v.path / "vectors.bin")
+    W = np.load(outcome.align.path / "map.npy", allow_pickle=False)
+    new = _new_words(outcome.expand.path)
+    V = read_input_embeddings(tiny_bert).shape[0]
+    expected = vectors[[words.index(w) for w in new]].astype(np.float64) @ W.T
+    np.testing.assert_allclose(_tensors(outcome.expand.path)[EMBEDDING][V:].numpy(), expected, rtol=1e-5, atol=1e-5)
+    # context-mean on word2vec vectors is refused: the name would promise what the rows are not
+    w2v = linear_w2v(tmp_path / "w2v", tiny_bert)[0]
+    with pytest.raises(InputError, match="needs the base model's contextual vectors"):
+        run_align(w2v=w2v, method="context-mean")

@@ -35,6 +35,13 @@ FocusTemperatureOption = typer.Option(
     0.1, "--focus-temperature", metavar="FLOAT", help="focus: similarities are divided by this before sparsemax (smaller: sparser)."
 )
 HybridWeightOption = typer.Option(0.5, "--hybrid-weight", metavar="FLOAT", help="hybrid: the weight of lstsq (the rest is subword-mean).")
+ContextLayerOption = typer.Option(
+    -1, "--context-layer", metavar="N", help="context-mean: hidden layer of the base model (0 = embeddings, -1 = the last)."
+)
+ContextCapOption = typer.Option(20, "--context-cap", metavar="N", help="context-mean: occurrences averaged per word at most.")
+ContextMaxTokensOption = typer.Option(
+    None, "--context-max-tokens", metavar="N", help="context-mean: read at most N corpus tokens (default: until every word has --context-cap)."
+)
 MatchNormOption = typer.Option(
     False, "--match-norm", help="Rescale each new row to the mean norm of the model's whole-word rows (any method)."
 )

@@ -9,6 +9,9 @@ import typer
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
+    ContextCapOption,
+    ContextLayerOption,
+    ContextMaxTokensOption,
     FocusKOption,
     FocusTemperatureOption,
     ForceOption,
@@ -44,6 +47,9 @@ def adapt_command(
     focus_temperature: float = FocusTemperatureOption,
     hybrid_weight: float = HybridWeightOption,
     match_norm: bool = MatchNormOption,
+    context_layer: int = ContextLayerOption,
+    context_cap: int = ContextCapOption,
+    context_max_tokens: int | None = ContextMaxTokensOption,
     max_new: int | None = typer.Option(None, "--max-new", min=0, help="At most this many new words (most frequent first)."),
     min_count_new: int = typer.Option(1, "--min-count-new", min=1, help="Minimum corpus count of a new word."),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed for every stage."),
@@ -58,11 +64,15 @@ def adapt_command(
     """Adapt a model to a domain corpus: train word2vec, align it, expand the vocabulary."""
     setup_logging(quiet=quiet, verbose=verbose)
     from greenadapt.adapt import AdaptOptions, run_adapt
+    from greenadapt.context_vectors import ContextOptions
     from greenadapt.methods import MethodOptions
     from greenadapt.w2v import W2VOptions
 
     options = AdaptOptions(
-        w2v=W2VOptions(dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed),
+        w2v=W2VOptions(
+            dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed,
+            context=ContextOptions(layer=context_layer, cap=context_cap, max_tokens=context_max_tokens),
+        ),
         align_method=method,
         method_options=MethodOptions(focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm),
         max_new=max_new,

@@ -9,6 +9,9 @@ import typer
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
 from greenadapt.cli._common import (
+    ContextCapOption,
+    ContextLayerOption,
+    ContextMaxTokensOption,
     ForceOption,
     JsonOption,
     QuietOption,
@@ -42,6 +45,13 @@ def w2v_command(
         None, "--workers", min=1, help="Processes/threads (default: all cores); with 1, runs are reproducible."
     ),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
+    source: str = typer.Option(
+        "word2vec", "--source", metavar="NAME",
+        help="word2vec (CBOW, the paper) or context (the base model's own contextual vectors, for align --method context-mean).",
+    ),
+    context_layer: int = ContextLayerOption,
+    context_cap: int = ContextCapOption,
+    context_max_tokens: int | None = ContextMaxTokensOption,
     no_vectors: bool = typer.Option(
         False, "--no-vectors", help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean or random)."
     ),
@@ -59,7 +69,12 @@ def w2v_command(
     setup_logging(quiet=quiet, verbose=verbose)
     from greenadapt.w2v import W2VOptions, run_w2v, summary_line
 
-    options = W2VOptions(dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed, vectors=not no_vectors)
+    from greenadapt.context_vectors import ContextOptions
+
+    options = W2VOptions(
+        dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed, vectors=not no_vectors, source=source,
+        context=ContextOptions(layer=context_layer, cap=context_cap, max_tokens=context_max_tokens),
+    )
     with progress_for(quiet) as progress:
         outcome = run_w2v(
             corpus,

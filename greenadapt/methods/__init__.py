@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from greenadapt.errors import UsageError
 from greenadapt.methods.base import FitContext, InitMethod, MethodOptions, RowContext
+from greenadapt.methods.context_mean import CONTEXT_MEAN
 from greenadapt.methods.focus import FOCUS
 from greenadapt.methods.hybrid import HYBRID
 from greenadapt.methods.identity import IDENTITY
@@ -21,7 +22,7 @@ from greenadapt.methods.lstsq import LSTSQ
 from greenadapt.methods.random import RANDOM
 from greenadapt.methods.subword_mean import SUBWORD_MEAN
 
-METHODS: dict[str, InitMethod] = {m.name: m for m in (LSTSQ, IDENTITY, RANDOM, SUBWORD_MEAN, FOCUS, HYBRID)}
+METHODS: dict[str, InitMethod] = {m.name: m for m in (LSTSQ, IDENTITY, RANDOM, SUBWORD_MEAN, FOCUS, HYBRID, CONTEXT_MEAN)}
 DEFAULT_METHOD = "lstsq"
 
 

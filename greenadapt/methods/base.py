@@ -78,7 +78,8 @@ class RowContext:
 class InitMethod(Protocol):
     name: str
     summary: str  # one line for --help and the report
-    needs_vectors: bool  # word2vec must be trained (False: adapt skips it)
+    needs_vectors: bool  # word vectors must be made (False: adapt only counts the corpus words)
+    vector_source: str  # which vectors: "word2vec", "context" (the base model's own; context-mean) or "none"
     needs_shared_vectors: bool  # expand must read the shared words' vectors too
     options: tuple[str, ...]  # the MethodOptions fields it uses
 
@@ -98,5 +99,6 @@ def describe(method: InitMethod, options: MethodOptions) -> dict[str, Any]:
         "name": method.name,
         "summary": method.summary,
         "options": options.for_method(method),
-        "word2vec_trained": method.needs_vectors,
+        "word2vec_trained": method.vector_source == "word2vec",
+        "vector_source": method.vector_source,
     }

@@ -27,6 +27,7 @@ class Focus:
     name = "focus"
     summary = "sparsemax-weighted mean of the rows of the k most similar shared words in word2vec space (FOCUS)"
     needs_vectors = True
+    vector_source = "word2vec"
     needs_shared_vectors = True
     options: tuple[str, ...] = ("focus_k", "focus_temperature")
 

@@ -21,6 +21,7 @@ class Hybrid:
     name = "hybrid"
     summary = "--hybrid-weight x lstsq + (1 - weight) x subword-mean"
     needs_vectors = True
+    vector_source = "word2vec"
     needs_shared_vectors = False
     options: tuple[str, ...] = ("hybrid_weight",)
 

@@ -17,6 +17,7 @@ class Identity:
     name = "identity"
     summary = "no alignment: word2vec vectors as rows (ablation; needs --dim = the model's hidden size)"
     needs_vectors = True
+    vector_source = "word2vec"
     needs_shared_vectors = False
     options: tuple[str, ...] = ()
 

@@ -30,6 +30,7 @@ class Lstsq:
     name = "lstsq"
     summary = "the paper's least-squares map from word2vec space (default)"
     needs_vectors = True
+    vector_source = "word2vec"
     needs_shared_vectors = False
     options: tuple[str, ...] = ()
 

@@ -25,6 +25,7 @@ class Random:
     name = "random"
     summary = "random rows from the embeddings' Gaussian (ablation)"
     needs_vectors = False
+    vector_source = "none"
     needs_shared_vectors = False
     options: tuple[str, ...] = ()
 

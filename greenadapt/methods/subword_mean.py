@@ -24,6 +24,7 @@ class SubwordMean:
     name = "subword-mean"
     summary = "mean of the word's wordpiece rows under the model's own tokenizer (FVT; no word2vec needed)"
     needs_vectors = False
+    vector_source = "none"
     needs_shared_vectors = False
     options: tuple[str, ...] = ()
 
