@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup demo test test-fast bench clean chromium
+.PHONY: setup demo test test-fast lint bench clean chromium
 
 setup: $(VENV)/.installed
 
@@ -23,8 +23,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/greenadapt adapt --corpus sample --workdir greenadapt-work
 
-test: setup
+test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The rule set is in pyproject.toml ([tool.ruff]); part of `make test`, so CI runs it.
+lint: setup
+	$(VENV)/bin/ruff check greenadapt tests bench
 
 # The report's browser test (tests/test_report_browser.py, integration) renders the HTML
 # in Debian's headless chromium and skips without it. As root on Debian this installs it;

@@ -72,7 +72,7 @@ METHOD_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "green-norm": ("lstsq", ("--match-norm",)),
     "focus-norm": ("focus", ("--match-norm",)),
 }
-VARIANTS = ("base", "green", *METHOD_VARIANTS, "dapt", "green-mlm", "green-rows")
+VARIANTS = ("base", "green", *METHOD_VARIANTS, "context-mean", "dapt", "green-mlm", "green-rows")
 DEFAULT_VARIANTS = ("base", "green", "identity", "random")
 # Stages whose cost is the price of each variant's adapted model (fine-tuning is paid by all alike).
 # subword-mean needs no word2vec: its price is the corpus count (the pre-tokenization, inside w2v's figure
@@ -80,8 +80,9 @@ DEFAULT_VARIANTS = ("base", "green", "identity", "random")
 ADAPTATION_STAGES = {"base": (), "green": ("w2v", "align", "expand"), "dapt": ("pretrain-dapt",),
                      "green-mlm": ("w2v", "align", "expand", "pretrain-green-mlm"),
                      "green-rows": ("w2v", "align", "expand", "pretrain-green-rows"),
+                     "context-mean": ("w2v-context", "align-context-mean", "expand-context-mean"),
                      **{v: ("w2v", f"align-{v}", f"expand-{v}") for v in METHOD_VARIANTS}}
-MIXED = {"green", "green-mlm", "green-rows", *METHOD_VARIANTS}
+MIXED = {"green", "green-mlm", "green-rows", "context-mean", *METHOD_VARIANTS}
 EXIT_PREEMPTED, EXIT_INTERRUPTED = 99, 130
 
 
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"Any of {','.join(VARIANTS)}.")
     parser.add_argument("--dapt-steps", type=int, default=1000, help="Masked-LM steps of the DAPT comparator.")
     parser.add_argument("--green-mlm-steps", type=int, default=100, help="Masked-LM steps over the adapted model.")
+    parser.add_argument("--context-max-tokens", type=int, default=1_000_000,
+                        help="context-mean: corpus tokens the base model reads at most (its forward pass is the cost).")
     parser.add_argument("--green-rows-steps", type=int, default=300,
                         help="green-rows: masked-LM steps over the adapted model that train its added rows only.")
     parser.add_argument("--green-rows-head-warmup", type=int, default=100,
@@ -164,6 +167,14 @@ def main(argv: list[str] | None = None) -> int:
         runner.run(["expand", "--align", str(run_dir / f"align-{variant}"), "--model", model, "--seed", "1",
                     "--out", str(run_dir / f"expand-{variant}")])
         models[variant] = str(run_dir / f"expand-{variant}")
+
+    if "context-mean" in variants:  # its own vectors: the base model's, not word2vec's
+        adapted = runner.run(
+            ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"), "--min-count", str(args.min_count),
+             "--method", "context-mean", "--context-max-tokens", str(args.context_max_tokens), "--seed", "1", "--json"],
+            capture=True,
+        )
+        models["context-mean"] = json.loads(adapted)["model"] if adapted else str(run_dir / "expand-context-mean")
 
     # 3. continued masked-LM pretraining: DAPT from the base model, a short pass over the adapted one.
     passes = (("dapt", model, args.dapt_steps, args.mlm_lr, []), ("green-mlm", str(expand_dir), args.green_mlm_steps, args.mlm_lr, []),

@@ -279,7 +279,6 @@ def _expand(
     progress: Progress,
 ) -> dict[str, Any]:
     import numpy as np
-    import torch
 
     from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR, copy_general_tokenizer, write_domain_tokenizer
     from greenadapt.vectors import iter_state_dict, pick_embedding_key, read_counts, read_word2vec_binary

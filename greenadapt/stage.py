@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -505,7 +505,7 @@ class StageRun:
             "kind": self.kind,
             "format": MANIFEST_FORMAT,
             "greenadapt_version": __version__,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "fingerprint": self.fingerprint,
             "config": self.config,
             "inputs": with_relative_paths(self.inputs, self.out),
