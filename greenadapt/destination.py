@@ -30,6 +30,9 @@ from pathlib import Path
 from greenadapt.errors import OutputExistsError, ResourceError, UsageError
 from greenadapt.stage import check_ownership
 
+# Every HTML page `greenadapt report` writes carries this line, so a rerun may replace its own page and nothing else.
+REPORT_MARKER = '<meta name="generator" content="greenadapt report">'
+
 
 @dataclass(frozen=True)
 class Protected:
@@ -161,3 +164,21 @@ def check_prediction_output(
     """``predict --output``: a file, never the input or inside the model folder; an existing one only with --force."""
     reads = [*protected("the --input file", input_path), *protected("the --model folder", model)]
     return check_destination(output, kind="predictions", force=force, reads=reads, option="--output", is_file=True)
+
+
+def check_report_output(path: str | os.PathLike[str]) -> Path:
+    """``report --html FILE``: a new file, or a page greenadapt wrote (replaced); never a folder or someone else's file."""
+    target = _absolute(path)
+    if target.is_dir():
+        raise UsageError("--html is a folder; a file is written here", path=path, hint=f"name a file, e.g. {Path(path) / 'report.html'}")
+    if target.exists():
+        with open(target, "rb") as handle:
+            head = handle.read(4096)
+        if REPORT_MARKER.encode() not in head:
+            raise OutputExistsError(
+                "refusing to replace this file: it is not a page greenadapt report wrote",
+                path=path,
+                hint="choose a new file name",
+            )
+    _check_writable(target, shown=Path(path))
+    return target

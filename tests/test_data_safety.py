@@ -404,3 +404,19 @@ def test_outputs_made_before_paths_left_the_fingerprint_stay_up_to_date(tmp_path
         first.commit()
     with StageRun("demo", tmp_path / "out2", {"a": 1}, [moved]) as run_moved:
         assert run_moved.skipped  # the same content at another place
+
+
+def test_report_replaces_its_own_page_and_no_other_file(inputs: dict[str, Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "report.html"
+    code, err = _run_cli(["report", str(inputs["align"]), "--html", str(page)], monkeypatch, capsys)
+    assert code == 0 and page.is_file(), err
+    code, err = _run_cli(["report", str(inputs["align"]), "--html", str(page)], monkeypatch, capsys)
+    assert code == 0, err  # its own page: replaced
+    mine = tmp_path / "notes.html"
+    mine.write_text("<html>my notes</html>")
+    code, err = _run_cli(["report", str(inputs["align"]), "--html", str(mine)], monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT and "not a page greenadapt report wrote" in err, err
+    assert mine.read_text() == "<html>my notes</html>"
+    code, err = _run_cli(["report", str(inputs["align"]), "--html", str(tmp_path)], monkeypatch, capsys)
+    assert code == EXIT_USAGE and "--html is a folder" in err, err

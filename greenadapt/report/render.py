@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from greenadapt.destination import REPORT_MARKER
+
 import base64
 import html
 from collections.abc import Callable, Mapping, Sequence
@@ -301,6 +303,7 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"{REPORT_MARKER}"
         "<title>greenadapt report</title>"
         f"<style>{_CSS}</style><script>{_SCRIPT}</script></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
     )
