@@ -259,15 +259,7 @@ def _align(
             hint="the model folder's tokenizer and weights do not belong together",
         )
 
-    w2v_rows, vocab_ids = [], []
-    n_new = 0
-    for index, word in enumerate(words):
-        token_id = general.vocab.get(word)
-        if token_id is not None:
-            w2v_rows.append(index)
-            vocab_ids.append(token_id)
-        elif word not in general.added:
-            n_new += 1
+    w2v_rows, vocab_ids, n_new = shared_words(words, general)
     n_shared = len(w2v_rows)
     if n_shared == 0 and method.needs_vectors:
         raise InputError(
@@ -290,9 +282,7 @@ def _align(
         log.warning("align: %s", warning)
 
     W = np.load(dest / fitted["map_file"], allow_pickle=False) if fitted.get("map_file") else None
-    table_words = frequent_new_words(general, words, counts) + [general.normalize(p).strip() for p in probes]
-    kinds = ["frequent"] * (len(table_words) - len(probes)) + ["probe"] * len(probes)
-    neighbours = neighbour_table(words, vectors, counts, embeddings, general, W, table_words, kinds) if d_w2v else []
+    neighbours = _neighbours(words, vectors, counts, embeddings, general, W, probes) if d_w2v else []
 
     report: dict[str, Any] = {
         "method": method.name,
@@ -329,6 +319,30 @@ def vector_source(w2v_manifest: Mapping[str, Any]) -> str:
     """What a w2v output's vectors are: "word2vec", "context" or "none" (counts only)."""
     recorded = w2v_manifest.get("config", {}).get("vectors", True)
     return "none" if recorded is False else "context" if recorded == "context" else "word2vec"
+
+
+def _neighbours(
+    words: Sequence[str], vectors: np.ndarray, counts: Mapping[str, int], embeddings: np.ndarray,
+    general: GeneralTokenizer, W: np.ndarray | None, probes: Sequence[str],
+) -> list[dict[str, Any]]:
+    """The neighbour table of the most frequent new words and the probes."""
+    table_words = frequent_new_words(general, words, counts) + [general.normalize(p).strip() for p in probes]
+    kinds = ["frequent"] * (len(table_words) - len(probes)) + ["probe"] * len(probes)
+    return neighbour_table(words, vectors, counts, embeddings, general, W, table_words, kinds)
+
+
+def shared_words(words: Sequence[str], general: GeneralTokenizer) -> tuple[list[int], list[int], int]:
+    """(rows of the words that are vocabulary entries, their vocabulary ids, how many words are new)."""
+    w2v_rows, vocab_ids = [], []
+    n_new = 0
+    for index, word in enumerate(words):
+        token_id = general.vocab.get(word)
+        if token_id is not None:
+            w2v_rows.append(index)
+            vocab_ids.append(token_id)
+        elif word not in general.added:
+            n_new += 1
+    return w2v_rows, vocab_ids, n_new
 
 
 def read_w2v_words(w2v_dir: Path, *, need_vectors: bool, method: str) -> tuple[list[str], np.ndarray]:

@@ -278,31 +278,14 @@ def _expand(
     dest: Path,
     progress: Progress,
 ) -> dict[str, Any]:
-    import numpy as np
 
     from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR, copy_general_tokenizer, write_domain_tokenizer
-    from greenadapt.vectors import iter_state_dict, pick_embedding_key, read_counts, read_word2vec_binary
+    from greenadapt.vectors import iter_state_dict, pick_embedding_key, read_counts
 
     counts = read_counts(w2v_dir / "counts.tsv")
     listed = list(counts)
     new = select_new_words(general, listed, counts, max_new=max_new, min_count=min_count)
-    vectors = shared_vectors = shared_ids = None
-    if method.needs_vectors:
-        progress.start("reading word2vec vectors")
-        shared_rows = [i for i, w in enumerate(listed) if w in general.vocab] if method.needs_shared_vectors else []
-        # Only the new (and, for methods that need them, the shared) words' vectors: a capped run holds no more.
-        words, vectors = read_word2vec_binary(w2v_dir / "vectors.bin", rows=new.w2v_rows + shared_rows)
-        progress.finish()
-        if words != listed:
-            raise StageError(
-                "vectors.bin and counts.tsv list different words",
-                path=w2v_dir,
-                hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
-            )
-        if shared_rows:
-            vectors, shared_vectors = vectors[: len(new.w2v_rows)], vectors[len(new.w2v_rows) :]
-            shared_ids = np.array([general.vocab[listed[i]] for i in shared_rows], dtype=np.int64)
-        del words
+    vectors, shared_vectors, shared_ids = _method_vectors(method, w2v_dir, listed, new, general, progress)
     del listed
 
     state = dict(iter_state_dict(ref.path))
@@ -369,6 +352,33 @@ def _expand(
         "embedding_dtype": embedding_dtype,
         "new_row_precision": f"float32 matmul, cast to {embedding_dtype}",
     }
+
+
+def _method_vectors(
+    method: InitMethod, w2v_dir: Path, listed: list[str], new: NewWords, general: GeneralTokenizer, progress: Progress
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """(the new words' vectors, the shared words' vectors, their ids): only what ``method`` needs, else None."""
+    import numpy as np
+
+    from greenadapt.vectors import read_word2vec_binary
+
+    if not method.needs_vectors:
+        return None, None, None
+    progress.start("reading word2vec vectors")
+    shared_rows = [i for i, w in enumerate(listed) if w in general.vocab] if method.needs_shared_vectors else []
+    # Only the new (and, for methods that need them, the shared) words' vectors: a capped run holds no more.
+    words, vectors = read_word2vec_binary(w2v_dir / "vectors.bin", rows=new.w2v_rows + shared_rows)
+    progress.finish()
+    if words != listed:
+        raise StageError(
+            "vectors.bin and counts.tsv list different words",
+            path=w2v_dir,
+            hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
+        )
+    if not shared_rows:
+        return vectors, None, None
+    shared_ids = np.array([general.vocab[listed[i]] for i in shared_rows], dtype=np.int64)
+    return vectors[: len(new.w2v_rows)], vectors[len(new.w2v_rows) :], shared_ids
 
 
 def _vocabulary_tensors(

@@ -150,28 +150,7 @@ def run_w2v(
         out_dir, kind="w2v", force=force, workspace=root,
         reads=[*protected("the base --model", model_ref.path), *corpus_reads(corpus)],
     )
-    config: dict[str, Any] = {
-        "algorithm": "cbow",
-        "hs": 0,
-        "dim": dim,
-        "epochs": options.epochs,
-        "min_count": options.min_count,
-        "workers": workers,
-        "seed": options.seed,
-        "window": options.window,
-        "negative": options.negative,
-        "sample": options.sample,
-        "text_fields": list(text_fields) if text_fields else None,
-        "model": model_ref.identity(),
-        **rules.flags(),
-        "pretok_format": PRETOK_FORMAT,
-    }
-    if not options.vectors or options.source == "context":
-        # Recorded only when not word2vec, so the outputs of word2vec runs keep their fingerprints.
-        config.update(dim=None, epochs=None, workers=None, seed=None, window=None, negative=None, sample=None)
-        config["vectors"] = False if not options.vectors else "context"
-        if options.vectors:
-            config["context"] = asdict(options.context)
+    config = _stage_config(options, dim, workers, text_fields, model_ref.identity(), rules.flags())
     inputs = source_identities(sources)
     # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
     sweep_stale_temporaries(root / "cache" / "pretok")
@@ -280,6 +259,35 @@ def _expected_trained_words(vectors: Any) -> float:
 
     keep = vectors.expandos["sample_int"].astype(np.float64) / 2**32  # gensim's keep threshold
     return float(np.dot(vectors.expandos["count"].astype(np.float64), np.minimum(keep, 1.0)))
+
+
+def _stage_config(
+    options: W2VOptions, dim: int, workers: int, text_fields: Sequence[str] | None, model: dict[str, Any], rules: dict[str, Any]
+) -> dict[str, Any]:
+    """What the w2v stage's fingerprint records: every option that changes its output."""
+    config: dict[str, Any] = {
+        "algorithm": "cbow",
+        "hs": 0,
+        "dim": dim,
+        "epochs": options.epochs,
+        "min_count": options.min_count,
+        "workers": workers,
+        "seed": options.seed,
+        "window": options.window,
+        "negative": options.negative,
+        "sample": options.sample,
+        "text_fields": list(text_fields) if text_fields else None,
+        "model": model,
+        **rules,
+        "pretok_format": PRETOK_FORMAT,
+    }
+    if not options.vectors or options.source == "context":
+        # Recorded only when not word2vec, so the outputs of word2vec runs keep their fingerprints.
+        config.update(dim=None, epochs=None, workers=None, seed=None, window=None, negative=None, sample=None)
+        config["vectors"] = False if not options.vectors else "context"
+        if options.vectors:
+            config["context"] = asdict(options.context)
+    return config
 
 
 def _write_context_vectors(

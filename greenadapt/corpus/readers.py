@@ -518,7 +518,7 @@ def _read_member(
     """The texts of one archive member read in the format its name says; returns whether it was read."""
     import io
 
-    from greenadapt.corpus.source import SNIFF_BYTES, CountingReader, _decompressor, format_for_name, split_compression
+    from greenadapt.corpus.source import SNIFF_BYTES, CountingReader, decompressor, format_for_name, split_compression
 
     base = posixpath.basename(name)
     fmt = format_for_name(base, strict=True)
@@ -531,7 +531,7 @@ def _read_member(
     member = CorpusSource(f"{source.display}!{name}", fmt, source.text_fields)
     compression = split_compression(base)[1]
     with contextlib.ExitStack() as stack:
-        stream: IO[bytes] = stack.enter_context(_decompressor(compression, handle)) if compression else handle
+        stream: IO[bytes] = stack.enter_context(decompressor(compression, handle)) if compression else handle
         counted = CountingReader(stream, lambda n: setattr(stats, "bytes_read", stats.bytes_read + n))
         head = counted.read_head(SNIFF_BYTES)
         if fmt in TEXT_FORMATS and b"\x00" in head:

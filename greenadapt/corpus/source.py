@@ -211,7 +211,7 @@ class CorpusSource:
             stored = io.BufferedReader(CountingReader(transport, count_raw), buffer_size=1 << 20)
             decompressed: IO[bytes] = stored
             if self.compression:
-                decompressed = stack.enter_context(_decompressor(self.compression, stored))
+                decompressed = stack.enter_context(decompressor(self.compression, stored))
             counted = CountingReader(decompressed, count_decompressed)
             head = counted.read_head(SNIFF_BYTES)
             yield OpenedStream(head, io.BufferedReader(counted, buffer_size=1 << 20))
@@ -241,7 +241,7 @@ class CorpusSource:
             yield reader
 
 
-def _decompressor(compression: str, stream: IO[bytes]) -> IO[bytes]:
+def decompressor(compression: str, stream: IO[bytes]) -> IO[bytes]:
     # The standard library codecs smart_open itself wraps; importing smart_open
     # just for them would cost every pre-tokenizing worker ~1 s (it loads boto3).
     import bz2

@@ -131,7 +131,7 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     ref = resolve_model(options.model)
     out = options.out or _default_out(options, ref)
     check_run_destination(out, kind=KIND, force=options.force, model=ref.path, data=[options.train, options.dev, options.test], workdir=options.workdir)
-    model_identity = _model_identity(ref)
+    model_identity = identity_of_model(ref)
 
     train_file = task.read(options.train, options.reader, require_labels=True)
     dev_file = task.read(options.dev, options.reader, require_labels=True) if options.dev else None
@@ -163,7 +163,7 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     settings = TaskSettings(
         task=task.name,
         labels=labels,
-        max_length=_max_length(ref, tokenizers, options.max_length),
+        max_length=capped_max_length(ref, tokenizers, options.max_length),
         max_words=options.max_words,
         metric=metric,
         positive_label=positive,
@@ -187,7 +187,7 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     if gmap is not None:
         # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
         config["gmap"] = options.gmap.to_config(gmap.general)
-        inputs.append({"role": "general", **_model_identity(gmap.general)})
+        inputs.append({"role": "general", **identity_of_model(gmap.general)})
     checkpoints = checkpoint_folder(out)
 
     ctx = init_distributed(options.device)
@@ -369,7 +369,7 @@ def _check_options(options: FinetuneOptions) -> None:
         raise UsageError("--lr must be positive and --warmup a fraction below 1")
 
 
-def _model_identity(ref: ModelRef) -> dict[str, Any]:
+def identity_of_model(ref: ModelRef) -> dict[str, Any]:
     from greenadapt.vectors import check_weights_load_safely
 
     check_weights_load_safely(ref.path)
@@ -393,7 +393,7 @@ def _default_out(options: FinetuneOptions, ref: ModelRef) -> Path:
     return resolve_workdir(options.workdir) / "finetune" / data / model_key
 
 
-def _max_length(ref: ModelRef, tokenizers: TokenizerPair, requested: int) -> int:
+def capped_max_length(ref: ModelRef, tokenizers: TokenizerPair, requested: int) -> int:
     config = ref.config()
     limits = [requested]
     if isinstance(config.get("max_position_embeddings"), int):

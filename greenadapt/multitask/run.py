@@ -77,11 +77,11 @@ class _Prepared:
 def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
     from greenadapt.destination import check_run_destination
-    from greenadapt.finetune.run import _max_length, _model_identity
+    from greenadapt.finetune.run import capped_max_length, identity_of_model
 
     _check_options(options)
     ref = resolve_model(options.model)
-    model_identity = _model_identity(ref)
+    model_identity = identity_of_model(ref)
     tokenizers = load_tokenizers(ref.path)
     options.gmap.check()
     gmap = None
@@ -99,7 +99,7 @@ def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS)
     if options.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = options.pool if tokenizers.has_domain else "general"
-    max_length = _max_length(ref, tokenizers, options.max_length)
+    max_length = capped_max_length(ref, tokenizers, options.max_length)
     prepared = [_prepare(spec, tokenizers, max_length, options.max_words) for spec in options.tasks]
 
     training = replace(options.training, mix=mix)
@@ -118,7 +118,7 @@ def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS)
     ]
     if gmap is not None:
         config["gmap"] = options.gmap.to_config(gmap.general)
-        inputs.append({"role": "general", **_model_identity(gmap.general)})
+        inputs.append({"role": "general", **identity_of_model(gmap.general)})
     out = options.out or resolve_workdir(options.workdir) / "multitask" / slugify("-".join(p.spec.name for p in prepared)) / ref.slug
     check_run_destination(
         out, kind=KIND, force=options.force, model=ref.path, data=[f.path for p in prepared for f in p.files.values()],

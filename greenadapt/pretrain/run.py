@@ -229,7 +229,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
     from greenadapt import workspace
     from greenadapt.corpus import resolve_corpus, source_identities
     from greenadapt.destination import check_destination, corpus_reads, protected
-    from greenadapt.finetune.run import _model_identity, checkpoint_folder
+    from greenadapt.finetune.run import identity_of_model, checkpoint_folder
     from greenadapt.pretrain.data import Masker
     from greenadapt.pretrain.train import build_masked_lm, heldout_loss, pretrain
 
@@ -251,7 +251,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
         "gmap": None if options.gmap is None else {"strategy": options.gmap, "layers": options.gmap_layers, "general_model": options.general_model},
         "model": setup.ref.name,
     }
-    inputs: list[dict[str, Any]] = [_model_identity(setup.ref)]
+    inputs: list[dict[str, Any]] = [identity_of_model(setup.ref)]
     inputs += [{"role": "corpus", **i} for i in source_identities(corpus_sources)]
     inputs += [{"role": "general-corpus", **i} for i in source_identities(general_sources)]
     out = Path(options.out) if options.out is not None else workspace.stage_dir(root, options.corpus, setup.ref.slug, KIND)
