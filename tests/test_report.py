@@ -131,8 +131,9 @@ def test_html_is_self_contained_with_decodable_pngs(run_folder: Path, tmp_path: 
     out = write_html(collect([run_folder]), tmp_path / "sub" / "report.html")
     page = out.read_text(encoding="utf-8")
     images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">', page)
-    # cost chart, one results chart (ner, test) and one curve chart for the data set (base and green together)
-    assert len(images) == 1 + 1 + 1
+    # cost chart, one results chart (ner, test), accuracy against adaptation cost (two configurations),
+    # and one curve chart for the data set (base and green together)
+    assert len(images) == 1 + 1 + 1 + 1
     for data in images:
         assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
     assert not re.search(r'(src|href)="(?!data:)', page)  # nothing fetched from elsewhere
@@ -232,3 +233,33 @@ def test_pretrain_stages_get_their_held_out_losses_a_curve_and_a_row_beside_the_
     assert "| minilm/pretrain-dapt | minilm (tokenizer general, head warm-up 30) | 300 | 1,228,800 | 10.94 → 5.471 | 56,410 → 238 | 10.5 → 6.25 |" in text
     page = write_html(data, tmp_path / "report.html").read_text(encoding="utf-8")
     assert "<h2>Masked-LM pretraining</h2>" in page and "10.94 → 5.471" in page
+
+
+def test_accuracy_against_cost_follows_each_model_to_the_stages_that_made_it(tmp_path: Path) -> None:
+    from greenadapt.report.plots import accuracy_cost_chart
+    from greenadapt.stage import load_stage
+
+    run = make_run(tmp_path)
+    expand = run / "expand"
+    chain = [load_stage(run / kind, kind)["cost"]["cpu_seconds"] for kind in ("w2v", "align", "expand")]
+    for seed, f1 in ((1, 0.80), (2, 0.84)):
+        per_seed = {str(seed): {"test": {"general": {"f1": f1 - 0.1}, "mean": {"f1": f1}}}}
+        _stage(
+            "finetune", run / "finetune" / "ncbi" / "linked" / f"seed-{seed}",
+            {"task": {"task": "ner"}, "train": {"mix": 0.5}, "seeds": [seed], "model": "expanded"},
+            [manifest_identity(expand, load_stage(expand, "expand")), {"role": "train", "path": "train.tsv"}],
+            {"metrics.json": {"seeds": [seed], "primary_metric": "f1", "per_seed": per_seed}},
+            {"task": "ner", "mix": 0.5, "models": {str(seed): "."}},
+        )
+    rows = {r["group"].rsplit("/", 1)[1]: r for r in collect([run])["accuracy_vs_cost"]}
+    linked, base = rows["linked"], rows["base"]
+    assert linked["pool"] == "mean" and linked["n"] == 2 and linked["mean"] == pytest.approx(0.82)
+    assert linked["cpu_hours"] == pytest.approx(sum(chain) / 3600)  # w2v + align + expand, each once
+    assert base["pool"] == "general" and base["cpu_hours"] == 0.0  # no stage made the base model
+    png = accuracy_cost_chart(list(rows.values()))
+    assert png is not None and png.startswith(b"\x89PNG")
+    page = tmp_path / "report.html"
+    from greenadapt.report import write_html
+
+    write_html(collect([run]), page)
+    assert "Accuracy against adaptation cost" in page.read_text()

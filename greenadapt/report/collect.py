@@ -158,6 +158,7 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         "pretraining": [pretraining_of(s) for s in stages if s["kind"] == "pretrain"],
         "training": [curve for s in stages if s["kind"] in ("finetune", "pretrain") for curve in curves_of(s)],
         "results": results_table(stages),
+        "accuracy_vs_cost": accuracy_vs_cost(stages),
         "paper": paper_comparison(stages),
     }
 
@@ -382,6 +383,52 @@ def results_table(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "seeds": sorted({s for s, _ in pairs}),
                 }
             )
+    return rows
+
+
+def upstream_cost(stage: Mapping[str, Any], by_path: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The cost of the stages that made ``stage``'s model (its stage inputs, followed upstream; each once).
+
+    None when an upstream stage is not among the collected folders (its cost is unknown).
+    """
+    seen: dict[str, Mapping[str, Any]] = {}
+    pending = [stage]
+    while pending:
+        current = pending.pop()
+        for link in current["inputs"]:
+            if not isinstance(link, dict) or not link.get("stage") or not link.get("path"):
+                continue
+            found = by_path.get(str(Path(link["path"]).resolve()))
+            if found is None and isinstance(link.get("relpath"), str):
+                found = by_path.get(str((Path(current["path"]) / link["relpath"]).resolve()))
+            if found is None:
+                return None
+            if found["path"] not in seen:
+                seen[found["path"]] = found
+                pending.append(found)
+    return _sum_costs([s["cost"] for s in seen.values()]) if seen else {"cpu_seconds": 0.0, "wall_seconds": 0.0, "energy_kwh": 0.0}
+
+
+def accuracy_vs_cost(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per fine-tuning group: test score (its headline pooling: mean when it trained on both tokenizers)
+    against what adapting its model cost (0 for a base model) — the Pareto view of the methods."""
+    by_path = {str(Path(s["path"]).resolve()): s for s in stages}
+    rows = []
+    results = results_table(stages)
+    for stage in stages:
+        if stage["kind"] != "finetune":
+            continue
+        group = group_label(stage)
+        if any(r["group"] == group for r in rows):
+            continue
+        headline = "mean" if stage["stats"].get("mix") else "general"
+        result = next((r for r in results if r["group"] == group and r["split"] == "test" and r["pool"] == headline), None)
+        cost = upstream_cost(stage, by_path)
+        if result is None or cost is None:
+            continue
+        rows.append({"group": group, "pool": headline, "metric": result["metric"], "mean": result["mean"], "std": result["std"],
+                     "n": result["n"], "cpu_hours": (cost.get("cpu_seconds") or 0.0) / 3600,
+                     "wall_seconds": cost.get("wall_seconds"), "energy_kwh": cost.get("energy_kwh")})
     return rows
 
 

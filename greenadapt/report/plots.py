@@ -106,3 +106,24 @@ def _smooth(values: Sequence[float], window: int = 10) -> list[float]:
             total -= values[i - window]
         out.append(total / min(i + 1, window))
     return out
+
+
+def accuracy_cost_chart(rows: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """Test score against adaptation CPU hours, one point per fine-tuned configuration (error bars where n ≥ 2)."""
+    if len(rows) < 2:
+        return None
+    fig = _figure(6.5, 3.6)
+    ax = fig.subplots()
+    scale = 100.0 if max(abs(r["mean"]) for r in rows) <= 1 else 1.0
+    for row in rows:
+        y = row["mean"] * scale
+        if row["n"] >= 2:
+            ax.errorbar(row["cpu_hours"], y, yerr=row["std"] * scale, fmt="o", capsize=3, color="#3b6ea8")
+        else:
+            ax.plot(row["cpu_hours"], y, "o", mfc="white", color="#3b6ea8")
+        label = row["group"].split("/")[-1] + ("" if row["n"] >= 2 else " (n=1)")
+        ax.annotate(label, (row["cpu_hours"], y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    ax.set_xlabel("adaptation cost (CPU hours)")
+    ax.set_ylabel(f"test {rows[0]['metric']}" + (" (×100)" if scale != 1 else ""))
+    ax.set_title("accuracy against adaptation cost (mean ± sd over seeds)", fontsize=9)
+    return _png(fig)

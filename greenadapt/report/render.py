@@ -296,6 +296,8 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
         body += ["<h2>Results</h2>", _html_table(*results_table(data))]
         for key, title in result_groups(data):
             body.append(_img(figures.get(key), title))
+        if figures.get("accuracy_vs_cost"):
+            body += ["<h3>Accuracy against adaptation cost</h3>", _img(figures.get("accuracy_vs_cost"), "accuracy against adaptation cost")]
     if data["training"]:
         body.append("<h2>Training curves</h2>")
         for key, title in curve_groups(data):
@@ -332,7 +334,10 @@ def curve_groups(data: Mapping[str, Any]) -> list[tuple[str, str]]:
 def figure_specs(data: Mapping[str, Any]) -> dict[str, Callable[[], bytes | None]]:
     from greenadapt.report import plots
 
-    specs: dict[str, Callable[[], bytes | None]] = {"cost": lambda: plots.cost_chart(data["stages"])}
+    specs: dict[str, Callable[[], bytes | None]] = {
+        "cost": lambda: plots.cost_chart(data["stages"]),
+        "accuracy_vs_cost": lambda: plots.accuracy_cost_chart(data.get("accuracy_vs_cost", [])),
+    }
     for key, title in result_groups(data):
         _, task, split = key.split(":", 2)
         rows = [r for r in data["results"] if str(r["task"]) == task and r["split"] == split]
