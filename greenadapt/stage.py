@@ -49,6 +49,9 @@ MANIFEST_CHECKSUM = "manifest_sha256"
 EDITED = "edited by hand (its checksum no longer matches its fields)"
 _HASH_CHUNK = 8 << 20
 _SHOWN = 3
+# A run whose output is up to date waits this long for another process that holds the output's lock
+# (most often one checking the same up-to-date output) instead of failing at once.
+UP_TO_DATE_WAIT_SECONDS = 120.0
 
 
 def canonical_json(obj: Any) -> str:
@@ -555,6 +558,13 @@ class StageRun:
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
+            if self._looks_up_to_date() and _lock_within(handle, UP_TO_DATE_WAIT_SECONDS, holder, self.out):
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
+                handle.flush()
+                self._lock_handle = handle
+                return
             handle.close()
             raise LockedError(
                 f"{holder} is writing this {self.kind} output right now",
@@ -566,6 +576,16 @@ class StageRun:
         handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
         handle.flush()
         self._lock_handle = handle
+
+    def _looks_up_to_date(self) -> bool:
+        """Whether the output there was made with this run's inputs and options (not verified: the holder may be
+        only checking it, which takes seconds; a run that would redo it must not queue without --wait)."""
+        if self.force:
+            return False
+        manifest, _ = _parse_manifest(self.out) if self.out.is_dir() else (None, "")
+        return manifest is not None and manifest.get("fingerprint") in (
+            self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs)
+        )
 
     def _release_lock(self) -> None:
         if self._lock_handle is not None:
@@ -618,6 +638,20 @@ def sweep_stale_temporaries(folder: Path) -> int:
             fcntl.flock(handle, fcntl.LOCK_UN)
             handle.close()
     return removed
+
+
+def _lock_within(handle: Any, seconds: float, holder: str, out: Path) -> bool:
+    """Take the lock on ``handle`` if its holder lets it go within ``seconds``."""
+    log.info("%s holds %s, whose output is up to date: waiting up to %.0f s for it", holder, out, seconds)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            continue
+    return False
 
 
 def _config_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import multiprocessing as mp
 import os
+import time
 import signal
 from pathlib import Path
 
@@ -159,3 +160,36 @@ def test_disk_full_while_committing_keeps_previous_output(tmp_path: Path, monkey
     assert (out / "data.txt").read_text() == "hello"
     assert verify_files(out, read_manifest(out)) is None
     assert not list(tmp_path.glob(".stage.tmp-*"))
+
+
+def _hold_lock_briefly(out: str, ready: mp.Event, seconds: float) -> None:  # type: ignore[type-arg]
+    with StageRun("demo", out, {"a": 1}, [{"input": "x"}]) as run:  # up to date: only checks, as a concurrent rerun does
+        assert run.skipped
+        ready.set()
+        time.sleep(seconds)
+
+
+def test_an_up_to_date_output_locked_by_a_short_check_is_waited_for(tmp_path: Path) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+    ctx = mp.get_context("fork")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_lock_briefly, args=(str(out), ready, 1.0))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        started = time.monotonic()
+        with StageRun("demo", out, {"a": 1}, [{"input": "x"}]) as run:  # no --wait: still no LockedError
+            assert run.skipped
+        assert time.monotonic() - started >= 0.5  # it did wait for the holder
+        # A run that would redo the stage keeps failing fast.
+        ready.clear()
+        other = ctx.Process(target=_hold_lock_briefly, args=(str(out), ready, 3.0))
+        holder.join(30)
+        other.start()
+        assert ready.wait(30)
+        with pytest.raises(LockedError):
+            _make(out, {"a": 2})
+        other.join(30)
+    finally:
+        holder.join(30)
