@@ -14,24 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from finetune_helpers import build_tiny_expanded, write_ner_file
 from w2v_fixtures import linear_w2v
 
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, EXIT_USAGE
 from greenadapt.stage import MANIFEST, StageRun, load_stage
-
-
-def _run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    from greenadapt.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])
-    monkeypatch.delenv("GREENADAPT_DEBUG", raising=False)
-    with pytest.raises(SystemExit) as info:
-        main()
-    captured = capsys.readouterr()
-    code = int(info.value.code or 0)
-    assert code == 0 or captured.out == ""
-    return code, captured.err
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -96,7 +84,7 @@ def test_force_never_replaces_a_users_folder(command: str, inputs: dict[str, Pat
     (mine / "notes" / "todo.txt").write_text("back up")
     before = _tree(mine)
     started = time.monotonic()
-    code, err = _run_cli([*_writers(inputs, tmp_path / "work")[command], "--out", str(mine), "--force"], monkeypatch, capsys)
+    code, err = run_cli([*_writers(inputs, tmp_path / "work")[command], "--out", str(mine), "--force"], monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT, err
     assert f"{mine}: refusing to replace this folder" in err and "choose a new or empty folder" in err, err
     assert len(err.strip().splitlines()) == 1, err
@@ -110,11 +98,11 @@ def test_a_file_added_to_a_greenadapt_folder_keeps_it_from_being_replaced(
 ) -> None:
     out = shutil.copytree(inputs["align"], tmp_path / "align")
     (out / "my-notes.md").write_text("the map looks good")
-    code, err = _run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(out), "--force"], monkeypatch, capsys)
+    code, err = run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(out), "--force"], monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT and "files greenadapt did not write (my-notes.md)" in err, err
     assert (out / "my-notes.md").read_text() == "the map looks good"
     (out / "my-notes.md").unlink()
-    code, err = _run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(out), "--force"], monkeypatch, capsys)
+    code, err = run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(out), "--force"], monkeypatch, capsys)
     assert code == 0, err  # our own folder, untouched by the user: replaced as asked
     load_stage(out, "align")
 
@@ -122,7 +110,7 @@ def test_a_file_added_to_a_greenadapt_folder_keeps_it_from_being_replaced(
 def test_an_empty_folder_is_a_fine_destination(inputs: dict[str, Path], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
-    code, err = _run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(tmp_path / "empty")], monkeypatch, capsys)
+    code, err = run_cli(["align", "--w2v", str(inputs["w2v"]), "--out", str(tmp_path / "empty")], monkeypatch, capsys)
     assert code == 0, err
     load_stage(tmp_path / "empty", "align")
 
@@ -147,7 +135,7 @@ def test_out_at_the_workspace_is_refused(command: str, where: str, inputs: dict[
     (work / "cache" / "pretok" / "keep.txt").write_text("cache")
     before = _tree(tmp_path / "outer")
     out = work if where == "the workspace" else tmp_path / "outer"
-    code, err = _run_cli([*_writers(inputs, work)[command], "--out", str(out), "--force"], monkeypatch, capsys)
+    code, err = run_cli([*_writers(inputs, work)[command], "--out", str(out), "--force"], monkeypatch, capsys)
     assert code == EXIT_USAGE, err
     assert "the workspace" in err and "--out" in err, err
     assert _tree(tmp_path / "outer") == before
@@ -171,7 +159,7 @@ def test_out_overlapping_an_input_is_refused(command: str, target, inputs: dict[
     out = target(inputs)
     watched = inputs["w2v"].parent
     before = _tree(watched)
-    code, err = _run_cli([*_writers(inputs, tmp_path / "work")[command], "--out", str(out), "--force"], monkeypatch, capsys)
+    code, err = run_cli([*_writers(inputs, tmp_path / "work")[command], "--out", str(out), "--force"], monkeypatch, capsys)
     assert code == EXIT_USAGE, err
     assert "choose an --out outside what this command reads" in err, err
     assert _tree(watched) == before
@@ -185,7 +173,7 @@ def test_adapt_out_at_its_own_w2v_stage_is_refused_before_w2v_runs(inputs: dict[
 
     work = tmp_path / "work"
     future_w2v = workspace.stage_dir(work, [str(inputs["corpus"])], resolve_model(str(inputs["model"])).slug, "w2v")
-    code, err = _run_cli([*_writers(inputs, work)["adapt"], "--out", str(future_w2v)], monkeypatch, capsys)
+    code, err = run_cli([*_writers(inputs, work)["adapt"], "--out", str(future_w2v)], monkeypatch, capsys)
     assert code == EXIT_USAGE and "the w2v stage's folder" in err, err
     assert not work.exists() or not list(work.rglob(MANIFEST))
 
@@ -205,7 +193,7 @@ def test_adapt_checks_every_option_before_training_word2vec(extra: list[str], sa
     extra = [e.replace("{file}", str(a_file)) for e in extra]
     work = tmp_path / "work"
     started = time.monotonic()
-    code, err = _run_cli([*_writers(inputs, work)["adapt"], *extra], monkeypatch, capsys)
+    code, err = run_cli([*_writers(inputs, work)["adapt"], *extra], monkeypatch, capsys)
     assert code == EXIT_USAGE, err
     assert says in err, err
     assert time.monotonic() - started < 2
@@ -219,9 +207,9 @@ def test_one_default_seed_lets_the_documented_flow_reuse_each_stage(inputs: dict
     small = ["--workers", "1", "--min-count", "1", "--epochs", "1", "--dim", "8"]
     common = ["-m", str(inputs["model"]), "--workdir", str(tmp_path / "work")]
     corpus = ["-c", str(inputs["corpus"])]
-    assert _run_cli(["w2v", *corpus, *common, *small], monkeypatch, capsys)[0] == 0
-    assert _run_cli(["align", *corpus, *common], monkeypatch, capsys)[0] == 0
-    code, err = _run_cli(["adapt", *corpus, *common, *small, "--json"], monkeypatch, capsys)
+    assert run_cli(["w2v", *corpus, *common, *small], monkeypatch, capsys)[0] == 0
+    assert run_cli(["align", *corpus, *common], monkeypatch, capsys)[0] == 0
+    code, err = run_cli(["adapt", *corpus, *common, *small, "--json"], monkeypatch, capsys)
     assert code == 0, err
 
 
@@ -272,7 +260,7 @@ def test_a_pickled_model_gets_the_one_line_refusal(command: str, inputs: dict[st
     with open(model / "pytorch_model.bin", "wb") as handle:
         pickle.dump({**state, "evil": Payload()}, handle)
     args = _writers({**inputs, "expanded": model, "model": model}, tmp_path / "work")[command]
-    code, err = _run_cli([*args, "--out", str(tmp_path / "out")], monkeypatch, capsys)
+    code, err = run_cli([*args, "--out", str(tmp_path / "out")], monkeypatch, capsys)
     assert code == EXIT_BAD_INPUT, err
     assert f"{model / 'pytorch_model.bin'}: cannot load PyTorch weights safely" in err, err
     assert "weights_only" not in err and "pwned" not in err
@@ -283,14 +271,14 @@ def test_stale_pretokenization_temporaries_are_removed_on_the_next_run(inputs: d
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     args = _writers(inputs, tmp_path / "work")["w2v"]
-    assert _run_cli(args, monkeypatch, capsys)[0] == 0
+    assert run_cli(args, monkeypatch, capsys)[0] == 0
     cache = tmp_path / "work" / "cache" / "pretok"
     (key,) = [p.name for p in cache.iterdir() if not p.name.startswith(".")]
     # What a `--force` run killed mid-way leaves: its temporary beside the finished entry (pid of a dead process).
     stale = cache / f".{key}.tmp-999999-0123abcd"
     stale.mkdir()
     (stale / "corpus.txt").write_bytes(b"x" * 1_000_000)
-    code, err = _run_cli(args, monkeypatch, capsys)  # w2v is up to date: it never reaches the pre-tokenization stage
+    code, err = run_cli(args, monkeypatch, capsys)  # w2v is up to date: it never reaches the pre-tokenization stage
     assert code == 0, err
     assert not stale.exists()
     assert (cache / key / MANIFEST).is_file()
@@ -312,7 +300,7 @@ def test_predict_never_overwrites_its_input_or_a_folder(tmp_path: Path, monkeypa
     model = build_tiny_expanded(tmp_path / "model")
     train = write_ner_file(tmp_path / "train.tsv", 24, seed=1)
     run = tmp_path / "run"
-    code, err = _run_cli(["finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--out", str(run),
+    code, err = run_cli(["finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--out", str(run),
                           "--max-steps", "2", "--device", "cpu"], monkeypatch, capsys)
     assert code == 0, err
     original = train.read_bytes()
@@ -322,17 +310,17 @@ def test_predict_never_overwrites_its_input_or_a_folder(tmp_path: Path, monkeypa
         (tmp_path / "outputs", False, "--output is a folder"),
         (run / "x.tsv", True, "--output lies inside the --model folder"),
     ):
-        code, err = _run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(output),
+        code, err = run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(output),
                               *(["--force"] if force else [])], monkeypatch, capsys)
         assert code == EXIT_USAGE and says in err, err
         assert f"{output}:" in err and ".tmp" not in err, err  # the user's path, never a hidden temporary
     assert train.read_bytes() == original
     out = tmp_path / "tagged.tsv"
     out.write_text("mine")
-    code, err = _run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(out)], monkeypatch, capsys)
+    code, err = run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(out)], monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT and "--force" in err, err
     assert out.read_text() == "mine"
-    code, err = _run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(out), "--force"], monkeypatch, capsys)
+    code, err = run_cli(["predict", "--model", str(run), "--input", str(train), "--output", str(out), "--force"], monkeypatch, capsys)
     assert code == 0, err
     assert out.read_text() != "mine"
 
@@ -362,7 +350,7 @@ def test_a_moved_workspace_stays_up_to_date(inputs: dict[str, Path], tmp_path: P
                                             capsys: pytest.CaptureFixture[str]) -> None:
     small = ["--workers", "1", "--min-count", "1", "--epochs", "1", "--dim", "8"]
     corpus = ["-c", str(inputs["corpus"]), "-m", str(inputs["model"])]
-    code, err = _run_cli(["adapt", *corpus, *small, "--workdir", str(tmp_path / "before"), "--json"], monkeypatch, capsys)
+    code, err = run_cli(["adapt", *corpus, *small, "--workdir", str(tmp_path / "before"), "--json"], monkeypatch, capsys)
     assert code == 0, err
     shutil.move(tmp_path / "before", tmp_path / "after")  # keeps modification times, as mv and cp -a do
     from greenadapt.cli import main
@@ -377,10 +365,10 @@ def test_a_moved_workspace_stays_up_to_date(inputs: dict[str, Path], tmp_path: P
     assert "inputs changed" not in out.err and "other inputs" not in out.err
     align = next((tmp_path / "after").glob("*/*/align"))
     # expand finds the w2v folder align read at its new place (recorded relative to align's folder)
-    code, err = _run_cli(["expand", "--align", str(align), "--out", str(tmp_path / "again")], monkeypatch, capsys)
+    code, err = run_cli(["expand", "--align", str(align), "--out", str(tmp_path / "again")], monkeypatch, capsys)
     assert code == 0, err
     shutil.rmtree(align.parent / "w2v")
-    code, err = _run_cli(["expand", "--align", str(align), "--out", str(tmp_path / "third")], monkeypatch, capsys)
+    code, err = run_cli(["expand", "--align", str(align), "--out", str(tmp_path / "third")], monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT and "w2v input was moved" in err, err
 
 
@@ -409,14 +397,14 @@ def test_outputs_made_before_paths_left_the_fingerprint_stay_up_to_date(tmp_path
 def test_report_replaces_its_own_page_and_no_other_file(inputs: dict[str, Path], tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "report.html"
-    code, err = _run_cli(["report", str(inputs["align"]), "--html", str(page)], monkeypatch, capsys)
+    code, err = run_cli(["report", str(inputs["align"]), "--html", str(page)], monkeypatch, capsys)
     assert code == 0 and page.is_file(), err
-    code, err = _run_cli(["report", str(inputs["align"]), "--html", str(page)], monkeypatch, capsys)
+    code, err = run_cli(["report", str(inputs["align"]), "--html", str(page)], monkeypatch, capsys)
     assert code == 0, err  # its own page: replaced
     mine = tmp_path / "notes.html"
     mine.write_text("<html>my notes</html>")
-    code, err = _run_cli(["report", str(inputs["align"]), "--html", str(mine)], monkeypatch, capsys)
+    code, err = run_cli(["report", str(inputs["align"]), "--html", str(mine)], monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT and "not a page greenadapt report wrote" in err, err
     assert mine.read_text() == "<html>my notes</html>"
-    code, err = _run_cli(["report", str(inputs["align"]), "--html", str(tmp_path)], monkeypatch, capsys)
+    code, err = run_cli(["report", str(inputs["align"]), "--html", str(tmp_path)], monkeypatch, capsys)
     assert code == EXIT_USAGE and "--html is a folder" in err, err

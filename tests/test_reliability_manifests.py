@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from w2v_fixtures import linear_w2v
 
 from greenadapt.errors import EXIT_STAGE_CONFLICT
@@ -27,18 +27,6 @@ def pristine(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[
     root = tmp_path_factory.mktemp("manifests")
     w2v, _ = linear_w2v(root / "w2v", tiny_bert, noise=0.01)
     return {"w2v": w2v, "align": run_align(w2v=w2v, out=root / "align").path}
-
-
-def _run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    from greenadapt.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])
-    monkeypatch.delenv("GREENADAPT_DEBUG", raising=False)
-    with pytest.raises(SystemExit) as info:
-        main()
-    captured = capsys.readouterr()
-    assert int(info.value.code or 0) == 0 or captured.out == ""  # a failure prints nothing on stdout
-    return int(info.value.code or 0), captured.err
 
 
 def _edit_manifest(edit: Callable[[dict], None], *, legacy: bool = False) -> Callable[[Path], None]:
@@ -106,7 +94,7 @@ def test_align_refuses_a_damaged_w2v_folder(case: str, pristine: dict[str, Path]
     damage, says, names, fix = CASES[case]
     w2v = shutil.copytree(pristine["w2v"], tmp_path / "w2v")
     damage(w2v)
-    code, err = _run_cli(["align", "--w2v", str(w2v), "--out", str(tmp_path / "align")], monkeypatch, capsys)
+    code, err = run_cli(["align", "--w2v", str(w2v), "--out", str(tmp_path / "align")], monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -121,7 +109,7 @@ def test_expand_refuses_a_truncated_align_manifest(pristine: dict[str, Path], tm
                                                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     aligned = shutil.copytree(pristine["align"], tmp_path / "align")
     _truncate(aligned)
-    code, err = _run_cli(["expand", "--align", str(aligned), "--out", str(tmp_path / "expanded")], monkeypatch, capsys)
+    code, err = run_cli(["expand", "--align", str(aligned), "--out", str(tmp_path / "expanded")], monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT, err
     assert err.startswith(f"error: {aligned / MANIFEST}: manifest.json is not valid JSON"), err
     assert len(err.strip().splitlines()) == 1
@@ -136,16 +124,16 @@ def test_a_damaged_output_is_not_skipped_over(pristine: dict[str, Path], tmp_pat
     _truncate(aligned)
     args = ["align", "--w2v", str(pristine["w2v"]), "--out", str(aligned)]
     for extra in ([], ["--force"]):
-        code, err = _run_cli([*args, *extra], monkeypatch, capsys)
+        code, err = run_cli([*args, *extra], monkeypatch, capsys)
         assert code == EXIT_STAGE_CONFLICT and "not valid JSON" in err and "choose a new or empty folder" in err, err
         assert (aligned / "map.npy").is_file()  # untouched
     shutil.rmtree(aligned)
-    code, err = _run_cli(args, monkeypatch, capsys)
+    code, err = run_cli(args, monkeypatch, capsys)
     assert code == 0, err
     _edit_manifest(lambda m: m["stats"].update(n_shared=1))(aligned)
-    code, err = _run_cli(args, monkeypatch, capsys)
+    code, err = run_cli(args, monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT and "edited by hand" in err and "--force" in err, err
-    code, err = _run_cli([*args, "--force"], monkeypatch, capsys)
+    code, err = run_cli([*args, "--force"], monkeypatch, capsys)
     assert code == 0, err
     from greenadapt.stage import load_stage
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from greenadapt.errors import InputError
-from greenadapt.methods.base import ROW_CHUNK, FitContext, RowContext
-from greenadapt.methods.lstsq import MAP_FILE, load_map, mean_cosine
-
-if TYPE_CHECKING:
-    import numpy as np
+from greenadapt.methods.base import FitContext
+from greenadapt.methods.lstsq import MAP_FILE, Lstsq, mean_cosine
 
 
-class Identity:
+class Identity(Lstsq):
+    """W = I written as lstsq's map, so the rows are lstsq's ``v @ Wᵀ`` (= v)."""
+
     name = "identity"
     summary = "no alignment: word2vec vectors as rows (ablation; needs --dim = the model's hidden size)"
     needs_vectors = True
@@ -37,12 +35,6 @@ class Identity:
             "map_file": MAP_FILE,
             "map_dtype": "float64",
         }
-
-    def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
-        assert ctx.vectors is not None
-        W32t = load_map(ctx, ctx.vectors.shape[1])
-        for start in range(0, len(ctx.vectors), ROW_CHUNK):
-            yield ctx.vectors[start : start + ROW_CHUNK] @ W32t
 
 
 IDENTITY = Identity()
