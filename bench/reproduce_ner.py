@@ -29,7 +29,10 @@ manifests make ``greenadapt`` skip up-to-date outputs); an interrupted
 fine-tuning run continues from its last checkpoint (``--save-every`` /
 ``--resume``). Kill it at any point and run it again to continue.
 GPU: ``finetune --device auto`` uses CUDA when present; the CPU stages
-(w2v/align/expand) do not need one.
+(w2v/align/expand) do not need one. The model is small, so one GPU is mostly
+idle under one fine-tuning: ``--parallel N`` runs N independent fine-tunings at
+once (each with its share of the CPU threads and its own log beside its run
+folder); every run is the same command with the same seed as one by one.
 
 Full size (the study as designed; not run here: about 10 h of fine-tuning on an idle
 2-core CPU by the DESIGN-NOTES §4 step time, far less on a GPU)::
@@ -99,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"Any of {','.join(VARIANTS)}.")
     parser.add_argument("--dapt-steps", type=int, default=1000, help="Masked-LM steps of the DAPT comparator.")
     parser.add_argument("--green-mlm-steps", type=int, default=100, help="Masked-LM steps over the adapted model.")
+    parser.add_argument("--green-mlm-mix", type=float, default=0.5,
+                        help="green-mlm: share of its masked-LM sequences read with the domain tokenizer (pretrain --mix).")
     parser.add_argument("--context-max-tokens", type=int, default=1_000_000,
                         help="context-mean: corpus tokens the base model reads at most (its forward pass is the cost).")
     parser.add_argument("--green-rows-steps", type=int, default=300,
@@ -122,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-test-sentences", type=int, default=None, help="Test on the first N sentences only.")
     parser.add_argument("--save-every", type=int, default=100, help="Checkpoint every N steps (resume after a kill).")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="Fine-tunings run at once (a GPU is mostly idle under one small model); logs go to <run>.log.")
     parser.add_argument("--dry-run", action="store_true", help="Print the commands, run nothing.")
     parser.add_argument("--tables-only", action="store_true", help="Only print the tables of the runs finished so far.")
     args = parser.parse_args(argv)
@@ -130,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variant(s) {unknown}; choose from {VARIANTS}")
+    if args.parallel < 1:
+        parser.error("--parallel must be at least 1")
     seeds = [int(s) for s in args.seeds.split(",") if s]
     sets = [s for s in args.sets.split(",") if s]
     work = args.workdir.absolute()
@@ -177,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         models["context-mean"] = json.loads(adapted)["model"] if adapted else str(run_dir / "expand-context-mean")
 
     # 3. continued masked-LM pretraining: DAPT from the base model, a short pass over the adapted one.
-    passes = (("dapt", model, args.dapt_steps, args.mlm_lr, []), ("green-mlm", str(expand_dir), args.green_mlm_steps, args.mlm_lr, []),
+    passes = (("dapt", model, args.dapt_steps, args.mlm_lr, []),
+              ("green-mlm", str(expand_dir), args.green_mlm_steps, args.mlm_lr, ["--mix", str(args.green_mlm_mix)]),
               ("green-rows", str(expand_dir), args.green_rows_steps, args.green_rows_lr,
                ["--train", "new-rows", "--head-warmup-steps", str(args.green_rows_head_warmup)]))
     for variant, start, steps, lr, extra in passes:
@@ -190,27 +200,33 @@ def main(argv: list[str] | None = None) -> int:
              "--max-length", str(args.mlm_max_length), "--seed", "1", "--device", args.device,
              "--save-every", str(args.save_every), "--resume",
              *extra,
-             *(["--head-warmup-steps", str(round(args.head_warmup_fraction * steps))] if args.head_warmup_fraction and not extra else []),
+             *(["--head-warmup-steps", str(round(args.head_warmup_fraction * steps))]
+               if args.head_warmup_fraction and "--head-warmup-steps" not in extra else []),
              *(["--eval-every", str(args.mlm_eval_every)] if args.mlm_eval_every else [])]
         )
         models[variant] = str(out)
 
-    # 4. fine-tuning, one run folder per set, variant and seed; seed by seed, so that a study cut short
-    # still holds complete paired comparisons for the seeds it finished.
+    # 4. fine-tuning, one run folder per set, variant and seed; seed by seed (every set within a seed),
+    # so that a study cut short still holds complete paired comparisons on every set for the seeds it finished.
+    jobs: list[tuple[list[str], Path]] = []
+    splits = {}
     for name in sets:
         folder = args.ner / name
-        train = _head_sentences(folder / "train_dev.tsv", work / "data" / name, "train_dev", args.max_train_sentences)
-        test = _head_sentences(folder / "test.tsv", work / "data" / name, "test", args.max_test_sentences)
-        for seed in seeds:
+        splits[name] = (_head_sentences(folder / "train_dev.tsv", work / "data" / name, "train_dev", args.max_train_sentences),
+                        _head_sentences(folder / "test.tsv", work / "data" / name, "test", args.max_test_sentences))
+    for seed in seeds:
+        for name, (train, test) in splits.items():
             for variant in variants:
                 out = run_dir / "finetune" / name / variant / f"seed-{seed}"
                 mix = "0.5" if variant in MIXED else "0"
-                runner.run(
+                jobs.append((
                     ["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", models[variant],
                      "--mix", mix, "--pool", "mean", "--seed", str(seed), "--epochs", str(args.epochs),
                      "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--max-length", str(args.max_length),
-                     "--device", args.device, "--save-every", str(args.save_every), "--resume", "--out", str(out)]
-                )
+                     "--device", args.device, "--save-every", str(args.save_every), "--resume", "--out", str(out)],
+                    out,
+                ))
+    runner.run_all(jobs, parallel=args.parallel)
 
     # 5. the report, and the table the paper's claim is about.
     runner.run(["report", str(run_dir), "--html", str(work / "report.html")])
@@ -370,12 +386,17 @@ class Runner:
     def __init__(self, *, dry: bool) -> None:
         self.dry = dry
 
-    def run(self, argv: list[str], *, capture: bool = False) -> str:
+    def run(self, argv: list[str], *, capture: bool = False, log: Path | None = None, env: dict[str, str] | None = None) -> str:
         command = [sys.executable, "-m", "greenadapt", *argv]
-        print("$ greenadapt " + " ".join(argv), file=sys.stderr, flush=True)
+        print("$ greenadapt " + " ".join(argv) + (f"  > {log}" if log else ""), file=sys.stderr, flush=True)
         if self.dry:
             return ""
-        done = subprocess.run(command, stdout=subprocess.PIPE if capture else None, text=True)
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as sink:
+                done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, text=True, env=env)
+        else:
+            done = subprocess.run(command, stdout=subprocess.PIPE if capture else None, text=True, env=env)
         if done.returncode in (EXIT_PREEMPTED, EXIT_INTERRUPTED) or done.returncode < 0:
             print("study interrupted: rerun the same command to continue where it stopped", file=sys.stderr)
             raise SystemExit(done.returncode if done.returncode > 0 else EXIT_INTERRUPTED)
@@ -383,6 +404,24 @@ class Runner:
             print(f"study stopped: `greenadapt {argv[0]}` failed with exit code {done.returncode}", file=sys.stderr)
             raise SystemExit(done.returncode)
         return done.stdout or ""
+
+    def run_all(self, jobs: list[tuple[list[str], Path]], *, parallel: int) -> None:
+        """Run independent commands, ``parallel`` at a time; the first failure stops the queue (running ones finish)."""
+        if parallel <= 1:
+            for argv, _ in jobs:
+                self.run(argv)
+            return
+        from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+        # Each process gets its share of the cores: N processes with all threads each thrash one another.
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // parallel)), "TOKENIZERS_PARALLELISM": "false"}
+        with ThreadPoolExecutor(parallel) as pool:
+            futures = [pool.submit(self.run, argv, log=out.with_name(out.name + ".log"), env=env) for argv, out in jobs]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in done if f.exception() is not None]
+            if failed:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise failed[0].exception()  # type: ignore[misc]
 
 
 def _minilm() -> str:

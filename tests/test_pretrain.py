@@ -481,3 +481,36 @@ def test_train_new_rows_needs_added_rows(corpus: Path, tiny_bert: Path, tmp_path
 
     with pytest.raises(UsageError, match="needs a model with added rows"):
         run_pretrain(_options(tiny_bert, corpus, tmp_path / "out", max_steps=2, train="new-rows"))
+
+
+def test_mix_trains_on_both_tokenizers_and_is_refused_where_it_cannot_work(corpus: Path, tiny_bert: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    model = build_tiny_expanded(tmp_path / "expanded", head="mlm")
+    domain = AutoTokenizer.from_pretrained(str(model))
+    new_ids = [domain.convert_tokens_to_ids(w) for w in NEW_WORDS[:4]]
+    key = "bert.embeddings.word_embeddings.weight"
+    original = _weights(model)[key]
+
+    runs = {}
+    for share in (0.0, 0.5, 1.0):
+        out = tmp_path / f"mix-{share}"
+        outcome = run_pretrain(_options(model, corpus, out, max_steps=4, mix=share))
+        assert outcome.manifest["config"]["mix"] == share
+        assert outcome.manifest["stats"]["corpus"]["mix"] == share
+        runs[share] = _weights(out)[key]
+    # The domain-only mixture equals the plain domain-tokenizer run (same draws, same sequences).
+    plain = tmp_path / "plain"
+    run_pretrain(_options(model, corpus, plain, max_steps=4))
+    assert np.allclose(runs[1.0], _weights(plain)[key], atol=1e-6)
+    # Read with the general tokenizer only, the new words' pieces are the input: different training.
+    assert not np.allclose(runs[0.0], runs[1.0])
+    assert not np.allclose(runs[0.5], runs[1.0]) and not np.allclose(runs[0.5], runs[0.0])
+    assert all(not np.array_equal(runs[0.5][i], original[i]) for i in new_ids)
+
+    with pytest.raises(UsageError, match="domain tokenizer"):
+        run_pretrain(_options(tiny_bert, corpus, tmp_path / "no-domain", mix=0.5))
+    with pytest.raises(UsageError, match="--tokenizer"):
+        run_pretrain(_options(model, corpus, tmp_path / "both", mix=0.5, tokenizer="general"))
+    with pytest.raises(UsageError, match=r"not in \[0, 1\]"):
+        run_pretrain(_options(model, corpus, tmp_path / "bad", mix=1.5))

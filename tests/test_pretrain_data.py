@@ -11,6 +11,7 @@ from greenadapt.errors import CorpusError
 from greenadapt.pretrain.data import (
     IGNORE,
     Masker,
+    MixedCorpus,
     PackedCorpus,
     epoch_order,
     heldout_count,
@@ -161,3 +162,31 @@ def test_token_cache_matches_the_tokenizer_and_is_reused(tiny_bert: Path, tmp_pa
     assert cache.array().tolist() == expected and not cache.cached
     again = tokenize_corpus(sources, tokenizer, tmp_path / "cache", workers=1)
     assert again.cached and again.array().tolist() == expected
+
+
+def test_mixed_corpus_draws_each_view_at_its_share_and_never_trains_on_heldout_text() -> None:
+    # The same "text" packed by two tokenizers: the general one needs twice the ids (offset 1000 marks its ids).
+    domain = PackedCorpus.build(np.arange(10, 10 + 5000).astype(np.uint32), max_length=12, cls_id=2, sep_id=3, heldout=40)
+    general = PackedCorpus.build(np.arange(1000, 1000 + 10000).astype(np.uint32), max_length=12, cls_id=2, sep_id=3, heldout=40)
+    mixed = MixedCorpus(domain, general, share=0.5, seed=7)
+    assert len(mixed) == len(domain) and mixed.n_heldout == domain.n_heldout == 40
+    # the general view holds out the same share of the text: twice the sequences
+    assert general.n_heldout == 80
+    # held-out sequences are the domain view's, unchanged
+    for i in mixed.heldout_indices:
+        assert np.array_equal(mixed.sequence(int(i)), domain.sequence(int(i)))
+    train = [int(i) for i in mixed.train_indices]
+    from_domain = np.array([mixed.from_domain(i) for i in train])
+    assert 0.45 < from_domain.mean() < 0.55
+    general_seen = [mixed.sequence(i) for i in train if not mixed.from_domain(i)]
+    assert all(s[1] >= 1000 for s in general_seen)  # really the general packing
+    # no training sequence of the general view lies in its held-out text (ids below 1000 + 80 * 10)
+    assert min(int(s[1:-1].min()) for s in general_seen) >= 1000 + 80 * 10
+    assert [len(mixed.sequence(i)) for i in train[:50]] == [mixed.sequence_length(i) for i in train[:50]]
+    # the draw is fixed by the seed, and 0 and 1 are the pure views
+    again = MixedCorpus(domain, general, share=0.5, seed=7)
+    assert all(again.from_domain(i) == mixed.from_domain(i) for i in train)
+    other = MixedCorpus(domain, general, share=0.5, seed=8)
+    assert any(other.from_domain(i) != mixed.from_domain(i) for i in train)
+    assert all(MixedCorpus(domain, general, share=1.0, seed=7).from_domain(i) for i in train)
+    assert not any(MixedCorpus(domain, general, share=0.0, seed=7).from_domain(i) for i in train)

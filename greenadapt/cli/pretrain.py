@@ -38,6 +38,11 @@ def pretrain_command(
     whole_word_masking: bool = typer.Option(False, "--whole-word-masking", help="Mask whole words (a piece and its ## continuations)."),
     mask_probability: float = typer.Option(0.15, "--mask-probability", help="Share of the non-special tokens that become targets (80% [MASK], 10% random, 10% unchanged)."),
     tokenizer: str = typer.Option("auto", "--tokenizer", help="auto (the domain tokenizer of an expanded model, else the only one), domain or general."),
+    mix: float | None = typer.Option(
+        None, "--mix", min=0.0, max=1.0,
+        help="Expanded models: read this share of the sequences with the domain tokenizer and the rest with the general one "
+        "(the fine-tuning's mixture; 0.5 is the recipe after `adapt`). Default: one tokenizer (--tokenizer).",
+    ),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the training sequences."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps (overrides --epochs)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Sequences per optimizer step, over all processes."),
@@ -138,6 +143,7 @@ def pretrain_command(
         whole_word_masking=whole_word_masking,
         mask_probability=mask_probability,
         tokenizer=tokenizer,
+        mix=mix,
         general_corpus=general_corpus or None,
         gmap=gmap,
         gmap_layers=layers,

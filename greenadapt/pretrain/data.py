@@ -220,6 +220,72 @@ class PackedCorpus:
         return np.arange(self.n_heldout, dtype=np.int64)
 
 
+@dataclass
+class MixedCorpus:
+    """One corpus read through two tokenizers: each training sequence, drawn once per seed, comes from
+    the domain packing with probability ``share`` and from the general packing otherwise.
+
+    This is the fine-tuning's tokenizer mixture applied to masked-LM training, so that continued
+    pretraining of an expanded model sees both segmentations of every domain word. Sequence ``i`` of
+    the general packing stands in for the part of the text that domain sequence ``i`` covers (indices
+    scaled by the ratio of the two lengths). The held-out sequences are the domain packing's, and the
+    general packing holds out the same share of the text, so no held-out text is trained on in
+    either view.
+    """
+
+    domain: PackedCorpus
+    general: PackedCorpus
+    share: float
+    seed: int
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise UsageError(f"--mix {self.share} is not in [0, 1]")
+        scale = len(self.general) / len(self.domain)
+        self.general.n_heldout = min(len(self.general) - 1, max(self.general.n_heldout, math.ceil(self.domain.n_heldout * scale)))
+        rng = np.random.default_rng([self.seed, 0x6D6978])
+        self._from_domain = rng.random(len(self.domain)) < self.share
+        self._from_domain[: self.domain.n_heldout] = True
+
+    @property
+    def n_heldout(self) -> int:
+        return self.domain.n_heldout
+
+    @property
+    def max_length(self) -> int:
+        return self.domain.max_length
+
+    def __len__(self) -> int:
+        return len(self.domain)
+
+    def _general_index(self, index: int) -> int:
+        d_train = len(self.domain) - self.domain.n_heldout
+        g_train = len(self.general) - self.general.n_heldout
+        offset = (index - self.domain.n_heldout) * g_train // max(1, d_train)
+        return self.general.n_heldout + min(offset, g_train - 1)
+
+    def from_domain(self, index: int) -> bool:
+        return bool(self._from_domain[index])
+
+    def sequence(self, index: int) -> np.ndarray:
+        if self._from_domain[index]:
+            return self.domain.sequence(index)
+        return self.general.sequence(self._general_index(index))
+
+    def sequence_length(self, index: int) -> int:
+        if self._from_domain[index]:
+            return self.domain.sequence_length(index)
+        return self.general.sequence_length(self._general_index(index))
+
+    @property
+    def train_indices(self) -> np.ndarray:
+        return self.domain.train_indices
+
+    @property
+    def heldout_indices(self) -> np.ndarray:
+        return self.domain.heldout_indices
+
+
 # --------------------------------------------------------------------------
 # Masking
 

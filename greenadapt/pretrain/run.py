@@ -32,7 +32,7 @@ from typing import Any
 
 from greenadapt.errors import ModelError, StageError, UsageError
 from greenadapt.finetune.train import Checkpointing, StopSignal, init_distributed, latest_checkpoint
-from greenadapt.pretrain.data import PackedCorpus
+from greenadapt.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.pretrain.train import PretrainConfig
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, fingerprint, resource_errors, write_json
@@ -58,6 +58,7 @@ class PretrainOptions:
     whole_word_masking: bool = False
     mask_probability: float = 0.15
     tokenizer: str = "auto"
+    mix: float | None = None  # share of sequences read with the domain tokenizer, the rest with the general one
     general_corpus: list[str] | None = None  # held-out loss on a general corpus too (forgetting)
     gmap: str | None = None
     gmap_layers: tuple[int, ...] | None = None
@@ -78,6 +79,13 @@ def _check(options: PretrainOptions) -> None:
         raise UsageError("--heldout must be at least 1")
     if options.tokenizer not in TOKENIZER_CHOICES:
         raise UsageError(f"unknown --tokenizer {options.tokenizer!r}", hint="auto, domain or general")
+    if options.mix is not None:
+        if not 0.0 <= options.mix <= 1.0:
+            raise UsageError(f"--mix {options.mix} is not in [0, 1]", hint="0.5 reads half the sequences with each tokenizer")
+        if options.tokenizer != "auto":
+            raise UsageError("--mix chooses the tokenizer per sequence; it cannot be combined with --tokenizer", hint="drop --tokenizer")
+        if options.gmap is not None:
+            raise UsageError("--mix cannot be combined with --gmap", hint="G-MAP's general model reads one tokenizer's ids")
     if options.gmap is not None and not options.general_model:
         raise UsageError("--gmap needs --general-model", hint="pass the general model whose hidden states are the memory")
     if options.general_model and options.gmap is None:
@@ -99,7 +107,7 @@ class _Setup:
     max_length: int
 
 
-def _setup(model: str | None, tokenizer_choice: str, max_length: int) -> _Setup:
+def _setup(model: str | None, tokenizer_choice: str, max_length: int, *, mix: float | None = None) -> _Setup:
     from greenadapt.finetune.tokenize import load_tokenizers
     from greenadapt.models import resolve_model
 
@@ -107,6 +115,8 @@ def _setup(model: str | None, tokenizer_choice: str, max_length: int) -> _Setup:
     pair = load_tokenizers(ref.path)
     if tokenizer_choice == "domain" and not pair.has_domain:
         raise UsageError("--tokenizer domain needs a model folder with a domain tokenizer", path=ref.path, hint="pass a folder written by `greenadapt expand`")
+    if mix is not None:
+        _check_mixable(pair, ref.path)
     view = "domain" if pair.has_domain and tokenizer_choice != "general" else "general"
     tokenizer = pair.domain if view == "domain" else pair.general
     limit = ref.config().get("max_position_embeddings")
@@ -116,12 +126,29 @@ def _setup(model: str | None, tokenizer_choice: str, max_length: int) -> _Setup:
     return _Setup(ref, pair, tokenizer, view, max_length)
 
 
-def _packed(specs: list[str], text_fields: list[str] | None, setup: _Setup, root: Path, heldout: int, workers: int, force: bool, progress: Progress) -> tuple[PackedCorpus, dict[str, Any]]:
+def _check_mixable(pair: Any, path: Path) -> None:
+    """--mix reads both tokenizers' ids with one embedding matrix and one masker: the domain tokenizer
+    must extend the general one (every general entry at the same id), as ``expand`` writes it."""
+    if not pair.has_domain:
+        raise UsageError("--mix needs a model folder with a domain tokenizer", path=path, hint="pass a folder written by `greenadapt expand`")
+    domain = pair.domain.get_vocab()
+    if any(domain.get(piece) != index for piece, index in pair.general.get_vocab().items()):
+        raise UsageError(
+            "--mix needs a domain tokenizer that extends the general one, and this folder's does not",
+            path=path, hint="pass a folder written by `greenadapt expand`",
+        )
+
+
+def _packed(
+    specs: list[str], text_fields: list[str] | None, setup: _Setup, root: Path, heldout: int, workers: int, force: bool,
+    progress: Progress, *, tokenizer: Any = None,
+) -> tuple[PackedCorpus, dict[str, Any]]:
     from greenadapt.corpus import resolve_corpus
     from greenadapt.pretrain.data import tokenize_corpus
 
     sources = resolve_corpus(specs, text_fields=text_fields)
-    cache = tokenize_corpus(sources, setup.tokenizer, root / "cache", workers=workers, force=force, progress=progress)
+    tokenizer = setup.tokenizer if tokenizer is None else tokenizer
+    cache = tokenize_corpus(sources, tokenizer, root / "cache", workers=workers, force=force, progress=progress)
     corpus = PackedCorpus.build(cache.array(), setup.max_length, setup.pair.cls_id, setup.pair.sep_id, heldout)
     stats = {"tokens": cache.n_tokens, "lines": cache.lines, "sequences": len(corpus), "heldout_sequences": corpus.n_heldout}
     return corpus, stats
@@ -236,7 +263,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
     _check(options)
     corpus_sources = resolve_corpus(options.corpus, text_fields=options.text_fields)  # bad input fails before loading torch
     general_sources = resolve_corpus(options.general_corpus, text_fields=options.text_fields) if options.general_corpus else []
-    setup = _setup(options.model, options.tokenizer, options.max_length)
+    setup = _setup(options.model, options.tokenizer, options.max_length, mix=options.mix)
     root = workspace.workdir(options.workdir)
     workers = options.workers or max(1, os.cpu_count() or 1)
     training = options.training
@@ -247,6 +274,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
         "heldout": options.heldout,
         "masking": {"probability": options.mask_probability, "whole_word": options.whole_word_masking, "split": "80/10/10"},
         "tokenizer": setup.view,
+        **({"mix": options.mix} if options.mix is not None else {}),  # only when used: earlier outputs stay up to date
         "text_fields": options.text_fields,
         "gmap": None if options.gmap is None else {"strategy": options.gmap, "layers": options.gmap_layers, "general_model": options.general_model},
         "model": setup.ref.name,
@@ -278,6 +306,13 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
             if stage is not None:
                 _check_checkpoints(checkpoints, run_fingerprint, resume=options.resume)
             corpus, corpus_stats = _packed(options.corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
+            if options.mix is not None:
+                general_view, general_view_stats = _packed(
+                    options.corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress,
+                    tokenizer=setup.pair.general,
+                )
+                corpus = MixedCorpus(corpus, general_view, options.mix, training.seed)  # type: ignore[assignment]
+                corpus_stats = {**corpus_stats, "mix": options.mix, "general_tokenizer": general_view_stats}
             general = None
             general_stats = None
             if options.general_corpus:
