@@ -33,9 +33,10 @@ model, not several copies of the grown embedding matrix.
 The folder's top holds the domain tokenizer T̂ (see
 :mod:`greenadapt.domain_tokenizer`), so ``AutoTokenizer.from_pretrained``
 gives it; ``general-tokenizer/`` holds the original tokenizer T_LM
-unchanged. Other files (sentence-transformers modules, generation config,
-README) are copied; weight files of other formats are not, since they
-would no longer match.
+unchanged. Other files (generation config, …) are copied; weight files of
+other formats are not, since they would no longer match, nor the base's
+model card and sentence-transformers files, which would describe another
+model (:mod:`greenadapt.model_card` writes the folder's own).
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ from greenadapt.errors import ModelError, StageError, UsageError
 from greenadapt.methods import InitMethod, MethodOptions, RowContext, get_method
 from greenadapt.methods.base import describe
 from greenadapt.methods.norms import rescale_rows, whole_word_norm
+from greenadapt.model_card import (
+    CARD_FILE,
+    CONFIG_KEY,
+    SENTENCE_TRANSFORMERS_DIRS,
+    SENTENCE_TRANSFORMERS_FILES,
+    config_block,
+    expanded_card,
+)
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import (
     StageOutcome,
@@ -99,8 +108,10 @@ _NOT_COPIED = (
     "config.json",
     "manifest.json",
     NEW_WORDS_FILE,
+    CARD_FILE,
+    *SENTENCE_TRANSFORMERS_FILES,
 )
-_DIRS_NOT_COPIED = ("onnx", "openvino")
+_DIRS_NOT_COPIED = ("onnx", "openvino", *SENTENCE_TRANSFORMERS_DIRS)
 
 
 @dataclass
@@ -189,9 +200,23 @@ def run_expand(
                 align_dir, w2v_dir, ref, general, method=method, method_options=method_options, max_new=max_new,
                 min_count=min_count, seed=seed, dest=run.tmp, progress=progress,
             )
+            _write_card(run.tmp, ref, stats, align_manifest, w2v_manifest)
         manifest = run.commit(stats=stats)
     log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
     return StageOutcome(run.out, manifest, False)
+
+
+def _write_card(dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manifest: Mapping[str, Any], w2v_manifest: Mapping[str, Any]) -> None:
+    from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR
+
+    corpus = [str(i["path"]) for i in w2v_manifest.get("inputs", []) if i.get("path") and "stage" not in i and "files_digest" not in i]
+    costs = [m.get("cost") or {} for m in (w2v_manifest, align_manifest)]
+    upstream = {key: float(sum(c.get(key) or 0 for c in costs)) for key in ("wall_seconds", "cpu_seconds")}
+    card = expanded_card(
+        base_model=ref.name, method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
+        align_stats=align_manifest.get("stats") or {}, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
+    )
+    (dest / CARD_FILE).write_text(card, encoding="utf-8")
 
 
 def _w2v_of(align_dir: Path, align_manifest: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:
@@ -326,6 +351,9 @@ def _expand(
     if config.get("vocab_size") != n_rows:
         log.warning("config.json says vocab_size %s, the embedding matrix has %d rows", config.get("vocab_size"), n_rows)
     config["vocab_size"] = n_rows + n_new
+    config[CONFIG_KEY] = config_block(
+        method=method.name, base_model=ref.name, first_new_id=n_rows, n_new=n_new, general_tokenizer=GENERAL_TOKENIZER_DIR
+    )
     (dest / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
     progress.start("writing tokenizers")
@@ -526,7 +554,7 @@ def _copy_other_files(model_path: Path, dest: Path) -> None:
         if child.name.startswith("."):
             continue
         if child.is_dir():
-            if child.name not in (*_DIRS_NOT_COPIED, GENERAL_TOKENIZER_DIR):
+            if child.name != GENERAL_TOKENIZER_DIR and not any(fnmatch(child.name, p) for p in _DIRS_NOT_COPIED):
                 shutil.copytree(child, dest / child.name, ignore=shutil.ignore_patterns(".*"))
         elif child.is_file() and child.name not in TOKENIZER_FILES and not any(fnmatch(child.name, p) for p in _NOT_COPIED):
             shutil.copyfile(child, dest / child.name)

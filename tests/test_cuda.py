@@ -156,15 +156,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_two_ddp_processes_on_one_gpu(files: dict[str, Path], tmp_path: Path) -> None:
+def test_two_ddp_processes(files: dict[str, Path], tmp_path: Path) -> None:
+    """Two data-parallel processes: on two GPUs they train; on one GPU they are refused in one line
+    (torchrun gives rank 1 the GPU cuda:1, and NCCL cannot put two ranks on one GPU)."""
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
                "-m", "greenadapt", "pretrain", "--corpus", str(files["corpus"]), "--model", str(files["expanded"]), "--max-steps", "4",
                "--batch-size", "8", "--max-length", "24", "--heldout", "8", "--device", DEVICE, "--precision", "bf16",
                "--workdir", str(tmp_path / "w"), "--out", str(out), "--quiet"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "GREENADAPT_DEBUG": "1"})
-    if done.returncode != 0 and ("Duplicate GPU detected" in done.stderr or "ncclInvalidUsage" in done.stderr):
-        pytest.skip("NCCL refuses two ranks on one GPU: " + done.stderr.strip().splitlines()[-1])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if DEVICE == "cuda" and torch.cuda.device_count() < 2:
+        assert done.returncode != 0
+        # torchrun prints its own launcher traceback; greenadapt's processes print one line each, no traceback
+        assert "only 1 CUDA GPU(s) are visible" in done.stderr and "greenadapt/" not in done.stderr, done.stderr[-3000:]
+        pytest.skip("one GPU: two ranks are refused with a one-line error (checked); training two needs two GPUs")
     assert done.returncode == 0, done.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stats"]["processes"] == 2

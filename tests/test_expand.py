@@ -326,19 +326,77 @@ def test_embedding_rows_beyond_the_tokenizer(tmp_path: Path) -> None:
     assert vocab_txt.index("tachycardia") == V + 7
 
 
-def test_other_files_are_copied_but_stale_exports_are_not(tmp_path: Path) -> None:
-    folder = build_tiny_bert(tmp_path / "st", head="base")
+def _sentence_transformers_folder(folder: Path) -> Path:
+    build_tiny_bert(folder, head="base")
     (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
-    (folder / "modules.json").write_text("[]")
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": False}))
+    (folder / "README.md").write_text("---\nlibrary_name: sentence-transformers\n---\n# the base model's own card\n")
+    return folder
+
+
+def test_other_files_are_copied_but_stale_exports_and_the_base_card_are_not(tmp_path: Path) -> None:
+    folder = _sentence_transformers_folder(tmp_path / "st")
+    (folder / "generation_config.json").write_text("{}")
     (folder / "onnx").mkdir()
     (folder / "onnx" / "model.onnx").write_bytes(b"old")
     (folder / "flax_model.msgpack").write_bytes(b"old")
     aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
     out = run_expand(align=aligned.path).path
-    assert (out / "1_Pooling" / "config.json").read_text() == '{"pooling_mode_mean_tokens": true}'
-    assert (out / "modules.json").is_file()
+    assert (out / "generation_config.json").read_text() == "{}"
     assert not (out / "onnx").exists() and not (out / "flax_model.msgpack").exists()
+    # sentence-transformers would tokenize with the domain tokenizer alone: its files stay behind
+    assert not (out / "1_Pooling").exists() and not (out / "modules.json").exists() and not (out / "sentence_bert_config.json").exists()
+    card = (out / "README.md").read_text()
+    assert "the base model's own card" not in card and "library_name: transformers" in card
+
+
+def test_the_folder_describes_itself_in_config_and_model_card(tmp_path: Path) -> None:
+    from transformers import AutoConfig
+
+    folder = _sentence_transformers_folder(tmp_path / "st")
+    aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
+    expanded = run_expand(align=aligned.path)
+    stats = expanded.manifest["stats"]
+    block = AutoConfig.from_pretrained(str(expanded.path)).greenadapt  # plain transformers keeps it
+    assert block["method"] == "lstsq" and block["pooling"] == "mean" and block["general_tokenizer"] == "general-tokenizer"
+    assert block["new_rows"] == {"first": stats["first_new_id"], "count": stats["n_new"]}
+    card = (expanded.path / "README.md").read_text()
+    assert card.startswith("---\nbase_model: ")
+    assert f"{stats['vocab_size_before']:,} → {stats['vocab_size_after']:,}" in card
+    assert f"{aligned.manifest['stats']['heldout_cosine']:.3f}" in card
+    assert "general-tokenizer" in card and "Not a sentence-transformers model" in card
+
+
+def test_sentence_transformers_does_not_silently_load_the_expanded_folder(tmp_path: Path) -> None:
+    """The base folder is a sentence-transformers model; the expanded one must not pass for one."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    folder = _sentence_transformers_folder(tmp_path / "st")
+    assert sentence_transformers.SentenceTransformer(str(folder), device="cpu") is not None  # the base loads as one
+    aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
+    out = run_expand(align=aligned.path).path
+    assert not (out / "modules.json").exists()
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("sentence_transformers")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        sentence_transformers.SentenceTransformer(str(out), device="cpu")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    # Without modules.json it builds a fresh model and says so (at INFO level in sentence-transformers 6),
+    # rather than reusing the base's pipeline as if nothing had changed.
+    assert any("modules.json" in r.getMessage() or "No sentence-transformers model found" in r.getMessage() for r in records)
 
 
 # --------------------------------------------------------------------------

@@ -202,3 +202,21 @@ def test_reads_shared_classification_sets(
 def test_mrpc_test_file_reads_unlabelled(shared_data: Path) -> None:
     task_file = read_task_file(shared_data / "glue/MRPC/test.tsv", "classify", AUTO, require_labels=False)
     assert not task_file.labelled and task_file.examples[0].pair is not None
+
+
+def test_more_processes_than_gpus_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun gives rank N the GPU cuda:N; on a machine with fewer GPUs that used to die in CUDA
+    ("invalid device ordinal", seen on a one-GPU H100 with two processes)."""
+    import torch
+
+    from greenadapt.errors import UsageError
+    from greenadapt.finetune.train import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UsageError, match=r"cuda:1, but only 1 CUDA GPU\(s\) are visible"):
+        pick_device("cuda", local_rank=1)
+    with pytest.raises(UsageError, match="only 1 CUDA GPU"):
+        pick_device("auto", local_rank=3)
+    with pytest.raises(UsageError, match="only 1 CUDA GPU"):
+        pick_device("cuda:2")

@@ -354,3 +354,40 @@ def test_cli_finetune_and_predict(expanded: Path, data: dict[str, Path], tmp_pat
     assert info.value.code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["pool"] == "general" and 0.0 <= doc["metrics"]["f1"] <= 1.0
+
+
+def test_entity_type_turns_bare_labels_into_typed_ones_exactly(deterministic: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Bare B/I files with --entity-type Disease train exactly what the same file typed B-Disease/I-Disease trains;
+    the saved label map, the predictions and predict on the bare file all carry the type."""
+    bare = {"train": write_ner_file(tmp_path / "bare-train.tsv", 30, seed=1), "test": write_ner_file(tmp_path / "bare-test.tsv", 10, seed=3)}
+    typed = {"train": write_ner_file(tmp_path / "typed-train.tsv", 30, seed=1, typed=True),
+             "test": write_ner_file(tmp_path / "typed-test.tsv", 10, seed=3, typed=True)}
+    with caplog.at_level("WARNING"):
+        run_finetune(_options(deterministic, bare, tmp_path / "untyped", test=bare["test"], epochs=1))
+    assert any("name no entity type" in r.getMessage() and "--entity-type" in r.getMessage() for r in caplog.records)
+
+    from_bare = tmp_path / "from-bare"
+    run_finetune(_options(deterministic, bare, from_bare, test=bare["test"], epochs=6, reader=ReaderOptions(entity_type="Disease")))
+    from_typed = tmp_path / "from-typed"
+    run_finetune(_options(deterministic, typed, from_typed, test=typed["test"], epochs=6))
+    config = json.loads((from_bare / "config.json").read_text())
+    assert set(config["id2label"].values()) == {"O", "B-Disease", "I-Disease"}
+    assert config["id2label"] == json.loads((from_typed / "config.json").read_text())["id2label"]
+    for key, value in _weights(from_typed).items():
+        np.testing.assert_array_equal(_weights(from_bare)[key], value, err_msg=key)
+    def predicted(folder: Path) -> list[str]:  # the last column; the file's own columns are written back as they were
+        return [line.split("\t")[-1] for line in (folder / "predictions/test.tsv").read_text().splitlines()]
+
+    assert predicted(from_bare) == predicted(from_typed) and "B-Disease" in predicted(from_bare)
+    # predict reads the run's reader settings: the bare test file is typed the same way
+    f1 = json.loads((from_bare / "metrics.json").read_text())["summary"]["test"]["mean"]["f1"]["mean"]
+    result = run_predict(from_bare, bare["test"], tmp_path / "predicted.tsv", device="cpu")
+    assert result.metrics is not None and result.metrics["f1"] == pytest.approx(f1)
+
+
+def test_entity_type_errors(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="one word"):
+        run_finetune(_options(expanded, data, tmp_path / "a", reader=ReaderOptions(entity_type="two words")))
+    classify = write_classify_file(tmp_path / "c.jsonl", 10, seed=1)
+    with pytest.raises(UsageError, match="--task ner only"):
+        run_finetune(_options(expanded, {"train": classify}, tmp_path / "b", task="classify", reader=ReaderOptions(entity_type="Disease")))

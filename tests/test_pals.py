@@ -158,3 +158,33 @@ def test_save_and_load_one_task(tiny_bert_base: Path, tmp_path: Path) -> None:
         assert torch.allclose(multi(ids, mask, task="b").logits, loaded(ids, mask, task="b").logits, atol=1e-6)
     with pytest.raises(UsageError, match="no task 'c'"):
         MultiTaskModel.load(tmp_path / "saved", tasks=["c"])
+
+
+@pytest.mark.parametrize("adapter", ["pals", "low-rank"])
+def test_the_task_term_enters_before_the_output_layernorm(tiny_bert_base: Path, adapter: str) -> None:
+    """Each layer returns LN(FFN(a) + a + TS(h)), with h the layer's input and a = LN(h + SA(h)) — computed
+    here by hand from the layer's own submodules. Adding TS(h) to the attention output instead, or after the
+    LayerNorm, gives other numbers and fails this test."""
+    from greenadapt.pals.model import MultiTaskModel
+
+    multi = MultiTaskModel(_base(tiny_bert_base), PalsConfig(adapter=adapter, size=12, heads=3)).eval()
+    multi.add_task("a", "ner", 3)
+    task_adapter = multi.adapters["t-a"]
+    with torch.no_grad():  # a decoder large enough that a misplaced term shows
+        for parameter in task_adapter.parameters():
+            parameter.mul_(20.0)
+    ids = torch.randint(5, 60, (2, 7), generator=torch.Generator().manual_seed(3))
+    layer = multi.base.encoder.layer[1]
+    seen: dict[str, torch.Tensor] = {}
+    layer.register_forward_hook(lambda module, args, output: seen.update(h=args[0], out=output[0] if isinstance(output, tuple) else output))
+    with torch.no_grad():
+        multi.set_task("a")
+        multi.base(input_ids=ids, attention_mask=torch.ones_like(ids))
+        h = seen["h"]
+        a = layer.attention(h)[0]
+        ffn = layer.output.dense(layer.intermediate(a))
+        ts = task_adapter.delta(1, h, torch.ones(2, 1, 1, 7, dtype=torch.bool))
+        expected = layer.output.LayerNorm(ffn + a + ts)
+        without = layer.output.LayerNorm(ffn + a)
+    assert (ts.abs().max()) > 1e-2 and (expected - without).abs().max() > 1e-3  # the term matters
+    torch.testing.assert_close(seen["out"], expected, atol=1e-5, rtol=1e-5)

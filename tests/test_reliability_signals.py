@@ -241,3 +241,26 @@ def test_one_sigint_stops_finetuning(tmp_path: Path) -> None:
     assert seconds < 10, f"SIGINT took {seconds:.1f} s to stop fine-tuning"
     assert "Traceback" not in result.stderr
     assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))
+
+
+@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, EXIT_INTERRUPTED, "interrupted"), (signal.SIGTERM, EXIT_TERMINATED, "terminated")])
+def test_a_signal_mangled_by_a_c_extension_still_ends_as_that_signal(
+    sig: signal.Signals, code: int, word: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch turns a KeyboardInterrupt raised during its shape inference into a ValueError (seen in the kill
+    test of expand: "internal error: ValueError: could not determine the shape of object type ..."). After a stop
+    signal, whatever error ends the run reports the signal and its exit code; without one it stays an internal error."""
+    import greenadapt.cli as cli
+    import greenadapt.info
+
+    from cli_helpers import run_cli
+
+    def mangled(*args: object, **kwargs: object) -> None:
+        raise ValueError("could not determine the shape of object type 'torch.storage.UntypedStorage'")
+
+    monkeypatch.setattr(greenadapt.info, "describe_folder", mangled)
+    returned, err = run_cli(["info", str(tmp_path)], monkeypatch, capsys)
+    assert returned == 1 and "internal error" in err
+    monkeypatch.setattr(cli, "_STOP_SIGNALS", [int(sig)])
+    returned, err = run_cli(["info", str(tmp_path)], monkeypatch, capsys)
+    assert returned == code and err.startswith(word) and "internal error" not in err

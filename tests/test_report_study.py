@@ -126,3 +126,46 @@ def test_study_table_pairs_seeds_with_base_and_bootstraps_the_mean_difference(tm
     assert rows["base"]["domain"] is None and rows["base"]["paired_vs_base"]["mean"] == 0.0
     table = reproduce_ner.render_study_table(list(rows.values()))
     assert "| A | focus | 69.00 ± 1.00 (n=3) |" in table and "+1.67 (+2.00, +3.00, +0.00)" in table
+
+
+def test_parallel_runs_give_the_same_results_as_one_by_one(tiny_bert: Path, tmp_path: Path) -> None:
+    """--parallel N runs the same commands side by side: each run's scores equal the sequential run's."""
+    import json
+
+    from finetune_helpers import write_ner_file
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import reproduce_ner
+    finally:
+        sys.path.pop(0)
+    train = write_ner_file(tmp_path / "train.tsv", 24, seed=1)
+    test = write_ner_file(tmp_path / "test.tsv", 10, seed=2)
+
+    def jobs(root: Path) -> list[tuple[list[str], Path]]:
+        return [
+            (["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", str(tiny_bert), "--seed", str(seed),
+              "--epochs", "2", "--batch-size", "4", "--lr", "1e-3", "--device", "cpu", "--workdir", str(root / "w"),
+              "--out", str(root / f"seed-{seed}"), "--quiet"], root / f"seed-{seed}")
+            for seed in (1, 2, 3)
+        ]
+
+    runner = reproduce_ner.Runner(dry=False)
+    runner.run_all(jobs(tmp_path / "one"), parallel=1)
+    runner.run_all(jobs(tmp_path / "three"), parallel=3)
+    for seed in (1, 2, 3):
+        one = json.loads((tmp_path / "one" / f"seed-{seed}" / "metrics.json").read_text())
+        three = json.loads((tmp_path / "three" / f"seed-{seed}" / "metrics.json").read_text())
+        assert one == three
+        assert (tmp_path / "three" / f"seed-{seed}.log").is_file()  # side by side, each run logs to its own file
+    assert json.loads((tmp_path / "one" / "seed-1" / "metrics.json").read_text()) != json.loads(
+        (tmp_path / "one" / "seed-2" / "metrics.json").read_text()
+    )  # the seeds differ, so equality above is not vacuous
+
+    failing = [(["finetune", "--task", "ner", "--train", str(tmp_path / "missing.tsv"), "--model", str(tiny_bert),
+                 "--out", str(tmp_path / "bad"), "--quiet"], tmp_path / "bad")]
+    import pytest
+
+    with pytest.raises(SystemExit) as stopped:
+        runner.run_all(failing * 2, parallel=2)
+    assert stopped.value.code != 0

@@ -53,7 +53,7 @@ def _root(
 
 def _register() -> None:
     # Imported for their @app.command side effect; each keeps heavy imports local.
-    from greenadapt.cli import adapt, align, expand, finetune, multitask, predict, pretrain, qa, report, w2v  # noqa: F401
+    from greenadapt.cli import adapt, align, expand, finetune, info, multitask, predict, pretrain, qa, report, w2v  # noqa: F401
 
 
 def main() -> None:
@@ -89,6 +89,11 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:
+        # A signal handler's exception raised inside a C extension's callback can come out as another
+        # error (torch turns a KeyboardInterrupt during shape inference into a ValueError): once a stop
+        # signal has arrived, whatever ends the run is that signal.
+        if _STOP_SIGNALS and not debug:
+            _fail_for_signal(_STOP_SIGNALS[0])
         # typer vendors click; reach its exception types through typer itself.
         if isinstance(exc, typer.Abort):
             _fail("interrupted", EXIT_INTERRUPTED)
@@ -111,6 +116,19 @@ def main() -> None:
     sys.exit(returned if isinstance(returned, int) else 0)
 
 
+_STOP_SIGNALS: list[int] = []  # the stop signals this process has received, in order
+
+
+def _fail_for_signal(signum: int) -> None:
+    import signal
+
+    from greenadapt.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+    if signum == signal.SIGTERM:
+        _fail("terminated by SIGTERM: nothing was left half-written; rerun to continue", EXIT_TERMINATED)
+    _fail("interrupted: nothing was left half-written; rerun to continue", EXIT_INTERRUPTED)
+
+
 def _stop_on_signals() -> None:
     """SIGINT raises KeyboardInterrupt and SIGTERM raises :class:`~greenadapt.errors.Terminated`, so stages remove their temporaries and locks.
 
@@ -129,15 +147,20 @@ def _stop_on_signals() -> None:
         return
 
     def terminated(signum: int, frame: object) -> None:
+        _STOP_SIGNALS.append(signum)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         raise Terminated
+
+    def interrupted(signum: int, frame: object) -> None:
+        _STOP_SIGNALS.append(signum)
+        raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminated)
     # Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored when it started.
     # A shell without job control starts background jobs (`cmd &`, cron wrappers, CI runners)
     # with SIGINT ignored, and then a `kill -INT` or a Ctrl-C relayed by a wrapper was dropped
     # without a word and the stage ran on to "success". Every SIGINT sent to greenadapt stops it.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, interrupted)
 
 
 def _fail(message: str, code: int) -> None:

@@ -27,6 +27,10 @@ PairFieldOption = typer.Option(None, "--pair-field", help="Second text of a sent
 LabelFieldOption = typer.Option(None, "--label-field", help="Label field or column; NER JSON: the tag list.")
 FormatOption = typer.Option("auto", "--format", help="auto, columns (NER word ... label), jsonl or tsv.")
 HeaderOption = typer.Option("auto", "--header", help="TSV header row: auto, yes or no.")
+EntityTypeOption = typer.Option(
+    None, "--entity-type", metavar="TYPE",
+    help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.",
+)
 PoolOption = typer.Option("mean", "--pool", help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
 DeviceOption = typer.Option("auto", "--device", help="auto, cpu, cuda, cuda:N or mps.")
 PrecisionOption = typer.Option("auto", "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16, fp16.")
@@ -89,6 +93,7 @@ def finetune(
     label_field: str | None = LabelFieldOption,
     file_format: str = FormatOption,
     header: str = HeaderOption,
+    entity_type: str | None = EntityTypeOption,
     device: str = DeviceOption,
     precision: str = PrecisionOption,
     eval_batch_size: int = typer.Option(64, "--eval-batch-size", help="Sequences per inference batch."),
@@ -125,7 +130,7 @@ def finetune(
         model=model,
         out=out,
         workdir=workdir,
-        reader=ReaderOptions(file_format, text_field, pair_field, label_field, header),  # type: ignore[arg-type]
+        reader=ReaderOptions(file_format, text_field, pair_field, label_field, header, entity_type),  # type: ignore[arg-type]
         training=TrainConfig(
             mix=mix,
             batch_size=batch_size,

@@ -29,7 +29,7 @@ import json
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,19 +66,25 @@ class ReaderOptions:
     pair_field: str | None = None
     label_field: str | None = None
     header: Literal["auto", "yes", "no"] = "auto"
+    # NER: the entity type given to bare B/I/E/S labels ("B" -> "B-Disease"); typed labels keep theirs.
+    entity_type: str | None = None
 
     def as_config(self) -> dict[str, Any]:
-        return {
+        config: dict[str, Any] = {
             "format": self.format,
             "text_field": self.text_field,
             "pair_field": self.pair_field,
             "label_field": self.label_field,
             "header": self.header,
         }
+        if self.entity_type is not None:  # only when used: runs made before the option stay up to date
+            config["entity_type"] = self.entity_type
+        return config
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ReaderOptions:
-        return cls(**{k: config[k] for k in ("format", "text_field", "pair_field", "label_field", "header") if k in config})
+        keys = ("format", "text_field", "pair_field", "label_field", "header", "entity_type")
+        return cls(**{k: config[k] for k in keys if k in config})
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ def read_task_file(path: str | Path, task: str, options: ReaderOptions, *, requi
         if fmt == "tsv":
             fmt = "columns"
         result = _read_ner_jsonl(p, options) if fmt == "jsonl" else _read_ner_columns(p)
+        if options.entity_type is not None:
+            result.examples = [typed_sentence(s, options.entity_type) for s in result.examples]
     elif task == "classify":
         if fmt == "columns":
             fmt = "tsv"
@@ -222,6 +230,24 @@ def _read_ner_columns(path: Path) -> TaskFile:
         lines.append(number)
     flush()
     return TaskFile(path, "columns", sentences, bool(labelled), {})
+
+
+def check_entity_type(entity_type: str | None) -> None:
+    if entity_type is not None and (not entity_type or any(c.isspace() for c in entity_type)):
+        raise UsageError(f"--entity-type {entity_type!r} must be one word", hint="e.g. --entity-type Disease")
+
+
+def typed_sentence(sentence: NerSentence, entity_type: str) -> NerSentence:
+    """Bare B/I/E/S labels get ``entity_type`` ("B" -> "B-Disease"); O and typed labels stay as they are."""
+    if sentence.labels is None:
+        return sentence
+    labels = tuple(f"{label}-{entity_type}" if label != "O" and "-" not in label else label for label in sentence.labels)
+    return replace(sentence, labels=labels)
+
+
+def untyped_labels(labels: Sequence[str]) -> list[str]:
+    """The NER labels that name no entity type (bare B, I, E, S)."""
+    return [label for label in labels if label != "O" and "-" not in label]
 
 
 def check_ner_label(label: str, path: Path, line: int) -> None:

@@ -35,7 +35,7 @@ from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.destination import check_prediction_output, check_run_destination
 from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.finetune import POOL_MODES
-from greenadapt.finetune.data import ReaderOptions, TaskFile, check_known_labels, prediction_file_name, write_predictions
+from greenadapt.finetune.data import ReaderOptions, TaskFile, check_known_labels, prediction_file_name, untyped_labels, write_predictions
 from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.finetune.metrics import summarize_seeds
 from greenadapt.finetune.tasks import QA_TASK, TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
@@ -111,7 +111,7 @@ class FinetuneOptions:
 # Options of ner/classify that mean nothing for --task qa (nor checkpoints: the QA loop has none yet).
 NOT_FOR_QA = (
     "--max-words", "--metric", "--positive-label", "--train-on",
-    "--text-field", "--pair-field", "--label-field", "--format", "--header",
+    "--text-field", "--pair-field", "--label-field", "--format", "--header", "--entity-type",
     "--save-every", "--resume",
 )
 
@@ -142,6 +142,12 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     labels = task.order_labels([label for f in training_files for label in f.labels()])
     if len(labels) < 2:
         raise DataError(f"the training data has only {len(labels)} label(s) ({', '.join(labels)})", path=train_file.path)
+    if task.name == "ner" and untyped_labels(labels):
+        log.warning(
+            "%s: the labels %s name no entity type, so transformers' entity aggregation cannot group them into entities; "
+            "pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels",
+            train_file.path, ", ".join(untyped_labels(labels)),
+        )
     for other in (dev_file, test_file):
         if other is not None:
             check_known_labels(other, labels)
@@ -345,7 +351,12 @@ def _flag(name: str) -> str:
 
 
 def _check_options(options: FinetuneOptions) -> None:
+    from greenadapt.finetune.data import check_entity_type
+
     training = options.training
+    check_entity_type(options.reader.entity_type)
+    if options.reader.entity_type is not None and options.task != "ner":
+        raise UsageError(f"--entity-type applies to --task ner only, not {options.task}")
     if training.mix is not None and not 0.0 <= training.mix <= 1.0:
         raise UsageError(f"--mix {training.mix} is not a probability", hint="use a value from 0 to 1")
     if options.pool not in POOL_MODES:

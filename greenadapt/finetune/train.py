@@ -148,6 +148,14 @@ def pick_device(spec: str = "auto", local_rank: int = 0, *, allow_mps: bool = Tr
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError("--device cuda but no CUDA GPU is available", hint="use --device cpu or auto")
+        visible = torch.cuda.device_count()
+        if device.index is not None and device.index >= visible:
+            # torchrun gives process N the GPU N: more processes than GPUs would fail deep in CUDA, and NCCL
+            # refuses two ranks on one GPU anyway.
+            raise UsageError(
+                f"this process would run on {device}, but only {visible} CUDA GPU(s) are visible",
+                hint="start at most one process per GPU (torchrun --nproc_per_node), or pick --device cuda:N with N below that",
+            )
         torch.cuda.set_device(device)
     return device
 

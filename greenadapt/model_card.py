@@ -1,0 +1,111 @@
+"""What an adapted folder says about itself to code and people that do not know greenadapt.
+
+Two pieces, both written by ``expand``:
+
+- a ``greenadapt`` block in ``config.json`` (plain JSON that ``transformers``
+  keeps as a config attribute, so fine-tuned copies carry it on): the method,
+  the range of added rows, where the general tokenizer lies and that
+  predictions are meant to be mean-pooled over both tokenizers;
+- ``README.md``, a model card with YAML metadata in place of the base model's
+  own (which describes another model: its training sets, its library).
+
+The base model's sentence-transformers files are not copied (see
+:data:`SENTENCE_TRANSFORMERS_FILES`): sentence-transformers would read them,
+tokenize with the domain tokenizer alone and return embeddings that differ
+from the base model's without a word. The card says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+CONFIG_KEY = "greenadapt"
+CONFIG_FORMAT = 1
+# Files and folders of a sentence-transformers checkpoint (modules.json names folders such as 1_Pooling).
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "data_config.json")
+SENTENCE_TRANSFORMERS_DIRS = ("[0-9]_*", "[0-9][0-9]_*")
+CARD_FILE = "README.md"
+
+
+def config_block(*, method: str, base_model: str, first_new_id: int, n_new: int, general_tokenizer: str) -> dict[str, Any]:
+    """The ``greenadapt`` entry of an expanded model's ``config.json``."""
+    return {
+        "format": CONFIG_FORMAT,
+        "stage": "expand",
+        "method": method,
+        "base_model": base_model,
+        "new_rows": {"first": first_new_id, "count": n_new},
+        "general_tokenizer": general_tokenizer,
+        "pooling": "mean",
+        "note": (
+            "Two tokenizers: the domain tokenizer at the folder root and the base model's in "
+            f"{general_tokenizer}/. greenadapt trains on a 50/50 mixture and averages the predictions of both."
+        ),
+    }
+
+
+def expanded_card(
+    *,
+    base_model: str,
+    method: Mapping[str, Any],
+    stats: Mapping[str, Any],
+    align_stats: Mapping[str, Any],
+    corpus: list[str],
+    general_tokenizer: str,
+    upstream_cost: Mapping[str, float],
+) -> str:
+    """README.md of an expanded folder: YAML metadata, then what was added, how to load it, what it cost."""
+    cosine = align_stats.get("heldout_cosine")
+    fit = f"{cosine:.3f}" if isinstance(cosine, (int, float)) else "n/a (the method fits no map)"
+    sources = ", ".join(f"`{c}`" for c in corpus) or "(not recorded)"
+    lines = [
+        "---",
+        f"base_model: {base_model}",
+        "library_name: transformers",
+        "tags:",
+        "- greenadapt",
+        "- domain-adaptation",
+        "- vocabulary-expansion",
+        "---",
+        "",
+        f"# {base_model}, vocabulary-expanded with greenadapt",
+        "",
+        f"The base model with {stats['n_new']:,} domain words added as whole tokens (ids "
+        f"{stats['first_new_id']:,}–{stats['vocab_size_after'] - 1:,}); every original weight is unchanged.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| method | `{method.get('name')}`: {method.get('summary', '')} |",
+        f"| corpus | {sources} |",
+        f"| vocabulary | {stats['vocab_size_before']:,} → {stats['vocab_size_after']:,} |",
+        f"| shared words the map was fitted on | {align_stats.get('n_shared', 'n/a')} |",
+        f"| held-out cosine of the map | {fit} |",
+        f"| cost of the vectors and the map (w2v + align) | {upstream_cost.get('wall_seconds', 0):.0f} s wall, "
+        f"{upstream_cost.get('cpu_seconds', 0) / 3600:.3f} CPU h; expand's own cost is in `manifest.json` |",
+        "",
+        "## Two tokenizers",
+        "",
+        f"The folder root holds the domain tokenizer (it knows the added words); `{general_tokenizer}/` holds the",
+        "base model's own. greenadapt fine-tunes on a 50/50 mixture of the two and averages the predictions of",
+        "both (mean pooling); a model used through one tokenizer alone scores lower. Outside greenadapt:",
+        "",
+        "```python",
+        "from transformers import AutoModel, AutoTokenizer",
+        "",
+        'model = AutoModel.from_pretrained("PATH")',
+        'domain = AutoTokenizer.from_pretrained("PATH")',
+        f'general = AutoTokenizer.from_pretrained("PATH/{general_tokenizer}")',
+        "# run both tokenizations of a text and average the word-level outputs",
+        "```",
+        "",
+        "`config.json` records the same facts under `greenadapt` for code to read.",
+        "",
+        "## Not a sentence-transformers model",
+        "",
+        "The base model's sentence-transformers files were not copied: sentence-transformers would tokenize",
+        "with the domain tokenizer alone and return embeddings that differ from the base model's without a",
+        "warning. Use the model through `transformers` (above) or greenadapt's `finetune`/`predict`.",
+        "",
+    ]
+    return "\n".join(lines)

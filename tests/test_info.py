@@ -1,0 +1,91 @@
+"""greenadapt info: what a folder is, from its manifest and config, for people (text) and scripts (--json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import build_tiny_bert
+from w2v_fixtures import linear_w2v
+
+from cli_helpers import run_cli
+from greenadapt.align import run_align
+from greenadapt.errors import UsageError
+from greenadapt.expand import run_expand
+from greenadapt.info import describe_folder, render
+from greenadapt.stage import MANIFEST
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("info")
+    model = build_tiny_bert(root / "model", head="base")
+    w2v = linear_w2v(root / "w2v", model)[0]
+    aligned = run_align(w2v=w2v)
+    expanded = run_expand(align=aligned.path)
+    return {"model": model, "w2v": Path(w2v), "align": aligned.path, "expand": expanded.path}
+
+
+def test_each_stage_says_what_it_is_where_it_came_from_and_what_it_cost(chain: dict[str, Path]) -> None:
+    align = describe_folder(chain["align"])
+    manifest = json.loads((chain["align"] / MANIFEST).read_text())
+    assert align["kind"] == "align" and align["manifest"] == "ok"
+    assert align["figures"]["heldout_cosine"] == manifest["stats"]["heldout_cosine"]
+    assert align["figures"]["n_new"] == manifest["stats"]["n_new"] > 0
+    assert {"stage": "w2v", "path": str(chain["w2v"])}.items() <= next(p for p in align["parents"] if p.get("stage") == "w2v").items()
+    assert align["cost"]["wall_seconds"] == manifest["cost"]["wall_seconds"]
+
+    expand = describe_folder(chain["expand"])
+    stats = json.loads((chain["expand"] / MANIFEST).read_text())["stats"]
+    assert expand["kind"] == "expand" and expand["figures"]["vocab_size_after"] == stats["vocab_size_after"]
+    assert any(p.get("stage") == "align" for p in expand["parents"])
+    model = expand["model"]
+    assert model["vocab_size"] == stats["vocab_size_after"] and len(model["tokenizers"]) == 2
+    assert model["greenadapt"]["new_rows"] == {"first": stats["first_new_id"], "count": stats["n_new"]}
+    text = render(expand)
+    assert "kind        expand" in text and f"{stats['n_new']:,} new rows" in text
+
+
+def test_a_plain_model_folder_and_damaged_or_edited_manifests(chain: dict[str, Path], tmp_path: Path) -> None:
+    plain = describe_folder(chain["model"])
+    assert plain["kind"] is None and "not written by greenadapt" in plain["manifest"] and plain["model"]["tokenizers"] == ["one (folder root)"]
+
+    import shutil
+
+    edited = tmp_path / "edited"
+    shutil.copytree(chain["align"], edited)
+    manifest = json.loads((edited / MANIFEST).read_text())
+    manifest["stats"]["heldout_cosine"] = 0.99
+    (edited / MANIFEST).write_text(json.dumps(manifest))
+    assert "edited by hand" in describe_folder(edited)["manifest"]
+
+    truncated = tmp_path / "truncated"
+    shutil.copytree(chain["align"], truncated)
+    (truncated / MANIFEST).write_text('{"kind": "al')
+    assert "not valid JSON" in describe_folder(truncated)["manifest"]
+
+    changed = tmp_path / "changed"
+    shutil.copytree(chain["expand"], changed)
+    assert describe_folder(changed, check_files=True)["files"] == "ok"
+    (changed / "config.json").write_text((changed / "config.json").read_text().replace("vocab_size", "vocab_size ", 1))
+    assert "config.json" in describe_folder(changed, check_files=True)["files"]
+
+    with pytest.raises(UsageError, match="no such folder"):
+        describe_folder(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="neither a greenadapt output nor a model folder"):
+        describe_folder(tmp_path / "empty")
+
+
+def test_cli_json_and_one_line_errors(chain: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from greenadapt.cli import main
+
+    monkeypatch.setattr("sys.argv", ["greenadapt", "info", str(chain["expand"]), "--json"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert not done.value.code
+    assert json.loads(capsys.readouterr().out)["kind"] == "expand"
+    code, err = run_cli(["info", str(tmp_path / "missing")], monkeypatch, capsys)
+    assert code == 2 and err.strip().count("\n") == 0 and "no such folder" in err and "Traceback" not in err
