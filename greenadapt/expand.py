@@ -137,8 +137,13 @@ def run_expand(
     force: bool = False,
     wait: bool = False,
     progress: Progress = NULL_PROGRESS,
+    method: str | None = None,
 ) -> StageOutcome:
     """Write the expanded model folder for the align output ``align`` (or ``corpus``'s).
+
+    ``method`` (optional): the initialisation method the rows come from. The
+    method is chosen when aligning; here it picks that method's align folder
+    in the workspace (with ``corpus``), or checks that ``align`` was fitted with it.
 
     ``model`` defaults to the model align was fitted on; another model must
     have the same vocabulary and embedding size (e.g. a fine-tuned copy).
@@ -152,11 +157,21 @@ def run_expand(
         raise UsageError(f"--max-new must be >= 0, got {max_new}")
     if min_count < 1:
         raise UsageError(f"--min-count must be >= 1, got {min_count}")
+    chosen = get_method(method) if method is not None else None  # an unknown name fails here, before any reading
     align_dir = locate_upstream("align", align, corpus, model, workdir)
+    if chosen is not None and align is None:
+        from greenadapt.align import stage_suffix
+
+        align_dir = align_dir.with_name(f"align{stage_suffix(chosen, MethodOptions())}")
     align_manifest = load_stage(align_dir, "align")
     w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
     align_config = align_manifest.get("config", {})
     method = get_method(str(align_config.get("method", "lstsq")))
+    if chosen is not None and chosen.name != method.name:
+        raise UsageError(
+            f"--method {chosen.name}, but {align_dir} was fitted with {method.name}",
+            path=align_dir, hint=f"rerun `greenadapt align --method {chosen.name}`, or drop --method to use {method.name}",
+        )
     method_options = MethodOptions.from_config(align_config.get("method_options", {}))
     ref = model_for_stage(model, align_config.get("model"), align_dir)
     general = load_general_tokenizer(ref.path)

@@ -288,3 +288,28 @@ def test_adapt_with_context_mean_maps_contextual_vectors_by_least_squares(tiny_b
     w2v = linear_w2v(tmp_path / "w2v", tiny_bert)[0]
     with pytest.raises(InputError, match="needs the base model's contextual vectors"):
         run_align(w2v=w2v, method="context-mean")
+
+
+def test_expand_method_picks_that_methods_align_folder_or_refuses_another(tiny_bert: Path, tmp_path: Path) -> None:
+    from greenadapt.adapt import AdaptOptions, run_adapt
+    from greenadapt.errors import UsageError
+    from greenadapt.expand import run_expand
+    from greenadapt.w2v import W2VOptions
+
+    words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(300)) + "\n")
+    work = tmp_path / "work"
+    run_adapt([str(corpus)], model=str(tiny_bert), workdir=work, options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1, epochs=1)))
+    focus_align = run_align(corpus=[str(corpus)], workdir=work, method="focus")
+    assert focus_align.path.name == "align-focus"
+
+    focus = run_expand(corpus=[str(corpus)], workdir=work, method="focus")
+    assert focus.path.name == "expand-focus" and focus.manifest["stats"]["method"] == "focus"
+    lstsq = run_expand(corpus=[str(corpus)], workdir=work, method="lstsq")
+    assert lstsq.skipped and lstsq.path.name == "expand"  # adapt's own output
+    with pytest.raises(UsageError, match="--method lstsq, but .* was fitted with focus"):
+        run_expand(align=focus_align.path, method="lstsq", out=tmp_path / "mismatch")
+    with pytest.raises(UsageError, match="unknown --method"):
+        run_expand(corpus=[str(corpus)], workdir=work, method="nope")
+    assert not (tmp_path / "mismatch").exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.methods import method_help
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -35,6 +36,11 @@ def expand_command(
     ),
     min_count: int = typer.Option(1, "--min-count", min=1, help="Add only words seen at least this often."),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the random ablation's draws (align --method random)."),
+    method: str | None = typer.Option(
+        None, "--method", metavar="NAME",
+        help="The initialisation method (chosen at align): with --corpus, use its align folder; with --align, check it. "
+        + method_help(),
+    ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output model folder (default: beside the align folder)."),
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,
@@ -55,6 +61,7 @@ def expand_command(
             max_new=max_new,
             min_count=min_count,
             seed=seed,
+            method=method,
             workdir=workdir,
             out=out,
             force=force,

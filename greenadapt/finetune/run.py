@@ -142,12 +142,6 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     labels = task.order_labels([label for f in training_files for label in f.labels()])
     if len(labels) < 2:
         raise DataError(f"the training data has only {len(labels)} label(s) ({', '.join(labels)})", path=train_file.path)
-    if task.name == "ner" and untyped_labels(labels):
-        log.warning(
-            "%s: the labels %s name no entity type, so transformers' entity aggregation cannot group them into entities; "
-            "pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels",
-            train_file.path, ", ".join(untyped_labels(labels)),
-        )
     for other in (dev_file, test_file):
         if other is not None:
             check_known_labels(other, labels)
@@ -215,6 +209,12 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
             run_fingerprint = fingerprint(KIND, config, inputs)
             if stage is not None:
                 _check_checkpoints(checkpoints, run_fingerprint, resume=options.resume)
+                if task.name == "ner" and untyped_labels(labels):  # said once training is sure to start
+                    log.warning(
+                        "%s: the labels %s name no entity type, so transformers' entity aggregation cannot group them "
+                        "into entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels",
+                        train_file.path, ", ".join(untyped_labels(labels)),
+                    )
             checkpointing = Checkpointing(
                 checkpoints,
                 run_fingerprint,
