@@ -515,7 +515,9 @@ def test_minilm_expand_end_to_end(minilm_path: Path, tmp_path: Path) -> None:
         a = base(**general(text, return_tensors="pt")).last_hidden_state
         b = model(**tokenizer(text, return_tensors="pt")).last_hidden_state
     torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert (expanded.path / "1_Pooling" / "config.json").is_file()
+    # the sentence-transformers modules stay behind; the folder's own card replaces MiniLM's
+    assert not (expanded.path / "1_Pooling").exists() and not (expanded.path / "modules.json").exists()
+    assert "vocabulary-expanded with greenadapt" in (expanded.path / "README.md").read_text()
 
 
 @pytest.mark.integration

@@ -251,7 +251,20 @@ def test_accuracy_against_cost_follows_each_model_to_the_stages_that_made_it(tmp
             {"metrics.json": {"seeds": [seed], "primary_metric": "f1", "per_seed": per_seed}},
             {"task": "ner", "mix": 0.5, "models": {str(seed): "."}},
         )
+    # A fine-tuning of a continued-pretraining output: the model is recorded as a model folder (no "stage"
+    # key), yet its cost is the pretraining's (DAPT once appeared free in the chart).
+    dapt = _stage("pretrain", run / "pretrain-dapt", {"train": {"seed": 1}}, [{"role": "corpus", "path": "corpus.txt"}],
+                  {"model.bin": "m"}, {"steps": 10})
+    _stage(
+        "finetune", run / "finetune" / "ncbi" / "dapt" / "seed-1",
+        {"task": {"task": "ner"}, "train": {"mix": 0.0}, "seeds": [1], "model": "dapt"},
+        [{"model": str(run / "pretrain-dapt"), "path": str(run / "pretrain-dapt"), "files_digest": "x"},
+         {"role": "train", "path": "train.tsv"}],
+        {"metrics.json": {"seeds": [1], "primary_metric": "f1", "per_seed": {"1": {"test": {"general": {"f1": 0.81}}}}}},
+        {"task": "ner", "mix": 0.0, "models": {"1": "."}},
+    )
     rows = {r["group"].rsplit("/", 1)[1]: r for r in collect([run])["accuracy_vs_cost"]}
+    assert rows["dapt"]["cpu_hours"] == pytest.approx(dapt["cost"]["cpu_seconds"] / 3600) and rows["dapt"]["cpu_hours"] > 0
     linked, base = rows["linked"], rows["base"]
     assert linked["pool"] == "mean" and linked["n"] == 2 and linked["mean"] == pytest.approx(0.82)
     assert linked["cpu_hours"] == pytest.approx(sum(chain) / 3600)  # w2v + align + expand, each once

@@ -396,13 +396,17 @@ def upstream_cost(stage: Mapping[str, Any], by_path: Mapping[str, Mapping[str, A
     while pending:
         current = pending.pop()
         for link in current["inputs"]:
-            if not isinstance(link, dict) or not link.get("stage") or not link.get("path"):
+            if not isinstance(link, dict) or not link.get("path"):
                 continue
             found = by_path.get(str(Path(link["path"]).resolve()))
             if found is None and isinstance(link.get("relpath"), str):
                 found = by_path.get(str((Path(current["path"]) / link["relpath"]).resolve()))
-            if found is None:
+            if found is None and link.get("stage"):
                 return None
+            if found is None:
+                continue  # a model folder greenadapt did not make (a base model): nothing to add
+            # A model input that is a collected stage's folder (a pretrain output fine-tuned as
+            # --model) is recorded as a model, not a stage: its cost counts all the same.
             if found["path"] not in seen:
                 seen[found["path"]] = found
                 pending.append(found)
