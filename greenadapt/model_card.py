@@ -109,3 +109,56 @@ def expanded_card(
         "",
     ]
     return "\n".join(lines)
+
+
+def finetuned_card(
+    *,
+    base_model: str,
+    task: str,
+    labels: list[str],
+    metric: str,
+    summary: Mapping[str, Any],
+    seeds: list[int],
+    mix: float,
+    pool: str,
+    two_tokenizers: bool,
+    general_tokenizer: str,
+) -> str:
+    """README.md of a fine-tuned run folder: what was trained, its scores per split and pooling, how to use it."""
+    pipeline_tag = {"ner": "token-classification", "classify": "text-classification"}.get(task, task)
+    lines = [
+        "---",
+        f"base_model: {base_model}",
+        "library_name: transformers",
+        f"pipeline_tag: {pipeline_tag}",
+        "tags:",
+        "- greenadapt",
+        "---",
+        "",
+        f"# {base_model}, fine-tuned for {task} with greenadapt",
+        "",
+        f"Labels: {', '.join(f'`{label}`' for label in labels)}. Seeds: {', '.join(map(str, seeds))}"
+        + ("" if len(seeds) == 1 else " (one model per seed in `seed-<N>/`)") + ".",
+        "",
+    ]
+    rows = [(split, view, scores[metric]) for split, views in summary.items() if isinstance(views, Mapping)
+            for view, scores in views.items() if isinstance(scores, Mapping) and isinstance(scores.get(metric), Mapping)]
+    if rows:
+        lines += [f"| split | tokenizer(s) | {metric} (mean ± sd over seeds) |", "|---|---|---|"]
+        for split, view, score in rows:
+            headline = " (headline)" if view == pool else ""
+            lines.append(f"| {split} | {view}{headline} | {100 * score['mean']:.2f} ± {100 * score.get('std', 0):.2f} (n={score.get('n')}) |")
+        lines.append("")
+    if two_tokenizers:
+        lines += [
+            "## Two tokenizers",
+            "",
+            f"Trained on a {mix:g} share of domain-tokenized examples (the rest with the base model's tokenizer in "
+            f"`{general_tokenizer}/`). The headline pools both: a transformers pipeline on the folder alone uses only "
+            "the domain tokenizer and scores lower. `greenadapt predict --model PATH` gives the pooled predictions.",
+            "",
+        ]
+    if task == "ner" and any(label != "O" and "-" not in label for label in labels):
+        lines += ["The labels carry no entity type; train with `--entity-type TYPE` for labels that transformers'",
+                  "entity aggregation (`aggregation_strategy=\"simple\"`) groups into entities.", ""]
+    return "\n".join(lines)

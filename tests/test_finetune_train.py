@@ -391,3 +391,15 @@ def test_entity_type_errors(expanded: Path, data: dict[str, Path], tmp_path: Pat
     classify = write_classify_file(tmp_path / "c.jsonl", 10, seed=1)
     with pytest.raises(UsageError, match="--task ner only"):
         run_finetune(_options(expanded, {"train": classify}, tmp_path / "b", task="classify", reader=ReaderOptions(entity_type="Disease")))
+
+
+def test_the_run_folder_has_a_model_card_with_its_scores(main_run: Path) -> None:
+    card = (main_run / "README.md").read_text()
+    metrics = json.loads((main_run / "metrics.json").read_text())["summary"]["test"]
+    assert card.startswith("---\nbase_model: ") and "pipeline_tag: token-classification" in card
+    for view in ("mean", "general", "domain"):
+        score = metrics[view]["f1"]
+        headline = " (headline)" if view == "mean" else ""
+        assert f"| test | {view}{headline} | {100 * score['mean']:.2f} ± {100 * score['std']:.2f} (n=1) |" in card
+    assert "Two tokenizers" in card and "general-tokenizer" in card
+    assert "--entity-type" in card  # the synthetic files carry bare B/I labels

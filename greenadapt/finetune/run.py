@@ -51,6 +51,7 @@ from greenadapt.finetune.train import (
     train,
 )
 from greenadapt.gmap.options import GmapOptions
+from greenadapt.model_card import CARD_FILE, finetuned_card
 from greenadapt.models import ModelRef, resolve_model, slugify
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import (
@@ -509,8 +510,14 @@ class _Job:
                 "summary": summarize_seeds(per_seed),
                 "per_seed": per_seed,
             }
+            card = finetuned_card(
+                base_model=self.ref.name, task=self.task.name, labels=list(self.settings.labels), metric=self.settings.metric or "",
+                summary=metrics_doc["summary"], seeds=list(seeds), mix=self.base.mix or 0.0, pool=self.pool,
+                two_tokenizers=self.tokenizers.has_domain, general_tokenizer=GENERAL_TOKENIZER_DIR,
+            )
             with resource_errors(tmp):
                 write_json(tmp / "metrics.json", metrics_doc)
+                (tmp / CARD_FILE).write_text(card, encoding="utf-8")
             result["summary"] = _headline(metrics_doc, self.settings.metric or "", self.pool)
         return result
 
