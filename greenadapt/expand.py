@@ -225,8 +225,9 @@ def _write_card(dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manif
     from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR
 
     corpus = [str(i["path"]) for i in w2v_manifest.get("inputs", []) if i.get("path") and "stage" not in i and "files_digest" not in i]
-    costs = [m.get("cost") or {} for m in (w2v_manifest, align_manifest)]
-    upstream = {key: float(sum(c.get(key) or 0 for c in costs)) for key in ("wall_seconds", "cpu_seconds")}
+    from greenadapt.report.collect import cost_of, sum_costs
+
+    upstream = sum_costs([cost_of(w2v_manifest), cost_of(align_manifest)])
     card = expanded_card(
         base_model=ref.name, method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
         align_stats=align_manifest.get("stats") or {}, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,

@@ -51,7 +51,7 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
             created=manifest.get("created"),
             figures={k: stats[k] for k in _FIGURES.get(str(manifest.get("kind")), ()) if k in stats},
             parents=[_parent(i) for i in manifest.get("inputs") or [] if isinstance(i, dict)],
-            cost=_cost(manifest.get("cost") or {}),
+            cost=_cost(manifest),
             warnings=list(stats.get("warnings") or []),
         )
         if isinstance(stats.get("summary"), dict):
@@ -79,11 +79,13 @@ def _parent(recorded: dict[str, Any]) -> dict[str, Any]:
     return parent
 
 
-def _cost(cost: dict[str, Any]) -> dict[str, Any]:
-    cpu = cost.get("cpu_seconds")
+def _cost(manifest: dict[str, Any]) -> dict[str, Any]:
+    from greenadapt.report.collect import cost_of
+
+    cost = cost_of(manifest)  # the report's reading: energy estimated for manifests older than its accounting
     return {
         "wall_seconds": cost.get("wall_seconds"),
-        "cpu_hours": round(cpu / 3600, 4) if isinstance(cpu, (int, float)) else None,
+        "cpu_hours": round(cost["cpu_hours"], 4),
         "gpu_seconds": cost.get("gpu_seconds") or 0.0,
         "gpu": cost.get("gpu_model"),
         "energy_kwh": cost.get("energy_kwh"),

@@ -81,8 +81,8 @@ def expanded_card(
         f"| vocabulary | {stats['vocab_size_before']:,} → {stats['vocab_size_after']:,} |",
         f"| shared words the map was fitted on | {align_stats.get('n_shared', 'n/a')} |",
         f"| held-out cosine of the map | {fit} |",
-        f"| cost of the vectors and the map (w2v + align) | {upstream_cost.get('wall_seconds', 0):.0f} s wall, "
-        f"{upstream_cost.get('cpu_seconds', 0) / 3600:.3f} CPU h; expand's own cost is in `manifest.json` |",
+        f"| cost of the vectors and the map (w2v + align) | {upstream_cost.get('wall_seconds') or 0:.0f} s wall, "
+        f"{(upstream_cost.get('cpu_seconds') or 0) / 3600:.3f} CPU h; expand's own cost is in `manifest.json` |",
         "",
         "## Two tokenizers",
         "",
@@ -158,7 +158,9 @@ def finetuned_card(
             "the domain tokenizer and scores lower. `greenadapt predict --model PATH` gives the pooled predictions.",
             "",
         ]
-    if task == "ner" and any(label != "O" and "-" not in label for label in labels):
+    from greenadapt.finetune.data import untyped_labels
+
+    if task == "ner" and untyped_labels(labels):
         lines += ["The labels carry no entity type; train with `--entity-type TYPE` for labels that transformers'",
                   "entity aggregation (`aggregation_strategy=\"simple\"`) groups into entities.", ""]
     return "\n".join(lines)

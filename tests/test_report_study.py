@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "reproduce_ner.py"
 
@@ -164,8 +166,6 @@ def test_parallel_runs_give_the_same_results_as_one_by_one(tiny_bert: Path, tmp_
 
     failing = [(["finetune", "--task", "ner", "--train", str(tmp_path / "missing.tsv"), "--model", str(tiny_bert),
                  "--out", str(tmp_path / "bad"), "--quiet"], tmp_path / "bad")]
-    import pytest
-
     with pytest.raises(SystemExit) as stopped:
         runner.run_all(failing * 2, parallel=2)
     assert stopped.value.code != 0

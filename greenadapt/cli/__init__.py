@@ -9,6 +9,7 @@ commands, so ``greenadapt --help`` stays instant.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import typer
@@ -62,7 +63,6 @@ def main() -> None:
         EXIT_INTERNAL,
         EXIT_INTERRUPTED,
         EXIT_RESOURCE,
-        EXIT_TERMINATED,
         GreenAdaptError,
         Terminated,
     )
@@ -79,9 +79,9 @@ def main() -> None:
             raise
         _fail(f"error: {exc.one_line()}", exc.exit_code)
     except KeyboardInterrupt:
-        _fail("interrupted: nothing was left half-written; rerun to continue", EXIT_INTERRUPTED)
+        _fail_for_signal(signal.SIGINT)
     except Terminated:
-        _fail("terminated by SIGTERM: nothing was left half-written; rerun to continue", EXIT_TERMINATED)
+        _fail_for_signal(signal.SIGTERM)
     except MemoryError:
         if debug:
             raise
@@ -112,7 +112,7 @@ def main() -> None:
             EXIT_INTERNAL,
         )
     if returned == EXIT_INTERRUPTED:
-        _fail("interrupted: nothing was left half-written; rerun to continue", EXIT_INTERRUPTED)
+        _fail_for_signal(signal.SIGINT)
     sys.exit(returned if isinstance(returned, int) else 0)
 
 
@@ -120,8 +120,6 @@ _STOP_SIGNALS: list[int] = []  # the stop signals this process has received, in 
 
 
 def _fail_for_signal(signum: int) -> None:
-    import signal
-
     from greenadapt.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
     if signum == signal.SIGTERM:
@@ -138,7 +136,6 @@ def _stop_on_signals() -> None:
     cleanup takes the default action. ``finetune`` replaces this handler
     while it trains (checkpoint, exit 99).
     """
-    import signal
     import threading
 
     from greenadapt.errors import Terminated

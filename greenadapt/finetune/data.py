@@ -241,13 +241,17 @@ def typed_sentence(sentence: NerSentence, entity_type: str) -> NerSentence:
     """Bare B/I/E/S labels get ``entity_type`` ("B" -> "B-Disease"); O and typed labels stay as they are."""
     if sentence.labels is None:
         return sentence
-    labels = tuple(f"{label}-{entity_type}" if label != "O" and "-" not in label else label for label in sentence.labels)
+    labels = tuple(f"{label}-{entity_type}" if _untyped(label) else label for label in sentence.labels)
     return replace(sentence, labels=labels)
+
+
+def _untyped(label: str) -> bool:
+    return label != "O" and "-" not in label
 
 
 def untyped_labels(labels: Sequence[str]) -> list[str]:
     """The NER labels that name no entity type (bare B, I, E, S)."""
-    return [label for label in labels if label != "O" and "-" not in label]
+    return [label for label in labels if _untyped(label)]
 
 
 def check_ner_label(label: str, path: Path, line: int) -> None:

@@ -35,7 +35,15 @@ from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.destination import check_prediction_output, check_run_destination
 from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.finetune import POOL_MODES
-from greenadapt.finetune.data import ReaderOptions, TaskFile, check_known_labels, prediction_file_name, untyped_labels, write_predictions
+from greenadapt.finetune.data import (
+    ReaderOptions,
+    TaskFile,
+    check_entity_type,
+    check_known_labels,
+    prediction_file_name,
+    untyped_labels,
+    write_predictions,
+)
 from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.finetune.metrics import summarize_seeds
 from greenadapt.finetune.tasks import QA_TASK, TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
@@ -352,8 +360,6 @@ def _flag(name: str) -> str:
 
 
 def _check_options(options: FinetuneOptions) -> None:
-    from greenadapt.finetune.data import check_entity_type
-
     training = options.training
     check_entity_type(options.reader.entity_type)
     if options.reader.entity_type is not None and options.task != "ner":

@@ -239,8 +239,6 @@ class MixedCorpus:
     seed: int
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.share <= 1.0:
-            raise UsageError(f"--mix {self.share} is not in [0, 1]")
         scale = len(self.general) / len(self.domain)
         self.general.n_heldout = min(len(self.general) - 1, max(self.general.n_heldout, math.ceil(self.domain.n_heldout * scale)))
         rng = np.random.default_rng([self.seed, 0x6D6978])
@@ -258,24 +256,25 @@ class MixedCorpus:
     def __len__(self) -> int:
         return len(self.domain)
 
-    def _general_index(self, index: int) -> int:
+    def _source(self, index: int) -> tuple[PackedCorpus, int]:
+        """The packing sequence ``index`` is read from, and its index there."""
+        if self._from_domain[index]:
+            return self.domain, index
         d_train = len(self.domain) - self.domain.n_heldout
         g_train = len(self.general) - self.general.n_heldout
         offset = (index - self.domain.n_heldout) * g_train // max(1, d_train)
-        return self.general.n_heldout + min(offset, g_train - 1)
+        return self.general, self.general.n_heldout + min(offset, g_train - 1)
 
     def from_domain(self, index: int) -> bool:
         return bool(self._from_domain[index])
 
     def sequence(self, index: int) -> np.ndarray:
-        if self._from_domain[index]:
-            return self.domain.sequence(index)
-        return self.general.sequence(self._general_index(index))
+        corpus, i = self._source(index)
+        return corpus.sequence(i)
 
     def sequence_length(self, index: int) -> int:
-        if self._from_domain[index]:
-            return self.domain.sequence_length(index)
-        return self.general.sequence_length(self._general_index(index))
+        corpus, i = self._source(index)
+        return corpus.sequence_length(i)
 
     @property
     def train_indices(self) -> np.ndarray:

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import shutil
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,18 @@ def _packed(
     corpus = PackedCorpus.build(cache.array(), setup.max_length, setup.pair.cls_id, setup.pair.sep_id, heldout)
     stats = {"tokens": cache.n_tokens, "lines": cache.lines, "sequences": len(corpus), "heldout_sequences": corpus.n_heldout}
     return corpus, stats
+
+
+def _training_corpus(
+    options: PretrainOptions, setup: _Setup, root: Path, workers: int, progress: Progress
+) -> tuple[PackedCorpus | MixedCorpus, dict[str, Any]]:
+    """The training corpus packed with the training tokenizer, or with both under ``--mix``."""
+    packed = partial(_packed, options.corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
+    corpus, stats = packed()
+    if options.mix is None:
+        return corpus, stats
+    general_view, general_stats = packed(tokenizer=setup.pair.general)
+    return MixedCorpus(corpus, general_view, options.mix, options.training.seed), {**stats, "mix": options.mix, "general_tokenizer": general_stats}
 
 
 def _load_mlm(setup: _Setup) -> Any:
@@ -305,14 +318,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
             run_fingerprint = fingerprint(KIND, config, inputs)
             if stage is not None:
                 _check_checkpoints(checkpoints, run_fingerprint, resume=options.resume)
-            corpus, corpus_stats = _packed(options.corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
-            if options.mix is not None:
-                general_view, general_view_stats = _packed(
-                    options.corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress,
-                    tokenizer=setup.pair.general,
-                )
-                corpus = MixedCorpus(corpus, general_view, options.mix, training.seed)  # type: ignore[assignment]
-                corpus_stats = {**corpus_stats, "mix": options.mix, "general_tokenizer": general_view_stats}
+            corpus, corpus_stats = _training_corpus(options, setup, root, workers, progress)
             general = None
             general_stats = None
             if options.general_corpus:

@@ -106,7 +106,8 @@ def cost_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return cost
 
 
-def _sum_costs(costs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def sum_costs(costs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several stages' cost blocks as one (a figure is None when any stage lacks it)."""
     total: dict[str, Any] = {}
     for key in ("wall_seconds", "cpu_seconds", "gpu_seconds", "energy_kwh", "co2_kg"):
         values = [c.get(key) for c in costs]
@@ -153,7 +154,7 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         "runs": [str(Path(r)) for r in runs],
         "stages": [{k: v for k, v in s.items() if k not in ("config", "inputs")} for s in stages],
         "adaptation": adaptation_chains(stages),
-        "finetune_cost": _sum_costs(trained) if (trained := [s["cost"] for s in stages if s["kind"] in ("finetune", "pretrain")]) else None,
+        "finetune_cost": sum_costs(trained) if (trained := [s["cost"] for s in stages if s["kind"] in ("finetune", "pretrain")]) else None,
         "alignment": [alignment_of(s) for s in stages if s["kind"] == "align"],
         "pretraining": [pretraining_of(s) for s in stages if s["kind"] == "pretrain"],
         "training": [curve for s in stages if s["kind"] in ("finetune", "pretrain") for curve in curves_of(s)],
@@ -182,7 +183,7 @@ def adaptation_chains(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
             chain.append(found)
             current = found
         align = next((s for s in chain if s["kind"] == "align"), None)
-        total = _sum_costs([s["cost"] for s in chain])
+        total = sum_costs([s["cost"] for s in chain])
         rows.append(
             {
                 "name": expand["name"],
@@ -410,7 +411,7 @@ def upstream_cost(stage: Mapping[str, Any], by_path: Mapping[str, Mapping[str, A
             if found["path"] not in seen:
                 seen[found["path"]] = found
                 pending.append(found)
-    return _sum_costs([s["cost"] for s in seen.values()]) if seen else {"cpu_seconds": 0.0, "wall_seconds": 0.0, "energy_kwh": 0.0}
+    return sum_costs([s["cost"] for s in seen.values()]) if seen else {"cpu_seconds": 0.0, "wall_seconds": 0.0, "energy_kwh": 0.0}
 
 
 def accuracy_vs_cost(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
