@@ -96,7 +96,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import set_seed
 
     from greenadapt.finetune import gmap
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.finetune.tasks import TaskSettings, get_task
     from greenadapt.finetune.tokenize import load_tokenizers
     from greenadapt.finetune.train import DistContext, TrainConfig, _Stepper, choose_views, length_grouped_batches

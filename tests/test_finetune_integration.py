@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from greenadapt.finetune.data import ReaderOptions
-from greenadapt.finetune.run import FinetuneOptions, run_finetune, run_predict
+from greenadapt.finetune.predict import run_predict
+from greenadapt.finetune.run import FinetuneOptions, run_finetune
 from greenadapt.finetune.train import TrainConfig
 
 

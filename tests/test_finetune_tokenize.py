@@ -119,6 +119,17 @@ def test_chunks_respect_max_words_but_keep_entities_whole(pair: TokenizerPair) -
     assert [(u.first_word, u.n_rows) for u in units] == [(0, 2), (2, 4), (6, 2)]  # the 4-word entity stays whole
 
 
+def test_evaluated_files_are_cut_as_unlabelled_text_is(pair: TokenizerPair) -> None:
+    """Scores must be what prediction on the same words gives, so gold labels may not place the cuts."""
+    tags = ("O", "O", "B", "I", "I", "I", "O", "O")
+    labelled = NerSentence(("the",) * 8, tags, tuple(range(8)))
+    label2id = {"O": 0, "B": 1, "I": 2}
+    evaluated, _ = ner_units([labelled], label2id, pair, max_words=3, max_length=128, cut_at_entities=False)
+    unlabelled, _ = ner_units([NerSentence(labelled.words, None, labelled.lines)], None, pair, max_words=3, max_length=128)
+    assert [(u.first_word, u.n_rows) for u in evaluated] == [(u.first_word, u.n_rows) for u in unlabelled] == [(0, 3), (3, 3), (6, 2)]
+    assert np.concatenate([u.targets for u in evaluated]).tolist() == [label2id[t] for t in tags]
+
+
 def test_long_word_is_truncated_not_dropped(pair: TokenizerPair) -> None:
     sentence = NerSentence(("a" * 40, "the"), ("B", "O"), (1, 2))
     units, stats = ner_units([sentence], {"O": 0, "B": 1, "I": 2}, pair, max_words=30, max_length=10)

@@ -12,7 +12,8 @@ from finetune_helpers import build_tiny_expanded, set_dropout, write_classify_fi
 
 from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune.data import ReaderOptions
-from greenadapt.finetune.run import FinetuneOptions, find_model_folder, run_finetune, run_predict
+from greenadapt.finetune.predict import find_model_folder, run_predict
+from greenadapt.finetune.run import FinetuneOptions, run_finetune
 from greenadapt.finetune.train import TrainConfig, choose_views, length_grouped_batches
 
 

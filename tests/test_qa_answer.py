@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from greenadapt.qa.answer import nbest_answers, softmax, top_spans
-from greenadapt.qa.words import Words, split_words
+from greenadapt.words import Words, split_words
 
 CONTEXT = "Fever is common. The main cause is mother-to-child transmission of HIV."
 

@@ -93,7 +93,7 @@ def test_mean_pool_is_the_average_of_both_tokenizers(models: dict[str, Path]) ->
     from greenadapt.qa.infer import QaRunner
     from greenadapt.qa.model import load_qa_model, load_tokenizers
     from greenadapt.qa.run import answer_questions
-    from greenadapt.qa.words import split_words
+    from greenadapt.words import split_words
 
     ref = resolve_model(models["expanded"])
     runner = QaRunner(load_qa_model(ref, torch.device("cpu")), torch.device("cpu"))

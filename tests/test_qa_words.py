@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from greenadapt.qa.words import _kind, split_words, word_max, wordpiece_words
+from greenadapt.qa.words import word_max, wordpiece_words
+from greenadapt.words import _kind, split_words
 
 
 def _texts(text: str) -> list[str]:

@@ -14,7 +14,8 @@ from typing import Any
 
 import typer
 
-from greenadapt.methods import DEFAULT_METHOD, METHODS, method_help
+from greenadapt.api import adapt as _adapt, default_of
+from greenadapt.methods import METHODS, method_help
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 WorkdirOption = typer.Option(
@@ -28,22 +29,25 @@ VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging.")
 
 # The initialisation method and its options: names and help come from the registry (greenadapt.methods).
 MethodOption = typer.Option(
-    DEFAULT_METHOD, "--method", metavar="NAME", help=method_help(), autocompletion=lambda: list(METHODS)
+    default_of(_adapt, "method"), "--method", metavar="NAME", help=method_help(), autocompletion=lambda: list(METHODS)
 )
-FocusKOption = typer.Option(10, "--focus-k", metavar="N", help="focus: how many nearest shared words weigh into a row.")
+FocusKOption = typer.Option(
+    default_of(_adapt, "focus_k"), "--focus-k", metavar="N", help="focus: how many nearest shared words weigh into a row.")
 FocusTemperatureOption = typer.Option(
-    0.1, "--focus-temperature", metavar="FLOAT", help="focus: similarities are divided by this before sparsemax (smaller: sparser)."
+    default_of(_adapt, "focus_temperature"), "--focus-temperature", metavar="FLOAT", help="focus: similarities are divided by this before sparsemax (smaller: sparser)."
 )
-HybridWeightOption = typer.Option(0.5, "--hybrid-weight", metavar="FLOAT", help="hybrid: the weight of lstsq (the rest is subword-mean).")
+HybridWeightOption = typer.Option(
+    default_of(_adapt, "hybrid_weight"), "--hybrid-weight", metavar="FLOAT", help="hybrid: the weight of lstsq (the rest is subword-mean).")
 ContextLayerOption = typer.Option(
-    -1, "--context-layer", metavar="N", help="context-mean: hidden layer of the base model (0 = embeddings, -1 = the last)."
+    default_of(_adapt, "context_layer"), "--context-layer", metavar="N", help="context-mean: hidden layer of the base model (0 = embeddings, -1 = the last)."
 )
-ContextCapOption = typer.Option(20, "--context-cap", metavar="N", help="context-mean: occurrences averaged per word at most.")
+ContextCapOption = typer.Option(
+    default_of(_adapt, "context_cap"), "--context-cap", metavar="N", help="context-mean: occurrences averaged per word at most.")
 ContextMaxTokensOption = typer.Option(
     None, "--context-max-tokens", metavar="N", help="context-mean: read at most N corpus tokens (default: until every word has --context-cap)."
 )
 MatchNormOption = typer.Option(
-    False, "--match-norm", help="Rescale each new row to the mean norm of the model's whole-word rows (any method)."
+    default_of(_adapt, "match_norm"), "--match-norm", help="Rescale each new row to the mean norm of the model's whole-word rows (any method)."
 )
 
 

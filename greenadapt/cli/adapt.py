@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from greenadapt.defaults import DEFAULT_SEED
+from greenadapt import api
+from greenadapt.api import default_of
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ContextCapOption,
@@ -39,8 +40,8 @@ def adapt_command(
     ),
     text_field: list[str] | None = typer.Option(None, "--text-field", help="JSON/CSV field(s) holding text."),
     dim: int | None = typer.Option(None, "--dim", help="word2vec dimension (default: the model's hidden size)."),
-    epochs: int = typer.Option(5, "--epochs", min=1, help="word2vec epochs."),
-    min_count: int = typer.Option(5, "--min-count", min=1, help="word2vec minimum word count."),
+    epochs: int = typer.Option(default_of(api.adapt, "epochs"), "--epochs", min=1, help="word2vec epochs."),
+    min_count: int = typer.Option(default_of(api.adapt, "min_count"), "--min-count", min=1, help="word2vec minimum word count."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Threads/processes (default: all cores)."),
     method: str = MethodOption,
     focus_k: int = FocusKOption,
@@ -51,8 +52,8 @@ def adapt_command(
     context_cap: int = ContextCapOption,
     context_max_tokens: int | None = ContextMaxTokensOption,
     max_new: int | None = typer.Option(None, "--max-new", min=0, help="At most this many new words (most frequent first)."),
-    min_count_new: int = typer.Option(1, "--min-count-new", min=1, help="Minimum corpus count of a new word."),
-    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed for every stage."),
+    min_count_new: int = typer.Option(default_of(api.adapt, "min_count_new"), "--min-count-new", min=1, help="Minimum corpus count of a new word."),
+    seed: int = typer.Option(default_of(api.adapt, "seed"), "--seed", help="Random seed for every stage."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder for the adapted model (default: in the workspace)."),
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,
@@ -63,30 +64,28 @@ def adapt_command(
 ) -> None:
     """Adapt a model to a domain corpus: train word2vec, align it, expand the vocabulary."""
     setup_logging(quiet=quiet, verbose=verbose)
-    from greenadapt.adapt import AdaptOptions, run_adapt
-    from greenadapt.context_vectors import ContextOptions
-    from greenadapt.methods import MethodOptions
-    from greenadapt.w2v import W2VOptions
-
-    options = AdaptOptions(
-        w2v=W2VOptions(
-            dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed,
-            context=ContextOptions(layer=context_layer, cap=context_cap, max_tokens=context_max_tokens),
-        ),
-        align_method=method,
-        method_options=MethodOptions(focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm),
-        max_new=max_new,
-        min_count_new=min_count_new,
-        seed=seed,
-    )
     with progress_for(quiet) as progress:
-        outcome = run_adapt(
+        outcome = api.adapt(
             corpus,
             model=model,
-            options=options,
-            text_fields=text_field or None,
-            workdir=workdir,
             out=out,
+            workdir=workdir,
+            text_fields=text_field or None,
+            dim=dim,
+            epochs=epochs,
+            min_count=min_count,
+            workers=workers,
+            method=method,
+            focus_k=focus_k,
+            focus_temperature=focus_temperature,
+            hybrid_weight=hybrid_weight,
+            match_norm=match_norm,
+            context_layer=context_layer,
+            context_cap=context_cap,
+            context_max_tokens=context_max_tokens,
+            max_new=max_new,
+            min_count_new=min_count_new,
+            seed=seed,
             force=force,
             wait=wait,
             progress=progress,

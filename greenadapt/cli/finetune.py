@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from greenadapt.defaults import DEFAULT_SEED
+from greenadapt import api
+from greenadapt.api import default_of
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -25,17 +26,17 @@ TextFieldOption = typer.Option(
 )
 PairFieldOption = typer.Option(None, "--pair-field", help="Second text of a sentence pair (JSON field or TSV column).")
 LabelFieldOption = typer.Option(None, "--label-field", help="Label field or column; NER JSON: the tag list.")
-FormatOption = typer.Option("auto", "--format", help="auto, columns (NER word ... label), jsonl or tsv.")
-HeaderOption = typer.Option("auto", "--header", help="TSV header row: auto, yes or no.")
+FormatOption = typer.Option(default_of(api.finetune, "file_format"), "--format", help="auto, columns (NER word ... label), jsonl or tsv.")
+HeaderOption = typer.Option(default_of(api.finetune, "header"), "--header", help="TSV header row: auto, yes or no.")
 EntityTypeOption = typer.Option(
     None, "--entity-type", metavar="TYPE",
     help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.",
 )
-PoolOption = typer.Option("mean", "--pool", help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
-DeviceOption = typer.Option("auto", "--device", help="auto, cpu, cuda, cuda:N or mps.")
-PrecisionOption = typer.Option("auto", "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16, fp16.")
+PoolOption = typer.Option(default_of(api.finetune, "pool"), "--pool", help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+DeviceOption = typer.Option(default_of(api.finetune, "device"), "--device", help="auto, cpu, cuda, cuda:N or mps.")
+PrecisionOption = typer.Option(default_of(api.finetune, "precision"), "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16, fp16.")
 GmapOption = typer.Option(
-    "none", "--gmap", help="G-MAP: fuse a frozen general model's hidden states as memory: none, single, multi, gated or chunk (the paper's best)."
+    default_of(api.finetune, "gmap"), "--gmap", help="G-MAP: fuse a frozen general model's hidden states as memory: none, single, multi, gated or chunk (the paper's best)."
 )
 GmapLayersOption = typer.Option(
     None, "--gmap-layers", help='Fused domain layers, 1-based, e.g. "6,12" (default per strategy: single/gated ⌈3L/4⌉, chunk L/2 and L, multi all).'
@@ -72,20 +73,20 @@ def finetune(
     workdir: Path | None = WorkdirOption,
     mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
     pool: str = PoolOption,
-    epochs: int = typer.Option(3, "--epochs", help="Passes over the training data (qa default: 2)."),
+    epochs: int = typer.Option(default_of(api.finetune, "epochs"), "--epochs", help="Passes over the training data (qa default: 2)."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps (overrides --epochs)."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Examples (qa: windows) per optimizer step, over all processes (qa default: 16)."),
-    grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per step and process (gradient accumulation)."),
-    lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear schedule; qa default: 3e-5)."),
-    warmup: float = typer.Option(0.1, "--warmup", help="Fraction of the steps spent warming up."),
-    weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
-    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
+    batch_size: int = typer.Option(default_of(api.finetune, "batch_size"), "--batch-size", help="Examples (qa: windows) per optimizer step, over all processes (qa default: 16)."),
+    grad_accum: int = typer.Option(default_of(api.finetune, "grad_accum"), "--grad-accum", help="Micro-batches per step and process (gradient accumulation)."),
+    lr: float = typer.Option(default_of(api.finetune, "lr"), "--lr", help="Peak learning rate (AdamW, linear schedule; qa default: 3e-5)."),
+    warmup: float = typer.Option(default_of(api.finetune, "warmup"), "--warmup", help="Fraction of the steps spent warming up."),
+    weight_decay: float = typer.Option(default_of(api.finetune, "weight_decay"), "--weight-decay", help="AdamW weight decay."),
+    seed: int = typer.Option(default_of(api.finetune, "seed"), "--seed", help="Random seed."),
     seeds: str | None = typer.Option(None, "--seeds", help="Several seeds, e.g. 1,2,3: one model each, mean ± std reported."),
-    train_on: str = typer.Option("train", "--train-on", help="train, or train+dev (the paper's protocol; no dev selection)."),
-    train_embeddings: str = typer.Option("all", "--train-embeddings", help="Word embeddings to train: all, new (added rows only) or none."),
-    max_length: int = typer.Option(128, "--max-length", help="Wordpieces per sequence; longer NER chunks are split (qa default: 384, or the model's limit)."),
+    train_on: str = typer.Option(default_of(api.finetune, "train_on"), "--train-on", help="train, or train+dev (the paper's protocol; no dev selection)."),
+    train_embeddings: str = typer.Option(default_of(api.finetune, "train_embeddings"), "--train-embeddings", help="Word embeddings to train: all, new (added rows only) or none."),
+    max_length: int = typer.Option(default_of(api.finetune, "max_length"), "--max-length", help="Wordpieces per sequence; longer NER chunks are split (qa default: 384, or the model's limit)."),
     doc_stride: int | None = typer.Option(None, "--doc-stride", help="qa: wordpieces shared by consecutive windows of a long context (default: 128, at most a third of --max-length)."),
-    max_words: int = typer.Option(30, "--max-words", help="NER: words per chunk (labelled spans are never split)."),
+    max_words: int = typer.Option(default_of(api.finetune, "max_words"), "--max-words", help="NER: words per chunk (labelled spans are never split)."),
     metric: str | None = typer.Option(None, "--metric", help="Dev metric for the best epoch: NER f1|precision|recall|accuracy; classify accuracy|micro_f1|macro_f1|mcc|f1."),
     positive_label: str | None = typer.Option(None, "--positive-label", help="Classification: the label whose F1 is 'f1' (default: 1 for 0/1 labels)."),
     text_field: str | None = TextFieldOption,
@@ -96,7 +97,7 @@ def finetune(
     entity_type: str | None = EntityTypeOption,
     device: str = DeviceOption,
     precision: str = PrecisionOption,
-    eval_batch_size: int = typer.Option(64, "--eval-batch-size", help="Sequences per inference batch."),
+    eval_batch_size: int = typer.Option(default_of(api.finetune, "eval_batch_size"), "--eval-batch-size", help="Sequences per inference batch."),
     force: bool = ForceOption,
     wait: bool = WaitOption,
     save_every: int | None = typer.Option(
@@ -115,53 +116,55 @@ def finetune(
     verbose: bool = VerboseOption,
 ) -> None:
     """Fine-tune with a 50/50 mixture of the general and domain tokenizers; evaluate with mean pooling."""
-    from greenadapt.finetune.data import ReaderOptions
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
-    from greenadapt.gmap.options import GmapOptions
-
     setup_logging(quiet=quiet, verbose=verbose)
-    gmap_options = GmapOptions.from_cli(gmap, gmap_layers, general_model, gmap_unfrozen, gmap_cache)
-    options = FinetuneOptions(
-        task=task,
-        train=train,
-        dev=dev,
-        test=test,
-        model=model,
-        out=out,
-        workdir=workdir,
-        reader=ReaderOptions(file_format, text_field, pair_field, label_field, header, entity_type),  # type: ignore[arg-type]
-        training=TrainConfig(
+    with progress_for(quiet) as progress:
+        outcome = api.finetune(
+            task,
+            train,
+            dev=dev,
+            test=test,
+            model=model,
+            out=out,
+            workdir=workdir,
             mix=mix,
+            pool=pool,
+            epochs=epochs,
+            max_steps=max_steps,
             batch_size=batch_size,
             grad_accum=grad_accum,
             lr=lr,
-            epochs=epochs,
-            max_steps=max_steps,
             warmup=warmup,
             weight_decay=weight_decay,
+            seed=seed,
+            seeds=parse_seeds(seeds, seed),
+            train_on=train_on,
             train_embeddings=train_embeddings,
+            max_length=max_length,
+            doc_stride=doc_stride,
+            max_words=max_words,
+            metric=metric,
+            positive_label=positive_label,
+            text_field=text_field,
+            pair_field=pair_field,
+            label_field=label_field,
+            file_format=file_format,
+            header=header,
+            entity_type=entity_type,
+            device=device,
             precision=precision,
             eval_batch_size=eval_batch_size,
-        ),
-        pool=pool,
-        seeds=parse_seeds(seeds, seed),
-        train_on=train_on,
-        max_length=max_length,
-        max_words=max_words,
-        metric=metric,
-        positive_label=positive_label,
-        device=device,
-        force=force,
-        wait=wait,
-        save_every=save_every,
-        resume=resume,
-        doc_stride=doc_stride,
-        given=options_given(ctx),
-        gmap=gmap_options,
-    )
-    with progress_for(quiet) as progress:
-        outcome = run_finetune(options, progress)
+            save_every=save_every,
+            resume=resume,
+            gmap=gmap,
+            gmap_layers=gmap_layers,
+            general_model=general_model,
+            gmap_unfrozen=gmap_unfrozen,
+            gmap_cache=gmap_cache,
+            force=force,
+            wait=wait,
+            given=options_given(ctx),
+            progress=progress,
+        )
     if not outcome.manifest:  # a non-zero rank under torchrun: rank 0 reports
         return
     emit(outcome.manifest, _summary(outcome), as_json=as_json)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import typer
 
 from greenadapt.cli import app
-from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, setup_logging
+from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, progress_for, setup_logging
 from greenadapt.cli.finetune import (
     DeviceOption,
     LabelFieldOption,
@@ -22,16 +21,23 @@ from greenadapt.cli.finetune import (
 
 @app.command("predict")
 def predict(
-    model: str = typer.Option(..., "--model", help="A `greenadapt finetune` run folder (or one of its seed-N folders)."),
-    input_path: Path = typer.Option(..., "--input", help="File to label, in a format the model's task reads."),
-    output: Path = typer.Option(..., "--output", help="Where to write it back with a predicted-label column/field."),
+    source: str | None = typer.Argument(
+        None, metavar="INPUT", help="Raw text (one document per line), JSON lines, a folder of .txt files, a task file, or - for stdin."
+    ),
+    model: str = typer.Option(..., "--model", "-m", help="A `greenadapt finetune` run folder (or one of its seed-N folders)."),
+    input_path: str | None = typer.Option(None, "--input", "-i", help="The input, as an option (same as INPUT)."),
+    output: str = typer.Option(
+        "-", "--output", "-o", help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column."
+    ),
     pool: str = PoolOption,
     task_name: str | None = typer.Option(None, "--task", help="The task to run, when --model is a `greenadapt multitask` run folder."),
     ignore_labels: bool = typer.Option(False, "--ignore-labels", help="Do not read or score gold labels in the input."),
     text_field: str | None = TextFieldOption,
     pair_field: str | None = PairFieldOption,
     label_field: str | None = LabelFieldOption,
-    file_format: str | None = typer.Option(None, "--format", help="Override the training files' format (auto, columns, jsonl, tsv)."),
+    file_format: str = typer.Option(
+        "auto", "--format", help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv."
+    ),
     header: str | None = typer.Option(None, "--header", help="Override TSV header detection (auto, yes, no)."),
     batch_size: int = typer.Option(64, "--batch-size", help="Sequences per inference batch."),
     device: str = DeviceOption,
@@ -39,44 +45,50 @@ def predict(
     general_model: str | None = typer.Option(
         None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
     ),
-    force: bool = typer.Option(False, "--force", help="Replace an existing --output file (never the --input file)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --output file (never the input)."),
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
 ) -> None:
-    """Predict labels; with gold labels in the input, also print the scores."""
-    from greenadapt.finetune.run import run_predict
+    """Predict with both tokenizers: entities with character offsets for raw text, labels for task files.
+
+    Example: cat notes.txt | greenadapt predict -m runs/ncbi - > entities.jsonl
+    """
+    from greenadapt.errors import UsageError
+    from greenadapt.predict_text import is_stdio, predict_input
 
     setup_logging(quiet=quiet, verbose=verbose)
-    overrides = {
-        "format": file_format,
-        "text_field": text_field,
-        "pair_field": pair_field,
-        "label_field": label_field,
-        "header": header,
-    }
-    from greenadapt.multitask.run import is_multitask, multitask_predictor
-
-    run = multitask_predictor(model, task_name) if task_name is not None or is_multitask(model) else run_predict
-    result = run(
-        model,
-        input_path,
-        output,
-        pool=pool,
-        batch_size=batch_size,
-        device=device,
-        precision=precision,
-        ignore_labels=ignore_labels,
-        reader_overrides=overrides,
-        general_model=general_model,
-        force=force,
-    )
+    if (source is None) == (input_path is None):
+        raise UsageError("give the input once: as INPUT or as --input", hint="e.g. greenadapt predict -m MODEL notes.txt")
+    if as_json and is_stdio(output):
+        raise UsageError("--json prints a summary on stdout, where the predictions go", hint="add --output FILE")
+    overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
+    with progress_for(quiet) as progress:
+        result = predict_input(
+            model,
+            source if source is not None else input_path,  # type: ignore[arg-type]
+            output,
+            task_name=task_name,
+            pool=pool,
+            batch_size=batch_size,
+            device=device,
+            precision=precision,
+            file_format=file_format,
+            ignore_labels=ignore_labels,
+            reader_overrides=overrides,
+            general_model=general_model,
+            force=force,
+            progress=progress,
+        )
     if as_json:
-        doc = {"output": str(result.output), "examples": result.examples, "pool": result.pool, "metrics": result.metrics}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
         return
-    line = f"wrote {result.examples} predictions ({result.pool} pooling) to {result.output}"
+    where = "stdout" if is_stdio(result.output) else result.output
+    line = f"wrote {result.examples} prediction{'s' * (result.examples != 1)} ({result.pool} pooling, {result.format} input) to {where}"
+    if result.entities is not None:
+        line += f": {result.entities} entit{'y' if result.entities == 1 else 'ies'}"
     if result.metrics is not None:
         shown = {k: v for k, v in result.metrics.items() if k in ("f1", "precision", "recall", "accuracy", "macro_f1", "mcc")}
         line += ": " + ", ".join(f"{k} {100 * v:.2f}" for k, v in shown.items())
-    sys.stdout.write(line + "\n")
+    # With the predictions on stdout, the summary is a log line on stderr.
+    (sys.stderr if is_stdio(output) else sys.stdout).write(line + "\n")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from greenadapt import api
+from greenadapt.api import default_of
 from greenadapt.cli import app
 from greenadapt.cli._common import (
     ForceOption,
@@ -33,11 +35,11 @@ def qa_command(
         "Default: mean for an expanded model, general for a plain one.",
     ),
     max_length: int | None = typer.Option(None, "--max-length", help="Model input length. Default: the model's (512 for BERT)."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Windows per forward pass."),
+    batch_size: int = typer.Option(default_of(api.qa, "batch_size"), "--batch-size", min=1, help="Windows per forward pass."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N questions (quick runs)."),
-    n_best: int = typer.Option(20, "--n-best", min=1, help="Answers kept per question in nbest.json."),
-    max_answer_chars: int = typer.Option(500, "--max-answer-chars", min=1, help="Longest answer in characters."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    n_best: int = typer.Option(default_of(api.qa, "n_best"), "--n-best", min=1, help="Answers kept per question in nbest.json."),
+    max_answer_chars: int = typer.Option(default_of(api.qa, "max_answer_chars"), "--max-answer-chars", min=1, help="Longest answer in characters."),
+    device: str = typer.Option(default_of(api.qa, "device"), "--device", help="auto, cpu, cuda or cuda:N."),
     general_model: str | None = typer.Option(
         None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
     ),
@@ -49,20 +51,23 @@ def qa_command(
 ) -> None:
     """Answer each question over its whole document with sliding windows (one or two tokenizers)."""
     setup_logging(quiet=quiet, verbose=verbose)
-    from greenadapt.qa.run import QaOptions, run_qa
-
-    options = QaOptions(
-        pool=pool,
-        max_length=max_length,
-        batch_size=batch_size,
-        limit=limit,
-        n_best=n_best,
-        max_answer_chars=max_answer_chars,
-        device=device,
-        general_model=general_model,
-    )
     with progress_for(quiet) as progress:
-        outcome = run_qa(model, data, out, options=options, force=force, wait=wait, progress=progress)
+        outcome = api.qa(
+            data,
+            out,
+            model=model,
+            pool=pool,
+            max_length=max_length,
+            batch_size=batch_size,
+            limit=limit,
+            n_best=n_best,
+            max_answer_chars=max_answer_chars,
+            device=device,
+            general_model=general_model,
+            force=force,
+            wait=wait,
+            progress=progress,
+        )
     stats = outcome.manifest.get("stats", {})
     state = "up to date" if outcome.skipped else f"{stats.get('questions_per_s') or 0:.2f} questions/s"
     scores = ""

@@ -38,7 +38,7 @@ from greenadapt.stage import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-Format = Literal["columns", "jsonl", "tsv"]
+Format = Literal["columns", "jsonl", "tsv", "dataset"]
 FORMATS = ("auto", "columns", "jsonl", "tsv")
 DOCSTART = "-DOCSTART-"
 NER_LABEL = re.compile(r"^(O|[BIES](-.+)?)$")
@@ -131,21 +131,27 @@ def read_task_file(path: str | Path, task: str, options: ReaderOptions, *, requi
     p = Path(path)
     if options.header not in ("auto", "yes", "no"):
         raise UsageError(f"unknown --header {options.header!r}", hint="auto, yes or no")
-    if not p.is_file():
-        raise DataError("task file not found", path=p, hint="check the path")
-    fmt = _detect_format(p, task, options.format)
-    if task == "ner":
-        if fmt == "tsv":
-            fmt = "columns"
-        result = _read_ner_jsonl(p, options) if fmt == "jsonl" else _read_ner_columns(p)
-        if options.entity_type is not None:
-            result.examples = [typed_sentence(s, options.entity_type) for s in result.examples]
-    elif task == "classify":
-        if fmt == "columns":
-            fmt = "tsv"
-        result = _read_text_jsonl(p, options) if fmt == "jsonl" else _read_text_tsv(p, options)
-    else:
+    from greenadapt.finetune.datasets_input import dataset_rows, is_dataset_input
+
+    if task not in ("ner", "classify"):
         raise UsageError(f"no reader for task {task!r}")
+    fmt: Format
+    if is_dataset_input(p):
+        fmt = "dataset"
+        result = (_read_ner_jsonl if task == "ner" else _read_text_jsonl)(p, options, dataset_rows(p))
+        result.format = fmt
+    elif not p.is_file():
+        raise DataError("task file not found", path=p, hint="check the path")
+    elif task == "ner":
+        fmt = _detect_format(p, task, options.format)
+        fmt = "columns" if fmt == "tsv" else fmt
+        result = _read_ner_jsonl(p, options) if fmt == "jsonl" else _read_ner_columns(p)
+    else:
+        fmt = _detect_format(p, task, options.format)
+        fmt = "tsv" if fmt == "columns" else fmt
+        result = _read_text_jsonl(p, options) if fmt == "jsonl" else _read_text_tsv(p, options)
+    if task == "ner" and options.entity_type is not None:
+        result.examples = [typed_sentence(s, options.entity_type) for s in result.examples]
     if not result.examples:
         raise DataError("the file holds no examples", path=p, hint="is it the right file, and not empty?")
     if require_labels and not result.labelled:
@@ -283,11 +289,11 @@ def _pick_key(obj: Mapping[str, Any], wanted: str | None, defaults: Sequence[str
     return next((name for name in defaults if name in obj), None)
 
 
-def _read_ner_jsonl(path: Path, options: ReaderOptions) -> TaskFile:
+def _read_ner_jsonl(path: Path, options: ReaderOptions, rows: Iterator[tuple[int, dict[str, Any]]] | None = None) -> TaskFile:
     sentences: list[NerSentence] = []
     tokens_key = tags_key = None
     labelled: bool | None = None
-    for number, obj in _json_objects(path):
+    for number, obj in rows if rows is not None else _json_objects(path):
         if tokens_key is None:
             tokens_key = _pick_key(obj, options.text_field, NER_TOKEN_NAMES)
             tags_key = _pick_key(obj, options.label_field, NER_TAG_NAMES)
@@ -335,10 +341,10 @@ def _label_text(value: Any, path: Path, line: int) -> str | None:
     return text or None
 
 
-def _read_text_jsonl(path: Path, options: ReaderOptions) -> TaskFile:
+def _read_text_jsonl(path: Path, options: ReaderOptions, rows: Iterator[tuple[int, dict[str, Any]]] | None = None) -> TaskFile:
     examples: list[TextExample] = []
     keys: dict[str, str | int | None] = {}
-    for number, obj in _json_objects(path):
+    for number, obj in rows if rows is not None else _json_objects(path):
         if not keys:
             keys = {
                 "text": _pick_key(obj, options.text_field, TEXT_NAMES),
@@ -469,6 +475,9 @@ def write_predictions(task_file: TaskFile, predictions: Sequence[Any], out: Path
     """``predictions[i]``: a list of labels (NER sentence i) or one label (classification example i)."""
     if len(predictions) != len(task_file.examples):
         raise ValueError("one prediction per example is needed")
+    if task_file.format == "dataset":  # no text file to write back into: one JSON line per example
+        _write_dataset_predictions(task_file, predictions, out)
+        return
     by_line: dict[int, Any] = {}
     for example, predicted in zip(task_file.examples, predictions, strict=True):
         if isinstance(example, NerSentence):
@@ -499,11 +508,28 @@ def write_predictions(task_file: TaskFile, predictions: Sequence[Any], out: Path
     atomic_write_text(out, "\n".join(out_lines) + "\n")
 
 
+def _write_dataset_predictions(task_file: TaskFile, predictions: Sequence[Any], out: Path) -> None:
+    lines = []
+    for example, predicted in zip(task_file.examples, predictions, strict=True):
+        if isinstance(example, NerSentence):
+            record: dict[str, Any] = {"row": example.lines[0], "tokens": list(example.words), PRED_TAGS_KEY: list(predicted)}
+            if example.labels is not None:
+                record["tags"] = list(example.labels)
+        else:
+            record = {"row": example.line, "text": example.text, **({"pair": example.pair} if example.pair is not None else {})}
+            record.update({**({"label": example.label} if example.label is not None else {}), PRED_LABEL_KEY: predicted})
+        lines.append(json.dumps(record, ensure_ascii=False))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, "\n".join(lines) + "\n")
+
+
 def _separator(line: str) -> str:
     return "\t" if "\t" in line or " " not in line else " "
 
 
 def prediction_file_name(task_file: TaskFile, split: str) -> str:
+    if task_file.format == "dataset":
+        return f"{split}.jsonl"
     suffix = {"columns": ".tsv" if "\t" in _first_line(task_file.path) else ".txt", "jsonl": ".jsonl", "tsv": ".tsv"}
     return f"{split}{suffix[task_file.format]}"
 

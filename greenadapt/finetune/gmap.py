@@ -125,7 +125,7 @@ def build_model(domain_model: Any, setup: GmapSetup) -> Any:
     import torch
     from transformers import AutoModel
 
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.gmap.model import GmapModel
 
     try:
@@ -142,7 +142,7 @@ def build_model(domain_model: Any, setup: GmapSetup) -> Any:
 
 def save(model: Any, folder: Path, setup: GmapSetup | None) -> None:
     """``GmapModel.save_pretrained`` (domain checkpoint + gates + gmap_config.json) and the general tokenizer if its own."""
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
 
     with quiet_transformers():
         model.save_pretrained(str(folder))
@@ -154,7 +154,7 @@ def load_fused(folder: Path, *, general_model: str | None = None) -> tuple[Any, 
     """A fine-tuned G-MAP folder: (GmapModel in eval mode, the general tokenizer or None for T_LM, its input limit)."""
     import torch
 
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.gmap.model import GmapModel
 
     with quiet_transformers():

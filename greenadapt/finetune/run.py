@@ -22,17 +22,16 @@ says ``qa``); the shared options map onto its ``QaTrainOptions``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.defaults import DEFAULT_SEED
-from greenadapt.destination import check_prediction_output, check_run_destination
+from greenadapt.destination import check_run_destination
 from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.data import (
@@ -55,15 +54,13 @@ from greenadapt.finetune.train import (
     TrainConfig,
     init_distributed,
     latest_checkpoint,
-    pick_device,
     train,
 )
 from greenadapt.gmap.options import GmapOptions
-from greenadapt.model_card import CARD_FILE, finetuned_card
-from greenadapt.models import ModelRef, resolve_model, slugify
+from greenadapt.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
+from greenadapt.models import ModelRef, quiet_transformers, resolve_model, slugify
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import (
-    MANIFEST,
     StageOutcome,
     StageRun,
     file_identity,
@@ -425,24 +422,6 @@ def capped_max_length(ref: ModelRef, tokenizers: TokenizerPair, requested: int) 
     return length
 
 
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence the load report and progress bar transformers prints when a new head is added on purpose."""
-    from transformers.utils import logging as hf_logging
-
-    logger = logging.getLogger("transformers")
-    level = logger.level
-    bars = hf_logging.is_progress_bar_enabled()
-    logger.setLevel(logging.ERROR)
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 @dataclass
 class _Job:
     """One fine-tuning job: the shared pieces, run once per seed."""
@@ -468,7 +447,7 @@ class _Job:
         train_on: str,
         tmp: Path | None,
     ) -> dict[str, Any]:
-        train_units, train_stats = self.task.units(train_file, self.settings, self.tokenizers)
+        train_units, train_stats = self.task.units(train_file, self.settings, self.tokenizers, training=True)
         dev_units = self.task.units(dev_file, self.settings, self.tokenizers)[0] if dev_file else None
         test_units = self.task.units(test_file, self.settings, self.tokenizers)[0] if test_file else None
         if self.gmap is not None:
@@ -520,6 +499,7 @@ class _Job:
                 base_model=self.ref.name, task=self.task.name, labels=list(self.settings.labels), metric=self.settings.metric or "",
                 summary=metrics_doc["summary"], seeds=list(seeds), mix=self.base.mix or 0.0, pool=self.pool,
                 two_tokenizers=self.tokenizers.has_domain, general_tokenizer=GENERAL_TOKENIZER_DIR,
+                adaptation=self.ref.config().get(CONFIG_KEY),
             )
             with resource_errors(tmp):
                 write_json(tmp / "metrics.json", metrics_doc)
@@ -655,166 +635,3 @@ def _headline(metrics_doc: dict[str, Any], metric: str, pool: str) -> dict[str, 
         if value is not None:
             headline[split] = value
     return headline
-
-
-# --------------------------------------------------------------------------
-# predict
-
-
-@dataclass
-class PredictResult:
-    output: Path
-    examples: int
-    pool: str
-    metrics: dict[str, Any] | None
-    model: Path
-
-
-def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]:
-    """A fine-tuned model folder and its task settings, from a run folder or one of its seed folders."""
-    path = Path(spec)
-    if not path.is_dir():
-        raise StageError("no fine-tuned model here", path=path, hint="pass the folder `greenadapt finetune` wrote")
-    manifest = read_manifest(path)
-    if manifest is not None and manifest.get("kind") == KIND:
-        load_stage(path, KIND)
-        models = manifest.get("stats", {}).get("models", {})
-        if len(models) > 1:
-            names = ", ".join(sorted(models.values()))
-            raise UsageError(f"this run holds one model per seed ({names})", path=path, hint=f"pass --model {path}/{sorted(models.values())[0]}")
-    elif (path.parent / MANIFEST).is_file() and (read_manifest(path.parent) or {}).get("kind") == KIND:
-        load_stage(path.parent, KIND)
-    task_json = path / TASK_FILE
-    if not task_json.is_file():
-        raise StageError(
-            f"not a fine-tuned greenadapt model (no {TASK_FILE})",
-            path=path,
-            hint="pass the folder `greenadapt finetune` wrote",
-        )
-    try:
-        settings = TaskSettings.from_json(json.loads(task_json.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, TypeError) as exc:
-        raise StageError(f"unreadable {TASK_FILE}: {exc}", path=task_json) from None
-    return path, settings
-
-
-def run_predict(
-    model: str | os.PathLike[str],
-    input_path: Path,
-    output_path: Path,
-    *,
-    pool: str = "mean",
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
-    ignore_labels: bool = False,
-    reader_overrides: dict[str, Any] | None = None,
-    general_model: str | None = None,
-    force: bool = False,
-) -> PredictResult:
-    """Predict labels for ``input_path`` with a fine-tuned model; score them when the input is labelled.
-
-    The input is read with the training files' reader options; ``reader_overrides``
-    (ReaderOptions field → value, None values ignored) changes some of them.
-    A G-MAP model (``gmap_config.json``) is reloaded with its general model:
-    the one recorded at training, or ``general_model`` (checked by weights).
-    """
-    check_pool(pool)
-    check_prediction_output(output_path, force=force, model=model, input_path=input_path)
-    folder, settings = find_model_folder(model)
-    tokenizers = load_tokenizers(folder)
-    request = read_for_prediction(
-        input_path, settings, tokenizers, folder, pool=pool, ignore_labels=ignore_labels, reader_overrides=reader_overrides
-    )
-    task, task_file, units, mode = request.task, request.task_file, request.units, request.mode
-    import transformers
-
-    from greenadapt.finetune import gmap
-
-    if gmap.is_gmap_folder(folder):
-        # A G-MAP model: the fused domain model and its general model, which reads its own input.
-        loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=general_model)
-        gmap.attach_memory(units, task_file.examples, memory_tokenizer, memory_length)
-    else:
-        with quiet_transformers():
-            loaded = getattr(transformers, task.auto_model).from_pretrained(str(folder))
-    ctx = DistContext(device=pick_device(device))
-    loaded.to(ctx.device)
-    from greenadapt.finetune.infer import pooled_logits
-
-    logits = pooled_logits(
-        loaded,
-        units,
-        ctx,
-        has_domain=tokenizers.has_domain,
-        pad_id=tokenizers.pad_id,
-        batch_size=batch_size,
-        precision=precision,
-        modes=(mode,),
-    )[mode]
-    return request.write(logits, output_path, folder)
-
-
-def check_pool(pool: str) -> None:
-    if pool not in POOL_MODES:
-        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
-
-
-@dataclass
-class PredictionRequest:
-    """A file to label with a fine-tuned task: read, label-checked and tokenized into units."""
-
-    task: Any
-    settings: Any
-    task_file: TaskFile
-    units: list[Any]
-    mode: str
-    score: bool
-
-    def write(self, logits: Any, output_path: Path, folder: Path) -> PredictResult:
-        predictions = self.task.decode(self.task_file, argmax_labels(logits, self.settings.labels))
-        with resource_errors(output_path.parent):
-            write_predictions(self.task_file, predictions, output_path)
-        metrics = self.task.score(self.task_file, predictions, self.settings) if self.score else None
-        return PredictResult(output_path, len(self.task_file.examples), self.mode, metrics, folder)
-
-
-def read_for_prediction(
-    input_path: Path,
-    settings: Any,
-    tokenizers: Any,
-    folder: Path,
-    *,
-    pool: str,
-    ignore_labels: bool,
-    reader_overrides: dict[str, Any] | None,
-) -> PredictionRequest:
-    """Read ``input_path`` with the training reader options (``reader_overrides`` changes some; None values
-    are ignored); labels of a labelled file are checked against the trained set unless ``ignore_labels``."""
-    task = get_task(settings.task)
-    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
-    if overrides:
-        settings = replace(settings, reader=replace(settings.reader_options, **overrides).as_config())
-    task_file = task.read(input_path, settings, require_labels=False)
-    score = task_file.labelled and not ignore_labels
-    if score:
-        try:
-            check_known_labels(task_file, settings.labels)
-        except DataError as exc:
-            raise DataError(exc.message, path=exc.path, line=exc.line, hint="pass --ignore-labels to predict without scoring") from None
-    elif task_file.labelled:
-        task_file = _strip_labels(task_file)
-    if pool == "domain" and not tokenizers.has_domain:
-        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
-    mode = pool if tokenizers.has_domain else "general"
-    units, _ = task.units(task_file, settings, tokenizers)
-    return PredictionRequest(task, settings, task_file, units, mode, score)
-
-
-def _strip_labels(task_file: TaskFile) -> TaskFile:
-    from greenadapt.finetune.data import NerSentence
-
-    examples = [
-        replace(e, labels=None) if isinstance(e, NerSentence) else replace(e, label=None) for e in task_file.examples
-    ]
-    return replace(task_file, examples=examples, labelled=False)

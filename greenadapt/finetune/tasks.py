@@ -68,7 +68,10 @@ class Task:
     def order_labels(self, labels: Sequence[str]) -> list[str]:
         return sorted(labels)
 
-    def units(self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair) -> tuple[list[Unit], dict[str, int]]:
+    def units(
+        self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair, *, training: bool = False
+    ) -> tuple[list[Unit], dict[str, int]]:
+        """The model sequences of ``task_file``; ``training``: the file is trained on (gold labels may guide the cuts)."""
         raise NotImplementedError
 
     def decode(self, task_file: TaskFile, row_labels: Sequence[str]) -> list[Any]:
@@ -113,13 +116,16 @@ class NerTask(Task):
 
         return sorted(set(labels), key=key)
 
-    def units(self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair) -> tuple[list[Unit], dict[str, int]]:
+    def units(
+        self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair, *, training: bool = False
+    ) -> tuple[list[Unit], dict[str, int]]:
         return ner_units(
             task_file.examples,
             settings.label2id if task_file.labelled else None,
             tokenizers,
             max_words=settings.max_words,
             max_length=settings.max_length,
+            cut_at_entities=training,
         )
 
     def decode(self, task_file: TaskFile, row_labels: Sequence[str]) -> list[Any]:
@@ -158,7 +164,9 @@ class ClassifyTask(Task):
             )
         return chosen
 
-    def units(self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair) -> tuple[list[Unit], dict[str, int]]:
+    def units(
+        self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair, *, training: bool = False
+    ) -> tuple[list[Unit], dict[str, int]]:
         return text_units(
             task_file.examples, settings.label2id if task_file.labelled else None, tokenizers, max_length=settings.max_length
         )

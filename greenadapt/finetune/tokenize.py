@@ -184,8 +184,14 @@ def ner_units(
     *,
     max_words: int,
     max_length: int,
+    cut_at_entities: bool = True,
 ) -> tuple[list[Unit], dict[str, int]]:
-    """All units of an NER file and counts of what had to be cut."""
+    """All units of an NER file and counts of what had to be cut.
+
+    ``cut_at_entities``: chunk boundaries avoid the gold entities (training data). Files that are
+    evaluated are cut without looking at their labels, exactly as unlabelled text is at prediction
+    time, so a reported score is what prediction on the same words gives.
+    """
     if max_words < 1:
         raise UsageError("--max-words must be at least 1")
     budget = max_length - 2  # [CLS] and [SEP]
@@ -203,7 +209,9 @@ def ner_units(
             else np.full(len(sentence.words), IGNORE, dtype=np.int64)
         )
 
-        def can_cut(position: int, tags: tuple[str, ...] | None = tags) -> bool:
+        guide = tags if cut_at_entities else None
+
+        def can_cut(position: int, tags: tuple[str, ...] | None = guide) -> bool:
             return tags is None or can_cut_before(tags, position)
 
         cums = [np.concatenate([[0], np.cumsum([len(p) for p in view[index]])]) for view in per_view]

@@ -27,14 +27,12 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from greenadapt.gmap.layer import GeneralMemory
 from greenadapt.stage import resource_errors
-
-if TYPE_CHECKING:
-    from greenadapt.gmap.model import GeneralMemory, GmapModel
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +80,12 @@ class MemoryCache:
 
     def memory(
         self,
-        model: GmapModel,
+        model: Any,  # a GmapModel: its run_general computes the rows not cached
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> GeneralMemory:
         """The batch's general memory: cached rows read from disk, the others computed once and stored."""
-        from greenadapt.gmap.model import GeneralMemory
-
         batch, width = input_ids.shape
         device = input_ids.device
         real = attention_mask.bool()

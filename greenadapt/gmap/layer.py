@@ -25,6 +25,7 @@ or a 4-D additive float mask (eager, sdpa and flash attention's forms).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +34,28 @@ from torch import nn
 from greenadapt.errors import ModelError
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GeneralMemory:
+    """The general hidden states a batch's fused layers read.
+
+    ``states[i]`` is general state ``state_indices[i]`` (0 = embedding
+    output), shape (batch, memory length, hidden); ``mask`` (batch, memory
+    length) is True at real, False at padded positions.
+    """
+
+    states: torch.Tensor
+    mask: torch.Tensor
+    state_indices: tuple[int, ...]
+
+    def slots(self, indices: tuple[int, ...]) -> list[int]:
+        position = {s: i for i, s in enumerate(self.state_indices)}
+        missing = [s for s in indices if s not in position]
+        if missing:
+            raise ValueError(f"the memory holds general states {list(self.state_indices)}, not {missing}")
+        return [position[s] for s in indices]
+
 
 _ADOPTED = ("query", "key", "value")
 

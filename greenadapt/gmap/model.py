@@ -29,7 +29,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,33 +38,12 @@ from torch import nn
 
 from greenadapt.errors import GreenAdaptError, ModelError, UsageError
 from greenadapt.gmap.config import CONFIG_FILE, CONFIG_FORMAT, GATES_FILE, GENERAL_DIR, FusionPlan, GmapConfig
-from greenadapt.gmap.layer import MemoryAttention, unwrap_layer, wrap_layer
+from greenadapt.gmap.layer import GeneralMemory, MemoryAttention, unwrap_layer, wrap_layer
 
 if TYPE_CHECKING:
     from greenadapt.gmap.cache import MemoryCache
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GeneralMemory:
-    """The general hidden states a batch's fused layers read.
-
-    ``states[i]`` is general state ``state_indices[i]`` (0 = embedding
-    output), shape (batch, memory length, hidden); ``mask`` (batch, memory
-    length) is True at real, False at padded positions.
-    """
-
-    states: torch.Tensor
-    mask: torch.Tensor
-    state_indices: tuple[int, ...]
-
-    def slots(self, indices: tuple[int, ...]) -> list[int]:
-        position = {s: i for i, s in enumerate(self.state_indices)}
-        missing = [s for s in indices if s not in position]
-        if missing:
-            raise ValueError(f"the memory holds general states {list(self.state_indices)}, not {missing}")
-        return [position[s] for s in indices]
 
 
 class GmapModel(nn.Module):

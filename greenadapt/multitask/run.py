@@ -202,7 +202,7 @@ def _train_and_save(
     from transformers import AutoModel, set_seed
 
     from greenadapt.finetune.infer import report_modes
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.pals.model import MultiTaskModel
 
     units: dict[str, dict[str, list[Unit]]] = {}
@@ -210,7 +210,7 @@ def _train_and_save(
     for p in prepared:
         units[p.spec.name] = {}
         for role, task_file in p.files.items():
-            task_units, stats = p.task.units(task_file, p.settings, tokenizers)
+            task_units, stats = p.task.units(task_file, p.settings, tokenizers, training=role == "train")
             if gmap is not None:
                 from greenadapt.finetune.gmap import attach_memory
 
@@ -376,7 +376,7 @@ def is_multitask(folder: str | os.PathLike[str]) -> bool:
 
 def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
     """Task ``name`` of a ``greenadapt multitask`` run folder: the shared encoder with only that task's PALs and head."""
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.pals.model import MultiTaskModel
 
     path = Path(folder)
@@ -425,7 +425,7 @@ def predict_task(
     """``greenadapt predict --model RUN --task NAME``: label (and score) a file with one task of a multitask run."""
     from greenadapt.destination import check_prediction_output
     from greenadapt.finetune.infer import pooled_logits
-    from greenadapt.finetune.run import check_pool, read_for_prediction
+    from greenadapt.finetune.predict import check_pool, read_for_prediction
 
     check_pool(pool)
     check_prediction_output(output_path, force=force, model=folder, input_path=input_path)

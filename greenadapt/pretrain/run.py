@@ -170,7 +170,7 @@ def _training_corpus(
 def _load_mlm(setup: _Setup) -> Any:
     import transformers
 
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.finetune.tokenize import check_vocab_fits
 
     try:
@@ -217,7 +217,7 @@ def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...
             f"--general-model {general_model} has another vocabulary than the training tokenizer ({setup.view})",
             hint="the general model reads the same masked ids; for an expanded model pass --tokenizer general",
         )
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
 
     with quiet_transformers():
         general = transformers.AutoModel.from_pretrained(str(general_ref.path))
@@ -234,7 +234,7 @@ def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...
 def _save_model(model: Any, gmap: Any, setup: _Setup, folder: Path) -> None:
     from safetensors.torch import save_file
 
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.finetune.tokenize import GENERAL_TOKENIZER_DIR
     from greenadapt.gmap.config import CONFIG_FILE, GATES_FILE
 

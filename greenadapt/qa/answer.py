@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from greenadapt.qa.words import Words
+    from greenadapt.words import Words
 
 _BLOCK_CELLS = 1 << 21  # scores per block: 8 MiB of float32
 

@@ -7,16 +7,14 @@ transformers folder has only T_LM at its top.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR
 from greenadapt.errors import ModelError, UsageError
-from greenadapt.models import ModelRef, load_wordpiece_tokenizer
+from greenadapt.models import ModelRef, load_wordpiece_tokenizer, quiet_transformers
 
 log = logging.getLogger(__name__)
 
@@ -110,27 +108,6 @@ def _checkpoint_keys(path: Path) -> list[str] | None:
         return None
 
 
-@contextlib.contextmanager
-def quiet_transformers_loading() -> Iterator[None]:
-    """Silence transformers' multi-line load report and weight-loading bar; we report what matters ourselves."""
-    from transformers.utils import logging as hf_logging
-
-    names = ("transformers.modeling_utils", "transformers.utils.loading_report")
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    bars = hf_logging.is_progress_bar_enabled()
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def load_qa_model(ref: ModelRef, device: Any) -> Any:
     """``AutoModelForQuestionAnswering`` in eval mode on ``device``, in float32 (autocast does the rest)."""
     import torch
@@ -138,7 +115,7 @@ def load_qa_model(ref: ModelRef, device: Any) -> Any:
 
     check_qa_head(ref.path, ref.config())
     try:
-        with quiet_transformers_loading():
+        with quiet_transformers():
             model, info = AutoModelForQuestionAnswering.from_pretrained(
                 str(ref.path), dtype=torch.float32, output_loading_info=True
             )

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from greenadapt.qa.data import Document, Question, SquadData
     from greenadapt.qa.infer import LogitJob, SpecialIds
-    from greenadapt.qa.words import Words
+    from greenadapt.words import Words
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,8 @@ class DocumentPreparer:
     def prepare(self, document: Document) -> PreparedDocument:
         import numpy as np
 
-        from greenadapt.qa.words import split_words, wordpiece_words
+        from greenadapt.qa.words import wordpiece_words
+        from greenadapt.words import split_words
 
         words = split_words(document.context)
         contexts: dict[str, TokenizedContext] = {}
@@ -269,7 +270,7 @@ def run_qa(
     from greenadapt.vectors import check_weights_load_safely
     from greenadapt.models import resolve_model
     from greenadapt.qa.data import read_squad
-    from greenadapt.qa.model import check_qa_head, check_vocabulary, load_qa_model, load_tokenizers, resolve_device, resolve_max_length, resolve_pool
+    from greenadapt.qa.model import check_qa_head
 
     options = options or QaOptions()
     options.check()
@@ -277,10 +278,7 @@ def run_qa(
     check_run_destination(out, kind=KIND, force=force, model=ref.path, data=[data])
     check_weights_load_safely(ref.path)
     check_qa_head(ref.path, ref.config())
-    tokenizers = load_tokenizers(ref.path)
-    pool = resolve_pool(options.pool, tokenizers, ref.path)
-    max_length = resolve_max_length(options.max_length, ref.config(), tokenizers.general)
-    device = resolve_device(options.device)
+    pool, max_length, device = resolve_qa_settings(ref, options)
     squad = read_squad(data).limited(options.limit)
     config = {
         "pool": pool,
@@ -295,25 +293,13 @@ def run_qa(
     fused = gmap.is_gmap_folder(ref.path)
     if fused:
         config["gmap"] = {"general_model": options.general_model}
-    elif options.general_model is not None:
-        raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path, hint="leave --general-model out")
     libraries = ("torch", "transformers", "tokenizers", "numpy")
     with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
-        from greenadapt.qa.infer import QaRunner
-
-        if fused:
-            qa_model, memory_tokenizer, memory_length = gmap.load_fused(ref.path, general_model=options.general_model)
-            qa_model.to(device)
-            check_vocabulary(qa_model, tokenizers, ref.path)
-            runner = QaRunner(qa_model, device, memory_tokenizer=memory_tokenizer or tokenizers.general, memory_length=memory_length)
-        else:
-            qa_model = load_qa_model(ref, device)
-            check_vocabulary(qa_model, tokenizers, ref.path)
-            runner = QaRunner(qa_model, device)
-        chosen = tokenizers.for_pool(pool)
+        opened = open_qa(ref, options)
+        runner, chosen, qa_model = opened.runner, opened.tokenizers, opened.model
         log.info(
             "qa: %d questions on %d documents, pool %s (%s), max length %d, device %s",
             squad.n_questions,
@@ -362,6 +348,50 @@ def run_qa(
             stats["gmap"] = qa_model.describe()
         manifest = run.commit(stats=stats, extra={"model": str(ref.path), "data": str(squad.path)})
         return StageOutcome(run.out, manifest, False)
+
+
+@dataclass
+class OpenedQa:
+    """A question-answering model on its device, with the tokenizers its pooling mode runs."""
+
+    runner: Any  # greenadapt.qa.infer.QaRunner
+    tokenizers: dict[str, Any]  # name -> tokenizer, the ones whose word logits are averaged
+    model: Any
+    pool: str
+    max_length: int
+
+
+def resolve_qa_settings(ref: Any, options: QaOptions) -> tuple[str, int, Any]:
+    """The pooling mode, window length and device ``options`` mean for the model ``ref`` (no weights loaded)."""
+    from greenadapt.finetune import gmap
+    from greenadapt.qa.model import load_tokenizers, resolve_device, resolve_max_length, resolve_pool
+
+    if options.general_model is not None and not gmap.is_gmap_folder(ref.path):
+        raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path, hint="leave --general-model out")
+    tokenizers = load_tokenizers(ref.path)
+    pool = resolve_pool(options.pool, tokenizers, ref.path)
+    return pool, resolve_max_length(options.max_length, ref.config(), tokenizers.general), resolve_device(options.device)
+
+
+def open_qa(ref: Any, options: QaOptions) -> OpenedQa:
+    """Load a question-answering model folder (plain, expanded or G-MAP) for answering: the one opener
+    ``greenadapt qa`` and the Python API share."""
+    from greenadapt.finetune import gmap
+    from greenadapt.qa.infer import QaRunner
+    from greenadapt.qa.model import check_vocabulary, load_qa_model, load_tokenizers
+
+    pool, max_length, device = resolve_qa_settings(ref, options)
+    tokenizers = load_tokenizers(ref.path)
+    if gmap.is_gmap_folder(ref.path):
+        qa_model, memory_tokenizer, memory_length = gmap.load_fused(ref.path, general_model=options.general_model)
+        qa_model.to(device)
+        check_vocabulary(qa_model, tokenizers, ref.path)
+        runner = QaRunner(qa_model, device, memory_tokenizer=memory_tokenizer or tokenizers.general, memory_length=memory_length)
+    else:
+        qa_model = load_qa_model(ref, device)
+        check_vocabulary(qa_model, tokenizers, ref.path)
+        runner = QaRunner(qa_model, device)
+    return OpenedQa(runner, tokenizers.for_pool(pool), qa_model, pool, max_length)
 
 
 def _metrics(squad: SquadData, predictions: dict[str, str], pool: str) -> dict[str, Any]:

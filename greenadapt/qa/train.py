@@ -260,7 +260,7 @@ def run_finetune_qa(
     """Fine-tune ``model`` for extractive QA on SQuAD-style ``train``; score ``dev``/``test`` as ``greenadapt qa`` does."""
     from greenadapt.destination import check_run_destination
     from greenadapt.vectors import check_weights_load_safely
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.finetune.train import pick_device
     from greenadapt.models import resolve_model
     from greenadapt.qa.data import read_squad
@@ -387,7 +387,7 @@ def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> A
     from transformers import AutoModelForQuestionAnswering, set_seed
 
     from greenadapt.errors import ModelError
-    from greenadapt.finetune.run import quiet_transformers
+    from greenadapt.models import quiet_transformers
     from greenadapt.qa.model import check_vocabulary
 
     set_seed(seed)  # a new QA head's initialisation

@@ -1,0 +1,318 @@
+"""The Python API: every command the notebooks and services need, as typed functions.
+
+``greenadapt.adapt``, ``finetune``, ``qa``, ``load`` and ``pipeline`` are
+re-exported from the package. The command line calls these functions and
+takes its option defaults from their signatures (:func:`default_of`), so a
+script and a shell pipeline given the same arguments name the same outputs
+and reuse each other's finished stages.
+
+This module stays import-light (torch, transformers and gensim are imported
+inside the functions) because the command line imports it for its defaults.
+
+Example::
+
+    import greenadapt
+
+    adapted = greenadapt.adapt(["notes/*.txt"], out="runs/clinical-minilm")
+    run = greenadapt.finetune("ner", "train.tsv", test="test.tsv", model=adapted.expand.path)
+    model = greenadapt.load(run.path)
+    model.predict("BRCA1 mutations cause breast cancer.")
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.methods import DEFAULT_METHOD
+
+if TYPE_CHECKING:
+    from greenadapt.adapt import AdaptOutcome
+    from greenadapt.predictor import ClassifierModel, NerModel, QaModel
+    from greenadapt.progress import Progress
+    from greenadapt.stage import StageOutcome
+
+PathLike = str | os.PathLike[str]
+
+
+def default_of(function: Callable[..., Any], name: str) -> Any:
+    """The default of ``function``'s parameter ``name``: what a CLI option of the same meaning defaults to."""
+    default = inspect.signature(function).parameters[name].default
+    if default is inspect.Parameter.empty:
+        raise KeyError(f"{function.__name__}() has no default for {name!r}")
+    return default
+
+
+def adapt(
+    corpus: Sequence[str] | str,
+    *,
+    model: str | None = None,
+    out: PathLike | None = None,
+    workdir: PathLike | None = None,
+    text_fields: Sequence[str] | None = None,
+    dim: int | None = None,
+    epochs: int = 5,
+    min_count: int = 5,
+    workers: int | None = None,
+    method: str = DEFAULT_METHOD,
+    focus_k: int = 10,
+    focus_temperature: float = 0.1,
+    hybrid_weight: float = 0.5,
+    match_norm: bool = False,
+    context_layer: int = -1,
+    context_cap: int = 20,
+    context_max_tokens: int | None = None,
+    max_new: int | None = None,
+    min_count_new: int = 1,
+    seed: int = DEFAULT_SEED,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress | None = None,
+) -> AdaptOutcome:
+    """Adapt ``model`` (default: the bundled all-MiniLM-L6-v2) to ``corpus``: word2vec, align, expand.
+
+    ``corpus``: registered corpus names, files, folders, globs or URLs. The
+    adapted model is written to ``out`` (default: the workspace's expand
+    folder); ``.expand.path`` of the result is the folder to fine-tune.
+    Finished stages are reused unless ``force``.
+    """
+    from greenadapt.adapt import AdaptOptions, run_adapt
+    from greenadapt.context_vectors import ContextOptions
+    from greenadapt.methods import MethodOptions
+    from greenadapt.progress import NULL_PROGRESS
+    from greenadapt.w2v import W2VOptions
+
+    options = AdaptOptions(
+        w2v=W2VOptions(
+            dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed,
+            context=ContextOptions(layer=context_layer, cap=context_cap, max_tokens=context_max_tokens),
+        ),
+        align_method=method,
+        method_options=MethodOptions(focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm),
+        max_new=max_new,
+        min_count_new=min_count_new,
+        seed=seed,
+    )
+    return run_adapt(
+        [corpus] if isinstance(corpus, str) else list(corpus),
+        model=model,
+        options=options,
+        text_fields=list(text_fields) if text_fields else None,
+        workdir=_path(workdir),
+        out=_path(out),
+        force=force,
+        wait=wait,
+        progress=progress or NULL_PROGRESS,
+    )
+
+
+def finetune(
+    task: str,
+    train: PathLike,
+    *,
+    dev: PathLike | None = None,
+    test: PathLike | None = None,
+    model: str | None = None,
+    out: PathLike | None = None,
+    workdir: PathLike | None = None,
+    mix: float | None = None,
+    pool: str = "mean",
+    epochs: int = 3,
+    max_steps: int | None = None,
+    batch_size: int = 32,
+    grad_accum: int = 1,
+    lr: float = 5e-5,
+    warmup: float = 0.1,
+    weight_decay: float = 0.01,
+    seed: int = DEFAULT_SEED,
+    seeds: Sequence[int] | None = None,
+    train_on: str = "train",
+    train_embeddings: str = "all",
+    max_length: int = 128,
+    doc_stride: int | None = None,
+    max_words: int = 30,
+    metric: str | None = None,
+    positive_label: str | None = None,
+    text_field: str | None = None,
+    pair_field: str | None = None,
+    label_field: str | None = None,
+    file_format: str = "auto",
+    header: str = "auto",
+    entity_type: str | None = None,
+    device: str = "auto",
+    precision: str = "auto",
+    eval_batch_size: int = 64,
+    save_every: int | None = None,
+    resume: bool = False,
+    gmap: str = "none",
+    gmap_layers: str | None = None,
+    general_model: str | None = None,
+    gmap_unfrozen: bool = False,
+    gmap_cache: bool = False,
+    force: bool = False,
+    wait: bool = False,
+    given: frozenset[str] | None = None,
+    progress: Progress | None = None,
+) -> StageOutcome:
+    """Fine-tune ``model`` on ``task`` (``ner``, ``classify`` or ``qa``) with both tokenizers; evaluate mean-pooled.
+
+    ``seeds`` trains one model per seed (mean ± std reported); otherwise one
+    model with ``seed``. For ``qa`` the options it shares keep QA's own
+    defaults (2 epochs, batch 16, lr 3e-5, the model's length) unless passed;
+    ``given`` names the flags set explicitly (the CLI passes what was typed;
+    ``None``: every option that differs from its default).
+    The result's ``.path`` is the run folder to :func:`load`.
+    """
+    from greenadapt.finetune.data import ReaderOptions
+    from greenadapt.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.gmap.options import GmapOptions
+    from greenadapt.progress import NULL_PROGRESS
+
+    options = FinetuneOptions(
+        task=task,
+        train=Path(train),
+        dev=_path(dev),
+        test=_path(test),
+        model=model,
+        out=_path(out),
+        workdir=_path(workdir),
+        reader=ReaderOptions(file_format, text_field, pair_field, label_field, header, entity_type),  # type: ignore[arg-type]
+        training=TrainConfig(
+            mix=mix,
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            lr=lr,
+            epochs=epochs,
+            max_steps=max_steps,
+            warmup=warmup,
+            weight_decay=weight_decay,
+            train_embeddings=train_embeddings,
+            precision=precision,
+            eval_batch_size=eval_batch_size,
+        ),
+        pool=pool,
+        seeds=list(seeds) if seeds else [seed],
+        train_on=train_on,
+        max_length=max_length,
+        max_words=max_words,
+        metric=metric,
+        positive_label=positive_label,
+        device=device,
+        force=force,
+        wait=wait,
+        save_every=save_every,
+        resume=resume,
+        doc_stride=doc_stride,
+        given=given,
+        gmap=GmapOptions.from_cli(gmap, gmap_layers, general_model, gmap_unfrozen, gmap_cache),
+    )
+    return run_finetune(options, progress or NULL_PROGRESS)
+
+
+def qa(
+    data: PathLike,
+    out: PathLike,
+    *,
+    model: str | None = None,
+    pool: str | None = None,
+    max_length: int | None = None,
+    batch_size: int = 16,
+    limit: int | None = None,
+    n_best: int = 20,
+    max_answer_chars: int = 500,
+    device: str = "auto",
+    general_model: str | None = None,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress | None = None,
+) -> StageOutcome:
+    """Answer every question of a SQuAD-style file over its whole document; predictions and metrics go to ``out``.
+
+    ``pool`` ``None``: mean of both tokenizers for an expanded model, the
+    one tokenizer of a plain model. To answer questions from code, use
+    ``load(path).answer(question, context)``.
+    """
+    from greenadapt.progress import NULL_PROGRESS
+    from greenadapt.qa.run import QaOptions, run_qa
+
+    options = QaOptions(
+        pool=pool,
+        max_length=max_length,
+        batch_size=batch_size,
+        limit=limit,
+        n_best=n_best,
+        max_answer_chars=max_answer_chars,
+        device=device,
+        general_model=general_model,
+    )
+    return run_qa(model, data, out, options=options, force=force, wait=wait, progress=progress or NULL_PROGRESS)
+
+
+def load(
+    path: PathLike,
+    *,
+    device: str = "auto",
+    pool: str = "mean",
+    batch_size: int = 64,
+    precision: str = "auto",
+    general_model: str | None = None,
+    max_length: int | None = None,
+) -> NerModel | ClassifierModel | QaModel:
+    """A fine-tuned model folder as an object: ``.predict(texts)`` (NER, classification) or ``.answer(q, context)`` (QA).
+
+    Predictions are mean-pooled over both tokenizers, as greenadapt reports
+    them; NER entities carry character offsets into the given text.
+    ``max_length``: question answering's window (default: the model's).
+    """
+    from greenadapt.errors import UsageError
+    from greenadapt.finetune.predict import find_model_folder, open_finetuned
+    from greenadapt.finetune.tasks import QA_TASK
+    from greenadapt.predictor import ClassifierModel, NerModel, QaModel
+
+    folder, settings = find_model_folder(path)
+    if settings.task == QA_TASK:
+        from greenadapt.models import resolve_model
+        from greenadapt.qa.run import QaOptions, open_qa
+
+        # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
+        options = QaOptions(pool=None if pool == "mean" else pool, device=device, batch_size=batch_size,
+                            general_model=general_model, max_length=max_length)
+        options.check()
+        return QaModel(open_qa(resolve_model(str(folder)), options), batch_size=batch_size)
+    if max_length is not None:
+        raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
+    opened = open_finetuned(folder, device=device, general_model=general_model)
+    kind = NerModel if settings.task == "ner" else ClassifierModel
+    return kind(opened, pool=pool, batch_size=batch_size, precision=precision)
+
+
+def pipeline(task: str, model: PathLike, **load_options: Any) -> Any:
+    """A ``transformers.Pipeline`` over a fine-tuned greenadapt folder, with greenadapt's dual-tokenizer inference.
+
+    ``task``: ``token-classification`` (alias ``ner``), ``text-classification``
+    (``classify``) or ``question-answering`` (``qa``); it must match the
+    folder's task. No ``trust_remote_code`` is involved: the pipeline class
+    is greenadapt's own. ``load_options`` are :func:`load`'s (device, pool, batch_size, ...).
+    """
+    from greenadapt.errors import UsageError
+    from greenadapt.hf_pipeline import HF_TASK, PIPELINES, TASK_ALIASES
+
+    if task not in TASK_ALIASES:
+        raise UsageError(f"unknown pipeline task {task!r}", hint=f"choose from {', '.join(HF_TASK.values())}")
+    wanted = TASK_ALIASES[task]
+    predictor = load(model, **load_options)
+    if predictor.task != wanted:
+        raise UsageError(
+            f"{model} is a {predictor.task} model, not {HF_TASK[wanted]}",
+            hint=f"use greenadapt.pipeline({HF_TASK[predictor.task]!r}, model=...)",
+        )
+    return PIPELINES[wanted](predictor, task=HF_TASK[wanted])
+
+
+def _path(value: PathLike | None) -> Path | None:
+    return None if value is None else Path(value)
