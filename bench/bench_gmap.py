@@ -98,7 +98,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     from greenadapt.finetune import gmap
     from greenadapt.models import quiet_transformers
     from greenadapt.finetune.tasks import TaskSettings, get_task
-    from greenadapt.finetune.tokenize import load_tokenizers
+    from greenadapt.expanded_model import load_tokenizers
     from greenadapt.finetune.train import DistContext, TrainConfig, _Stepper, choose_views, length_grouped_batches
     from greenadapt.gmap.options import GmapOptions
     from greenadapt.models import resolve_model

@@ -214,7 +214,7 @@ def run_pipeline(model_dir: Path, questions: list[tuple[str, str, str]], max_len
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     from greenadapt.models import quiet_transformers
-    from greenadapt.qa.model import GENERAL_TOKENIZER_DIR
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
     from greenadapt.qa.windows import window_width
 
     answers = {}

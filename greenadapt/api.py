@@ -153,6 +153,7 @@ def finetune(
     general_model: str | None = None,
     gmap_unfrozen: bool = False,
     gmap_cache: bool = False,
+    gmap_indexing: str = "reference",
     force: bool = False,
     wait: bool = False,
     given: frozenset[str] | None = None,
@@ -209,7 +210,7 @@ def finetune(
         resume=resume,
         doc_stride=doc_stride,
         given=given,
-        gmap=GmapOptions.from_cli(gmap, gmap_layers, general_model, gmap_unfrozen, gmap_cache),
+        gmap=GmapOptions.from_cli(gmap, gmap_layers, general_model, gmap_unfrozen, gmap_cache, gmap_indexing),
     )
     return run_finetune(options, progress or NULL_PROGRESS)
 

@@ -53,7 +53,6 @@ TOKENIZER_FILES = (
     "special_tokens_map.json",
     "added_tokens.json",
 )
-GENERAL_TOKENIZER_DIR = "general-tokenizer"
 # Fills ids between the tokenizer's last entry and the embedding matrix's last
 # row, so that row i is always id i; brackets are punctuation for the BERT
 # pre-tokenizer, so these entries can never match text.

@@ -223,7 +223,7 @@ def run_expand(
 
 
 def _write_card(dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manifest: Mapping[str, Any], w2v_manifest: Mapping[str, Any]) -> None:
-    from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
 
     corpus = [str(i["path"]) for i in w2v_manifest.get("inputs", []) if i.get("path") and "stage" not in i and "files_digest" not in i]
     from greenadapt.report.collect import cost_of, sum_costs
@@ -326,7 +326,8 @@ def _expand(
     progress: Progress,
 ) -> dict[str, Any]:
 
-    from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR, copy_general_tokenizer, write_domain_tokenizer
+    from greenadapt.domain_tokenizer import copy_general_tokenizer, write_domain_tokenizer
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
     from greenadapt.vectors import iter_state_dict, pick_embedding_key, read_counts
 
     counts = read_counts(w2v_dir / "counts.tsv")
@@ -570,7 +571,8 @@ def write_safetensors(
 
 
 def _copy_other_files(model_path: Path, dest: Path) -> None:
-    from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR, TOKENIZER_FILES
+    from greenadapt.domain_tokenizer import TOKENIZER_FILES
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
 
     for child in sorted(model_path.iterdir()):
         if child.name.startswith("."):

@@ -103,7 +103,7 @@ def _model(folder: Path) -> dict[str, Any]:
         return {"config": "config.json is not readable JSON"}
     if not isinstance(config, dict):
         return {"config": "config.json is not a JSON object"}
-    from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
     from greenadapt.model_card import CONFIG_KEY
 
     model: dict[str, Any] = {

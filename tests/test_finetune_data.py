@@ -210,7 +210,7 @@ def test_more_processes_than_gpus_is_one_clear_error(monkeypatch: pytest.MonkeyP
     import torch
 
     from greenadapt.errors import UsageError
-    from greenadapt.finetune.train import pick_device
+    from greenadapt.expanded_model import pick_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

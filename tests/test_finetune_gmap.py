@@ -128,7 +128,7 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     from greenadapt.finetune.infer import pooled_logits
     from greenadapt.finetune.predict import find_model_folder
     from greenadapt.finetune.tasks import get_task
-    from greenadapt.finetune.tokenize import load_tokenizers
+    from greenadapt.expanded_model import load_tokenizers
     from greenadapt.finetune.train import DistContext
 
     folder, settings = find_model_folder(out)
@@ -175,7 +175,7 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
 @pytest.fixture
 def ner_units(models, data):
     from greenadapt.finetune.tasks import TaskSettings, get_task
-    from greenadapt.finetune.tokenize import load_tokenizers
+    from greenadapt.expanded_model import load_tokenizers
 
     task = get_task("ner")
     tokenizers = load_tokenizers(models["domain"])
@@ -245,6 +245,8 @@ def test_qa_gmap_trains_then_qa_answers_the_same(models, tmp_path, monkeypatch, 
         (["--gmap", "single", "--gmap-layers", "x"], 2, "not a list of layer numbers"),
         (["--gmap", "chunk"], 2, "needs a general model"),
         (["--gmap-layers", "1"], 2, "need(s) --gmap"),
+        (["--gmap-indexing", "paper"], 2, "need(s) --gmap"),
+        (["--gmap", "multi", "--general-model", "G", "--gmap-indexing", "sideways"], 2, "unknown --gmap-indexing 'sideways'"),
         (["--gmap", "chunk", "--general-model", "G", "--gmap-unfrozen", "--gmap-cache"], 2, "--gmap-cache needs a frozen"),
         (["--gmap", "chunk", "--general-model", "/nonexistent/general"], 3, "model folder not found"),
     ],
@@ -288,7 +290,8 @@ def test_ner_memory_under_another_tokenizer_covers_the_units_words(models, data)
 
     from greenadapt.finetune import gmap
     from greenadapt.finetune.tasks import TaskSettings, get_task
-    from greenadapt.finetune.tokenize import VIEW_GENERAL, load_tokenizers
+    from greenadapt.expanded_model import load_tokenizers
+    from greenadapt.finetune.tokenize import VIEW_GENERAL
 
     task = get_task("ner")
     tokenizers = load_tokenizers(models["domain"])

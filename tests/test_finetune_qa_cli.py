@@ -54,6 +54,7 @@ def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_cli_trains_a_qa_model_that_loads_and_answers(expanded: Path, squad: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from transformers import AutoModelForQuestionAnswering

@@ -10,14 +10,13 @@ from finetune_helpers import build_tiny_expanded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from greenadapt.expanded_model import TokenizerPair, load_tokenizers
 from greenadapt.finetune.data import NerSentence, TextExample
 from greenadapt.finetune.metrics import chunks
 from greenadapt.finetune.tokenize import (
     IGNORE,
     VIEW_DOMAIN,
     VIEW_GENERAL,
-    TokenizerPair,
-    load_tokenizers,
     ner_units,
     plain_backend,
     split_ranges,

@@ -195,7 +195,8 @@ def test_model_loads_with_transformers_and_pooled_logits_are_the_mean(main_run: 
     from greenadapt.finetune.data import read_task_file
     from greenadapt.finetune.infer import pooled_logits
     from greenadapt.finetune.tasks import TaskSettings
-    from greenadapt.finetune.tokenize import load_tokenizers, ner_units
+    from greenadapt.expanded_model import load_tokenizers
+    from greenadapt.finetune.tokenize import ner_units
     from greenadapt.finetune.train import DistContext
 
     model = AutoModelForTokenClassification.from_pretrained(str(main_run)).eval()

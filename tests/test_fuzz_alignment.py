@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from greenadapt.finetune.data import NerSentence
-from greenadapt.finetune.tokenize import TokenizerPair, load_tokenizers, ner_units, plain_backend, word_pieces
+from greenadapt.expanded_model import TokenizerPair, load_tokenizers
+from greenadapt.finetune.tokenize import ner_units, plain_backend, word_pieces
 
 ANY_WORD = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=10)
 NICE_WORD = st.sampled_from(["tachycardia", "the", "leukemia", "Café", "x7!", "APC2,", "naïve", "ﬁber", "日本"])

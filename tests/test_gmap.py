@@ -130,6 +130,48 @@ def test_general_states_scale_to_a_shallower_general_model() -> None:
         fusion_plan("chunk", (1, 2, 3, 4), 12, 2)
 
 
+@pytest.mark.parametrize(
+    ("indexing", "multi_4_4", "multi_4_2", "gated_4_4"),
+    [
+        # The reference code: domain layer l reads the *input* of general layer l (state l-1); gated mixes 0..G.
+        ("reference", (0, 1, 2, 3), (0, 1, 1, 2), (0, 1, 2, 3, 4)),
+        # The paper: M^l is the *output* of general layer l (state l); gated mixes M^1..M^G.
+        ("paper", (1, 2, 3, 4), (1, 1, 2, 2), (1, 2, 3, 4)),
+    ],
+)
+def test_multi_and_gated_read_the_states_of_the_chosen_indexing(
+    indexing: str, multi_4_4: tuple[int, ...], multi_4_2: tuple[int, ...], gated_4_4: tuple[int, ...]
+) -> None:
+    """Hand-computed for a 4-layer domain model over a 4- and a 2-layer general model (2-layer: scaled by 2/4, half up)."""
+    multi = GmapConfig("multi", indexing=indexing).plan(4, 4).states
+    assert tuple(multi[layer][0] for layer in (1, 2, 3, 4)) == multi_4_4
+    shallow = GmapConfig("multi", indexing=indexing).plan(4, 2).states
+    assert tuple(shallow[layer][0] for layer in (1, 2, 3, 4)) == multi_4_2
+    assert GmapConfig("gated", indexing=indexing).plan(4, 4).states == {3: gated_4_4}
+    # single and chunk do not depend on it
+    for strategy in ("single", "chunk"):
+        assert GmapConfig(strategy, indexing=indexing).plan(4, 4).states == GmapConfig(strategy).plan(4, 4).states
+    # ...and the memory a model builds holds exactly those general hidden states.
+    domain, general = build_pair()
+    model = GmapModel(domain, general, GmapConfig("multi", indexing=indexing))
+    inputs = batch()
+    memory = model.run_general(inputs["general_input_ids"], inputs["general_attention_mask"])
+    with torch.no_grad():
+        hidden = general(input_ids=inputs["general_input_ids"], attention_mask=inputs["general_attention_mask"], output_hidden_states=True).hidden_states
+    expected = sorted(set(GmapConfig("multi", indexing=indexing).plan(LAYERS, LAYERS).state_indices))
+    assert list(memory.state_indices) == expected
+    for slot, state in enumerate(memory.state_indices):
+        assert torch.equal(memory.states[slot], hidden[state])
+
+
+def test_indexing_is_saved_with_the_model_and_checked() -> None:
+    again = GmapConfig.from_dict(json.loads(json.dumps(GmapConfig("gated", indexing="paper").to_dict())))
+    assert again.indexing == "paper"
+    assert GmapConfig.from_dict({"strategy": "multi"}).indexing == "reference"  # models saved before the option
+    with pytest.raises(UsageError, match="--gmap-indexing"):
+        GmapConfig("multi", indexing="shifted")
+
+
 def test_config_round_trips_through_json_and_validates() -> None:
     for config in (GmapConfig(), GmapConfig("single", layers=(10, 3), unfrozen=True, general_model="/models/general")):
         again = GmapConfig.from_dict(json.loads(json.dumps(config.to_dict())))

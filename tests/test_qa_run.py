@@ -91,7 +91,8 @@ def test_mean_pool_is_the_average_of_both_tokenizers(models: dict[str, Path]) ->
     from greenadapt.models import resolve_model
     from greenadapt.qa.data import Document, Question
     from greenadapt.qa.infer import QaRunner
-    from greenadapt.qa.model import load_qa_model, load_tokenizers
+    from greenadapt.expanded_model import load_tokenizers
+    from greenadapt.qa.model import load_qa_model
     from greenadapt.qa.run import answer_questions
     from greenadapt.words import split_words
 

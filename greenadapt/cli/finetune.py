@@ -45,6 +45,10 @@ GeneralModelOption = typer.Option(
     None, "--general-model", help="G-MAP general model (default for an expanded model: the model it was expanded from)."
 )
 GmapUnfrozenOption = typer.Option(False, "--gmap-unfrozen", help="G-MAP ablation: train the general model too.")
+GmapIndexingOption = typer.Option(
+    default_of(api.finetune, "gmap_indexing"), "--gmap-indexing", metavar="NAME",
+    help="G-MAP: which general states multi/gated read: reference (the reference code: layer l-1, states 0..G) or paper (M^l: layer l, states 1..G).",
+)
 GmapCacheOption = typer.Option(
     False, "--gmap-cache", help="Cache the frozen general model's hidden states on disk (<workdir>/cache/gmap) across epochs."
 )
@@ -111,6 +115,7 @@ def finetune(
     general_model: str | None = GeneralModelOption,
     gmap_unfrozen: bool = GmapUnfrozenOption,
     gmap_cache: bool = GmapCacheOption,
+    gmap_indexing: str = GmapIndexingOption,
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
@@ -160,6 +165,7 @@ def finetune(
             general_model=general_model,
             gmap_unfrozen=gmap_unfrozen,
             gmap_cache=gmap_cache,
+            gmap_indexing=gmap_indexing,
             force=force,
             wait=wait,
             given=options_given(ctx),

@@ -24,8 +24,9 @@ from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.run import KIND
 from greenadapt.finetune.data import TaskFile, check_known_labels, write_predictions
 from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task
-from greenadapt.finetune.tokenize import TokenizerPair, Unit, load_tokenizers
-from greenadapt.finetune.train import DistContext, pick_device
+from greenadapt.expanded_model import TokenizerPair, load_tokenizers, pick_device
+from greenadapt.finetune.tokenize import Unit
+from greenadapt.finetune.train import DistContext
 from greenadapt.models import quiet_transformers
 from greenadapt.stage import MANIFEST, load_stage, read_manifest, resource_errors
 

@@ -46,7 +46,8 @@ from greenadapt.finetune.data import (
 from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.finetune.metrics import summarize_seeds
 from greenadapt.finetune.tasks import QA_TASK, TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
-from greenadapt.finetune.tokenize import GENERAL_TOKENIZER_DIR, TokenizerPair, Unit, check_vocab_fits, load_tokenizers
+from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits, load_tokenizers
+from greenadapt.finetune.tokenize import Unit
 from greenadapt.finetune.train import (
     Checkpointing,
     DistContext,
@@ -169,7 +170,7 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     settings = TaskSettings(
         task=task.name,
         labels=labels,
-        max_length=capped_max_length(ref, tokenizers, options.max_length),
+        max_length=ExpandedModel(ref, tokenizers).capped_length(options.max_length),
         max_words=options.max_words,
         metric=metric,
         positive_label=positive,
@@ -406,20 +407,6 @@ def _default_out(options: FinetuneOptions, ref: ModelRef) -> Path:
     if options.gmap.enabled:
         model_key += f"-gmap-{options.gmap.strategy}"
     return resolve_workdir(options.workdir) / "finetune" / data / model_key
-
-
-def capped_max_length(ref: ModelRef, tokenizers: TokenizerPair, requested: int) -> int:
-    config = ref.config()
-    limits = [requested]
-    if isinstance(config.get("max_position_embeddings"), int):
-        limits.append(config["max_position_embeddings"])
-    model_max = getattr(tokenizers.general, "model_max_length", None)
-    if isinstance(model_max, int) and model_max < 1_000_000:
-        limits.append(model_max)
-    length = min(limits)
-    if length < requested:
-        log.warning("--max-length %d is more than the model handles; using %d", requested, length)
-    return length
 
 
 @dataclass

@@ -19,7 +19,8 @@ import numpy as np
 from greenadapt.errors import UsageError
 from greenadapt.finetune.data import NerSentence, ReaderOptions, TaskFile, read_task_file
 from greenadapt.finetune.metrics import classification_scores, default_positive_label, entity_scores, split_tag
-from greenadapt.finetune.tokenize import TokenizerPair, Unit, ner_units, text_units
+from greenadapt.expanded_model import TokenizerPair
+from greenadapt.finetune.tokenize import Unit, ner_units, text_units
 
 TASK_FILE = "greenadapt_task.json"  # written into each fine-tuned model folder
 QA_TASK = "qa"

@@ -23,74 +23,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from greenadapt.errors import ModelError, UsageError
+from greenadapt.errors import UsageError
+from greenadapt.expanded_model import TokenizerPair
 from greenadapt.finetune.data import NerSentence, TextExample
 from greenadapt.finetune.metrics import can_cut_before
 
 log = logging.getLogger(__name__)
 
-GENERAL_TOKENIZER_DIR = "general-tokenizer"
 VIEW_GENERAL = 0
 VIEW_DOMAIN = 1
 IGNORE = -100  # target of a row with no gold label (unlabelled input)
-
-
-@dataclass
-class TokenizerPair:
-    """T_LM and, when the model folder has one, T̂; plus the special ids both share."""
-
-    general: Any
-    domain: Any | None
-    cls_id: int
-    sep_id: int
-    pad_id: int
-    unk_id: int
-    general_vocab_size: int
-
-    @property
-    def views(self) -> list[Any]:
-        return [self.general] if self.domain is None else [self.general, self.domain]
-
-    @property
-    def has_domain(self) -> bool:
-        return self.domain is not None
-
-
-def load_tokenizers(folder: Path) -> TokenizerPair:
-    """T̂ from the folder's top and T_LM from ``general-tokenizer/``, or the one tokenizer of a plain folder."""
-    from greenadapt.models import load_wordpiece_tokenizer
-
-    general_dir = folder / GENERAL_TOKENIZER_DIR
-    if general_dir.is_dir():
-        domain = load_wordpiece_tokenizer(folder)
-        general = load_wordpiece_tokenizer(general_dir)
-    else:
-        domain = None
-        general = load_wordpiece_tokenizer(folder)
-    ids = {}
-    for name in ("cls_token_id", "sep_token_id", "pad_token_id", "unk_token_id"):
-        values = {getattr(tok, name) for tok in ([general] if domain is None else [general, domain])}
-        if len(values) != 1 or None in values:
-            raise ModelError(
-                f"the tokenizers disagree on or lack {name.replace('_token_id', '').upper()} ({sorted(map(str, values))})",
-                path=folder,
-                hint="the domain tokenizer must extend the general one's vocabulary",
-            )
-        ids[name] = values.pop()
-    return TokenizerPair(
-        general=general,
-        domain=domain,
-        cls_id=ids["cls_token_id"],
-        sep_id=ids["sep_token_id"],
-        pad_id=ids["pad_token_id"],
-        unk_id=ids["unk_token_id"],
-        general_vocab_size=len(general),
-    )
 
 
 def plain_backend(tokenizer: Any) -> Any:
@@ -290,13 +236,3 @@ def text_units(
     if truncated:
         log.warning("%d example(s) longer than %d wordpieces were truncated (raise --max-length to keep more)", truncated, max_length)
     return units, {"examples": len(examples), "truncated": truncated}
-
-
-def check_vocab_fits(tokenizers: TokenizerPair, vocab_rows: int, folder: Path) -> None:
-    for name, tok in zip(("general", "domain"), tokenizers.views, strict=False):
-        if len(tok) > vocab_rows:
-            raise ModelError(
-                f"the {name} tokenizer has {len(tok)} entries but the model only {vocab_rows} embedding rows",
-                path=folder,
-                hint="the model folder's tokenizer and weights do not belong together",
-            )

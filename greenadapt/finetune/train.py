@@ -45,6 +45,7 @@ import numpy as np
 from greenadapt.finetune.health import TrainingHealth
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import EXIT_PREEMPTED, GreenAdaptError, StageError, UsageError
+from greenadapt.expanded_model import pick_device
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -126,38 +127,6 @@ class DistContext:
 
             dist.destroy_process_group()
             self.initialized_here = False
-
-
-def pick_device(spec: str = "auto", local_rank: int = 0, *, allow_mps: bool = True) -> Any:
-    """``--device``: auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:N, mps."""
-    import torch
-
-    if spec == "auto":
-        if torch.cuda.is_available():
-            spec = f"cuda:{local_rank}"
-        elif allow_mps and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            spec = "mps"
-        else:
-            spec = "cpu"
-    elif spec == "cuda":
-        spec = f"cuda:{local_rank}"
-    try:
-        device = torch.device(spec)
-    except RuntimeError:
-        raise UsageError(f"unknown --device {spec!r}", hint="auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda but no CUDA GPU is available", hint="use --device cpu or auto")
-        visible = torch.cuda.device_count()
-        if device.index is not None and device.index >= visible:
-            # torchrun gives process N the GPU N: more processes than GPUs would fail deep in CUDA, and NCCL
-            # refuses two ranks on one GPU anyway.
-            raise UsageError(
-                f"this process would run on {device}, but only {visible} CUDA GPU(s) are visible",
-                hint="start at most one process per GPU (torchrun --nproc_per_node), or pick --device cuda:N with N below that",
-            )
-        torch.cuda.set_device(device)
-    return device
 
 
 def init_distributed(device: str = "auto") -> DistContext:

@@ -28,6 +28,13 @@ brackets):
 When G ≠ L, state indices are scaled by G/L (rounded half up), so a
 6-layer general model feeds a 12-layer domain model at matching relative
 depths.
+
+Indexing (``--gmap-indexing``). The above is the reference code's alignment
+(``reference``, the default). The paper writes the memory of domain layer l
+as M^l, the *output* of general layer l, and the gated mix over M¹…M^G;
+``paper`` follows that: ``multi`` layer l reads state l (scaled), ``gated``
+mixes states 1…G (not the embedding output). ``single`` and ``chunk`` are
+the same under both.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from typing import Any
 from greenadapt.errors import UsageError
 
 STRATEGIES = ("single", "multi", "gated", "chunk")
+INDEXINGS = ("reference", "paper")
 GATED_STRATEGIES = ("gated", "chunk")
 
 CONFIG_FILE = "gmap_config.json"
@@ -104,9 +112,11 @@ class FusionPlan:
         }
 
 
-def fusion_plan(strategy: str, layers: tuple[int, ...], n_domain: int, n_general: int) -> FusionPlan:
+def fusion_plan(strategy: str, layers: tuple[int, ...], n_domain: int, n_general: int, indexing: str = "reference") -> FusionPlan:
     """The general states each of ``layers`` reads; see the module docstring for the rules."""
     _check_strategy(strategy)
+    _check_indexing(indexing)
+    shift = 1 if indexing == "paper" else 0  # the paper's M^l is state l; the reference code reads state l - 1
     if n_general < 1:
         raise UsageError(f"the general model has {n_general} layers", hint="use a transformer encoder as --general-model")
     if not layers:
@@ -121,9 +131,9 @@ def fusion_plan(strategy: str, layers: tuple[int, ...], n_domain: int, n_general
     if strategy == "single":
         states = {layer: (n_general,) for layer in layers}
     elif strategy == "gated":
-        states = {layer: tuple(range(n_general + 1)) for layer in layers}
+        states = {layer: tuple(range(shift, n_general + 1)) for layer in layers}
     elif strategy == "multi":
-        states = {layer: (_scale(layer - 1, n_domain, n_general),) for layer in layers}
+        states = {layer: (_scale(layer - 1 + shift, n_domain, n_general),) for layer in layers}
     else:
         start = 0
         for layer in layers:
@@ -153,9 +163,11 @@ class GmapConfig:
     layers: tuple[int, ...] | None = None
     unfrozen: bool = False
     general_model: str | None = None
+    indexing: str = "reference"
 
     def __post_init__(self) -> None:
         _check_strategy(self.strategy)
+        _check_indexing(self.indexing)
         if self.layers is not None:
             layers = tuple(self.layers)
             if any(isinstance(x, bool) or not isinstance(x, int) for x in layers):
@@ -172,7 +184,7 @@ class GmapConfig:
         return self.layers if self.layers is not None else default_layers(self.strategy, n_domain)
 
     def plan(self, n_domain: int, n_general: int) -> FusionPlan:
-        return fusion_plan(self.strategy, self.resolved_layers(n_domain), n_domain, n_general)
+        return fusion_plan(self.strategy, self.resolved_layers(n_domain), n_domain, n_general, self.indexing)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,13 +192,14 @@ class GmapConfig:
             "layers": None if self.layers is None else list(self.layers),
             "unfrozen": self.unfrozen,
             "general_model": self.general_model,
+            "indexing": self.indexing,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GmapConfig:
         # An unknown key may be an option of a newer release (a fusion variant,
         # say); ignoring it would silently run a different model.
-        unknown = set(data) - {"strategy", "layers", "unfrozen", "general_model"}
+        unknown = set(data) - {"strategy", "layers", "unfrozen", "general_model", "indexing"}
         if unknown:
             raise UsageError(
                 f"unknown G-MAP settings {', '.join(sorted(unknown))}", hint="was it written by a newer greenadapt?"
@@ -202,11 +215,15 @@ class GmapConfig:
         general = data.get("general_model")
         if general is not None and not isinstance(general, str):
             raise UsageError(f"G-MAP 'general_model' must be a string, got {general!r}")
+        indexing = data.get("indexing", "reference")  # models saved before the option: the reference alignment
+        if not isinstance(indexing, str):
+            raise UsageError(f"G-MAP 'indexing' must be a string, got {indexing!r}")
         return cls(
             strategy=data["strategy"],
             layers=None if layers is None else tuple(layers),
             unfrozen=unfrozen,
             general_model=general,
+            indexing=indexing,
         )
 
 
@@ -219,6 +236,11 @@ def parse_layers(text: str) -> tuple[int, ...]:
     if not layers:
         raise UsageError("--gmap-layers is empty", hint='e.g. --gmap-layers "6,12"')
     return layers
+
+
+def _check_indexing(indexing: str) -> None:
+    if indexing not in INDEXINGS:
+        raise UsageError(f"unknown --gmap-indexing {indexing!r}", hint=f"choose from {', '.join(INDEXINGS)}")
 
 
 def _check_strategy(strategy: str) -> None:

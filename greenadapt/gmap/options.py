@@ -40,6 +40,7 @@ class GmapOptions:
     general_model: str | None = None  # None: the model an expanded domain model came from
     unfrozen: bool = False
     cache: bool = False
+    indexing: str = "reference"  # "paper": multi/gated read the general layers' outputs M¹…M^G (greenadapt.gmap.config)
 
     @property
     def enabled(self) -> bool:
@@ -47,7 +48,7 @@ class GmapOptions:
 
     @classmethod
     def from_cli(
-        cls, strategy: str, layers: str | None, general_model: str | None, unfrozen: bool, cache: bool
+        cls, strategy: str, layers: str | None, general_model: str | None, unfrozen: bool, cache: bool, indexing: str = "reference"
     ) -> GmapOptions:
         options = cls(
             strategy=strategy.strip().lower(),
@@ -55,6 +56,7 @@ class GmapOptions:
             general_model=general_model,
             unfrozen=unfrozen,
             cache=cache,
+            indexing=indexing.strip().lower(),
         )
         options.check()
         return options
@@ -70,6 +72,7 @@ class GmapOptions:
                     ("--general-model", self.general_model is not None),
                     ("--gmap-unfrozen", self.unfrozen),
                     ("--gmap-cache", self.cache),
+                    ("--gmap-indexing", self.indexing != "reference"),
                 )
                 if value
             ]
@@ -81,22 +84,25 @@ class GmapOptions:
                 "--gmap-cache needs a frozen general model: an unfrozen one changes every step",
                 hint="drop --gmap-unfrozen or --gmap-cache",
             )
-        GmapConfig(strategy=self.strategy, layers=self.layers)  # validates the layer list
+        GmapConfig(strategy=self.strategy, layers=self.layers, indexing=self.indexing)  # validates the layers and the indexing
 
     def config(self, general_name: str | None) -> GmapConfig:
-        return GmapConfig(strategy=self.strategy, layers=self.layers, unfrozen=self.unfrozen, general_model=general_name)
+        return GmapConfig(strategy=self.strategy, layers=self.layers, unfrozen=self.unfrozen, general_model=general_name, indexing=self.indexing)
 
     def to_config(self, general: ModelRef | None) -> dict[str, Any] | None:
         """What the stage config records (None without G-MAP, so old runs keep their fingerprints)."""
         if not self.enabled:
             return None
-        return {
+        config = {
             "strategy": self.strategy,
             "layers": None if self.layers is None else list(self.layers),
             "unfrozen": self.unfrozen,
             "cache": self.cache,
             "general_model": None if general is None else str(general.path),
         }
+        if self.indexing != "reference":  # only when used: runs made before the option stay up to date
+            config["indexing"] = self.indexing
+        return config
 
 
 def resolve_general_model(options: GmapOptions, domain: ModelRef) -> ModelRef:

@@ -28,8 +28,9 @@ from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.data import TaskFile, check_known_labels, prediction_file_name, write_predictions
 from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
-from greenadapt.finetune.tokenize import GENERAL_TOKENIZER_DIR, TokenizerPair, Unit, check_vocab_fits, load_tokenizers
-from greenadapt.finetune.train import DistContext, TrainConfig, pick_device
+from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, TokenizerPair, check_vocab_fits, load_tokenizers, pick_device
+from greenadapt.finetune.tokenize import Unit
+from greenadapt.finetune.train import DistContext, TrainConfig
 from greenadapt.gmap.options import GmapOptions
 from greenadapt.multitask.sampling import check_sampling
 from greenadapt.multitask.spec import TaskSpec, check_unique
@@ -77,7 +78,8 @@ class _Prepared:
 def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
     from greenadapt.destination import check_run_destination
-    from greenadapt.finetune.run import capped_max_length, identity_of_model
+    from greenadapt.expanded_model import ExpandedModel
+    from greenadapt.finetune.run import identity_of_model
 
     _check_options(options)
     ref = resolve_model(options.model)
@@ -99,7 +101,7 @@ def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS)
     if options.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = options.pool if tokenizers.has_domain else "general"
-    max_length = capped_max_length(ref, tokenizers, options.max_length)
+    max_length = ExpandedModel(ref, tokenizers).capped_length(options.max_length)
     prepared = [_prepare(spec, tokenizers, max_length, options.max_words) for spec in options.tasks]
 
     training = replace(options.training, mix=mix)

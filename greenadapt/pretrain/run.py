@@ -109,7 +109,7 @@ class _Setup:
 
 
 def _setup(model: str | None, tokenizer_choice: str, max_length: int, *, mix: float | None = None) -> _Setup:
-    from greenadapt.finetune.tokenize import load_tokenizers
+    from greenadapt.expanded_model import load_tokenizers
     from greenadapt.models import resolve_model
 
     ref = resolve_model(model)
@@ -171,7 +171,7 @@ def _load_mlm(setup: _Setup) -> Any:
     import transformers
 
     from greenadapt.models import quiet_transformers
-    from greenadapt.finetune.tokenize import check_vocab_fits
+    from greenadapt.expanded_model import check_vocab_fits
 
     try:
         with quiet_transformers():
@@ -235,7 +235,7 @@ def _save_model(model: Any, gmap: Any, setup: _Setup, folder: Path) -> None:
     from safetensors.torch import save_file
 
     from greenadapt.models import quiet_transformers
-    from greenadapt.finetune.tokenize import GENERAL_TOKENIZER_DIR
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
     from greenadapt.gmap.config import CONFIG_FILE, GATES_FILE
 
     describe = None
@@ -441,7 +441,8 @@ def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> d
     import os
 
     from greenadapt import workspace
-    from greenadapt.finetune.train import DistContext, pick_device
+    from greenadapt.expanded_model import pick_device
+    from greenadapt.finetune.train import DistContext
     from greenadapt.gmap.config import CONFIG_FILE, GATES_FILE, GmapConfig
     from greenadapt.pretrain.data import Masker
     from greenadapt.pretrain.train import build_masked_lm, heldout_loss

@@ -1,20 +1,18 @@
-"""Opening a question-answering model folder: weights, QA head check, one or two tokenizers.
+"""A question-answering model's weights and head, and which tokenizers a pooling mode runs.
 
-An expanded folder (``greenadapt expand``) has the domain tokenizer T̂ at
-its top and the general tokenizer T_LM in ``general-tokenizer/``; a plain
-transformers folder has only T_LM at its top.
+The folder itself (tokenizers, vocabulary check, length limit, device) is
+read by :mod:`greenadapt.expanded_model`, as for every other command.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from greenadapt.domain_tokenizer import GENERAL_TOKENIZER_DIR
+from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, TokenizerPair
 from greenadapt.errors import ModelError, UsageError
-from greenadapt.models import ModelRef, load_wordpiece_tokenizer, quiet_transformers
+from greenadapt.models import ModelRef, quiet_transformers
 
 log = logging.getLogger(__name__)
 
@@ -23,40 +21,9 @@ _NO_HEAD_HINT = (
     "fine-tune it on SQuAD first (`greenadapt finetune --task qa --train train-v1.1.json`) "
     "or start from a SQuAD model; `greenadapt expand` keeps a QA head when its input has one"
 )
-# transformers models cap the usable length below absurd tokenizer defaults.
-_UNSET_MODEL_MAX_LENGTH = 100_000
 
 
-@dataclass(frozen=True)
-class QaTokenizers:
-    general: Any  # transformers fast tokenizer (T_LM)
-    domain: Any | None  # T̂ of an expanded folder, else None
-
-    def for_pool(self, pool: str) -> dict[str, Any]:
-        """The tokenizers ``pool`` runs, by name."""
-        if pool == "mean":
-            return {"general": self.general, "domain": self.domain}
-        return {pool: self.general if pool == "general" else self.domain}
-
-
-def load_tokenizers(path: Path) -> QaTokenizers:
-    top = load_wordpiece_tokenizer(path)
-    general_dir = path / GENERAL_TOKENIZER_DIR
-    if general_dir.is_dir():
-        tokenizers = QaTokenizers(general=load_wordpiece_tokenizer(general_dir), domain=top)
-    else:
-        tokenizers = QaTokenizers(general=top, domain=None)
-    for tokenizer in (tokenizers.general, tokenizers.domain):
-        if tokenizer is not None and (tokenizer.cls_token_id is None or tokenizer.sep_token_id is None):
-            raise ModelError(
-                "a tokenizer of this model has no [CLS] or [SEP] token, which question answering inputs need",
-                path=path,
-                hint="pass a BERT-style model folder",
-            )
-    return tokenizers
-
-
-def resolve_pool(pool: str | None, tokenizers: QaTokenizers, path: Path) -> str:
+def resolve_pool(pool: str | None, tokenizers: TokenizerPair, path: Path) -> str:
     """``None`` means mean for an expanded model, general for a plain one."""
     if pool is None:
         return "mean" if tokenizers.domain is not None else "general"
@@ -139,52 +106,3 @@ def load_qa_model(ref: ModelRef, device: Any) -> Any:
         log.warning("%s: %d encoder weights missing from the checkpoint, randomly initialised: %s", ref.path, len(missing), ", ".join(sorted(missing)[:5]))
     model.eval()
     return model.to(device)
-
-
-def check_vocabulary(model: Any, tokenizers: QaTokenizers, path: Path) -> None:
-    """Every id a tokenizer can produce must have an embedding row."""
-    rows = model.get_input_embeddings().num_embeddings
-    for name, tokenizer in (("general", tokenizers.general), ("domain", tokenizers.domain)):
-        if tokenizer is not None and len(tokenizer) > rows:
-            raise ModelError(
-                f"the {name} tokenizer has {len(tokenizer)} entries but the model only {rows} embedding rows",
-                path=path,
-                hint="the folder mixes a tokenizer and weights of different models; rerun `greenadapt expand`",
-            )
-
-
-def default_max_length(config: dict[str, Any], tokenizer: Any) -> int:
-    positions = config.get("max_position_embeddings")
-    limits = [value for value in (positions, getattr(tokenizer, "model_max_length", None)) if isinstance(value, int)]
-    limits = [value for value in limits if 0 < value < _UNSET_MODEL_MAX_LENGTH]
-    return min(limits) if limits else 512
-
-
-def resolve_max_length(requested: int | None, config: dict[str, Any], tokenizer: Any) -> int:
-    positions = config.get("max_position_embeddings")
-    if requested is None:
-        return default_max_length(config, tokenizer)
-    if requested < 8:
-        raise UsageError(f"--max-length {requested} is too short", hint="use at least 8 (BERT models: 384 or 512)")
-    if isinstance(positions, int) and requested > positions:
-        raise UsageError(
-            f"--max-length {requested} exceeds the model's {positions} position embeddings",
-            hint=f"use at most {positions}",
-        )
-    return requested
-
-
-def resolve_device(spec: str | None) -> Any:
-    import torch
-
-    if spec in (None, "", "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(spec)
-    except (RuntimeError, ValueError):
-        raise UsageError(f"unknown --device {spec!r}", hint="use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no CUDA GPU is available", hint="use --device cpu or auto")
-    if device.type not in ("cpu", "cuda"):
-        raise UsageError(f"unsupported --device {spec!r}", hint="use auto, cpu, cuda or cuda:N")
-    return device

@@ -363,14 +363,15 @@ class OpenedQa:
 
 def resolve_qa_settings(ref: Any, options: QaOptions) -> tuple[str, int, Any]:
     """The pooling mode, window length and device ``options`` mean for the model ``ref`` (no weights loaded)."""
+    from greenadapt.expanded_model import ExpandedModel, pick_device
     from greenadapt.finetune import gmap
-    from greenadapt.qa.model import load_tokenizers, resolve_device, resolve_max_length, resolve_pool
+    from greenadapt.qa.model import resolve_pool
 
     if options.general_model is not None and not gmap.is_gmap_folder(ref.path):
         raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path, hint="leave --general-model out")
-    tokenizers = load_tokenizers(ref.path)
-    pool = resolve_pool(options.pool, tokenizers, ref.path)
-    return pool, resolve_max_length(options.max_length, ref.config(), tokenizers.general), resolve_device(options.device)
+    folder = ExpandedModel.open(ref)
+    pool = resolve_pool(options.pool, folder.tokenizers, ref.path)
+    return pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False)
 
 
 def open_qa(ref: Any, options: QaOptions) -> OpenedQa:
@@ -378,18 +379,19 @@ def open_qa(ref: Any, options: QaOptions) -> OpenedQa:
     ``greenadapt qa`` and the Python API share."""
     from greenadapt.finetune import gmap
     from greenadapt.qa.infer import QaRunner
-    from greenadapt.qa.model import check_vocabulary, load_qa_model, load_tokenizers
+    from greenadapt.expanded_model import check_vocab_fits, load_tokenizers
+    from greenadapt.qa.model import load_qa_model
 
     pool, max_length, device = resolve_qa_settings(ref, options)
     tokenizers = load_tokenizers(ref.path)
     if gmap.is_gmap_folder(ref.path):
         qa_model, memory_tokenizer, memory_length = gmap.load_fused(ref.path, general_model=options.general_model)
         qa_model.to(device)
-        check_vocabulary(qa_model, tokenizers, ref.path)
+        check_vocab_fits(tokenizers, qa_model.get_input_embeddings().num_embeddings, ref.path)
         runner = QaRunner(qa_model, device, memory_tokenizer=memory_tokenizer or tokenizers.general, memory_length=memory_length)
     else:
         qa_model = load_qa_model(ref, device)
-        check_vocabulary(qa_model, tokenizers, ref.path)
+        check_vocab_fits(tokenizers, qa_model.get_input_embeddings().num_embeddings, ref.path)
         runner = QaRunner(qa_model, device)
     return OpenedQa(runner, tokenizers.for_pool(pool), qa_model, pool, max_length)
 

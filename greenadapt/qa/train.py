@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.expanded_model import ExpandedModel
 from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune.train import TrainConfig
 from greenadapt.gmap.options import GmapOptions
@@ -125,14 +126,12 @@ class Features:
     memory_type_ids: list[np.ndarray] | None = None
 
 
-def window_lengths(options: QaTrainOptions, model_config: dict[str, Any], tokenizer: Any) -> tuple[int, int]:
+def window_lengths(options: QaTrainOptions, folder: ExpandedModel) -> tuple[int, int]:
     """(max_length, doc_stride): the requested ones, checked against the model, or the defaults that fit it."""
-    from greenadapt.qa.model import default_max_length, resolve_max_length
-
     if options.max_length is None:
-        max_length = min(DEFAULT_MAX_LENGTH, default_max_length(model_config, tokenizer))
+        max_length = min(DEFAULT_MAX_LENGTH, folder.length_limit)
     else:
-        max_length = resolve_max_length(options.max_length, model_config, tokenizer)
+        max_length = folder.checked_length(options.max_length)
     doc_stride = options.doc_stride if options.doc_stride is not None else min(DEFAULT_DOC_STRIDE, max_length // 3)
     # A window holds [CLS] q [SEP] c [SEP] with at least one question piece and doc_stride + 1 context
     # pieces; the tokenizers library aborts the process (a Rust panic) when the context part is shorter.
@@ -261,10 +260,10 @@ def run_finetune_qa(
     from greenadapt.destination import check_run_destination
     from greenadapt.vectors import check_weights_load_safely
     from greenadapt.models import quiet_transformers
-    from greenadapt.finetune.train import pick_device
+    from greenadapt.expanded_model import pick_device
     from greenadapt.models import resolve_model
     from greenadapt.qa.data import read_squad
-    from greenadapt.qa.model import load_tokenizers, resolve_pool
+    from greenadapt.qa.model import resolve_pool
 
     options = options or QaTrainOptions()
     options.check()
@@ -277,7 +276,8 @@ def run_finetune_qa(
     ref = resolve_model(model)
     check_run_destination(out, kind=KIND, force=force, model=ref.path, data=splits.values(), workdir=options.workdir)
     check_weights_load_safely(ref.path)
-    tokenizers = load_tokenizers(ref.path)
+    folder = ExpandedModel.open(ref)
+    tokenizers = folder.tokenizers
     requested_mix = options.training.mix
     mix = requested_mix if requested_mix is not None else (0.5 if tokenizers.domain is not None else 0.0)
     if mix > 0 and tokenizers.domain is None:
@@ -294,7 +294,7 @@ def run_finetune_qa(
         from greenadapt.workspace import workdir as resolve_workdir
 
         setup = finetune_gmap.prepare(options.gmap, ref, tokenizers.general, cache_root=resolve_workdir(options.workdir) / "cache")
-    max_length, doc_stride = window_lengths(options, ref.config(), tokenizers.general)
+    max_length, doc_stride = window_lengths(options, folder)
     options = replace(options, max_length=max_length, doc_stride=doc_stride, training=replace(options.training, mix=mix))
     device = pick_device(options.device)
     train_data = read_squad(train).limited(options.limit)
@@ -388,7 +388,7 @@ def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> A
 
     from greenadapt.errors import ModelError
     from greenadapt.models import quiet_transformers
-    from greenadapt.qa.model import check_vocabulary
+    from greenadapt.expanded_model import check_vocab_fits
 
     set_seed(seed)  # a new QA head's initialisation
     try:
@@ -400,7 +400,7 @@ def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> A
         raise ModelError(f"cannot load the model for question answering: {type(exc).__name__}", path=path) from None
     if info.get("missing_keys"):
         log.info("new question-answering head initialised (%s)", ", ".join(sorted(info["missing_keys"])[:4]))
-    check_vocabulary(model, tokenizers, path)
+    check_vocab_fits(tokenizers, model.get_input_embeddings().num_embeddings, path)
     return model.to(device)
 
 
@@ -580,7 +580,7 @@ def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
 
 def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
     from greenadapt.finetune.tasks import TASK_FILE, TaskSettings
-    from greenadapt.qa.model import GENERAL_TOKENIZER_DIR
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
 
     if tokenizers.domain is None:
         tokenizers.general.save_pretrained(folder)
