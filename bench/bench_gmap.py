@@ -99,7 +99,8 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     from greenadapt.models import quiet_transformers
     from greenadapt.finetune.tasks import TaskSettings, get_task
     from greenadapt.expanded_model import load_tokenizers
-    from greenadapt.finetune.train import DistContext, TrainConfig, _Stepper, choose_views, length_grouped_batches
+    from greenadapt.finetune.train import TrainConfig, _Stepper, choose_views, length_grouped_batches
+    from greenadapt.training.distributed import DistContext
     from greenadapt.gmap.options import GmapOptions
     from greenadapt.models import resolve_model
 

@@ -78,7 +78,7 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from greenadapt.corpus import resolve_corpus
-    from greenadapt.finetune.train import DistContext
+    from greenadapt.training.distributed import DistContext
     from greenadapt.pretrain.data import Masker, PackedCorpus, tokenize_corpus
     from greenadapt.pretrain.train import PretrainConfig, build_masked_lm, pretrain
 

@@ -109,7 +109,7 @@ def test_every_training_command_runs_on_the_gpu(precision: str, files: dict[str,
 def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str, files: dict[str, Path], tmp_path: Path) -> None:
     import signal
 
-    from greenadapt.finetune.train import Preempted
+    from greenadapt.training.checkpoint import Preempted
     from greenadapt.pretrain.run import PretrainOptions, run_pretrain
     from greenadapt.pretrain.train import PretrainConfig
     from greenadapt.progress import NullProgress

@@ -129,7 +129,7 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     from greenadapt.finetune.predict import find_model_folder
     from greenadapt.finetune.tasks import get_task
     from greenadapt.expanded_model import load_tokenizers
-    from greenadapt.finetune.train import DistContext
+    from greenadapt.training.distributed import DistContext
 
     folder, settings = find_model_folder(out)
     task = get_task("classify")
@@ -150,7 +150,8 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
 def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool = False, epochs: int = 1):
     """A real ``train()`` run with a fused model; returns (model, general weights before, train log)."""
     from greenadapt.finetune import gmap
-    from greenadapt.finetune.train import DistContext, TrainConfig, train
+    from greenadapt.finetune.train import TrainConfig, train
+    from greenadapt.training.distributed import DistContext
     from greenadapt.gmap.options import GmapOptions
     from greenadapt.models import resolve_model
 

@@ -197,7 +197,7 @@ def test_model_loads_with_transformers_and_pooled_logits_are_the_mean(main_run: 
     from greenadapt.finetune.tasks import TaskSettings
     from greenadapt.expanded_model import load_tokenizers
     from greenadapt.finetune.tokenize import ner_units
-    from greenadapt.finetune.train import DistContext
+    from greenadapt.training.distributed import DistContext
 
     model = AutoModelForTokenClassification.from_pretrained(str(main_run)).eval()
     pair = load_tokenizers(main_run)

@@ -17,7 +17,7 @@ import pytest
 
 from finetune_helpers import NEW_WORDS, build_tiny_expanded
 from greenadapt.errors import EXIT_PREEMPTED, CorpusError, UsageError
-from greenadapt.finetune.train import Preempted
+from greenadapt.training.checkpoint import Preempted
 from greenadapt.pretrain.run import EvalOptions, PretrainOptions, run_eval_only, run_pretrain
 from greenadapt.pretrain.train import PretrainConfig
 from greenadapt.progress import NullProgress
@@ -210,7 +210,7 @@ def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_be
     with pytest.raises(Preempted):
         run_pretrain(_options(tiny_bert, small, out, **settings), _AtStep(6))
     from greenadapt.finetune.run import checkpoint_folder
-    from greenadapt.finetune.train import latest_checkpoint
+    from greenadapt.training.checkpoint import latest_checkpoint
 
     saved = latest_checkpoint(checkpoint_folder(out))
     assert saved is not None

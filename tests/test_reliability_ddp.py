@@ -23,7 +23,7 @@ import torch
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
 from greenadapt.finetune.run import checkpoint_folder
-from greenadapt.finetune.train import latest_checkpoint
+from greenadapt.training.checkpoint import latest_checkpoint
 
 # Kills the process (os._exit: no handler, no cleanup) at the N-th training step: only checkpoints on disk survive.
 CRASH_AT_STEP = """

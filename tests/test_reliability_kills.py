@@ -42,7 +42,8 @@ from w2v_fixtures import linear_w2v
 from greenadapt.align import run_align
 from greenadapt.errors import EXIT_TERMINATED
 from greenadapt.finetune.run import checkpoint_folder
-from greenadapt.finetune.train import CHECKPOINT_MANIFEST, EXIT_PREEMPTED
+from greenadapt.errors import EXIT_PREEMPTED
+from greenadapt.training.checkpoint import CHECKPOINT_MANIFEST
 from greenadapt.stage import load_stage, read_manifest, verify_files
 
 SEED = 20240607

@@ -19,7 +19,8 @@ import numpy as np
 from greenadapt.errors import UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
-from greenadapt.finetune.train import DistContext, autocast_dtype, collate, output_rows
+from greenadapt.finetune.train import collate, output_rows
+from greenadapt.training.distributed import DistContext, autocast_dtype
 
 
 def view_logits(

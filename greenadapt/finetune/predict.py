@@ -26,7 +26,7 @@ from greenadapt.finetune.data import TaskFile, check_known_labels, write_predict
 from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task
 from greenadapt.expanded_model import TokenizerPair, load_tokenizers, pick_device
 from greenadapt.finetune.tokenize import Unit
-from greenadapt.finetune.train import DistContext
+from greenadapt.training.distributed import DistContext
 from greenadapt.models import quiet_transformers
 from greenadapt.stage import MANIFEST, load_stage, read_manifest, resource_errors
 

@@ -48,15 +48,9 @@ from greenadapt.finetune.metrics import summarize_seeds
 from greenadapt.finetune.tasks import QA_TASK, TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
 from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits, load_tokenizers
 from greenadapt.finetune.tokenize import Unit
-from greenadapt.finetune.train import (
-    Checkpointing,
-    DistContext,
-    StopSignal,
-    TrainConfig,
-    init_distributed,
-    latest_checkpoint,
-    train,
-)
+from greenadapt.finetune.train import TrainConfig, train
+from greenadapt.training.checkpoint import Checkpointing, StopSignal, latest_checkpoint
+from greenadapt.training.distributed import DistContext, init_distributed
 from greenadapt.gmap.options import GmapOptions
 from greenadapt.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
 from greenadapt.models import ModelRef, quiet_transformers, resolve_model, slugify

@@ -30,7 +30,8 @@ from greenadapt.finetune.data import TaskFile, check_known_labels, prediction_fi
 from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
 from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, TokenizerPair, check_vocab_fits, load_tokenizers, pick_device
 from greenadapt.finetune.tokenize import Unit
-from greenadapt.finetune.train import DistContext, TrainConfig
+from greenadapt.finetune.train import TrainConfig
+from greenadapt.training.distributed import DistContext
 from greenadapt.gmap.options import GmapOptions
 from greenadapt.multitask.sampling import check_sampling
 from greenadapt.multitask.spec import TaskSpec, check_unique

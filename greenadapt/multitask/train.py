@@ -27,9 +27,11 @@ import numpy as np
 
 from greenadapt.errors import UsageError
 from greenadapt.finetune.tokenize import Unit
-from greenadapt.finetune.train import TrainConfig, autocast_dtype, build_optimizers, choose_views, collate, grad_scaler, output_rows
+from greenadapt.finetune.train import TrainConfig, build_optimizers, choose_views, collate, output_rows
+from greenadapt.training.distributed import autocast_dtype, grad_scaler
 from greenadapt.multitask.sampling import alpha, sample_tasks
 from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.training.step import optimizer_step
 
 log = logging.getLogger(__name__)
 
@@ -139,19 +141,7 @@ def train_multitask(
                     logits = output_rows(views[t], batch)
                 loss = torch.nn.functional.cross_entropy(logits.float(), batch.targets, ignore_index=-100)
                 (scaler.scale(loss) if scaler is not None else loss).backward()
-                if scaler is not None:
-                    for optimizer in optimizers:
-                        scaler.unscale_(optimizer)
-                grad_norm = None
-                if training.max_grad_norm > 0:
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, training.max_grad_norm))
-                for optimizer in optimizers:
-                    scaler.step(optimizer) if scaler is not None else optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    scaler.update()
-                for scheduler in schedulers:
-                    scheduler.step()
+                grad_norm = optimizer_step(optimizers, schedulers, trainable, max_grad_norm=training.max_grad_norm, scaler=scaler)
                 value = float(loss.detach())
                 if not math.isfinite(value) and scaler is None:
                     raise UsageError(f"the training loss became {value} at step {step + 1}", hint="lower --lr")

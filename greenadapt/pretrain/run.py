@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.errors import ModelError, StageError, UsageError
-from greenadapt.finetune.train import Checkpointing, StopSignal, init_distributed, latest_checkpoint
+from greenadapt.training.checkpoint import Checkpointing, StopSignal, latest_checkpoint
+from greenadapt.training.distributed import init_distributed
 from greenadapt.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.pretrain.train import PretrainConfig
 from greenadapt.progress import NULL_PROGRESS, Progress
@@ -442,7 +443,7 @@ def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> d
 
     from greenadapt import workspace
     from greenadapt.expanded_model import pick_device
-    from greenadapt.finetune.train import DistContext
+    from greenadapt.training.distributed import DistContext
     from greenadapt.gmap.config import CONFIG_FILE, GATES_FILE, GmapConfig
     from greenadapt.pretrain.data import Masker
     from greenadapt.pretrain.train import build_masked_lm, heldout_loss

@@ -41,7 +41,7 @@ function of the step number.
 
 Checkpoints (``--save-every``, SIGTERM): the same folder layout and
 manifest rules as finetune's (``ckpt-<n>/`` with ``checkpoint.json`` written
-last; :func:`greenadapt.finetune.train.latest_checkpoint` reads them), with
+last; :func:`greenadapt.training.checkpoint.latest_checkpoint` reads them), with
 the weights, optimizer, scheduler, grad-scaler, every process's random
 generators (torch, CUDA, Python, NumPy: dropout differs per rank) and the
 position (epoch, batch); masking draws depend only on (seed, epoch,
@@ -66,20 +66,10 @@ import numpy as np
 
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import StageError, UsageError
-from greenadapt.finetune.train import (
-    CHECKPOINT_FORMAT,
-    Checkpointing,
-    DistContext,
-    StopSignal,
-    autocast_dtype,
-    build_optimizers,
-    gather_rng_states,
-    grad_scaler,
-    matching_checkpoint,
-    restore_rng_states,
-    rng_checkpoint_entries,
-    write_checkpoint,
-)
+from greenadapt.finetune.train import build_optimizers
+from greenadapt.training.checkpoint import CHECKPOINT_FORMAT, Checkpointing, StopSignal, gather_rng_states, matching_checkpoint, restore_rng_states, rng_checkpoint_entries, write_checkpoint
+from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler
+from greenadapt.training.step import optimizer_step
 from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, PackedCorpus, epoch_order, masked_batch
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -364,22 +354,9 @@ class _Stepper:
             param.grad = None
         if self.frozen_rows is not None and self.embedding.grad is not None:
             self.embedding.grad[: self.n_base] = 0
-        if self.scaler is not None:
-            for opt in self.optimizers:
-                self.scaler.unscale_(opt)
-        grad_norm = None
-        if self.config.max_grad_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm))
-        for opt in self.optimizers:
-            if self.scaler is not None:
-                self.scaler.step(opt)
-            else:
-                opt.step()
-            opt.zero_grad(set_to_none=True)
-        if self.scaler is not None:
-            self.scaler.update()
-        for scheduler in self.schedulers:
-            scheduler.step()
+        grad_norm = optimizer_step(
+            self.optimizers, self.schedulers, self.trainable, max_grad_norm=self.config.max_grad_norm, scaler=self.scaler
+        )
         if self.frozen_rows is not None:
             with torch.no_grad():
                 self.embedding[: self.n_base].copy_(self.frozen_rows)

@@ -51,6 +51,7 @@ from greenadapt.finetune.train import TrainConfig
 from greenadapt.gmap.options import GmapOptions
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, file_identity, resource_errors, write_json
+from greenadapt.training.step import optimizer_step
 
 if TYPE_CHECKING:
     import numpy as np
@@ -418,14 +419,8 @@ def _train(
     import torch
 
     from greenadapt.finetune import embeddings
-    from greenadapt.finetune.train import (
-        autocast_dtype,
-        build_optimizers,
-        choose_views,
-        grad_scaler,
-        length_grouped_batches,
-        plan_steps,
-    )
+    from greenadapt.finetune.train import build_optimizers, choose_views, length_grouped_batches, plan_steps
+    from greenadapt.training.distributed import autocast_dtype, grad_scaler
 
     mix = config.mix or 0.0
     # With mix 1 the general windows are never drawn: they must not stretch the epochs either.
@@ -460,20 +455,7 @@ def _train(
             loss = summed / (2 * len(batch))
             (scaler.scale(loss) if scaler is not None else loss).backward()
             loss_sum += float(loss.detach())
-        if scaler is not None:
-            for optimizer in optimizers:
-                scaler.unscale_(optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)) if config.max_grad_norm > 0 else None
-        for optimizer in optimizers:
-            if scaler is not None:
-                scaler.step(optimizer)
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.update()
-        for scheduler in schedulers:
-            scheduler.step()
+        grad_norm = optimizer_step(optimizers, schedulers, trainable, max_grad_norm=config.max_grad_norm, scaler=scaler)
         return loss_sum, grad_norm
 
     step_count = epoch = domain_windows = seen_windows = 0

@@ -1,0 +1,275 @@
+"""Resumable checkpoints and pre-emption, shared by ``finetune`` and ``pretrain``.
+
+A checkpoint folder is written atomically (temporary folder, files, a manifest
+with their checksums last, then a rename) and verified when read back; the
+random states of every process go with it, so a resumed run takes the same
+steps with the same numbers. SIGTERM (:class:`StopSignal`) becomes "save a
+checkpoint before the next step, then raise :class:`Preempted`".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from greenadapt.errors import EXIT_PREEMPTED, GreenAdaptError, StageError
+from greenadapt.training.distributed import DistContext
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_MANIFEST = "checkpoint.json"
+CHECKPOINT_FORMAT = 1
+
+
+class Preempted(GreenAdaptError):
+    """SIGTERM stopped fine-tuning; ``--resume`` continues from the checkpoint it saved."""
+
+    exit_code = EXIT_PREEMPTED
+
+
+class StopSignal:
+    """SIGTERM as a request to stop, honoured where nothing is lost.
+
+    Until training starts there is nothing to save, so the handler raises
+    :class:`Preempted` at once (StageRun then removes the temporary output as
+    for any error). From the first training step on (:meth:`defer`) it only
+    records the request: the loop saves a checkpoint before its next step and
+    raises; a request that arrives after the last step lets the run finish
+    evaluating and saving, which is shorter than training again.
+    """
+
+    def __init__(self, checkpoints: Path | None = None) -> None:
+        self.checkpoints = checkpoints
+        self.received = False
+        self._deferred = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> StopSignal:
+        # Python delivers signals to the main thread only; elsewhere (a library caller's worker) leave SIGTERM alone.
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._installed = False
+
+    def defer(self) -> None:
+        self._deferred = True
+
+    def requested(self, ctx: DistContext) -> bool:
+        """Whether any process got SIGTERM (all processes must call this at the same points)."""
+        if ctx.world == 1:
+            return self.received
+        import torch
+
+        flag = torch.tensor([int(self.received)], device=ctx.device)
+        return bool(ctx.all_reduce_sum(flag).item())
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+        if not self._deferred:
+            raise self.stopped("before training started")
+
+    def stopped(self, when: str, saved: Path | None = None) -> Preempted:
+        resume = "rerun the same command with --resume to continue"
+        if saved is not None:
+            return Preempted(f"stopped by SIGTERM {when}; checkpoint saved", path=saved, hint=resume)
+        if self.checkpoints is not None and self.checkpoints.is_dir():
+            return Preempted(f"stopped by SIGTERM {when}", path=self.checkpoints, hint=f"{resume} from the checkpoints here")
+        return Preempted(f"stopped by SIGTERM {when}; nothing to save yet", hint="rerun the same command")
+
+
+@dataclass
+class Checkpointing:
+    """Where and when :func:`train` saves its state, and whether it resumes from it.
+
+    ``folder`` (one per seed) holds ``ckpt-<n>/`` folders; one counts only
+    once its ``checkpoint.json`` (written last, with checksums of the other
+    files) is there, and only the newest is kept. ``fingerprint`` is the
+    run's stage fingerprint: a checkpoint of other inputs or options is
+    never resumed.
+    """
+
+    folder: Path
+    fingerprint: str
+    save_every: int | None = None
+    resume: bool = False
+    save_final: bool = False  # after the last step too: several seeds, so a finished seed survives an interruption
+    writer: bool = True  # under torchrun only rank 0 writes; every rank reads
+
+
+def latest_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint in ``folder`` and its manifest; damaged ones are skipped with a warning."""
+    from greenadapt.stage import verify_files
+
+    for candidate in sorted(folder.glob("ckpt-*"), reverse=True):
+        try:
+            manifest = json.loads((candidate / CHECKPOINT_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # no manifest: a save that was interrupted before its last write
+        problem = verify_files(candidate, manifest) if isinstance(manifest, dict) else "unreadable manifest"
+        if problem is None and manifest.get("format") == CHECKPOINT_FORMAT:
+            return candidate, manifest
+        log.warning("ignoring damaged checkpoint %s: %s", candidate, problem or "unknown format")
+    return None
+
+
+def _python_rng_json() -> list[Any]:
+    version, internal, gauss = random.getstate()
+    return [version, list(internal), gauss]
+
+
+def _numpy_rng_json() -> list[Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def gather_rng_states(ctx: DistContext) -> list[dict[str, Any]]:
+    """Every process's random states (torch CPU and CUDA, Python, NumPy), in rank order; a collective under torchrun.
+
+    Each process draws its own dropout masks (seeded ``seed + rank``), so a
+    resumed run matches an uninterrupted one only if every rank gets its own
+    generators back, not just rank 0 (which alone writes the checkpoint).
+    """
+    import torch
+
+    mine: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_rng_json(), "numpy": _numpy_rng_json()}
+    if ctx.device.type == "cuda":
+        mine["cuda"] = torch.cuda.get_rng_state(ctx.device)
+    if ctx.world == 1:
+        return [mine]
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * ctx.world
+    dist.all_gather_object(gathered, mine)  # pickles between our own processes only; files never hold a pickle
+    return gathered
+
+
+def rng_checkpoint_entries(ctx: DistContext, rank_rng: list[dict[str, Any]] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The random states a checkpoint holds: tensors (for ``optimizer.pt``) and the JSON-able rest (``state.json``).
+
+    The writer's (rank 0's) states are also kept under the keys checkpoints
+    of an older greenadapt held alone (``torch_rng``, ``python_rng``, ...):
+    :func:`restore_rng_states` reads them there both for such checkpoints and
+    when a run resumes with another number of processes.
+    """
+    import torch
+
+    tensors: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
+    if ctx.device.type == "cuda":
+        tensors["cuda_rng"] = torch.cuda.get_rng_state(ctx.device)
+    state: dict[str, Any] = {"python_rng": _python_rng_json(), "numpy_rng": _numpy_rng_json()}
+    if rank_rng is not None:
+        tensors["rank_rng"] = [{k: v for k, v in r.items() if k in ("torch", "cuda")} for r in rank_rng]
+        state["rank_rng"] = [{"python": r["python"], "numpy": r["numpy"]} for r in rank_rng]
+    return tensors, state
+
+
+def restore_rng_states(tensors: dict[str, Any], state: dict[str, Any], ctx: DistContext, path: Path, *, seed: int, step: int) -> None:
+    """Give this rank its generators back from a checkpoint.
+
+    A checkpoint of as many processes as this run restores every rank's own
+    states. One from an older greenadapt (rank 0's states alone) or of another
+    number of processes restores rank 0's, and the other ranks get a fresh
+    stream per resume point: their dropout masks then differ from an
+    uninterrupted run's, their weights do not diverge (DDP averages them).
+    """
+    import torch
+
+    ranks, rank_json = tensors.get("rank_rng"), state.get("rank_rng")
+    if ranks is not None and rank_json is not None and len(ranks) == len(rank_json) == ctx.world:
+        torch.set_rng_state(ranks[ctx.rank]["torch"])
+        if ctx.device.type == "cuda" and "cuda" in ranks[ctx.rank]:
+            torch.cuda.set_rng_state(ranks[ctx.rank]["cuda"], ctx.device)
+        _set_python_numpy_rng(rank_json[ctx.rank]["python"], rank_json[ctx.rank]["numpy"])
+        return
+    if ctx.world > 1:
+        saved = "only rank 0's" if ranks is None else f"those of {len(ranks)} processes"
+        log.warning("%s holds %s random states, this run has %d processes: the other ranks' dropout starts afresh", path, saved, ctx.world)
+    if ctx.rank != 0:
+        torch.manual_seed(seed + ctx.rank + 1_000_003 * step)
+        return
+    torch.set_rng_state(tensors["torch_rng"])
+    if ctx.device.type == "cuda" and "cuda_rng" in tensors:
+        torch.cuda.set_rng_state(tensors["cuda_rng"], ctx.device)
+    if "python_rng" in state:  # pretrain checkpoints of an older greenadapt held torch's alone
+        _set_python_numpy_rng(state["python_rng"], state["numpy_rng"])
+
+
+def _set_python_numpy_rng(python_rng: list[Any], numpy_rng: list[Any]) -> None:
+    random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
+    np.random.set_state((numpy_rng[0], np.array(numpy_rng[1], dtype=np.uint32), *numpy_rng[2:]))
+
+
+def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path], None], *, complete: bool) -> Path:
+    """Write one checkpoint folder atomically and drop the older ones; ``fill(tmp)`` writes its files.
+
+    The files go into a temporary folder, then a manifest with their checksums
+    (what :func:`latest_checkpoint` verifies), then the folder is renamed to the
+    next ``ckpt-NNNNNN`` and the rename made durable. Shared by ``finetune`` and
+    ``pretrain``, whose checkpoints hold different state.
+    """
+    from greenadapt.stage import resource_errors, sha256_file, write_json
+
+    folder = checkpoint.folder
+    with resource_errors(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        older = sorted(folder.glob("ckpt-*"))
+        number = 1 + max((int(p.name.split("-")[1]) for p in older if p.name.split("-")[1].isdigit()), default=0)
+        tmp = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            fill(tmp)
+            files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
+            manifest = {"format": CHECKPOINT_FORMAT, "fingerprint": checkpoint.fingerprint, "step": step}
+            write_json(tmp / CHECKPOINT_MANIFEST, {**manifest, "complete": complete, "files": files})
+            final = folder / f"ckpt-{number:06d}"
+            os.rename(tmp, final)
+            _fsync_directory(folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for stale in [*older, *folder.glob(".tmp-*")]:
+            shutil.rmtree(stale, ignore_errors=True)
+    log.info("checkpoint at step %d saved in %s", step, final)
+    return final
+
+
+def _fsync_directory(path: Path) -> None:
+    # The rename is durable only once the directory entry is on disk.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def matching_checkpoint(checkpoint: Checkpointing) -> Path | None:
+    """The newest verified checkpoint to resume from; None when there is none; an error when it was
+    made with other inputs or options (resuming it would silently mix two runs)."""
+    found = latest_checkpoint(checkpoint.folder)
+    if found is None:
+        log.info("no checkpoint in %s: training from the start", checkpoint.folder)
+        return None
+    path, manifest = found
+    if manifest.get("fingerprint") != checkpoint.fingerprint:
+        raise StageError(
+            "this checkpoint was made with other inputs or options", path=path, hint=f"delete {path.parent} to start over"
+        )
+    return path

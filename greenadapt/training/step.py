@@ -1,0 +1,42 @@
+"""The end of one optimizer step, shared by every training loop.
+
+After the backward passes of a step's micro-batches: unscale the gradients
+when an fp16 ``GradScaler`` is in use (so clipping sees true magnitudes),
+clip their global norm to ``max_grad_norm`` (0 or less: no clipping), step
+each optimizer (through the scaler, which skips a step with inf/NaN
+gradients), zero the gradients, update the scaler, then step each
+learning-rate scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def optimizer_step(
+    optimizers: Sequence[Any],
+    schedulers: Iterable[Any],
+    parameters: Iterable[Any],
+    *,
+    max_grad_norm: float,
+    scaler: Any = None,
+) -> float | None:
+    """Finish one optimizer step; the gradients' global norm before clipping (None when not clipped)."""
+    import torch
+
+    if scaler is not None:
+        for optimizer in optimizers:
+            scaler.unscale_(optimizer)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)) if max_grad_norm > 0 else None
+    for optimizer in optimizers:
+        if scaler is not None:
+            scaler.step(optimizer)
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.update()
+    for scheduler in schedulers:
+        scheduler.step()
+    return grad_norm
