@@ -2,12 +2,21 @@
 
 Library functions take a ``progress: Progress`` argument (default
 :data:`NULL_PROGRESS`); the CLI passes a rich-backed implementation when
-stderr is a TTY and ``--quiet`` is not given.
+stderr is a TTY, a :class:`HeartbeatProgress` (a plain line every 30 s) when
+it is not, and nothing with ``--quiet``.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import os
+import time
+from collections.abc import Callable
+from typing import Protocol, TextIO
+
+from greenadapt.errors import UsageError
+
+HEARTBEAT_ENV = "GREENADAPT_HEARTBEAT"
+DEFAULT_HEARTBEAT_SECONDS = 30.0
 
 
 class Progress(Protocol):
@@ -33,3 +42,78 @@ class NullProgress:
 
 
 NULL_PROGRESS: Progress = NullProgress()
+
+
+class HeartbeatProgress:
+    """Progress for logs and pipes (cron, CI, ``nohup``): one plain line per phase every ``interval`` seconds.
+
+    A bar means nothing in a log file, and silence for minutes looks like a
+    hang; so when stderr is not a terminal the CLI prints, at most every
+    ``interval`` seconds, what is running, how far it is, its rate and ETA:
+    ``12:00:31 finetune: 120/600 steps (20%), 3.1 steps/s, ETA 2m35s, loss=0.412``.
+    """
+
+    def __init__(self, interval: float, stream: TextIO, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.stream = stream
+        self.clock = clock
+        self._description = ""
+        self._total: float | None = None
+        self._unit = ""
+        self._started = self._last = 0.0
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        self._description, self._total, self._unit = description, total, unit
+        self._started = self._last = self.clock()
+
+    def update(self, completed: float, **info: float | str) -> None:
+        now = self.clock()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        self.stream.write(self.line(completed, now - self._started, info) + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        pass
+
+    def line(self, completed: float, elapsed: float, info: dict[str, float | str]) -> str:
+        unit = f" {self._unit}" if self._unit else ""
+        done = _number(completed)
+        parts = [f"{done}/{_number(self._total)}{unit} ({100 * completed / self._total:.0f}%)" if self._total else f"{done}{unit}"]
+        rate = completed / elapsed if elapsed > 0 else 0.0
+        if rate > 0:
+            parts.append(f"{_number(rate)} {self._unit or 'items'}/s")
+            if self._total:
+                parts.append(f"ETA {format_duration((self._total - completed) / rate)}")
+        parts += [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items() if not k.endswith("_per_s")]
+        return f"{time.strftime('%H:%M:%S')} {self._description}: " + ", ".join(parts)
+
+
+def _number(value: float) -> str:
+    """Counts as people read them: ``1,234,567``, ``934,206``, ``12.3``, ``0.512``."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def format_duration(seconds: float) -> str:
+    """``95`` → ``1m35s``; ``4000`` → ``1h06m``."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def heartbeat_interval() -> float:
+    """Seconds between heartbeat lines: ``$GREENADAPT_HEARTBEAT`` (0 switches them off), else 30."""
+    raw = os.environ.get(HEARTBEAT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_HEARTBEAT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"${HEARTBEAT_ENV}={raw!r} is not a number of seconds", hint="e.g. GREENADAPT_HEARTBEAT=60, or 0 for none") from None
+    if value < 0:
+        raise UsageError(f"${HEARTBEAT_ENV} must be 0 or more, got {raw}")
+    return value

@@ -44,8 +44,16 @@ def _root(
     country: str | None = typer.Option(
         None, "--country", metavar="XX", help="Take the grid carbon intensity of this country (ISO code, e.g. DE; Ember 2023 averages)."
     ),
+    heartbeat: float | None = typer.Option(
+        None, "--heartbeat", min=0, metavar="SECONDS",
+        help="When stderr is not a terminal (cron, CI, nohup): a progress line every SECONDS (default: $GREENADAPT_HEARTBEAT, else 30; 0: none).",
+    ),
 ) -> None:
     """greenadapt: domain vocabulary on CPUs in hours, the GPU only for fine-tuning."""
+    if heartbeat is not None:
+        from greenadapt.progress import HEARTBEAT_ENV
+
+        os.environ[HEARTBEAT_ENV] = str(heartbeat)
     if co2_intensity is not None or country is not None:
         from greenadapt.energy import configure
 

@@ -16,7 +16,7 @@ import typer
 
 from greenadapt.api import adapt as _adapt, default_of
 from greenadapt.methods import METHODS, method_help
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import NULL_PROGRESS, HeartbeatProgress, Progress, heartbeat_interval
 
 WorkdirOption = typer.Option(
     None, "--workdir", help="Workspace for stage outputs (default: $GREENADAPT_WORKDIR, else ./greenadapt-work)."
@@ -126,17 +126,20 @@ def _format_info(key: str, value: float | str) -> str:
 
 
 class progress_for:
-    """``with progress_for(quiet) as progress:`` — a bar on a TTY, nothing otherwise."""
+    """``with progress_for(quiet) as progress:`` — a bar on a TTY, a heartbeat line every 30 s in a log, nothing with --quiet."""
 
     def __init__(self, quiet: bool) -> None:
-        self._enabled = not quiet and sys.stderr.isatty()
+        self._quiet = quiet
         self._bar: RichProgress | None = None
 
     def __enter__(self) -> Progress:
-        if self._enabled:
+        if self._quiet:
+            return NULL_PROGRESS
+        if sys.stderr.isatty():
             self._bar = RichProgress()
             return self._bar
-        return NULL_PROGRESS
+        interval = heartbeat_interval()
+        return HeartbeatProgress(interval, sys.stderr) if interval > 0 else NULL_PROGRESS
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

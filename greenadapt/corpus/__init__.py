@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from greenadapt.corpus.recipes import CORPORA_ENV, Recipe, available_corpora, find_recipe
 from greenadapt.corpus.resolve import resolve_corpus
-from greenadapt.corpus.source import FORMATS, CorpusSource, ReadStats
+from greenadapt.corpus.formats import FORMATS, ReadStats
+from greenadapt.corpus.source import CorpusSource
 
 __all__ = [
     "CORPORA_ENV",

@@ -24,7 +24,7 @@ import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
-from greenadapt.corpus.source import TEXT_FORMATS, CorpusSource, ReadStats
+from greenadapt.corpus.formats import SNIFF_BYTES, TEXT_FORMATS, CountingReader, ReadStats, Source, decompressor, format_for_name, split_compression
 from greenadapt.errors import CorpusError
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def decode(data: bytes, stats: ReadStats) -> str:
 # Entry point
 
 
-def iter_texts(source: CorpusSource, stats: ReadStats) -> Iterator[str]:
+def iter_texts(source: Source, stats: ReadStats) -> Iterator[str]:
     reader = _READERS[source.format]
     with _read_errors(source), source.open_stream(stats) as opened:
         if source.format in TEXT_FORMATS and b"\x00" in opened.head:
@@ -88,7 +88,7 @@ def iter_texts(source: CorpusSource, stats: ReadStats) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _read_errors(source: CorpusSource) -> Iterator[None]:
+def _read_errors(source: Source) -> Iterator[None]:
     """Turn decompression, archive, transport and I/O failures into one-line CorpusErrors naming the source."""
     import lzma
     import zlib
@@ -149,7 +149,7 @@ def _lines_with_ends(stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
         yield line
 
 
-def read_text(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
+def read_text(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
     """Lines without their terminators (LF or CRLF), decoded a block at a time.
 
     Decoding and splitting a MiB at once rather than line by line halves the
@@ -284,7 +284,7 @@ def _join_fields(values: Iterable[Any]) -> str:
     return "\n".join(parts)
 
 
-def read_jsonl(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
+def read_jsonl(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
     fields = source.text_fields
     bad = _BadRecords(source.display, stats, "JSON line", "the file must hold one JSON object per line")
     checked = False
@@ -341,7 +341,7 @@ def _widen_csv_field_limit() -> None:
         csv.field_size_limit(1 << 30)
 
 
-def read_delimited(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
+def read_delimited(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
     _widen_csv_field_limit()
     lines = _lines_with_ends(stream, stats)
     if source.format == "tsv":
@@ -353,7 +353,7 @@ def read_delimited(source: CorpusSource, stream: IO[bytes], stats: ReadStats) ->
     yield from _rows_to_texts(reader, source, stats)
 
 
-def _rows_to_texts(reader: Any, source: CorpusSource, stats: ReadStats) -> Iterator[str]:
+def _rows_to_texts(reader: Any, source: Source, stats: ReadStats) -> Iterator[str]:
     shown = source.display
     try:
         header = next(reader, None)
@@ -374,7 +374,7 @@ def _rows_to_texts(reader: Any, source: CorpusSource, stats: ReadStats) -> Itera
 # CORD-19 release tarball (S2ORC-style JSON parses)
 
 
-def read_s2orc_tar(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
+def read_s2orc_tar(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
     """A tar archive, streamed member by member: a CORD-19 release, or files of the other formats.
 
     CORD-19: titles and abstracts from ``metadata.csv``, body paragraphs from
@@ -431,7 +431,7 @@ def read_s2orc_tar(source: CorpusSource, stream: IO[bytes], stats: ReadStats) ->
         log.warning("%s: no metadata.csv, document_parses or corpus files in this tar archive; nothing read", source.display)
 
 
-def read_zip(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
+def read_zip(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
     """A local ``.zip``: each member with a corpus extension, read in its format, one at a time.
 
     A zip's index is at its end, so the file is opened by path (a URL would
@@ -513,12 +513,11 @@ class _SkippedMembers:
 
 
 def _read_member(
-    source: CorpusSource, name: str, handle: IO[bytes], stats: ReadStats, skip: _SkippedMembers
+    source: Source, name: str, handle: IO[bytes], stats: ReadStats, skip: _SkippedMembers
 ) -> Iterator[str]:
     """The texts of one archive member read in the format its name says; returns whether it was read."""
     import io
 
-    from greenadapt.corpus.source import SNIFF_BYTES, CountingReader, decompressor, format_for_name, split_compression
 
     base = posixpath.basename(name)
     fmt = format_for_name(base, strict=True)
@@ -528,7 +527,7 @@ def _read_member(
     if fmt in ("s2orc-tar", "zip"):
         skip(name, "an archive inside the archive")
         return False
-    member = CorpusSource(f"{source.display}!{name}", fmt, source.text_fields)
+    member = source.member(name, fmt)
     compression = split_compression(base)[1]
     with contextlib.ExitStack() as stack:
         stream: IO[bytes] = stack.enter_context(decompressor(compression, handle)) if compression else handle
@@ -547,7 +546,7 @@ class _CordState:
         self.skip_parses: set[int] = set()
         self.bad: _BadRecords | None = None
 
-    def read_metadata(self, handle: IO[bytes], source: CorpusSource, stats: ReadStats) -> Iterator[str]:
+    def read_metadata(self, handle: IO[bytes], source: Source, stats: ReadStats) -> Iterator[str]:
         _widen_csv_field_limit()
         reader = csv.DictReader(_lines_with_ends(handle, stats))
         shown = f"{source.display}!metadata.csv"
@@ -571,7 +570,7 @@ class _CordState:
         for extra in parses[1:]:
             self.skip_parses.add(_short_hash(posixpath.basename(extra)))
 
-    def read_parse(self, name: str, handle: IO[bytes], source: CorpusSource, stats: ReadStats) -> Iterator[str]:
+    def read_parse(self, name: str, handle: IO[bytes], source: Source, stats: ReadStats) -> Iterator[str]:
         if self.bad is None:
             self.bad = _BadRecords(source.display, stats, "document parse", "the archive does not look like a CORD-19 release")
         if _short_hash(posixpath.basename(name)) in self.skip_parses:
@@ -610,7 +609,7 @@ def _short_hash(text: str) -> int:
 # PubMed / MEDLINE XML
 
 
-def read_pubmed_xml(source: CorpusSource, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
+def read_pubmed_xml(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
     """ArticleTitle and AbstractText of each article, memory flat however large the file.
 
     Each finished article is cleared from the tree; ElementTree fetches no

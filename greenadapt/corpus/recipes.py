@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from greenadapt.corpus.source import DEFAULT_TEXT_FIELDS, FORMATS, CorpusSource, format_for_name
+from greenadapt.corpus.formats import DEFAULT_TEXT_FIELDS, FORMATS, format_for_name
+from greenadapt.corpus.source import CorpusSource
 from greenadapt.errors import CorpusError
 
 log = logging.getLogger(__name__)

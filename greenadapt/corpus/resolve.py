@@ -15,7 +15,8 @@ from pathlib import Path
 
 from greenadapt.corpus import remote
 from greenadapt.corpus.recipes import NAME_RE, available_corpora, find_recipe
-from greenadapt.corpus.source import DEFAULT_TEXT_FIELDS, CorpusSource, check_supported_name, format_for_name
+from greenadapt.corpus.formats import DEFAULT_TEXT_FIELDS, check_supported_name, format_for_name
+from greenadapt.corpus.source import CorpusSource
 from greenadapt.errors import CorpusError
 
 log = logging.getLogger(__name__)

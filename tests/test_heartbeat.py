@@ -1,0 +1,66 @@
+"""Progress where stderr is not a terminal: a plain line every N seconds (cron, CI, nohup)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from greenadapt.errors import UsageError
+from greenadapt.progress import HEARTBEAT_ENV, HeartbeatProgress, format_duration, heartbeat_interval
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_line_per_interval_with_progress_rate_and_eta() -> None:
+    clock, out = _Clock(), io.StringIO()
+    beat = HeartbeatProgress(30, out, clock=clock)
+    beat.start("finetune", total=600, unit="steps")
+    clock.now += 10
+    beat.update(60, loss=0.41234, steps_per_s=6.0)
+    assert out.getvalue() == ""  # nothing before the interval
+    clock.now += 30
+    beat.update(240, loss=0.31234, steps_per_s=6.0)
+    line = out.getvalue().strip()
+    assert line.endswith("finetune: 240/600 steps (40%), 6 steps/s, ETA 1m00s, loss=0.3123")
+    clock.now += 5
+    beat.update(270)
+    assert len(out.getvalue().splitlines()) == 1  # the next one waits a full interval
+    beat.start("evaluating", total=None, unit="sentences")
+    clock.now += 31
+    beat.update(1500)
+    assert out.getvalue().splitlines()[1].endswith("evaluating: 1,500 sentences, 48.4 sentences/s")
+
+
+def test_durations_and_the_interval_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [format_duration(s) for s in (0, 59.4, 95, 4000)] == ["0s", "59s", "1m35s", "1h06m"]
+    monkeypatch.delenv(HEARTBEAT_ENV, raising=False)
+    assert heartbeat_interval() == 30
+    monkeypatch.setenv(HEARTBEAT_ENV, "0")
+    assert heartbeat_interval() == 0
+    for bad in ("soon", "-1"):
+        monkeypatch.setenv(HEARTBEAT_ENV, bad)
+        with pytest.raises(UsageError, match=HEARTBEAT_ENV):
+            heartbeat_interval()
+
+
+def test_a_piped_command_prints_heartbeats_and_quiet_silences_them(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "greenadapt", "--heartbeat", "0.2", "w2v", "--corpus", "sample", "--epochs", "5",
+               "--workdir", str(tmp_path / "work")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    beats = [line for line in done.stderr.splitlines() if " word2vec: " in line]
+    assert len(beats) >= 2 and all("words/s" in line and "%" in line for line in beats)
+    again = subprocess.run([*command, "--force", "--quiet"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert again.returncode == 0 and "word2vec: " not in again.stderr
