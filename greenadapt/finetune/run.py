@@ -130,7 +130,7 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
         raise UsageError(f"--doc-stride applies to --task qa only, not {options.task}")
     _check_options(options)
     ref = resolve_model(options.model)
-    out = options.out or _default_out(options, ref)
+    out = options.out or default_run_folder(options, ref)
     check_run_destination(out, kind=KIND, force=options.force, model=ref.path, data=[options.train, options.dev, options.test], workdir=options.workdir)
     model_identity = identity_of_model(ref)
 
@@ -290,7 +290,7 @@ def _run_finetune_qa(options: FinetuneOptions, progress: Progress) -> StageOutco
     from greenadapt.qa.train import run_finetune_qa
 
     qa_options = qa_train_options(options)
-    out = options.out or _default_out(options, resolve_model(options.model))
+    out = options.out or default_run_folder(options, resolve_model(options.model))
     return run_finetune_qa(
         options.model,
         options.train,
@@ -390,12 +390,17 @@ def identity_of_model(ref: ModelRef) -> dict[str, Any]:
     return ref.identity()
 
 
-def _default_out(options: FinetuneOptions, ref: ModelRef) -> Path:
+def default_run_folder(options: FinetuneOptions, ref: ModelRef) -> Path:
+    """``<workdir>/finetune/<data>-<task>/<model>``: each model (and each method's expanded model) gets its own folder.
+
+    A workspace expand folder ``<workdir>/<corpus>/<model>/expand[-<method>]`` is named
+    ``<model>-green[-<method>]-<corpus>``; any other folder by its own name.
+    """
     data = slugify(f"{options.train.resolve().parent.name}-{options.task}")
     manifest = read_manifest(ref.path)
-    if manifest is not None and manifest.get("kind") == "expand":
-        # <workdir>/<corpus>/<model>/expand → "<model>-green-<corpus>"
-        model_key = slugify(f"{ref.path.parent.name}-green-{ref.path.parent.parent.name}")
+    if manifest is not None and manifest.get("kind") == "expand" and ref.path.name.startswith("expand"):
+        method = ref.path.name.removeprefix("expand")
+        model_key = slugify(f"{ref.path.parent.name}-green{method}-{ref.path.parent.parent.name}")
     else:
         model_key = ref.slug
     if options.gmap.enabled:
