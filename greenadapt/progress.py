@@ -117,3 +117,15 @@ def heartbeat_interval() -> float:
     if value < 0:
         raise UsageError(f"${HEARTBEAT_ENV} must be 0 or more, got {raw}")
     return value
+
+
+class StepRate:
+    """Steps per second since a (re)start, for the progress line of a training loop."""
+
+    def __init__(self, first_step: int, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.first_step = first_step
+        self.clock = clock
+        self.started = clock()
+
+    def per_second(self, step: int) -> float:
+        return (step - self.first_step) / max(self.clock() - self.started, 1e-9)

@@ -64,3 +64,34 @@ def test_a_piped_command_prints_heartbeats_and_quiet_silences_them(tmp_path: Pat
     assert len(beats) >= 2 and all("words/s" in line and "%" in line for line in beats)
     again = subprocess.run([*command, "--force", "--quiet"], capture_output=True, text=True, env=env, timeout=300, check=False)
     assert again.returncode == 0 and "word2vec: " not in again.stderr
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.updates: list[tuple[str, float, dict]] = []
+        self.phase = ""
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        self.phase = description
+
+    def update(self, completed: float, **info: float | str) -> None:
+        self.updates.append((self.phase, completed, info))
+
+    def finish(self) -> None:
+        pass
+
+
+def test_fine_tuning_reports_its_rate_loss_and_last_dev_score(tmp_path: Path) -> None:
+    from finetune_helpers import build_tiny_expanded, write_ner_file
+
+    import greenadapt
+
+    recorder = _Recorder()
+    model = build_tiny_expanded(tmp_path / "model")
+    train = write_ner_file(tmp_path / "train.tsv", 24, seed=1)
+    dev = write_ner_file(tmp_path / "dev.tsv", 8, seed=2)
+    greenadapt.finetune("ner", train, dev=dev, model=str(model), out=tmp_path / "run", epochs=2, batch_size=8,
+                        device="cpu", progress=recorder)
+    steps = [info for phase, _, info in recorder.updates if phase.startswith("fine-tuning") and info]
+    assert steps and all(float(info["loss"]) >= 0 and info["steps_per_s"] > 0 for info in steps)
+    assert "dev" not in steps[0] and "dev" in steps[-1]  # the first epoch's dev score shows from the second epoch on

@@ -41,7 +41,7 @@ from greenadapt.finetune.health import TrainingHealth
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import StageError, UsageError
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import NULL_PROGRESS, Progress, StepRate
 from greenadapt.training.checkpoint import (
     CHECKPOINT_FORMAT,
     Checkpointing,
@@ -366,6 +366,7 @@ def train(
     log_handle = open(log_path, mode, encoding="utf-8") if log_path is not None and ctx.is_main else None
     started = time.perf_counter() - at.seconds
     progress.start(f"fine-tuning (seed {config.seed})", total=total_steps, unit="steps")
+    rate = StepRate(at.step)
     if at.step:
         progress.update(at.step)
     try:
@@ -407,7 +408,10 @@ def train(
                 if checkpoint is not None and checkpoint.save_every and at.step % checkpoint.save_every == 0 and at.step < total_steps:
                     at.batch = index + 1
                     save()
-                progress.update(at.step, loss=f"{loss:.4f}")
+                shown = {"loss": f"{loss:.4f}", "steps_per_s": rate.per_second(at.step)}
+                if result.dev_history:
+                    shown["dev"] = f"{result.dev_history[-1]['score']:.4f}"
+                progress.update(at.step, **shown)
             at.epoch += 1
             at.batch = 0
             if evaluate is None:

@@ -71,7 +71,7 @@ from greenadapt.training.checkpoint import CHECKPOINT_FORMAT, Checkpointing, Sto
 from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler
 from greenadapt.training.step import optimizer_step
 from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, PackedCorpus, epoch_order, masked_batch
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import NULL_PROGRESS, Progress, StepRate
 
 log = logging.getLogger(__name__)
 
@@ -450,6 +450,7 @@ def pretrain(
         run_eval()
     last_report = time.perf_counter()
     progress.start(f"masked-LM training (seed {config.seed})", total=total, unit="steps")
+    rate = StepRate(at.step)
     progress.update(at.step)
     try:
         while at.step < total:
@@ -487,7 +488,7 @@ def pretrain(
                 if not math.isfinite(loss) and stepper.scaler is None:
                     raise UsageError(f"the training loss became {loss} at step {at.step}", hint="lower --lr, or use --precision fp32 or bf16")
                 at.batch = index + 1
-                progress.update(at.step, loss=f"{loss:.4f}")
+                progress.update(at.step, loss=f"{loss:.4f}", steps_per_s=rate.per_second(at.step))
                 if ctx.is_main and time.perf_counter() - last_report >= _REPORT_SECONDS:  # a sign of life in batch-job logs
                     last_report = time.perf_counter()
                     rate = at.tokens / max(last_report - started - at.eval_seconds, 1e-9)
