@@ -270,26 +270,13 @@ def load(
     them; NER entities carry character offsets into the given text.
     ``max_length``: question answering's window (default: the model's).
     """
-    from greenadapt.errors import UsageError
-    from greenadapt.finetune.predict import find_model_folder, open_finetuned
-    from greenadapt.finetune.tasks import QA_TASK
-    from greenadapt.predictor import ClassifierModel, NerModel, QaModel
+    from greenadapt.finetune.predict import find_model_folder
+    from greenadapt.predictor import open_model
 
     folder, settings = find_model_folder(path)
-    if settings.task == QA_TASK:
-        from greenadapt.models import resolve_model
-        from greenadapt.qa.run import QaOptions, open_qa
-
-        # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
-        options = QaOptions(pool=None if pool == "mean" else pool, device=device, batch_size=batch_size,
-                            general_model=general_model, max_length=max_length)
-        options.check()
-        return QaModel(open_qa(resolve_model(str(folder)), options), batch_size=batch_size)
-    if max_length is not None:
-        raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
-    opened = open_finetuned(folder, device=device, general_model=general_model)
-    kind = NerModel if settings.task == "ner" else ClassifierModel
-    return kind(opened, pool=pool, batch_size=batch_size, precision=precision)
+    return open_model(
+        folder, settings, device=device, pool=pool, batch_size=batch_size, precision=precision, general_model=general_model, max_length=max_length
+    )
 
 
 def pipeline(task: str, model: PathLike, **load_options: Any) -> Any:
@@ -305,14 +292,17 @@ def pipeline(task: str, model: PathLike, **load_options: Any) -> Any:
 
     if task not in TASK_ALIASES:
         raise UsageError(f"unknown pipeline task {task!r}", hint=f"choose from {', '.join(HF_TASK.values())}")
+    from greenadapt.finetune.predict import find_model_folder
+    from greenadapt.predictor import open_model
+
     wanted = TASK_ALIASES[task]
-    predictor = load(model, **load_options)
-    if predictor.task != wanted:
+    folder, settings = find_model_folder(model)
+    if settings.task != wanted:  # refused before any weights are loaded
         raise UsageError(
-            f"{model} is a {predictor.task} model, not {HF_TASK[wanted]}",
-            hint=f"use greenadapt.pipeline({HF_TASK[predictor.task]!r}, model=...)",
+            f"{model} is a {settings.task} model, not {HF_TASK[wanted]}",
+            hint=f"use greenadapt.pipeline({HF_TASK[settings.task]!r}, model=...)",
         )
-    return PIPELINES[wanted](predictor, task=HF_TASK[wanted])
+    return PIPELINES[wanted](open_model(folder, settings, **load_options), task=HF_TASK[wanted])
 
 
 def _path(value: PathLike | None) -> Path | None:

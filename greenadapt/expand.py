@@ -211,34 +211,38 @@ def run_expand(
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
+        corpus, upstream = _upstream(align_manifest, w2v_manifest)
         with resource_errors(run.tmp):
             stats = _expand(
                 align_dir, w2v_dir, ref, general, method=method, method_options=method_options, max_new=max_new,
                 min_count=min_count, seed=seed, dest=run.tmp, progress=progress,
+                # in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on
+                provenance={"corpus": corpus, "vectors_cost": cost_summary(upstream)},
             )
-            _write_card(run.tmp, ref, stats, align_manifest, w2v_manifest)
+            _write_card(run.tmp, ref, stats, align_manifest, corpus, upstream)
         manifest = run.commit(stats=stats)
     log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
     return StageOutcome(run.out, manifest, False)
 
 
-def _write_card(dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manifest: Mapping[str, Any], w2v_manifest: Mapping[str, Any]) -> None:
-    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
-
-    corpus = [str(i["path"]) for i in w2v_manifest.get("inputs", []) if i.get("path") and "stage" not in i and "files_digest" not in i]
+def _upstream(align_manifest: Mapping[str, Any], w2v_manifest: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The corpus the vectors came from, and the cost of the vectors and the map (w2v + align)."""
     from greenadapt.report.collect import cost_of, sum_costs
 
-    upstream = sum_costs([cost_of(w2v_manifest), cost_of(align_manifest)])
+    corpus = [str(i["path"]) for i in w2v_manifest.get("inputs", []) if i.get("path") and "stage" not in i and "files_digest" not in i]
+    return corpus, sum_costs([cost_of(w2v_manifest), cost_of(align_manifest)])
+
+
+def _write_card(
+    dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manifest: Mapping[str, Any], corpus: list[str], upstream: Mapping[str, Any]
+) -> None:
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
+
     card = expanded_card(
         base_model=ref.name, method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
         align_stats=align_manifest.get("stats") or {}, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
     )
     (dest / CARD_FILE).write_text(card, encoding="utf-8")
-    # Provenance in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on.
-    config_path = dest / "config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    config[CONFIG_KEY].update(corpus=corpus, vectors_cost=cost_summary(upstream))
-    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _w2v_of(align_dir: Path, align_manifest: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:
@@ -324,6 +328,7 @@ def _expand(
     seed: int,
     dest: Path,
     progress: Progress,
+    provenance: Mapping[str, Any],
 ) -> dict[str, Any]:
 
     from greenadapt.domain_tokenizer import copy_general_tokenizer, write_domain_tokenizer
@@ -376,7 +381,7 @@ def _expand(
     config["vocab_size"] = n_rows + n_new
     config[CONFIG_KEY] = config_block(
         method=method.name, base_model=ref.name, first_new_id=n_rows, n_new=n_new, general_tokenizer=GENERAL_TOKENIZER_DIR
-    )
+    ) | dict(provenance)
     (dest / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
     progress.start("writing tokenizers")

@@ -44,10 +44,7 @@ class _GreenadaptPipeline(Pipeline):
 
     def __init__(self, predictor: Any, **kwargs: Any) -> None:
         self.predictor = predictor
-        opened = predictor.opened
-        model = opened.model if hasattr(opened, "ctx") else opened.runner.model
-        tokenizer = opened.tokenizers.general if hasattr(opened, "ctx") else next(iter(opened.tokenizers.values()))
-        super().__init__(model=model, tokenizer=tokenizer, device=model.device, **kwargs)
+        super().__init__(model=predictor.model, tokenizer=predictor.general_tokenizer, device=predictor.model.device, **kwargs)
 
     def _sanitize_parameters(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         return kwargs, {}, {}
@@ -75,26 +72,8 @@ class GreenadaptTokenClassificationPipeline(_GreenadaptPipeline):
 
     def _predict(self, inputs: list[Any], is_split_into_words: bool = False, **unused: Any) -> list[Any]:
         _refuse(unused, "token-classification")
-        if not is_split_into_words:
-            return [[_hf_entity(e) for e in entities] for entities in self.predictor.predict(inputs)]
-        results = []
-        tags_per_sentence, scores_per_sentence = self.predictor.tag_words(inputs)
-        from greenadapt.finetune.metrics import chunks
-
-        for words, tags, scores in zip(inputs, tags_per_sentence, scores_per_sentence, strict=True):
-            starts, position = [], 0
-            for word in words:
-                starts.append(position)
-                position += len(word) + 1
-            text = " ".join(words)
-            entities = []
-            for first, last, kind in chunks(tags):
-                start, end = starts[first], starts[last] + len(words[last])
-                entities.append(
-                    {"entity_group": kind or "ENTITY", "score": float(scores[first : last + 1].mean()), "word": text[start:end], "start": start, "end": end}
-                )
-            results.append(entities)
-        return results
+        predicted = self.predictor.predict_words(inputs) if is_split_into_words else self.predictor.predict(inputs)
+        return [[_hf_entity(e) for e in entities] for entities in predicted]
 
 
 class GreenadaptTextClassificationPipeline(_GreenadaptPipeline):

@@ -36,11 +36,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
 from greenadapt.errors import DataError, UsageError
-from greenadapt.finetune.data import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES
+from greenadapt.stage import atomic_writer
+from greenadapt.finetune.data import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 STDIO = "-"
@@ -48,17 +50,26 @@ RAW_FORMATS = ("auto", "text", "jsonl", "columns", "tsv")  # what --format accep
 _SNIFF_LINES = 50
 
 
-@dataclass
-class TextPredictResult:
-    output: str  # a path, or "-" for stdout
-    documents: int
-    entities: int | None  # NER only
-    format: str
-    pool: str
-
-
 def is_stdio(value: str | os.PathLike[str] | None) -> bool:
     return value is not None and str(value) == STDIO
+
+
+@dataclass
+class PredictSummary:
+    """What ``greenadapt predict`` did, whatever the input's format."""
+
+    output: str
+    examples: int
+    format: str
+    pool: str
+    metrics: dict[str, Any] | None = None  # a labelled training-style input is scored
+    entities: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output": self.output, "examples": self.examples, "format": self.format,
+            "pool": self.pool, "metrics": self.metrics, "entities": self.entities,
+        }
 
 
 TRAINING_FORMATS = ("columns", "tsv", "training-jsonl", "dataset")
@@ -142,7 +153,7 @@ def predict_text(
     *,
     docs_per_batch: int = 256,
     progress: Progress = NULL_PROGRESS,
-) -> TextPredictResult:
+) -> PredictSummary:
     """Predict every document of a raw ``source`` with ``model`` (a :func:`greenadapt.load` object); JSON lines to ``output``."""
     if source.documents is None:
         raise ValueError("predict_text takes raw documents; a training-style file goes to run_predict")
@@ -163,7 +174,7 @@ def predict_text(
     write_lines(lines(), output)
     progress.finish()
     entities = counts["entities"] if model.task == "ner" else None
-    return TextPredictResult(str(output), counts["documents"], entities, source.format, getattr(model, "mode", "mean"))
+    return PredictSummary(str(output), counts["documents"], source.format, model.mode, None, entities)
 
 
 @dataclass
@@ -189,19 +200,11 @@ def _text_lines(lines: Iterator[str], handle: IO[str]) -> Iterator[_Record]:
 
 
 def _json_lines(lines: Iterator[str], handle: IO[str], name: str, text_field: str | None) -> Iterator[_Record]:
-    key = text_field
+    key = None
     with handle:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"not a JSON object ({exc.msg})", path=Path(name), line=number, hint="one JSON object per line") from None
-            if not isinstance(obj, dict):
-                raise DataError("not a JSON object", path=Path(name), line=number, hint='one object per line, e.g. {"text": "..."}')
+        for number, obj in json_objects(enumerate(lines, 1), Path(name)):
             if key is None:
-                key = next((k for k in TEXT_NAMES if k in obj), None)
+                key = pick_key(obj, text_field, TEXT_NAMES)
                 if key is None:
                     raise DataError(f"no text field (looked for {', '.join(TEXT_NAMES)})", path=Path(name), line=number, hint="name it with --text-field")
             text = obj.get(key)
@@ -250,18 +253,8 @@ def write_lines(lines: Iterator[str], output: str | os.PathLike[str]) -> None:
         return
     target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
-    # A temporary file beside the target, renamed at the end: readers never see half the predictions.
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for line in lines:
-                handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_writer(target) as handle:  # readers never see half the predictions
+        handle.writelines(lines)
 
 
 def _spool(lines: Iterator[str], handle: IO[str]) -> Path:
@@ -270,24 +263,6 @@ def _spool(lines: Iterator[str], handle: IO[str]) -> Path:
     with handle, os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
         out.writelines(lines)
     return Path(tmp)
-
-
-@dataclass
-class PredictSummary:
-    """What ``greenadapt predict`` did, whatever the input's format."""
-
-    output: str
-    examples: int
-    format: str
-    pool: str
-    metrics: dict[str, Any] | None = None  # a labelled training-style input is scored
-    entities: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "output": self.output, "examples": self.examples, "format": self.format,
-            "pool": self.pool, "metrics": self.metrics, "entities": self.entities,
-        }
 
 
 def predict_input(
@@ -320,21 +295,21 @@ def predict_input(
         check_prediction_output(output, force=force, model=model, input_path=os.devnull if is_stdio(source) else source)
     overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
     multitask = task_name is not None or is_multitask(model)
+    found = None
     if multitask:  # its tasks read training-style files only
         opened = Source("training", path=_spool(*_stdin_lines()), spooled=True) if is_stdio(source) else Source("training", path=Path(source))
     else:
-        task = find_model_folder(model)[1].task
-        opened = open_source(task, source, file_format=file_format, text_field=overrides.get("text_field"))
+        found = find_model_folder(model)  # verified once; the model is opened from what it found
+        opened = open_source(found[1].task, source, file_format=file_format, text_field=overrides.get("text_field"))
     try:
         if opened.path is None:
-            from greenadapt.api import load
+            from greenadapt.predictor import open_model
 
-            predictor = load(model, device=device, pool=pool, batch_size=batch_size, precision=precision, general_model=general_model)
-            done = predict_text(predictor, opened, output, progress=progress)
-            return PredictSummary(done.output, done.documents, done.format, done.pool, None, done.entities)
+            predictor = open_model(*found, device=device, pool=pool, batch_size=batch_size, precision=precision, general_model=general_model)
+            return predict_text(predictor, opened, output, progress=progress)
         if file_format != "auto" and opened.format != "dataset":
             overrides["format"] = "jsonl" if opened.format == "training-jsonl" else opened.format
-        labeller = multitask_predictor(model, task_name) if multitask else run_predict
+        labeller = multitask_predictor(model, task_name) if multitask else partial(run_predict, found=found)
         target = _temporary_output(opened.path) if is_stdio(output) else Path(output)
         try:
             result = labeller(

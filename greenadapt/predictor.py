@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from greenadapt.errors import UsageError
+from greenadapt.finetune.metrics import chunks
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,14 @@ class _Labeller:
     def task(self) -> str:
         return str(self.opened.settings.task)
 
+    @property
+    def model(self) -> Any:
+        return self.opened.model
+
+    @property
+    def general_tokenizer(self) -> Any:
+        return self.opened.tokenizers.general
+
     def _probabilities(self, examples: list[Any]) -> np.ndarray:
         """Pooled label probabilities of every output row of ``examples`` (words for NER, examples otherwise)."""
         from greenadapt.finetune.data import TaskFile
@@ -99,16 +108,22 @@ class NerModel(_Labeller):
         for i, text in enumerate(batch):
             if not isinstance(text, str):
                 raise UsageError(f"text {i} is a {type(text).__name__}, not a string", hint="pass str or a list of str")
-        sentences = _raw_sentences(batch, self.opened.tokenizers.general.backend_tokenizer.pre_tokenizer)
+        sentences = _raw_sentences(batch, self.general_tokenizer.backend_tokenizer.pre_tokenizer)
         tags, scores = self._tag([raw.sentence for raw in sentences])
         result: list[list[Entity]] = [[] for _ in batch]
         for raw, sentence_tags, sentence_scores in zip(sentences, tags, scores, strict=True):
-            text = batch[raw.owner]
-            for first, last, kind in _chunks(sentence_tags):
-                start, end = raw.starts[first], raw.ends[last]
-                score = float(np.mean(sentence_scores[first : last + 1]))
-                result[raw.owner].append(Entity(start, end, text[start:end], kind or UNTYPED_ENTITY, score))
+            result[raw.owner] += _entities(batch[raw.owner], raw.starts, raw.ends, sentence_tags, sentence_scores)
         return result[0] if single else result
+
+    def predict_words(self, sentences: Sequence[Sequence[str]]) -> list[list[Entity]]:
+        """Entities of pre-split sentences; offsets refer to each sentence's words joined by single spaces."""
+        tags, scores = self.tag_words(sentences)
+        result = []
+        for words, sentence_tags, sentence_scores in zip(sentences, tags, scores, strict=True):
+            starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]]).tolist()
+            ends = [s + len(w) for s, w in zip(starts, words, strict=True)]
+            result.append(_entities(" ".join(words), starts, ends, sentence_tags, sentence_scores))
+        return result
 
     def tag_words(self, sentences: Sequence[Sequence[str]]) -> tuple[list[list[str]], list[np.ndarray]]:
         """Pre-split sentences (lists of words) → per sentence, each word's predicted tag and its probability."""
@@ -162,6 +177,14 @@ class QaModel:
         self.opened = opened
         self.batch_size = batch_size
         self.max_answer_chars = max_answer_chars
+
+    @property
+    def model(self) -> Any:
+        return self.opened.runner.model
+
+    @property
+    def general_tokenizer(self) -> Any:
+        return next(iter(self.opened.tokenizers.values()))
 
     def answer(self, question: str, context: str, *, n_best: int = 1) -> Any:
         """The best answer ``{text, start, end, score}`` (``None`` for an empty context); with ``n_best`` > 1, a list."""
@@ -233,7 +256,40 @@ def _raw_sentences(texts: Sequence[str], pre_tokenizer: Any = None) -> list[_Raw
     return sentences
 
 
-def _chunks(tags: Sequence[str]) -> list[tuple[int, int, str]]:
-    from greenadapt.finetune.metrics import chunks
+def _entities(text: str, starts: Sequence[int], ends: Sequence[int], tags: Sequence[str], scores: np.ndarray) -> list[Entity]:
+    """The entities of one sentence's word tags (conlleval chunks, as scored), with offsets into ``text``."""
+    return [
+        Entity(starts[first], ends[last], text[starts[first] : ends[last]], kind or UNTYPED_ENTITY, float(np.mean(scores[first : last + 1])))
+        for first, last, kind in chunks(tags)
+    ]
 
-    return chunks(tags)
+
+def open_model(
+    folder: Path,
+    settings: Any,
+    *,
+    device: str = "auto",
+    pool: str = "mean",
+    batch_size: int = 64,
+    precision: str = "auto",
+    general_model: str | None = None,
+    max_length: int | None = None,
+) -> NerModel | ClassifierModel | QaModel:
+    """The object for a fine-tuned folder as :func:`greenadapt.finetune.predict.find_model_folder` found it."""
+    from greenadapt.finetune.predict import open_finetuned
+    from greenadapt.finetune.tasks import QA_TASK
+
+    if settings.task == QA_TASK:
+        from greenadapt.models import resolve_model
+        from greenadapt.qa.run import QaOptions, open_qa, resolve_qa_settings
+
+        # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
+        options = QaOptions(pool=None if pool == "mean" else pool, device=device, batch_size=batch_size,
+                            general_model=general_model, max_length=max_length)
+        options.check()
+        return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), options), options), batch_size=batch_size)
+    if max_length is not None:
+        raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
+    opened = open_finetuned(folder, settings, device=device, general_model=general_model)
+    kind = NerModel if settings.task == "ner" else ClassifierModel
+    return kind(opened, pool=pool, batch_size=batch_size, precision=precision)

@@ -81,7 +81,9 @@ class HeartbeatProgress:
         unit = f" {self._unit}" if self._unit else ""
         done = _number(completed)
         parts = [f"{done}/{_number(self._total)}{unit} ({100 * completed / self._total:.0f}%)" if self._total else f"{done}{unit}"]
-        rate = completed / elapsed if elapsed > 0 else 0.0
+        # The caller's own rate in this phase's unit wins: it knows about steps done before a resume.
+        given = info.get(f"{self._unit}_per_s")
+        rate = float(given) if isinstance(given, int | float) else completed / elapsed if elapsed > 0 else 0.0
         if rate > 0:
             parts.append(f"{_number(rate)} {self._unit or 'items'}/s")
             if self._total:

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from greenadapt import __version__
 from greenadapt.energy import EnergyProbe
@@ -160,18 +160,25 @@ def library_versions(*names: str) -> dict[str, str]:
     return versions
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so readers see the old content or the new, never a part."""
+@contextlib.contextmanager
+def atomic_writer(path: Path) -> Iterator[IO[str]]:
+    """A text file written piece by piece that readers see whole at ``path`` when the block ends, or not at all."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so readers see the old content or the new, never a part."""
+    with atomic_writer(path) as handle:
+        handle.write(text)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -107,7 +107,7 @@ def test_adapt_finetune_and_qa_stay_the_api_functions_after_their_modules_are_im
         greenadapt.no_such_function  # noqa: B018
 
 
-@pytest.mark.parametrize(("command", "function"), [("adapt", "adapt"), ("finetune", "finetune"), ("qa", "qa")])
+@pytest.mark.parametrize(("command", "function"), [("adapt", "adapt"), ("finetune", "finetune"), ("qa", "qa"), ("predict", "load")])
 def test_every_cli_option_defaults_to_the_api_default(command: str, function: str) -> None:
     import typer.main
 
@@ -124,7 +124,7 @@ def test_every_cli_option_defaults_to_the_api_default(command: str, function: st
         if name in signature and param.default is not None and not param.required:
             assert param.default == signature[name].default, f"{command} --{param.name}: CLI {param.default!r}, API {signature[name].default!r}"
             compared += 1
-    assert compared >= {"adapt": 12, "finetune": 22, "qa": 6}[command]
+    assert compared >= {"adapt": 12, "finetune": 22, "qa": 6, "predict": 4}[command]
 
 
 def test_api_defaults_equal_the_library_dataclasses() -> None:

@@ -42,6 +42,16 @@ def test_one_line_per_interval_with_progress_rate_and_eta() -> None:
     assert out.getvalue().splitlines()[1].endswith("evaluating: 1,500 sentences, 48.4 sentences/s")
 
 
+def test_a_resumed_run_shows_the_rate_it_reports_not_steps_over_time_since_restart() -> None:
+    clock, out = _Clock(), io.StringIO()
+    beat = HeartbeatProgress(30, out, clock=clock)
+    beat.start("finetune", total=1000, unit="steps")
+    beat.update(500)  # where the checkpoint left off
+    clock.now += 40
+    beat.update(520, steps_per_s=0.5)  # 20 steps in 40 s since the restart
+    assert out.getvalue().strip().endswith("520/1,000 steps (52%), 0.5 steps/s, ETA 16m00s")
+
+
 def test_durations_and_the_interval_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [format_duration(s) for s in (0, 59.4, 95, 4000)] == ["0s", "59s", "1m35s", "1h06m"]
     monkeypatch.delenv(HEARTBEAT_ENV, raising=False)

@@ -7,6 +7,8 @@ import sys
 
 import typer
 
+from greenadapt import api
+from greenadapt.api import default_of
 from greenadapt.cli import app
 from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, progress_for, setup_logging
 from greenadapt.cli.finetune import (
@@ -39,7 +41,7 @@ def predict(
         "auto", "--format", help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv."
     ),
     header: str | None = typer.Option(None, "--header", help="Override TSV header detection (auto, yes, no)."),
-    batch_size: int = typer.Option(64, "--batch-size", help="Sequences per inference batch."),
+    batch_size: int = typer.Option(default_of(api.load, "batch_size"), "--batch-size", help="Sequences per inference batch."),
     device: str = DeviceOption,
     precision: str = PrecisionOption,
     general_model: str | None = typer.Option(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -271,7 +271,12 @@ def check_ner_label(label: str, path: Path, line: int) -> None:
 
 
 def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in _lines(path):
+    return json_objects(_lines(path), path)
+
+
+def json_objects(lines: Iterable[tuple[int, str]], path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of numbered JSON lines (blank ones skipped); a DataError names the bad line."""
+    for number, line in lines:
         if not line.strip():
             continue
         try:
@@ -283,7 +288,8 @@ def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, obj
 
 
-def _pick_key(obj: Mapping[str, Any], wanted: str | None, defaults: Sequence[str]) -> str | None:
+def pick_key(obj: Mapping[str, Any], wanted: str | None, defaults: Sequence[str]) -> str | None:
+    """The key named by an option (``wanted``), else the first of the usual ``defaults`` that ``obj`` has."""
     if wanted is not None:
         return wanted
     return next((name for name in defaults if name in obj), None)
@@ -295,8 +301,8 @@ def _read_ner_jsonl(path: Path, options: ReaderOptions, rows: Iterator[tuple[int
     labelled: bool | None = None
     for number, obj in rows if rows is not None else _json_objects(path):
         if tokens_key is None:
-            tokens_key = _pick_key(obj, options.text_field, NER_TOKEN_NAMES)
-            tags_key = _pick_key(obj, options.label_field, NER_TAG_NAMES)
+            tokens_key = pick_key(obj, options.text_field, NER_TOKEN_NAMES)
+            tags_key = pick_key(obj, options.label_field, NER_TAG_NAMES)
             if tokens_key is None:
                 raise DataError(
                     f"no token list (looked for {', '.join(NER_TOKEN_NAMES)})",
@@ -347,9 +353,9 @@ def _read_text_jsonl(path: Path, options: ReaderOptions, rows: Iterator[tuple[in
     for number, obj in rows if rows is not None else _json_objects(path):
         if not keys:
             keys = {
-                "text": _pick_key(obj, options.text_field, TEXT_NAMES),
-                "pair": _pick_key(obj, options.pair_field, PAIR_NAMES),
-                "label": _pick_key(obj, options.label_field, LABEL_NAMES),
+                "text": pick_key(obj, options.text_field, TEXT_NAMES),
+                "pair": pick_key(obj, options.pair_field, PAIR_NAMES),
+                "label": pick_key(obj, options.label_field, LABEL_NAMES),
             }
             if keys["text"] is None:
                 raise DataError(

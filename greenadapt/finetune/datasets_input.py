@@ -59,7 +59,7 @@ def _load(path: Path) -> Any:
                             hint="write it with Dataset.save_to_disk") from None
     try:
         return datasets.Dataset.from_parquet(str(path))
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a damaged file
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
         raise DataError(f"not a readable Parquet file ({type(exc).__name__})", path=path, hint="check the file") from None
 
 

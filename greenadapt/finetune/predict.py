@@ -47,11 +47,7 @@ class FinetunedModel:
         return get_task(self.settings.task)
 
     def default_mode(self, pool: str) -> str:
-        """The pooling mode ``pool`` means for this model: a plain model has only ``general``."""
-        check_pool(pool)
-        if pool == "domain" and not self.tokenizers.has_domain:
-            raise UsageError("--pool domain needs a model with a domain tokenizer", path=self.folder, hint="use --pool general")
-        return pool if self.tokenizers.has_domain else "general"
+        return pooling_mode(pool, self.tokenizers, self.folder)
 
     def logits(
         self, units: Sequence[Unit], examples: Sequence[Any], mode: str, *, batch_size: int = 64, precision: str = "auto"
@@ -75,8 +71,16 @@ class FinetunedModel:
         )[mode]
 
 
-def open_finetuned(spec: str | os.PathLike[str], *, device: str = "auto", general_model: str | None = None) -> FinetunedModel:
-    """Open a fine-tuned NER or classification model folder (a run folder, or one seed's) for inference.
+def pooling_mode(pool: str, tokenizers: TokenizerPair, folder: Path) -> str:
+    """The pooling mode ``--pool`` means for a model: one with a single tokenizer has only ``general``."""
+    check_pool(pool)
+    if pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
+    return pool if tokenizers.has_domain else "general"
+
+
+def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto", general_model: str | None = None) -> FinetunedModel:
+    """Open a fine-tuned NER or classification model folder (as :func:`find_model_folder` found it) for inference.
 
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
     the one recorded at training, or ``general_model`` (checked by weights).
@@ -85,7 +89,6 @@ def open_finetuned(spec: str | os.PathLike[str], *, device: str = "auto", genera
 
     from greenadapt.finetune import gmap
 
-    folder, settings = find_model_folder(spec)
     task = get_task(settings.task)
     tokenizers = load_tokenizers(folder)
     memory = None
@@ -153,6 +156,7 @@ def run_predict(
     reader_overrides: dict[str, Any] | None = None,
     general_model: str | None = None,
     force: bool = False,
+    found: tuple[Path, TaskSettings] | None = None,
 ) -> PredictResult:
     """Predict labels for ``input_path`` with a fine-tuned model; score them when the input is labelled.
 
@@ -160,10 +164,11 @@ def run_predict(
     (ReaderOptions field → value, None values ignored) changes some of them.
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
     the one recorded at training, or ``general_model`` (checked by weights).
+    ``found``: what :func:`find_model_folder` returned for ``model``, when the caller already verified it.
     """
     check_pool(pool)
     check_prediction_output(output_path, force=force, model=model, input_path=input_path)
-    opened = open_finetuned(model, device=device, general_model=general_model)
+    opened = open_finetuned(*(found or find_model_folder(model)), device=device, general_model=general_model)
     request = read_for_prediction(
         input_path,
         opened.settings,
@@ -226,9 +231,7 @@ def read_for_prediction(
             raise DataError(exc.message, path=exc.path, line=exc.line, hint="pass --ignore-labels to predict without scoring") from None
     elif task_file.labelled:
         task_file = _strip_labels(task_file)
-    if pool == "domain" and not tokenizers.has_domain:
-        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
-    mode = pool if tokenizers.has_domain else "general"
+    mode = pooling_mode(pool, tokenizers, folder)
     units, _ = task.units(task_file, settings, tokenizers)
     return PredictionRequest(task, settings, task_file, units, mode, score)
 

@@ -278,7 +278,8 @@ def run_qa(
     check_run_destination(out, kind=KIND, force=force, model=ref.path, data=[data])
     check_weights_load_safely(ref.path)
     check_qa_head(ref.path, ref.config())
-    pool, max_length, device = resolve_qa_settings(ref, options)
+    settings = resolve_qa_settings(ref, options)
+    pool, max_length, device = settings.pool, settings.max_length, settings.device
     squad = read_squad(data).limited(options.limit)
     config = {
         "pool": pool,
@@ -298,8 +299,8 @@ def run_qa(
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
-        opened = open_qa(ref, options)
-        runner, chosen, qa_model = opened.runner, opened.tokenizers, opened.model
+        opened = open_qa(settings, options)
+        runner, chosen = opened.runner, opened.tokenizers
         log.info(
             "qa: %d questions on %d documents, pool %s (%s), max length %d, device %s",
             squad.n_questions,
@@ -345,24 +346,32 @@ def run_qa(
             substring_match=metrics["substring_match"],
         )
         if fused:
-            stats["gmap"] = qa_model.describe()
+            stats["gmap"] = runner.model.describe()
         manifest = run.commit(stats=stats, extra={"model": str(ref.path), "data": str(squad.path)})
         return StageOutcome(run.out, manifest, False)
+
+
+@dataclass(frozen=True)
+class QaSettings:
+    """What ``QaOptions`` mean for one model folder, settled before any weights are loaded."""
+
+    folder: Any  # greenadapt.expanded_model.ExpandedModel
+    pool: str
+    max_length: int
+    device: Any
 
 
 @dataclass
 class OpenedQa:
     """A question-answering model on its device, with the tokenizers its pooling mode runs."""
 
-    runner: Any  # greenadapt.qa.infer.QaRunner
+    runner: Any  # greenadapt.qa.infer.QaRunner (its .model is the model)
     tokenizers: dict[str, Any]  # name -> tokenizer, the ones whose word logits are averaged
-    model: Any
-    pool: str
     max_length: int
 
 
-def resolve_qa_settings(ref: Any, options: QaOptions) -> tuple[str, int, Any]:
-    """The pooling mode, window length and device ``options`` mean for the model ``ref`` (no weights loaded)."""
+def resolve_qa_settings(ref: Any, options: QaOptions) -> QaSettings:
+    """The pooling mode, window length and device ``options`` mean for the model ``ref`` (its tokenizers read once)."""
     from greenadapt.expanded_model import ExpandedModel, pick_device
     from greenadapt.finetune import gmap
     from greenadapt.qa.model import resolve_pool
@@ -371,29 +380,27 @@ def resolve_qa_settings(ref: Any, options: QaOptions) -> tuple[str, int, Any]:
         raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path, hint="leave --general-model out")
     folder = ExpandedModel.open(ref)
     pool = resolve_pool(options.pool, folder.tokenizers, ref.path)
-    return pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False)
+    return QaSettings(folder, pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False))
 
 
-def open_qa(ref: Any, options: QaOptions) -> OpenedQa:
+def open_qa(settings: QaSettings, options: QaOptions) -> OpenedQa:
     """Load a question-answering model folder (plain, expanded or G-MAP) for answering: the one opener
     ``greenadapt qa`` and the Python API share."""
     from greenadapt.finetune import gmap
     from greenadapt.qa.infer import QaRunner
-    from greenadapt.expanded_model import check_vocab_fits, load_tokenizers
     from greenadapt.qa.model import load_qa_model
 
-    pool, max_length, device = resolve_qa_settings(ref, options)
-    tokenizers = load_tokenizers(ref.path)
-    if gmap.is_gmap_folder(ref.path):
-        qa_model, memory_tokenizer, memory_length = gmap.load_fused(ref.path, general_model=options.general_model)
+    folder, device = settings.folder, settings.device
+    tokenizers = folder.tokenizers
+    if gmap.is_gmap_folder(folder.path):
+        qa_model, memory_tokenizer, memory_length = gmap.load_fused(folder.path, general_model=options.general_model)
         qa_model.to(device)
-        check_vocab_fits(tokenizers, qa_model.get_input_embeddings().num_embeddings, ref.path)
         runner = QaRunner(qa_model, device, memory_tokenizer=memory_tokenizer or tokenizers.general, memory_length=memory_length)
     else:
-        qa_model = load_qa_model(ref, device)
-        check_vocab_fits(tokenizers, qa_model.get_input_embeddings().num_embeddings, ref.path)
+        qa_model = load_qa_model(folder.ref, device)
         runner = QaRunner(qa_model, device)
-    return OpenedQa(runner, tokenizers.for_pool(pool), qa_model, pool, max_length)
+    folder.check_rows(qa_model.get_input_embeddings().num_embeddings)
+    return OpenedQa(runner, tokenizers.for_pool(settings.pool), settings.max_length)
 
 
 def _metrics(squad: SquadData, predictions: dict[str, str], pool: str) -> dict[str, Any]:
