@@ -5,7 +5,7 @@ folder, T̂ + T_LM); general model: the MiniLM it was expanded from (the
 default: read from the expand manifest). Both parts call the same library
 function as `greenadapt finetune` (``run_finetune``) in this process.
 
-(a) ``step``: finetune's own optimizer step (``_Stepper.step``: collate,
+(a) ``step``: finetune's own optimizer step (the training runtime's ``Trainer.step`` on ``FinetuneTask``: collate,
 forward, loss, backward, AdamW, the row-wise added embeddings) on the same
 ChemProt batches (50/50 tokenizer mixture, batch ``--batch-size``), for the
 plain domain model and the same model with ``--gmap chunk``, alternating
@@ -91,7 +91,6 @@ def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path
 
 def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     """Interleaved optimizer steps of finetune's own stepper, with and without --gmap chunk, on the same batches."""
-    import numpy as np
     import torch
     from transformers import set_seed
 
@@ -99,7 +98,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     from greenadapt.models import quiet_transformers
     from greenadapt.finetune.tasks import TaskSettings, get_task
     from greenadapt.expanded_model import load_tokenizers
-    from greenadapt.finetune.train import TrainConfig, _Stepper, choose_views, length_grouped_batches
+    from greenadapt.finetune.train import FinetuneTask, TrainConfig, prepare_trainer
     from greenadapt.training.distributed import DistContext
     from greenadapt.gmap.options import GmapOptions
     from greenadapt.models import resolve_model
@@ -124,10 +123,11 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
             model = task.load_model(ref.path, labels)
         if name == "chunk":
             model = gmap.build_model(model, setup)
-        steppers[name] = _Stepper(model, units, config, ctx, pad_id=tokenizers.pad_id, n_base_rows=tokenizers.general_vocab_size)
-    views = choose_views(len(units), 0.5, 1, 0)
-    lengths = np.array([len(u.ids[v]) for u, v in zip(units, views, strict=True)])
-    batches = length_grouped_batches(lengths, args.batch_size, 1, 0)
+        longest = max(len(ids) for u in units for ids in u.ids)
+        trainer = prepare_trainer(model, config, ctx, n_examples=len(units), longest=longest, n_base_rows=tokenizers.general_vocab_size)
+        steppers[name] = FinetuneTask(trainer, units, 0.5, pad_id=tokenizers.pad_id)
+    for stepper in steppers.values():
+        batches = stepper.epoch_batches(0, 0)  # seeded: the same views and batches for both
     memory = [u.memory_ids for u in units]
     per: dict[str, dict[str, list[float]]] = {n: {"cpu": [], "wall": []} for n in steppers}
     for index, batch in enumerate(batches[: args.steps + args.skip]):
@@ -135,7 +135,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
             for unit, ids in zip(units, memory, strict=True):
                 unit.memory_ids = ids if name == "chunk" else None
             cpu, wall = time.process_time(), time.perf_counter()
-            stepper.step(batch, views)
+            stepper.trainer.step(stepper.parts(stepper.trainer, batch), stepper.loss)
             if index >= args.skip:
                 per[name]["cpu"].append(time.process_time() - cpu)
                 per[name]["wall"].append(time.perf_counter() - wall)

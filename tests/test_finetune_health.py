@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
-from greenadapt.finetune.health import PATIENCE, WINDOW, TrainingHealth
+from greenadapt.training.health import PATIENCE, WINDOW, TrainingHealth
 
 
 def test_a_flat_loss_and_a_zero_dev_score_are_warned_about_after_patience() -> None:

@@ -14,7 +14,8 @@ from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune.data import ReaderOptions
 from greenadapt.finetune.predict import find_model_folder, run_predict
 from greenadapt.finetune.run import FinetuneOptions, run_finetune
-from greenadapt.finetune.train import TrainConfig, choose_views, length_grouped_batches
+from greenadapt.finetune.train import TrainConfig
+from greenadapt.training.batches import choose_views, length_grouped_batches
 
 
 @pytest.fixture(scope="module")

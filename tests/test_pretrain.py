@@ -193,9 +193,11 @@ def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_be
     import torch
 
     import greenadapt.pretrain.train as train_module
+    import greenadapt.training.runtime as runtime
 
     dtype = getattr(torch, dtype_name)
-    monkeypatch.setattr(train_module, "autocast_dtype", lambda precision, device: dtype)
+    for module in (train_module, runtime):  # the held-out evaluation and the training step
+        monkeypatch.setattr(module, "autocast_dtype", lambda precision, device: dtype)
     small = tmp_path / "small.txt"
     small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
     settings = {"max_steps": 9, "batch_size": 8, "eval_every": 4, "heldout": 4, "save_every": 4}

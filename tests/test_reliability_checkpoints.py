@@ -174,7 +174,7 @@ def test_crash_resumes_from_the_newest_periodic_checkpoint(model: Path, data: di
 
 def test_several_seeds_keep_finished_seeds(model: Path, data: dict[str, Path], reference_seeds: Path, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from greenadapt.finetune import train as train_module
+    from greenadapt.training import runtime as train_module
 
     out = tmp_path / "run"
     options = {"dev": None, "max_steps": 6, "seeds": [1, 2], "save_every": 2}
@@ -185,8 +185,8 @@ def test_several_seeds_keep_finished_seeds(model: Path, data: dict[str, Path], r
     assert found["seed-2"][1]["step"] == 2
 
     steps: list[int] = []
-    real_step = train_module._Stepper.step
-    monkeypatch.setattr(train_module._Stepper, "step", lambda self, *a: steps.append(self.config.seed) or real_step(self, *a))
+    real_step = train_module.Trainer.step
+    monkeypatch.setattr(train_module.Trainer, "step", lambda self, *a, **k: steps.append(self.config.seed) or real_step(self, *a, **k))
     resumed = run_finetune(_options(model, data, out, resume=True, **options))
     assert steps == [2] * 4  # seed 1 is not trained again, seed 2 goes on from step 2
     assert_same_run(reference_seeds, resumed.path)

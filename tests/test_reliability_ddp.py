@@ -29,7 +29,7 @@ from greenadapt.training.checkpoint import latest_checkpoint
 CRASH_AT_STEP = """
 if mode.startswith("crash:"):
     crash_at, calls = int(mode.split(":")[1]), [0]
-    original_step = train_module._Stepper.step
+    original_step = train_module.Trainer.step
 
     def step(self, *args, **kwargs):
         calls[0] += 1
@@ -37,14 +37,15 @@ if mode.startswith("crash:"):
             os._exit(17)
         return original_step(self, *args, **kwargs)
 
-    train_module._Stepper.step = step
+    train_module.Trainer.step = step
 """
 
 WORKER = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from greenadapt.finetune import run as run_module, train as train_module
+    from greenadapt.finetune import run as run_module
+    from greenadapt.training import runtime as train_module
     from greenadapt.finetune.run import FinetuneOptions
     from greenadapt.finetune.train import TrainConfig
 
@@ -62,7 +63,7 @@ PRETRAIN_WORKER = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from greenadapt.pretrain import train as train_module
+    from greenadapt.training import runtime as train_module
     from greenadapt.pretrain.run import PretrainOptions, run_pretrain
     from greenadapt.pretrain.train import PretrainConfig
 

@@ -3,7 +3,7 @@
 Each step draws a task (``sampling``), then the next batch of that task from
 a per-task stream that reshuffles at the end of every pass over the task's
 data; with two tokenizers, each unit's view is drawn afresh per pass
-(:func:`greenadapt.finetune.train.choose_views`, probability ``mix`` of the
+(:func:`greenadapt.training.batches.choose_views`, probability ``mix`` of the
 domain view). Batches, the output rows, the optimizers (AdamW, linear
 warm-up and decay) and the autocast choice are ``greenadapt.finetune``'s.
 The loss of a step is the mean cross-entropy over the batch's labelled rows.
@@ -14,10 +14,8 @@ the epoch with the best average dev score are kept.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +25,11 @@ import numpy as np
 
 from greenadapt.errors import UsageError
 from greenadapt.finetune.tokenize import Unit
-from greenadapt.finetune.train import TrainConfig, build_optimizers, choose_views, collate, output_rows
-from greenadapt.training.distributed import autocast_dtype, grad_scaler
+from greenadapt.finetune.train import TrainConfig, collate, output_rows
 from greenadapt.multitask.sampling import alpha, sample_tasks
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.training.step import optimizer_step
+from greenadapt.training.batches import choose_views
+from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +86,51 @@ def plan(sizes: Sequence[int], config: MultitaskConfig) -> tuple[int, int]:
     return per_epoch, max(1, total)
 
 
+class MultitaskTask(TrainingTask):
+    """One task per step: its next batch through its own adapter and head, the mean cross-entropy over labelled rows."""
+
+    label = "multi-task fine-tuning"
+
+    def __init__(self, trainer: Trainer, model: Any, names: Sequence[str], units: Sequence[Sequence[Unit]], config: MultitaskConfig, *, pad_id: int) -> None:
+        training = config.training
+        self.trainer, self.names, self.units, self.config, self.pad_id = trainer, names, units, config, pad_id
+        self.sizes = [len(u) for u in units]
+        self.per_epoch, total = plan(self.sizes, config)
+        self.epochs = math.ceil(total / self.per_epoch)
+        self.task_views = [model.task_view(name) for name in names]
+        mix = training.mix or 0.0
+        self.streams = [TaskStream(n, training.batch_size, mix, training.seed + 1009 * i) for i, n in enumerate(self.sizes)]
+        self.current: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def epoch_batches(self, epoch: int, step: int) -> list[int]:
+        """The task of each step of the epoch."""
+        config, total = self.config, self.trainer.total_steps
+        steps = min(self.per_epoch, total - step)
+        order = sample_tasks(self.sizes, config.sampling, steps=steps, epoch=epoch + 1, epochs=self.epochs, seed=config.training.seed)
+        log.info("epoch %d: sampling %s (alpha %.2f)", epoch + 1, config.sampling, alpha(config.sampling, epoch + 1, self.epochs))
+        return [int(t) for t in order]
+
+    def parts(self, trainer: Trainer, batch: int) -> list[Any] | None:
+        indices, views = self.streams[batch].next()
+        self.current = (batch, indices, views)
+        return [self.current]
+
+    def loss(self, part: tuple[int, np.ndarray, np.ndarray]) -> Any:
+        import torch
+
+        t, indices, views = part
+        tensors = collate(self.units[t], indices, views[indices], self.pad_id, self.trainer.ctx.device)
+        logits = output_rows(self.task_views[t], tensors)
+        return torch.nn.functional.cross_entropy(logits.float(), tensors.targets, ignore_index=-100)
+
+    def record(self, batch: int) -> dict[str, Any]:
+        return {"task": self.names[batch], "units": len(self.current[1])}
+
+    def counts(self, batch: int) -> dict[str, int]:
+        t, indices, views = self.current
+        return {"domain_units": int(views[indices].sum()), "seen_units": len(indices), f"steps:{self.names[t]}": 1}
+
+
 def train_multitask(
     model: Any,
     names: Sequence[str],
@@ -101,85 +144,31 @@ def train_multitask(
     progress: Progress = NULL_PROGRESS,
 ) -> MultitaskResult:
     """Train ``model`` (a :class:`~greenadapt.pals.model.MultiTaskModel`) in place on every task."""
-    import torch
-
-    training = config.training
-    mix = training.mix or 0.0
     sizes = [len(u) for u in units]
     if min(sizes, default=0) < 1:
         raise UsageError("every task needs at least one training example")
     per_epoch, total = plan(sizes, config)
-    epochs = math.ceil(total / per_epoch)
-    torch.manual_seed(training.seed)
     model.to(ctx.device)
     if config.freeze_base:
         kept = model.freeze_base()
         log.info("--freeze-base: the shared encoder is frozen except %d layer-norm tensors", len(kept))
-    model.train()
-    optimizers, schedulers = build_optimizers(model, None, training, total)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    dtype = autocast_dtype(training.precision, ctx.device)
-    scaler = grad_scaler(dtype, ctx.device)
-    views = [model.task_view(name) for name in names]
-    streams = [TaskStream(n, training.batch_size, mix, training.seed + 1009 * i) for i, n in enumerate(sizes)]
-    result = MultitaskResult(steps_per_epoch=per_epoch, task_steps=dict.fromkeys(names, 0))
-    result.trainable_parameters = sum(p.numel() for p in trainable)
-    best_state: dict[str, Any] | None = None
-    domain_units = seen_units = 0
-    started = time.perf_counter()
-    handle = open(log_path, "w", encoding="utf-8") if log_path is not None else None
-    progress.start("multi-task fine-tuning", total=total, unit="steps")
-    try:
-        step = 0
-        for epoch in range(1, epochs + 1):
-            order = sample_tasks(sizes, config.sampling, steps=min(per_epoch, total - step), epoch=epoch, epochs=epochs, seed=training.seed)
-            log.info("epoch %d: sampling %s (alpha %.2f)", epoch, config.sampling, alpha(config.sampling, epoch, epochs))
-            for t in order:
-                indices, task_views = streams[t].next()
-                batch = collate(units[t], indices, task_views[indices], pad_id, ctx.device)
-                with torch.autocast(ctx.device.type, dtype=dtype, enabled=dtype is not None):
-                    logits = output_rows(views[t], batch)
-                loss = torch.nn.functional.cross_entropy(logits.float(), batch.targets, ignore_index=-100)
-                (scaler.scale(loss) if scaler is not None else loss).backward()
-                grad_norm = optimizer_step(optimizers, schedulers, trainable, max_grad_norm=training.max_grad_norm, scaler=scaler)
-                value = float(loss.detach())
-                if not math.isfinite(value) and scaler is None:
-                    raise UsageError(f"the training loss became {value} at step {step + 1}", hint="lower --lr")
-                step += 1
-                result.task_steps[names[t]] += 1
-                domain_units += int(task_views[indices].sum())
-                seen_units += len(indices)
-                if handle is not None:
-                    record = {"step": step, "epoch": epoch, "task": names[t], "loss": round(value, 6), "units": len(indices),
-                              "lr": float(schedulers[0].get_last_lr()[0]),
-                              "grad_norm": None if grad_norm is None else round(grad_norm, 6),
-                              "seconds": round(time.perf_counter() - started, 3)}
-                    handle.write(json.dumps(record) + "\n")
-                progress.update(step, task=names[t], loss=f"{value:.4f}")
-            result.epochs_run = epoch
-            if evaluate is None:
-                continue
-            score, details = evaluate(model)
-            model.train()
-            result.dev_history.append({"epoch": epoch, "step": step, "score": score, **details})
-            if handle is not None:
-                handle.write(json.dumps({"event": "dev", "epoch": epoch, "step": step, "score": score}) + "\n")
-            if result.best_score is None or score > result.best_score:
-                result.best_score, result.best_epoch = score, epoch
-                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            log.info("epoch %d: average dev score %.4f (best %.4f, epoch %d)", epoch, score, result.best_score, result.best_epoch)
-        result.steps = step
-    finally:
-        progress.finish()
-        if handle is not None:
-            handle.close()
-    if best_state is not None and result.best_epoch != result.epochs_run:
-        model.load_state_dict(best_state)
-        log.info("restored the weights of epoch %d (best average on dev)", result.best_epoch)
+    trainer = Trainer(model, config.training, ctx, total_steps=total)
+    task = MultitaskTask(trainer, model, names, units, config, pad_id=pad_id)
+    run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress)
     model.eval()
-    result.seconds = time.perf_counter() - started
-    result.domain_fraction = domain_units / seen_units if seen_units else 0.0
-    return result
+    seen = run.counts.get("seen_units", 0)
+    return MultitaskResult(
+        steps=run.steps,
+        epochs_run=run.epochs_run,
+        steps_per_epoch=per_epoch,
+        task_steps={name: run.counts.get(f"steps:{name}", 0) for name in names},
+        best_epoch=run.best_epoch,
+        best_score=run.best_score,
+        dev_history=run.dev_history,
+        seconds=run.seconds,
+        domain_fraction=run.counts.get("domain_units", 0) / seen if seen else 0.0,
+        trainable_parameters=sum(p.numel() for p in trainer.trainable),
+    )
 
 
-__all__ = ["MultitaskConfig", "MultitaskResult", "TaskStream", "plan", "train_multitask"]
+__all__ = ["MultitaskConfig", "MultitaskResult", "MultitaskTask", "TaskStream", "plan", "train_multitask"]

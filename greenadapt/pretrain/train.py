@@ -52,30 +52,26 @@ an uninterrupted one, under torchrun too.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from greenadapt.defaults import DEFAULT_SEED
-from greenadapt.errors import StageError, UsageError
-from greenadapt.finetune.train import build_optimizers
-from greenadapt.training.checkpoint import CHECKPOINT_FORMAT, Checkpointing, StopSignal, gather_rng_states, matching_checkpoint, restore_rng_states, rng_checkpoint_entries, write_checkpoint
-from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler
-from greenadapt.training.step import optimizer_step
+from greenadapt.errors import UsageError
 from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, PackedCorpus, epoch_order, masked_batch
-from greenadapt.progress import NULL_PROGRESS, Progress, StepRate
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.training.checkpoint import Checkpointing, StopSignal
+from greenadapt.training.config import TrainingConfig
+from greenadapt.training.distributed import DistContext, autocast_dtype
+from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 log = logging.getLogger(__name__)
 
-_WEIGHTS, _TENSORS, _STATE, _LOG = "model.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
 _REPORT_SECONDS = 60.0
 
 
@@ -83,18 +79,8 @@ TRAIN_CHOICES = ("all", "new-rows")
 
 
 @dataclass(frozen=True)
-class PretrainConfig:
-    batch_size: int = 32
-    grad_accum: int = 1
-    lr: float = 5e-5
+class PretrainConfig(TrainingConfig):
     epochs: int = 1
-    max_steps: int | None = None
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    seed: int = DEFAULT_SEED
-    train_embeddings: str = "all"
-    precision: str = "auto"
     eval_batch_size: int = 32
     eval_every: int | None = None  # steps between held-out evaluations (besides before and after training)
     head_warmup_steps: int = 0  # the first N steps train the masked-LM head alone
@@ -231,16 +217,6 @@ def heldout_loss(
 
 
 @dataclass
-class Position:
-    step: int = 0
-    epoch: int = 0
-    batch: int = 0  # index, in this epoch's batch list, of the next batch
-    tokens: int = 0  # non-padding tokens trained on
-    seconds: float = 0.0
-    eval_seconds: float = 0.0  # of ``seconds``, spent on held-out evaluation
-
-
-@dataclass
 class PretrainResult:
     steps: int
     epochs: float
@@ -256,115 +232,148 @@ class PretrainResult:
         return self.tokens / training if training > 0 else 0.0
 
 
-def plan_steps(n_train: int, config: PretrainConfig) -> tuple[int, int]:
-    """(steps per epoch, total steps)."""
-    per_epoch = max(1, math.ceil(n_train / config.batch_size))
-    total = config.max_steps if config.max_steps is not None else per_epoch * config.epochs
-    return per_epoch, max(1, total)
-
-
-class _Stepper:
-    """Optimizers, schedule, mixed precision, DDP and embedding freezing around one MaskedLM module."""
-
-    def __init__(self, mlm: Any, n_train: int, config: PretrainConfig, ctx: DistContext, *, n_base_rows: int) -> None:
-        import torch
-
-        self.mlm, self.config, self.ctx = mlm, config, ctx
-        self.micro_per_step = ctx.world * config.grad_accum
-        if config.batch_size < self.micro_per_step:
-            raise UsageError(
-                f"--batch-size {config.batch_size} is smaller than processes × --grad-accum ({self.micro_per_step})",
-                hint="--batch-size is the global batch of one optimizer step",
-            )
-        torch.manual_seed(config.seed + ctx.rank)  # dropout differs per process, the weights do not (DDP)
-        mlm.to(ctx.device)
-        embedding = mlm.model.get_input_embeddings().weight
-        self.embedding, self.n_base, self.frozen_rows = embedding, n_base_rows, None
-        self.after_warmup_frozen: list[Any] = []
-        if config.train == "new-rows":
-            self.after_warmup_frozen = self._train_new_rows_only(mlm, embedding, n_base_rows, config)
-        elif config.train_embeddings == "none" or (config.train_embeddings == "new" and embedding.shape[0] <= n_base_rows):
-            embedding.requires_grad_(False)
-        elif config.train_embeddings == "new":
-            embedding.requires_grad_(True)
-            self.frozen_rows = embedding.detach()[:n_base_rows].clone()
-            log.info("word embeddings: %d original rows frozen, %d added rows trained", n_base_rows, embedding.shape[0] - n_base_rows)
-        mlm.train()
-        self.ddp = mlm
-        if ctx.world > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
-            device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-            self.ddp = DistributedDataParallel(mlm, device_ids=device_ids)
-        _, self.total = plan_steps(n_train, config)
-        self.optimizers, self.schedulers = build_optimizers(mlm, None, config, self.total)
-        self.dtype = autocast_dtype(config.precision, ctx.device)
-        self.scaler = grad_scaler(self.dtype, ctx.device)
-        self.trainable = [p for p in mlm.parameters() if p.requires_grad]
-        self.frozen_in_warmup: list[Any] = []
-        if config.head_warmup_steps:
-            if mlm.head is None:
-                raise UsageError("--head-warmup-steps needs a BERT-style masked-LM head", hint="leave --head-warmup-steps at 0 for this model")
-            head = {id(p) for p in mlm.head.parameters()} - {id(embedding)}
-            self.frozen_in_warmup = [p for p in self.trainable if id(p) not in head]
-            if config.head_warmup_steps >= self.total:
-                log.warning("--head-warmup-steps %d covers all %d steps: the encoder is not trained", config.head_warmup_steps, self.total)
-
-    def _train_new_rows_only(self, mlm: Any, embedding: Any, n_base_rows: int, config: PretrainConfig) -> list[Any]:
-        """Freeze all but the added rows (and the head during its warm-up); the head's parameters, whose
-        gradients are dropped after the warm-up."""
+def freeze_for(mlm: Any, config: PretrainConfig, n_base_rows: int) -> tuple[Any, list[Any]]:
+    """Set ``requires_grad`` per ``--train``/``--train-embeddings``; the original rows to hold fixed (or None),
+    and the parameters whose gradients are dropped after the head warm-up (``--train new-rows``)."""
+    embedding = mlm.model.get_input_embeddings().weight
+    if config.train == "new-rows":
         if embedding.shape[0] <= n_base_rows:
             raise UsageError("--train new-rows needs a model with added rows", hint="pass a model folder written by `greenadapt expand`")
-        head = [] if mlm.head is None or not config.head_warmup_steps else [
-            p for p in mlm.head.parameters() if p is not embedding
-        ]
+        head = [] if mlm.head is None or not config.head_warmup_steps else [p for p in mlm.head.parameters() if p is not embedding]
         keep = {id(embedding)} | {id(p) for p in head}
         for param in mlm.parameters():
             param.requires_grad_(id(param) in keep)
-        self.frozen_rows = embedding.detach()[:n_base_rows].clone()
         log.info("--train new-rows: %d added rows train, everything else is frozen%s", embedding.shape[0] - n_base_rows,
                  " (the head trains during its warm-up)" if head else "")
-        return head
+        return embedding.detach()[:n_base_rows].clone(), head
+    if config.train_embeddings == "none" or (config.train_embeddings == "new" and embedding.shape[0] <= n_base_rows):
+        embedding.requires_grad_(False)
+    elif config.train_embeddings == "new":
+        embedding.requires_grad_(True)
+        log.info("word embeddings: %d original rows frozen, %d added rows trained", n_base_rows, embedding.shape[0] - n_base_rows)
+        return embedding.detach()[:n_base_rows].clone(), []
+    return None, []
 
-    def lr(self) -> float:
-        return float(self.schedulers[0].get_last_lr()[0])
 
-    def step(self, micro: list[Any], *, head_only: bool = False) -> tuple[float, float | None]:
-        """Forward/backward this process's masked micro-batches, then one optimizer step (of the MLM head alone if ``head_only``)."""
+class PretrainTask(TrainingTask):
+    """Masked-LM steps over packed sequences; the head warm-up, frozen original rows, held-out evaluations."""
+
+    partial_epoch_ends = False
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        config: PretrainConfig,
+        corpus: PackedCorpus,
+        masker: Masker,
+        *,
+        pad_id: int,
+        frozen_rows: Any,
+        after_warmup_frozen: list[Any],
+        evaluate: Callable[[int], dict[str, Any]] | None,
+    ) -> None:
+        self.trainer, self.corpus, self.masker, self.pad_id = trainer, corpus, masker, pad_id
+        self.mlm, self.config = trainer.model, config
+        self.label = f"masked-LM training (seed {config.seed})"
+        self.embedding = self.mlm.model.get_input_embeddings().weight
+        self.n_base = frozen_rows.shape[0] if frozen_rows is not None else 0
+        self.frozen_rows, self.after_warmup_frozen, self.evaluate = frozen_rows, after_warmup_frozen, evaluate
+        self.frozen_in_warmup: list[Any] = []
+        if config.head_warmup_steps:
+            if self.mlm.head is None:
+                raise UsageError("--head-warmup-steps needs a BERT-style masked-LM head", hint="leave --head-warmup-steps at 0 for this model")
+            head = {id(p) for p in self.mlm.head.parameters()} - {id(self.embedding)}
+            self.frozen_in_warmup = [p for p in trainer.trainable if id(p) not in head]
+            if config.head_warmup_steps >= trainer.total_steps:
+                log.warning("--head-warmup-steps %d covers all %d steps: the encoder is not trained", config.head_warmup_steps, trainer.total_steps)
+        self.evaluations: list[dict[str, Any]] = []
+        self.eval_seconds = 0.0
+        self.head_only = False
+        self.n_targets = 1.0
+        self.step = 0  # optimizer steps done
+        self.last_report = self.began = time.perf_counter()
+        self.tokens_here = 0  # trained on by this call (the sign-of-life rate)
+
+    def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
+        size = self.trainer.config.batch_size
+        order = epoch_order(self.corpus.train_indices, self.trainer.config.seed, epoch)
+        self.epoch = epoch
+        return [order[i : i + size] for i in range(0, len(order), size)]
+
+    def parts(self, trainer: Trainer, batch: np.ndarray) -> list[Any] | None:
         import torch
 
-        ctx = self.ctx
+        parts = super().parts(trainer, batch)
+        if parts is None:
+            return None
+        ctx, config = trainer.ctx, trainer.config
+        micro = [masked_batch(self.corpus, part, self.masker, seed=config.seed, epoch=self.epoch, pad_id=self.pad_id) for part in parts]
+        self.head_only = self.step < config.head_warmup_steps
         # DDP expects a gradient for every parameter in every step, so there the
-        # encoder's gradients are computed and dropped below instead.
-        self.mlm.encoder_frozen = head_only and ctx.world == 1
+        # encoder's gradients are computed and dropped (before_update) instead.
+        self.mlm.encoder_frozen = self.head_only and ctx.world == 1
         counted = torch.tensor([sum(b.n_targets for b in micro)], dtype=torch.float64, device=ctx.device)
-        n_targets = max(1.0, float(ctx.all_reduce_sum(counted).item()))
-        loss_sum = torch.zeros((), device=ctx.device)
-        for index, batch in enumerate(micro):
-            last = index == len(micro) - 1
-            with contextlib.nullcontext() if last or ctx.world == 1 else self.ddp.no_sync():
-                input_ids, attention, rows, targets = _tensors(batch, ctx.device)
-                with torch.autocast(ctx.device.type, dtype=self.dtype, enabled=self.dtype is not None):
-                    logits = self.ddp(input_ids, attention, rows)
-                loss = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
-                loss = loss * (ctx.world / n_targets)
-                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-            loss_sum += loss.detach()
-        for param in self.frozen_in_warmup if head_only else self.after_warmup_frozen:
+        self.n_targets = max(1.0, float(ctx.all_reduce_sum(counted).item()))
+        return micro
+
+    def loss(self, part: Any) -> Any:
+        import torch
+
+        ctx = self.trainer.ctx
+        input_ids, attention, rows, targets = _tensors(part, ctx.device)
+        logits = self.trainer.module(input_ids, attention, rows)
+        loss = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+        return loss * (ctx.world / self.n_targets)
+
+    def before_update(self) -> None:
+        for param in self.frozen_in_warmup if self.head_only else self.after_warmup_frozen:
             param.grad = None
         if self.frozen_rows is not None and self.embedding.grad is not None:
             self.embedding.grad[: self.n_base] = 0
-        grad_norm = optimizer_step(
-            self.optimizers, self.schedulers, self.trainable, max_grad_norm=self.config.max_grad_norm, scaler=self.scaler
-        )
-        if self.frozen_rows is not None:
+
+    def start(self, step: int) -> list[dict[str, Any]]:
+        self.step = step
+        return [] if step else self._evaluate()  # a resumed run evaluated before its first step already
+
+    def after_step(self, step: int) -> list[dict[str, Any]]:
+        import torch
+
+        if self.frozen_rows is not None:  # AdamW's decoupled weight decay would otherwise shrink them
             with torch.no_grad():
                 self.embedding[: self.n_base].copy_(self.frozen_rows)
-        return float(ctx.all_reduce_sum(loss_sum).item()) / ctx.world, grad_norm
+        trainer, self.step = self.trainer, step
+        now = time.perf_counter()
+        if trainer.ctx.is_main and now - self.last_report >= _REPORT_SECONDS:  # a sign of life in batch-job logs
+            self.last_report = now
+            rate = self.tokens_here / max(now - self.began - self.eval_seconds, 1e-9)
+            log.info("step %d of %d: lr %.2e, %.0f tokens/s", step, trainer.total_steps, trainer.lr(), rate)
+        every = self.config.eval_every
+        return self._evaluate() if every and step % every == 0 and step < trainer.total_steps else []
 
-    # -- checkpoint state ---------------------------------------------------
+    def end(self) -> list[dict[str, Any]]:
+        return self._evaluate()
+
+    def _evaluate(self) -> list[dict[str, Any]]:
+        if self.evaluate is None:
+            return []
+        begun, step = time.perf_counter(), self.step
+        evaluation = {"step": step, **self.evaluate(step)}
+        self.eval_seconds += time.perf_counter() - begun
+        self.evaluations.append(evaluation)
+        if self.trainer.ctx.is_main:
+            log.info("step %d: held-out %s", step, ", ".join(f"{k} loss {v['loss']:.4f}" for k, v in evaluation.items() if isinstance(v, dict)))
+        return [{"event": "eval", **evaluation}]
+
+    def record(self, batch: np.ndarray) -> dict[str, Any]:
+        return {"sequences": len(batch), **({"head_only": True} if self.head_only else {})}
+
+    def counts(self, batch: np.ndarray) -> dict[str, int]:
+        tokens = sum(self.corpus.sequence_length(int(i)) for i in batch)
+        self.tokens_here += tokens
+        return {"tokens": tokens}
+
     def weights(self) -> dict[str, Any]:
-        """What a checkpoint holds of the model: the domain model and the G-MAP gates (the general model is frozen)."""
+        """The domain model and the G-MAP gates (the general model is frozen)."""
         state = {f"model.{k}": v for k, v in self.mlm.model.state_dict().items()}
         if self.mlm.gmap is not None:
             state.update({f"gates.{k}": v for k, v in self.mlm.gmap.gates.state_dict().items()})
@@ -379,10 +388,13 @@ class _Stepper:
         elif gates:
             raise ValueError("the checkpoint holds G-MAP gates, this run has no --gmap")
 
+    def extra_state(self) -> dict[str, Any]:
+        return {"evaluations": self.evaluations, "eval_seconds": self.eval_seconds}
 
-def micro_batches(batch: np.ndarray, stepper: _Stepper) -> list[np.ndarray]:
-    ctx, accum = stepper.ctx, stepper.config.grad_accum
-    return np.array_split(batch, stepper.micro_per_step)[ctx.rank * accum : (ctx.rank + 1) * accum]
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.evaluations = list(state["evaluations"])
+        # Checkpoints of earlier versions kept it in the position.
+        self.eval_seconds = float(state.get("eval_seconds", state["position"].get("eval_seconds", 0.0)))
 
 
 def pretrain(
@@ -406,179 +418,15 @@ def pretrain(
     ``eval_every`` steps and after the last one; its records go to the log.
     """
     config.check()
-    train_indices = corpus.train_indices
-    if stop is not None:
-        stop.defer()
-        if stop.requested(ctx):
-            raise stop.stopped("before training started")
-    stepper = _Stepper(mlm, len(train_indices), config, ctx, n_base_rows=n_base_rows)
-    per_epoch, total = plan_steps(len(train_indices), config)
-    at, result = Position(), PretrainResult(0, 0.0, 0, 0.0)
-    restored = _load_checkpoint(checkpoint, stepper, log_path if ctx.is_main else None) if checkpoint and checkpoint.resume else None
-    if restored is not None:
-        at, result.evaluations = restored
-    writes = checkpoint is not None and checkpoint.writer
-    log_handle = open(log_path, "a" if restored else "w", encoding="utf-8") if log_path is not None and ctx.is_main else None  # noqa: SIM115
-    started = time.perf_counter() - at.seconds
-
-    def record(entry: dict[str, Any]) -> None:
-        if log_handle is not None:
-            log_handle.write(json.dumps(entry) + "\n")
-            log_handle.flush()
-
-    def run_eval() -> None:
-        if evaluate is None:
-            return
-        begun = time.perf_counter()
-        evaluation = {"step": at.step, **evaluate(at.step)}
-        at.eval_seconds += time.perf_counter() - begun
-        result.evaluations.append(evaluation)
-        record({"event": "eval", **evaluation})
-        if ctx.is_main:
-            log.info("step %d: held-out %s", at.step, ", ".join(f"{k} loss {v['loss']:.4f}" for k, v in evaluation.items() if isinstance(v, dict)))
-
-    def save(*, complete: bool = False) -> Path | None:
-        saved = None
-        rank_rng = gather_rng_states(ctx) if checkpoint is not None else None  # every process takes part
-        if writes:
-            at.seconds = time.perf_counter() - started
-            saved = _save_checkpoint(checkpoint, stepper, at, result.evaluations, log_path, complete=complete, rank_rng=rank_rng)  # type: ignore[arg-type]
-        ctx.barrier()
-        return saved
-
-    if restored is None:
-        run_eval()
-    last_report = time.perf_counter()
-    progress.start(f"masked-LM training (seed {config.seed})", total=total, unit="steps")
-    rate = StepRate(at.step)
-    progress.update(at.step)
-    try:
-        while at.step < total:
-            order = epoch_order(train_indices, config.seed, at.epoch)
-            batches = [order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)]
-            for index in range(at.batch, len(batches)):
-                if at.step >= total:
-                    break
-                if stop is not None and stop.requested(ctx):
-                    at.batch = index
-                    raise stop.stopped(f"at step {at.step} of {total}", save())
-                batch = batches[index]
-                if len(batch) < stepper.micro_per_step:
-                    continue
-                micro = [
-                    masked_batch(corpus, part, masker, seed=config.seed, epoch=at.epoch, pad_id=pad_id)
-                    for part in micro_batches(batch, stepper)
-                ]
-                head_only = at.step < config.head_warmup_steps
-                loss, grad_norm = stepper.step(micro, head_only=head_only)
-                at.step += 1
-                at.tokens += sum(corpus.sequence_length(int(i)) for i in batch)
-                record(
-                    {
-                        "step": at.step,
-                        "epoch": at.epoch + 1,
-                        "loss": round(loss, 6),
-                        "lr": stepper.lr(),
-                        "sequences": len(batch),
-                        "grad_norm": None if grad_norm is None else round(grad_norm, 6),
-                        "seconds": round(time.perf_counter() - started, 3),
-                        **({"head_only": True} if head_only else {}),
-                    }
-                )
-                if not math.isfinite(loss) and stepper.scaler is None:
-                    raise UsageError(f"the training loss became {loss} at step {at.step}", hint="lower --lr, or use --precision fp32 or bf16")
-                at.batch = index + 1
-                progress.update(at.step, loss=f"{loss:.4f}", steps_per_s=rate.per_second(at.step))
-                if ctx.is_main and time.perf_counter() - last_report >= _REPORT_SECONDS:  # a sign of life in batch-job logs
-                    last_report = time.perf_counter()
-                    rate = at.tokens / max(last_report - started - at.eval_seconds, 1e-9)
-                    log.info("step %d of %d: loss %.4f, lr %.2e, %.0f tokens/s", at.step, total, loss, stepper.lr(), rate)
-                if config.eval_every and at.step % config.eval_every == 0 and at.step < total:
-                    run_eval()
-                if checkpoint is not None and checkpoint.save_every and at.step % checkpoint.save_every == 0 and at.step < total:
-                    save()
-            if at.batch >= len(batches):
-                at.epoch += 1
-                at.batch = 0
-        seconds = time.perf_counter() - started
-        run_eval()
-    finally:
-        progress.finish()
-        if log_handle is not None:
-            log_handle.close()
+    mlm.to(ctx.device)
+    frozen_rows, after_warmup_frozen = freeze_for(mlm, config, n_base_rows)
+    trainer = Trainer(mlm, config, ctx, total_steps=config.plan(len(corpus.train_indices))[1])
+    task = PretrainTask(
+        trainer, config, corpus, masker, pad_id=pad_id, frozen_rows=frozen_rows, after_warmup_frozen=after_warmup_frozen, evaluate=evaluate
+    )
+    run = run_training(trainer, task, log_path=log_path, progress=progress, checkpoint=checkpoint, stop=stop)
     mlm.eval()
-    result.steps, result.tokens, result.seconds, result.eval_seconds = at.step, at.tokens, seconds, at.eval_seconds
-    result.epochs = round(at.epoch + at.batch / per_epoch, 4)
-    return result
-
-
-# --------------------------------------------------------------------------
-# Checkpoints (finetune's layout; see the module docstring)
-
-
-def _save_checkpoint(
-    checkpoint: Checkpointing,
-    stepper: _Stepper,
-    position: Position,
-    evaluations: list[dict[str, Any]],
-    log_path: Path | None,
-    *,
-    complete: bool,
-    rank_rng: list[dict[str, Any]] | None,
-) -> Path:
-    import torch
-    from safetensors.torch import save_file
-
-    def fill(tmp: Path) -> None:
-        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in stepper.weights().items()}, str(tmp / _WEIGHTS))
-        rng_tensors, rng_state = rng_checkpoint_entries(stepper.ctx, rank_rng)
-        torch.save({"optimizers": [o.state_dict() for o in stepper.optimizers], **rng_tensors}, tmp / _TENSORS)
-        state = {
-            **rng_state,
-            "format": CHECKPOINT_FORMAT,
-            "fingerprint": checkpoint.fingerprint,
-            "seed": stepper.config.seed,
-            "position": asdict(position),
-            "schedulers": [s.state_dict() for s in stepper.schedulers],
-            "scaler": stepper.scaler.state_dict() if stepper.scaler is not None else None,
-            "evaluations": evaluations,
-        }
-        (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
-        if log_path is not None and log_path.is_file():
-            shutil.copyfile(log_path, tmp / _LOG)
-
-    return write_checkpoint(checkpoint, position.step, fill, complete=complete)
-
-
-def _load_checkpoint(checkpoint: Checkpointing, stepper: _Stepper, log_path: Path | None) -> tuple[Position, list[dict[str, Any]]] | None:
-    import pickle
-
-    import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    path = matching_checkpoint(checkpoint)
-    if path is None:
-        return None
-    hint = f"delete {path.parent} to start over"
-    try:
-        state = json.loads((path / _STATE).read_text(encoding="utf-8"))
-        tensors = torch.load(path / _TENSORS, map_location="cpu", weights_only=True)
-        stepper.load_weights(load_file(str(path / _WEIGHTS), device=str(stepper.ctx.device)))
-        if len(tensors["optimizers"]) != len(stepper.optimizers):
-            raise ValueError("the checkpoint holds another number of optimizers")
-        for optimizer, saved in zip(stepper.optimizers, tensors["optimizers"], strict=True):
-            optimizer.load_state_dict(saved)
-        for scheduler, saved in zip(stepper.schedulers, state["schedulers"], strict=True):
-            scheduler.load_state_dict(saved)
-        if stepper.scaler is not None and state.get("scaler"):
-            stepper.scaler.load_state_dict(state["scaler"])
-        position = Position(**state["position"])
-        restore_rng_states(tensors, state, stepper.ctx, path, seed=stepper.config.seed, step=position.step)
-        evaluations = list(state["evaluations"])
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
-        raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
-    if log_path is not None and (path / _LOG).is_file():
-        shutil.copyfile(path / _LOG, log_path)
-    log.info("resuming from %s: step %d", path, position.step)
-    return position, evaluations
+    return PretrainResult(
+        steps=run.steps, epochs=run.epoch_fraction, tokens=run.counts.get("tokens", 0), seconds=run.seconds,
+        evaluations=task.evaluations, eval_seconds=task.eval_seconds,
+    )

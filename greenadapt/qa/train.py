@@ -36,14 +36,13 @@ can point to ``greenadapt qa`` instead.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from greenadapt.expanded_model import ExpandedModel
 from greenadapt.errors import DataError, UsageError
@@ -51,11 +50,10 @@ from greenadapt.finetune.train import TrainConfig
 from greenadapt.gmap.options import GmapOptions
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, file_identity, resource_errors, write_json
-from greenadapt.training.step import optimizer_step
+from greenadapt.training.batches import choose_views, length_grouped_batches
+from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from greenadapt.qa.data import SquadData
 
 log = logging.getLogger(__name__)
@@ -405,6 +403,54 @@ def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> A
     return model.to(device)
 
 
+class QaTask(TrainingTask):
+    """Start/end-position training on windows; each question's windows all come from the tokenizer its epoch drew."""
+
+    label = "fine-tuning (qa)"
+
+    def __init__(self, trainer: Trainer, views: list[Features], n_questions: int, *, pad_id: int) -> None:
+        self.trainer, self.views, self.n_questions, self.pad_id = trainer, views, n_questions, pad_id
+        mix = trainer.config.mix  # type: ignore[attr-defined]
+        self.mix = mix or 0.0
+        # With mix 1 the general windows are never drawn: they must not stretch the epochs either.
+        self.used = [v for v in range(len(views)) if (v == 0 and self.mix < 1) or (v == 1 and self.mix > 0)]
+        self.rows: list[tuple[int, int]] = []
+        self.lengths = np.zeros(0, np.int64)
+        self.batch_rows: list[tuple[int, int]] = []
+
+    def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
+        config, views = self.trainer.config, self.views
+        chosen = choose_views(self.n_questions, self.mix, config.seed, epoch)
+        self.rows = [(v, int(r)) for v in self.used for r in np.flatnonzero(chosen[views[v].question_index] == v)]
+        self.lengths = np.array([len(views[v].input_ids[r]) for v, r in self.rows])
+        return length_grouped_batches(self.lengths, config.batch_size, config.seed, epoch)
+
+    def parts(self, trainer: Trainer, batch: np.ndarray) -> list[Any] | None:
+        parts = super().parts(trainer, batch)
+        if parts is not None:
+            self.batch_rows = [self.rows[i] for i in batch]
+            trainer.load_rows([self.views[v].input_ids[r] for v, r in self.batch_rows if v == 1])
+        return parts
+
+    def loss(self, part: np.ndarray) -> Any:
+        import torch
+
+        trainer = self.trainer
+        inputs, starts, ends = _collate(self.views, [self.rows[i] for i in part], self.pad_id, trainer.ctx.device)
+        output = trainer.module(**inputs)
+        cross_entropy = torch.nn.functional.cross_entropy
+        summed = cross_entropy(output.start_logits.float(), starts, reduction="sum") + cross_entropy(output.end_logits.float(), ends, reduction="sum")
+        # transformers' QA loss, (start + end) / 2 averaged over the batch, taken over the global batch.
+        return summed * trainer.ctx.world / (2 * len(self.batch_rows))
+
+    def record(self, batch: np.ndarray) -> dict[str, Any]:
+        in_domain = sum(v for v, _ in self.batch_rows)
+        return {"windows": len(batch), "domain_windows": in_domain, "wordpieces": int(self.lengths[batch].sum())}
+
+    def counts(self, batch: np.ndarray) -> dict[str, int]:
+        return {"domain_windows": sum(v for v, _ in self.batch_rows), "seen_windows": len(batch)}
+
+
 def _train(
     model: Any,
     views: list[Features],
@@ -416,103 +462,26 @@ def _train(
     progress: Progress,
 ) -> dict[str, Any]:
     import numpy as np
-    import torch
 
-    from greenadapt.finetune import embeddings
-    from greenadapt.finetune.train import build_optimizers, choose_views, length_grouped_batches, plan_steps
-    from greenadapt.training.distributed import autocast_dtype, grad_scaler
+    from greenadapt.finetune.train import finish_model, prepare_trainer
+    from greenadapt.training.distributed import DistContext
 
     mix = config.mix or 0.0
-    # With mix 1 the general windows are never drawn: they must not stretch the epochs either.
     used = [v for v in range(len(views)) if (v == 0 and mix < 1) or (v == 1 and mix > 0)]
-    _, total = plan_steps(max(len(views[v].input_ids) for v in used), config)
-    torch.manual_seed(config.seed)  # dropout
     longest = max(len(ids) for features in views for ids in features.input_ids)
-    # A G-MAP model's word embeddings are its domain model's; the general model keeps its own.
-    split = embeddings.install(
-        getattr(model, "domain", model), n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest
-    )
-    model.train()
-    optimizers, schedulers = build_optimizers(model, split, config, total)
-    dtype = autocast_dtype(config.precision, device)
-    scaler = grad_scaler(dtype, device)
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    n_windows = max(len(views[v].input_ids) for v in used)
+    trainer = prepare_trainer(model, config, DistContext(device=device), n_examples=n_windows, longest=longest, n_base_rows=n_base_rows)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-
-    def step(batch: list[tuple[int, int]]) -> tuple[float, float | None]:
-        if split is not None:
-            domain_ids = [views[v].input_ids[r] for v, r in batch if v == 1]
-            flat = np.concatenate(domain_ids) if domain_ids else np.zeros(0, np.int64)
-            split.load_rows(torch.from_numpy(flat).to(device))
-        loss_sum = 0.0
-        for part in np.array_split(np.arange(len(batch)), config.grad_accum):
-            inputs, starts, ends = _collate(views, [batch[i] for i in part], pad_id, device)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                output = model(**inputs)
-            cross_entropy = torch.nn.functional.cross_entropy
-            summed = cross_entropy(output.start_logits.float(), starts, reduction="sum") + cross_entropy(output.end_logits.float(), ends, reduction="sum")
-            # transformers' QA loss, (start + end) / 2 averaged over the batch, taken over the global batch.
-            loss = summed / (2 * len(batch))
-            (scaler.scale(loss) if scaler is not None else loss).backward()
-            loss_sum += float(loss.detach())
-        grad_norm = optimizer_step(optimizers, schedulers, trainable, max_grad_norm=config.max_grad_norm, scaler=scaler)
-        return loss_sum, grad_norm
-
-    step_count = epoch = domain_windows = seen_windows = 0
-    losses: list[float] = []
-    began = time.perf_counter()
-    progress.start("fine-tuning (qa)", total=total, unit="steps")
-    try:
-        with open(log_path, "w", encoding="utf-8") as log_file:
-            while step_count < total:
-                chosen = choose_views(n_questions, mix, config.seed, epoch)
-                rows = [(v, int(r)) for v in used for r in np.flatnonzero(chosen[views[v].question_index] == v)]
-                lengths = np.array([len(views[v].input_ids[r]) for v, r in rows])
-                stepped = False
-                for indices in length_grouped_batches(lengths, config.batch_size, config.seed, epoch):
-                    if step_count >= total:
-                        break
-                    if len(indices) < config.grad_accum:
-                        continue  # an epoch's last, tiny batch that cannot fill every micro-batch
-                    batch = [rows[i] for i in indices]
-                    loss, grad_norm = step(batch)
-                    if not math.isfinite(loss) and scaler is None:
-                        raise UsageError(
-                            f"the training loss became {loss} at step {step_count + 1}", hint="lower --lr, or use --precision fp32 or bf16"
-                        )
-                    step_count += 1
-                    stepped = True
-                    losses.append(loss)
-                    in_domain = sum(v for v, _ in batch)
-                    domain_windows += in_domain
-                    seen_windows += len(batch)
-                    record = {
-                        "step": step_count,
-                        "epoch": epoch + 1,
-                        "loss": round(loss, 6),
-                        "lr": float(schedulers[0].get_last_lr()[0]),
-                        "windows": len(batch),
-                        "domain_windows": in_domain,
-                        "wordpieces": int(lengths[indices].sum()),
-                        "grad_norm": None if grad_norm is None else round(grad_norm, 6),
-                        "seconds": round(time.perf_counter() - began, 3),
-                    }
-                    log_file.write(json.dumps(record) + "\n")
-                    progress.update(step_count, loss=f"{loss:.4f}")
-                epoch += 1
-                if not stepped:
-                    raise DataError(f"{len(rows)} training window(s) cannot fill --grad-accum {config.grad_accum} micro-batches")
-    finally:
-        progress.finish()
-    embeddings.merge_back(getattr(model, "domain", model))
-    model.eval()
+    run = run_training(trainer, QaTask(trainer, views, n_questions, pad_id=pad_id), log_path=log_path, progress=progress)
+    finish_model(model)
+    seen = run.counts.get("seen_windows", 0)
     return {
-        "steps": step_count,
-        "epochs": epoch,
-        "first_loss": losses[0],
-        "last_loss": float(np.mean(losses[-10:])),
-        "train_seconds": round(time.perf_counter() - began, 2),
-        "domain_fraction": round(domain_windows / seen_windows, 4) if seen_windows else 0.0,
+        "steps": run.steps,
+        "epochs": run.epochs_run,
+        "first_loss": run.losses[0],
+        "last_loss": float(np.mean(run.losses[-10:])),
+        "train_seconds": round(run.seconds, 2),
+        "domain_fraction": round(run.counts.get("domain_windows", 0) / seen, 4) if seen else 0.0,
     }
 
 

@@ -1,0 +1,39 @@
+"""The random draws every mixed-tokenizer loop shares: which tokenizer each example uses, and the batch order.
+
+Mixing: in epoch e, example i is fed through the domain tokenizer iff
+``uniform(seed, e)[i] < mix``: a fresh draw per example and epoch that does not
+depend on the order of the data or the number of processes. Batches are
+random but of similar length (less padding): shuffle, sort within windows of
+:data:`GROUP_BATCHES` batches, shuffle the batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_MIX_STREAM = 0x6D6978  # separate random streams for the tokenizer draw and the batch order
+_ORDER_STREAM = 0x6F7264
+GROUP_BATCHES = 50  # length grouping sorts windows of 50 batches, so batch order stays random
+
+
+def choose_views(n_units: int, mix: float, seed: int, epoch: int) -> np.ndarray:
+    """The view (0 = general, 1 = domain) of each unit in ``epoch``."""
+    if mix <= 0:
+        return np.zeros(n_units, dtype=np.int64)
+    if mix >= 1:
+        return np.ones(n_units, dtype=np.int64)
+    draws = np.random.default_rng([seed, epoch, _MIX_STREAM]).random(n_units)
+    return (draws < mix).astype(np.int64)
+
+
+def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Random batches of similar-length units: shuffle, sort within windows of 50 batches, shuffle the batches."""
+    rng = np.random.default_rng([seed, epoch, _ORDER_STREAM])
+    order = rng.permutation(len(lengths))
+    batches: list[np.ndarray] = []
+    window = batch_size * GROUP_BATCHES
+    for start in range(0, len(order), window):
+        part = order[start : start + window]
+        part = part[np.argsort(-lengths[part], kind="stable")]
+        batches.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]

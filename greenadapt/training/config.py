@@ -1,0 +1,37 @@
+"""The knobs every training loop shares, and the plan they make of a run (steps per epoch, total)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from greenadapt.defaults import DEFAULT_SEED
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """One optimizer step's global batch, the schedule, precision and seed: the same meaning in every command.
+
+    ``batch_size`` is the *global* batch of one optimizer step: under
+    ``torchrun`` with W processes and ``grad_accum`` A it is cut into W × A
+    micro-batches (:meth:`greenadapt.training.runtime.Trainer.my_parts`).
+    """
+
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 5e-5
+    epochs: int = 3
+    max_steps: int | None = None
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = DEFAULT_SEED
+    train_embeddings: str = "all"  # all | new | none
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16
+    eval_batch_size: int = 64
+
+    def plan(self, n_examples: int) -> tuple[int, int]:
+        """(steps per epoch, total steps) for ``n_examples`` training examples."""
+        per_epoch = max(1, math.ceil(n_examples / self.batch_size))
+        total = self.max_steps if self.max_steps is not None else per_epoch * self.epochs
+        return per_epoch, max(1, total)

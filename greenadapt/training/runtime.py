@@ -1,0 +1,560 @@
+"""The one training runtime: fine-tuning, QA, masked-LM pretraining and multitask all run here.
+
+Two owners:
+
+- :class:`Trainer`, one optimizer step: seeds dropout per process, puts the
+  model on its device (and in DDP under torchrun), builds the optimizers
+  (AdamW, no decay on biases and norms, the row-wise optimizer for added rows
+  trained sparsely) and the warm-up + linear decay schedule, then runs a
+  step: this process's micro-batches under autocast, with DDP's gradient
+  sync only on the last, the fp16 loss scaler, and :func:`optimizer_step`
+  (unscale, clip, step, schedule).
+- :func:`run_training`, the loop: epochs of batches, a JSON-lines log with
+  one record per step, progress with the step rate and the last dev score, a
+  non-finite loss stop, the dev evaluation at each epoch's end with the best
+  epoch's weights kept, training-health warnings, checkpoints every
+  ``save_every`` steps, ``--resume``, and SIGTERM (save, then stop).
+
+A kind of training is a :class:`TrainingTask`: the batches of an epoch, the
+loss of a micro-batch, and what it adds to the log and to checkpoints.
+
+Batch arithmetic: ``batch_size`` is the *global* batch of one optimizer step.
+With W processes and ``grad_accum`` A, each global batch is cut into W × A
+micro-batches; process r runs micro-batches r·A … r·A + A − 1
+(:meth:`Trainer.my_parts`). Every process builds the same global batches, and
+a task's loss divides each micro-batch's summed loss by the size of the whole
+global batch (times W, which DDP's gradient averaging divides out again), so
+the gradient is that of the mean loss over the global batch whatever W and A.
+
+Why not accelerate's ``Accelerator``: the parts it would own (device, DDP
+wrap, autocast, scaler) are a few lines here, while what it does not cover is
+most of this module: the loss normalised over the labelled targets of the
+*global* batch (its accumulation averages micro-batch means), the row-wise
+optimizer state of sparsely trained added rows, and checkpoints that hold the
+best-on-dev weights, the position in the epoch and every rank's random states
+in safetensors and JSON so a resumed run takes the same steps with the same
+numbers. ``accelerate launch`` still starts the processes (its environment is
+torchrun's, read by :func:`~greenadapt.training.distributed.init_distributed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from greenadapt.errors import DataError, StageError, UsageError
+from greenadapt.progress import NULL_PROGRESS, Progress, StepRate
+from greenadapt.training.checkpoint import (
+    CHECKPOINT_FORMAT,
+    Checkpointing,
+    StopSignal,
+    gather_rng_states,
+    matching_checkpoint,
+    restore_rng_states,
+    rng_checkpoint_entries,
+    write_checkpoint,
+)
+from greenadapt.training.config import TrainingConfig
+from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler
+from greenadapt.training.health import TrainingHealth
+from greenadapt.training.step import optimizer_step
+
+log = logging.getLogger(__name__)
+
+NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
+_WEIGHTS, _BEST, _TENSORS, _STATE, _LOG = "model.safetensors", "best.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
+
+
+def build_optimizers(model: Any, split: Any, config: TrainingConfig, total: int) -> tuple[list[Any], list[Any]]:
+    """AdamW (norms and biases not decayed), RowAdamW for row-wise trained added rows, linear warm-up schedule."""
+    import torch
+
+    from greenadapt.finetune import embeddings
+
+    active = split.active if split is not None else None
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]
+    optimizers: list[Any] = [
+        torch.optim.AdamW(
+            [
+                {"params": [p for n, p in named if not n.endswith(NO_DECAY)], "weight_decay": config.weight_decay},
+                {"params": [p for n, p in named if n.endswith(NO_DECAY)], "weight_decay": 0.0},
+            ],
+            lr=config.lr,
+        )
+    ]
+    if split is not None:
+        optimizers.append(embeddings.RowAdamW(split, lr=config.lr, weight_decay=config.weight_decay))
+    warmup = int(round(config.warmup * total))
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return optimizers, [torch.optim.lr_scheduler.LambdaLR(optimizer, schedule) for optimizer in optimizers]
+
+
+class Trainer:
+    """Optimizers, schedule, mixed precision and DDP around one model: one :meth:`step` per optimizer step.
+
+    ``split``: the row-wise trained added rows (:func:`greenadapt.finetune.embeddings.install`),
+    already installed in ``model``. ``broadcast_buffers=False`` when a buffer is
+    updated identically by every process (finetune's added-row table).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        config: TrainingConfig,
+        ctx: DistContext,
+        *,
+        total_steps: int,
+        split: Any = None,
+        broadcast_buffers: bool = True,
+    ) -> None:
+        import torch
+
+        self.model, self.config, self.ctx, self.split = model, config, ctx, split
+        self.micro_per_step = ctx.world * config.grad_accum
+        if config.batch_size < self.micro_per_step:
+            raise UsageError(
+                f"--batch-size {config.batch_size} is smaller than processes × --grad-accum ({self.micro_per_step})",
+                hint="--batch-size is the global batch of one optimizer step",
+            )
+        torch.manual_seed(config.seed + ctx.rank)  # dropout differs per process, the weights do not (DDP)
+        model.to(ctx.device)
+        model.train()
+        self.module = model  # what the forward pass goes through: the model, or DDP around it
+        if ctx.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+            self.module = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=broadcast_buffers)
+        self.total_steps = total_steps
+        self.optimizers, self.schedulers = build_optimizers(model, split, config, total_steps)
+        self.dtype = autocast_dtype(config.precision, ctx.device)
+        self.scaler = grad_scaler(self.dtype, ctx.device)
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+
+    def lr(self) -> float:
+        return float(self.schedulers[0].get_last_lr()[0])
+
+    def my_parts(self, batch: np.ndarray) -> list[np.ndarray]:
+        """This process's micro-batches of the global ``batch`` (see the module docstring)."""
+        rank, accum = self.ctx.rank, self.config.grad_accum
+        return np.array_split(batch, self.micro_per_step)[rank * accum : (rank + 1) * accum]
+
+    def load_rows(self, ids: Sequence[np.ndarray]) -> None:
+        """Before a step: gather the added rows the step's domain-tokenized inputs use (row-wise training)."""
+        if self.split is None:
+            return
+        import torch
+
+        flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        self.split.load_rows(torch.from_numpy(flat).to(self.ctx.device))
+
+    def step(self, parts: Sequence[Any], loss_of: Callable[[Any], Any], *, before_update: Callable[[], None] | None = None) -> tuple[float, float | None]:
+        """Forward/backward each of ``parts`` (``loss_of(part)``: its share of the step's loss), then one optimizer step.
+
+        Returns the step's loss summed over every process's parts (divided by the
+        world size, since each part's loss carries the factor W) and the
+        gradients' norm before clipping.
+        """
+        import torch
+
+        ctx = self.ctx
+        loss_sum = torch.zeros((), device=ctx.device)
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            with contextlib.nullcontext() if last or ctx.world == 1 else self.module.no_sync():
+                with torch.autocast(ctx.device.type, dtype=self.dtype, enabled=self.dtype is not None):
+                    loss = loss_of(part)
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            loss_sum += loss.detach()
+        if before_update is not None:
+            before_update()
+        grad_norm = optimizer_step(self.optimizers, self.schedulers, self.trainable, max_grad_norm=self.config.max_grad_norm, scaler=self.scaler)
+        return float(ctx.all_reduce_sum(loss_sum).item()) / ctx.world, grad_norm
+
+    def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What a checkpoint needs of the step: tensors (for ``optimizer.pt``) and the JSON-able rest."""
+        tensors: dict[str, Any] = {"optimizers": [opt.state_dict() for opt in self.optimizers]}
+        state = {
+            "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+        }
+        return tensors, state
+
+    def load_state(self, tensors: dict[str, Any], state: dict[str, Any]) -> None:
+        if len(tensors["optimizers"]) != len(self.optimizers) or len(state["schedulers"]) != len(self.schedulers):
+            raise ValueError(f"the checkpoint holds {len(tensors['optimizers'])} optimizers, this run has {len(self.optimizers)}")
+        for optimizer, saved in zip(self.optimizers, tensors["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+        for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
+            scheduler.load_state_dict(saved)
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+
+
+class TrainingTask:
+    """What one kind of training tells :func:`run_training`; every method but :meth:`epoch_batches` and :meth:`loss` has a default."""
+
+    label = "training"  # the progress bar's label
+    where = ""  # appended to SIGTERM messages, e.g. " (seed 3)"
+    # Whether running out of steps in the middle of an epoch still ends it (and evaluates): fine-tuning
+    # counts whole epochs; masked-LM training reports a fraction of one.
+    partial_epoch_ends = True
+
+    def epoch_batches(self, epoch: int, step: int) -> Sequence[Any]:
+        """The global batches of ``epoch`` (0-based); ``step``: the steps done before it."""
+        raise NotImplementedError
+
+    def parts(self, trainer: Trainer, batch: Any) -> list[Any] | None:
+        """This process's micro-batches of ``batch``; None to skip it (an epoch's last batch too small to split)."""
+        if len(batch) < trainer.micro_per_step:
+            return None
+        return trainer.my_parts(batch)
+
+    def loss(self, part: Any) -> Any:
+        """One micro-batch's share of the step's loss (a scalar tensor)."""
+        raise NotImplementedError
+
+    def before_update(self) -> None:
+        """Between the backward passes and the optimizer step (e.g. drop gradients of frozen rows)."""
+
+    def start(self, step: int) -> list[dict[str, Any]]:
+        """Before the first step; ``step`` > 0 when resumed from a checkpoint. Log records to write."""
+        return []
+
+    def after_step(self, step: int) -> list[dict[str, Any]]:
+        """After each optimizer step (e.g. put frozen rows back, evaluate every N steps); log records to write."""
+        return []
+
+    def end(self) -> list[dict[str, Any]]:
+        """After the last step (e.g. a final evaluation); log records to write."""
+        return []
+
+    def record(self, batch: Any) -> dict[str, Any]:
+        """The task's fields of a step's log record."""
+        return {}
+
+    def counts(self, batch: Any) -> dict[str, int]:
+        """Running totals a step adds to (kept in checkpoints), e.g. how many examples used the domain tokenizer."""
+        return {}
+
+    def weights(self) -> dict[str, Any]:
+        """What a checkpoint holds of the model."""
+        raise NotImplementedError
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def extra_state(self) -> dict[str, Any]:
+        """JSON-able task state a checkpoint holds (e.g. held-out evaluations so far)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Take back :meth:`extra_state` from a checkpoint's ``state.json``."""
+
+
+@dataclass
+class Position:
+    """Where training stands: what a resumed run continues from."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0  # index, in this epoch's batch list, of the next batch to train on
+    seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        # Flat, as checkpoints of earlier versions held it: they stay resumable.
+        return {"step": self.step, "epoch": self.epoch, "batch": self.batch, "seconds": self.seconds, **self.counts}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Position:
+        rest = {k: v for k, v in data.items() if k not in ("step", "epoch", "batch", "seconds")}
+        return cls(int(data["step"]), int(data["epoch"]), int(data["batch"]), float(data["seconds"]), rest)
+
+
+@dataclass
+class TrainingRun:
+    """What :func:`run_training` did."""
+
+    steps: int = 0
+    epochs_run: int = 0  # epochs ended (see TrainingTask.partial_epoch_ends)
+    epoch_fraction: float = 0.0  # epochs_run plus the share of an unfinished last epoch
+    best_epoch: int | None = None
+    best_score: float | None = None
+    dev_history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    losses: list[float] = field(default_factory=list)  # of every step of this call (not of a resumed run's first part)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Restored:
+    position: Position
+    result: dict[str, Any]
+    best_state: dict[str, Any] | None
+    complete: bool
+
+
+def run_training(
+    trainer: Trainer,
+    task: TrainingTask,
+    *,
+    evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None,
+    log_path: Path | None = None,
+    progress: Progress = NULL_PROGRESS,
+    checkpoint: Checkpointing | None = None,
+    stop: StopSignal | None = None,
+) -> TrainingRun:
+    """Train ``trainer.model`` for ``trainer.total_steps`` steps of ``task``; with ``evaluate`` (dev score, details)
+    at each epoch's end, keep the best epoch's weights.
+
+    The best epoch's weights are held as a CPU copy of the state dict. With
+    ``checkpoint``, state is saved every ``save_every`` steps and, with
+    ``resume``, training continues from the newest checkpoint; with ``stop``,
+    SIGTERM saves a checkpoint before the next step and raises ``Preempted``.
+    """
+    ctx, total = trainer.ctx, trainer.total_steps
+    if stop is not None:
+        stop.defer()
+        if stop.requested(ctx):
+            raise stop.stopped(f"before training{task.where}")
+    loop = _Loop(trainer, task, evaluate, checkpoint, stop, log_path if ctx.is_main else None)
+    loop.write(*task.start(loop.at.step))
+    progress.start(task.label, total=total, unit="steps")
+    rate = StepRate(loop.at.step)
+    if loop.at.step:
+        progress.update(loop.at.step)
+    try:
+        while loop.at.step < total:
+            batches = task.epoch_batches(loop.at.epoch, loop.at.step)
+            loop.epoch_size = len(batches)
+            stepped = loop.at.batch > 0
+            for index in range(loop.at.batch, len(batches)):
+                if loop.at.step >= total:
+                    break
+                if stop is not None and stop.requested(ctx):
+                    loop.at.batch = index
+                    raise stop.stopped(f"at step {loop.at.step} of {total}{task.where}", loop.save())
+                loss = loop.step(batches[index], index)
+                if loss is None:
+                    continue
+                stepped = True
+                shown: dict[str, Any] = {"loss": f"{loss:.4f}", "steps_per_s": rate.per_second(loop.at.step)}
+                if loop.result.dev_history:
+                    shown["dev"] = f"{loop.result.dev_history[-1]['score']:.4f}"
+                progress.update(loop.at.step, **shown)
+            if not stepped:
+                raise DataError(f"no training batch of this epoch fills {trainer.micro_per_step} micro-batch(es)", hint="lower --grad-accum or use more data")
+            if loop.at.batch >= len(batches) or task.partial_epoch_ends:
+                loop.end_epoch()
+        loop.write(*task.end())
+        if checkpoint is not None and checkpoint.save_final and not (loop.restored is not None and loop.restored.complete):
+            loop.save(complete=True)
+    finally:
+        progress.finish()
+        loop.close()
+    return loop.finish()
+
+
+class _Loop:
+    """The state of one :func:`run_training` call: position, log, best weights, checkpoints."""
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        task: TrainingTask,
+        evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None,
+        checkpoint: Checkpointing | None,
+        stop: StopSignal | None,
+        log_path: Path | None,
+    ) -> None:
+        self.trainer, self.task, self.evaluate, self.checkpoint, self.log_path = trainer, task, evaluate, checkpoint, log_path
+        self.at, self.result, self.health = Position(), TrainingRun(), TrainingHealth()
+        self.best_state: dict[str, Any] | None = None
+        self.epoch_size = 0  # batches in the current epoch
+        self.restored = _load_checkpoint(checkpoint, trainer, task, log_path) if checkpoint is not None and checkpoint.resume else None
+        if self.restored is not None:
+            self.at, self.best_state = self.restored.position, self.restored.best_state
+            self.result.best_epoch, self.result.best_score = self.restored.result["best_epoch"], self.restored.result["best_score"]
+            self.result.dev_history = list(self.restored.result["dev_history"])
+        self.writes = checkpoint is not None and checkpoint.writer
+        self.handle = open(log_path, "a" if self.restored else "w", encoding="utf-8") if log_path is not None else None  # noqa: SIM115
+        self.started = time.perf_counter() - self.at.seconds
+
+    def step(self, batch: Any, index: int) -> float | None:
+        """One optimizer step on ``batch``; its loss, or None when the batch was skipped."""
+        trainer, task, at = self.trainer, self.task, self.at
+        parts = task.parts(trainer, batch)
+        if parts is None:
+            return None
+        loss, grad_norm = trainer.step(parts, task.loss, before_update=task.before_update)
+        self.health.record_loss(loss)
+        at.step += 1
+        at.batch = index + 1
+        for key, value in task.counts(batch).items():
+            at.counts[key] = at.counts.get(key, 0) + value
+        self.write(
+            {
+                "step": at.step,
+                "epoch": at.epoch + 1,
+                "loss": round(loss, 6),
+                "lr": trainer.lr(),
+                **task.record(batch),
+                "grad_norm": None if grad_norm is None else round(grad_norm, 6),
+                "seconds": round(time.perf_counter() - self.started, 3),
+            }
+        )
+        if not math.isfinite(loss) and trainer.scaler is None:
+            raise UsageError(f"the training loss became {loss} at step {at.step}", hint="lower --lr, or use --precision fp32 or bf16")
+        self.write(*task.after_step(at.step))
+        every = self.checkpoint.save_every if self.checkpoint is not None else None
+        if every and at.step % every == 0 and at.step < trainer.total_steps:
+            self.save()
+        return loss
+
+    def end_epoch(self) -> None:
+        """Close an epoch: evaluate on dev (keeping the best weights) and move to the next."""
+        at, result, model = self.at, self.result, self.trainer.model
+        at.epoch += 1
+        at.batch = 0
+        if self.evaluate is None:
+            self.health.evaluated()
+            return
+        model.eval()
+        score, details = self.evaluate(model)
+        model.train()
+        self.health.evaluated(score)
+        result.dev_history.append({"epoch": at.epoch, "step": at.step, "score": score, **details})
+        self.write({"event": "dev", "epoch": at.epoch, "step": at.step, "score": score})
+        if result.best_score is None or score > result.best_score:
+            result.best_score, result.best_epoch = score, at.epoch
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        log.info("epoch %d: dev score %.4f (best %.4f, epoch %d)", at.epoch, score, result.best_score, result.best_epoch)
+
+    def write(self, *records: dict[str, Any]) -> None:
+        if self.handle is not None:
+            for record in records:
+                self.handle.write(json.dumps(record) + "\n")
+
+    def save(self, *, complete: bool = False) -> Path | None:
+        saved = None
+        ctx = self.trainer.ctx
+        rank_rng = gather_rng_states(ctx) if self.checkpoint is not None else None  # every process takes part
+        if self.writes:
+            assert self.checkpoint is not None
+            if self.handle is not None:
+                self.handle.flush()
+            self.at.seconds = time.perf_counter() - self.started
+            saved = _save_checkpoint(self, rank_rng, complete=complete)
+        ctx.barrier()  # no process may exit (and have torchrun stop the others) before rank 0 has saved
+        return saved
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+    def finish(self) -> TrainingRun:
+        at, result, model = self.at, self.result, self.trainer.model
+        if self.best_state is not None and result.best_epoch != at.epoch:
+            model.load_state_dict(self.best_state)
+            log.info("restored the weights of epoch %d (best on dev)", result.best_epoch)
+        result.steps, result.epochs_run = at.step, at.epoch
+        result.epoch_fraction = round(at.epoch + at.batch / max(1, self.epoch_size), 4)
+        result.seconds = time.perf_counter() - self.started
+        result.counts = dict(at.counts)
+        result.losses = self.health.losses
+        result.warnings = self.health.warnings
+        return result
+
+
+def _save_checkpoint(loop: _Loop, rank_rng: list[dict[str, Any]] | None, *, complete: bool) -> Path:
+    """Write one checkpoint atomically (temporary folder, manifest last, rename) and drop the older ones.
+
+    ``rank_rng`` (from :func:`gather_rng_states`): every process's random
+    states; the tensors go into ``optimizer.pt``, the rest into ``state.json``.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    checkpoint, trainer, task = loop.checkpoint, loop.trainer, loop.task
+    assert checkpoint is not None
+
+    def fill(tmp: Path) -> None:
+        # Copies break tied weights' shared storage, which safetensors refuses to write.
+        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in task.weights().items()}, str(tmp / _WEIGHTS))
+        if loop.best_state is not None:
+            save_file({k: v.contiguous() for k, v in loop.best_state.items()}, str(tmp / _BEST))
+        tensors, state = trainer.state()
+        rng_tensors, rng_state = rng_checkpoint_entries(trainer.ctx, rank_rng)
+        tensors.update(rng_tensors)
+        state.update(rng_state)
+        torch.save(tensors, tmp / _TENSORS)
+        result = loop.result
+        state.update(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "fingerprint": checkpoint.fingerprint,
+                "seed": trainer.config.seed,
+                "complete": complete,
+                "position": loop.at.to_json(),
+                "result": {"best_epoch": result.best_epoch, "best_score": result.best_score, "dev_history": result.dev_history},
+                **task.extra_state(),
+            }
+        )
+        (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
+        if loop.log_path is not None and loop.log_path.is_file():
+            shutil.copyfile(loop.log_path, tmp / _LOG)
+
+    return write_checkpoint(checkpoint, loop.at.step, fill, complete=complete)
+
+
+def _load_checkpoint(checkpoint: Checkpointing, trainer: Trainer, task: TrainingTask, log_path: Path | None) -> _Restored | None:
+    """Put the newest checkpoint's state into ``trainer``, ``task`` and the random generators; None when there is none."""
+    import pickle
+
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = matching_checkpoint(checkpoint)
+    if path is None:
+        return None
+    hint = f"delete {path.parent} to start over"
+    seed = trainer.config.seed
+    try:
+        state = json.loads((path / _STATE).read_text(encoding="utf-8"))
+        if state.get("seed", seed) != seed:
+            raise StageError(f"this checkpoint is of seed {state.get('seed')}, not {seed}", path=path, hint=hint)
+        # weights_only: a checkpoint folder is an input like any other and must not run code.
+        tensors = torch.load(path / _TENSORS, map_location="cpu", weights_only=True)
+        task.load_weights(load_file(str(path / _WEIGHTS), device=str(trainer.ctx.device)))
+        best = load_file(str(path / _BEST)) if (path / _BEST).is_file() else None
+        position = Position.from_json(state["position"])
+        trainer.load_state(tensors, state)
+        task.load_extra_state(state)
+        restore_rng_states(tensors, state, trainer.ctx, path, seed=seed, step=position.step)
+        result = state.get("result") or {"best_epoch": None, "best_score": None, "dev_history": []}
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
+        # UnpicklingError: weights_only refused an object; RuntimeError: tensors that do not fit this model.
+        raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
+    if log_path is not None and (path / _LOG).is_file():
+        shutil.copyfile(path / _LOG, log_path)
+    log.info("resuming from %s: step %d, epoch %d", path, position.step, position.epoch + 1)
+    return _Restored(position, result, best, bool(state.get("complete")))
