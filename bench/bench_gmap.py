@@ -96,7 +96,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
 
     from greenadapt.finetune import gmap
     from greenadapt.models import quiet_transformers
-    from greenadapt.finetune.tasks import TaskSettings, get_task
+    from greenadapt.tasks import TaskSettings, get_task
     from greenadapt.expanded_model import load_tokenizers
     from greenadapt.finetune.train import FinetuneTask, TrainConfig, prepare_trainer
     from greenadapt.training.distributed import DistContext

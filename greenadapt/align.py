@@ -30,7 +30,8 @@ from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import InputError, StageError, UsageError
 from greenadapt.methods import InitMethod, MethodOptions, get_method
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import StageOutcome, StageRun, load_stage, manifest_identity, write_json
+from greenadapt.manifest import load_stage, manifest_identity, write_json
+from greenadapt.stage import StageOutcome, StageRun
 
 # Kept importable from here: the map's helpers and file names now live with their methods.
 from greenadapt.methods.lstsq import MAP_FILE, fit_linear_map, mean_cosine  # noqa: E402,F401
@@ -201,7 +202,7 @@ def vocab_digest(general: GeneralTokenizer) -> str:
 def stage_suffix(method: InitMethod, options: MethodOptions) -> str:
     """How the default align and expand folders of a method are told apart: "" for the paper's lstsq,
     ``-focus``, ``-lstsq-match-norm``, ``-focus-<hash of its options>`` when they differ from the defaults."""
-    from greenadapt.stage import canonical_json
+    from greenadapt.manifest import canonical_json
 
     chosen = recorded_options(method, options)
     norm = "-match-norm" if chosen.pop("match_norm", False) else ""
@@ -217,6 +218,27 @@ def recorded_options(method: InitMethod, options: MethodOptions) -> dict[str, An
     if not chosen.get("match_norm"):
         chosen.pop("match_norm", None)
     return chosen
+
+
+def _checked_vector_source(w2v_dir: Path, w2v_manifest: Mapping[str, Any], method: InitMethod) -> str:
+    """What the w2v folder's vectors come from (word2vec or context), refused when the method needs another kind."""
+    source = vector_source(w2v_manifest)
+    if method.vector_source == "context" and source != "context":
+        raise InputError(
+            f"--method {method.name} needs the base model's contextual vectors, and this w2v output holds {source} vectors",
+            path=w2v_dir,
+            hint="run `greenadapt adapt --method context-mean`, or `greenadapt w2v --source context` first",
+        )
+    return source
+
+
+def heldout_split(n_shared: int) -> tuple[Any, Any]:
+    """(held-out, training) indices of the shared words: a seeded HELDOUT_FRACTION held out, at least one of each."""
+    import numpy as np
+
+    order = np.random.default_rng(HELDOUT_SEED).permutation(n_shared)
+    n_held = 0 if n_shared < 2 else min(max(1, round(n_shared * HELDOUT_FRACTION)), n_shared - 1)
+    return order[:n_held], order[n_held:]
 
 
 def _align(
@@ -238,13 +260,7 @@ def _align(
     from greenadapt.methods.base import describe
     from greenadapt.vectors import read_counts, read_input_embeddings
 
-    source = vector_source(w2v_manifest)
-    if method.vector_source == "context" and source != "context":
-        raise InputError(
-            f"--method {method.name} needs the base model's contextual vectors, and this w2v output holds {source} vectors",
-            path=w2v_dir,
-            hint="run `greenadapt adapt --method context-mean`, or `greenadapt w2v --source context` first",
-        )
+    source = _checked_vector_source(w2v_dir, w2v_manifest, method)
     progress.start("reading word2vec vectors")
     words, vectors = read_w2v_words(w2v_dir, need_vectors=method.needs_vectors, method=method.name)
     counts = read_counts(w2v_dir / "counts.tsv") if (w2v_dir / "counts.tsv").is_file() else {}
@@ -269,9 +285,8 @@ def _align(
         )
     X = vectors[w2v_rows]
     Y = embeddings[vocab_ids]
-    order = np.random.default_rng(HELDOUT_SEED).permutation(n_shared)
-    n_held = 0 if n_shared < 2 else min(max(1, round(n_shared * HELDOUT_FRACTION)), n_shared - 1)
-    held, train = order[:n_held], order[n_held:]
+    held, train = heldout_split(n_shared)
+    n_held = len(held)
 
     progress.start(f"fitting the map ({method.name})")
     fitted = method.fit(FitContext(X=X, Y=Y, train=train, held=held, seed=seed, options=options, dest=dest, embeddings=embeddings))

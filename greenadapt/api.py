@@ -120,21 +120,21 @@ def finetune(
     out: PathLike | None = None,
     workdir: PathLike | None = None,
     mix: float | None = None,
-    pool: str = "mean",
-    epochs: int = 3,
+    pool: str | None = None,
+    epochs: int | None = None,
     max_steps: int | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     grad_accum: int = 1,
-    lr: float = 5e-5,
+    lr: float | None = None,
     warmup: float = 0.1,
     weight_decay: float = 0.01,
     seed: int = DEFAULT_SEED,
     seeds: Sequence[int] | None = None,
     train_on: str = "train",
     train_embeddings: str = "all",
-    max_length: int = 128,
+    max_length: int | None = None,
     doc_stride: int | None = None,
-    max_words: int = 30,
+    max_words: int | None = None,
     metric: str | None = None,
     positive_label: str | None = None,
     text_field: str | None = None,
@@ -156,23 +156,22 @@ def finetune(
     gmap_indexing: str = "reference",
     force: bool = False,
     wait: bool = False,
-    given: frozenset[str] | None = None,
     progress: Progress | None = None,
 ) -> StageOutcome:
     """Fine-tune ``model`` on ``task`` (``ner``, ``classify`` or ``qa``) with both tokenizers; evaluate mean-pooled.
 
     ``seeds`` trains one model per seed (mean ± std reported); otherwise one
-    model with ``seed``. For ``qa`` the options it shares keep QA's own
-    defaults (2 epochs, batch 16, lr 3e-5, the model's length) unless passed;
-    ``given`` names the flags set explicitly (the CLI passes what was typed;
-    ``None``: every option that differs from its default).
+    model with ``seed``. ``epochs``, ``batch_size``, ``lr``, ``max_length`` and
+    ``max_words`` left at None take the task's defaults (``greenadapt.tasks``:
+    ner and classify 3 epochs, batch 32, lr 5e-5, 128 wordpieces; qa 2, 16,
+    3e-5 and the model's length); ``pool`` None: mean with two tokenizers.
     The result's ``.path`` is the run folder to :func:`load`.
     """
     from greenadapt.finetune.data import ReaderOptions
     from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
     from greenadapt.gmap.options import GmapOptions
     from greenadapt.progress import NULL_PROGRESS
+    from greenadapt.tasks import get_task
 
     options = FinetuneOptions(
         task=task,
@@ -183,7 +182,7 @@ def finetune(
         out=_path(out),
         workdir=_path(workdir),
         reader=ReaderOptions(file_format, text_field, pair_field, label_field, header, entity_type),  # type: ignore[arg-type]
-        training=TrainConfig(
+        training=get_task(task).training_config(
             mix=mix,
             batch_size=batch_size,
             grad_accum=grad_accum,
@@ -209,7 +208,6 @@ def finetune(
         save_every=save_every,
         resume=resume,
         doc_stride=doc_stride,
-        given=given,
         gmap=GmapOptions.from_cli(gmap, gmap_layers, general_model, gmap_unfrozen, gmap_cache, gmap_indexing),
     )
     return run_finetune(options, progress or NULL_PROGRESS)

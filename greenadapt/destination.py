@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from greenadapt.errors import OutputExistsError, ResourceError, UsageError
-from greenadapt.stage import check_ownership
+from greenadapt.manifest import check_ownership
 
 # Every HTML page `greenadapt report` writes carries this line, so a rerun may replace its own page and nothing else.
 REPORT_MARKER = '<meta name="generator" content="greenadapt report">'

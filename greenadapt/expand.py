@@ -67,15 +67,8 @@ from greenadapt.model_card import (
     expanded_card,
 )
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import (
-    StageOutcome,
-    StageRun,
-    load_stage,
-    manifest_identity,
-    recorded_input_path,
-    resource_errors,
-    same_identity,
-)
+from greenadapt.manifest import load_stage, manifest_identity, recorded_input_path, same_identity
+from greenadapt.stage import StageOutcome, StageRun, resource_errors
 
 if TYPE_CHECKING:
     import numpy as np
@@ -125,6 +118,26 @@ class NewWords:
     excluded: dict[str, int] = field(default_factory=dict)
 
 
+def _model_of(model: str | None, align_dir: Path, align_manifest: dict[str, Any]) -> tuple[Any, Any]:
+    """The model to expand (``model``, else the one align was fitted on) and its tokenizer, checked against the map's."""
+    from greenadapt.align import model_for_stage, vocab_digest
+    from greenadapt.domain_tokenizer import load_general_tokenizer
+
+    align_config = align_manifest.get("config", {})
+    ref = model_for_stage(model, align_config.get("model"), align_dir)
+    general = load_general_tokenizer(ref.path)
+    aligned_to = align_manifest.get("stats", {}).get("vocab_digest")
+    if aligned_to is not None and vocab_digest(general) != aligned_to:
+        raise ModelError(
+            f"the vocabulary of {ref.name} differs from that of the model the map was fitted on",
+            path=ref.path,
+            hint="rerun `greenadapt align` with this --model, or expand the model align used",
+        )
+    if align_config.get("model", {}).get("path") != str(ref.path):
+        log.warning("expanding %s with a map fitted on %s (same vocabulary)", ref.path, align_config.get("model", {}).get("path"))
+    return ref, general
+
+
 def run_expand(
     *,
     align: Path | None = None,
@@ -150,9 +163,8 @@ def run_expand(
     have the same vocabulary and embedding size (e.g. a fine-tuned copy).
     The output folder defaults to the ``expand`` sibling of the align folder.
     """
-    from greenadapt.align import locate_upstream, model_for_stage, vocab_digest
+    from greenadapt.align import locate_upstream
     from greenadapt.destination import check_destination, protected
-    from greenadapt.domain_tokenizer import load_general_tokenizer
 
     if max_new is not None and max_new < 0:
         raise UsageError(f"--max-new must be >= 0, got {max_new}")
@@ -174,17 +186,7 @@ def run_expand(
             path=align_dir, hint=f"rerun `greenadapt align --method {chosen.name}`, or drop --method to use {method.name}",
         )
     method_options = MethodOptions.from_config(align_config.get("method_options", {}))
-    ref = model_for_stage(model, align_config.get("model"), align_dir)
-    general = load_general_tokenizer(ref.path)
-    aligned_to = align_manifest.get("stats", {}).get("vocab_digest")
-    if aligned_to is not None and vocab_digest(general) != aligned_to:
-        raise ModelError(
-            f"the vocabulary of {ref.name} differs from that of the model the map was fitted on",
-            path=ref.path,
-            hint="rerun `greenadapt align` with this --model, or expand the model align used",
-        )
-    if align_config.get("model", {}).get("path") != str(ref.path):
-        log.warning("expanding %s with a map fitted on %s (same vocabulary)", ref.path, align_config.get("model", {}).get("path"))
+    ref, general = _model_of(model, align_dir, align_manifest)
 
     # align-focus -> expand-focus: each method's model beside its own fit.
     suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.errors import UsageError
-from greenadapt.stage import read_manifest_checked, verify_files
+from greenadapt.manifest import read_manifest_checked, verify_files
 
 # The figures of each stage kind worth a line, from its manifest's stats (in this order).
 _FIGURES: dict[str, tuple[str, ...]] = {

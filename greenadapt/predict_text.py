@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from greenadapt.errors import DataError, UsageError
-from greenadapt.stage import atomic_writer
+from greenadapt.manifest import atomic_writer
 from greenadapt.finetune.data import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.progress import NULL_PROGRESS, Progress
 

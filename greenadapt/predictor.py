@@ -277,9 +277,8 @@ def open_model(
 ) -> NerModel | ClassifierModel | QaModel:
     """The object for a fine-tuned folder as :func:`greenadapt.finetune.predict.find_model_folder` found it."""
     from greenadapt.finetune.predict import open_finetuned
-    from greenadapt.finetune.tasks import QA_TASK
 
-    if settings.task == QA_TASK:
+    if settings.task == "qa":
         from greenadapt.models import resolve_model
         from greenadapt.qa.run import QaOptions, open_qa, resolve_qa_settings
 

@@ -45,6 +45,37 @@ _MAX_WORD_BYTES = 4096
 EMBEDDING_SUFFIX = "word_embeddings.weight"
 
 
+def _slots(rows: Sequence[int] | None, n: int) -> Sequence[int]:
+    """Where each of the ``n`` entries goes among the kept vectors (-1: not kept)."""
+    import numpy as np
+
+    if rows is None:
+        return range(n)
+    wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if wanted.size and (wanted.min() < 0 or wanted.max() >= n):
+        raise ValueError(f"rows must lie in [0, {n}), got {wanted.min()}..{wanted.max()}")
+    slot_array = np.full(n, -1, dtype=np.int64)
+    slot_array[wanted] = np.arange(wanted.size)
+    if np.count_nonzero(slot_array >= 0) != wanted.size:
+        raise ValueError("rows must not repeat")
+    return slot_array.tolist()  # type: ignore[no-any-return]
+
+
+def _unreadable_entry(path: Path, i: int, dim: int, n_declared: int, *, truncated: bool) -> InputError:
+    if truncated:
+        return InputError(
+            f"truncated: the header promises {n_declared} vectors of dimension {dim}, the file ends inside entry {i + 1}",
+            path=path,
+            hint="the file was cut short; rerun the w2v stage with --force",
+        )
+    return InputError(
+        f"entry {i + 1}: no word ends within {_MAX_WORD_BYTES} bytes, so this is not a word2vec "
+        f"binary file or the header's dimension {dim} is wrong",
+        path=path,
+        hint="write the vectors with greenadapt w2v or gensim's save_word2vec_format(binary=True)",
+    )
+
+
 def read_word2vec_binary(
     path: str | os.PathLike[str], limit: int | None = None, *, rows: Sequence[int] | None = None
 ) -> tuple[list[str], np.ndarray]:
@@ -66,19 +97,8 @@ def read_word2vec_binary(
         header = handle.readline(256)
         n_declared, dim = _parse_header(header, path)
         n = n_declared if limit is None else max(0, min(n_declared, limit))
-        if rows is None:
-            slots: Sequence[int] = range(n)
-            vectors = np.empty((n, dim), dtype="<f4")
-        else:
-            wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
-            if wanted.size and (wanted.min() < 0 or wanted.max() >= n):
-                raise ValueError(f"rows must lie in [0, {n}), got {wanted.min()}..{wanted.max()}")
-            slot_array = np.full(n, -1, dtype=np.int64)
-            slot_array[wanted] = np.arange(wanted.size)
-            if np.count_nonzero(slot_array >= 0) != wanted.size:
-                raise ValueError("rows must not repeat")
-            slots = slot_array.tolist()
-            vectors = np.empty((wanted.size, dim), dtype="<f4")
+        slots = _slots(rows, n)
+        vectors = np.empty((n if rows is None else len(rows), dim), dtype="<f4")
         dest = memoryview(vectors.reshape(-1).view(np.uint8))
         row_bytes = 4 * dim
         words: list[str] = []
@@ -94,20 +114,9 @@ def read_word2vec_binary(
                 space = buf.find(b" ", pos, pos + _MAX_WORD_BYTES + 1)
                 if space >= 0 and len(buf) - space - 1 >= row_bytes:
                     break
-                if space < 0 and len(buf) - pos > _MAX_WORD_BYTES:
-                    raise InputError(
-                        f"entry {i + 1}: no word ends within {_MAX_WORD_BYTES} bytes, so this is not a word2vec "
-                        f"binary file or the header's dimension {dim} is wrong",
-                        path=path,
-                        hint="write the vectors with greenadapt w2v or gensim's save_word2vec_format(binary=True)",
-                    )
-                if eof:
-                    raise InputError(
-                        f"truncated: the header promises {n_declared} vectors of dimension {dim}, "
-                        f"the file ends inside entry {i + 1}",
-                        path=path,
-                        hint="the file was cut short; rerun the w2v stage with --force",
-                    )
+                too_long = space < 0 and len(buf) - pos > _MAX_WORD_BYTES
+                if too_long or eof:
+                    raise _unreadable_entry(path, i, dim, n_declared, truncated=not too_long)
                 block = handle.read(_BLOCK)
                 eof = not block
                 buf = buf[pos:] + block
@@ -117,13 +126,10 @@ def read_word2vec_binary(
             try:
                 word = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise InputError(
-                    f"entry {i + 1}: the word is not valid UTF-8 ({raw[:40]!r})",
-                    path=path,
-                    hint="the file is corrupt or not a word2vec binary file",
-                ) from None
+                word = ""
             if not word:
-                raise InputError(f"entry {i + 1}: empty word", path=path, hint="the file is corrupt")
+                raise InputError(f"entry {i + 1}: the word is empty or not valid UTF-8 ({raw[:40]!r})", path=path,
+                                 hint="the file is corrupt or not a word2vec binary file")
             words.append(word)
             start = space + 1
             slot = slots[i]

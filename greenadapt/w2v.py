@@ -62,7 +62,8 @@ from greenadapt.defaults import DEFAULT_SEED
 from greenadapt import workspace
 from greenadapt.errors import CorpusError, UsageError
 from greenadapt.models import hidden_size, load_wordpiece_tokenizer, resolve_model
-from greenadapt.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, TextRules, pretokenize_corpus
+from greenadapt.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, pretokenize_corpus
+from greenadapt.word_splitter import TextRules
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, sweep_stale_temporaries
 

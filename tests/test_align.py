@@ -15,7 +15,7 @@ from w2v_fixtures import DOMAIN_WORDS, linear_w2v, write_w2v_folder
 
 from greenadapt.align import fit_linear_map, mean_cosine, run_align
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, InputError, OutputExistsError, StageError
-from greenadapt.stage import load_stage
+from greenadapt.manifest import load_stage
 from greenadapt.vectors import read_input_embeddings
 from greenadapt.workspace import corpus_key
 

@@ -19,7 +19,8 @@ from finetune_helpers import build_tiny_expanded, write_ner_file
 from w2v_fixtures import linear_w2v
 
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, EXIT_USAGE
-from greenadapt.stage import MANIFEST, StageRun, load_stage
+from greenadapt.manifest import MANIFEST, load_stage
+from greenadapt.stage import StageRun
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -373,7 +374,7 @@ def test_a_moved_workspace_stays_up_to_date(inputs: dict[str, Path], tmp_path: P
 
 
 def test_outputs_made_before_paths_left_the_fingerprint_stay_up_to_date(tmp_path: Path) -> None:
-    from greenadapt.stage import legacy_fingerprint
+    from greenadapt.manifest import legacy_fingerprint
 
     upstream = {"stage": "w2v", "path": "/old/place/w2v", "fingerprint": "f", "content": "c"}
     with StageRun("demo", tmp_path / "out", {"a": 1}, [upstream]) as run:
@@ -381,7 +382,7 @@ def test_outputs_made_before_paths_left_the_fingerprint_stay_up_to_date(tmp_path
     manifest_path = tmp_path / "out" / MANIFEST
     manifest = json.loads(manifest_path.read_text())
     manifest["fingerprint"] = legacy_fingerprint("demo", {"a": 1}, [upstream])  # as an older greenadapt wrote it
-    from greenadapt.stage import MANIFEST_CHECKSUM, manifest_checksum
+    from greenadapt.manifest import MANIFEST_CHECKSUM, manifest_checksum
 
     manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
     manifest_path.write_text(json.dumps(manifest))

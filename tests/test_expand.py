@@ -23,7 +23,7 @@ from w2v_fixtures import DOMAIN_WORDS, linear_w2v, write_w2v_folder
 from greenadapt.align import run_align
 from greenadapt.errors import EXIT_STAGE_CONFLICT, ModelError, StageError
 from greenadapt.expand import run_expand
-from greenadapt.stage import load_stage
+from greenadapt.manifest import load_stage
 from greenadapt.vectors import read_counts, read_word2vec_binary
 from greenadapt.workspace import corpus_key
 

@@ -127,7 +127,7 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     from greenadapt.finetune import gmap
     from greenadapt.finetune.infer import pooled_logits
     from greenadapt.finetune.predict import find_model_folder
-    from greenadapt.finetune.tasks import get_task
+    from greenadapt.tasks import get_task
     from greenadapt.expanded_model import load_tokenizers
     from greenadapt.training.distributed import DistContext
 
@@ -175,7 +175,7 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
 
 @pytest.fixture
 def ner_units(models, data):
-    from greenadapt.finetune.tasks import TaskSettings, get_task
+    from greenadapt.tasks import TaskSettings, get_task
     from greenadapt.expanded_model import load_tokenizers
 
     task = get_task("ner")
@@ -290,7 +290,7 @@ def test_the_general_model_defaults_to_the_one_an_expanded_model_came_from(model
 def test_ner_memory_under_another_tokenizer_covers_the_units_words(models, data) -> None:
 
     from greenadapt.finetune import gmap
-    from greenadapt.finetune.tasks import TaskSettings, get_task
+    from greenadapt.tasks import TaskSettings, get_task
     from greenadapt.expanded_model import load_tokenizers
     from greenadapt.finetune.tokenize import VIEW_GENERAL
 

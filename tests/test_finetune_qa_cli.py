@@ -12,8 +12,10 @@ import pytest
 
 from conftest import REPO
 from greenadapt.errors import UsageError
-from greenadapt.finetune.run import FinetuneOptions, qa_train_options
+from greenadapt.finetune.run import FinetuneOptions
 from greenadapt.finetune.train import TrainConfig
+from greenadapt.qa.train import qa_train_options
+from greenadapt.tasks import get_task
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 CONTEXT = (
@@ -120,26 +122,40 @@ def test_cli_refuses_a_line_based_task_file(expanded: Path, tmp_path: Path) -> N
 
 
 def test_shared_options_map_onto_qa_options(squad: Path) -> None:
+    qa = get_task("qa")
     base = {"task": "qa", "train": squad}
-    # From the command line: only the options typed count as set.
-    options = qa_train_options(FinetuneOptions(**base, training=TrainConfig(lr=1e-4, epochs=3), pool="general",
-                                               given=frozenset({"--lr", "--pool"})))
+    # Options left unset (None) take QA's own defaults, not ner/classify's (3 epochs, batch 32, 5e-5).
+    options = qa_train_options(FinetuneOptions(**base, training=qa.training_config(lr=1e-4, epochs=None), pool="general"))
     assert (options.training.lr, options.training.epochs, options.training.batch_size) == (1e-4, 2, 16)
     assert options.pool == "general" and options.max_length is None and options.doc_stride is None
-    # From a library caller: the values that differ from FinetuneOptions' defaults count as set.
+    options = qa_train_options(FinetuneOptions(**base))
+    assert (options.training.lr, options.training.epochs, options.training.batch_size) == (3e-5, 2, 16)
+    assert options.pool is None  # the trainer picks by the model's tokenizers
+    # A complete TrainConfig from a library caller is taken as it is.
     options = qa_train_options(FinetuneOptions(**base, training=TrainConfig(epochs=5, train_embeddings="new"), seeds=[9],
                                                max_length=256, doc_stride=64))
-    assert (options.training.epochs, options.training.lr, options.training.seed) == (5, 3e-5, 9)
+    assert (options.training.epochs, options.training.lr, options.training.seed) == (5, 5e-5, 9)
     assert options.training.train_embeddings == "new" and (options.max_length, options.doc_stride) == (256, 64)
-    assert options.pool is None  # "mean" is the default, so the trainer picks by the model's tokenizers
     with pytest.raises(UsageError, match="--metric does not apply to --task qa"):
         qa_train_options(FinetuneOptions(**base, metric="f1"))
     with pytest.raises(UsageError, match="one model, not one per seed"):
         qa_train_options(FinetuneOptions(**base, seeds=[1, 2]))
 
 
+def test_every_task_fills_in_its_own_defaults() -> None:
+    """The API leaves task-dependent options at None; each task's training_config fills them in, given values win."""
+    from greenadapt.tasks import TASKS
+
+    for task in TASKS.values():
+        config = task.training_config(lr=None, batch_size=7)
+        assert (config.epochs, config.lr, config.batch_size) == (task.defaults.epochs, task.defaults.lr, 7)
+    assert (TASKS["qa"].defaults.epochs, TASKS["ner"].defaults.epochs) == (2, 3)
+
+
 def test_doc_stride_is_for_qa_only(squad: Path, tmp_path: Path) -> None:
     from greenadapt.finetune.run import run_finetune
 
-    with pytest.raises(UsageError, match="--doc-stride applies to --task qa only"):
+    with pytest.raises(UsageError, match="--doc-stride does not apply to --task ner"):
         run_finetune(FinetuneOptions(task="ner", train=tmp_path / "x.tsv", doc_stride=32))
+    with pytest.raises(UsageError, match="--max-words, --doc-stride do not apply to --task classify"):
+        run_finetune(FinetuneOptions(task="classify", train=tmp_path / "x.tsv", max_words=30, doc_stride=32))

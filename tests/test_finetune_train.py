@@ -195,7 +195,7 @@ def test_model_loads_with_transformers_and_pooled_logits_are_the_mean(main_run: 
 
     from greenadapt.finetune.data import read_task_file
     from greenadapt.finetune.infer import pooled_logits
-    from greenadapt.finetune.tasks import TaskSettings
+    from greenadapt.tasks import TaskSettings
     from greenadapt.expanded_model import load_tokenizers
     from greenadapt.finetune.tokenize import ner_units
     from greenadapt.training.distributed import DistContext
@@ -392,7 +392,7 @@ def test_entity_type_errors(expanded: Path, data: dict[str, Path], tmp_path: Pat
     with pytest.raises(UsageError, match="one word"):
         run_finetune(_options(expanded, data, tmp_path / "a", reader=ReaderOptions(entity_type="two words")))
     classify = write_classify_file(tmp_path / "c.jsonl", 10, seed=1)
-    with pytest.raises(UsageError, match="--task ner only"):
+    with pytest.raises(UsageError, match="--entity-type does not apply to --task classify"):
         run_finetune(_options(expanded, {"train": classify}, tmp_path / "b", task="classify", reader=ReaderOptions(entity_type="Disease")))
 
 

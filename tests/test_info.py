@@ -14,7 +14,7 @@ from greenadapt.align import run_align
 from greenadapt.errors import UsageError
 from greenadapt.expand import run_expand
 from greenadapt.info import describe_folder, render
-from greenadapt.stage import MANIFEST
+from greenadapt.manifest import MANIFEST
 
 
 @pytest.fixture(scope="module")

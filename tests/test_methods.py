@@ -23,7 +23,7 @@ from greenadapt.errors import InputError, UsageError
 from greenadapt.expand import run_expand
 from greenadapt.methods import METHODS, MethodOptions, get_method, method_help
 from greenadapt.methods.focus import focus_weights, sparsemax
-from greenadapt.stage import load_stage
+from greenadapt.manifest import load_stage
 from greenadapt.vectors import read_input_embeddings, read_word2vec_binary
 
 EMBEDDING = "bert.embeddings.word_embeddings.weight"

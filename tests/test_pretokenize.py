@@ -16,14 +16,8 @@ from hypothesis import strategies as st
 from greenadapt import pretokenize
 from greenadapt.corpus import CorpusSource, ReadStats, resolve_corpus
 from greenadapt.errors import CorpusError
-from greenadapt.pretokenize import (
-    MAX_LINE_WORDS,
-    TextRules,
-    WordSplitter,
-    _process_chunk,
-    normalization_flags,
-    pretokenize_corpus,
-)
+from greenadapt.pretokenize import MAX_LINE_WORDS, _process_chunk, pretokenize_corpus
+from greenadapt.word_splitter import TextRules, WordSplitter, normalization_flags
 
 TRICKY = [
     "Héllo, WORLD!! naïve café — résumé",

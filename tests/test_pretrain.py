@@ -21,7 +21,7 @@ from greenadapt.training.checkpoint import Preempted
 from greenadapt.pretrain.run import EvalOptions, PretrainOptions, run_eval_only, run_pretrain
 from greenadapt.pretrain.train import PretrainConfig
 from greenadapt.progress import NullProgress
-from greenadapt.stage import load_stage
+from greenadapt.manifest import load_stage
 
 WORDS = "the patients were treated with the protein and the gene expression of cancer cells was increased in the tumor".split()
 
@@ -211,7 +211,7 @@ def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_be
     out = tmp_path / "run"
     with pytest.raises(Preempted):
         run_pretrain(_options(tiny_bert, small, out, **settings), _AtStep(6))
-    from greenadapt.finetune.run import checkpoint_folder
+    from greenadapt.training.job import checkpoint_folder
     from greenadapt.training.checkpoint import latest_checkpoint
 
     saved = latest_checkpoint(checkpoint_folder(out))

@@ -10,7 +10,8 @@ import pytest
 
 from greenadapt.errors import UsageError
 from greenadapt.qa.data import read_squad
-from greenadapt.qa.train import QA_TRAINING, QaTrainOptions, featurize, run_finetune_qa
+from greenadapt.qa.features import featurize
+from greenadapt.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 CONTEXT = (
@@ -51,8 +52,7 @@ def test_answer_positions_point_at_the_answer_or_cls(expanded: Path, train_file:
     data = read_squad(train_file)
     for folder in (expanded, expanded / "general-tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        options = QaTrainOptions(max_length=40, doc_stride=12)
-        features, dropped = featurize(data, tokenizer, options)
+        features, dropped = featurize(data, tokenizer, max_length=40, doc_stride=12)
         assert dropped == 1  # t4's answer is not in the context
         answers = {0: "heart rate", 1: "ventilation", 2: "myocarditis"}
         positive = 0

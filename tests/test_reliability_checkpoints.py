@@ -25,11 +25,12 @@ from finetune_helpers import build_tiny_expanded, write_ner_file
 
 from greenadapt.errors import StageError
 from greenadapt.finetune import embeddings
-from greenadapt.finetune.run import FinetuneOptions, checkpoint_folder, run_finetune
+from greenadapt.finetune.run import FinetuneOptions, run_finetune
+from greenadapt.training.job import checkpoint_folder
 from greenadapt.finetune.train import TrainConfig
 from greenadapt.errors import EXIT_PREEMPTED
 from greenadapt.training.checkpoint import Preempted, latest_checkpoint
-from greenadapt.stage import load_stage, sha256_file
+from greenadapt.manifest import load_stage, sha256_file
 
 STEPS_PER_EPOCH = 5  # 40 training sentences, batches of 8
 # Tiny models gain nothing from threads, and on a busy machine spinning OpenMP threads slow them tenfold.

@@ -22,7 +22,7 @@ import pytest
 import torch
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
-from greenadapt.finetune.run import checkpoint_folder
+from greenadapt.training.job import checkpoint_folder
 from greenadapt.training.checkpoint import latest_checkpoint
 
 # Kills the process (os._exit: no handler, no cleanup) at the N-th training step: only checkpoints on disk survive.

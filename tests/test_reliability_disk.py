@@ -15,7 +15,7 @@ import pytest
 from w2v_fixtures import linear_w2v
 
 from greenadapt.errors import EXIT_RESOURCE
-from greenadapt.stage import load_stage
+from greenadapt.manifest import load_stage
 
 
 def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -41,10 +41,10 @@ from w2v_fixtures import linear_w2v
 
 from greenadapt.align import run_align
 from greenadapt.errors import EXIT_TERMINATED
-from greenadapt.finetune.run import checkpoint_folder
+from greenadapt.training.job import checkpoint_folder
 from greenadapt.errors import EXIT_PREEMPTED
 from greenadapt.training.checkpoint import CHECKPOINT_MANIFEST
-from greenadapt.stage import load_stage, read_manifest, verify_files
+from greenadapt.manifest import load_stage, read_manifest, verify_files
 
 SEED = 20240607
 KILLS = {"w2v": 7, "expand": 7, "finetune": 6}  # signals delivered to a running process; 20 in all

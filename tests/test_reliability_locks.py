@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from greenadapt.errors import EXIT_LOCKED
-from greenadapt.stage import load_stage
+from greenadapt.manifest import load_stage
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 _HELD = (

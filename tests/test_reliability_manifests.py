@@ -17,7 +17,7 @@ from cli_helpers import run_cli
 from w2v_fixtures import linear_w2v
 
 from greenadapt.errors import EXIT_STAGE_CONFLICT
-from greenadapt.stage import MANIFEST, MANIFEST_CHECKSUM
+from greenadapt.manifest import MANIFEST, MANIFEST_CHECKSUM
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +135,6 @@ def test_a_damaged_output_is_not_skipped_over(pristine: dict[str, Path], tmp_pat
     assert code == EXIT_STAGE_CONFLICT and "edited by hand" in err and "--force" in err, err
     code, err = run_cli([*args, "--force"], monkeypatch, capsys)
     assert code == 0, err
-    from greenadapt.stage import load_stage
+    from greenadapt.manifest import load_stage
 
     load_stage(aligned, "align")

@@ -32,7 +32,7 @@ import pytest
 from w2v_fixtures import linear_w2v
 
 from greenadapt.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
-from greenadapt.stage import load_stage
+from greenadapt.manifest import load_stage
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 

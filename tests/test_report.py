@@ -16,7 +16,8 @@ import pytest
 from greenadapt.errors import EXIT_BAD_INPUT, InputError
 from greenadapt.report import collect, markdown, write_html
 from greenadapt.report.paper import LB_TO_KG
-from greenadapt.stage import StageRun, manifest_identity, write_json
+from greenadapt.manifest import manifest_identity, write_json
+from greenadapt.stage import StageRun
 
 # F1 per variant and seed, per pooling mode, as a finetune run's metrics.json holds them.
 SCORES = {
@@ -237,7 +238,7 @@ def test_pretrain_stages_get_their_held_out_losses_a_curve_and_a_row_beside_the_
 
 def test_accuracy_against_cost_follows_each_model_to_the_stages_that_made_it(tmp_path: Path) -> None:
     from greenadapt.report.plots import accuracy_cost_chart
-    from greenadapt.stage import load_stage
+    from greenadapt.manifest import load_stage
 
     run = make_run(tmp_path)
     expand = run / "expand"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from greenadapt.stage import MANIFEST_CHECKSUM, manifest_checksum
+from greenadapt.manifest import MANIFEST_CHECKSUM, manifest_checksum
 import torch
 from conftest import build_tiny_bert
 from finetune_helpers import write_ner_file
@@ -64,7 +64,7 @@ def test_pickle_in_pytorch_model_bin_is_never_run_by_our_reader(pickled_model: t
 
 def test_pickle_in_pytorch_model_bin_is_never_run_by_transformers(pickled_model: tuple[Path, Path]) -> None:
     """The fine-tuning path hands the folder to transformers' from_pretrained, which must refuse the pickle too."""
-    from greenadapt.finetune.tasks import NerTask
+    from greenadapt.tasks import NerTask
 
     folder, marker = pickled_model
     with pytest.raises(Exception) as info:  # noqa: PT011 - transformers' own error type; what matters is below
@@ -160,7 +160,7 @@ def remote_code_model(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_remote_code_is_never_imported(remote_code_model: tuple[Path, Path], tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from greenadapt.finetune.tasks import NerTask
+    from greenadapt.tasks import NerTask
     from greenadapt.models import load_wordpiece_tokenizer, resolve_model
     from greenadapt.vectors import _embeddings_via_transformers, read_input_embeddings
 

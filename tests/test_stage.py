@@ -13,7 +13,8 @@ import pytest
 
 from greenadapt import stage
 from greenadapt.errors import LockedError, OutputExistsError, ResourceError, StageError
-from greenadapt.stage import StageRun, fingerprint, load_stage, read_manifest, verify_files
+from greenadapt.manifest import fingerprint, load_stage, read_manifest, verify_files
+from greenadapt.stage import StageRun
 
 
 def _make(out: Path, config: dict, *, payload: str = "hello", force: bool = False) -> StageRun:

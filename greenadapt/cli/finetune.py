@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli import app
+from greenadapt.tasks import tasks_epilog, tasks_help
 from greenadapt.cli._common import (
     ForceOption,
     JsonOption,
@@ -32,7 +34,12 @@ EntityTypeOption = typer.Option(
     None, "--entity-type", metavar="TYPE",
     help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.",
 )
-PoolOption = typer.Option(default_of(api.finetune, "pool"), "--pool", help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+def pool_option(default: str | None) -> Any:
+    """``--pool``; finetune's default is None (mean with two tokenizers, else general), predict's and multitask's mean."""
+    return typer.Option(default, "--pool", help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+
+
+PoolOption = pool_option(default_of(api.finetune, "pool"))
 DeviceOption = typer.Option(default_of(api.finetune, "device"), "--device", help="auto, cpu, cuda, cuda:N or mps.")
 PrecisionOption = typer.Option(default_of(api.finetune, "precision"), "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16, fp16.")
 GmapOption = typer.Option(
@@ -65,10 +72,9 @@ def parse_seeds(text: str | None, seed: int) -> list[int]:
         raise UsageError(f"--seeds {text!r} is not a comma-separated list of integers", hint="e.g. --seeds 1,2,3") from None
 
 
-@app.command("finetune")
+@app.command("finetune", epilog=tasks_epilog())
 def finetune(
-    ctx: typer.Context,
-    task: str = typer.Option(..., "--task", help="ner, classify or qa (SQuAD-style JSON; answer with `greenadapt qa`)."),
+    task: str = typer.Option(..., "--task", help=f"{tasks_help()} (each with its own defaults, listed below)."),
     train: Path = typer.Option(..., "--train", help="Training file."),
     dev: Path | None = typer.Option(None, "--dev", help="Dev file: best-epoch selection (or training data with --train-on train+dev); qa: scored after training."),
     test: Path | None = typer.Option(None, "--test", help="Test file, evaluated at the end under every pooling mode (qa: EM/F1 as `greenadapt qa` answers)."),
@@ -76,21 +82,21 @@ def finetune(
     out: Path | None = typer.Option(None, "--out", help="Run folder (default: <workdir>/finetune/<data>/<model>)."),
     workdir: Path | None = WorkdirOption,
     mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
-    pool: str = PoolOption,
-    epochs: int = typer.Option(default_of(api.finetune, "epochs"), "--epochs", help="Passes over the training data (qa default: 2)."),
+    pool: str | None = PoolOption,
+    epochs: int | None = typer.Option(default_of(api.finetune, "epochs"), "--epochs", help="Passes over the training data (default: the task's)."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps (overrides --epochs)."),
-    batch_size: int = typer.Option(default_of(api.finetune, "batch_size"), "--batch-size", help="Examples (qa: windows) per optimizer step, over all processes (qa default: 16)."),
+    batch_size: int | None = typer.Option(default_of(api.finetune, "batch_size"), "--batch-size", help="Examples (qa: windows) per optimizer step, over all processes (default: the task's)."),
     grad_accum: int = typer.Option(default_of(api.finetune, "grad_accum"), "--grad-accum", help="Micro-batches per step and process (gradient accumulation)."),
-    lr: float = typer.Option(default_of(api.finetune, "lr"), "--lr", help="Peak learning rate (AdamW, linear schedule; qa default: 3e-5)."),
+    lr: float | None = typer.Option(default_of(api.finetune, "lr"), "--lr", help="Peak learning rate (AdamW, linear schedule; default: the task's)."),
     warmup: float = typer.Option(default_of(api.finetune, "warmup"), "--warmup", help="Fraction of the steps spent warming up."),
     weight_decay: float = typer.Option(default_of(api.finetune, "weight_decay"), "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(default_of(api.finetune, "seed"), "--seed", help="Random seed."),
     seeds: str | None = typer.Option(None, "--seeds", help="Several seeds, e.g. 1,2,3: one model each, mean ± std reported."),
     train_on: str = typer.Option(default_of(api.finetune, "train_on"), "--train-on", help="train, or train+dev (the paper's protocol; no dev selection)."),
     train_embeddings: str = typer.Option(default_of(api.finetune, "train_embeddings"), "--train-embeddings", help="Word embeddings to train: all, new (added rows only) or none."),
-    max_length: int = typer.Option(default_of(api.finetune, "max_length"), "--max-length", help="Wordpieces per sequence; longer NER chunks are split (qa default: 384, or the model's limit)."),
+    max_length: int | None = typer.Option(default_of(api.finetune, "max_length"), "--max-length", help="Wordpieces per sequence; longer NER chunks are split (default: the task's)."),
     doc_stride: int | None = typer.Option(None, "--doc-stride", help="qa: wordpieces shared by consecutive windows of a long context (default: 128, at most a third of --max-length)."),
-    max_words: int = typer.Option(default_of(api.finetune, "max_words"), "--max-words", help="NER: words per chunk (labelled spans are never split)."),
+    max_words: int | None = typer.Option(default_of(api.finetune, "max_words"), "--max-words", help="NER: words per chunk (labelled spans are never split; default 30)."),
     metric: str | None = typer.Option(None, "--metric", help="Dev metric for the best epoch: NER f1|precision|recall|accuracy; classify accuracy|micro_f1|macro_f1|mcc|f1."),
     positive_label: str | None = typer.Option(None, "--positive-label", help="Classification: the label whose F1 is 'f1' (default: 1 for 0/1 labels)."),
     text_field: str | None = TextFieldOption,
@@ -168,22 +174,11 @@ def finetune(
             gmap_indexing=gmap_indexing,
             force=force,
             wait=wait,
-            given=options_given(ctx),
             progress=progress,
         )
     if not outcome.manifest:  # a non-zero rank under torchrun: rank 0 reports
         return
     emit(outcome.manifest, _summary(outcome), as_json=as_json)
-
-
-def options_given(ctx: typer.Context) -> frozenset[str]:
-    """The flags typed on the command line (or set through the environment), not left at their defaults."""
-    given = set()
-    for param in ctx.command.params:
-        source = ctx.get_parameter_source(param.name) if param.name else None
-        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
-            given.add(max(param.opts, key=len))
-    return frozenset(given)
 
 
 def _summary(outcome: object) -> str:

@@ -26,7 +26,7 @@ from greenadapt.cli.finetune import (
     GmapLayersOption,
     GmapOption,
     GmapUnfrozenOption,
-    PoolOption,
+    pool_option,
     PrecisionOption,
 )
 
@@ -54,7 +54,7 @@ def multitask(
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
     mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
-    pool: str = PoolOption,
+    pool: str = pool_option("mean"),
     max_length: int = typer.Option(128, "--max-length", help="Wordpieces per sequence."),
     max_words: int = typer.Option(30, "--max-words", help="NER: words per chunk (labelled spans are never split)."),
     device: str = DeviceOption,

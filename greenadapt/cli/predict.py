@@ -15,7 +15,7 @@ from greenadapt.cli.finetune import (
     DeviceOption,
     LabelFieldOption,
     PairFieldOption,
-    PoolOption,
+    pool_option,
     PrecisionOption,
     TextFieldOption,
 )
@@ -31,7 +31,7 @@ def predict(
     output: str = typer.Option(
         "-", "--output", "-o", help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column."
     ),
-    pool: str = PoolOption,
+    pool: str = pool_option(default_of(api.load, "pool")),
     task_name: str | None = typer.Option(None, "--task", help="The task to run, when --model is a `greenadapt multitask` run folder."),
     ignore_labels: bool = typer.Option(False, "--ignore-labels", help="Do not read or score gold labels in the input."),
     text_field: str | None = TextFieldOption,

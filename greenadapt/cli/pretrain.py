@@ -10,6 +10,7 @@ import typer
 
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
+from greenadapt.tasks.mlm import MLM
 from greenadapt.cli._common import (
     ForceOption,
     JsonOption,
@@ -33,7 +34,7 @@ def pretrain_command(
     eval_only: bool = typer.Option(False, "--eval-only", help="Only report held-out masked-LM loss/perplexity of --model on each --corpus (JSON)."),
     general_corpus: list[str] | None = typer.Option(None, "--general-corpus", help="A general corpus whose held-out loss is tracked too (forgetting)."),
     text_field: list[str] | None = typer.Option(None, "--text-field", help="Field(s) holding the text in JSON lines/CSV sources (default: text)."),
-    max_length: int = typer.Option(128, "--max-length", help="Wordpieces per packed sequence, [CLS] and [SEP] included (512 is typical)."),
+    max_length: int = typer.Option(MLM.defaults.max_length, "--max-length", help="Wordpieces per packed sequence, [CLS] and [SEP] included (512 is typical)."),
     heldout: int = typer.Option(256, "--heldout", help="The first N sequences are held out for evaluation (at most a tenth of the corpus)."),
     whole_word_masking: bool = typer.Option(False, "--whole-word-masking", help="Mask whole words (a piece and its ## continuations)."),
     mask_probability: float = typer.Option(0.15, "--mask-probability", help="Share of the non-special tokens that become targets (80% [MASK], 10% random, 10% unchanged)."),
@@ -43,11 +44,11 @@ def pretrain_command(
         help="Expanded models: read this share of the sequences with the domain tokenizer and the rest with the general one "
         "(the fine-tuning's mixture; 0.5 is the recipe after `adapt`). Default: one tokenizer (--tokenizer).",
     ),
-    epochs: int = typer.Option(1, "--epochs", help="Passes over the training sequences."),
+    epochs: int = typer.Option(MLM.defaults.epochs, "--epochs", help="Passes over the training sequences."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps (overrides --epochs)."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Sequences per optimizer step, over all processes."),
+    batch_size: int = typer.Option(MLM.defaults.batch_size, "--batch-size", help="Sequences per optimizer step, over all processes."),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per step and process (gradient accumulation)."),
-    lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear warm-up and decay)."),
+    lr: float = typer.Option(MLM.defaults.lr, "--lr", help="Peak learning rate (AdamW, linear warm-up and decay)."),
     warmup: float = typer.Option(0.1, "--warmup", help="Fraction of the steps spent warming up."),
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed (order, masking, dropout)."),
@@ -92,20 +93,9 @@ def pretrain_command(
         if given:
             raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --eval-only", hint="pass each corpus to score as --corpus")
         options = EvalOptions(
-            corpora=list(corpus),
-            model=model,
-            workdir=workdir,
-            text_fields=text_field or None,
-            max_length=max_length,
-            heldout=heldout,
-            whole_word_masking=whole_word_masking,
-            mask_probability=mask_probability,
-            tokenizer=tokenizer,
-            general_model=general_model,
-            device=device,
-            batch_size=eval_batch_size,
-            precision=precision,
-            workers=workers,
+            corpora=list(corpus), model=model, workdir=workdir, text_fields=text_field or None, max_length=max_length, heldout=heldout,
+            whole_word_masking=whole_word_masking, mask_probability=mask_probability, tokenizer=tokenizer, general_model=general_model,
+            device=device, batch_size=eval_batch_size, precision=precision, workers=workers,
         )
         with progress_for(quiet) as progress:
             report = run_eval_only(options, progress)

@@ -10,6 +10,9 @@ URL) and ``readers`` (one parser per format) both build on this module.
 
 from __future__ import annotations
 
+import codecs
+import threading
+
 import io
 import logging
 from collections.abc import Callable
@@ -167,3 +170,33 @@ class Source(Protocol):
     def member(self, name: str, fmt: str) -> Source:
         """The source an archive member ``name`` read as ``fmt`` stands for (its name shown after a ``!``)."""
         ...
+
+
+# --------------------------------------------------------------------------
+# Decoding with a count of replaced sequences
+
+_COUNT_REPLACE = "greenadapt-count-replace"
+_replaced = threading.local()
+
+
+def _count_and_replace(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    _replaced.count = getattr(_replaced, "count", 0) + 1
+    return "\ufffd", exc.end
+
+
+codecs.register_error(_COUNT_REPLACE, _count_and_replace)
+
+
+def decode(data: bytes, stats: ReadStats) -> str:
+    """UTF-8 text of ``data``; each invalid byte sequence becomes U+FFFD and is counted."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        # The handler's counter is per thread and read right after this one
+        # synchronous call, so interleaved sources cannot mix their counts.
+        _replaced.count = 0
+        text = data.decode("utf-8", _COUNT_REPLACE)
+        stats.replaced_chars += _replaced.count
+        return text

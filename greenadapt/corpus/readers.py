@@ -12,19 +12,18 @@ the same.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import csv
 import json
 import logging
 import posixpath
 import tarfile
-import threading
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
-from greenadapt.corpus.formats import SNIFF_BYTES, TEXT_FORMATS, CountingReader, ReadStats, Source, decompressor, format_for_name, split_compression
+from greenadapt.corpus.formats import SNIFF_BYTES, TEXT_FORMATS, CountingReader, ReadStats, Source, decode, decompressor, format_for_name, split_compression
+from greenadapt.corpus.pubmed import read_pubmed_xml
 from greenadapt.errors import CorpusError
 
 log = logging.getLogger(__name__)
@@ -40,36 +39,6 @@ _BLOCK = 1 << 20
 # sentence break.
 MAX_LINE_BYTES = 8 << 20
 _WHITESPACE = (b" ", b"\t", b"\x0b", b"\x0c", b"\r")
-
-# --------------------------------------------------------------------------
-# Decoding with a count of replaced sequences
-
-_COUNT_REPLACE = "greenadapt-count-replace"
-_replaced = threading.local()
-
-
-def _count_and_replace(exc: UnicodeError) -> tuple[str, int]:
-    if not isinstance(exc, UnicodeDecodeError):
-        raise exc
-    _replaced.count = getattr(_replaced, "count", 0) + 1
-    return "\ufffd", exc.end
-
-
-codecs.register_error(_COUNT_REPLACE, _count_and_replace)
-
-
-def decode(data: bytes, stats: ReadStats) -> str:
-    """UTF-8 text of ``data``; each invalid byte sequence becomes U+FFFD and is counted."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        # The handler's counter is per thread and read right after this one
-        # synchronous call, so interleaved sources cannot mix their counts.
-        _replaced.count = 0
-        text = data.decode("utf-8", _COUNT_REPLACE)
-        stats.replaced_chars += _replaced.count
-        return text
-
 
 # --------------------------------------------------------------------------
 # Entry point
@@ -518,7 +487,6 @@ def _read_member(
     """The texts of one archive member read in the format its name says; returns whether it was read."""
     import io
 
-
     base = posixpath.basename(name)
     fmt = format_for_name(base, strict=True)
     if fmt is None or base.startswith("."):
@@ -603,50 +571,6 @@ def _short_hash(text: str) -> int:
     import hashlib
 
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-
-
-# --------------------------------------------------------------------------
-# PubMed / MEDLINE XML
-
-
-def read_pubmed_xml(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
-    """ArticleTitle and AbstractText of each article, memory flat however large the file.
-
-    Each finished article is cleared from the tree; ElementTree fetches no
-    external DTD or entity, and expat bounds entity expansion.
-    """
-    import xml.etree.ElementTree as ET
-
-    root = None
-    try:
-        for event, element in ET.iterparse(stream, events=("start", "end")):
-            if root is None:
-                root = element
-                continue
-            if event != "end" or element.tag not in ("PubmedArticle", "PubmedBookArticle"):
-                continue
-            parts = [_element_text(e) for e in element.iter("ArticleTitle")]
-            if not any(parts):
-                parts = [_element_text(e) for e in element.iter("BookTitle")]
-            for abstract in element.iter("Abstract"):
-                parts += [_element_text(e) for e in abstract.iter("AbstractText")]
-            root.clear()
-            text = "\n".join(p for p in parts if p)
-            if text:
-                stats.units += 1
-                yield text
-    except ET.ParseError as exc:
-        raise CorpusError(
-            f"malformed XML ({exc})",
-            path=source.display,
-            line=exc.position[0] if exc.position else None,
-            hint="PubMed baseline files are XML; download it again if it was cut short",
-        ) from None
-
-
-def _element_text(element: Any) -> str:
-    # Titles and abstracts hold inline markup (<i>, <sup>); keep all its text.
-    return " ".join("".join(element.itertext()).split())
 
 
 _READERS = {

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from greenadapt.errors import DataError, UsageError
-from greenadapt.stage import atomic_write_text
+from greenadapt.manifest import atomic_write_text
 
 log = logging.getLogger(__name__)
 

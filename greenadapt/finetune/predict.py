@@ -23,12 +23,13 @@ from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.run import KIND
 from greenadapt.finetune.data import TaskFile, check_known_labels, write_predictions
-from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task
 from greenadapt.expanded_model import TokenizerPair, load_tokenizers, pick_device
 from greenadapt.finetune.tokenize import Unit
 from greenadapt.training.distributed import DistContext
 from greenadapt.models import quiet_transformers
-from greenadapt.stage import MANIFEST, load_stage, read_manifest, resource_errors
+from greenadapt.manifest import MANIFEST, load_stage, read_manifest
+from greenadapt.stage import resource_errors
 
 
 @dataclass
@@ -43,8 +44,8 @@ class FinetunedModel:
     memory: tuple[Any, int] | None = None  # G-MAP: the general model's tokenizer and input length
 
     @property
-    def task(self) -> Task:
-        return get_task(self.settings.task)
+    def task(self) -> LabellingTask:
+        return get_labelling_task(self.settings.task)
 
     def default_mode(self, pool: str) -> str:
         return pooling_mode(pool, self.tokenizers, self.folder)
@@ -89,7 +90,7 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
 
     from greenadapt.finetune import gmap
 
-    task = get_task(settings.task)
+    task = get_labelling_task(settings.task)
     tokenizers = load_tokenizers(folder)
     memory = None
     if gmap.is_gmap_folder(folder):
@@ -218,7 +219,7 @@ def read_for_prediction(
 ) -> PredictionRequest:
     """Read ``input_path`` with the training reader options (``reader_overrides`` changes some; None values
     are ignored); labels of a labelled file are checked against the trained set unless ``ignore_labels``."""
-    task = get_task(settings.task)
+    task = get_labelling_task(settings.task)
     overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
     if overrides:
         settings = replace(settings, reader=replace(settings.reader_options, **overrides).as_config())

@@ -14,28 +14,25 @@ A finetune run folder (kind ``finetune``, written through StageRun)::
 
 Under torchrun every process trains; only rank 0 writes.
 
-``--task qa`` is dispatched to :func:`greenadapt.qa.train.run_finetune_qa`
-(SQuAD windows, start/end loss; same folder kind, ``greenadapt_task.json``
-says ``qa``); the shared options map onto its ``QaTrainOptions``.
+:func:`run_finetune` hands the run to its task (:mod:`greenadapt.tasks`):
+the labelling tasks come back to :func:`run_labelling`; ``qa`` trains in
+:func:`greenadapt.qa.train.run_finetune_qa` (SQuAD windows, start/end loss;
+same folder kind, ``greenadapt_task.json`` says ``qa``). Options whose
+default depends on the task are None here until the task fills them in.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shutil
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.destination import check_run_destination
-from greenadapt.errors import DataError, StageError, UsageError
+from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.data import (
-    ReaderOptions,
     TaskFile,
     check_entity_type,
     check_known_labels,
@@ -43,78 +40,29 @@ from greenadapt.finetune.data import (
     untyped_labels,
     write_predictions,
 )
-from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.finetune.metrics import summarize_seeds
-from greenadapt.finetune.tasks import QA_TASK, TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
 from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits, load_tokenizers
 from greenadapt.finetune.tokenize import Unit
+from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
+from greenadapt.finetune.options import TRAIN_ON, FinetuneOptions, default_run_folder
 from greenadapt.finetune.train import TrainConfig, train
-from greenadapt.training.checkpoint import Checkpointing, StopSignal, latest_checkpoint
-from greenadapt.training.distributed import DistContext, init_distributed
-from greenadapt.gmap.options import GmapOptions
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_task
+from greenadapt.training.checkpoint import Checkpointing, StopSignal
+from greenadapt.training.job import training_stage
+from greenadapt.training.distributed import DistContext
 from greenadapt.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
-from greenadapt.models import ModelRef, quiet_transformers, resolve_model, slugify
+from greenadapt.models import ModelRef, quiet_transformers, resolve_model
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import (
-    StageOutcome,
-    StageRun,
-    file_identity,
-    fingerprint,
-    load_stage,
-    manifest_identity,
-    read_manifest,
-    resource_errors,
-    write_json,
-)
+from greenadapt.manifest import file_identity, load_stage, manifest_identity, read_manifest, write_json
+from greenadapt.stage import StageOutcome, resource_errors
 from greenadapt.workspace import workdir as resolve_workdir
 
 if TYPE_CHECKING:
     from greenadapt.finetune.gmap import GmapSetup
-    from greenadapt.qa.train import QaTrainOptions
 
 log = logging.getLogger(__name__)
 
 KIND = "finetune"
-TRAIN_ON = ("train", "train+dev")
-
-
-@dataclass
-class FinetuneOptions:
-    task: str
-    train: Path
-    dev: Path | None = None
-    test: Path | None = None
-    model: str | None = None
-    out: Path | None = None
-    workdir: Path | None = None
-    reader: ReaderOptions = field(default_factory=ReaderOptions)
-    training: TrainConfig = field(default_factory=TrainConfig)  # its mix None: 0.5 with a domain tokenizer, else 0
-    pool: str = "mean"
-    seeds: list[int] = field(default_factory=lambda: [DEFAULT_SEED])
-    train_on: str = "train"
-    max_length: int = 128
-    max_words: int = 30
-    metric: str | None = None
-    positive_label: str | None = None
-    device: str = "auto"
-    force: bool = False
-    wait: bool = False
-    save_every: int | None = None  # steps between resumable checkpoints (in checkpoint_folder(out))
-    resume: bool = False  # continue from the checkpoint an interrupted run left
-    doc_stride: int | None = None  # --task qa only; None: 128, or a third of the window when that is smaller
-    # The command-line options the user set, e.g. {"--lr", "--max-words"} (the CLI fills it in).
-    # None: every option whose value differs from its default counts as set. Only --task qa
-    # looks at it: options left unset take the QA defaults, and set ones QA has no use for are refused.
-    given: frozenset[str] | None = None
-    gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion of a frozen general model (strategy "none": off)
-
-
-# Options of ner/classify that mean nothing for --task qa (nor checkpoints: the QA loop has none yet).
-NOT_FOR_QA = (
-    "--max-words", "--metric", "--positive-label", "--train-on",
-    "--text-field", "--pair-field", "--label-field", "--format", "--header", "--entity-type",
-    "--save-every", "--resume",
-)
 
 
 # --------------------------------------------------------------------------
@@ -122,12 +70,26 @@ NOT_FOR_QA = (
 
 
 def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
-    """Fine-tune (one run per seed), evaluate under every pooling mode, write the run folder."""
-    if options.task == QA_TASK:
-        return _run_finetune_qa(options, progress)
-    task = get_task(options.task)
-    if options.doc_stride is not None:
-        raise UsageError(f"--doc-stride applies to --task qa only, not {options.task}")
+    """Fine-tune ``options.model`` on ``options.task`` and write the run folder (the task's runner decides how)."""
+    return get_task(options.task).finetune(options, progress)
+
+
+def with_task_defaults(task: LabellingTask, options: FinetuneOptions) -> FinetuneOptions:
+    """``options`` with the unset (None) options at ``task``'s defaults."""
+    defaults = task.defaults
+    return replace(
+        options,
+        training=options.training or task.training_config(),
+        max_length=options.max_length if options.max_length is not None else defaults.max_length,
+        max_words=options.max_words if options.max_words is not None else defaults.max_words,
+        pool=options.pool or "mean",
+    )
+
+
+def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """Fine-tune a labelling task (one run per seed), evaluate under every pooling mode, write the run folder."""
+    task.check_unused(options)
+    options = with_task_defaults(task, options)
     _check_options(options)
     ref = resolve_model(options.model)
     out = options.out or default_run_folder(options, ref)
@@ -159,7 +121,7 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     if options.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = options.pool if tokenizers.has_domain else "general"
-    positive = positive_label_for(labels, options.positive_label) if task.name == "classify" else None
+    positive = task.positive_label(labels, options.positive_label)
     metric = task.check_metric(options.metric, positive)
     settings = TaskSettings(
         task=task.name,
@@ -189,52 +151,21 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
         # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
         config["gmap"] = options.gmap.to_config(gmap.general)
         inputs.append({"role": "general", **identity_of_model(gmap.general)})
-    checkpoints = checkpoint_folder(out)
-
-    ctx = init_distributed(options.device)
-    try:
-        with contextlib.ExitStack() as stack:
-            stop = stack.enter_context(StopSignal(checkpoints))
-            stage: StageRun | None = None
-            if ctx.is_main:
-                libraries = ("torch", "transformers", "tokenizers")
-                stage = stack.enter_context(
-                    StageRun(KIND, out, config, inputs, force=options.force, wait=options.wait, libraries=libraries)
-                )
-            skipped = ctx.broadcast_int(int(stage.skipped) if stage is not None else 0)
-            if skipped:
-                if stage is None:
-                    return StageOutcome(Path(out), {}, True)
-                _drop_finished_checkpoints(checkpoints, stage.fingerprint)
-                return StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
-            run_fingerprint = fingerprint(KIND, config, inputs)
-            if stage is not None:
-                _check_checkpoints(checkpoints, run_fingerprint, resume=options.resume)
-                if task.name == "ner" and untyped_labels(labels):  # said once training is sure to start
-                    log.warning(
-                        "%s: the labels %s name no entity type, so transformers' entity aggregation cannot group them "
-                        "into entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels",
-                        train_file.path, ", ".join(untyped_labels(labels)),
-                    )
-            checkpointing = Checkpointing(
-                checkpoints,
-                run_fingerprint,
-                save_every=options.save_every,
-                resume=options.resume,
-                save_final=options.save_every is not None or len(options.seeds) > 1,
-                writer=ctx.is_main,
+    with training_stage(KIND, out, config, inputs, device=options.device, force=options.force, wait=options.wait,
+                        resume=options.resume) as job:
+        if job.up_to_date is not None:
+            return job.up_to_date
+        if job.stage is not None and task.name == "ner" and untyped_labels(labels):  # said once training is sure to start
+            log.warning(
+                "%s: the labels %s name no entity type, so transformers' entity aggregation cannot group them "
+                "into entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels",
+                train_file.path, ", ".join(untyped_labels(labels)),
             )
-            job = _Job(task, settings, tokenizers, ref, base, ctx, pool, progress, checkpointing, stop, gmap)
-            result = job.run(train_file, dev_file, test_file, options.seeds, options.train_on, stage.tmp if stage else None)
-            if stage is None:
-                return StageOutcome(Path(out), {}, False)
-            manifest = stage.commit(stats=result)
-            shutil.rmtree(checkpoints, ignore_errors=True)
-            if stop.received:
-                log.warning("SIGTERM arrived after the last training step; the run was finished and saved first")
-            return StageOutcome(stage.out, manifest, False)
-    finally:
-        ctx.close()
+        checkpointing = job.checkpointing(
+            save_every=options.save_every, resume=options.resume, save_final=options.save_every is not None or len(options.seeds) > 1
+        )
+        runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap)
+        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp))
 
 
 def _prepare_gmap(options: FinetuneOptions, ref: ModelRef, t_lm: Any) -> GmapSetup | None:
@@ -248,114 +179,10 @@ def _prepare_gmap(options: FinetuneOptions, ref: ModelRef, t_lm: Any) -> GmapSet
     return prepare(options.gmap, ref, t_lm, cache_root=resolve_workdir(options.workdir) / "cache")
 
 
-def checkpoint_folder(out: str | os.PathLike[str]) -> Path:
-    """Where a run writing ``out`` keeps its checkpoints: a sibling, so they outlive the run's temporary folder."""
-    path = Path(out).absolute()
-    return path.parent / f"{path.name}.checkpoint"
-
-
-def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool) -> None:
-    """Never discard an interrupted run's checkpoints unasked, nor resume from another run's."""
-    if not folder.is_dir():
-        return
-    found = [c for c in (latest_checkpoint(seed) for seed in sorted(folder.glob("seed-*"))) if c is not None]
-    if not found:
-        log.info("removing %s: it holds no complete checkpoint", folder)
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    if not resume:
-        steps = ", ".join(str(manifest.get("step")) for _, manifest in found)
-        raise StageError(
-            f"an interrupted run left checkpoints here (step {steps})",
-            path=folder,
-            hint="pass --resume to continue from them, or delete this folder to start over",
-        )
-    for path, manifest in found:
-        if manifest.get("fingerprint") != run_fingerprint:
-            raise StageError(
-                "this checkpoint was made with other inputs or options",
-                path=path,
-                hint=f"rerun with the options of the interrupted run, or delete {folder} to start over",
-            )
-
-
-def _drop_finished_checkpoints(folder: Path, run_fingerprint: str) -> None:
-    # A run killed between its commit and removing its checkpoints leaves them behind; the output supersedes them.
-    found = [c for c in (latest_checkpoint(seed) for seed in sorted(folder.glob("seed-*"))) if c is not None]
-    if folder.is_dir() and all(manifest.get("fingerprint") == run_fingerprint for _, manifest in found):
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _run_finetune_qa(options: FinetuneOptions, progress: Progress) -> StageOutcome:
-    from greenadapt.qa.train import run_finetune_qa
-
-    qa_options = qa_train_options(options)
-    out = options.out or default_run_folder(options, resolve_model(options.model))
-    return run_finetune_qa(
-        options.model,
-        options.train,
-        out,
-        dev=options.dev,
-        test=options.test,
-        options=qa_options,
-        force=options.force,
-        wait=options.wait,
-        progress=progress,
-    )
-
-
-def qa_train_options(options: FinetuneOptions) -> QaTrainOptions:
-    """``QaTrainOptions`` from the shared options: the set ones as given, the rest at the QA defaults."""
-    from greenadapt.qa.train import QA_TRAINING, QaTrainOptions
-
-    given = options_set(options)
-    refused = [flag for flag in NOT_FOR_QA if flag in given]
-    if refused:
-        raise UsageError(
-            f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --task qa",
-            hint=f"leave {'it' if len(refused) == 1 else 'them'} out; qa takes the training, --max-length, --doc-stride and --pool options",
-        )
-    if len(options.seeds) > 1:
-        raise UsageError("--task qa trains one model, not one per seed", hint="use --seed")
-    shared = {f.name: getattr(options.training, f.name) for f in fields(TrainConfig) if _flag(f.name) in given}
-    return QaTrainOptions(
-        training=replace(QA_TRAINING, **{**shared, "seed": options.seeds[0]}),
-        max_length=options.max_length if "--max-length" in given else None,
-        doc_stride=options.doc_stride,
-        pool=options.pool if "--pool" in given else None,
-        device=options.device,
-        gmap=options.gmap,
-        workdir=options.workdir,
-    )
-
-
-def options_set(options: FinetuneOptions) -> frozenset[str]:
-    """``options.given``, or the flags of the options whose values differ from their defaults."""
-    if options.given is not None:
-        return options.given
-    pairs = [
-        (options, FinetuneOptions(task=options.task, train=options.train)),
-        (options.training, TrainConfig()),
-        (options.reader, ReaderOptions()),
-    ]
-    return frozenset(
-        _flag(f.name)
-        for value, default in pairs
-        for f in fields(value)
-        if not is_dataclass(getattr(value, f.name)) and getattr(value, f.name) != getattr(default, f.name)
-    )
-
-
-def _flag(name: str) -> str:
-    # Every option's flag is its field name in kebab case (--batch-size, --format, --seeds).
-    return "--" + name.replace("_", "-")
-
-
 def _check_options(options: FinetuneOptions) -> None:
     training = options.training
+    assert training is not None and options.max_length is not None and options.max_words is not None  # with_task_defaults
     check_entity_type(options.reader.entity_type)
-    if options.reader.entity_type is not None and options.task != "ner":
-        raise UsageError(f"--entity-type applies to --task ner only, not {options.task}")
     if training.mix is not None and not 0.0 <= training.mix <= 1.0:
         raise UsageError(f"--mix {training.mix} is not a probability", hint="use a value from 0 to 1")
     if options.pool not in POOL_MODES:
@@ -390,29 +217,11 @@ def identity_of_model(ref: ModelRef) -> dict[str, Any]:
     return ref.identity()
 
 
-def default_run_folder(options: FinetuneOptions, ref: ModelRef) -> Path:
-    """``<workdir>/finetune/<data>-<task>/<model>``: each model (and each method's expanded model) gets its own folder.
-
-    A workspace expand folder ``<workdir>/<corpus>/<model>/expand[-<method>]`` is named
-    ``<model>-green[-<method>]-<corpus>``; any other folder by its own name.
-    """
-    data = slugify(f"{options.train.resolve().parent.name}-{options.task}")
-    manifest = read_manifest(ref.path)
-    if manifest is not None and manifest.get("kind") == "expand" and ref.path.name.startswith("expand"):
-        method = ref.path.name.removeprefix("expand")
-        model_key = slugify(f"{ref.path.parent.name}-green{method}-{ref.path.parent.parent.name}")
-    else:
-        model_key = ref.slug
-    if options.gmap.enabled:
-        model_key += f"-gmap-{options.gmap.strategy}"
-    return resolve_workdir(options.workdir) / "finetune" / data / model_key
-
-
 @dataclass
 class _Job:
     """One fine-tuning job: the shared pieces, run once per seed."""
 
-    task: Task
+    task: LabellingTask
     settings: TaskSettings
     tokenizers: TokenizerPair
     ref: ModelRef

@@ -270,7 +270,8 @@ class GmapModel(nn.Module):
         """Domain model (an ordinary transformers checkpoint), gates, gmap_config.json; the general model if unfrozen."""
         from safetensors.torch import save_file
 
-        from greenadapt.stage import resource_errors, write_json
+        from greenadapt.manifest import write_json
+        from greenadapt.stage import resource_errors
 
         out = Path(folder)
         with resource_errors(out):

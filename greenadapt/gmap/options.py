@@ -108,7 +108,7 @@ class GmapOptions:
 def resolve_general_model(options: GmapOptions, domain: ModelRef) -> ModelRef:
     """``--general-model``, else the model an expanded domain model was expanded from."""
     from greenadapt.models import resolve_model
-    from greenadapt.stage import read_manifest
+    from greenadapt.manifest import read_manifest
 
     if options.general_model is not None:
         return resolve_model(options.general_model)

@@ -27,7 +27,7 @@ from typing import Any
 from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.data import TaskFile, check_known_labels, prediction_file_name, write_predictions
-from greenadapt.finetune.tasks import TASK_FILE, Task, TaskSettings, argmax_labels, get_task, positive_label_for
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task
 from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, TokenizerPair, check_vocab_fits, load_tokenizers, pick_device
 from greenadapt.finetune.tokenize import Unit
 from greenadapt.finetune.train import TrainConfig
@@ -40,7 +40,8 @@ from greenadapt.models import resolve_model, slugify
 from greenadapt.pals.config import PalsConfig
 from greenadapt.pals.config import BASE_DIR, TASKS_DIR
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import StageOutcome, StageRun, file_identity, load_stage, read_manifest, resource_errors, write_json
+from greenadapt.manifest import file_identity, load_stage, read_manifest, write_json
+from greenadapt.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.workspace import workdir as resolve_workdir
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class MultitaskOptions:
 @dataclass
 class _Prepared:
     spec: TaskSpec
-    task: Task
+    task: LabellingTask
     settings: TaskSettings
     files: dict[str, TaskFile]  # train, and dev/test when given
 
@@ -157,7 +158,7 @@ def _check_options(options: MultitaskOptions) -> None:
 
 
 def _prepare(spec: TaskSpec, tokenizers: TokenizerPair, max_length: int, max_words: int) -> _Prepared:
-    task = get_task(spec.type)
+    task = get_labelling_task(spec.type)
     files = {"train": task.read(spec.train, spec.reader, require_labels=True)}
     for role in ("dev", "test"):
         path = getattr(spec, role)
@@ -171,7 +172,7 @@ def _prepare(spec: TaskSpec, tokenizers: TokenizerPair, max_length: int, max_wor
     for role in ("dev", "test"):
         if role in files:
             check_known_labels(files[role], labels, f"training ({spec.name})")
-    positive = positive_label_for(labels, spec.positive_label) if task.name == "classify" else None
+    positive = task.positive_label(labels, spec.positive_label)
     try:
         metric = task.check_metric(spec.metric, positive)
     except UsageError as exc:
@@ -189,25 +190,8 @@ def _prepare(spec: TaskSpec, tokenizers: TokenizerPair, max_length: int, max_wor
     return _Prepared(spec, task, settings, files)
 
 
-def _train_and_save(
-    prepared: list[_Prepared],
-    model_path: Path,
-    tokenizers: TokenizerPair,
-    options: MultitaskOptions,
-    training: TrainConfig,
-    pool: str,
-    ctx: DistContext,
-    tmp: Path,
-    progress: Progress,
-    gmap: Any = None,
-) -> dict[str, Any]:
-    import torch
-    from transformers import AutoModel, set_seed
-
-    from greenadapt.finetune.infer import report_modes
-    from greenadapt.models import quiet_transformers
-    from greenadapt.pals.model import MultiTaskModel
-
+def _units(prepared: list[_Prepared], tokenizers: TokenizerPair, gmap: Any) -> tuple[dict[str, dict[str, list[Unit]]], dict[str, Any]]:
+    """Every task's units per file role (train, dev, test), and the training files' preprocessing figures."""
     units: dict[str, dict[str, list[Unit]]] = {}
     preprocessing = {}
     for p in prepared:
@@ -221,7 +205,17 @@ def _train_and_save(
             units[p.spec.name][role] = task_units
             if role == "train":
                 preprocessing[p.spec.name] = stats
-    set_seed(training.seed)
+    return units, preprocessing
+
+
+def _build_model(prepared: list[_Prepared], model_path: Path, tokenizers: TokenizerPair, options: MultitaskOptions, gmap: Any) -> Any:
+    """The shared encoder with each task's adapter and head (and G-MAP's fusion)."""
+    import torch
+    from transformers import AutoModel
+
+    from greenadapt.models import quiet_transformers
+    from greenadapt.pals.model import MultiTaskModel
+
     with quiet_transformers():
         base = AutoModel.from_pretrained(str(model_path), dtype=torch.float32)
     check_vocab_fits(tokenizers, base.get_input_embeddings().weight.shape[0], model_path)
@@ -232,6 +226,57 @@ def _train_and_save(
         from greenadapt.finetune.gmap import build_model
 
         model.attach_fusion(build_model(model.base, gmap))
+    return model
+
+
+def _score_and_save(
+    prepared: list[_Prepared], model: Any, scores: Any, tokenizers: TokenizerPair, pool: str, tmp: Path, gmap: Any
+) -> dict[str, Any]:
+    """Score dev and test under every pooling mode, write predictions, the model, tokenizers and metrics.json."""
+    from greenadapt.finetune.infer import report_modes
+    from greenadapt.models import quiet_transformers
+
+    metrics: dict[str, Any] = {}
+    modes = report_modes(tokenizers.has_domain)
+    for p in prepared:
+        task_dir = tmp / TASKS_DIR / p.spec.name
+        metrics[p.spec.name] = {"metric": p.settings.metric}
+        for role in ("dev", "test"):
+            if role not in p.files:
+                continue
+            split_scores, predictions = scores(p, role, modes)
+            metrics[p.spec.name][role] = split_scores
+            write_predictions(p.files[role], predictions[pool], task_dir / "predictions" / prediction_file_name(p.files[role], role))
+    with quiet_transformers():
+        model.save(tmp, save_base=gmap is None)
+    if gmap is not None:
+        from greenadapt.finetune.gmap import save as save_fused
+
+        save_fused(model.fusion, tmp / BASE_DIR, gmap)  # the encoder, gates and gmap_config.json
+    _save_tokenizers(tokenizers, tmp / BASE_DIR)
+    for p in prepared:
+        write_json(tmp / TASKS_DIR / p.spec.name / TASK_FILE, p.settings.to_json())
+    write_json(tmp / "metrics.json", {"pool": pool, "tasks": metrics, "average": _averages(metrics, pool)})
+    return metrics
+
+
+def _train_and_save(
+    prepared: list[_Prepared],
+    model_path: Path,
+    tokenizers: TokenizerPair,
+    options: MultitaskOptions,
+    training: TrainConfig,
+    pool: str,
+    ctx: DistContext,
+    tmp: Path,
+    progress: Progress,
+    gmap: Any = None,
+) -> dict[str, Any]:
+    from transformers import set_seed
+
+    units, preprocessing = _units(prepared, tokenizers, gmap)
+    set_seed(training.seed)
+    model = _build_model(prepared, model_path, tokenizers, options, gmap)
     names = [p.spec.name for p in prepared]
 
     def scores(p: _Prepared, role: str, modes: Sequence[str]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -255,30 +300,9 @@ def _train_and_save(
         log_path=tmp / "train_log.jsonl",
         progress=progress,
     )
-    metrics: dict[str, Any] = {}
-    modes = report_modes(tokenizers.has_domain)
     with resource_errors(tmp):
-        for p in prepared:
-            task_dir = tmp / TASKS_DIR / p.spec.name
-            metrics[p.spec.name] = {"metric": p.settings.metric}
-            for role in ("dev", "test"):
-                if role not in p.files:
-                    continue
-                split_scores, predictions = scores(p, role, modes)
-                metrics[p.spec.name][role] = split_scores
-                out_file = task_dir / "predictions" / prediction_file_name(p.files[role], role)
-                write_predictions(p.files[role], predictions[pool], out_file)
-        with quiet_transformers():
-            model.save(tmp, save_base=gmap is None)
-        if gmap is not None:
-            from greenadapt.finetune.gmap import save as save_fused
-
-            save_fused(model.fusion, tmp / BASE_DIR, gmap)  # the encoder, gates and gmap_config.json
-        _save_tokenizers(tokenizers, tmp / BASE_DIR)
-        for p in prepared:
-            write_json(tmp / TASKS_DIR / p.spec.name / TASK_FILE, p.settings.to_json())
-        averages = _averages(metrics, pool)
-        write_json(tmp / "metrics.json", {"pool": pool, "tasks": metrics, "average": averages})
+        metrics = _score_and_save(prepared, model, scores, tokenizers, pool, tmp, gmap)
+    averages = _averages(metrics, pool)
     counts = model.parameter_counts()
     counts["formula_per_task"] = {n: model.expected_task_parameters(n) for n in names}
     counts["trainable"] = result.trainable_parameters

@@ -53,7 +53,8 @@ import numpy as np
 
 from greenadapt.errors import CorpusError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import StageRun, fingerprint, resource_errors
+from greenadapt.manifest import fingerprint
+from greenadapt.stage import StageRun, resource_errors
 
 log = logging.getLogger(__name__)
 

@@ -23,21 +23,19 @@ Under torchrun every process trains; only rank 0 writes.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import shutil
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from greenadapt.errors import ModelError, StageError, UsageError
-from greenadapt.training.checkpoint import Checkpointing, StopSignal, latest_checkpoint
-from greenadapt.training.distributed import init_distributed
+from greenadapt.errors import ModelError, UsageError
 from greenadapt.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.pretrain.train import PretrainConfig
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import StageOutcome, StageRun, fingerprint, resource_errors, write_json
+from greenadapt.manifest import write_json
+from greenadapt.stage import StageOutcome, resource_errors
+from greenadapt.training.job import TrainingStage, training_stage
 
 log = logging.getLogger(__name__)
 
@@ -270,9 +268,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
     from greenadapt import workspace
     from greenadapt.corpus import resolve_corpus, source_identities
     from greenadapt.destination import check_destination, corpus_reads, protected
-    from greenadapt.finetune.run import identity_of_model, checkpoint_folder
-    from greenadapt.pretrain.data import Masker
-    from greenadapt.pretrain.train import build_masked_lm, heldout_loss, pretrain
+    from greenadapt.finetune.run import identity_of_model
 
     _check(options)
     corpus_sources = resolve_corpus(options.corpus, text_fields=options.text_fields)  # bad input fails before loading torch
@@ -301,117 +297,72 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
         out, kind=KIND, force=options.force, workspace=root,
         reads=[*protected("the --model", setup.ref.path), *corpus_reads(options.corpus), *corpus_reads(options.general_corpus or [])],
     )
-    checkpoints = checkpoint_folder(out)
-
-    ctx = init_distributed(options.device)
-    try:
-        with contextlib.ExitStack() as stack:
-            stop = stack.enter_context(StopSignal(checkpoints))
-            stage: StageRun | None = None
-            if ctx.is_main:
-                libraries = ("torch", "transformers", "tokenizers")
-                stage = stack.enter_context(StageRun(KIND, out, config, inputs, force=options.force, wait=options.wait, libraries=libraries))
-            if ctx.broadcast_int(int(stage.skipped) if stage is not None else 0):
-                if stage is None:
-                    return StageOutcome(Path(out), {}, True)
-                shutil.rmtree(checkpoints, ignore_errors=True)
-                return StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
-            run_fingerprint = fingerprint(KIND, config, inputs)
-            if stage is not None:
-                _check_checkpoints(checkpoints, run_fingerprint, resume=options.resume)
-            corpus, corpus_stats = _training_corpus(options, setup, root, workers, progress)
-            general = None
-            general_stats = None
-            if options.general_corpus:
-                general, general_stats = _packed(options.general_corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
-
-            import torch
-            from transformers import set_seed
-
-            set_seed(training.seed)
-            model = _load_mlm(setup)
-            gmap = _gmap_model(model, setup, options.gmap, options.gmap_layers, options.general_model) if options.gmap else None  # type: ignore[arg-type]
-            mlm = build_masked_lm(model, gmap)
-            vocab_rows = model.get_input_embeddings().weight.shape[0]
-            masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=options.whole_word_masking, probability=options.mask_probability)
-            n_base = setup.pair.general_vocab_size if setup.pair.has_domain else vocab_rows
-
-            def evaluate(step: int) -> dict[str, Any]:
-                kwargs = {"pad_id": setup.pair.pad_id, "batch_size": training.eval_batch_size, "precision": training.precision}
-                result = {"domain": heldout_loss(mlm, corpus, masker, ctx, **kwargs)}
-                if general is not None:
-                    result["general"] = heldout_loss(mlm, general, masker, ctx, **kwargs)
-                return result
-
-            log_path = stage.tmp / LOG_FILE if stage is not None else None
-            checkpointing = Checkpointing(
-                checkpoints, run_fingerprint, save_every=options.save_every, resume=options.resume, writer=ctx.is_main
-            )
-            result = pretrain(
-                mlm,
-                corpus,
-                masker,
-                training,
-                ctx,
-                pad_id=setup.pair.pad_id,
-                n_base_rows=n_base,
-                evaluate=evaluate,
-                log_path=log_path,
-                progress=progress,
-                checkpoint=checkpointing,
-                stop=stop,
-            )
-            if stage is None:
-                return StageOutcome(Path(out), {}, False)
-            _save_model(model.to("cpu"), gmap, setup, stage.tmp)
-            evaluations = result.evaluations
-            stats = {
-                "steps": result.steps,
-                "epochs": result.epochs,
-                "tokens_trained": result.tokens,
-                "train_seconds": round(result.seconds, 3),
-                "eval_seconds": round(result.eval_seconds, 3),
-                "tokens_per_second": round(result.tokens_per_second, 1),
-                "processes": ctx.world,
-                "device": str(ctx.device),
-                "corpus": corpus_stats,
-                "general_corpus": general_stats,
-                "tokenizer": setup.view,
-                "evaluations": evaluations,
-                "heldout_before": evaluations[0] if evaluations else None,
-                "heldout_after": evaluations[-1] if evaluations else None,
-                "gmap": None if gmap is None else {"plan": gmap.plan.describe()},
-            }
-            manifest = stage.commit(stats=stats)
-            shutil.rmtree(checkpoints, ignore_errors=True)
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            return StageOutcome(stage.out, manifest, False)
-    finally:
-        ctx.close()
+    with training_stage(KIND, out, config, inputs, device=options.device, force=options.force, wait=options.wait,
+                        resume=options.resume) as job:
+        if job.up_to_date is not None:
+            return job.up_to_date
+        return job.commit(_train(options, setup, root, workers, job, progress))
 
 
-def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool) -> None:
-    """Never discard an interrupted run's checkpoints unasked, nor resume from another run's."""
-    if not folder.is_dir():
-        return
-    found = latest_checkpoint(folder)
-    if found is None:
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    path, manifest = found
-    if not resume:
-        raise StageError(
-            f"an interrupted run left a checkpoint here (step {manifest.get('step')})",
-            path=folder,
-            hint="pass --resume to continue from it, or delete this folder to start over",
-        )
-    if manifest.get("fingerprint") != run_fingerprint:
-        raise StageError(
-            "this checkpoint was made with other inputs or options",
-            path=path,
-            hint=f"rerun with the options of the interrupted run, or delete {folder} to start over",
-        )
+def _train(options: PretrainOptions, setup: Any, root: Path, workers: int, job: TrainingStage, progress: Progress) -> dict[str, Any]:
+    """Pack the corpora, train, save the model into the stage folder (rank 0); the manifest's stats."""
+    import torch
+    from transformers import set_seed
+
+    from greenadapt.pretrain.data import Masker
+    from greenadapt.pretrain.train import build_masked_lm, heldout_loss, pretrain
+
+    ctx, training = job.ctx, options.training
+    corpus, corpus_stats = _training_corpus(options, setup, root, workers, progress)
+    general, general_stats = None, None
+    if options.general_corpus:
+        general, general_stats = _packed(options.general_corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
+    set_seed(training.seed)
+    model = _load_mlm(setup)
+    gmap = _gmap_model(model, setup, options.gmap, options.gmap_layers, options.general_model) if options.gmap else None  # type: ignore[arg-type]
+    mlm = build_masked_lm(model, gmap)
+    vocab_rows = model.get_input_embeddings().weight.shape[0]
+    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=options.whole_word_masking, probability=options.mask_probability)
+
+    def evaluate(step: int) -> dict[str, Any]:
+        kwargs = {"pad_id": setup.pair.pad_id, "batch_size": training.eval_batch_size, "precision": training.precision}
+        result = {"domain": heldout_loss(mlm, corpus, masker, ctx, **kwargs)}
+        if general is not None:
+            result["general"] = heldout_loss(mlm, general, masker, ctx, **kwargs)
+        return result
+
+    result = pretrain(
+        mlm, corpus, masker, training, ctx,
+        pad_id=setup.pair.pad_id,
+        n_base_rows=setup.pair.general_vocab_size if setup.pair.has_domain else vocab_rows,
+        evaluate=evaluate,
+        log_path=job.tmp / LOG_FILE if job.tmp is not None else None,
+        progress=progress,
+        checkpoint=job.checkpointing(save_every=options.save_every, resume=options.resume),
+        stop=job.stop,
+    )
+    if job.tmp is not None:
+        _save_model(model.to("cpu"), gmap, setup, job.tmp)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    evaluations = result.evaluations
+    return {
+        "steps": result.steps,
+        "epochs": result.epochs,
+        "tokens_trained": result.tokens,
+        "train_seconds": round(result.seconds, 3),
+        "eval_seconds": round(result.eval_seconds, 3),
+        "tokens_per_second": round(result.tokens_per_second, 1),
+        "processes": ctx.world,
+        "device": str(ctx.device),
+        "corpus": corpus_stats,
+        "general_corpus": general_stats,
+        "tokenizer": setup.view,
+        "evaluations": evaluations,
+        "heldout_before": evaluations[0] if evaluations else None,
+        "heldout_after": evaluations[-1] if evaluations else None,
+        "gmap": None if gmap is None else {"plan": gmap.plan.describe()},
+    }
 
 
 # --------------------------------------------------------------------------

@@ -65,6 +65,7 @@ import numpy as np
 from greenadapt.errors import UsageError
 from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, PackedCorpus, epoch_order, masked_batch
 from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.tasks.mlm import MLM
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import TrainingConfig
 from greenadapt.training.distributed import DistContext, autocast_dtype
@@ -80,7 +81,10 @@ TRAIN_CHOICES = ("all", "new-rows")
 
 @dataclass(frozen=True)
 class PretrainConfig(TrainingConfig):
-    epochs: int = 1
+    # The masked-LM task's defaults (greenadapt/tasks/mlm.py).
+    epochs: int = MLM.defaults.epochs
+    batch_size: int = MLM.defaults.batch_size
+    lr: float = MLM.defaults.lr
     eval_batch_size: int = 32
     eval_every: int | None = None  # steps between held-out evaluations (besides before and after training)
     head_warmup_steps: int = 0  # the first N steps train the masked-LM head alone

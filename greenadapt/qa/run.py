@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import StageOutcome, StageRun, file_identity, write_json
+from greenadapt.manifest import file_identity, write_json
+from greenadapt.stage import StageOutcome, StageRun
 
 if TYPE_CHECKING:
     import numpy as np
@@ -179,29 +181,7 @@ def answer_questions(
     open_questions: dict[str, _Open] = {}
     skipped: list[Question] = []
     inference = InferenceStats()
-
-    def jobs() -> Iterator[LogitJob]:
-        from greenadapt.qa.infer import LogitJob, MemorySource
-
-        for document in documents:
-            if not document.questions:
-                continue
-            prepared = preparer.prepare(document)
-            if not prepared.answerable:
-                skipped.extend(document.questions)
-                continue
-            for question in document.questions:
-                open_questions[question.id] = _Open(prepared, question)
-                for name, context in prepared.contexts.items():
-                    if name not in tokenizers:
-                        continue  # the general model's own view, read as memory only
-                    memory = None
-                    if memory_name is not None and name != memory_name:
-                        general = prepared.contexts[memory_name]
-                        memory = MemorySource(
-                            prepared.questions[question.id][memory_name], general.ids, general.piece_word, context.piece_word, general.special
-                        )
-                    yield LogitJob((question.id, name), prepared.questions[question.id][name], context.ids, context.special, memory)
+    jobs = _logit_jobs(documents, preparer, tokenizers, memory_name, open_questions, skipped)
 
     done = 0
     total = sum(len(doc.questions) for doc in documents)
@@ -214,7 +194,7 @@ def answer_questions(
         progress.update(done, questions_per_s=done / max(time.perf_counter() - started, 1e-9))
         return question, answers
 
-    for job, start, end in stream_logits(runner, jobs(), max_length=max_length, batch_size=batch_size, stats=inference):
+    for job, start, end in stream_logits(runner, jobs, max_length=max_length, batch_size=batch_size, stats=inference):
         while skipped:
             yield finished(skipped.pop(), [])
         qid, name = job.key
@@ -235,13 +215,42 @@ def answer_questions(
     if preparer.truncated_questions:
         log.warning("%d question(s) longer than %d wordpieces were cut to fit the windows", preparer.truncated_questions, preparer.max_question)
     if stats is not None:
-        stats.update(
-            windows=inference.windows,
-            batches=inference.batches,
-            padding_fraction=round(inference.padding / inference.positions, 4) if inference.positions else 0.0,
-            context_wordpieces=dict(preparer.context_pieces),
-            truncated_questions=preparer.truncated_questions,
-        )
+        padding = round(inference.padding / inference.positions, 4) if inference.positions else 0.0
+        stats.update(windows=inference.windows, batches=inference.batches, padding_fraction=padding,
+                     context_wordpieces=dict(preparer.context_pieces), truncated_questions=preparer.truncated_questions)
+
+
+def _logit_jobs(
+    documents: list[Document],
+    preparer: DocumentPreparer,
+    tokenizers: dict[str, Any],
+    memory_name: str | None,
+    open_questions: dict[str, _Open],
+    skipped: list[Question],
+) -> Iterator[LogitJob]:
+    """One job per question and pooled tokenizer; records each question in ``open_questions``, or in ``skipped``
+    when its context has no words."""
+    from greenadapt.qa.infer import LogitJob, MemorySource
+
+    for document in documents:
+        if not document.questions:
+            continue
+        prepared = preparer.prepare(document)
+        if not prepared.answerable:
+            skipped.extend(document.questions)
+            continue
+        for question in document.questions:
+            open_questions[question.id] = _Open(prepared, question)
+            for name, context in prepared.contexts.items():
+                if name not in tokenizers:
+                    continue  # the general model's own view, read as memory only
+                memory = None
+                if memory_name is not None and name != memory_name:
+                    general = prepared.contexts[memory_name]
+                    memory = MemorySource(
+                        prepared.questions[question.id][memory_name], general.ids, general.piece_word, context.piece_word, general.special
+                    )
+                yield LogitJob((question.id, name), prepared.questions[question.id][name], context.ids, context.special, memory)
 
 
 def pool_word_logits(per_tokenizer: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -279,7 +288,7 @@ def run_qa(
     check_weights_load_safely(ref.path)
     check_qa_head(ref.path, ref.config())
     settings = resolve_qa_settings(ref, options)
-    pool, max_length, device = settings.pool, settings.max_length, settings.device
+    pool, max_length = settings.pool, settings.max_length
     squad = read_squad(data).limited(options.limit)
     config = {
         "pool": pool,
@@ -299,56 +308,63 @@ def run_qa(
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
-        opened = open_qa(settings, options)
-        runner, chosen = opened.runner, opened.tokenizers
-        log.info(
-            "qa: %d questions on %d documents, pool %s (%s), max length %d, device %s",
-            squad.n_questions,
-            sum(1 for doc in squad.documents if doc.questions),
-            pool,
-            " + ".join(chosen),
-            max_length,
-            device,
-        )
-        stats: dict[str, Any] = {}
-        started = time.perf_counter()
-        nbest: dict[str, list[dict[str, Any]]] = {}
-        for question, answers in answer_questions(
-            runner,
-            squad.documents,
-            chosen,
-            max_length=max_length,
-            batch_size=options.batch_size,
-            n_best=options.n_best,
-            max_answer_chars=options.max_answer_chars,
-            progress=progress,
-            stats=stats,
-        ):
-            nbest[question.id] = answers
-        seconds = time.perf_counter() - started
-        order = [q.id for q in squad.questions]
-        nbest = {qid: nbest[qid] for qid in order}
-        predictions = {qid: (answers[0]["text"] if answers else "") for qid, answers in nbest.items()}
-        metrics = _metrics(squad, predictions, pool)
-        write_json(run.tmp / "predictions.json", predictions)
-        write_json(run.tmp / "nbest.json", nbest)
-        write_json(run.tmp / "metrics.json", metrics)
-        write_json(run.tmp / "data_issues.json", _data_issues(squad))
-        stats.update(
-            questions=len(order),
-            pool=pool,
-            tokenizers=list(chosen),
-            device=str(device),
-            inference_seconds=round(seconds, 3),
-            questions_per_s=round(len(order) / seconds, 3) if seconds > 0 else None,
-            exact_match=metrics["exact_match"],
-            f1=metrics["f1"],
-            substring_match=metrics["substring_match"],
-        )
-        if fused:
-            stats["gmap"] = runner.model.describe()
+        stats = _answer_all(settings, options, squad, run.tmp, progress)
         manifest = run.commit(stats=stats, extra={"model": str(ref.path), "data": str(squad.path)})
         return StageOutcome(run.out, manifest, False)
+
+
+def _answer_all(settings: QaSettings, options: QaOptions, squad: Any, folder: Path, progress: Progress) -> dict[str, Any]:
+    """Answer every question of ``squad``; write predictions, n-best, metrics and data issues into ``folder``: the stats."""
+    pool, max_length, device = settings.pool, settings.max_length, settings.device
+    opened = open_qa(settings, options)
+    runner, chosen = opened.runner, opened.tokenizers
+    log.info(
+        "qa: %d questions on %d documents, pool %s (%s), max length %d, device %s",
+        squad.n_questions,
+        sum(1 for doc in squad.documents if doc.questions),
+        pool,
+        " + ".join(chosen),
+        max_length,
+        device,
+    )
+    stats: dict[str, Any] = {}
+    started = time.perf_counter()
+    nbest: dict[str, list[dict[str, Any]]] = {}
+    for question, answers in answer_questions(
+        runner,
+        squad.documents,
+        chosen,
+        max_length=max_length,
+        batch_size=options.batch_size,
+        n_best=options.n_best,
+        max_answer_chars=options.max_answer_chars,
+        progress=progress,
+        stats=stats,
+    ):
+        nbest[question.id] = answers
+    seconds = time.perf_counter() - started
+    order = [q.id for q in squad.questions]
+    nbest = {qid: nbest[qid] for qid in order}
+    predictions = {qid: (answers[0]["text"] if answers else "") for qid, answers in nbest.items()}
+    metrics = _metrics(squad, predictions, pool)
+    write_json(folder / "predictions.json", predictions)
+    write_json(folder / "nbest.json", nbest)
+    write_json(folder / "metrics.json", metrics)
+    write_json(folder / "data_issues.json", _data_issues(squad))
+    stats.update(
+        questions=len(order),
+        pool=pool,
+        tokenizers=list(chosen),
+        device=str(device),
+        inference_seconds=round(seconds, 3),
+        questions_per_s=round(len(order) / seconds, 3) if seconds > 0 else None,
+        exact_match=metrics["exact_match"],
+        f1=metrics["f1"],
+        substring_match=metrics["substring_match"],
+    )
+    if getattr(runner, "fused", False):
+        stats["gmap"] = runner.model.describe()
+    return stats
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,10 @@
 """SQuAD-style fine-tuning of an extractive QA model, with the two-tokenizer mixture.
 
-Features are the usual ones of the transformers SQuAD recipe: ``[CLS]
-question [SEP] context [SEP]`` windows of at most ``max_length`` wordpieces
-overlapping by ``doc_stride``, the question cut to ``max_question_tokens``
-(and to what the stride leaves room for); a window whose context does not
-contain the whole gold answer (and a SQuAD v2 no-answer question) is
-labelled with the [CLS] position. Every question is featurised under each
-tokenizer once; in epoch e all its windows come from T̂ with probability
-``mix`` (``choose_views``: a fresh draw per question and epoch, as in
-``greenadapt finetune``), otherwise from T_LM.
-
-The loop is ``greenadapt finetune``'s in everything but the loss: the knobs
-are a :class:`~greenadapt.finetune.train.TrainConfig`; ``batch_size``
-windows per optimizer step in length-grouped batches, cut into
-``grad_accum`` micro-batches whose summed loss is divided by the global
-batch size (so the gradient is that of the mean loss whatever
-``grad_accum`` is); AdamW without decay on biases and norms, linear
-warm-up then decay, gradient clipping, autocast per ``precision``, and the
-row-wise trained added embeddings of ``--train-embeddings``. One process:
-there is no data-parallel path for QA yet.
+Windows and answer positions are :mod:`greenadapt.qa.features`'; the
+training loop is the runtime's with :class:`greenadapt.qa.loop.QaTask` (the
+two-tokenizer mixture per question and epoch, transformers' QA loss over the
+global batch, the row-wise trained added embeddings of
+``--train-embeddings``). One process: there is no data-parallel path for QA yet.
 
 ``dev`` and ``test`` are scored after training the way ``greenadapt qa``
 answers: each question over its whole context with centred windows,
@@ -42,26 +28,28 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
 from greenadapt.expanded_model import ExpandedModel
 from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune.train import TrainConfig
 from greenadapt.gmap.options import GmapOptions
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.stage import StageOutcome, StageRun, file_identity, resource_errors, write_json
-from greenadapt.training.batches import choose_views, length_grouped_batches
-from greenadapt.training.runtime import Trainer, TrainingTask, run_training
+from greenadapt.manifest import file_identity, write_json
+from greenadapt.stage import StageOutcome, StageRun, resource_errors
+from greenadapt.tasks import TASKS
+from greenadapt.qa.features import featurize
+from greenadapt.qa.loop import train_qa
 
 if TYPE_CHECKING:
+    from greenadapt.finetune.options import FinetuneOptions
     from greenadapt.qa.data import SquadData
+    from greenadapt.tasks import Task
 
 log = logging.getLogger(__name__)
 
 KIND = "finetune"
 TASK = "qa"
-# The usual SQuAD recipe (BERT: 3e-5, 2 epochs, 384/128 windows); batch 16 fits a 12 GB GPU.
-QA_TRAINING = TrainConfig(batch_size=16, lr=3e-5, epochs=2)
+QA_TRAINING = TASKS["qa"].training_config()  # the SQuAD recipe (greenadapt/tasks/qa.py)
 DEFAULT_MAX_LENGTH = 384
 DEFAULT_DOC_STRIDE = 128
 # Line-based task files: given to --task qa they are a mix-up of tasks, not broken JSON.
@@ -111,18 +99,33 @@ class QaTrainOptions:
             raise UsageError(f"unknown --precision {config.precision!r}", hint="auto, fp32, bf16 or fp16")
 
 
-@dataclass
-class Features:
-    """The training windows of every question under one tokenizer."""
+def finetune_qa(task: Task, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """``finetune --task qa`` (the QA task's runner): :func:`run_finetune_qa` with :func:`qa_train_options`."""
+    from greenadapt.finetune.options import default_run_folder
+    from greenadapt.models import resolve_model
 
-    input_ids: list[np.ndarray]
-    token_type_ids: list[np.ndarray]
-    start_positions: np.ndarray
-    end_positions: np.ndarray
-    question_index: np.ndarray  # which question each window belongs to
-    # G-MAP: the general model's input per window (the same question and context span under its tokenizer)
-    memory_ids: list[np.ndarray] | None = None
-    memory_type_ids: list[np.ndarray] | None = None
+    qa_options = qa_train_options(options, task)
+    out = options.out or default_run_folder(options, resolve_model(options.model))
+    return run_finetune_qa(
+        options.model, options.train, out, dev=options.dev, test=options.test, options=qa_options,
+        force=options.force, wait=options.wait, progress=progress,
+    )
+
+
+def qa_train_options(options: FinetuneOptions, task: Task = TASKS["qa"]) -> QaTrainOptions:
+    """``finetune``'s options as :class:`QaTrainOptions`: unset (None) ones at QA's defaults, ones QA cannot use refused."""
+    task.check_unused(options)
+    if len(options.seeds) > 1:
+        raise UsageError("--task qa trains one model, not one per seed", hint="use --seed")
+    return QaTrainOptions(
+        training=replace(options.training or task.training_config(), seed=options.seeds[0]),
+        max_length=options.max_length,  # None: QA's default, from the model (window_lengths)
+        doc_stride=options.doc_stride,
+        pool=options.pool,
+        device=options.device,
+        gmap=options.gmap,
+        workdir=options.workdir,
+    )
 
 
 def window_lengths(options: QaTrainOptions, folder: ExpandedModel) -> tuple[int, int]:
@@ -153,96 +156,6 @@ def check_squad_path(path: str | os.PathLike[str], flag: str) -> None:
         )
 
 
-def featurize(
-    squad: SquadData, tokenizer: Any, options: QaTrainOptions, *, memory_tokenizer: Any = None, memory_length: int = 512
-) -> tuple[Features, int]:
-    """Windows and answer positions for every usable question; also how many questions were left out.
-
-    With ``memory_tokenizer`` (G-MAP), each window also gets the general
-    model's input: the window itself when ``memory_tokenizer`` is
-    ``tokenizer``, else the (cut) question and the window's context span
-    (by characters) under ``memory_tokenizer``, at most ``memory_length`` long.
-    """
-    import numpy as np
-
-    questions, contexts, answers = [], [], []
-    for document in squad.documents:
-        for question in document.questions:
-            gold = next((a for a in question.answers or () if a.start is not None), None)
-            questions.append(question.text)
-            contexts.append(document.context)
-            answers.append(None if gold is None else (gold.start, gold.start + len(gold.text)))
-    usable = [i for i, q in enumerate(squad.questions) if answers[i] is not None or q.is_impossible]
-    dropped = len(questions) - len(usable)
-    if not usable:
-        return Features([], [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)), dropped
-    if options.max_length is None or options.doc_stride is None:
-        raise ValueError("featurize needs max_length and doc_stride set (see window_lengths)")
-    # Cut long questions in the text, at a wordpiece boundary, so the pair encoding below keeps room
-    # for doc_stride + 1 context pieces (window_lengths guarantees at least one question piece).
-    budget = min(options.max_question_tokens, options.max_length - 4 - options.doc_stride)
-    question_offsets = tokenizer(
-        [questions[i] for i in usable], add_special_tokens=False, return_offsets_mapping=True
-    )["offset_mapping"]
-    cut_questions = [
-        questions[i][: offsets[budget - 1][1]] if len(offsets) > budget else questions[i]
-        for offsets, i in zip(question_offsets, usable, strict=True)
-    ]
-    encoded = tokenizer(
-        cut_questions,
-        [contexts[i] for i in usable],
-        truncation="only_second",
-        max_length=options.max_length,
-        stride=options.doc_stride,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        return_token_type_ids=True,
-        padding=False,
-    )
-    input_ids: list[np.ndarray] = []
-    token_types: list[np.ndarray] = []
-    starts, ends, owners = [], [], []
-    spans: list[tuple[str, str]] = []  # G-MAP: (question, context span) of each window
-    for row, owner in enumerate(encoded["overflow_to_sample_mapping"]):
-        sequence = encoded.sequence_ids(row)
-        offsets = encoded["offset_mapping"][row]
-        context_positions = [k for k, s in enumerate(sequence) if s == 1]
-        if context_positions:
-            span_text = contexts[usable[owner]][offsets[context_positions[0]][0] : offsets[context_positions[-1]][1]]
-        else:
-            span_text = ""
-        spans.append((cut_questions[owner], span_text))
-        span = answers[usable[owner]]
-        start = end = 0  # [CLS]: no answer in this window
-        if span is not None and context_positions:
-            first, last = context_positions[0], context_positions[-1]
-            if offsets[first][0] <= span[0] and offsets[last][1] >= span[1]:
-                start = next(k for k in context_positions if offsets[k][1] > span[0])
-                end = next(k for k in reversed(context_positions) if offsets[k][0] < span[1])
-        input_ids.append(np.asarray(encoded["input_ids"][row], dtype=np.int64))
-        token_types.append(np.asarray(encoded["token_type_ids"][row], dtype=np.int64))
-        starts.append(start)
-        ends.append(end)
-        owners.append(usable[owner])
-    features = Features(
-        input_ids,
-        token_types,
-        start_positions=np.asarray(starts, dtype=np.int64),
-        end_positions=np.asarray(ends, dtype=np.int64),
-        question_index=np.asarray(owners, dtype=np.int64),
-    )
-    if memory_tokenizer is tokenizer:
-        features.memory_ids, features.memory_type_ids = features.input_ids, features.token_type_ids
-    elif memory_tokenizer is not None:
-        memory = memory_tokenizer(
-            [q for q, _ in spans], [c for _, c in spans], truncation="only_second", max_length=memory_length,
-            return_token_type_ids=True, padding=False,
-        )
-        features.memory_ids = [np.asarray(ids, dtype=np.int64) for ids in memory["input_ids"]]
-        features.memory_type_ids = [np.asarray(types, dtype=np.int64) for types in memory["token_type_ids"]]
-    return features, dropped
-
-
 def run_finetune_qa(
     model: str | os.PathLike[str] | None,
     train: str | os.PathLike[str],
@@ -257,12 +170,9 @@ def run_finetune_qa(
 ) -> StageOutcome:
     """Fine-tune ``model`` for extractive QA on SQuAD-style ``train``; score ``dev``/``test`` as ``greenadapt qa`` does."""
     from greenadapt.destination import check_run_destination
-    from greenadapt.vectors import check_weights_load_safely
-    from greenadapt.models import quiet_transformers
-    from greenadapt.expanded_model import pick_device
     from greenadapt.models import resolve_model
     from greenadapt.qa.data import read_squad
-    from greenadapt.qa.model import resolve_pool
+    from greenadapt.vectors import check_weights_load_safely
 
     options = options or QaTrainOptions()
     options.check()
@@ -275,6 +185,59 @@ def run_finetune_qa(
     ref = resolve_model(model)
     check_run_destination(out, kind=KIND, force=force, model=ref.path, data=splits.values(), workdir=options.workdir)
     check_weights_load_safely(ref.path)
+    plan = _plan(ref, options)
+    train_data = read_squad(train).limited(options.limit)
+    scored = {split: read_squad(path) for split, path in splits.items() if split != "train" and path is not None}
+    config, inputs = plan.identity(train_data, scored)
+    with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=("torch", "transformers", "tokenizers")) as run:
+        if run.skipped:
+            assert run.manifest is not None
+            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
+        with resource_errors(run.tmp):
+            stats = _train_and_score(plan, train_data, scored, run.tmp, progress)
+        manifest = run.commit(stats=stats, extra={"model": str(ref.path)})
+        return StageOutcome(run.out, manifest, False)
+
+
+@dataclass
+class _QaPlan:
+    """What a QA fine-tuning resolved before any data is read: the model, its tokenizers, the options filled in."""
+
+    ref: Any
+    tokenizers: Any
+    options: QaTrainOptions  # max_length, doc_stride and the mix resolved
+    pool: str
+    setup: Any  # G-MAP (None: off)
+    device: Any
+
+    def identity(self, train_data: SquadData, scored: dict[str, SquadData]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The stage's config and inputs: what its fingerprint covers."""
+        options = self.options
+        config = {
+            "task": {
+                "task": TASK,
+                "max_length": options.max_length,
+                "doc_stride": options.doc_stride,
+                "max_question_tokens": options.max_question_tokens,
+                "has_domain_tokenizer": self.tokenizers.domain is not None,
+            },
+            "train": {k: v for k, v in asdict(options.training).items() if k != "eval_batch_size"},
+            "pool": self.pool,
+            "limit": options.limit,
+            "model": self.ref.name,
+        }
+        inputs = [self.ref.identity(), {"role": "train", **file_identity(train_data.path)}]
+        inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
+        if self.setup is not None:
+            config["gmap"] = options.gmap.to_config(self.setup.general)
+            inputs.append({"role": "general", **self.setup.general.identity()})
+        return config, inputs
+
+
+def _plan(ref: Any, options: QaTrainOptions) -> _QaPlan:
+    from greenadapt.expanded_model import pick_device
+    from greenadapt.qa.model import resolve_pool
+
     folder = ExpandedModel.open(ref)
     tokenizers = folder.tokenizers
     requested_mix = options.training.mix
@@ -295,90 +258,54 @@ def run_finetune_qa(
         setup = finetune_gmap.prepare(options.gmap, ref, tokenizers.general, cache_root=resolve_workdir(options.workdir) / "cache")
     max_length, doc_stride = window_lengths(options, folder)
     options = replace(options, max_length=max_length, doc_stride=doc_stride, training=replace(options.training, mix=mix))
-    device = pick_device(options.device)
-    train_data = read_squad(train).limited(options.limit)
-    scored = {split: read_squad(path) for split, path in splits.items() if split != "train" and path is not None}
-    config = {
-        "task": {
-            "task": TASK,
-            "max_length": max_length,
-            "doc_stride": doc_stride,
-            "max_question_tokens": options.max_question_tokens,
-            "has_domain_tokenizer": tokenizers.domain is not None,
-        },
-        "train": {k: v for k, v in asdict(options.training).items() if k != "eval_batch_size"},
-        "pool": pool,
-        "limit": options.limit,
-        "model": ref.name,
-    }
-    inputs = [ref.identity(), {"role": "train", **file_identity(train_data.path)}]
-    inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
-    if setup is not None:
-        config["gmap"] = options.gmap.to_config(setup.general)
-        inputs.append({"role": "general", **setup.general.identity()})
-    libraries = ("torch", "transformers", "tokenizers")
-    with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=libraries) as run:
-        if run.skipped:
-            assert run.manifest is not None
-            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
-        views = [tokenizers.general] + ([tokenizers.domain] if tokenizers.domain is not None and mix > 0 else [])
-        memory_tokenizer = None if setup is None else (setup.tokenizer or tokenizers.general)
-        memory_length = 512 if setup is None else setup.max_length
-        featurized = [
-            featurize(train_data, tokenizer, options, memory_tokenizer=memory_tokenizer, memory_length=memory_length)
-            for tokenizer in views
-        ]
-        dropped = featurized[0][1]
-        if len(featurized[0][0].input_ids) == 0:
-            raise DataError(
-                "no training question has a gold answer found in its context",
-                path=train_data.path,
-                hint="check the answers' text and answer_start",
-            )
-        if dropped:
-            log.warning("%d training question(s) left out: their gold answer text is not in the context", dropped)
-        qa_model = _load_for_training(ref.path, tokenizers, options.training.seed, device)
-        if setup is not None:
-            from greenadapt.finetune import gmap as finetune_gmap
+    return _QaPlan(ref, tokenizers, options, pool, setup, pick_device(options.device))
 
-            qa_model = finetune_gmap.build_model(qa_model, setup).to(device)
-        with resource_errors(run.tmp):
-            stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
-            stats.update(
-                _train(
-                    qa_model,
-                    [f for f, _ in featurized],
-                    train_data.n_questions,
-                    len(tokenizers.general),
-                    options.training,
-                    device,
-                    run.tmp / "train_log.jsonl",
-                    progress,
-                )
-            )
-            stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
-            if setup is not None:
-                finetune_gmap.save(qa_model, run.tmp, setup)
-                stats["gmap"] = {**qa_model.describe(), **setup.describe()}
-                if qa_model.memory_cache is not None:
-                    stats["gmap_cache"] = qa_model.memory_cache.stats()
-            else:
-                with quiet_transformers():
-                    qa_model.save_pretrained(run.tmp)
-            _save_tokenizers(tokenizers, run.tmp, max_length)
-            metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
-            for split, data in scored.items():
-                scores, predictions = _evaluate(
-                    qa_model, tokenizers, data, pool, max_length, options.training.eval_batch_size, device, setup=setup
-                )
-                metrics[split] = scores
-                (run.tmp / "predictions").mkdir(exist_ok=True)
-                write_json(run.tmp / "predictions" / f"{split}.json", predictions)
-                stats[split] = {k: scores[k] for k in ("exact_match", "f1", "substring_match", "questions")} | {"pool": pool}
-            if scored:
-                write_json(run.tmp / "metrics.json", metrics)
-        manifest = run.commit(stats=stats, extra={"model": str(ref.path)})
-        return StageOutcome(run.out, manifest, False)
+
+def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, SquadData], folder: Path, progress: Progress) -> dict[str, Any]:
+    """Featurize, train, save the model and tokenizers into ``folder``, answer and score ``scored``: the manifest's stats."""
+    from greenadapt.models import quiet_transformers
+
+    tokenizers, options, setup, device, pool = plan.tokenizers, plan.options, plan.setup, plan.device, plan.pool
+    mix = options.training.mix or 0.0
+    views = [tokenizers.general] + ([tokenizers.domain] if tokenizers.domain is not None and mix > 0 else [])
+    memory_tokenizer = None if setup is None else (setup.tokenizer or tokenizers.general)
+    memory_length = 512 if setup is None else setup.max_length
+    assert options.max_length is not None and options.doc_stride is not None  # _plan
+    windows = {"max_length": options.max_length, "doc_stride": options.doc_stride, "max_question_tokens": options.max_question_tokens}
+    featurized = [featurize(train_data, tokenizer, **windows, memory_tokenizer=memory_tokenizer, memory_length=memory_length) for tokenizer in views]
+    dropped = featurized[0][1]
+    if len(featurized[0][0].input_ids) == 0:
+        raise DataError("no training question has a gold answer found in its context", path=train_data.path, hint="check the answers' text and answer_start")
+    if dropped:
+        log.warning("%d training question(s) left out: their gold answer text is not in the context", dropped)
+    qa_model = _load_for_training(plan.ref.path, tokenizers, options.training.seed, device)
+    if setup is not None:
+        from greenadapt.finetune import gmap as finetune_gmap
+
+        qa_model = finetune_gmap.build_model(qa_model, setup).to(device)
+    stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
+    stats.update(train_qa(qa_model, [f for f, _ in featurized], train_data.n_questions, len(tokenizers.general), options.training, device,
+                        folder / "train_log.jsonl", progress))
+    stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
+    if setup is not None:
+        finetune_gmap.save(qa_model, folder, setup)
+        stats["gmap"] = {**qa_model.describe(), **setup.describe()}
+        if qa_model.memory_cache is not None:
+            stats["gmap_cache"] = qa_model.memory_cache.stats()
+    else:
+        with quiet_transformers():
+            qa_model.save_pretrained(folder)
+    _save_tokenizers(tokenizers, folder, options.max_length)
+    metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
+    for split, data in scored.items():
+        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, options.max_length, options.training.eval_batch_size, device, setup=setup)
+        metrics[split] = scores
+        (folder / "predictions").mkdir(exist_ok=True)
+        write_json(folder / "predictions" / f"{split}.json", predictions)
+        stats[split] = {k: scores[k] for k in ("exact_match", "f1", "substring_match", "questions")} | {"pool": pool}
+    if scored:
+        write_json(folder / "metrics.json", metrics)
+    return stats
 
 
 def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> Any:
@@ -403,124 +330,6 @@ def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> A
     return model.to(device)
 
 
-class QaTask(TrainingTask):
-    """Start/end-position training on windows; each question's windows all come from the tokenizer its epoch drew."""
-
-    label = "fine-tuning (qa)"
-
-    def __init__(self, trainer: Trainer, views: list[Features], n_questions: int, *, pad_id: int) -> None:
-        self.trainer, self.views, self.n_questions, self.pad_id = trainer, views, n_questions, pad_id
-        mix = trainer.config.mix  # type: ignore[attr-defined]
-        self.mix = mix or 0.0
-        # With mix 1 the general windows are never drawn: they must not stretch the epochs either.
-        self.used = [v for v in range(len(views)) if (v == 0 and self.mix < 1) or (v == 1 and self.mix > 0)]
-        self.rows: list[tuple[int, int]] = []
-        self.lengths = np.zeros(0, np.int64)
-        self.batch_rows: list[tuple[int, int]] = []
-
-    def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
-        config, views = self.trainer.config, self.views
-        chosen = choose_views(self.n_questions, self.mix, config.seed, epoch)
-        self.rows = [(v, int(r)) for v in self.used for r in np.flatnonzero(chosen[views[v].question_index] == v)]
-        self.lengths = np.array([len(views[v].input_ids[r]) for v, r in self.rows])
-        return length_grouped_batches(self.lengths, config.batch_size, config.seed, epoch)
-
-    def parts(self, trainer: Trainer, batch: np.ndarray) -> list[Any] | None:
-        parts = super().parts(trainer, batch)
-        if parts is not None:
-            self.batch_rows = [self.rows[i] for i in batch]
-            trainer.load_rows([self.views[v].input_ids[r] for v, r in self.batch_rows if v == 1])
-        return parts
-
-    def loss(self, part: np.ndarray) -> Any:
-        import torch
-
-        trainer = self.trainer
-        inputs, starts, ends = _collate(self.views, [self.rows[i] for i in part], self.pad_id, trainer.ctx.device)
-        output = trainer.module(**inputs)
-        cross_entropy = torch.nn.functional.cross_entropy
-        summed = cross_entropy(output.start_logits.float(), starts, reduction="sum") + cross_entropy(output.end_logits.float(), ends, reduction="sum")
-        # transformers' QA loss, (start + end) / 2 averaged over the batch, taken over the global batch.
-        return summed * trainer.ctx.world / (2 * len(self.batch_rows))
-
-    def record(self, batch: np.ndarray) -> dict[str, Any]:
-        in_domain = sum(v for v, _ in self.batch_rows)
-        return {"windows": len(batch), "domain_windows": in_domain, "wordpieces": int(self.lengths[batch].sum())}
-
-    def counts(self, batch: np.ndarray) -> dict[str, int]:
-        return {"domain_windows": sum(v for v, _ in self.batch_rows), "seen_windows": len(batch)}
-
-
-def _train(
-    model: Any,
-    views: list[Features],
-    n_questions: int,
-    n_base_rows: int,
-    config: TrainConfig,
-    device: Any,
-    log_path: Path,
-    progress: Progress,
-) -> dict[str, Any]:
-    import numpy as np
-
-    from greenadapt.finetune.train import finish_model, prepare_trainer
-    from greenadapt.training.distributed import DistContext
-
-    mix = config.mix or 0.0
-    used = [v for v in range(len(views)) if (v == 0 and mix < 1) or (v == 1 and mix > 0)]
-    longest = max(len(ids) for features in views for ids in features.input_ids)
-    n_windows = max(len(views[v].input_ids) for v in used)
-    trainer = prepare_trainer(model, config, DistContext(device=device), n_examples=n_windows, longest=longest, n_base_rows=n_base_rows)
-    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    run = run_training(trainer, QaTask(trainer, views, n_questions, pad_id=pad_id), log_path=log_path, progress=progress)
-    finish_model(model)
-    seen = run.counts.get("seen_windows", 0)
-    return {
-        "steps": run.steps,
-        "epochs": run.epochs_run,
-        "first_loss": run.losses[0],
-        "last_loss": float(np.mean(run.losses[-10:])),
-        "train_seconds": round(run.seconds, 2),
-        "domain_fraction": round(run.counts.get("domain_windows", 0) / seen, 4) if seen else 0.0,
-    }
-
-
-def _collate(views: list[Features], batch: list[tuple[int, int]], pad_id: int, device: Any) -> tuple[dict[str, Any], Any, Any]:
-    """Padded model inputs of ``(view, window)`` rows, and their start and end positions."""
-    import numpy as np
-    import torch
-
-    width = max(len(views[v].input_ids[r]) for v, r in batch)
-    ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-    types = np.zeros((len(batch), width), dtype=np.int64)
-    mask = np.zeros((len(batch), width), dtype=np.int64)
-    for i, (v, r) in enumerate(batch):
-        n = len(views[v].input_ids[r])
-        ids[i, :n] = views[v].input_ids[r]
-        types[i, :n] = views[v].token_type_ids[r]
-        mask[i, :n] = 1
-    starts = np.array([views[v].start_positions[r] for v, r in batch], dtype=np.int64)
-    ends = np.array([views[v].end_positions[r] for v, r in batch], dtype=np.int64)
-
-    def to(array: np.ndarray) -> Any:
-        return torch.from_numpy(array).to(device)
-
-    inputs = {"input_ids": to(ids), "token_type_ids": to(types), "attention_mask": to(mask)}
-    if views[batch[0][0]].memory_ids is not None:
-        # G-MAP: the general model's own input of each window (its own length).
-        memory = [(views[v].memory_ids[r], views[v].memory_type_ids[r]) for v, r in batch]  # type: ignore[index]
-        width = max(len(m) for m, _ in memory)
-        general_ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-        general_types = np.zeros((len(batch), width), dtype=np.int64)
-        general_mask = np.zeros((len(batch), width), dtype=np.int64)
-        for i, (m, t) in enumerate(memory):
-            general_ids[i, : len(m)] = m
-            general_types[i, : len(m)] = t
-            general_mask[i, : len(m)] = 1
-        inputs.update(general_input_ids=to(general_ids), general_token_type_ids=to(general_types), general_attention_mask=to(general_mask))
-    return inputs, to(starts), to(ends)
-
-
 def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
     from greenadapt.qa.infer import QaRunner
 
@@ -530,7 +339,7 @@ def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
 
 
 def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
-    from greenadapt.finetune.tasks import TASK_FILE, TaskSettings
+    from greenadapt.tasks import TASK_FILE, TaskSettings
     from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
 
     if tokenizers.domain is None:

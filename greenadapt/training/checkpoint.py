@@ -116,7 +116,7 @@ class Checkpointing:
 
 def latest_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest complete checkpoint in ``folder`` and its manifest; damaged ones are skipped with a warning."""
-    from greenadapt.stage import verify_files
+    from greenadapt.manifest import verify_files
 
     for candidate in sorted(folder.glob("ckpt-*"), reverse=True):
         try:
@@ -225,7 +225,8 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
     next ``ckpt-NNNNNN`` and the rename made durable. Shared by ``finetune`` and
     ``pretrain``, whose checkpoints hold different state.
     """
-    from greenadapt.stage import resource_errors, sha256_file, write_json
+    from greenadapt.manifest import sha256_file, write_json
+    from greenadapt.stage import resource_errors
 
     folder = checkpoint.folder
     with resource_errors(folder):

@@ -1,0 +1,191 @@
+"""What every task declares, and the settings a fine-tuned folder keeps of its task.
+
+A :class:`Task` is one entry of :data:`greenadapt.tasks.TASKS`: a name, a
+one-line summary (the CLI's ``--task`` help is built from these), the defaults
+that differ between tasks (:class:`TaskDefaults`; the CLI and the API leave
+those options unset, None, and the task fills them in), the ``finetune``
+options it has no use for (refused when set), and its ``runner``: the
+function that trains it, named as ``module:function`` and imported only when
+a run starts (the registry stays light, and it sits below the trainers).
+:class:`LabellingTask` adds what a task that labels files declares: its
+reader, the model sequences (units) it trains and predicts on, the model head,
+decoding and scores.
+
+This module and the registry import nothing heavy (``--help`` reads them):
+task modules import torch, numpy and the data code inside their methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import importlib
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from greenadapt.expanded_model import TokenizerPair
+    from greenadapt.finetune.data import ReaderOptions, TaskFile
+    from greenadapt.finetune.options import FinetuneOptions
+    from greenadapt.finetune.tokenize import Unit
+    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.progress import Progress
+    from greenadapt.stage import StageOutcome
+
+TASK_FILE = "greenadapt_task.json"  # written into each fine-tuned model folder
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    """The options whose default depends on the task."""
+
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float = 5e-5
+    max_length: int | None = 128  # wordpieces per sequence; None: the task derives it from the model
+    max_words: int = 30  # NER: words per training chunk
+
+    def describe(self) -> str:
+        length = "the model's limit" if self.max_length is None else str(self.max_length)
+        return f"{self.epochs} epochs, batch {self.batch_size}, lr {self.lr:g}, max length {length}"
+
+
+@dataclass
+class TaskSettings:
+    """Everything prediction needs to treat new data like the training data."""
+
+    task: str
+    labels: list[str]
+    max_length: int = 128
+    max_words: int = 30
+    metric: str | None = None
+    positive_label: str | None = None
+    reader: dict[str, Any] = field(default_factory=dict)
+    has_domain_tokenizer: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TaskSettings:
+        known = {k: obj[k] for k in cls.__dataclass_fields__ if k in obj}
+        return cls(**known)
+
+    @property
+    def reader_options(self) -> ReaderOptions:
+        from greenadapt.finetune.data import ReaderOptions
+
+        return ReaderOptions.from_config(self.reader)
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {label: i for i, label in enumerate(self.labels)}
+
+
+class Task:
+    """One ``--task``: its defaults and how ``greenadapt finetune`` trains it."""
+
+    name: str = ""
+    summary: str = ""
+    defaults = TaskDefaults()
+    # FinetuneOptions (or ReaderOptions) fields this task has no use for: set to anything but their default, refused.
+    unused_options: tuple[str, ...] = ()
+    # "module:function" that trains it: function(task, options: FinetuneOptions, progress) -> StageOutcome.
+    runner: str = ""
+
+    def training_config(self, **values: Any) -> TrainConfig:
+        """A ``TrainConfig`` of the given values; those left None take this task's defaults (or TrainConfig's)."""
+        from greenadapt.finetune.train import TrainConfig
+
+        defaults = TrainConfig(epochs=self.defaults.epochs, batch_size=self.defaults.batch_size, lr=self.defaults.lr)
+        return replace(defaults, **{k: v for k, v in values.items() if v is not None})
+
+    def check_unused(self, options: FinetuneOptions) -> None:
+        """Refuse the options this task has no use for, when they were set."""
+        defaults = {**_field_defaults(options.reader), **_field_defaults(options)}
+        values = {**vars(options.reader), **vars(options)}
+        refused = [flag(name) for name in self.unused_options if values[name] != defaults[name]]
+        if refused:
+            raise UsageError(
+                f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --task {self.name}",
+                hint=f"leave {'it' if len(refused) == 1 else 'them'} out",
+            )
+
+    def finetune(self, options: FinetuneOptions, progress: Progress) -> StageOutcome:
+        if not self.runner:
+            raise UsageError(f"{self.name} is not trained by `greenadapt finetune`")
+        module, _, function = self.runner.partition(":")
+        return getattr(importlib.import_module(module), function)(self, options, progress)  # type: ignore[no-any-return]
+
+
+class LabellingTask(Task):
+    """A task that labels files (tokens or whole texts): reader, units, head, decoding, scores."""
+
+    runner = "greenadapt.finetune.run:run_labelling"
+    auto_model: str = ""  # the transformers Auto class of the model head
+    metrics: tuple[str, ...] = ()
+    default_metric: str = ""
+
+    def read(self, path: str | Path, settings: TaskSettings | ReaderOptions, *, require_labels: bool) -> TaskFile:
+        from greenadapt.finetune.data import read_task_file
+
+        options = settings.reader_options if isinstance(settings, TaskSettings) else settings
+        return read_task_file(path, self.name, options, require_labels=require_labels)
+
+    def order_labels(self, labels: Sequence[str]) -> list[str]:
+        return sorted(labels)
+
+    def units(
+        self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair, *, training: bool = False
+    ) -> tuple[list[Unit], dict[str, int]]:
+        """The model sequences of ``task_file``; ``training``: the file is trained on (gold labels may guide the cuts)."""
+        raise NotImplementedError
+
+    def decode(self, task_file: TaskFile, row_labels: Sequence[str]) -> list[Any]:
+        """Per-row predicted labels → one prediction per example, in example order."""
+        raise NotImplementedError
+
+    def score(self, task_file: TaskFile, predictions: Sequence[Any], settings: TaskSettings) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def check_metric(self, metric: str | None, positive: str | None) -> str:
+        chosen = metric or self.default_metric
+        if chosen not in self.metrics:
+            raise UsageError(f"--metric {chosen!r} is not a {self.name} metric", hint=f"choose from {', '.join(self.metrics)}")
+        return chosen
+
+    def positive_label(self, labels: Sequence[str], requested: str | None) -> str | None:
+        """The label ``f1`` scores (classification); None for tasks without one."""
+        return None
+
+    def load_model(self, folder: Path, labels: Sequence[str]) -> Any:
+        """The model with a fresh head for ``labels``; fp32 master weights whatever the checkpoint's dtype."""
+        import torch
+        import transformers
+
+        auto = getattr(transformers, self.auto_model)
+        return auto.from_pretrained(
+            str(folder),
+            dtype=torch.float32,
+            num_labels=len(labels),
+            id2label=dict(enumerate(labels)),
+            label2id={label: i for i, label in enumerate(labels)},
+        )
+
+
+def argmax_labels(logits: np.ndarray, labels: Sequence[str]) -> list[str]:
+    return [labels[i] for i in logits.argmax(axis=1)]
+
+
+def _field_defaults(options: Any) -> dict[str, Any]:
+    return {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(options)  # type: ignore[misc]
+            if f.default is not MISSING or f.default_factory is not MISSING}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of an option field: its name in kebab case (``batch_size`` → ``--batch-size``)."""
+    return "--" + name.replace("_", "-")

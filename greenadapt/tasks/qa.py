@@ -1,0 +1,29 @@
+"""Extractive question answering: SQuAD-style JSON; exact match and F1 over whole documents.
+
+Reader: :func:`greenadapt.qa.data.read_squad`. Units: ``[CLS] question [SEP]
+context [SEP]`` windows with a stride, answer positions per window
+(:func:`greenadapt.qa.features.featurize`). Head: ``AutoModelForQuestionAnswering``.
+Collator: :func:`greenadapt.qa.loop.collate_windows`. Loss: transformers' (start + end) / 2.
+Metric: SQuAD exact match and F1 over each question's whole context
+(:mod:`greenadapt.qa.metrics`), answered as ``greenadapt qa`` answers.
+
+Its defaults are the usual SQuAD recipe (BERT: 2 epochs, lr 3e-5, 384/128
+windows); batch 16 fits a 12 GB GPU.
+"""
+
+from __future__ import annotations
+
+from greenadapt.tasks.base import Task, TaskDefaults
+
+
+class QaTask(Task):
+    name = "qa"
+    summary = "extractive question answering: SQuAD-style JSON (answer with `greenadapt qa`); exact match and F1"
+    defaults = TaskDefaults(epochs=2, batch_size=16, lr=3e-5, max_length=None)  # max length: 384, or the model's limit
+    # Reader options, label options and per-seed runs belong to the labelling tasks; the QA loop keeps no checkpoints yet.
+    unused_options = (
+        "max_words", "metric", "positive_label", "train_on",
+        "text_field", "pair_field", "label_field", "format", "header", "entity_type",
+        "save_every", "resume",
+    )
+    runner = "greenadapt.qa.train:finetune_qa"

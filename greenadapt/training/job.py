@@ -1,0 +1,142 @@
+"""A training stage under torchrun: every process trains, rank 0 alone writes the stage folder.
+
+:func:`training_stage` owns what ``finetune`` and ``pretrain`` share around
+their training: the process group (:func:`init_distributed`), SIGTERM handling
+(:class:`StopSignal`), the stage folder on rank 0 (:class:`StageRun`; every
+rank learns whether it is up to date), and the checkpoint folder beside the
+output: an interrupted run's checkpoints are never dropped unasked (without
+``--resume`` the run stops and says so) nor resumed when they were made with
+other inputs or options. :meth:`TrainingStage.commit` writes the manifest and
+then removes the checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greenadapt.errors import StageError
+from greenadapt.manifest import fingerprint
+from greenadapt.stage import StageOutcome, StageRun
+from greenadapt.training.checkpoint import Checkpointing, StopSignal, latest_checkpoint
+from greenadapt.training.distributed import DistContext, init_distributed
+
+log = logging.getLogger(__name__)
+
+LIBRARIES = ("torch", "transformers", "tokenizers")  # their versions go into the manifest
+
+
+def checkpoint_folder(out: str | os.PathLike[str]) -> Path:
+    """Where a run writing ``out`` keeps its checkpoints: a sibling, so they outlive the run's temporary folder."""
+    path = Path(out).absolute()
+    return path.parent / f"{path.name}.checkpoint"
+
+
+@dataclass
+class TrainingStage:
+    """One training stage's process, stage folder (rank 0) and checkpoints."""
+
+    ctx: DistContext
+    stop: StopSignal
+    stage: StageRun | None  # rank 0 only
+    out: Path
+    fingerprint: str  # of the run's options and inputs: a checkpoint of another run is never resumed
+    checkpoints: Path
+    up_to_date: StageOutcome | None = None  # set when the output is up to date: nothing to train
+
+    @property
+    def tmp(self) -> Path | None:
+        """The folder rank 0 writes the output into; None on the other ranks."""
+        return self.stage.tmp if self.stage is not None else None
+
+    def checkpointing(self, *, save_every: int | None, resume: bool, save_final: bool = False) -> Checkpointing:
+        return Checkpointing(
+            self.checkpoints, self.fingerprint, save_every=save_every, resume=resume, save_final=save_final, writer=self.ctx.is_main
+        )
+
+    def commit(self, stats: dict[str, Any]) -> StageOutcome:
+        """Rank 0: write the manifest (the output is complete from here on), then drop the checkpoints."""
+        if self.stage is None:
+            return StageOutcome(self.out, {}, False)
+        manifest = self.stage.commit(stats=stats)
+        shutil.rmtree(self.checkpoints, ignore_errors=True)
+        if self.stop.received:
+            log.warning("SIGTERM arrived after the last training step; the run was finished and saved first")
+        return StageOutcome(self.stage.out, manifest, False)
+
+
+@contextlib.contextmanager
+def training_stage(
+    kind: str,
+    out: str | os.PathLike[str],
+    config: Mapping[str, Any],
+    inputs: list[dict[str, Any]],
+    *,
+    device: str,
+    force: bool,
+    wait: bool,
+    resume: bool,
+) -> Iterator[TrainingStage]:
+    """Open a training stage writing ``out``; its ``up_to_date`` is set when there is nothing to train."""
+    checkpoints = checkpoint_folder(out)
+    ctx = init_distributed(device)
+    try:
+        with contextlib.ExitStack() as stack:
+            stop = stack.enter_context(StopSignal(checkpoints))
+            stage = stack.enter_context(StageRun(kind, out, config, inputs, force=force, wait=wait, libraries=LIBRARIES)) if ctx.is_main else None
+            job = TrainingStage(ctx, stop, stage, Path(out), fingerprint(kind, config, inputs), checkpoints)
+            if ctx.broadcast_int(int(stage.skipped) if stage is not None else 0):
+                if stage is None:
+                    job.up_to_date = StageOutcome(Path(out), {}, True)
+                else:
+                    _drop_finished_checkpoints(checkpoints, stage.fingerprint)
+                    job.up_to_date = StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
+            elif stage is not None:
+                _check_checkpoints(checkpoints, job.fingerprint, resume=resume)
+            yield job
+    finally:
+        ctx.close()
+
+
+def _latest_checkpoints(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    # pretrain keeps them in the folder itself, finetune one subfolder per seed.
+    places = [folder, *sorted(folder.glob("seed-*"))] if folder.is_dir() else []
+    return [found for found in (latest_checkpoint(place) for place in places) if found is not None]
+
+
+def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool) -> None:
+    """Never discard an interrupted run's checkpoints unasked, nor resume from another run's."""
+    if not folder.is_dir():
+        return
+    found = _latest_checkpoints(folder)
+    if not found:
+        log.info("removing %s: it holds no complete checkpoint", folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    if not resume:
+        steps = ", ".join(str(manifest.get("step")) for _, manifest in found)
+        raise StageError(
+            f"an interrupted run left checkpoints here (step {steps})",
+            path=folder,
+            hint="pass --resume to continue from them, or delete this folder to start over",
+        )
+    for path, manifest in found:
+        if manifest.get("fingerprint") != run_fingerprint:
+            raise StageError(
+                "this checkpoint was made with other inputs or options",
+                path=path,
+                hint=f"rerun with the options of the interrupted run, or delete {folder} to start over",
+            )
+
+
+def _drop_finished_checkpoints(folder: Path, run_fingerprint: str) -> None:
+    # A run killed between its commit and removing its checkpoints leaves them behind; the output supersedes them.
+    found = _latest_checkpoints(folder)
+    if folder.is_dir() and all(manifest.get("fingerprint") == run_fingerprint for _, manifest in found):
+        shutil.rmtree(folder, ignore_errors=True)
