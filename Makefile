@@ -26,9 +26,10 @@ demo: setup
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The rule set is in pyproject.toml ([tool.ruff]); part of `make test`, so CI runs it.
+# The rule sets are in pyproject.toml ([tool.ruff], [tool.mypy]); part of `make test`, so CI runs them.
 lint: setup
 	$(VENV)/bin/ruff check greenadapt tests bench
+	$(VENV)/bin/mypy
 
 # The report's browser test (tests/test_report_browser.py, integration) renders the HTML
 # in Debian's headless chromium and skips without it. As root on Debian this installs it;

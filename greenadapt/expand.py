@@ -41,6 +41,7 @@ model (:mod:`greenadapt.model_card` writes the folder's own).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -179,11 +180,11 @@ def run_expand(
     align_manifest = load_stage(align_dir, "align")
     w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
     align_config = align_manifest.get("config", {})
-    method = get_method(str(align_config.get("method", "lstsq")))
-    if chosen is not None and chosen.name != method.name:
+    fitted = get_method(str(align_config.get("method", "lstsq")))
+    if chosen is not None and chosen.name != fitted.name:
         raise UsageError(
-            f"--method {chosen.name}, but {align_dir} was fitted with {method.name}",
-            path=align_dir, hint=f"rerun `greenadapt align --method {chosen.name}`, or drop --method to use {method.name}",
+            f"--method {chosen.name}, but {align_dir} was fitted with {fitted.name}",
+            path=align_dir, hint=f"rerun `greenadapt align --method {chosen.name}`, or drop --method to use {fitted.name}",
         )
     method_options = MethodOptions.from_config(align_config.get("method_options", {}))
     ref, general = _model_of(model, align_dir, align_manifest)
@@ -205,7 +206,7 @@ def run_expand(
         "max_new": max_new,
         "min_count": min_count,
         # Only the random ablation draws numbers; elsewhere a seed change must not redo the stage.
-        "seed": seed if method.name == "random" else None,
+        "seed": seed if fitted.name == "random" else None,
     }
     inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
     libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
@@ -216,7 +217,7 @@ def run_expand(
         corpus, upstream = _upstream(align_manifest, w2v_manifest)
         with resource_errors(run.tmp):
             stats = _expand(
-                align_dir, w2v_dir, ref, general, method=method, method_options=method_options, max_new=max_new,
+                align_dir, w2v_dir, ref, general, method=fitted, method_options=method_options, max_new=max_new,
                 min_count=min_count, seed=seed, dest=run.tmp, progress=progress,
                 # in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on
                 provenance={"corpus": corpus, "vectors_cost": cost_summary(upstream)},
@@ -371,7 +372,7 @@ def _expand(
             fill = tensor.double().mean().to(tensor.dtype)
             specs.append((name, tensor.dtype, (n_rows + n_new,), _grown_bias(tensor, fill, n_new)))
         else:
-            specs.append((name, tensor.dtype, tuple(tensor.shape), lambda t=tensor: [t]))
+            specs.append((name, tensor.dtype, tuple(tensor.shape), functools.partial(list, [tensor])))
     write_safetensors(dest / WEIGHTS_FILE, specs, metadata={"format": "pt"}, progress=progress)
     progress.finish()
     embedding_dtype = str(state[embedding_key].dtype).removeprefix("torch.")
@@ -569,7 +570,7 @@ def write_safetensors(
                 if chunk.dtype != dtype:
                     raise RuntimeError(f"{name}: chunk of dtype {chunk.dtype}, expected {dtype}")
                 data = chunk.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-                handle.write(data)
+                handle.write(data)  # type: ignore[arg-type]  # an ndarray is a buffer; numpy's stubs lack __buffer__ before 3.12
                 written += data.nbytes
             start, end = header[name]["data_offsets"]
             if written != end - start:

@@ -52,7 +52,8 @@ class _GreenadaptPipeline(Pipeline):
     def preprocess(self, input_: Any, **params: Any) -> dict[str, Any]:
         return {"input": input_, "params": params}
 
-    def _forward(self, model_inputs: dict[str, Any], **forward_params: Any) -> dict[str, Any]:
+    # transformers' Pipeline types these for its own model outputs; ours carry greenadapt's predictions.
+    def _forward(self, model_inputs: dict[str, Any], **forward_params: Any) -> dict[str, Any]:  # type: ignore[override]
         return {"output": self._predict([model_inputs["input"]], **model_inputs["params"])[0]}
 
     def postprocess(self, model_outputs: dict[str, Any], **postprocess_params: Any) -> Any:
@@ -63,7 +64,7 @@ class _GreenadaptPipeline(Pipeline):
 
 
 class GreenadaptTokenClassificationPipeline(_GreenadaptPipeline):
-    def __call__(self, inputs: Any, **kwargs: Any) -> Any:
+    def __call__(self, inputs: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # one input or a list, as transformers' own
         split = kwargs.get("is_split_into_words", False)
         batched = isinstance(inputs, list) and (not split or (inputs and isinstance(inputs[0], list | tuple)))
         if batched:
@@ -77,7 +78,7 @@ class GreenadaptTokenClassificationPipeline(_GreenadaptPipeline):
 
 
 class GreenadaptTextClassificationPipeline(_GreenadaptPipeline):
-    def __call__(self, inputs: Any, **kwargs: Any) -> Any:
+    def __call__(self, inputs: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # one input or a list, as transformers' own
         if isinstance(inputs, list):
             return self._predict(list(inputs), **kwargs)
         return super().__call__(inputs, **kwargs)
@@ -117,7 +118,7 @@ class GreenadaptQuestionAnsweringPipeline(_GreenadaptPipeline):
     def _predict(self, inputs: list[Any], top_k: int = 1, **unused: Any) -> list[Any]:
         _refuse(unused, "question-answering")
         pairs = [(item["question"], item["context"]) for item in inputs]
-        results = []
+        results: list[Any] = []
         for answers in self.predictor.answer_many(pairs, n_best=top_k):
             shaped = [{"score": a["score"], "start": a["start"], "end": a["end"], "answer": a["text"]} for a in answers]
             if top_k == 1:

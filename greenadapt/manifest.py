@@ -15,7 +15,7 @@ import json
 import os
 import platform
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,7 +34,7 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def fingerprint(kind: str, config: Mapping[str, Any], inputs: list[Mapping[str, Any]]) -> str:
+def fingerprint(kind: str, config: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]]) -> str:
     """What names a stage's output: its kind, options and inputs.
 
     Upstream stages are named by their content (fingerprint and file checksums), not
@@ -45,7 +45,7 @@ def fingerprint(kind: str, config: Mapping[str, Any], inputs: list[Mapping[str, 
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def legacy_fingerprint(kind: str, config: Mapping[str, Any], inputs: list[Mapping[str, Any]]) -> str:
+def legacy_fingerprint(kind: str, config: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]]) -> str:
     """The fingerprint greenadapt wrote before paths were left out: outputs made then stay up to date."""
     payload = canonical_json({"kind": kind, "config": config, "inputs": inputs})
     return hashlib.sha256(payload.encode()).hexdigest()
@@ -66,7 +66,7 @@ def _without_paths(value: Any) -> Any:
     return value
 
 
-def with_relative_paths(inputs: list[Mapping[str, Any]], folder: Path) -> list[dict[str, Any]]:
+def with_relative_paths(inputs: Sequence[Mapping[str, Any]], folder: Path) -> list[dict[str, Any]]:
     """``inputs`` as a manifest in ``folder`` records them: each local path also relative to the folder."""
     recorded = []
     for item in inputs:

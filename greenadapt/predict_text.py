@@ -305,6 +305,7 @@ def predict_input(
         if opened.path is None:
             from greenadapt.predictor import open_model
 
+            assert found is not None  # a model is opened whenever the input is not a task file
             predictor = open_model(*found, device=device, pool=pool, batch_size=batch_size, precision=precision, general_model=general_model)
             return predict_text(predictor, opened, output, progress=progress)
         if file_format != "auto" and opened.format != "dataset":

@@ -104,7 +104,7 @@ class NerModel(_Labeller):
     def predict(self, texts: str | Sequence[str]) -> Any:
         """Entities of each text (a list of :class:`Entity` per text; one list for a single string)."""
         single = isinstance(texts, str)
-        batch = [texts] if single else list(texts)
+        batch: list[str] = [texts] if isinstance(texts, str) else list(texts)
         for i, text in enumerate(batch):
             if not isinstance(text, str):
                 raise UsageError(f"text {i} is a {type(text).__name__}, not a string", hint="pass str or a list of str")
@@ -155,7 +155,7 @@ class ClassifierModel(_Labeller):
         from greenadapt.finetune.data import TextExample
 
         single = isinstance(texts, str)
-        batch = [texts] if single else list(texts)
+        batch: list[str] = [texts] if isinstance(texts, str) else list(texts)
         if pairs is not None and (isinstance(pairs, str) or len(pairs) != len(batch)):
             raise UsageError("pairs must be a list with one second text per text")
         examples = [TextExample(text, None if pairs is None else pairs[i], None, i + 1) for i, text in enumerate(batch)]
@@ -206,7 +206,7 @@ class QaModel:
             by_context.setdefault(context, []).append(Question(str(i), question, None, False, f"[{i}]"))
         documents = [Document(context, None, f"context {j}", tuple(qs)) for j, (context, qs) in enumerate(by_context.items())]
         results: list[list[dict[str, Any]]] = [[] for _ in pairs]
-        for question, answers in answer_questions(
+        for answered, answers in answer_questions(
             self.opened.runner,
             documents,
             self.opened.tokenizers,
@@ -215,7 +215,7 @@ class QaModel:
             n_best=n_best,
             max_answer_chars=self.max_answer_chars,
         ):
-            results[int(question.id)] = [
+            results[int(answered.id)] = [
                 {"text": a["text"], "start": a["start"], "end": a["end"], "score": a["probability"]} for a in answers
             ]
         return results

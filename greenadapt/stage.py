@@ -24,7 +24,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from pathlib import Path
@@ -128,7 +128,7 @@ class StageRun:
         kind: str,
         out_dir: str | os.PathLike[str],
         config: Mapping[str, Any],
-        inputs: list[Mapping[str, Any]],
+        inputs: Sequence[Mapping[str, Any]],
         *,
         force: bool = False,
         wait: bool = False,

@@ -58,7 +58,7 @@ def _slots(rows: Sequence[int] | None, n: int) -> Sequence[int]:
     slot_array[wanted] = np.arange(wanted.size)
     if np.count_nonzero(slot_array >= 0) != wanted.size:
         raise ValueError("rows must not repeat")
-    return slot_array.tolist()  # type: ignore[no-any-return]
+    return slot_array.tolist()
 
 
 def _unreadable_entry(path: Path, i: int, dim: int, n_declared: int, *, truncated: bool) -> InputError:
@@ -99,7 +99,7 @@ def read_word2vec_binary(
         n = n_declared if limit is None else max(0, min(n_declared, limit))
         slots = _slots(rows, n)
         vectors = np.empty((n if rows is None else len(rows), dim), dtype="<f4")
-        dest = memoryview(vectors.reshape(-1).view(np.uint8))
+        dest = memoryview(vectors.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy's stubs lack __buffer__ before 3.12
         row_bytes = 4 * dim
         words: list[str] = []
         buf = b""

@@ -348,7 +348,7 @@ def _training_progress(progress: Progress, tokens: int, epochs: int) -> Iterator
             words_per_s = position / max(time.perf_counter() - state["started"], 1e-9)
         progress.update(min(position, total), words_per_s=words_per_s)
 
-    class EpochCounter(CallbackAny2Vec):  # type: ignore[misc]
+    class EpochCounter(CallbackAny2Vec):
         def on_epoch_end(self, model: Any) -> None:
             state["epochs_done"] += 1
             report(state["epochs_done"] * tokens)
@@ -360,7 +360,8 @@ def _training_progress(progress: Progress, tokens: int, epochs: int) -> Iterator
         message = record.msg if isinstance(record.msg, str) else ""
         if "PROGRESS: at" in message and message.startswith("EPOCH") and isinstance(record.args, tuple):
             with contextlib.suppress(TypeError, ValueError, IndexError):
-                percent, words_per_s = float(record.args[1]), float(record.args[2])
+                args: Any = record.args
+                percent, words_per_s = float(args[1]), float(args[2])
                 report((state["epochs_done"] + percent / 100) * tokens, words_per_s)
         return record.levelno >= shown_from
 

@@ -103,7 +103,7 @@ class WordSplitter:
         from tokenizers import Tokenizer
 
         # A throwaway tokenizer is the public way to deserialize components.
-        spec = {
+        spec: dict[str, Any] = {
             "version": "1.0",
             "truncation": None,
             "padding": None,

@@ -203,15 +203,15 @@ class _AtFinish(_AtStep):
 
 def test_sigterm_before_training_stops_at_once(model: Path, data: dict[str, Path], tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from greenadapt.finetune import run as run_module
+    from greenadapt.training import job as job_module
 
-    real = run_module._check_checkpoints
+    real = job_module._check_checkpoints
 
     def then_sigterm(*args: Any, **kwargs: Any) -> None:
         real(*args, **kwargs)
         _sigterm()
 
-    monkeypatch.setattr(run_module, "_check_checkpoints", then_sigterm)
+    monkeypatch.setattr(job_module, "_check_checkpoints", then_sigterm)
     handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Preempted, match="before training started; nothing to save yet") as info:
         run_finetune(_options(model, data, tmp_path / "run"))

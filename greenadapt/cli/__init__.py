@@ -107,9 +107,10 @@ def main() -> None:
             _fail("interrupted", EXIT_INTERRUPTED)
         if isinstance(exc, typer.Exit):
             sys.exit(exc.exit_code)
-        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+        code = getattr(exc, "exit_code", None)
+        if hasattr(exc, "show") and isinstance(code, int):
             exc.show()  # click's own usage errors: usage line + message, exit 2
-            sys.exit(exc.exit_code)
+            sys.exit(code)
         if debug:
             raise
         if isinstance(exc, OSError) and exc.filename:

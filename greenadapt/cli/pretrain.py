@@ -92,13 +92,13 @@ def pretrain_command(
         given = [flag for flag, value in training_only.items() if value] + (["--resume"] if resume else [])
         if given:
             raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --eval-only", hint="pass each corpus to score as --corpus")
-        options = EvalOptions(
+        evaluation = EvalOptions(
             corpora=list(corpus), model=model, workdir=workdir, text_fields=text_field or None, max_length=max_length, heldout=heldout,
             whole_word_masking=whole_word_masking, mask_probability=mask_probability, tokenizer=tokenizer, general_model=general_model,
             device=device, batch_size=eval_batch_size, precision=precision, workers=workers,
         )
         with progress_for(quiet) as progress:
-            report = run_eval_only(options, progress)
+            report = run_eval_only(evaluation, progress)
         if as_json:
             sys.stdout.write(json.dumps(report, indent=2) + "\n")
         else:

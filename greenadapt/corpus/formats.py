@@ -19,7 +19,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 from greenadapt.errors import CorpusError
 
@@ -107,7 +107,7 @@ def decompressor(compression: str, stream: IO[bytes]) -> IO[bytes]:
     import lzma
 
     opener = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}[compression]
-    return opener(fileobj=stream) if opener is gzip.GzipFile else opener(stream)  # type: ignore[no-any-return]
+    return cast(IO[bytes], opener(fileobj=stream) if opener is gzip.GzipFile else opener(stream))
 
 
 class CountingReader(io.RawIOBase):
@@ -158,12 +158,27 @@ class CountingReader(io.RawIOBase):
 class Source(Protocol):
     """What a format reader needs of a corpus source (``greenadapt.corpus.source.CorpusSource``)."""
 
-    uri: str
-    format: str
-    text_fields: tuple[str, ...]
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def format(self) -> str: ...
+
+    @property
+    def text_fields(self) -> tuple[str, ...]: ...
+
+    @property
+    def compression(self) -> str | None: ...
 
     @property
     def display(self) -> str: ...
+
+    @property
+    def is_url(self) -> bool: ...
+
+    def scrub(self, text: str) -> str:
+        """``text`` with any credentials of the source's address taken out."""
+        ...
 
     def open_stream(self, stats: ReadStats) -> AbstractContextManager[Any]: ...
 

@@ -19,7 +19,7 @@ import logging
 import posixpath
 import tarfile
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from greenadapt.corpus.formats import SNIFF_BYTES, TEXT_FORMATS, CountingReader, ReadStats, Source, decode, decompressor, format_for_name, split_compression
@@ -483,7 +483,7 @@ class _SkippedMembers:
 
 def _read_member(
     source: Source, name: str, handle: IO[bytes], stats: ReadStats, skip: _SkippedMembers
-) -> Iterator[str]:
+) -> Generator[str, None, bool]:
     """The texts of one archive member read in the format its name says; returns whether it was read."""
     import io
 

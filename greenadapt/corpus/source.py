@@ -194,7 +194,7 @@ def _open_with_smart_open(uri: str, scheme: str, shown: str) -> IO[bytes]:
     except ImportError:
         raise CorpusError("reading URLs needs smart_open", path=shown, hint="pip install 'smart-open[s3,gcs,http]'") from None
     try:
-        return smart_open.open(uri, "rb", compression="disable")  # type: ignore[no-any-return]
+        return smart_open.open(uri, "rb", compression="disable")
     except ImportError:
         raise CorpusError(
             f"reading {scheme}:// URLs needs an optional smart_open dependency",

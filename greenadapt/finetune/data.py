@@ -334,7 +334,7 @@ def _read_ner_jsonl(path: Path, options: ReaderOptions, rows: Iterator[tuple[int
             for tag in tags:
                 check_ner_label(tag, path, number)
         if words:
-            sentences.append(NerSentence(tuple(words), tuple(tags) if has_label else None, (number,) * len(words)))
+            sentences.append(NerSentence(tuple(words), tuple(tags or ()) if has_label else None, (number,) * len(words)))
     return TaskFile(path, "jsonl", sentences, bool(labelled), {"text": tokens_key, "label": tags_key})
 
 

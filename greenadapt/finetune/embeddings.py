@@ -46,6 +46,8 @@ TRAIN_EMBEDDINGS = ("all", "new", "none")
 class SplitWordEmbedding(nn.Module):
     """Word embeddings as dense original rows plus row-wise trained added rows."""
 
+    added: torch.Tensor  # a registered buffer (Module.__getattr__ would type it Tensor | Module)
+
     def __init__(self, weight: torch.Tensor, n_base: int, padding_idx: int | None, *, train_base: bool, capacity: int) -> None:
         super().__init__()
         self.n_base = n_base
@@ -161,7 +163,7 @@ class RowAdamW(torch.optim.Optimizer):
         """How many rows have optimizer state (the rows training has used so far)."""
         return self.used
 
-    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+    def state_dict(self) -> dict[str, Any]:
         """The base optimizer's state (learning rate, betas) plus the per-row moments and step counts.
 
         Only the ``used`` slots are exported, as copies: a slice of the grown
@@ -177,7 +179,7 @@ class RowAdamW(torch.optim.Optimizer):
         }
         return state
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state = dict(state_dict)
         rows = state.pop("rows", None)
         if not isinstance(rows, dict) or set(rows) != {"slot_of", "exp_avg", "exp_avg_sq", "row_steps"}:

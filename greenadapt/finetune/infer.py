@@ -39,7 +39,7 @@ def view_logits(
     n_rows = np.array([u.n_rows for u in units], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(n_rows)])
     mine = np.arange(ctx.rank, len(units), ctx.world)
-    mine = mine[np.argsort([-len(units[i].ids[view]) for i in mine], kind="stable")]
+    mine = mine[np.argsort([-len(units[int(i)].ids[view]) for i in mine], kind="stable")]
     dtype = autocast_dtype(precision, ctx.device)
     was_training = model.training
     model.eval()
@@ -84,7 +84,7 @@ def pooled_logits(
             raise UsageError(f"unknown pooling mode {mode!r}", hint=f"choose from {', '.join(POOL_MODES)}")
         if mode == "domain" and not has_domain:
             raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
-    kwargs = {"pad_id": pad_id, "batch_size": batch_size, "precision": precision}
+    kwargs: dict[str, Any] = {"pad_id": pad_id, "batch_size": batch_size, "precision": precision}
     general = view_logits(model, units, VIEW_GENERAL, ctx, **kwargs)
     if not has_domain:
         return {mode: general for mode in modes}
@@ -92,12 +92,12 @@ def pooled_logits(
     need_domain = any(m in ("domain", "mean") for m in modes)
     domain = view_logits(model, units, VIEW_DOMAIN, ctx, **kwargs) if need_domain else None
     for mode in modes:
-        if mode == "general":
+        if mode == "general" or domain is None:
             result[mode] = general
         elif mode == "domain":
-            result[mode] = domain  # type: ignore[assignment]
+            result[mode] = domain
         else:
-            result[mode] = (general + domain) / 2  # type: ignore[operator]
+            result[mode] = (general + domain) / 2
     return result
 
 

@@ -74,23 +74,31 @@ def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -
     return get_task(options.task).finetune(options, progress)
 
 
-def with_task_defaults(task: LabellingTask, options: FinetuneOptions) -> FinetuneOptions:
-    """``options`` with the unset (None) options at ``task``'s defaults."""
-    defaults = task.defaults
-    return replace(
-        options,
-        training=options.training or task.training_config(),
-        max_length=options.max_length if options.max_length is not None else defaults.max_length,
-        max_words=options.max_words if options.max_words is not None else defaults.max_words,
-        pool=options.pool or "mean",
-    )
+@dataclass(frozen=True)
+class TaskValues:
+    """The task-dependent options of a labelling run, the unset (None) ones at the task's defaults."""
+
+    training: TrainConfig
+    max_length: int
+    max_words: int
+    pool: str
+
+    @classmethod
+    def of(cls, task: LabellingTask, options: FinetuneOptions) -> TaskValues:
+        defaults = task.defaults
+        return cls(
+            training=options.training or task.training_config(),
+            max_length=options.max_length if options.max_length is not None else (defaults.max_length or 128),
+            max_words=options.max_words if options.max_words is not None else defaults.max_words,
+            pool=options.pool or "mean",
+        )
 
 
 def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Fine-tune a labelling task (one run per seed), evaluate under every pooling mode, write the run folder."""
     task.check_unused(options)
-    options = with_task_defaults(task, options)
-    _check_options(options)
+    values = TaskValues.of(task, options)
+    _check_options(options, values)
     ref = resolve_model(options.model)
     out = options.out or default_run_folder(options, ref)
     check_run_destination(out, kind=KIND, force=options.force, model=ref.path, data=[options.train, options.dev, options.test], workdir=options.workdir)
@@ -111,30 +119,30 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
 
     tokenizers = load_tokenizers(ref.path)
     gmap = _prepare_gmap(options, ref, tokenizers.general)
-    requested_mix = options.training.mix
+    requested_mix = values.training.mix
     mix = requested_mix if requested_mix is not None else (0.5 if tokenizers.has_domain else 0.0)
     if mix > 0 and not tokenizers.has_domain:
         raise UsageError(
             f"--mix {mix:g} needs a domain tokenizer, but {ref.path} has only one tokenizer (no {GENERAL_TOKENIZER_DIR}/)",
             hint="pass a model folder written by `greenadapt expand`, or --mix 0",
         )
-    if options.pool == "domain" and not tokenizers.has_domain:
+    if values.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
-    pool = options.pool if tokenizers.has_domain else "general"
+    pool = values.pool if tokenizers.has_domain else "general"
     positive = task.positive_label(labels, options.positive_label)
     metric = task.check_metric(options.metric, positive)
     settings = TaskSettings(
         task=task.name,
         labels=labels,
-        max_length=ExpandedModel(ref, tokenizers).capped_length(options.max_length),
-        max_words=options.max_words,
+        max_length=ExpandedModel(ref, tokenizers).capped_length(values.max_length),
+        max_words=values.max_words,
         metric=metric,
         positive_label=positive,
         reader=options.reader.as_config(),
         has_domain_tokenizer=tokenizers.has_domain,
     )
-    base = replace(options.training, mix=mix)
-    config = {
+    base = replace(values.training, mix=mix)
+    config: dict[str, Any] = {
         "task": settings.to_json(),
         "train": {k: v for k, v in asdict(base).items() if k not in ("seed", "eval_batch_size")},
         "seeds": list(options.seeds),
@@ -179,14 +187,13 @@ def _prepare_gmap(options: FinetuneOptions, ref: ModelRef, t_lm: Any) -> GmapSet
     return prepare(options.gmap, ref, t_lm, cache_root=resolve_workdir(options.workdir) / "cache")
 
 
-def _check_options(options: FinetuneOptions) -> None:
-    training = options.training
-    assert training is not None and options.max_length is not None and options.max_words is not None  # with_task_defaults
+def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
+    training = values.training
     check_entity_type(options.reader.entity_type)
     if training.mix is not None and not 0.0 <= training.mix <= 1.0:
         raise UsageError(f"--mix {training.mix} is not a probability", hint="use a value from 0 to 1")
-    if options.pool not in POOL_MODES:
-        raise UsageError(f"unknown --pool {options.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    if values.pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {values.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
     if options.train_on not in TRAIN_ON:
         raise UsageError(f"unknown --train-on {options.train_on!r}", hint="train or train+dev")
     if training.train_embeddings not in TRAIN_EMBEDDINGS:
@@ -194,7 +201,7 @@ def _check_options(options: FinetuneOptions) -> None:
     if not options.seeds or len(set(options.seeds)) != len(options.seeds):
         raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
     for source, name in [(training, n) for n in ("batch_size", "grad_accum", "epochs", "eval_batch_size")] + [
-        (options, n) for n in ("max_length", "max_words")
+        (values, n) for n in ("max_length", "max_words")
     ]:
         if getattr(source, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
@@ -283,7 +290,7 @@ class _Job:
             for summary in trained.values():
                 summary.pop("gmap", None)
         if tmp is not None:
-            metrics_doc = {
+            metrics_doc: dict[str, Any] = {
                 "seeds": list(seeds),
                 "primary_metric": self.settings.metric,
                 "pool": self.pool,

@@ -57,7 +57,7 @@ class Batch:
         return inputs if self.memory is None else {**inputs, **self.memory}
 
 
-def collate(units: Sequence[Unit], indices: Sequence[int], views: Sequence[int], pad_id: int, device: Any) -> Batch:
+def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: Sequence[int] | np.ndarray, pad_id: int, device: Any) -> Batch:
     import torch
 
     seqs = [units[i].ids[v] for i, v in zip(indices, views, strict=True)]
@@ -71,8 +71,9 @@ def collate(units: Sequence[Unit], indices: Sequence[int], views: Sequence[int],
         n = len(unit.ids[v])
         input_ids[b, :n] = unit.ids[v]
         attention[b, :n] = 1
-        if unit.type_ids[v] is not None:
-            type_ids[b, :n] = unit.type_ids[v]
+        unit_types = unit.type_ids[v]
+        if unit_types is not None:
+            type_ids[b, :n] = unit_types
         rows.append(unit.rows[v] + b * width)
         targets.append(unit.targets)
 

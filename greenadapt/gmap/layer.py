@@ -63,7 +63,9 @@ _ADOPTED = ("query", "key", "value")
 class MemoryAttention(nn.Module):
     """Drop-in replacement of a BERT-style self-attention module that can attend to a memory."""
 
-    def __init__(self, original: nn.Module, *, name: str = "") -> None:
+    original: Any  # the transformers module, set unregistered (see __init__)
+
+    def __init__(self, original: Any, *, name: str = "") -> None:
         super().__init__()
         _check_adoptable(original, name)
         self.query: nn.Linear = original.query
@@ -214,9 +216,9 @@ def _check_adoptable(module: nn.Module, name: str) -> None:
         )
 
 
-def wrap_layer(layer: nn.Module, *, name: str = "") -> MemoryAttention:
+def wrap_layer(layer: Any, *, name: str = "") -> MemoryAttention:
     """Replace ``layer.attention.self`` by a :class:`MemoryAttention` around it (idempotent)."""
-    attention = getattr(layer, "attention", None)
+    attention: Any = getattr(layer, "attention", None)
     current = getattr(attention, "self", None)
     if current is None:
         raise ModelError(
@@ -230,7 +232,7 @@ def wrap_layer(layer: nn.Module, *, name: str = "") -> MemoryAttention:
     return wrapper
 
 
-def unwrap_layer(layer: nn.Module) -> None:
+def unwrap_layer(layer: Any) -> None:
     """Put the original self-attention module back."""
     current = layer.attention.self
     if isinstance(current, MemoryAttention):

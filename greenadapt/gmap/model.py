@@ -54,7 +54,7 @@ class GmapModel(nn.Module):
     unless ``config.unfrozen``.
     """
 
-    def __init__(self, domain_model: nn.Module, general_model: nn.Module, config: GmapConfig) -> None:
+    def __init__(self, domain_model: Any, general_model: Any, config: GmapConfig) -> None:
         super().__init__()
         layers = encoder_layers(domain_model, "domain")
         n_general = _n_layers(general_model, "general")
@@ -200,7 +200,7 @@ class GmapModel(nn.Module):
         for layer, wrapper in self._wrappers.items():
             chosen = memory.states[memory.slots(self.plan.states[layer])]
             if self.plan.gated:
-                gate = self.gates[_gate_key(layer)]
+                gate: Any = self.gates[_gate_key(layer)]
                 chosen = chosen.to(gate.weight.device, gate.weight.dtype)
                 # Softmax over the general states, per token: each position
                 # mixes the layers its own way (the paper's token-level gate).
@@ -381,8 +381,9 @@ def read_gmap_config(folder: Path) -> dict[str, Any]:
     return doc
 
 
-def encoder_layers(model: nn.Module, role: str) -> nn.ModuleList:
-    """The transformer layers of a BERT-style model (``<base>.encoder.layer``), with or without a head."""
+def encoder_layers(model: nn.Module, role: str) -> Any:
+    """The transformer layers of a BERT-style model (``<base>.encoder.layer``, an ``nn.ModuleList`` of
+    transformers layers), with or without a head."""
     base = getattr(model, "base_model", model)
     layers = getattr(getattr(base, "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:

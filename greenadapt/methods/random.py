@@ -37,8 +37,10 @@ class Random:
         np.save(ctx.dest / MEAN_FILE, mean)
         np.save(ctx.dest / COV_FILE, cov)
         n_held = len(ctx.held)
-        draws = np.concatenate(list(gaussian_rows(mean, cov, n_held, ctx.seed))) if n_held else None
-        return {"train_cosine": None, "heldout_cosine": mean_cosine(draws, ctx.Y[ctx.held]) if n_held else None}
+        if not n_held:
+            return {"train_cosine": None, "heldout_cosine": None}
+        draws = np.concatenate(list(gaussian_rows(mean, cov, n_held, ctx.seed)))
+        return {"train_cosine": None, "heldout_cosine": mean_cosine(draws, ctx.Y[ctx.held])}
 
     def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
         import numpy as np

@@ -96,9 +96,9 @@ def build_adapter(config: PalsConfig, hidden: int, layers: int, std: float = 0.0
     return None
 
 
-def zero_decoder(adapter: nn.Module) -> None:
+def zero_decoder(adapter: Any) -> None:
     """Set V_D (weights and biases) to zero: the adapter then adds nothing."""
-    decoders = adapter.decoder if isinstance(adapter.decoder, nn.ModuleList) else [adapter.decoder]
+    decoders: list[Any] = list(adapter.decoder) if isinstance(adapter.decoder, nn.ModuleList) else [adapter.decoder]
     with torch.no_grad():
         for decoder in decoders:
             decoder.weight.zero_()
@@ -108,7 +108,12 @@ def zero_decoder(adapter: nn.Module) -> None:
 class PalOutput(nn.Module):
     """Drop-in replacement of a BERT-style layer's output block that adds the active task's TS(h)."""
 
-    def __init__(self, original: nn.Module, index: int, *, name: str = "") -> None:
+    # Set with object.__setattr__ (unregistered), so typed here: a transformers block and an adapter.
+    original: Any
+    adapter: Any
+    _hook: Any
+
+    def __init__(self, original: Any, index: int, *, name: str = "") -> None:
         super().__init__()
         _check_adoptable(original, name)
         self.dense: nn.Module = original.dense
@@ -148,7 +153,7 @@ def _capture(output: PalOutput) -> Any:
     return hook
 
 
-def wrap_layer(layer: nn.Module, index: int, *, name: str = "") -> PalOutput:
+def wrap_layer(layer: Any, index: int, *, name: str = "") -> PalOutput:
     """Replace ``layer.output`` by a :class:`PalOutput` and feed it the layer's input (idempotent)."""
     current = getattr(layer, "output", None)
     if isinstance(current, PalOutput):
@@ -157,14 +162,14 @@ def wrap_layer(layer: nn.Module, index: int, *, name: str = "") -> PalOutput:
         raise ModelError(f"{name or type(layer).__name__} has no output block", hint="PALs support BERT-style encoders")
     wrapper = PalOutput(current, index, name=name)
     layer.output = wrapper
-    wrapper._hook = layer.register_forward_pre_hook(_capture(wrapper), with_kwargs=True)  # type: ignore[assignment]
+    wrapper._hook = layer.register_forward_pre_hook(_capture(wrapper), with_kwargs=True)
     return wrapper
 
 
-def unwrap_layer(layer: nn.Module) -> None:
+def unwrap_layer(layer: Any) -> None:
     current = layer.output
     if isinstance(current, PalOutput):
-        current._hook.remove()  # type: ignore[union-attr]
+        current._hook.remove()
         layer.output = current.original
 
 

@@ -71,7 +71,7 @@ class TaskHead(nn.Module):
 class MultiTaskModel(nn.Module):
     """A shared encoder with one adapter (unless ``adapter == "none"``) and one head per task."""
 
-    def __init__(self, base: nn.Module, config: PalsConfig) -> None:
+    def __init__(self, base: Any, config: PalsConfig) -> None:
         super().__init__()
         self.base = base
         self.pals_config = config

@@ -376,8 +376,12 @@ class MaskedBatch:
         return int(self.attention_mask.sum())
 
 
+# What the masked-LM loop reads sequences from: one packed corpus, or two mixed (``pretrain --mix``).
+TrainingCorpus = PackedCorpus | MixedCorpus
+
+
 def masked_batch(
-    corpus: PackedCorpus, indices: Sequence[int], masker: Masker, *, seed: int, epoch: int, pad_id: int
+    corpus: TrainingCorpus, indices: Sequence[int] | np.ndarray, masker: Masker, *, seed: int, epoch: int, pad_id: int
 ) -> MaskedBatch:
     """The sequences ``indices``, masked with their own generators, padded to the longest."""
     sequences = [corpus.sequence(int(i)) for i in indices]

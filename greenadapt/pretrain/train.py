@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from greenadapt.errors import UsageError
-from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, PackedCorpus, epoch_order, masked_batch
+from greenadapt.pretrain.data import EVAL_SEED, IGNORE, Masker, TrainingCorpus, epoch_order, masked_batch
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.tasks.mlm import MLM
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
@@ -180,7 +180,7 @@ def _tensors(batch: Any, device: Any) -> tuple[Any, Any, Any, Any]:
 
 def heldout_loss(
     mlm: Any,
-    corpus: PackedCorpus,
+    corpus: TrainingCorpus,
     masker: Masker,
     ctx: DistContext,
     *,
@@ -268,7 +268,7 @@ class PretrainTask(TrainingTask):
         self,
         trainer: Trainer,
         config: PretrainConfig,
-        corpus: PackedCorpus,
+        corpus: TrainingCorpus,
         masker: Masker,
         *,
         pad_id: int,
@@ -312,7 +312,7 @@ class PretrainTask(TrainingTask):
             return None
         ctx, config = trainer.ctx, trainer.config
         micro = [masked_batch(self.corpus, part, self.masker, seed=config.seed, epoch=self.epoch, pad_id=self.pad_id) for part in parts]
-        self.head_only = self.step < config.head_warmup_steps
+        self.head_only = self.step < self.config.head_warmup_steps
         # DDP expects a gradient for every parameter in every step, so there the
         # encoder's gradients are computed and dropped (before_update) instead.
         self.mlm.encoder_frozen = self.head_only and ctx.world == 1
@@ -403,7 +403,7 @@ class PretrainTask(TrainingTask):
 
 def pretrain(
     mlm: Any,
-    corpus: PackedCorpus,
+    corpus: TrainingCorpus,
     masker: Masker,
     config: PretrainConfig,
     ctx: DistContext,

@@ -216,7 +216,7 @@ def _verified_start(context: str, text: str, given: Any) -> int | None:
 
 def _expect(value: Any, kind: type, where: str, file: Path) -> None:
     if not isinstance(value, kind):
-        names = {list: "a list", dict: "an object", str: "a string"}
+        names: dict[type, str] = {list: "a list", dict: "an object", str: "a string"}
         raise DataError(
             f"{where} is {type(value).__name__}, expected {names.get(kind, kind.__name__)}",
             path=file,

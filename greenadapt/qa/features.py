@@ -49,13 +49,15 @@ def featurize(
     ``tokenizer``, else the (cut) question and the window's context span
     (by characters) under ``memory_tokenizer``, at most ``memory_length`` long.
     """
-    questions, contexts, answers = [], [], []
+    questions: list[str] = []
+    contexts: list[str] = []
+    answers: list[tuple[int, int] | None] = []
     for document in squad.documents:
         for question in document.questions:
-            gold = next((a for a in question.answers or () if a.start is not None), None)
+            gold = next(((a.start, a.text) for a in question.answers or () if a.start is not None), None)
             questions.append(question.text)
             contexts.append(document.context)
-            answers.append(None if gold is None else (gold.start, gold.start + len(gold.text)))
+            answers.append(None if gold is None else (gold[0], gold[0] + len(gold[1])))
     usable = [i for i, q in enumerate(squad.questions) if answers[i] is not None or q.is_impossible]
     dropped = len(questions) - len(usable)
     if not usable:

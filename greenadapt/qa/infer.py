@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +49,7 @@ class MemorySource:
 
 @dataclass(frozen=True)
 class LogitJob:
-    key: Hashable
+    key: tuple[str, str]  # (question id, tokenizer name): what the caller matches the logits back to
     question_ids: np.ndarray
     context_ids: np.ndarray
     special: SpecialIds

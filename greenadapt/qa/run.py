@@ -259,8 +259,8 @@ def pool_word_logits(per_tokenizer: list[tuple[np.ndarray, np.ndarray]]) -> tupl
 
     if len(per_tokenizer) == 1:
         return per_tokenizer[0]
-    start = np.mean([pair[0] for pair in per_tokenizer], axis=0, dtype=np.float32)
-    end = np.mean([pair[1] for pair in per_tokenizer], axis=0, dtype=np.float32)
+    start = np.asarray(np.mean([pair[0] for pair in per_tokenizer], axis=0, dtype=np.float32))
+    end = np.asarray(np.mean([pair[1] for pair in per_tokenizer], axis=0, dtype=np.float32))
     return start, end
 
 

@@ -167,7 +167,7 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
 def adaptation_chains(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per ``expand`` output: its cost plus its align and w2v inputs' (the paper's "adaptation")."""
     by_path = {str(Path(s["path"]).resolve()): s for s in stages}
-    rows = []
+    rows: list[Any] = []
     for expand in (s for s in stages if s["kind"] == "expand"):
         chain = [expand]
         current = expand
@@ -367,7 +367,7 @@ def results_table(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     value = (scores or {}).get(primary) if isinstance(scores, dict) else None
                     if isinstance(value, int | float) and math.isfinite(value):
                         group["values"].setdefault((split, pool), []).append((str(seed), float(value)))
-    rows = []
+    rows: list[Any] = []
     for group in groups.values():
         for (split, pool), pairs in sorted(group["values"].items(), key=lambda kv: (kv[0][0] != "test", kv[0])):
             values = [v for _, v in pairs]
@@ -418,7 +418,7 @@ def accuracy_vs_cost(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     """Per fine-tuning group: test score (its headline pooling: mean when it trained on both tokenizers)
     against what adapting its model cost (0 for a base model) — the Pareto view of the methods."""
     by_path = {str(Path(s["path"]).resolve()): s for s in stages}
-    rows = []
+    rows: list[Any] = []
     results = results_table(stages)
     for stage in stages:
         if stage["kind"] != "finetune":

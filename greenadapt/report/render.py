@@ -6,6 +6,7 @@ from greenadapt.destination import REPORT_MARKER
 
 import base64
 import html
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -341,8 +342,8 @@ def figure_specs(data: Mapping[str, Any]) -> dict[str, Callable[[], bytes | None
     for key, title in result_groups(data):
         _, task, split = key.split(":", 2)
         rows = [r for r in data["results"] if str(r["task"]) == task and r["split"] == split]
-        specs[key] = lambda rows=rows, title=title: plots.results_chart(rows, title)
+        specs[key] = functools.partial(plots.results_chart, rows, title)
     for key, family in curve_groups(data):
         curves = [c for c in data["training"] if _curve_family(c["group"]) == family]
-        specs[key] = lambda curves=curves, family=family: plots.curve_chart(curves, family)
+        specs[key] = functools.partial(plots.curve_chart, curves, family)
     return specs

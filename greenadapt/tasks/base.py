@@ -119,7 +119,7 @@ class Task:
         if not self.runner:
             raise UsageError(f"{self.name} is not trained by `greenadapt finetune`")
         module, _, function = self.runner.partition(":")
-        return getattr(importlib.import_module(module), function)(self, options, progress)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), function)(self, options, progress)
 
 
 class LabellingTask(Task):
@@ -182,8 +182,13 @@ def argmax_labels(logits: np.ndarray, labels: Sequence[str]) -> list[str]:
 
 
 def _field_defaults(options: Any) -> dict[str, Any]:
-    return {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(options)  # type: ignore[misc]
-            if f.default is not MISSING or f.default_factory is not MISSING}
+    defaults: dict[str, Any] = {}
+    for f in fields(options):
+        if f.default is not MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
 
 
 def flag(name: str) -> str:

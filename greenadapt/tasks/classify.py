@@ -69,7 +69,7 @@ class ClassifyTask(LabellingTask):
     def score(self, task_file: TaskFile, predictions: Sequence[Any], settings: TaskSettings) -> dict[str, Any]:
         from greenadapt.finetune.metrics import classification_scores
 
-        gold = [e.label for e in task_file.examples]  # type: ignore[union-attr]
+        gold = [e.label for e in task_file.examples]
         return classification_scores(gold, predictions, positive=settings.positive_label)
 
 

@@ -58,7 +58,7 @@ class NerTask(LabellingTask):
         predictions = []
         position = 0
         for sentence in task_file.examples:
-            n = len(sentence.words)  # type: ignore[union-attr]
+            n = len(sentence.words)
             predictions.append(list(row_labels[position : position + n]))
             position += n
         if position != len(row_labels):
@@ -69,5 +69,5 @@ class NerTask(LabellingTask):
         from greenadapt.finetune.data import NerSentence
         from greenadapt.finetune.metrics import entity_scores
 
-        gold = [s.labels for s in task_file.examples if isinstance(s, NerSentence)]
+        gold = [s.labels for s in task_file.examples if isinstance(s, NerSentence) and s.labels is not None]
         return entity_scores(gold, predictions)

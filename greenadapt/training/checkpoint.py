@@ -136,7 +136,8 @@ def _python_rng_json() -> list[Any]:
 
 
 def _numpy_rng_json() -> list[Any]:
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    state: Any = np.random.get_state(legacy=True)  # (name, keys, pos, has_gauss, cached) with legacy=True
+    name, keys, pos, has_gauss, cached = state
     return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
 
 
