@@ -30,7 +30,7 @@ from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import InputError, StageError, UsageError
 from greenadapt.methods import InitMethod, MethodOptions, get_method
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.manifest import load_stage, manifest_identity, write_json
+from greenadapt.manifest import Manifest, load_stage, manifest_identity, write_json
 from greenadapt.stage import StageOutcome, StageRun
 
 # Kept importable from here: the map's helpers and file names now live with their methods.
@@ -84,7 +84,7 @@ def run_align(
     method_options.check()
     w2v_dir = locate_upstream("w2v", w2v, corpus, model, workdir)
     w2v_manifest = load_stage(w2v_dir, "w2v")
-    ref = model_for_stage(model, w2v_manifest.get("config", {}).get("model"), w2v_dir)
+    ref = model_for_stage(model, w2v_manifest.section("config", "model") or None, w2v_dir)
     general = load_general_tokenizer(ref.path)
     check_normalization(general, w2v_manifest, w2v_dir, ref)
 
@@ -166,9 +166,9 @@ def model_for_stage(spec: str | None, recorded: Any, stage_dir: Path) -> ModelRe
     return resolve_model(None if name == DEFAULT_MODEL_NAME else name)
 
 
-def check_normalization(general: GeneralTokenizer, w2v_manifest: Mapping[str, Any], w2v_dir: Path, ref: ModelRef) -> None:
+def check_normalization(general: GeneralTokenizer, w2v_manifest: Manifest, w2v_dir: Path, ref: ModelRef) -> None:
     """The word2vec words must be normalized exactly as the model normalizes text."""
-    config = w2v_manifest.get("config", {})
+    config = w2v_manifest.config
     if "lowercase" not in config:
         log.warning("%s records no normalization; assuming it matches %s", w2v_dir, ref.name)
         return
@@ -220,7 +220,7 @@ def recorded_options(method: InitMethod, options: MethodOptions) -> dict[str, An
     return chosen
 
 
-def _checked_vector_source(w2v_dir: Path, w2v_manifest: Mapping[str, Any], method: InitMethod) -> str:
+def _checked_vector_source(w2v_dir: Path, w2v_manifest: Manifest, method: InitMethod) -> str:
     """What the w2v folder's vectors come from (word2vec or context), refused when the method needs another kind."""
     source = vector_source(w2v_manifest)
     if method.vector_source == "context" and source != "context":
@@ -243,7 +243,7 @@ def heldout_split(n_shared: int) -> tuple[Any, Any]:
 
 def _align(
     w2v_dir: Path,
-    w2v_manifest: Mapping[str, Any],
+    w2v_manifest: Manifest,
     ref: ModelRef,
     general: GeneralTokenizer,
     *,
@@ -332,7 +332,7 @@ def _align(
 
 def vector_source(w2v_manifest: Mapping[str, Any]) -> str:
     """What a w2v output's vectors are: "word2vec", "context" or "none" (counts only)."""
-    recorded = w2v_manifest.get("config", {}).get("vectors", True)
+    recorded = Manifest.of(w2v_manifest).config.get("vectors", True)
     return "none" if recorded is False else "context" if recorded == "context" else "word2vec"
 
 

@@ -109,7 +109,8 @@ def load_general_tokenizer(model_path: Path) -> GeneralTokenizer:
             spec = json.loads(spec_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ModelError(f"unreadable tokenizer.json: {exc}", path=spec_path) from None
-        model_type = spec.get("model", {}).get("type") if isinstance(spec, dict) else None
+        model = spec.get("model") if isinstance(spec, dict) else None
+        model_type = model.get("type") if isinstance(model, dict) else None
         # transformers' BertTokenizer rebuilds a WordPiece model from whatever
         # vocabulary tokenizer.json holds, so the loaded tokenizer alone would
         # not reveal a BPE or Unigram file.

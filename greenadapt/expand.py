@@ -68,7 +68,7 @@ from greenadapt.model_card import (
     expanded_card,
 )
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.manifest import load_stage, manifest_identity, recorded_input_path, same_identity
+from greenadapt.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
 from greenadapt.stage import StageOutcome, StageRun, resource_errors
 
 if TYPE_CHECKING:
@@ -119,23 +119,23 @@ class NewWords:
     excluded: dict[str, int] = field(default_factory=dict)
 
 
-def _model_of(model: str | None, align_dir: Path, align_manifest: dict[str, Any]) -> tuple[Any, Any]:
+def _model_of(model: str | None, align_dir: Path, align_manifest: Manifest) -> tuple[Any, Any]:
     """The model to expand (``model``, else the one align was fitted on) and its tokenizer, checked against the map's."""
     from greenadapt.align import model_for_stage, vocab_digest
     from greenadapt.domain_tokenizer import load_general_tokenizer
 
-    align_config = align_manifest.get("config", {})
-    ref = model_for_stage(model, align_config.get("model"), align_dir)
+    fitted_on = align_manifest.section("config", "model")
+    ref = model_for_stage(model, fitted_on or None, align_dir)
     general = load_general_tokenizer(ref.path)
-    aligned_to = align_manifest.get("stats", {}).get("vocab_digest")
+    aligned_to = align_manifest.stats.get("vocab_digest")
     if aligned_to is not None and vocab_digest(general) != aligned_to:
         raise ModelError(
             f"the vocabulary of {ref.name} differs from that of the model the map was fitted on",
             path=ref.path,
             hint="rerun `greenadapt align` with this --model, or expand the model align used",
         )
-    if align_config.get("model", {}).get("path") != str(ref.path):
-        log.warning("expanding %s with a map fitted on %s (same vocabulary)", ref.path, align_config.get("model", {}).get("path"))
+    if fitted_on.get("path") != str(ref.path):
+        log.warning("expanding %s with a map fitted on %s (same vocabulary)", ref.path, fitted_on.get("path"))
     return ref, general
 
 
@@ -179,14 +179,14 @@ def run_expand(
         align_dir = align_dir.with_name(f"align{stage_suffix(chosen, MethodOptions())}")
     align_manifest = load_stage(align_dir, "align")
     w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
-    align_config = align_manifest.get("config", {})
+    align_config = align_manifest.config
     fitted = get_method(str(align_config.get("method", "lstsq")))
     if chosen is not None and chosen.name != fitted.name:
         raise UsageError(
             f"--method {chosen.name}, but {align_dir} was fitted with {fitted.name}",
             path=align_dir, hint=f"rerun `greenadapt align --method {chosen.name}`, or drop --method to use {fitted.name}",
         )
-    method_options = MethodOptions.from_config(align_config.get("method_options", {}))
+    method_options = MethodOptions.from_config(align_manifest.section("config", "method_options"))
     ref, general = _model_of(model, align_dir, align_manifest)
 
     # align-focus -> expand-focus: each method's model beside its own fit.
@@ -228,29 +228,29 @@ def run_expand(
     return StageOutcome(run.out, manifest, False)
 
 
-def _upstream(align_manifest: Mapping[str, Any], w2v_manifest: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+def _upstream(align_manifest: Manifest, w2v_manifest: Manifest) -> tuple[list[str], dict[str, Any]]:
     """The corpus the vectors came from, and the cost of the vectors and the map (w2v + align)."""
     from greenadapt.report.collect import cost_of, sum_costs
 
-    corpus = [str(i["path"]) for i in w2v_manifest.get("inputs", []) if i.get("path") and "stage" not in i and "files_digest" not in i]
+    corpus = [str(i["path"]) for i in w2v_manifest.inputs if i.get("path") and "stage" not in i and "files_digest" not in i]
     return corpus, sum_costs([cost_of(w2v_manifest), cost_of(align_manifest)])
 
 
 def _write_card(
-    dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manifest: Mapping[str, Any], corpus: list[str], upstream: Mapping[str, Any]
+    dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manifest: Manifest, corpus: list[str], upstream: Mapping[str, Any]
 ) -> None:
     from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
 
     card = expanded_card(
         base_model=ref.name, method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
-        align_stats=align_manifest.get("stats") or {}, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
+        align_stats=align_manifest.stats, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
     )
     (dest / CARD_FILE).write_text(card, encoding="utf-8")
 
 
-def _w2v_of(align_dir: Path, align_manifest: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:
+def _w2v_of(align_dir: Path, align_manifest: Manifest) -> tuple[Path, Manifest]:
     """The w2v folder align read, checked to be unchanged since."""
-    recorded = next((i for i in align_manifest.get("inputs", []) if i.get("stage") == "w2v"), None)
+    recorded = next((i for i in align_manifest.inputs if i.get("stage") == "w2v"), None)
     if recorded is None or not recorded.get("path"):
         raise StageError("the align manifest names no w2v input", path=align_dir, hint="rerun `greenadapt align --force`")
     w2v_dir = recorded_input_path(recorded, align_dir)

@@ -16,6 +16,7 @@ import os
 import platform
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -162,6 +163,81 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 # --------------------------------------------------------------------------
+# The manifest as a typed, checked record
+
+
+@dataclass(frozen=True, eq=False)
+class Manifest(Mapping[str, Any]):
+    """A stage folder's manifest: its sections typed and checked once, when it is read (:meth:`of`).
+
+    It stays a read-only mapping over the document as written, so ``manifest["stats"]``
+    and ``--json`` output are what they were; code reads the typed sections
+    (``kind``, ``config``, ``stats``, ``cost``, ``inputs``, ``files``) and nested
+    ones through :meth:`section`, never through ``.get(name, {})`` chains that would
+    turn a damaged field into a silent default.
+    """
+
+    document: Mapping[str, Any]
+    kind: str
+    config: Mapping[str, Any]
+    stats: Mapping[str, Any]
+    cost: Mapping[str, Any]
+    inputs: tuple[Mapping[str, Any], ...]
+    files: Mapping[str, Any]
+    where: Path | None = None  # the manifest file, for error messages
+
+    @classmethod
+    def of(cls, document: Mapping[str, Any], folder: Path | None = None) -> Manifest:
+        """``document`` checked: each section present is of its type (a StageError names the file and field)."""
+        if isinstance(document, Manifest):
+            return document
+        where = folder / MANIFEST if folder is not None else None
+        kind = document.get("kind", "")
+        if not isinstance(kind, str):
+            raise _damaged(where, "kind", kind, "a string")
+        sections = {name: _checked(document, name, dict, where) for name in ("config", "stats", "cost", "files")}
+        inputs = _checked(document, "inputs", list, where)
+        for index, entry in enumerate(inputs):
+            if not isinstance(entry, dict):
+                raise _damaged(where, f"inputs[{index}]", entry, "an object")
+        return cls(document, kind, inputs=tuple(inputs), where=where, **sections)
+
+    def section(self, *names: str) -> Mapping[str, Any]:
+        """A nested section, e.g. ``section("config", "model")``: empty when absent, an error when not an object."""
+        value: Any = self.document
+        for depth, name in enumerate(names):
+            value = value.get(name, {})
+            if not isinstance(value, dict):
+                raise _damaged(self.where, ".".join(names[: depth + 1]), value, "an object")
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        return self.document[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.document)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+
+def _checked(document: Mapping[str, Any], name: str, kind: type, where: Path | None) -> Any:
+    value = document.get(name, kind())
+    if not isinstance(value, kind):
+        raise _damaged(where, name, value, "an object" if kind is dict else "a list")
+    return value
+
+
+def _damaged(where: Path | None, field: str, value: Any, expected: str) -> StageError:
+    found = {dict: "an object", list: "a list", str: "a string", type(None): "null"}.get(type(value), type(value).__name__)
+    return StageError(
+        f"damaged manifest: its field {field!r} is {found}, not {expected}",
+        path=where,
+        hint="rerun the stage that wrote this folder with --force",
+    )
+
+
+# --------------------------------------------------------------------------
 # Reading and verifying existing stage folders
 
 
@@ -230,7 +306,7 @@ def verify_files(folder: Path, manifest: Mapping[str, Any], *, checksums: bool =
     return None
 
 
-def load_stage(folder: str | os.PathLike[str], kind: str, *, checksums: bool = True) -> dict[str, Any]:
+def load_stage(folder: str | os.PathLike[str], kind: str, *, checksums: bool = True) -> Manifest:
     """Open a finished stage folder of ``kind`` or raise a StageError saying why not."""
     path = Path(folder)
     if not path.is_dir():
@@ -266,7 +342,7 @@ def load_stage(folder: str | os.PathLike[str], kind: str, *, checksums: bool = T
             path=path / MANIFEST if problem.startswith("the manifest") else path,
             hint=f"rerun `greenadapt {kind} ... --force`",
         )
-    return manifest
+    return Manifest.of(manifest, path)
 
 
 def manifest_identity(folder: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,7 +352,7 @@ def manifest_identity(folder: Path, manifest: Mapping[str, Any]) -> dict[str, An
     the fingerprint: a forced redo with multi-threaded training can produce
     different vectors from identical options, and downstream must notice.
     """
-    content = hashlib.sha256(canonical_json(manifest.get("files", {})).encode()).hexdigest()
+    content = hashlib.sha256(canonical_json(Manifest.of(manifest, folder).files).encode()).hexdigest()
     return {
         "stage": manifest.get("kind"),
         "path": str(folder.resolve()),
@@ -332,7 +408,7 @@ def check_ownership(out: Path, *, kind: str, force: bool, shown: Path | None = N
 
 def foreign_files(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
     """Files (and links) under ``folder`` that its manifest does not list, sorted."""
-    listed = set(manifest.get("files", {}) or {}) | {MANIFEST}
+    listed = set(Manifest.of(manifest, folder).files) | {MANIFEST}
     found = []
     for path in folder.rglob("*"):
         if path.is_symlink() or path.is_file():

@@ -52,7 +52,7 @@ import itertools
 import logging
 import multiprocessing
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ from typing import Any
 from greenadapt.errors import CorpusError
 from greenadapt.word_splitter import TextRules, WordSplitter
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.manifest import fingerprint
+from greenadapt.manifest import Manifest, fingerprint
 from greenadapt.stage import StageRun, resource_errors
 
 log = logging.getLogger(__name__)
@@ -235,8 +235,8 @@ def _display(source: Any) -> str:
     return str(getattr(source, "display", None) or getattr(source, "uri", source))
 
 
-def _from_manifest(folder: Path, key: str, manifest: dict[str, Any], *, cached: bool) -> PretokenizedCorpus:
-    s = manifest.get("stats", {})
+def _from_manifest(folder: Path, key: str, manifest: Mapping[str, Any], *, cached: bool) -> PretokenizedCorpus:
+    s = Manifest.of(manifest, folder).stats
     return PretokenizedCorpus(
         path=folder / CORPUS_FILE,
         key=key,
@@ -251,7 +251,7 @@ def _from_manifest(folder: Path, key: str, manifest: dict[str, Any], *, cached: 
         cached=cached,
         skipped_members=int(s.get("skipped_members", 0)),  # caches of older versions lack the last two
         long_line_cuts=int(s.get("long_line_cuts", 0)),
-        replaced_by_source=dict(s.get("replaced_by_source", {})),
+        replaced_by_source=dict(Manifest.of(manifest, folder).section("stats", "replaced_by_source")),
     )
 
 

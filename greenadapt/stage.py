@@ -33,6 +33,7 @@ from typing import Any
 from greenadapt import __version__
 from greenadapt.energy import EnergyProbe
 from greenadapt.manifest import (
+    Manifest,
     MANIFEST,
     MANIFEST_CHECKSUM,
     MANIFEST_FORMAT,
@@ -185,7 +186,7 @@ class StageRun:
         if manifest is None or manifest.get("kind") != self.kind or self.force:
             return False
         if manifest.get("fingerprint") not in (self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs)):
-            changed = _config_difference(manifest.get("config", {}), self.config)
+            changed = _config_difference(Manifest.of(manifest, self.out).config, self.config)
             raise OutputExistsError(
                 f"{self.kind} output exists but was made with other inputs or options ({changed})",
                 path=self.out,

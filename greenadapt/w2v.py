@@ -66,6 +66,7 @@ from greenadapt.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, pretokeniz
 from greenadapt.word_splitter import TextRules
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.stage import StageOutcome, StageRun, sweep_stale_temporaries
+from greenadapt.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -381,9 +382,10 @@ def summary_line(outcome: StageOutcome) -> str:
     """The one-line result the CLI prints."""
     if outcome.skipped:
         return f"w2v: up to date ({outcome.skip_reason.removeprefix('up to date: ')}) -> {outcome.path}"
-    stats = outcome.manifest.get("stats", {})
-    dim = outcome.manifest.get("config", {}).get("dim") or "no"
-    seconds = outcome.manifest.get("cost", {}).get("wall_seconds", 0.0)
+    manifest = Manifest.of(outcome.manifest, outcome.path)
+    stats = manifest.stats
+    dim = manifest.config.get("dim") or "no"
+    seconds = manifest.cost.get("wall_seconds", 0.0)
     return (
         f"w2v: {stats.get('vocab_size', 0):,} words x {dim} dims from {_human(stats.get('tokens', 0))} tokens "
         f"in {seconds:.0f} s -> {outcome.path}"

@@ -194,3 +194,45 @@ def test_an_up_to_date_output_locked_by_a_short_check_is_waited_for(tmp_path: Pa
         other.join(30)
     finally:
         holder.join(30)
+
+
+# --------------------------------------------------------------------------
+# The manifest as a typed record
+
+
+def _rewrite(out: Path, **changes: object) -> None:
+    """Change manifest fields the way a buggy or foreign writer would: with a matching self-checksum."""
+    import json
+
+    from greenadapt.manifest import MANIFEST_CHECKSUM, manifest_checksum
+
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.update(changes)
+    manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def test_manifest_sections_are_typed_and_nested_ones_checked(tmp_path: Path) -> None:
+    from greenadapt.manifest import Manifest
+
+    out = tmp_path / "stage"
+    _make(out, {"a": 1, "model": {"path": "/m"}})
+    manifest = load_stage(out, "demo")
+    assert isinstance(manifest, Manifest) and manifest.kind == "demo"
+    assert manifest.config == {"a": 1, "model": {"path": "/m"}} and manifest.stats == {"n": 1}
+    assert manifest.section("config", "model") == {"path": "/m"} and manifest.section("config", "absent") == {}
+    assert dict(manifest) == read_manifest(out)  # still the document as written (--json, manifest["stats"])
+    with pytest.raises(StageError, match=r"field 'config.a' is int, not an object") as info:
+        manifest.section("config", "a", "b")
+    assert info.value.path == str(out / "manifest.json")
+
+
+@pytest.mark.parametrize(("field", "value", "found"), [("stats", [1], "a list"), ("config", "x", "a string"), ("inputs", {}, "an object")])
+def test_a_damaged_manifest_section_is_refused_naming_the_file_and_field(tmp_path: Path, field: str, value: object, found: str) -> None:
+    out = tmp_path / "stage"
+    _make(out, {"a": 1})
+    _rewrite(out, **{field: value})
+    with pytest.raises(StageError, match=f"damaged manifest: its field '{field}' is {found}") as info:
+        load_stage(out, "demo", checksums=False)
+    assert info.value.path == str(out / "manifest.json") and "--force" in info.value.one_line()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import typer
@@ -146,10 +147,10 @@ class progress_for:
             self._bar.close()
 
 
-def emit(manifest: dict[str, Any], summary: str, *, as_json: bool) -> None:
+def emit(manifest: Mapping[str, Any], summary: str, *, as_json: bool) -> None:
     """The stage's result on stdout: JSON for machines, else one summary line."""
     if as_json:
-        sys.stdout.write(json.dumps(manifest, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(dict(manifest), indent=2, default=str) + "\n")
     else:
         sys.stdout.write(summary.rstrip("\n") + "\n")
     sys.stdout.flush()

@@ -9,6 +9,7 @@ import typer
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli import app
+from greenadapt.manifest import Manifest
 from greenadapt.cli._common import (
     ContextCapOption,
     ContextLayerOption,
@@ -92,11 +93,11 @@ def adapt_command(
         )
     lines = []
     for name, stage in outcome.stages:
-        cost = stage.manifest.get("cost", {})
+        cost = Manifest.of(stage.manifest, stage.path).cost
         state = "up to date" if stage.skipped else f"done in {cost.get('wall_seconds', 0):.1f} s"
         lines.append(f"{name:<6} {state:<20} {stage.path}")
-    report = outcome.align.manifest.get("stats", {})
-    new_rows = outcome.expand.manifest.get("stats", {}).get("n_new")
+    report = Manifest.of(outcome.align.manifest, outcome.align.path).stats
+    new_rows = Manifest.of(outcome.expand.manifest, outcome.expand.path).stats.get("n_new")
     lines.append(
         f"adapted model: {outcome.expand.path} "
         f"({new_rows if new_rows is not None else '?'} new words, {report.get('method', '?')}; "

@@ -10,6 +10,7 @@ import typer
 
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
+from greenadapt.manifest import Manifest
 from greenadapt.cli._common import (
     FocusKOption,
     FocusTemperatureOption,
@@ -74,7 +75,7 @@ def align_command(
             wait=wait,
             progress=progress,
         )
-    stats = outcome.manifest.get("stats", {})
+    stats = Manifest.of(outcome.manifest, outcome.path).stats
     state = "up to date" if outcome.skipped else "done"
     held = stats.get("heldout_cosine")
     summary = (

@@ -9,6 +9,7 @@ import typer
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.methods import method_help
 from greenadapt.cli import app
+from greenadapt.manifest import Manifest
 from greenadapt.cli._common import (
     ForceOption,
     JsonOption,
@@ -68,7 +69,7 @@ def expand_command(
             wait=wait,
             progress=progress,
         )
-    stats = outcome.manifest.get("stats", {})
+    stats = Manifest.of(outcome.manifest, outcome.path).stats
     state = "up to date" if outcome.skipped else "done"
     summary = (
         f"expand {state}: {stats.get('n_new', 0):,} new rows "

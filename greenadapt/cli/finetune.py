@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli import app
+from greenadapt.manifest import Manifest
 from greenadapt.tasks import tasks_epilog, tasks_help
+
+if TYPE_CHECKING:
+    from greenadapt.stage import StageOutcome
 from greenadapt.cli._common import (
     ForceOption,
     JsonOption,
@@ -181,30 +186,29 @@ def finetune(
     emit(outcome.manifest, _summary(outcome), as_json=as_json)
 
 
-def _summary(outcome: object) -> str:
-    manifest = outcome.manifest  # type: ignore[attr-defined]
-    stats = manifest.get("stats", {})
+def _summary(outcome: StageOutcome) -> str:
+    manifest = Manifest.of(outcome.manifest, outcome.path)
+    stats = manifest.stats
     if stats.get("task") == "qa":
-        return _qa_summary(outcome)
-    metric = manifest.get("config", {}).get("task", {}).get("metric", "")
+        return _qa_summary(outcome.path, stats, outcome.skipped)
+    metric = manifest.section("config", "task").get("metric", "")
     parts = []
-    for split, value in stats.get("summary", {}).items():
+    for split, value in manifest.section("stats", "summary").items():
         text = f"{split} {metric} {100 * value['mean']:.2f}"
         if value.get("n", 1) > 1:
             text += f" ± {100 * value['std']:.2f} ({value['n']} seeds)"
         parts.append(text)
-    state = "up to date" if outcome.skipped else "fine-tuned"  # type: ignore[attr-defined]
+    state = "up to date" if outcome.skipped else "fine-tuned"
     scores = f": {', '.join(parts)} (pool {stats.get('pool')})" if parts else ""
-    return f"{state} {stats.get('task', '')} model in {outcome.path}{scores}"  # type: ignore[attr-defined]
+    return f"{state} {stats.get('task', '')} model in {outcome.path}{scores}"
 
 
-def _qa_summary(outcome: object) -> str:
-    stats = outcome.manifest.get("stats", {})  # type: ignore[attr-defined]
+def _qa_summary(path: Path, stats: Mapping[str, Any], skipped: bool) -> str:
     parts = [
         f"{split} EM {stats[split]['exact_match']:.2f} F1 {stats[split]['f1']:.2f}"
         for split in ("dev", "test")
         if isinstance(stats.get(split), dict) and stats[split].get("f1") is not None
     ]
-    state = "up to date" if outcome.skipped else "fine-tuned"  # type: ignore[attr-defined]
+    state = "up to date" if skipped else "fine-tuned"
     scores = f": {', '.join(parts)} (pool {stats.get('pool')})" if parts else ""
-    return f"{state} qa model in {outcome.path}{scores}"  # type: ignore[attr-defined]
+    return f"{state} qa model in {path}{scores}"

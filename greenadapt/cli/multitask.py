@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
+from greenadapt.manifest import Manifest
 from greenadapt.cli._common import (
     ForceOption,
     JsonOption,
@@ -113,23 +116,24 @@ def multitask(
     emit(outcome.manifest, summary(outcome.manifest, outcome.path, outcome.skipped), as_json=as_json)
 
 
-def summary(manifest: dict, path: Path, skipped: bool) -> str:
+def summary(document: Mapping[str, Any], path: Path, skipped: bool) -> str:
     """One line: each task's primary score (test, else dev), the average, and the parameter count."""
-    stats = manifest.get("stats", {})
-    metric_of = {t["name"]: t["settings"]["metric"] for t in manifest.get("config", {}).get("tasks", [])}
+    manifest = Manifest.of(document, path)
+    stats = manifest.stats
+    metric_of = {t["name"]: t["settings"]["metric"] for t in manifest.config.get("tasks", [])}
     parts = []
-    for name, splits in stats.get("scores", {}).items():
+    for name, splits in manifest.section("stats", "scores").items():
         split = "test" if "test" in splits else "dev" if "dev" in splits else None
         if split is not None:
             parts.append(f"{name} {split} {metric_of.get(name, '')} {100 * splits[split]:.2f}")
-    average = stats.get("average", {})
+    average = manifest.section("stats", "average")
     split = "test" if "test" in average else "dev" if "dev" in average else None
     if split is not None:
         parts.append(f"average {split} {100 * average[split]:.2f}")
-    counts = stats.get("parameters", {})
+    counts = manifest.section("stats", "parameters")
     size = ""
     if counts.get("relative_to_base"):
-        per_task = [t["total"] for t in counts.get("per_task", {}).values()]
+        per_task = [t["total"] for t in manifest.section("stats", "parameters", "per_task").values()]
         size = f"; parameters {counts['total']:,} = {counts['relative_to_base']:.3f}x the base ({counts['base']:,}), {max(per_task, default=0):,} per task at most"
     state = "up to date" if skipped else "trained"
     return f"{state} {len(stats.get('tasks', []))}-task {stats.get('adapter', '')} model in {path}" + (f": {', '.join(parts)}" if parts else "") + size

@@ -9,6 +9,7 @@ import typer
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli import app
+from greenadapt.manifest import Manifest
 from greenadapt.cli._common import (
     ForceOption,
     JsonOption,
@@ -68,7 +69,7 @@ def qa_command(
             wait=wait,
             progress=progress,
         )
-    stats = outcome.manifest.get("stats", {})
+    stats = Manifest.of(outcome.manifest, outcome.path).stats
     state = "up to date" if outcome.skipped else f"{stats.get('questions_per_s') or 0:.2f} questions/s"
     scores = ""
     if stats.get("f1") is not None:

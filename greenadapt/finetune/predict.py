@@ -123,8 +123,7 @@ def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]
         raise StageError("no fine-tuned model here", path=path, hint="pass the folder `greenadapt finetune` wrote")
     manifest = read_manifest(path)
     if manifest is not None and manifest.get("kind") == KIND:
-        load_stage(path, KIND)
-        models = manifest.get("stats", {}).get("models", {})
+        models = load_stage(path, KIND).section("stats", "models")
         if len(models) > 1:
             names = ", ".join(sorted(models.values()))
             raise UsageError(f"this run holds one model per seed ({names})", path=path, hint=f"pass --model {path}/{sorted(models.values())[0]}")

@@ -219,8 +219,7 @@ def identity_of_model(ref: ModelRef) -> dict[str, Any]:
     check_weights_load_safely(ref.path)
     manifest = read_manifest(ref.path)
     if manifest is not None and manifest.get("kind") == "expand":
-        manifest = load_stage(ref.path, "expand")
-        return manifest_identity(ref.path, manifest)
+        return manifest_identity(ref.path, load_stage(ref.path, "expand"))
     return ref.identity()
 
 

@@ -108,12 +108,12 @@ class GmapOptions:
 def resolve_general_model(options: GmapOptions, domain: ModelRef) -> ModelRef:
     """``--general-model``, else the model an expanded domain model was expanded from."""
     from greenadapt.models import resolve_model
-    from greenadapt.manifest import read_manifest
+    from greenadapt.manifest import Manifest, read_manifest
 
     if options.general_model is not None:
         return resolve_model(options.general_model)
     manifest = read_manifest(domain.path)
-    source = (manifest or {}).get("config", {}).get("model") if (manifest or {}).get("kind") == "expand" else None
+    source = Manifest.of(manifest, domain.path).section("config", "model") if manifest is not None and manifest["kind"] == "expand" else None
     if isinstance(source, dict):
         path = source.get("path")
         if isinstance(path, str) and Path(path).is_dir():

@@ -40,7 +40,7 @@ from greenadapt.models import resolve_model, slugify
 from greenadapt.pals.config import PalsConfig
 from greenadapt.pals.config import BASE_DIR, TASKS_DIR
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.manifest import file_identity, load_stage, read_manifest, write_json
+from greenadapt.manifest import Manifest, file_identity, load_stage, read_manifest, write_json
 from greenadapt.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.workspace import workdir as resolve_workdir
 
@@ -408,7 +408,7 @@ def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu",
 
     path = Path(folder)
     manifest = load_stage(path, KIND)
-    names = manifest.get("stats", {}).get("tasks", [])
+    names = list(manifest.stats.get("tasks", []))
     if name not in names:
         raise UsageError(f"no task {name!r} in this multitask run", path=path, hint=f"--task one of: {', '.join(names)}")
     try:
@@ -475,8 +475,8 @@ def predict_task(
 
 
 def task_names(folder: str | os.PathLike[str]) -> list[str]:
-    manifest = read_manifest(Path(folder)) or {}
-    return list(manifest.get("stats", {}).get("tasks", []))
+    manifest = read_manifest(Path(folder))
+    return [] if manifest is None else list(Manifest.of(manifest, Path(folder)).stats.get("tasks", []))
 
 
 def multitask_predictor(folder: str | os.PathLike[str], name: str | None) -> Any:

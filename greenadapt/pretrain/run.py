@@ -33,7 +33,7 @@ from greenadapt.errors import ModelError, UsageError
 from greenadapt.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.pretrain.train import PretrainConfig
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.manifest import write_json
+from greenadapt.manifest import Manifest, write_json
 from greenadapt.stage import StageOutcome, resource_errors
 from greenadapt.training.job import TrainingStage, training_stage
 
@@ -446,7 +446,7 @@ def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> d
 
 
 def summary_line(outcome: StageOutcome) -> str:
-    stats = outcome.manifest.get("stats", {})
+    stats = Manifest.of(outcome.manifest, outcome.path).stats
     if outcome.skipped:
         return f"pretrain: up to date -> {outcome.path}"
     before, after = stats.get("heldout_before") or {}, stats.get("heldout_after") or {}

@@ -59,9 +59,10 @@ def _checkpoint_keys(path: Path) -> list[str] | None:
     index = path / "model.safetensors.index.json"
     if index.is_file():
         try:
-            return list(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}))
-        except (OSError, ValueError):
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
+        except (OSError, ValueError, AttributeError):
             return None
+        return list(weight_map) if isinstance(weight_map, dict) else None
     single = path / "model.safetensors"
     if not single.is_file():
         return None

@@ -187,7 +187,7 @@ def adaptation_chains(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         rows.append(
             {
                 "name": expand["name"],
-                "method": (align or {}).get("stats", {}).get("method") or (align or {}).get("config", {}).get("method"),
+                "method": None if align is None else (align["stats"].get("method") or align["config"].get("method")),
                 "stages": [s["name"] for s in reversed(chain)],
                 "complete": len(chain) == 3,
                 "n_new": expand["stats"].get("n_new"),
