@@ -20,9 +20,12 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import ModelError, UsageError
+
+if TYPE_CHECKING:
+    from greenadapt.models import ModelRef
 
 log = logging.getLogger(__name__)
 
@@ -151,11 +154,11 @@ def pick_device(spec: str | None = "auto", local_rank: int = 0, *, allow_mps: bo
 class ExpandedModel:
     """A model folder (expanded or plain) as every training and prediction command reads it."""
 
-    ref: Any  # greenadapt.models.ModelRef
+    ref: ModelRef
     tokenizers: TokenizerPair
 
     @classmethod
-    def open(cls, spec: str | os.PathLike[str] | None) -> ExpandedModel:
+    def open(cls, spec: ModelRef | str | os.PathLike[str] | None) -> ExpandedModel:
         """Resolve ``--model`` (a folder, a Hub id or the bundled default) and read its tokenizers."""
         from greenadapt.models import ModelRef, resolve_model
 

@@ -41,7 +41,7 @@ from greenadapt.finetune.data import (
     write_predictions,
 )
 from greenadapt.finetune.metrics import summarize_seeds
-from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits, load_tokenizers
+from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits
 from greenadapt.finetune.tokenize import Unit
 from greenadapt.finetune.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.finetune.options import TRAIN_ON, FinetuneOptions, default_run_folder
@@ -117,7 +117,8 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
         if other is not None:
             check_known_labels(other, labels)
 
-    tokenizers = load_tokenizers(ref.path)
+    folder = ExpandedModel.open(ref)
+    tokenizers = folder.tokenizers
     gmap = _prepare_gmap(options, ref, tokenizers.general)
     requested_mix = values.training.mix
     mix = requested_mix if requested_mix is not None else (0.5 if tokenizers.has_domain else 0.0)
@@ -134,7 +135,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
     settings = TaskSettings(
         task=task.name,
         labels=labels,
-        max_length=ExpandedModel(ref, tokenizers).capped_length(values.max_length),
+        max_length=folder.capped_length(values.max_length),
         max_words=values.max_words,
         metric=metric,
         positive_label=positive,

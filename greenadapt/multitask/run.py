@@ -86,7 +86,8 @@ def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS)
     _check_options(options)
     ref = resolve_model(options.model)
     model_identity = identity_of_model(ref)
-    tokenizers = load_tokenizers(ref.path)
+    folder = ExpandedModel.open(ref)
+    tokenizers = folder.tokenizers
     options.gmap.check()
     gmap = None
     if options.gmap.enabled:
@@ -103,7 +104,7 @@ def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS)
     if options.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = options.pool if tokenizers.has_domain else "general"
-    max_length = ExpandedModel(ref, tokenizers).capped_length(options.max_length)
+    max_length = folder.capped_length(options.max_length)
     prepared = [_prepare(spec, tokenizers, max_length, options.max_words) for spec in options.tasks]
 
     training = replace(options.training, mix=mix)

@@ -108,21 +108,19 @@ class _Setup:
 
 
 def _setup(model: str | None, tokenizer_choice: str, max_length: int, *, mix: float | None = None) -> _Setup:
-    from greenadapt.expanded_model import load_tokenizers
+    from greenadapt.expanded_model import ExpandedModel
     from greenadapt.models import resolve_model
 
     ref = resolve_model(model)
-    pair = load_tokenizers(ref.path)
+    folder = ExpandedModel.open(ref)
+    pair = folder.tokenizers
     if tokenizer_choice == "domain" and not pair.has_domain:
         raise UsageError("--tokenizer domain needs a model folder with a domain tokenizer", path=ref.path, hint="pass a folder written by `greenadapt expand`")
     if mix is not None:
         _check_mixable(pair, ref.path)
     view = "domain" if pair.has_domain and tokenizer_choice != "general" else "general"
     tokenizer = pair.domain if view == "domain" else pair.general
-    limit = ref.config().get("max_position_embeddings")
-    if isinstance(limit, int) and max_length > limit:
-        log.warning("--max-length %d is more than the model handles; using %d", max_length, limit)
-        max_length = limit
+    max_length = folder.capped_length(max_length)
     return _Setup(ref, pair, tokenizer, view, max_length)
 
 

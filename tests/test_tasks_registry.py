@@ -1,0 +1,110 @@
+"""The task registry: every task declares its defaults and refusals, and a new task is one module.
+
+The last test is CONTRIBUTING.md's "Adding a task" recipe run for real: a part-of-speech task
+written here, registered, trained and scored through the public `greenadapt.finetune` without a
+line changed elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import greenadapt
+from finetune_helpers import build_tiny_expanded
+from greenadapt.errors import UsageError
+from greenadapt.finetune.data import NerSentence, ReaderOptions, TaskFile
+from greenadapt.finetune.options import FinetuneOptions
+from greenadapt.tasks import TASKS, NerTask, TaskDefaults, TaskSettings, get_labelling_task, get_task
+
+
+def test_every_task_declares_what_the_cli_and_the_api_leave_to_it() -> None:
+    assert list(TASKS) == ["ner", "classify", "qa"]
+    for task in TASKS.values():
+        assert task.summary and task.runner and task.defaults.epochs >= 1
+        config = task.training_config(lr=None, batch_size=7)
+        assert (config.epochs, config.lr, config.batch_size) == (task.defaults.epochs, task.defaults.lr, 7)
+    assert TASKS["qa"].defaults == TaskDefaults(epochs=2, batch_size=16, lr=3e-5, max_length=None)
+    with pytest.raises(UsageError, match="unknown --task 'pos'"):
+        get_task("pos")
+    with pytest.raises(UsageError, match="it answers questions with `greenadapt qa`"):
+        get_labelling_task("qa")
+
+
+@pytest.mark.parametrize(("task", "options", "refused"), [
+    ("ner", {"doc_stride": 32}, "--doc-stride"),
+    ("ner", {"positive_label": "1"}, "--positive-label"),
+    ("classify", {"max_words": 30, "reader": ReaderOptions(entity_type="Disease")}, "--max-words, --entity-type"),
+    ("qa", {"metric": "f1", "resume": True}, "--metric, --resume"),
+    ("qa", {"reader": ReaderOptions(format="tsv")}, "--format"),
+])
+def test_options_a_task_cannot_use_are_refused(task: str, options: dict[str, Any], refused: str, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=f"{refused} (does|do) not apply to --task {task}"):
+        get_task(task).check_unused(FinetuneOptions(task=task, train=tmp_path / "x", **options))
+    get_task(task).check_unused(FinetuneOptions(task=task, train=tmp_path / "x"))  # unset: nothing refused
+
+
+# --------------------------------------------------------------------------
+# CONTRIBUTING's recipe: a new labelling task in one module
+
+
+class PosTask(NerTask):
+    """Part-of-speech tagging: a word and its tag per line; token accuracy."""
+
+    name = "pos"
+    summary = "part-of-speech tags: a word and its tag per line; token accuracy"
+    defaults = TaskDefaults(epochs=2)
+    unused_options = ("positive_label", "doc_stride", "entity_type")
+    metrics = ("accuracy",)
+    default_metric = "accuracy"
+
+    def read(self, path: str | Path, settings: TaskSettings | ReaderOptions, *, require_labels: bool) -> TaskFile:
+        sentences, words, tags = [], [], []
+        for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines() + [""], start=1):
+            if line.strip():
+                word, tag = line.split("\t")
+                words.append(word)
+                tags.append(tag)
+            elif words:
+                sentences.append(NerSentence(tuple(words), tuple(tags), tuple(range(number - len(words), number))))
+                words, tags = [], []
+        return TaskFile(Path(path), "columns", sentences, True, {})
+
+    def order_labels(self, labels: Sequence[str]) -> list[str]:
+        return sorted(set(labels))
+
+    def score(self, task_file: TaskFile, predictions: Sequence[Any], settings: TaskSettings) -> dict[str, Any]:
+        gold = [tag for sentence in task_file.examples for tag in sentence.labels]  # type: ignore[union-attr]
+        predicted = [tag for sentence in predictions for tag in sentence]
+        return {"accuracy": sum(g == p for g, p in zip(gold, predicted, strict=True)) / len(gold)}
+
+
+def _pos_file(path: Path, n: int, seed: int) -> Path:
+    import random
+
+    nouns, verbs, dets = ("patients", "cells", "insulin", "tumor"), ("grow", "need", "show"), ("the", "some")
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        lines += [f"{rng.choice(dets)}\tDET", f"{rng.choice(nouns)}\tNOUN", f"{rng.choice(verbs)}\tVERB", f"{rng.choice(nouns)}\tNOUN", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def test_a_new_task_is_one_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "pos", PosTask())
+    model = build_tiny_expanded(tmp_path / "model")
+    train, test = _pos_file(tmp_path / "train.tsv", 60, 1), _pos_file(tmp_path / "test.tsv", 20, 2)
+    outcome = greenadapt.finetune("pos", train, test=test, model=str(model), out=tmp_path / "run", lr=3e-3, batch_size=8, device="cpu")
+    stats = outcome.manifest["stats"]
+    assert stats["task"] == "pos" and outcome.manifest["config"]["train"]["epochs"] == 2  # the task's own default
+    assert json.loads((tmp_path / "run" / "greenadapt_task.json").read_text())["labels"] == ["DET", "NOUN", "VERB"]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    # Three tags that follow from the word; always NOUN would score 0.5, the two commonest 0.75.
+    assert metrics["summary"]["test"]["mean"]["accuracy"]["mean"] > 0.9
+    with pytest.raises(UsageError, match="--positive-label does not apply to --task pos"):
+        greenadapt.finetune("pos", train, model=str(model), out=tmp_path / "other", positive_label="NOUN")
