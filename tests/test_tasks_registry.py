@@ -108,3 +108,19 @@ def test_a_new_task_is_one_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert metrics["summary"]["test"]["mean"]["accuracy"]["mean"] > 0.9
     with pytest.raises(UsageError, match="--positive-label does not apply to --task pos"):
         greenadapt.finetune("pos", train, model=str(model), out=tmp_path / "other", positive_label="NOUN")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"labels": "O B I"}, "'labels' is not a list of label strings"),
+    ({"max_length": 0}, "'max_length' is not a positive integer"),
+    ({"has_domain_tokenizer": "yes"}, "'has_domain_tokenizer' is not true or false"),
+    ({"task": None}, "'task' is not a task name"),
+])
+def test_task_settings_are_checked_when_read_back(change: dict[str, Any], message: str, tmp_path: Path) -> None:
+    from greenadapt.errors import StageError
+
+    good = TaskSettings(task="ner", labels=["O", "B", "I"], max_length=64).to_json()
+    assert TaskSettings.from_json(good) == TaskSettings(task="ner", labels=["O", "B", "I"], max_length=64)
+    with pytest.raises(StageError, match=f"damaged greenadapt_task.json: {message}") as info:
+        TaskSettings.from_json({**good, **change}, tmp_path / "greenadapt_task.json")
+    assert info.value.path == str(tmp_path / "greenadapt_task.json")

@@ -137,10 +137,10 @@ def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]
             hint="pass the folder `greenadapt finetune` wrote",
         )
     try:
-        settings = TaskSettings.from_json(json.loads(task_json.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, TypeError) as exc:
+        document = json.loads(task_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StageError(f"unreadable {TASK_FILE}: {exc}", path=task_json) from None
-    return path, settings
+    return path, TaskSettings.from_json(document, task_json)
 
 
 def run_predict(

@@ -412,12 +412,14 @@ def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu",
     names = list(manifest.stats.get("tasks", []))
     if name not in names:
         raise UsageError(f"no task {name!r} in this multitask run", path=path, hint=f"--task one of: {', '.join(names)}")
+    task_json = path / TASKS_DIR / name / TASK_FILE
     try:
-        settings = TaskSettings.from_json(json.loads((path / TASKS_DIR / name / TASK_FILE).read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, TypeError) as exc:
+        document = json.loads(task_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         from greenadapt.errors import StageError
 
         raise StageError(f"unreadable {TASK_FILE} of task {name!r}: {exc}", path=path / TASKS_DIR / name) from None
+    settings = TaskSettings.from_json(document, task_json)
     memory = None
     with quiet_transformers():
         from greenadapt.finetune.gmap import is_gmap_folder, load_fused

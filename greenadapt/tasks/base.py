@@ -54,9 +54,9 @@ class TaskDefaults:
         return f"{self.epochs} epochs, batch {self.batch_size}, lr {self.lr:g}, max length {length}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskSettings:
-    """Everything prediction needs to treat new data like the training data."""
+    """Everything prediction needs to treat new data like the training data (``greenadapt_task.json``)."""
 
     task: str
     labels: list[str]
@@ -71,9 +71,21 @@ class TaskSettings:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> TaskSettings:
-        known = {k: obj[k] for k in cls.__dataclass_fields__ if k in obj}
-        return cls(**known)
+    def from_json(cls, obj: Any, where: Path | None = None) -> TaskSettings:
+        """Settings read back from JSON, each field of its type (a StageError names the file and field)."""
+        from greenadapt.errors import StageError
+
+        def refuse(field: str, expected: str) -> StageError:
+            return StageError(f"damaged {TASK_FILE}: {field} is not {expected}", path=where, hint="fine-tune the model again")
+
+        if not isinstance(obj, dict):
+            raise refuse("the document", "a JSON object")
+        for name, (check, expected) in _SETTING_TYPES.items():
+            if name in obj and not check(obj[name]):
+                raise refuse(repr(name), expected)
+        if "task" not in obj or "labels" not in obj:
+            raise refuse("'task' or 'labels'", "there")
+        return cls(**{k: obj[k] for k in _SETTING_TYPES if k in obj})
 
     @property
     def reader_options(self) -> ReaderOptions:
@@ -84,6 +96,26 @@ class TaskSettings:
     @property
     def label2id(self) -> dict[str, int]:
         return {label: i for i, label in enumerate(self.labels)}
+
+
+def _optional_str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+_SETTING_TYPES: dict[str, tuple[Any, str]] = {
+    "task": (lambda v: isinstance(v, str) and bool(v), "a task name"),
+    "labels": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of label strings"),
+    "max_length": (_positive_int, "a positive integer"),
+    "max_words": (_positive_int, "a positive integer"),
+    "metric": (_optional_str, "a string or null"),
+    "positive_label": (_optional_str, "a string or null"),
+    "reader": (lambda v: isinstance(v, dict), "an object"),
+    "has_domain_tokenizer": (lambda v: isinstance(v, bool), "true or false"),
+}
 
 
 class Task:
