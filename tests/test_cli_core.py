@@ -101,3 +101,48 @@ def test_workdir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     monkeypatch.setenv(workspace.WORKDIR_ENV, str(tmp_path))
     assert workspace.workdir(None) == tmp_path
     assert workspace.workdir(tmp_path / "x") == tmp_path / "x"
+
+
+# --------------------------------------------------------------------------
+# Help: panels, human metavars, an example, no truncation; shell completion
+
+COMMANDS = ("adapt", "w2v", "align", "expand", "finetune", "qa", "predict", "pretrain", "multitask", "report", "info")
+PYTHON_TYPE = r"<(int|float|str|bool|path|text|list\[|Path)[ >\]]"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_groups_options_shows_human_metavars_and_an_example(command: str) -> None:
+    import re
+
+    result = _cli(command, "--help", env={"COLUMNS": "80", "TERM": "dumb"})
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert not re.search(PYTHON_TYPE, text), re.search(PYTHON_TYPE, text)
+    assert "…" not in text  # nothing cut at 80 columns
+    assert f"Example: greenadapt {command}" in " ".join(text.split()) or f"| greenadapt {command}" in " ".join(text.split())
+    assert "Run control" in text and "─ Options ─" not in text  # every option in a named panel, --help included
+
+
+def test_every_option_of_every_command_has_a_panel() -> None:
+    from greenadapt.cli import command
+    from greenadapt.cli.help import PANELS
+
+    group = command()
+    missing = [f"{name} --{p.name}" for name, cmd in group.commands.items() for p in cmd.params
+               if p.param_type_name == "option" and p.rich_help_panel not in set(PANELS.values())]
+    assert not missing, f"add these to greenadapt/cli/help.py PANELS: {missing}"
+
+
+def test_shell_completion_offers_tasks_and_registered_corpora(tmp_path: Path) -> None:
+    def complete(words: str) -> list[str]:
+        env = {"COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+               "_GREENADAPT_COMPLETE": "complete_bash"}
+        result = subprocess.run([sys.executable, "-m", "greenadapt"], capture_output=True, text=True, env={**os.environ, **env},
+                                cwd=tmp_path, timeout=60)
+        return result.stdout.split()
+
+    assert complete("greenadapt finetune --task ") == ["ner", "classify", "qa"]
+    assert complete("greenadapt finetune --task c") == ["classify"]
+    assert "sample" in complete("greenadapt w2v --corpus ")
+    script = _cli("--show-completion", "bash")
+    assert script.returncode == 0 and "_GREENADAPT_COMPLETE=complete_bash" in script.stdout

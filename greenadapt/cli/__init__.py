@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any
 
 import typer
 
@@ -20,7 +21,7 @@ app = typer.Typer(
     name="greenadapt",
     help="Cheap domain adaptation of BERT-style models: w2v -> align -> expand on CPU, then finetune.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -65,6 +66,16 @@ def _register() -> None:
     from greenadapt.cli import adapt, align, expand, finetune, info, multitask, predict, pretrain, qa, report, w2v  # noqa: F401
 
 
+def command() -> Any:
+    """The whole command tree as click builds it from the typer app, with its help dressed (cli/help.py)."""
+    import typer.main
+
+    from greenadapt.cli.help import dress
+
+    _register()
+    return dress(typer.main.get_command(app))
+
+
 def main() -> None:
     """Console entry point: run the app, map errors to one line and an exit code."""
     from greenadapt.errors import (
@@ -81,7 +92,7 @@ def main() -> None:
     try:
         # Without standalone mode click returns what it would have exited with,
         # e.g. 130 after it caught a KeyboardInterrupt itself.
-        returned = app(standalone_mode=False)
+        returned = command().main(prog_name="greenadapt", standalone_mode=False)
     except GreenAdaptError as exc:
         if debug:
             raise

@@ -1,0 +1,129 @@
+"""How every command's ``--help`` reads: human metavars, options grouped into panels, a worked example.
+
+Applied once to the whole command tree (:func:`dress`), so a new option gets its
+metavar from its type and only needs a line in :data:`PANELS`; the tests check
+that every option of every command has a panel and no Python type shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+INPUT_OUTPUT = "Input and output"
+MODEL = "Model"
+ADAPTATION = "Adaptation"
+TRAINING = "Training"
+EVALUATION = "Evaluation"
+PERFORMANCE = "Performance"
+RUN_CONTROL = "Run control"
+
+_GROUPS: dict[str, tuple[str, ...]] = {
+    INPUT_OUTPUT: (
+        "corpus", "text_field", "out", "workdir", "w2v", "align", "train", "dev", "test", "data", "input_path", "output", "source",
+        "runs", "html", "path", "file_format", "header", "pair_field", "label_field", "entity_type", "ignore_labels", "general_corpus",
+        "task", "tasks_file", "task_name", "markdown", "json_out",
+    ),
+    MODEL: ("model", "general_model", "tokenizer", "gmap", "gmap_layers", "gmap_unfrozen", "gmap_indexing", "adapter", "pal_size", "pal_heads"),
+    ADAPTATION: (
+        "dim", "epochs_w2v", "min_count", "min_count_new", "max_new", "method", "focus_k", "focus_temperature", "hybrid_weight", "match_norm",
+        "context_layer", "context_cap", "context_max_tokens", "no_vectors", "probe", "vectors_only",
+    ),
+    TRAINING: (
+        "epochs", "max_steps", "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "seed", "seeds", "mix", "train_on",
+        "train_embeddings", "train", "max_length", "doc_stride", "max_words", "head_warmup_steps", "whole_word_masking",
+        "mask_probability", "heldout", "sampling", "steps_per_epoch", "freeze_base",
+    ),
+    EVALUATION: ("pool", "metric", "positive_label", "eval_only", "eval_every", "n_best", "max_answer_chars", "limit", "check"),
+    PERFORMANCE: ("device", "precision", "workers", "eval_batch_size", "gmap_cache"),
+    RUN_CONTROL: ("force", "wait", "save_every", "resume", "as_json", "quiet", "verbose"),
+}
+PANELS = {name: panel for panel, names in _GROUPS.items() for name in names}
+
+EXAMPLES: dict[str, str] = {
+    "adapt": "greenadapt adapt --corpus biomed.txt.gz --model bert-base-uncased",
+    "w2v": "greenadapt w2v --corpus 'abstracts/*.jsonl.gz' --text-field abstract --workers 8",
+    "align": "greenadapt align --w2v greenadapt-work/biomed-1a2b/minilm/w2v --method lstsq",
+    "expand": "greenadapt expand --align greenadapt-work/biomed-1a2b/minilm/align --max-new 20000",
+    "finetune": "greenadapt finetune --task ner --model greenadapt-work/biomed-1a2b/minilm/expand --train train.tsv --dev dev.tsv --test test.tsv --seeds 1,2,3",
+    "qa": "greenadapt qa --model runs/covid-qa --data questions.json --out runs/answers",
+    "predict": "cat abstracts.txt | greenadapt predict -m runs/ncbi - > entities.jsonl",
+    "pretrain": "greenadapt pretrain --corpus biomed.txt.gz --model bert-base-uncased --max-steps 10000 --save-every 1000",
+    "multitask": "greenadapt multitask --model MODEL --task name=ncbi,type=ner,train=ncbi/train.tsv --task name=rte,type=classify,train=rte/train.tsv",
+    "report": "greenadapt report greenadapt-work runs --html report.html",
+    "info": "greenadapt info greenadapt-work/biomed-1a2b/minilm/expand",
+}
+
+
+def complete_corpus(incomplete: str) -> list[str]:
+    """Shell completion of ``--corpus``: the registered corpus names (files complete as files)."""
+    from greenadapt.corpus.recipes import available_corpora
+
+    return [name for name in sorted(available_corpora()) if name.startswith(incomplete)]
+
+
+def complete_task(incomplete: str) -> list[str]:
+    from greenadapt.tasks import TASKS
+
+    return [name for name in TASKS if name.startswith(incomplete)]
+
+
+_COMPLETIONS = {"corpus": complete_corpus, "task": complete_task}
+
+
+def metavar_for(param: Any) -> str | None:
+    """A human metavar from the parameter's type (None: keep what it declared, or a choice list)."""
+    desc = param.type_descriptor
+    if getattr(param, "is_flag", False):
+        return ""  # a switch takes no value
+    if desc.is_choice:
+        return None
+    if desc.is_path:
+        return "PATH"
+    annotation = param.bare_type()
+    element = annotation.removeprefix("list[").removesuffix("]")
+    return {"int": "N", "float": "FLOAT", "str": "TEXT", "Path": "PATH", "bool": None}.get(element, "VALUE")
+
+
+def _shell_complete(complete: Any) -> Any:
+    def shell_complete(ctx: Any, param: Any, incomplete: str) -> list[str]:
+        return complete(incomplete)  # typer wraps strings into completion items
+
+    return shell_complete
+
+
+def _no_type(ctx: Any) -> str:
+    return ""
+
+
+def _with_dressed_help(get_help_option: Any, panel: str | None = RUN_CONTROL) -> Any:
+    # click makes --help per invocation (get_help_option), so it is dressed as it is made.
+    def dressed(ctx: Any) -> Any:
+        option = get_help_option(ctx)
+        if option is not None:
+            option.metavar, option.rich_help_panel = "", panel
+        return option
+
+    return dressed
+
+
+def dress(group: Any) -> Any:
+    """Give every command of ``group`` its panels, metavars and example (in place); returns ``group``."""
+    for param in group.params:  # the global options: one panel, metavars only
+        if param.metavar is None:
+            param.metavar = metavar_for(param)
+    group.get_help_option = _with_dressed_help(group.get_help_option, panel=None)
+    for name, command in group.commands.items():
+        for param in command.params:
+            if param.metavar is None:
+                param.metavar = metavar_for(param)
+            if param.name in _COMPLETIONS and name != "multitask":  # multitask's --task is a spec, not a name
+                param._custom_shell_complete = _shell_complete(_COMPLETIONS[param.name])
+            if getattr(param, "param_type_name", "") == "argument":
+                param.display_type_rich = _no_type  # its metavar (INPUT, RUN, PATH) already says what it takes
+            if getattr(param, "param_type_name", "") == "option" and param.name != "help":
+                param.rich_help_panel = param.rich_help_panel or PANELS.get(param.name)
+        command.get_help_option = _with_dressed_help(command.get_help_option)
+        example = EXAMPLES.get(name)
+        if example and example not in (command.epilog or ""):
+            command.epilog = f"Example: {example}" + (f"\n\n{command.epilog}" if command.epilog else "")
+    return group
