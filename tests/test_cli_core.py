@@ -146,3 +146,19 @@ def test_shell_completion_offers_tasks_and_registered_corpora(tmp_path: Path) ->
     assert "sample" in complete("greenadapt w2v --corpus ")
     script = _cli("--show-completion", "bash")
     assert script.returncode == 0 and "_GREENADAPT_COMPLETE=complete_bash" in script.stdout
+
+
+def test_the_same_option_has_the_same_name_in_every_command() -> None:
+    """-m/--model wherever a model is taken, -o/--out wherever something is written, one --batch-size, one --device."""
+    from greenadapt.cli import command
+
+    for name, cmd in command().commands.items():
+        flags = {p.name: set(p.opts) for p in cmd.params if p.param_type_name == "option"}
+        if "model" in flags:
+            assert {"-m", "--model"} <= flags["model"], name
+        written = flags.get("out") or flags.get("output")
+        if written is not None:
+            assert {"-o", "--out"} <= written, name
+        assert not {"batch", "bs", "batchsize"} & set(flags), name
+        if "device" in flags:
+            assert flags["device"] == {"--device"}, name

@@ -40,8 +40,8 @@ def multitask(
         [], "--task", help="A task as comma-separated key=value pairs: name, type (ner or classify), train; optional dev, test, text_field, pair_field, label_field, format, header, metric, positive_label. Repeatable."
     ),
     tasks_file: Path | None = typer.Option(None, "--tasks", help="TOML file of \\[\\[task]] tables with the same keys (paths relative to the file)."),
-    model: str | None = typer.Option(None, "--model", help="Expanded model folder (two tokenizers) or any BERT-style model."),
-    out: Path | None = typer.Option(None, "--out", help="Run folder (default: <workdir>/multitask/<tasks>/<model>)."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Expanded model folder (two tokenizers) or any BERT-style model."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Run folder (default: <workdir>/multitask/<tasks>/<model>)."),
     workdir: Path | None = WorkdirOption,
     adapter: str = typer.Option("pals", "--adapter", help="pals (projected attention layers), low-rank, or none (shared encoder, task heads only)."),
     pal_size: int = typer.Option(204, "--pal-size", help="Width s of the PAL space (V_E: d -> s; low-rank: the rank)."),

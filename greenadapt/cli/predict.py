@@ -29,7 +29,7 @@ def predict(
     model: str = typer.Option(..., "--model", "-m", help="A `greenadapt finetune` run folder (or one of its seed-N folders)."),
     input_path: str | None = typer.Option(None, "--input", "-i", help="The input, as an option (same as INPUT)."),
     output: str = typer.Option(
-        "-", "--output", "-o", help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column."
+        "-", "--out", "--output", "-o", help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column."
     ),
     pool: str = pool_option(default_of(api.load, "pool")),
     task_name: str | None = typer.Option(None, "--task", help="The task to run, when --model is a `greenadapt multitask` run folder."),
@@ -47,7 +47,7 @@ def predict(
     general_model: str | None = typer.Option(
         None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
     ),
-    force: bool = typer.Option(False, "--force", help="Replace an existing --output file (never the input)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file (never the input)."),
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
@@ -63,7 +63,7 @@ def predict(
     if (source is None) == (input_path is None):
         raise UsageError("give the input once: as INPUT or as --input", hint="e.g. greenadapt predict -m MODEL notes.txt")
     if as_json and is_stdio(output):
-        raise UsageError("--json prints a summary on stdout, where the predictions go", hint="add --output FILE")
+        raise UsageError("--json prints a summary on stdout, where the predictions go", hint="add --out FILE")
     overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
     with progress_for(quiet) as progress:
         result = predict_input(
