@@ -52,15 +52,37 @@ MatchNormOption = typer.Option(
 )
 
 
+def stderr_console() -> Any:
+    """The one rich console on stderr that log lines and the live progress display share."""
+    global _CONSOLE
+    if _CONSOLE is None or _CONSOLE.file is not sys.stderr:
+        from rich.console import Console
+
+        _CONSOLE = Console(stderr=True)
+    return _CONSOLE
+
+
+_CONSOLE: Any = None
+
+
 def setup_logging(*, quiet: bool = False, verbose: bool = False) -> None:
+    """Log lines to stderr: through the live display's console on a terminal (printed above the bars,
+    never into them), as plain timestamped lines in a log (cron, CI, ``nohup``)."""
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if getattr(handler, "_greenadapt", False):
-            root.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s", "%H:%M:%S"))
-    handler._greenadapt = True  # type: ignore[attr-defined]
+    for old in list(root.handlers):
+        if getattr(old, "_greenadapt", False):
+            root.removeHandler(old)
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=stderr_console(), show_path=False, log_time_format="%H:%M:%S", markup=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s", "%H:%M:%S"))
+    setattr(handler, "_greenadapt", True)  # noqa: B010  # marks ours, so a second setup replaces it
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("greenadapt").setLevel(level)
@@ -73,7 +95,6 @@ class RichProgress:
     """The rich-backed implementation of :class:`greenadapt.progress.Progress`."""
 
     def __init__(self) -> None:
-        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -92,7 +113,7 @@ class RichProgress:
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=stderr_console(),
             transient=False,
         )
         self._task: Any = None

@@ -1,0 +1,58 @@
+"""On a terminal: one live display per command, log lines printed above its bars, never glued into them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _on_a_terminal(args: list[str], cwd: Path) -> str:
+    """Everything ``greenadapt ARGS`` writes to a pseudo-terminal (stderr and stdout both), escape codes removed."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "COLUMNS": "140", "LINES": "40", "TERM": "xterm-256color"}
+    env.pop("GREENADAPT_DEBUG", None)
+    process = subprocess.Popen([sys.executable, "-m", "greenadapt", *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                               cwd=cwd, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert process.wait(timeout=300) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    return ANSI.sub("", b"".join(chunks).decode(errors="replace"))
+
+
+@pytest.mark.slow
+def test_log_lines_print_above_the_bars_and_each_stage_is_a_row(tiny_bert: Path, tmp_path: Path) -> None:
+    words = ["the", "patients", "with", "tachycardia", "and", "leukemia", "were", "in", "study", "of", "cells"]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(9)) for i in range(300)) + "\n")
+    text = _on_a_terminal(["adapt", "--corpus", str(corpus), "--model", str(tiny_bert), "--workers", "1", "--min-count", "1",
+                           "--workdir", str(tmp_path / "work")], tmp_path)
+    # align warns that a few shared words underdetermine a 32-dimensional map, while the bars are live.
+    warning = next((line for line in re.split(r"[\r\n]", text) if "shared words for" in line), None)
+    assert warning is not None, text[-2000:]
+    assert "━" not in warning and "ETA" not in warning, f"a log line glued onto a progress bar: {warning!r}"
+    # The console's own log line, on its own (the time is left out when it repeats the line above's).
+    assert re.match(r"\s*(\d\d:\d\d:\d\d)?\s+WARNING\s", warning), warning
+    # One display: the finished stages stay as rows of it, each drawn to completion once at the end.
+    final = text[text.rfind("adapted model") - 4000 :] if "adapted model" in text else text
+    for stage in ("pre-tokenizing", "word2vec"):
+        assert stage in final, final[-2000:]
