@@ -18,6 +18,14 @@ batches, DataCollatorForTokenClassification). greenadapt feeds the paper's
 per second are reported next to steps per second for that reason.
 
     python bench/bench_finetune.py --steps 30 --repeats 2
+
+``--same-sequences`` measures code overhead alone: both loops train the same
+model from the same weights on identical batches (the plain loop's: whole
+sentences, its collator, its order), greenadapt's through its training runtime
+(``run_training`` with a task that hands it those batches, the per-step log
+written as in a real run) with the same AdamW, schedule and clipping.
+
+    python bench/bench_finetune.py --same-sequences --steps 30 --repeats 3
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "ner" / "NCBI-disease" / "train.tsv"
@@ -84,21 +93,26 @@ def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: i
     }
 
 
-def plain_run(base: Path, sentences: list[tuple[list[str], list[str]]], steps: int, batch_size: int, skip: int, device: str) -> dict[str, float]:
-    import torch
-    from transformers import (
-        AutoModelForTokenClassification,
-        AutoTokenizer,
-        DataCollatorForTokenClassification,
-        get_linear_schedule_with_warmup,
-    )
+LABELS = ["O", "B", "I"]
 
-    labels = ["O", "B", "I"]
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
+
+def _token_model(base: Path, device: str) -> Any:
+    import torch
+    from transformers import AutoModelForTokenClassification
+
     torch.manual_seed(0)
-    model = AutoModelForTokenClassification.from_pretrained(
-        str(base), num_labels=3, id2label=dict(enumerate(labels)), label2id={k: i for i, k in enumerate(labels)}
+    return AutoModelForTokenClassification.from_pretrained(
+        str(base), num_labels=3, id2label=dict(enumerate(LABELS)), label2id={k: i for i, k in enumerate(LABELS)}
     ).to(device)
+
+
+def plain_batches(base: Path, sentences: list[tuple[list[str], list[str]]], batch_size: int) -> Any:
+    """The standard recipe's data: whole sentences, first-piece labels, random batches, DataCollatorForTokenClassification."""
+    import torch
+    from transformers import AutoTokenizer, DataCollatorForTokenClassification
+
+    labels = LABELS
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
     features = []
     for words, tags in sentences:
         enc = tokenizer(words, is_split_into_words=True, truncation=True, max_length=128)
@@ -110,8 +124,16 @@ def plain_run(base: Path, sentences: list[tuple[list[str], list[str]]], steps: i
         features.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                          "token_type_ids": enc["token_type_ids"], "labels": aligned})
     collator = DataCollatorForTokenClassification(tokenizer)
-    loader = torch.utils.data.DataLoader(features, batch_size=batch_size, shuffle=True, collate_fn=collator,
-                                         generator=torch.Generator().manual_seed(0))
+    return torch.utils.data.DataLoader(features, batch_size=batch_size, shuffle=True, collate_fn=collator,
+                                       generator=torch.Generator().manual_seed(0))
+
+
+def plain_run(base: Path, sentences: list[tuple[list[str], list[str]]], steps: int, batch_size: int, skip: int, device: str) -> dict[str, float]:
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    model = _token_model(base, device)
+    loader = plain_batches(base, sentences, batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
     model.train()
@@ -138,6 +160,66 @@ def plain_run(base: Path, sentences: list[tuple[list[str], list[str]]], steps: i
     return {"seconds_per_step": seconds, "wordpieces_per_step": tokens / (steps - skip)}
 
 
+def same_sequences_run(base: Path, batches: list[dict[str, Any]], batch_size: int, skip: int, device: str) -> dict[str, float]:
+    """The plain loop's exact batches through greenadapt's training runtime (Trainer.step inside run_training)."""
+    import torch
+
+    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.training.distributed import DistContext
+    from greenadapt.training.runtime import Trainer, TrainingTask, run_training
+
+    model = _token_model(base, device)
+    steps = len(batches)
+    trainer = Trainer(model, TrainConfig(batch_size=batch_size, lr=5e-5, max_steps=steps, seed=0), DistContext(device=device), total_steps=steps)
+
+    class SameBatches(TrainingTask):
+        def epoch_batches(self, epoch: int, step: int) -> list[int]:
+            return list(range(steps))
+
+        def parts(self, trainer: Trainer, batch: int) -> list[dict[str, Any]]:
+            return [{k: v.to(device) for k, v in batches[batch].items()}]
+
+        def loss(self, part: dict[str, Any]) -> Any:
+            logits = trainer.module(**{k: v for k, v in part.items() if k != "labels"}).logits
+            labels = part["labels"].reshape(-1)
+            summed = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, reduction="sum", ignore_index=-100)
+            return summed / max(1, int((labels >= 0).sum()))  # greenadapt's normalisation: labelled rows of the global batch
+
+        def record(self, batch: int) -> dict[str, Any]:
+            return {"wordpieces": int(batches[batch]["attention_mask"].sum())}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = Path(tmp) / "train_log.jsonl"
+        run_training(trainer, SameBatches(), log_path=log_path)
+        log = [json.loads(line) for line in log_path.read_text().splitlines()]
+    seconds = (log[-1]["seconds"] - log[skip - 1]["seconds"]) / (len(log) - skip)
+    return {"seconds_per_step": seconds, "wordpieces_per_step": sum(r["wordpieces"] for r in log[skip:]) / (len(log) - skip)}
+
+
+def plain_on(base: Path, batches: list[dict[str, Any]], skip: int, device: str) -> dict[str, float]:
+    """The plain transformers loop on ``batches`` (its own recipe: model(**batch).loss, AdamW, schedule, clipping)."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    model = _token_model(base, device)
+    steps = len(batches)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
+    model.train()
+    stamps, tokens, started = [], 0, time.perf_counter()
+    for step, batch in enumerate(batches, start=1):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        model(**batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step > skip:
+            tokens += int(batch["attention_mask"].sum())
+        stamps.append(time.perf_counter() - started)
+    return {"seconds_per_step": (stamps[-1] - stamps[skip - 1]) / (steps - skip), "wordpieces_per_step": tokens / (steps - skip)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -147,6 +229,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--new-words", type=int, default=5000)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--same-sequences", action="store_true", help="identical batches through both loops: code overhead alone")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -159,13 +242,19 @@ def main() -> None:
     task_file = read_task_file(args.data, "ner", ReaderOptions(), require_labels=True)
     sentences = [(list(s.words), list(s.labels)) for s in task_file.examples]
     results: dict[str, list[dict[str, float]]] = {"greenadapt": [], "plain": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        expanded = make_expanded(base, [w for w, _ in sentences], args.new_words, Path(tmp) / "expanded")
-        for repeat in range(args.repeats):
-            results["greenadapt"].append(
-                greenadapt_run(expanded, args.data, Path(tmp) / f"run{repeat}", args.steps, args.batch_size, args.skip, args.device)
-            )
-            results["plain"].append(plain_run(base, sentences, args.steps, args.batch_size, args.skip, args.device))
+    if args.same_sequences:
+        loader = plain_batches(base, sentences, args.batch_size)
+        batches = [batch for batch, _ in zip(loader, range(args.steps), strict=False)]
+        for _ in range(args.repeats):
+            results["greenadapt"].append(same_sequences_run(base, batches, args.batch_size, args.skip, args.device))
+            results["plain"].append(plain_on(base, batches, args.skip, args.device))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            expanded = make_expanded(base, [w for w, _ in sentences], args.new_words, Path(tmp) / "expanded")
+            for repeat in range(args.repeats):
+                out = Path(tmp) / f"run{repeat}"
+                results["greenadapt"].append(greenadapt_run(expanded, args.data, out, args.steps, args.batch_size, args.skip, args.device))
+                results["plain"].append(plain_run(base, sentences, args.steps, args.batch_size, args.skip, args.device))
     green = statistics.median(r["seconds_per_step"] for r in results["greenadapt"])
     plain = statistics.median(r["seconds_per_step"] for r in results["plain"])
     summary = {
@@ -174,7 +263,8 @@ def main() -> None:
         "batch_size": args.batch_size,
         "steps": args.steps,
         "repeats": args.repeats,
-        "new_words": args.new_words,
+        "new_words": None if args.same_sequences else args.new_words,
+        "same_sequences": args.same_sequences,
         "device": args.device,
         "torch_threads": torch.get_num_threads(),
         "greenadapt_seconds_per_step": round(green, 4),
