@@ -1,4 +1,4 @@
-"""Warnings when fine-tuning is not learning: a dev score stuck at 0, or a loss that has not fallen.
+"""Warnings when training is not learning (every loop of the runtime): a dev score stuck at 0, or a loss that has not fallen.
 
 Checked at each evaluation (the end of an epoch). After :data:`PATIENCE`
 evaluations:
@@ -8,7 +8,7 @@ evaluations:
   :data:`MIN_DROP` below the mean of the first :data:`WINDOW` steps.
 
 Each kind is warned about once, with the figures and the usual causes; the
-warnings are also kept for the run's manifest. Nothing stops the run.
+warnings are also kept for the run's manifest (fine-tuning records them). Nothing stops the run.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class TrainingHealth:
                         f"{WINDOW} steps, {last:.4f} over the last {WINDOW}); {CAUSES}"
                     )
         for warning in new:
-            log.warning("finetune: %s", warning)
+            log.warning("training: %s", warning)
         self.warnings.extend(new)
         return new
 
