@@ -123,7 +123,11 @@ def test_training_curves_are_read_from_the_logs(run_folder: Path) -> None:
 def test_markdown_summary(run_folder: Path) -> None:
     text = markdown(collect([run_folder]))
     assert "## Stages and their cost" in text and "| minilm/w2v | w2v |" in text
-    assert "GreenBioBERT (paper)" in text and "DESIGN-NOTES.md" in text
+    assert "GreenBioBERT (paper)" in text and "Findings of EMNLP" in text
+    # Numbers a person reads: no scientific notation, no file the reader does not have, one unit system
+    # (kg, not lbs), each energy and CO₂ figure in the unit its size reads best in.
+    assert not re.search(r"\d[eE][-+]\d", text) and "DESIGN-NOTES" not in text and "lbs" not in text
+    assert re.search(r"\| \d[\d.,]* (Wh|kWh|MWh) \| \d[\d.,]* (g|kg|t) \|", text)
     assert re.search(r"\| minilm/finetune/ncbi/green \| ner \| 0\.5 \| test \| mean \| f1 \| 76\.00 ± 1\.41 \(n=2\) \| 1,2 \|", text)
     assert "| minilm/align | lstsq | 0.61 |" in text
 
@@ -277,3 +281,12 @@ def test_accuracy_against_cost_follows_each_model_to_the_stages_that_made_it(tmp
 
     write_html(collect([run]), page)
     assert "Accuracy against adaptation cost" in page.read_text()
+
+
+def test_quantities_take_the_unit_their_size_reads_best_in() -> None:
+    from greenadapt.report.render import _co2, _energy, _num
+
+    assert [_energy(v) for v in (0.0000123, 0.0123, 1.5, 2500)] == ["0.0123 Wh", "12.3 Wh", "1.5 kWh", "2.5 MWh"]
+    assert [_co2(v) for v in (0.0004, 0.25, 12.0, 3400)] == ["0.4 g", "250 g", "12 kg", "3.4 t"]
+    assert [_num(v) for v in (0.000123, 12.345, 1234.5, 7)] == ["0.000123", "12.3", "1,234", "7"]
+    assert _energy(None) == _co2("n/a") == "—"

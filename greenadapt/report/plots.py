@@ -61,8 +61,8 @@ def results_chart(rows: Sequence[Mapping[str, Any]], title: str) -> bytes | None
             if row is not None:
                 xs.append(i + (j - (len(pools) - 1) / 2) * width)
                 means.append(row["mean"] * scale)
-                stds.append(row["std"] * scale)
-        ax.bar(xs, means, width, yerr=stds, capsize=3, label=pool, color=colours[j % len(colours)])
+                stds.append(row["std"] * scale if row.get("n", 1) >= 2 else 0.0)  # a bar of one seed has no spread to show
+        ax.bar(xs, means, width, yerr=stds if any(stds) else None, capsize=3, label=pool, color=colours[j % len(colours)])
     ax.set_xticks(range(len(groups)), [g.split("/")[-1] if len(g) > 18 else g for g in groups], fontsize=8, rotation=15)
     ax.set_ylabel(f"{rows[0]['metric']}" + (" (×100)" if scale != 1 else ""))
     ax.set_title(title, fontsize=9)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from greenadapt.destination import REPORT_MARKER
 
 import base64
-import html
 import functools
+import html
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -29,9 +30,36 @@ def _num(value: Any, digits: int = 3) -> str:
         return "0"
     if abs(value) >= 100:
         return f"{value:,.0f}"
-    if abs(value) >= 1e-3:
-        return f"{value:.{digits}g}"
-    return f"{value:.{digits - 1}e}"
+    return _plain(value, digits)
+
+
+def _plain(value: float, digits: int = 3) -> str:
+    """About ``digits`` significant digits in plain decimals, never scientific notation (0.000123, not 1.23e-04)."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 10 ** (digits - 1):
+        return f"{value:,.0f}"
+    decimals = digits - 1 - math.floor(math.log10(abs(value)))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _energy(kwh: Any) -> str:
+    """Energy in the unit its size reads best in: Wh below 1 kWh, kWh above, MWh past 1,000 kWh."""
+    if not isinstance(kwh, int | float) or isinstance(kwh, bool):
+        return "—"
+    if abs(kwh) >= 1000:
+        return f"{_plain(kwh / 1000)} MWh"
+    return f"{_plain(kwh)} kWh" if abs(kwh) >= 1 else f"{_plain(kwh * 1000)} Wh"
+
+
+def _co2(kg: Any) -> str:
+    """CO₂ in g below 1 kg, kg up to a tonne, t above."""
+    if not isinstance(kg, int | float) or isinstance(kg, bool):
+        return "—"
+    if abs(kg) >= 1000:
+        return f"{_plain(kg / 1000)} t"
+    return f"{_plain(kg)} kg" if abs(kg) >= 1 else f"{_plain(kg * 1000)} g"
 
 
 def _mean_std(row: Mapping[str, Any]) -> str:
@@ -47,7 +75,7 @@ def _mean_std(row: Mapping[str, Any]) -> str:
 
 
 def stage_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["stage", "kind", "wall", "CPU h", "GPU h", "peak mem (MiB)", "energy (kWh)", "CO₂ (kg)", "method"]
+    head = ["stage", "kind", "wall", "CPU h", "GPU h", "peak mem (MiB)", "energy", "CO₂", "method"]
     rows = []
     for s in data["stages"]:
         c = s["cost"]
@@ -59,8 +87,8 @@ def stage_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
                 _num(c.get("cpu_hours")),
                 _num((c.get("gpu_seconds") or 0) / 3600) if c.get("gpu_seconds") else "—",
                 _num(c.get("peak_rss_mib"), 4),
-                _num(c.get("energy_kwh")),
-                _num(c.get("co2_kg")),
+                _energy(c.get("energy_kwh")),
+                _co2(c.get("co2_kg")),
                 str(c.get("energy_method") or "—") + (f" @ {_num(c.get('co2_intensity_g_per_kwh'))} g/kWh" if c.get("co2_intensity_g_per_kwh") is not None else ""),
             ]
         )
@@ -68,7 +96,7 @@ def stage_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def comparison_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["what", "hardware", "wall h", "device h", "energy (kWh)", "CO₂ (kg)", "CO₂ (lbs)", "cost"]
+    head = ["what", "hardware", "wall h", "device h", "energy", "CO₂", "cost"]
     rows = []
     for r in list(data["paper"]["published"]) + list(data["paper"]["ours"]):
         device = f"{_num(r.get('device_hours'))} {r.get('device', '')}-h" if r.get("device_hours") is not None else "—"
@@ -78,9 +106,8 @@ def comparison_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]
                 r.get("hardware") or "—",
                 _num(r.get("wall_hours")),
                 device,
-                _num(r.get("energy_kwh")),
-                _num(r.get("co2_kg")),
-                _num(r.get("co2_lbs")),
+                _energy(r.get("energy_kwh")),
+                _co2(r.get("co2_kg")),
                 r.get("cost_usd") or "—",
             ]
         )
@@ -198,7 +225,7 @@ def markdown(data: Mapping[str, Any]) -> str:
         f = data["finetune_cost"]
         parts += [
             f"Fine-tuning, all runs: {_duration(f['wall_seconds'])} wall, {_num(f['cpu_hours'])} CPU h, "
-            f"{_num(f['energy_kwh'])} kWh, {_num(f['co2_kg'])} kg CO₂.",
+            f"{_energy(f['energy_kwh'])}, {_co2(f['co2_kg'])} CO₂.",
             "",
         ]
     if data["alignment"]:
@@ -283,7 +310,7 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
         f = data["finetune_cost"]
         body.append(
             f"<p>Fine-tuning, all runs: {_duration(f['wall_seconds'])} wall, {_num(f['cpu_hours'])} CPU h, "
-            f"{_num(f['energy_kwh'])} kWh, {_num(f['co2_kg'])} kg CO₂.</p>"
+            f"{_energy(f['energy_kwh'])}, {_co2(f['co2_kg'])} CO₂.</p>"
         )
     if data["alignment"]:
         body += ["<h2>Alignment</h2>", _html_table(*alignment_table(data), numeric=lambda i: i >= 2)]
