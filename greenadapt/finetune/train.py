@@ -23,7 +23,7 @@ import numpy as np
 from greenadapt.errors import UsageError
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.training.batches import choose_views, length_grouped_batches
+from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import TrainingConfig
 from greenadapt.training.distributed import DistContext
@@ -88,18 +88,12 @@ def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: S
 
 def memory_arrays(units: Sequence[Unit], pad_id: int) -> dict[str, np.ndarray]:
     """G-MAP: the general model's padded inputs (its own length, independent of the domain view's)."""
-    width = max(len(u.memory_ids) for u in units)  # type: ignore[arg-type]
-    ids = np.full((len(units), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(units), width), dtype=np.int64)
-    types = np.zeros((len(units), width), dtype=np.int64)
-    for b, unit in enumerate(units):
+    rows = []
+    for unit in units:
         if unit.memory_ids is None:
             raise ValueError("some units of a batch have a G-MAP memory input and some do not")
-        n = len(unit.memory_ids)
-        ids[b, :n] = unit.memory_ids
-        mask[b, :n] = 1
-        if unit.memory_type_ids is not None:
-            types[b, :n] = unit.memory_type_ids
+        rows.append((unit.memory_ids, unit.memory_type_ids))
+    ids, types, mask = pad_rows(rows, pad_id)
     return {"general_input_ids": ids, "general_attention_mask": mask, "general_token_type_ids": types}
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.qa.windows import Window, plan_windows
+from greenadapt.training.batches import pad_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -137,16 +138,8 @@ def memory_batch(
         types = np.zeros(len(ids), dtype=np.int64)
         types[2 + len(question) :] = 1
         rows.append((ids, types))
-    width = max(len(ids) for ids, _ in rows)
     pad = items[0][0].memory.special.pad if items[0][0].memory is not None else items[0][0].special.pad
-    out_ids = np.full((len(rows), width), pad, dtype=np.int64)
-    out_types = np.zeros((len(rows), width), dtype=np.int64)
-    out_mask = np.zeros((len(rows), width), dtype=np.int64)
-    for row, (ids, types) in enumerate(rows):
-        out_ids[row, : len(ids)] = ids
-        out_types[row, : len(ids)] = types
-        out_mask[row, : len(ids)] = 1
-    return out_ids, out_types, out_mask
+    return pad_rows(rows, pad)
 
 
 class QaRunner:

@@ -17,7 +17,7 @@ import numpy as np
 from greenadapt.finetune.train import TrainConfig
 from greenadapt.progress import Progress
 from greenadapt.qa.features import Features
-from greenadapt.training.batches import choose_views, length_grouped_batches
+from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows
 from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 
@@ -108,15 +108,7 @@ def collate_windows(views: list[Features], batch: list[tuple[int, int]], pad_id:
     import numpy as np
     import torch
 
-    width = max(len(views[v].input_ids[r]) for v, r in batch)
-    ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-    types = np.zeros((len(batch), width), dtype=np.int64)
-    mask = np.zeros((len(batch), width), dtype=np.int64)
-    for i, (v, r) in enumerate(batch):
-        n = len(views[v].input_ids[r])
-        ids[i, :n] = views[v].input_ids[r]
-        types[i, :n] = views[v].token_type_ids[r]
-        mask[i, :n] = 1
+    ids, types, mask = pad_rows([(views[v].input_ids[r], views[v].token_type_ids[r]) for v, r in batch], pad_id)
     starts = np.array([views[v].start_positions[r] for v, r in batch], dtype=np.int64)
     ends = np.array([views[v].end_positions[r] for v, r in batch], dtype=np.int64)
 
@@ -127,13 +119,6 @@ def collate_windows(views: list[Features], batch: list[tuple[int, int]], pad_id:
     if views[batch[0][0]].memory_ids is not None:
         # G-MAP: the general model's own input of each window (its own length).
         memory = [(views[v].memory_ids[r], views[v].memory_type_ids[r]) for v, r in batch]  # type: ignore[index]
-        width = max(len(m) for m, _ in memory)
-        general_ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-        general_types = np.zeros((len(batch), width), dtype=np.int64)
-        general_mask = np.zeros((len(batch), width), dtype=np.int64)
-        for i, (m, t) in enumerate(memory):
-            general_ids[i, : len(m)] = m
-            general_types[i, : len(m)] = t
-            general_mask[i, : len(m)] = 1
+        general_ids, general_types, general_mask = pad_rows(memory, pad_id)
         inputs.update(general_input_ids=to(general_ids), general_token_type_ids=to(general_types), general_attention_mask=to(general_mask))
     return inputs, to(starts), to(ends)

@@ -9,6 +9,8 @@ random but of similar length (less padding): shuffle, sort within windows of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 _MIX_STREAM = 0x6D6978  # separate random streams for the tokenizer draw and the batch order
@@ -37,3 +39,21 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int, epoc
         part = part[np.argsort(-lengths[part], kind="stable")]
         batches.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
     return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def pad_rows(rows: Sequence[tuple[np.ndarray, np.ndarray | None]], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, token types)`` sequences as right-padded ``int64`` (ids, token types, attention mask) arrays.
+
+    Token types of None stay 0; padding is ``pad_id`` in the ids and 0 elsewhere.
+    """
+    width = max(len(ids) for ids, _ in rows)
+    ids_out = np.full((len(rows), width), pad_id, dtype=np.int64)
+    types_out = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for row, (ids, types) in enumerate(rows):
+        n = len(ids)
+        ids_out[row, :n] = ids
+        mask[row, :n] = 1
+        if types is not None:
+            types_out[row, :n] = types
+    return ids_out, types_out, mask
