@@ -79,7 +79,7 @@ class TaskValues:
     """The task-dependent options of a labelling run, the unset (None) ones at the task's defaults."""
 
     training: TrainConfig
-    max_length: int
+    max_length: int | None  # None: the model's own limit
     max_words: int
     pool: str
 
@@ -88,7 +88,7 @@ class TaskValues:
         defaults = task.defaults
         return cls(
             training=options.training or task.training_config(),
-            max_length=options.max_length if options.max_length is not None else (defaults.max_length or 128),
+            max_length=options.max_length if options.max_length is not None else defaults.max_length,
             max_words=options.max_words if options.max_words is not None else defaults.max_words,
             pool=options.pool or "mean",
         )
@@ -135,7 +135,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
     settings = TaskSettings(
         task=task.name,
         labels=labels,
-        max_length=folder.capped_length(values.max_length),
+        max_length=folder.length_limit if values.max_length is None else folder.capped_length(values.max_length),
         max_words=values.max_words,
         metric=metric,
         positive_label=positive,
@@ -202,7 +202,7 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
     if not options.seeds or len(set(options.seeds)) != len(options.seeds):
         raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
     for source, name in [(training, n) for n in ("batch_size", "grad_accum", "epochs", "eval_batch_size")] + [
-        (values, n) for n in ("max_length", "max_words")
+        (values, n) for n in ("max_length", "max_words") if getattr(values, n) is not None
     ]:
         if getattr(source, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
