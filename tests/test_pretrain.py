@@ -516,3 +516,18 @@ def test_mix_trains_on_both_tokenizers_and_is_refused_where_it_cannot_work(corpu
         run_pretrain(_options(model, corpus, tmp_path / "both", mix=0.5, tokenizer="general"))
     with pytest.raises(UsageError, match=r"not in \[0, 1\]"):
         run_pretrain(_options(model, corpus, tmp_path / "bad", mix=1.5))
+
+
+def test_the_sign_of_life_line_in_batch_logs_does_not_break_training(tiny_bert: Path, corpus: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Every step reports a sign of life here (interval 0); 19b11cf crashed on its first one (a rate variable reused)."""
+    import logging
+
+    import greenadapt.pretrain.train as train_module
+
+    monkeypatch.setattr(train_module, "_REPORT_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="greenadapt.pretrain.train"):
+        outcome = run_pretrain(_options(tiny_bert, corpus, tmp_path / "out", max_steps=4))
+    assert outcome.manifest["stats"]["steps"] == 4
+    lines = [r.getMessage() for r in caplog.records if "tokens/s" in r.getMessage()]
+    assert len(lines) == 4 and lines[-1].startswith("step 4 of 4:")
