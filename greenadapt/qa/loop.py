@@ -21,6 +21,12 @@ from greenadapt.training.batches import choose_views, length_grouped_batches, pa
 from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 
+def drawn_views(n_views: int, mix: float) -> list[int]:
+    """The views an epoch can draw: general unless ``mix`` is 1, domain when ``mix`` > 0. With mix 1 the
+    general windows are never drawn, so they must not stretch the epochs either."""
+    return [v for v in range(n_views) if (v == 0 and mix < 1) or (v == 1 and mix > 0)]
+
+
 class QaTask(TrainingTask):
     """Start/end-position training on windows; each question's windows all come from the tokenizer its epoch drew."""
 
@@ -30,8 +36,7 @@ class QaTask(TrainingTask):
         self.trainer, self.views, self.n_questions, self.pad_id = trainer, views, n_questions, pad_id
         mix = trainer.config.mix  # type: ignore[attr-defined]
         self.mix = mix or 0.0
-        # With mix 1 the general windows are never drawn: they must not stretch the epochs either.
-        self.used = [v for v in range(len(views)) if (v == 0 and self.mix < 1) or (v == 1 and self.mix > 0)]
+        self.used = drawn_views(len(views), self.mix)
         self.rows: list[tuple[int, int]] = []
         self.lengths = np.zeros(0, np.int64)
         self.batch_rows: list[tuple[int, int]] = []
@@ -85,7 +90,7 @@ def train_qa(
     from greenadapt.training.distributed import DistContext
 
     mix = config.mix or 0.0
-    used = [v for v in range(len(views)) if (v == 0 and mix < 1) or (v == 1 and mix > 0)]
+    used = drawn_views(len(views), mix)
     longest = max(len(ids) for features in views for ids in features.input_ids)
     n_windows = max(len(views[v].input_ids) for v in used)
     trainer = prepare_trainer(model, config, DistContext(device=device), n_examples=n_windows, longest=longest, n_base_rows=n_base_rows)

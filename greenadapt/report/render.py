@@ -44,22 +44,21 @@ def _plain(value: float, digits: int = 3) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def _energy(kwh: Any) -> str:
-    """Energy in the unit its size reads best in: Wh below 1 kWh, kWh above, MWh past 1,000 kWh."""
-    if not isinstance(kwh, int | float) or isinstance(kwh, bool):
+def _scaled(value: Any, small: str, unit: str, large: str) -> str:
+    """``value`` (in ``unit``) in ``small`` below 1, ``unit`` up to 1,000, ``large`` above (factors of 1,000)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
         return "—"
-    if abs(kwh) >= 1000:
-        return f"{_plain(kwh / 1000)} MWh"
-    return f"{_plain(kwh)} kWh" if abs(kwh) >= 1 else f"{_plain(kwh * 1000)} Wh"
+    if abs(value) >= 1000:
+        return f"{_plain(value / 1000)} {large}"
+    return f"{_plain(value)} {unit}" if abs(value) >= 1 else f"{_plain(value * 1000)} {small}"
+
+
+def _energy(kwh: Any) -> str:
+    return _scaled(kwh, "Wh", "kWh", "MWh")
 
 
 def _co2(kg: Any) -> str:
-    """CO₂ in g below 1 kg, kg up to a tonne, t above."""
-    if not isinstance(kg, int | float) or isinstance(kg, bool):
-        return "—"
-    if abs(kg) >= 1000:
-        return f"{_plain(kg / 1000)} t"
-    return f"{_plain(kg)} kg" if abs(kg) >= 1 else f"{_plain(kg * 1000)} g"
+    return _scaled(kg, "g", "kg", "t")
 
 
 def _mean_std(row: Mapping[str, Any]) -> str:
