@@ -15,6 +15,17 @@ Measured, where the hardware exposes a counter
     ``nvml``  NVIDIA's total-energy counter (Volta and newer) through the
               optional ``nvidia-ml-py`` package, for the GPUs CUDA uses.
 
+With codecarbon, where it is installed (``pip install greenadapt[energy]``)
+    ``codecarbon:<mode>``  codecarbon's ``OfflineEmissionsTracker`` (no network)
+              fills in each part no counter above measured. Its ``mode`` says
+              how it got the figure: ``intel_rapl``, ``intel_power_gadget``,
+              ``windows_emi``, ``powermetrics`` (Apple) and ``nvml`` are
+              counters; ``cpu_load`` (the CPU model's TDP × load) and
+              ``constant`` are codecarbon's own estimates, and its memory
+              figure is always a model. ``GREENADAPT_CODECARBON=0`` turns it
+              off. Its hardware probe takes about 2 s; it runs in a thread
+              beside the stage's work.
+
 Estimated otherwise (``tdp-estimate``)
     power = TDP × utilisation, with utilisation = CPU seconds / (wall × cores),
     which makes the CPU energy simply ``CPU seconds × W per busy core``;
@@ -31,6 +42,10 @@ Estimated otherwise (``tdp-estimate``)
     10 W per core is the TDP per core of typical server CPUs (a 200 W,
     20-core part); desktop parts run higher, laptop parts lower.
 
+Every figure is labelled ``measured`` (all its parts come from counters),
+``estimated`` (none do) or ``partly measured``: ``energy_label`` in the
+manifest, a column of the report.
+
 CO₂ kg = kWh × grid intensity (g/kWh) / 1000. The intensity comes from, in
 this order: ``greenadapt --co2-intensity G``, ``greenadapt --country XX``,
 the environment variable ``GREENADAPT_CO2_INTENSITY`` (a number in g/kWh
@@ -46,10 +61,12 @@ stage already imported and initialised CUDA.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -77,6 +94,29 @@ J_PER_KWH = 3.6e6
 METHOD_RAPL = "rapl"
 METHOD_NVML = "nvml"
 METHOD_ESTIMATE = "tdp-estimate"
+METHOD_CODECARBON = "codecarbon"
+CODECARBON_ENV = "GREENADAPT_CODECARBON"
+# codecarbon modes that read a hardware counter; anything else it reports is a model.
+CODECARBON_COUNTERS = frozenset({"intel_rapl", "intel_power_gadget", "windows_emi", "powermetrics", "nvml"})
+LABEL_MEASURED = "measured"
+LABEL_ESTIMATED = "estimated"
+LABEL_PARTLY = "partly measured"
+
+
+def is_measured(method: str) -> bool:
+    """Whether one part's method read a hardware counter (``rapl``, ``nvml``, ``codecarbon:intel_rapl``, …)."""
+    if method in (METHOD_RAPL, METHOD_NVML):
+        return True
+    kind, _, mode = method.partition(":")
+    return kind == METHOD_CODECARBON and mode in CODECARBON_COUNTERS
+
+
+def energy_label(methods: Iterable[str]) -> str:
+    """``measured``, ``estimated`` or ``partly measured`` for a figure made of parts with these methods."""
+    measured = [is_measured(m) for m in methods]
+    if measured and all(measured):
+        return LABEL_MEASURED
+    return LABEL_PARTLY if any(measured) else LABEL_ESTIMATED
 
 
 # --------------------------------------------------------------------------
@@ -260,6 +300,84 @@ def read_nvml_mj() -> int | None:
 
 
 # --------------------------------------------------------------------------
+# codecarbon (optional)
+
+
+def codecarbon_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """True unless ``$GREENADAPT_CODECARBON`` is 0/false/no/off; whether it is installed is checked on start."""
+    raw = (os.environ if environ is None else environ).get(CODECARBON_ENV, "").strip().lower()
+    return raw not in ("0", "false", "no", "off")
+
+
+class CodecarbonMeter:
+    """codecarbon's offline tracker around one stage, started in a thread so its hardware probe overlaps the work.
+
+    :meth:`stop` returns ``{"cpu_kwh": (kWh, method), ...}`` or None when codecarbon is missing or failed:
+    energy accounting must never fail a stage.
+    """
+
+    def __init__(self) -> None:
+        self._tracker: Any = None
+        self._failed = False
+        self._thread = threading.Thread(target=self._start, name="greenadapt-codecarbon", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            from codecarbon import OfflineEmissionsTracker
+
+            # codecarbon sets up its own logger on import and logs at INFO/WARNING before log_level applies;
+            # our stderr is the user's.
+            logging.getLogger("codecarbon").setLevel(logging.ERROR)
+
+            # The country only feeds codecarbon's own CO2 figure, which is not used: greenadapt applies its intensity.
+            # output_methods=[] is explicit so that no .codecarbon.config makes it write emissions.csv into the cwd.
+            tracker = OfflineEmissionsTracker(
+                country_iso_code="USA", output_methods=[], log_level="error", tracking_mode="process"
+            )
+            tracker.start()
+            self._tracker = tracker
+        except Exception as error:  # ImportError included: the estimate stands in
+            self._failed = True
+            log.debug("codecarbon not used: %s", error)
+
+    def stop(self, timeout: float = 30.0) -> dict[str, tuple[float, str]] | None:
+        self._thread.join(timeout)
+        tracker = self._tracker
+        if tracker is None or self._failed or self._thread.is_alive():
+            return None
+        try:
+            tracker.stop()
+            data = tracker.final_emissions_data
+            modes = codecarbon_modes(tracker)
+        except Exception as error:
+            log.debug("codecarbon failed to stop: %s", error)
+            return None
+        parts = {
+            "cpu_kwh": (float(data.cpu_energy), f"{METHOD_CODECARBON}:{modes.get('cpu', 'unknown')}"),
+            "ram_kwh": (float(data.ram_energy), f"{METHOD_CODECARBON}:model"),
+        }
+        if "gpu" in modes:
+            parts["gpu_kwh"] = (float(data.gpu_energy), f"{METHOD_CODECARBON}:{modes['gpu']}")
+        return parts
+
+
+def codecarbon_modes(tracker: Any) -> dict[str, str]:
+    """How codecarbon measured each device. It keeps this on private attributes, read defensively:
+    an unknown mode is labelled an estimate, never a measurement."""
+    modes: dict[str, str] = {}
+    for device in getattr(tracker, "_hardware", None) or []:
+        kind = type(device).__name__
+        if kind == "CPU":
+            modes["cpu"] = str(getattr(device, "_mode", "unknown"))
+        elif kind == "AppleSiliconChip":
+            modes["cpu"] = "powermetrics"
+        elif kind == "GPU":
+            modes["gpu"] = "nvml"
+    return modes
+
+
+# --------------------------------------------------------------------------
 # Estimate and the probe a CostMeter holds
 
 
@@ -299,6 +417,7 @@ class EnergyProbe:
     _rapl_start: dict[str, int] | None = field(default=None, init=False)
     _nvml_start: int | None = field(default=None, init=False)
     _intensity: Intensity | None = field(default=None, init=False)
+    _codecarbon: CodecarbonMeter | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         # Resolved at the start, so a bad $GREENADAPT_CO2_INTENSITY fails before the work, not after it.
@@ -308,6 +427,8 @@ class EnergyProbe:
         # Read NVML now whenever it is installed: a stage initialises CUDA only after its meter started,
         # and finish() uses the difference only if CUDA was in use by then.
         self._nvml_start = read_nvml_mj()
+        if codecarbon_wanted(self.environ) and importlib.util.find_spec("codecarbon") is not None:
+            self._codecarbon = CodecarbonMeter()
 
     def finish(self, *, wall_seconds: float, cpu_seconds: float, peak_rss_mib: float, cpu_count: int | None) -> dict[str, Any]:
         gpu_used = cuda_in_use()
@@ -323,6 +444,12 @@ class EnergyProbe:
         )
         parts = dict(estimate)
         methods = {"cpu": METHOD_ESTIMATE, "ram": METHOD_ESTIMATE, "gpu": METHOD_ESTIMATE if gpu_used else None}
+        tracked = self._codecarbon.stop() if self._codecarbon is not None else None
+        for key, (kwh_part, method_part) in (tracked or {}).items():
+            name = key.removesuffix("_kwh")
+            if methods.get(name) is not None:  # a GPU codecarbon sees but this stage did not use stays out
+                parts[key] = kwh_part
+                methods[name] = method_part
 
         rapl_end = read_rapl(self._domains) if self._rapl_start is not None else None
         if self._rapl_start is not None and rapl_end is not None:
@@ -356,8 +483,11 @@ class EnergyProbe:
             "gpu_count": gpu_count,
             "energy_kwh": round(kwh, 9),
             "energy_method": method,
+            "energy_label": energy_label(used),
             "energy_parts": {
-                f"{k}_kwh": {"kwh": round(parts[f"{k}_kwh"], 9), "method": m} for k, m in methods.items() if m is not None
+                f"{k}_kwh": {"kwh": round(parts[f"{k}_kwh"], 9), "method": m, "label": energy_label([m])}
+                for k, m in methods.items()
+                if m is not None
             },
             "energy_assumptions": {
                 "cpu_watts_per_core": cpu_watts_per_core(self.environ),

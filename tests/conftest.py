@@ -94,6 +94,8 @@ def _offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test may reach a model hub."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    # codecarbon's hardware probe costs ~2 s a stage; tests/test_energy.py turns it on where it is the subject.
+    monkeypatch.setenv("GREENADAPT_CODECARBON", "0")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from greenadapt.errors import UsageError
 from greenadapt.stage import StageRun
 
 MAX = 262_143_328_850  # a real package counter's max_energy_range_uj
+NO_CODECARBON = {energy.CODECARBON_ENV: "0"}
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +59,7 @@ def test_rapl_delta_undoes_one_wrap_around() -> None:
 
 def test_probe_measures_with_rapl_across_a_wrap(tmp_path: Path) -> None:
     files = _fake_rapl(tmp_path)
-    probe = energy.EnergyProbe(rapl_root=tmp_path, environ={})
+    probe = energy.EnergyProbe(rapl_root=tmp_path, environ=NO_CODECARBON)
     # 3.6e12 µJ is 1 kWh: package 0 wraps after 1e6 µJ and goes on to 0.05 kWh; package 1 adds 0.025 kWh.
     (files["pkg0"] / "energy_uj").write_text(f"{int(1.8e11) - 1_000_000}\n")
     (files["pkg1"] / "energy_uj").write_text(f"{2_000_000 + int(0.9e11)}\n")
@@ -66,8 +67,8 @@ def test_probe_measures_with_rapl_across_a_wrap(tmp_path: Path) -> None:
     (files["core0"] / "energy_uj").write_text(f"{int(3e11)}\n")
     cost = probe.finish(wall_seconds=10.0, cpu_seconds=5.0, peak_rss_mib=1024.0, cpu_count=2)
     assert cost["energy_method"] == "rapl"
-    assert cost["energy_parts"]["cpu_kwh"] == {"kwh": pytest.approx(0.075), "method": "rapl"}
-    assert cost["energy_parts"]["ram_kwh"] == {"kwh": pytest.approx(0.01), "method": "rapl"}
+    assert cost["energy_parts"]["cpu_kwh"] == {"kwh": pytest.approx(0.075), "method": "rapl", "label": "measured"}
+    assert cost["energy_parts"]["ram_kwh"] == {"kwh": pytest.approx(0.01), "method": "rapl", "label": "measured"}
     assert cost["energy_kwh"] == pytest.approx(0.085)
     assert cost["co2_kg"] == pytest.approx(0.085 * 481 / 1000)
 
@@ -76,7 +77,7 @@ def test_unreadable_rapl_falls_back_to_the_estimate(tmp_path: Path) -> None:
     files = _fake_rapl(tmp_path)
     (files["pkg1"] / "energy_uj").unlink()
     (files["pkg1"] / "energy_uj").mkdir()  # reading it fails, as a root-only counter does
-    probe = energy.EnergyProbe(rapl_root=tmp_path, environ={})
+    probe = energy.EnergyProbe(rapl_root=tmp_path, environ=NO_CODECARBON)
     cost = probe.finish(wall_seconds=3600.0, cpu_seconds=7200.0, peak_rss_mib=2048.0, cpu_count=2)
     assert cost["energy_method"] == "tdp-estimate"
     assert cost["cpu_utilisation"] == pytest.approx(1.0)
@@ -219,17 +220,98 @@ def test_gpu_time_and_nvml_energy_when_cuda_is_in_use(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "1")
-    probe = energy.EnergyProbe(rapl_root=tmp_path, environ={})
+    probe = energy.EnergyProbe(rapl_root=tmp_path, environ=NO_CODECARBON)
     cost = probe.finish(wall_seconds=60.0, cpu_seconds=30.0, peak_rss_mib=1024.0, cpu_count=2)
     assert cost["gpu_model"] == "NVIDIA H100 80GB HBM3" and cost["gpu_count"] == 1 and cost["gpu_seconds"] == 60.0
-    assert cost["energy_parts"]["gpu_kwh"] == {"kwh": pytest.approx(0.01), "method": "nvml"}
+    assert cost["energy_parts"]["gpu_kwh"] == {"kwh": pytest.approx(0.01), "method": "nvml", "label": "measured"}
     assert cost["energy_method"] == "tdp-estimate+nvml"
 
     # Without NVML the GPU term is estimated from the board's power, at full load.
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     monkeypatch.setenv("WORLD_SIZE", "4")  # torchrun: one GPU per process
-    probe = energy.EnergyProbe(rapl_root=tmp_path, environ={})
+    probe = energy.EnergyProbe(rapl_root=tmp_path, environ=NO_CODECARBON)
     cost = probe.finish(wall_seconds=60.0, cpu_seconds=30.0, peak_rss_mib=1024.0, cpu_count=2)
     assert cost["gpu_count"] == 4 and cost["gpu_seconds"] == 240.0
-    assert cost["energy_parts"]["gpu_kwh"] == {"kwh": pytest.approx(240 * 700 / 3.6e6), "method": "tdp-estimate"}
+    assert cost["energy_parts"]["gpu_kwh"] == {"kwh": pytest.approx(240 * 700 / 3.6e6), "method": "tdp-estimate", "label": "estimated"}
     assert cost["energy_method"] == "tdp-estimate"
+
+
+# --------------------------------------------------------------------------
+# codecarbon and the measured/estimated label
+
+
+def test_labels_say_measured_only_for_counters() -> None:
+    assert energy.energy_label(["rapl", "nvml", "codecarbon:intel_rapl"]) == "measured"
+    assert energy.energy_label(["tdp-estimate", "codecarbon:cpu_load", "codecarbon:model"]) == "estimated"
+    assert energy.energy_label(["rapl", "codecarbon:model"]) == "partly measured"
+    assert energy.energy_label(["codecarbon:unknown"]) == "estimated"  # an unknown mode is never called a measurement
+    assert energy.energy_label([]) == "estimated"
+
+
+class _FakeTrackerMeter:
+    def __init__(self, parts: dict[str, tuple[float, str]]) -> None:
+        self.parts = parts
+
+    def stop(self) -> dict[str, tuple[float, str]]:
+        return self.parts
+
+
+def _probe_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: dict[str, tuple[float, str]]) -> energy.EnergyProbe:
+    monkeypatch.setattr(energy, "CodecarbonMeter", lambda: _FakeTrackerMeter(parts))
+    monkeypatch.setattr(energy.importlib.util, "find_spec", lambda name: object())
+    return energy.EnergyProbe(rapl_root=tmp_path, environ={})
+
+
+def test_codecarbon_replaces_the_estimate_and_is_labelled_by_its_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = _probe_with(tmp_path, monkeypatch, {"cpu_kwh": (0.002, "codecarbon:cpu_load"), "ram_kwh": (0.001, "codecarbon:model")})
+    cost = probe.finish(wall_seconds=60.0, cpu_seconds=30.0, peak_rss_mib=1024.0, cpu_count=2)
+    assert cost["energy_kwh"] == pytest.approx(0.003)
+    assert cost["energy_method"] == "codecarbon:cpu_load+codecarbon:model"
+    assert cost["energy_label"] == "estimated"
+
+    probe = _probe_with(tmp_path, monkeypatch, {"cpu_kwh": (0.002, "codecarbon:intel_rapl"), "ram_kwh": (0.001, "codecarbon:model")})
+    cost = probe.finish(wall_seconds=60.0, cpu_seconds=30.0, peak_rss_mib=1024.0, cpu_count=2)
+    assert cost["energy_parts"]["cpu_kwh"] == {"kwh": pytest.approx(0.002), "method": "codecarbon:intel_rapl", "label": "measured"}
+    assert cost["energy_label"] == "partly measured"
+
+    # A GPU codecarbon sees is not this CPU stage's energy.
+    probe = _probe_with(tmp_path, monkeypatch, {"cpu_kwh": (0.002, "codecarbon:cpu_load"), "gpu_kwh": (5.0, "codecarbon:nvml")})
+    cost = probe.finish(wall_seconds=60.0, cpu_seconds=30.0, peak_rss_mib=1024.0, cpu_count=2)
+    assert "gpu_kwh" not in cost["energy_parts"] and cost["energy_kwh"] < 0.01
+
+
+def test_greenadapt_own_counters_beat_codecarbon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _fake_rapl(tmp_path)
+    probe = _probe_with(tmp_path, monkeypatch, {"cpu_kwh": (9.0, "codecarbon:cpu_load"), "ram_kwh": (9.0, "codecarbon:model")})
+    (files["pkg1"] / "energy_uj").write_text(f"{2_000_000 + int(0.9e11)}\n")
+    cost = probe.finish(wall_seconds=10.0, cpu_seconds=5.0, peak_rss_mib=1024.0, cpu_count=2)
+    assert cost["energy_parts"]["cpu_kwh"]["method"] == "rapl"
+    assert cost["energy_parts"]["ram_kwh"]["method"] == "rapl"  # the fake sysfs has a dram domain
+    assert cost["energy_label"] == "measured"
+
+
+def test_a_real_stage_with_codecarbon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    pytest.importorskip("codecarbon")  # in the test extra, so CI runs this
+    monkeypatch.setenv(energy.CODECARBON_ENV, "1")
+    logging.getLogger("codecarbon").setLevel(logging.INFO)  # as a fresh import leaves it
+    with StageRun("demo", tmp_path / "out", {"x": 1}, []) as run:
+        deadline = time.process_time() + 0.5
+        while time.process_time() < deadline:
+            pass
+        (run.tmp / "data.txt").write_text("x")
+        manifest = run.commit()
+    cost = manifest["cost"]
+    cpu = cost["energy_parts"]["cpu_kwh"]
+    assert cpu["method"] == "rapl" or cpu["method"].startswith("codecarbon:"), cost["energy_parts"]
+    assert cost["energy_parts"]["ram_kwh"]["method"] in ("rapl", "codecarbon:model")
+    assert cost["energy_kwh"] > 0 and cost["energy_label"] in ("measured", "estimated", "partly measured")
+    assert not list(tmp_path.glob("*.csv")) and not Path("emissions.csv").exists()  # codecarbon wrote no files
+    assert "codecarbon" not in capfd.readouterr().err  # nor chatter on the user's stderr
+
+    monkeypatch.setenv(energy.CODECARBON_ENV, "0")
+    with StageRun("demo", tmp_path / "off", {"x": 1}, []) as run:
+        (run.tmp / "data.txt").write_text("x")
+        manifest = run.commit()
+    assert "codecarbon" not in manifest["cost"]["energy_method"]

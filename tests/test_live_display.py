@@ -56,3 +56,35 @@ def test_log_lines_print_above_the_bars_and_each_stage_is_a_row(tiny_bert: Path,
     final = text[text.rfind("adapted model") - 4000 :] if "adapted model" in text else text
     for stage in ("pre-tokenizing", "word2vec"):
         assert stage in final, final[-2000:]
+    # The last frame: one row per phase, whole counts, no 0/0 for a corpus under 1 MB, no ?/? for unknown lengths.
+    last = final[final.rfind("pre-tokenizing") :]
+    assert last.count("reading word2vec vectors") == 1, last
+    assert "0/0 " not in text and "/?" not in text, final[-2000:]
+
+
+def test_rows_are_phases_and_counts_read_as_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from greenadapt.cli import _common
+
+    console = Console(file=StringIO(), force_terminal=True, width=140)
+    monkeypatch.setattr(_common, "stderr_console", lambda: console)
+    bar = _common.RichProgress()
+    bar.start("pre-tokenizing", total=0.42, unit="MB")
+    bar.update(0.42)
+    bar.start("reading word2vec vectors")
+    bar.start("fitting the map (lstsq)")
+    bar.start("reading word2vec vectors")  # expand reads them again: the same row, not a second one
+    bar.close()
+    tasks = bar._progress.tasks
+    assert [t.description for t in tasks] == ["pre-tokenizing", "reading word2vec vectors", "fitting the map (lstsq)"]
+    assert all(t.finished for t in tasks)  # phases of unknown length end as full bars, not pulsing ones
+    assert [t.fields["count"] for t in tasks] == ["0.4/0.4 MB", "", ""]
+
+    assert _common.count_text(1200, 5000, "words") == "1,200/5,000 words"
+    assert _common.count_text(0.35, 12.5, "MB") == "0.3/12.5 MB"  # 0.35 rounds half to even
+    assert _common.count_text(1234.5, 20000.0, "MB") == "1,234/20,000 MB"
+    assert _common.count_text(7, None, "lines") == "7 lines"
+    assert _common.count_text(0, None, "") == ""

@@ -290,3 +290,37 @@ def test_quantities_take_the_unit_their_size_reads_best_in() -> None:
     assert [_co2(v) for v in (0.0004, 0.25, 12.0, 3400)] == ["0.4 g", "250 g", "12 kg", "3.4 t"]
     assert [_num(v) for v in (0.000123, 12.345, 1234.5, 7)] == ["0.000123", "12.3", "1,234", "7"]
     assert _energy(None) == _co2("n/a") == "—"
+
+
+def test_durations_and_chart_axes_take_the_unit_their_size_reads_best_in() -> None:
+    from greenadapt.report.plots import ENERGY_UNITS, TIME_UNITS, axis_unit
+    from greenadapt.report.render import _duration
+
+    assert [_duration(v) for v in (0.0031, 4.25, 45, 600, 3 * 3600, 5 * 86400)] == ["0.0031 s", "4.2 s", "45 s", "10.0 min", "3.0 h", "5.0 days"]
+    assert axis_unit([0.00001, 0.000017], ENERGY_UNITS) == ("mWh", 1e6)  # 17 mWh, not 1.7e-5 kWh
+    assert axis_unit([0.2, 3.0], ENERGY_UNITS) == ("kWh", 1.0)
+    assert axis_unit([0.004], TIME_UNITS) == ("ms", 1e3)
+    assert axis_unit([30.0, 400.0], TIME_UNITS)[0] == "min"
+    assert axis_unit([2e5], TIME_UNITS)[0] == "days"
+
+
+def test_the_energy_label_reaches_the_tables(tmp_path: Path) -> None:
+    from greenadapt.report.render import comparison_table, stage_table
+
+    data = collect([make_run(tmp_path / "run")])
+    head, rows = stage_table(data)
+    column = head.index("energy from")
+    assert all(row[column].startswith("estimated (tdp-estimate) @ ") for row in rows)
+    ours = data["paper"]["ours"]
+    assert ours and all(r["energy_label"] == "estimated" for r in ours)
+    head, rows = comparison_table(data)
+    assert any(row[head.index("energy")].endswith("(estimated)") for row in rows)
+    # A manifest from before the label: read from its method, never called a measurement unless it is one.
+    assert collect_label({"energy_method": "rapl+tdp-estimate", "wall_seconds": 1.0, "energy_kwh": 0.1}) == "partly measured"
+    assert collect_label({"energy_method": "rapl", "wall_seconds": 1.0, "energy_kwh": 0.1}) == "measured"
+
+
+def collect_label(cost: dict[str, Any]) -> str:
+    from greenadapt.report.collect import cost_of
+
+    return cost_of({"cost": cost})["energy_label"]

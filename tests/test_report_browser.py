@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
@@ -86,14 +87,69 @@ def test_report_renders_with_its_plots_and_no_console_errors(tmp_path: Path) -> 
     shutil.copyfile(shot, keep)  # for a person to look at after the run
 
 
-def _assert_not_blank(png: Path) -> None:
+def _assert_not_blank(png: Path, min_size: tuple[int, int] = (1000, 1000)) -> None:
     import numpy as np
     from matplotlib.image import imread
 
     pixels = imread(png)
-    assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
+    assert pixels.shape[0] >= min_size[0] and pixels.shape[1] >= min_size[1]
     rgb = pixels[..., :3]
     # A rendered page: mostly white, but with text, table rules and coloured bars.
     assert rgb.std() > 0.05
     coloured = (np.abs(rgb[..., 0] - rgb[..., 1]) > 0.15) | (np.abs(rgb[..., 1] - rgb[..., 2]) > 0.15)
     assert coloured.mean() > 0.005  # the plots' green/blue bars
+
+
+# Measures the report as laid out at a width and writes the figures onto the enclosing page's body. Added by
+# the test, not shipped in the report. The report sits in a same-origin iframe (srcdoc) of the width under test:
+# headless Chromium will not make a window narrower than 500 px, and phones are 360-430 px wide.
+_LAYOUT_PROBE = """<script>window.addEventListener('load', function () {
+  var width = document.documentElement.clientWidth, out = [];
+  document.querySelectorAll('body *').forEach(function (el) {
+    var box = el.getBoundingClientRect();
+    var inScroller = el.closest('.scroll') && !el.classList.contains('scroll');
+    if (box.width > 0 && box.right > width + 1 && !inScroller) { out.push(el.tagName.toLowerCase()); }
+  });
+  var shown = [].filter.call(document.images, function (i) {
+    var box = i.getBoundingClientRect();
+    return i.naturalWidth > 0 && box.width >= 0.5 * Math.min(width, i.naturalWidth) && box.height > 50 && box.right <= width + 1;
+  }).length;
+  var target = window.parent.document.body;
+  target.setAttribute('data-page-width', String(document.documentElement.scrollWidth));
+  target.setAttribute('data-view-width', String(width));
+  target.setAttribute('data-overflowing', out.join(','));
+  target.setAttribute('data-images', String(document.images.length));
+  target.setAttribute('data-images-shown', String(shown));
+});</script>"""
+
+
+def _framed(report: Path, width: int, height: int, *, probe: bool) -> Path:
+    inner = report.read_text()
+    if probe:
+        inner = inner.replace("</body>", _LAYOUT_PROBE + "</body>")
+    outer = report.with_name(f"framed-{width}{'-probe' if probe else ''}.html")
+    outer.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><style>body{margin:0}iframe{border:0;display:block}</style></head>'
+        f'<body><iframe width="{width}" height="{height}" srcdoc="{html.escape(inner, quote=True)}"></iframe></body></html>'
+    )
+    return outer
+
+
+@pytest.mark.parametrize("width,height", [(390, 844), (1366, 900)], ids=["phone", "desktop"])
+def test_report_fits_phone_and_desktop_widths(tmp_path: Path, width: int, height: int) -> None:
+    page = write_html(collect([make_run(tmp_path / "run")]), tmp_path / "report.html")
+    window = f"--window-size={max(width, 500)},{height}"
+    done = _chromium(_framed(page, width, height, probe=True), window, "--virtual-time-budget=5000", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _console_messages(done.stderr) == []
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', re.search(r"<body[^>]*>", done.stdout).group(0)))
+    assert int(attrs["view-width"]) == width
+    assert attrs["overflowing"] == "", f"wider than {width} px: {attrs['overflowing']}"
+    assert int(attrs["page-width"]) <= width  # no sideways scrolling of the page
+    assert int(attrs["images-shown"]) == int(attrs["images"]) >= 3  # every plot loaded, on screen, not shrunk to a stamp
+
+    shot = tmp_path / f"report-{width}.png"
+    done = _chromium(_framed(page, width, height, probe=False), window, f"--screenshot={shot}")
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    _assert_not_blank(shot, min_size=(height, width))
+    shutil.copyfile(shot, Path(tempfile.gettempdir()) / f"greenadapt-report-{width}px.png")

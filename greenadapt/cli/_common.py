@@ -17,7 +17,7 @@ import typer
 
 from greenadapt.api import adapt as _adapt, default_of
 from greenadapt.methods import METHODS, method_help
-from greenadapt.progress import NULL_PROGRESS, HeartbeatProgress, Progress, heartbeat_interval
+from greenadapt.progress import NULL_PROGRESS, HeartbeatProgress, Progress, format_duration, heartbeat_interval
 
 WorkdirOption = typer.Option(
     None, "--workdir", help="Workspace for stage outputs (default: $GREENADAPT_WORKDIR, else ./greenadapt-work)."
@@ -92,53 +92,94 @@ def setup_logging(*, quiet: bool = False, verbose: bool = False) -> None:
 
 
 class RichProgress:
-    """The rich-backed implementation of :class:`greenadapt.progress.Progress`."""
+    """The rich-backed implementation of :class:`greenadapt.progress.Progress`: one row per phase.
+
+    A phase started again under the same name (align and expand both read the word2vec vectors) reuses its
+    row. Counts read ``3.2/10.5 MB`` (no ``0/0`` for a corpus under 1 MB); a phase of unknown length shows
+    its count alone, or nothing when it counts nothing, and ends as a full bar.
+    """
 
     def __init__(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress as _RichProgress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, Progress as _RichProgress, TextColumn
 
         self._progress = _RichProgress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[unit]}"),
+            TextColumn("{task.fields[count]}"),
             TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            _time_column(),
             console=stderr_console(),
             transient=False,
         )
         self._task: Any = None
+        self._total: float | None = None
+        self._unit = ""
+        self._rows: dict[str, Any] = {}
         self._progress.start()
 
     def start(self, description: str, total: float | None = None, unit: str = "") -> None:
         self.finish()
-        self._task = self._progress.add_task(description, total=total, unit=unit, info="")
+        # The phase's own total: rich's reset() keeps a row's old total when given None.
+        self._total, self._unit = total, unit
+        count = count_text(0, total, unit)
+        if description in self._rows:
+            self._task = self._rows[description]
+            self._progress.reset(self._task, total=total, info="", count=count)
+        else:
+            self._task = self._rows[description] = self._progress.add_task(description, total=total, info="", count=count)
 
     def update(self, completed: float, **info: float | str) -> None:
         if self._task is None:
             return
         text = "  ".join(_format_info(k, v) for k, v in info.items())
-        self._progress.update(self._task, completed=completed, info=text)
+        self._progress.update(self._task, completed=completed, info=text, count=count_text(completed, self._total, self._unit))
 
     def finish(self) -> None:
-        if self._task is not None:
-            task = self._progress.tasks[-1]
-            if task.total is not None:
-                self._progress.update(self._task, completed=task.total)
-            self._task = None
+        if self._task is None:
+            return
+        if self._total is not None:
+            self._progress.update(self._task, total=self._total, completed=self._total, count=count_text(self._total, self._total, self._unit))
+        else:
+            end = max(self._current().completed, 1.0)
+            self._progress.update(self._task, total=end, completed=end)
+        self._task = None
 
     def close(self) -> None:
         self.finish()
         self._progress.stop()
+
+    def _current(self) -> Any:
+        return next(task for task in self._progress.tasks if task.id == self._task)
+
+
+def _time_column() -> Any:
+    """``ETA 1m35s`` while a phase runs (``3.2 s`` so far while its length is unknown), ``done in 12s`` once it ends."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class PhaseTime(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            if task.finished:
+                return Text(f"done in {format_duration(task.finished_time or task.elapsed or 0)}", style="green")
+            if task.total is None or task.time_remaining is None:
+                return Text(format_duration(task.elapsed or 0), style="cyan")
+            return Text(f"ETA {format_duration(task.time_remaining)}", style="cyan")
+
+    return PhaseTime()
+
+
+def count_text(completed: float, total: float | None, unit: str) -> str:
+    """``1,200/5,000 words``, ``0.4/0.9 MB``, ``1,200 words`` (length unknown), or nothing for a phase that counts nothing."""
+    if total is None:
+        return f"{_count(completed, completed)} {unit}".strip() if completed or unit else ""
+    return f"{_count(completed, total)}/{_count(total, total)} {unit}".strip()
+
+
+def _count(value: float, scale: float) -> str:
+    """Whole numbers with thousands separators, one decimal where the phase's size is under 100 (MB of a small corpus)."""
+    if float(value).is_integer() and float(scale).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.1f}" if abs(scale) < 100 else f"{value:,.0f}"
 
 
 def _format_info(key: str, value: float | str) -> str:

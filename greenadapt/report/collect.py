@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from greenadapt.energy import tdp_estimate_kwh
+from greenadapt.energy import energy_label, tdp_estimate_kwh
 from greenadapt.errors import InputError
 from greenadapt.report.paper import LB_TO_KG, PUBLISHED
 
@@ -101,9 +101,18 @@ def cost_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
         cost["energy_method"] = "tdp-estimate (made by the report: the manifest predates energy accounting)"
         cost["co2_kg"] = None
         cost["co2_intensity_g_per_kwh"] = None
+    cost.setdefault("energy_label", energy_label(_methods_of(cost)))
     cost["cpu_hours"] = cpu / 3600
     cost["wall_hours"] = wall / 3600
     return cost
+
+
+def _methods_of(cost: Mapping[str, Any]) -> list[str]:
+    """The part methods of a cost block; manifests older than per-part labels name them only in ``energy_method``."""
+    parts = cost.get("energy_parts")
+    if isinstance(parts, Mapping) and parts:
+        return [str(p.get("method")) for p in parts.values() if isinstance(p, Mapping)]
+    return [m.split(" ")[0] for m in str(cost.get("energy_method") or "").split("+") if m]
 
 
 def sum_costs(costs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -114,6 +123,7 @@ def sum_costs(costs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         total[key] = None if any(v is None for v in values) else float(sum(values))  # type: ignore[arg-type]
     total["peak_rss_mib"] = max((float(c.get("peak_rss_mib") or 0) for c in costs), default=0.0)
     total["energy_method"] = "+".join(dict.fromkeys(str(c.get("energy_method")) for c in costs))
+    total["energy_label"] = energy_label(m for c in costs for m in _methods_of(c))
     intensities = {c.get("co2_intensity_g_per_kwh") for c in costs}
     total["co2_intensity_g_per_kwh"] = intensities.pop() if len(intensities) == 1 else None
     total["wall_hours"] = (total["wall_seconds"] or 0) / 3600
@@ -482,6 +492,7 @@ def _comparison_row(stages: Sequence[Mapping[str, Any]], name: str, stage_names:
         "co2_kg": co2,
         "co2_lbs": None if co2 is None else co2 / LB_TO_KG,
         "energy_method": cost.get("energy_method"),
+        "energy_label": cost.get("energy_label"),
     }
 
 

@@ -25,8 +25,27 @@ def _png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
+# (unit, how many of it make one base unit), smallest first; an axis takes the largest unit its top value is >= 1 in.
+ENERGY_UNITS = (("mWh", 1e6), ("Wh", 1e3), ("kWh", 1.0), ("MWh", 1e-3))  # base: kWh
+TIME_UNITS = (("ms", 1e3), ("s", 1.0), ("min", 1 / 60), ("h", 1 / 3600), ("days", 1 / 86400))  # base: s
+
+
+def axis_unit(values: Sequence[float], units: Sequence[tuple[str, float]]) -> tuple[str, float]:
+    """The unit (and its factor) a chart axis of these values reads best in: no 1e-5 on the axis."""
+    top = max((abs(v) for v in values), default=0.0)
+    chosen = units[0]
+    for unit in units:
+        if top * unit[1] >= 1:
+            chosen = unit
+    return chosen
+
+
+def _plain_axis(ax: Any, axis: str) -> None:
+    ax.ticklabel_format(axis=axis, style="plain", useOffset=False)
+
+
 def cost_chart(stages: Sequence[Mapping[str, Any]]) -> bytes | None:
-    """Energy (kWh) and wall time (h) per stage, horizontal bars."""
+    """Energy and wall time per stage, horizontal bars, each in the unit its largest bar reads best in."""
     rows = [s for s in stages if s["cost"].get("energy_kwh") is not None]
     if not rows:
         return None
@@ -34,12 +53,18 @@ def cost_chart(stages: Sequence[Mapping[str, Any]]) -> bytes | None:
     energy, wall = fig.subplots(1, 2, sharey=True)
     labels = [s["name"] for s in rows]
     positions = list(range(len(rows)))
-    energy.barh(positions, [s["cost"]["energy_kwh"] * 1000 for s in rows], color="#4c9a2a")
+    kwh = [float(s["cost"]["energy_kwh"]) for s in rows]
+    seconds = [float(s["cost"].get("wall_seconds") or 0) for s in rows]
+    energy_unit, energy_factor = axis_unit(kwh, ENERGY_UNITS)
+    time_unit, time_factor = axis_unit(seconds, TIME_UNITS)
+    energy.barh(positions, [v * energy_factor for v in kwh], color="#4c9a2a")
     energy.set_yticks(positions, labels, fontsize=7)
     energy.invert_yaxis()
-    energy.set_xlabel("energy (Wh)")
-    wall.barh(positions, [s["cost"].get("wall_seconds", 0) / 60 for s in rows], color="#3b6ea8")
-    wall.set_xlabel("wall time (min)")
+    energy.set_xlabel(f"energy ({energy_unit})")
+    wall.barh(positions, [v * time_factor for v in seconds], color="#3b6ea8")
+    wall.set_xlabel(f"wall time ({time_unit})")
+    for ax in (energy, wall):
+        _plain_axis(ax, "x")
     return _png(fig)
 
 
@@ -115,15 +140,17 @@ def accuracy_cost_chart(rows: Sequence[Mapping[str, Any]]) -> bytes | None:
     fig = _figure(6.5, 3.6)
     ax = fig.subplots()
     scale = 100.0 if max(abs(r["mean"]) for r in rows) <= 1 else 1.0
+    time_unit, time_factor = axis_unit([r["cpu_hours"] * 3600 for r in rows], TIME_UNITS)
     for row in rows:
-        y = row["mean"] * scale
+        x, y = row["cpu_hours"] * 3600 * time_factor, row["mean"] * scale
         if row["n"] >= 2:
-            ax.errorbar(row["cpu_hours"], y, yerr=row["std"] * scale, fmt="o", capsize=3, color="#3b6ea8")
+            ax.errorbar(x, y, yerr=row["std"] * scale, fmt="o", capsize=3, color="#3b6ea8")
         else:
-            ax.plot(row["cpu_hours"], y, "o", mfc="white", color="#3b6ea8")
+            ax.plot(x, y, "o", mfc="white", color="#3b6ea8")
         label = row["group"].split("/")[-1] + ("" if row["n"] >= 2 else " (n=1)")
-        ax.annotate(label, (row["cpu_hours"], y), textcoords="offset points", xytext=(5, 4), fontsize=7)
-    ax.set_xlabel("adaptation cost (CPU hours)")
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    _plain_axis(ax, "both")
+    ax.set_xlabel(f"adaptation cost (CPU time, {time_unit})")
     ax.set_ylabel(f"test {rows[0]['metric']}" + (" (×100)" if scale != 1 else ""))
     ax.set_title("accuracy against adaptation cost (mean ± sd over seeds)", fontsize=9)
     return _png(fig)

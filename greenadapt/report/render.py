@@ -57,6 +57,17 @@ def _energy(kwh: Any) -> str:
     return _scaled(kwh, "Wh", "kWh", "MWh")
 
 
+def _energy_source(cost: Mapping[str, Any]) -> str:
+    """``measured (rapl) @ 481 g/kWh``: the label first, as that is what a reader weighs the figure by."""
+    method = cost.get("energy_method")
+    if not method:
+        return "—"
+    text = f"{cost.get('energy_label') or 'estimated'} ({method})"
+    if cost.get("co2_intensity_g_per_kwh") is not None:
+        text += f" @ {_num(cost['co2_intensity_g_per_kwh'])} g/kWh"
+    return text
+
+
 def _co2(kg: Any) -> str:
     return _scaled(kg, "g", "kg", "t")
 
@@ -74,7 +85,7 @@ def _mean_std(row: Mapping[str, Any]) -> str:
 
 
 def stage_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["stage", "kind", "wall", "CPU h", "GPU h", "peak mem (MiB)", "energy", "CO₂", "method"]
+    head = ["stage", "kind", "wall", "CPU time", "GPU time", "peak mem (MiB)", "energy", "CO₂", "energy from"]
     rows = []
     for s in data["stages"]:
         c = s["cost"]
@@ -83,29 +94,29 @@ def stage_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
                 s["name"],
                 s["kind"],
                 _duration(c.get("wall_seconds")),
-                _num(c.get("cpu_hours")),
-                _num((c.get("gpu_seconds") or 0) / 3600) if c.get("gpu_seconds") else "—",
+                _duration(c.get("cpu_seconds")),
+                _duration(c.get("gpu_seconds")) if c.get("gpu_seconds") else "—",
                 _num(c.get("peak_rss_mib"), 4),
                 _energy(c.get("energy_kwh")),
                 _co2(c.get("co2_kg")),
-                str(c.get("energy_method") or "—") + (f" @ {_num(c.get('co2_intensity_g_per_kwh'))} g/kWh" if c.get("co2_intensity_g_per_kwh") is not None else ""),
+                _energy_source(c),
             ]
         )
     return head, rows
 
 
 def comparison_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["what", "hardware", "wall h", "device h", "energy", "CO₂", "cost"]
+    head = ["what", "hardware", "wall", "device time", "energy", "CO₂", "cost"]
     rows = []
     for r in list(data["paper"]["published"]) + list(data["paper"]["ours"]):
-        device = f"{_num(r.get('device_hours'))} {r.get('device', '')}-h" if r.get("device_hours") is not None else "—"
+        device = f"{_duration(r['device_hours'] * 3600)} ({r.get('device', '')})" if r.get("device_hours") is not None else "—"
         rows.append(
             [
                 r["name"],
                 r.get("hardware") or "—",
-                _num(r.get("wall_hours")),
+                _duration(r["wall_hours"] * 3600) if r.get("wall_hours") is not None else "—",
                 device,
-                _energy(r.get("energy_kwh")),
+                _energy(r.get("energy_kwh")) + (f" ({r['energy_label']})" if r.get("energy_label") else ""),
                 _co2(r.get("co2_kg")),
                 r.get("cost_usd") or "—",
             ]
@@ -191,13 +202,18 @@ def results_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _duration(seconds: Any) -> str:
-    if not isinstance(seconds, int | float):
+    """Seconds in the unit its magnitude reads best in: s, min, h, days."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         return "—"
+    if seconds < 10:
+        return f"{_plain(seconds, 2)} s"
     if seconds < 120:
-        return f"{seconds:.1f} s"
+        return f"{seconds:.0f} s"
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
+    if seconds < 72 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 # --------------------------------------------------------------------------
@@ -255,8 +271,10 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:72rem;padding:0 1rem;color:#1d1d1d}
 h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}h3{font-size:1rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.85rem}
+.scroll{overflow-x:auto;max-width:100%}code{overflow-wrap:anywhere}
+@media (max-width:40rem){body{margin:1rem auto;padding:0 .6rem}table{font-size:.75rem}}
 th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}
-th{background:#f0f4ee}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f0f4ee}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 img{max-width:100%;height:auto;display:block;margin:.5rem 0}
 .note{color:#555;font-size:.8rem}code{font-size:.85em}
 """
@@ -272,13 +290,14 @@ window.addEventListener("load", function () {
 
 
 def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: Callable[[int], bool] = lambda i: False) -> str:
-    out = ["<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    # Wide tables scroll sideways inside their own box on a phone instead of widening the whole page.
+    out = ['<div class="scroll"><table><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for row in rows:
         cells = "".join(
             f'<td class="n">{html.escape(c)}</td>' if numeric(i) else f"<td>{html.escape(c)}</td>" for i, c in enumerate(row)
         )
         out.append(f"<tr>{cells}</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -295,8 +314,9 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
     body += ["<h2>Stages and their cost</h2>", _html_table(*stage_table(data), numeric=lambda i: 2 <= i <= 7)]
     body.append(_img(figures.get("cost"), "energy and wall time per stage"))
     body.append(
-        '<p class="note">Energy: measured (rapl, nvml) where the hardware exposes counters, else estimated from '
-        "TDP × utilisation (tdp-estimate); CO₂ = kWh × the grid intensity recorded with each stage.</p>"
+        '<p class="note">Energy: <em>measured</em> where a hardware counter was read (rapl, nvml, or codecarbon in one of '
+        "its counter modes), <em>estimated</em> otherwise (codecarbon's cpu_load model, or TDP × utilisation: "
+        "tdp-estimate); CO₂ = kWh × the grid intensity recorded with each stage.</p>"
     )
     body += ["<h2>Adaptation cost beside the paper's</h2>", _html_table(*comparison_table(data), numeric=lambda i: 2 <= i <= 6)]
     if ratio_lines(data):
