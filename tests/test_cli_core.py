@@ -144,6 +144,11 @@ def test_shell_completion_offers_tasks_and_registered_corpora(tmp_path: Path) ->
     assert complete("greenadapt finetune --task ") == ["ner", "classify", "qa"]
     assert complete("greenadapt finetune --task c") == ["classify"]
     assert "sample" in complete("greenadapt w2v --corpus ")
+    from greenadapt.methods import METHODS
+
+    for command in ("adapt", "align", "expand"):
+        assert complete(f"greenadapt {command} --method ") == list(METHODS), command
+    assert complete("greenadapt align --method fo") == ["focus"]
     script = _cli("--show-completion", "bash")
     assert script.returncode == 0 and "_GREENADAPT_COMPLETE=complete_bash" in script.stdout
 

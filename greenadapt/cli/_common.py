@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from greenadapt.api import adapt as _adapt, default_of
-from greenadapt.methods import METHODS, method_help
+from greenadapt.methods import method_help
 from greenadapt.progress import NULL_PROGRESS, HeartbeatProgress, Progress, format_duration, heartbeat_interval
 
 WorkdirOption = typer.Option(
@@ -30,7 +30,7 @@ VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging.")
 
 # The initialisation method and its options: names and help come from the registry (greenadapt.methods).
 MethodOption = typer.Option(
-    default_of(_adapt, "method"), "--method", metavar="NAME", help=method_help(), autocompletion=lambda: list(METHODS)
+    default_of(_adapt, "method"), "--method", metavar="NAME", help=method_help()
 )
 FocusKOption = typer.Option(
     default_of(_adapt, "focus_k"), "--focus-k", metavar="N", help="focus: how many nearest shared words weigh into a row.")

@@ -67,7 +67,13 @@ def complete_task(incomplete: str) -> list[str]:
     return [name for name in TASKS if name.startswith(incomplete)]
 
 
-_COMPLETIONS = {"corpus": complete_corpus, "task": complete_task}
+def complete_method(incomplete: str) -> list[str]:
+    from greenadapt.methods import METHODS
+
+    return [name for name in METHODS if name.startswith(incomplete)]
+
+
+_COMPLETIONS = {"corpus": complete_corpus, "task": complete_task, "method": complete_method}
 
 
 def metavar_for(param: Any) -> str | None:
