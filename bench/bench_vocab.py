@@ -10,6 +10,11 @@ from each run's training log (the first `--skip` steps untimed), peak memory fro
 its manifest.
 
     python bench/bench_vocab.py --new-rows 1000000 --steps 20 --repeats 2
+    python bench/bench_vocab.py --new-rows 1000000 --steps 8 --repeats 1 --processes            # peak memory per run
+    python bench/bench_vocab.py --new-rows 1000000 --steps 8 --repeats 1 --processes --library /tmp/previous-revision
+
+With ``--processes`` each run is a fresh process and its peak memory is that process's own (VmHWM),
+not the running peak of one process that ran both models; ``--library`` times another checkout.
 """
 
 from __future__ import annotations
@@ -74,6 +79,29 @@ def run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: i
     }
 
 
+CHILD = """
+import json, re, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import bench_vocab
+result = bench_vocab.run(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
+result["peak_rss_mib"] = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+print(json.dumps(result))
+"""
+
+
+def run_in_process(library: Path, model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int) -> dict[str, float]:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(library), "GREENADAPT_CODECARBON": "0"}
+    args = [str(Path(__file__).resolve().parent), str(model), str(data), str(out), str(steps), str(batch_size), str(skip)]
+    # cwd outside any checkout: `python -c` puts the cwd first on sys.path, before PYTHONPATH.
+    done = subprocess.run([sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, env=env, check=True, text=True, cwd="/")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -82,6 +110,8 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--processes", action="store_true", help="each run in a fresh process: its own peak memory")
+    parser.add_argument("--library", type=Path, default=None, help="greenadapt checkout to time (with --processes)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -94,7 +124,11 @@ def main() -> None:
         expanded = expanded_copy(base, args.new_rows, Path(tmp) / "expanded")
         for repeat in range(args.repeats):
             for name, model in (("base", base), ("expanded", expanded)):
-                results[name].append(run(model, args.data, Path(tmp) / f"{name}{repeat}", args.steps, args.batch_size, args.skip))
+                out = Path(tmp) / f"{name}{repeat}"
+                if args.processes:
+                    results[name].append(run_in_process(args.library or REPO, model, args.data, out, args.steps, args.batch_size, args.skip))
+                else:
+                    results[name].append(run(model, args.data, out, args.steps, args.batch_size, args.skip))
     medians = {name: statistics.median(r["seconds_per_step"] for r in runs) for name, runs in results.items()}
     print(json.dumps({
         "model": "all-MiniLM-L6-v2",

@@ -21,8 +21,11 @@ wordpiece embeddings to W·v (cross-space).
 from __future__ import annotations
 
 import hashlib
+import heapq
+import itertools
 import logging
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -401,10 +404,24 @@ def _round(value: float | None) -> float | None:
 
 def frequent_new_words(general: GeneralTokenizer, words: Sequence[str], counts: Mapping[str, int]) -> list[str]:
     """The most frequent new words that look like domain words (alphabetic, at least 6 letters)."""
-    candidates = [w for w in words if len(w) >= MIN_TABLE_WORD_LEN and w.isalpha() and not general.is_known(w)]
-    if counts:
-        candidates.sort(key=lambda w: (-counts.get(w, 0), w))
-    return candidates[:N_FREQUENT]
+    def candidates() -> Iterator[str]:
+        return (w for w in words if len(w) >= MIN_TABLE_WORD_LEN and w.isalpha() and not general.is_known(w))
+
+    if not counts:
+        return list(itertools.islice(candidates(), N_FREQUENT))
+    in_file_order = list(counts) == list(words)
+    values = list(counts.values()) if in_file_order else []
+    if in_file_order and all(map(operator.ge, values, values[1:])):
+        # w2v writes its words most frequent first: the table's words are the first candidates, plus any tied
+        # with the last of them, found without looking at the rest of a million words.
+        head: list[str] = []
+        for word in candidates():
+            if len(head) >= N_FREQUENT and counts[word] < counts[head[N_FREQUENT - 1]]:
+                break
+            head.append(word)
+        return sorted(head, key=lambda w: (-counts[w], w))[:N_FREQUENT]
+    # The first N_FREQUENT of (-count, word) order without sorting a million words.
+    return heapq.nsmallest(N_FREQUENT, candidates(), key=lambda w: (-counts.get(w, 0), w))
 
 
 def neighbour_table(

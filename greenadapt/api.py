@@ -57,6 +57,7 @@ def adapt(
     dim: int | None = None,
     epochs: int = 5,
     min_count: int = 5,
+    max_vocab: int | None = None,
     workers: int | None = None,
     method: str = DEFAULT_METHOD,
     focus_k: int = 10,
@@ -88,7 +89,7 @@ def adapt(
 
     options = AdaptOptions(
         w2v=W2VOptions(
-            dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed,
+            dim=dim, epochs=epochs, min_count=min_count, max_vocab=max_vocab, workers=workers, seed=seed,
             context=ContextOptions(layer=context_layer, cap=context_cap, max_tokens=context_max_tokens),
         ),
         align_method=method,

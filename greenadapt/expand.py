@@ -277,22 +277,20 @@ def select_new_words(
 
     excluded = {"below_min_count": 0, "too_long": 0, "unreachable": 0}
     max_chars = general.max_input_chars_per_word
-    rows: list[int] = []
-    for index, word in enumerate(words):
-        if general.is_known(word):
-            continue
-        count = counts.get(word)
-        if count is None:
-            raise StageError(
-                f"the counts file has no count for word2vec word {word!r}",
-                hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
-            )
-        if count < min_count:
-            excluded["below_min_count"] += 1
-        elif len(word) > max_chars:
-            excluded["too_long"] += 1
-        else:
-            rows.append(index)
+    vocab, added = general.vocab, general.added
+    unknown = [i for i, word in enumerate(words) if word not in vocab and word not in added]
+    # A million words: comprehensions over the unknown ones, not a loop with a branch per word.
+    unknown_counts = [counts.get(words[i]) for i in unknown]
+    if None in unknown_counts:
+        word = words[unknown[unknown_counts.index(None)]]
+        raise StageError(
+            f"the counts file has no count for word2vec word {word!r}",
+            hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
+        )
+    frequent = [i for i, count in zip(unknown, unknown_counts) if count >= min_count]  # type: ignore[operator]
+    excluded["below_min_count"] = len(unknown) - len(frequent)
+    rows = [i for i in frequent if len(words[i]) <= max_chars]
+    excluded["too_long"] = len(frequent) - len(rows)
     keep = reachable_words(general, [words[i] for i in rows])
     excluded["unreachable"] = keep.count(False)
     if excluded["unreachable"]:

@@ -100,7 +100,30 @@ def same_identity(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return _without_paths(a) == _without_paths(b)
 
 
+# Digests this process computed, by the file's identity on disk. ``adapt`` runs w2v, align and expand in one
+# process: the vectors w2v wrote and checksummed are then verified by align and again by expand without reading
+# 1.5 GB twice more (a million new words). Any write to a file moves its modification time, so it is hashed anew.
+_DIGESTS: dict[tuple[int, int, int, int], str] = {}
+
+
+def _file_key(path: Path) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def sha256_file(path: Path) -> str:
+    """The file's SHA-256, computed once per process for as long as the file stays the same."""
+    key = _file_key(path)
+    cached = _DIGESTS.get(key)
+    if cached is not None:
+        return cached
+    digest = _sha256_contents(path)
+    if _file_key(path) == key:  # not changed while it was read
+        _DIGESTS[key] = digest
+    return digest
+
+
+def _sha256_contents(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(_HASH_CHUNK):

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt import __version__
+from greenadapt.cores import usable_cores
 from greenadapt.energy import EnergyProbe
 from greenadapt.manifest import (
     Manifest,
@@ -94,7 +95,7 @@ class CostMeter:
             "wall_seconds": round(time.perf_counter() - self.wall_start, 3),
             "cpu_seconds": round(_cpu_seconds() - self.cpu_start, 3),
             "peak_rss_mib": round(peak_kib / 1024, 1),
-            "cpu_count": os.cpu_count(),
+            "cpu_count": usable_cores(),
             "host": socket.gethostname(),
         }
         cost.update(

@@ -50,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -58,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.context_vectors import ContextOptions
+from greenadapt.cores import available_cores
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt import workspace
 from greenadapt.errors import CorpusError, UsageError
@@ -79,11 +79,14 @@ _DROP_WARNING = 0.02  # beyond sampling noise on any corpus worth training on
 
 @dataclass
 class W2VOptions:
-    """word2vec options; None means "derive it" (dim: model hidden size, workers: all cores)."""
+    """word2vec options; None means "derive it" (dim: model hidden size, workers: greenadapt.cores.available_cores)."""
 
     dim: int | None = None
     epochs: int = 5
     min_count: int = 5
+    # gensim's max_final_vocab: keep at most this many words by raising min_count as needed (a billion-token
+    # corpus has millions of words seen 5 times; their vectors are noise and their rows cost memory).
+    max_vocab: int | None = None
     workers: int | None = None
     seed: int = DEFAULT_SEED
     window: int = 5
@@ -98,10 +101,10 @@ class W2VOptions:
     context: ContextOptions = field(default_factory=ContextOptions)
 
     def resolved_workers(self) -> int:
-        return self.workers if self.workers is not None else max(1, os.cpu_count() or 1)
+        return self.workers if self.workers is not None else available_cores()
 
     def check(self) -> None:
-        for name in ("dim", "epochs", "min_count", "workers", "window", "negative"):
+        for name in ("dim", "epochs", "min_count", "max_vocab", "workers", "window", "negative"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
@@ -172,7 +175,7 @@ def run_w2v(
             _write_counts(vectors, run.tmp / COUNTS_FILE)
             vocab_size = len(vectors)
         else:
-            vocab_size = _write_corpus_counts(pretok, options.min_count, run.tmp / COUNTS_FILE)
+            vocab_size = _write_corpus_counts(pretok, options.min_count, run.tmp / COUNTS_FILE, max_vocab=options.max_vocab)
             train_stats = {"word2vec_trained": False}
         stats = {
             "lines": pretok.lines,
@@ -204,6 +207,7 @@ def _train(
         vector_size=dim,
         window=options.window,
         min_count=options.min_count,
+        max_final_vocab=options.max_vocab,
         workers=workers,
         sg=0,
         hs=0,
@@ -283,6 +287,8 @@ def _stage_config(
         **rules,
         "pretok_format": PRETOK_FORMAT,
     }
+    if options.max_vocab is not None:  # recorded only when set, so earlier outputs keep their fingerprints
+        config["max_vocab"] = options.max_vocab
     if not options.vectors or options.source == "context":
         # Recorded only when not word2vec, so the outputs of word2vec runs keep their fingerprints.
         config.update(dim=None, epochs=None, workers=None, seed=None, window=None, negative=None, sample=None)
@@ -299,7 +305,7 @@ def _write_context_vectors(
     from greenadapt.context_vectors import context_vectors
     from greenadapt.vectors import write_counts, write_word2vec_binary
 
-    _write_corpus_counts(pretok, options.min_count, dest / COUNTS_FILE)
+    _write_corpus_counts(pretok, options.min_count, dest / COUNTS_FILE, max_vocab=options.max_vocab)
     from greenadapt.vectors import read_counts
 
     counts = read_counts(dest / COUNTS_FILE)
@@ -309,9 +315,20 @@ def _write_context_vectors(
     return len(words), {"vector_source": "context", "context": stats}
 
 
-def _write_corpus_counts(pretok: PretokenizedCorpus, min_count: int, path: Path) -> int:
-    """counts.tsv of the words seen at least ``min_count`` times, most frequent first (gensim's order)."""
-    counts = [(w, c) for w, c in pretok.word_counts().items() if c >= min_count]
+def effective_min_count(counts: dict[str, int], min_count: int, max_vocab: int | None) -> int:
+    """gensim's rule for ``max_final_vocab``: the smallest count that keeps at most ``max_vocab`` words
+    (all words tied at the cut go, so the vocabulary may come out smaller), never below ``min_count``."""
+    if max_vocab is None or max_vocab >= len(counts):
+        return min_count
+    ranked = sorted(counts.values(), reverse=True)
+    return max(min_count, ranked[max_vocab] + 1)
+
+
+def _write_corpus_counts(pretok: PretokenizedCorpus, min_count: int, path: Path, *, max_vocab: int | None = None) -> int:
+    """counts.tsv of the words seen at least ``min_count`` times (raised for ``max_vocab``), most frequent first (gensim's order)."""
+    all_counts = pretok.word_counts()
+    floor = effective_min_count(all_counts, min_count, max_vocab)
+    counts = [(w, c) for w, c in all_counts.items() if c >= floor]
     if not counts:
         raise CorpusError(
             f"no word occurs at least {min_count} times in the corpus ({pretok.tokens:,} tokens)",

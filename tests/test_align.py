@@ -244,3 +244,26 @@ def test_cli_json_and_identity_error(exact_w2v: tuple[Path, np.ndarray], tmp_pat
     assert manifest["kind"] == "align" and manifest["stats"]["n_shared"] == 113
     result = CliRunner().invoke(app, ["align", "--w2v", str(w2v), "--method", "identity", "--out", str(tmp_path / "c")])
     assert isinstance(result.exception, InputError) and result.exception.exit_code == EXIT_BAD_INPUT
+
+
+def test_frequent_new_words_take_the_fast_path_only_when_it_gives_the_same_table(tiny_bert: Path) -> None:
+    import random
+
+    from greenadapt.align import N_FREQUENT, frequent_new_words
+    from greenadapt.domain_tokenizer import load_general_tokenizer
+
+    general = load_general_tokenizer(tiny_bert)
+    rng = random.Random(0)
+    new = sorted({"".join(rng.choice("bdfgklmnprstvz") for _ in range(rng.randint(6, 9))) for _ in range(400)})
+    words = new + ["patients", "tumor", "x1-word", "short"]
+    counts_by_word = {w: rng.choice([3, 5, 5, 8, 8, 8, 13, 40]) for w in words}  # many ties at the cut
+    expected = sorted((w for w in words if len(w) >= 6 and w.isalpha() and not general.is_known(w)),
+                      key=lambda w: (-counts_by_word[w], w))[:N_FREQUENT]
+    # w2v's order (most frequent first, ties in any order): the early stop must still see every tie.
+    in_order = sorted(words, key=lambda w: (-counts_by_word[w], rng.random()))
+    assert frequent_new_words(general, in_order, {w: counts_by_word[w] for w in in_order}) == expected
+    # Any other order: the full scan gives the same table.
+    shuffled = list(words)
+    rng.shuffle(shuffled)
+    assert frequent_new_words(general, shuffled, {w: counts_by_word[w] for w in shuffled}) == expected
+    assert frequent_new_words(general, in_order, {w: counts_by_word[w] for w in shuffled}) == expected

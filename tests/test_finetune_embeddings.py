@@ -109,3 +109,32 @@ def test_install_modes_and_merge_back(tiny_bert_base) -> None:  # type: ignore[n
     merge_back(model)
     restored = model.get_input_embeddings()
     assert isinstance(restored, nn.Embedding) and torch.equal(restored.weight, before)
+
+
+def test_merging_back_writes_the_trained_rows_into_the_one_table_without_a_copy() -> None:
+    n_base, n_added = 6, 5
+    weight = _table(n_base + n_added)
+    split = SplitWordEmbedding(weight, n_base, None, train_base=True, capacity=8)
+    assert split.added.data_ptr() == weight[n_base:].data_ptr()  # the added rows were not copied
+    split.train()
+    dense = torch.optim.AdamW(split.base.parameters(), lr=0.1)
+    rows = RowAdamW(split, lr=0.1)
+    ids = torch.tensor([[1, n_base + 1, 3, n_base + 4]])
+    for _ in range(3):
+        split.load_rows(ids)
+        split(ids).pow(2).sum().backward()
+        dense.step()
+        rows.step()
+        dense.zero_grad()
+        rows.zero_grad()
+    expected = torch.cat([split.base.weight.detach(), split.added]).clone()
+    assert not torch.equal(expected[:n_base], _table(n_base + n_added)[:n_base])  # the original rows did train
+
+    model = nn.Module()
+    model.embeddings = split
+    model.get_input_embeddings = lambda: model.embeddings  # type: ignore[method-assign]
+    model.set_input_embeddings = lambda module: setattr(model, "embeddings", module)  # type: ignore[method-assign]
+    merge_back(model)
+    merged = model.embeddings.weight
+    assert torch.equal(merged, expected)
+    assert merged.data_ptr() == weight.data_ptr()  # one table throughout: no second copy of a 1.5 GB matrix

@@ -236,3 +236,24 @@ def test_a_damaged_manifest_section_is_refused_naming_the_file_and_field(tmp_pat
     with pytest.raises(StageError, match=f"damaged manifest: its field '{field}' is {found}") as info:
         load_stage(out, "demo", checksums=False)
     assert info.value.path == str(out / "manifest.json") and "--force" in info.value.one_line()
+
+
+def test_each_file_is_hashed_once_per_process_while_it_stays_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from greenadapt import manifest as manifest_module
+
+    reads: list[Path] = []
+    real = manifest_module._sha256_contents
+    monkeypatch.setattr(manifest_module, "_sha256_contents", lambda path: reads.append(path) or real(path))
+    data = tmp_path / "vectors.bin"
+    data.write_bytes(b"x" * 1000)
+    first = manifest_module.sha256_file(data)
+    assert manifest_module.sha256_file(data) == first and len(reads) == 1  # verified again: not read again
+    data.write_bytes(b"y" * 1000)  # same size, new content: a new modification time
+    os.utime(data, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns + 1_000_000))
+    second = manifest_module.sha256_file(data)
+    assert second != first and len(reads) == 2
+    copy = tmp_path / "copy.bin"
+    copy.write_bytes(data.read_bytes())  # another file (inode) with the same bytes is hashed on its own
+    assert manifest_module.sha256_file(copy) == second and len(reads) == 3

@@ -352,3 +352,45 @@ def test_minilm_on_cord19_abstracts(tmp_path: Path, minilm_path: Path, shared_da
     assert vectors.index_to_key[0] in {"the", ",", "."}
     assert all(word == word.lower() for word in vectors.index_to_key)
     assert {"covid", "coronavirus", "sars", "patients"} <= set(vectors.index_to_key)
+
+
+def test_max_vocab_keeps_the_most_frequent_words_as_gensim_does(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
+    import numpy as np
+    from gensim.models import KeyedVectors, Word2Vec
+
+    from greenadapt.w2v import effective_min_count
+
+    full = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, seed=7))
+    cap = full.manifest["stats"]["vocab_size"] // 3
+    with pytest.raises(OutputExistsError, match="changed: max_vocab"):  # other options: never a silent reuse or overwrite
+        _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, seed=7, max_vocab=cap))
+    capped = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "capped", options=W2VOptions(workers=1, min_count=1, seed=7, max_vocab=cap))
+    assert capped.manifest["config"]["max_vocab"] == cap and "max_vocab" not in full.manifest["config"]
+    ours = KeyedVectors.load_word2vec_format(str(capped.path / VECTORS_FILE), binary=True)
+    assert 0 < len(ours) <= cap
+    counts = _pretok_counts(Path(capped.manifest["stats"]["pretok_cache"]))
+    floor = effective_min_count(counts, 1, cap)
+    assert set(ours.index_to_key) == {w for w, c in counts.items() if c >= floor}  # the most frequent, ties dropped together
+    assert min(counts[w] for w in ours.index_to_key) > max(c for w, c in counts.items() if w not in set(ours.index_to_key))
+
+    # Identical to gensim's own max_final_vocab on the same text.
+    pretokenized = Path(capped.manifest["stats"]["pretok_cache"]) / "corpus.txt"
+    plain = Word2Vec(corpus_file=str(pretokenized), vector_size=32, min_count=1, max_final_vocab=cap, workers=1, seed=7, sg=0, hs=0,
+                     hashfxn=stable_hash)
+    assert ours.index_to_key == plain.wv.index_to_key and np.array_equal(ours.vectors, plain.wv.vectors)
+
+    # The counts-only path (no vectors) applies the same rule.
+    counted = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, max_vocab=cap, vectors=False))
+    rows = (counted.path / COUNTS_FILE).read_text(encoding="utf-8").splitlines()
+    assert {row.split("\t")[0] for row in rows} == set(ours.index_to_key)
+
+
+def test_effective_min_count_follows_gensim() -> None:
+    from greenadapt.w2v import effective_min_count
+
+    counts = {"a": 9, "b": 7, "c": 7, "d": 3, "e": 1}
+    assert effective_min_count(counts, 1, None) == 1
+    assert effective_min_count(counts, 1, 10) == 1
+    assert effective_min_count(counts, 1, 3) == 4  # the 4th word has 3: a, b, c stay
+    assert effective_min_count(counts, 1, 2) == 8  # b and c tie at the cut: both go
+    assert effective_min_count(counts, 5, 4) == 5  # never below min_count

@@ -41,8 +41,12 @@ def w2v_command(
     dim: int | None = typer.Option(None, "--dim", min=1, help="Vector size (default: the model's hidden size)."),
     epochs: int = typer.Option(5, "--epochs", min=1, help="Passes over the corpus."),
     min_count: int = typer.Option(5, "--min-count", min=1, help="Ignore words seen fewer times."),
+    max_vocab: int | None = typer.Option(
+        None, "--max-vocab", min=1, metavar="N",
+        help="Keep at most N words, the most frequent (gensim's max_final_vocab: min-count is raised as needed); bounds a huge corpus's vocabulary.",
+    ),
     workers: int | None = typer.Option(
-        None, "--workers", min=1, help="Processes/threads (default: all cores); with 1, runs are reproducible."
+        None, "--workers", min=1, help="Processes/threads (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS); with 1, runs are reproducible."
     ),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
     source: str = typer.Option(
@@ -72,7 +76,7 @@ def w2v_command(
     from greenadapt.context_vectors import ContextOptions
 
     options = W2VOptions(
-        dim=dim, epochs=epochs, min_count=min_count, workers=workers, seed=seed, vectors=not no_vectors, source=source,
+        dim=dim, epochs=epochs, min_count=min_count, max_vocab=max_vocab, workers=workers, seed=seed, vectors=not no_vectors, source=source,
         context=ContextOptions(layer=context_layer, cap=context_cap, max_tokens=context_max_tokens),
     )
     with progress_for(quiet) as progress:

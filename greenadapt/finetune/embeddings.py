@@ -53,8 +53,12 @@ class SplitWordEmbedding(nn.Module):
         self.n_base = n_base
         self.embedding_dim = weight.shape[1]
         self.padding_idx = padding_idx
+        # The added rows stay where they are, in the loaded table (a view, no copy: with a million added rows the
+        # table is 1.5 GB); only the original rows, a small part, get a parameter of their own. merged_weight()
+        # writes those back into the same table, so training and saving never hold a second copy of it.
+        self.table = weight.detach()
         self.base = nn.Embedding.from_pretrained(weight[:n_base].detach().clone(), freeze=not train_base, padding_idx=padding_idx)
-        self.register_buffer("added", weight[n_base:].detach().clone(), persistent=True)
+        self.register_buffer("added", self.table[n_base:], persistent=True)
         self.active = nn.Parameter(torch.zeros(max(capacity, 1), self.embedding_dim, dtype=weight.dtype, device=weight.device))
         self.loaded: torch.Tensor | None = None  # sorted added-row indices now held in ``active``
 
@@ -96,7 +100,12 @@ class SplitWordEmbedding(nn.Module):
         return out.masked_scatter(is_added.unsqueeze(-1), vectors.to(out.dtype))
 
     def merged_weight(self) -> torch.Tensor:
-        return torch.cat([self.base.weight.detach(), self.added], dim=0)
+        """All rows as one table: the trained original rows written back into the table the added rows live in."""
+        if self.added.data_ptr() != self.table[self.n_base :].data_ptr():  # load_state_dict gave ``added`` its own storage
+            return torch.cat([self.base.weight.detach(), self.added], dim=0)
+        with torch.no_grad():
+            self.table[: self.n_base].copy_(self.base.weight.detach())
+        return self.table
 
 
 class RowAdamW(torch.optim.Optimizer):
@@ -227,5 +236,5 @@ def merge_back(model: Any) -> None:
     split = model.get_input_embeddings()
     if not isinstance(split, SplitWordEmbedding):
         return
-    merged = nn.Embedding.from_pretrained(split.merged_weight().clone(), freeze=False, padding_idx=split.padding_idx)
+    merged = nn.Embedding.from_pretrained(split.merged_weight(), freeze=False, padding_idx=split.padding_idx)
     model.set_input_embeddings(merged)

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from greenadapt.cores import available_cores
 from greenadapt.errors import ModelError, UsageError
 from greenadapt.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.pretrain.train import PretrainConfig
@@ -64,7 +65,7 @@ class PretrainOptions:
     gmap_layers: tuple[int, ...] | None = None
     general_model: str | None = None
     device: str = "auto"
-    workers: int | None = None  # pre-tokenizing processes (default: all cores)
+    workers: int | None = None  # pre-tokenizing processes (default: greenadapt.cores.available_cores)
     force: bool = False
     wait: bool = False
     save_every: int | None = None
@@ -261,7 +262,6 @@ def _save_model(model: Any, gmap: Any, setup: _Setup, folder: Path) -> None:
 
 def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Continue masked-LM training of ``options.model`` on ``options.corpus``; skip when an up-to-date output exists."""
-    import os
 
     from greenadapt import workspace
     from greenadapt.corpus import resolve_corpus, source_identities
@@ -273,7 +273,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
     general_sources = resolve_corpus(options.general_corpus, text_fields=options.text_fields) if options.general_corpus else []
     setup = _setup(options.model, options.tokenizer, options.max_length, mix=options.mix)
     root = workspace.workdir(options.workdir)
-    workers = options.workers or max(1, os.cpu_count() or 1)
+    workers = options.workers or available_cores()
     training = options.training
     config = {
         # Options added later count only when used, so that outputs made before them stay up to date.
@@ -388,7 +388,6 @@ class EvalOptions:
 def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> dict[str, Any]:
     """Held-out masked-LM loss and perplexity of a model on each corpus (the first ``heldout`` sequences)."""
     import json
-    import os
 
     from greenadapt import workspace
     from greenadapt.expanded_model import pick_device
@@ -405,7 +404,7 @@ def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> d
         raise UsageError(f"unknown --tokenizer {options.tokenizer!r}", hint="auto, domain or general")
     setup = _setup(options.model, options.tokenizer, options.max_length)
     root = workspace.workdir(options.workdir)
-    workers = options.workers or max(1, os.cpu_count() or 1)
+    workers = options.workers or available_cores()
     ctx = DistContext(device=pick_device(options.device))
     import torch
 

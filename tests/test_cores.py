@@ -1,0 +1,78 @@
+"""The default worker count: the cores this process may use (affinity mask, cgroup v1/v2 quota, $GREENADAPT_WORKERS)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from greenadapt import cores
+from greenadapt.errors import UsageError
+
+
+def _v2(root: Path, cgroup: str, limits: dict[str, str]) -> Path:
+    """A fake unified cgroup tree: ``limits`` maps a cgroup path ('' = root) to its cpu.max line."""
+    for path, line in limits.items():
+        folder = root / path if path else root
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cpu.max").write_text(line + "\n")
+    proc = root.parent / "proc-self-cgroup"
+    proc.write_text(f"0::{cgroup}\n")
+    return proc
+
+
+def test_cgroup_v2_quota_is_the_tightest_of_the_process_cgroup_and_its_parents(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    proc = _v2(root, "/kubepods/pod1/box", {"": "max 100000", "kubepods/pod1": "250000 100000", "kubepods/pod1/box": "max 100000"})
+    assert cores.cgroup_quota(root, proc) == pytest.approx(2.5)
+    # 2.5 cores of CPU time: 3 workers, never more than the affinity mask allows.
+    n = cores.available_cores(environ={}, cgroup_root=root, proc_cgroup=proc)
+    assert n == min(3, cores.affinity_cores())
+
+
+def test_no_quota_means_the_affinity_mask(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    proc = _v2(root, "/", {"": "max 100000"})
+    assert cores.cgroup_quota(root, proc) is None
+    assert cores.available_cores(environ={}, cgroup_root=root, proc_cgroup=proc) == len(os.sched_getaffinity(0))
+    assert cores.cgroup_quota(root, tmp_path / "absent") is None  # not Linux, or no /proc
+
+
+def test_cgroup_v1_quota(tmp_path: Path) -> None:
+    mount = tmp_path / "cgroup" / "cpu,cpuacct"
+    (mount / "docker" / "abc").mkdir(parents=True)
+    (mount / "cpu.cfs_quota_us").write_text("-1\n")
+    (mount / "cpu.cfs_period_us").write_text("100000\n")
+    (mount / "docker" / "abc" / "cpu.cfs_quota_us").write_text("50000\n")
+    (mount / "docker" / "abc" / "cpu.cfs_period_us").write_text("100000\n")
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n")
+    assert cores.cgroup_quota(tmp_path / "cgroup", proc) == pytest.approx(0.5)
+    assert cores.available_cores(environ={}, cgroup_root=tmp_path / "cgroup", proc_cgroup=proc) == 1  # at least one
+
+
+def test_the_affinity_mask_is_respected() -> None:
+    before = os.sched_getaffinity(0)
+    if len(before) < 2:
+        pytest.skip("needs two cores to pin to one")
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        assert cores.available_cores(environ={}) == 1
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_the_environment_variable_is_an_explicit_choice() -> None:
+    assert cores.available_cores(environ={cores.WORKERS_ENV: "7"}) == 7
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(UsageError, match="GREENADAPT_WORKERS"):
+            cores.available_cores(environ={cores.WORKERS_ENV: bad})
+
+
+def test_stages_default_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from greenadapt.w2v import W2VOptions
+
+    monkeypatch.setenv(cores.WORKERS_ENV, "3")
+    assert W2VOptions().resolved_workers() == 3
+    assert W2VOptions(workers=1).resolved_workers() == 1  # --workers wins
