@@ -139,6 +139,21 @@ def plot(rows: list[dict], dest: Path) -> None:
     fig.savefig(dest, dpi=100)
 
 
+def markdown(rows: list[dict]) -> str:
+    lines = [
+        "| corpus | workers | tokens | vocabulary | pre-tokenization (s) | word2vec, 1 epoch (s) | stage wall (s) "
+        "| ns/token: pre-tok. | word2vec | all | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["tokens"], r["workers"])):
+        lines.append(
+            f"| {r['size']} | {r['workers']} | {r['tokens']:,} | {r['vocab_size']:,} | {r['pretok_s']:.1f} | {r['train_s']:.1f} "
+            f"| {r['wall_s']:.1f} | {r['ns_per_token_pretok']:.0f} | {r['ns_per_token_train']:.0f} | {r['ns_per_token_total']:.0f} "
+            f"| {r['peak_rss_mib']:,} MiB |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=SHARED_CORPUS)
@@ -149,12 +164,16 @@ def main() -> None:
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--max-vocab", type=int, default=100_000, help="0: none")
     parser.add_argument("--plot", type=Path, default=None, help="write the curves to this PNG from the results so far")
+    parser.add_argument("--markdown", action="store_true", help="print the results so far as a markdown table")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-    if args.plot:
-        plot(rows, args.plot)
+    if args.plot or args.markdown:
+        if args.plot:
+            plot(rows, args.plot)
+        if args.markdown:
+            print(markdown(rows))
         return
     for size in args.sizes:
         corpus = args.out / f"corpus-{size}.txt"

@@ -8,7 +8,7 @@ word2vec binary format (as written by the original C tool and by gensim)::
 The reader maps the file and copies each vector's bytes straight into one
 preallocated ``float32`` array, so the only per-entry Python work is
 finding the word (no per-float work) and the words are decoded in one
-call: a million 384-d vectors read in about a second. Truncated or garbled files raise an
+call: a million 384-d vectors read in a few seconds. Truncated or garbled files raise an
 :class:`~greenadapt.errors.InputError` naming the file and the entry.
 
 ``counts.tsv`` is ``word<TAB>count`` per line, UTF-8, no header, in the
@@ -140,7 +140,11 @@ def _copy_entries(
     row_bytes = 4 * dim
     end = len(data)
     find = data.find
-    windows = [sliding_window_view(np.frombuffer(data, dtype="<f4", offset=r, count=(end - r) // 4), dim) for r in range(4)]
+    # A file shorter than one vector has no windows; the scan below then reports it truncated.
+    windows = [
+        sliding_window_view(np.frombuffer(data, dtype="<f4", offset=r, count=(end - r) // 4), dim) if (end - r) // 4 >= dim else None
+        for r in range(4)
+    ]
     raw_words: list[bytes] = []
     append = raw_words.append
     starts: list[int] = []
@@ -162,8 +166,9 @@ def _copy_entries(
             targets = slots[done:limit]
             for r in range(4):
                 take = (targets >= 0) & (offsets % 4 == r)
-                if take.any():
-                    vectors[targets[take]] = windows[r][(offsets[take] - r) // 4]
+                window = windows[r]
+                if take.any() and window is not None:  # a whole vector lies there, so its window exists
+                    vectors[targets[take]] = window[(offsets[take] - r) // 4]
             done = limit
             behind = (pos // mmap.PAGESIZE) * mmap.PAGESIZE
             if behind > dropped:

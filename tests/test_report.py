@@ -324,3 +324,18 @@ def collect_label(cost: dict[str, Any]) -> str:
     from greenadapt.report.collect import cost_of
 
     return cost_of({"cost": cost})["energy_label"]
+
+
+def test_a_single_seed_bar_has_no_error_bar_and_says_n_1() -> None:
+    from greenadapt.report.plots import results_figure
+
+    rows = [
+        {"group": "base", "pool": "mean", "mean": 0.80, "std": 0.0, "n": 1, "metric": "f1"},
+        {"group": "green", "pool": "mean", "mean": 0.82, "std": 0.01, "n": 3, "metric": "f1"},
+    ]
+    ax = results_figure(rows, "ncbi").axes[0]
+    assert [t.get_text() for t in ax.texts] == ["n=1"]  # only the single-seed bar
+    assert abs(ax.texts[0].xy[1] - 80.0) < 1e-9
+    error_bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert len(error_bars) == 1
+    assert results_figure([], "x") is None

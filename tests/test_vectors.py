@@ -130,6 +130,10 @@ def test_truncated_file_names_file_and_entry(tmp_path: Path) -> None:
         read_word2vec_binary(tmp_path / "cut.bin")
     assert "truncated" in info.value.message and "entry 3" in info.value.message
     assert info.value.path == str(tmp_path / "cut.bin")
+    # Cut inside the first vector: shorter than one vector, still one clear error, not a numpy traceback.
+    (tmp_path / "short.bin").write_bytes(data[:20])
+    with pytest.raises(InputError, match="truncated.*entry 1"):
+        read_word2vec_binary(tmp_path / "short.bin")
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,12 @@ def cost_chart(stages: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 def results_chart(rows: Sequence[Mapping[str, Any]], title: str) -> bytes | None:
     """Mean ± std of the primary metric, one bar per group and pooling mode."""
+    fig = results_figure(rows, title)
+    return None if fig is None else _png(fig)
+
+
+def results_figure(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
+    """The figure of :func:`results_chart`: a bar of a single seed has no error bar and is labelled n=1."""
     if not rows:
         return None
     groups = list(dict.fromkeys(r["group"] for r in rows))
@@ -80,19 +86,23 @@ def results_chart(rows: Sequence[Mapping[str, Any]], title: str) -> bytes | None
     scale = 100.0 if max(abs(r["mean"]) for r in rows) <= 1 else 1.0
     colours = ["#3b6ea8", "#4c9a2a", "#c9822b", "#8e4ca8"]
     for j, pool in enumerate(pools):
-        xs, means, stds = [], [], []
+        xs, means, stds, singles = [], [], [], []
         for i, group in enumerate(groups):
             row = next((r for r in rows if r["group"] == group and r["pool"] == pool), None)
             if row is not None:
                 xs.append(i + (j - (len(pools) - 1) / 2) * width)
                 means.append(row["mean"] * scale)
                 stds.append(row["std"] * scale if row.get("n", 1) >= 2 else 0.0)  # a bar of one seed has no spread to show
+                singles.append(row.get("n", 1) < 2)
         ax.bar(xs, means, width, yerr=stds if any(stds) else None, capsize=3, label=pool, color=colours[j % len(colours)])
+        for x, mean, single in zip(xs, means, singles):
+            if single:
+                ax.annotate("n=1", (x, mean), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=6)
     ax.set_xticks(range(len(groups)), [g.split("/")[-1] if len(g) > 18 else g for g in groups], fontsize=8, rotation=15)
     ax.set_ylabel(f"{rows[0]['metric']}" + (" (×100)" if scale != 1 else ""))
     ax.set_title(title, fontsize=9)
     ax.legend(title="pooling", fontsize=7, title_fontsize=7)
-    return _png(fig)
+    return fig
 
 
 def curve_chart(curves: Sequence[Mapping[str, Any]], title: str) -> bytes | None:

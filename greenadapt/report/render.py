@@ -272,7 +272,7 @@ body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;
 h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}h3{font-size:1rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.85rem}
 .scroll{overflow-x:auto;max-width:100%}code{overflow-wrap:anywhere}
-@media (max-width:40rem){body{margin:1rem auto;padding:0 .6rem}table{font-size:.75rem}}
+@media (max-width:40rem){body{margin:1rem auto;padding:0 .6rem}table{font-size:.75rem}td{white-space:nowrap}}
 th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f0f4ee}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 img{max-width:100%;height:auto;display:block;margin:.5rem 0}
