@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from greenadapt.errors import UsageError
@@ -95,7 +96,7 @@ def _v1_limits(mount: Path, path: str) -> list[float]:
     return limits
 
 
-def available_cores(*, environ: dict[str, str] | None = None, cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int:
+def available_cores(*, environ: Mapping[str, str] | None = None, cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int:
     """The default worker count: ``$GREENADAPT_WORKERS``, else min(affinity mask, cgroup quota rounded up), at least 1."""
     env = os.environ if environ is None else environ
     raw = env.get(WORKERS_ENV, "").strip()

@@ -343,7 +343,7 @@ class CodecarbonMeter:
 
     def stop(self, timeout: float = 30.0) -> dict[str, tuple[float, str]] | None:
         self._thread.join(timeout)
-        tracker = self._tracker
+        tracker, self._tracker = self._tracker, None  # stopped once, whoever asks first
         if tracker is None or self._failed or self._thread.is_alive():
             return None
         try:
@@ -427,8 +427,17 @@ class EnergyProbe:
         # Read NVML now whenever it is installed: a stage initialises CUDA only after its meter started,
         # and finish() uses the difference only if CUDA was in use by then.
         self._nvml_start = read_nvml_mj()
-        if codecarbon_wanted(self.environ) and importlib.util.find_spec("codecarbon") is not None:
+
+    def track(self) -> None:
+        """Start codecarbon (where installed and wanted) for a stage that will run; a skipped stage never pays its probe."""
+        if self._codecarbon is None and codecarbon_wanted(self.environ) and importlib.util.find_spec("codecarbon") is not None:
             self._codecarbon = CodecarbonMeter()
+
+    def close(self) -> None:
+        """Stop codecarbon if :meth:`finish` did not (the stage failed): no tracker outlives its stage."""
+        if self._codecarbon is not None:
+            self._codecarbon.stop()
+            self._codecarbon = None
 
     def finish(self, *, wall_seconds: float, cpu_seconds: float, peak_rss_mib: float, cpu_count: int | None) -> dict[str, Any]:
         gpu_used = cuda_in_use()
@@ -445,6 +454,7 @@ class EnergyProbe:
         parts = dict(estimate)
         methods = {"cpu": METHOD_ESTIMATE, "ram": METHOD_ESTIMATE, "gpu": METHOD_ESTIMATE if gpu_used else None}
         tracked = self._codecarbon.stop() if self._codecarbon is not None else None
+        self._codecarbon = None
         for key, (kwh_part, method_part) in (tracked or {}).items():
             name = key.removesuffix("_kwh")
             if methods.get(name) is not None:  # a GPU codecarbon sees but this stage did not use stays out

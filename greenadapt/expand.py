@@ -280,14 +280,14 @@ def select_new_words(
     vocab, added = general.vocab, general.added
     unknown = [i for i, word in enumerate(words) if word not in vocab and word not in added]
     # A million words: comprehensions over the unknown ones, not a loop with a branch per word.
-    unknown_counts = [counts.get(words[i]) for i in unknown]
-    if None in unknown_counts:
-        word = words[unknown[unknown_counts.index(None)]]
+    try:
+        unknown_counts = [counts[words[i]] for i in unknown]
+    except KeyError as missing:
         raise StageError(
-            f"the counts file has no count for word2vec word {word!r}",
+            f"the counts file has no count for word2vec word {missing.args[0]!r}",
             hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
-        )
-    frequent = [i for i, count in zip(unknown, unknown_counts) if count >= min_count]  # type: ignore[operator]
+        ) from None
+    frequent = [i for i, count in zip(unknown, unknown_counts) if count >= min_count]
     excluded["below_min_count"] = len(unknown) - len(frequent)
     rows = [i for i in frequent if len(words[i]) <= max_chars]
     excluded["too_long"] = len(frequent) - len(rows)

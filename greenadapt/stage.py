@@ -162,6 +162,7 @@ class StageRun:
             self._clean_stale_temporaries()
             if self._existing_is_current():
                 return self
+            self._meter.probe.track()
             self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             self.tmp.mkdir()
         except BaseException:
@@ -171,6 +172,7 @@ class StageRun:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
+            self._meter.probe.close()
             if self.tmp != self.out and self.tmp.exists():
                 shutil.rmtree(self.tmp, ignore_errors=True)
         finally:

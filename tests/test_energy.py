@@ -259,7 +259,9 @@ class _FakeTrackerMeter:
 def _probe_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: dict[str, tuple[float, str]]) -> energy.EnergyProbe:
     monkeypatch.setattr(energy, "CodecarbonMeter", lambda: _FakeTrackerMeter(parts))
     monkeypatch.setattr(energy.importlib.util, "find_spec", lambda name: object())
-    return energy.EnergyProbe(rapl_root=tmp_path, environ={})
+    probe = energy.EnergyProbe(rapl_root=tmp_path, environ={})
+    probe.track()
+    return probe
 
 
 def test_codecarbon_replaces_the_estimate_and_is_labelled_by_its_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -315,3 +317,28 @@ def test_a_real_stage_with_codecarbon(tmp_path: Path, monkeypatch: pytest.Monkey
         (run.tmp / "data.txt").write_text("x")
         manifest = run.commit()
     assert "codecarbon" not in manifest["cost"]["energy_method"]
+
+
+def test_codecarbon_runs_only_for_a_stage_that_runs_and_stops_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+
+    class Meter:
+        def __init__(self) -> None:
+            events.append("start")
+
+        def stop(self) -> None:
+            events.append("stop")
+
+    monkeypatch.setattr(energy, "CodecarbonMeter", Meter)
+    monkeypatch.setattr(energy.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setenv(energy.CODECARBON_ENV, "1")
+    with StageRun("demo", tmp_path / "out", {"x": 1}, []) as run:
+        (run.tmp / "data.txt").write_text("x")
+        run.commit()
+    assert events == ["start", "stop"]
+    with StageRun("demo", tmp_path / "out", {"x": 1}, []) as run:  # up to date: skipped
+        assert run.skipped
+    assert events == ["start", "stop"]  # a skipped stage starts no tracker
+    with pytest.raises(ValueError), StageRun("demo", tmp_path / "failed", {"x": 1}, []):
+        raise ValueError("the stage's work failed")
+    assert events == ["start", "stop", "start", "stop"]  # no tracker outlives a failed stage

@@ -114,13 +114,14 @@ class RichProgress:
         self._task: Any = None
         self._total: float | None = None
         self._unit = ""
+        self._completed = 0.0
         self._rows: dict[str, Any] = {}
         self._progress.start()
 
     def start(self, description: str, total: float | None = None, unit: str = "") -> None:
         self.finish()
         # The phase's own total: rich's reset() keeps a row's old total when given None.
-        self._total, self._unit = total, unit
+        self._total, self._unit, self._completed = total, unit, 0.0
         count = count_text(0, total, unit)
         if description in self._rows:
             self._task = self._rows[description]
@@ -131,6 +132,7 @@ class RichProgress:
     def update(self, completed: float, **info: float | str) -> None:
         if self._task is None:
             return
+        self._completed = completed
         text = "  ".join(_format_info(k, v) for k, v in info.items())
         self._progress.update(self._task, completed=completed, info=text, count=count_text(completed, self._total, self._unit))
 
@@ -140,16 +142,13 @@ class RichProgress:
         if self._total is not None:
             self._progress.update(self._task, total=self._total, completed=self._total, count=count_text(self._total, self._total, self._unit))
         else:
-            end = max(self._current().completed, 1.0)
+            end = max(self._completed, 1.0)
             self._progress.update(self._task, total=end, completed=end)
         self._task = None
 
     def close(self) -> None:
         self.finish()
         self._progress.stop()
-
-    def _current(self) -> Any:
-        return next(task for task in self._progress.tasks if task.id == self._task)
 
 
 def _time_column() -> Any:

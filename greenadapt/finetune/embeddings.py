@@ -101,7 +101,7 @@ class SplitWordEmbedding(nn.Module):
 
     def merged_weight(self) -> torch.Tensor:
         """All rows as one table: the trained original rows written back into the table the added rows live in."""
-        if self.added.data_ptr() != self.table[self.n_base :].data_ptr():  # load_state_dict gave ``added`` its own storage
+        if self.added.data_ptr() != self.table[self.n_base :].data_ptr():  # moved to another device after it was built
             return torch.cat([self.base.weight.detach(), self.added], dim=0)
         with torch.no_grad():
             self.table[: self.n_base].copy_(self.base.weight.detach())

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from greenadapt.report.paper import SOURCE
+from greenadapt.report.plots import axis_unit
 
 
 # --------------------------------------------------------------------------
@@ -44,17 +45,20 @@ def _plain(value: float, digits: int = 3) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def _scaled(value: Any, small: str, unit: str, large: str) -> str:
-    """``value`` (in ``unit``) in ``small`` below 1, ``unit`` up to 1,000, ``large`` above (factors of 1,000)."""
+ENERGY_TEXT_UNITS = (("Wh", 1e3), ("kWh", 1.0), ("MWh", 1e-3))  # base: kWh
+CO2_TEXT_UNITS = (("g", 1e3), ("kg", 1.0), ("t", 1e-3))  # base: kg
+
+
+def _scaled(value: Any, units: Sequence[tuple[str, float]]) -> str:
+    """``value`` in the unit its size reads best in (the charts' rule, :func:`plots.axis_unit`), plain decimals."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return "—"
-    if abs(value) >= 1000:
-        return f"{_plain(value / 1000)} {large}"
-    return f"{_plain(value)} {unit}" if abs(value) >= 1 else f"{_plain(value * 1000)} {small}"
+    unit, factor = axis_unit([value], units)
+    return f"{_plain(value * factor)} {unit}"
 
 
 def _energy(kwh: Any) -> str:
-    return _scaled(kwh, "Wh", "kWh", "MWh")
+    return _scaled(kwh, ENERGY_TEXT_UNITS)
 
 
 def _energy_source(cost: Mapping[str, Any]) -> str:
@@ -69,7 +73,7 @@ def _energy_source(cost: Mapping[str, Any]) -> str:
 
 
 def _co2(kg: Any) -> str:
-    return _scaled(kg, "g", "kg", "t")
+    return _scaled(kg, CO2_TEXT_UNITS)
 
 
 def _mean_std(row: Mapping[str, Any]) -> str:
