@@ -28,6 +28,10 @@ makes its windows advance by N too. ``max_answer_len`` = 128 wordpieces
 stands in for our 500-character limit.
 
 Usage: ``python bench/bench_qa.py --limit 10`` (a few minutes on 2 cores).
+
+Time against document length (1k to 20k wordpieces, the same 4 questions of each document)::
+
+    python bench/bench_qa.py --lengths 1000 2000 5000 10000 20000 --out qa-length.jsonl --plot docs/img/qa-length.png
 """
 
 from __future__ import annotations
@@ -209,7 +213,9 @@ def run_ours(model: Path, data: Path, out: Path, pool: str, args: argparse.Names
     return timer, {**outcome.manifest["stats"], "spans": spans}, predictions
 
 
-def run_pipeline(model_dir: Path, questions: list[tuple[str, str, str]], max_length: int) -> tuple[Timer, dict[str, dict[str, Any]]]:
+def run_pipeline(
+    model_dir: Path, questions: list[tuple[str, str, str]], max_length: int, *, tokenizer_dir: Path | None = None
+) -> tuple[Timer, dict[str, dict[str, Any]]]:
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
@@ -219,7 +225,7 @@ def run_pipeline(model_dir: Path, questions: list[tuple[str, str, str]], max_len
 
     answers = {}
     with Timer() as timer:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir / GENERAL_TOKENIZER_DIR)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or model_dir / GENERAL_TOKENIZER_DIR)
         with quiet_transformers():
             model = AutoModelForQuestionAnswering.from_pretrained(model_dir, dtype=torch.float32).eval()
         for qid, question, context in questions:
@@ -257,6 +263,81 @@ def agreement(ours: dict[str, str], our_spans: dict[str, list[tuple[int, int]]],
     }
 
 
+def length_curve(args: argparse.Namespace, work: Path) -> None:
+    """Seconds per question against document length: greenadapt qa and the ported pipeline on the same documents.
+
+    Each document is the Covid-QA papers' text, concatenated and cut at N wordpieces (real text, one long
+    document per length); the same ``--questions`` Covid-QA questions are asked of each. Resumable through --out.
+    """
+    from transformers import AutoTokenizer
+
+    from greenadapt.qa.run import QaOptions, run_qa
+
+    squad = json.loads(COVID_QA.read_text(encoding="utf-8"))
+    papers = [p["context"] for doc in squad["data"] for p in doc["paragraphs"]]
+    asked = [q["question"] for doc in squad["data"] for p in doc["paragraphs"] for q in p["qas"]][: args.questions]
+    qa_model = work / "minilm-qa"
+    if not (qa_model / "config.json").is_file():
+        build_qa_model(qa_model)
+    tokenizer = AutoTokenizer.from_pretrained(qa_model)
+    text = "\n".join(papers)
+    ends = [end for _, end in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+    done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.is_file() else []
+    for length in args.lengths:
+        if any(r["wordpieces"] == length for r in done):
+            continue
+        if length > len(ends):
+            raise SystemExit(f"the Covid-QA papers hold {len(ends)} wordpieces, fewer than {length}")
+        context = text[: ends[length - 1]]
+        first_word = context.split()[0]
+        qas = [{"id": f"L{length}-{k}", "question": q, "answers": [{"text": first_word, "answer_start": context.index(first_word)}]}
+               for k, q in enumerate(asked)]
+        data = work / f"doc-{length}.json"
+        data.write_text(json.dumps({"data": [{"title": f"{length}", "paragraphs": [{"context": context, "qas": qas}]}]}), encoding="utf-8")
+        options = QaOptions(pool="general", max_length=args.max_length, batch_size=args.batch_size, device="cpu")
+        with Timer() as ours:
+            outcome = run_qa(str(qa_model), data, work / f"out-{length}", options=options, force=True)
+        theirs, _ = run_pipeline(qa_model, [(q["id"], q["question"], context) for q in qas], args.max_length, tokenizer_dir=qa_model)
+        row = {"wordpieces": length, "questions": len(qas), "windows": outcome.manifest["stats"]["windows"],
+               "greenadapt_s": round(ours.wall, 2), "pipeline_s": round(theirs.wall, 2),
+               "greenadapt_cpu_s": round(ours.cpu, 2), "pipeline_cpu_s": round(theirs.cpu, 2),
+               "speedup": round(theirs.wall / ours.wall, 3)}
+        with open(args.out, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+        done.append(row)
+        print(json.dumps(row), flush=True)
+    if args.plot:
+        plot_length_curve(sorted(done, key=lambda r: r["wordpieces"]), args.plot)
+
+
+def plot_length_curve(rows: list[dict[str, Any]], dest: Path) -> None:
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axis = plt.subplots(figsize=(5.5, 3.6))
+    lengths = [r["wordpieces"] for r in rows]
+    for key, label, style in (("greenadapt_s", "greenadapt qa", "o-"), ("pipeline_s", "transformers QA pipeline (v4 port)", "s--")):
+        axis.plot(lengths, [r[key] / r["questions"] for r in rows], style, label=label)
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    for scale in (axis.xaxis, axis.yaxis):
+        scale.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        scale.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axis.set_xticks([r["wordpieces"] for r in rows])
+    per_question = [r[key] / r["questions"] for r in rows for key in ("greenadapt_s", "pipeline_s")]
+    axis.set_yticks([t for t in (0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(per_question) / 1.5 <= t <= max(per_question) * 1.5])
+    axis.set_xlabel("document length (wordpieces)")
+    axis.set_ylabel("seconds per question")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend()
+    axis.set_title("QA time against document length (MiniLM, CPU)")
+    fig.tight_layout()
+    fig.savefig(dest, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=10, help="first N Covid-QA questions")
@@ -264,6 +345,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workdir", type=Path, default=None, help="keep models and outputs here (default: a temp folder)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
+                        help="instead: time against document length, one document of N wordpieces per N")
+    parser.add_argument("--questions", type=int, default=4, help="--lengths: questions asked of each document")
+    parser.add_argument("--out", type=Path, default=Path("qa-length.jsonl"), help="--lengths: results, one JSON line each (resumable)")
+    parser.add_argument("--plot", type=Path, default=None, help="--lengths: draw the curve into this PNG")
     args = parser.parse_args()
     if not COVID_QA.is_file():
         sys.exit(f"{COVID_QA} is absent: this benchmark needs ../shared/data")
@@ -273,6 +359,11 @@ def main() -> None:
     import torch
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname).1s %(name)s: %(message)s")
+    if args.lengths:
+        work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-qa-"))
+        work.mkdir(parents=True, exist_ok=True)
+        length_curve(args, work)
+        return
     from greenadapt.qa.data import read_squad
     from greenadapt.qa.metrics import evaluate
 

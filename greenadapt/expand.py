@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 
     from greenadapt.domain_tokenizer import GeneralTokenizer
     from greenadapt.models import ModelRef
+    from greenadapt.vectors import VectorRows
 
 log = logging.getLogger(__name__)
 
@@ -413,18 +414,18 @@ def _expand(
 
 def _method_vectors(
     method: InitMethod, w2v_dir: Path, listed: list[str], new: NewWords, general: GeneralTokenizer, progress: Progress
-) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+) -> tuple[VectorRows | None, np.ndarray | None, np.ndarray | None]:
     """(the new words' vectors, the shared words' vectors, their ids): only what ``method`` needs, else None."""
     import numpy as np
 
-    from greenadapt.vectors import read_word2vec_binary
+    from greenadapt.vectors import VectorRows, read_word2vec_rows
 
     if not method.needs_vectors:
         return None, None, None
     progress.start("reading word2vec vectors")
     shared_rows = [i for i, w in enumerate(listed) if w in general.vocab] if method.needs_shared_vectors else []
     # Only the new (and, for methods that need them, the shared) words' vectors: a capped run holds no more.
-    words, vectors = read_word2vec_binary(w2v_dir / "vectors.bin", rows=new.w2v_rows + shared_rows)
+    words, selected = read_word2vec_rows(w2v_dir / "vectors.bin", new.w2v_rows + shared_rows)
     progress.finish()
     if words != listed:
         raise StageError(
@@ -432,10 +433,13 @@ def _method_vectors(
             path=w2v_dir,
             hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
         )
+    n_new = len(new.w2v_rows)
     if not shared_rows:
-        return vectors, None, None
+        return selected, None, None
     shared_ids = np.array([general.vocab[listed[i]] for i in shared_rows], dtype=np.int64)
-    return vectors[: len(new.w2v_rows)], vectors[len(new.w2v_rows) :], shared_ids
+    index = np.arange(len(selected)) if selected.index is None else selected.index
+    shared = VectorRows(selected.matrix, index[n_new:]).gathered()
+    return VectorRows(selected.matrix, index[:n_new]), shared, shared_ids
 
 
 def _vocabulary_tensors(
@@ -559,7 +563,9 @@ def write_safetensors(
     header["__metadata__"] = dict(metadata)
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
     encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as handle:
+    from greenadapt.manifest import HashedWriter
+
+    with HashedWriter(path) as handle:
         handle.write(struct.pack("<Q", len(encoded)))
         handle.write(encoded)
         for done, (name, dtype, _, source) in enumerate(specs, start=1):
@@ -568,7 +574,7 @@ def write_safetensors(
                 if chunk.dtype != dtype:
                     raise RuntimeError(f"{name}: chunk of dtype {chunk.dtype}, expected {dtype}")
                 data = chunk.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-                handle.write(data)  # type: ignore[arg-type]  # an ndarray is a buffer; numpy's stubs lack __buffer__ before 3.12
+                handle.write(data)
                 written += data.nbytes
             start, end = header[name]["data_offsets"]
             if written != end - start:

@@ -23,10 +23,12 @@ is the fallback for any other layout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +78,79 @@ def _unreadable_entry(path: Path, i: int, dim: int, n_declared: int, *, truncate
     )
 
 
+@dataclass(frozen=True)
+class VectorRows:
+    """Some rows of a vector matrix, in a chosen order, handed out a chunk at a time.
+
+    ``index`` None means every row of ``matrix`` in its order. ``expand`` gives a method its words' vectors
+    this way, so the rows can stay inside a matrix read whole (by ``align``, within ``adapt``) instead of being
+    gathered into a second one of the same size.
+    """
+
+    matrix: np.ndarray
+    index: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.matrix) if self.index is None else len(self.index)
+
+    @property
+    def dim(self) -> int:
+        return int(self.matrix.shape[1])
+
+    def chunk(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` (positions in this selection) as a float32 array."""
+        if self.index is None:
+            return self.matrix[start:stop]
+        return self.matrix[self.index[start:stop]]
+
+    def gathered(self) -> np.ndarray:
+        """All the rows as one array (for the small selections a method needs whole)."""
+        return self.chunk(0, len(self))
+
+
+# While ``keep_whole_reads`` is active: the last word2vec file read whole, by its identity on disk.
+_KEPT: dict[tuple[int, int, int, int], tuple[list[str], np.ndarray]] | None = None
+
+
+@contextlib.contextmanager
+def keep_whole_reads() -> Iterator[None]:
+    """Keep a word2vec file read whole for the block's next row read of the same unchanged file.
+
+    ``adapt`` runs align (which reads every vector) and then expand (which needs most of them again) in one
+    process: inside this block expand's :func:`read_word2vec_rows` takes align's matrix instead of parsing
+    1.5 GB again (a million new words). One file is kept, until that read takes it or the block ends.
+    """
+    global _KEPT
+    outer, _KEPT = _KEPT, {}
+    try:
+        yield
+    finally:
+        _KEPT = outer
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def read_word2vec_rows(path: str | os.PathLike[str], rows: Sequence[int]) -> tuple[list[str], VectorRows]:
+    """Every word of a word2vec file and the vectors of entries ``rows``, in that order.
+
+    Inside :func:`keep_whole_reads`, a file read whole before is not read again: the rows are a view into it.
+    """
+    import numpy as np
+
+    path = Path(path)
+    # Taken, not copied: from here the matrix lives as long as the caller's rows of it.
+    kept = _KEPT.pop(_identity(path), None) if _KEPT and path.is_file() else None
+    if kept is not None:
+        words, matrix = kept
+        log.debug("%s: vectors taken from the whole read earlier in this process", path)
+        return words, VectorRows(matrix, np.asarray(rows, dtype=np.int64).reshape(-1))
+    words, vectors = read_word2vec_binary(path, rows=rows)
+    return words, VectorRows(vectors)
+
+
 def read_word2vec_binary(
     path: str | os.PathLike[str], limit: int | None = None, *, rows: Sequence[int] | None = None
 ) -> tuple[list[str], np.ndarray]:
@@ -96,6 +171,8 @@ def read_word2vec_binary(
     except OSError as exc:
         raise InputError(f"cannot read word2vec file: {exc.strerror or exc}", path=path) from None
     with handle:
+        st = os.fstat(handle.fileno())
+        identity_before = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         header = handle.readline(256)
         n_declared, dim = _parse_header(header, path)
         n = n_declared if limit is None else max(0, min(n_declared, limit))
@@ -120,6 +197,11 @@ def read_word2vec_binary(
             path=path,
             hint="the file is corrupt, or training diverged; rerun the w2v stage with --force",
         )
+    if _KEPT is not None and rows is None and limit is None:
+        key = _identity(path)
+        if key == identity_before:  # not rewritten while it was read
+            _KEPT.clear()
+            _KEPT[key] = (words, vectors)
     return words, vectors
 
 

@@ -84,6 +84,27 @@ def test_original_rows_bit_identical_and_new_rows_are_W_v(pipeline: dict[str, Pa
     np.testing.assert_allclose(grown[V:].numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("method", ["lstsq", "focus"])
+def test_inside_adapt_the_vectors_are_parsed_once_and_the_model_is_the_same(
+    pipeline: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """adapt keeps align's whole read for expand (keep_whole_reads): one parse of vectors.bin, identical weights."""
+    import greenadapt.vectors as vectors_module
+    from greenadapt.vectors import keep_whole_reads
+
+    alone = run_expand(align=run_align(w2v=pipeline["w2v"], method=method, out=tmp_path / "a1").path, out=tmp_path / "e1")
+    parses: list[object] = []
+    real = vectors_module.read_word2vec_binary
+    monkeypatch.setattr(vectors_module, "read_word2vec_binary", lambda *a, **k: parses.append(k.get("rows")) or real(*a, **k))
+    with keep_whole_reads():
+        aligned = run_align(w2v=pipeline["w2v"], method=method, out=tmp_path / "a2")
+        together = run_expand(align=aligned.path, out=tmp_path / "e2")
+    assert parses == [None]  # align's whole read; expand took its rows from it
+    weights = (alone.path / "model.safetensors").read_bytes()
+    assert weights == (together.path / "model.safetensors").read_bytes()
+    assert (alone.path / "new_words.tsv").read_bytes() == (together.path / "new_words.tsv").read_bytes()
+
+
 def test_mlm_head_stays_tied_and_bias_is_extended_with_its_mean(pipeline: dict[str, Path]) -> None:
     from transformers import AutoModelForMaskedLM
 

@@ -339,3 +339,28 @@ def test_a_single_seed_bar_has_no_error_bar_and_says_n_1() -> None:
     error_bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
     assert len(error_bars) == 1
     assert results_figure([], "x") is None
+
+
+def test_cost_growth_is_drawn_where_runs_of_several_sizes_exist(tmp_path: Path) -> None:
+    """w2v runs of three corpus sizes (same epochs) give a curve ordered by size; one size alone gives none."""
+    from greenadapt.report.plots import growth_chart
+
+    sizes = {"small": 1_000, "large": 100_000, "mid": 10_000}
+    for name, tokens in sizes.items():
+        _stage("w2v", tmp_path / "runs" / name / "w2v", {"dim": 8, "epochs": 5}, [{"path": f"{name}.txt"}], {"v.txt": "x"},
+               {"tokens": tokens})
+    _stage("w2v", tmp_path / "runs" / "other" / "w2v", {"dim": 8, "epochs": 1}, [{"path": "o.txt"}], {"v.txt": "x"}, {"tokens": 5_000})
+    data = collect([tmp_path / "runs"])
+    [series] = data["growth"]  # the 1-epoch run has no size to compare with: no curve of its own
+    assert series["label"] == "w2v (5 epochs)" and series["size"] == "corpus tokens"
+    assert [p[0] for p in series["points"]] == [1_000, 10_000, 100_000]
+    assert all(isinstance(p[1], float) and p[1] >= 0 for p in series["points"])
+    png = growth_chart(data["growth"])
+    assert png is not None and png.startswith(b"\x89PNG")
+    page = tmp_path / "report.html"
+    write_html(data, page)
+    assert "How cost grows" in page.read_text()
+    assert collect([tmp_path / "runs" / "small"])["growth"] == [] and growth_chart([]) is None
+    from greenadapt.report.plots import count_label
+
+    assert [count_label(v) for v in (999, 23_640, 559_757, 1_702_382, 1_000_000, 1.05e9)] == ["999", "24k", "560k", "1.7M", "1M", "1.1B"]

@@ -129,6 +129,41 @@ def test_study_table_pairs_seeds_with_base_and_bootstraps_the_mean_difference(tm
     table = reproduce_ner.render_study_table(list(rows.values()))
     assert "| A | focus | 69.00 ± 1.00 (n=3) |" in table and "+1.67 (+2.00, +3.00, +0.00)" in table
 
+    # --against another variant: differences to that variant's own headline (focus: mean-pooled).
+    against = reproduce_ner.study_table(run, ["A"], ["base"], [1, 2, 3], against="focus")[0]
+    assert against["paired_vs"] == "focus"
+    assert all(abs(a - b) < 1e-9 for a, b in zip(against["paired_vs_base"]["differences"], [-2.0, -3.0, 0.0], strict=True))
+    assert "Δ vs focus, paired" in reproduce_ner.render_study_table([against])
+
+
+@pytest.mark.slow
+def test_dense_embeddings_trains_every_row_with_adamw_and_finetune_only_the_rows_used(tmp_path: Path) -> None:
+    """bench/dense_embeddings.py, the study's reference arm: an added row no batch uses still moves under dense
+    AdamW (its weight decay reaches every row) and stays bit-identical under finetune's row-wise update."""
+    from finetune_helpers import build_tiny_expanded, write_ner_file
+    from safetensors.torch import load_file
+
+    model = build_tiny_expanded(tmp_path / "model", extra_rows=3)
+    before = load_file(str(model / "model.safetensors"))
+    key = next(k for k in before if k.endswith("word_embeddings.weight"))
+    train = write_ner_file(tmp_path / "train.tsv", 16, seed=1)
+    outputs = {}
+    for arm, launcher in (("rows", ["-m", "greenadapt"]), ("dense", [str(REPO / "bench" / "dense_embeddings.py")])):
+        out = tmp_path / arm
+        done = subprocess.run(
+            [sys.executable, *launcher, "finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--epochs", "2",
+             "--batch-size", "4", "--lr", "1e-2", "--seed", "1", "--device", "cpu", "--workdir", str(tmp_path / "w"),
+             "--out", str(out), "--quiet"],
+            capture_output=True, text=True, timeout=600, cwd=REPO,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs[arm] = load_file(str(next(out.rglob("model.safetensors"))))
+    unused = slice(before[key].shape[0] - 3, None)  # the filler rows: no tokenizer entry, so no batch uses them
+    rows_key = next(k for k in outputs["rows"] if k.endswith("word_embeddings.weight"))
+    assert outputs["rows"][rows_key][unused].equal(before[key][unused])
+    assert not outputs["dense"][rows_key][unused].equal(before[key][unused])
+    assert (outputs["dense"][rows_key][unused].norm(dim=1) < before[key][unused].norm(dim=1)).all()  # decayed, not noise
+
 
 def test_parallel_runs_give_the_same_results_as_one_by_one(tiny_bert: Path, tmp_path: Path) -> None:
     """--parallel N runs the same commands side by side: each run's scores equal the sequential run's."""
@@ -144,11 +179,11 @@ def test_parallel_runs_give_the_same_results_as_one_by_one(tiny_bert: Path, tmp_
     train = write_ner_file(tmp_path / "train.tsv", 24, seed=1)
     test = write_ner_file(tmp_path / "test.tsv", 10, seed=2)
 
-    def jobs(root: Path) -> list[tuple[list[str], Path]]:
+    def jobs(root: Path) -> list[tuple[list[str], Path, Path | None]]:
         return [
             (["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", str(tiny_bert), "--seed", str(seed),
               "--epochs", "2", "--batch-size", "4", "--lr", "1e-3", "--device", "cpu", "--workdir", str(root / "w"),
-              "--out", str(root / f"seed-{seed}"), "--quiet"], root / f"seed-{seed}")
+              "--out", str(root / f"seed-{seed}"), "--quiet"], root / f"seed-{seed}", None)
             for seed in (1, 2, 3)
         ]
 
@@ -165,7 +200,7 @@ def test_parallel_runs_give_the_same_results_as_one_by_one(tiny_bert: Path, tmp_
     )  # the seeds differ, so equality above is not vacuous
 
     failing = [(["finetune", "--task", "ner", "--train", str(tmp_path / "missing.tsv"), "--model", str(tiny_bert),
-                 "--out", str(tmp_path / "bad"), "--quiet"], tmp_path / "bad")]
+                 "--out", str(tmp_path / "bad"), "--quiet"], tmp_path / "bad", None)]
     with pytest.raises(SystemExit) as stopped:
         runner.run_all(failing * 2, parallel=2)
     assert stopped.value.code != 0

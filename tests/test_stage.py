@@ -257,3 +257,27 @@ def test_each_file_is_hashed_once_per_process_while_it_stays_the_same(tmp_path: 
     copy = tmp_path / "copy.bin"
     copy.write_bytes(data.read_bytes())  # another file (inode) with the same bytes is hashed on its own
     assert manifest_module.sha256_file(copy) == second and len(reads) == 3
+
+
+def test_a_file_written_through_hashed_writer_is_not_read_back_to_be_checksummed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """expand writes the model through HashedWriter; the stage's checksum of its outputs then reads nothing."""
+    import hashlib
+
+    from greenadapt import manifest as manifest_module
+
+    reads: list[Path] = []
+    real = manifest_module._sha256_contents
+    monkeypatch.setattr(manifest_module, "_sha256_contents", lambda path: reads.append(path) or real(path))
+    parts = [b"header", bytes(range(256)) * 4000, b"", b"tail"]
+    out = tmp_path / "model.bin"
+    with manifest_module.HashedWriter(out) as handle:
+        for part in parts:
+            handle.write(part)
+    assert out.read_bytes() == b"".join(parts)
+    assert manifest_module.sha256_file(out) == hashlib.sha256(b"".join(parts)).hexdigest() and reads == []
+
+    failed = tmp_path / "failed.bin"
+    with pytest.raises(RuntimeError), manifest_module.HashedWriter(failed) as handle:
+        handle.write(b"half")
+        raise RuntimeError("the writer stopped")
+    assert manifest_module.sha256_file(failed) == hashlib.sha256(b"half").hexdigest() and reads == [failed]  # hashed afresh

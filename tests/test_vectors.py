@@ -110,6 +110,38 @@ def test_rows_keeps_only_the_chosen_vectors_in_the_given_order(tmp_path: Path) -
         read_word2vec_binary(tmp_path / "v.bin", rows=[20])
 
 
+def test_a_file_read_whole_serves_later_row_reads_inside_keep_whole_reads(tmp_path: Path) -> None:
+    """adapt's align reads every vector; expand's rows are then a view into that matrix, equal to a fresh read."""
+    import os
+
+    from greenadapt.vectors import keep_whole_reads, read_word2vec_rows
+
+    vectors = _random(30, 4)
+    words = [f"w{i}" for i in range(30)]
+    path = tmp_path / "v.bin"
+    write_word2vec_binary(path, words, vectors)
+    rows = [29, 3, 11]
+    fresh_words, fresh = read_word2vec_rows(path, rows)
+    assert fresh.index is None and fresh_words == words  # outside the block: a compact read of those rows
+    with keep_whole_reads():
+        _, whole = read_word2vec_binary(path)
+        kept_words, kept = read_word2vec_rows(path, rows)
+        assert np.shares_memory(kept.matrix, whole) and kept_words == words
+        np.testing.assert_array_equal(kept.gathered(), fresh.gathered())
+        np.testing.assert_array_equal(kept.chunk(1, 3), vectors[[3, 11]])
+        assert len(kept) == 3 and kept.dim == 4
+        assert read_word2vec_rows(path, rows)[1].index is None  # taken by the first row read, not held on
+        read_word2vec_binary(path)
+        # A file changed since (new content, new modification time) is read again, not taken from memory.
+        write_word2vec_binary(path, words, vectors * 2)
+        os.utime(path, ns=(1, 1))
+        _, changed = read_word2vec_rows(path, rows)
+        assert changed.index is None
+        np.testing.assert_array_equal(changed.gathered(), 2 * vectors[rows])
+    _, after = read_word2vec_rows(path, rows)
+    assert after.index is None  # nothing is kept once the block ends
+
+
 def test_large_file_spanning_many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import greenadapt.vectors as module
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from greenadapt.domain_tokenizer import GeneralTokenizer
+    from greenadapt.vectors import VectorRows
 
 ROW_CHUNK = 32768
 
@@ -65,7 +66,7 @@ class RowContext:
 
     align_dir: Path
     words: Sequence[str]  # the new words, in id order
-    vectors: np.ndarray | None  # their word2vec vectors (None for methods that need none)
+    vectors: VectorRows | None  # their word2vec vectors, in words order (None for methods that need none)
     embeddings: np.ndarray  # the input-embedding matrix (V, d_model), float32
     general: GeneralTokenizer
     shared_vectors: np.ndarray | None  # word2vec vectors of the shared words (methods that need them)

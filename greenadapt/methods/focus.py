@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.methods.base import ROW_CHUNK, FitContext, RowContext
 from greenadapt.methods.lstsq import mean_cosine
+from greenadapt.vectors import VectorRows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,7 +38,7 @@ class Focus:
 
         if not len(ctx.held):
             return {"train_cosine": None, "heldout_cosine": None}
-        rows = np.concatenate(list(focus_rows(ctx.X[ctx.held], ctx.X[ctx.train], ctx.Y[ctx.train], ctx.options.focus_k, ctx.options.focus_temperature)))
+        rows = np.concatenate(list(focus_rows(VectorRows(ctx.X[ctx.held]), ctx.X[ctx.train], ctx.Y[ctx.train], ctx.options.focus_k, ctx.options.focus_temperature)))
         return {"train_cosine": None, "heldout_cosine": mean_cosine(rows, ctx.Y[ctx.held])}
 
     def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
@@ -76,12 +77,12 @@ def focus_weights(queries: np.ndarray, shared: np.ndarray, k: int, temperature: 
     return top, sparsemax(top_sims / temperature)
 
 
-def focus_rows(queries: np.ndarray, shared_vectors: np.ndarray, shared_rows: np.ndarray, k: int, temperature: float) -> Iterator[np.ndarray]:
+def focus_rows(queries: VectorRows, shared_vectors: np.ndarray, shared_rows: np.ndarray, k: int, temperature: float) -> Iterator[np.ndarray]:
     import numpy as np
 
     shared_rows64 = np.asarray(shared_rows, dtype=np.float64)
     for start in range(0, len(queries), min(ROW_CHUNK, _QUERY_CHUNK)):
-        top, weights = focus_weights(queries[start : start + _QUERY_CHUNK], shared_vectors, k, temperature)
+        top, weights = focus_weights(queries.chunk(start, start + _QUERY_CHUNK), shared_vectors, k, temperature)
         yield np.einsum("nk,nkd->nd", weights, shared_rows64[top]).astype(np.float32)
 
 

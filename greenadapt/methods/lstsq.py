@@ -48,9 +48,9 @@ class Lstsq:
 
     def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
         assert ctx.vectors is not None
-        W32t = load_map(ctx, ctx.vectors.shape[1])
+        W32t = load_map(ctx, ctx.vectors.dim)
         for start in range(0, len(ctx.vectors), ROW_CHUNK):
-            yield ctx.vectors[start : start + ROW_CHUNK] @ W32t
+            yield ctx.vectors.chunk(start, start + ROW_CHUNK) @ W32t
 
 
 def load_map(ctx: RowContext, d_w2v: int) -> np.ndarray:

@@ -171,7 +171,34 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         "results": results_table(stages),
         "accuracy_vs_cost": accuracy_vs_cost(stages),
         "paper": paper_comparison(stages),
+        "growth": cost_growth(stages),
     }
+
+
+# What a stage's size is, for "how cost grows": the manifest statistic, and what it counts.
+GROWTH_SIZES = {"w2v": ("tokens", "corpus tokens"), "align": ("n_w2v", "word2vec words"), "expand": ("n_new", "new words")}
+
+
+def cost_growth(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Wall time and peak memory against size, per stage kind, where the report holds runs of several sizes.
+
+    w2v runs are grouped by their epochs (the time per token scales with them); a kind with fewer than two
+    distinct sizes has no curve.
+    """
+    series = []
+    for kind, (key, counts) in GROWTH_SIZES.items():
+        groups: dict[str, list[list[Any]]] = {}
+        for stage in stages:
+            size, wall = stage["stats"].get(key), stage["cost"].get("wall_seconds")
+            if stage["kind"] != kind or not isinstance(size, int | float) or not isinstance(wall, int | float) or size <= 0:
+                continue
+            epochs = stage["config"].get("epochs") if kind == "w2v" else None
+            label = f"{kind} ({epochs} epoch{'' if epochs == 1 else 's'})" if isinstance(epochs, int) else kind
+            groups.setdefault(label, []).append([size, wall, stage["cost"].get("peak_rss_mib"), stage["name"]])
+        for label, points in groups.items():
+            if len({p[0] for p in points}) >= 2:
+                series.append({"kind": kind, "label": label, "size": counts, "points": sorted(points, key=lambda p: (p[0], p[3]))})
+    return series
 
 
 def adaptation_chains(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -68,6 +68,50 @@ def cost_chart(stages: Sequence[Mapping[str, Any]]) -> bytes | None:
     return _png(fig)
 
 
+MEMORY_UNITS = (("MiB", 1.0), ("GiB", 1 / 1024), ("TiB", 1 / 1024**2))  # base: MiB
+
+
+def count_label(value: float) -> str:
+    """A size on an axis: 560k, 1.7M, 1B."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.2g}{unit}" if value / size < 10 else f"{value / size:.0f}{unit}"
+    return f"{value:g}"
+
+
+def growth_chart(series: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """Wall time and peak memory against size, one row of two panels per stage kind (log size axis)."""
+    if not series:
+        return None
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    fig = _figure(8.0, 2.4 * len(series) + 0.4)
+    axes = fig.subplots(len(series), 2, squeeze=False)
+    for (time_ax, memory_ax), one in zip(axes, series):
+        sizes = [p[0] for p in one["points"]]
+        seconds = [p[1] for p in one["points"]]
+        time_unit, time_factor = axis_unit(seconds, TIME_UNITS)
+        time_ax.plot(sizes, [v * time_factor for v in seconds], "o-", color="#3b6ea8")
+        time_ax.set_ylabel(f"wall time ({time_unit})")
+        time_ax.set_title(one["label"], fontsize=9)
+        measured = [(p[0], float(p[2])) for p in one["points"] if isinstance(p[2], int | float)]
+        memory_unit, memory_factor = axis_unit([m[1] for m in measured], MEMORY_UNITS)
+        if measured:
+            memory_ax.plot([m[0] for m in measured], [m[1] * memory_factor for m in measured], "s-", color="#4c9a2a")
+        memory_ax.set_ylabel(f"peak memory ({memory_unit})")
+        memory_ax.set_title(one["label"], fontsize=9)
+        for ax in (time_ax, memory_ax):
+            ax.set_xscale("log")
+            # The measured sizes themselves as ticks: a few points, and no 4×10⁶ crowding between decades.
+            ax.xaxis.set_major_locator(FixedLocator(sorted(set(sizes))))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: count_label(value)))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_xlabel(str(one["size"]))
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+    return _png(fig)
+
+
 def results_chart(rows: Sequence[Mapping[str, Any]], title: str) -> bytes | None:
     """Mean ± std of the primary metric, one bar per group and pooling mode."""
     fig = results_figure(rows, title)

@@ -317,6 +317,8 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
     body = ["<h1>greenadapt report</h1>", "<p>Runs: " + ", ".join(f"<code>{html.escape(r)}</code>" for r in data["runs"]) + "</p>"]
     body += ["<h2>Stages and their cost</h2>", _html_table(*stage_table(data), numeric=lambda i: 2 <= i <= 7)]
     body.append(_img(figures.get("cost"), "energy and wall time per stage"))
+    if figures.get("growth"):
+        body += ["<h3>How cost grows</h3>", _img(figures.get("growth"), "wall time and peak memory against size, per stage kind")]
     body.append(
         '<p class="note">Energy: <em>measured</em> where a hardware counter was read (rapl, nvml, or codecarbon in one of '
         "its counter modes), <em>estimated</em> otherwise (codecarbon's cpu_load model, or TDP × utilisation: "
@@ -387,6 +389,7 @@ def figure_specs(data: Mapping[str, Any]) -> dict[str, Callable[[], bytes | None
 
     specs: dict[str, Callable[[], bytes | None]] = {
         "cost": lambda: plots.cost_chart(data["stages"]),
+        "growth": lambda: plots.growth_chart(data.get("growth", [])),
         "accuracy_vs_cost": lambda: plots.accuracy_cost_chart(data.get("accuracy_vs_cost", [])),
     }
     for key, title in result_groups(data):
