@@ -266,7 +266,6 @@ def _align(
     source = _checked_vector_source(w2v_dir, w2v_manifest, method)
     progress.start("reading word2vec vectors")
     words, vectors = read_w2v_words(w2v_dir, need_vectors=method.needs_vectors, method=method.name)
-    counts = read_counts(w2v_dir / "counts.tsv") if (w2v_dir / "counts.tsv").is_file() else {}
     progress.finish()
     embeddings = read_input_embeddings(ref.path)
     n_rows, d_model = embeddings.shape
@@ -300,6 +299,8 @@ def _align(
         log.warning("align: %s", warning)
 
     W = np.load(dest / fitted["map_file"], allow_pickle=False) if fitted.get("map_file") else None
+    # Read after the fit, whose float64 copies are the stage's other large allocation: the two never coexist.
+    counts = read_counts(w2v_dir / "counts.tsv") if (w2v_dir / "counts.tsv").is_file() else {}
     neighbours = _neighbours(words, vectors, counts, embeddings, general, W, probes) if d_w2v else []
 
     report: dict[str, Any] = {
@@ -445,8 +446,11 @@ def neighbour_table(
     cross: dict[str, list[list[Any]]] = {}
     if present:
         queries = vectors[[index[w] for w in present]].astype(np.float32)
-        norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
-        sims = (vectors @ queries.T) / (np.maximum(norms[:, None], 1e-12) * np.maximum(norms[[index[w] for w in present]], 1e-12))
+        norms = np.maximum(np.sqrt(np.einsum("ij,ij->i", vectors, vectors)), 1e-12)
+        # Divided in place: a million words × the queries of cosines exist once, not three times.
+        sims = vectors @ queries.T
+        sims /= norms[:, None]
+        sims /= norms[[index[w] for w in present]]
         for j, word in enumerate(present):
             sims[index[word], j] = -np.inf
             within[word] = _top(sims[:, j], lambda i: words[i])

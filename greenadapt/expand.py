@@ -340,6 +340,7 @@ def _expand(
     counts = read_counts(w2v_dir / "counts.tsv")
     listed = list(counts)
     new = select_new_words(general, listed, counts, max_new=max_new, min_count=min_count)
+    del counts  # the chosen words' counts are in ``new``; a million words' dict need not live through the writing
     vectors, shared_vectors, shared_ids = _method_vectors(method, w2v_dir, listed, new, general, progress)
     del listed
 
@@ -375,7 +376,9 @@ def _expand(
     write_safetensors(dest / WEIGHTS_FILE, specs, metadata={"format": "pt"}, progress=progress)
     progress.finish()
     embedding_dtype = str(state[embedding_key].dtype).removeprefix("torch.")
-    del state, vectors, new_rows, specs, cached, shared_vectors
+    match_norm_target = context.match_norm_target
+    # The vectors (1.5 GB for a million words) go before the tokenizers are written, not after.
+    del state, vectors, new_rows, specs, cached, shared_vectors, context
 
     config = json.loads((ref.path / "config.json").read_text(encoding="utf-8"))
     if config.get("vocab_size") != n_rows:
@@ -401,7 +404,7 @@ def _expand(
         "first_new_id": n_rows,
         "method": method.name,
         "method_description": describe(method, method_options),
-        "match_norm_target": context.match_norm_target,
+        "match_norm_target": match_norm_target,
         "order": ORDER,
         "excluded": new.excluded,
         "extended_tensors": row_keys,

@@ -106,19 +106,20 @@ def same_identity(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 _DIGESTS: dict[tuple[int, int, int, int], str] = {}
 
 
-def _file_key(path: Path) -> tuple[int, int, int, int]:
+def file_key(path: str | os.PathLike[str]) -> tuple[int, int, int, int]:
+    """A file's identity on disk while its content stays the same: device, inode, size, modification time."""
     st = os.stat(path)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def sha256_file(path: Path) -> str:
     """The file's SHA-256, computed once per process for as long as the file stays the same."""
-    key = _file_key(path)
+    key = file_key(path)
     cached = _DIGESTS.get(key)
     if cached is not None:
         return cached
     digest = _sha256_contents(path)
-    if _file_key(path) == key:  # not changed while it was read
+    if file_key(path) == key:  # not changed while it was read
         _DIGESTS[key] = digest
     return digest
 
@@ -155,7 +156,7 @@ class HashedWriter:
         finally:
             self._hasher.shutdown(wait=True)
         if exc_type is None:
-            _DIGESTS[_file_key(self.path)] = self._digest.hexdigest()
+            _DIGESTS[file_key(self.path)] = self._digest.hexdigest()
 
 
 def _sha256_contents(path: Path) -> str:

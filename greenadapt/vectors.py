@@ -128,11 +128,6 @@ def keep_whole_reads() -> Iterator[None]:
         _KEPT = outer
 
 
-def _identity(path: Path) -> tuple[int, int, int, int]:
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def read_word2vec_rows(path: str | os.PathLike[str], rows: Sequence[int]) -> tuple[list[str], VectorRows]:
     """Every word of a word2vec file and the vectors of entries ``rows``, in that order.
 
@@ -140,9 +135,11 @@ def read_word2vec_rows(path: str | os.PathLike[str], rows: Sequence[int]) -> tup
     """
     import numpy as np
 
+    from greenadapt.manifest import file_key
+
     path = Path(path)
     # Taken, not copied: from here the matrix lives as long as the caller's rows of it.
-    kept = _KEPT.pop(_identity(path), None) if _KEPT and path.is_file() else None
+    kept = _KEPT.pop(file_key(path), None) if _KEPT and path.is_file() else None
     if kept is not None:
         words, matrix = kept
         log.debug("%s: vectors taken from the whole read earlier in this process", path)
@@ -198,8 +195,12 @@ def read_word2vec_binary(
             hint="the file is corrupt, or training diverged; rerun the w2v stage with --force",
         )
     if _KEPT is not None and rows is None and limit is None:
-        key = _identity(path)
+        from greenadapt.manifest import file_key
+
+        key = file_key(path)
         if key == identity_before:  # not rewritten while it was read
+            # Read-only from here: the reader and a later one share the array, so neither may change it.
+            vectors.flags.writeable = False
             _KEPT.clear()
             _KEPT[key] = (words, vectors)
     return words, vectors

@@ -127,6 +127,8 @@ def test_a_file_read_whole_serves_later_row_reads_inside_keep_whole_reads(tmp_pa
         _, whole = read_word2vec_binary(path)
         kept_words, kept = read_word2vec_rows(path, rows)
         assert np.shares_memory(kept.matrix, whole) and kept_words == words
+        with pytest.raises(ValueError):  # shared by two readers, so neither may change it
+            whole[0, 0] = 1.0
         np.testing.assert_array_equal(kept.gathered(), fresh.gathered())
         np.testing.assert_array_equal(kept.chunk(1, 3), vectors[[3, 11]])
         assert len(kept) == 3 and kept.dim == 4
