@@ -18,13 +18,25 @@ So during fine-tuning the word-embedding module is replaced by
   gradient clipping and the fp16 grad scaler handle it like any other
   parameter. :class:`RowAdamW` then updates those rows and writes them back.
 
-RowAdamW is "lazy" AdamW per row: a row's moments and bias-correction step
-count advance only in steps whose batch uses the row (as in TensorFlow's
-LazyAdam and ``torch.optim.SparseAdam``), and weight decay is applied to it
-only then. A row used in every step is updated exactly as ``torch.optim.AdamW``
-would update it. Its state is kept only for rows ever used (plus one int64
-slot index per added row), so optimizer memory grows with the vocabulary the
-training data touches, not with the vocabulary size.
+RowAdamW is ``torch.optim.AdamW`` over the added rows, computed lazily: a
+step touches only the rows its batch uses, yet every row ends where dense
+AdamW would have put it. Dense AdamW keeps moving a row in the steps that do
+not use it (its decaying first moment over the root of its decaying second,
+and the weight decay); RowAdamW owes those moves to the row and pays them in
+closed form when the row is next used, and for every row when the weights are
+read (:meth:`SplitWordEmbedding.flush`: evaluation and merging back; a
+checkpoint holds the rows as they are with what they are owed, so a resumed
+run pays it exactly when the uninterrupted one does). Paying them needs the learning rate of every step so far (a float64
+history, two numbers per step) and, per row, the step it was last brought up
+to date. The moment terms of a row fall by ``β1/√β2`` per step, so only the
+last ``CATCH_UP_STEPS`` (200; the next term would be below 1e-9 of the first)
+are summed, and the ``eps`` of the denominator is left out of the owed moves
+(it is ~1e-8 against √v of 1e-6 or more for any row that had a gradient).
+State is kept only for rows ever used (plus one int64 slot index per added
+row), so optimizer memory grows with the vocabulary the training data
+touches, not with the vocabulary size. (Before version 0.x+1 this optimizer was
+"lazy" like ``torch.optim.SparseAdam``: a row rarely used moved ~8× less than
+under dense AdamW, measured on NCBI-disease; see docs/design.md.)
 
 After training :func:`merge_back` restores a plain ``nn.Embedding`` so the
 saved model is an ordinary transformers checkpoint.
@@ -61,6 +73,23 @@ class SplitWordEmbedding(nn.Module):
         self.register_buffer("added", self.table[n_base:], persistent=True)
         self.active = nn.Parameter(torch.zeros(max(capacity, 1), self.embedding_dim, dtype=weight.dtype, device=weight.device))
         self.loaded: torch.Tensor | None = None  # sorted added-row indices now held in ``active``
+        self.owed: Any = None  # the RowAdamW training these rows: pays the moves dense AdamW would have made (flush)
+
+    def flush(self) -> None:
+        """Bring every added row to where dense AdamW would have it now (see the module docstring)."""
+        if self.owed is not None:
+            self.owed.pay_all()
+
+    def settle(self) -> None:
+        """Take the rows as they now are as up to date (after weights from a snapshot were loaded into them)."""
+        if self.owed is not None:
+            self.owed.forgive()
+
+    def train(self, mode: bool = True) -> SplitWordEmbedding:
+        if not mode:  # evaluation reads the rows
+            self.flush()
+        return super().train(mode)
+
 
     @property
     def n_added(self) -> int:
@@ -75,6 +104,8 @@ class SplitWordEmbedding(nn.Module):
         rows = torch.unique(token_ids[token_ids >= self.n_base]) - self.n_base
         if rows.numel() > self.capacity:
             raise RuntimeError(f"a batch uses {rows.numel()} added rows, more than the capacity {self.capacity}")
+        if self.owed is not None:  # the gradient is taken where dense AdamW would have the rows by now
+            self.owed.pay(rows)
         with torch.no_grad():
             self.active[: rows.numel()].copy_(self.added.index_select(0, rows))
         self.loaded = rows
@@ -101,6 +132,7 @@ class SplitWordEmbedding(nn.Module):
 
     def merged_weight(self) -> torch.Tensor:
         """All rows as one table: the trained original rows written back into the table the added rows live in."""
+        self.flush()
         if self.added.data_ptr() != self.table[self.n_base :].data_ptr():  # moved to another device after it was built
             return torch.cat([self.base.weight.detach(), self.added], dim=0)
         with torch.no_grad():
@@ -108,8 +140,11 @@ class SplitWordEmbedding(nn.Module):
         return self.table
 
 
+CATCH_UP_STEPS = 200
+
+
 class RowAdamW(torch.optim.Optimizer):
-    """Lazy per-row AdamW for :class:`SplitWordEmbedding`'s active rows (see the module docstring)."""
+    """AdamW for :class:`SplitWordEmbedding`'s added rows, computed lazily (see the module docstring)."""
 
     def __init__(
         self,
@@ -122,12 +157,19 @@ class RowAdamW(torch.optim.Optimizer):
     ) -> None:
         super().__init__([embedding.active], {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self.embedding = embedding
+        embedding.owed = self
         device = embedding.added.device
         self.slot_of = torch.full((embedding.n_added,), -1, dtype=torch.long, device=device)
+        self.row_of = torch.zeros(0, dtype=torch.long, device=device)  # the added row of each slot
         self.exp_avg = torch.zeros(0, embedding.embedding_dim, device=device)
         self.exp_avg_sq = torch.zeros(0, embedding.embedding_dim, device=device)
-        self.row_steps = torch.zeros(0, dtype=torch.long, device=device)
+        self.row_step = torch.zeros(0, dtype=torch.long, device=device)  # the step each slot's row is up to date with
         self.used = 0
+        self.steps = 0  # optimizer steps taken
+        self.decayed_to = 0  # the step every row without a slot has had its weight decay up to
+        # Per step j (index 0: before the first): cumulative log(1 - lr_j·wd), and lr_j·√(1-β2^j)/(1-β1^j).
+        self.log_keep = torch.zeros(1, dtype=torch.float64, device=device)
+        self.owed_rate = torch.zeros(1, dtype=torch.float64, device=device)
 
     def _slots(self, rows: torch.Tensor) -> torch.Tensor:
         fresh = rows[self.slot_of[rows] < 0]
@@ -138,34 +180,116 @@ class RowAdamW(torch.optim.Optimizer):
                 dim = self.embedding.embedding_dim
                 self.exp_avg = torch.cat([self.exp_avg, self.exp_avg.new_zeros(grow, dim)])
                 self.exp_avg_sq = torch.cat([self.exp_avg_sq, self.exp_avg_sq.new_zeros(grow, dim)])
-                self.row_steps = torch.cat([self.row_steps, self.row_steps.new_zeros(grow)])
-            self.slot_of[fresh] = torch.arange(self.used, needed, device=rows.device)
+                self.row_step = torch.cat([self.row_step, self.row_step.new_zeros(grow)])
+                self.row_of = torch.cat([self.row_of, self.row_of.new_zeros(grow)])
+            new_slots = torch.arange(self.used, needed, device=rows.device)
+            self.slot_of[fresh] = new_slots
+            self.row_of[new_slots] = fresh
+            # Up to date with the step every slot-less row has had its decay to; its moments are zero.
+            self.row_step[new_slots] = self.decayed_to
             self.used = needed
         return self.slot_of[rows]
 
+    def _record(self, lr: float, betas: tuple[float, float], decay: float) -> None:
+        """Append this step's learning rate to the history the owed moves are computed from."""
+        import math
+
+        beta1, beta2 = betas
+        self.steps += 1
+        t = self.steps
+        if t >= self.log_keep.numel():
+            grow = max(t + 1, 2 * self.log_keep.numel())
+            self.log_keep = torch.cat([self.log_keep, self.log_keep.new_zeros(grow - self.log_keep.numel())])
+            self.owed_rate = torch.cat([self.owed_rate, self.owed_rate.new_zeros(grow - self.owed_rate.numel())])
+        self.log_keep[t] = self.log_keep[t - 1] + math.log1p(-lr * decay)
+        self.owed_rate[t] = lr * math.sqrt(1 - beta2**t) / (1 - beta1**t)
+
+    def _pay(self, slots: torch.Tensor, until: int) -> torch.Tensor:
+        """Move ``slots``' rows (and decay their moments) through the steps after their own, up to ``until``.
+
+        Returns the rows, brought up to date (the caller writes them where they belong).
+        """
+        group = self.param_groups[0]
+        beta1, beta2 = group["betas"]
+        rows = self.embedding.added.index_select(0, self.row_of[slots]).double()
+        since = self.row_step[slots]
+        skipped = until - since  # steps whose batches did not use the row
+        keep = (self.log_keep[until] - self.log_keep[since]).exp().unsqueeze(1)
+        m = self.exp_avg[slots].double()
+        v = self.exp_avg_sq[slots].double()
+        k = torch.arange(1, CATCH_UP_STEPS + 1, dtype=torch.long, device=slots.device)
+        step_of = since.unsqueeze(1) + k  # (rows, K): the steps owed
+        within = step_of <= until
+        step_of = step_of.clamp(max=until)
+        ratio = beta1 / beta2**0.5
+        # Step j moves the row by owed_rate_j · ratio^(j-s) · m/√v, later shrunk by the decay of steps j+1..until.
+        weights = self.owed_rate[step_of] * ratio ** k.double() * (self.log_keep[until] - self.log_keep[step_of]).exp()
+        owed = (weights * within).sum(dim=1, keepdim=True)
+        direction = torch.where(v > 0, m / v.sqrt().clamp(min=1e-300), torch.zeros_like(m))
+        rows = rows * keep - owed * direction
+        self.exp_avg[slots] = (m * beta1 ** skipped.double().unsqueeze(1)).float()
+        self.exp_avg_sq[slots] = (v * beta2 ** skipped.double().unsqueeze(1)).float()
+        self.row_step[slots] = until
+        return rows.to(self.embedding.added.dtype)
+
+    @torch.no_grad()
+    def pay(self, rows: torch.Tensor) -> None:
+        """Bring added ``rows`` up to the current step (before a step uses them)."""
+        if rows.numel():
+            slots = self._slots(rows)
+            self.embedding.added.index_copy_(0, rows, self._pay(slots, self.steps))
+
+    def forgive(self) -> None:
+        """Take every row as up to date with the current step (its values were just set from a snapshot)."""
+        self.row_step[: self.used] = self.steps
+        self.decayed_to = self.steps
+
+    def pay_all(self) -> None:
+        """Bring every added row up to the current step: those with state through :meth:`_pay`, the rest decayed."""
+        import math
+
+        added = self.embedding.added
+        with torch.no_grad():
+            if self.used:
+                slots = torch.arange(self.used, device=added.device)
+                behind = slots[self.row_step[: self.used] < self.steps]
+                for start in range(0, behind.numel(), 4096):
+                    part = behind[start : start + 4096]
+                    added.index_copy_(0, self.row_of[part], self._pay(part, self.steps))
+            factor = math.exp(float(self.log_keep[self.steps] - self.log_keep[self.decayed_to]))
+            if factor != 1.0:
+                # The rows no batch has used only decay; a chunk at a time, so a million rows are never copied whole.
+                for start in range(0, added.shape[0], 16384):
+                    chunk = added[start : start + 16384]
+                    untouched = self.slot_of[start : start + 16384] < 0
+                    chunk[untouched] = chunk[untouched] * factor
+            self.decayed_to = self.steps
+            # Rows that get their first slot later start from here.
+
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        group = self.param_groups[0]
+        lr, (beta1, beta2), eps, decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        self._record(lr, (beta1, beta2), decay)
         rows = self.embedding.loaded
         active = self.embedding.active
         if rows is None or rows.numel() == 0 or active.grad is None:
             return
-        group = self.param_groups[0]
-        lr, (beta1, beta2), eps, decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        t = self.steps
         k = rows.numel()
-        slots = self._slots(rows)
+        slots = self._slots(rows)  # load_rows brought these rows up to date with step t - 1
         grad = active.grad[:k].float()
         param = active.data[:k]
         m = self.exp_avg[slots].lerp_(grad, 1 - beta1)
         v = self.exp_avg_sq[slots].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        t = self.row_steps[slots] + 1
-        # torch.optim.AdamW's arithmetic (decoupled decay, then the Adam step), with a step count per row.
-        step_size = (lr / (1 - beta1 ** t.double())).float().unsqueeze(1)
-        bias2_sqrt = (1 - beta2 ** t.double()).sqrt().float().unsqueeze(1)
+        # torch.optim.AdamW's arithmetic (decoupled decay, then the Adam step) at the global step t.
+        step_size = lr / (1 - beta1**t)
+        bias2_sqrt = (1 - beta2**t) ** 0.5
         param.mul_(1 - lr * decay)
-        param.addcdiv_(m * -step_size, (v.sqrt() / bias2_sqrt).add_(eps))
+        param.addcdiv_(m, (v.sqrt() / bias2_sqrt).add_(eps), value=-step_size)
         self.exp_avg[slots] = m
         self.exp_avg_sq[slots] = v
-        self.row_steps[slots] = t
+        self.row_step[slots] = t
         self.embedding.store_rows()
 
     def state_size_rows(self) -> int:
@@ -173,44 +297,64 @@ class RowAdamW(torch.optim.Optimizer):
         return self.used
 
     def state_dict(self) -> dict[str, Any]:
-        """The base optimizer's state (learning rate, betas) plus the per-row moments and step counts.
+        """The base optimizer's state (learning rate, betas), the per-row moments and steps, and the step history.
 
-        Only the ``used`` slots are exported, as copies: a slice of the grown
+        Only the ``used`` slots and the steps taken are exported, as copies: a slice of the grown
         tables would drag their whole storage into a saved file.
         """
+        # The rows are saved as they are, owed moves and all: a resumed run pays them exactly when the
+        # uninterrupted one does (bringing rows up to date earlier would round differently).
         state = super().state_dict()
-        used = self.used
+        used, steps = self.used, self.steps
         state["rows"] = {
             "slot_of": self.slot_of.detach().cpu().clone(),
+            "row_of": self.row_of[:used].detach().cpu().clone(),
             "exp_avg": self.exp_avg[:used].detach().cpu().clone(),
             "exp_avg_sq": self.exp_avg_sq[:used].detach().cpu().clone(),
-            "row_steps": self.row_steps[:used].detach().cpu().clone(),
+            "row_step": self.row_step[:used].detach().cpu().clone(),
+            "log_keep": self.log_keep[: steps + 1].clone(),
+            "owed_rate": self.owed_rate[: steps + 1].clone(),
+            "steps": torch.tensor([steps, self.decayed_to]),
         }
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state = dict(state_dict)
         rows = state.pop("rows", None)
-        if not isinstance(rows, dict) or set(rows) != {"slot_of", "exp_avg", "exp_avg_sq", "row_steps"}:
+        if isinstance(rows, dict) and "row_steps" in rows:
+            raise ValueError(
+                "this checkpoint was written by an earlier greenadapt, whose row-wise optimizer left unused rows alone; "
+                "it cannot be continued with this one (start the run again without --resume)"
+            )
+        names = ("slot_of", "row_of", "exp_avg", "exp_avg_sq", "row_step", "log_keep", "owed_rate", "steps")
+        if not isinstance(rows, dict) or set(rows) != set(names):
             raise ValueError("not a RowAdamW state: the per-row state is missing")
-        slot_of, exp_avg, exp_avg_sq, row_steps = (rows[k] for k in ("slot_of", "exp_avg", "exp_avg_sq", "row_steps"))
+        slot_of, row_of, exp_avg, exp_avg_sq, row_step, log_keep, owed_rate, steps = (rows[k] for k in names)
         used = exp_avg.shape[0]
         dim = self.embedding.embedding_dim
+        taken, decayed_to = (int(x) for x in steps.tolist())
         if (
             slot_of.shape != self.slot_of.shape
             or exp_avg.shape != (used, dim)
             or exp_avg_sq.shape != (used, dim)
-            or row_steps.shape != (used,)
+            or row_step.shape != (used,)
+            or row_of.shape != (used,)
             or (used and int(slot_of.max()) >= used)
+            or log_keep.shape != (taken + 1,)
+            or owed_rate.shape != (taken + 1,)
+            or not 0 <= decayed_to <= taken
         ):
             raise ValueError(f"RowAdamW state for {slot_of.shape[0]} added rows of width {exp_avg.shape[-1]} does not fit this embedding")
         super().load_state_dict(state)
         device = self.embedding.added.device
         self.slot_of = slot_of.to(device=device, dtype=torch.long).clone()
+        self.row_of = row_of.to(device=device, dtype=torch.long).clone()
         self.exp_avg = exp_avg.to(device=device, dtype=self.exp_avg.dtype).clone()
         self.exp_avg_sq = exp_avg_sq.to(device=device, dtype=self.exp_avg_sq.dtype).clone()
-        self.row_steps = row_steps.to(device=device, dtype=torch.long).clone()
-        self.used = used
+        self.row_step = row_step.to(device=device, dtype=torch.long).clone()
+        self.log_keep = log_keep.to(device=device, dtype=torch.float64).clone()
+        self.owed_rate = owed_rate.to(device=device, dtype=torch.float64).clone()
+        self.used, self.steps, self.decayed_to = used, taken, decayed_to
 
 
 def install(model: Any, *, n_base: int, mode: str, capacity: int) -> SplitWordEmbedding | None:

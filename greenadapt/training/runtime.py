@@ -474,6 +474,8 @@ class _Loop:
         at, result, model = self.at, self.result, self.trainer.model
         if self.best_state is not None and result.best_epoch != at.epoch:
             model.load_state_dict(self.best_state)
+            if self.trainer.split is not None:  # those rows owe nothing for the steps after their epoch
+                self.trainer.split.settle()
             log.info("restored the weights of epoch %d (best on dev)", result.best_epoch)
         result.steps, result.epochs_run = at.step, at.epoch
         result.epoch_fraction = round(at.epoch + at.batch / max(1, self.epoch_size), 4)
