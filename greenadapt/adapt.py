@@ -59,6 +59,8 @@ def run_adapt(
     Intermediate folders live in the workspace; ``out`` (default: the
     workspace's ``expand`` folder) receives the adapted model.
     """
+    from greenadapt.align import run_align
+    from greenadapt.expand import run_expand
     from greenadapt.vectors import keep_whole_reads
     from greenadapt.w2v import run_w2v
 
@@ -81,38 +83,28 @@ def run_adapt(
     # three stages can never silently disagree about it. The vectors align reads whole are kept for expand,
     # which would otherwise parse the same file again.
     with keep_whole_reads():
-        align, expand = _align_and_expand(w2v.path, model=model, options=options, out=out, force=force, wait=wait, progress=progress)
+        align = run_align(
+            w2v=w2v.path,
+            model=model,
+            method=options.align_method,
+            method_options=options.method_options,
+            seed=options.seed,
+            force=force,
+            wait=wait,
+            progress=progress,
+        )
+        expand = run_expand(
+            align=align.path,
+            model=model,
+            max_new=options.max_new,
+            min_count=options.min_count_new,
+            seed=options.seed,
+            out=out,
+            force=force,
+            wait=wait,
+            progress=progress,
+        )
     return AdaptOutcome(w2v=w2v, align=align, expand=expand)
-
-
-def _align_and_expand(
-    w2v: Path, *, model: str | None, options: AdaptOptions, out: Path | None, force: bool, wait: bool, progress: Progress
-) -> tuple[StageOutcome, StageOutcome]:
-    from greenadapt.align import run_align
-    from greenadapt.expand import run_expand
-
-    align = run_align(
-        w2v=w2v,
-        model=model,
-        method=options.align_method,
-        method_options=options.method_options,
-        seed=options.seed,
-        force=force,
-        wait=wait,
-        progress=progress,
-    )
-    expand = run_expand(
-        align=align.path,
-        model=model,
-        max_new=options.max_new,
-        min_count=options.min_count_new,
-        seed=options.seed,
-        out=out,
-        force=force,
-        wait=wait,
-        progress=progress,
-    )
-    return align, expand
 
 
 def check_adapt(

@@ -441,8 +441,7 @@ def _method_vectors(
         return selected, None, None
     shared_ids = np.array([general.vocab[listed[i]] for i in shared_rows], dtype=np.int64)
     index = np.arange(len(selected)) if selected.index is None else selected.index
-    shared = VectorRows(selected.matrix, index[n_new:]).gathered()
-    return VectorRows(selected.matrix, index[:n_new]), shared, shared_ids
+    return VectorRows(selected.matrix, index[:n_new]), selected.chunk(n_new, len(selected)), shared_ids
 
 
 def _vocabulary_tensors(

@@ -106,8 +106,11 @@ def same_identity(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 _DIGESTS: dict[tuple[int, int, int, int], str] = {}
 
 
-def file_key(path: str | os.PathLike[str]) -> tuple[int, int, int, int]:
-    """A file's identity on disk while its content stays the same: device, inode, size, modification time."""
+def file_key(path: str | os.PathLike[str] | int) -> tuple[int, int, int, int]:
+    """A file's identity on disk while its content stays the same: device, inode, size, modification time.
+
+    ``path`` may be an open file's descriptor: the identity of the file that was opened.
+    """
     st = os.stat(path)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 

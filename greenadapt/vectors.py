@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import InputError, ModelError
+from greenadapt.manifest import file_key
 
 if TYPE_CHECKING:
     import numpy as np
@@ -103,10 +104,6 @@ class VectorRows:
             return self.matrix[start:stop]
         return self.matrix[self.index[start:stop]]
 
-    def gathered(self) -> np.ndarray:
-        """All the rows as one array (for the small selections a method needs whole)."""
-        return self.chunk(0, len(self))
-
 
 # While ``keep_whole_reads`` is active: the last word2vec file read whole, by its identity on disk.
 _KEPT: dict[tuple[int, int, int, int], tuple[list[str], np.ndarray]] | None = None
@@ -134,8 +131,6 @@ def read_word2vec_rows(path: str | os.PathLike[str], rows: Sequence[int]) -> tup
     Inside :func:`keep_whole_reads`, a file read whole before is not read again: the rows are a view into it.
     """
     import numpy as np
-
-    from greenadapt.manifest import file_key
 
     path = Path(path)
     # Taken, not copied: from here the matrix lives as long as the caller's rows of it.
@@ -168,8 +163,7 @@ def read_word2vec_binary(
     except OSError as exc:
         raise InputError(f"cannot read word2vec file: {exc.strerror or exc}", path=path) from None
     with handle:
-        st = os.fstat(handle.fileno())
-        identity_before = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        identity_before = file_key(handle.fileno())
         header = handle.readline(256)
         n_declared, dim = _parse_header(header, path)
         n = n_declared if limit is None else max(0, min(n_declared, limit))
@@ -195,8 +189,6 @@ def read_word2vec_binary(
             hint="the file is corrupt, or training diverged; rerun the w2v stage with --force",
         )
     if _KEPT is not None and rows is None and limit is None:
-        from greenadapt.manifest import file_key
-
         key = file_key(path)
         if key == identity_before:  # not rewritten while it was read
             # Read-only from here: the reader and a later one share the array, so neither may change it.

@@ -23,20 +23,22 @@ step touches only the rows its batch uses, yet every row ends where dense
 AdamW would have put it. Dense AdamW keeps moving a row in the steps that do
 not use it (its decaying first moment over the root of its decaying second,
 and the weight decay); RowAdamW owes those moves to the row and pays them in
-closed form when the row is next used, and for every row when the weights are
-read (:meth:`SplitWordEmbedding.flush`: evaluation and merging back; a
+closed form when the row is next loaded, and for every row when the weights
+are read (:meth:`SplitWordEmbedding.flush`: evaluation and merging back). A
 checkpoint holds the rows as they are with what they are owed, so a resumed
-run pays it exactly when the uninterrupted one does). Paying them needs the learning rate of every step so far (a float64
-history, two numbers per step) and, per row, the step it was last brought up
-to date. The moment terms of a row fall by ``β1/√β2`` per step, so only the
-last ``CATCH_UP_STEPS`` (200; the next term would be below 1e-9 of the first)
-are summed, and the ``eps`` of the denominator is left out of the owed moves
-(it is ~1e-8 against √v of 1e-6 or more for any row that had a gradient).
-State is kept only for rows ever used (plus one int64 slot index per added
-row), so optimizer memory grows with the vocabulary the training data
-touches, not with the vocabulary size. (Before version 0.x+1 this optimizer was
-"lazy" like ``torch.optim.SparseAdam``: a row rarely used moved ~8× less than
-under dense AdamW, measured on NCBI-disease; see docs/design.md.)
+run pays it exactly when the uninterrupted one does. Paying needs the
+learning rate of every step so far (a float64 history, two numbers per step)
+and, per row, the step it was last brought up to date with. The moment terms
+of a row fall by ``β1/√β2`` per step, so only the last ``CATCH_UP_STEPS``
+(200; the next term would be below 1e-9 of the first) are summed, and the
+``eps`` of the denominator is left out of the owed moves (it is ~1e-8
+against √v of 1e-6 or more for any row that had a gradient). State is kept
+only for rows ever used (plus one int64 slot index per added row), so
+optimizer memory grows with the vocabulary the training data touches, not
+with the vocabulary size. (It used to be "lazy" like
+``torch.optim.SparseAdam``, leaving a row alone between its uses: on
+NCBI-disease the rows the data used moved ~6× less than under dense AdamW,
+and F1 was lower; see docs/design.md.)
 
 After training :func:`merge_back` restores a plain ``nn.Embedding`` so the
 saved model is an ordinary transformers checkpoint.
@@ -73,7 +75,7 @@ class SplitWordEmbedding(nn.Module):
         self.register_buffer("added", self.table[n_base:], persistent=True)
         self.active = nn.Parameter(torch.zeros(max(capacity, 1), self.embedding_dim, dtype=weight.dtype, device=weight.device))
         self.loaded: torch.Tensor | None = None  # sorted added-row indices now held in ``active``
-        self.owed: Any = None  # the RowAdamW training these rows: pays the moves dense AdamW would have made (flush)
+        self.owed: RowAdamW | None = None  # the optimizer training these rows: pays the moves dense AdamW would have made
 
     def flush(self) -> None:
         """Bring every added row to where dense AdamW would have it now (see the module docstring)."""
@@ -89,7 +91,6 @@ class SplitWordEmbedding(nn.Module):
         if not mode:  # evaluation reads the rows
             self.flush()
         return super().train(mode)
-
 
     @property
     def n_added(self) -> int:
@@ -263,8 +264,7 @@ class RowAdamW(torch.optim.Optimizer):
                     chunk = added[start : start + 16384]
                     untouched = self.slot_of[start : start + 16384] < 0
                     chunk[untouched] = chunk[untouched] * factor
-            self.decayed_to = self.steps
-            # Rows that get their first slot later start from here.
+            self.decayed_to = self.steps  # where rows that get their first slot later start from
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
