@@ -11,6 +11,18 @@ alternately ``--repeats`` times so load from other processes affects both
 alike; the first ``--skip`` steps of each run are not timed. Tokens/s counts
 non-padding tokens (both sides pack, so there is almost no padding).
 
+On a GPU (``--device cuda --precision bf16``) both loops run there: greenadapt's
+with its defaults (pinned non-blocking input copies, fused AdamW, losses read
+once a second), the plain one with bf16 autocast and fused AdamW (the
+transformers Trainer's default optimizer); each is timed over whole steps
+(greenadapt's between two of its progress reports, which wait for the GPU; the
+plain loop between two ``cuda.synchronize()``).
+
+``curve``: the same comparison at every batch size × sequence length of
+``--batch-sizes`` × ``--lengths``, with the peak GPU memory of each loop and the
+achieved model TFLOP/s (:func:`training_flops_per_token`, the same count for
+both loops) as a share of the card's dense bf16 peak.
+
 ``heldout``: ``greenadapt pretrain`` (the library call the CLI makes) for
 ``--steps`` steps on the first ``--lines`` lines of biomed-10m (0: all of it),
 held-out loss before and after on the domain corpus and on a general one (GLUE
@@ -23,6 +35,7 @@ The held-out sequences are the corpus's first ``--heldout`` sequences, so a
 prefix of the corpus gives the same held-out set as the whole file.
 
     python bench/bench_pretrain.py throughput --lines 3000 --steps 8 --repeats 2
+    python bench/bench_pretrain.py curve --device cuda --precision bf16 --lines 60000 --steps 200 --skip 30 --repeats 2
     python bench/bench_pretrain.py heldout --lines 20000 --steps 100
 """
 
@@ -33,6 +46,7 @@ import gzip
 import json
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -72,100 +86,218 @@ def minilm() -> Path:
 # --------------------------------------------------------------------------
 # throughput
 
+# Dense bf16 tensor-core peak of the cards the utilisation is reported against (TFLOP/s, vendor sheets);
+# matched against torch.cuda.get_device_name(), first match wins; --peak-tflops overrides.
+BF16_PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), ("H200", 989.4), ("GH200", 989.4),
+                    ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.0), ("L4", 121.0), ("A10", 125.0))
 
-def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Path) -> dict[str, float]:
+
+def card_peak_tflops(device: str, override: float | None) -> tuple[str, float | None]:
+    import torch
+
+    if override:
+        return (torch.cuda.get_device_name() if device == "cuda" else "cpu"), override
+    if device != "cuda":
+        return "cpu", None
+    name = torch.cuda.get_device_name()
+    return name, next((peak for key, peak in BF16_PEAK_TFLOPS if key in name), None)
+
+
+def training_flops_per_token(config: object, length: int, masked_share: float = 0.15) -> float:
+    """Model FLOPs of one trained token of a BERT masked-LM step (forward + backward = 3 x forward).
+
+    Per token and layer the forward pass multiplies by the attention and feed-forward weights
+    (2 x (4 H^2 + 2 H F)) and attends over the sequence (2 x 2 L H: scores and values); the MLM
+    head (transform H^2, decoder H V) runs on the masked share only, as greenadapt's loop runs it.
+    The same count is used for both loops, so utilisation compares useful work.
+    """
+    hidden, ffn, layers, vocab = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size  # type: ignore[attr-defined]
+    per_layer = 2 * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * length * hidden
+    head = 2 * (hidden * hidden + hidden * vocab) * masked_share
+    return 3.0 * (layers * per_layer + head)
+
+
+class _Clock:
+    """greenadapt's progress reports: (time, step) pairs. On a GPU the loop reports after reading its losses
+    (every second and at the end), which waits for the GPU, so each pair is a completed step."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, int]] = []
+
+    def start(self, *a: object, **k: object) -> None:
+        pass
+
+    def update(self, completed: float, **info: object) -> None:
+        if info:  # a training step, not the initial position
+            self.marks.append((time.perf_counter(), int(completed)))
+
+    def finish(self) -> None:
+        pass
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _reset_memory(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_memory_mib(device: str) -> float | None:
+    import torch
+
+    return round(torch.cuda.max_memory_allocated() / 2**20, 1) if device == "cuda" else None
+
+
+def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Path, batch_size: int, length: int) -> dict[str, float | None]:
+    """greenadapt's loop (the library call `greenadapt pretrain` makes); steps/s between its first report past
+    the untimed steps and its last."""
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from greenadapt.corpus import resolve_corpus
-    from greenadapt.training.distributed import DistContext
     from greenadapt.pretrain.data import Masker, PackedCorpus, tokenize_corpus
     from greenadapt.pretrain.train import PretrainConfig, build_masked_lm, pretrain
+    from greenadapt.training.distributed import DistContext
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     cache = tokenize_corpus(resolve_corpus([str(corpus_path)]), tokenizer, work / "cache", workers=1)
-    corpus = PackedCorpus.build(cache.array(), args.max_length, tokenizer.cls_token_id, tokenizer.sep_token_id, 1)
+    corpus = PackedCorpus.build(cache.array(), length, tokenizer.cls_token_id, tokenizer.sep_token_id, 1)
     torch.manual_seed(0)
     model = AutoModelForMaskedLM.from_pretrained(str(model_path))
     rows = model.get_input_embeddings().weight.shape[0]
     masker = Masker.for_tokenizer(tokenizer, rows)
-    times: list[tuple[float, int]] = []
-
-    class Clock:
-        last = time.perf_counter()
-
-        def start(self, *a: object, **k: object) -> None:
-            self.last = time.perf_counter()
-
-        def update(self, completed: float, **info: object) -> None:
-            now = time.perf_counter()
-            if info:  # after a training step
-                times.append((now - self.last, int(completed)))
-            self.last = now
-
-        def finish(self) -> None:
-            pass
-
-    config = PretrainConfig(batch_size=args.batch_size, max_steps=args.steps + args.skip, lr=5e-5, precision="fp32", seed=1)
-    pretrain(build_masked_lm(model), corpus, masker, config, DistContext(device="cpu"), pad_id=tokenizer.pad_token_id, n_base_rows=rows, progress=Clock())
-    timed = [t for t, step in times if step > args.skip]
-    tokens = args.batch_size * args.max_length  # packed: every sequence is full
-    return {"seconds_per_step": statistics.mean(timed), "tokens_per_s": tokens / statistics.mean(timed)}
+    clock = _Clock()
+    config = PretrainConfig(batch_size=batch_size, max_steps=args.steps + args.skip, lr=5e-5, precision=args.precision, seed=1)
+    _reset_memory(args.device)
+    pretrain(build_masked_lm(model), corpus, masker, config, DistContext(device=args.device), pad_id=tokenizer.pad_token_id,
+             n_base_rows=rows, progress=clock)
+    timed = [(t, step) for t, step in clock.marks if step >= args.skip]
+    if len(timed) < 2:
+        raise SystemExit(f"greenadapt reported {len(timed)} time(s) past step {args.skip}: raise --steps")
+    (t0, s0), (t1, s1) = timed[0], timed[-1]
+    per_step = (t1 - t0) / (s1 - s0)
+    return {"seconds_per_step": per_step, "tokens_per_s": batch_size * length / per_step, "peak_mib": _peak_memory_mib(args.device),
+            "config": model.config}  # type: ignore[dict-item]
 
 
-def plain(model_path: Path, corpus_path: Path, args: argparse.Namespace) -> dict[str, float]:
+def plain(model_path: Path, corpus_path: Path, args: argparse.Namespace, batch_size: int, length: int) -> dict[str, float | None]:
+    """The transformers recipe (run_mlm.py's blocks, DataCollatorForLanguageModeling, model(**batch).loss), on the
+    same device and precision (bf16 autocast), fused AdamW on a GPU as the Trainer's default optimizer."""
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
 
+    device = torch.device(args.device)
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     lines = [line for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
     ids = [i for encoded in tokenizer(lines, add_special_tokens=True)["input_ids"] for i in encoded]
-    block = args.max_length
-    examples = [{"input_ids": ids[i : i + block]} for i in range(0, len(ids) - block + 1, block)]
+    examples = [{"input_ids": ids[i : i + length]} for i in range(0, len(ids) - length + 1, length)]
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     torch.manual_seed(0)
-    model = AutoModelForMaskedLM.from_pretrained(str(model_path)).train()
+    model = AutoModelForMaskedLM.from_pretrained(str(model_path)).to(device).train()
     steps = args.steps + args.skip
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01, fused=device.type == "cuda" or None)
     schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
     order = torch.randperm(len(examples)).tolist()
-    timed = []
+    bf16 = device.type == "cuda" and args.precision in ("bf16", "auto")
+    _reset_memory(args.device)
+    started = 0.0
     for step in range(steps):
-        started = time.perf_counter()
-        chosen = [examples[order[(step * args.batch_size + j) % len(order)]] for j in range(args.batch_size)]
-        batch = collator(chosen)
-        loss = model(**batch).loss
+        if step == args.skip:
+            _synchronize(args.device)
+            started = time.perf_counter()
+        chosen = [examples[order[(step * batch_size + j) % len(order)]] for j in range(batch_size)]
+        batch = {k: v.to(device) for k, v in collator(chosen).items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        if step >= args.skip:
-            timed.append(time.perf_counter() - started)
-    tokens = args.batch_size * block
-    return {"seconds_per_step": statistics.mean(timed), "tokens_per_s": tokens / statistics.mean(timed)}
+    _synchronize(args.device)
+    per_step = (time.perf_counter() - started) / args.steps
+    return {"seconds_per_step": per_step, "tokens_per_s": batch_size * length / per_step, "peak_mib": _peak_memory_mib(args.device)}
+
+
+def _point(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Path, batch_size: int, length: int,
+           peak: float | None) -> dict[str, object]:
+    runs: dict[str, list[dict[str, float | None]]] = {"greenadapt": [], "transformers": []}
+    config = None
+    for _ in range(args.repeats):  # alternated, so load from other processes affects both alike
+        mine = ours(model_path, corpus_path, args, work, batch_size, length)
+        config = mine.pop("config")
+        runs["greenadapt"].append(mine)
+        runs["transformers"].append(plain(model_path, corpus_path, args, batch_size, length))
+    flops = training_flops_per_token(config, length)
+    point: dict[str, object] = {"batch_size": batch_size, "length": length, "runs": runs}
+    for name, found in runs.items():
+        rate = statistics.median(float(r["tokens_per_s"] or 0) for r in found)
+        tflops = rate * flops / 1e12
+        point[name] = {"tokens_per_s": round(rate), "achieved_tflops": round(tflops, 4),
+                       "share_of_peak": round(tflops / peak, 4) if peak else None,
+                       "peak_mib": max((r["peak_mib"] or 0 for r in found), default=None) or None}
+    ours_rate = point["greenadapt"]["tokens_per_s"]  # type: ignore[index]
+    point["ratio_greenadapt_over_transformers"] = round(ours_rate / point["transformers"]["tokens_per_s"], 3)  # type: ignore[index]
+    return point
 
 
 def throughput(args: argparse.Namespace) -> dict[str, object]:
+    """One (batch, length) point, or with ``curve`` every point of --batch-sizes x --lengths."""
     import torch
 
     model_path = minilm()
+    card, peak = card_peak_tflops(args.device, args.peak_tflops)
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")] if args.what == "curve" else [args.batch_size]
+    lengths = [int(n) for n in args.lengths.split(",")] if args.what == "curve" else [args.max_length]
+    points = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         corpus_path = corpus_prefix(args.lines, work)
-        runs: dict[str, list[dict[str, float]]] = {"greenadapt": [], "transformers": []}
-        for _ in range(args.repeats):
-            runs["greenadapt"].append(ours(model_path, corpus_path, args, work))
-            runs["transformers"].append(plain(model_path, corpus_path, args))
-    median = {k: statistics.median(r["tokens_per_s"] for r in v) for k, v in runs.items()}
-    return {
-        "bench": "pretrain-throughput",
-        "settings": vars(args),
-        "torch_threads": torch.get_num_threads(),
-        "runs": runs,
-        "tokens_per_s": median,
-        "ratio_greenadapt_over_transformers": round(median["greenadapt"] / median["transformers"], 3),
-    }
+        for length in lengths:
+            for batch_size in batch_sizes:
+                try:
+                    points.append(_point(model_path, corpus_path, args, work, batch_size, length, peak))
+                except torch.OutOfMemoryError:
+                    points.append({"batch_size": batch_size, "length": length, "out_of_memory": True})
+                    torch.cuda.empty_cache()
+                logging.getLogger("bench").info("point %s", json.dumps({k: v for k, v in points[-1].items() if k != "runs"}))
+    environment = {"device": card, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                   "cuda": torch.version.cuda if args.device == "cuda" else None,
+                   "driver": _driver() if args.device == "cuda" else None, "bf16_peak_tflops": peak}
+    return {"bench": "pretrain-throughput" if args.what == "throughput" else "pretrain-curve", "settings": vars(args),
+            "environment": environment, "points": points}
+
+
+def _driver() -> str | None:
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                              text=True, check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def render_points(result: dict[str, object]) -> str:
+    lines = ["| batch × length | greenadapt tokens/s | transformers tokens/s | ratio | greenadapt TFLOP/s (share of peak) | GPU MiB (ours / plain) |",
+             "|---|---|---|---|---|---|"]
+    for p in result["points"]:  # type: ignore[attr-defined]
+        if p.get("out_of_memory"):
+            lines.append(f"| {p['batch_size']} × {p['length']} | out of memory | | | | |")
+            continue
+        g, t = p["greenadapt"], p["transformers"]
+        share = f" ({g['share_of_peak']:.1%})" if g["share_of_peak"] is not None else ""
+        lines.append(f"| {p['batch_size']} × {p['length']} | {g['tokens_per_s']:,} | {t['tokens_per_s']:,} | "
+                     f"{p['ratio_greenadapt_over_transformers']:.2f} | {g['achieved_tflops']:.3g}{share} | {g['peak_mib']} / {t['peak_mib']} |")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------
@@ -220,7 +352,7 @@ def heldout(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=("throughput", "heldout"))
+    parser.add_argument("what", choices=("throughput", "curve", "heldout"))
     parser.add_argument("--lines", type=int, default=3000, help="first N lines of biomed-10m")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--skip", type=int, default=1, help="throughput: untimed first steps per run")
@@ -232,12 +364,19 @@ def main() -> None:
     parser.add_argument("--head-warmup-steps", type=int, default=0, help="heldout: first steps that fit the MLM head alone")
     parser.add_argument("--eval-every", type=int, default=None, help="heldout: held-out losses every N steps")
     parser.add_argument("--gmap", default=None, help="heldout: G-MAP strategy, MiniLM itself as the frozen general model")
+    parser.add_argument("--device", default="cpu", help="throughput/curve: cpu or cuda")
+    parser.add_argument("--precision", default="fp32", help="throughput/curve: fp32, or bf16 (autocast) on a GPU")
+    parser.add_argument("--batch-sizes", default="32,64,128,256,512", help="curve: sequences per step")
+    parser.add_argument("--lengths", default="128,512", help="curve: wordpieces per sequence")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the card's dense bf16 peak (default: from its name)")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    result = throughput(args) if args.what == "throughput" else heldout(args)
+    result = heldout(args) if args.what == "heldout" else throughput(args)
     text = json.dumps(result, indent=2, default=str)
     print(text)
+    if args.what != "heldout":
+        print(render_points(result), file=sys.stderr)
     if args.out:
         args.out.write_text(text + "\n")
 

@@ -58,6 +58,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,9 @@ METHOD_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "focus-norm": ("focus", ("--match-norm",)),
 }
 VARIANTS = ("base", "green", "green-dense", *METHOD_VARIANTS, "context-mean", "dapt", "green-mlm", "green-rows")
+# New-word selection variants: green's vectors and map, with fewer added words (expand --min-count / --max-new):
+# green-min20, green-max5k, green-min20-max5k. Rare words get the noisiest word2vec vectors.
+SELECTION = re.compile(r"green(?:-min(?P<min>[1-9][0-9]*))?(?:-max(?P<max>[1-9][0-9]*)k)?")
 DEFAULT_VARIANTS = ("base", "green", "identity", "random")
 # Stages whose cost is the price of each variant's adapted model (fine-tuning is paid by all alike).
 # subword-mean needs no word2vec: its price is the corpus count (the pre-tokenization, inside w2v's figure
@@ -91,6 +95,34 @@ EXIT_PREEMPTED, EXIT_INTERRUPTED = 99, 130
 DENSE_EMBEDDINGS = REPO / "bench" / "dense_embeddings.py"
 
 
+def selection_options(variant: str) -> tuple[str, ...] | None:
+    """``expand`` options of a new-word selection variant (``green-min20-max5k``); None for any other variant."""
+    match = SELECTION.fullmatch(variant)
+    if match is None or variant == "green":
+        return None
+    options: tuple[str, ...] = ()
+    if match["min"]:
+        options += ("--min-count", match["min"])
+    if match["max"]:
+        options += ("--max-new", str(int(match["max"]) * 1000))
+    return options
+
+
+def is_mixed(variant: str) -> bool:
+    """Fine-tuned on the tokenizer mixture and scored mean-pooled (an expanded model), or the base tokenizer alone."""
+    return variant in MIXED or selection_options(variant) is not None
+
+
+def adaptation_stages(variant: str) -> tuple[str, ...]:
+    if selection_options(variant) is not None:
+        return ("w2v", "align", f"expand-{variant}")
+    return ADAPTATION_STAGES[variant]
+
+
+def known_variant(variant: str) -> bool:
+    return variant in VARIANTS or selection_options(variant) is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("study-ner"), help="Study folder (resumable).")
@@ -101,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--ner", type=Path, default=SHARED / "ner", help="Folder of NER sets (<set>/train_dev.tsv, test.tsv).")
     parser.add_argument("--sets", default="NCBI-disease,BC5CDR-disease")
-    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"Any of {','.join(VARIANTS)}.")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"Any of {','.join(VARIANTS)}, or a new-word selection of green: "
+                             "green-min<N> (expand --min-count N), green-max<K>k (--max-new K*1000), green-min<N>-max<K>k.")
     parser.add_argument("--dapt-steps", type=int, default=1000, help="Masked-LM steps of the DAPT comparator.")
     parser.add_argument("--green-mlm-steps", type=int, default=100, help="Masked-LM steps over the adapted model.")
     parser.add_argument("--green-mlm-mix", type=float, default=0.5,
@@ -136,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", default="base",
                         help="Variant the study table's paired differences are taken against (e.g. green, for green-dense).")
     args = parser.parse_args(argv)
-    if args.against not in VARIANTS:
+    if not known_variant(args.against):
         parser.error(f"--against {args.against!r}: choose from {VARIANTS}")
 
     variants = [v for v in args.variants.split(",") if v]
-    unknown = sorted(set(variants) - set(VARIANTS))
+    unknown = sorted(v for v in variants if not known_variant(v))
     if unknown:
         parser.error(f"unknown variant(s) {unknown}; choose from {VARIANTS}")
     if args.parallel < 1:
@@ -184,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         runner.run(["expand", "--align", str(run_dir / f"align-{variant}"), "--model", model, "--seed", "1",
                     "--out", str(run_dir / f"expand-{variant}")])
         models[variant] = str(run_dir / f"expand-{variant}")
+    for variant in variants:  # the same map (align), fewer new words
+        options = selection_options(variant)
+        if options is not None:
+            runner.run(["expand", "--align", str(run_dir / "align"), "--model", model, *options, "--seed", "1",
+                        "--out", str(run_dir / f"expand-{variant}")])
+            models[variant] = str(run_dir / f"expand-{variant}")
 
     if "context-mean" in variants:  # its own vectors: the base model's, not word2vec's
         adapted = runner.run(
@@ -226,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (train, test) in splits.items():
             for variant in variants:
                 out = run_dir / "finetune" / name / variant / f"seed-{seed}"
-                mix = "0.5" if variant in MIXED else "0"
+                mix = "0.5" if is_mixed(variant) else "0"
                 jobs.append((
                     ["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", models[variant],
                      "--mix", mix, "--pool", "mean", "--seed", str(seed), "--epochs", str(args.epochs),
@@ -255,7 +294,7 @@ def gap_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list[i
     """Test F1 (mean over seeds; mean-pooled for two-tokenizer models), share of the base->DAPT gap, adaptation cost."""
     rows: list[dict[str, object]] = []
     for name in sets:
-        found = {v: _test_f1s(run_dir / "finetune" / name / v, seeds, "mean" if v in MIXED else "general") for v in variants}
+        found = {v: _test_f1s(run_dir / "finetune" / name / v, seeds, "mean" if is_mixed(v) else "general") for v in variants}
         scores = {v: sum(values) / len(values) if values else None for v, values in found.items()}
         base, dapt = scores.get("base"), scores.get("dapt")
         gap = None if base is None or dapt is None or dapt == base else dapt - base
@@ -285,7 +324,7 @@ def _test_f1s(folder: Path, seeds: list[int], pool: str) -> list[float]:
 
 def _adaptation_cost(run_dir: Path, variant: str) -> dict[str, float | None]:
     totals: dict[str, float | None] = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "gpu_seconds": 0.0, "energy_kwh": 0.0}
-    for stage in ADAPTATION_STAGES[variant]:
+    for stage in adaptation_stages(variant):
         path = run_dir / stage / "manifest.json"
         cost = json.loads(path.read_text(encoding="utf-8")).get("cost", {}) if path.is_file() else {}
         for key in totals:
@@ -347,7 +386,7 @@ def study_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list
     rows: list[dict[str, object]] = []
     for name in sets:
         reference = _per_seed_f1(run_dir / "finetune" / name / against, seeds)
-        reference_pool = "mean" if against in MIXED else "general"
+        reference_pool = "mean" if is_mixed(against) else "general"
         for variant in variants:
             runs = _per_seed_f1(run_dir / "finetune" / name / variant, seeds)
             row: dict[str, object] = {"set": name, "variant": variant, "seeds": sorted(runs)}
@@ -355,7 +394,7 @@ def study_table(run_dir: Path, sets: list[str], variants: list[str], seeds: list
                 values = [100 * r[pool] for r in runs.values() if pool in r]
                 row[pool] = {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else None,
                              "n": len(values)} if values else None
-            headline = "mean" if variant in MIXED else "general"
+            headline = "mean" if is_mixed(variant) else "general"
             paired = sorted(set(runs) & set(reference))
             diffs = [100 * (runs[s][headline] - reference[s][reference_pool]) for s in paired
                      if headline in runs[s] and reference_pool in reference[s]]

@@ -42,6 +42,25 @@ def test_the_plan_covers_every_set_variant_and_seed_then_reports(tmp_path: Path)
     assert any("--method identity" in line for line in plan) and any("--method random" in line for line in plan)
 
 
+def test_selection_variants_expand_fewer_words_on_greens_map(tmp_path: Path) -> None:
+    ner = tmp_path / "ner"
+    (ner / "A").mkdir(parents=True)
+    plan = _plan(tmp_path, "--ner", str(ner), "--sets", "A", "--seeds", "1", "--variants", "green,green-min20,green-max5k,green-min100-max20k")
+    expands = [line for line in plan if line.startswith("expand")]
+    assert len(expands) == 3 and all("/align " in line for line in expands)  # green's own align folder: the same map
+    options = {line.split("--out ")[1].rsplit("/", 1)[1]: line for line in expands}
+    assert "--min-count 20 " in options["expand-green-min20"] and "--max-new" not in options["expand-green-min20"]
+    assert "--max-new 5000 " in options["expand-green-max5k"] and "--min-count" not in options["expand-green-max5k"]
+    assert "--min-count 100 --max-new 20000 " in options["expand-green-min100-max20k"]
+    finetunes = [line for line in plan if line.startswith("finetune")]
+    assert len(finetunes) == 4 and all("--mix 0.5 " in line and "--pool mean" in line for line in finetunes)
+    assert any("--model " + str(tmp_path / "study") in line and "expand-green-min20 " in line for line in finetunes)
+    for wrong in ("green-min0", "green-max5", "green-minx"):
+        done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--workdir", str(tmp_path / "s"), "--variants", wrong],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "unknown variant" in done.stderr
+
+
 def test_subsets_are_written_once(tmp_path: Path) -> None:
     sys.path.insert(0, str(SCRIPT.parent))
     try:

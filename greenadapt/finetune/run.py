@@ -210,8 +210,7 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
         raise UsageError("--max-steps must be at least 1")
     if options.save_every is not None and options.save_every < 1:
         raise UsageError("--save-every must be at least 1")
-    if training.lr <= 0 or not 0 <= training.warmup < 1:
-        raise UsageError("--lr must be positive and --warmup a fraction below 1")
+    training.check_schedule()
 
 
 def identity_of_model(ref: ModelRef) -> dict[str, Any]:

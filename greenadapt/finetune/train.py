@@ -26,7 +26,7 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import TrainingConfig
-from greenadapt.training.distributed import DistContext
+from greenadapt.training.distributed import DistContext, to_device
 from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,6 @@ class Batch:
 
 
 def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: Sequence[int] | np.ndarray, pad_id: int, device: Any) -> Batch:
-    import torch
 
     seqs = [units[i].ids[v] for i, v in zip(indices, views, strict=True)]
     width = max(len(s) for s in seqs)
@@ -78,7 +77,7 @@ def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: S
         targets.append(unit.targets)
 
     def to(array: np.ndarray) -> Any:
-        return torch.from_numpy(array).to(device, non_blocking=True)
+        return to_device(array, device)
 
     memory = None
     if units[indices[0]].memory_ids is not None:

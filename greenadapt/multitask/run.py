@@ -154,8 +154,7 @@ def _check_options(options: MultitaskOptions) -> None:
         raise UsageError("--steps-per-epoch must be at least 1")
     if training.max_steps is not None and training.max_steps < 1:
         raise UsageError("--max-steps must be at least 1")
-    if training.lr <= 0 or not 0 <= training.warmup < 1:
-        raise UsageError("--lr must be positive and --warmup a fraction below 1")
+    training.check_schedule()
 
 
 def _prepare(spec: TaskSpec, tokenizers: TokenizerPair, max_length: int, max_words: int) -> _Prepared:

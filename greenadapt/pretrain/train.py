@@ -68,7 +68,7 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.tasks.mlm import MLM
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import TrainingConfig
-from greenadapt.training.distributed import DistContext, autocast_dtype
+from greenadapt.training.distributed import DistContext, autocast_dtype, to_device
 from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,7 @@ class PretrainConfig(TrainingConfig):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.lr <= 0 or not 0 <= self.warmup < 1:
-            raise UsageError("--lr must be positive and --warmup a fraction below 1")
+        self.check_schedule()
         if self.train_embeddings not in ("all", "new", "none"):
             raise UsageError(f"unknown --train-embeddings {self.train_embeddings!r}", hint="all, new or none")
         if self.head_warmup_steps < 0:
@@ -166,12 +165,10 @@ def build_masked_lm(model: Any, gmap: Any = None) -> Any:
 
 
 def _tensors(batch: Any, device: Any) -> tuple[Any, Any, Any, Any]:
-    import torch
-
-    labels = torch.from_numpy(batch.labels).reshape(-1)
-    rows = torch.nonzero(labels != IGNORE).squeeze(1)
-    to = lambda a: a.to(device, non_blocking=True)  # noqa: E731
-    return to(torch.from_numpy(batch.input_ids)), to(torch.from_numpy(batch.attention_mask)), to(rows), to(labels[rows])
+    labels = batch.labels.reshape(-1)
+    rows = np.flatnonzero(labels != IGNORE)  # on the host: a device nonzero() would wait for the GPU
+    return (to_device(batch.input_ids, device), to_device(batch.attention_mask, device), to_device(rows, device),
+            to_device(labels[rows], device))
 
 
 # --------------------------------------------------------------------------
@@ -316,8 +313,10 @@ class PretrainTask(TrainingTask):
         # DDP expects a gradient for every parameter in every step, so there the
         # encoder's gradients are computed and dropped (before_update) instead.
         self.mlm.encoder_frozen = self.head_only and ctx.world == 1
-        counted = torch.tensor([sum(b.n_targets for b in micro)], dtype=torch.float64, device=ctx.device)
-        self.n_targets = max(1.0, float(ctx.all_reduce_sum(counted).item()))
+        counted = float(sum(b.n_targets for b in micro))
+        if ctx.world > 1:  # the whole global batch's count; alone, the host's own count needs no trip to the device
+            counted = float(ctx.all_reduce_sum(torch.tensor([counted], dtype=torch.float64, device=ctx.device)).item())
+        self.n_targets = max(1.0, counted)
         return micro
 
     def loss(self, part: Any) -> Any:

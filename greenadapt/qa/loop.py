@@ -18,6 +18,7 @@ from greenadapt.finetune.train import TrainConfig
 from greenadapt.progress import Progress
 from greenadapt.qa.features import Features
 from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows
+from greenadapt.training.distributed import to_device
 from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 
@@ -111,14 +112,13 @@ def train_qa(
 def collate_windows(views: list[Features], batch: list[tuple[int, int]], pad_id: int, device: Any) -> tuple[dict[str, Any], Any, Any]:
     """Padded model inputs of ``(view, window)`` rows, and their start and end positions."""
     import numpy as np
-    import torch
 
     ids, types, mask = pad_rows([(views[v].input_ids[r], views[v].token_type_ids[r]) for v, r in batch], pad_id)
     starts = np.array([views[v].start_positions[r] for v, r in batch], dtype=np.int64)
     ends = np.array([views[v].end_positions[r] for v, r in batch], dtype=np.int64)
 
     def to(array: np.ndarray) -> Any:
-        return torch.from_numpy(array).to(device)
+        return to_device(array, device)
 
     inputs = {"input_ids": to(ids), "token_type_ids": to(types), "attention_mask": to(mask)}
     if views[batch[0][0]].memory_ids is not None:

@@ -91,8 +91,7 @@ class QaTrainOptions:
                 f"--batch-size {config.batch_size} is smaller than --grad-accum {config.grad_accum}",
                 hint="--batch-size is the number of windows of one optimizer step",
             )
-        if config.lr <= 0 or not 0 <= config.warmup < 1:
-            raise UsageError("--lr must be positive and --warmup a fraction below 1")
+        config.check_schedule()
         if config.train_embeddings not in TRAIN_EMBEDDINGS:
             raise UsageError(f"unknown --train-embeddings {config.train_embeddings!r}", hint="all, new or none")
         if config.precision not in ("auto", "fp32", "bf16", "fp16"):

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,20 @@ class TrainingConfig:
     train_embeddings: str = "all"  # all | new | none
     precision: str = "auto"  # auto | fp32 | bf16 | fp16
     eval_batch_size: int = 64
+
+    def check_schedule(self) -> None:
+        """The learning rate, warm-up and weight decay every loop checks before its first expensive step."""
+        if self.lr <= 0 or not 0 <= self.warmup < 1:
+            raise UsageError("--lr must be positive and --warmup a fraction below 1")
+        if self.weight_decay < 0:
+            raise UsageError(f"--weight-decay must be 0 or more, not {self.weight_decay}")
+        if self.lr * self.weight_decay >= 1:
+            # AdamW multiplies every weight by (1 - lr x decay) each step: at 1 or more that zeroes or flips them.
+            raise UsageError(
+                f"--lr {self.lr:g} × --weight-decay {self.weight_decay:g} is {self.lr * self.weight_decay:g}: AdamW's decay "
+                "would zero or flip every weight at each step",
+                hint="their product must be below 1 (typical: --lr 5e-5, --weight-decay 0.01)",
+            )
 
     def plan(self, n_examples: int) -> tuple[int, int]:
         """(steps per epoch, total steps) for ``n_examples`` training examples."""

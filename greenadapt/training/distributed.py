@@ -18,6 +18,22 @@ from greenadapt.expanded_model import pick_device
 log = logging.getLogger(__name__)
 
 
+def to_device(array: Any, device: Any) -> Any:
+    """A NumPy array as a tensor on ``device``, without a host sync on CUDA.
+
+    A copy from pageable memory to the GPU waits for the stream to drain, so a
+    loop that copies its batch that way cannot queue the next step's kernels
+    while the GPU runs this one; a copy from pinned memory is queued like a
+    kernel (the caching host allocator keeps the buffer alive until it ends).
+    """
+    import torch
+
+    tensor = torch.from_numpy(array)
+    if torch.device(device).type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 @dataclass
 class DistContext:
     """Where this process runs: rank, world size, device; all-reduce helpers that are no-ops alone."""

@@ -65,12 +65,14 @@ from greenadapt.training.checkpoint import (
     write_checkpoint,
 )
 from greenadapt.training.config import TrainingConfig
-from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler
+from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler, to_device
 from greenadapt.training.health import TrainingHealth
 from greenadapt.training.step import optimizer_step
 
 log = logging.getLogger(__name__)
 
+# On a GPU, how often the loop reads its steps' losses off the device (see _Loop).
+SYNC_SECONDS = 1.0
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 _WEIGHTS, _BEST, _TENSORS, _STATE, _LOG = "model.safetensors", "best.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
 
@@ -83,6 +85,8 @@ def build_optimizers(model: Any, split: Any, config: TrainingConfig, total: int)
 
     active = split.active if split is not None else None
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]
+    # On a GPU, one fused kernel per step instead of several per parameter group (the same update).
+    fused = bool(named) and all(p.is_cuda for _, p in named)
     optimizers: list[Any] = [
         torch.optim.AdamW(
             [
@@ -90,6 +94,7 @@ def build_optimizers(model: Any, split: Any, config: TrainingConfig, total: int)
                 {"params": [p for n, p in named if n.endswith(NO_DECAY)], "weight_decay": 0.0},
             ],
             lr=config.lr,
+            fused=fused or None,  # None: torch's own choice (the CPU's for-each update)
         )
     ]
     if split is not None:
@@ -158,17 +163,16 @@ class Trainer:
         """Before a step: gather the added rows the step's domain-tokenized inputs use (row-wise training)."""
         if self.split is None:
             return
-        import torch
-
         flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        self.split.load_rows(torch.from_numpy(flat).to(self.ctx.device))
+        self.split.load_rows(to_device(flat, self.ctx.device))
 
-    def step(self, parts: Sequence[Any], loss_of: Callable[[Any], Any], *, before_update: Callable[[], None] | None = None) -> tuple[float, float | None]:
+    def step(self, parts: Sequence[Any], loss_of: Callable[[Any], Any], *, before_update: Callable[[], None] | None = None) -> tuple[Any, Any]:
         """Forward/backward each of ``parts`` (``loss_of(part)``: its share of the step's loss), then one optimizer step.
 
         Returns the step's loss summed over every process's parts (divided by the
         world size, since each part's loss carries the factor W) and the
-        gradients' norm before clipping.
+        gradients' norm before clipping (None without clipping), as 0-d tensors on
+        the device: reading them waits for the step to finish (see :class:`_Loop`).
         """
         import torch
 
@@ -184,7 +188,7 @@ class Trainer:
         if before_update is not None:
             before_update()
         grad_norm = optimizer_step(self.optimizers, self.schedulers, self.trainable, max_grad_norm=self.config.max_grad_norm, scaler=self.scaler)
-        return float(ctx.all_reduce_sum(loss_sum).item()) / ctx.world, grad_norm
+        return ctx.all_reduce_sum(loss_sum) / ctx.world, grad_norm
 
     def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """What a checkpoint needs of the step: tensors (for ``optimizer.pt``) and the JSON-able rest."""
@@ -334,10 +338,9 @@ def run_training(
         stop.defer()
         if stop.requested(ctx):
             raise stop.stopped(f"before training{task.where}")
-    loop = _Loop(trainer, task, evaluate, checkpoint, stop, log_path if ctx.is_main else None)
+    loop = _Loop(trainer, task, evaluate, checkpoint, stop, log_path if ctx.is_main else None, progress)
     loop.write(*task.start(loop.at.step))
     progress.start(task.label, total=total, unit="steps")
-    rate = StepRate(loop.at.step)
     if loop.at.step:
         progress.update(loop.at.step)
     try:
@@ -351,29 +354,52 @@ def run_training(
                 if stop is not None and stop.requested(ctx):
                     loop.at.batch = index
                     raise stop.stopped(f"at step {loop.at.step} of {total}{task.where}", loop.save())
-                loss = loop.step(batches[index], index)
-                if loss is None:
-                    continue
-                stepped = True
-                shown: dict[str, Any] = {"loss": f"{loss:.4f}", "steps_per_s": rate.per_second(loop.at.step)}
-                if loop.result.dev_history:
-                    shown["dev"] = f"{loop.result.dev_history[-1]['score']:.4f}"
-                progress.update(loop.at.step, **shown)
+                stepped = loop.step(batches[index], index) or stepped
             if not stepped:
                 raise DataError(f"no training batch of this epoch fills {trainer.micro_per_step} micro-batch(es)", hint="lower --grad-accum or use more data")
             if loop.at.batch >= len(batches) or task.partial_epoch_ends:
                 loop.end_epoch()
+        loop.sync()
         loop.write(*task.end())
         if checkpoint is not None and checkpoint.save_final and not (loop.restored is not None and loop.restored.complete):
             loop.save(complete=True)
     finally:
-        progress.finish()
         loop.close()
+        progress.finish()
     return loop.finish()
 
 
+def _sync_seconds(ctx: DistContext) -> float:
+    """How long the loop may go without reading the device's losses (0: after every step)."""
+    return SYNC_SECONDS if ctx.device.type == "cuda" else 0.0
+
+
+@dataclass
+class _Done:
+    """A step whose loss and gradient norm are still on the device."""
+
+    step: int
+    epoch: int
+    lr: float
+    fields: dict[str, Any]  # the task's own fields of the log record
+    seconds: float
+    loss: Any
+    grad_norm: Any
+
+
 class _Loop:
-    """The state of one :func:`run_training` call: position, log, best weights, checkpoints."""
+    """The state of one :func:`run_training` call: position, log, best weights, checkpoints.
+
+    Reading a loss off a GPU makes the host wait until the step has run, so the
+    host could not queue the next step's kernels meanwhile; a small model's step
+    is a few milliseconds of GPU work, and waiting every step leaves the card
+    idle for most of it. On CUDA the loop therefore keeps its steps' losses and
+    norms on the device and reads them together every :data:`SYNC_SECONDS`, and
+    always before an evaluation, a checkpoint, an epoch's end and the end of
+    training, so the log, the progress display, the health checks and the stop
+    on a non-finite loss see every step, at most that late. On the CPU, where a
+    step has finished when its call returns, it reads them after every step.
+    """
 
     def __init__(
         self,
@@ -383,8 +409,13 @@ class _Loop:
         checkpoint: Checkpointing | None,
         stop: StopSignal | None,
         log_path: Path | None,
+        progress: Progress = NULL_PROGRESS,
     ) -> None:
         self.trainer, self.task, self.evaluate, self.checkpoint, self.log_path = trainer, task, evaluate, checkpoint, log_path
+        self.progress = progress
+        self.pending: list[_Done] = []
+        self.sync_seconds = _sync_seconds(trainer.ctx)
+        self.last_sync = time.perf_counter()
         self.at, self.result, self.health = Position(), TrainingRun(), TrainingHealth()
         self.best_state: dict[str, Any] | None = None
         self.epoch_size = 0  # batches in the current epoch
@@ -396,41 +427,58 @@ class _Loop:
         self.writes = checkpoint is not None and checkpoint.writer
         self.handle = open(log_path, "a" if self.restored else "w", encoding="utf-8") if log_path is not None else None  # noqa: SIM115
         self.started = time.perf_counter() - self.at.seconds
+        self.rate = StepRate(self.at.step)
 
-    def step(self, batch: Any, index: int) -> float | None:
-        """One optimizer step on ``batch``; its loss, or None when the batch was skipped."""
+    def step(self, batch: Any, index: int) -> bool:
+        """One optimizer step on ``batch``; False when the batch was skipped."""
         trainer, task, at = self.trainer, self.task, self.at
         parts = task.parts(trainer, batch)
         if parts is None:
-            return None
+            return False
         loss, grad_norm = trainer.step(parts, task.loss, before_update=task.before_update)
-        self.health.record_loss(loss)
         at.step += 1
         at.batch = index + 1
         for key, value in task.counts(batch).items():
             at.counts[key] = at.counts.get(key, 0) + value
-        self.write(
-            {
-                "step": at.step,
-                "epoch": at.epoch + 1,
-                "loss": round(loss, 6),
-                "lr": trainer.lr(),
-                **task.record(batch),
-                "grad_norm": None if grad_norm is None else round(grad_norm, 6),
-                "seconds": round(time.perf_counter() - self.started, 3),
-            }
-        )
-        if not math.isfinite(loss) and trainer.scaler is None:
-            raise UsageError(f"the training loss became {loss} at step {at.step}", hint="lower --lr, or use --precision fp32 or bf16")
+        now = time.perf_counter()
+        self.pending.append(_Done(at.step, at.epoch + 1, trainer.lr(), task.record(batch), round(now - self.started, 3), loss, grad_norm))
+        if now - self.last_sync >= self.sync_seconds:
+            self.sync()
         self.write(*task.after_step(at.step))
         every = self.checkpoint.save_every if self.checkpoint is not None else None
         if every and at.step % every == 0 and at.step < trainer.total_steps:
             self.save()
-        return loss
+        return True
+
+    def sync(self, *, check: bool = True) -> None:
+        """Read the pending steps' losses and norms off the device: log records, health, progress, the non-finite stop."""
+        if not self.pending:
+            return
+        import torch
+
+        done, self.pending = self.pending, []
+        self.last_sync = time.perf_counter()
+        losses = torch.stack([d.loss.float() for d in done]).tolist()
+        norms: list[float | None] = [None] * len(done)
+        if done[0].grad_norm is not None:
+            norms = torch.stack([d.grad_norm.float() for d in done]).tolist()
+        for d, loss, norm in zip(done, losses, norms, strict=True):
+            self.health.record_loss(loss)
+            self._emit({
+                "step": d.step, "epoch": d.epoch, "loss": round(loss, 6), "lr": d.lr, **d.fields,
+                "grad_norm": None if norm is None else round(norm, 6), "seconds": d.seconds,
+            })
+            if check and not math.isfinite(loss) and self.trainer.scaler is None:
+                raise UsageError(f"the training loss became {loss} at step {d.step}", hint="lower --lr, or use --precision fp32 or bf16")
+        shown: dict[str, Any] = {"loss": f"{losses[-1]:.4f}", "steps_per_s": self.rate.per_second(done[-1].step)}
+        if self.result.dev_history:
+            shown["dev"] = f"{self.result.dev_history[-1]['score']:.4f}"
+        self.progress.update(done[-1].step, **shown)
 
     def end_epoch(self) -> None:
         """Close an epoch: evaluate on dev (keeping the best weights) and move to the next."""
         at, result, model = self.at, self.result, self.trainer.model
+        self.sync()
         at.epoch += 1
         at.batch = 0
         if self.evaluate is None:
@@ -448,11 +496,18 @@ class _Loop:
         log.info("epoch %d: dev score %.4f (best %.4f, epoch %d)", at.epoch, score, result.best_score, result.best_epoch)
 
     def write(self, *records: dict[str, Any]) -> None:
+        """Log records after every pending step's (the log stays in step order)."""
+        if records:
+            self.sync()
+            self._emit(*records)
+
+    def _emit(self, *records: dict[str, Any]) -> None:
         if self.handle is not None:
             for record in records:
                 self.handle.write(json.dumps(record) + "\n")
 
     def save(self, *, complete: bool = False) -> Path | None:
+        self.sync()  # a non-finite loss stops the run before it is saved; the saved log holds every step
         saved = None
         ctx = self.trainer.ctx
         rank_rng = gather_rng_states(ctx) if self.checkpoint is not None else None  # every process takes part
@@ -466,6 +521,8 @@ class _Loop:
         return saved
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # a run ending in an error still logs the steps it took
+            self.sync(check=False)
         if self.handle is not None:
             self.handle.close()
             self.handle = None

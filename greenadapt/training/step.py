@@ -6,6 +6,10 @@ clip their global norm to ``max_grad_norm`` (0 or less: no clipping), step
 each optimizer (through the scaler, which skips a step with inf/NaN
 gradients), zero the gradients, update the scaler, then step each
 learning-rate scheduler.
+
+Nothing here waits for the device: the norm comes back as a tensor, so a GPU
+loop can queue its next step before this one has finished (the runtime reads
+norms and losses in batches, :mod:`greenadapt.training.runtime`).
 """
 
 from __future__ import annotations
@@ -21,14 +25,14 @@ def optimizer_step(
     *,
     max_grad_norm: float,
     scaler: Any = None,
-) -> float | None:
-    """Finish one optimizer step; the gradients' global norm before clipping (None when not clipped)."""
+) -> Any:
+    """Finish one optimizer step; the gradients' global norm before clipping (a 0-d tensor; None when not clipped)."""
     import torch
 
     if scaler is not None:
         for optimizer in optimizers:
             scaler.unscale_(optimizer)
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)) if max_grad_norm > 0 else None
+    grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm) if max_grad_norm > 0 else None
     for optimizer in optimizers:
         if scaler is not None:
             scaler.step(optimizer)

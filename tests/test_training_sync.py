@@ -1,0 +1,134 @@
+"""The runtime reads losses off the device in batches (as on a GPU): the same log, checks and checkpoints as step by step."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
+
+from greenadapt.errors import UsageError
+from greenadapt.finetune.run import FinetuneOptions, run_finetune
+from greenadapt.finetune.train import TrainConfig
+from greenadapt.training import runtime
+from greenadapt.training.distributed import to_device
+from greenadapt.training.config import TrainingConfig
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sync-data")
+    return {"train": write_ner_file(root / "train.tsv", 40, seed=1), "dev": write_ner_file(root / "dev.tsv", 12, seed=2)}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = build_tiny_expanded(tmp_path_factory.mktemp("sync-model") / "model")
+    set_dropout(folder, 0.0)
+    return folder
+
+
+class Seen:
+    """A progress display that remembers what it was shown."""
+
+    def __init__(self) -> None:
+        self.updates: list[tuple[float, dict[str, Any]]] = []
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        pass
+
+    def update(self, completed: float, **info: float | str) -> None:
+        self.updates.append((completed, info))
+
+    def finish(self) -> None:
+        pass
+
+
+def _run(model: Path, data: dict[str, Path], out: Path, monkeypatch: pytest.MonkeyPatch, *, deferred: bool,
+         progress: Seen | None = None, **training: Any) -> Path:
+    # Never read before a boundary (an evaluation, a checkpoint, an epoch's end, the end): the furthest a GPU run defers.
+    monkeypatch.setattr(runtime, "_sync_seconds", lambda ctx: math.inf if deferred else 0.0)
+    config = TrainConfig(**{"batch_size": 8, "lr": 3e-3, "epochs": 2, **training})
+    options = FinetuneOptions(task="ner", train=data["train"], dev=data["dev"], model=str(model), out=out, device="cpu",
+                              seeds=[5], save_every=3, training=config)
+    return run_finetune(options, progress or Seen()).path
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _without_time(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+def test_deferred_reads_write_the_same_log_and_weights(model: Path, data: dict[str, Path], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    shown = Seen()
+    now = _run(model, data, tmp_path / "now", monkeypatch, deferred=False)
+    later = _run(model, data, tmp_path / "later", monkeypatch, deferred=True, progress=shown)
+    log_now, log_later = _records(now / "train_log.jsonl"), _records(later / "train_log.jsonl")
+    steps = [r for r in log_later if "loss" in r]
+    assert len(steps) == 10 and [r["step"] for r in steps] == list(range(1, 11))  # 5 steps an epoch, 2 epochs
+    assert _without_time(log_later) == _without_time(log_now)  # same losses, norms, order of dev events
+    assert [r.get("event") for r in log_later if "event" in r] == ["dev", "dev"]
+    from safetensors.numpy import load_file
+
+    a, b = load_file(str(now / "model.safetensors")), load_file(str(later / "model.safetensors"))
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    # The display heard of the last step, with its loss, though it was read in a batch.
+    assert shown.updates[-1][0] == 10 and float(shown.updates[-1][1]["loss"]) == pytest.approx(steps[-1]["loss"], abs=1e-4)
+
+
+def test_a_checkpoint_holds_every_step_before_it(model: Path, data: dict[str, Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, list[int]]] = []
+    write = runtime.write_checkpoint
+
+    def watched(checkpoint: Any, step: int, fill: Any, **kw: Any) -> Path:
+        path = write(checkpoint, step, fill, **kw)
+        seen.append((step, [r["step"] for r in _records(path / "train_log.jsonl") if "loss" in r]))
+        return path
+
+    monkeypatch.setattr(runtime, "write_checkpoint", watched)
+    _run(model, data, tmp_path / "run", monkeypatch, deferred=True)
+    assert [step for step, _ in seen] == [3, 6, 9, 10]  # every 3 steps, and the final one
+    for step, logged in seen:
+        assert logged == list(range(1, step + 1))
+
+
+def test_a_non_finite_loss_still_stops_the_run_at_its_step(model: Path, data: dict[str, Path], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = []
+    for deferred in (False, True):
+        with pytest.raises(UsageError, match="the training loss became") as caught:
+            _run(model, data, tmp_path / f"nan-{deferred}", monkeypatch, deferred=deferred, lr=1e12, max_grad_norm=0.0, weight_decay=0.0)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]  # the same step is named, however late it was read
+
+
+def test_to_device_copies_the_array() -> None:
+    array = np.arange(12, dtype=np.int64).reshape(3, 4)
+    tensor = to_device(array, torch.device("cpu"))
+    assert tensor.dtype == torch.int64 and torch.equal(tensor, torch.arange(12).reshape(3, 4))
+
+
+@pytest.mark.parametrize(("lr", "decay", "fragment"), [(0.0, 0.01, "--lr must be positive"), (1e-3, -0.1, "--weight-decay must be 0 or more"),
+                                                       (200.0, 0.01, "AdamW's decay would zero or flip")])
+def test_the_schedule_is_checked_before_training(lr: float, decay: float, fragment: str) -> None:
+    with pytest.raises(UsageError, match=fragment):
+        TrainingConfig(lr=lr, weight_decay=decay).check_schedule()
+    TrainingConfig(lr=0.9, weight_decay=1.0).check_schedule()  # a product below 1 is allowed
+
+
+def test_finetune_refuses_a_decay_that_flips_the_weights_before_reading_the_model(data: dict[str, Path], tmp_path: Path) -> None:
+    options = FinetuneOptions(task="ner", train=data["train"], model=str(tmp_path / "no-such-model"), out=tmp_path / "out",
+                              device="cpu", training=TrainConfig(lr=100.0, weight_decay=0.1))
+    with pytest.raises(UsageError, match="would zero or flip"):
+        run_finetune(options)
+    assert not (tmp_path / "out").exists()
