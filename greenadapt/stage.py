@@ -188,13 +188,21 @@ class StageRun:
         manifest = check_ownership(self.out, kind=self.kind, force=self.force)
         if manifest is None or manifest.get("kind") != self.kind or self.force:
             return False
-        if manifest.get("fingerprint") not in (self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs)):
-            changed = _config_difference(Manifest.of(manifest, self.out).config, self.config)
-            raise OutputExistsError(
-                f"{self.kind} output exists but was made with other inputs or options ({changed})",
-                path=self.out,
-                hint="pass --force to redo it, or choose another --out",
-            )
+        if not self._same_fingerprint(manifest):
+            old_config = Manifest.of(manifest, self.out).config
+            changed = _config_difference(old_config, self.config)
+            retimed: list[str] = []
+            if _canonical(old_config) == _canonical(self.config):
+                changed, retimed = _input_difference(manifest.get("inputs") or [], self.inputs)
+                changed = changed or ("" if retimed else "inputs changed")
+            if changed:
+                raise OutputExistsError(
+                    f"{self.kind} output exists but was made with other inputs or options ({changed})",
+                    path=self.out,
+                    hint="pass --force to redo it, or choose another --out",
+                )
+            log.info("%s: %s changed only in modification time (the same SHA-256 as when the output was made)",
+                     self.kind, ", ".join(retimed))
         problem = verify_files(self.out, manifest)
         if problem:
             raise StageError(
@@ -225,7 +233,7 @@ class StageRun:
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "fingerprint": self.fingerprint,
             "config": self.config,
-            "inputs": with_relative_paths(self.inputs, self.out),
+            "inputs": with_relative_paths(_with_content_digests(self.inputs), self.out),
             "libraries": library_versions(*self.libraries),
             "stats": dict(stats or {}),
             "cost": self._meter.snapshot(),
@@ -297,9 +305,10 @@ class StageRun:
         if self.force:
             return False
         manifest, _ = parse_manifest(self.out) if self.out.is_dir() else (None, "")
-        return manifest is not None and manifest.get("fingerprint") in (
-            self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs)
-        )
+        return manifest is not None and self._same_fingerprint(manifest)
+
+    def _same_fingerprint(self, manifest: Mapping[str, Any]) -> bool:
+        return manifest.get("fingerprint") in (self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs))
 
     def _release_lock(self) -> None:
         if self._lock_handle is not None:
@@ -366,6 +375,76 @@ def _lock_within(handle: Any, seconds: float, holder: str, out: Path) -> bool:
         except BlockingIOError:
             continue
     return False
+
+
+# Recorded beside an input's identity, not part of it (the fingerprint is computed without them).
+_RECORD_ONLY = frozenset({"relpath", "sha256"})
+
+
+def _is_local_file(entry: Mapping[str, Any]) -> bool:
+    return "path" in entry and "mtime_ns" in entry and "files" not in entry and "content" not in entry
+
+
+def _with_content_digests(inputs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``inputs`` with the SHA-256 of each local file named by its size and modification time.
+
+    The fingerprint names such a file cheaply, by path, size and time, so a
+    copy, a checkout or a refreshed data folder makes every stage over it look
+    stale; the digest lets a later run tell a file whose time alone changed
+    from one that was edited (:func:`_input_difference`). One read per file
+    per process (``sha256_file`` caches it), at the end of a stage that ran.
+    """
+    recorded = []
+    for item in inputs:
+        entry = dict(item)
+        if _is_local_file(entry) and Path(entry["path"]).is_file():
+            with contextlib.suppress(OSError):
+                entry["sha256"] = sha256_file(Path(entry["path"]))
+        recorded.append(entry)
+    return recorded
+
+
+def _canonical(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _input_difference(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """What changed between the inputs an output was made from and this run's ('' if nothing that matters), and the
+    files whose modification time alone changed, their content the same."""
+    if len(recorded) != len(current):
+        return f"{len(current)} inputs instead of {len(recorded)}", []
+    retimed = []
+    for old, now_recorded in zip(recorded, _canonical(list(current)), strict=True):
+        old_identity = {k: v for k, v in old.items() if k not in _RECORD_ONLY}
+        new = {k: v for k, v in now_recorded.items() if k not in _RECORD_ONLY}
+        if old_identity == new:
+            continue
+        if not (_is_local_file(new) and old_identity.get("path") == new["path"]):
+            return "inputs changed", []
+        name = new["path"]
+        if old_identity.get("size") != new.get("size"):
+            return f"{name} changed: {old_identity.get('size')} bytes then, {new.get('size')} now", []
+        if {k: v for k, v in old_identity.items() if k != "mtime_ns"} != {k: v for k, v in new.items() if k != "mtime_ns"}:
+            return "inputs changed", []
+        then, now = _local_time(old_identity.get("mtime_ns")), _local_time(new["mtime_ns"])
+        digest = old.get("sha256")
+        if not digest:  # an output of an earlier version, which kept no digest
+            return f"{name} was modified: {then} then, {now} now; its content was not recorded, so it cannot be compared", []
+        try:
+            same = sha256_file(Path(name)) == digest
+        except OSError as exc:
+            return f"{name} cannot be read: {exc.strerror or exc}", []
+        if not same:
+            return f"{name} was modified: {then} then, {now} now, and its content differs", []
+        retimed.append(name)
+    return "", retimed
+
+
+def _local_time(mtime_ns: Any) -> str:
+    try:
+        return datetime.fromtimestamp(int(mtime_ns) / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
 
 
 def _config_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:

@@ -281,3 +281,64 @@ def test_a_file_written_through_hashed_writer_is_not_read_back_to_be_checksummed
         handle.write(b"half")
         raise RuntimeError("the writer stopped")
     assert manifest_module.sha256_file(failed) == hashlib.sha256(b"half").hexdigest() and reads == [failed]  # hashed afresh
+
+
+def _over_file(out: Path, source: Path) -> StageRun:
+    from greenadapt.manifest import file_identity
+
+    with StageRun("demo", out, {"a": 1}, [{"role": "corpus", **file_identity(source)}]) as run:
+        if not run.skipped:
+            (run.tmp / "data.txt").write_text(source.read_text())
+            run.commit()
+    return run
+
+
+def test_an_input_whose_time_alone_changed_keeps_the_output_up_to_date(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A copy, a checkout or a refreshed data folder gives a file a new modification time, not new content.
+    source = tmp_path / "corpus.txt"
+    source.write_text("the same words\n")
+    out = tmp_path / "stage"
+    _over_file(out, source)
+    recorded = read_manifest(out)["inputs"][0]
+    assert recorded["sha256"] == __import__("hashlib").sha256(b"the same words\n").hexdigest()
+    os.utime(source, ns=(recorded["mtime_ns"] + 7_000_000_000, recorded["mtime_ns"] + 7_000_000_000))
+    before = (out / "manifest.json").read_text()
+    with caplog.at_level("INFO", logger="greenadapt.stage"):
+        again = _over_file(out, source)
+    assert again.skipped and (out / "manifest.json").read_text() == before
+    assert "changed only in modification time" in caplog.text and str(source) in caplog.text
+
+
+def test_an_edited_input_is_named_with_what_changed(tmp_path: Path) -> None:
+    source = tmp_path / "corpus.txt"
+    source.write_text("the same words\n")
+    out = tmp_path / "stage"
+    _over_file(out, source)
+    mtime = read_manifest(out)["inputs"][0]["mtime_ns"]
+    source.write_text("the sane words\n")  # the same size, new content
+    os.utime(source, ns=(mtime + 7_000_000_000, mtime + 7_000_000_000))
+    with pytest.raises(OutputExistsError, match=r"corpus.txt was modified: .* then, .* now, and its content differs"):
+        _over_file(out, source)
+    source.write_text("a longer text than before\n")
+    with pytest.raises(OutputExistsError, match=r"corpus.txt changed: 15 bytes then, 26 now"):
+        _over_file(out, source)
+    assert (out / "data.txt").read_text() == "the same words\n"  # nothing was replaced
+
+
+def test_an_output_of_an_earlier_version_without_digests_says_it_cannot_compare(tmp_path: Path) -> None:
+    import json
+
+    from greenadapt.manifest import manifest_checksum
+
+    source = tmp_path / "corpus.txt"
+    source.write_text("the same words\n")
+    out = tmp_path / "stage"
+    _over_file(out, source)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["inputs"][0]["sha256"]
+    manifest.pop("manifest_sha256")
+    manifest["manifest_sha256"] = manifest_checksum(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    os.utime(source, ns=(manifest["inputs"][0]["mtime_ns"] + 10**9,) * 2)
+    with pytest.raises(OutputExistsError, match="its content was not recorded, so it cannot be compared"):
+        _over_file(out, source)

@@ -394,3 +394,23 @@ def test_effective_min_count_follows_gensim() -> None:
     assert effective_min_count(counts, 1, 3) == 4  # the 4th word has 3: a, b, c stay
     assert effective_min_count(counts, 1, 2) == 8  # b and c tie at the cut: both go
     assert effective_min_count(counts, 5, 4) == 5  # never below min_count
+
+
+def test_a_corpus_copied_back_with_a_new_time_is_not_trained_again(tmp_path: Path, corpus: Path, tiny_bert: Path, cli: Any) -> None:
+    import shutil
+
+    local = tmp_path / "corpus.txt"
+    shutil.copyfile(corpus, local)
+    args = ["w2v", "--corpus", str(local), "--model", str(tiny_bert), "--workdir", str(tmp_path / "w"), "--workers", "1", "--min-count", "2", "-q"]
+    assert cli(*args).exit_code == 0
+    shutil.copyfile(corpus, local)  # `cp` without -p: same bytes, a new modification time
+    os.utime(local, ns=(local.stat().st_mtime_ns + 5 * 10**9,) * 2)
+    again = cli(*args)
+    assert again.exit_code == 0 and again.stdout.startswith("w2v: up to date (")
+    with open(local, "a", encoding="utf-8") as more:
+        more.write("one more line of text\n")
+    from greenadapt.errors import OutputExistsError
+
+    with pytest.raises(OutputExistsError, match=r"corpus.txt changed: \d+ bytes then, \d+ now") as refused:
+        cli(*args)
+    assert refused.value.exit_code == 4 and "--force" in str(refused.value.hint)

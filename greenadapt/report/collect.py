@@ -344,7 +344,7 @@ def _strip_seed(value: Any) -> Any:
 
 def group_key(stage: Mapping[str, Any]) -> str:
     """Same configuration and inputs apart from the seed -> same group."""
-    inputs = [{k: v for k, v in i.items() if k not in ("mtime_ns",)} if isinstance(i, dict) else i for i in stage["inputs"]]
+    inputs = [{k: v for k, v in i.items() if k not in ("mtime_ns", "sha256")} if isinstance(i, dict) else i for i in stage["inputs"]]
     payload = json.dumps({"kind": stage["kind"], "config": _strip_seed(stage["config"]), "inputs": inputs}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
