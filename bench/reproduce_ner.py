@@ -8,7 +8,11 @@ per step, so each step has its own stage manifest and cost record):
    (w2v -> align lstsq -> expand) into ``<workdir>/<corpus>/<model>/``;
 2. the paper's two alignment ablations on the same word2vec vectors:
    ``align --method identity|random`` + ``expand`` into
-   ``align-identity/``, ``expand-identity/``, ``align-random/``, ``expand-random/``;
+   ``align-identity/``, ``expand-identity/``, ``align-random/``, ``expand-random/``
+   (and the other methods of ``--variants`` likewise); a new-word selection
+   variant (``green-min20``, ``green-max5k``, ``green-min100-max20k``) is an
+   ``expand --min-count/--max-new`` of green's own align folder into
+   ``expand-<variant>/``;
 3. the expensive comparators, continued masked-LM pretraining on the same
    corpus: ``dapt`` (``pretrain`` of MiniLM, ``--dapt-steps``) and
    ``green-mlm`` (a short ``pretrain`` pass over the adapted model on its
