@@ -189,7 +189,10 @@ def test_the_loop_queues_steps_on_the_gpu(files: dict[str, Path], tmp_path: Path
     assert tensor.device.type == ctx.device.type and np.array_equal(tensor.cpu().numpy(), array)
     assert runtime._sync_seconds(ctx) == (runtime.SYNC_SECONDS if DEVICE == "cuda" else 0.0)
     model = torch.nn.Linear(3, 2).to(ctx.device)
-    optimizers, _ = runtime.build_optimizers(model, None, runtime.TrainingConfig(), total=10)
+    from greenadapt.training.config import TrainingConfig
+    from greenadapt.training.optimizers import build_optimizers
+
+    optimizers, _ = build_optimizers(model, None, TrainingConfig(), total=10)
     assert bool(optimizers[0].defaults.get("fused")) == (DEVICE == "cuda")
 
     out = tmp_path / "ner"

@@ -67,46 +67,14 @@ from greenadapt.training.checkpoint import (
 from greenadapt.training.config import TrainingConfig
 from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler, to_device
 from greenadapt.training.health import TrainingHealth
+from greenadapt.training.optimizers import build_optimizers
 from greenadapt.training.step import optimizer_step
 
 log = logging.getLogger(__name__)
 
 # On a GPU, how often the loop reads its steps' losses off the device (see _Loop).
 SYNC_SECONDS = 1.0
-NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 _WEIGHTS, _BEST, _TENSORS, _STATE, _LOG = "model.safetensors", "best.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
-
-
-def build_optimizers(model: Any, split: Any, config: TrainingConfig, total: int) -> tuple[list[Any], list[Any]]:
-    """AdamW (norms and biases not decayed), RowAdamW for row-wise trained added rows, linear warm-up schedule."""
-    import torch
-
-    from greenadapt.finetune import embeddings
-
-    active = split.active if split is not None else None
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]
-    # On a GPU, one fused kernel per step instead of several per parameter group (the same update).
-    fused = bool(named) and all(p.is_cuda for _, p in named)
-    optimizers: list[Any] = [
-        torch.optim.AdamW(
-            [
-                {"params": [p for n, p in named if not n.endswith(NO_DECAY)], "weight_decay": config.weight_decay},
-                {"params": [p for n, p in named if n.endswith(NO_DECAY)], "weight_decay": 0.0},
-            ],
-            lr=config.lr,
-            fused=fused or None,  # None: torch's own choice (the CPU's for-each update)
-        )
-    ]
-    if split is not None:
-        optimizers.append(embeddings.RowAdamW(split, lr=config.lr, weight_decay=config.weight_decay))
-    warmup = int(round(config.warmup * total))
-
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return optimizers, [torch.optim.lr_scheduler.LambdaLR(optimizer, schedule) for optimizer in optimizers]
 
 
 class Trainer:
