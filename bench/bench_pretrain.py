@@ -42,6 +42,7 @@ prefix of the corpus gives the same held-out set as the whole file.
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import logging
@@ -184,8 +185,17 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
         raise SystemExit(f"greenadapt reported {len(timed)} time(s) past step {args.skip}: raise --steps")
     (t0, s0), (t1, s1) = timed[0], timed[-1]
     per_step = (t1 - t0) / (s1 - s0)
-    return {"seconds_per_step": per_step, "tokens_per_s": batch_size * length / per_step, "peak_mib": _peak_memory_mib(args.device),
-            "config": model.config}  # type: ignore[dict-item]
+    return {"seconds_per_step": per_step, "tokens_per_s": batch_size * length / per_step, "peak_mib": _peak_memory_mib(args.device)}
+
+
+@functools.cache
+def _plain_ids(model_path: Path, corpus_path: Path) -> list[int]:
+    """The plain loop's token stream (run_mlm.py tokenizes once, then cuts blocks of each length from it)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    lines = [line for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [i for encoded in tokenizer(lines, add_special_tokens=True)["input_ids"] for i in encoded]
 
 
 def plain(model_path: Path, corpus_path: Path, args: argparse.Namespace, batch_size: int, length: int) -> dict[str, float | None]:
@@ -196,8 +206,7 @@ def plain(model_path: Path, corpus_path: Path, args: argparse.Namespace, batch_s
 
     device = torch.device(args.device)
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    lines = [line for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    ids = [i for encoded in tokenizer(lines, add_special_tokens=True)["input_ids"] for i in encoded]
+    ids = _plain_ids(model_path, corpus_path)
     examples = [{"input_ids": ids[i : i + length]} for i in range(0, len(ids) - length + 1, length)]
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     torch.manual_seed(0)
@@ -229,14 +238,13 @@ def plain(model_path: Path, corpus_path: Path, args: argparse.Namespace, batch_s
 
 def _point(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Path, batch_size: int, length: int,
            peak: float | None) -> dict[str, object]:
+    from transformers import AutoConfig
+
     runs: dict[str, list[dict[str, float | None]]] = {"greenadapt": [], "transformers": []}
-    config = None
     for _ in range(args.repeats):  # alternated, so load from other processes affects both alike
-        mine = ours(model_path, corpus_path, args, work, batch_size, length)
-        config = mine.pop("config")
-        runs["greenadapt"].append(mine)
+        runs["greenadapt"].append(ours(model_path, corpus_path, args, work, batch_size, length))
         runs["transformers"].append(plain(model_path, corpus_path, args, batch_size, length))
-    flops = training_flops_per_token(config, length)
+    flops = training_flops_per_token(AutoConfig.from_pretrained(str(model_path)), length)
     point: dict[str, object] = {"batch_size": batch_size, "length": length, "runs": runs}
     for name, found in runs.items():
         rate = statistics.median(float(r["tokens_per_s"] or 0) for r in found)

@@ -67,15 +67,46 @@ def _without_paths(value: Any) -> Any:
     return value
 
 
-def with_relative_paths(inputs: Sequence[Mapping[str, Any]], folder: Path) -> list[dict[str, Any]]:
-    """``inputs`` as a manifest in ``folder`` records them: each local path also relative to the folder."""
+# Recorded beside an input's identity, not part of it (fingerprints are computed without them).
+RECORD_ONLY = frozenset({"relpath", "sha256"})
+
+
+def names_local_file(entry: Mapping[str, Any]) -> bool:
+    """Whether an input identity names a local file by path, size and modification time."""
+    return "path" in entry and "mtime_ns" in entry and "files" not in entry and "content" not in entry
+
+
+def recorded_inputs(inputs: Sequence[Mapping[str, Any]], folder: Path) -> list[dict[str, Any]]:
+    """``inputs`` as a manifest in ``folder`` records them: each local path also relative to the folder, and each
+    local file named by size and time also by its content's SHA-256.
+
+    The fingerprint names such a file cheaply, so a copy, a checkout or a
+    refreshed data folder makes every stage over it look stale; the digest lets
+    a later run tell a file whose time alone changed from one that was edited.
+    It is kept only while the file still has the size and time the run started
+    from (a file rewritten during the run gets none). One read per file per
+    process (:func:`sha256_file` caches it).
+    """
     recorded = []
     for item in inputs:
         entry = dict(item)
         if isinstance(entry.get("path"), str) and not isinstance(entry.get("relpath"), str):
             entry["relpath"] = os.path.relpath(entry["path"], folder)
+        path = Path(str(entry.get("path")))
+        if names_local_file(entry) and path.is_file():
+            with contextlib.suppress(OSError):
+                started_from = (entry.get("size"), entry["mtime_ns"])
+                before = _size_and_time(path)
+                digest = sha256_file(path)
+                if before == started_from == _size_and_time(path):
+                    entry["sha256"] = digest
         recorded.append(entry)
     return recorded
+
+
+def _size_and_time(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
 
 
 def recorded_input_path(recorded: Mapping[str, Any], manifest_folder: Path) -> Path:

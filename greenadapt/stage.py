@@ -43,10 +43,12 @@ from greenadapt.manifest import (
     legacy_fingerprint,
     library_versions,
     manifest_checksum,
+    names_local_file,
     parse_manifest,
+    RECORD_ONLY,
+    recorded_inputs,
     sha256_file,
     verify_files,
-    with_relative_paths,
     write_json,
 )
 from greenadapt.errors import (
@@ -190,11 +192,11 @@ class StageRun:
             return False
         if not self._same_fingerprint(manifest):
             old_config = Manifest.of(manifest, self.out).config
-            changed = _config_difference(old_config, self.config)
             retimed: list[str] = []
-            if _canonical(old_config) == _canonical(self.config):
+            if _canonical(old_config) != _canonical(self.config):
+                changed = _config_difference(old_config, self.config)
+            else:
                 changed, retimed = _input_difference(manifest.get("inputs") or [], self.inputs)
-                changed = changed or ("" if retimed else "inputs changed")
             if changed:
                 raise OutputExistsError(
                     f"{self.kind} output exists but was made with other inputs or options ({changed})",
@@ -233,7 +235,7 @@ class StageRun:
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "fingerprint": self.fingerprint,
             "config": self.config,
-            "inputs": with_relative_paths(_with_content_digests(self.inputs), self.out),
+            "inputs": recorded_inputs(self.inputs, self.out),
             "libraries": library_versions(*self.libraries),
             "stats": dict(stats or {}),
             "cost": self._meter.snapshot(),
@@ -377,49 +379,22 @@ def _lock_within(handle: Any, seconds: float, holder: str, out: Path) -> bool:
     return False
 
 
-# Recorded beside an input's identity, not part of it (the fingerprint is computed without them).
-_RECORD_ONLY = frozenset({"relpath", "sha256"})
-
-
-def _is_local_file(entry: Mapping[str, Any]) -> bool:
-    return "path" in entry and "mtime_ns" in entry and "files" not in entry and "content" not in entry
-
-
-def _with_content_digests(inputs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``inputs`` with the SHA-256 of each local file named by its size and modification time.
-
-    The fingerprint names such a file cheaply, by path, size and time, so a
-    copy, a checkout or a refreshed data folder makes every stage over it look
-    stale; the digest lets a later run tell a file whose time alone changed
-    from one that was edited (:func:`_input_difference`). One read per file
-    per process (``sha256_file`` caches it), at the end of a stage that ran.
-    """
-    recorded = []
-    for item in inputs:
-        entry = dict(item)
-        if _is_local_file(entry) and Path(entry["path"]).is_file():
-            with contextlib.suppress(OSError):
-                entry["sha256"] = sha256_file(Path(entry["path"]))
-        recorded.append(entry)
-    return recorded
-
-
 def _canonical(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
 def _input_difference(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
-    """What changed between the inputs an output was made from and this run's ('' if nothing that matters), and the
-    files whose modification time alone changed, their content the same."""
+    """What changed between the inputs an output was made from and this run's ('' if only the modification time of
+    some files, their content the same), and those files."""
     if len(recorded) != len(current):
         return f"{len(current)} inputs instead of {len(recorded)}", []
     retimed = []
     for old, now_recorded in zip(recorded, _canonical(list(current)), strict=True):
-        old_identity = {k: v for k, v in old.items() if k not in _RECORD_ONLY}
-        new = {k: v for k, v in now_recorded.items() if k not in _RECORD_ONLY}
+        old_identity = {k: v for k, v in old.items() if k not in RECORD_ONLY}
+        new = {k: v for k, v in now_recorded.items() if k not in RECORD_ONLY}
         if old_identity == new:
             continue
-        if not (_is_local_file(new) and old_identity.get("path") == new["path"]):
+        if not (names_local_file(new) and old_identity.get("path") == new["path"]):
             return "inputs changed", []
         name = new["path"]
         if old_identity.get("size") != new.get("size"):
@@ -437,7 +412,7 @@ def _input_difference(recorded: Sequence[Mapping[str, Any]], current: Sequence[M
         if not same:
             return f"{name} was modified: {then} then, {now} now, and its content differs", []
         retimed.append(name)
-    return "", retimed
+    return ("" if retimed else "inputs changed"), retimed
 
 
 def _local_time(mtime_ns: Any) -> str:

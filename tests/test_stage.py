@@ -342,3 +342,16 @@ def test_an_output_of_an_earlier_version_without_digests_says_it_cannot_compare(
     os.utime(source, ns=(manifest["inputs"][0]["mtime_ns"] + 10**9,) * 2)
     with pytest.raises(OutputExistsError, match="its content was not recorded, so it cannot be compared"):
         _over_file(out, source)
+
+
+def test_a_file_rewritten_during_the_run_gets_no_digest(tmp_path: Path) -> None:
+    from greenadapt.manifest import file_identity, recorded_inputs
+
+    source = tmp_path / "corpus.txt"
+    source.write_text("the same words\n")
+    identity = file_identity(source)  # what the run started from
+    source.write_text("the sane words\n")  # rewritten while the stage ran: same size, new time
+    os.utime(source, ns=(identity["mtime_ns"] + 10**9,) * 2)
+    recorded = recorded_inputs([identity], tmp_path / "out")[0]
+    assert "sha256" not in recorded and recorded["relpath"] == "../corpus.txt"
+    assert "sha256" in recorded_inputs([file_identity(source)], tmp_path / "out")[0]

@@ -58,7 +58,6 @@ class Batch:
 
 
 def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: Sequence[int] | np.ndarray, pad_id: int, device: Any) -> Batch:
-
     seqs = [units[i].ids[v] for i, v in zip(indices, views, strict=True)]
     width = max(len(s) for s in seqs)
     input_ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
