@@ -132,3 +132,36 @@ def test_finetune_refuses_a_decay_that_flips_the_weights_before_reading_the_mode
     with pytest.raises(UsageError, match="would zero or flip"):
         run_finetune(options)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_a_fine_tuning_step_never_waits_for_the_device(attention: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step queued on a GPU must not wait for it. On the meta device (shapes without data) every read back to
+    the host and every result whose size depends on values (a mask, unique, nonzero) raises, so a whole
+    fine-tuning step that runs there, the tokenizer mixture and the row-wise trained added rows included,
+    holds no host sync."""
+    from transformers import BertConfig, BertForTokenClassification, masking_utils
+
+    from greenadapt.finetune.tokenize import Unit
+    from greenadapt.finetune.train import FinetuneTask, prepare_trainer
+    from greenadapt.training.distributed import DistContext
+
+    # Not ours: transformers 5 reads the padding mask back (padding_mask.all()) in every forward to skip it for
+    # SDPA when nothing is padded; docs/benchmarks.md counts it among the syncs left.
+    monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)
+    config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_labels=3)
+    config._attn_implementation = attention
+    rng = np.random.default_rng(0)
+    units = []
+    for index in range(16):
+        n = int(rng.integers(3, 9))
+        views = [rng.integers(1, 30, n), rng.integers(1, 40, n)]  # general ids < 30 <= the 10 added rows
+        units.append(Unit(index, 0, rng.integers(0, 3, n - 2), views, [None, None], [np.arange(1, n - 1)] * 2))
+    training = TrainConfig(batch_size=4, lr=1e-3, epochs=1, mix=0.5, weight_decay=0.01)
+    trainer = prepare_trainer(BertForTokenClassification(config), training, DistContext(device="meta"), n_examples=len(units),
+                              longest=8, n_base_rows=30)
+    task = FinetuneTask(trainer, units, 0.5, pad_id=0)
+    for batch in task.epoch_batches(0, 0):
+        loss, norm = trainer.step(task.parts(trainer, batch), task.loss)
+    assert loss.device.type == norm.device.type == "meta"
+    assert trainer.split is not None and trainer.split.owed is not None and trainer.split.owed.state_size_rows() > 0

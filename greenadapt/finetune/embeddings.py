@@ -18,6 +18,12 @@ So during fine-tuning the word-embedding module is replaced by
   gradient clipping and the fp16 grad scaler handle it like any other
   parameter. :class:`RowAdamW` then updates those rows and writes them back.
 
+Nothing in a step waits for a GPU: which rows a batch uses, and which state
+slot holds each, are worked out on the host from the batch before it is
+copied (found on the device, their data-dependent count would be read back
+every step), and the forward pass gathers a vector for every position and
+keeps the added ones instead of selecting them by mask.
+
 RowAdamW is ``torch.optim.AdamW`` over the added rows, computed lazily: a
 step touches only the rows its batch uses, yet every row ends where dense
 AdamW would have put it. Dense AdamW keeps moving a row in the steps that do
@@ -49,8 +55,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
+
+from greenadapt.training.distributed import to_device
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +84,7 @@ class SplitWordEmbedding(nn.Module):
         self.register_buffer("added", self.table[n_base:], persistent=True)
         self.active = nn.Parameter(torch.zeros(max(capacity, 1), self.embedding_dim, dtype=weight.dtype, device=weight.device))
         self.loaded: torch.Tensor | None = None  # sorted added-row indices now held in ``active``
+        self.loaded_on_host: torch.Tensor | None = None  # the same indices, on the CPU
         self.owed: RowAdamW | None = None  # the optimizer training these rows: pays the moves dense AdamW would have made
 
     def flush(self) -> None:
@@ -100,16 +110,23 @@ class SplitWordEmbedding(nn.Module):
     def capacity(self) -> int:
         return self.active.shape[0]
 
-    def load_rows(self, token_ids: torch.Tensor) -> None:
-        """Copy the added rows that ``token_ids`` use into ``active`` for the next step."""
-        rows = torch.unique(token_ids[token_ids >= self.n_base]) - self.n_base
+    def load_rows(self, token_ids: torch.Tensor | np.ndarray) -> None:
+        """Copy the added rows that ``token_ids`` use into ``active`` for the next step.
+
+        Which rows those are is worked out on the host, from the batch before it goes to the
+        device: finding them on a GPU (a mask, ``unique``) has a data-dependent size, which
+        makes the host wait for every kernel queued so far.
+        """
+        ids = token_ids.detach().cpu().numpy() if isinstance(token_ids, torch.Tensor) else np.asarray(token_ids)
+        rows = torch.from_numpy(np.unique(ids[ids >= self.n_base]).astype(np.int64) - self.n_base)
         if rows.numel() > self.capacity:
             raise RuntimeError(f"a batch uses {rows.numel()} added rows, more than the capacity {self.capacity}")
+        on_device = to_device(rows, self.added.device)
         if self.owed is not None:  # the gradient is taken where dense AdamW would have the rows by now
-            self.owed.pay(rows)
+            self.owed.pay(rows, on_device)
         with torch.no_grad():
-            self.active[: rows.numel()].copy_(self.added.index_select(0, rows))
-        self.loaded = rows
+            self.active[: rows.numel()].copy_(self.added.index_select(0, on_device))
+        self.loaded, self.loaded_on_host = on_device, rows
 
     def store_rows(self) -> None:
         """Write the (updated) active rows back into the table."""
@@ -118,18 +135,30 @@ class SplitWordEmbedding(nn.Module):
                 self.added.index_copy_(0, self.loaded, self.active[: self.loaded.numel()].detach())
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        # Every position gathers a vector and torch.where keeps the added ones: selecting only the added
+        # positions (input_ids[is_added]) has a data-dependent size, a host sync on a GPU every step.
         is_added = input_ids >= self.n_base
         out = self.base(torch.where(is_added, torch.zeros_like(input_ids), input_ids))
-        added_ids = input_ids[is_added] - self.n_base
+        added_ids = (input_ids - self.n_base).clamp(min=0)
         if self.training and self.loaded is not None:
-            slots = torch.searchsorted(self.loaded, added_ids)
-            if added_ids.numel() and not torch.equal(self.loaded[slots.clamp(max=self.loaded.numel() - 1)], added_ids):
-                raise RuntimeError("an added row was used that load_rows() did not load for this step")
+            slots = torch.searchsorted(self.loaded, added_ids).clamp(max=self.capacity - 1)
+            if input_ids.device.type == "cpu":  # checking is a host read; on a GPU the CPU tests stand for it
+                self._check_loaded(added_ids[is_added], slots[is_added])
             # Always through ``active`` (even with no rows) so DDP sees the parameter used on every rank.
-            vectors = self.active.index_select(0, slots)
+            table: torch.Tensor = self.active
+            index = slots
         else:
-            vectors = self.added.index_select(0, added_ids)
-        return out.masked_scatter(is_added.unsqueeze(-1), vectors.to(out.dtype))
+            table, index = self.added, added_ids
+        vectors = table.index_select(0, index.flatten()).view(*input_ids.shape, self.embedding_dim)
+        return torch.where(is_added.unsqueeze(-1), vectors.to(out.dtype), out)
+
+    def _check_loaded(self, added_ids: torch.Tensor, slots: torch.Tensor) -> None:
+        """Refuse a step whose inputs read an added row that load_rows() did not load (it would read another row's slot)."""
+        loaded = self.loaded
+        if loaded is None or not added_ids.numel():
+            return
+        if not loaded.numel() or not torch.equal(loaded[slots.clamp(max=loaded.numel() - 1)], added_ids):
+            raise RuntimeError("an added row was used that load_rows() did not load for this step")
 
     def merged_weight(self) -> torch.Tensor:
         """All rows as one table: the trained original rows written back into the table the added rows live in."""
@@ -160,7 +189,8 @@ class RowAdamW(torch.optim.Optimizer):
         self.embedding = embedding
         embedding.owed = self
         device = embedding.added.device
-        self.slot_of = torch.full((embedding.n_added,), -1, dtype=torch.long, device=device)
+        # Which slot holds each added row's state is decided on the host (a data-dependent choice; see load_rows).
+        self.slot_of = torch.full((embedding.n_added,), -1, dtype=torch.long)
         self.row_of = torch.zeros(0, dtype=torch.long, device=device)  # the added row of each slot
         self.exp_avg = torch.zeros(0, embedding.embedding_dim, device=device)
         self.exp_avg_sq = torch.zeros(0, embedding.embedding_dim, device=device)
@@ -173,6 +203,8 @@ class RowAdamW(torch.optim.Optimizer):
         self.owed_rate = torch.zeros(1, dtype=torch.float64, device=device)
 
     def _slots(self, rows: torch.Tensor) -> torch.Tensor:
+        """The state slots of added ``rows`` (given on the CPU, returned on the state's device), given out on first use."""
+        device = self.exp_avg.device
         fresh = rows[self.slot_of[rows] < 0]
         if fresh.numel():
             needed = self.used + fresh.numel()
@@ -183,13 +215,13 @@ class RowAdamW(torch.optim.Optimizer):
                 self.exp_avg_sq = torch.cat([self.exp_avg_sq, self.exp_avg_sq.new_zeros(grow, dim)])
                 self.row_step = torch.cat([self.row_step, self.row_step.new_zeros(grow)])
                 self.row_of = torch.cat([self.row_of, self.row_of.new_zeros(grow)])
-            new_slots = torch.arange(self.used, needed, device=rows.device)
-            self.slot_of[fresh] = new_slots
-            self.row_of[new_slots] = fresh
+            self.slot_of[fresh] = torch.arange(self.used, needed)
+            new_slots = torch.arange(self.used, needed, device=device)
+            self.row_of[new_slots] = to_device(fresh, device)
             # Up to date with the step every slot-less row has had its decay to; its moments are zero.
             self.row_step[new_slots] = self.decayed_to
             self.used = needed
-        return self.slot_of[rows]
+        return to_device(self.slot_of[rows], device)
 
     def _record(self, lr: float, betas: tuple[float, float], decay: float) -> None:
         """Append this step's learning rate to the history the owed moves are computed from."""
@@ -234,11 +266,11 @@ class RowAdamW(torch.optim.Optimizer):
         return rows.to(self.embedding.added.dtype)
 
     @torch.no_grad()
-    def pay(self, rows: torch.Tensor) -> None:
-        """Bring added ``rows`` up to the current step (before a step uses them)."""
+    def pay(self, rows: torch.Tensor, on_device: torch.Tensor) -> None:
+        """Bring added ``rows`` (on the CPU; ``on_device``: the same on the rows' device) up to the current step."""
         if rows.numel():
             slots = self._slots(rows)
-            self.embedding.added.index_copy_(0, rows, self._pay(slots, self.steps))
+            self.embedding.added.index_copy_(0, on_device, self._pay(slots, self.steps))
 
     def forgive(self) -> None:
         """Take every row as up to date with the current step (its values were just set from a snapshot)."""
@@ -262,7 +294,7 @@ class RowAdamW(torch.optim.Optimizer):
                 # The rows no batch has used only decay; a chunk at a time, so a million rows are never copied whole.
                 for start in range(0, added.shape[0], 16384):
                     chunk = added[start : start + 16384]
-                    untouched = self.slot_of[start : start + 16384] < 0
+                    untouched = to_device(self.slot_of[start : start + 16384] < 0, added.device)
                     chunk[untouched] = chunk[untouched] * factor
             self.decayed_to = self.steps  # where rows that get their first slot later start from
 
@@ -271,7 +303,7 @@ class RowAdamW(torch.optim.Optimizer):
         group = self.param_groups[0]
         lr, (beta1, beta2), eps, decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         self._record(lr, (beta1, beta2), decay)
-        rows = self.embedding.loaded
+        rows = self.embedding.loaded_on_host
         active = self.embedding.active
         if rows is None or rows.numel() == 0 or active.grad is None:
             return
@@ -347,7 +379,7 @@ class RowAdamW(torch.optim.Optimizer):
             raise ValueError(f"RowAdamW state for {slot_of.shape[0]} added rows of width {exp_avg.shape[-1]} does not fit this embedding")
         super().load_state_dict(state)
         device = self.embedding.added.device
-        self.slot_of = slot_of.to(device=device, dtype=torch.long).clone()
+        self.slot_of = slot_of.to(device="cpu", dtype=torch.long).clone()
         self.row_of = row_of.to(device=device, dtype=torch.long).clone()
         self.exp_avg = exp_avg.to(device=device, dtype=self.exp_avg.dtype).clone()
         self.exp_avg_sq = exp_avg_sq.to(device=device, dtype=self.exp_avg_sq.dtype).clone()

@@ -20,7 +20,7 @@ from greenadapt.errors import UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.finetune.train import collate, output_rows
-from greenadapt.training.distributed import DistContext, autocast_dtype
+from greenadapt.training.distributed import DistContext, autocast_dtype, to_device
 
 
 def view_logits(
@@ -54,7 +54,7 @@ def view_logits(
                 if out is None:
                     out = torch.zeros(int(offsets[-1]), rows.shape[-1], device=ctx.device)
                 where = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in chunk])
-                out[torch.from_numpy(where).to(ctx.device)] = rows
+                out[to_device(where, ctx.device)] = rows  # a pageable copy would wait for this batch's forward
             if out is None:  # this process had no units (more processes than units)
                 out = torch.zeros(int(offsets[-1]), model.config.num_labels, device=ctx.device)
             ctx.all_reduce_sum(out)

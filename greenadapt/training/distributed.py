@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 def to_device(array: Any, device: Any) -> Any:
-    """A NumPy array as a tensor on ``device``, without a host sync on CUDA.
+    """A NumPy array (or a CPU tensor) as a tensor on ``device``, without a host sync on CUDA.
 
     A copy from pageable memory to the GPU waits for the stream to drain, so a
     loop that copies its batch that way cannot queue the next step's kernels
@@ -28,7 +28,7 @@ def to_device(array: Any, device: Any) -> Any:
     """
     import torch
 
-    tensor = torch.from_numpy(array)
+    tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
     if torch.device(device).type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)

@@ -65,7 +65,7 @@ from greenadapt.training.checkpoint import (
     write_checkpoint,
 )
 from greenadapt.training.config import TrainingConfig
-from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler, to_device
+from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler
 from greenadapt.training.health import TrainingHealth
 from greenadapt.training.optimizers import build_optimizers
 from greenadapt.training.step import optimizer_step
@@ -131,8 +131,7 @@ class Trainer:
         """Before a step: gather the added rows the step's domain-tokenized inputs use (row-wise training)."""
         if self.split is None:
             return
-        flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        self.split.load_rows(to_device(flat, self.ctx.device))
+        self.split.load_rows(np.concatenate(ids) if ids else np.zeros(0, np.int64))
 
     def step(self, parts: Sequence[Any], loss_of: Callable[[Any], Any], *, before_update: Callable[[], None] | None = None) -> tuple[Any, Any]:
         """Forward/backward each of ``parts`` (``loss_of(part)``: its share of the step's loss), then one optimizer step.
@@ -149,7 +148,7 @@ class Trainer:
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
             with contextlib.nullcontext() if last or ctx.world == 1 else self.module.no_sync():
-                with torch.autocast(ctx.device.type, dtype=self.dtype, enabled=self.dtype is not None):
+                with torch.autocast(ctx.device.type, dtype=self.dtype) if self.dtype is not None else contextlib.nullcontext():
                     loss = loss_of(part)
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             loss_sum += loss.detach()
