@@ -165,3 +165,31 @@ def test_a_fine_tuning_step_never_waits_for_the_device(attention: str, monkeypat
         loss, norm = trainer.step(task.parts(trainer, batch), task.loss)
     assert loss.device.type == norm.device.type == "meta"
     assert trainer.split is not None and trainer.split.owed is not None and trainer.split.owed.state_size_rows() > 0
+
+
+@pytest.mark.parametrize(("head_warmup", "embeddings"), [(2, "all"), (0, "new")])
+def test_a_masked_lm_step_never_waits_for_the_device(head_warmup: int, embeddings: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on the meta device for masked-LM steps: masking, the target count, the head warm-up, frozen original rows."""
+    from transformers import BertConfig, BertForMaskedLM, masking_utils
+
+    from greenadapt.pretrain.data import Masker, PackedCorpus
+    from greenadapt.pretrain.train import PretrainConfig, PretrainTask, build_masked_lm, freeze_for
+    from greenadapt.training.distributed import DistContext
+
+    monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)  # see above
+    config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    ctx = DistContext(device="meta")
+    mlm = build_masked_lm(BertForMaskedLM(config)).to(ctx.device)
+    corpus = PackedCorpus.build(np.random.default_rng(0).integers(5, 40, 400), 16, 1, 2, 2)
+    special = np.zeros(40, bool)
+    special[:5] = True
+    masker = Masker(3, special, np.zeros(40, bool), np.arange(5, 40))
+    training = PretrainConfig(batch_size=4, lr=1e-3, epochs=1, head_warmup_steps=head_warmup, train_embeddings=embeddings, weight_decay=0.01)
+    frozen, after_warmup = freeze_for(mlm, training, 30)
+    trainer = runtime.Trainer(mlm, training, ctx, total_steps=training.plan(len(corpus.train_indices))[1])
+    task = PretrainTask(trainer, training, corpus, masker, pad_id=0, frozen_rows=frozen, after_warmup_frozen=after_warmup, evaluate=None)
+    batches = task.epoch_batches(0, 0)[:5]
+    for step, batch in enumerate(batches, start=1):
+        loss, norm = trainer.step(task.parts(trainer, batch), task.loss, before_update=task.before_update)
+        task.after_step(step)
+    assert len(batches) == 5 and loss.device.type == norm.device.type == "meta"
