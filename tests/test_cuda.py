@@ -202,3 +202,29 @@ def test_the_loop_queues_steps_on_the_gpu(files: dict[str, Path], tmp_path: Path
     steps = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     logged = [r["step"] for r in steps if "loss" in r]
     assert logged == list(range(1, 16)) and all(np.isfinite(r["loss"]) for r in steps if "loss" in r)  # 5 steps x 3 epochs
+
+
+def test_compiled_training_computes_what_eager_training_does(files: dict[str, Path], tmp_path: Path, monkeypatch, capsys) -> None:
+    """--compile changes how a step runs, not what it computes: the same losses, step by step, as without it
+    (fp32, no dropout: compiled dropout draws other random numbers)."""
+    from finetune_helpers import set_dropout
+
+    model = build_tiny_expanded(tmp_path / "model")
+    set_dropout(model, 0.0)
+    compiled: list[str] = []
+    real_compile = torch.compile
+
+    def recording(module: Any, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(type(module).__name__)
+        return real_compile(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", recording)
+    run = ["finetune", "--task", "ner", "--train", str(files["ner_train"]), "--model", str(model), "--epochs", "2", "--batch-size", "8",
+           "--lr", "1e-3", "--precision", "fp32", "--device", DEVICE, "--workdir", str(tmp_path / "w")]
+    losses = {}
+    for name, extra in (("eager", []), ("compiled", ["--compile"])):
+        _ok([*run, *extra, "--out", str(tmp_path / name)], monkeypatch, capsys)
+        log = [json.loads(line) for line in (tmp_path / name / "train_log.jsonl").read_text().splitlines()]
+        losses[name] = [r["loss"] for r in log if "loss" in r]
+    assert compiled == ["BertForTokenClassification"] and len(losses["eager"]) == 10
+    np.testing.assert_allclose(losses["compiled"], losses["eager"], rtol=2e-3, atol=1e-4)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from finetune_helpers import build_tiny_expanded, set_dropout, write_classify_file, write_ner_file
 
-from greenadapt.errors import DataError, UsageError
+from greenadapt.errors import DataError, OutputExistsError, UsageError
 from greenadapt.finetune.data import ReaderOptions
 from greenadapt.finetune.predict import find_model_folder, run_predict
 from greenadapt.finetune.run import FinetuneOptions, run_finetune
@@ -246,6 +246,16 @@ def test_rerun_is_skipped(expanded: Path, data: dict[str, Path], tmp_path: Path)
     options = _options(expanded, data, tmp_path / "r", max_steps=2)
     assert not run_finetune(options).skipped
     assert run_finetune(options).skipped
+
+
+def test_speed_only_options_leave_a_finished_run_up_to_date(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
+    """--compile and --eval-batch-size change how fast a run goes, not what it computes: no stage records them."""
+    first = run_finetune(_options(expanded, data, tmp_path / "r", max_steps=2))
+    again = run_finetune(_options(expanded, data, tmp_path / "r", max_steps=2, compile=True, eval_batch_size=5))
+    assert again.skipped and again.manifest["fingerprint"] == first.manifest["fingerprint"]
+    assert "compile" not in first.manifest["config"]["train"] and "eval_batch_size" not in first.manifest["config"]["train"]
+    with pytest.raises(OutputExistsError, match="other inputs or options"):  # an option that changes the result does count
+        run_finetune(_options(expanded, data, tmp_path / "r", max_steps=3))
 
 
 # --------------------------------------------------------------------------

@@ -34,7 +34,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "mask_probability", "heldout", "sampling", "steps_per_epoch", "freeze_base",
     ),
     EVALUATION: ("pool", "metric", "positive_label", "eval_only", "eval_every", "n_best", "max_answer_chars", "limit", "check"),
-    PERFORMANCE: ("device", "precision", "workers", "eval_batch_size", "gmap_cache"),
+    PERFORMANCE: ("device", "precision", "compile", "workers", "eval_batch_size", "gmap_cache"),
     RUN_CONTROL: ("force", "wait", "save_every", "resume", "as_json", "quiet", "verbose"),
 }
 PANELS = {name: panel for panel, names in _GROUPS.items() for name in names}

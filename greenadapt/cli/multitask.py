@@ -23,14 +23,15 @@ from greenadapt.cli._common import (
     setup_logging,
 )
 from greenadapt.cli.finetune import (
+    CompileOption,
     DeviceOption,
     GeneralModelOption,
     GmapCacheOption,
     GmapLayersOption,
     GmapOption,
     GmapUnfrozenOption,
-    pool_option,
     PrecisionOption,
+    pool_option,
 )
 
 
@@ -62,6 +63,7 @@ def multitask(
     max_words: int = typer.Option(30, "--max-words", help="NER: words per chunk (labelled spans are never split)."),
     device: str = DeviceOption,
     precision: str = PrecisionOption,
+    compile: bool = CompileOption,
     eval_batch_size: int = typer.Option(64, "--eval-batch-size", help="Sequences per inference batch."),
     gmap: str = GmapOption,
     gmap_layers: str | None = GmapLayersOption,
@@ -98,6 +100,7 @@ def multitask(
             weight_decay=weight_decay,
             seed=seed,
             precision=precision,
+            compile=compile,
             eval_batch_size=eval_batch_size,
         ),
         sampling=sampling,

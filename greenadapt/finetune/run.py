@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,7 +145,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
     base = replace(values.training, mix=mix)
     config: dict[str, Any] = {
         "task": settings.to_json(),
-        "train": {k: v for k, v in asdict(base).items() if k not in ("seed", "eval_batch_size")},
+        "train": {k: v for k, v in base.recorded().items() if k != "seed"},
         "seeds": list(options.seeds),
         "train_on": options.train_on,
         "pool": pool,

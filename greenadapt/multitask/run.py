@@ -20,7 +20,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS)
     config = {
         "tasks": [{**p.spec.to_json(), "settings": p.settings.to_json()} for p in prepared],
         "pals": options.pals.to_json(),
-        "train": {k: v for k, v in asdict(training).items() if k != "eval_batch_size"},
+        "train": training.recorded(),
         "sampling": options.sampling,
         "steps_per_epoch": options.steps_per_epoch,
         "freeze_base": options.freeze_base,

@@ -24,7 +24,7 @@ Under torchrun every process trains; only rank 0 writes.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -277,7 +277,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
     training = options.training
     config = {
         # Options added later count only when used, so that outputs made before them stay up to date.
-        "train": {k: v for k, v in asdict(training).items() if k != "eval_batch_size" and not (k in _LATER_OPTIONS and v == _LATER_OPTIONS[k])},
+        "train": {k: v for k, v in training.recorded().items() if not (k in _LATER_OPTIONS and v == _LATER_OPTIONS[k])},
         "max_length": setup.max_length,
         "heldout": options.heldout,
         "masking": {"probability": options.mask_probability, "whole_word": options.whole_word_masking, "split": "80/10/10"},

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -220,7 +220,7 @@ class _QaPlan:
                 "max_question_tokens": options.max_question_tokens,
                 "has_domain_tokenizer": self.tokenizers.domain is not None,
             },
-            "train": {k: v for k, v in asdict(options.training).items() if k != "eval_batch_size"},
+            "train": options.training.recorded(),
             "pool": self.pool,
             "limit": options.limit,
             "model": self.ref.name,

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import UsageError
+
+# Options that change how fast a run goes, not what it computes: no stage records them, so changing
+# one never makes an output out of date (and adding one never did).
+SPEED_ONLY = ("eval_batch_size", "compile")
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,11 @@ class TrainingConfig:
     train_embeddings: str = "all"  # all | new | none
     precision: str = "auto"  # auto | fp32 | bf16 | fp16
     eval_batch_size: int = 64
+    compile: bool = False  # torch.compile the training forward and backward (docs/benchmarks.md: where it pays)
+
+    def recorded(self) -> dict[str, Any]:
+        """The options a stage's manifest records, and its fingerprint hashes: all but the speed-only ones."""
+        return {k: v for k, v in asdict(self).items() if k not in SPEED_ONLY}
 
     def check_schedule(self) -> None:
         """The learning rate, warm-up and weight decay every loop checks before its first expensive step."""

@@ -113,6 +113,10 @@ class Trainer:
 
             device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
             self.module = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=broadcast_buffers)
+        if config.compile:
+            # Compiled lazily: the first steps (and the first of each new batch shape) pay the compilation.
+            log.info("torch.compile: the first training steps compile the model")
+            self.module = torch.compile(self.module)
         self.total_steps = total_steps
         self.optimizers, self.schedulers = build_optimizers(model, split, config, total_steps)
         self.dtype = autocast_dtype(config.precision, ctx.device)
