@@ -10,7 +10,7 @@ from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import UsageError
 
 # Options that change how fast a run goes, not what it computes: no stage records them, so changing
-# one never makes an output out of date (and adding one never did).
+# one never makes an output out of date.
 SPEED_ONLY = ("eval_batch_size", "compile")
 
 
