@@ -10,6 +10,7 @@ import typer
 
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.cli import app
+from greenadapt.cli.finetune import CompileOption
 from greenadapt.tasks.mlm import MLM
 from greenadapt.cli._common import (
     ForceOption,
@@ -68,7 +69,7 @@ def pretrain_command(
     general_model: str | None = typer.Option(None, "--general-model", help="The frozen general model of --gmap (same vocabulary as the training tokenizer)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda, cuda:N or mps."),
     precision: str = typer.Option("auto", "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16, fp16."),
-    compile: bool = typer.Option(False, "--compile", help="Compile the training forward and backward with torch.compile (the first steps pay the compilation; docs/benchmarks.md says where it pays)."),
+    compile: bool = CompileOption,
     workers: int | None = typer.Option(None, "--workers", min=1, help="Pre-tokenizing processes (default: the cores this process may use, or $GREENADAPT_WORKERS)."),
     save_every: int | None = typer.Option(None, "--save-every", min=1, help="Save a resumable checkpoint every N steps (in <out>.checkpoint/)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99)."),

@@ -196,6 +196,7 @@ class RowAdamW(torch.optim.Optimizer):
         self.exp_avg_sq = torch.zeros(0, embedding.embedding_dim, device=device)
         self.row_step = torch.zeros(0, dtype=torch.long, device=device)  # the step each slot's row is up to date with
         self.used = 0
+        self.paid: tuple[torch.Tensor, torch.Tensor] | None = None  # the rows pay() last brought up to date, and their slots
         self.steps = 0  # optimizer steps taken
         self.decayed_to = 0  # the step every row without a slot has had its weight decay up to
         # Per step j (index 0: before the first): cumulative log(1 - lr_j·wd), and lr_j·√(1-β2^j)/(1-β1^j).
@@ -271,6 +272,7 @@ class RowAdamW(torch.optim.Optimizer):
         if rows.numel():
             slots = self._slots(rows)
             self.embedding.added.index_copy_(0, on_device, self._pay(slots, self.steps))
+            self.paid = (rows, slots)  # the step that follows uses the same rows: it need not look their slots up again
 
     def forgive(self) -> None:
         """Take every row as up to date with the current step (its values were just set from a snapshot)."""
@@ -309,7 +311,8 @@ class RowAdamW(torch.optim.Optimizer):
             return
         t = self.steps
         k = rows.numel()
-        slots = self._slots(rows)  # load_rows brought these rows up to date with step t - 1
+        # load_rows brought these rows up to date with step t - 1, and pay() found their slots.
+        slots = self.paid[1] if self.paid is not None and self.paid[0] is rows else self._slots(rows)
         grad = active.grad[:k].float()
         param = active.data[:k]
         m = self.exp_avg[slots].lerp_(grad, 1 - beta1)
@@ -387,6 +390,7 @@ class RowAdamW(torch.optim.Optimizer):
         self.log_keep = log_keep.to(device=device, dtype=torch.float64).clone()
         self.owed_rate = owed_rate.to(device=device, dtype=torch.float64).clone()
         self.used, self.steps, self.decayed_to = used, taken, decayed_to
+        self.paid = None  # slots found before this state was loaded no longer hold
 
 
 def install(model: Any, *, n_base: int, mode: str, capacity: int) -> SplitWordEmbedding | None:

@@ -20,7 +20,7 @@ from greenadapt.errors import UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.tokenize import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.finetune.train import collate, output_rows
-from greenadapt.training.distributed import DistContext, autocast_dtype, to_device
+from greenadapt.training.distributed import DistContext, autocast, autocast_dtype, to_device
 
 
 def view_logits(
@@ -49,7 +49,7 @@ def view_logits(
             for start in range(0, len(mine), batch_size):
                 chunk = mine[start : start + batch_size]
                 batch = collate(units, chunk, [view] * len(chunk), pad_id, ctx.device)
-                with torch.autocast(ctx.device.type, dtype=dtype, enabled=dtype is not None):
+                with autocast(ctx.device, dtype):
                     rows = output_rows(model, batch).float()
                 if out is None:
                     out = torch.zeros(int(offsets[-1]), rows.shape[-1], device=ctx.device)

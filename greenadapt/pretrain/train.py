@@ -68,7 +68,7 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.tasks.mlm import MLM
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import TrainingConfig
-from greenadapt.training.distributed import DistContext, autocast_dtype, to_device
+from greenadapt.training.distributed import DistContext, autocast, autocast_dtype, to_device
 from greenadapt.training.runtime import Trainer, TrainingTask, run_training
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ def heldout_loss(
         for start in range(0, len(mine), batch_size):
             batch = masked_batch(corpus, mine[start : start + batch_size], masker, seed=EVAL_SEED, epoch=0, pad_id=pad_id)
             input_ids, attention, rows, targets = _tensors(batch, ctx.device)
-            with torch.autocast(ctx.device.type, dtype=dtype, enabled=dtype is not None):
+            with autocast(ctx.device, dtype):
                 logits = mlm(input_ids, attention, rows)
             totals[0] += torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum").double()
             totals[1] += targets.numel()

@@ -116,6 +116,16 @@ def autocast_dtype(precision: str, device: Any) -> Any:
     return torch.bfloat16 if precision == "bf16" else torch.float16
 
 
+def autocast(device: Any, dtype: Any) -> Any:
+    """Autocast to ``dtype`` on ``device`` (from :func:`autocast_dtype`); a plain context for full fp32 (None),
+    which also runs on devices autocast does not know, such as ``meta``."""
+    import contextlib
+
+    import torch
+
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
 def grad_scaler(dtype: Any, device: Any) -> Any:
     """A loss scaler for fp16 autocast on ``device`` (None for bf16 and fp32, which need none)."""
     import torch

@@ -65,7 +65,7 @@ from greenadapt.training.checkpoint import (
     write_checkpoint,
 )
 from greenadapt.training.config import TrainingConfig
-from greenadapt.training.distributed import DistContext, autocast_dtype, grad_scaler
+from greenadapt.training.distributed import DistContext, autocast, autocast_dtype, grad_scaler
 from greenadapt.training.health import TrainingHealth
 from greenadapt.training.optimizers import build_optimizers
 from greenadapt.training.step import optimizer_step
@@ -152,7 +152,7 @@ class Trainer:
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
             with contextlib.nullcontext() if last or ctx.world == 1 else self.module.no_sync():
-                with torch.autocast(ctx.device.type, dtype=self.dtype) if self.dtype is not None else contextlib.nullcontext():
+                with autocast(ctx.device, self.dtype):
                     loss = loss_of(part)
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             loss_sum += loss.detach()
