@@ -1,3 +1,3 @@
-from greenadapt.cli import main
+from greenadapt.cli import entry_point
 
-main()
+entry_point()

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from w2v_fixtures import linear_w2v
 
-from greenadapt.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from greenadapt.errors import EXIT_INTERRUPTED, EXIT_STAGE_CONFLICT, EXIT_TERMINATED
 from greenadapt.manifest import load_stage
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -264,3 +264,36 @@ def test_a_signal_mangled_by_a_c_extension_still_ends_as_that_signal(
     monkeypatch.setattr(cli, "_STOP_SIGNALS", [int(sig)])
     returned, err = run_cli(["info", str(tmp_path)], monkeypatch, capsys)
     assert returned == code and err.startswith(word) and "internal error" not in err
+
+
+# What a stop signal can leave behind when it lands inside importlib's bookkeeping: the global import lock held by
+# the main thread. Then a pool worker that imports (codecarbon's hardware probe imports pandas) waits forever, and
+# Python's exit joins that worker: before the program's exit deadline, the process never ended.
+LOST_IMPORT_LOCK = textwrap.dedent(
+    """
+    import _imp, sys
+    from concurrent.futures import ThreadPoolExecutor
+    from greenadapt.cli import entry_point
+
+    _imp.acquire_lock()
+    ThreadPoolExecutor(1).submit(__import__, "xml.dom.minidom")
+    sys.argv = ["greenadapt", *sys.argv[1:]]
+    entry_point()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [(["--version"], 0), (["expand", "--align", "missing", "--out", "out"], EXIT_STAGE_CONFLICT)],
+    ids=["success", "error"],
+)
+def test_the_program_ends_with_its_status_when_a_thread_cannot_finish(tmp_path: Path, args: list[str], code: int) -> None:
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", LOST_IMPORT_LOCK, *args], capture_output=True, text=True, env=ENV,
+                            cwd=tmp_path, timeout=120)
+    assert result.returncode == code, result.stderr
+    assert "kept the process from exiting" in result.stderr
+    assert time.monotonic() - started < 60
+    if code == 0:
+        assert result.stdout.startswith("greenadapt ")  # what was printed before the deadline still arrives

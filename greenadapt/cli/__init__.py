@@ -136,6 +136,54 @@ def main() -> None:
     sys.exit(returned if isinstance(returned, int) else 0)
 
 
+def entry_point() -> None:
+    """The ``greenadapt`` program (console script and ``python -m greenadapt``): :func:`main`, then an exit that cannot hang.
+
+    A stop signal raises its exception wherever the main thread is, and that
+    can be inside importlib's own bookkeeping (seen: the weakref callback of
+    ``_get_module_lock``, between taking the global import lock and the
+    ``try`` that releases it). The main thread imports on, since that lock is
+    re-entrant, but any other thread that imports later waits forever, and
+    Python joins such threads at exit (codecarbon probes the hardware in an
+    executor that imports pandas): a run that had finished, or had stopped for
+    the signal, never ended. Once the exit status is known every result is
+    written, so the process ends within :data:`EXIT_DEADLINE_S` with that
+    status whatever its other threads do. :func:`main` alone, for a caller in
+    the same process, leaves the process alone.
+    """
+    from greenadapt.errors import EXIT_INTERRUPTED
+
+    try:
+        main()
+    except SystemExit as exc:
+        _end_process_within(EXIT_DEADLINE_S, exc.code)
+        raise
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's message was being written
+        _end_process_within(EXIT_DEADLINE_S, EXIT_INTERRUPTED)
+        raise
+
+
+EXIT_DEADLINE_S = 10.0
+
+
+def _end_process_within(seconds: float, code: object) -> None:
+    import threading
+    import time
+
+    status = 0 if code is None else code if isinstance(code, int) else 1
+
+    def end() -> None:
+        time.sleep(seconds)
+        try:
+            sys.stdout.flush()
+            sys.stderr.write(f"greenadapt: a library's thread kept the process from exiting for {seconds:.0f} s; ended it (exit {status})\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+
+    threading.Thread(target=end, name="greenadapt-exit-deadline", daemon=True).start()
+
+
 _STOP_SIGNALS: list[int] = []  # the stop signals this process has received, in order
 
 
