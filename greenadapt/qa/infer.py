@@ -11,14 +11,14 @@ as its last window is done, so memory stays bounded by the chunk size.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.qa.windows import Window, plan_windows
 from greenadapt.training.batches import pad_rows
+from greenadapt.training.distributed import autocast, autocast_dtype, to_device
 
 if TYPE_CHECKING:
     import numpy as np
@@ -151,7 +151,6 @@ class QaRunner:
     """
 
     def __init__(self, model: Any, device: torch.device, *, memory_tokenizer: Any = None, memory_length: int = 512) -> None:
-        import torch
 
         self.model = model
         self.device = device
@@ -160,11 +159,7 @@ class QaRunner:
             raise ValueError("a G-MAP model needs the general model's tokenizer (memory_tokenizer)")
         self.memory_tokenizer = memory_tokenizer
         self.memory_length = memory_length
-        if device.type == "cuda":
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            self._autocast: Callable[[], Any] = lambda: torch.autocast("cuda", dtype=dtype)
-        else:
-            self._autocast = contextlib.nullcontext
+        self.dtype = autocast_dtype("auto", device)  # bf16 (else fp16) on CUDA, fp32 elsewhere
 
     def logits(
         self,
@@ -175,16 +170,15 @@ class QaRunner:
     ) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
-        non_blocking = self.device.type == "cuda"
         inputs = {
-            "input_ids": torch.from_numpy(input_ids).to(self.device, non_blocking=non_blocking),
-            "token_type_ids": torch.from_numpy(token_types).to(self.device, non_blocking=non_blocking),
-            "attention_mask": torch.from_numpy(attention).to(self.device, non_blocking=non_blocking),
+            "input_ids": to_device(input_ids, self.device),
+            "token_type_ids": to_device(token_types, self.device),
+            "attention_mask": to_device(attention, self.device),
         }
         if memory is not None:
             for name, array in zip(("general_input_ids", "general_token_type_ids", "general_attention_mask"), memory, strict=True):
-                inputs[name] = torch.from_numpy(array).to(self.device, non_blocking=non_blocking)
-        with torch.inference_mode(), self._autocast():
+                inputs[name] = to_device(array, self.device)
+        with torch.inference_mode(), autocast(self.device, self.dtype):
             output = self.model(**inputs)
         start = output.start_logits.float().cpu().numpy()
         end = output.end_logits.float().cpu().numpy()
