@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup demo test test-fast lint bench clean chromium
+.PHONY: setup demo test test-fast lint bench clean chromium loop-tests
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,12 @@ chromium:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
 			|| echo "warning: could not install chromium; the browser test will be skipped" >&2; \
 	else echo "note: $(CHROMIUM) missing (not root or no apt-get); the browser test will be skipped" >&2; fi
+
+# Flaky-test hunt: each of TESTS (ids, files or folders) N times alone, or WHOLE_FILE=1 with its file.
+N ?= 30
+TESTS ?= tests/test_distributed_exit.py tests/test_reliability_ddp.py
+loop-tests: setup
+	$(PY) tests/loop_tests.py -n $(N) $(if $(WHOLE_FILE),--whole-file) $(TESTS)
 
 test-fast: setup
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)

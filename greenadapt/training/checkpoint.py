@@ -9,6 +9,7 @@ checkpoint before the next step, then raise :class:`Preempted`".
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -155,11 +156,12 @@ def gather_rng_states(ctx: DistContext) -> list[dict[str, Any]]:
         mine["cuda"] = torch.cuda.get_rng_state(ctx.device)
     if ctx.world == 1:
         return [mine]
-    import torch.distributed as dist
-
-    gathered: list[Any] = [None] * ctx.world
-    dist.all_gather_object(gathered, mine)  # pickles between our own processes only; files never hold a pickle
-    return gathered
+    generators = ("torch", "cuda")  # byte tensors: sent as base64 inside the JSON every rank contributes
+    sent = {key: base64.b64encode(value.numpy().tobytes()).decode("ascii") if key in generators else value for key, value in mine.items()}
+    return [
+        {key: torch.frombuffer(bytearray(base64.b64decode(value)), dtype=torch.uint8) if key in generators else value for key, value in got.items()}
+        for got in ctx.all_gather_json(sent)
+    ]
 
 
 def rng_checkpoint_entries(ctx: DistContext, rank_rng: list[dict[str, Any]] | None) -> tuple[dict[str, Any], dict[str, Any]]:

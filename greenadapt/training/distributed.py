@@ -2,14 +2,28 @@
 
 :func:`init_distributed` joins the process group ``torchrun`` (or ``accelerate
 launch``) describes, or runs alone; every training loop uses its
-:class:`DistContext` for the device and the all-reduces (no-ops alone).
+:class:`DistContext` for the device and the collectives (no-ops alone).
+
+Every collective goes through :class:`DistContext`, which keeps the tensors it
+handed to the backend alive until the backend has let go of them. Gloo's worker
+threads drop a finished collective's tensors a moment *after* the caller's wait
+returns; if the caller's reference was the last Python one, the worker must
+take the GIL to free the tensor's Python object, and once the interpreter is
+finalizing, that thread is ended inside a C++ destructor: ``terminate called
+without an active exception`` and SIGABRT, after a run that had finished and
+written everything (issue 33). DDP keeps the backend (and its threads) alive
+past ``destroy_process_group``, so joining them is not an option.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import logging
 import os
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from greenadapt.errors import UsageError
@@ -42,6 +56,8 @@ class DistContext:
     world: int = 1
     device: Any = "cpu"
     initialized_here: bool = False
+    # (tensor, its use count before the collective): held until the backend's count on it is gone
+    _handed_over: list[tuple[Any, int]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.device, str):
@@ -57,7 +73,7 @@ class DistContext:
         if self.world > 1:
             import torch.distributed as dist
 
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            self._collective(lambda: dist.all_reduce(tensor, op=dist.ReduceOp.SUM), tensor)
         return tensor
 
     def broadcast_int(self, value: int) -> int:
@@ -67,8 +83,50 @@ class DistContext:
         import torch.distributed as dist
 
         tensor = torch.tensor([value], dtype=torch.long, device=self.device)
-        dist.broadcast(tensor, src=0)
+        self._collective(lambda: dist.broadcast(tensor, src=0), tensor)
         return int(tensor.item())
+
+    def all_gather_json(self, value: Any) -> list[Any]:
+        """Every process's JSON-able ``value``, in rank order (no pickle: only JSON crosses between processes)."""
+        if self.world == 1:
+            return [value]
+        import torch
+        import torch.distributed as dist
+
+        data = json.dumps(value).encode("utf-8")
+        size = torch.tensor([len(data)], dtype=torch.long, device=self.device)
+        sizes = [torch.zeros_like(size) for _ in range(self.world)]
+        self._collective(lambda: dist.all_gather(sizes, size), size, *sizes)
+        lengths = [int(s.item()) for s in sizes]
+        mine = torch.zeros(max(lengths), dtype=torch.uint8)
+        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        mine = mine.to(self.device)
+        gathered = [torch.empty_like(mine) for _ in range(self.world)]
+        self._collective(lambda: dist.all_gather(gathered, mine), mine, *gathered)
+        return [json.loads(bytes(t[:n].cpu().numpy()).decode("utf-8")) for t, n in zip(gathered, lengths)]
+
+    def _collective(self, run: Callable[[], Any], *tensors: Any) -> None:
+        """Run one collective over ``tensors`` and hold them until the backend has released them."""
+        counts = [t._use_count() for t in tensors]
+        run()
+        self._handed_over.extend(zip(tensors, counts))
+        self._handed_over = [(t, n) for t, n in self._handed_over if t._use_count() > n]
+
+    def _release_handed_over(self, wait_s: float = 5.0) -> None:
+        """Let go of the tensors the backend held, once it no longer does; any it still holds are never freed."""
+        deadline = time.monotonic() + wait_s
+        while self._handed_over:
+            self._handed_over = [(t, n) for t, n in self._handed_over if t._use_count() > n]
+            if not self._handed_over or time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        for tensor, _ in self._handed_over:
+            # A backend thread freeing a Python object at interpreter exit aborts the process (module docstring);
+            # a few bytes kept for the process's lifetime do not.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(tensor))
+        if self._handed_over:
+            log.debug("%d tensor(s) still held by the process group's threads; kept for the process's lifetime", len(self._handed_over))
+        self._handed_over = []
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -77,11 +135,16 @@ class DistContext:
             dist.barrier()
 
     def close(self) -> None:
-        if self.initialized_here:
-            import torch.distributed as dist
+        """Leave the process able to exit cleanly: destroy the group this context created, and let go of every
+        tensor a collective handed to the backend only once the backend has (on success, error and stop alike)."""
+        try:
+            if self.initialized_here:
+                import torch.distributed as dist
 
-            dist.destroy_process_group()
-            self.initialized_here = False
+                self.initialized_here = False
+                dist.destroy_process_group()
+        finally:
+            self._release_handed_over()
 
 
 def init_distributed(device: str = "auto") -> DistContext:

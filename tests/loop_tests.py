@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Run chosen tests many times and count, per test, how often each passed: the hunt for flaky tests.
+
+A test that starts processes, threads or signals can fail one run in ten;
+one green run says little. This runs each selected test N times, each in a
+fresh pytest process (``--isolated``, the default), or the files they live
+in N times as a whole (``--whole-file``: the same tests next to their
+neighbours), and prints one line per test::
+
+    tests/test_x.py::test_y: 30 passed, 0 failed
+
+Failed runs keep their output under ``--logs`` (default ``loop-logs/``).
+Exit status: 0 when every run of every test passed, 1 otherwise.
+
+    python tests/loop_tests.py -n 30 tests/test_reliability_ddp.py::test_two_rank_pretrain_resume_matches_an_uninterrupted_run
+    python tests/loop_tests.py -n 30 --whole-file tests/test_reliability_signals.py
+    make loop-tests TESTS="tests/test_distributed_exit.py" N=30
+
+A file or folder given as a test stands for every test in it (collected
+once). Runs are sequential: on a small machine, parallel runs would test the
+machine's load more than the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUTCOME = re.compile(r"^(?P<id>\S+::\S+) (?P<outcome>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def collect(selection: list[str], extra: list[str]) -> list[str]:
+    """The test ids ``selection`` stands for (a file or folder stands for every test in it)."""
+    found = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *extra, *selection],
+        cwd=REPO, capture_output=True, text=True,
+    )
+    ids = [line.strip() for line in found.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    if not ids:
+        sys.exit(f"loop_tests: no test collected from {' '.join(selection)}\n{found.stdout[-2000:]}{found.stderr[-2000:]}")
+    return ids
+
+
+def pytest_run(targets: list[str], extra: list[str], timeout: float) -> tuple[dict[str, str], str, int]:
+    """One pytest process over ``targets``: each test's outcome, the whole output, the exit status."""
+    command = [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "-o", "addopts=", "--strict-markers", *extra, *targets]
+    try:
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        output = (expired.stdout or b"").decode(errors="replace") if isinstance(expired.stdout, bytes) else (expired.stdout or "")
+        return {}, output + f"\n[loop_tests: pytest ran past {timeout:.0f} s and was killed]", -9
+    outcomes = {}
+    for line in done.stdout.splitlines():
+        match = OUTCOME.match(line)
+        if match:
+            outcome = match["outcome"]
+            # -rA lists an error in setup and a failure of the same test on separate lines: the worst counts.
+            if outcomes.get(match["id"]) not in ("FAILED", "ERROR"):
+                outcomes[match["id"]] = outcome
+    return outcomes, done.stdout + done.stderr, done.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tests", nargs="+", help="test ids, files or folders (pytest's syntax)")
+    parser.add_argument("-n", "--runs", type=int, default=30, help="runs of each test (default 30)")
+    parser.add_argument("--whole-file", action="store_true", help="run each test's whole file N times instead of the test alone")
+    parser.add_argument("-m", "--marker", default=None, help="pytest -m expression, e.g. 'not cuda'")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds one pytest process may run (default 1800)")
+    parser.add_argument("--logs", type=Path, default=REPO / "loop-logs", help="where failed runs' output goes")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    extra = ["-m", args.marker] if args.marker else []
+    ids = collect(args.tests, extra)
+    groups = sorted({test.split("::")[0] for test in ids}) if args.whole_file else ids
+    counts: dict[str, Counter[str]] = {test: Counter() for test in ids}
+    started = time.monotonic()
+    for group in groups:
+        for run in range(1, args.runs + 1):
+            outcomes, output, status = pytest_run([group], extra, args.timeout)
+            for test in ids if args.whole_file else [group]:
+                if args.whole_file and not test.startswith(group + "::"):
+                    continue
+                outcome = outcomes.get(test, "MISSING")  # a crash or kill before the test reported
+                counts[test][outcome] += 1
+                if outcome not in ("PASSED", "SKIPPED", "XFAIL"):
+                    args.logs.mkdir(parents=True, exist_ok=True)
+                    log = args.logs / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', test)}.run{run}.log"
+                    log.write_text(f"exit status {status}\n{output}", encoding="utf-8")
+                    print(f"  {test}: run {run} {outcome} (exit {status}; {log})", file=sys.stderr, flush=True)
+        print(f"  done {group} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+    failed_any = False
+    for test in ids:
+        count = counts[test]
+        failed = sum(n for outcome, n in count.items() if outcome not in ("PASSED", "SKIPPED", "XFAIL"))
+        skipped = count["SKIPPED"] + count["XFAIL"]
+        failed_any |= failed > 0
+        print(f"{test}: {count['PASSED']} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    return 1 if failed_any else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

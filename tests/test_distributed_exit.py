@@ -1,0 +1,141 @@
+"""A process that trained under torchrun exits cleanly (issue 33).
+
+Gloo's worker threads drop a finished collective's tensors a moment after the
+caller's wait returns. If the caller had dropped its last Python reference by
+then, the worker frees the tensor's Python object, which needs the GIL; during
+interpreter finalization that thread is ended inside a C++ destructor and the
+whole process dies of SIGABRT ("terminate called without an active exception")
+after a run that had finished. Seen in 3 of 10 isolated runs of the two-rank
+pretrain resume test. The invariant pinned here: when a ``DistContext``
+collective returns, every tensor the backend still holds is one the context
+keeps alive, and after ``close()`` the backend holds none the context let go of.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from greenadapt.training.distributed import init_distributed
+
+    ctx = init_distributed("cpu")
+    held_at_return = unprotected = 0
+    handed = []
+
+    def check(*tensors):
+        global held_at_return, unprotected
+        kept = {id(t) for t, _ in ctx._handed_over}
+        for t in tensors:
+            if t._use_count() > 1:  # the backend still holds it
+                held_at_return += 1
+                unprotected += id(t) not in kept
+        handed.extend(tensors)
+
+    for i in range(150):
+        t = torch.tensor([float(i)])
+        ctx.all_reduce_sum(t)
+        check(t)
+        assert t.item() == 2 * i
+        assert ctx.broadcast_int(i + ctx.rank) == i
+    for i in range(20):
+        got = ctx.all_gather_json({"rank": ctx.rank, "i": i})
+        assert got == [{"rank": 0, "i": i}, {"rank": 1, "i": i}], got
+    ctx.close()
+    still_held = sum(t._use_count() > 1 for t in handed)
+    print(json.dumps({"held_at_return": held_at_return, "unprotected": unprotected, "still_held_after_close": still_held}))
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _two_ranks(script: Path, *args: str, timeout: float = 240) -> list[subprocess.CompletedProcess[str]]:
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
+
+
+def test_collectives_keep_their_tensors_until_the_backend_lets_go(tmp_path: Path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    for proc in _two_ranks(script):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        counts = json.loads(proc.stdout.strip().splitlines()[-1])
+        # The race is real here: gloo still holds about half of the tensors when the wait returns.
+        assert counts["held_at_return"] > 0, "the test never saw the backend hold a tensor: it cannot tell the fix from its absence"
+        assert counts["unprotected"] == 0, counts
+        assert counts["still_held_after_close"] == 0, counts
+
+
+RUN_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    kind, model, data, out = sys.argv[1:5]
+    if kind == "pretrain":
+        from greenadapt.pretrain.run import PretrainOptions, run_pretrain
+        from greenadapt.pretrain.train import PretrainConfig
+
+        run_pretrain(PretrainOptions(
+            corpus=[data], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4, workers=1,
+            device="cpu", training=PretrainConfig(batch_size=8, max_steps=6, lr=3e-3, seed=5), save_every=3,
+        ))
+    else:
+        from greenadapt.finetune.run import FinetuneOptions, run_finetune
+        from greenadapt.finetune.train import TrainConfig
+
+        run_finetune(FinetuneOptions(
+            task="ner", train=Path(data), model=model, out=Path(out), device="cpu", seeds=[5],
+            training=TrainConfig(batch_size=8, lr=3e-3, epochs=1, max_steps=6), save_every=3,
+        ))
+    """
+)
+
+LAUNCHES = 6  # per runner; today's code aborted in about 1 launch of 14 (either rank)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pretrain", "finetune"])
+def test_two_rank_runs_through_the_python_api_always_exit_cleanly(tmp_path: Path, kind: str) -> None:
+    from conftest import build_tiny_bert
+    from finetune_helpers import build_tiny_expanded, write_ner_file
+
+    if kind == "pretrain":
+        model = build_tiny_bert(tmp_path / "model")
+        data = tmp_path / "corpus.txt"
+        words = "the patients were treated with the protein and the gene expression of cancer cells was increased".split()
+        data.write_text("\n".join(" ".join(words[i % 9 :] + words[: i % 9]) for i in range(80)) + "\n")
+    else:
+        model = build_tiny_expanded(tmp_path / "model")
+        data = write_ner_file(tmp_path / "train.tsv", 40, seed=1)
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT)
+    for launch in range(LAUNCHES):
+        out = tmp_path / f"out-{launch}"
+        for rank, proc in enumerate(_two_ranks(script, kind, str(model), str(data), str(out))):
+            assert proc.returncode == 0, f"launch {launch}, rank {rank}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+        assert (out / "model.safetensors").is_file()
