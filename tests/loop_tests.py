@@ -17,13 +17,21 @@ Exit status: 0 when every run of every test passed, 1 otherwise.
     make loop-tests TESTS="tests/test_distributed_exit.py" N=30
 
 A file or folder given as a test stands for every test in it (collected
-once). Runs are sequential: on a small machine, parallel runs would test the
+once). ``--find`` keeps only the tests that start processes, threads or
+signals, found by what their code does (their body, the helpers of their own
+module they call, and their fixtures), not by file name::
+
+    python tests/loop_tests.py --find tests/            # list them
+    python tests/loop_tests.py --find -n 30 tests/      # and loop them
+
+Runs are sequential: on a small machine, parallel runs would test the
 machine's load more than the tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import subprocess
 import sys
@@ -32,7 +40,41 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-OUTCOME = re.compile(r"^(?P<id>\S+::\S+) (?P<outcome>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+# What starts a process, a thread or a signal, as it reads in a test's code.
+CONCURRENT = re.compile(
+    r"subprocess\.|Popen|sys\.executable|multiprocessing|ProcessPool|ThreadPool|threading\.|Thread\(|os\.kill|"
+    r"signal\.(?:SIG|signal|alarm|raise_signal|pthread_kill)|torchrun|\bworkers=[2-9]|start_new_session"
+)
+
+
+def starts_concurrency(test_id: str) -> bool:
+    """Whether the test's body, a same-module function or fixture it names (transitively) starts processes/threads/signals."""
+    path, _, name = test_id.partition("::")
+    name = name.split("::")[-1].split("[")[0]
+    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    functions = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    constants = {
+        target.id: ast.get_source_segment((REPO / path).read_text(encoding="utf-8"), node.value) or ""
+        for node in tree.body if isinstance(node, ast.Assign) for target in node.targets if isinstance(target, ast.Name)
+    }
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in functions:
+            continue
+        seen.add(current)
+        node = functions[current]
+        source = ast.unparse(node)
+        if CONCURRENT.search(source):
+            return True
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {a.arg for a in node.args.args}
+        if any(CONCURRENT.search(constants[n]) for n in names if n in constants):
+            return True
+        todo.extend(names)
+    return False
 
 
 def collect(selection: list[str], extra: list[str]) -> list[str]:
@@ -47,23 +89,36 @@ def collect(selection: list[str], extra: list[str]) -> list[str]:
     return ids
 
 
-def pytest_run(targets: list[str], extra: list[str], timeout: float) -> tuple[dict[str, str], str, int]:
-    """One pytest process over ``targets``: each test's outcome, the whole output, the exit status."""
-    command = [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "-o", "addopts=", "--strict-markers", *extra, *targets]
-    try:
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as expired:
-        output = (expired.stdout or b"").decode(errors="replace") if isinstance(expired.stdout, bytes) else (expired.stdout or "")
-        return {}, output + f"\n[loop_tests: pytest ran past {timeout:.0f} s and was killed]", -9
-    outcomes = {}
-    for line in done.stdout.splitlines():
-        match = OUTCOME.match(line)
-        if match:
-            outcome = match["outcome"]
-            # -rA lists an error in setup and a failure of the same test on separate lines: the worst counts.
-            if outcomes.get(match["id"]) not in ("FAILED", "ERROR"):
-                outcomes[match["id"]] = outcome
-    return outcomes, done.stdout + done.stderr, done.returncode
+def junit_key(test_id: str) -> tuple[str, str]:
+    """The (classname, name) pytest's JUnit XML gives the test ``test_id``."""
+    path, *parts = test_id.split("::")
+    module = path.removesuffix(".py").replace("/", ".")
+    return ".".join([module, *parts[:-1]]), parts[-1]
+
+
+def pytest_run(targets: list[str], extra: list[str], timeout: float) -> tuple[dict[tuple[str, str], str], str, int]:
+    """One pytest process over ``targets``: each test's outcome by its JUnit key, the whole output, the exit status."""
+    import tempfile
+    import xml.etree.ElementTree as ElementTree
+
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "junit.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *extra, *targets]
+        try:
+            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+            output, status = done.stdout + done.stderr, done.returncode
+        except subprocess.TimeoutExpired as expired:
+            text = expired.stdout.decode(errors="replace") if isinstance(expired.stdout, bytes) else (expired.stdout or "")
+            return {}, text + f"\n[loop_tests: pytest ran past {timeout:.0f} s and was killed]", -9
+        outcomes: dict[tuple[str, str], str] = {}
+        if report.is_file():
+            for case in ElementTree.parse(report).iter("testcase"):
+                tags = {child.tag for child in case}
+                outcome = "ERROR" if "error" in tags else "FAILED" if "failure" in tags else "SKIPPED" if "skipped" in tags else "PASSED"
+                key = (case.get("classname", ""), case.get("name", ""))
+                if outcomes.get(key) not in ("FAILED", "ERROR"):  # an error in teardown after a pass is a second entry
+                    outcomes[key] = outcome
+    return outcomes, output, status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,11 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-m", "--marker", default=None, help="pytest -m expression, e.g. 'not cuda'")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one pytest process may run (default 1800)")
     parser.add_argument("--logs", type=Path, default=REPO / "loop-logs", help="where failed runs' output goes")
+    parser.add_argument("--find", action="store_true", help="keep only tests that start processes, threads or signals (alone: list them)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     extra = ["-m", args.marker] if args.marker else []
     ids = collect(args.tests, extra)
+    if args.find:
+        ids = [test for test in ids if starts_concurrency(test)]
+        if "-n" not in (argv if argv is not None else sys.argv) and "--runs" not in (argv if argv is not None else sys.argv):
+            print("\n".join(ids))
+            return 0
     groups = sorted({test.split("::")[0] for test in ids}) if args.whole_file else ids
     counts: dict[str, Counter[str]] = {test: Counter() for test in ids}
     started = time.monotonic()
@@ -88,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             for test in ids if args.whole_file else [group]:
                 if args.whole_file and not test.startswith(group + "::"):
                     continue
-                outcome = outcomes.get(test, "MISSING")  # a crash or kill before the test reported
+                outcome = outcomes.get(junit_key(test), "MISSING")  # a crash or kill before the test reported
                 counts[test][outcome] += 1
                 if outcome not in ("PASSED", "SKIPPED", "XFAIL"):
                     args.logs.mkdir(parents=True, exist_ok=True)
