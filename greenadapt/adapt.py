@@ -114,7 +114,8 @@ def check_adapt(
     from greenadapt import workspace
     from greenadapt.destination import Protected, check_destination, corpus_reads, protected
     from greenadapt.errors import UsageError
-    from greenadapt.models import resolve_model
+    from greenadapt.models import hidden_size, load_wordpiece_tokenizer, resolve_model
+    from greenadapt.vectors import check_weights_load_safely
 
     options.w2v.check()
     get_method(options.align_method)
@@ -124,6 +125,15 @@ def check_adapt(
     if options.min_count_new < 1:
         raise UsageError(f"--min-count-new must be >= 1, got {options.min_count_new}")
     ref = resolve_model(model)
+    method = get_method(options.align_method)
+    if method.vectors_are_rows and options.w2v.dim is not None and options.w2v.dim != hidden_size(ref):
+        raise UsageError(
+            f"--method {method.name} uses the word vectors as rows as they are, so --dim {options.w2v.dim} must be the model's"
+            f" hidden size {hidden_size(ref)}",
+            hint=f"pass --dim {hidden_size(ref)} (or leave --dim out), or choose another --method",
+        )
+    load_wordpiece_tokenizer(ref.path)  # a folder without its tokenizer, said now rather than after word2vec
+    check_weights_load_safely(ref.path)
     root = workspace.workdir(workdir)
     if out is not None:
         upstream = [workspace.stage_dir(root, list(corpus), ref.slug, kind) for kind in ("w2v", "align")]

@@ -63,7 +63,10 @@ def context_vectors(
 
     from greenadapt.models import load_wordpiece_tokenizer
 
+    from greenadapt.vectors import check_weights_load_safely
+
     tokenizer = load_wordpiece_tokenizer(model_path)
+    check_weights_load_safely(model_path)
     model = AutoModel.from_pretrained(str(model_path), dtype=torch.float32).to(device).eval()
     n_layers = int(model.config.num_hidden_layers)
     layer = options.layer if options.layer >= 0 else n_layers + 1 + options.layer

@@ -139,6 +139,9 @@ def hidden_size(ref: ModelRef) -> int:
     raise ModelError("config.json names no hidden size", path=ref.path / "config.json")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
+
+
 def load_wordpiece_tokenizer(path: Path) -> Any:
     """Load the model's fast tokenizer and insist on a WordPiece vocabulary.
 
@@ -151,6 +154,13 @@ def load_wordpiece_tokenizer(path: Path) -> Any:
     # transformers 5 rebuilds a WordPiece tokenizer from whatever vocabulary a
     # folder has when tokenizer_config.json names BertTokenizer, so the saved
     # tokenizer.json is the authority on what the model really uses.
+    if Path(path).is_dir() and not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
+        # transformers would build an empty tokenizer from config.json alone; every word would then be new.
+        raise ModelError(
+            "the model folder has no tokenizer files (tokenizer.json or vocab.txt)",
+            path=path,
+            hint="copy the tokenizer saved with the model into this folder (tokenizer.save_pretrained)",
+        )
     saved_type = _saved_tokenizer_model_type(path)
     if saved_type not in (None, "WordPiece"):
         raise ModelError(

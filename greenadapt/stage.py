@@ -139,7 +139,7 @@ class StageRun:
         libraries: tuple[str, ...] = (),
     ) -> None:
         self.kind = kind
-        self.out = Path(out_dir).absolute()
+        self.out = _through_links(Path(out_dir).absolute())
         self.config = dict(config)
         self.inputs = list(inputs)
         self.force = force
@@ -167,6 +167,8 @@ class StageRun:
             self._meter.probe.track()
             self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             self.tmp.mkdir()
+            # Written first: a later run removes a dead run's temporary only on this proof that greenadapt made it.
+            (self.tmp / TEMPORARY_MARKER).write_text(f"greenadapt {self.kind} output {self.out}\n", encoding="utf-8")
         except BaseException:
             self._release_lock()
             raise
@@ -225,7 +227,7 @@ class StageRun:
             raise RuntimeError("commit() on a skipped stage")
         files: dict[str, dict[str, Any]] = {}
         for path in sorted(self.tmp.rglob("*")):
-            if path.is_file() and path.name != MANIFEST:
+            if path.is_file() and path.name != MANIFEST and path.relative_to(self.tmp).as_posix() != TEMPORARY_MARKER:
                 rel = path.relative_to(self.tmp).as_posix()
                 files[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
         manifest: dict[str, Any] = {
@@ -247,7 +249,8 @@ class StageRun:
         manifest = json.loads(json.dumps(manifest, default=str))
         manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
         try:
-            write_json(self.tmp / MANIFEST, manifest)
+            write_json(self.tmp / MANIFEST, manifest)  # from here on the manifest is the proof
+            (self.tmp / TEMPORARY_MARKER).unlink(missing_ok=True)
             _fsync_dir(self.tmp)
             self._swap_into_place()
         except OSError as exc:
@@ -322,47 +325,61 @@ class StageRun:
             self._lock_handle = None
 
     def _clean_stale_temporaries(self) -> None:
-        # We hold the lock, so any temporary of this output is a dead run's; a sibling's, only if its lock is free.
+        # We hold this output's lock, so any temporary of it is a dead run's; only this output's, and only greenadapt's.
         for pattern in (f".{self.out.name}.tmp-*", f".{self.out.name}.old-*"):
             for stale in self.out.parent.glob(pattern):
-                log.debug("removing leftover %s", stale)
-                shutil.rmtree(stale, ignore_errors=True)
-        sweep_stale_temporaries(self.out.parent)
+                if _LEFTOVER.match(stale.name) and written_by_greenadapt(stale):
+                    log.info("removing %s, left by a run that was killed", stale)
+                    shutil.rmtree(stale, ignore_errors=True)
+
+
+def written_by_greenadapt(folder: Path) -> bool:
+    """Whether ``folder`` (a real folder, not a link) carries greenadapt's proof: a temporary's marker or a manifest."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return (folder / TEMPORARY_MARKER).is_file() or parse_manifest(folder)[0] is not None
 
 
 def sweep_stale_temporaries(folder: Path) -> int:
-    """Remove the temporary and superseded folders of dead runs in ``folder``; how many were removed.
+    """Remove the temporary and superseded folders of dead runs in ``folder`` (a cache greenadapt owns); how many.
 
-    A temporary belongs to a run that holds its output's lock; when that lock can
-    be taken, no live process (on any host sharing the lock) is writing it.
+    Only greenadapt's (:func:`written_by_greenadapt`), and only those whose
+    output's lock exists and can be taken: then no live process (on any host
+    sharing the lock) is writing them. No lock file is created.
     """
     removed = 0
     if not folder.is_dir():
         return removed
     for leftover in folder.glob(".*"):
         match = _LEFTOVER.match(leftover.name)
-        if match is None:
+        if match is None or not written_by_greenadapt(leftover):
             continue
         try:
-            handle = open(folder / f".{match['out']}.lock", "a+")
+            descriptor = os.open(folder / f".{match['out']}.lock", os.O_RDWR)
         except OSError:
-            continue
+            continue  # no lock: not a temporary of a greenadapt run
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.close()
+            os.close(descriptor)
             continue  # a live run owns it
         try:
             log.info("removing %s, left by a run that was killed", leftover)
-            if leftover.is_dir() and not leftover.is_symlink():
-                shutil.rmtree(leftover, ignore_errors=True)
-            else:
-                leftover.unlink(missing_ok=True)
+            shutil.rmtree(leftover, ignore_errors=True)
             removed += 1
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+            os.close(descriptor)
     return removed
+
+
+def _through_links(out: Path) -> Path:
+    """The folder an output path names: a symbolic link (the user's) is written through, never replaced."""
+    if not out.is_symlink():
+        return out
+    target = out.resolve()
+    log.info("%s is a link: writing into %s, the folder it points to", out, target)
+    return target
 
 
 def _lock_within(handle: Any, seconds: float, holder: str, out: Path) -> bool:
@@ -438,6 +455,7 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+TEMPORARY_MARKER = ".greenadapt-temporary"  # the first file of every stage's temporary folder
 _TEMPORARY = re.compile(r"^\.(?P<out>.+)\.tmp-\d+-[0-9a-f]{8}$")
 _LEFTOVER = re.compile(r"^\.(?P<out>.+)\.(?:tmp|old)-\d+-[0-9a-f]{8}$")
 

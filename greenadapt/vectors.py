@@ -416,13 +416,28 @@ def iter_state_dict(model_path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def check_weights_load_safely(model_path: Path) -> None:
-    """Refuse, as ``align`` does, pickled weights that ``weights_only`` loading rejects, before transformers meets them.
+    """Refuse, as ``align`` does, weights transformers would fail on, before it meets them: one line, exit 3.
 
-    transformers would raise torch's own error, whose advice is to turn the safety off; a
-    safetensors checkpoint needs no check (it cannot hold code).
+    Pickled weights that ``weights_only`` loading rejects (transformers would relay
+    torch's advice to turn the safety off), and safetensors files whose header is
+    damaged or promises more bytes than the file holds (a truncated download or copy;
+    transformers would raise ``SafetensorError``). Only headers are read.
     """
-    kind, _ = checkpoint_files(model_path)
-    if kind and kind != "safetensors":
+    kind, files = checkpoint_files(model_path)
+    if kind == "safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        for file in files:
+            try:
+                with safe_open(str(file), framework="pt") as reader:
+                    reader.keys()
+            except (SafetensorError, OSError) as exc:
+                raise ModelError(
+                    f"unreadable safetensors file: {' '.join(str(exc).split())[:160]}",
+                    path=file,
+                    hint="the file is damaged or truncated: copy or download it again",
+                ) from None
+    elif kind:
         for _ in iter_state_dict(model_path):
             pass
 

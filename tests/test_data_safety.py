@@ -20,7 +20,7 @@ from w2v_fixtures import linear_w2v
 
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, EXIT_USAGE
 from greenadapt.manifest import MANIFEST, load_stage
-from greenadapt.stage import StageRun
+from greenadapt.stage import TEMPORARY_MARKER, StageRun
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -73,6 +73,8 @@ def _writers(inputs: dict[str, Path], work: Path) -> dict[str, list[str]]:
                      "--device", "cpu", "--workdir", str(work)],
         "multitask": ["multitask", "--model", str(inputs["expanded"]), "--task", f"name=ner,type=ner,train={inputs['ner']}",
                       "--max-steps", "1", "--device", "cpu", "--workdir", str(work)],
+        "w2v-context": ["w2v", "-c", str(inputs["corpus"]), "-m", str(inputs["model"]), "--source", "context", "--min-count", "1",
+                        "--workdir", str(work)],
     }
 
 
@@ -242,14 +244,14 @@ def test_every_command_defaults_to_the_same_seed() -> None:
         assert inspect.signature(function).parameters["seed"].default == DEFAULT_SEED
 
 
-@pytest.mark.parametrize("command", ["finetune", "pretrain"])
+@pytest.mark.parametrize("command", ["finetune", "pretrain", "multitask", "w2v-context"])
 def test_a_pickled_model_gets_the_one_line_refusal(command: str, inputs: dict[str, Path], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import pickle
 
     from safetensors.torch import load_file
 
-    model = shutil.copytree(inputs["expanded"] if command == "finetune" else inputs["model"], tmp_path / "model")
+    model = shutil.copytree(inputs["expanded"] if command in ("finetune", "multitask") else inputs["model"], tmp_path / "model")
 
     state = load_file(str(model / "model.safetensors"))
     (model / "model.safetensors").unlink()
@@ -278,10 +280,15 @@ def test_stale_pretokenization_temporaries_are_removed_on_the_next_run(inputs: d
     # What a `--force` run killed mid-way leaves: its temporary beside the finished entry (pid of a dead process).
     stale = cache / f".{key}.tmp-999999-0123abcd"
     stale.mkdir()
+    (stale / TEMPORARY_MARKER).write_text("greenadapt pretok output\n")
     (stale / "corpus.txt").write_bytes(b"x" * 1_000_000)
+    foreign = cache / f".{key}.tmp-999998-89abcdef"  # the same name pattern without greenadapt's marker: kept
+    (foreign / "mine.txt").parent.mkdir()
+    (foreign / "mine.txt").write_text("not greenadapt's")
     code, err = run_cli(args, monkeypatch, capsys)  # w2v is up to date: it never reaches the pre-tokenization stage
     assert code == 0, err
     assert not stale.exists()
+    assert (foreign / "mine.txt").read_text() == "not greenadapt's"
     assert (cache / key / MANIFEST).is_file()
 
 
@@ -409,3 +416,115 @@ def test_report_replaces_its_own_page_and_no_other_file(inputs: dict[str, Path],
     assert mine.read_text() == "<html>my notes</html>"
     code, err = run_cli(["report", str(inputs["align"]), "--html", str(tmp_path)], monkeypatch, capsys)
     assert code == EXIT_USAGE and "--html is a folder" in err, err
+
+
+@pytest.mark.parametrize("command", ["adapt", "align"])
+def test_cleanup_removes_only_greenadapts_own_leftovers(command: str, inputs: dict[str, Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.1: names shaped like greenadapt's temporaries, in the user's folder, are the user's."""
+    safe = tmp_path / "safe"
+    photos = safe / ".photos.old-1-0123abcd"
+    photos.mkdir(parents=True)
+    (photos / "img.txt").write_text("a photo")
+    (safe / ".notes.tmp-2-89abcdef").write_text("notes")
+    # This output's own name pattern, but not greenadapt's: no marker, no manifest.
+    (safe / ".newout.tmp-3-fedcba98").mkdir()
+    (safe / ".newout.tmp-3-fedcba98" / "draft.txt").write_text("a draft")
+    # This output's temporary of a killed greenadapt run: its marker is the proof.
+    dead = safe / ".newout.tmp-999999-0badf00d"
+    dead.mkdir()
+    (dead / TEMPORARY_MARKER).write_text("greenadapt expand output\n")
+    (dead / "model.safetensors").write_bytes(b"half")
+    before = {path.name for path in safe.iterdir()}
+    code, err = run_cli([*_writers(inputs, tmp_path / "work")[command], "--out", str(safe / "newout")], monkeypatch, capsys)
+    assert code == 0, err
+    assert (photos / "img.txt").read_text() == "a photo"
+    assert (safe / ".notes.tmp-2-89abcdef").read_text() == "notes"
+    assert (safe / ".newout.tmp-3-fedcba98" / "draft.txt").read_text() == "a draft"
+    assert not dead.exists()
+    after = {path.name for path in safe.iterdir()}
+    assert after == (before - {dead.name}) | {"newout", ".newout.lock"}, after  # no lock file for another's name
+
+
+def test_a_finished_output_has_no_marker_and_its_old_version_is_proven_by_its_manifest(tmp_path: Path) -> None:
+    from greenadapt.stage import written_by_greenadapt
+
+    out = tmp_path / "entry"
+    with StageRun("demo", out, {"a": 1}, []) as run:
+        assert (run.tmp / TEMPORARY_MARKER).is_file()
+        (run.tmp / "data.txt").write_text("x")
+        manifest = run.commit()
+    assert not (out / TEMPORARY_MARKER).exists() and TEMPORARY_MARKER not in manifest["files"]
+    assert written_by_greenadapt(out)
+    user = tmp_path / ".entry.old-1-0123abcd"
+    user.mkdir()
+    assert not written_by_greenadapt(user)
+
+
+def test_a_symlinked_out_is_written_through_and_stays_a_link(inputs: dict[str, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.2: the user's link to an empty folder; greenadapt writes into that folder and never replaces the link."""
+    (tmp_path / "safe").mkdir()
+    target = tmp_path / "elsewhere" / "empty"
+    target.mkdir(parents=True)
+    link = tmp_path / "safe" / "linkempty"
+    link.symlink_to(target)
+    args = [*_writers(inputs, tmp_path / "work")["align"], "--out", str(link)]
+    for _ in range(2):  # the second run finds the output up to date through the link, and still leaves the link alone
+        code, err = run_cli(args, monkeypatch, capsys)
+        assert code == 0, err
+        assert link.is_symlink() and link.resolve() == target.resolve()
+        assert (target / MANIFEST).is_file()
+        assert not [p.name for p in (tmp_path / "safe").iterdir() if p.name != "linkempty"], list((tmp_path / "safe").iterdir())
+    (target / "thesis.tex").write_text("mine")  # a link to a folder with the user's files: refused as that folder would be
+    code, err = run_cli([*args, "--force"], monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT, err
+    assert (target / "thesis.tex").read_text() == "mine" and link.is_symlink()
+
+
+@pytest.mark.parametrize("command", ["finetune", "pretrain", "multitask", "qa", "adapt", "w2v-context"])
+def test_a_truncated_safetensors_file_gets_the_one_line_refusal(command: str, inputs: dict[str, Path], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.3: a truncated model.safetensors is bad input (exit 3) on every path that loads weights, never an internal error."""
+    source = {"finetune": "expanded", "multitask": "expanded", "qa": "qa_model"}.get(command, "model")
+    model = shutil.copytree(inputs[source], tmp_path / "model")
+    weights = model / "model.safetensors"
+    for keep in (7, weights.stat().st_size // 2):  # inside the header, and inside the tensors
+        weights.write_bytes(weights.read_bytes()[:keep])
+        args = _writers({**inputs, source: model, "expanded": model, "model": model, "qa_model": model}, tmp_path / "work")[command]
+        code, err = run_cli([*args, "--out", str(tmp_path / "out")], monkeypatch, capsys)
+        assert code == EXIT_BAD_INPUT, err
+        assert f"{weights}: unreadable safetensors file" in err, err
+        assert "internal error" not in err and len(err.strip().splitlines()) == 1, err
+        shutil.copy2(inputs[source] / "model.safetensors", weights)
+
+
+def test_identity_with_a_dim_other_than_the_models_is_a_usage_error_before_word2vec(inputs: dict[str, Path], tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.8: a contradiction between options is exit 2 before any work."""
+    work = tmp_path / "work"
+    args = [*_writers(inputs, work)["adapt"], "--method", "identity", "--out", str(tmp_path / "out")]  # --dim 8; the model has 32
+    started = time.monotonic()
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert code == EXIT_USAGE, err
+    assert "--method identity" in err and "--dim 8" in err and "hidden size 32" in err, err
+    assert not list(work.rglob("w2v")), "word2vec ran before the contradiction was found"
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("command", ["w2v", "adapt"])
+def test_a_model_folder_without_tokenizer_files_is_refused_up_front(command: str, inputs: dict[str, Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.9: w2v used to succeed with an empty tokenizer and adapt failed later with "empty shared vocabulary"."""
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy2(inputs["model"] / name, model / name)
+    work = tmp_path / "work"
+    code, err = run_cli([*_writers({**inputs, "model": model}, work)[command], "--out", str(tmp_path / "out")], monkeypatch, capsys)
+    assert code == EXIT_BAD_INPUT, err
+    assert f"{model}: the model folder has no tokenizer files (tokenizer.json or vocab.txt)" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not list(work.rglob("w2v"))

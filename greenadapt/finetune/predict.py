@@ -99,6 +99,9 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
     else:
         if general_model is not None:
             raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=folder, hint="leave it out")
+        from greenadapt.vectors import check_weights_load_safely
+
+        check_weights_load_safely(folder)
         with quiet_transformers():
             loaded = getattr(transformers, task.auto_model).from_pretrained(str(folder))
     ctx = DistContext(device=pick_device(device))

@@ -82,6 +82,7 @@ class InitMethod(Protocol):
     needs_vectors: bool  # word vectors must be made (False: adapt only counts the corpus words)
     vector_source: str  # which vectors: "word2vec", "context" (the base model's own; context-mean) or "none"
     needs_shared_vectors: bool  # expand must read the shared words' vectors too
+    vectors_are_rows: bool  # the vectors become rows as they are: word2vec's --dim must be the model's hidden size
     options: tuple[str, ...]  # the MethodOptions fields it uses
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:

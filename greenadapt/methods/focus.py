@@ -30,6 +30,7 @@ class Focus:
     needs_vectors = True
     vector_source = "word2vec"
     needs_shared_vectors = True
+    vectors_are_rows = False
     options: tuple[str, ...] = ("focus_k", "focus_temperature")
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:

@@ -23,6 +23,7 @@ class Hybrid:
     needs_vectors = True
     vector_source = "word2vec"
     needs_shared_vectors = False
+    vectors_are_rows = False
     options: tuple[str, ...] = ("hybrid_weight",)
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:

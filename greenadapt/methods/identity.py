@@ -17,6 +17,7 @@ class Identity(Lstsq):
     needs_vectors = True
     vector_source = "word2vec"
     needs_shared_vectors = False
+    vectors_are_rows = True
     options: tuple[str, ...] = ()
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:

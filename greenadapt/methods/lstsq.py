@@ -32,6 +32,7 @@ class Lstsq:
     needs_vectors = True
     vector_source = "word2vec"
     needs_shared_vectors = False
+    vectors_are_rows = False
     options: tuple[str, ...] = ()
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:

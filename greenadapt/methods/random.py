@@ -27,6 +27,7 @@ class Random:
     needs_vectors = False
     vector_source = "none"
     needs_shared_vectors = False
+    vectors_are_rows = False
     options: tuple[str, ...] = ()
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:

@@ -26,6 +26,7 @@ class SubwordMean:
     needs_vectors = False
     vector_source = "none"
     needs_shared_vectors = False
+    vectors_are_rows = False
     options: tuple[str, ...] = ()
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:
