@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.defaults import check_max_length
 from greenadapt.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
@@ -188,8 +189,7 @@ class ExpandedModel:
         """``requested`` if the model takes it (refused in one line otherwise); ``None``: the model's limit."""
         if requested is None:
             return self.length_limit
-        if requested < 8:
-            raise UsageError(f"--max-length {requested} is too short", hint="use at least 8 (BERT models: 384 or 512)")
+        check_max_length(requested)
         positions = self.config.get("max_position_embeddings")
         if isinstance(positions, int) and requested > positions:
             raise UsageError(f"--max-length {requested} exceeds the model's {positions} position embeddings", hint=f"use at most {positions}")

@@ -57,7 +57,11 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
         if isinstance(stats.get("summary"), dict):
             info["scores"] = stats["summary"]
         if check_files:
-            info["files"] = verify_files(folder, manifest) or "ok"
+            problem = verify_files(folder, manifest)
+            info["files"] = problem or "ok"
+            info["check"] = {"ok": problem is None, "problem": problem}
+    if check_files and "check" not in info:  # nothing to verify the files against
+        info["check"] = {"ok": False, "problem": info["manifest"]}
     model = _model(folder)
     if model:
         info["model"] = model
@@ -146,7 +150,7 @@ def render(info: dict[str, Any]) -> str:
         for warning in info.get("warnings") or []:
             lines.append(f"  warning     {warning}")
         if info.get("files"):
-            lines.append(f"  files       {info['files']}")
+            lines.append(f"  files       {info['files'] if info['files'] == 'ok' else 'CHECK FAILED: ' + str(info['files'])}")
     model = info.get("model") or {}
     if model:
         lines.append(f"  model       {model.get('architecture')}, vocabulary {_number(model.get('vocab_size'))}, "

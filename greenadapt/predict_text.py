@@ -100,6 +100,10 @@ def detect_format(task: str, head: list[str], requested: str = "auto", text_fiel
         return "text"
     if task != "ner":
         return "tsv" if "\t" in first else "text"
+    tabbed = [line.rstrip("\n").split("\t") for line in lines if "\t" in line]
+    if len(tabbed) == len(lines) and all(2 <= len(f) <= 4 and f[0].strip() and " " not in f[0].strip() for f in tabbed):
+        # word<TAB>label on every line: columns, whatever the labels (the column reader names a bad one and its line).
+        return "columns"
     fields = [line.split("\t") if "\t" in line else line.split() for line in lines]
     if all(len(f) == 1 for f in fields):
         return "columns" if len(lines) > 1 and not any(_looks_like_prose(line) for line in lines) else "text"

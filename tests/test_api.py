@@ -329,12 +329,27 @@ def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
         ("classify", ["a text without tabs"], "text"),
         ("classify", ['{"text": "x", "label": "1"}'], "training-jsonl"),
         ("ner", [], "text"),
+        ("ner", ["BRCA1\tX-FOO", "mutations\tX-BAR", "", "cause\tO"], "columns"),  # labels the model never saw: still columns
+        ("ner", ["Patients were studied.\tnote", "A second document here."], "text"),
     ],
 )
 def test_input_format_is_detected_from_the_first_lines(task: str, lines: list[str], expected: str) -> None:
     from greenadapt.predict_text import detect_format
 
     assert detect_format(task, [line + "\n" for line in lines]) == expected
+
+
+def test_predict_rejects_a_column_file_with_unknown_labels_as_columns_do(
+    ner_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36.6: each word<TAB>label line used to become a raw-text "document" (exit 0, 1,304 documents)."""
+    source = tmp_path / "ner_with_X-FOO_labels.tsv"
+    source.write_text("".join(f"word{i}\t{'X-FOO' if i % 3 == 0 else 'O'}\n" + ("\n" if i % 7 == 6 else "") for i in range(40)))
+    auto = _cli(["predict", "-m", str(ner_run), str(source), "--device", "cpu"], monkeypatch, capsys)
+    columns = _cli(["predict", "-m", str(ner_run), str(source), "--device", "cpu", "--format", "columns"], monkeypatch, capsys)
+    assert auto[0] == columns[0] != 0, auto
+    assert auto[1] == "" and len(auto[2].strip().splitlines()) == 1 and "X-FOO" in auto[2], auto[2]
+    assert auto[2] == columns[2]
 
 
 def test_predict_reads_stdin_text_and_writes_one_json_line_per_input_line(

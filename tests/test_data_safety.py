@@ -528,3 +528,28 @@ def test_a_model_folder_without_tokenizer_files_is_refused_up_front(command: str
     assert f"{model}: the model folder has no tokenizer files (tokenizer.json or vocab.txt)" in err, err
     assert len(err.strip().splitlines()) == 1
     assert not list(work.rglob("w2v"))
+
+
+@pytest.mark.parametrize("command", ["finetune", "finetune-classify", "finetune-qa", "qa", "pretrain", "multitask"])
+def test_one_max_length_minimum_and_one_message_for_every_command(command: str, inputs: dict[str, Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.7: 2 was refused ("use at least 16") while 3 trained for NER and classification; pretrain took 3, QA 8."""
+    from finetune_helpers import write_classify_file
+
+    from greenadapt.defaults import MIN_MAX_LENGTH
+
+    writers = _writers(inputs, tmp_path / "work")
+    writers["finetune-classify"] = [
+        "finetune", "--task", "classify", "--train", str(write_classify_file(tmp_path / "train.jsonl", 12, seed=1)),
+        "--model", str(inputs["expanded"]), "--max-steps", "1", "--device", "cpu", "--workdir", str(tmp_path / "work"),
+    ]
+    messages = set()
+    for length in (2, 3, MIN_MAX_LENGTH - 1):
+        code, err = run_cli([*writers[command], "--max-length", str(length), "--out", str(tmp_path / f"out-{length}")], monkeypatch, capsys)
+        assert code == EXIT_USAGE, err
+        assert len(err.strip().splitlines()) == 1
+        messages.add(err.replace(f"--max-length {length} ", "--max-length N "))
+        assert not (tmp_path / f"out-{length}").exists()
+    assert len(messages) == 1 and f"use at least {MIN_MAX_LENGTH}" in messages.pop()
+    code, err = run_cli([*writers[command], "--max-length", str(MIN_MAX_LENGTH), "--out", str(tmp_path / "out-min")], monkeypatch, capsys)
+    assert "is too short" not in err, err

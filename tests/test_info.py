@@ -89,3 +89,48 @@ def test_cli_json_and_one_line_errors(chain: dict[str, Path], tmp_path: Path, mo
     assert json.loads(capsys.readouterr().out)["kind"] == "expand"
     code, err = run_cli(["info", str(tmp_path / "missing")], monkeypatch, capsys)
     assert code == 2 and err.strip().count("\n") == 0 and "no such folder" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("damage", ["flipped byte in model.safetensors", "appended vocab.txt"])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_failed_check_is_a_non_zero_exit_and_says_so_in_the_json(damage: str, as_json: bool, chain: dict[str, Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.5: `info --check` printed the mismatch, then `manifest: ok` and exit 0."""
+    import shutil
+
+    from greenadapt.errors import EXIT_STAGE_CONFLICT
+
+    folder = shutil.copytree(chain["expand"], tmp_path / "expand")
+    out, _, code = _info_cli([str(folder), "--check", "--json"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["check"] == {"ok": True, "problem": None}
+    if damage.startswith("flipped"):
+        weights = folder / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        weights.write_bytes(bytes(data))
+        name = "model.safetensors"
+    else:
+        with open(folder / "vocab.txt", "a", encoding="utf-8") as handle:
+            handle.write("extra\n")
+        name = "vocab.txt"
+    out, err, code = _info_cli([str(folder), "--check", *(["--json"] if as_json else [])], monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT, err
+    assert f"{folder}: --check failed:" in err and name in err and len(err.strip().splitlines()) == 1, err
+    # The description is still printed (stdout), and says the check failed.
+    if as_json:
+        described = json.loads(out)
+        assert described["check"]["ok"] is False and name in described["check"]["problem"]
+    else:
+        assert "CHECK FAILED" in out and name in out
+
+
+def _info_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[str, str, int]:
+    import sys
+
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", "info", *args])
+    with pytest.raises(SystemExit) as info:
+        main()
+    captured = capsys.readouterr()
+    return captured.out, captured.err, int(info.value.code or 0)

@@ -27,3 +27,8 @@ def info_command(
     info = describe_folder(path, check_files=check)
     sys.stdout.write((json.dumps(info, indent=2, default=str) if as_json else render(info)) + "\n")
     sys.stdout.flush()
+    if check and not info["check"]["ok"]:
+        from greenadapt.errors import StageError
+
+        # The description is printed either way; the exit status tells a script the check failed (README: 4, corrupt).
+        raise StageError(f"--check failed: {info['check']['problem']}", path=path, hint="rerun the command that wrote it with --force")

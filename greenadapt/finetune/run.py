@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.destination import check_run_destination
+from greenadapt.defaults import check_max_length
 from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.data import (
@@ -206,6 +207,8 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
     ]:
         if getattr(source, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if values.max_length is not None:
+        check_max_length(values.max_length)
     if training.max_steps is not None and training.max_steps < 1:
         raise UsageError("--max-steps must be at least 1")
     if options.save_every is not None and options.save_every < 1:

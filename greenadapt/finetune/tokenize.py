@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.defaults import check_max_length
 from greenadapt.errors import UsageError
 from greenadapt.expanded_model import TokenizerPair
 from greenadapt.finetune.data import NerSentence, TextExample
@@ -140,9 +141,7 @@ def ner_units(
     """
     if max_words < 1:
         raise UsageError("--max-words must be at least 1")
-    budget = max_length - 2  # [CLS] and [SEP]
-    if budget < 1:
-        raise UsageError(f"--max-length {max_length} leaves no room for words", hint="use at least 16")
+    budget = check_max_length(max_length) - 2  # [CLS] and [SEP]
     words = [s.words for s in sentences]
     per_view = [word_pieces(plain_backend(tok), words, tokenizers.unk_id) for tok in tokenizers.views]
     units: list[Unit] = []

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from greenadapt.defaults import check_max_length
 from greenadapt.errors import DataError, UsageError
 from greenadapt.finetune import POOL_MODES
 from greenadapt.finetune.data import TaskFile, check_known_labels, prediction_file_name, write_predictions
@@ -146,10 +147,11 @@ def _check_options(options: MultitaskOptions) -> None:
         raise UsageError(f"--mix {training.mix} is not a probability", hint="use a value from 0 to 1")
     if options.pool not in POOL_MODES:
         raise UsageError(f"unknown --pool {options.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
-    for name, value in (("--batch-size", training.batch_size), ("--epochs", training.epochs), ("--max-length", options.max_length),
+    for name, value in (("--batch-size", training.batch_size), ("--epochs", training.epochs),
                         ("--max-words", options.max_words), ("--eval-batch-size", training.eval_batch_size)):
         if value < 1:
             raise UsageError(f"{name} must be at least 1")
+    check_max_length(options.max_length)
     if options.steps_per_epoch is not None and options.steps_per_epoch < 1:
         raise UsageError("--steps-per-epoch must be at least 1")
     if training.max_steps is not None and training.max_steps < 1:

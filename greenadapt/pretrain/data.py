@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.defaults import check_max_length
 from greenadapt.errors import CorpusError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.manifest import fingerprint
@@ -189,8 +190,7 @@ class PackedCorpus:
     n_heldout: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_length < 3:
-            raise UsageError(f"--max-length {self.max_length} is too short", hint="use at least 3 ([CLS], one token, [SEP])")
+        check_max_length(self.max_length)
 
     @classmethod
     def build(cls, tokens: np.ndarray, max_length: int, cls_id: int, sep_id: int, heldout: int) -> PackedCorpus:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.cores import available_cores
+from greenadapt.defaults import check_max_length
 from greenadapt.errors import ModelError, UsageError
 from greenadapt.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.pretrain.train import PretrainConfig
@@ -74,8 +75,7 @@ class PretrainOptions:
 
 def _check(options: PretrainOptions) -> None:
     options.training.check()
-    if options.max_length < 3:
-        raise UsageError(f"--max-length {options.max_length} is too short", hint="use at least 3")
+    check_max_length(options.max_length)
     if options.heldout < 1:
         raise UsageError("--heldout must be at least 1")
     if options.tokenizer not in TOKENIZER_CHOICES:
