@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from greenadapt.errors import UsageError
+from greenadapt.errors import StageError
 from greenadapt.manifest import read_manifest_checked, verify_files
 
 # The figures of each stage kind worth a line, from its manifest's stats (in this order).
@@ -33,9 +33,9 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
     """A JSON-ready description of ``path``; raises :class:`UsageError` for a folder greenadapt cannot read."""
     folder = Path(path)
     if not folder.exists():
-        raise UsageError("no such folder", path=folder)
+        raise StageError("no such folder", path=folder, hint="pass a folder that a greenadapt command wrote, or a model folder")
     if not folder.is_dir():
-        raise UsageError("a file, not an output folder", path=folder, hint="pass the folder that holds manifest.json")
+        raise StageError("a file, not an output folder", path=folder, hint="pass the folder that holds manifest.json")
     manifest, damage = read_manifest_checked(folder)
     info: dict[str, Any] = {"path": str(folder.resolve())}
     if manifest is None and damage:
@@ -66,7 +66,7 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
     if model:
         info["model"] = model
     if manifest is None and not damage and not model:
-        raise UsageError(
+        raise StageError(
             "neither a greenadapt output nor a model folder (no manifest.json, no config.json)",
             path=folder, hint="pass a folder that a greenadapt command wrote",
         )

@@ -11,7 +11,7 @@ from w2v_fixtures import linear_w2v
 
 from cli_helpers import run_cli
 from greenadapt.align import run_align
-from greenadapt.errors import UsageError
+from greenadapt.errors import StageError
 from greenadapt.expand import run_expand
 from greenadapt.info import describe_folder, render
 from greenadapt.manifest import MANIFEST
@@ -71,10 +71,10 @@ def test_a_plain_model_folder_and_damaged_or_edited_manifests(chain: dict[str, P
     (changed / "config.json").write_text((changed / "config.json").read_text().replace("vocab_size", "vocab_size ", 1))
     assert "config.json" in describe_folder(changed, check_files=True)["files"]
 
-    with pytest.raises(UsageError, match="no such folder"):
+    with pytest.raises(StageError, match="no such folder"):
         describe_folder(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UsageError, match="neither a greenadapt output nor a model folder"):
+    with pytest.raises(StageError, match="neither a greenadapt output nor a model folder"):
         describe_folder(tmp_path / "empty")
 
 
@@ -88,7 +88,7 @@ def test_cli_json_and_one_line_errors(chain: dict[str, Path], tmp_path: Path, mo
     assert not done.value.code
     assert json.loads(capsys.readouterr().out)["kind"] == "expand"
     code, err = run_cli(["info", str(tmp_path / "missing")], monkeypatch, capsys)
-    assert code == 2 and err.strip().count("\n") == 0 and "no such folder" in err and "Traceback" not in err
+    assert code == 4 and err.strip().count("\n") == 0 and "no such folder" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("damage", ["flipped byte in model.safetensors", "appended vocab.txt"])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from greenadapt.errors import EXIT_BAD_INPUT, InputError
+from greenadapt.errors import EXIT_STAGE_CONFLICT, StageError
 from greenadapt.report import collect, markdown, write_html
 from greenadapt.report.paper import LB_TO_KG
 from greenadapt.manifest import manifest_identity, write_json
@@ -157,23 +157,23 @@ def test_a_manifest_from_before_energy_accounting_gets_an_estimate(tmp_path: Pat
     assert stage["cost"]["co2_kg"] is None
 
 
-def test_bad_inputs_are_input_errors(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="no such folder"):
+def test_bad_inputs_are_stage_errors(tmp_path: Path) -> None:
+    with pytest.raises(StageError, match="no such folder"):
         collect([tmp_path / "missing"])
     (tmp_path / "file.txt").write_text("x")
-    with pytest.raises(InputError, match="not a folder"):
+    with pytest.raises(StageError, match="not a folder"):
         collect([tmp_path / "file.txt"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="not a greenadapt run folder"):
+    with pytest.raises(StageError, match="not a greenadapt run folder"):
         collect([tmp_path / "empty"])
     garbled = tmp_path / "garbled" / "w2v"
     garbled.mkdir(parents=True)
     (garbled / "manifest.json").write_text('{"kind": "w2v",\n "cost": {oops}\n}')
-    with pytest.raises(InputError) as info:
+    with pytest.raises(StageError) as info:
         collect([tmp_path / "garbled"])
     assert info.value.line == 2 and str(garbled / "manifest.json") in info.value.one_line()
     (garbled / "manifest.json").write_text("[1, 2]")
-    with pytest.raises(InputError, match="no 'kind'"):
+    with pytest.raises(StageError, match="no 'kind'"):
         collect([tmp_path / "garbled"])
 
 
@@ -190,7 +190,7 @@ def test_cli_json_and_one_line_errors(run_folder: Path, tmp_path: Path) -> None:
     bad.mkdir(parents=True)
     (bad / "manifest.json").write_bytes(b"\xff\xfe garbage")
     failed = _cli("report", str(tmp_path / "run"))
-    assert failed.returncode == EXIT_BAD_INPUT
+    assert failed.returncode == EXIT_STAGE_CONFLICT
     assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr
     assert failed.stderr.startswith(f"error: {bad / 'manifest.json'}: garbled manifest")
 

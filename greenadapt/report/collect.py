@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.energy import energy_label, tdp_estimate_kwh
-from greenadapt.errors import InputError
+from greenadapt.errors import StageError, UsageError
 from greenadapt.report.paper import LB_TO_KG, PUBLISHED
 
 log = logging.getLogger(__name__)
@@ -38,9 +38,9 @@ MAX_CURVE_POINTS = 400
 def find_stage_folders(run: Path) -> list[Path]:
     """Every stage folder (one holding ``manifest.json``) at or under ``run``, sorted."""
     if not run.exists():
-        raise InputError("no such folder", path=run, hint="pass a run folder, e.g. <workdir>/<corpus>/<model>")
+        raise StageError("no such folder", path=run, hint="pass a run folder, e.g. <workdir>/<corpus>/<model>")
     if not run.is_dir():
-        raise InputError("not a folder", path=run, hint="pass a run folder, e.g. <workdir>/<corpus>/<model>, not a file")
+        raise StageError("not a folder", path=run, hint="pass a run folder, e.g. <workdir>/<corpus>/<model>, not a file")
     found: list[Path] = []
     for root, dirs, files in os.walk(run):
         if MANIFEST in files:
@@ -49,7 +49,7 @@ def find_stage_folders(run: Path) -> list[Path]:
             continue
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not d.endswith(".checkpoint"))
     if not found:
-        raise InputError(
+        raise StageError(
             "not a greenadapt run folder: no stage output (manifest.json) at or under it",
             path=run,
             hint="pass a workspace run folder (<workdir>/<corpus>/<model>), a stage folder or a finetune output folder",
@@ -61,13 +61,13 @@ def read_json_file(path: Path, what: str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise InputError(f"garbled {what}: not UTF-8 text", path=path, hint="rerun the stage with --force") from None
+        raise StageError(f"garbled {what}: not UTF-8 text", path=path, hint="rerun the stage with --force") from None
     except OSError as exc:
-        raise InputError(f"cannot read {what}: {exc.strerror or exc}", path=path) from None
+        raise StageError(f"cannot read {what}: {exc.strerror or exc}", path=path) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(
+        raise StageError(
             f"garbled {what}: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno, hint="rerun the stage with --force"
         ) from None
 
@@ -76,7 +76,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST
     manifest = read_json_file(path, "manifest")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("kind"), str):
-        raise InputError("garbled manifest: not a greenadapt stage manifest (no 'kind')", path=path, hint="rerun the stage with --force")
+        raise StageError("garbled manifest: not a greenadapt stage manifest (no 'kind')", path=path, hint="rerun the stage with --force")
     return manifest
 
 
@@ -138,7 +138,7 @@ def sum_costs(costs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-able data."""
     if not runs:
-        raise InputError("no run folder given", hint="greenadapt report RUN [RUN ...]")
+        raise UsageError("no run folder given", hint="greenadapt report RUN [RUN ...]")
     stages: list[dict[str, Any]] = []
     for run in runs:
         root = Path(run)
