@@ -553,3 +553,44 @@ def test_one_max_length_minimum_and_one_message_for_every_command(command: str, 
     assert len(messages) == 1 and f"use at least {MIN_MAX_LENGTH}" in messages.pop()
     code, err = run_cli([*writers[command], "--max-length", str(MIN_MAX_LENGTH), "--out", str(tmp_path / "out-min")], monkeypatch, capsys)
     assert "is too short" not in err, err
+
+
+def test_text_field_on_a_plain_text_corpus_is_refused(inputs: dict[str, Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.11: --text-field on a .txt corpus was accepted and did nothing."""
+    args = [*_writers(inputs, tmp_path / "work")["w2v"], "--text-field", "abstract", "--out", str(tmp_path / "out")]
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert code == EXIT_USAGE, err
+    assert "--text-field abstract" in err and len(err.strip().splitlines()) == 1
+    jsonl = tmp_path / "corpus.jsonl"  # where the option means something it is still taken
+    jsonl.write_text("".join(json.dumps({"abstract": line}) + "\n" for line in inputs["corpus"].read_text().splitlines()))
+    code, err = run_cli([*args[:2], str(jsonl), *args[3:]], monkeypatch, capsys)
+    assert code == 0, err
+
+
+def test_an_empty_question_answering_file_is_an_error(inputs: dict[str, Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36.11: {"data": []} gave "0 questions" and exit 0."""
+    empty = tmp_path / "empty.json"
+    for document in ({"data": []}, {"data": [{"paragraphs": [{"context": "text", "qas": []}]}]}):
+        empty.write_text(json.dumps(document))
+        writers = _writers({**inputs, "squad": empty}, tmp_path / "work")
+        for command in ("qa", "finetune-qa"):
+            code, err = run_cli([*writers[command], "--out", str(tmp_path / "out")], monkeypatch, capsys)
+            assert code == EXIT_BAD_INPUT, err
+            assert f"{empty}: no questions in this file" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_corpora_folder_that_does_not_exist_is_warned_about(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 36.11: GREENADAPT_CORPORA=/nonexistent was silently ignored."""
+    import logging
+
+    from greenadapt.corpus import recipes
+
+    monkeypatch.setattr(recipes, "_WARNED", set())
+    monkeypatch.setenv("GREENADAPT_CORPORA", "/nonexistent/recipes")
+    with caplog.at_level(logging.WARNING):
+        recipes.recipe_dirs()
+        recipes.recipe_dirs()
+    warned = [r.getMessage() for r in caplog.records if "GREENADAPT_CORPORA" in r.getMessage()]
+    assert warned == ["$GREENADAPT_CORPORA names /nonexistent/recipes, which is not a folder: no recipes are read from it"]

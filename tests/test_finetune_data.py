@@ -52,7 +52,9 @@ def test_ner_jsonl(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "line", "fragment"),
     [
-        ("a\tO\nb\tO\nc\n", 3, "found 1 column"),
+        ("a\tO\nb\tO\nc\n", 3, "found 1"),
+        ("a\tNN\tO\nb\tO\n\nc\tNN\tO\n", 2, "expected 3 column(s) on this line, as on line 1, found 2"),  # issue 36.11
+        ("a\tO\nb\tNN\tB\n", 2, "expected 2 column(s)"),
         ("a\tO\nb\tDisease\n", 2, "'Disease' is not O or B/I/E/S"),
         ("a\tO\nb\tX-PER\n", 2, "is not O"),
     ],

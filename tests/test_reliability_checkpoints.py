@@ -152,6 +152,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_matches(model: Path, data: dict[s
     assert not out.exists() and not list(tmp_path.glob(".run.tmp-*"))  # no half-written output
     (path, manifest), = _checkpoints(out).values()
     assert manifest["step"] == step and not manifest["complete"]
+    assert path.name == f"ckpt-{step:06d}"  # issue 36.12: the folder's name and its content agree
     state = json.loads((path / "state.json").read_text())
     # Stopped at an epoch's end: the dev evaluation ran before the save and is part of it.
     assert len(state["result"]["dev_history"]) == step // STEPS_PER_EPOCH
@@ -168,7 +169,7 @@ def test_crash_resumes_from_the_newest_periodic_checkpoint(model: Path, data: di
     with pytest.raises(_Crash):
         run_finetune(_options(model, data, out, save_every=4), _AtStep(11, _crash))
     folder = checkpoint_folder(out) / "seed-7"
-    assert [p.name for p in folder.iterdir()] == ["ckpt-000002"]  # step 8; the one of step 4 was dropped
+    assert [p.name for p in folder.iterdir()] == ["ckpt-000008"]  # named by its step; the one of step 4 was dropped
     assert _checkpoints(out)["seed-7"][1]["step"] == 8
     assert_same_run(reference, run_finetune(_options(model, data, out, save_every=4, resume=True)).path)
 
@@ -356,3 +357,21 @@ def test_sigterm_to_the_command_exits_99_and_resume_finishes(model: Path, data: 
     assert not checkpoint_folder(out).exists()
     reference = run_finetune(_options(model, data, tmp_path / "ref", dev=None, test=None, seeds=[42], lr=5e-5, max_steps=30))
     assert_same_run(reference.path, out)
+
+
+def test_checkpoint_folders_are_named_by_their_step_and_the_newest_wins(tmp_path: Path) -> None:
+    """Issue 36.12: ``ckpt-000003`` held ``"step": 2``; names now say the step, in numeric order."""
+    from greenadapt.training.checkpoint import Checkpointing, latest_checkpoint, write_checkpoint
+
+    checkpoint = Checkpointing(tmp_path / "seed-1", "fp")
+
+    def save(step: int, marker: str) -> Path:
+        return write_checkpoint(checkpoint, step, lambda tmp: (tmp / "x.txt").write_text(marker), complete=False)
+
+    assert save(2, "periodic").name == "ckpt-000002"
+    assert save(2, "sigterm").name == "ckpt-000002-2"  # the same step again: a second folder, newer
+    found = latest_checkpoint(checkpoint.folder)
+    assert found is not None and found[0].name == "ckpt-000002-2" and (found[0] / "x.txt").read_text() == "sigterm"
+    assert save(999_999, "a").name == "ckpt-999999" and save(1_000_000, "b").name == "ckpt-1000000"
+    found = latest_checkpoint(checkpoint.folder)
+    assert found is not None and found[1]["step"] == 1_000_000 and [p.name for p in checkpoint.folder.iterdir()] == ["ckpt-1000000"]

@@ -80,10 +80,21 @@ def bundled_dir() -> Path | None:
 
 def recipe_dirs() -> list[Path]:
     dirs = [Path(p).expanduser() for p in os.environ.get(CORPORA_ENV, "").split(os.pathsep) if p.strip()]
+    for missing in [folder for folder in dirs if not folder.is_dir()]:
+        _warn_once(f"${CORPORA_ENV} names {missing}, which is not a folder: no recipes are read from it")
     bundled = bundled_dir()
     if bundled is not None:
         dirs.append(bundled)
     return dirs
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("%s", message)
 
 
 def find_recipe(name: str) -> Recipe | None:

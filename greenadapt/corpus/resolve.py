@@ -17,7 +17,7 @@ from greenadapt.corpus import remote
 from greenadapt.corpus.recipes import NAME_RE, available_corpora, find_recipe
 from greenadapt.corpus.formats import DEFAULT_TEXT_FIELDS, check_supported_name, format_for_name
 from greenadapt.corpus.source import CorpusSource
-from greenadapt.errors import CorpusError
+from greenadapt.errors import CorpusError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,11 @@ def resolve_corpus(specs: Sequence[str], *, text_fields: Sequence[str] | None = 
                 continue
             seen.add(source.uri)
             sources.append(source)
+    if fields is not None and not any(source.format in _FIELD_FORMATS for source in sources):
+        raise UsageError(
+            f"--text-field {', '.join(fields)} names fields of JSON lines, CSV or TSV sources; this corpus has none",
+            hint="leave --text-field out for plain-text corpora",
+        )
     return sources
 
 

@@ -201,6 +201,8 @@ def _read_ner_columns(path: Path) -> TaskFile:
     labels: list[str] = []
     lines: list[int] = []
     labelled: bool | None = None
+    width: int | None = None  # columns of every word line, from the first one
+    first = 0
 
     def flush() -> None:
         if words:
@@ -217,12 +219,13 @@ def _read_ner_columns(path: Path) -> TaskFile:
         if columns[0] == DOCSTART:
             flush()
             continue
-        has_label = len(columns) >= 2
-        if labelled is None:
-            labelled = has_label
-        elif has_label != labelled:
+        if width is None:
+            width, first = len(columns), number
+            labelled = width >= 2
+        elif len(columns) != width:
+            # A label read from the wrong column is silently wrong training data; the first line sets the layout.
             raise DataError(
-                f"expected {'a word and a label' if labelled else 'a word alone'} on this line, found {len(columns)} column(s)",
+                f"expected {width} column(s) on this line, as on line {first}, found {len(columns)}",
                 path=path,
                 line=number,
                 hint="each word line needs the same columns, the label last",

@@ -119,7 +119,7 @@ def latest_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest complete checkpoint in ``folder`` and its manifest; damaged ones are skipped with a warning."""
     from greenadapt.manifest import verify_files
 
-    for candidate in sorted(folder.glob("ckpt-*"), reverse=True):
+    for candidate in sorted(folder.glob("ckpt-*"), key=_checkpoint_order, reverse=True):
         try:
             manifest = json.loads((candidate / CHECKPOINT_MANIFEST).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -234,8 +234,13 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
     folder = checkpoint.folder
     with resource_errors(folder):
         folder.mkdir(parents=True, exist_ok=True)
-        older = sorted(folder.glob("ckpt-*"))
-        number = 1 + max((int(p.name.split("-")[1]) for p in older if p.name.split("-")[1].isdigit()), default=0)
+        older = sorted(folder.glob("ckpt-*"), key=_checkpoint_order)
+        # Named by the step it holds (a second save of the same step, e.g. SIGTERM right after a periodic one, gets -2).
+        final = folder / f"ckpt-{step:06d}"
+        repeat = 1
+        while final.exists():
+            repeat += 1
+            final = folder / f"ckpt-{step:06d}-{repeat}"
         tmp = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
@@ -243,7 +248,6 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
             files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
             manifest = {"format": CHECKPOINT_FORMAT, "fingerprint": checkpoint.fingerprint, "step": step}
             write_json(tmp / CHECKPOINT_MANIFEST, {**manifest, "complete": complete, "files": files})
-            final = folder / f"ckpt-{number:06d}"
             os.rename(tmp, final)
             _fsync_directory(folder)
         except BaseException:
@@ -253,6 +257,13 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
             shutil.rmtree(stale, ignore_errors=True)
     log.info("checkpoint at step %d saved in %s", step, final)
     return final
+
+
+def _checkpoint_order(path: Path) -> tuple[int, int]:
+    """``ckpt-<step>[-<repeat>]`` in the order they were written (numbers, not text: step 1000000 follows 999999)."""
+    parts = path.name.split("-")[1:]
+    numbers = [int(p) if p.isdigit() else -1 for p in parts] + [1]
+    return numbers[0], numbers[1]
 
 
 def _fsync_directory(path: Path) -> None:
