@@ -69,3 +69,19 @@ def test_a_missing_or_foreign_model_folder_is_exit_3_everywhere(command: str, ki
     code, err = run_cli(_args(MODEL_READERS[command], folder, tmp_path), monkeypatch, capsys)
     assert code == EXIT_BAD_INPUT, err
     assert len(err.strip().splitlines()) == 1 and "missing" in err or str(folder) in err, err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["w2v", "-c", "x", "--epochs", "0"], "Invalid value for '--epochs'"),
+        (["w2v"], "Missing option '--corpus'"),
+        (["nonsense"], "No such command 'nonsense'"),
+        (["adapt", "--country", "DE", "-c", "x"], "--country is an option of greenadapt itself, not of adapt: put it before the command"),
+    ],
+)
+def test_usage_mistakes_are_one_line_with_exit_2(args: list[str], says: str, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and says in err, err

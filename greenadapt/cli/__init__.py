@@ -119,9 +119,8 @@ def main() -> None:
         if isinstance(exc, typer.Exit):
             sys.exit(exc.exit_code)
         code = getattr(exc, "exit_code", None)
-        if hasattr(exc, "show") and isinstance(code, int):
-            exc.show()  # click's own usage errors: usage line + message, exit 2
-            sys.exit(code)
+        if hasattr(exc, "format_message") and isinstance(code, int):
+            _fail(f"error: {_usage_error_line(exc)}", code)  # click's own usage errors, exit 2
         if debug:
             raise
         if isinstance(exc, OSError) and exc.filename:
@@ -226,6 +225,24 @@ def _stop_on_signals() -> None:
     # with SIGINT ignored, and then a `kill -INT` or a Ctrl-C relayed by a wrapper was dropped
     # without a word and the stage ran on to "success". Every SIGINT sent to greenadapt stops it.
     signal.signal(signal.SIGINT, interrupted)
+
+
+def _usage_error_line(exc: Exception) -> str:
+    """click's usage error (three lines: usage, help pointer, message) as one line that says where help is.
+
+    An option of ``greenadapt`` itself given after the command (``greenadapt adapt --country DE``)
+    is unknown to the command; the line then says where it goes.
+    """
+    message = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "greenadapt"
+    option = getattr(exc, "option_name", None)
+    if option and ctx is not None and ctx.parent is not None:
+        own = {name for param in ctx.find_root().command.params for name in getattr(param, "opts", [])}
+        if option in own:
+            return f"{option} is an option of greenadapt itself, not of {ctx.info_name}: put it before the command" \
+                   f" (greenadapt {option} ... {ctx.info_name} ...)"
+    return f"{message} (see '{where} -h')"
 
 
 def _fail(message: str, code: int) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from greenadapt.corpus import remote
-from greenadapt.corpus.recipes import NAME_RE, available_corpora, find_recipe
+from greenadapt.corpus.recipes import NAME_RE, available_corpora, find_recipe, recipe_dirs
 from greenadapt.corpus.formats import DEFAULT_TEXT_FIELDS, check_supported_name, format_for_name
 from greenadapt.corpus.source import CorpusSource
 from greenadapt.errors import CorpusError, UsageError
@@ -35,6 +35,7 @@ def resolve_corpus(specs: Sequence[str], *, text_fields: Sequence[str] | None = 
         specs = [specs]
     if not specs:
         raise CorpusError("no corpus given", hint="pass --corpus NAME, a file, a folder, a glob or a URL")
+    recipe_dirs()  # says at once when $GREENADAPT_CORPORA names a folder that is not there, whatever the corpus
     fields = tuple(text_fields) if text_fields else None
     if fields is not None and not all(isinstance(f, str) and f for f in fields):
         raise CorpusError("empty --text-field", hint="pass --text-field NAME")
