@@ -20,7 +20,7 @@ import types
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["adapt", "finetune", "load", "pipeline", "qa"]
+__all__ = ["adapt", "compare", "finetune", "load", "pipeline", "qa"]
 _CALLABLE_MODULES = ("adapt", "finetune", "qa")  # modules that share an API function's name
 
 

@@ -308,3 +308,46 @@ def pipeline(task: str, model: PathLike, **load_options: Any) -> Any:
 
 def _path(value: PathLike | None) -> Path | None:
     return None if value is None else Path(value)
+
+
+def compare(
+    task: str,
+    train: PathLike,
+    test: PathLike,
+    models: Sequence[tuple[str, str]] | dict[str, str],
+    *,
+    out: PathLike,
+    dev: PathLike | None = None,
+    seeds: Sequence[int] = (1, 2, 3),
+    against: str | None = None,
+    comparator: str | None = None,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    max_length: int | None = None,
+    device: str = "auto",
+    parallel: int = 1,
+    bootstrap: int = 1000,
+    bootstrap_seed: int = 0,
+    save_every: int | None = 100,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> Any:
+    """Fine-tune every model of ``models`` (name → folder or Hub id) on ``task`` with one recipe and the same ``seeds``,
+    and compare each with ``against`` (default: the first), paired by seed and by test example.
+
+    Returns a :class:`~greenadapt.comparison.run.CompareResult`: ``.pairs[i].verdict()`` is the one-line answer,
+    e.g. ``green vs base: +0.98 F1 [-0.01, +1.54] over 3 seeds; not significant at 95%``; ``out/compare.json``
+    holds everything. A rerun skips finished fine-tunings and resumes interrupted ones.
+    """
+    from greenadapt.comparison.run import CompareOptions, run_compare
+    from greenadapt.progress import NULL_PROGRESS
+
+    pairs = tuple(models.items()) if isinstance(models, dict) else tuple((str(n), str(m)) for n, m in models)
+    options = CompareOptions(
+        task=task, train=Path(train), test=Path(test), models=pairs, out=Path(out), dev=Path(dev) if dev else None,
+        seeds=tuple(seeds), against=against, comparator=comparator, epochs=epochs, batch_size=batch_size, lr=lr,
+        max_length=max_length, device=device, parallel=parallel, replicates=bootstrap, bootstrap_seed=bootstrap_seed,
+        save_every=save_every, force=force,
+    )
+    return run_compare(options, progress or NULL_PROGRESS)

@@ -63,7 +63,7 @@ def _root(
 
 def _register() -> None:
     # Imported for their @app.command side effect; each keeps heavy imports local.
-    from greenadapt.cli import adapt, align, expand, finetune, info, multitask, predict, pretrain, qa, report, w2v  # noqa: F401
+    from greenadapt.cli import adapt, align, compare, expand, finetune, info, multitask, predict, pretrain, qa, report, w2v  # noqa: F401
 
 
 def command() -> Any:

@@ -367,6 +367,7 @@ class _Job:
             if folder is not None:
                 with resource_errors(folder):
                     write_predictions(task_file, predictions[self.pool], folder / "predictions" / prediction_file_name(task_file, split))
+                    write_json(folder / "predictions" / by_pool_file_name(split), self._by_pool(task_file, predictions))
         if folder is not None:
             with resource_errors(folder):
                 self._save(model, folder)
@@ -409,6 +410,17 @@ class _Job:
             scores[mode] = self.task.score(task_file, predictions[mode], self.settings)
         return scores, predictions
 
+    def _by_pool(self, task_file: TaskFile, predictions: dict[str, list[Any]]) -> dict[str, Any]:
+        """Gold and every pooling mode's predictions, example by example: what ``compare``'s paired bootstrap reads."""
+        from greenadapt.finetune.data import NerSentence
+
+        gold = [list(e.labels or ()) if isinstance(e, NerSentence) else e.label for e in task_file.examples]
+        return {
+            "task": self.task.name, "metric": self.settings.metric or self.task.default_metric,
+            "positive_label": self.settings.positive_label, "gold": gold,
+            "pools": {mode: [list(p) if isinstance(p, tuple | list) else p for p in values] for mode, values in predictions.items()},
+        }
+
     def _save(self, model: Any, folder: Path) -> None:
         if self.gmap is not None:
             from greenadapt.finetune import gmap
@@ -423,6 +435,11 @@ class _Job:
         else:
             self.tokenizers.general.save_pretrained(str(folder))
         write_json(folder / TASK_FILE, self.settings.to_json())
+
+
+def by_pool_file_name(split: str) -> str:
+    """Where a run folder keeps ``split``'s gold and per-pooling-mode predictions (``predictions/``)."""
+    return f"{split}.by_pool.json"
 
 
 def _report_modes(tokenizers: TokenizerPair) -> tuple[str, ...]:

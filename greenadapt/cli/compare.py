@@ -1,0 +1,70 @@
+"""`greenadapt compare`: did adaptation help on my task? Paired over seeds and test examples, with the cost."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from greenadapt import api
+from greenadapt.api import default_of
+from greenadapt.cli import app
+from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, progress_for, setup_logging
+
+
+def parse_models(values: list[str]) -> list[tuple[str, str]]:
+    from greenadapt.errors import UsageError
+
+    models = []
+    for value in values:
+        name, sep, model = value.partition("=")
+        if not sep or not name.strip() or not model.strip():
+            raise UsageError(f"--model {value!r} is not NAME=MODEL", hint="e.g. --model base=bert-base-uncased --model green=models/green")
+        models.append((name.strip(), model.strip()))
+    return models
+
+
+@app.command("compare")
+def compare_command(
+    task: str = typer.Option(..., "--task", help="ner or classify."),
+    train: Path = typer.Option(..., "--train", help="Training file (the same for every model)."),
+    test: Path = typer.Option(..., "--test", help="Test file: every model is scored on the same examples."),
+    model: list[str] = typer.Option(..., "--model", "-m", metavar="NAME=MODEL",
+                                    help="A model to compare: a folder or Hub id, named. Repeat; the first is the baseline."),
+    out: Path = typer.Option(..., "--out", "-o", help="The compare folder (one finetune run per model and seed; compare.json)."),
+    dev: Path | None = typer.Option(None, "--dev", help="Dev file for choosing the best epoch (optional)."),
+    seeds: str = typer.Option("1,2,3", "--seeds", help="Seeds, comma-separated: every model trains once per seed."),
+    against: str | None = typer.Option(default_of(api.compare, "against"), "--against", metavar="NAME",
+                                       help="The baseline the others are paired with (default: the first --model)."),
+    comparator: str | None = typer.Option(None, "--comparator", metavar="NAME",
+                                          help="A variant (e.g. DAPT) whose gain the others' gains are a share of."),
+    epochs: int | None = typer.Option(default_of(api.compare, "epochs"), "--epochs", min=1, help="Epochs (default: the task's)."),
+    batch_size: int | None = typer.Option(default_of(api.compare, "batch_size"), "--batch-size", min=1),
+    lr: float | None = typer.Option(default_of(api.compare, "lr"), "--lr"),
+    max_length: int | None = typer.Option(default_of(api.compare, "max_length"), "--max-length"),
+    device: str = typer.Option(default_of(api.compare, "device"), "--device", help="auto, cpu, cuda or cuda:N."),
+    parallel: int = typer.Option(default_of(api.compare, "parallel"), "--parallel", min=1,
+                                 help="Fine-tunings at once, each in its own process with its share of the cores."),
+    bootstrap: int = typer.Option(default_of(api.compare, "bootstrap"), "--bootstrap", help="Paired bootstrap replicates over test examples."),
+    save_every: int | None = typer.Option(default_of(api.compare, "save_every"), "--save-every", min=1,
+                                          help="Checkpoint every N steps, so an interrupted compare resumes."),
+    force: bool = typer.Option(False, "--force", help="Redo every fine-tuning."),
+    as_json: bool = JsonOption,
+    quiet: bool = QuietOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Fine-tune several models with one recipe and the same seeds; say whether each beat the baseline, and at what cost."""
+    setup_logging(quiet=quiet, verbose=verbose)
+    from greenadapt.cli.finetune import parse_seeds
+    from greenadapt.comparison.run import render
+
+    with progress_for(quiet) as progress:
+        result = api.compare(
+            task, train, test, parse_models(model), out=out, dev=dev, seeds=parse_seeds(seeds, 0), against=against,
+            comparator=comparator, epochs=epochs, batch_size=batch_size, lr=lr, max_length=max_length, device=device,
+            parallel=parallel, bootstrap=bootstrap, save_every=save_every, force=force, progress=progress,
+        )
+    sys.stdout.write((json.dumps(result.to_json(), indent=2) if as_json else render(result)) + "\n")
+    sys.stdout.flush()

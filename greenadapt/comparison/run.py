@@ -1,0 +1,392 @@
+"""``compare``: fine-tune several models with one recipe and the same seeds, then answer "did it help?".
+
+A compare folder::
+
+    compare.json                the result: scores per variant and pooling mode, pairs, costs
+    <variant>/seed-<s>/         one finetune stage per model and seed (a rerun skips finished ones
+                                and resumes interrupted ones from their checkpoints)
+    <variant>/seed-<s>.log      its log, when fine-tunings ran in parallel processes
+
+Every variant is fine-tuned by ``finetune`` with the same task files, recipe and
+seeds; a model with a domain tokenizer trains on the 50/50 mixture and its
+headline is mean pooling, a plain model's the general view (finetune's own
+defaults). The pairs, each variant against ``against``, are computed by
+:mod:`greenadapt.comparison.statistics`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, PairedResult, compare_pair, mean_sd
+from greenadapt.errors import StageError, UsageError
+from greenadapt.progress import NULL_PROGRESS, Progress
+
+log = logging.getLogger(__name__)
+
+RESULT_FILE = "compare.json"
+RESULT_FORMAT = 1
+TASKS = ("ner", "classify")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """One comparison: the task files, the models by name, the shared recipe and the seeds."""
+
+    task: str
+    train: Path
+    test: Path
+    models: tuple[tuple[str, str], ...]  # (name, folder or Hub id), the baseline first unless ``against`` names it
+    out: Path
+    dev: Path | None = None
+    seeds: tuple[int, ...] = (1, 2, 3)
+    against: str | None = None  # the baseline every other variant is paired with (default: the first model)
+    comparator: str | None = None  # a variant whose gain over the baseline the others' gains are a share of (e.g. DAPT)
+    epochs: int | None = None  # None: the task's default, as in finetune
+    batch_size: int | None = None
+    lr: float | None = None
+    max_length: int | None = None
+    device: str = "auto"
+    parallel: int = 1
+    replicates: int = DEFAULT_REPLICATES
+    bootstrap_seed: int = 0
+    save_every: int | None = 100
+    force: bool = False
+
+    @property
+    def baseline(self) -> str:
+        return self.against or self.models[0][0]
+
+    def check(self) -> None:
+        """Every option, before the first fine-tuning."""
+        from greenadapt.models import resolve_model
+
+        if self.task not in TASKS:
+            raise UsageError(f"compare does not take --task {self.task!r} yet", hint=f"choose from {', '.join(TASKS)}")
+        names = [name for name, _ in self.models]
+        if len(names) < 2:
+            raise UsageError("compare needs at least two --model NAME=MODEL", hint="e.g. --model base=<general model> --model green=<adapted folder>")
+        for name in names:
+            if not _NAME.match(name):
+                raise UsageError(f"--model name {name!r} is not a plain name", hint="letters, digits, '.', '_' and '-'; it names a folder")
+        if len(set(names)) != len(names):
+            raise UsageError("two --model entries share a name", hint="give each model its own NAME=")
+        for role, value in (("--against", self.against), ("--comparator", self.comparator)):
+            if value is not None and value not in names:
+                raise UsageError(f"{role} {value!r} names no --model", hint=f"one of {', '.join(names)}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
+        if self.parallel < 1:
+            raise UsageError("--parallel must be at least 1")
+        if self.replicates < 100:
+            raise UsageError(f"--bootstrap {self.replicates} is too few replicates for a 95% interval", hint="use at least 1000")
+        for flag, path in (("--train", self.train), ("--test", self.test), ("--dev", self.dev)):
+            if path is not None and not Path(path).is_file():
+                from greenadapt.errors import InputError
+
+                raise InputError("no such file", path=path, hint=f"{flag} takes a task file")
+        for _, spec in self.models:
+            resolve_model(spec)
+
+
+@dataclass
+class Variant:
+    name: str
+    model: str
+    scores: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)  # seed -> pool -> metric -> value
+    headline_pool: str = "general"
+    finetune_cost: dict[str, float] = field(default_factory=dict)
+    adaptation_cost: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class CompareResult:
+    options: CompareOptions
+    metric: str
+    variants: list[Variant]
+    pairs: list[PairedResult]
+    shares: dict[str, float | None]
+    seconds: float
+
+    @property
+    def path(self) -> Path:
+        return self.options.out
+
+    def __repr__(self) -> str:
+        return f"CompareResult({self.path}: {len(self.variants)} variants, {len(self.options.seeds)} seeds; " + "; ".join(
+            p.verdict() for p in self.pairs) + ")"
+
+    def to_json(self) -> dict[str, Any]:
+        options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.options).items()}
+        return {
+            "format": RESULT_FORMAT,
+            "kind": "compare",
+            "options": options,
+            "metric": self.metric,
+            "variants": [
+                {
+                    "name": v.name, "model": v.model, "headline_pool": v.headline_pool,
+                    "scores": {str(s): pools for s, pools in v.scores.items()},
+                    "summary": summarize(v, self.metric),
+                    "finetune_cost": v.finetune_cost, "adaptation_cost": v.adaptation_cost,
+                }
+                for v in self.variants
+            ],
+            "pairs": [p.to_json() | {"verdict": p.verdict()} for p in self.pairs],
+            "share_of_comparator_gain": self.shares,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def summarize(variant: Variant, metric: str) -> dict[str, dict[str, float]]:
+    """Per pooling mode: mean and sd of the metric over the variant's seeds."""
+    pools = sorted({pool for per_pool in variant.scores.values() for pool in per_pool})
+    summary = {}
+    for pool in pools:
+        values = [variant.scores[s][pool][metric] for s in sorted(variant.scores) if metric in variant.scores[s].get(pool, {})]
+        if values:
+            mean, sd = mean_sd(values)
+            summary[pool] = {"mean": mean, "sd": sd, "n": len(values)}
+    return summary
+
+
+def run_compare(options: CompareOptions, progress: Progress = NULL_PROGRESS) -> CompareResult:
+    """Fine-tune every model on every seed (skipping finished runs), then compare each with the baseline."""
+    options.check()
+    started = time.monotonic()
+    runs = [(name, spec, seed) for seed in options.seeds for name, spec in options.models]
+    done = [r for r in runs if _finished(options.out / r[0] / f"seed-{r[2]}")]
+    log.info("%s", plan_line(options, runs, done))
+    todo = [r for r in runs if r not in done]
+    if options.parallel == 1 or len(todo) <= 1:
+        for name, spec, seed in todo:
+            log.info("fine-tuning %s, seed %d", name, seed)
+            _finetune_here(options, spec, seed, options.out / name / f"seed-{seed}", progress)
+    else:
+        _finetune_in_processes(options, todo)
+    variants = [_collect(options, name, spec) for name, spec in options.models]
+    metric = _metric_of(options, variants)
+    by_name = {v.name: v for v in variants}
+    baseline = by_name[options.baseline]
+    pairs = [_pair(options, v, baseline, metric) for v in variants if v.name != baseline.name]
+    shares = _shares(options, pairs)
+    result = CompareResult(options, metric, variants, pairs, shares, time.monotonic() - started)
+    from greenadapt.manifest import write_json
+
+    write_json(options.out / RESULT_FILE, result.to_json())
+    return result
+
+
+def plan_line(options: CompareOptions, runs: Sequence[tuple[str, str, int]], done: Sequence[tuple[str, str, int]]) -> str:
+    """``9 fine-tunings (3 finished), about 2.7 h on this machine`` (the estimate from the finished runs' wall time)."""
+    left = len(runs) - len(done)
+    walls = [_wall_seconds(options.out / name / f"seed-{seed}") for name, _, seed in done]
+    known = [w for w in walls if w]
+    head = f"{len(runs)} fine-tunings ({len(done)} finished)"
+    if not left:
+        return head + ": nothing to train"
+    if not known:
+        return head + f", {left} to run ({options.parallel} at a time): time known after the first"
+    hours = sum(known) / len(known) * left / options.parallel / 3600
+    return head + f", {left} to run: about {hours:.1f} h on this machine ({options.parallel} at a time)"
+
+
+def _finished(folder: Path) -> bool:
+    from greenadapt.manifest import read_manifest
+
+    manifest = read_manifest(folder) if folder.is_dir() else None
+    return manifest is not None and manifest.get("kind") == "finetune"
+
+
+def _wall_seconds(folder: Path) -> float | None:
+    from greenadapt.manifest import read_manifest
+
+    manifest = read_manifest(folder)
+    cost = (manifest or {}).get("cost") or {}
+    return float(cost["wall_seconds"]) if cost.get("wall_seconds") else None
+
+
+def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path) -> dict[str, Any]:
+    """The ``greenadapt.finetune`` call of one run: the same recipe for every model."""
+    return {
+        "task": options.task, "train": str(options.train), "test": str(options.test),
+        "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed],
+        "epochs": options.epochs, "batch_size": options.batch_size, "lr": options.lr, "max_length": options.max_length,
+        "device": options.device, "save_every": options.save_every, "resume": True, "force": options.force,
+    }
+
+
+def _finetune_here(options: CompareOptions, spec: str, seed: int, out: Path, progress: Progress) -> None:
+    from greenadapt import api
+
+    api.finetune(**finetune_arguments(options, spec, seed, out), progress=progress)
+
+
+_CHILD = "import json, sys\nimport greenadapt\ngreenadapt.finetune(**json.loads(sys.argv[1]))\n"
+
+
+def _finetune_in_processes(options: CompareOptions, todo: Sequence[tuple[str, str, int]]) -> None:
+    """N fine-tunings at once, each in its own process with its share of the cores (and its log beside its run)."""
+    from greenadapt.cores import available_cores
+
+    threads = max(1, available_cores() // options.parallel)
+
+    def one(run: tuple[str, str, int]) -> tuple[tuple[str, str, int], int, Path]:
+        name, spec, seed = run
+        out = options.out / name / f"seed-{seed}"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        log_file = out.parent / f"seed-{seed}.log"
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), GREENADAPT_THREADS=str(threads))
+        with open(log_file, "w", encoding="utf-8") as handle:
+            code = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(finetune_arguments(options, spec, seed, out))],
+                                  stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
+        return run, code, log_file
+
+    failed = []
+    with ThreadPoolExecutor(max_workers=options.parallel) as pool:
+        for (name, _, seed), code, log_file in pool.map(one, todo):
+            if code != 0:
+                failed.append(f"{name} seed {seed} (exit {code}, {log_file})")
+            else:
+                log.info("finished %s seed %d", name, seed)
+    if failed:
+        raise StageError(f"{len(failed)} fine-tuning(s) failed: " + "; ".join(failed), path=options.out,
+                         hint="read the logs named; rerun the same command to retry them (finished runs are kept)")
+
+
+def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
+    from greenadapt.manifest import read_manifest
+    from greenadapt.report.collect import cost_of
+
+    variant = Variant(name, spec)
+    costs: list[dict[str, Any]] = []
+    for seed in options.seeds:
+        folder = options.out / name / f"seed-{seed}"
+        metrics_file = folder / "metrics.json"
+        if not metrics_file.is_file():
+            continue
+        document = json.loads(metrics_file.read_text(encoding="utf-8"))
+        per_seed: dict[str, Any] = document.get("per_seed") or {}
+        first: dict[str, Any] = next(iter(per_seed.values()), {})
+        test: dict[str, Any] = first.get("test") or {}
+        variant.scores[seed] = {pool: {k: float(v) for k, v in values.items() if isinstance(v, int | float)} for pool, values in test.items()}
+        costs.append(cost_of(read_manifest(folder) or {}))
+    variant.headline_pool = "mean" if any("mean" in pools for pools in variant.scores.values()) else "general"
+    variant.finetune_cost = _sum_costs(costs)
+    variant.adaptation_cost = adaptation_cost(spec)
+    return variant
+
+
+def _sum_costs(costs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    keys = ("wall_seconds", "cpu_seconds", "gpu_seconds", "energy_kwh", "co2_kg")
+    return {k: round(sum(float(c.get(k) or 0.0) for c in costs), 6) for k in keys}
+
+
+def adaptation_cost(spec: str) -> dict[str, float]:
+    """What making the model cost: its stage manifest and those of the stages it was made from (w2v, align, expand,
+    pretrain), read from the folders they record; empty for a model greenadapt did not make."""
+    from greenadapt.manifest import read_manifest
+    from greenadapt.report.collect import cost_of
+
+    folder = Path(spec)
+    seen: set[Path] = set()
+    costs = []
+    todo = [folder] if folder.is_dir() else []
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        manifest = read_manifest(current)
+        if manifest is None or manifest.get("kind") not in ("w2v", "align", "expand", "pretrain"):
+            continue
+        costs.append(cost_of(manifest))
+        for recorded in manifest.get("inputs") or []:
+            if isinstance(recorded, dict) and recorded.get("stage") and recorded.get("path"):
+                todo.append(Path(str(recorded["path"])))
+    return _sum_costs(costs) if costs else {}
+
+
+def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
+    for variant in variants:
+        for seed in variant.scores:
+            by_pool = _read_by_pool(options.out / variant.name / f"seed-{seed}")
+            if by_pool is not None:
+                return str(by_pool["metric"])
+    return "f1" if options.task == "ner" else "accuracy"
+
+
+def _read_by_pool(folder: Path) -> dict[str, Any] | None:
+    from greenadapt.finetune.run import by_pool_file_name
+
+    path = folder / "predictions" / by_pool_file_name("test")
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _contributions(folder: Path, pool: str, task: str, metric: str) -> Contributions | None:
+    from greenadapt.comparison.examples import contributions_for
+
+    by_pool = _read_by_pool(folder)
+    if by_pool is None or pool not in by_pool["pools"]:
+        return None
+    return contributions_for(task, metric, by_pool["gold"], by_pool["pools"][pool], by_pool.get("positive_label"))
+
+
+def _pair(options: CompareOptions, variant: Variant, baseline: Variant, metric: str) -> PairedResult:
+    seeds = [s for s in options.seeds if s in variant.scores and s in baseline.scores]
+    scores = {
+        s: (variant.scores[s][variant.headline_pool][metric], baseline.scores[s][baseline.headline_pool][metric]) for s in seeds
+    }
+    contributions: dict[int, tuple[Contributions, Contributions]] = {}
+    for s in seeds:
+        mine = _contributions(options.out / variant.name / f"seed-{s}", variant.headline_pool, options.task, metric)
+        theirs = _contributions(options.out / baseline.name / f"seed-{s}", baseline.headline_pool, options.task, metric)
+        if mine is not None and theirs is not None:
+            contributions[s] = (mine, theirs)
+    return compare_pair(variant.name, baseline.name, metric, scores, contributions or None,
+                        replicates=options.replicates, seed=options.bootstrap_seed)
+
+
+def _shares(options: CompareOptions, pairs: Sequence[PairedResult]) -> dict[str, float | None]:
+    """Each variant's mean gain as a share of the comparator's (e.g. DAPT's), when one is named."""
+    if options.comparator is None:
+        return {}
+    gains = {p.variant: p.mean for p in pairs}
+    reference = gains.get(options.comparator)
+    return {name: (gain / reference if reference else None) for name, gain in gains.items() if name != options.comparator}
+
+
+def render(result: CompareResult) -> str:
+    """The table and the verdict lines, for a terminal."""
+    metric = result.metric
+    pools = ("mean", "general", "domain")
+    lines = [f"{'variant':<16} {'seeds':>5}  " + "  ".join(f"{p + ' ' + metric:>16}" for p in pools)
+             + f"  {'fine-tune CPU h':>15}  {'adapt CPU h':>11}"]
+    for v in result.variants:
+        summary = summarize(v, metric)
+        cells = []
+        for pool in pools:
+            cell = summary.get(pool)
+            text = f"{cell['mean'] * 100:.2f} ± {cell['sd'] * 100:.2f}" if cell else "-"
+            cells.append(f"{text + ('*' if pool == v.headline_pool and cell else ''):>16}")
+        adapt = v.adaptation_cost.get("cpu_seconds")
+        lines.append(f"{v.name:<16} {len(v.scores):>5}  " + "  ".join(cells)
+                     + f"  {v.finetune_cost.get('cpu_seconds', 0) / 3600:>15.3f}  {(adapt / 3600 if adapt else 0):>11.3f}")
+    lines.append(f"(* headline: mean pooling for a model with a domain tokenizer; {metric} × 100, mean ± sd over seeds)")
+    lines.extend(p.verdict(unit=metric.upper() if metric == "f1" else metric) for p in result.pairs)
+    for name, share in result.shares.items():
+        lines.append(f"{name}: {share * 100:.0f}% of {result.options.comparator}'s gain" if share is not None
+                     else f"{name}: {result.options.comparator} gained nothing to take a share of")
+    return "\n".join(lines)

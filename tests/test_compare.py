@@ -1,0 +1,197 @@
+"""`greenadapt compare`: the statistics on constructed inputs, and the command end to end on tiny models."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from greenadapt.comparison.examples import classification_contributions, ner_contributions
+from greenadapt.comparison.statistics import Contributions, compare_pair, paired_bootstrap, t_interval
+from greenadapt.finetune.metrics import classification_scores, entity_scores
+
+
+def _accuracy(correct: list[int]) -> Contributions:
+    """Per example (right, 1): accuracy."""
+    rows = np.array([[c, 1] for c in correct], dtype=np.int64)
+    return Contributions(rows, lambda sums: float(sums[0]) / float(sums[1]))
+
+
+def test_the_seed_interval_is_students_t_by_hand() -> None:
+    low, high = t_interval([1.0, 2.0, 3.0])  # type: ignore[misc]
+    half = 4.302652729911275 / np.sqrt(3)  # t(0.975, df=2) × sd 1 / √3
+    assert low == pytest.approx(2 - half) and high == pytest.approx(2 + half)
+    assert t_interval([1.0]) is None
+
+
+def test_identical_models_differ_by_exactly_zero_and_are_not_significant() -> None:
+    rng = np.random.default_rng(0)
+    same = _accuracy(list(rng.integers(0, 2, 500)))
+    result = compare_pair("green", "base", "accuracy", {1: (0.7, 0.7), 2: (0.6, 0.6)}, {1: (same, same), 2: (same, same)})
+    assert result.differences == [0.0, 0.0] and result.mean == 0.0
+    assert result.seed_interval == (0.0, 0.0) and result.bootstrap_interval == (0.0, 0.0)
+    assert not result.significant
+    assert result.verdict().endswith("not significant at 95%")
+
+
+def test_a_clear_gain_is_inside_its_interval_and_significant_a_tiny_one_is_not() -> None:
+    base = [1] * 700 + [0] * 300
+    better = [1] * 800 + [0] * 200  # right wherever base is, and on 100 more: +0.10
+    result = compare_pair("green", "base", "accuracy", {1: (0.8, 0.7)}, {1: (_accuracy(better), _accuracy(base))})
+    low, high = result.bootstrap_interval  # type: ignore[misc]
+    assert low < 0.10 < high and low > 0.05
+    assert result.significant and "one seed" in result.notes[-1]
+    assert result.verdict(unit="accuracy").startswith("green vs base: +10.00 accuracy [")
+    tiny = base.copy()
+    tiny[700], tiny[5] = 1, 0  # one example gained, one lost elsewhere: a tie
+    tie = compare_pair("green", "base", "accuracy", {1: (0.7, 0.7)}, {1: (_accuracy(tiny), _accuracy(base))})
+    assert tie.bootstrap_interval[0] < 0 < tie.bootstrap_interval[1] and not tie.significant  # type: ignore[index]
+    # Over seeds: three consistent gains, but a seed interval that spans 0 keeps it "not significant".
+    spread = compare_pair("green", "base", "accuracy", {1: (0.80, 0.70), 2: (0.70, 0.72), 3: (0.75, 0.70)},
+                          {s: (_accuracy(better), _accuracy(base)) for s in (1, 2, 3)})
+    assert spread.bootstrap_interval[0] > 0 and spread.seed_interval[0] < 0 < spread.seed_interval[1]  # type: ignore[index]
+    assert not spread.significant
+
+
+def test_the_bootstrap_is_paired() -> None:
+    """Both models are scored on the same resampled examples: the hard examples cancel out.
+
+    The variant is right on the base's right examples plus 20 more; resampled
+    independently the two scores wander apart by several points, resampled
+    together the difference moves only with those 20 examples.
+    """
+    rng = np.random.default_rng(1)
+    base = list(rng.integers(0, 2, 1000))
+    wrong = [i for i, c in enumerate(base) if c == 0]
+    variant = base.copy()
+    for i in wrong[:20]:
+        variant[i] = 1
+    (low, high), draws = paired_bootstrap([_accuracy(variant)], [_accuracy(base)], replicates=2000, seed=3)
+    assert draws.min() >= 0  # a resample can only keep or lose the 20 gains: never a loss
+    rows_a = np.random.default_rng(4).integers(0, 1000, size=(2000, 1000))
+    rows_b = np.random.default_rng(5).integers(0, 1000, size=(2000, 1000))
+    unpaired = _accuracy(variant).scores(rows_a) - _accuracy(base).scores(rows_b)
+    unpaired_low, unpaired_high = np.quantile(unpaired, [0.025, 0.975])
+    assert (high - low) * 3 < unpaired_high - unpaired_low
+    assert unpaired_low < 0 < low
+
+
+def _tags(rng: random.Random, n: int) -> list[str]:
+    tags, inside = [], False
+    for _ in range(n):
+        roll = rng.random()
+        tag = "B-Disease" if roll < 0.2 else ("I-Disease" if inside and roll < 0.5 else "O")
+        inside = tag != "O"
+        tags.append(tag)
+    return tags
+
+
+def test_contributions_give_exactly_the_metrics_finetune_reports() -> None:
+    rng = random.Random(7)
+    gold = [_tags(rng, rng.randint(1, 20)) for _ in range(200)]
+    predicted = [_tags(rng, len(g)) if rng.random() < 0.5 else list(g) for g in gold]
+    assert ner_contributions(gold, predicted).score() == pytest.approx(entity_scores(gold, predicted)["f1"], abs=1e-12)
+    labels = ["CPR:3", "CPR:4", "CPR:9", "false"]
+    gold_c = [rng.choice(labels) for _ in range(300)]
+    pred_c = [g if rng.random() < 0.6 else rng.choice(labels) for g in gold_c]
+    reported = classification_scores(gold_c, pred_c, positive="CPR:4")
+    for metric in ("accuracy", "micro_f1", "macro_f1"):
+        assert classification_contributions(gold_c, pred_c, metric).score() == pytest.approx(reported[metric], abs=1e-12)
+    assert classification_contributions(gold_c, pred_c, "f1", "CPR:4").score() == pytest.approx(reported["f1"], abs=1e-12)
+
+
+# --------------------------------------------------------------------------
+# The command
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from conftest import build_tiny_bert
+    from finetune_helpers import build_tiny_expanded, write_ner_file
+
+    root = tmp_path_factory.mktemp("compare")
+    return {
+        "base": build_tiny_bert(root / "base", head="base"),
+        "green": build_tiny_expanded(root / "green"),
+        "train": write_ner_file(root / "train.tsv", 32, seed=1),
+        "test": write_ner_file(root / "test.tsv", 40, seed=2),
+    }
+
+
+def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    import sys
+
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    captured = capsys.readouterr()
+    return int(done.value.code or 0), captured.out, captured.err
+
+
+@pytest.mark.slow
+def test_compare_fine_tunes_every_model_on_every_seed_and_pairs_them(setup: dict[str, Path], tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cmp"
+    args = ["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
+            "--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--seeds", "1,2",
+            "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--out", str(out), "--bootstrap", "200"]
+    code, stdout, err = _cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    lines = stdout.splitlines()
+    assert lines[0].split()[:2] == ["variant", "seeds"] and lines[1].startswith("base") and lines[2].startswith("green")
+    verdict = next(line for line in lines if line.startswith("green vs base: "))
+    assert "over 2 seeds" in verdict and "test-set bootstrap" in verdict and verdict.endswith("at 95%")
+    result = json.loads((out / "compare.json").read_text())
+    green = next(v for v in result["variants"] if v["name"] == "green")
+    base = next(v for v in result["variants"] if v["name"] == "base")
+    assert green["headline_pool"] == "mean" and base["headline_pool"] == "general"
+    assert set(green["summary"]) == {"mean", "general", "domain"}
+    (pair,) = result["pairs"]
+    for seed, difference in zip(pair["seeds"], pair["differences"], strict=True):
+        assert difference == pytest.approx(green["scores"][str(seed)]["mean"]["f1"] - base["scores"][str(seed)]["general"]["f1"])
+    assert pair["bootstrap_replicates"] == 200 and pair["seed_interval95"] is not None
+    assert green["finetune_cost"]["cpu_seconds"] > 0
+    # The run folders are finetune stages: a rerun trains nothing and gives the same result.
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/seed-*/manifest.json")}
+    assert len(stamps) == 4
+    code, again, err = _cli(args, monkeypatch, capsys)
+    assert code == 0 and again == stdout, err
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/seed-*/manifest.json")} == stamps
+    # --json: the same document as compare.json
+    code, as_json, _ = _cli([*args, "--json"], monkeypatch, capsys)
+    assert json.loads(as_json)["pairs"][0]["differences"] == pair["differences"]
+
+
+@pytest.mark.slow
+def test_parallel_runs_give_the_same_scores_as_one_at_a_time(setup: dict[str, Path], tmp_path: Path) -> None:
+    import greenadapt
+
+    common = {"task": "ner", "train": setup["train"], "test": setup["test"], "models": {"base": str(setup["base"]), "green": str(setup["green"])},
+              "seeds": [3], "epochs": 1, "batch_size": 8, "device": "cpu", "bootstrap": 200}
+    one = greenadapt.compare(**common, out=tmp_path / "one")  # type: ignore[arg-type]
+    two = greenadapt.compare(**common, out=tmp_path / "two", parallel=2)  # type: ignore[arg-type]
+    assert [v.scores for v in one.variants] == [v.scores for v in two.variants]
+    assert (tmp_path / "two" / "green" / "seed-3.log").is_file()
+    assert "green vs base" in repr(one) and len(repr(one)) < 400
+
+
+def test_bad_options_are_refused_before_any_training(setup: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]), "--out", str(tmp_path / "cmp")]
+    for extra, says in [
+        (["--model", f"base={setup['base']}"], "at least two"),
+        (["--model", f"a={setup['base']}", "--model", f"a={setup['green']}"], "share a name"),
+        (["--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--against", "dapt"], "--against 'dapt' names no --model"),
+        (["--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--seeds", "1,1"], "distinct"),
+        (["--model", f"base={setup['base']}", "--model", str(setup["green"])], "is not NAME=MODEL"),
+        (["--model", f"base={setup['base']}", "--model", f"green={tmp_path / 'nothing'}"], "nothing"),
+    ]:
+        code, _, err = _cli([*base, *extra], monkeypatch, capsys)
+        assert code in (2, 3) and says in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "cmp").exists()
