@@ -364,3 +364,58 @@ def test_cost_growth_is_drawn_where_runs_of_several_sizes_exist(tmp_path: Path) 
     from greenadapt.report.plots import count_label
 
     assert [count_label(v) for v in (999, 23_640, 559_757, 1_702_382, 1_000_000, 1.05e9)] == ["999", "24k", "560k", "1.7M", "1M", "1.1B"]
+
+
+def make_compare(folder: Path) -> Path:
+    """A compare folder's compare.json as `greenadapt compare` writes it, from constructed per-example results."""
+    import numpy as np
+
+    from greenadapt.comparison.statistics import Contributions, compare_pair
+
+    def accuracy(correct: list[int]) -> Contributions:
+        return Contributions(np.array([[c, 1] for c in correct]), lambda sums: float(sums[0]) / float(sums[1]))
+
+    base = [1] * 700 + [0] * 300
+    green = [1] * 790 + [0] * 210
+    tie = [1] * 701 + [0] * 299
+    scores = {1: (0.79, 0.70), 2: (0.80, 0.71)}
+    pairs = [compare_pair("green", "base", "f1", scores, {s: (accuracy(green), accuracy(base)) for s in (1, 2)}, replicates=300),
+             compare_pair("green-min20", "base", "f1", {1: (0.701, 0.70), 2: (0.70, 0.71)},
+                          {s: (accuracy(tie), accuracy(base)) for s in (1, 2)}, replicates=300)]
+    variants = []
+    for name, pool, values in (("base", "general", (0.70, 0.71)), ("green", "mean", (0.79, 0.80)), ("green-min20", "mean", (0.701, 0.70))):
+        per_seed = {str(s): {pool: {"f1": v}} for s, v in zip((1, 2), values, strict=True)}
+        variants.append({"name": name, "model": f"models/{name}", "headline_pool": pool, "scores": per_seed,
+                         "summary": {pool: {"mean": float(np.mean(values)), "sd": float(np.std(values, ddof=1)), "n": 2}},
+                         "finetune_cost": {"cpu_seconds": 7200.0, "energy_kwh": 0.05},
+                         "adaptation_cost": {"cpu_seconds": 900.0, "energy_kwh": 0.01} if name != "base" else {}})
+    document = {"format": 1, "kind": "compare", "options": {"comparator": None}, "metric": "f1", "variants": variants,
+                "pairs": [p.to_json() | {"verdict": p.verdict(unit="F1")} for p in pairs], "share_of_comparator_gain": {}}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "compare.json").write_text(json.dumps(document))
+    return folder
+
+
+def test_a_compare_folder_gets_its_verdicts_intervals_and_a_forest_plot(tmp_path: Path) -> None:
+    from greenadapt.report import markdown, render_html
+
+    compare = make_compare(tmp_path / "cmp")
+    data = collect([make_run(tmp_path / "run"), compare])
+    (found,) = data["comparisons"]
+    assert found["path"] == str(compare) and [p["variant"] for p in found["pairs"]] == ["green", "green-min20"]
+    text = markdown(data)
+    assert "green vs base: +9.00 F1 [" in text and "green-min20 vs base: " in text and "not significant at 95%" in text
+    page = render_html(data)
+    assert "Did it help?" in page and 'alt="paired differences in f1 with 95% intervals"' in page
+    assert page.count("significant at 95%") >= 2 and "How to read it" in page
+
+
+def test_the_forest_plot_always_shows_zero() -> None:
+    """A one-point gain drawn beside 0, not on an axis clipped to the scores (the bar chart's fault in issue 34)."""
+    from greenadapt.report import plots
+
+    pair = {"variant": "green", "baseline": "base", "mean": 0.011, "seed_interval95": None, "bootstrap_interval95": [0.004, 0.018],
+            "significant95": True}
+    fig_png = plots.forest_plot([pair], "f1")
+    assert fig_png is not None and fig_png.startswith(b"\x89PNG")
+    assert plots.forest_plot([], "f1") is None

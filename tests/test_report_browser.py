@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from greenadapt.report import collect, write_html
-from tests.test_report import make_run
+from tests.test_report import make_compare, make_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -136,8 +136,13 @@ def _framed(report: Path, width: int, height: int, *, probe: bool) -> Path:
 
 
 @pytest.mark.parametrize("width,height", [(390, 844), (1366, 900)], ids=["phone", "desktop"])
-def test_report_fits_phone_and_desktop_widths(tmp_path: Path, width: int, height: int) -> None:
-    page = write_html(collect([make_run(tmp_path / "run")]), tmp_path / "report.html")
+@pytest.mark.parametrize("with_compare", [False, True], ids=["runs", "runs+compare"])
+def test_report_fits_phone_and_desktop_widths(tmp_path: Path, width: int, height: int, with_compare: bool) -> None:
+    folders = [make_run(tmp_path / "run")] + ([make_compare(tmp_path / "cmp")] if with_compare else [])
+    page = write_html(collect(folders), tmp_path / "report.html")
+    if with_compare:
+        assert "Did it help?" in page.read_text()
+        height += 1600  # the compare section comes first: the shot must reach the run's coloured plots below it
     window = f"--window-size={max(width, 500)},{height}"
     done = _chromium(_framed(page, width, height, probe=True), window, "--virtual-time-budget=5000", "--dump-dom")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -152,4 +157,4 @@ def test_report_fits_phone_and_desktop_widths(tmp_path: Path, width: int, height
     done = _chromium(_framed(page, width, height, probe=False), window, f"--screenshot={shot}")
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
     _assert_not_blank(shot, min_size=(height, width))
-    shutil.copyfile(shot, Path(tempfile.gettempdir()) / f"greenadapt-report-{width}px.png")
+    shutil.copyfile(shot, Path(tempfile.gettempdir()) / f"greenadapt-report-{width}px{'-compare' * with_compare}.png")

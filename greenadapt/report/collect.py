@@ -142,6 +142,10 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     stages: list[dict[str, Any]] = []
     for run in runs:
         root = Path(run)
+        from greenadapt.comparison.run import RESULT_FILE
+
+        if (root / RESULT_FILE).is_file() and not any(root.rglob("manifest.json")):
+            continue  # a compare folder whose runs were moved away: its result alone
         for folder in find_stage_folders(root):
             manifest = read_manifest(folder)
             rel = folder.relative_to(root).as_posix()
@@ -172,7 +176,22 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         "accuracy_vs_cost": accuracy_vs_cost(stages),
         "paper": paper_comparison(stages),
         "growth": cost_growth(stages),
+        "comparisons": comparisons(runs),
     }
+
+
+def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
+    """The ``compare.json`` of every compare folder given (``greenadapt compare --out``), with where it is."""
+    from greenadapt.comparison.run import RESULT_FILE
+
+    found = []
+    for run in runs:
+        path = Path(run) / RESULT_FILE
+        if path.is_file():
+            document = read_json_file(path, "compare result")
+            if isinstance(document, dict) and document.get("kind") == "compare":
+                found.append({**document, "path": str(Path(run))})
+    return found
 
 
 # What a stage's size is, for "how cost grows": the manifest statistic, and what it counts.

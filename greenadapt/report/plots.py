@@ -208,3 +208,39 @@ def accuracy_cost_chart(rows: Sequence[Mapping[str, Any]]) -> bytes | None:
     ax.set_ylabel(f"test {rows[0]['metric']}" + (" (×100)" if scale != 1 else ""))
     ax.set_title("accuracy against adaptation cost (mean ± sd over seeds)", fontsize=9)
     return _png(fig)
+
+
+def forest_plot(pairs: Sequence[Mapping[str, Any]], metric: str) -> bytes | None:
+    """Paired differences with their 95% intervals, one row per pair, on an axis that always holds 0.
+
+    The dot is the mean difference over seeds, the thick bar the test-set bootstrap
+    interval, the thin bar the interval over seeds; a pair is drawn in colour only
+    when every interval it has excludes 0. No absolute scores: a clipped axis under
+    bars of absolute scores makes any gap look large.
+    """
+    if not pairs:
+        return None
+    fig = _figure(6.4, 0.9 + 0.55 * len(pairs))
+    ax = fig.subplots()
+    extent = [0.0]
+    for row, pair in enumerate(reversed(pairs)):
+        y = row
+        mean = 100 * pair["mean"]
+        colour = "#2a7a3b" if pair.get("significant95") else "#777777"
+        seed, boot = pair.get("seed_interval95"), pair.get("bootstrap_interval95")
+        if seed:
+            ax.plot([100 * seed[0], 100 * seed[1]], [y, y], color=colour, linewidth=1.2)
+            extent += [100 * seed[0], 100 * seed[1]]
+        if boot:
+            ax.plot([100 * boot[0], 100 * boot[1]], [y, y], color=colour, linewidth=5, alpha=0.55, solid_capstyle="butt")
+            extent += [100 * boot[0], 100 * boot[1]]
+        ax.plot([mean], [y], "o", color=colour, markersize=6)
+        extent.append(mean)
+    span = max(abs(v) for v in extent) or 1.0
+    ax.set_xlim(-1.15 * span, 1.15 * span)
+    ax.axvline(0, color="#222222", linewidth=0.8)
+    ax.set_yticks(range(len(pairs)), [f"{p['variant']} vs {p['baseline']}" for p in reversed(pairs)], fontsize=8)
+    ax.set_ylim(-0.6, len(pairs) - 0.4)
+    ax.set_xlabel(f"difference in {metric} (×100): dot mean over seeds, thick bar test-set bootstrap 95%, thin bar seeds 95%", fontsize=7)
+    ax.tick_params(axis="x", labelsize=8)
+    return _png(fig)

@@ -253,6 +253,9 @@ def markdown(data: Mapping[str, Any]) -> str:
         parts += ["## Masked-LM pretraining", "", _md_table(*pretraining_table(data)), ""]
     if data["results"]:
         parts += ["## Results", "", _md_table(*results_table(data)), ""]
+    for comparison in data.get("comparisons") or []:
+        parts += [f"## Did it help? `{comparison['path']}`", ""] + [f"- {p['verdict']}" for p in comparison["pairs"]]
+        parts += ["", _md_table(*compare_pairs_table(comparison)), "", _md_table(*compare_variants_table(comparison)), ""]
     if data["training"]:
         parts += ["## Training", ""]
         for curve in data["training"]:
@@ -315,6 +318,8 @@ def _img(png: bytes | None, alt: str) -> str:
 def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> str:
     """The whole page; ``figures`` maps a figure key (see :func:`figure_specs`) to PNG bytes."""
     body = ["<h1>greenadapt report</h1>", "<p>Runs: " + ", ".join(f"<code>{html.escape(r)}</code>" for r in data["runs"]) + "</p>"]
+    for index, comparison in enumerate(data.get("comparisons") or []):  # the question first: did it help?
+        body += comparison_html(comparison, figures.get(f"forest:{index}"))
     body += ["<h2>Stages and their cost</h2>", _html_table(*stage_table(data), numeric=lambda i: 2 <= i <= 7)]
     body.append(_img(figures.get("cost"), "energy and wall time per stage"))
     if figures.get("growth"):
@@ -399,4 +404,69 @@ def figure_specs(data: Mapping[str, Any]) -> dict[str, Callable[[], bytes | None
     for key, family in curve_groups(data):
         curves = [c for c in data["training"] if _curve_family(c["group"]) == family]
         specs[key] = functools.partial(plots.curve_chart, curves, family)
+    for index, comparison in enumerate(data.get("comparisons") or []):
+        specs[f"forest:{index}"] = functools.partial(plots.forest_plot, comparison["pairs"], comparison["metric"])
     return specs
+
+
+# --------------------------------------------------------------------------
+# A compare folder: "did it help?"
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:+.2f}"
+
+
+def _interval(pair: Mapping[str, Any], key: str) -> str:
+    found = pair.get(key)
+    return f"[{_signed(found[0])}, {_signed(found[1])}]" if found else "-"
+
+
+def compare_pairs_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["pair", f"Δ {comparison['metric']} (×100)", "per seed", "seeds 95%", "test-set bootstrap 95%", "verdict"]
+    rows = [
+        [f"{p['variant']} vs {p['baseline']}", _signed(p["mean"]), ", ".join(_signed(d) for d in p["differences"]),
+         _interval(p, "seed_interval95"), _interval(p, "bootstrap_interval95"),
+         "significant at 95%" if p["significant95"] else "not significant"]
+        for p in comparison["pairs"]
+    ]
+    return head, rows
+
+
+def compare_variants_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["variant", "headline", "seeds", "mean", "general", "domain", "fine-tune CPU h", "adaptation CPU h", "kWh (both)"]
+    rows = []
+    for v in comparison["variants"]:
+        summary = v["summary"]
+
+        def cell(pool: str, summary: Mapping[str, Any] = summary) -> str:
+            found = summary.get(pool)
+            return f"{100 * found['mean']:.2f} ± {100 * found['sd']:.2f}" if found else "-"
+
+        tune, adapt = v.get("finetune_cost") or {}, v.get("adaptation_cost") or {}
+        rows.append([v["name"], v["headline_pool"], str(len(v["scores"])), cell("mean"), cell("general"), cell("domain"),
+                     _num((tune.get("cpu_seconds") or 0) / 3600), _num((adapt.get("cpu_seconds") or 0) / 3600) if adapt else "-",
+                     _num((tune.get("energy_kwh") or 0) + (adapt.get("energy_kwh") or 0))])
+    return head, rows
+
+
+def comparison_html(comparison: Mapping[str, Any], forest: bytes | None) -> list[str]:
+    metric = comparison["metric"]
+    body = [f"<h2>Did it help? <code>{html.escape(str(comparison['path']))}</code></h2>",
+            "<ul>" + "".join(f"<li>{html.escape(p['verdict'])}</li>" for p in comparison["pairs"]) + "</ul>",
+            _img(forest, f"paired differences in {metric} with 95% intervals"),
+            _html_table(*compare_pairs_table(comparison), numeric=lambda i: 1 <= i <= 4),
+            _html_table(*compare_variants_table(comparison), numeric=lambda i: i >= 2)]
+    shares = comparison.get("share_of_comparator_gain") or {}
+    if shares:
+        body.append("<p>" + "; ".join(f"{html.escape(n)}: {'-' if s is None else f'{100 * s:.0f}%'} of "
+                                      f"{html.escape(str(comparison['options'].get('comparator')))}'s gain" for n, s in shares.items()) + "</p>")
+    body.append(
+        '<p class="note">How to read it: each pair is one model against the baseline, fine-tuned with the same recipe '
+        "and seeds and scored on the same test examples. Δ is the mean over seeds of the per-seed difference; "
+        "the seeds interval (Student t) says how much another set of seeds could move it, the test-set interval "
+        "(a paired bootstrap: both models rescored on the same resampled examples) how much another test sample "
+        "could. A pair is significant only when every interval excludes 0; a headline is mean pooling for a "
+        "model with a domain tokenizer.</p>"
+    )
+    return body
