@@ -166,6 +166,10 @@ def test_compare_fine_tunes_every_model_on_every_seed_and_pairs_them(setup: dict
     # --json: the same document as compare.json
     code, as_json, _ = _cli([*args, "--json"], monkeypatch, capsys)
     assert json.loads(as_json)["pairs"][0]["differences"] == pair["differences"]
+    # Another recipe in the same folder is refused, never paired with the runs of the old one.
+    code, _, err = _cli([*args, "--epochs", "2"], monkeypatch, capsys)
+    assert code == 4 and "made with other inputs or options" in err and len(err.strip().splitlines()) == 1, err
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/seed-*/manifest.json")} == stamps
 
 
 @pytest.mark.slow
@@ -195,3 +199,21 @@ def test_bad_options_are_refused_before_any_training(setup: dict[str, Path], tmp
         code, _, err = _cli([*base, *extra], monkeypatch, capsys)
         assert code in (2, 3) and says in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.slow
+def test_a_run_made_by_an_explicit_finetune_of_the_same_recipe_is_reused(setup: dict[str, Path], tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The study script's run folders (`finetune --mix 0.5 --pool mean --seed S`) are compare's own stages."""
+    out = tmp_path / "cmp"
+    recipe = ["--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]), "--epochs", "1", "--batch-size", "8",
+              "--device", "cpu"]
+    code, _, err = _cli(["finetune", *recipe, "--model", str(setup["green"]), "--mix", "0.5", "--pool", "mean", "--seed", "4",
+                         "--save-every", "100", "--resume", "--out", str(out / "green" / "seed-4")], monkeypatch, capsys)
+    assert code == 0, err
+    made = (out / "green" / "seed-4" / "manifest.json").stat().st_mtime_ns
+    code, _, err = _cli(["compare", *recipe, "--model", f"base={setup['base']}", "--model", f"green={setup['green']}",
+                         "--seeds", "4", "--bootstrap", "200", "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    assert (out / "green" / "seed-4" / "manifest.json").stat().st_mtime_ns == made

@@ -169,12 +169,13 @@ def run_compare(options: CompareOptions, progress: Progress = NULL_PROGRESS) -> 
     runs = [(name, spec, seed) for seed in options.seeds for name, spec in options.models]
     done = [r for r in runs if _finished(options.out / r[0] / f"seed-{r[2]}")]
     log.info("%s", plan_line(options, runs, done))
+    # Finished runs go through finetune too: it skips a stage made with this recipe and refuses one made with
+    # another (a changed --epochs must not be paired with runs of the old one). That check is quick: in process.
     todo = [r for r in runs if r not in done]
-    if options.parallel == 1 or len(todo) <= 1:
-        for name, spec, seed in todo:
-            log.info("fine-tuning %s, seed %d", name, seed)
-            _finetune_here(options, spec, seed, options.out / name / f"seed-{seed}", progress)
-    else:
+    for name, spec, seed in [*done, *(todo if options.parallel == 1 or len(todo) <= 1 else [])]:
+        log.info("fine-tuning %s, seed %d", name, seed)
+        _finetune_here(options, spec, seed, options.out / name / f"seed-{seed}", progress)
+    if options.parallel > 1 and len(todo) > 1:
         _finetune_in_processes(options, todo)
     variants = [_collect(options, name, spec) for name, spec in options.models]
     metric = _metric_of(options, variants)
@@ -219,9 +220,18 @@ def _wall_seconds(folder: Path) -> float | None:
 
 
 def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path) -> dict[str, Any]:
-    """The ``greenadapt.finetune`` call of one run: the same recipe for every model."""
+    """The ``greenadapt.finetune`` call of one run: the same recipe for every model.
+
+    The mixture is spelled out as finetune's default would choose it (0.5 with a domain tokenizer, else 0;
+    mean pooling), so a run folder made by an explicit ``finetune --mix ... --pool mean`` (the study script's)
+    is the same stage and is reused.
+    """
+    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
+    from greenadapt.models import resolve_model
+
+    mixed = (resolve_model(spec).path / GENERAL_TOKENIZER_DIR).is_dir()
     return {
-        "task": options.task, "train": str(options.train), "test": str(options.test),
+        "task": options.task, "train": str(options.train), "test": str(options.test), "mix": 0.5 if mixed else 0.0, "pool": "mean",
         "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed],
         "epochs": options.epochs, "batch_size": options.batch_size, "lr": options.lr, "max_length": options.max_length,
         "device": options.device, "save_every": options.save_every, "resume": True, "force": options.force,
