@@ -18,11 +18,12 @@ per step, so each step has its own stage manifest and cost record):
    ``green-mlm`` (a short ``pretrain`` pass over the adapted model on its
    domain tokenizer, ``--green-mlm-steps``), into ``pretrain-dapt/`` and
    ``pretrain-green-mlm/``;
-4. ``finetune --task ner`` on each NER set, for each seed, of
-   ``base`` and ``dapt`` (``--mix 0``), ``green`` and ``green-mlm`` (``--mix 0.5``,
-   mean-pooled) and the ``identity`` / ``random`` ablations (as green), into
-   ``finetune/<set>/<variant>/seed-<s>/``; the paper's protocol: train on
-   train+dev (``train_dev.tsv``), evaluate on ``test.tsv``;
+4. ``greenadapt compare`` on each NER set, seed by seed: every variant fine-tuned with
+   the same recipe (``base`` and ``dapt`` on their one tokenizer, ``green``, ``green-mlm``
+   and the ablations on the 50/50 mixture, mean-pooled), into
+   ``finetune/<set>/<variant>/seed-<s>/``; the paper's protocol: train on train+dev
+   (``train_dev.tsv``), evaluate on ``test.tsv``; then once per set over every seed, which
+   pairs each variant with ``--against`` and prints the verdicts (``finetune/<set>/compare.json``);
 5. ``greenadapt report`` over the run folder: ``<workdir>/report.html``; and
    the comparison the paper's claim rests on, on stdout and in
    ``<workdir>/gap.json``: test F1 per variant, the share of the base→DAPT
@@ -257,28 +258,45 @@ def main(argv: list[str] | None = None) -> int:
         )
         models[variant] = str(out)
 
-    # 4. fine-tuning, one run folder per set, variant and seed; seed by seed (every set within a seed),
-    # so that a study cut short still holds complete paired comparisons on every set for the seeds it finished.
-    jobs: list[tuple[list[str], Path, Path | None]] = []
+    # 4. fine-tuning through `greenadapt compare`: one run folder per set, variant and seed
+    # (finetune/<set>/<variant>/seed-<s>/, compare's own layout, so the runs of earlier studies are reused);
+    # seed by seed (every set within a seed), so that a study cut short still holds complete paired comparisons
+    # on every set for the seeds it finished. green-dense trains through its own wrapper, as a plain finetune.
     splits = {}
     for name in sets:
         folder = args.ner / name
         splits[name] = (_head_sentences(folder / "train_dev.tsv", work / "data" / name, "train_dev", args.max_train_sentences),
                         _head_sentences(folder / "test.tsv", work / "data" / name, "test", args.max_test_sentences))
+    compared = [v for v in variants if v != "green-dense"]
+    recipe = ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+              "--max-length", str(args.max_length), "--device", args.device, "--save-every", str(args.save_every)]
+
+    def compare(name: str, seed_list: list[int]) -> list[str]:
+        train, test = splits[name]
+        return ["compare", "--task", "ner", "--train", str(train), "--test", str(test),
+                *[part for v in compared for part in ("--model", f"{v}={models[v]}")],
+                *(["--against", args.against] if args.against in compared else []),
+                "--seeds", ",".join(map(str, seed_list)), *recipe, "--parallel", str(args.parallel),
+                "--out", str(run_dir / "finetune" / name)]
+
     for seed in seeds:
         for name, (train, test) in splits.items():
-            for variant in variants:
+            if len(compared) >= 2:
+                runner.run(compare(name, [seed]))
+            jobs: list[tuple[list[str], Path, Path | None]] = []
+            for variant in variants if len(compared) < 2 else [v for v in variants if v not in compared]:
                 out = run_dir / "finetune" / name / variant / f"seed-{seed}"
                 mix = "0.5" if is_mixed(variant) else "0"
                 jobs.append((
                     ["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", models[variant],
-                     "--mix", mix, "--pool", "mean", "--seed", str(seed), "--epochs", str(args.epochs),
-                     "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--max-length", str(args.max_length),
-                     "--device", args.device, "--save-every", str(args.save_every), "--resume", "--out", str(out)],
+                     "--mix", mix, "--pool", "mean", "--seed", str(seed), *recipe, "--resume", "--out", str(out)],
                     out,
                     DENSE_EMBEDDINGS if variant == "green-dense" else None,
                 ))
-    runner.run_all(jobs, parallel=args.parallel)
+            runner.run_all(jobs, parallel=args.parallel)
+    if len(compared) >= 2:
+        for name in sets:  # every run is there now: this only pairs them, over every seed (compare.json, the verdicts)
+            print(runner.run(compare(name, seeds), capture=True), end="")
 
     # 5. the report, and the table the paper's claim is about.
     runner.run(["report", str(run_dir), "--html", str(work / "report.html")])

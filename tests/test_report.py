@@ -400,9 +400,11 @@ def test_a_compare_folder_gets_its_verdicts_intervals_and_a_forest_plot(tmp_path
     from greenadapt.report import markdown, render_html
 
     compare = make_compare(tmp_path / "cmp")
+    nested = make_compare(tmp_path / "study" / "finetune" / "NCBI-disease")  # the study script's place for it
+    assert len(collect([tmp_path / "study"])["comparisons"]) == 1
     data = collect([make_run(tmp_path / "run"), compare])
     (found,) = data["comparisons"]
-    assert found["path"] == str(compare) and [p["variant"] for p in found["pairs"]] == ["green", "green-min20"]
+    assert nested.is_dir() and found["path"] == str(compare) and [p["variant"] for p in found["pairs"]] == ["green", "green-min20"]
     text = markdown(data)
     assert "green vs base: +9.00 F1 [" in text and "green-min20 vs base: " in text and "not significant at 95%" in text
     page = render_html(data)

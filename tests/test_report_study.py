@@ -30,15 +30,14 @@ def test_the_plan_covers_every_set_variant_and_seed_then_reports(tmp_path: Path)
         (ner / name).mkdir(parents=True)
     plan = _plan(tmp_path, "--ner", str(ner), "--sets", "A,B", "--seeds", "1,2,3")
     commands = [line.split()[0] for line in plan]
-    assert commands == ["adapt"] + ["align", "expand"] * 2 + ["finetune"] * (2 * 4 * 3) + ["report"]
-    finetunes = [line for line in plan if line.startswith("finetune")]
-    outs = {line.split("--out ")[1] for line in finetunes}
-    assert len(outs) == 24  # one run folder per set, variant and seed: finished ones are skipped on a rerun
-    assert all("--resume" in line and "--device auto" in line for line in finetunes)
-    base = [line for line in finetunes if "/base/" in line]
-    assert len(base) == 6 and all("--mix 0 " in line and str(tmp_path / "model") in line for line in base)
-    green = [line for line in finetunes if "/green/" in line]
-    assert all("--mix 0.5 " in line and "--pool mean" in line and "/expand " in line for line in green)
+    # compare once per seed and set (so a study cut short holds complete pairs), then once per set over every seed
+    assert commands == ["adapt"] + ["align", "expand"] * 2 + ["compare"] * (3 * 2) + ["compare"] * 2 + ["report"]
+    compares = [line for line in plan if line.startswith("compare")]
+    assert [line.split("--seeds ")[1].split()[0] for line in compares] == ["1", "1", "2", "2", "3", "3", "1,2,3", "1,2,3"]
+    assert sorted({line.split("--out ")[1].split("/finetune/")[1] for line in compares}) == ["A", "B"]
+    for line in compares:  # every variant, the same recipe; the runs land in finetune/<set>/<variant>/seed-<s>/ as before
+        assert f"--model base={tmp_path / 'model'} " in line and "--model green=" in line and "/expand " in line
+        assert "--model identity=" in line and "--model random=" in line and "--device auto" in line and "--epochs 3 " in line
     assert any("--method identity" in line for line in plan) and any("--method random" in line for line in plan)
 
 
@@ -52,9 +51,9 @@ def test_selection_variants_expand_fewer_words_on_greens_map(tmp_path: Path) -> 
     assert "--min-count 20 " in options["expand-green-min20"] and "--max-new" not in options["expand-green-min20"]
     assert "--max-new 5000 " in options["expand-green-max5k"] and "--min-count" not in options["expand-green-max5k"]
     assert "--min-count 100 --max-new 20000 " in options["expand-green-min100-max20k"]
-    finetunes = [line for line in plan if line.startswith("finetune")]
-    assert len(finetunes) == 4 and all("--mix 0.5 " in line and "--pool mean" in line for line in finetunes)
-    assert any("--model " + str(tmp_path / "study") in line and "expand-green-min20 " in line for line in finetunes)
+    compares = [line for line in plan if line.startswith("compare")]
+    assert len(compares) == 2 and all(line.count("--model ") == 4 for line in compares)
+    assert all("--model green-min20=" + str(tmp_path / "study") in line and "expand-green-min20 " in line for line in compares)
     for wrong in ("green-min0", "green-max5", "green-minx"):
         done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--workdir", str(tmp_path / "s"), "--variants", wrong],
                               capture_output=True, text=True, timeout=60)
@@ -83,13 +82,14 @@ def test_the_dapt_variants_pretrain_then_fine_tune_on_the_right_tokenizers(tmp_p
     (ner / "A").mkdir(parents=True)
     plan = _plan(tmp_path, "--ner", str(ner), "--sets", "A", "--seeds", "1", "--variants", "base,green,dapt,green-mlm",
                  "--dapt-steps", "500", "--green-mlm-steps", "50", "--head-warmup-fraction", "0.1")
-    assert [line.split()[0] for line in plan] == ["adapt", "pretrain", "pretrain"] + ["finetune"] * 4 + ["report"]
+    assert [line.split()[0] for line in plan] == ["adapt", "pretrain", "pretrain"] + ["compare"] * 2 + ["report"]
     dapt, green_mlm = (line for line in plan if line.startswith("pretrain"))
     assert f"--model {tmp_path / 'model'} " in dapt and "--max-steps 500 " in dapt and "--head-warmup-steps 50" in dapt
     assert "/expand " in green_mlm and "--max-steps 50 " in green_mlm and "--head-warmup-steps 5" in green_mlm
-    finetunes = {line.split("--out ")[1].split("/")[-2]: line for line in plan if line.startswith("finetune")}
-    assert "/pretrain-dapt " in finetunes["dapt"] and "--mix 0 " in finetunes["dapt"]
-    assert "/pretrain-green-mlm " in finetunes["green-mlm"] and "--mix 0.5 " in finetunes["green-mlm"]
+    compare = next(line for line in plan if line.startswith("compare"))
+    # compare trains each on its own tokenizers: the mixture for a model with a domain tokenizer (green-mlm), none for DAPT
+    assert "--model dapt=" in compare and "/pretrain-dapt " in compare
+    assert "--model green-mlm=" in compare and "/pretrain-green-mlm " in compare
 
 
 def test_gap_table_reads_scores_and_costs_from_the_run_folder(tmp_path: Path) -> None:

@@ -144,8 +144,8 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         root = Path(run)
         from greenadapt.comparison.run import RESULT_FILE
 
-        if (root / RESULT_FILE).is_file() and not any(root.rglob("manifest.json")):
-            continue  # a compare folder whose runs were moved away: its result alone
+        if root.is_dir() and not any(root.rglob("manifest.json")) and any(root.rglob(RESULT_FILE)):
+            continue  # compare results whose runs were moved away: the results alone
         for folder in find_stage_folders(root):
             manifest = read_manifest(folder)
             rel = folder.relative_to(root).as_posix()
@@ -186,11 +186,10 @@ def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
 
     found = []
     for run in runs:
-        path = Path(run) / RESULT_FILE
-        if path.is_file():
+        for path in sorted(Path(run).rglob(RESULT_FILE)):  # at the run folder, or below it (the study's finetune/<set>/)
             document = read_json_file(path, "compare result")
             if isinstance(document, dict) and document.get("kind") == "compare":
-                found.append({**document, "path": str(Path(run))})
+                found.append({**document, "path": str(path.parent)})
     return found
 
 
