@@ -350,4 +350,4 @@ def compare(
         max_length=max_length, device=device, parallel=parallel, replicates=bootstrap, bootstrap_seed=bootstrap_seed,
         save_every=save_every, force=force,
     )
-    return run_compare(options, progress or NULL_PROGRESS)
+    return run_compare(options, finetune, progress or NULL_PROGRESS)

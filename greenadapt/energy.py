@@ -66,7 +66,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -508,3 +508,50 @@ class EnergyProbe:
             "co2_intensity_g_per_kwh": intensity.g_per_kwh,
             "co2_intensity_source": intensity.source,
         }
+
+
+# --------------------------------------------------------------------------
+# A stage's cost as readers show it (report, info, compare, expand's record of its parents)
+
+
+def cost_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's cost block, with energy/CO₂ filled in by the TDP estimate for manifests older than them."""
+    cost = dict(manifest.get("cost") or {})
+    wall = float(cost.get("wall_seconds") or 0.0)
+    cpu = float(cost.get("cpu_seconds") or 0.0)
+    cost.setdefault("gpu_seconds", 0.0)
+    cost.setdefault("gpu_model", None)
+    if "energy_kwh" not in cost:
+        parts = tdp_estimate_kwh(cpu_seconds=cpu, wall_seconds=wall, peak_rss_gib=float(cost.get("peak_rss_mib") or 0) / 1024)
+        cost["energy_kwh"] = sum(parts.values())
+        cost["energy_method"] = "tdp-estimate (made by the reader: the manifest predates energy accounting)"
+        cost["co2_kg"] = None
+        cost["co2_intensity_g_per_kwh"] = None
+    cost.setdefault("energy_label", energy_label(methods_of(cost)))
+    cost["cpu_hours"] = cpu / 3600
+    cost["wall_hours"] = wall / 3600
+    return cost
+
+
+def methods_of(cost: Mapping[str, Any]) -> list[str]:
+    """The part methods of a cost block; manifests older than per-part labels name them only in ``energy_method``."""
+    parts = cost.get("energy_parts")
+    if isinstance(parts, Mapping) and parts:
+        return [str(p.get("method")) for p in parts.values() if isinstance(p, Mapping)]
+    return [m.split(" ")[0] for m in str(cost.get("energy_method") or "").split("+") if m]
+
+
+def sum_costs(costs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several stages' cost blocks as one (a figure is None when any stage lacks it)."""
+    total: dict[str, Any] = {}
+    for key in ("wall_seconds", "cpu_seconds", "gpu_seconds", "energy_kwh", "co2_kg"):
+        values = [c.get(key) for c in costs]
+        total[key] = None if any(v is None for v in values) else float(sum(values))  # type: ignore[arg-type]
+    total["peak_rss_mib"] = max((float(c.get("peak_rss_mib") or 0) for c in costs), default=0.0)
+    total["energy_method"] = "+".join(dict.fromkeys(str(c.get("energy_method")) for c in costs))
+    total["energy_label"] = energy_label(m for c in costs for m in methods_of(c))
+    intensities = {c.get("co2_intensity_g_per_kwh") for c in costs}
+    total["co2_intensity_g_per_kwh"] = intensities.pop() if len(intensities) == 1 else None
+    total["wall_hours"] = (total["wall_seconds"] or 0) / 3600
+    total["cpu_hours"] = (total["cpu_seconds"] or 0) / 3600
+    return total

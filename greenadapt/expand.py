@@ -231,7 +231,7 @@ def run_expand(
 
 def _upstream(align_manifest: Manifest, w2v_manifest: Manifest) -> tuple[list[str], dict[str, Any]]:
     """The corpus the vectors came from, and the cost of the vectors and the map (w2v + align)."""
-    from greenadapt.report.collect import cost_of, sum_costs
+    from greenadapt.energy import cost_of, sum_costs
 
     corpus = [str(i["path"]) for i in w2v_manifest.inputs if i.get("path") and "stage" not in i and "files_digest" not in i]
     return corpus, sum_costs([cost_of(w2v_manifest), cost_of(align_manifest)])

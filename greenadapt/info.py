@@ -84,7 +84,7 @@ def _parent(recorded: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cost(manifest: dict[str, Any]) -> dict[str, Any]:
-    from greenadapt.report.collect import cost_of
+    from greenadapt.energy import cost_of
 
     cost = cost_of(manifest)  # the report's reading: energy estimated for manifests older than its accounting
     return {

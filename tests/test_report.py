@@ -153,7 +153,7 @@ def test_a_manifest_from_before_energy_accounting_gets_an_estimate(tmp_path: Pat
     (folder / "manifest.json").write_text(json.dumps(legacy))
     (stage,) = collect([folder])["stages"]
     assert stage["cost"]["energy_kwh"] == pytest.approx(7200 * 10 / 3.6e6 + 3600 * 0.3725 / 3.6e6)
-    assert stage["cost"]["energy_method"].startswith("tdp-estimate (made by the report")
+    assert stage["cost"]["energy_method"].startswith("tdp-estimate (made by the reader")
     assert stage["cost"]["co2_kg"] is None
 
 
@@ -321,7 +321,7 @@ def test_the_energy_label_reaches_the_tables(tmp_path: Path) -> None:
 
 
 def collect_label(cost: dict[str, Any]) -> str:
-    from greenadapt.report.collect import cost_of
+    from greenadapt.energy import cost_of
 
     return cost_of({"cost": cost})["energy_label"]
 

@@ -23,7 +23,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -162,8 +162,11 @@ def summarize(variant: Variant, metric: str) -> dict[str, dict[str, float]]:
     return summary
 
 
-def run_compare(options: CompareOptions, progress: Progress = NULL_PROGRESS) -> CompareResult:
-    """Fine-tune every model on every seed (skipping finished runs), then compare each with the baseline."""
+def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress: Progress = NULL_PROGRESS) -> CompareResult:
+    """Fine-tune every model on every seed (skipping finished runs), then compare each with the baseline.
+
+    ``finetune`` is :func:`greenadapt.finetune` (the API passes it: this module sits below the API).
+    """
     options.check()
     started = time.monotonic()
     runs = [(name, spec, seed) for seed in options.seeds for name, spec in options.models]
@@ -174,7 +177,7 @@ def run_compare(options: CompareOptions, progress: Progress = NULL_PROGRESS) -> 
     todo = [r for r in runs if r not in done]
     for name, spec, seed in [*done, *(todo if options.parallel == 1 or len(todo) <= 1 else [])]:
         log.info("fine-tuning %s, seed %d", name, seed)
-        _finetune_here(options, spec, seed, options.out / name / f"seed-{seed}", progress)
+        finetune(**finetune_arguments(options, spec, seed, options.out / name / f"seed-{seed}"), progress=progress)
     if options.parallel > 1 and len(todo) > 1:
         _finetune_in_processes(options, todo)
     variants = [_collect(options, name, spec) for name, spec in options.models]
@@ -238,12 +241,6 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
     }
 
 
-def _finetune_here(options: CompareOptions, spec: str, seed: int, out: Path, progress: Progress) -> None:
-    from greenadapt import api
-
-    api.finetune(**finetune_arguments(options, spec, seed, out), progress=progress)
-
-
 _CHILD = "import json, sys\nimport greenadapt\ngreenadapt.finetune(**json.loads(sys.argv[1]))\n"
 
 
@@ -278,7 +275,7 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[tuple[str, st
 
 def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
     from greenadapt.manifest import read_manifest
-    from greenadapt.report.collect import cost_of
+    from greenadapt.energy import cost_of
 
     variant = Variant(name, spec)
     costs: list[dict[str, Any]] = []
@@ -294,21 +291,16 @@ def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
         variant.scores[seed] = {pool: {k: float(v) for k, v in values.items() if isinstance(v, int | float)} for pool, values in test.items()}
         costs.append(cost_of(read_manifest(folder) or {}))
     variant.headline_pool = "mean" if any("mean" in pools for pools in variant.scores.values()) else "general"
-    variant.finetune_cost = _sum_costs(costs)
+    variant.finetune_cost = _cost_figures(costs)
     variant.adaptation_cost = adaptation_cost(spec)
     return variant
-
-
-def _sum_costs(costs: Sequence[dict[str, Any]]) -> dict[str, float]:
-    keys = ("wall_seconds", "cpu_seconds", "gpu_seconds", "energy_kwh", "co2_kg")
-    return {k: round(sum(float(c.get(k) or 0.0) for c in costs), 6) for k in keys}
 
 
 def adaptation_cost(spec: str) -> dict[str, float]:
     """What making the model cost: its stage manifest and those of the stages it was made from (w2v, align, expand,
     pretrain), read from the folders they record; empty for a model greenadapt did not make."""
     from greenadapt.manifest import read_manifest
-    from greenadapt.report.collect import cost_of
+    from greenadapt.energy import cost_of
 
     folder = Path(spec)
     seen: set[Path] = set()
@@ -326,7 +318,15 @@ def adaptation_cost(spec: str) -> dict[str, float]:
         for recorded in manifest.get("inputs") or []:
             if isinstance(recorded, dict) and recorded.get("stage") and recorded.get("path"):
                 todo.append(Path(str(recorded["path"])))
-    return _sum_costs(costs) if costs else {}
+    return _cost_figures(costs) if costs else {}
+
+
+def _cost_figures(costs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The summed figures compare shows (a figure some stage lacks, such as CO₂ of an old manifest, is left out)."""
+    from greenadapt.energy import sum_costs
+
+    total = sum_costs(costs)
+    return {k: float(total[k]) for k in ("wall_seconds", "cpu_seconds", "gpu_seconds", "energy_kwh", "co2_kg") if total.get(k) is not None}
 
 
 def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
