@@ -176,7 +176,7 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
     # another (a changed --epochs must not be paired with runs of the old one). That check is quick: in process.
     todo = [r for r in runs if r not in done]
     for name, spec, seed in [*done, *(todo if options.parallel == 1 or len(todo) <= 1 else [])]:
-        log.info("fine-tuning %s, seed %d", name, seed)
+        log.info("%s %s, seed %d", "checking the finished run of" if (name, spec, seed) in done else "fine-tuning", name, seed)
         finetune(**finetune_arguments(options, spec, seed, options.out / name / f"seed-{seed}"), progress=progress)
     if options.parallel > 1 and len(todo) > 1:
         _finetune_in_processes(options, todo)
@@ -392,8 +392,9 @@ def render(result: CompareResult) -> str:
             text = f"{cell['mean'] * 100:.2f} ± {cell['sd'] * 100:.2f}" if cell else "-"
             cells.append(f"{text + ('*' if pool == v.headline_pool and cell else ''):>16}")
         adapt = v.adaptation_cost.get("cpu_seconds")
+        adapted = f"{adapt / 3600:.3f}" if adapt is not None else "-"  # a model greenadapt did not make
         lines.append(f"{v.name:<16} {len(v.scores):>5}  " + "  ".join(cells)
-                     + f"  {v.finetune_cost.get('cpu_seconds', 0) / 3600:>15.3f}  {(adapt / 3600 if adapt else 0):>11.3f}")
+                     + f"  {v.finetune_cost.get('cpu_seconds', 0) / 3600:>15.3f}  {adapted:>11}")
     lines.append(f"(* headline: mean pooling for a model with a domain tokenizer; {metric} × 100, mean ± sd over seeds)")
     lines.extend(p.verdict(unit=metric.upper() if metric == "f1" else metric) for p in result.pairs)
     for name, share in result.shares.items():
