@@ -331,6 +331,9 @@ def compare(
     bootstrap_seed: int = 0,
     save_every: int | None = 100,
     force: bool = False,
+    corpus: Sequence[str] | str | None = None,
+    adapt_methods: Sequence[str] = (),
+    workdir: PathLike | None = None,
     progress: Progress | None = None,
 ) -> Any:
     """Fine-tune every model of ``models`` (name → folder or Hub id) on ``task`` with one recipe and the same ``seeds``,
@@ -339,6 +342,8 @@ def compare(
     Returns a :class:`~greenadapt.comparison.run.CompareResult`: ``.pairs[i].verdict()`` is the one-line answer,
     e.g. ``green vs base: +0.98 F1 [-0.01, +1.54] over 3 seeds; not significant at 95%``; ``out/compare.json``
     holds everything. A rerun skips finished fine-tunings and resumes interrupted ones.
+    ``adapt_methods`` with ``corpus``: the first model is adapted to ``corpus`` once per method (into
+    ``out/adapted/<method>``) and each result joins the comparison under its method's name.
     """
     from greenadapt.comparison.run import CompareOptions, run_compare
     from greenadapt.progress import NULL_PROGRESS
@@ -348,6 +353,7 @@ def compare(
         task=task, train=Path(train), test=Path(test), models=pairs, out=Path(out), dev=Path(dev) if dev else None,
         seeds=tuple(seeds), against=against, comparator=comparator, epochs=epochs, batch_size=batch_size, lr=lr,
         max_length=max_length, device=device, parallel=parallel, replicates=bootstrap, bootstrap_seed=bootstrap_seed,
-        save_every=save_every, force=force,
+        save_every=save_every, force=force, corpus=(corpus,) if isinstance(corpus, str) else tuple(corpus or ()),
+        adapt_methods=tuple(adapt_methods), workdir=Path(workdir) if workdir else None,
     )
-    return run_compare(options, finetune, progress or NULL_PROGRESS)
+    return run_compare(options, finetune, progress or NULL_PROGRESS, adapt=adapt)

@@ -217,3 +217,33 @@ def test_a_run_made_by_an_explicit_finetune_of_the_same_recipe_is_reused(setup: 
                          "--seeds", "4", "--bootstrap", "200", "--out", str(out)], monkeypatch, capsys)
     assert code == 0, err
     assert (out / "green" / "seed-4" / "manifest.json").stat().st_mtime_ns == made
+
+
+@pytest.mark.slow
+def test_adapt_methods_become_variants_adapted_from_the_baseline(setup: dict[str, Path], tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import build_tiny_bert
+
+    model = build_tiny_bert(tmp_path / "model")
+    corpus = tmp_path / "corpus.txt"
+    words = "patients with tachycardia and leukemia were treated the insulin kinase study of cells".split()
+    corpus.write_text("\n".join(" ".join(words[i % 7 :] + words[: i % 7]) for i in range(300)) + "\n")
+    out = tmp_path / "cmp"
+    args = ["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]), "--model", f"base={model}",
+            "--corpus", str(corpus), "--adapt-methods", "lstsq,subword-mean", "--workdir", str(tmp_path / "work"),
+            "--seeds", "1", "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--bootstrap", "200", "--out", str(out)]
+    code, stdout, err = _cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    result = json.loads((out / "compare.json").read_text())
+    assert [v["name"] for v in result["variants"]] == ["base", "lstsq", "subword-mean"]
+    assert [p["variant"] for p in result["pairs"]] == ["lstsq", "subword-mean"] and "lstsq vs base: " in stdout
+    for method in ("lstsq", "subword-mean"):
+        variant = next(v for v in result["variants"] if v["name"] == method)
+        assert variant["model"] == str(out / "adapted" / method) and variant["headline_pool"] == "mean"
+        assert variant["adaptation_cost"]["cpu_seconds"] > 0  # from the w2v/align/expand manifests it was made through
+    made = {p: p.stat().st_mtime_ns for p in (out / "adapted").glob("*/manifest.json")}
+    code, _, err = _cli(args, monkeypatch, capsys)  # a rerun reuses the adapted models and the runs
+    assert code == 0 and {p: p.stat().st_mtime_ns for p in (out / "adapted").glob("*/manifest.json")} == made, err
+    code, _, err = _cli([a for a in args if a not in ("--corpus", str(corpus))], monkeypatch, capsys)
+    assert code == 2 and "--adapt-methods and --corpus go together" in err

@@ -51,6 +51,11 @@ def compare_command(
     save_every: int | None = typer.Option(default_of(api.compare, "save_every"), "--save-every", min=1,
                                           help="Checkpoint every N steps, so an interrupted compare resumes."),
     force: bool = typer.Option(False, "--force", help="Redo every fine-tuning."),
+    corpus: list[str] = typer.Option([], "--corpus", "-c", help="With --adapt-methods: the corpus to adapt the first --model to."),
+    adapt_methods: str | None = typer.Option(None, "--adapt-methods", metavar="M1,M2",
+                                             help="Adapt the first --model to --corpus with each method (lstsq, subword-mean, "
+                                                  "focus, ...); each joins the comparison under its method's name."),
+    workdir: Path | None = typer.Option(None, "--workdir", help="Where adapt keeps its w2v and align stages."),
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
@@ -64,7 +69,8 @@ def compare_command(
         result = api.compare(
             task, train, test, parse_models(model), out=out, dev=dev, seeds=parse_seeds(seeds, 0), against=against,
             comparator=comparator, epochs=epochs, batch_size=batch_size, lr=lr, max_length=max_length, device=device,
-            parallel=parallel, bootstrap=bootstrap, save_every=save_every, force=force, progress=progress,
+            parallel=parallel, bootstrap=bootstrap, save_every=save_every, force=force, corpus=corpus,
+            adapt_methods=[m.strip() for m in (adapt_methods or "").split(",") if m.strip()], workdir=workdir, progress=progress,
         )
     sys.stdout.write((json.dumps(result.to_json(), indent=2) if as_json else render(result)) + "\n")
     sys.stdout.flush()

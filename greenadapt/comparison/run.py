@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,17 @@ class CompareOptions:
     bootstrap_seed: int = 0
     save_every: int | None = 100
     force: bool = False
+    corpus: tuple[str, ...] = ()  # with adapt_methods: adapt the baseline model to this corpus once per method
+    adapt_methods: tuple[str, ...] = ()  # each becomes a variant named after its method (adapt's stages, reused)
+    workdir: Path | None = None  # where adapt keeps its w2v and align stages
 
     @property
     def baseline(self) -> str:
         return self.against or self.models[0][0]
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.models] + list(self.adapt_methods)
 
     def check(self) -> None:
         """Every option, before the first fine-tuning."""
@@ -75,7 +82,14 @@ class CompareOptions:
 
         if self.task not in TASKS:
             raise UsageError(f"compare does not take --task {self.task!r} yet", hint=f"choose from {', '.join(TASKS)}")
-        names = [name for name, _ in self.models]
+        names = self.names
+        if bool(self.corpus) != bool(self.adapt_methods):
+            raise UsageError("--adapt-methods and --corpus go together", hint="e.g. --corpus cord19 --adapt-methods lstsq,subword-mean")
+        if self.adapt_methods:
+            from greenadapt.methods import get_method
+
+            for method in self.adapt_methods:
+                get_method(method)
         if len(names) < 2:
             raise UsageError("compare needs at least two --model NAME=MODEL", hint="e.g. --model base=<general model> --model green=<adapted folder>")
         for name in names:
@@ -99,6 +113,10 @@ class CompareOptions:
                 raise InputError("no such file", path=path, hint=f"{flag} takes a task file")
         for _, spec in self.models:
             resolve_model(spec)
+        if self.adapt_methods:
+            from greenadapt.corpus.resolve import resolve_corpus
+
+            resolve_corpus(list(self.corpus))
 
 
 @dataclass
@@ -162,13 +180,27 @@ def summarize(variant: Variant, metric: str) -> dict[str, dict[str, float]]:
     return summary
 
 
-def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress: Progress = NULL_PROGRESS) -> CompareResult:
-    """Fine-tune every model on every seed (skipping finished runs), then compare each with the baseline.
+def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress: Progress = NULL_PROGRESS,
+                adapt: Callable[..., Any] | None = None) -> CompareResult:
+    """Adapt the baseline once per ``adapt_methods``, fine-tune every model on every seed (skipping finished runs),
+    then compare each with the baseline.
 
-    ``finetune`` is :func:`greenadapt.finetune` (the API passes it: this module sits below the API).
+    ``finetune`` and ``adapt`` are :func:`greenadapt.finetune` and :func:`greenadapt.adapt` (the API passes
+    them: this module sits below the API).
     """
     options.check()
     started = time.monotonic()
+    if options.adapt_methods:
+        if adapt is None:
+            raise TypeError("adapt_methods need the adapt function")
+        base_model = dict(options.models)[options.models[0][0]]
+        made = []
+        for method in options.adapt_methods:
+            log.info("adapting %s to %s with --method %s", base_model, ", ".join(options.corpus), method)
+            outcome = adapt(list(options.corpus), model=base_model, method=method, out=options.out / "adapted" / method,
+                            workdir=options.workdir, progress=progress)
+            made.append((method, str(outcome.expand.path)))
+        options = replace(options, models=(*options.models, *made), adapt_methods=(), corpus=())
     runs = [(name, spec, seed) for seed in options.seeds for name, spec in options.models]
     done = [r for r in runs if _finished(options.out / r[0] / f"seed-{r[2]}")]
     log.info("%s", plan_line(options, runs, done))
