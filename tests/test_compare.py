@@ -247,3 +247,38 @@ def test_adapt_methods_become_variants_adapted_from_the_baseline(setup: dict[str
     assert code == 0 and {p: p.stat().st_mtime_ns for p in (out / "adapted").glob("*/manifest.json")} == made, err
     code, _, err = _cli([a for a in args if a not in ("--corpus", str(corpus))], monkeypatch, capsys)
     assert code == 2 and "--adapt-methods and --corpus go together" in err
+
+
+def test_qa_contributions_give_exactly_the_f1_qa_reports() -> None:
+    from greenadapt.comparison.examples import qa_contributions
+    from greenadapt.qa.metrics import evaluate
+
+    golds = {"q1": ["a fast heart rate"], "q2": ["insulin", "the insulin"], "q3": ["kinase"], "q4": ["cells"]}
+    predictions = {"q1": "fast heart rate", "q2": "the insulin", "q3": "a kinase study"}  # q4 unanswered: 0
+    assert qa_contributions(predictions, golds).score() == pytest.approx(evaluate(predictions, golds)["f1"] / 100)
+
+
+@pytest.mark.slow
+def test_qa_models_are_compared_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import build_tiny_bert
+    from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+    base = build_tiny_bert(tmp_path / "base", head="qa")
+    green = build_tiny_expanded_qa(tmp_path / "green")
+    qas = [(f"q{i}", "what is tachycardia ?", [("a fast heart rate", 15)]) for i in range(8)]
+    data = squad_file(tmp_path / "squad.json", [{"paragraphs": [paragraph("tachycardia is a fast heart rate .", *qas)]}])
+    out = tmp_path / "cmp"
+    code, stdout, err = _cli(["compare", "--task", "qa", "--train", str(data), "--test", str(data), "--model", f"base={base}",
+                              "--model", f"green={green}", "--seeds", "1,2", "--epochs", "15", "--lr", "0.01", "--batch-size", "4", "--device", "cpu",
+                              "--bootstrap", "200", "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    result = json.loads((out / "compare.json").read_text())
+    green_variant = next(v for v in result["variants"] if v["name"] == "green")
+    assert result["metric"] == "f1" and set(green_variant["scores"]) == {"1", "2"}
+    (pair,) = result["pairs"]
+    assert pair["bootstrap_interval95"] is not None and len(pair["differences"]) == 2 and "green vs base: " in stdout
+    for seed, difference in zip(pair["seeds"], pair["differences"], strict=True):
+        mine = green_variant["scores"][str(seed)][green_variant["headline_pool"]]["f1"]
+        assert 0.0 < mine <= 1.0  # the models learned the answer; QA's percentages as the other tasks' fractions
+        base_variant = next(v for v in result["variants"] if v["name"] == "base")
+        assert difference == pytest.approx(mine - base_variant["scores"][str(seed)][base_variant["headline_pool"]]["f1"])

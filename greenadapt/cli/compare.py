@@ -28,7 +28,7 @@ def parse_models(values: list[str]) -> list[tuple[str, str]]:
 
 @app.command("compare")
 def compare_command(
-    task: str = typer.Option(..., "--task", help="ner or classify."),
+    task: str = typer.Option(..., "--task", help="ner, classify or qa."),
     train: Path = typer.Option(..., "--train", help="Training file (the same for every model)."),
     test: Path = typer.Option(..., "--test", help="Test file: every model is scored on the same examples."),
     model: list[str] = typer.Option(..., "--model", "-m", metavar="NAME=MODEL",

@@ -8,7 +8,7 @@ rescored without the model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,16 @@ def classification_contributions(gold: Sequence[str], predicted: Sequence[str], 
         j = index[positive]
         return Contributions(rows, lambda sums: per_label_f1(sums)[j])
     raise ValueError(f"no per-example form of metric {metric!r}")
+
+
+def qa_contributions(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]]) -> Contributions:
+    """SQuAD F1 (a fraction): per question its best token F1 over the gold answers, as ``qa.metrics.evaluate``;
+    a question without a prediction scores 0."""
+    from greenadapt.qa.metrics import f1_score, scoring_golds
+
+    rows = np.array([[max(f1_score(predictions.get(qid, ""), ref) for ref in scoring_golds(answers)), 1.0]
+                     for qid, answers in golds.items()], dtype=np.float64)
+    return Contributions(rows, lambda sums: float(sums[0]) / float(sums[1]) if sums[1] else 0.0)
 
 
 def contributions_for(task: str, metric: str, gold: Sequence[Any], predicted: Sequence[Any], positive: str | None = None) -> Contributions:

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 RESULT_FILE = "compare.json"
 RESULT_FORMAT = 1
-TASKS = ("ner", "classify")
+TASKS = ("ner", "classify", "qa")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -265,11 +265,14 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
     from greenadapt.models import resolve_model
 
     mixed = (resolve_model(spec).path / GENERAL_TOKENIZER_DIR).is_dir()
+    mixture = {"mix": 0.5 if mixed else 0.0, "pool": "mean"} if options.task != "qa" else {}  # qa chooses its own pool
     return {
-        "task": options.task, "train": str(options.train), "test": str(options.test), "mix": 0.5 if mixed else 0.0, "pool": "mean",
+        "task": options.task, "train": str(options.train), "test": str(options.test), **mixture,
         "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed],
         "epochs": options.epochs, "batch_size": options.batch_size, "lr": options.lr, "max_length": options.max_length,
-        "device": options.device, "save_every": options.save_every, "resume": True, "force": options.force,
+        "device": options.device, "force": options.force,
+        # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
+        **({"save_every": options.save_every, "resume": True} if options.task != "qa" else {}),
     }
 
 
@@ -317,12 +320,19 @@ def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
         if not metrics_file.is_file():
             continue
         document = json.loads(metrics_file.read_text(encoding="utf-8"))
+        if options.task == "qa":  # one pool, scored in percent: as the other tasks' fractions here
+            test_scores = document.get("test") or {}
+            variant.scores[seed] = {str(document.get("pool")): {k: float(v) / 100 for k, v in test_scores.items()
+                                                                if k in ("exact_match", "f1", "substring_match") and v is not None}}
+            costs.append(cost_of(read_manifest(folder) or {}))
+            continue
         per_seed: dict[str, Any] = document.get("per_seed") or {}
         first: dict[str, Any] = next(iter(per_seed.values()), {})
         test: dict[str, Any] = first.get("test") or {}
         variant.scores[seed] = {pool: {k: float(v) for k, v in values.items() if isinstance(v, int | float)} for pool, values in test.items()}
         costs.append(cost_of(read_manifest(folder) or {}))
-    variant.headline_pool = "mean" if any("mean" in pools for pools in variant.scores.values()) else "general"
+    pools_seen = {pool for pools in variant.scores.values() for pool in pools}
+    variant.headline_pool = "mean" if "mean" in pools_seen else ("general" if "general" in pools_seen or not pools_seen else pools_seen.pop())
     variant.finetune_cost = _cost_figures(costs)
     variant.adaptation_cost = adaptation_cost(spec)
     return variant
@@ -362,6 +372,8 @@ def _cost_figures(costs: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
+    if options.task == "qa":
+        return "f1"
     for variant in variants:
         for seed in variant.scores:
             by_pool = _read_by_pool(options.out / variant.name / f"seed-{seed}")
@@ -375,6 +387,18 @@ def _read_by_pool(folder: Path) -> dict[str, Any] | None:
 
     path = folder / "predictions" / by_pool_file_name("test")
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _qa_contributions(folder: Path, test: Path) -> Contributions | None:
+    from greenadapt.comparison.examples import qa_contributions
+    from greenadapt.qa.data import read_squad
+
+    path = folder / "predictions" / "test.json"
+    if not path.is_file():
+        return None
+    data = read_squad(test)
+    golds = {q.id: [a.text for a in q.answers] for q in data.questions if q.answers is not None}
+    return qa_contributions(json.loads(path.read_text(encoding="utf-8")), golds)
 
 
 def _contributions(folder: Path, pool: str, task: str, metric: str) -> Contributions | None:
@@ -393,8 +417,12 @@ def _pair(options: CompareOptions, variant: Variant, baseline: Variant, metric: 
     }
     contributions: dict[int, tuple[Contributions, Contributions]] = {}
     for s in seeds:
-        mine = _contributions(options.out / variant.name / f"seed-{s}", variant.headline_pool, options.task, metric)
-        theirs = _contributions(options.out / baseline.name / f"seed-{s}", baseline.headline_pool, options.task, metric)
+        if options.task == "qa":
+            mine = _qa_contributions(options.out / variant.name / f"seed-{s}", options.test)
+            theirs = _qa_contributions(options.out / baseline.name / f"seed-{s}", options.test)
+        else:
+            mine = _contributions(options.out / variant.name / f"seed-{s}", variant.headline_pool, options.task, metric)
+            theirs = _contributions(options.out / baseline.name / f"seed-{s}", baseline.headline_pool, options.task, metric)
         if mine is not None and theirs is not None:
             contributions[s] = (mine, theirs)
     return compare_pair(variant.name, baseline.name, metric, scores, contributions or None,
