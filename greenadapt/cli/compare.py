@@ -11,7 +11,7 @@ import typer
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli import app
-from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, progress_for, setup_logging
+from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, WorkdirOption, progress_for, setup_logging
 
 
 def parse_models(values: list[str]) -> list[tuple[str, str]]:
@@ -55,7 +55,7 @@ def compare_command(
     adapt_methods: str | None = typer.Option(None, "--adapt-methods", metavar="M1,M2",
                                              help="Adapt the first --model to --corpus with each method (lstsq, subword-mean, "
                                                   "focus, ...); each joins the comparison under its method's name."),
-    workdir: Path | None = typer.Option(None, "--workdir", help="Where adapt keeps its w2v and align stages."),
+    workdir: Path | None = WorkdirOption,
     as_json: bool = JsonOption,
     quiet: bool = QuietOption,
     verbose: bool = VerboseOption,
