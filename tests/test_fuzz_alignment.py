@@ -22,6 +22,7 @@ from finetune_helpers import build_tiny_expanded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from greenadapt.defaults import MIN_MAX_LENGTH
 from greenadapt.finetune.data import NerSentence
 from greenadapt.expanded_model import TokenizerPair, load_tokenizers
 from greenadapt.finetune.tokenize import ner_units, plain_backend, word_pieces
@@ -39,7 +40,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> TokenizerPair:
 
 
 @SETTINGS
-@given(sentence=st.lists(WORD, min_size=1, max_size=40), max_words=st.integers(1, 50), max_length=st.integers(3, 24))
+@given(sentence=st.lists(WORD, min_size=1, max_size=40), max_words=st.integers(1, 50), max_length=st.integers(MIN_MAX_LENGTH, 24))
 def test_units_align_arbitrary_words(pair: TokenizerPair, sentence: list[str], max_words: int, max_length: int) -> None:
     n = len(sentence)
     ner = NerSentence(tuple(sentence), ("O",) * n, tuple(range(1, n + 1)))
