@@ -31,10 +31,10 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     TRAINING: (
         "epochs", "max_steps", "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "seed", "seeds", "mix", "train_on",
         "train_embeddings", "train", "max_length", "doc_stride", "max_words", "head_warmup_steps", "whole_word_masking",
-        "mask_probability", "heldout", "sampling", "steps_per_epoch", "freeze_base",
+        "mask_probability", "heldout", "sampling", "steps_per_epoch", "freeze_base", "adapt_methods",
     ),
-    EVALUATION: ("pool", "metric", "positive_label", "eval_only", "eval_every", "n_best", "max_answer_chars", "limit", "check"),
-    PERFORMANCE: ("device", "precision", "compile", "workers", "eval_batch_size", "gmap_cache"),
+    EVALUATION: ("against", "comparator", "bootstrap", "pool", "metric", "positive_label", "eval_only", "eval_every", "n_best", "max_answer_chars", "limit", "check"),
+    PERFORMANCE: ("parallel", "device", "precision", "compile", "workers", "eval_batch_size", "gmap_cache"),
     RUN_CONTROL: ("force", "wait", "save_every", "resume", "as_json", "quiet", "verbose"),
 }
 PANELS = {name: panel for panel, names in _GROUPS.items() for name in names}
@@ -50,6 +50,7 @@ EXAMPLES: dict[str, str] = {
     "pretrain": "greenadapt pretrain --corpus biomed.txt.gz --model bert-base-uncased --max-steps 10000 --save-every 1000",
     "multitask": "greenadapt multitask --model MODEL --task name=ncbi,type=ner,train=ncbi/train.tsv --task name=rte,type=classify,train=rte/train.tsv",
     "report": "greenadapt report greenadapt-work runs --html report.html",
+    "compare": "greenadapt compare --task ner --model base=bert-base-uncased --model green=greenadapt-work/biomed-1a2b/minilm/expand --train train.tsv --dev dev.tsv --test test.tsv --seeds 1,2,3",
     "info": "greenadapt info greenadapt-work/biomed-1a2b/minilm/expand",
 }
 
