@@ -156,15 +156,23 @@ def main(argv: list[str] | None = None) -> int:
                     log = args.logs / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', test)}.run{run}.log"
                     log.write_text(f"exit status {status}\n{output}", encoding="utf-8")
                     print(f"  {test}: run {run} {outcome} (exit {status}; {log})", file=sys.stderr, flush=True)
+        # Counts as each group ends, so a loop cut short still says what it ran.
+        for test in ids if args.whole_file else [group]:
+            if test.startswith(group):
+                print(f"  {test}: {_summary(counts[test])}", file=sys.stderr, flush=True)
         print(f"  done {group} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-    failed_any = False
     for test in ids:
-        count = counts[test]
-        failed = sum(n for outcome, n in count.items() if outcome not in ("PASSED", "SKIPPED", "XFAIL"))
-        skipped = count["SKIPPED"] + count["XFAIL"]
-        failed_any |= failed > 0
-        print(f"{test}: {count['PASSED']} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-    return 1 if failed_any else 0
+        print(f"{test}: {_summary(counts[test])}")
+    return 1 if any(_failures(counts[test]) for test in ids) else 0
+
+
+def _failures(count: Counter[str]) -> int:
+    return sum(n for outcome, n in count.items() if outcome not in ("PASSED", "SKIPPED", "XFAIL"))
+
+
+def _summary(count: Counter[str]) -> str:
+    skipped = count["SKIPPED"] + count["XFAIL"]
+    return f"{count['PASSED']} passed, {_failures(count)} failed" + (f", {skipped} skipped" if skipped else "")
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def finetune(
     train_embeddings: str = typer.Option(default_of(api.finetune, "train_embeddings"), "--train-embeddings", help="Word embeddings to train: all, new (added rows only) or none."),
     max_length: int | None = typer.Option(default_of(api.finetune, "max_length"), "--max-length", help="Wordpieces per sequence; longer NER chunks are split (default: the task's)."),
     doc_stride: int | None = typer.Option(None, "--doc-stride", help="qa: wordpieces shared by consecutive windows of a long context (default: 128, at most a third of --max-length)."),
-    max_words: int | None = typer.Option(default_of(api.finetune, "max_words"), "--max-words", help="NER: words per chunk (labelled spans are never split; default 30)."),
+    max_words: int | None = typer.Option(default_of(api.finetune, "max_words"), "--max-words", help="NER: words per training chunk (labelled spans are never split; default 30); scored and predicted sentences stay whole where the window holds them."),
     metric: str | None = typer.Option(None, "--metric", help="Dev metric for the best epoch: NER f1|precision|recall|accuracy; classify accuracy|micro_f1|macro_f1|mcc|f1."),
     positive_label: str | None = typer.Option(None, "--positive-label", help="Classification: the label whose F1 is 'f1' (default: 1 for 0/1 labels)."),
     text_field: str | None = TextFieldOption,

@@ -60,7 +60,7 @@ def multitask(
     mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
     pool: str = pool_option("mean"),
     max_length: int = typer.Option(128, "--max-length", help="Wordpieces per sequence."),
-    max_words: int = typer.Option(30, "--max-words", help="NER: words per chunk (labelled spans are never split)."),
+    max_words: int = typer.Option(30, "--max-words", help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole where the window holds them."),
     device: str = DeviceOption,
     precision: str = PrecisionOption,
     compile: bool = CompileOption,
