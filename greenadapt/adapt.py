@@ -41,6 +41,15 @@ class AdaptOutcome:
     def stages(self) -> list[tuple[str, StageOutcome]]:
         return [("w2v", self.w2v), ("align", self.align), ("expand", self.expand)]
 
+    @property
+    def path(self) -> Path:
+        """The adapted model's folder (what finetune, compare and transformers take)."""
+        return self.expand.path
+
+    def __repr__(self) -> str:
+        states = ", ".join(f"{name} {'skipped' if stage.skipped else 'done'}" for name, stage in self.stages)
+        return f"<adapted model at {str(self.path)!r} ({states})>"
+
 
 def run_adapt(
     corpus: Sequence[str],

@@ -53,6 +53,7 @@ HELDOUT_SEED = 0  # fixed, so the held-out figures of two runs compare and lstsq
 # Below this held-out cosine the map is close to noise (the bundled 2k-sentence sample gives 0.07;
 # biomed-10m on MiniLM gives 0.26): warn, since the new rows will then carry little.
 LOW_HELDOUT_COSINE = 0.2
+SHARED_DIRECTION_COSINE = 0.5  # mean cosine between two words' vectors above which word2vec has not trained
 N_FREQUENT = 10
 N_NEIGHBOURS = 5
 MIN_TABLE_WORD_LEN = 6
@@ -295,6 +296,13 @@ def _align(
     progress.finish()
     held_cos, train_cos = fitted.pop("heldout_cosine", None), fitted.pop("train_cosine", None)
     warnings = fit_warnings(held_cos, n_shared, d_w2v if method.needs_vectors else 0, ref.name)
+    shared_direction = mean_pairwise_cosine(vectors) if d_w2v else None
+    if shared_direction is not None and shared_direction > SHARED_DIRECTION_COSINE:
+        warnings.append(
+            f"the word2vec vectors share one direction (mean cosine between two words {shared_direction:.2f}): too little "
+            "text or too few epochs for word2vec, so every word looks near every other (neighbour cosines about 1.00) "
+            "and the map has little to carry; use more text or more --epochs (docs/corpus-size.md)"
+        )
     for warning in warnings:
         log.warning("align: %s", warning)
 
@@ -314,6 +322,7 @@ def _align(
         "d_model": d_model,
         "d_w2v": d_w2v,
         "heldout_cosine": _round(held_cos),
+        "w2v_mean_cosine": _round(shared_direction),
         "train_cosine": _round(train_cos),
         "heldout_fraction": HELDOUT_FRACTION,
         "n_heldout": int(n_held),
@@ -380,6 +389,26 @@ def read_w2v_words(w2v_dir: Path, *, need_vectors: bool, method: str) -> tuple[l
         )
     words = list(read_counts(w2v_dir / "counts.tsv"))
     return words, np.zeros((len(words), 0), dtype=np.float32)
+
+
+def mean_pairwise_cosine(vectors: np.ndarray, chunk: int = 65536) -> float:
+    """The mean cosine between two different words' vectors, in one pass over the rows without a copy of them.
+
+    The mean of n unit vectors u has |mean|² = (n + Σ_{i≠j} u_i·u_j) / n², so the mean over pairs is
+    (n·|mean|² − 1) / (n − 1). About 0 for trained word2vec; near 1 when training was too short to
+    move the vectors away from the direction they all drift in first.
+    """
+    import numpy as np
+
+    n = len(vectors)
+    if n < 2:
+        return 0.0
+    total = np.zeros(vectors.shape[1], dtype=np.float64)
+    for start in range(0, n, chunk):
+        block = vectors[start : start + chunk].astype(np.float64)
+        total += (block / np.maximum(np.linalg.norm(block, axis=1, keepdims=True), 1e-12)).sum(axis=0)
+    mean = total / n
+    return float((n * (mean @ mean) - 1) / (n - 1))
 
 
 def fit_warnings(heldout_cosine: float | None, n_shared: int, d_w2v: int, model: str) -> list[str]:

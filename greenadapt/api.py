@@ -72,7 +72,7 @@ def adapt(
     seed: int = DEFAULT_SEED,
     force: bool = False,
     wait: bool = False,
-    progress: Progress | None = None,
+    progress: Progress | bool | None = None,
 ) -> AdaptOutcome:
     """Adapt ``model`` (default: the bundled all-MiniLM-L6-v2) to ``corpus``: word2vec, align, expand.
 
@@ -84,7 +84,7 @@ def adapt(
     from greenadapt.adapt import AdaptOptions, run_adapt
     from greenadapt.context_vectors import ContextOptions
     from greenadapt.methods import MethodOptions
-    from greenadapt.progress import NULL_PROGRESS
+    from greenadapt.progress import as_progress
     from greenadapt.w2v import W2VOptions
 
     options = AdaptOptions(
@@ -107,7 +107,7 @@ def adapt(
         out=_path(out),
         force=force,
         wait=wait,
-        progress=progress or NULL_PROGRESS,
+        progress=as_progress(progress),
     )
 
 
@@ -158,7 +158,7 @@ def finetune(
     gmap_indexing: str = "reference",
     force: bool = False,
     wait: bool = False,
-    progress: Progress | None = None,
+    progress: Progress | bool | None = None,
 ) -> StageOutcome:
     """Fine-tune ``model`` on ``task`` (``ner``, ``classify`` or ``qa``) with both tokenizers; evaluate mean-pooled.
 
@@ -172,7 +172,7 @@ def finetune(
     from greenadapt.finetune.data import ReaderOptions
     from greenadapt.finetune.run import FinetuneOptions, run_finetune
     from greenadapt.gmap.options import GmapOptions
-    from greenadapt.progress import NULL_PROGRESS
+    from greenadapt.progress import as_progress
     from greenadapt.tasks import get_task
 
     options = FinetuneOptions(
@@ -213,7 +213,7 @@ def finetune(
         doc_stride=doc_stride,
         gmap=GmapOptions.from_cli(gmap, gmap_layers, general_model, gmap_unfrozen, gmap_cache, gmap_indexing),
     )
-    return run_finetune(options, progress or NULL_PROGRESS)
+    return run_finetune(options, as_progress(progress))
 
 
 def qa(
@@ -231,7 +231,7 @@ def qa(
     general_model: str | None = None,
     force: bool = False,
     wait: bool = False,
-    progress: Progress | None = None,
+    progress: Progress | bool | None = None,
 ) -> StageOutcome:
     """Answer every question of a SQuAD-style file over its whole document; predictions and metrics go to ``out``.
 
@@ -239,7 +239,7 @@ def qa(
     one tokenizer of a plain model. To answer questions from code, use
     ``load(path).answer(question, context)``.
     """
-    from greenadapt.progress import NULL_PROGRESS
+    from greenadapt.progress import as_progress
     from greenadapt.qa.run import QaOptions, run_qa
 
     options = QaOptions(
@@ -252,7 +252,7 @@ def qa(
         device=device,
         general_model=general_model,
     )
-    return run_qa(model, data, out, options=options, force=force, wait=wait, progress=progress or NULL_PROGRESS)
+    return run_qa(model, data, out, options=options, force=force, wait=wait, progress=as_progress(progress))
 
 
 def load(
@@ -280,14 +280,19 @@ def load(
     )
 
 
-def pipeline(task: str, model: PathLike, **load_options: Any) -> Any:
+def pipeline(task: str, model: PathLike, **options: Any) -> Any:
     """A ``transformers.Pipeline`` over a fine-tuned greenadapt folder, with greenadapt's dual-tokenizer inference.
 
     ``task``: ``token-classification`` (alias ``ner``), ``text-classification``
     (``classify``) or ``question-answering`` (``qa``); it must match the
     folder's task. No ``trust_remote_code`` is involved: the pipeline class
-    is greenadapt's own. ``load_options`` are :func:`load`'s (device, pool, batch_size, ...).
+    is greenadapt's own. ``options`` are :func:`load`'s (device, pool, batch_size, ...) and the
+    call options of transformers' pipeline of the task (``aggregation_strategy``, ``ignore_labels``,
+    ``is_split_into_words``; ``top_k``; ``function_to_apply``), which every call then uses; any other is
+    refused here in one line.
     """
+    import inspect
+
     from greenadapt.errors import UsageError
     from greenadapt.hf_pipeline import HF_TASK, PIPELINES, TASK_ALIASES
 
@@ -303,7 +308,10 @@ def pipeline(task: str, model: PathLike, **load_options: Any) -> Any:
             f"{model} is a {settings.task} model, not {HF_TASK[wanted]}",
             hint=f"use greenadapt.pipeline({HF_TASK[settings.task]!r}, model=...)",
         )
-    return PIPELINES[wanted](open_model(folder, settings, **load_options), task=HF_TASK[wanted])
+    load_names = set(inspect.signature(open_model).parameters) - {"folder", "settings"}
+    load_options = {k: v for k, v in options.items() if k in load_names}
+    call_defaults = {k: v for k, v in options.items() if k not in load_names}
+    return PIPELINES[wanted](open_model(folder, settings, **load_options), call_defaults, task=HF_TASK[wanted])
 
 
 def _path(value: PathLike | None) -> Path | None:
@@ -334,7 +342,7 @@ def compare(
     corpus: Sequence[str] | str | None = None,
     adapt_methods: Sequence[str] = (),
     workdir: PathLike | None = None,
-    progress: Progress | None = None,
+    progress: Progress | bool | None = None,
 ) -> Any:
     """Fine-tune every model of ``models`` (name → folder or Hub id) on ``task`` with one recipe and the same ``seeds``,
     and compare each with ``against`` (default: the first), paired by seed and by test example.
@@ -346,7 +354,7 @@ def compare(
     ``out/adapted/<method>``) and each result joins the comparison under its method's name.
     """
     from greenadapt.comparison.run import CompareOptions, run_compare
-    from greenadapt.progress import NULL_PROGRESS
+    from greenadapt.progress import as_progress
 
     pairs = tuple(models.items()) if isinstance(models, dict) else tuple((str(n), str(m)) for n, m in models)
     options = CompareOptions(
@@ -356,4 +364,4 @@ def compare(
         save_every=save_every, force=force, corpus=(corpus,) if isinstance(corpus, str) else tuple(corpus or ()),
         adapt_methods=tuple(adapt_methods), workdir=Path(workdir) if workdir else None,
     )
-    return run_compare(options, finetune, progress or NULL_PROGRESS, adapt=adapt)
+    return run_compare(options, finetune, as_progress(progress), adapt=adapt)

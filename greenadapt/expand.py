@@ -66,7 +66,9 @@ from greenadapt.model_card import (
     config_block,
     cost_summary,
     expanded_card,
+    publishable_source,
 )
+from greenadapt.models import display_name, hub_id
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
 from greenadapt.stage import StageOutcome, StageRun, resource_errors
@@ -221,7 +223,8 @@ def run_expand(
                 align_dir, w2v_dir, ref, general, method=fitted, method_options=method_options, max_new=max_new,
                 min_count=min_count, seed=seed, dest=run.tmp, progress=progress,
                 # in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on
-                provenance={"corpus": corpus, "vectors_cost": cost_summary(upstream)},
+                # The corpus by name: a path says where it lies on this machine and would be published with the model.
+                provenance={"corpus": [publishable_source(c) for c in corpus], "vectors_cost": cost_summary(upstream)},
             )
             _write_card(run.tmp, ref, stats, align_manifest, corpus, upstream)
         manifest = run.commit(stats=stats)
@@ -243,7 +246,7 @@ def _write_card(
     from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
 
     card = expanded_card(
-        base_model=ref.name, method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
+        base_model=display_name(ref), base_model_hub_id=hub_id(ref), method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
         align_stats=align_manifest.stats, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
     )
     (dest / CARD_FILE).write_text(card, encoding="utf-8")
@@ -385,7 +388,7 @@ def _expand(
         log.warning("config.json says vocab_size %s, the embedding matrix has %d rows", config.get("vocab_size"), n_rows)
     config["vocab_size"] = n_rows + n_new
     config[CONFIG_KEY] = config_block(
-        method=method.name, base_model=ref.name, first_new_id=n_rows, n_new=n_new, general_tokenizer=GENERAL_TOKENIZER_DIR
+        method=method.name, base_model=display_name(ref), base_model_hub_id=hub_id(ref), first_new_id=n_rows, n_new=n_new, general_tokenizer=GENERAL_TOKENIZER_DIR
     ) | dict(provenance)
     (dest / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 

@@ -39,12 +39,26 @@ TASK_ALIASES = {
 HF_TASK = {"ner": "token-classification", "classify": "text-classification", "qa": "question-answering"}
 
 
-class _GreenadaptPipeline(Pipeline):
-    """The steps every greenadapt pipeline shares: hand the input to the predictor, return its answer."""
+# transformers' entity grouping: greenadapt's predictions are already pooled per word and grouped into whole
+# entities, so each of these gives the same entities; "none" (one result per wordpiece) has no pooled meaning.
+ENTITY_AGGREGATIONS = ("simple", "first", "average", "max")
 
-    def __init__(self, predictor: Any, **kwargs: Any) -> None:
+
+class _GreenadaptPipeline(Pipeline):
+    """The steps every greenadapt pipeline shares: hand the input to the predictor, return its answer.
+
+    ``call_defaults``: keyword arguments of transformers' pipeline of the same task given when the pipeline
+    is made (``pipeline(..., aggregation_strategy="simple")``); every call uses them unless it overrides them.
+    """
+
+    def __init__(self, predictor: Any, call_defaults: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self.predictor = predictor
+        self.call_defaults = dict(call_defaults or {})
         super().__init__(model=predictor.model, tokenizer=predictor.general_tokenizer, device=predictor.model.device, **kwargs)
+        self._predict([], **self.call_defaults)  # refuses an option it does not take now, not at the first call
+
+    def _with_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {**self.call_defaults, **kwargs}
 
     def _sanitize_parameters(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         return kwargs, {}, {}
@@ -65,26 +79,44 @@ class _GreenadaptPipeline(Pipeline):
 
 class GreenadaptTokenClassificationPipeline(_GreenadaptPipeline):
     def __call__(self, inputs: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # one input or a list, as transformers' own
+        kwargs = self._with_defaults(kwargs)
         split = kwargs.get("is_split_into_words", False)
         batched = isinstance(inputs, list) and (not split or (inputs and isinstance(inputs[0], list | tuple)))
         if batched:
             return self._predict(list(inputs), **kwargs)
         return super().__call__(inputs, **kwargs)
 
-    def _predict(self, inputs: list[Any], is_split_into_words: bool = False, **unused: Any) -> list[Any]:
+    def _predict(
+        self, inputs: list[Any], is_split_into_words: bool = False, aggregation_strategy: str = "simple",
+        ignore_labels: list[str] | None = None, **unused: Any,
+    ) -> list[Any]:
         _refuse(unused, "token-classification")
+        if str(aggregation_strategy).lower() not in ENTITY_AGGREGATIONS:
+            raise UsageError(
+                f"aggregation_strategy={aggregation_strategy!r}: greenadapt pools its predictions per word, so it gives whole entities only",
+                hint=f"use one of {', '.join(ENTITY_AGGREGATIONS)} (the same entities)",
+            )
+        if not inputs:
+            return []
         predicted = self.predictor.predict_words(inputs) if is_split_into_words else self.predictor.predict(inputs)
-        return [[_hf_entity(e) for e in entities] for entities in predicted]
+        skip = set(ignore_labels or ())
+        return [[_hf_entity(e) for e in entities if e.label not in skip] for entities in predicted]
 
 
 class GreenadaptTextClassificationPipeline(_GreenadaptPipeline):
     def __call__(self, inputs: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # one input or a list, as transformers' own
+        kwargs = self._with_defaults(kwargs)
         if isinstance(inputs, list):
             return self._predict(list(inputs), **kwargs)
         return super().__call__(inputs, **kwargs)
 
-    def _predict(self, inputs: list[Any], top_k: int | None = 1, **unused: Any) -> list[Any]:
+    def _predict(self, inputs: list[Any], top_k: int | None = 1, function_to_apply: str = "softmax", **unused: Any) -> list[Any]:
         _refuse(unused, "text-classification")
+        if str(function_to_apply).lower() not in ("softmax", "default"):
+            raise UsageError(f"function_to_apply={function_to_apply!r}: greenadapt's scores are the softmax of the pooled logits",
+                             hint="leave it out, or pass 'softmax'")
+        if not inputs:
+            return []
         texts, pairs = [], []
         for item in inputs:
             if isinstance(item, dict):  # transformers' sentence-pair form
@@ -112,11 +144,13 @@ class GreenadaptQuestionAnsweringPipeline(_GreenadaptPipeline):
                 raise UsageError("question-answering needs question= and context=")
             inputs = {"question": question, "context": context}
         items = inputs if isinstance(inputs, list) else [inputs]
-        answers = self._predict(items, **kwargs)
+        answers = self._predict(items, **self._with_defaults(kwargs))
         return answers if isinstance(inputs, list) else answers[0]
 
     def _predict(self, inputs: list[Any], top_k: int = 1, **unused: Any) -> list[Any]:
         _refuse(unused, "question-answering")
+        if not inputs:
+            return []
         pairs = [(item["question"], item["context"]) for item in inputs]
         results: list[Any] = []
         for answers in self.predictor.answer_many(pairs, n_best=top_k):
@@ -141,4 +175,5 @@ def _hf_entity(entity: Any) -> dict[str, Any]:
 
 def _refuse(unused: dict[str, Any], task: str) -> None:
     if unused:
-        raise UsageError(f"the greenadapt {task} pipeline does not take {', '.join(sorted(unused))}")
+        raise UsageError(f"the greenadapt {task} pipeline does not take {', '.join(sorted(unused))}",
+                         hint="greenadapt.load(...)'s options (device, pool, batch_size, precision, max_length) go to greenadapt.pipeline too")

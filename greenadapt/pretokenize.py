@@ -48,9 +48,11 @@ JSON, the tokenizers version and :data:`PRETOK_FORMAT`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import multiprocessing
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +84,30 @@ CHUNK_CHARS = 2 << 20  # text per pool task: large enough to amortise the per-ta
 # Worker side: one chunk of text in, its pre-tokenized lines and counts out
 
 _WORKER_SPLITTER: WordSplitter | None = None
+
+
+@contextlib.contextmanager
+def _workers_skip_main_module() -> Iterator[None]:
+    """Start worker processes without importing the caller's ``__main__`` in them.
+
+    forkserver and spawn children re-import the main script so that they can find functions defined
+    there; ours need only this module. A user's script without ``if __name__ == "__main__":`` would
+    otherwise run again in every worker (a second ``greenadapt.adapt`` that found the first one's lock
+    and printed its traceback). Hiding where ``__main__`` came from, only while the executor starts its
+    processes, makes them skip it.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    hidden = {name: main.__dict__.pop(name) for name in ("__file__",) if name in main.__dict__}
+    spec = getattr(main, "__spec__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(hidden)
+        main.__spec__ = spec
 
 
 def _init_worker(normalizer: str | None, pre_tokenizer: str | None) -> None:
@@ -358,7 +384,9 @@ def _run_chunks(chunks: Iterable[str], rules: TextRules, workers: int) -> Iterat
         )
         try:
             for chunk in itertools.chain(head, iterator):
-                pending.append((chunk, executor.submit(_process_chunk, chunk)))
+                with _workers_skip_main_module():
+                    future = executor.submit(_process_chunk, chunk)
+                pending.append((chunk, future))
                 while len(pending) >= 2 * workers:
                     yield pending[0][1].result()
                     pending.popleft()

@@ -9,6 +9,7 @@ it is not, and nothing with ``--quiet``.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Protocol, TextIO
@@ -119,6 +120,26 @@ def heartbeat_interval() -> float:
     if value < 0:
         raise UsageError(f"${HEARTBEAT_ENV} must be 0 or more, got {raw}")
     return value
+
+
+class AnnouncingProgress(HeartbeatProgress):
+    """Heartbeat lines, and one line as each phase starts: in a notebook or a script, a run that has not yet
+    been going for ``interval`` seconds still says what it is doing."""
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        super().start(description, total, unit)
+        self.stream.write(f"{time.strftime('%H:%M:%S')} {description}\n")
+        self.stream.flush()
+
+
+def as_progress(progress: Progress | bool | None, *, interval: float = 10.0) -> Progress:
+    """What the Python API's ``progress=`` means: a :class:`Progress` as given, True for plain lines on
+    stderr every ``interval`` seconds (as the command line writes to a log), False or None for none."""
+    if progress is True:
+        return AnnouncingProgress(interval, sys.stderr)
+    if progress is None or progress is False:
+        return NULL_PROGRESS
+    return progress
 
 
 class StepRate:

@@ -78,6 +78,11 @@ class StageOutcome:
     skipped: bool
     skip_reason: str = ""
 
+    def __repr__(self) -> str:
+        # The manifest is kilobytes: a printed result shows what a person looks for first.
+        state = f"skipped: {self.skip_reason}" if self.skipped and self.skip_reason else "skipped" if self.skipped else "done"
+        return f"<{self.manifest.get('kind') or 'stage'} {state} at {str(self.path)!r}>"
+
 
 @dataclass
 class CostMeter:

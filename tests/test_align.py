@@ -208,6 +208,32 @@ def test_neighbour_table_within_and_cross_space(tiny_bert: Path, tmp_path: Path)
     assert rows["nonexistentword"]["in_w2v"] is False and rows["nonexistentword"]["within"] == []
 
 
+def test_vectors_that_share_one_direction_are_named_with_their_mean_cosine(tiny_bert: Path, tmp_path: Path) -> None:
+    """word2vec on little text: every vector leans one way and every neighbour shows cosine 1.00 (issue 37)."""
+    import numpy as np
+
+    from greenadapt.align import SHARED_DIRECTION_COSINE, mean_pairwise_cosine
+    from greenadapt.vectors import read_counts, read_word2vec_binary
+
+    w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert)
+    words, vectors = read_word2vec_binary(w2v / "vectors.bin")
+    counts = read_counts(w2v / "counts.tsv")
+    rng = np.random.default_rng(0)
+    spread = rng.normal(size=vectors.shape)
+    unit = spread / np.linalg.norm(spread, axis=1, keepdims=True)
+    exact = float(((unit @ unit.T).sum() - len(unit)) / (len(unit) * (len(unit) - 1)))
+    assert mean_pairwise_cosine(spread.astype(np.float32), chunk=7) == pytest.approx(exact, abs=1e-6)  # chunked = exact
+    healthy = run_align(w2v=write_w2v_folder(tmp_path / "ok", tiny_bert, words, spread.astype(np.float32), [counts[w] for w in words]),
+                        out=tmp_path / "align-ok")
+    assert healthy.manifest["stats"]["w2v_mean_cosine"] < SHARED_DIRECTION_COSINE
+    assert not any("share one direction" in w for w in healthy.manifest["stats"]["warnings"])
+    leaning = (spread + 30 * np.ones(vectors.shape[1]) / np.sqrt(vectors.shape[1])).astype(np.float32)
+    outcome = run_align(w2v=write_w2v_folder(tmp_path / "lean", tiny_bert, words, leaning, [counts[w] for w in words]), out=tmp_path / "align-lean")
+    stats = outcome.manifest["stats"]
+    assert stats["w2v_mean_cosine"] > 0.9
+    assert any(f"share one direction (mean cosine between two words {stats['w2v_mean_cosine']:.2f})" in w for w in stats["warnings"])
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     return subprocess.run(
@@ -267,3 +293,4 @@ def test_frequent_new_words_take_the_fast_path_only_when_it_gives_the_same_table
     rng.shuffle(shuffled)
     assert frequent_new_words(general, shuffled, {w: counts_by_word[w] for w in shuffled}) == expected
     assert frequent_new_words(general, in_order, {w: counts_by_word[w] for w in shuffled}) == expected
+

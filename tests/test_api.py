@@ -246,6 +246,42 @@ def test_token_classification_pipeline_is_a_transformers_pipeline_with_the_same_
         greenadapt.pipeline("summarization", model=ner_run)
 
 
+def test_the_pipeline_takes_transformers_usual_keywords_and_refuses_the_rest_in_one_line(ner_run: Path) -> None:
+    """`greenadapt.pipeline(..., aggregation_strategy="simple")` was a TypeError (issue 37)."""
+    texts = ["Patients with melanoma and sepsis were studied.", "The leukemia of patients was high."]
+    plain = greenadapt.pipeline("token-classification", model=ner_run, device="cpu")(texts)
+    simple = greenadapt.pipeline("token-classification", model=ner_run, device="cpu", aggregation_strategy="simple")
+    assert simple(texts) == plain and simple(texts[0]) == plain[0]
+    labels = {e["entity_group"] for doc in plain for e in doc}
+    assert labels  # something to leave out
+    kept = greenadapt.pipeline("ner", model=ner_run, device="cpu", ignore_labels=sorted(labels))(texts)
+    assert kept == [[], []]
+    with pytest.raises(UsageError, match="whole entities only"):
+        greenadapt.pipeline("token-classification", model=ner_run, device="cpu", aggregation_strategy="none")
+    with pytest.raises(UsageError, match="does not take no_such_option"):
+        greenadapt.pipeline("token-classification", model=ner_run, device="cpu", no_such_option=1)
+
+
+def test_results_print_short_and_progress_is_there_when_asked(
+    ner_data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`print(greenadapt.adapt(...))` dumped kilobytes of manifests, and the API showed no progress (issue 37)."""
+    model = build_tiny_expanded(tmp_path / "model")
+    run = greenadapt.finetune("ner", ner_data["train"], model=str(model), out=tmp_path / "run", epochs=1, batch_size=8,
+                              device="cpu", progress=True)
+    shown = capsys.readouterr()
+    assert shown.out == ""  # progress is a log: stderr only
+    assert any(line.split(" ", 1)[-1].startswith("fine-tuning") for line in shown.err.splitlines()), shown.err
+    assert repr(run) == f"<finetune done at {str(run.path)!r}>" and len(json.dumps(run.manifest)) > 1000
+    again = greenadapt.finetune("ner", ner_data["train"], model=str(model), out=tmp_path / "run", epochs=1, batch_size=8, device="cpu")
+    assert repr(again).startswith("<finetune skipped") and capsys.readouterr().err == ""  # no progress unless asked
+
+    from greenadapt.adapt import AdaptOutcome
+
+    adapted = AdaptOutcome(again, again, again)
+    assert repr(adapted).startswith(f"<adapted model at {str(again.path)!r} (w2v skipped") and adapted.path == again.path
+
+
 def test_load_refuses_what_is_not_a_finetuned_model(tmp_path: Path) -> None:
     with pytest.raises(StageError):
         greenadapt.load(tmp_path)

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from finetune_helpers import build_tiny_expanded, write_ner_file
+from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
 
 from greenadapt.training.health import PATIENCE, WINDOW, TrainingHealth
 
@@ -47,3 +47,68 @@ def test_finetune_records_the_warning_in_its_manifest(tmp_path: Path, caplog: py
     assert any("training loss has not fallen" in w for w in warnings), warnings
     assert any("has not fallen" in r.getMessage() for r in caplog.records)
     json.dumps(warnings)
+
+
+def test_a_constant_classifier_is_named_whatever_its_accuracy() -> None:
+    from greenadapt.training.health import prediction_warnings
+
+    gold = ["neg"] * 7 + ["pos"] * 3
+    constant = prediction_warnings("test", gold, ["neg"] * 10)
+    assert len(constant) == 1 and "every test prediction is 'neg'" in constant[0] and "majority-class" in constant[0]
+    # Two labels predicted, yet no better than always answering 'neg' (70%): still nothing learned.
+    at_majority = prediction_warnings("test", gold, ["neg"] * 6 + ["pos", "neg", "neg", "pos"])
+    assert len(at_majority) == 1 and "accuracy 70.00 is not above the majority-class rate 70.00 (always answering 'neg')" in at_majority[0]
+    assert prediction_warnings("test", gold, ["neg"] * 7 + ["pos", "pos", "neg"]) == []  # 90%: it learned something
+    assert prediction_warnings("test", ["neg"] * 4, ["neg"] * 4) == []  # one gold label: no majority to beat
+
+
+def test_an_ner_model_that_tags_nothing_or_one_tag_is_named() -> None:
+    from greenadapt.training.health import prediction_warnings
+
+    gold = [["O", "B-Disease", "I-Disease"], ["B-Disease", "O"]]
+    nothing = prediction_warnings("dev", gold, [["O", "O", "O"], ["O", "O"]])
+    assert len(nothing) == 1 and "tags no entity in dev (2 gold entities)" in nothing[0]
+    constant = prediction_warnings("dev", gold, [["I-Disease"] * 3, ["I-Disease"] * 2])
+    assert len(constant) == 1 and "every word of dev is tagged 'I-Disease'" in constant[0]
+    assert prediction_warnings("dev", gold, [["O", "B-Disease", "O"], ["B-Disease", "O"]]) == []
+
+
+def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp_path: Path) -> None:
+    """The user's ChemProt run: 'test accuracy 36.67' headlined with no word that the model answers one class."""
+    from greenadapt.cli.finetune import _summary
+    from greenadapt.finetune.predict import run_predict
+    from greenadapt.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.info import describe_folder, render
+
+    model = build_tiny_expanded(tmp_path / "model")
+    train = write_classify_file(tmp_path / "train.jsonl", 24, seed=1)
+    test = write_classify_file(tmp_path / "test.jsonl", 16, seed=2)
+    options = FinetuneOptions(task="classify", model=str(model), train=train, test=test, out=tmp_path / "run", device="cpu",
+                              training=TrainConfig(lr=1e-12, epochs=1, batch_size=4))
+    outcome = run_finetune(options)
+    warnings = outcome.manifest["stats"]["warnings"]
+    assert any(w.startswith("seed 42: ") and "test" in w and "majority" in w for w in warnings), warnings
+    assert "\nwarning: seed 42: " in _summary(outcome)
+    info = describe_folder(outcome.path)
+    assert any("majority" in w for w in info["warnings"])
+    assert any(line.startswith("  warning") and "majority" in line for line in render(info).splitlines())
+    predicted = run_predict(outcome.path, test, tmp_path / "pred.jsonl", device="cpu")
+    assert predicted.metrics is not None and any("majority" in w for w in predicted.metrics["warnings"])
+
+
+def test_the_report_shows_a_runs_warnings_beside_its_scores(tmp_path: Path) -> None:
+    from greenadapt.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.report.collect import collect
+    from greenadapt.report.render import html_page, markdown
+
+    model = build_tiny_expanded(tmp_path / "model")
+    train = write_classify_file(tmp_path / "train.jsonl", 16, seed=1)
+    run = tmp_path / "runs" / "chemprot"
+    run_finetune(FinetuneOptions(task="classify", model=str(model), train=train, test=train, out=run, device="cpu",
+                                 training=TrainConfig(lr=1e-12, epochs=1, batch_size=4)))
+    data = collect([tmp_path / "runs"])
+    assert [w["stage"] for w in data["warnings"]] == ["runs/chemprot"] and "majority" in data["warnings"][0]["warning"]
+    assert "## Warnings" in markdown(data) and "majority-class" in markdown(data)
+    assert "<h2>Warnings</h2>" in html_page(data, {})

@@ -411,7 +411,7 @@ def test_entity_type_errors(expanded: Path, data: dict[str, Path], tmp_path: Pat
 def test_the_run_folder_has_a_model_card_with_its_scores(main_run: Path) -> None:
     card = (main_run / "README.md").read_text()
     metrics = json.loads((main_run / "metrics.json").read_text())["summary"]["test"]
-    assert card.startswith("---\nbase_model: ") and "pipeline_tag: token-classification" in card
+    assert card.startswith("---\nlibrary_name: transformers") and "pipeline_tag: token-classification" in card
     for view in ("mean", "general", "domain"):
         score = metrics[view]["f1"]
         headline = " (headline)" if view == "mean" else ""

@@ -285,3 +285,27 @@ def test_real_minilm_tokenizer_on_cord19_abstracts(tmp_path: Path, minilm_path: 
     expected = [piece for r in (reference(backend, line) for line in raw) if r for piece in _cut(r)]
     assert result.path.read_bytes().decode("utf-8").split("\n")[:-1] == expected
     assert result.tokens > 500_000
+
+
+def test_a_script_without_a_main_guard_runs_once_with_worker_processes(tmp_path: Path) -> None:
+    """The README's Python snippet saved as a script: the workers re-imported it, ran `adapt` again, found the
+    first run's lock and printed a LockedError traceback; pre-tokenizing then fell back to one process."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import build_tiny_bert
+
+    model = build_tiny_bert(tmp_path / "model", head="base")
+    script = tmp_path / "adapt_sample.py"
+    script.write_text(
+        "import greenadapt\n\n"
+        f"adapted = greenadapt.adapt('sample', model={str(model)!r}, workdir={str(tmp_path / 'work')!r}, epochs=1, workers=2)\n"
+        "print('adapted', adapted.path)\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("adapted ") == 1
+    assert "Traceback" not in done.stderr and "worker processes failed" not in done.stderr, done.stderr[-3000:]
+    assert "pre-tokenized" in done.stderr or "w2v" in done.stderr  # it ran, and said so on stderr

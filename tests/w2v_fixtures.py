@@ -39,15 +39,16 @@ def write_w2v_folder(
     *,
     lowercase: bool = True,
     strip_accents: bool | None = None,
+    inputs: Sequence[dict[str, object]] = (),
 ) -> Path:
-    """Write a finished ``w2v`` stage folder holding exactly these words, vectors and counts."""
+    """Write a finished ``w2v`` stage folder holding exactly these words, vectors and counts (read from ``inputs``)."""
     config = {
         "model": ModelRef(str(model_path), model_path).identity(),
         "lowercase": lowercase,
         "strip_accents": strip_accents,
         "dim": int(vectors.shape[1]),
     }
-    with StageRun("w2v", folder, config, [], force=True) as run:
+    with StageRun("w2v", folder, config, list(inputs), force=True) as run:
         write_word2vec_binary(run.tmp / "vectors.bin", words, vectors)
         write_counts(run.tmp / "counts.tsv", list(zip(words, counts)))
         run.commit(stats={"n_words": len(words)})

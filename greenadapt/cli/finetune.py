@@ -203,7 +203,8 @@ def _summary(outcome: StageOutcome) -> str:
         parts.append(text)
     state = "up to date" if outcome.skipped else "fine-tuned"
     scores = f": {', '.join(parts)} (pool {stats.get('pool')})" if parts else ""
-    return f"{state} {stats.get('task', '')} model in {outcome.path}{scores}"
+    warnings = "".join(f"\nwarning: {w}" for w in stats.get("warnings") or [])
+    return f"{state} {stats.get('task', '')} model in {outcome.path}{scores}{warnings}"
 
 
 def _qa_summary(path: Path, stats: Mapping[str, Any], skipped: bool) -> str:

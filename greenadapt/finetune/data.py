@@ -112,6 +112,10 @@ class TaskFile:
     labelled: bool
     field_names: dict[str, str | int | None]
 
+    def gold(self) -> list[Any]:
+        """Each example's gold label: a tag list per NER sentence, one label per classified example."""
+        return [list(e.labels or ()) if isinstance(e, NerSentence) else e.label for e in self.examples]
+
     def labels(self) -> list[str]:
         found: set[str] = set()
         for example in self.examples:

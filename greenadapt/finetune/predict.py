@@ -30,6 +30,7 @@ from greenadapt.training.distributed import DistContext
 from greenadapt.models import quiet_transformers
 from greenadapt.manifest import MANIFEST, load_stage, read_manifest
 from greenadapt.stage import resource_errors
+from greenadapt.training.health import prediction_warnings
 
 
 @dataclass
@@ -206,6 +207,8 @@ class PredictionRequest:
         with resource_errors(output_path.parent):
             write_predictions(self.task_file, predictions, output_path)
         metrics = self.task.score(self.task_file, predictions, self.settings) if self.score else None
+        if metrics is not None:
+            metrics["warnings"] = prediction_warnings(self.task_file.path.name, self.task_file.gold(), predictions)
         return PredictResult(output_path, len(self.task_file.examples), self.mode, metrics, folder)
 
 

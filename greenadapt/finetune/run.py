@@ -51,8 +51,9 @@ from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labe
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.job import training_stage
 from greenadapt.training.distributed import DistContext
+from greenadapt.training.health import prediction_warnings
 from greenadapt.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
-from greenadapt.models import ModelRef, quiet_transformers, resolve_model
+from greenadapt.models import ModelRef, display_name, hub_id, quiet_transformers, resolve_model
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.manifest import file_identity, load_stage, manifest_identity, read_manifest, write_json
 from greenadapt.stage import StageOutcome, resource_errors
@@ -286,6 +287,8 @@ class _Job:
             "preprocessing": train_stats,
             "models": {str(s): "." if len(seeds) == 1 else f"seed-{s}" for s in seeds},
             "training": trained,
+            # Every seed's warnings in one list, as info and the report read them from any stage.
+            "warnings": [f"seed {seed}: {w}" for seed, summary in trained.items() for w in summary["warnings"]],
         }
         if self.gmap is not None:
             result["gmap"] = {**trained[str(seeds[0])].pop("gmap", {}), **self.gmap.describe()}
@@ -300,7 +303,7 @@ class _Job:
                 "per_seed": per_seed,
             }
             card = finetuned_card(
-                base_model=self.ref.name, task=self.task.name, labels=list(self.settings.labels), metric=self.settings.metric or "",
+                base_model=display_name(self.ref), base_model_hub_id=hub_id(self.ref), task=self.task.name, labels=list(self.settings.labels), metric=self.settings.metric or "",
                 summary=metrics_doc["summary"], seeds=list(seeds), mix=self.base.mix or 0.0, pool=self.pool,
                 two_tokenizers=self.tokenizers.has_domain, general_tokenizer=GENERAL_TOKENIZER_DIR,
                 adaptation=self.ref.config().get(CONFIG_KEY),
@@ -364,6 +367,8 @@ class _Job:
                 continue
             scores, predictions = self._scores(model, task_file, units, _report_modes(self.tokenizers))
             metrics[split] = scores
+            if task_file.labelled:
+                result.warnings.extend(prediction_warnings(split, task_file.gold(), predictions[self.pool]))
             if folder is not None:
                 with resource_errors(folder):
                     write_predictions(task_file, predictions[self.pool], folder / "predictions" / prediction_file_name(task_file, split))
@@ -412,12 +417,9 @@ class _Job:
 
     def _by_pool(self, task_file: TaskFile, predictions: dict[str, list[Any]]) -> dict[str, Any]:
         """Gold and every pooling mode's predictions, example by example: what ``compare``'s paired bootstrap reads."""
-        from greenadapt.finetune.data import NerSentence
-
-        gold = [list(e.labels or ()) if isinstance(e, NerSentence) else e.label for e in task_file.examples]
         return {
             "task": self.task.name, "metric": self.settings.metric or self.task.default_metric,
-            "positive_label": self.settings.positive_label, "gold": gold,
+            "positive_label": self.settings.positive_label, "gold": task_file.gold(),
             "pools": {mode: [list(p) if isinstance(p, tuple | list) else p for p in values] for mode, values in predictions.items()},
         }
 

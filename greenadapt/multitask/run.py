@@ -33,6 +33,7 @@ from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR, TokenizerPair, chec
 from greenadapt.finetune.tokenize import Unit
 from greenadapt.finetune.train import TrainConfig
 from greenadapt.training.distributed import DistContext
+from greenadapt.training.health import prediction_warnings
 from greenadapt.gmap.options import GmapOptions
 from greenadapt.multitask.sampling import check_sampling
 from greenadapt.multitask.spec import TaskSpec, check_unique
@@ -248,6 +249,9 @@ def _score_and_save(
                 continue
             split_scores, predictions = scores(p, role, modes)
             metrics[p.spec.name][role] = split_scores
+            if p.files[role].labelled:
+                warnings = prediction_warnings(f"{p.spec.name} {role}", p.files[role].gold(), predictions[pool])
+                metrics[p.spec.name].setdefault("warnings", []).extend(warnings)
             write_predictions(p.files[role], predictions[pool], task_dir / "predictions" / prediction_file_name(p.files[role], role))
     with quiet_transformers():
         model.save(tmp, save_base=gmap is None)

@@ -130,6 +130,8 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         "paper": paper_comparison(stages),
         "growth": cost_growth(stages),
         "comparisons": comparisons(runs),
+        # Training that did not learn (a flat loss, a constant or majority-class model): beside the scores it makes.
+        "warnings": [{"stage": s["name"], "warning": w} for s in stages for w in s["stats"].get("warnings") or [] if isinstance(w, str)],
     }
 
 

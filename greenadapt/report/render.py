@@ -77,7 +77,8 @@ def _co2(kg: Any) -> str:
 
 
 def _mean_std(row: Mapping[str, Any]) -> str:
-    scale = 100.0 if abs(row["mean"]) <= 1 else 1.0
+    # One scale everywhere: percent. QA's scores are percentages already; the labelling tasks' are fractions.
+    scale = 1.0 if row.get("kind") == "qa" else 100.0
     text = f"{row['mean'] * scale:.2f}"
     if row["n"] > 1:
         text += f" ± {row['std'] * scale:.2f}"
@@ -189,15 +190,15 @@ def neighbour_table(alignment: Mapping[str, Any]) -> tuple[list[str], list[list[
             [
                 str(n.get("word")) + (" (probe)" if n.get("kind") == "probe" else ""),
                 _num(n.get("count")),
-                ", ".join(f"{w} {s:.2f}" for w, s in (n.get("within") or [])) or "—",
-                ", ".join(f"{w} {s:.2f}" for w, s in (n.get("cross") or [])) or "—",
+                ", ".join(f"{w} {s:.3f}" for w, s in (n.get("within") or [])) or "—",
+                ", ".join(f"{w} {s:.3f}" for w, s in (n.get("cross") or [])) or "—",
             ]
         )
     return head, rows
 
 
 def results_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["configuration", "task", "mix", "split", "pooling", "metric", "mean ± std (×100 if ≤ 1)", "seeds"]
+    head = ["configuration", "task", "mix", "split", "pooling", "metric", "mean ± sd (%)", "seeds"]
     rows = [
         [r["group"], str(r["task"]), _num(r["mix"]), r["split"], r["pool"], r["metric"], _mean_std(r), ",".join(r["seeds"])]
         for r in data["results"]
@@ -253,6 +254,8 @@ def markdown(data: Mapping[str, Any]) -> str:
         parts += ["## Masked-LM pretraining", "", _md_table(*pretraining_table(data)), ""]
     if data["results"]:
         parts += ["## Results", "", _md_table(*results_table(data)), ""]
+    if data.get("warnings"):
+        parts += ["## Warnings", "", *(f"- `{w['stage']}`: {w['warning']}" for w in data["warnings"]), ""]
     for comparison in data.get("comparisons") or []:
         parts += [f"## Did it help? `{comparison['path']}`", ""] + [f"- {p['verdict']}" for p in comparison["pairs"]]
         parts += ["", _md_table(*compare_pairs_table(comparison)), "", _md_table(*compare_variants_table(comparison)), ""]
@@ -356,6 +359,9 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
             body.append(_img(figures.get(key), title))
         if figures.get("accuracy_vs_cost"):
             body += ["<h3>Accuracy against adaptation cost</h3>", _img(figures.get("accuracy_vs_cost"), "accuracy against adaptation cost")]
+    if data.get("warnings"):
+        items = "".join(f"<li><code>{html.escape(w['stage'])}</code>: {html.escape(w['warning'])}</li>" for w in data["warnings"])
+        body += ["<h2>Warnings</h2>", f'<ul class="warnings">{items}</ul>']
     if data["training"]:
         body.append("<h2>Training curves</h2>")
         for key, title in curve_groups(data):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -58,3 +59,61 @@ class TrainingHealth:
 
     def _said(self, what: str) -> bool:
         return any(what in w for w in self.warnings)
+
+
+def prediction_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[str]:
+    """Warnings when scored predictions show a model that learned nothing (logged, and returned for the manifest).
+
+    ``gold``/``predicted``: one label per example (classification) or one tag
+    sequence per sentence (NER). A model that predicts one label for every
+    example, or whose accuracy is no better than always answering the most
+    frequent gold label, has not learned the task, whatever its headline says:
+    accuracy at the majority rate can look like a score (ChemProt: 36.67).
+    """
+    if not gold or len(gold) != len(predicted):
+        return []
+    sequences = isinstance(gold[0], tuple | list)
+    new = _entity_warnings(split, gold, predicted) if sequences else _label_warnings(split, gold, predicted)
+    for warning in new:
+        log.warning("%s: %s", split, warning)
+    return new
+
+
+def _entity_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[str]:
+    gold_entities = sum(1 for tags in gold for i, tag in enumerate(tags) if tag != "O" and _starts(tags, i))
+    predicted_entities = sum(1 for tags in predicted for i, tag in enumerate(tags) if tag != "O" and _starts(tags, i))
+    if gold_entities and not predicted_entities:
+        return [f"the model tags no entity in {split} ({gold_entities} gold entities): every word is 'O'; {CAUSES}"]
+    pairs = [(g, p) for tags_g, tags_p in zip(gold, predicted, strict=True) for g, p in zip(tags_g, tags_p, strict=True)]
+    distinct = {p for _, p in pairs}
+    if len(distinct) == 1 and len({g for g, _ in pairs}) > 1:
+        return [f"every word of {split} is tagged {next(iter(distinct))!r}: a constant model; {CAUSES}"]
+    return []
+
+
+def _starts(tags: Any, i: int) -> bool:
+    """Whether an entity starts at word ``i`` (B/S tags, or an I that follows O or another type)."""
+    tag = tags[i]
+    if tag[:1] in ("B", "S"):
+        return True
+    previous = tags[i - 1] if i else "O"
+    return previous == "O" or previous.split("-", 1)[-1] != tag.split("-", 1)[-1]
+
+
+def _label_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[str]:
+    from collections import Counter
+
+    counts = Counter(gold)
+    if len(counts) < 2:
+        return []
+    majority, majority_n = counts.most_common(1)[0]
+    distinct = set(predicted)
+    if len(distinct) == 1:
+        return [f"every {split} prediction is {next(iter(distinct))!r} ({len(predicted)} examples): a constant, "
+                f"majority-class model; {CAUSES}"]
+    accuracy = sum(g == p for g, p in zip(gold, predicted, strict=True)) / len(gold)
+    rate = majority_n / len(gold)
+    if accuracy <= rate:
+        return [f"{split} accuracy {100 * accuracy:.2f} is not above the majority-class rate {100 * rate:.2f} (always "
+                f"answering {majority!r}): the model has not learned the task; {CAUSES}"]
+    return []
