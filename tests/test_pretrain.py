@@ -531,3 +531,19 @@ def test_the_sign_of_life_line_in_batch_logs_does_not_break_training(tiny_bert: 
     assert outcome.manifest["stats"]["steps"] == 4
     lines = [r.getMessage() for r in caplog.records if "tokens/s" in r.getMessage()]
     assert len(lines) == 4 and lines[-1].startswith("step 4 of 4:")
+
+
+@pytest.mark.parametrize("sequences", [37, 38, 39])
+def test_an_epoch_whose_last_batch_is_too_small_to_split_still_ends(tiny_bert: Path, tmp_path: Path, sequences: int) -> None:
+    """A last batch with fewer sequences than processes × --grad-accum is skipped; the epoch must then end. It did not
+    when the run counted fractional epochs (masked-LM): the loop went round the skipped batch forever (found with
+    `torchrun --nproc-per-node 4 ... pretrain` from the README; one process with --grad-accum 4 is the same case)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(WORDS[i % 7 :] + WORDS[: i % 7]) for i in range(sequences)) + "\n")
+    done = _cli("--model", str(tiny_bert), "--corpus", str(corpus), "--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "w"),
+                "--batch-size", "4", "--grad-accum", "4", "--epochs", "2", "--max-length", "16", "--heldout", "1", "--device", "cpu")
+    assert done.returncode == 0, done.stderr[-3000:]
+    stats = load_stage(tmp_path / "out", "pretrain")["stats"]
+    train = stats["corpus"]["sequences"] - stats["corpus"]["heldout_sequences"]
+    assert train % 4 != 0  # there is a short last batch to skip
+    assert stats["steps"] == 2 * -(-train // 4)  # the planned steps (partial batches counted), then it stops

@@ -405,6 +405,9 @@ class _Loop:
         trainer, task, at = self.trainer, self.task, self.at
         parts = task.parts(trainer, batch)
         if parts is None:
+            # Past it, so the epoch can end: a skipped last batch (too small for every process to get a share)
+            # left the epoch unfinished, and the loop went round it forever (2+ processes, issue 37's README test).
+            at.batch = index + 1
             return False
         loss, grad_norm = trainer.step(parts, task.loss, before_update=task.before_update)
         at.step += 1
