@@ -37,9 +37,7 @@ RULES = ("label-guided", "label-blind", "whole")
 
 def rule_units(rule: str, task_file: Any, settings: Any, tokenizers: Any) -> list[Any]:
     from greenadapt.finetune.tokenize import ner_units
-    from greenadapt.tasks.ner import WHOLE_SENTENCE
-
-    max_words = WHOLE_SENTENCE if rule == "whole" else settings.max_words
+    max_words = None if rule == "whole" else settings.max_words
     units, _ = ner_units(
         task_file.examples, settings.label2id, tokenizers,
         max_words=max_words, max_length=settings.max_length, cut_at_entities=rule == "label-guided",

@@ -100,13 +100,13 @@ def _workers_skip_main_module() -> Iterator[None]:
     if main is None:
         yield
         return
-    hidden = {name: main.__dict__.pop(name) for name in ("__file__",) if name in main.__dict__}
-    spec = getattr(main, "__spec__", None)
-    main.__spec__ = None
+    had_file, file = "__file__" in main.__dict__, main.__dict__.pop("__file__", None)
+    spec, main.__spec__ = getattr(main, "__spec__", None), None
     try:
         yield
     finally:
-        main.__dict__.update(hidden)
+        if had_file:
+            main.__file__ = file
         main.__spec__ = spec
 
 

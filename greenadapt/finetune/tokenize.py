@@ -129,17 +129,18 @@ def ner_units(
     label2id: dict[str, int] | None,
     tokenizers: TokenizerPair,
     *,
-    max_words: int,
+    max_words: int | None,
     max_length: int,
     cut_at_entities: bool = True,
 ) -> tuple[list[Unit], dict[str, int]]:
     """All units of an NER file and counts of what had to be cut.
 
+    ``max_words``: words per chunk; None keeps each sentence whole, cut only where ``max_length`` ends.
     ``cut_at_entities``: chunk boundaries avoid the gold entities (training data). Files that are
     evaluated are cut without looking at their labels, exactly as unlabelled text is at prediction
     time, so a reported score is what prediction on the same words gives.
     """
-    if max_words < 1:
+    if max_words is not None and max_words < 1:
         raise UsageError("--max-words must be at least 1")
     budget = check_max_length(max_length) - 2  # [CLS] and [SEP]
     words = [s.words for s in sentences]
@@ -165,7 +166,7 @@ def ner_units(
             return all(int(c[b] - c[a]) <= budget for c in cums)
 
         for chunk_start, chunk_end in split_ranges(
-            0, len(sentence.words), lambda a, b: b - a <= max_words, can_cut, hard=False
+            0, len(sentence.words), lambda a, b: max_words is None or b - a <= max_words, can_cut, hard=False
         ):
             stats["chunks"] += 1
             pieces_ranges = split_ranges(chunk_start, chunk_end, fits_length, can_cut, hard=True)

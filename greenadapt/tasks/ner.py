@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.tasks.base import LabellingTask, TaskDefaults, TaskSettings
 
-WHOLE_SENTENCE = 1 << 30  # no word limit: a scored sentence is cut only where the window ends
-
 if TYPE_CHECKING:
     from greenadapt.expanded_model import TokenizerPair
     from greenadapt.finetune.data import TaskFile
@@ -56,7 +54,7 @@ class NerTask(LabellingTask):
             tokenizers,
             # Scored and predicted sentences stay whole where the window holds them: a 30-word cut of test sentences
             # cost every model about 1.5 F1 on NCBI-disease (issue 38) and is not how the paper scores.
-            max_words=settings.max_words if training else WHOLE_SENTENCE,
+            max_words=settings.max_words if training else None,
             max_length=settings.max_length,
             cut_at_entities=training,
         )

@@ -80,8 +80,10 @@ def prediction_warnings(split: str, gold: list[Any], predicted: list[Any]) -> li
 
 
 def _entity_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[str]:
-    gold_entities = sum(1 for tags in gold for i, tag in enumerate(tags) if tag != "O" and _starts(tags, i))
-    predicted_entities = sum(1 for tags in predicted for i, tag in enumerate(tags) if tag != "O" and _starts(tags, i))
+    from greenadapt.finetune.metrics import chunks  # the entity reading the F1 itself uses (conlleval)
+
+    gold_entities = sum(len(chunks(tags)) for tags in gold)
+    predicted_entities = sum(len(chunks(tags)) for tags in predicted)
     if gold_entities and not predicted_entities:
         return [f"the model tags no entity in {split} ({gold_entities} gold entities): every word is 'O'; {CAUSES}"]
     pairs = [(g, p) for tags_g, tags_p in zip(gold, predicted, strict=True) for g, p in zip(tags_g, tags_p, strict=True)]
@@ -89,15 +91,6 @@ def _entity_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[
     if len(distinct) == 1 and len({g for g, _ in pairs}) > 1:
         return [f"every word of {split} is tagged {next(iter(distinct))!r}: a constant model; {CAUSES}"]
     return []
-
-
-def _starts(tags: Any, i: int) -> bool:
-    """Whether an entity starts at word ``i`` (B/S tags, or an I that follows O or another type)."""
-    tag = tags[i]
-    if tag[:1] in ("B", "S"):
-        return True
-    previous = tags[i - 1] if i else "O"
-    return previous == "O" or previous.split("-", 1)[-1] != tag.split("-", 1)[-1]
 
 
 def _label_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[str]:
