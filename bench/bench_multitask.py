@@ -77,9 +77,9 @@ def prepare(root: Path, train_limit: int, dev_limit: int, seed: int) -> list[dic
 
 
 def run_separate(model: Path, tasks: list[dict], out: Path, args: argparse.Namespace) -> dict:
-    from greenadapt.finetune.data import ReaderOptions
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.data.task_files import ReaderOptions
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
 
     scores, params, started = {}, 0, time.perf_counter()
     for task in tasks:
@@ -96,11 +96,11 @@ def run_separate(model: Path, tasks: list[dict], out: Path, args: argparse.Names
 
 
 def run_multi(model: Path, tasks: list[dict], out: Path, adapter: str, args: argparse.Namespace) -> dict:
-    from greenadapt.finetune.data import ReaderOptions
-    from greenadapt.finetune.train import TrainConfig
-    from greenadapt.multitask.run import MultitaskOptions, run_multitask
-    from greenadapt.multitask.spec import TaskSpec
-    from greenadapt.pals.config import PalsConfig
+    from greenadapt.data.task_files import ReaderOptions
+    from greenadapt.modeling.pals.config import PalsConfig
+    from greenadapt.runners.multitask.run import MultitaskOptions, run_multitask
+    from greenadapt.runners.multitask.spec import TaskSpec
+    from greenadapt.training.finetuning import TrainConfig
 
     specs = [
         TaskSpec(t["name"], t["type"], t["train"], dev=t["dev"],

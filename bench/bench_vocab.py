@@ -67,13 +67,13 @@ def expanded_copy(base: Path, n_new: int, folder: Path) -> Path:
 
 
 def run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, *, dense: bool = False) -> dict[str, float]:
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
 
     if dense:  # the whole table under plain dense AdamW (bench/dense_embeddings.py), the reference for the row-wise update
         from dense_embeddings import dense_install
 
-        from greenadapt.finetune import embeddings
+        from greenadapt.modeling import embeddings
 
         embeddings.install = dense_install  # type: ignore[assignment]
 

@@ -39,8 +39,8 @@ def head(corpus: Path, lines: int, out: Path) -> Path:
 
 
 def measure(corpus: Path, lines: int, epochs: int, model: str | None, workdir: Path) -> dict[str, object]:
-    from greenadapt.align import run_align
-    from greenadapt.w2v import W2VOptions, run_w2v
+    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.w2v import W2VOptions, run_w2v
 
     text = head(corpus, lines, workdir / f"{corpus.name.split('.')[0]}-{lines}.txt")
     started = time.monotonic()

@@ -23,7 +23,7 @@ def dense_install(model: Any, *, n_base: int, mode: str, capacity: int) -> None:
 
 
 if __name__ == "__main__":
-    from greenadapt.finetune import embeddings
+    from greenadapt.modeling import embeddings
 
     embeddings.install = dense_install  # type: ignore[assignment]
     from greenadapt.cli import main

@@ -36,7 +36,7 @@ RULES = ("label-guided", "label-blind", "whole")
 
 
 def rule_units(rule: str, task_file: Any, settings: Any, tokenizers: Any) -> list[Any]:
-    from greenadapt.finetune.tokenize import ner_units
+    from greenadapt.modeling.units import ner_units
     max_words = None if rule == "whole" else settings.max_words
     units, _ = ner_units(
         task_file.examples, settings.label2id, tokenizers,
@@ -47,7 +47,7 @@ def rule_units(rule: str, task_file: Any, settings: Any, tokenizers: Any) -> lis
 
 def rescore(run: Path, test: Path, *, batch_size: int = 64) -> dict[str, dict[str, float]]:
     """``{rule: {pool: f1}}`` for one fine-tuned run on ``test`` (entity F1 x 100)."""
-    from greenadapt.finetune.predict import find_model_folder, open_finetuned
+    from greenadapt.inference.labelling import find_model_folder, open_finetuned
     from greenadapt.tasks.base import argmax_labels
 
     opened = open_finetuned(*find_model_folder(run), device="cpu")

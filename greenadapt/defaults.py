@@ -6,6 +6,9 @@ from __future__ import annotations
 # then name the same outputs, so `w2v --corpus X` followed by `adapt --corpus X` reuses w2v.
 DEFAULT_SEED = 42
 
+# Wordpieces per training sequence, [CLS] and [SEP] included, for every task that does not derive it from the model.
+DEFAULT_MAX_LENGTH = 128
+
 # The shortest --max-length any command takes: [CLS], [SEP] and room for a few words (and a QA question).
 MIN_MAX_LENGTH = 8
 

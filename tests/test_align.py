@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from w2v_fixtures import DOMAIN_WORDS, linear_w2v, write_w2v_folder
 
-from greenadapt.align import fit_linear_map, mean_cosine, run_align
+from greenadapt.adaptation.align import fit_linear_map, mean_cosine, run_align
+from greenadapt.adaptation.vectors import read_input_embeddings
+from greenadapt.artifacts.manifest import load_stage
+from greenadapt.artifacts.workspace import corpus_key
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, InputError, OutputExistsError, StageError
-from greenadapt.manifest import load_stage
-from greenadapt.vectors import read_input_embeddings
-from greenadapt.workspace import corpus_key
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def test_lstsq_heldout_cosine_near_one_for_a_linear_image(exact_w2v: tuple[Path,
 
 
 def test_heldout_cosine_is_low_for_unrelated_vectors(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     general = load_general_tokenizer(tiny_bert)
     words = [t for t in general.vocab if not t.startswith(("##", "["))]
@@ -184,7 +184,7 @@ def test_finds_w2v_by_corpus_in_the_workspace(tiny_bert: Path, tmp_path: Path) -
 
 def test_neighbour_table_within_and_cross_space(tiny_bert: Path, tmp_path: Path) -> None:
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert)
-    from greenadapt.vectors import read_counts, read_word2vec_binary
+    from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
 
     words, vectors = read_word2vec_binary(w2v / "vectors.bin")
     counts = read_counts(w2v / "counts.tsv")
@@ -212,8 +212,8 @@ def test_vectors_that_share_one_direction_are_named_with_their_mean_cosine(tiny_
     """word2vec on little text: every vector leans one way and every neighbour shows cosine 1.00 (issue 37)."""
     import numpy as np
 
-    from greenadapt.align import SHARED_DIRECTION_COSINE, mean_pairwise_cosine
-    from greenadapt.vectors import read_counts, read_word2vec_binary
+    from greenadapt.adaptation.align import SHARED_DIRECTION_COSINE, mean_pairwise_cosine
+    from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert)
     words, vectors = read_word2vec_binary(w2v / "vectors.bin")
@@ -275,8 +275,8 @@ def test_cli_json_and_identity_error(exact_w2v: tuple[Path, np.ndarray], tmp_pat
 def test_frequent_new_words_take_the_fast_path_only_when_it_gives_the_same_table(tiny_bert: Path) -> None:
     import random
 
-    from greenadapt.align import N_FREQUENT, frequent_new_words
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.neighbours import N_FREQUENT, frequent_new_words
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     general = load_general_tokenizer(tiny_bert)
     rng = random.Random(0)

@@ -19,10 +19,10 @@ from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 import greenadapt
+from greenadapt.corpus.words import split_sentences, split_words
+from greenadapt.data.metrics import chunks
 from greenadapt.errors import StageError, UsageError
-from greenadapt.finetune.metrics import chunks
-from greenadapt.finetune.predict import run_predict
-from greenadapt.words import split_sentences, split_words
+from greenadapt.inference.labelling import run_predict
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +92,16 @@ def test_importing_greenadapt_loads_no_heavy_library() -> None:
         assert getattr(greenadapt, name) is getattr(api, name)
 
 
-def test_adapt_finetune_and_qa_stay_the_api_functions_after_their_modules_are_imported(tmp_path: Path) -> None:
-    import greenadapt.adapt  # noqa: F401  binds the modules of the same names on greenadapt
-    import greenadapt.finetune.run  # noqa: F401
-    import greenadapt.qa.run  # noqa: F401
+def test_the_api_functions_stay_functions_after_every_module_is_imported(tmp_path: Path) -> None:
+    # A submodule bound on the package under an API function's name would hide the function.
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.walk_packages(greenadapt.__path__, "greenadapt."):
+        if not module.name.endswith("__main__"):  # that one runs the CLI
+            importlib.import_module(module.name)
+    for name in greenadapt.__all__:
+        assert callable(getattr(greenadapt, name)) and not isinstance(getattr(greenadapt, name), type(greenadapt)), name
 
     with pytest.raises(UsageError, match="--epochs"):
         greenadapt.adapt("sample", epochs=0, workdir=tmp_path)
@@ -108,50 +114,28 @@ def test_adapt_finetune_and_qa_stay_the_api_functions_after_their_modules_are_im
         greenadapt.no_such_function  # noqa: B018
 
 
-@pytest.mark.parametrize(("command", "function"), [("adapt", "adapt"), ("finetune", "finetune"), ("qa", "qa"), ("predict", "load")])
-def test_every_cli_option_defaults_to_the_api_default(command: str, function: str) -> None:
-    import typer.main
-
-    from greenadapt import api
-    from greenadapt.cli import _register, app
-
-    _register()
-    click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
-    signature = __import__("inspect").signature(getattr(api, function)).parameters
-    aliases = {"text_field": "text_fields"} if command == "adapt" else {}
-    compared = 0
-    for param in click_command.params:
-        name = aliases.get(param.name, param.name)
-        if name in signature and param.default is not None and not param.required:
-            assert param.default == signature[name].default, f"{command} --{param.name}: CLI {param.default!r}, API {signature[name].default!r}"
-            compared += 1
-    # finetune's epochs, batch size, lr, lengths and pool are None in both: the task's defaults (tasks/).
-    assert compared >= {"adapt": 12, "finetune": 16, "qa": 6, "predict": 4}[command]
+# Every option's default is checked against the CLI and the library configs in tests/test_defaults.py.
 
 
-def test_api_defaults_equal_the_library_dataclasses() -> None:
-    from greenadapt import api
-    from greenadapt.adapt import AdaptOptions
-    from greenadapt.finetune.run import FinetuneOptions
-    from greenadapt.finetune.train import TrainConfig
-    from greenadapt.methods import MethodOptions
-    from greenadapt.qa.run import QaOptions
-    from greenadapt.tasks import get_task
-    from greenadapt.w2v import W2VOptions
+def test_the_stage_functions_one_by_one_name_and_reuse_what_adapt_writes(tiny_bert: Path, tmp_path: Path) -> None:
+    """`greenadapt.w2v`, `align` and `expand` with their defaults are `adapt`'s three stages: adapt afterwards redoes nothing."""
+    import random
 
-    def check(function: object, defaults: object, names: list[str]) -> None:
-        for name in names:
-            assert api.default_of(function, name) == getattr(defaults, name), name  # type: ignore[arg-type]
+    rng = random.Random(0)
+    words = ["the", "patients", "with", "tachycardia", "and", "leukemia", "were", "in", "study", "of", "cells", "insulin", "kinase"]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(300)) + "\n")
+    work = tmp_path / "work"
+    common = {"model": str(tiny_bert), "workdir": work}
+    vectors = greenadapt.w2v(str(corpus), min_count=1, workers=1, **common)
+    aligned = greenadapt.align(corpus=str(corpus), **common)
+    expanded = greenadapt.expand(corpus=str(corpus), **common)
+    assert not vectors.skipped and not aligned.skipped and not expanded.skipped
+    assert aligned.path.parent == vectors.path.parent == expanded.path.parent  # the workspace found each stage's input
 
-    check(api.finetune, TrainConfig(), ["grad_accum", "warmup", "weight_decay", "eval_batch_size", "seed"])
-    check(api.finetune, FinetuneOptions(task="ner", train=Path("x")), ["pool", "train_on", "max_length", "max_words", "device"])
-    # The task-dependent ones are None in the API and filled in by the task: ner's are TrainConfig's own.
-    assert [api.default_of(api.finetune, n) for n in ("batch_size", "lr", "epochs")] == [None, None, None]
-    assert get_task("ner").training_config() == TrainConfig()
-    check(api.adapt, W2VOptions(), ["epochs", "min_count", "dim", "workers", "seed"])
-    check(api.adapt, AdaptOptions(), ["min_count_new", "max_new", "seed"])
-    check(api.adapt, MethodOptions(), ["focus_k", "focus_temperature", "hybrid_weight", "match_norm"])
-    check(api.qa, QaOptions(), ["batch_size", "n_best", "max_answer_chars", "limit"])
+    adapted = greenadapt.adapt(str(corpus), min_count=1, workers=1, **common)
+    assert adapted.w2v.skipped and adapted.align.skipped and adapted.expand.skipped
+    assert adapted.expand.path == expanded.path
 
 
 # --------------------------------------------------------------------------
@@ -201,7 +185,7 @@ def test_ner_predict_on_raw_text_equals_predict_on_the_words(ner_run: Path, ner_
 
 def test_raw_text_words_are_the_model_pre_tokenizers(ner_run: Path) -> None:
     """Raw text is split into words as the model's tokenizer pre-tokenizes: each punctuation mark alone, offsets kept."""
-    from greenadapt.predictor import _raw_sentences
+    from greenadapt.inference.predictor import _raw_sentences
 
     model = greenadapt.load(ner_run, device="cpu")
     text = "BRCA1-associated ((tachycardia)), e.g. here.  Next one."
@@ -279,7 +263,7 @@ def test_results_print_short_and_progress_is_there_when_asked(
     # No progress unless asked (other lines may reach stderr: a log handler another test left behind).
     assert not [line for line in capsys.readouterr().err.splitlines() if re.match(r"\d\d:\d\d:\d\d fine-tuning", line)]
 
-    from greenadapt.adapt import AdaptOutcome
+    from greenadapt.adaptation.pipeline import AdaptOutcome
 
     adapted = AdaptOutcome(again, again, again)
     assert repr(adapted).startswith(f"<adapted model at {str(again.path)!r} (w2v skipped") and adapted.path == again.path
@@ -315,8 +299,8 @@ def test_classifier_predict_equals_predict_and_the_pipeline(tmp_path: Path) -> N
 
 
 def test_qa_answer_equals_greenadapt_qa(tmp_path: Path) -> None:
-    from greenadapt.qa.run import QaOptions, run_qa
-    from greenadapt.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
+    from greenadapt.runners.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
 
     context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
     data = squad_file(
@@ -373,7 +357,7 @@ def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
     ],
 )
 def test_input_format_is_detected_from_the_first_lines(task: str, lines: list[str], expected: str) -> None:
-    from greenadapt.predict_text import detect_format
+    from greenadapt.inference.predict_text import detect_format
 
     assert detect_format(task, [line + "\n" for line in lines]) == expected
 
@@ -476,7 +460,7 @@ def test_predict_classifies_raw_lines(tmp_path: Path, monkeypatch: pytest.Monkey
 @pytest.mark.integration
 def test_pipeline_f1_on_ncbi_disease_equals_finetunes_reported_mean_pooled_f1(minilm_path: Path, shared_data: Path, tmp_path: Path) -> None:
     """`greenadapt.pipeline` over the whole NCBI-disease test set scores exactly what `finetune` reported (mean pooling)."""
-    from greenadapt.finetune.metrics import entity_scores
+    from greenadapt.data.metrics import entity_scores
 
     ncbi = shared_data / "ner" / "NCBI-disease"
     train = tmp_path / "train.tsv"

@@ -114,10 +114,10 @@ def test_hostile_members_are_skipped_counted_and_warned(tmp_path: Path, name: st
 
 def test_w2v_input_stats_count_skipped_members(tmp_path: Path) -> None:
     """What pre-tokenization records (and w2v's manifest repeats): the skipped members."""
-    from transformers import BertTokenizerFast
     from conftest import tiny_vocab
+    from transformers import BertTokenizerFast
 
-    from greenadapt.pretokenize import pretokenize_corpus
+    from greenadapt.corpus.pretokenize import pretokenize_corpus
 
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(tiny_vocab()) + "\n")
@@ -146,8 +146,7 @@ def test_corrupt_zip_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_zip_over_http_is_refused_clearly() -> None:
-    from greenadapt.corpus import CorpusSource
-    from greenadapt.corpus import readers
+    from greenadapt.corpus import CorpusSource, readers
 
     source = CorpusSource("https://127.0.0.1:9/corpus.zip", "zip")
     with pytest.raises(CorpusError, match="local file"):

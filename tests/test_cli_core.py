@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from greenadapt import errors, workspace
+from greenadapt import errors
+from greenadapt.artifacts import workspace
 from greenadapt.errors import CorpusError, GreenAdaptError, StageError, UsageError
 
 
@@ -144,7 +145,7 @@ def test_shell_completion_offers_tasks_and_registered_corpora(tmp_path: Path) ->
     assert complete("greenadapt finetune --task ") == ["ner", "classify", "qa"]
     assert complete("greenadapt finetune --task c") == ["classify"]
     assert "sample" in complete("greenadapt w2v --corpus ")
-    from greenadapt.methods import METHODS
+    from greenadapt.adaptation.methods import METHODS
 
     for command in ("adapt", "align", "expand"):
         assert complete(f"greenadapt {command} --method ") == list(METHODS), command

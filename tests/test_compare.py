@@ -11,7 +11,7 @@ import pytest
 
 from greenadapt.comparison.examples import classification_contributions, ner_contributions
 from greenadapt.comparison.statistics import Contributions, compare_pair, paired_bootstrap, t_interval
-from greenadapt.finetune.metrics import classification_scores, entity_scores
+from greenadapt.data.metrics import classification_scores, entity_scores
 
 
 def _accuracy(correct: list[int]) -> Contributions:
@@ -251,7 +251,7 @@ def test_adapt_methods_become_variants_adapted_from_the_baseline(setup: dict[str
 
 def test_qa_contributions_give_exactly_the_f1_qa_reports() -> None:
     from greenadapt.comparison.examples import qa_contributions
-    from greenadapt.qa.metrics import evaluate
+    from greenadapt.data.squad_metrics import evaluate
 
     golds = {"q1": ["a fast heart rate"], "q2": ["insulin", "the insulin"], "q3": ["kinase"], "q4": ["cells"]}
     predictions = {"q1": "fast heart rate", "q2": "the insulin", "q3": "a kinase study"}  # q4 unanswered: 0

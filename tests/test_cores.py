@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from greenadapt import cores
 from greenadapt.errors import UsageError
+from greenadapt.machine import cores
 
 
 def _v2(root: Path, cgroup: str, limits: dict[str, str]) -> Path:
@@ -72,7 +72,7 @@ def test_the_environment_variable_is_an_explicit_choice() -> None:
 
 
 def test_stages_default_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from greenadapt.w2v import W2VOptions
+    from greenadapt.adaptation.w2v import W2VOptions
 
     monkeypatch.setenv(cores.WORKERS_ENV, "3")
     assert W2VOptions().resolved_workers() == 3

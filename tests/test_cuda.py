@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from cli_helpers import run_cli
 from conftest import build_tiny_bert
 from finetune_helpers import NEW_WORDS, build_tiny_expanded, write_classify_file, write_ner_file
@@ -109,10 +108,10 @@ def test_every_training_command_runs_on_the_gpu(precision: str, files: dict[str,
 def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str, files: dict[str, Path], tmp_path: Path) -> None:
     import signal
 
-    from greenadapt.training.checkpoint import Preempted
-    from greenadapt.pretrain.run import PretrainOptions, run_pretrain
-    from greenadapt.pretrain.train import PretrainConfig
     from greenadapt.progress import NullProgress
+    from greenadapt.runners.pretrain.run import PretrainOptions, run_pretrain
+    from greenadapt.runners.pretrain.train import PretrainConfig
+    from greenadapt.training.checkpoint import Preempted
 
     class AtStep(NullProgress):
         sent = False
@@ -140,7 +139,7 @@ def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str
 
 
 def test_qa_inference_on_the_gpu_equals_the_cpu(files: dict[str, Path], tmp_path: Path) -> None:
-    from greenadapt.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, run_qa
 
     answers = {}
     for device in ("cpu", DEVICE):
@@ -180,8 +179,9 @@ def test_two_ddp_processes(files: dict[str, Path], tmp_path: Path) -> None:
 
 def test_the_loop_queues_steps_on_the_gpu(files: dict[str, Path], tmp_path: Path, monkeypatch, capsys) -> None:
     """Pinned, non-blocking input copies, fused AdamW and batched loss reads on CUDA; every step still logged."""
+    from greenadapt.machine.devices import to_device
     from greenadapt.training import runtime
-    from greenadapt.training.distributed import DistContext, to_device
+    from greenadapt.training.distributed import DistContext
 
     ctx = DistContext(device=DEVICE)
     array = np.arange(24, dtype=np.int64).reshape(4, 6)

@@ -18,9 +18,9 @@ from cli_helpers import run_cli
 from finetune_helpers import build_tiny_expanded, write_ner_file
 from w2v_fixtures import linear_w2v
 
+from greenadapt.artifacts.manifest import MANIFEST, load_stage
+from greenadapt.artifacts.stage import TEMPORARY_MARKER, StageRun
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, EXIT_USAGE
-from greenadapt.manifest import MANIFEST, load_stage
-from greenadapt.stage import TEMPORARY_MARKER, StageRun
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -35,7 +35,7 @@ def _corpus(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[str, Path]:
-    from greenadapt.align import run_align
+    from greenadapt.adaptation.align import run_align
 
     root = tmp_path_factory.mktemp("safety")
     w2v, _ = linear_w2v(root / "w2v", tiny_bert, noise=0.01)
@@ -171,8 +171,8 @@ def test_out_overlapping_an_input_is_refused(command: str, target, inputs: dict[
 def test_adapt_out_at_its_own_w2v_stage_is_refused_before_w2v_runs(inputs: dict[str, Path], tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    from greenadapt import workspace
-    from greenadapt.models import resolve_model
+    from greenadapt.artifacts import workspace
+    from greenadapt.artifacts.pretrained import resolve_model
 
     work = tmp_path / "work"
     future_w2v = workspace.stage_dir(work, [str(inputs["corpus"])], resolve_model(str(inputs["model"])).slug, "w2v")
@@ -219,13 +219,13 @@ def test_one_default_seed_lets_the_documented_flow_reuse_each_stage(inputs: dict
 def test_every_command_defaults_to_the_same_seed() -> None:
     import inspect
 
-    from greenadapt.adapt import AdaptOptions
-    from greenadapt.align import run_align
+    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.pipeline import AdaptOptions
+    from greenadapt.adaptation.w2v import W2VOptions
     from greenadapt.cli import _register, app
     from greenadapt.defaults import DEFAULT_SEED
-    from greenadapt.expand import run_expand
-    from greenadapt.finetune.run import FinetuneOptions
-    from greenadapt.w2v import W2VOptions
+    from greenadapt.runners.finetune.run import FinetuneOptions
 
     _register()
     import typer.main
@@ -293,7 +293,7 @@ def test_stale_pretokenization_temporaries_are_removed_on_the_next_run(inputs: d
 
 
 def test_a_live_runs_temporary_is_left_alone(tmp_path: Path) -> None:
-    from greenadapt.stage import sweep_stale_temporaries
+    from greenadapt.artifacts.stage import sweep_stale_temporaries
 
     out = tmp_path / "entry"
     with StageRun("demo", out, {"a": 1}, []) as run:
@@ -381,7 +381,7 @@ def test_a_moved_workspace_stays_up_to_date(inputs: dict[str, Path], tmp_path: P
 
 
 def test_outputs_made_before_paths_left_the_fingerprint_stay_up_to_date(tmp_path: Path) -> None:
-    from greenadapt.manifest import legacy_fingerprint
+    from greenadapt.artifacts.manifest import legacy_fingerprint
 
     upstream = {"stage": "w2v", "path": "/old/place/w2v", "fingerprint": "f", "content": "c"}
     with StageRun("demo", tmp_path / "out", {"a": 1}, [upstream]) as run:
@@ -389,7 +389,7 @@ def test_outputs_made_before_paths_left_the_fingerprint_stay_up_to_date(tmp_path
     manifest_path = tmp_path / "out" / MANIFEST
     manifest = json.loads(manifest_path.read_text())
     manifest["fingerprint"] = legacy_fingerprint("demo", {"a": 1}, [upstream])  # as an older greenadapt wrote it
-    from greenadapt.manifest import MANIFEST_CHECKSUM, manifest_checksum
+    from greenadapt.artifacts.manifest import MANIFEST_CHECKSUM, manifest_checksum
 
     manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
     manifest_path.write_text(json.dumps(manifest))
@@ -447,7 +447,7 @@ def test_cleanup_removes_only_greenadapts_own_leftovers(command: str, inputs: di
 
 
 def test_a_finished_output_has_no_marker_and_its_old_version_is_proven_by_its_manifest(tmp_path: Path) -> None:
-    from greenadapt.stage import written_by_greenadapt
+    from greenadapt.artifacts.stage import written_by_greenadapt
 
     out = tmp_path / "entry"
     with StageRun("demo", out, {"a": 1}, []) as run:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
+from greenadapt.data.task_files import ReaderOptions, read_task_file
 from greenadapt.errors import DataError
-from greenadapt.finetune.data import ReaderOptions, read_task_file
 
 datasets = pytest.importorskip("datasets")
 
@@ -57,7 +57,7 @@ def test_a_dataset_dict_folder_is_refused_with_its_splits(tmp_path: Path) -> Non
 
 def test_finetune_and_predict_take_a_saved_split(tmp_path: Path) -> None:
     import greenadapt
-    from greenadapt.predict_text import predict_input
+    from greenadapt.inference.predict_text import predict_input
 
     model = build_tiny_expanded(tmp_path / "model")
     _columns_to_dataset(write_ner_file(tmp_path / "train.tsv", 30, seed=1, typed=True)).save_to_disk(str(tmp_path / "train"))

@@ -163,16 +163,16 @@ RUN_SCRIPT = textwrap.dedent(
 
     kind, model, data, out = sys.argv[1:5]
     if kind == "pretrain":
-        from greenadapt.pretrain.run import PretrainOptions, run_pretrain
-        from greenadapt.pretrain.train import PretrainConfig
+        from greenadapt.runners.pretrain.run import PretrainOptions, run_pretrain
+        from greenadapt.runners.pretrain.train import PretrainConfig
 
         run_pretrain(PretrainOptions(
             corpus=[data], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4, workers=1,
             device="cpu", training=PretrainConfig(batch_size=8, max_steps=6, lr=3e-3, seed=5), save_every=3,
         ))
     else:
-        from greenadapt.finetune.run import FinetuneOptions, run_finetune
-        from greenadapt.finetune.train import TrainConfig
+        from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+        from greenadapt.training.finetuning import TrainConfig
 
         run_finetune(FinetuneOptions(
             task="ner", train=Path(data), model=model, out=Path(out), device="cpu", seeds=[5],

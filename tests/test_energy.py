@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from greenadapt import energy
+from greenadapt.artifacts.stage import StageRun
 from greenadapt.errors import UsageError
-from greenadapt.stage import StageRun
+from greenadapt.machine import energy, intensity
 
 MAX = 262_143_328_850  # a real package counter's max_energy_range_uj
 NO_CODECARBON = {energy.CODECARBON_ENV: "0"}
@@ -19,11 +19,11 @@ NO_CODECARBON = {energy.CODECARBON_ENV: "0"}
 
 @pytest.fixture(autouse=True)
 def _no_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(energy.INTENSITY_ENV, raising=False)
+    monkeypatch.delenv(intensity.INTENSITY_ENV, raising=False)
     monkeypatch.delenv(energy.WATTS_ENV, raising=False)
-    energy.configure()
+    intensity.configure()
     yield
-    energy.configure()
+    intensity.configure()
 
 
 def _domain(root: Path, name: str, label: str, uj: int, max_uj: int = MAX) -> Path:
@@ -109,40 +109,40 @@ def test_estimate_is_tdp_times_utilisation(cores: int, wall: float, utilisation:
 
 
 def test_intensity_resolution_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    world = energy.resolve_intensity({})
+    world = intensity.resolve_intensity({})
     assert world.g_per_kwh == 481 and world.source.startswith("default:")
-    assert energy.resolve_intensity({energy.INTENSITY_ENV: "250.5"}) == energy.Intensity(250.5, "$GREENADAPT_CO2_INTENSITY")
-    fr = energy.resolve_intensity({energy.INTENSITY_ENV: "fr"})
+    assert intensity.resolve_intensity({intensity.INTENSITY_ENV: "250.5"}) == intensity.Intensity(250.5, "$GREENADAPT_CO2_INTENSITY")
+    fr = intensity.resolve_intensity({intensity.INTENSITY_ENV: "fr"})
     assert fr.g_per_kwh == 56 and "FR" in fr.source and "2023" in fr.source
-    energy.configure(country="DE")
-    assert energy.resolve_intensity({energy.INTENSITY_ENV: "250"}).g_per_kwh == 381  # the option beats the env
-    energy.configure(intensity=12.0)
-    assert energy.resolve_intensity({energy.INTENSITY_ENV: "250"}) == energy.Intensity(12.0, "--co2-intensity")
-    energy.configure()
-    assert energy.resolve_intensity({energy.INTENSITY_ENV: "250"}).g_per_kwh == 250
+    intensity.configure(country="DE")
+    assert intensity.resolve_intensity({intensity.INTENSITY_ENV: "250"}).g_per_kwh == 381  # the option beats the env
+    intensity.configure(intensity=12.0)
+    assert intensity.resolve_intensity({intensity.INTENSITY_ENV: "250"}) == intensity.Intensity(12.0, "--co2-intensity")
+    intensity.configure()
+    assert intensity.resolve_intensity({intensity.INTENSITY_ENV: "250"}).g_per_kwh == 250
 
 
 def test_bad_intensities_are_usage_errors() -> None:
     with pytest.raises(UsageError, match="either --co2-intensity or --country"):
-        energy.configure(intensity=10, country="DE")
+        intensity.configure(intensity=10, country="DE")
     with pytest.raises(UsageError, match="no grid intensity for 'XX'.*known: .*DE"):
-        energy.configure(country="XX")
+        intensity.configure(country="XX")
     with pytest.raises(UsageError, match="not a number"):
-        energy.resolve_intensity({energy.INTENSITY_ENV: "-3"})
+        intensity.resolve_intensity({intensity.INTENSITY_ENV: "-3"})
     with pytest.raises(UsageError):
-        energy.resolve_intensity({energy.INTENSITY_ENV: "Atlantis"})
+        intensity.resolve_intensity({intensity.INTENSITY_ENV: "Atlantis"})
 
 
 def test_country_table_is_documented_and_sane() -> None:
-    table = energy.country_table()
-    assert energy.WORLD in table and len(table) >= 20
+    table = intensity.country_table()
+    assert intensity.WORLD in table and len(table) >= 20
     for code, (value, source) in table.items():
-        assert (len(code) == 2 or code == energy.WORLD) and 0 < value < 1500, code
+        assert (len(code) == 2 or code == intensity.WORLD) and 0 < value < 1500, code
         assert "Ember" in source and "2023" in source
 
 
 def test_a_real_stage_records_gpu_energy_and_co2(tmp_path: Path) -> None:
-    energy.configure(intensity=200.0)
+    intensity.configure(intensity=200.0)
     with StageRun("demo", tmp_path / "out", {"x": 1}, []) as run:
         deadline = time.process_time() + 0.05
         while time.process_time() < deadline:  # some CPU work to account for
@@ -162,7 +162,7 @@ def test_a_real_stage_records_gpu_energy_and_co2(tmp_path: Path) -> None:
 
 
 def test_bad_env_intensity_fails_before_the_stage_works(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(energy.INTENSITY_ENV, "nowhere")
+    monkeypatch.setenv(intensity.INTENSITY_ENV, "nowhere")
     with pytest.raises(UsageError):
         StageRun("demo", tmp_path / "out", {}, [])
     assert not (tmp_path / "out").exists()
@@ -176,7 +176,7 @@ def test_global_cli_options_set_the_intensity(tmp_path: Path) -> None:
     _register()
     result = CliRunner().invoke(app, ["--country", "SE", "report", str(tmp_path)])
     assert result.exit_code != 0  # an empty folder is no run folder; the callback ran before the command
-    assert energy.resolve_intensity({}).g_per_kwh == 41
+    assert intensity.resolve_intensity({}).g_per_kwh == 41
     result = CliRunner().invoke(app, ["--co2-intensity", "-1", "report", str(tmp_path)])
     assert result.exit_code == 2
 

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from w2v_fixtures import DOMAIN_WORDS, linear_w2v, write_w2v_folder
 
-from greenadapt.align import run_align
+from greenadapt.adaptation.align import run_align
+from greenadapt.adaptation.expand import run_expand
+from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
+from greenadapt.artifacts.manifest import load_stage
+from greenadapt.artifacts.workspace import corpus_key
 from greenadapt.errors import EXIT_STAGE_CONFLICT, ModelError, StageError
-from greenadapt.expand import run_expand
-from greenadapt.manifest import load_stage
-from greenadapt.vectors import read_counts, read_word2vec_binary
-from greenadapt.workspace import corpus_key
 
 REPO = Path(__file__).resolve().parent.parent
 EMBEDDING = "bert.embeddings.word_embeddings.weight"
@@ -89,8 +89,8 @@ def test_inside_adapt_the_vectors_are_parsed_once_and_the_model_is_the_same(
     pipeline: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
     """adapt keeps align's whole read for expand (keep_whole_reads): one parse of vectors.bin, identical weights."""
-    import greenadapt.vectors as vectors_module
-    from greenadapt.vectors import keep_whole_reads
+    import greenadapt.adaptation.vectors as vectors_module
+    from greenadapt.adaptation.vectors import keep_whole_reads
 
     alone = run_expand(align=run_align(w2v=pipeline["w2v"], method=method, out=tmp_path / "a1").path, out=tmp_path / "e1")
     parses: list[object] = []
@@ -205,7 +205,7 @@ def test_prefix_case_follows_the_reference_code(tokenizers: dict[str, Any]) -> N
 
 @pytest.fixture(scope="module")
 def general_tokenizer(tiny_bert: Path) -> Any:
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     return load_general_tokenizer(tiny_bert)
 
@@ -221,7 +221,7 @@ def general_tokenizer(tiny_bert: Path) -> Any:
     )
 )
 def test_reachable_words_fast_path_agrees_with_the_full_check(general_tokenizer: Any, words: list[str]) -> None:
-    from greenadapt.domain_tokenizer import reachable_words
+    from greenadapt.adaptation.domain_tokenizer import reachable_words
 
     backend = general_tokenizer.backend
 
@@ -388,7 +388,7 @@ def test_the_folder_describes_itself_in_config_and_model_card(tmp_path: Path) ->
     assert block["new_rows"] == {"first": stats["first_new_id"], "count": stats["n_new"]}
     assert isinstance(block["corpus"], list) and set(block["vectors_cost"]) == {"wall_seconds", "cpu_hours", "gpu_seconds", "energy_kwh"}
     # ...and a card written for a model fine-tuned from it says what it starts from.
-    from greenadapt.model_card import finetuned_card
+    from greenadapt.artifacts.model_card import finetuned_card
 
     tuned = finetuned_card(base_model="m", base_model_hub_id=None, task="ner", labels=["O", "B-X"], metric="f1", summary={}, seeds=[1], mix=0.5,
                            pool="mean", two_tokenizers=True, general_tokenizer="general-tokenizer", adaptation=block)
@@ -435,7 +435,7 @@ def test_sentence_transformers_does_not_silently_load_the_expanded_folder(tmp_pa
 def test_non_wordpiece_model_is_a_clear_error(tiny_bert: Path, tmp_path: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     folder = tmp_path / "bpe"
     shutil.copytree(tiny_bert, folder)
@@ -461,8 +461,8 @@ def test_wrong_kind_and_changed_inputs(pipeline: dict[str, Path], tmp_path: Path
 
 
 def test_vectors_and_counts_listing_different_words(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.stage import StageRun
-    from greenadapt.vectors import write_counts, write_word2vec_binary
+    from greenadapt.adaptation.vectors import write_counts, write_word2vec_binary
+    from greenadapt.artifacts.stage import StageRun
 
     good = linear_w2v(tmp_path / "good", tiny_bert)[0]
     words, vectors = read_word2vec_binary(good / "vectors.bin")

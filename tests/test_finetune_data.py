@@ -7,15 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from greenadapt.data.task_files import NerSentence, ReaderOptions, check_known_labels, read_task_file
+from greenadapt.data.predictions import PRED_COLUMN, write_predictions
 from greenadapt.errors import DataError, UsageError
-from greenadapt.finetune.data import (
-    PRED_COLUMN,
-    NerSentence,
-    ReaderOptions,
-    check_known_labels,
-    read_task_file,
-    write_predictions,
-)
 
 AUTO = ReaderOptions()
 
@@ -212,7 +206,7 @@ def test_more_processes_than_gpus_is_one_clear_error(monkeypatch: pytest.MonkeyP
     import torch
 
     from greenadapt.errors import UsageError
-    from greenadapt.expanded_model import pick_device
+    from greenadapt.machine.devices import pick_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

@@ -18,9 +18,9 @@ WORKER = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from greenadapt.finetune import run as run_module
-    from greenadapt.finetune.run import FinetuneOptions
-    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.runners.finetune import run as run_module
+    from greenadapt.runners.finetune.run import FinetuneOptions
+    from greenadapt.training.finetuning import TrainConfig
 
     model, train, dev, out, snapshots = sys.argv[1:6]
     original = run_module.train
@@ -73,7 +73,7 @@ def _run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(sys, "argv", ["worker", *args])
-    from greenadapt.finetune import run as run_module
+    from greenadapt.runners.finetune import run as run_module
 
     monkeypatch.setattr(run_module, "train", run_module.train)  # restored after the test
     exec(compile(WORKER, "worker", "exec"), {"__name__": "worker"})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from greenadapt.finetune.run import FinetuneOptions, default_run_folder
-from greenadapt.models import resolve_model
+from greenadapt.artifacts.pretrained import resolve_model
+from greenadapt.runners.finetune.run import FinetuneOptions, default_run_folder
 
 
 def _expanded(folder: Path) -> Path:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from greenadapt.finetune.embeddings import RowAdamW, SplitWordEmbedding, install, merge_back
+from greenadapt.modeling.embeddings import RowAdamW, SplitWordEmbedding, install, merge_back
 
 
 def _table(n: int, d: int = 4, seed: int = 0) -> torch.Tensor:

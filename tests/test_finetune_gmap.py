@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import build_tiny_bert
 from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
-
-from conftest import build_tiny_bert
 
 
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -42,9 +41,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     # A general model with a tokenizer of its own: without some whole words, so it splits them
     # into more pieces than T_LM does (other ids, other lengths).
     own = build_tiny_bert(root / "general-own", head="base", seed=8)
-    from transformers import BertTokenizer
-
     from conftest import tiny_vocab
+    from transformers import BertTokenizer
 
     vocab = [t for t in tiny_vocab() if t not in ("cancer", "tumor", "infection", "patients", "study", "cells")]
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
@@ -107,7 +105,7 @@ def test_ner_gmap_chunk_trains_saves_and_predict_reproduces_dev(models, data, tm
 
 def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkeypatch, capsys) -> None:
     """Reloaded G-MAP predictions differ from the bare domain model's: the memory is used at inference."""
-    from greenadapt.finetune.predict import run_predict
+    from greenadapt.inference.labelling import run_predict
 
     out = tmp_path / "run"
     code, _, err = cli(
@@ -124,12 +122,12 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     assert result.metrics is not None
 
     # Logits of the fused model vs the domain model alone (fusion off) on the same units.
-    from greenadapt.finetune import gmap
-    from greenadapt.finetune.infer import pooled_logits
-    from greenadapt.finetune.predict import find_model_folder
+    from greenadapt.artifacts.model_folder import load_tokenizers
+    from greenadapt.inference.labelling import find_model_folder
+    from greenadapt.modeling.gmap import wiring as gmap
     from greenadapt.tasks import get_task
-    from greenadapt.expanded_model import load_tokenizers
     from greenadapt.training.distributed import DistContext
+    from greenadapt.training.pooling import pooled_logits
 
     folder, settings = find_model_folder(out)
     task = get_task("classify")
@@ -149,11 +147,11 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
 
 def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool = False, epochs: int = 1):
     """A real ``train()`` run with a fused model; returns (model, general weights before, train log)."""
-    from greenadapt.finetune import gmap
-    from greenadapt.finetune.train import TrainConfig, train
+    from greenadapt.artifacts.pretrained import resolve_model
+    from greenadapt.modeling.gmap import wiring as gmap
+    from greenadapt.modeling.gmap.options import GmapOptions
     from greenadapt.training.distributed import DistContext
-    from greenadapt.gmap.options import GmapOptions
-    from greenadapt.models import resolve_model
+    from greenadapt.training.finetuning import TrainConfig, train
 
     tokenizers, units = units_of
     ref = resolve_model(str(models["domain"]))
@@ -175,8 +173,8 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
 
 @pytest.fixture
 def ner_units(models, data):
+    from greenadapt.artifacts.model_folder import load_tokenizers
     from greenadapt.tasks import TaskSettings, get_task
-    from greenadapt.expanded_model import load_tokenizers
 
     task = get_task("ner")
     tokenizers = load_tokenizers(models["domain"])
@@ -274,8 +272,8 @@ def test_a_general_model_of_another_width_is_refused(models, data, tmp_path, mon
 
 
 def test_the_general_model_defaults_to_the_one_an_expanded_model_came_from(models, tmp_path) -> None:
-    from greenadapt.gmap.options import GmapOptions, resolve_general_model
-    from greenadapt.models import resolve_model
+    from greenadapt.artifacts.pretrained import resolve_model
+    from greenadapt.modeling.gmap.options import GmapOptions, resolve_general_model
 
     folder = tmp_path / "expanded"
     build_tiny_expanded(folder)
@@ -289,10 +287,10 @@ def test_the_general_model_defaults_to_the_one_an_expanded_model_came_from(model
 
 def test_ner_memory_under_another_tokenizer_covers_the_units_words(models, data) -> None:
 
-    from greenadapt.finetune import gmap
+    from greenadapt.artifacts.model_folder import load_tokenizers
+    from greenadapt.modeling.gmap import wiring as gmap
+    from greenadapt.modeling.units import VIEW_GENERAL
     from greenadapt.tasks import TaskSettings, get_task
-    from greenadapt.expanded_model import load_tokenizers
-    from greenadapt.finetune.tokenize import VIEW_GENERAL
 
     task = get_task("ner")
     tokenizers = load_tokenizers(models["domain"])
@@ -314,8 +312,8 @@ def test_ner_memory_under_another_tokenizer_covers_the_units_words(models, data)
 
 
 def test_qa_window_memory_is_the_general_tokenization_of_the_windows_words() -> None:
-    from greenadapt.qa.infer import LogitJob, MemorySource, SpecialIds, build_batch, memory_batch
-    from greenadapt.qa.windows import Window
+    from greenadapt.runners.qa.infer import LogitJob, MemorySource, SpecialIds, build_batch, memory_batch
+    from greenadapt.runners.qa.windows import Window
 
     special, general_special = SpecialIds(2, 3, 0), SpecialIds(102, 103, 100)
     # Domain pieces 10..15 lie in words 0,1,1,2,3,4; general pieces 20..27 in words 0,0,1,2,2,3,4,4.

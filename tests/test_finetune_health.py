@@ -33,8 +33,8 @@ def test_a_learning_run_gets_no_warning() -> None:
 
 
 def test_finetune_records_the_warning_in_its_manifest(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
 
     model = build_tiny_expanded(tmp_path / "model")
     train = write_ner_file(tmp_path / "train.tsv", 48, seed=1)
@@ -75,11 +75,11 @@ def test_an_ner_model_that_tags_nothing_or_one_tag_is_named() -> None:
 
 def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp_path: Path) -> None:
     """The user's ChemProt run: 'test accuracy 36.67' headlined with no word that the model answers one class."""
+    from greenadapt.artifacts.info import describe_folder, render
     from greenadapt.cli.finetune import _summary
-    from greenadapt.finetune.predict import run_predict
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
-    from greenadapt.info import describe_folder, render
+    from greenadapt.inference.labelling import run_predict
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
 
     model = build_tiny_expanded(tmp_path / "model")
     train = write_classify_file(tmp_path / "train.jsonl", 24, seed=1)
@@ -98,10 +98,10 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
 
 
 def test_the_report_shows_a_runs_warnings_beside_its_scores(tmp_path: Path) -> None:
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
     from greenadapt.report.collect import collect
     from greenadapt.report.render import html_page, markdown
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
 
     model = build_tiny_expanded(tmp_path / "model")
     train = write_classify_file(tmp_path / "train.jsonl", 16, seed=1)

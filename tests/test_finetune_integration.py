@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from greenadapt.finetune.data import ReaderOptions
-from greenadapt.finetune.predict import run_predict
-from greenadapt.finetune.run import FinetuneOptions, run_finetune
-from greenadapt.finetune.train import TrainConfig
+from greenadapt.data.task_files import ReaderOptions
+from greenadapt.inference.labelling import run_predict
+from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+from greenadapt.training.finetuning import TrainConfig
 
 
 def _head(source: Path, target: Path, sentences: int) -> Path:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from greenadapt.finetune.metrics import (
+from greenadapt.data.metrics import (
     can_cut_before,
     chunks,
     classification_scores,

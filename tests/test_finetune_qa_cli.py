@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
-from greenadapt.errors import UsageError
-from greenadapt.finetune.run import FinetuneOptions
-from greenadapt.finetune.train import TrainConfig
-from greenadapt.qa.train import qa_train_options
-from greenadapt.tasks import get_task
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+from greenadapt.errors import UsageError
+from greenadapt.runners.finetune.run import FinetuneOptions
+from greenadapt.runners.qa.train import qa_train_options
+from greenadapt.tasks import get_task
+from greenadapt.training.finetuning import TrainConfig
 
 CONTEXT = (
     "The heart rate of covid patients was high. Myocarditis was associated with tachycardias. "
@@ -153,7 +153,7 @@ def test_every_task_fills_in_its_own_defaults() -> None:
 
 
 def test_doc_stride_is_for_qa_only(squad: Path, tmp_path: Path) -> None:
-    from greenadapt.finetune.run import run_finetune
+    from greenadapt.runners.finetune.run import run_finetune
 
     with pytest.raises(UsageError, match="--doc-stride does not apply to --task ner"):
         run_finetune(FinetuneOptions(task="ner", train=tmp_path / "x.tsv", doc_stride=32))

@@ -10,10 +10,10 @@ from finetune_helpers import build_tiny_expanded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from greenadapt.expanded_model import TokenizerPair, load_tokenizers
-from greenadapt.finetune.data import NerSentence, TextExample
-from greenadapt.finetune.metrics import chunks
-from greenadapt.finetune.tokenize import (
+from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
+from greenadapt.data.metrics import chunks
+from greenadapt.data.task_files import NerSentence, TextExample
+from greenadapt.modeling.units import (
     IGNORE,
     VIEW_DOMAIN,
     VIEW_GENERAL,

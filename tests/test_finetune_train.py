@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from finetune_helpers import build_tiny_expanded, set_dropout, write_classify_file, write_ner_file
 
+from greenadapt.data.task_files import ReaderOptions
 from greenadapt.errors import DataError, OutputExistsError, UsageError
-from greenadapt.finetune.data import ReaderOptions
-from greenadapt.finetune.predict import find_model_folder, run_predict
-from greenadapt.finetune.run import FinetuneOptions, run_finetune
-from greenadapt.finetune.train import TrainConfig
+from greenadapt.inference.labelling import find_model_folder, run_predict
+from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
 from greenadapt.training.batches import choose_views, length_grouped_batches
+from greenadapt.training.finetuning import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -195,12 +195,12 @@ def test_model_loads_with_transformers_and_pooled_logits_are_the_mean(main_run: 
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from greenadapt.finetune.data import read_task_file
-    from greenadapt.finetune.infer import pooled_logits
+    from greenadapt.artifacts.model_folder import load_tokenizers
+    from greenadapt.data.task_files import read_task_file
+    from greenadapt.modeling.units import ner_units
     from greenadapt.tasks import TaskSettings
-    from greenadapt.expanded_model import load_tokenizers
-    from greenadapt.finetune.tokenize import ner_units
     from greenadapt.training.distributed import DistContext
+    from greenadapt.training.pooling import pooled_logits
 
     model = AutoModelForTokenClassification.from_pretrained(str(main_run)).eval()
     pair = load_tokenizers(main_run)

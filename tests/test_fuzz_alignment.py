@@ -15,17 +15,16 @@ expanded model. The invariants, per sentence:
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from finetune_helpers import build_tiny_expanded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
+from greenadapt.data.task_files import NerSentence
 from greenadapt.defaults import MIN_MAX_LENGTH
-from greenadapt.finetune.data import NerSentence
-from greenadapt.expanded_model import TokenizerPair, load_tokenizers
-from greenadapt.finetune.tokenize import ner_units, plain_backend, word_pieces
+from greenadapt.modeling.units import ner_units, plain_backend, word_pieces
 
 ANY_WORD = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=10)
 NICE_WORD = st.sampled_from(["tachycardia", "the", "leukemia", "Café", "x7!", "APC2,", "naïve", "ﬁber", "日本"])

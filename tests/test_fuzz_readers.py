@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from greenadapt.corpus import ReadStats, resolve_corpus
+from greenadapt.data.squad import read_squad
+from greenadapt.data.task_files import ReaderOptions, read_task_file
 from greenadapt.errors import GreenAdaptError
-from greenadapt.finetune.data import ReaderOptions, read_task_file
-from greenadapt.qa.data import read_squad
 
 EXAMPLES = int(os.environ.get("GREENADAPT_FUZZ_EXAMPLES", "120"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from greenadapt.errors import ModelError, UsageError  # noqa: E402
-from greenadapt.gmap.config import (  # noqa: E402
+from greenadapt.modeling.gmap.config import (  # noqa: E402
     CONFIG_FILE,
     GATES_FILE,
     GENERAL_DIR,
@@ -27,9 +27,8 @@ from greenadapt.gmap.config import (  # noqa: E402
     fusion_plan,
     parse_layers,
 )
-from greenadapt.gmap.layer import MemoryAttention  # noqa: E402
-from greenadapt.gmap.model import GmapModel, weights_fingerprint  # noqa: E402
-
+from greenadapt.modeling.gmap.layer import MemoryAttention  # noqa: E402
+from greenadapt.modeling.gmap.model import GmapModel, weights_fingerprint  # noqa: E402
 from tests.conftest import build_tiny_bert  # noqa: E402
 
 DOMAIN_VOCAB = 60

@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from conftest import build_tiny_bert
 from w2v_fixtures import linear_w2v
 
-from cli_helpers import run_cli
-from greenadapt.align import run_align
+from greenadapt.adaptation.align import run_align
+from greenadapt.adaptation.expand import run_expand
+from greenadapt.artifacts.info import describe_folder, render
+from greenadapt.artifacts.manifest import MANIFEST
 from greenadapt.errors import StageError
-from greenadapt.expand import run_expand
-from greenadapt.info import describe_folder, render
-from greenadapt.manifest import MANIFEST
 
 
 @pytest.fixture(scope="module")

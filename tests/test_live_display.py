@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

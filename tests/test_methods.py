@@ -18,13 +18,13 @@ import torch
 from safetensors import safe_open
 from w2v_fixtures import DOMAIN_WORDS, linear_w2v
 
-from greenadapt.align import run_align
+from greenadapt.adaptation.align import run_align
+from greenadapt.adaptation.expand import run_expand
+from greenadapt.adaptation.methods import METHODS, MethodOptions, get_method, method_help
+from greenadapt.adaptation.methods.focus import focus_weights, sparsemax
+from greenadapt.adaptation.vectors import read_input_embeddings, read_word2vec_binary
+from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import InputError, UsageError
-from greenadapt.expand import run_expand
-from greenadapt.methods import METHODS, MethodOptions, get_method, method_help
-from greenadapt.methods.focus import focus_weights, sparsemax
-from greenadapt.manifest import load_stage
-from greenadapt.vectors import read_input_embeddings, read_word2vec_binary
 
 EMBEDDING = "bert.embeddings.word_embeddings.weight"
 
@@ -118,7 +118,7 @@ def test_sparsemax_is_the_projection_onto_the_simplex() -> None:
 
 
 def test_focus_rows_are_sparse_convex_combinations_of_the_nearest_shared_words(w2v: Path, tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     k, temperature = 8, 0.05
     _, expanded = _expanded(w2v, tmp_path, "focus", focus_k=k, focus_temperature=temperature)
@@ -154,7 +154,7 @@ def test_hybrid_is_the_weighted_sum_of_lstsq_and_subword_mean(w2v: Path, tiny_be
 
 @pytest.mark.parametrize("method", ["lstsq", "focus"])
 def test_match_norm_keeps_the_direction_and_sets_the_whole_word_norm(method: str, w2v: Path, tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     _, plain = _expanded(w2v, tmp_path / "plain", method)
     _, normed = _expanded(w2v, tmp_path / "normed", method, match_norm=True)
@@ -182,8 +182,8 @@ def test_method_options_count_only_for_their_method(w2v: Path, tmp_path: Path) -
 
 
 def test_adapt_with_subword_mean_trains_no_word2vec(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.adapt import AdaptOptions, run_adapt
-    from greenadapt.w2v import W2VOptions
+    from greenadapt.adaptation.pipeline import AdaptOptions, run_adapt
+    from greenadapt.adaptation.w2v import W2VOptions
 
     words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
     corpus = tmp_path / "corpus.txt"
@@ -201,7 +201,7 @@ def test_adapt_with_subword_mean_trains_no_word2vec(tiny_bert: Path, tmp_path: P
 
 
 def test_a_method_that_needs_vectors_refuses_a_counts_only_folder(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.w2v import W2VOptions, run_w2v
+    from greenadapt.adaptation.w2v import W2VOptions, run_w2v
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the heart rate of patients with tachycardia\n" * 20)
@@ -213,7 +213,7 @@ def test_a_method_that_needs_vectors_refuses_a_counts_only_folder(tiny_bert: Pat
 def test_align_warns_about_a_near_noise_fit_and_records_it(tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from w2v_fixtures import write_w2v_folder
 
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     general = load_general_tokenizer(tiny_bert)
     words = [t for t in general.vocab if t.isalpha()][:60] + list(DOMAIN_WORDS)
@@ -239,8 +239,8 @@ def _context_corpus(path: Path) -> Path:
 def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny_bert: Path, tmp_path: Path) -> None:
     from transformers import AutoModel, AutoTokenizer
 
-    from greenadapt.context_vectors import ContextOptions
-    from greenadapt.w2v import W2VOptions, run_w2v
+    from greenadapt.adaptation.context_vectors import ContextOptions
+    from greenadapt.adaptation.w2v import W2VOptions, run_w2v
 
     corpus = _context_corpus(tmp_path / "corpus.txt")
     cap, layer = 3, 1
@@ -270,8 +270,8 @@ def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny
 
 
 def test_adapt_with_context_mean_maps_contextual_vectors_by_least_squares(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.adapt import AdaptOptions, run_adapt
-    from greenadapt.w2v import W2VOptions
+    from greenadapt.adaptation.pipeline import AdaptOptions, run_adapt
+    from greenadapt.adaptation.w2v import W2VOptions
 
     corpus = _context_corpus(tmp_path / "corpus.txt")
     outcome = run_adapt([str(corpus)], model=str(tiny_bert), workdir=tmp_path / "work", out=tmp_path / "model",
@@ -291,10 +291,10 @@ def test_adapt_with_context_mean_maps_contextual_vectors_by_least_squares(tiny_b
 
 
 def test_expand_method_picks_that_methods_align_folder_or_refuses_another(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.adapt import AdaptOptions, run_adapt
+    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.pipeline import AdaptOptions, run_adapt
+    from greenadapt.adaptation.w2v import W2VOptions
     from greenadapt.errors import UsageError
-    from greenadapt.expand import run_expand
-    from greenadapt.w2v import W2VOptions
 
     words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
     corpus = tmp_path / "corpus.txt"

@@ -15,7 +15,7 @@ from conftest import build_tiny_bert
 from finetune_helpers import write_classify_file
 from w2v_fixtures import linear_w2v, write_w2v_folder
 
-from greenadapt.models import DEFAULT_MODEL_HUB_ID, DEFAULT_MODEL_NAME, ModelRef, hub_id
+from greenadapt.artifacts.pretrained import DEFAULT_MODEL_HUB_ID, DEFAULT_MODEL_NAME, ModelRef, hub_id
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,11 +46,11 @@ def _check_metadata(card_text: str) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A user's own model and corpus under private absolute paths, adapted and fine-tuned."""
-    from greenadapt.align import run_align
-    from greenadapt.expand import run_expand
-    from greenadapt.finetune.run import FinetuneOptions, run_finetune
-    from greenadapt.finetune.train import TrainConfig
-    from greenadapt.vectors import read_counts, read_word2vec_binary
+    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
 
     home = tmp_path_factory.mktemp("home-of-a-user")
     model = build_tiny_bert(home / "my-models" / "lab-bert", head="base")
@@ -94,7 +94,7 @@ def test_the_card_passes_the_hubs_metadata_rules_and_its_snippet_runs_as_written
 
 
 def test_base_model_is_the_hub_id_the_model_came_from(tmp_path: Path) -> None:
-    from greenadapt.model_card import expanded_card
+    from greenadapt.artifacts.model_card import expanded_card
 
     local = build_tiny_bert(tmp_path / "mine", head="base")
     assert hub_id(ModelRef(DEFAULT_MODEL_NAME, local)) == DEFAULT_MODEL_HUB_ID  # the bundled MiniLM

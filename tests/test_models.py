@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from greenadapt.artifacts.pretrained import hidden_size, load_wordpiece_tokenizer, resolve_model
 from greenadapt.errors import ModelError
-from greenadapt.models import hidden_size, load_wordpiece_tokenizer, resolve_model
 
 
 def _fake_hub_cache(cache: Path, repo_id: str, source: Path) -> Path:

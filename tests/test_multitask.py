@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
+
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_USAGE, UsageError
-from greenadapt.multitask.spec import collect_specs, parse_task_option, read_tasks_toml
+from greenadapt.runners.multitask.spec import collect_specs, parse_task_option, read_tasks_toml
 
 
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -163,7 +163,7 @@ def test_predict_task_reproduces_the_runs_predictions(
 def test_load_task_gives_one_task(frozen_run: dict) -> None:
     import torch
 
-    from greenadapt.multitask.run import load_task
+    from greenadapt.inference.multitask import load_task
 
     loaded = load_task(frozen_run["out"], "pair")
     assert loaded.model.multi.tasks == ["pair"]
@@ -239,7 +239,7 @@ def test_multitask_with_gmap_trains_saves_and_predicts(
     assert code == 0, stderr
     assert target.read_text() == (out / "tasks" / "pair" / "predictions" / "dev.tsv").read_text()
 
-    from greenadapt.multitask.run import load_task
+    from greenadapt.inference.multitask import load_task
 
     loaded = load_task(out, "ncbi")
     assert loaded.memory is not None and loaded.model.multi.fusion is not None

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from greenadapt.errors import UsageError
-from greenadapt.multitask.sampling import alpha, sample_tasks, task_probabilities
-from greenadapt.multitask.train import TaskStream
+from greenadapt.runners.multitask.sampling import alpha, sample_tasks, task_probabilities
+from greenadapt.runners.multitask.train import TaskStream
 
 SIZES = [2490, 3668, 8551, 5424]  # RTE, MRPC, CoLA, NCBI-disease training sizes
 

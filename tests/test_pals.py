@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from greenadapt.errors import UsageError  # noqa: E402
-from greenadapt.pals.config import PalsConfig, adapter_parameters, head_parameters, relative_size  # noqa: E402
+from greenadapt.modeling.pals.config import PalsConfig, adapter_parameters, head_parameters, relative_size  # noqa: E402
 
 
 def _base(folder: Path) -> torch.nn.Module:
@@ -30,8 +30,8 @@ def _inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("adapter", ["pals", "low-rank"])
 def test_zero_decoder_leaves_base_outputs_unchanged(tiny_bert_base: Path, adapter: str) -> None:
-    from greenadapt.pals.layer import zero_decoder
-    from greenadapt.pals.model import MultiTaskModel
+    from greenadapt.modeling.pals.layer import zero_decoder
+    from greenadapt.modeling.pals.model import MultiTaskModel
 
     reference = _base(tiny_bert_base)
     multi = MultiTaskModel(_base(tiny_bert_base), PalsConfig(adapter=adapter, size=12, heads=3)).eval()
@@ -50,8 +50,8 @@ def test_zero_decoder_leaves_base_outputs_unchanged(tiny_bert_base: Path, adapte
 
 
 def test_wrapping_keeps_state_dict_keys_and_unwrap_restores(tiny_bert_base: Path) -> None:
-    from greenadapt.pals.layer import PalOutput
-    from greenadapt.pals.model import MultiTaskModel
+    from greenadapt.modeling.pals.layer import PalOutput
+    from greenadapt.modeling.pals.model import MultiTaskModel
 
     base = _base(tiny_bert_base)
     keys = set(base.state_dict())
@@ -66,7 +66,7 @@ def test_wrapping_keeps_state_dict_keys_and_unwrap_restores(tiny_bert_base: Path
 
 def test_pal_ignores_padding(tiny_bert_base: Path) -> None:
     """The small attention is masked: appending padding does not change the real tokens' outputs."""
-    from greenadapt.pals.model import MultiTaskModel
+    from greenadapt.modeling.pals.model import MultiTaskModel
 
     multi = MultiTaskModel(_base(tiny_bert_base), PalsConfig(size=12, heads=3)).eval()
     multi.add_task("a", "ner", 3)
@@ -80,7 +80,7 @@ def test_pal_ignores_padding(tiny_bert_base: Path) -> None:
 
 
 def test_tasks_do_not_share_adapters(tiny_bert_base: Path) -> None:
-    from greenadapt.pals.model import MultiTaskModel
+    from greenadapt.modeling.pals.model import MultiTaskModel
 
     multi = MultiTaskModel(_base(tiny_bert_base), PalsConfig(size=12, heads=3)).eval()
     multi.add_task("a", "classify", 2)
@@ -96,7 +96,7 @@ def test_tasks_do_not_share_adapters(tiny_bert_base: Path) -> None:
 
 @pytest.mark.parametrize(("adapter", "size", "heads"), [("pals", 12, 3), ("pals", 8, 8), ("low-rank", 5, 1), ("none", 4, 1)])
 def test_parameter_counts_match_the_formula(tiny_bert_base: Path, adapter: str, size: int, heads: int) -> None:
-    from greenadapt.pals.model import MultiTaskModel
+    from greenadapt.modeling.pals.model import MultiTaskModel
 
     base = _base(tiny_bert_base)
     n_base = sum(p.numel() for p in base.parameters())
@@ -121,7 +121,7 @@ def test_bert_base_eight_tasks_at_204_is_about_1_13x() -> None:
     """The paper's figure, from a BERT-base config on the meta device (no weights)."""
     from transformers import BertConfig, BertModel
 
-    from greenadapt.pals.model import MultiTaskModel
+    from greenadapt.modeling.pals.model import MultiTaskModel
 
     with torch.device("meta"):
         base = BertModel(BertConfig())
@@ -144,7 +144,7 @@ def test_config_checks() -> None:
 
 
 def test_save_and_load_one_task(tiny_bert_base: Path, tmp_path: Path) -> None:
-    from greenadapt.pals.model import MultiTaskModel
+    from greenadapt.modeling.pals.model import MultiTaskModel
 
     multi = MultiTaskModel(_base(tiny_bert_base), PalsConfig(size=12, heads=3)).eval()
     multi.add_task("a", "ner", 3)
@@ -165,7 +165,7 @@ def test_the_task_term_enters_before_the_output_layernorm(tiny_bert_base: Path, 
     """Each layer returns LN(FFN(a) + a + TS(h)), with h the layer's input and a = LN(h + SA(h)) — computed
     here by hand from the layer's own submodules. Adding TS(h) to the attention output instead, or after the
     LayerNorm, gives other numbers and fails this test."""
-    from greenadapt.pals.model import MultiTaskModel
+    from greenadapt.modeling.pals.model import MultiTaskModel
 
     multi = MultiTaskModel(_base(tiny_bert_base), PalsConfig(adapter=adapter, size=12, heads=3)).eval()
     multi.add_task("a", "ner", 3)

@@ -13,11 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from greenadapt import pretokenize
-from greenadapt.corpus import CorpusSource, ReadStats, resolve_corpus
+from greenadapt.corpus import CorpusSource, ReadStats, pretokenize, resolve_corpus
+from greenadapt.corpus.pretokenize import MAX_LINE_WORDS, _process_chunk, pretokenize_corpus
+from greenadapt.corpus.word_splitter import TextRules, WordSplitter, normalization_flags
 from greenadapt.errors import CorpusError
-from greenadapt.pretokenize import MAX_LINE_WORDS, _process_chunk, pretokenize_corpus
-from greenadapt.word_splitter import TextRules, WordSplitter, normalization_flags
 
 TRICKY = [
     "Héllo, WORLD!! naïve café — résumé",
@@ -274,7 +273,7 @@ def test_empty_corpus_is_a_corpus_error(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_real_minilm_tokenizer_on_cord19_abstracts(tmp_path: Path, minilm_path: Path, shared_data: Path) -> None:
-    from greenadapt.models import load_wordpiece_tokenizer
+    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer
 
     tokenizer = load_wordpiece_tokenizer(minilm_path)
     backend = tokenizer.backend_tokenizer

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from greenadapt.errors import CorpusError
-from greenadapt.pretrain.data import (
+from greenadapt.runners.pretrain.data import (
     IGNORE,
     Masker,
     MixedCorpus,
@@ -150,7 +150,7 @@ def test_token_cache_matches_the_tokenizer_and_is_reused(tiny_bert: Path, tmp_pa
     from transformers import AutoTokenizer
 
     from greenadapt.corpus import resolve_corpus
-    from greenadapt.pretrain.data import tokenize_corpus
+    from greenadapt.runners.pretrain.data import tokenize_corpus
 
     lines = ["The patients were treated, with Insulin!", "tachycardia of the heart", "", "cells"]
     text = tmp_path / "c.txt"

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from greenadapt.errors import EXIT_BAD_INPUT, DataError, InputError
-from greenadapt.qa.data import read_squad
 from qa_helpers import paragraph, squad_file
+
+from greenadapt.data.squad import read_squad
+from greenadapt.errors import EXIT_BAD_INPUT, DataError, InputError
 
 CONTEXT = "Fever is common. Fever and cough are the main symptoms."
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from greenadapt.qa.metrics import evaluate, exact_match, f1_score, normalize_answer, substring_match
+from greenadapt.data.squad_metrics import evaluate, exact_match, f1_score, normalize_answer, substring_match
 
 
 @pytest.mark.parametrize(

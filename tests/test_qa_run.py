@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 from greenadapt import errors
 from greenadapt.errors import ModelError, UsageError
-from greenadapt.qa.run import QaOptions, run_qa
-from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+from greenadapt.runners.qa.run import QaOptions, run_qa
 
 PAPER = (
     "Tachycardias in covid patients. The heart rate of patients with coronavirus infection was high, "
@@ -88,13 +88,13 @@ def test_outputs_are_exact_substrings_with_a_softmax_nbest(models: dict[str, Pat
 def test_mean_pool_is_the_average_of_both_tokenizers(models: dict[str, Path]) -> None:
     import torch
 
-    from greenadapt.models import resolve_model
-    from greenadapt.qa.data import Document, Question
-    from greenadapt.qa.infer import QaRunner
-    from greenadapt.expanded_model import load_tokenizers
-    from greenadapt.qa.model import load_qa_model
-    from greenadapt.qa.run import answer_questions
-    from greenadapt.words import split_words
+    from greenadapt.artifacts.model_folder import load_tokenizers
+    from greenadapt.artifacts.pretrained import resolve_model
+    from greenadapt.corpus.words import split_words
+    from greenadapt.data.squad import Document, Question
+    from greenadapt.runners.qa.infer import QaRunner
+    from greenadapt.runners.qa.model import load_qa_model
+    from greenadapt.runners.qa.run import answer_questions
 
     ref = resolve_model(models["expanded"])
     runner = QaRunner(load_qa_model(ref, torch.device("cpu")), torch.device("cpu"))

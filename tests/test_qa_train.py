@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from greenadapt.errors import UsageError
-from greenadapt.qa.data import read_squad
-from greenadapt.qa.features import featurize
-from greenadapt.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+from greenadapt.data.squad import read_squad
+from greenadapt.errors import UsageError
+from greenadapt.runners.qa.features import featurize
+from greenadapt.runners.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
 
 CONTEXT = (
     "The heart rate of covid patients was high. Myocarditis was associated with tachycardias. "
@@ -74,7 +74,7 @@ def test_answer_positions_point_at_the_answer_or_cls(expanded: Path, train_file:
 def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from greenadapt.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, run_qa
 
     training = replace(QA_TRAINING, batch_size=4, lr=3e-3, max_steps=40, warmup=0.1, seed=3)
     options = QaTrainOptions(max_length=48, doc_stride=16, training=training)

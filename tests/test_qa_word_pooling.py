@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 from conftest import build_tiny_bert
 
-from greenadapt.expanded_model import load_tokenizers
-from greenadapt.qa.data import Document, Question
-from greenadapt.qa.run import answer_questions
+from greenadapt.artifacts.model_folder import load_tokenizers
+from greenadapt.data.squad import Document, Question
+from greenadapt.runners.qa.run import answer_questions
 
 
 class _PeakAt:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from greenadapt.qa.words import word_max, wordpiece_words
-from greenadapt.words import _kind, split_words
+from greenadapt.corpus.words import _kind, split_words
+from greenadapt.runners.qa.words import word_max, wordpiece_words
 
 
 def _texts(text: str) -> list[str]:

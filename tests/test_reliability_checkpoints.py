@@ -23,14 +23,14 @@ import pytest
 import torch
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
-from greenadapt.errors import StageError
-from greenadapt.finetune import embeddings
-from greenadapt.finetune.run import FinetuneOptions, run_finetune
-from greenadapt.training.job import checkpoint_folder
-from greenadapt.finetune.train import TrainConfig
-from greenadapt.errors import EXIT_PREEMPTED
+from greenadapt.artifacts.manifest import load_stage
+from greenadapt.artifacts.files import sha256_file
+from greenadapt.errors import EXIT_PREEMPTED, StageError
+from greenadapt.modeling import embeddings
+from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
 from greenadapt.training.checkpoint import Preempted, latest_checkpoint
-from greenadapt.manifest import load_stage, sha256_file
+from greenadapt.training.finetuning import TrainConfig
+from greenadapt.training.job import checkpoint_folder
 
 STEPS_PER_EPOCH = 5  # 40 training sentences, batches of 8
 # Tiny models gain nothing from threads, and on a busy machine spinning OpenMP threads slow them tenfold.

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from greenadapt.corpus import ReadStats, resolve_corpus
-from greenadapt.corpus import readers
+from greenadapt.corpus import lines as line_reading
 
 WORD = b"abcdefghi "  # 10 bytes a word
 
@@ -38,7 +38,7 @@ def test_a_100_mb_line_streams_in_bounded_memory(tmp_path: Path) -> None:
         """
         import json, re, resource, sys
         from greenadapt.corpus import ReadStats, resolve_corpus
-        from greenadapt.corpus.readers import MAX_LINE_BYTES
+        from greenadapt.corpus.lines import MAX_LINE_BYTES
         stats = ReadStats()
         words = pieces = longest = 0
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -66,8 +66,8 @@ def test_a_100_mb_line_streams_in_bounded_memory(tmp_path: Path) -> None:
 
 
 def test_cuts_fall_at_whitespace_and_keep_every_word(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 1000)
-    monkeypatch.setattr(readers, "_BLOCK", 256)
+    monkeypatch.setattr(line_reading, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(line_reading, "_BLOCK", 256)
     words = [f"w{i}é" for i in range(3000)]
     long = " ".join(words)
     path = tmp_path / "mixed.txt"
@@ -82,8 +82,8 @@ def test_cuts_fall_at_whitespace_and_keep_every_word(tmp_path: Path, monkeypatch
 
 
 def test_a_line_without_whitespace_is_cut_between_characters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 1001)  # not a multiple of any character's length
-    monkeypatch.setattr(readers, "_BLOCK", 300)
+    monkeypatch.setattr(line_reading, "MAX_LINE_BYTES", 1001)  # not a multiple of any character's length
+    monkeypatch.setattr(line_reading, "_BLOCK", 300)
     text = "".join(chr(c) for c in [0x61, 0xE9, 0x65E5, 0x1F600] * 700)  # 1, 2, 3 and 4 bytes
     path = tmp_path / "dense.txt"
     path.write_bytes(text.encode() + b"\nnext")
@@ -98,9 +98,9 @@ def test_w2v_input_from_a_cut_line_keeps_every_word(tmp_path: Path, monkeypatch:
     """Pre-tokenized (what word2vec reads): the pieces become lines of at most 1000 words, all words there, in order."""
     from transformers import BertTokenizerFast
 
-    from greenadapt.pretokenize import MAX_LINE_WORDS, pretokenize_corpus
+    from greenadapt.corpus.pretokenize import MAX_LINE_WORDS, pretokenize_corpus
 
-    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(line_reading, "MAX_LINE_BYTES", 4096)
     from conftest import tiny_vocab
 
     vocab = tmp_path / "vocab.txt"

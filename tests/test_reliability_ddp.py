@@ -22,8 +22,8 @@ import pytest
 import torch
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
-from greenadapt.training.job import checkpoint_folder
 from greenadapt.training.checkpoint import latest_checkpoint
+from greenadapt.training.job import checkpoint_folder
 
 # Kills the process (os._exit: no handler, no cleanup) at the N-th training step: only checkpoints on disk survive.
 CRASH_AT_STEP = """
@@ -44,10 +44,10 @@ WORKER = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from greenadapt.finetune import run as run_module
+    from greenadapt.runners.finetune import run as run_module
     from greenadapt.training import runtime as train_module
-    from greenadapt.finetune.run import FinetuneOptions
-    from greenadapt.finetune.train import TrainConfig
+    from greenadapt.runners.finetune.run import FinetuneOptions
+    from greenadapt.training.finetuning import TrainConfig
 
     model, train, out, mode = sys.argv[1:5]
     {crash}
@@ -64,8 +64,8 @@ PRETRAIN_WORKER = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from greenadapt.training import runtime as train_module
-    from greenadapt.pretrain.run import PretrainOptions, run_pretrain
-    from greenadapt.pretrain.train import PretrainConfig
+    from greenadapt.runners.pretrain.run import PretrainOptions, run_pretrain
+    from greenadapt.runners.pretrain.train import PretrainConfig
 
     model, corpus, out, mode = sys.argv[1:5]
     {crash}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from w2v_fixtures import linear_w2v
 
+from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import EXIT_RESOURCE
-from greenadapt.manifest import load_stage
 
 
 def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -44,9 +44,9 @@ def _check(code: int, err: str, out: Path, kind: str, before: dict) -> None:
 
 def test_disk_full_while_expand_writes_weights(tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    import greenadapt.expand as expand_module
-    from greenadapt.align import run_align
-    from greenadapt.expand import run_expand
+    import greenadapt.adaptation.expand as expand_module
+    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.expand import run_expand
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
     aligned = run_align(w2v=w2v, out=tmp_path / "align").path

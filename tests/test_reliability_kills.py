@@ -39,12 +39,11 @@ import pytest
 from finetune_helpers import build_tiny_expanded, write_ner_file
 from w2v_fixtures import linear_w2v
 
-from greenadapt.align import run_align
-from greenadapt.errors import EXIT_TERMINATED
-from greenadapt.training.job import checkpoint_folder
-from greenadapt.errors import EXIT_PREEMPTED
+from greenadapt.adaptation.align import run_align
+from greenadapt.artifacts.manifest import load_stage, read_manifest, verify_files
+from greenadapt.errors import EXIT_PREEMPTED, EXIT_TERMINATED
 from greenadapt.training.checkpoint import CHECKPOINT_MANIFEST
-from greenadapt.manifest import load_stage, read_manifest, verify_files
+from greenadapt.training.job import checkpoint_folder
 
 SEED = 20240607
 KILLS = {"w2v": 7, "expand": 7, "finetune": 6}  # signals delivered to a running process; 20 in all
@@ -324,7 +323,7 @@ def test_at_least_twenty_kills_with_every_signal(sequences: dict[str, KillLog]) 
 
 
 def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import greenadapt.w2v as w2v_module
+    import greenadapt.adaptation.w2v as w2v_module
     from greenadapt.cli import main
 
     def interrupted(*args: object, **kwargs: object) -> None:

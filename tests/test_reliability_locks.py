@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import EXIT_LOCKED
-from greenadapt.manifest import load_stage
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 _HELD = (
@@ -26,7 +26,7 @@ _HELD = (
     "from pathlib import Path\n"
     "import gensim.models\n"
     "from greenadapt.cli import main\n"
-    "from greenadapt.models import load_wordpiece_tokenizer\n"
+    "from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer\n"
     "load_wordpiece_tokenizer(Path(os.environ['WARM_MODEL']))  # the lazy imports too\n"
     "print('ready', flush=True)\n"
     "sys.stdin.readline()\n"

@@ -16,13 +16,13 @@ import pytest
 from cli_helpers import run_cli
 from w2v_fixtures import linear_w2v
 
+from greenadapt.artifacts.manifest import MANIFEST, MANIFEST_CHECKSUM
 from greenadapt.errors import EXIT_STAGE_CONFLICT
-from greenadapt.manifest import MANIFEST, MANIFEST_CHECKSUM
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[str, Path]:
-    from greenadapt.align import run_align
+    from greenadapt.adaptation.align import run_align
 
     root = tmp_path_factory.mktemp("manifests")
     w2v, _ = linear_w2v(root / "w2v", tiny_bert, noise=0.01)
@@ -135,6 +135,6 @@ def test_a_damaged_output_is_not_skipped_over(pristine: dict[str, Path], tmp_pat
     assert code == EXIT_STAGE_CONFLICT and "edited by hand" in err and "--force" in err, err
     code, err = run_cli([*args, "--force"], monkeypatch, capsys)
     assert code == 0, err
-    from greenadapt.manifest import load_stage
+    from greenadapt.artifacts.manifest import load_stage
 
     load_stage(aligned, "align")

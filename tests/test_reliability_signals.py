@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 from w2v_fixtures import linear_w2v
 
+from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import EXIT_INTERRUPTED, EXIT_STAGE_CONFLICT, EXIT_TERMINATED
-from greenadapt.manifest import load_stage
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -41,7 +41,7 @@ WRAPPER = textwrap.dedent(
     """
     import os, sys, threading
     from pathlib import Path
-    from greenadapt import stage
+    from greenadapt.artifacts import stage
 
     original = stage.StageRun.commit
     never_set = threading.Event()
@@ -113,7 +113,7 @@ def _check(result: subprocess.CompletedProcess[str], sig: signal.Signals, out: P
 
 @pytest.fixture(scope="module")
 def w2v_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[list[str], Path]:
-    from greenadapt.w2v import W2VOptions, run_w2v
+    from greenadapt.adaptation.w2v import W2VOptions, run_w2v
 
     root = tmp_path_factory.mktemp("sig-w2v")
     corpus = _corpus(root / "corpus.txt")
@@ -134,8 +134,8 @@ def test_w2v_interrupted_mid_commit(tmp_path: Path, w2v_run: tuple[list[str], Pa
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_align_and_expand_interrupted_mid_commit(tmp_path: Path, tiny_bert: Path, sig: signal.Signals) -> None:
-    from greenadapt.align import run_align
-    from greenadapt.expand import run_expand
+    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.expand import run_expand
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
     aligned = run_align(w2v=w2v, out=tmp_path / "align").path
@@ -150,7 +150,7 @@ def test_align_and_expand_interrupted_mid_commit(tmp_path: Path, tiny_bert: Path
 
 @pytest.mark.integration  # three stages in a subprocess: slower than the rest
 def test_adapt_sigterm_in_its_last_stage(tmp_path: Path, tiny_bert: Path) -> None:
-    from greenadapt.cli import app, _register
+    from greenadapt.cli import _register, app
 
     _register()
     from typer.testing import CliRunner
@@ -250,15 +250,15 @@ def test_a_signal_mangled_by_a_c_extension_still_ends_as_that_signal(
     """torch turns a KeyboardInterrupt raised during its shape inference into a ValueError (seen in the kill
     test of expand: "internal error: ValueError: could not determine the shape of object type ..."). After a stop
     signal, whatever error ends the run reports the signal and its exit code; without one it stays an internal error."""
-    import greenadapt.cli as cli
-    import greenadapt.info
-
     from cli_helpers import run_cli
+
+    import greenadapt.artifacts.info
+    import greenadapt.cli as cli
 
     def mangled(*args: object, **kwargs: object) -> None:
         raise ValueError("could not determine the shape of object type 'torch.storage.UntypedStorage'")
 
-    monkeypatch.setattr(greenadapt.info, "describe_folder", mangled)
+    monkeypatch.setattr(greenadapt.artifacts.info, "describe_folder", mangled)
     returned, err = run_cli(["info", str(tmp_path)], monkeypatch, capsys)
     assert returned == 1 and "internal error" in err
     monkeypatch.setattr(cli, "_STOP_SIGNALS", [int(sig)])

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
+from greenadapt.artifacts.manifest import manifest_identity
+from greenadapt.artifacts.files import write_json
+from greenadapt.artifacts.stage import StageRun
 from greenadapt.errors import EXIT_STAGE_CONFLICT, StageError
 from greenadapt.report import collect, markdown, write_html
 from greenadapt.report.paper import LB_TO_KG
-from greenadapt.manifest import manifest_identity, write_json
-from greenadapt.stage import StageRun
 
 # F1 per variant and seed, per pooling mode, as a finetune run's metrics.json holds them.
 SCORES = {
@@ -241,8 +242,8 @@ def test_pretrain_stages_get_their_held_out_losses_a_curve_and_a_row_beside_the_
 
 
 def test_accuracy_against_cost_follows_each_model_to_the_stages_that_made_it(tmp_path: Path) -> None:
+    from greenadapt.artifacts.manifest import load_stage
     from greenadapt.report.plots import accuracy_cost_chart
-    from greenadapt.manifest import load_stage
 
     run = make_run(tmp_path)
     expand = run / "expand"
@@ -321,7 +322,7 @@ def test_the_energy_label_reaches_the_tables(tmp_path: Path) -> None:
 
 
 def collect_label(cost: dict[str, Any]) -> str:
-    from greenadapt.energy import cost_of
+    from greenadapt.machine.energy import cost_of
 
     return cost_of({"cost": cost})["energy_label"]
 

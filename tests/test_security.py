@@ -17,13 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from greenadapt.manifest import MANIFEST_CHECKSUM, manifest_checksum
 import torch
 from conftest import build_tiny_bert
 from finetune_helpers import write_ner_file
 from w2v_fixtures import linear_w2v
 
+from greenadapt.artifacts.manifest import MANIFEST_CHECKSUM, manifest_checksum
 from greenadapt.errors import GreenAdaptError, ModelError, StageError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "greenadapt"
@@ -53,7 +52,7 @@ def pickled_model(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_pickle_in_pytorch_model_bin_is_never_run_by_our_reader(pickled_model: tuple[Path, Path]) -> None:
-    from greenadapt.vectors import read_input_embeddings
+    from greenadapt.adaptation.vectors import read_input_embeddings
 
     folder, marker = pickled_model
     with pytest.raises(ModelError, match="cannot load PyTorch weights safely") as info:
@@ -102,8 +101,8 @@ def _revouch(folder: Path, name: str) -> None:
 
 
 def test_object_array_in_align_output_is_refused(tmp_path: Path, tiny_bert: Path) -> None:
-    from greenadapt.align import MAP_FILE, run_align
-    from greenadapt.expand import run_expand
+    from greenadapt.adaptation.align import MAP_FILE, run_align
+    from greenadapt.adaptation.expand import run_expand
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
     aligned = run_align(w2v=w2v, out=tmp_path / "align").path
@@ -160,9 +159,9 @@ def remote_code_model(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_remote_code_is_never_imported(remote_code_model: tuple[Path, Path], tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from greenadapt.adaptation.vectors import _embeddings_via_transformers, read_input_embeddings
+    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer, resolve_model
     from greenadapt.tasks import NerTask
-    from greenadapt.models import load_wordpiece_tokenizer, resolve_model
-    from greenadapt.vectors import _embeddings_via_transformers, read_input_embeddings
 
     monkeypatch.setattr("sys.stdin", open("/dev/null"))  # noqa: SIM115 - no interactive "trust this code?" prompt either
     folder, marker = remote_code_model

@@ -5,16 +5,16 @@ from __future__ import annotations
 import errno
 import multiprocessing as mp
 import os
-import time
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from greenadapt import stage
+from greenadapt.artifacts import stage
+from greenadapt.artifacts.manifest import fingerprint, load_stage, read_manifest, verify_files
+from greenadapt.artifacts.stage import StageRun
 from greenadapt.errors import LockedError, OutputExistsError, ResourceError, StageError
-from greenadapt.manifest import fingerprint, load_stage, read_manifest, verify_files
-from greenadapt.stage import StageRun
 
 
 def _make(out: Path, config: dict, *, payload: str = "hello", force: bool = False) -> StageRun:
@@ -204,7 +204,7 @@ def _rewrite(out: Path, **changes: object) -> None:
     """Change manifest fields the way a buggy or foreign writer would: with a matching self-checksum."""
     import json
 
-    from greenadapt.manifest import MANIFEST_CHECKSUM, manifest_checksum
+    from greenadapt.artifacts.manifest import MANIFEST_CHECKSUM, manifest_checksum
 
     path = out / "manifest.json"
     manifest = json.loads(path.read_text())
@@ -214,7 +214,7 @@ def _rewrite(out: Path, **changes: object) -> None:
 
 
 def test_manifest_sections_are_typed_and_nested_ones_checked(tmp_path: Path) -> None:
-    from greenadapt.manifest import Manifest
+    from greenadapt.artifacts.manifest import Manifest
 
     out = tmp_path / "stage"
     _make(out, {"a": 1, "model": {"path": "/m"}})
@@ -241,50 +241,50 @@ def test_a_damaged_manifest_section_is_refused_naming_the_file_and_field(tmp_pat
 def test_each_file_is_hashed_once_per_process_while_it_stays_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from greenadapt import manifest as manifest_module
+    from greenadapt.artifacts import files as files_module
 
     reads: list[Path] = []
-    real = manifest_module._sha256_contents
-    monkeypatch.setattr(manifest_module, "_sha256_contents", lambda path: reads.append(path) or real(path))
+    real = files_module._sha256_contents
+    monkeypatch.setattr(files_module, "_sha256_contents", lambda path: reads.append(path) or real(path))
     data = tmp_path / "vectors.bin"
     data.write_bytes(b"x" * 1000)
-    first = manifest_module.sha256_file(data)
-    assert manifest_module.sha256_file(data) == first and len(reads) == 1  # verified again: not read again
+    first = files_module.sha256_file(data)
+    assert files_module.sha256_file(data) == first and len(reads) == 1  # verified again: not read again
     data.write_bytes(b"y" * 1000)  # same size, new content: a new modification time
     os.utime(data, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns + 1_000_000))
-    second = manifest_module.sha256_file(data)
+    second = files_module.sha256_file(data)
     assert second != first and len(reads) == 2
     copy = tmp_path / "copy.bin"
     copy.write_bytes(data.read_bytes())  # another file (inode) with the same bytes is hashed on its own
-    assert manifest_module.sha256_file(copy) == second and len(reads) == 3
+    assert files_module.sha256_file(copy) == second and len(reads) == 3
 
 
 def test_a_file_written_through_hashed_writer_is_not_read_back_to_be_checksummed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """expand writes the model through HashedWriter; the stage's checksum of its outputs then reads nothing."""
     import hashlib
 
-    from greenadapt import manifest as manifest_module
+    from greenadapt.artifacts import files as files_module
 
     reads: list[Path] = []
-    real = manifest_module._sha256_contents
-    monkeypatch.setattr(manifest_module, "_sha256_contents", lambda path: reads.append(path) or real(path))
+    real = files_module._sha256_contents
+    monkeypatch.setattr(files_module, "_sha256_contents", lambda path: reads.append(path) or real(path))
     parts = [b"header", bytes(range(256)) * 4000, b"", b"tail"]
     out = tmp_path / "model.bin"
-    with manifest_module.HashedWriter(out) as handle:
+    with files_module.HashedWriter(out) as handle:
         for part in parts:
             handle.write(part)
     assert out.read_bytes() == b"".join(parts)
-    assert manifest_module.sha256_file(out) == hashlib.sha256(b"".join(parts)).hexdigest() and reads == []
+    assert files_module.sha256_file(out) == hashlib.sha256(b"".join(parts)).hexdigest() and reads == []
 
     failed = tmp_path / "failed.bin"
-    with pytest.raises(RuntimeError), manifest_module.HashedWriter(failed) as handle:
+    with pytest.raises(RuntimeError), files_module.HashedWriter(failed) as handle:
         handle.write(b"half")
         raise RuntimeError("the writer stopped")
-    assert manifest_module.sha256_file(failed) == hashlib.sha256(b"half").hexdigest() and reads == [failed]  # hashed afresh
+    assert files_module.sha256_file(failed) == hashlib.sha256(b"half").hexdigest() and reads == [failed]  # hashed afresh
 
 
 def _over_file(out: Path, source: Path) -> StageRun:
-    from greenadapt.manifest import file_identity
+    from greenadapt.artifacts.files import file_identity
 
     with StageRun("demo", out, {"a": 1}, [{"role": "corpus", **file_identity(source)}]) as run:
         if not run.skipped:
@@ -303,7 +303,7 @@ def test_an_input_whose_time_alone_changed_keeps_the_output_up_to_date(tmp_path:
     assert recorded["sha256"] == __import__("hashlib").sha256(b"the same words\n").hexdigest()
     os.utime(source, ns=(recorded["mtime_ns"] + 7_000_000_000, recorded["mtime_ns"] + 7_000_000_000))
     before = (out / "manifest.json").read_text()
-    with caplog.at_level("INFO", logger="greenadapt.stage"):
+    with caplog.at_level("INFO", logger="greenadapt.artifacts.stage"):
         again = _over_file(out, source)
     assert again.skipped and (out / "manifest.json").read_text() == before
     assert "changed only in modification time" in caplog.text and str(source) in caplog.text
@@ -328,7 +328,7 @@ def test_an_edited_input_is_named_with_what_changed(tmp_path: Path) -> None:
 def test_an_output_of_an_earlier_version_without_digests_says_it_cannot_compare(tmp_path: Path) -> None:
     import json
 
-    from greenadapt.manifest import manifest_checksum
+    from greenadapt.artifacts.manifest import manifest_checksum
 
     source = tmp_path / "corpus.txt"
     source.write_text("the same words\n")
@@ -345,7 +345,8 @@ def test_an_output_of_an_earlier_version_without_digests_says_it_cannot_compare(
 
 
 def test_a_file_rewritten_during_the_run_gets_no_digest(tmp_path: Path) -> None:
-    from greenadapt.manifest import file_identity, recorded_inputs
+    from greenadapt.artifacts.manifest import recorded_inputs
+    from greenadapt.artifacts.files import file_identity
 
     source = tmp_path / "corpus.txt"
     source.write_text("the same words\n")

@@ -13,19 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from finetune_helpers import build_tiny_expanded
 
 import greenadapt
-from finetune_helpers import build_tiny_expanded
+from greenadapt.data.task_files import NerSentence, ReaderOptions, TaskFile
 from greenadapt.errors import UsageError
-from greenadapt.finetune.data import NerSentence, ReaderOptions, TaskFile
-from greenadapt.finetune.options import FinetuneOptions
 from greenadapt.tasks import TASKS, NerTask, TaskDefaults, TaskSettings, get_labelling_task, get_task
+from greenadapt.tasks.options import FinetuneOptions
 
 
 def test_every_task_declares_what_the_cli_and_the_api_leave_to_it() -> None:
     assert list(TASKS) == ["ner", "classify", "qa"]
     for task in TASKS.values():
-        assert task.summary and task.runner and task.defaults.epochs >= 1
+        assert task.summary and task.finetunes and task.defaults.epochs >= 1
         config = task.training_config(lr=None, batch_size=7)
         assert (config.epochs, config.lr, config.batch_size) == (task.defaults.epochs, task.defaults.lr, 7)
     assert TASKS["qa"].defaults == TaskDefaults(epochs=2, batch_size=16, lr=3e-5, max_length=None)

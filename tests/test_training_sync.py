@@ -13,11 +13,12 @@ import torch
 from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
 
 from greenadapt.errors import UsageError
-from greenadapt.finetune.run import FinetuneOptions, run_finetune
-from greenadapt.finetune.train import TrainConfig
+from greenadapt.machine.devices import to_device
+from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
 from greenadapt.training import runtime
-from greenadapt.training.distributed import to_device
+from greenadapt.training.trainer import Trainer
 from greenadapt.training.config import TrainingConfig
+from greenadapt.training.finetuning import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -142,9 +143,9 @@ def test_a_fine_tuning_step_never_waits_for_the_device(attention: str, monkeypat
     holds no host sync."""
     from transformers import BertConfig, BertForTokenClassification, masking_utils
 
-    from greenadapt.finetune.tokenize import Unit
-    from greenadapt.finetune.train import FinetuneTask, prepare_trainer
+    from greenadapt.modeling.units import Unit
     from greenadapt.training.distributed import DistContext
+    from greenadapt.training.finetuning import FinetuneTask, prepare_trainer
 
     # Not ours: transformers 5 reads the padding mask back (padding_mask.all()) in every forward to skip it for
     # SDPA when nothing is padded; docs/benchmarks.md counts it among the syncs left.
@@ -172,8 +173,8 @@ def test_a_masked_lm_step_never_waits_for_the_device(head_warmup: int, embedding
     """The same on the meta device for masked-LM steps: masking, the target count, the head warm-up, frozen original rows."""
     from transformers import BertConfig, BertForMaskedLM, masking_utils
 
-    from greenadapt.pretrain.data import Masker, PackedCorpus
-    from greenadapt.pretrain.train import PretrainConfig, PretrainTask, build_masked_lm, freeze_for
+    from greenadapt.runners.pretrain.data import Masker, PackedCorpus
+    from greenadapt.runners.pretrain.train import PretrainConfig, PretrainTask, build_masked_lm, freeze_for
     from greenadapt.training.distributed import DistContext
 
     monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)  # see above
@@ -186,7 +187,7 @@ def test_a_masked_lm_step_never_waits_for_the_device(head_warmup: int, embedding
     masker = Masker(3, special, np.zeros(40, bool), np.arange(5, 40))
     training = PretrainConfig(batch_size=4, lr=1e-3, epochs=1, head_warmup_steps=head_warmup, train_embeddings=embeddings, weight_decay=0.01)
     frozen, after_warmup = freeze_for(mlm, training, 30)
-    trainer = runtime.Trainer(mlm, training, ctx, total_steps=training.plan(len(corpus.train_indices))[1])
+    trainer = Trainer(mlm, training, ctx, total_steps=training.plan(len(corpus.train_indices))[1])
     task = PretrainTask(trainer, training, corpus, masker, pad_id=0, frozen_rows=frozen, after_warmup_frozen=after_warmup, evaluate=None)
     batches = task.epoch_batches(0, 0)[:5]
     for step, batch in enumerate(batches, start=1):

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from greenadapt.errors import InputError, ModelError
-from greenadapt.vectors import (
+from greenadapt.adaptation.vectors import (
     read_counts,
     read_input_embeddings,
     read_word2vec_binary,
     write_counts,
     write_word2vec_binary,
 )
+from greenadapt.errors import InputError, ModelError
 
 UNICODE_WORDS = ["the", "café", "β-blocker", "日本語", "naïve", "🦠", "x" * 300, "ünïcödé"]
 
@@ -114,7 +114,7 @@ def test_a_file_read_whole_serves_later_row_reads_inside_keep_whole_reads(tmp_pa
     """adapt's align reads every vector; expand's rows are then a view into that matrix, equal to a fresh read."""
     import os
 
-    from greenadapt.vectors import keep_whole_reads, read_word2vec_rows
+    from greenadapt.adaptation.vectors import keep_whole_reads, read_word2vec_rows
 
     vectors = _random(30, 4)
     words = [f"w{i}" for i in range(30)]
@@ -145,7 +145,7 @@ def test_a_file_read_whole_serves_later_row_reads_inside_keep_whole_reads(tmp_pa
 
 
 def test_large_file_spanning_many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import greenadapt.vectors as module
+    import greenadapt.adaptation.vectors as module
 
     monkeypatch.setattr(module, "_BLOCK", 1000)  # entries straddle block ends
     vectors = _random(2000, 33)

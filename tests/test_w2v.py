@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from greenadapt import errors
+from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, run_w2v, stable_hash
 from greenadapt.errors import CorpusError, OutputExistsError, UsageError
-from greenadapt.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, run_w2v, stable_hash
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = (
@@ -124,7 +124,7 @@ def test_vectors_equal_plain_gensim_on_the_same_text(tmp_path: Path, corpus: Pat
 def test_rerun_skips_without_reading_the_corpus_and_force_redoes(
     tmp_path: Path, corpus: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import greenadapt.w2v as w2v_module
+    import greenadapt.adaptation.w2v as w2v_module
 
     first = _run(corpus, tiny_bert, tmp_path / "work")
     real = w2v_module.pretokenize_corpus
@@ -203,10 +203,10 @@ _DETERMINISM_SCRIPT = textwrap.dedent(
     import hashlib, sys
     from pathlib import Path
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from greenadapt.pretokenize import pretokenize_corpus
+    from greenadapt.corpus.pretokenize import pretokenize_corpus
     from greenadapt.corpus import resolve_corpus
     from greenadapt.progress import NULL_PROGRESS
-    from greenadapt.w2v import W2VOptions, _train
+    from greenadapt.adaptation.w2v import W2VOptions, _train
 
     corpus, work = Path(sys.argv[1]), Path(sys.argv[2])
     tokenizer = Tokenizer(models.WordPiece({"[UNK]": 0}, unk_token="[UNK]"))
@@ -358,7 +358,7 @@ def test_max_vocab_keeps_the_most_frequent_words_as_gensim_does(tmp_path: Path, 
     import numpy as np
     from gensim.models import KeyedVectors, Word2Vec
 
-    from greenadapt.w2v import effective_min_count
+    from greenadapt.adaptation.w2v import effective_min_count
 
     full = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, seed=7))
     cap = full.manifest["stats"]["vocab_size"] // 3
@@ -386,7 +386,7 @@ def test_max_vocab_keeps_the_most_frequent_words_as_gensim_does(tmp_path: Path, 
 
 
 def test_effective_min_count_follows_gensim() -> None:
-    from greenadapt.w2v import effective_min_count
+    from greenadapt.adaptation.w2v import effective_min_count
 
     counts = {"a": 9, "b": 7, "c": 7, "d": 3, "e": 1}
     assert effective_min_count(counts, 1, None) == 1

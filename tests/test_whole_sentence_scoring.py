@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from finetune_helpers import build_tiny_expanded
 
-from greenadapt.expanded_model import TokenizerPair, load_tokenizers
-from greenadapt.finetune.data import NerSentence, TaskFile
+from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
+from greenadapt.data.task_files import NerSentence, TaskFile
 from greenadapt.tasks import TaskSettings, get_task
 
 WORDS = "patients with tachycardia and leukemia were treated".split()
@@ -61,7 +61,7 @@ def test_finetune_reports_what_predict_gives_on_the_same_long_sentences(tmp_path
     import random
 
     import greenadapt
-    from greenadapt.finetune.predict import run_predict
+    from greenadapt.inference.labelling import run_predict
 
     rng = random.Random(3)
     lines = []

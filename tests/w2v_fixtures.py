@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from greenadapt.models import ModelRef
-from greenadapt.stage import StageRun
-from greenadapt.vectors import read_input_embeddings, write_counts, write_word2vec_binary
+from greenadapt.adaptation.vectors import read_input_embeddings, write_counts, write_word2vec_binary
+from greenadapt.artifacts.pretrained import ModelRef
+from greenadapt.artifacts.stage import StageRun
 
 DOMAIN_WORDS = [
     "tachycardia",
@@ -71,7 +71,7 @@ def linear_w2v(
     Shared words are the vocabulary's whole-word entries (no ``##`` pieces,
     no ``[special]`` tokens); counts fall with the position, new words after.
     """
-    from greenadapt.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
 
     rng = np.random.default_rng(seed)
     general = load_general_tokenizer(model_path)

@@ -56,7 +56,7 @@ def _root(
 
         os.environ[HEARTBEAT_ENV] = str(heartbeat)
     if co2_intensity is not None or country is not None:
-        from greenadapt.energy import configure
+        from greenadapt.machine.intensity import configure
 
         configure(intensity=co2_intensity, country=country)
 

@@ -7,16 +7,19 @@ progress go to stderr. Progress bars appear only on a TTY and never with
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import typer
 
-from greenadapt.api import adapt as _adapt, default_of
-from greenadapt.methods import method_help
+from greenadapt.adaptation.methods import method_help
+from greenadapt.api import adapt as _adapt
+from greenadapt.api import default_of
 from greenadapt.progress import NULL_PROGRESS, HeartbeatProgress, Progress, format_duration, heartbeat_interval
 
 WorkdirOption = typer.Option(
@@ -28,7 +31,7 @@ JsonOption = typer.Option(False, "--json", help="Print the manifest as JSON on s
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars, warnings and errors only.")
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging.")
 
-# The initialisation method and its options: names and help come from the registry (greenadapt.methods).
+# The initialisation method and its options: names and help come from the registry (greenadapt.adaptation.methods).
 MethodOption = typer.Option(
     default_of(_adapt, "method"), "--method", metavar="NAME", help=method_help()
 )
@@ -100,7 +103,8 @@ class RichProgress:
     """
 
     def __init__(self) -> None:
-        from rich.progress import BarColumn, Progress as _RichProgress, TextColumn
+        from rich.progress import BarColumn, TextColumn
+        from rich.progress import Progress as _RichProgress
 
         self._progress = _RichProgress(
             TextColumn("[bold]{task.description}"),
@@ -215,3 +219,68 @@ def emit(manifest: Mapping[str, Any], summary: str, *, as_json: bool) -> None:
     else:
         sys.stdout.write(summary.rstrip("\n") + "\n")
     sys.stdout.flush()
+
+
+# An override that leaves an option out of the API call (an option the CLI has and the API does not).
+DROP: Any = object()
+
+
+def api_command(
+    name: str,
+    function: Callable[..., Any],
+    show: Callable[[Any, bool], None],
+    *,
+    renames: Mapping[str, str] | None = None,
+    **command_settings: Any,
+) -> Callable[[Callable[..., dict[str, Any] | None]], Callable[..., None]]:
+    """Register ``greenadapt NAME`` as the Python API's ``function`` (spaCy's ``spacy/cli`` shape).
+
+    The decorated function declares the command's options (its parameters: typer options whose
+    defaults come from ``function``'s signature) and its help (the docstring); each option goes to
+    the API parameter of its name (``renames``: the ones spelled otherwise). Its body checks what
+    the API cannot (it runs before anything else) and returns None, or overrides for options that
+    need parsing (``--seeds 1,2,3``; :data:`DROP` leaves one out). Every command gets ``--json``,
+    ``--quiet`` and ``--verbose`` (declared by the function when its body needs them), logging to
+    stderr and progress; ``show(result, as_json)`` prints the result.
+    """
+    from greenadapt.cli import app
+
+    def register(options: Callable[..., dict[str, Any] | None]) -> Callable[..., None]:
+        signature = inspect.signature(options, eval_str=True)
+        output = [
+            inspect.Parameter(flag, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=bool)
+            for flag, default in (("as_json", JsonOption), ("quiet", QuietOption), ("verbose", VerboseOption))
+            if flag not in signature.parameters
+        ]
+
+        @functools.wraps(options)
+        def command(**values: Any) -> None:
+            setup_logging(quiet=values["quiet"], verbose=values["verbose"])
+            overrides = options(**{key: value for key, value in values.items() if key in signature.parameters}) or {}
+            arguments = {key: value for key, value in values.items() if key not in _OUTPUT_FLAGS} | overrides
+            arguments = {(renames or {}).get(key, key): value for key, value in arguments.items() if value is not DROP}
+            with progress_for(values["quiet"]) as progress:
+                result = function(**arguments, progress=progress)
+            show(result, values["as_json"])
+
+        command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *output])  # type: ignore[attr-defined]
+        app.command(name, **command_settings)(command)
+        return command
+
+    return register
+
+
+_OUTPUT_FLAGS = ("as_json", "quiet", "verbose")
+
+
+def show_stage(summary: Callable[[Any], str]) -> Callable[[Any, bool], None]:
+    """``show`` for a command whose result is a stage outcome: its manifest as JSON, or ``summary(outcome)``.
+
+    Under torchrun only rank 0 reports: the other ranks' outcomes carry no manifest.
+    """
+
+    def show(outcome: Any, as_json: bool) -> None:
+        if outcome.manifest:
+            emit(outcome.manifest, summary(outcome), as_json=as_json)
+
+    return show

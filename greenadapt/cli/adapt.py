@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from greenadapt import api
 from greenadapt.api import default_of
-from greenadapt.cli import app
-from greenadapt.manifest import Manifest
+from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
     ContextCapOption,
     ContextLayerOption,
@@ -20,18 +20,14 @@ from greenadapt.cli._common import (
     HybridWeightOption,
     MatchNormOption,
     MethodOption,
-    JsonOption,
-    QuietOption,
-    VerboseOption,
     WaitOption,
     WorkdirOption,
+    api_command,
     emit,
-    progress_for,
-    setup_logging,
 )
 
 
-@app.command("adapt")
+@api_command("adapt", api.adapt, lambda outcome, as_json: _show(outcome, as_json), renames={"text_field": "text_fields"})
 def adapt_command(
     corpus: list[str] = typer.Option(
         ..., "--corpus", "-c", help="Registered corpus name, file, directory, glob or URL (repeatable)."
@@ -63,39 +59,12 @@ def adapt_command(
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,
     wait: bool = WaitOption,
-    as_json: bool = JsonOption,
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
+) -> dict[str, Any] | None:
     """Adapt a model to a domain corpus: train word2vec, align it, expand the vocabulary."""
-    setup_logging(quiet=quiet, verbose=verbose)
-    with progress_for(quiet) as progress:
-        outcome = api.adapt(
-            corpus,
-            model=model,
-            out=out,
-            workdir=workdir,
-            text_fields=text_field or None,
-            dim=dim,
-            epochs=epochs,
-            min_count=min_count,
-            max_vocab=max_vocab,
-            workers=workers,
-            method=method,
-            focus_k=focus_k,
-            focus_temperature=focus_temperature,
-            hybrid_weight=hybrid_weight,
-            match_norm=match_norm,
-            context_layer=context_layer,
-            context_cap=context_cap,
-            context_max_tokens=context_max_tokens,
-            max_new=max_new,
-            min_count_new=min_count_new,
-            seed=seed,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
+    return None
+
+
+def _show(outcome: Any, as_json: bool) -> None:
     lines = []
     for name, stage in outcome.stages:
         cost = Manifest.of(stage.manifest, stage.path).cost

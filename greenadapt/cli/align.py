@@ -8,9 +8,9 @@ from typing import Any
 
 import typer
 
-from greenadapt.defaults import DEFAULT_SEED
-from greenadapt.cli import app
-from greenadapt.manifest import Manifest
+from greenadapt import api
+from greenadapt.api import default_of
+from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
     FocusKOption,
     FocusTemperatureOption,
@@ -18,18 +18,14 @@ from greenadapt.cli._common import (
     HybridWeightOption,
     MatchNormOption,
     MethodOption,
-    JsonOption,
-    QuietOption,
-    VerboseOption,
     WaitOption,
     WorkdirOption,
+    api_command,
     emit,
-    progress_for,
-    setup_logging,
 )
 
 
-@app.command("align")
+@api_command("align", api.align, lambda outcome, as_json: _show(outcome, as_json))
 def align_command(
     w2v: Path | None = typer.Option(None, "--w2v", help="Folder written by `greenadapt w2v`."),
     corpus: list[str] | None = typer.Option(
@@ -43,7 +39,7 @@ def align_command(
     focus_temperature: float = FocusTemperatureOption,
     hybrid_weight: float = HybridWeightOption,
     match_norm: bool = MatchNormOption,
-    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the held-out split (and of the random ablation)."),
+    seed: int = typer.Option(default_of(api.align, "seed"), "--seed", help="Seed of the held-out split (and of the random ablation)."),
     probe: list[str] | None = typer.Option(
         None, "--probe", help="Also show the neighbours of this word (repeatable)."
     ),
@@ -51,41 +47,10 @@ def align_command(
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,
     wait: bool = WaitOption,
-    as_json: bool = JsonOption,
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
+) -> dict[str, Any] | None:
     """Fit the initialisation method on the words word2vec and the model share (the paper's least squares by default)."""
-    setup_logging(quiet=quiet, verbose=verbose)
-    from greenadapt.align import REPORT_FILE, run_align
-    from greenadapt.methods import MethodOptions
+    return None
 
-    with progress_for(quiet) as progress:
-        outcome = run_align(
-            w2v=w2v,
-            corpus=corpus or None,
-            model=model,
-            method=method,
-            method_options=MethodOptions(focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm),
-            seed=seed,
-            probes=probe or (),
-            workdir=workdir,
-            out=out,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
-    stats = Manifest.of(outcome.manifest, outcome.path).stats
-    state = "up to date" if outcome.skipped else "done"
-    held = stats.get("heldout_cosine")
-    summary = (
-        f"align {state}: {stats.get('n_shared', 0):,} shared words, {stats.get('n_new', 0):,} new; "
-        f"held-out cosine {'n/a' if held is None else f'{held:.3f}'} ({stats.get('method')}) -> {outcome.path}"
-    )
-    emit(outcome.manifest, summary, as_json=as_json)
-    if not as_json:
-        report = json.loads((outcome.path / REPORT_FILE).read_text(encoding="utf-8"))
-        _print_neighbours(report.get("neighbours", []))
 
 
 def _print_neighbours(rows: list[dict[str, Any]]) -> None:
@@ -108,3 +73,19 @@ def _print_neighbours(rows: list[dict[str, Any]]) -> None:
         count = row.get("count")
         table.add_row(row["word"], "" if count is None else f"{count:,}", within, cross)
     Console(soft_wrap=False).print(table)
+
+
+def _show(outcome: Any, as_json: bool) -> None:
+    from greenadapt.adaptation.align import REPORT_FILE
+
+    stats = Manifest.of(outcome.manifest, outcome.path).stats
+    state = "up to date" if outcome.skipped else "done"
+    held = stats.get("heldout_cosine")
+    summary = (
+        f"align {state}: {stats.get('n_shared', 0):,} shared words, {stats.get('n_new', 0):,} new; "
+        f"held-out cosine {'n/a' if held is None else f'{held:.3f}'} ({stats.get('method')}) -> {outcome.path}"
+    )
+    emit(outcome.manifest, summary, as_json=as_json)
+    if not as_json:
+        report = json.loads((outcome.path / REPORT_FILE).read_text(encoding="utf-8"))
+        _print_neighbours(report.get("neighbours", []))

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from greenadapt import api
 from greenadapt.api import default_of
-from greenadapt.cli import app
-from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, WorkdirOption, progress_for, setup_logging
+from greenadapt.cli._common import WorkdirOption, api_command
 
 
 def parse_models(values: list[str]) -> list[tuple[str, str]]:
@@ -26,7 +26,7 @@ def parse_models(values: list[str]) -> list[tuple[str, str]]:
     return models
 
 
-@app.command("compare")
+@api_command("compare", api.compare, lambda result, as_json: _show(result, as_json), renames={"model": "models"})
 def compare_command(
     task: str = typer.Option(..., "--task", help="ner, classify or qa."),
     train: Path = typer.Option(..., "--train", help="Training file (the same for every model)."),
@@ -56,21 +56,18 @@ def compare_command(
                                              help="Adapt the first --model to --corpus with each method (lstsq, subword-mean, "
                                                   "focus, ...); each joins the comparison under its method's name."),
     workdir: Path | None = WorkdirOption,
-    as_json: bool = JsonOption,
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
+) -> dict[str, Any] | None:
     """Fine-tune several models with one recipe and the same seeds; say whether each beat the baseline, and at what cost."""
-    setup_logging(quiet=quiet, verbose=verbose)
     from greenadapt.cli.finetune import parse_seeds
+
+    return {
+        "model": parse_models(model), "seeds": parse_seeds(seeds, 0),
+        "adapt_methods": [m.strip() for m in (adapt_methods or "").split(",") if m.strip()],
+    }
+
+
+def _show(result: Any, as_json: bool) -> None:
     from greenadapt.comparison.run import render
 
-    with progress_for(quiet) as progress:
-        result = api.compare(
-            task, train, test, parse_models(model), out=out, dev=dev, seeds=parse_seeds(seeds, 0), against=against,
-            comparator=comparator, epochs=epochs, batch_size=batch_size, lr=lr, max_length=max_length, device=device,
-            parallel=parallel, bootstrap=bootstrap, save_every=save_every, force=force, corpus=corpus,
-            adapt_methods=[m.strip() for m in (adapt_methods or "").split(",") if m.strip()], workdir=workdir, progress=progress,
-        )
     sys.stdout.write((json.dumps(result.to_json(), indent=2) if as_json else render(result)) + "\n")
     sys.stdout.flush()

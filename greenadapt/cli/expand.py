@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from greenadapt.defaults import DEFAULT_SEED
-from greenadapt.methods import method_help
-from greenadapt.cli import app
-from greenadapt.manifest import Manifest
+from greenadapt import api
+from greenadapt.adaptation.methods import method_help
+from greenadapt.api import default_of
+from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
     ForceOption,
-    JsonOption,
-    QuietOption,
-    VerboseOption,
     WaitOption,
     WorkdirOption,
-    emit,
-    progress_for,
-    setup_logging,
+    api_command,
+    show_stage,
 )
 
 
-@app.command("expand")
+@api_command("expand", api.expand, show_stage(lambda outcome: _summary(outcome)))
 def expand_command(
     align: Path | None = typer.Option(None, "--align", help="Folder written by `greenadapt align`."),
     corpus: list[str] | None = typer.Option(
@@ -35,8 +32,8 @@ def expand_command(
     max_new: int | None = typer.Option(
         None, "--max-new", min=0, help="Add at most this many new words, most frequent first."
     ),
-    min_count: int = typer.Option(1, "--min-count", min=1, help="Add only words seen at least this often."),
-    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the random ablation's draws (align --method random)."),
+    min_count: int = typer.Option(default_of(api.expand, "min_count"), "--min-count", min=1, help="Add only words seen at least this often."),
+    seed: int = typer.Option(default_of(api.expand, "seed"), "--seed", help="Seed of the random ablation's draws (align --method random)."),
     method: str | None = typer.Option(
         None, "--method", metavar="NAME",
         help="The initialisation method (chosen at align): with --corpus, use its align folder; with --align, check it. "
@@ -46,33 +43,15 @@ def expand_command(
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,
     wait: bool = WaitOption,
-    as_json: bool = JsonOption,
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
+) -> dict[str, Any] | None:
     """Add the aligned vectors of new words as embedding rows, with a domain tokenizer that keeps them whole."""
-    setup_logging(quiet=quiet, verbose=verbose)
-    from greenadapt.expand import run_expand
+    return None
 
-    with progress_for(quiet) as progress:
-        outcome = run_expand(
-            align=align,
-            corpus=corpus or None,
-            model=model,
-            max_new=max_new,
-            min_count=min_count,
-            seed=seed,
-            method=method,
-            workdir=workdir,
-            out=out,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
+
+def _summary(outcome: Any) -> str:
     stats = Manifest.of(outcome.manifest, outcome.path).stats
     state = "up to date" if outcome.skipped else "done"
-    summary = (
+    return (
         f"expand {state}: {stats.get('n_new', 0):,} new rows "
         f"(vocabulary {stats.get('vocab_size_before', 0):,} -> {stats.get('vocab_size_after', 0):,}) -> {outcome.path}"
     )
-    emit(outcome.manifest, summary, as_json=as_json)

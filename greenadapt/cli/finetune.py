@@ -10,22 +10,17 @@ import typer
 
 from greenadapt import api
 from greenadapt.api import default_of
-from greenadapt.cli import app
-from greenadapt.manifest import Manifest
+from greenadapt.artifacts.manifest import Manifest
 from greenadapt.tasks import tasks_epilog, tasks_help
 
 if TYPE_CHECKING:
-    from greenadapt.stage import StageOutcome
+    from greenadapt.artifacts.stage import StageOutcome
 from greenadapt.cli._common import (
     ForceOption,
-    JsonOption,
-    QuietOption,
-    VerboseOption,
     WaitOption,
     WorkdirOption,
-    emit,
-    progress_for,
-    setup_logging,
+    api_command,
+    show_stage,
 )
 
 TextFieldOption = typer.Option(
@@ -78,7 +73,7 @@ def parse_seeds(text: str | None, seed: int) -> list[int]:
         raise UsageError(f"--seeds {text!r} is not a comma-separated list of integers", hint="e.g. --seeds 1,2,3") from None
 
 
-@app.command("finetune", epilog=tasks_epilog())
+@api_command("finetune", api.finetune, show_stage(lambda outcome: _summary(outcome)), epilog=tasks_epilog())
 def finetune(
     task: str = typer.Option(..., "--task", help=f"{tasks_help()} (each with its own defaults, listed below)."),
     train: Path = typer.Option(..., "--train", help="Training file."),
@@ -129,64 +124,10 @@ def finetune(
     gmap_unfrozen: bool = GmapUnfrozenOption,
     gmap_cache: bool = GmapCacheOption,
     gmap_indexing: str = GmapIndexingOption,
-    as_json: bool = JsonOption,
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
+) -> dict[str, Any] | None:
     """Fine-tune with a 50/50 mixture of the general and domain tokenizers; evaluate with mean pooling."""
-    setup_logging(quiet=quiet, verbose=verbose)
-    with progress_for(quiet) as progress:
-        outcome = api.finetune(
-            task,
-            train,
-            dev=dev,
-            test=test,
-            model=model,
-            out=out,
-            workdir=workdir,
-            mix=mix,
-            pool=pool,
-            epochs=epochs,
-            max_steps=max_steps,
-            batch_size=batch_size,
-            grad_accum=grad_accum,
-            lr=lr,
-            warmup=warmup,
-            weight_decay=weight_decay,
-            seed=seed,
-            seeds=parse_seeds(seeds, seed),
-            train_on=train_on,
-            train_embeddings=train_embeddings,
-            max_length=max_length,
-            doc_stride=doc_stride,
-            max_words=max_words,
-            metric=metric,
-            positive_label=positive_label,
-            text_field=text_field,
-            pair_field=pair_field,
-            label_field=label_field,
-            file_format=file_format,
-            header=header,
-            entity_type=entity_type,
-            device=device,
-            precision=precision,
-            compile=compile,
-            eval_batch_size=eval_batch_size,
-            save_every=save_every,
-            resume=resume,
-            gmap=gmap,
-            gmap_layers=gmap_layers,
-            general_model=general_model,
-            gmap_unfrozen=gmap_unfrozen,
-            gmap_cache=gmap_cache,
-            gmap_indexing=gmap_indexing,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
-    if not outcome.manifest:  # a non-zero rank under torchrun: rank 0 reports
-        return
-    emit(outcome.manifest, _summary(outcome), as_json=as_json)
+    return {"seeds": parse_seeds(seeds, seed)}
+
 
 
 def _summary(outcome: StageOutcome) -> str:

@@ -69,7 +69,7 @@ def complete_task(incomplete: str) -> list[str]:
 
 
 def complete_method(incomplete: str) -> list[str]:
-    from greenadapt.methods import METHODS
+    from greenadapt.adaptation.methods import METHODS
 
     return [name for name in METHODS if name.startswith(incomplete)]
 

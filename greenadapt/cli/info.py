@@ -22,7 +22,7 @@ def info_command(
 ) -> None:
     """Describe a folder: stage, method, vocabulary sizes, figures, parent artifacts, scores and cost."""
     setup_logging(quiet=quiet, verbose=verbose)
-    from greenadapt.info import describe_folder, render
+    from greenadapt.artifacts.info import describe_folder, render
 
     info = describe_folder(path, check_files=check)
     sys.stdout.write((json.dumps(info, indent=2, default=str) if as_json else render(info)) + "\n")

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import typer
 
 from greenadapt import api
 from greenadapt.api import default_of
-from greenadapt.cli import app
-from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, progress_for, setup_logging
+from greenadapt.cli._common import DROP, JsonOption, api_command
 from greenadapt.cli.finetune import (
     DeviceOption,
     LabelFieldOption,
     PairFieldOption,
-    pool_option,
     PrecisionOption,
     TextFieldOption,
+    pool_option,
 )
 
 
-@app.command("predict")
+@api_command("predict", api.predict, lambda result, as_json: _show(result, as_json), renames={"task_name": "task"})
 def predict(
     source: str | None = typer.Argument(
         None, metavar="INPUT", help="Raw text (one document per line), JSON lines, a folder of .txt files, a task file, or - for stdin."
@@ -31,17 +31,17 @@ def predict(
     output: str = typer.Option(
         "-", "--out", "--output", "-o", help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column."
     ),
-    pool: str = pool_option(default_of(api.load, "pool")),
+    pool: str = pool_option(default_of(api.predict, "pool")),
     task_name: str | None = typer.Option(None, "--task", help="The task to run, when --model is a `greenadapt multitask` run folder."),
-    ignore_labels: bool = typer.Option(False, "--ignore-labels", help="Do not read or score gold labels in the input."),
+    ignore_labels: bool = typer.Option(default_of(api.predict, "ignore_labels"), "--ignore-labels", help="Do not read or score gold labels in the input."),
     text_field: str | None = TextFieldOption,
     pair_field: str | None = PairFieldOption,
     label_field: str | None = LabelFieldOption,
     file_format: str = typer.Option(
-        "auto", "--format", help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv."
+        default_of(api.predict, "file_format"), "--format", help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv."
     ),
     header: str | None = typer.Option(None, "--header", help="Override TSV header detection (auto, yes, no)."),
-    batch_size: int = typer.Option(default_of(api.load, "batch_size"), "--batch-size", help="Sequences per inference batch."),
+    batch_size: int = typer.Option(default_of(api.predict, "batch_size"), "--batch-size", help="Sequences per inference batch."),
     device: str = DeviceOption,
     precision: str = PrecisionOption,
     general_model: str | None = typer.Option(
@@ -49,39 +49,24 @@ def predict(
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out file (never the input)."),
     as_json: bool = JsonOption,
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
+) -> dict[str, Any] | None:
     """Predict with both tokenizers: entities with character offsets for raw text, labels for task files.
 
     Example: cat notes.txt | greenadapt predict -m runs/ncbi - > entities.jsonl
     """
     from greenadapt.errors import UsageError
-    from greenadapt.predict_text import is_stdio, predict_input
+    from greenadapt.inference.predict_text import is_stdio
 
-    setup_logging(quiet=quiet, verbose=verbose)
     if (source is None) == (input_path is None):
         raise UsageError("give the input once: as INPUT or as --input", hint="e.g. greenadapt predict -m MODEL notes.txt")
     if as_json and is_stdio(output):
         raise UsageError("--json prints a summary on stdout, where the predictions go", hint="add --out FILE")
-    overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
-    with progress_for(quiet) as progress:
-        result = predict_input(
-            model,
-            source if source is not None else input_path,  # type: ignore[arg-type]
-            output,
-            task_name=task_name,
-            pool=pool,
-            batch_size=batch_size,
-            device=device,
-            precision=precision,
-            file_format=file_format,
-            ignore_labels=ignore_labels,
-            reader_overrides=overrides,
-            general_model=general_model,
-            force=force,
-            progress=progress,
-        )
+    return {"source": source if source is not None else input_path, "input_path": DROP}
+
+
+def _show(result: Any, as_json: bool) -> None:
+    from greenadapt.inference.predict_text import is_stdio
+
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
         return
@@ -93,4 +78,4 @@ def predict(
         shown = {k: v for k, v in result.metrics.items() if k in ("f1", "precision", "recall", "accuracy", "macro_f1", "mcc")}
         line += ": " + ", ".join(f"{k} {100 * v:.2f}" for k, v in shown.items())
     # With the predictions on stdout, the summary is a log line on stderr.
-    (sys.stderr if is_stdio(output) else sys.stdout).write(line + "\n")
+    (sys.stderr if is_stdio(result.output) else sys.stdout).write(line + "\n")

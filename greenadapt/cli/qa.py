@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from greenadapt import api
 from greenadapt.api import default_of
-from greenadapt.cli import app
-from greenadapt.manifest import Manifest
+from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
     ForceOption,
-    JsonOption,
-    QuietOption,
-    VerboseOption,
     WaitOption,
-    emit,
-    progress_for,
-    setup_logging,
+    api_command,
+    show_stage,
 )
 
 
-@app.command("qa")
+@api_command("qa", api.qa, show_stage(lambda outcome: _summary(outcome)))
 def qa_command(
     model: str | None = typer.Option(
         None, "--model", "-m", help="QA model folder (plain or from `greenadapt expand`) or Hub id."
@@ -46,35 +42,15 @@ def qa_command(
     ),
     force: bool = ForceOption,
     wait: bool = WaitOption,
-    as_json: bool = JsonOption,
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
+) -> dict[str, Any] | None:
     """Answer each question over its whole document with sliding windows (one or two tokenizers)."""
-    setup_logging(quiet=quiet, verbose=verbose)
-    with progress_for(quiet) as progress:
-        outcome = api.qa(
-            data,
-            out,
-            model=model,
-            pool=pool,
-            max_length=max_length,
-            batch_size=batch_size,
-            limit=limit,
-            n_best=n_best,
-            max_answer_chars=max_answer_chars,
-            device=device,
-            general_model=general_model,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
+    return None
+
+
+def _summary(outcome: Any) -> str:
     stats = Manifest.of(outcome.manifest, outcome.path).stats
     state = "up to date" if outcome.skipped else f"{stats.get('questions_per_s') or 0:.2f} questions/s"
     scores = ""
     if stats.get("f1") is not None:
-        scores = (
-            f"; EM {stats['exact_match']:.2f} F1 {stats['f1']:.2f} substring {stats['substring_match']:.2f}"
-        )
-    summary = f"qa: {stats.get('questions', '?')} questions, pool {stats.get('pool', '?')}{scores} ({state}) -> {outcome.path}"
-    emit(outcome.manifest, summary, as_json=as_json)
+        scores = f"; EM {stats['exact_match']:.2f} F1 {stats['f1']:.2f} substring {stats['substring_match']:.2f}"
+    return f"qa: {stats.get('questions', '?')} questions, pool {stats.get('pool', '?')}{scores} ({state}) -> {outcome.path}"

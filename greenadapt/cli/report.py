@@ -22,7 +22,7 @@ def report_command(
 ) -> None:
     """Summarise run folders: stage cost (time, energy, CO2) beside the paper's, alignment, results, curves."""
     setup_logging(quiet=quiet, verbose=verbose)
-    from greenadapt.destination import check_report_output
+    from greenadapt.artifacts.destination import check_report_output
     from greenadapt.report import collect, markdown, write_html
 
     if html is not None:

@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from greenadapt.defaults import DEFAULT_SEED
-from greenadapt.cli import app
+from greenadapt import api
+from greenadapt.api import default_of
 from greenadapt.cli._common import (
     ContextCapOption,
     ContextLayerOption,
     ContextMaxTokensOption,
     ForceOption,
-    JsonOption,
-    QuietOption,
-    VerboseOption,
     WaitOption,
     WorkdirOption,
-    emit,
-    progress_for,
-    setup_logging,
+    api_command,
+    show_stage,
 )
 
 
-@app.command("w2v")
+@api_command("w2v", api.w2v, show_stage(lambda outcome: _summary(outcome)), renames={"text_field": "text_fields"})
 def w2v_command(
     corpus: list[str] = typer.Option(
         ...,
@@ -39,8 +36,8 @@ def w2v_command(
         None, "--text-field", help="Field(s) holding the text in JSON lines/CSV sources (default: text). Repeatable."
     ),
     dim: int | None = typer.Option(None, "--dim", min=1, help="Vector size (default: the model's hidden size)."),
-    epochs: int = typer.Option(5, "--epochs", min=1, help="Passes over the corpus."),
-    min_count: int = typer.Option(5, "--min-count", min=1, help="Ignore words seen fewer times."),
+    epochs: int = typer.Option(default_of(api.w2v, "epochs"), "--epochs", min=1, help="Passes over the corpus."),
+    min_count: int = typer.Option(default_of(api.w2v, "min_count"), "--min-count", min=1, help="Ignore words seen fewer times."),
     max_vocab: int | None = typer.Option(
         None, "--max-vocab", min=1, metavar="N",
         help="Keep at most N words, the most frequent (gensim's max_final_vocab: min-count is raised as needed); bounds a huge corpus's vocabulary.",
@@ -48,16 +45,16 @@ def w2v_command(
     workers: int | None = typer.Option(
         None, "--workers", min=1, help="Processes/threads (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS); with 1, runs are reproducible."
     ),
-    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed."),
+    seed: int = typer.Option(default_of(api.w2v, "seed"), "--seed", help="Random seed."),
     source: str = typer.Option(
-        "word2vec", "--source", metavar="NAME",
+        default_of(api.w2v, "source"), "--source", metavar="NAME",
         help="word2vec (CBOW, the paper) or context (the base model's own contextual vectors, for align --method context-mean).",
     ),
     context_layer: int = ContextLayerOption,
     context_cap: int = ContextCapOption,
     context_max_tokens: int | None = ContextMaxTokensOption,
     no_vectors: bool = typer.Option(
-        False, "--no-vectors", help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean or random)."
+        default_of(api.w2v, "no_vectors"), "--no-vectors", help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean or random)."
     ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Output folder (default: WORKDIR/CORPUS/MODEL/w2v)."
@@ -65,30 +62,12 @@ def w2v_command(
     workdir: Path | None = WorkdirOption,
     force: bool = ForceOption,
     wait: bool = WaitOption,
-    as_json: bool = JsonOption,
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
+) -> dict[str, Any] | None:
     """Pre-tokenize the corpus with the model's normalizer (cached) and train CBOW word2vec on it."""
-    setup_logging(quiet=quiet, verbose=verbose)
-    from greenadapt.w2v import W2VOptions, run_w2v, summary_line
+    return None
 
-    from greenadapt.context_vectors import ContextOptions
 
-    options = W2VOptions(
-        dim=dim, epochs=epochs, min_count=min_count, max_vocab=max_vocab, workers=workers, seed=seed, vectors=not no_vectors, source=source,
-        context=ContextOptions(layer=context_layer, cap=context_cap, max_tokens=context_max_tokens),
-    )
-    with progress_for(quiet) as progress:
-        outcome = run_w2v(
-            corpus,
-            model=model,
-            options=options,
-            text_fields=text_field or None,
-            workdir=workdir,
-            out=out,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
-    emit(outcome.manifest, summary_line(outcome), as_json=as_json)
+def _summary(outcome: Any) -> str:
+    from greenadapt.adaptation.w2v import summary_line
+
+    return summary_line(outcome)

@@ -24,7 +24,7 @@ def _f1(correct: float, predicted: float, gold: float) -> float:
 
 def ner_contributions(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> Contributions:
     """Entity-level micro F1 (conlleval chunks): per sentence (correct, predicted, gold) entity counts."""
-    from greenadapt.finetune.metrics import chunks
+    from greenadapt.data.metrics import chunks
 
     if len(gold) != len(predicted):
         raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
@@ -73,7 +73,7 @@ def classification_contributions(gold: Sequence[str], predicted: Sequence[str], 
 def qa_contributions(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]]) -> Contributions:
     """SQuAD F1 (a fraction): per question its best token F1 over the gold answers, as ``qa.metrics.evaluate``;
     a question without a prediction scores 0."""
-    from greenadapt.qa.metrics import f1_score, scoring_golds
+    from greenadapt.data.squad_metrics import f1_score, scoring_golds
 
     rows = np.array([[max(f1_score(predictions.get(qid, ""), ref) for ref in scoring_golds(answers)), 1.0]
                      for qid, answers in golds.items()], dtype=np.float64)

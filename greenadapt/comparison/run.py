@@ -78,7 +78,7 @@ class CompareOptions:
 
     def check(self) -> None:
         """Every option, before the first fine-tuning."""
-        from greenadapt.models import resolve_model
+        from greenadapt.artifacts.pretrained import resolve_model
 
         if self.task not in TASKS:
             raise UsageError(f"compare does not take --task {self.task!r} yet", hint=f"choose from {', '.join(TASKS)}")
@@ -86,7 +86,7 @@ class CompareOptions:
         if bool(self.corpus) != bool(self.adapt_methods):
             raise UsageError("--adapt-methods and --corpus go together", hint="e.g. --corpus cord19 --adapt-methods lstsq,subword-mean")
         if self.adapt_methods:
-            from greenadapt.methods import get_method
+            from greenadapt.adaptation.methods import get_method
 
             for method in self.adapt_methods:
                 get_method(method)
@@ -219,7 +219,7 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
     pairs = [_pair(options, v, baseline, metric) for v in variants if v.name != baseline.name]
     shares = _shares(options, pairs)
     result = CompareResult(options, metric, variants, pairs, shares, time.monotonic() - started)
-    from greenadapt.manifest import write_json
+    from greenadapt.artifacts.files import write_json
 
     write_json(options.out / RESULT_FILE, result.to_json())
     return result
@@ -240,14 +240,14 @@ def plan_line(options: CompareOptions, runs: Sequence[tuple[str, str, int]], don
 
 
 def _finished(folder: Path) -> bool:
-    from greenadapt.manifest import read_manifest
+    from greenadapt.artifacts.manifest import read_manifest
 
     manifest = read_manifest(folder) if folder.is_dir() else None
     return manifest is not None and manifest.get("kind") == "finetune"
 
 
 def _wall_seconds(folder: Path) -> float | None:
-    from greenadapt.manifest import read_manifest
+    from greenadapt.artifacts.manifest import read_manifest
 
     manifest = read_manifest(folder)
     cost = (manifest or {}).get("cost") or {}
@@ -261,8 +261,8 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
     mean pooling), so a run folder made by an explicit ``finetune --mix ... --pool mean`` (the study script's)
     is the same stage and is reused.
     """
-    from greenadapt.expanded_model import GENERAL_TOKENIZER_DIR
-    from greenadapt.models import resolve_model
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+    from greenadapt.artifacts.pretrained import resolve_model
 
     mixed = (resolve_model(spec).path / GENERAL_TOKENIZER_DIR).is_dir()
     mixture = {"mix": 0.5 if mixed else 0.0, "pool": "mean"} if options.task != "qa" else {}  # qa chooses its own pool
@@ -281,7 +281,7 @@ _CHILD = "import json, sys\nimport greenadapt\ngreenadapt.finetune(**json.loads(
 
 def _finetune_in_processes(options: CompareOptions, todo: Sequence[tuple[str, str, int]]) -> None:
     """N fine-tunings at once, each in its own process with its share of the cores (and its log beside its run)."""
-    from greenadapt.cores import available_cores
+    from greenadapt.machine.cores import available_cores
 
     threads = max(1, available_cores() // options.parallel)
 
@@ -309,8 +309,8 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[tuple[str, st
 
 
 def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
-    from greenadapt.manifest import read_manifest
-    from greenadapt.energy import cost_of
+    from greenadapt.artifacts.manifest import read_manifest
+    from greenadapt.machine.energy import cost_of
 
     variant = Variant(name, spec)
     costs: list[dict[str, Any]] = []
@@ -341,8 +341,8 @@ def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
 def adaptation_cost(spec: str) -> dict[str, float]:
     """What making the model cost: its stage manifest and those of the stages it was made from (w2v, align, expand,
     pretrain), read from the folders they record; empty for a model greenadapt did not make."""
-    from greenadapt.manifest import read_manifest
-    from greenadapt.energy import cost_of
+    from greenadapt.artifacts.manifest import read_manifest
+    from greenadapt.machine.energy import cost_of
 
     folder = Path(spec)
     seen: set[Path] = set()
@@ -365,7 +365,7 @@ def adaptation_cost(spec: str) -> dict[str, float]:
 
 def _cost_figures(costs: Sequence[dict[str, Any]]) -> dict[str, float]:
     """The summed figures compare shows (a figure some stage lacks, such as CO₂ of an old manifest, is left out)."""
-    from greenadapt.energy import sum_costs
+    from greenadapt.machine.energy import sum_costs
 
     total = sum_costs(costs)
     return {k: float(total[k]) for k in ("wall_seconds", "cpu_seconds", "gpu_seconds", "energy_kwh", "co2_kg") if total.get(k) is not None}
@@ -383,7 +383,7 @@ def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
 
 
 def _read_by_pool(folder: Path) -> dict[str, Any] | None:
-    from greenadapt.finetune.run import by_pool_file_name
+    from greenadapt.runners.finetune.run import by_pool_file_name
 
     path = folder / "predictions" / by_pool_file_name("test")
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
@@ -391,7 +391,7 @@ def _read_by_pool(folder: Path) -> dict[str, Any] | None:
 
 def _qa_contributions(folder: Path, test: Path) -> Contributions | None:
     from greenadapt.comparison.examples import qa_contributions
-    from greenadapt.qa.data import read_squad
+    from greenadapt.data.squad import read_squad
 
     path = folder / "predictions" / "test.json"
     if not path.is_file():

@@ -16,9 +16,9 @@ counted in ``ReadStats.skipped_records``).
 
 from __future__ import annotations
 
+from greenadapt.corpus.formats import FORMATS, ReadStats
 from greenadapt.corpus.recipes import CORPORA_ENV, Recipe, available_corpora, find_recipe
 from greenadapt.corpus.resolve import resolve_corpus
-from greenadapt.corpus.formats import FORMATS, ReadStats
 from greenadapt.corpus.source import CorpusSource
 
 __all__ = [

@@ -11,10 +11,9 @@ URL) and ``readers`` (one parser per format) both build on this module.
 from __future__ import annotations
 
 import codecs
-import threading
-
 import io
 import logging
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass

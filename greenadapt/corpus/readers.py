@@ -19,26 +19,27 @@ import logging
 import posixpath
 import tarfile
 import zipfile
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterator
 from typing import IO, Any
 
-from greenadapt.corpus.formats import SNIFF_BYTES, TEXT_FORMATS, CountingReader, ReadStats, Source, decode, decompressor, format_for_name, split_compression
+from greenadapt.corpus.formats import (
+    SNIFF_BYTES,
+    TEXT_FORMATS,
+    CountingReader,
+    ReadStats,
+    Source,
+    decode,
+    decompressor,
+    format_for_name,
+    split_compression,
+)
+from greenadapt.corpus.lines import lines_with_ends, read_text
 from greenadapt.corpus.pubmed import read_pubmed_xml
+from greenadapt.corpus.records import MAX_WARNINGS_PER_SOURCE, BadRecords, join_fields, read_delimited, read_jsonl, widen_csv_field_limit
 from greenadapt.errors import CorpusError
 
 log = logging.getLogger(__name__)
 
-BOM = "\ufeff"
-_MAX_WARNINGS_PER_SOURCE = 5
-_MIN_RECORDS_FOR_MAJORITY = 20  # below this, a bad-majority verdict waits for the end of the file
-_BLOCK = 1 << 20
-# A line longer than this (a document or a dump with no newline at all) is
-# cut, at its last space or tab before the limit, into lines of at most this
-# size: memory stays bounded however long the line. word2vec cuts lines at
-# 1000 words anyway (pretokenize.MAX_LINE_WORDS), so nothing is lost but one
-# sentence break.
-MAX_LINE_BYTES = 8 << 20
-_WHITESPACE = (b" ", b"\t", b"\x0b", b"\x0c", b"\r")
 
 # --------------------------------------------------------------------------
 # Entry point
@@ -99,244 +100,8 @@ _TRANSPORT_LIBRARIES = {"botocore", "boto3", "google", "azure", "paramiko", "req
 # Lines
 
 
-def _byte_lines(stream: IO[bytes]) -> Iterator[bytes]:
-    """Lines split at LF, without their terminator (LF or CRLF)."""
-    for raw in stream:
-        if raw.endswith(b"\n"):
-            raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-        yield raw
-
-
-def _lines_with_ends(stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
-    """Decoded lines keeping their terminators, as the csv module wants them."""
-    first = True
-    for raw in stream:
-        line = decode(raw, stats)
-        if first:
-            first = False
-            line = line.removeprefix(BOM)
-        yield line
-
-
-def read_text(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
-    """Lines without their terminators (LF or CRLF), decoded a block at a time.
-
-    Decoding and splitting a MiB at once rather than line by line halves the
-    Python work per line, which matters on corpora of billions of words. A
-    block is cut at its last LF; UTF-8 never has that byte inside a
-    character, so decoding (and counting replacements) per block is exact.
-    """
-    pending: list[bytes] = []
-    held = 0  # bytes in pending
-    first = True
-    warned = False
-    while True:
-        block = stream.read(_BLOCK)
-        if not block:
-            break
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            pending.append(block)  # inside a long line: hold it, up to MAX_LINE_BYTES
-            held += len(block)
-            while held >= MAX_LINE_BYTES:
-                joined = b"".join(pending)
-                pending.clear()
-                piece, rest = _cut_long_line(joined)
-                del joined
-                pending, held = [rest], len(rest)
-                text = decode(piece, stats)
-                if first:
-                    first = False
-                    text = text.removeprefix(BOM)
-                if not warned:
-                    warned = True
-                    log.warning("%s: a line longer than %d MiB is cut into pieces (at spaces)", source.display, MAX_LINE_BYTES >> 20)
-                stats.long_line_cuts += 1
-                stats.units += 1
-                yield text
-            continue
-        pending.append(block[:cut])
-        text = decode(b"".join(pending), stats)
-        pending = [block[cut + 1 :]]
-        held = len(pending[0])
-        if first:
-            first = False
-            text = text.removeprefix(BOM)
-        lines = text.split("\n")
-        if "\r" in text:
-            lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-        yield from lines
-        stats.units += len(lines)
-    rest = b"".join(pending)
-    if rest:
-        text = decode(rest, stats)
-        yield text.removeprefix(BOM) if first else text
-        stats.units += 1
-
-
-def _cut_long_line(data: bytes) -> tuple[bytes, bytes]:
-    """``data`` (no LF in it) as a piece of at most MAX_LINE_BYTES and the rest, cut at whitespace if there is any.
-
-    ASCII whitespace bytes never occur inside a UTF-8 character; without any,
-    the cut backs up to the start of a character so that none is split.
-    """
-    limit = min(len(data), MAX_LINE_BYTES)
-    space = max(data.rfind(w, 0, limit) for w in _WHITESPACE)  # no copy of the window
-    if space > 0:
-        return data[:space], data[space + 1 :]
-    end = start = limit
-    while start > 0 and end - start < 3 and data[start - 1] & 0xC0 == 0x80:
-        start -= 1  # back over the last character's continuation bytes...
-    if start > 0 and data[start - 1] >= 0xC0:
-        start -= 1  # ...and its lead byte: the whole character goes to the rest
-    elif start != end:
-        start = end  # continuation bytes without a lead: not UTF-8 here, cut where the window ends
-    if start == 0:
-        start = end
-    return data[:start], data[start:]
-
-
 # --------------------------------------------------------------------------
 # Records (JSON lines, CSV, TSV)
-
-
-class _BadRecords:
-    """Skips malformed records with a warning, and stops when they are the majority."""
-
-    def __init__(self, shown: str, stats: ReadStats, what: str, hint: str) -> None:
-        self.shown = shown
-        self.stats = stats
-        self.what = what
-        self.hint = hint
-        self.good = 0
-        self.bad = 0
-
-    def ok(self) -> None:
-        self.good += 1
-
-    def skip(self, line: int | str, why: str) -> None:
-        self.bad += 1
-        self.stats.skipped_records += 1
-        if self.bad <= _MAX_WARNINGS_PER_SOURCE:
-            log.warning("%s:%s: skipped a malformed %s (%s)", self.shown, line, self.what, why)
-        if self.bad * 2 > self.bad + self.good and self.bad + self.good >= _MIN_RECORDS_FOR_MAJORITY:
-            self.fail(line)
-
-    def finish(self) -> None:
-        if self.bad and self.bad * 2 > self.bad + self.good:
-            self.fail(None)
-        if self.bad > _MAX_WARNINGS_PER_SOURCE:
-            log.warning("%s: skipped %d malformed %ss in all", self.shown, self.bad, self.what)
-
-    def fail(self, line: int | str | None) -> None:
-        raise CorpusError(
-            f"{self.bad} of {self.bad + self.good} {self.what}s so far are malformed",
-            path=self.shown,
-            line=line if isinstance(line, int) else None,
-            hint=self.hint,
-        )
-
-
-def _join_fields(values: Iterable[Any]) -> str:
-    parts: list[str] = []
-    for value in values:
-        if isinstance(value, str):
-            text = value
-        elif isinstance(value, list):
-            text = "\n".join(v for v in value if isinstance(v, str) and v.strip())
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            text = str(value)
-        else:
-            continue  # null, objects, booleans: nothing to learn words from
-        if text.strip():
-            parts.append(text)
-    return "\n".join(parts)
-
-
-def read_jsonl(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
-    fields = source.text_fields
-    bad = _BadRecords(source.display, stats, "JSON line", "the file must hold one JSON object per line")
-    checked = False
-    for number, raw in enumerate(_byte_lines(stream), start=1):
-        if not raw.strip():
-            continue
-        if number == 1 and raw.startswith(BOM.encode()):
-            raw = raw[len(BOM.encode()) :]
-        try:
-            record = json.loads(raw)
-        except UnicodeDecodeError:
-            try:
-                record = json.loads(decode(raw, stats))
-            except json.JSONDecodeError as exc:
-                bad.skip(number, exc.msg)
-                continue
-        except json.JSONDecodeError as exc:
-            bad.skip(number, exc.msg)
-            continue
-        except RecursionError:
-            bad.skip(number, "nested too deeply")
-            continue
-        if not isinstance(record, dict):
-            bad.skip(number, f"a JSON {type(record).__name__}, not an object")
-            continue
-        if not checked:
-            _check_fields(fields, record.keys(), source.display, number, "keys")
-            checked = True
-        bad.ok()
-        text = _join_fields(record.get(name) for name in fields)
-        if text:
-            stats.units += 1
-            yield text
-    bad.finish()
-
-
-def _check_fields(wanted: Sequence[str], present: Iterable[str], shown: str, line: int, what: str) -> None:
-    present = list(present)
-    missing = [name for name in wanted if name not in present]
-    if missing:
-        listed = ", ".join(repr(k) for k in present[:20]) + (", …" if len(present) > 20 else "")
-        raise CorpusError(
-            f"no text field {', '.join(repr(m) for m in missing)} in the first record; its {what} are: {listed or 'none'}",
-            path=shown,
-            line=line,
-            hint="pass --text-field NAME (repeatable) naming the field(s) that hold the text",
-        )
-
-
-def _widen_csv_field_limit() -> None:
-    # csv's default 128 KiB field limit would reject a long document; a
-    # single field may be as large as a line we accept (hundreds of MB).
-    if csv.field_size_limit() < 1 << 30:
-        csv.field_size_limit(1 << 30)
-
-
-def read_delimited(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[str]:
-    _widen_csv_field_limit()
-    lines = _lines_with_ends(stream, stats)
-    if source.format == "tsv":
-        # TSV as distributed (GLUE and most NLP sets) is not quoted: a quote
-        # character is text, so quoting must be off or rows would merge.
-        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
-    else:
-        reader = csv.reader(lines)
-    yield from _rows_to_texts(reader, source, stats)
-
-
-def _rows_to_texts(reader: Any, source: Source, stats: ReadStats) -> Iterator[str]:
-    shown = source.display
-    try:
-        header = next(reader, None)
-        if header is None:
-            return
-        _check_fields(source.text_fields, header, shown, 1, "columns")
-        columns = [header.index(name) for name in source.text_fields]
-        for row in reader:
-            text = _join_fields(row[i] for i in columns if i < len(row))
-            if text:
-                stats.units += 1
-                yield text
-    except csv.Error as exc:
-        raise CorpusError(f"malformed {source.format.upper()} ({exc})", path=shown, line=reader.line_num) from None
 
 
 # --------------------------------------------------------------------------
@@ -473,11 +238,11 @@ class _SkippedMembers:
     def __call__(self, name: str, why: str) -> None:
         self.count += 1
         self.stats.skipped_members += 1
-        if self.count <= _MAX_WARNINGS_PER_SOURCE:
+        if self.count <= MAX_WARNINGS_PER_SOURCE:
             log.warning("%s: skipped member %r: %s", self.shown, name[:200], why)
 
     def finish(self) -> None:
-        if self.count > _MAX_WARNINGS_PER_SOURCE:
+        if self.count > MAX_WARNINGS_PER_SOURCE:
             log.warning("%s: skipped %d archive members in all", self.shown, self.count)
 
 
@@ -512,16 +277,16 @@ class _CordState:
     def __init__(self) -> None:
         # 8-byte hashes keep this set small even for a million-paper release.
         self.skip_parses: set[int] = set()
-        self.bad: _BadRecords | None = None
+        self.bad: BadRecords | None = None
 
     def read_metadata(self, handle: IO[bytes], source: Source, stats: ReadStats) -> Iterator[str]:
-        _widen_csv_field_limit()
-        reader = csv.DictReader(_lines_with_ends(handle, stats))
+        widen_csv_field_limit()
+        reader = csv.DictReader(lines_with_ends(handle, stats))
         shown = f"{source.display}!metadata.csv"
         try:
             for row in reader:
                 self._note_duplicate_parses(row)
-                text = _join_fields([row.get("title"), row.get("abstract")])
+                text = join_fields([row.get("title"), row.get("abstract")])
                 if text:
                     stats.units += 1
                     yield text
@@ -540,7 +305,7 @@ class _CordState:
 
     def read_parse(self, name: str, handle: IO[bytes], source: Source, stats: ReadStats) -> Iterator[str]:
         if self.bad is None:
-            self.bad = _BadRecords(source.display, stats, "document parse", "the archive does not look like a CORD-19 release")
+            self.bad = BadRecords(source.display, stats, "document parse", "the archive does not look like a CORD-19 release")
         if _short_hash(posixpath.basename(name)) in self.skip_parses:
             return
         data = handle.read()  # one paper's JSON: kilobytes to a few MB
@@ -557,7 +322,7 @@ class _CordState:
             self.bad.skip(name, "no body_text list")
             return
         self.bad.ok()
-        text = _join_fields([[p.get("text") for p in paragraphs if isinstance(p, dict)]])
+        text = join_fields([[p.get("text") for p in paragraphs if isinstance(p, dict)]])
         if text:
             stats.units += 1
             yield text

@@ -2,7 +2,7 @@
 
 A value is tried, in order, as: a URL (``scheme://``), an existing file or
 folder, a glob pattern, and a registered corpus name. An existing path wins
-over a name, as in :func:`greenadapt.workspace.corpus_key`.
+over a name, as in :func:`greenadapt.artifacts.workspace.corpus_key`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from greenadapt.corpus import remote
-from greenadapt.corpus.recipes import NAME_RE, available_corpora, find_recipe, recipe_dirs
 from greenadapt.corpus.formats import DEFAULT_TEXT_FIELDS, check_supported_name, format_for_name
+from greenadapt.corpus.recipes import NAME_RE, available_corpora, find_recipe, recipe_dirs
 from greenadapt.corpus.source import CorpusSource
 from greenadapt.errors import CorpusError, UsageError
 

@@ -109,7 +109,7 @@ class CorpusSource:
         if self.is_url:
             ident = {"url": self.uri, **self._head()}
         else:
-            from greenadapt.manifest import file_identity
+            from greenadapt.artifacts.files import file_identity
 
             try:
                 ident = file_identity(self.uri)

@@ -36,8 +36,8 @@ def render_html(data: Mapping[str, Any]) -> str:
 
 def write_html(data: Mapping[str, Any], path: Path) -> Path:
     """Render and write the page atomically (readers never see half a file)."""
-    from greenadapt.manifest import atomic_write_text
-    from greenadapt.stage import resource_errors
+    from greenadapt.artifacts.files import atomic_write_text
+    from greenadapt.artifacts.stage import resource_errors
 
     page = render_html(data)
     path = Path(path)

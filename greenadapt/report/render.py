@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from greenadapt.destination import REPORT_MARKER
-
 import base64
 import functools
 import html
@@ -11,9 +9,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from greenadapt.artifacts.destination import REPORT_MARKER
 from greenadapt.report.paper import SOURCE
 from greenadapt.report.plots import axis_unit
-
 
 # --------------------------------------------------------------------------
 # Number formatting

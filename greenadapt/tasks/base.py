@@ -4,9 +4,10 @@ A :class:`Task` is one entry of :data:`greenadapt.tasks.TASKS`: a name, a
 one-line summary (the CLI's ``--task`` help is built from these), the defaults
 that differ between tasks (:class:`TaskDefaults`; the CLI and the API leave
 those options unset, None, and the task fills them in), the ``finetune``
-options it has no use for (refused when set), and its ``runner``: the
-function that trains it, named as ``module:function`` and imported only when
-a run starts (the registry stays light, and it sits below the trainers).
+options it has no use for (refused when set), and whether ``finetune``
+trains it. The registry sits below the runners: ``greenadapt.runners.finetune``
+trains every :class:`LabellingTask` with one loop and the QA task with its own,
+chosen by the task's class, so a new labelling task needs no runner.
 :class:`LabellingTask` adds what a task that labels files declares: its
 reader, the model sequences (units) it trains and predicts on, the model head,
 decoding and scores.
@@ -18,23 +19,21 @@ task modules import torch, numpy and the data code inside their methods.
 from __future__ import annotations
 
 from collections.abc import Sequence
-import importlib
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.defaults import DEFAULT_MAX_LENGTH
 from greenadapt.errors import UsageError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from greenadapt.expanded_model import TokenizerPair
-    from greenadapt.finetune.data import ReaderOptions, TaskFile
-    from greenadapt.finetune.options import FinetuneOptions
-    from greenadapt.finetune.tokenize import Unit
-    from greenadapt.finetune.train import TrainConfig
-    from greenadapt.progress import Progress
-    from greenadapt.stage import StageOutcome
+    from greenadapt.artifacts.model_folder import TokenizerPair
+    from greenadapt.data.task_files import ReaderOptions, TaskFile
+    from greenadapt.modeling.units import Unit
+    from greenadapt.tasks.options import FinetuneOptions
+    from greenadapt.training.finetuning import TrainConfig
 
 TASK_FILE = "greenadapt_task.json"  # written into each fine-tuned model folder
 
@@ -46,7 +45,7 @@ class TaskDefaults:
     epochs: int = 3
     batch_size: int = 32
     lr: float = 5e-5
-    max_length: int | None = 128  # wordpieces per sequence; None: the task derives it from the model
+    max_length: int | None = DEFAULT_MAX_LENGTH  # wordpieces per sequence; None: the task derives it from the model
     max_words: int = 30  # NER: words per training chunk
 
     def describe(self) -> str:
@@ -60,7 +59,7 @@ class TaskSettings:
 
     task: str
     labels: list[str]
-    max_length: int = 128
+    max_length: int = DEFAULT_MAX_LENGTH
     max_words: int = 30
     metric: str | None = None
     positive_label: str | None = None
@@ -89,7 +88,7 @@ class TaskSettings:
 
     @property
     def reader_options(self) -> ReaderOptions:
-        from greenadapt.finetune.data import ReaderOptions
+        from greenadapt.data.task_files import ReaderOptions
 
         return ReaderOptions.from_config(self.reader)
 
@@ -126,12 +125,12 @@ class Task:
     defaults = TaskDefaults()
     # FinetuneOptions (or ReaderOptions) fields this task has no use for: set to anything but their default, refused.
     unused_options: tuple[str, ...] = ()
-    # "module:function" that trains it: function(task, options: FinetuneOptions, progress) -> StageOutcome.
-    runner: str = ""
+    # Trained by `greenadapt finetune` (the masked-LM objective is `pretrain`'s, not a --task).
+    finetunes: bool = True
 
     def training_config(self, **values: Any) -> TrainConfig:
         """A ``TrainConfig`` of the given values; those left None take this task's defaults (or TrainConfig's)."""
-        from greenadapt.finetune.train import TrainConfig
+        from greenadapt.training.finetuning import TrainConfig
 
         defaults = TrainConfig(epochs=self.defaults.epochs, batch_size=self.defaults.batch_size, lr=self.defaults.lr)
         return replace(defaults, **{k: v for k, v in values.items() if v is not None})
@@ -147,23 +146,16 @@ class Task:
                 hint=f"leave {'it' if len(refused) == 1 else 'them'} out",
             )
 
-    def finetune(self, options: FinetuneOptions, progress: Progress) -> StageOutcome:
-        if not self.runner:
-            raise UsageError(f"{self.name} is not trained by `greenadapt finetune`")
-        module, _, function = self.runner.partition(":")
-        return getattr(importlib.import_module(module), function)(self, options, progress)
-
 
 class LabellingTask(Task):
     """A task that labels files (tokens or whole texts): reader, units, head, decoding, scores."""
 
-    runner = "greenadapt.finetune.run:run_labelling"
     auto_model: str = ""  # the transformers Auto class of the model head
     metrics: tuple[str, ...] = ()
     default_metric: str = ""
 
     def read(self, path: str | Path, settings: TaskSettings | ReaderOptions, *, require_labels: bool) -> TaskFile:
-        from greenadapt.finetune.data import read_task_file
+        from greenadapt.data.task_files import read_task_file
 
         options = settings.reader_options if isinstance(settings, TaskSettings) else settings
         return read_task_file(path, self.name, options, require_labels=require_labels)

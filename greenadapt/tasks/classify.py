@@ -1,11 +1,11 @@
 """Text and text-pair classification: JSON lines or TSV, one label per example; accuracy, F1, MCC.
 
-Reader: :func:`greenadapt.finetune.data.read_task_file` (JSON lines, TSV with
+Reader: :func:`greenadapt.data.task_files.read_task_file` (JSON lines, TSV with
 or without a header). Units: the text (or the pair) as one sequence
-(:func:`greenadapt.finetune.tokenize.text_units`). Head:
+(:func:`greenadapt.modeling.units.text_units`). Head:
 ``AutoModelForSequenceClassification``. Collator:
-:func:`greenadapt.finetune.train.collate`. Metrics:
-:func:`greenadapt.finetune.metrics.classification_scores`.
+:func:`greenadapt.training.finetuning.collate`. Metrics:
+:func:`greenadapt.data.metrics.classification_scores`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from greenadapt.errors import UsageError
 from greenadapt.tasks.base import LabellingTask, TaskDefaults, TaskSettings
 
 if TYPE_CHECKING:
-    from greenadapt.expanded_model import TokenizerPair
-    from greenadapt.finetune.data import TaskFile
-    from greenadapt.finetune.tokenize import Unit
+    from greenadapt.artifacts.model_folder import TokenizerPair
+    from greenadapt.data.task_files import TaskFile
+    from greenadapt.modeling.units import Unit
 
 
 class ClassifyTask(LabellingTask):
@@ -44,7 +44,7 @@ class ClassifyTask(LabellingTask):
         return chosen
 
     def positive_label(self, labels: Sequence[str], requested: str | None) -> str | None:
-        from greenadapt.finetune.metrics import default_positive_label
+        from greenadapt.data.metrics import default_positive_label
 
         if requested is not None:
             if requested not in labels:
@@ -55,7 +55,7 @@ class ClassifyTask(LabellingTask):
     def units(
         self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair, *, training: bool = False
     ) -> tuple[list[Unit], dict[str, int]]:
-        from greenadapt.finetune.tokenize import text_units
+        from greenadapt.modeling.units import text_units
 
         return text_units(
             task_file.examples, settings.label2id if task_file.labelled else None, tokenizers, max_length=settings.max_length
@@ -67,7 +67,7 @@ class ClassifyTask(LabellingTask):
         return list(row_labels)
 
     def score(self, task_file: TaskFile, predictions: Sequence[Any], settings: TaskSettings) -> dict[str, Any]:
-        from greenadapt.finetune.metrics import classification_scores
+        from greenadapt.data.metrics import classification_scores
 
         gold = [e.label for e in task_file.examples]
         return classification_scores(gold, predictions, positive=settings.positive_label)

@@ -1,14 +1,14 @@
 """Named-entity recognition: word-per-line files (or token JSON lines), BIO/BIOES labels, entity F1.
 
-Reader: :func:`greenadapt.finetune.data.read_task_file` (columns, token JSON lines).
+Reader: :func:`greenadapt.data.task_files.read_task_file` (columns, token JSON lines).
 Units: training sentences cut into chunks of at most ``max_words`` words without
 splitting a labelled span (the BioBERT recipe); sentences that are scored or
 predicted are kept whole wherever the window holds them, as the paper scores
 them, and only what does not fit is cut, at the window, without looking at the
-labels (:func:`greenadapt.finetune.tokenize.ner_units`); labels on word-initial
+labels (:func:`greenadapt.modeling.units.ner_units`); labels on word-initial
 wordpieces. Head: ``AutoModelForTokenClassification``.
-Collator: :func:`greenadapt.finetune.train.collate`. Metric: seqeval-style
-entity F1 (:func:`greenadapt.finetune.metrics.entity_scores`).
+Collator: :func:`greenadapt.training.finetuning.collate`. Metric: seqeval-style
+entity F1 (:func:`greenadapt.data.metrics.entity_scores`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from greenadapt.tasks.base import LabellingTask, TaskDefaults, TaskSettings
 
 if TYPE_CHECKING:
-    from greenadapt.expanded_model import TokenizerPair
-    from greenadapt.finetune.data import TaskFile
-    from greenadapt.finetune.tokenize import Unit
+    from greenadapt.artifacts.model_folder import TokenizerPair
+    from greenadapt.data.task_files import TaskFile
+    from greenadapt.modeling.units import Unit
 
 
 class NerTask(LabellingTask):
@@ -34,7 +34,7 @@ class NerTask(LabellingTask):
     default_metric = "f1"
 
     def order_labels(self, labels: Sequence[str]) -> list[str]:
-        from greenadapt.finetune.metrics import split_tag
+        from greenadapt.data.metrics import split_tag
 
         # O first, then by entity type, B/I/E/S within a type: a readable, stable label map.
         def key(label: str) -> tuple[int, str, int]:
@@ -46,7 +46,7 @@ class NerTask(LabellingTask):
     def units(
         self, task_file: TaskFile, settings: TaskSettings, tokenizers: TokenizerPair, *, training: bool = False
     ) -> tuple[list[Unit], dict[str, int]]:
-        from greenadapt.finetune.tokenize import ner_units
+        from greenadapt.modeling.units import ner_units
 
         return ner_units(
             task_file.examples,
@@ -71,8 +71,8 @@ class NerTask(LabellingTask):
         return predictions
 
     def score(self, task_file: TaskFile, predictions: Sequence[Any], settings: TaskSettings) -> dict[str, Any]:
-        from greenadapt.finetune.data import NerSentence
-        from greenadapt.finetune.metrics import entity_scores
+        from greenadapt.data.metrics import entity_scores
+        from greenadapt.data.task_files import NerSentence
 
         gold = [s.labels for s in task_file.examples if isinstance(s, NerSentence) and s.labels is not None]
         return entity_scores(gold, predictions)

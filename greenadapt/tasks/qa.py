@@ -1,11 +1,11 @@
 """Extractive question answering: SQuAD-style JSON; exact match and F1 over whole documents.
 
-Reader: :func:`greenadapt.qa.data.read_squad`. Units: ``[CLS] question [SEP]
+Reader: :func:`greenadapt.data.squad.read_squad`. Units: ``[CLS] question [SEP]
 context [SEP]`` windows with a stride, answer positions per window
-(:func:`greenadapt.qa.features.featurize`). Head: ``AutoModelForQuestionAnswering``.
-Collator: :func:`greenadapt.qa.loop.collate_windows`. Loss: transformers' (start + end) / 2.
+(:func:`greenadapt.runners.qa.features.featurize`). Head: ``AutoModelForQuestionAnswering``.
+Collator: :func:`greenadapt.runners.qa.loop.collate_windows`. Loss: transformers' (start + end) / 2.
 Metric: SQuAD exact match and F1 over each question's whole context
-(:mod:`greenadapt.qa.metrics`), answered as ``greenadapt qa`` answers.
+(:mod:`greenadapt.data.squad_metrics`), answered as ``greenadapt qa`` answers.
 
 Its defaults are the usual SQuAD recipe (BERT: 2 epochs, lr 3e-5, 384/128
 windows); batch 16 fits a 12 GB GPU.
@@ -26,4 +26,3 @@ class QaTask(Task):
         "text_field", "pair_field", "label_field", "format", "header", "entity_type",
         "save_every", "resume",
     )
-    runner = "greenadapt.qa.train:finetune_qa"

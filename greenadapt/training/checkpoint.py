@@ -117,7 +117,7 @@ class Checkpointing:
 
 def latest_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest complete checkpoint in ``folder`` and its manifest; damaged ones are skipped with a warning."""
-    from greenadapt.manifest import verify_files
+    from greenadapt.artifacts.manifest import verify_files
 
     for candidate in sorted(folder.glob("ckpt-*"), key=_checkpoint_order, reverse=True):
         try:
@@ -228,8 +228,8 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
     next ``ckpt-NNNNNN`` and the rename made durable. Shared by ``finetune`` and
     ``pretrain``, whose checkpoints hold different state.
     """
-    from greenadapt.manifest import sha256_file, write_json
-    from greenadapt.stage import resource_errors
+    from greenadapt.artifacts.files import sha256_file, write_json
+    from greenadapt.artifacts.stage import resource_errors
 
     folder = checkpoint.folder
     with resource_errors(folder):

@@ -20,7 +20,7 @@ class TrainingConfig:
 
     ``batch_size`` is the *global* batch of one optimizer step: under
     ``torchrun`` with W processes and ``grad_accum`` A it is cut into W × A
-    micro-batches (:meth:`greenadapt.training.runtime.Trainer.my_parts`).
+    micro-batches (:meth:`greenadapt.training.trainer.Trainer.my_parts`).
     """
 
     batch_size: int = 32

@@ -27,25 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from greenadapt.errors import UsageError
-from greenadapt.expanded_model import pick_device
+from greenadapt.machine.devices import pick_device
 
 log = logging.getLogger(__name__)
-
-
-def to_device(array: Any, device: Any) -> Any:
-    """A NumPy array (or a CPU tensor) as a tensor on ``device``, without a host sync on CUDA.
-
-    A copy from pageable memory to the GPU waits for the stream to drain, so a
-    loop that copies its batch that way cannot queue the next step's kernels
-    while the GPU runs this one; a copy from pinned memory is queued like a
-    kernel (the caching host allocator keeps the buffer alive until it ends).
-    """
-    import torch
-
-    tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
-    if torch.device(device).type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
 
 
 @dataclass

@@ -80,7 +80,7 @@ def prediction_warnings(split: str, gold: list[Any], predicted: list[Any]) -> li
 
 
 def _entity_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[str]:
-    from greenadapt.finetune.metrics import chunks  # the entity reading the F1 itself uses (conlleval)
+    from greenadapt.data.metrics import chunks  # the entity reading the F1 itself uses (conlleval)
 
     gold_entities = sum(len(chunks(tags)) for tags in gold)
     predicted_entities = sum(len(chunks(tags)) for tags in predicted)

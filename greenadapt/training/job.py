@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts.manifest import fingerprint
+from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.errors import StageError
-from greenadapt.manifest import fingerprint
-from greenadapt.stage import StageOutcome, StageRun
 from greenadapt.training.checkpoint import Checkpointing, StopSignal, latest_checkpoint
 from greenadapt.training.distributed import DistContext, init_distributed
 

@@ -1,7 +1,7 @@
 """The optimizers and learning-rate schedule of every training loop.
 
 AdamW with no weight decay on biases and norms (fused into one kernel on a
-GPU), :class:`~greenadapt.finetune.embeddings.RowAdamW` for added rows trained
+GPU), :class:`~greenadapt.modeling.embeddings.RowAdamW` for added rows trained
 row-wise, and a linear warm-up then linear decay to 0.
 """
 
@@ -18,7 +18,7 @@ def build_optimizers(model: Any, split: Any, config: TrainingConfig, total: int)
     """AdamW (norms and biases not decayed), RowAdamW for row-wise trained added rows, linear warm-up schedule."""
     import torch
 
-    from greenadapt.finetune import embeddings
+    from greenadapt.modeling import embeddings
 
     active = split.active if split is not None else None
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]

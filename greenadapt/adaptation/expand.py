@@ -1,0 +1,459 @@
+"""``expand``: the domain-adapted model folder.
+
+New words are the word2vec words that are not in the model's vocabulary,
+keeping those with a count >= ``min_count`` that the domain tokenizer can
+actually produce (at most ``max_input_chars_per_word`` characters, left
+unchanged by the model's normalizer and pre-tokenizer, not starting with
+``##``). **Order**: count descending, ties by the word in Unicode code
+point order; ``max_new`` keeps the first ``max_new``. The i-th new word gets
+id ``V + i``, where V is the number of rows of the input embedding matrix
+(``new_words.tsv`` lists word, id and count).
+
+The weights are edited at the state-dict level, never through a model
+class, so any head (MLM, QA, token classification, …) survives:
+
+- every tensor named ``*word_embeddings.weight`` and every other 2-D
+  tensor of the same (V, d) shape (a separately stored tied or untied
+  decoder) gets rows V… appended; rows 0…V−1 stay bit-identical;
+- row V+i is what the align output's method makes (see :mod:`greenadapt.adaptation.methods`:
+  lstsq's ``float32(v_i) @ float32(W)ᵀ``, the subword mean, FOCUS's weighted
+  sum, …; for ``random`` a draw from N(mean, cov) seeded with ``seed``), rescaled
+  to the mean norm of the model's whole-word rows under ``--match-norm``, cast to
+  the tensor's dtype;
+- every 1-D tensor of length V (output biases such as
+  ``cls.predictions.bias``) is extended with the **mean of its existing
+  values**, a neutral prior that neither favours nor suppresses new words;
+- ``config.json`` gets the new ``vocab_size``.
+
+Weights are written as one ``model.safetensors`` (metadata ``{"format":
+"pt"}``) streamed tensor by tensor, and only the new words' vectors are
+read from ``vectors.bin``, so peak memory is about those vectors plus the
+model, not several copies of the grown embedding matrix.
+
+The folder's top holds the domain tokenizer T̂ (see
+:mod:`greenadapt.adaptation.domain_tokenizer`), so ``AutoTokenizer.from_pretrained``
+gives it; ``general-tokenizer/`` holds the original tokenizer T_LM
+unchanged. Other files (generation config, …) are copied; weight files of
+other formats are not, since they would no longer match, nor the base's
+model card and sentence-transformers files, which would describe another
+model (:mod:`greenadapt.artifacts.model_card` writes the folder's own).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions, RowContext, get_method
+from greenadapt.adaptation.methods.base import describe, recorded_seed
+from greenadapt.adaptation.weights import grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
+from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
+from greenadapt.artifacts.model_card import (
+    CARD_FILE,
+    CONFIG_KEY,
+    SENTENCE_TRANSFORMERS_DIRS,
+    SENTENCE_TRANSFORMERS_FILES,
+    config_block,
+    cost_summary,
+    expanded_card,
+    publishable_source,
+)
+from greenadapt.artifacts.pretrained import display_name, hub_id
+from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
+from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.errors import ModelError, StageError, UsageError
+from greenadapt.progress import NULL_PROGRESS, Progress
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
+    from greenadapt.adaptation.vectors import VectorRows
+    from greenadapt.artifacts.pretrained import ModelRef
+
+log = logging.getLogger(__name__)
+
+NEW_WORDS_FILE = "new_words.tsv"
+WEIGHTS_FILE = "model.safetensors"
+ORDER = "count descending, then word (Unicode code point order)"
+BIAS_FILL = "mean of the existing bias values"
+# Top-level files that hold weights (rewritten as model.safetensors) or are
+# rewritten here; copying them would leave stale, mismatched copies.
+_NOT_COPIED = (
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "*.bin",
+    "*.bin.index.json",
+    "*.h5",
+    "*.msgpack",
+    "*.ckpt*",
+    "*.onnx",
+    "*.ot",
+    "*.pt",
+    "*.pth",
+    "*.gguf",
+    "config.json",
+    "manifest.json",
+    NEW_WORDS_FILE,
+    CARD_FILE,
+    *SENTENCE_TRANSFORMERS_FILES,
+)
+_DIRS_NOT_COPIED = ("onnx", "openvino", *SENTENCE_TRANSFORMERS_DIRS)
+
+
+@dataclass
+class NewWords:
+    """The words expand adds, in id order, with their rows in the word2vec matrix."""
+
+    words: list[str]
+    counts: list[int]
+    w2v_rows: list[int]
+    excluded: dict[str, int] = field(default_factory=dict)
+
+
+def _model_of(model: str | None, align_dir: Path, align_manifest: Manifest) -> tuple[Any, Any]:
+    """The model to expand (``model``, else the one align was fitted on) and its tokenizer, checked against the map's."""
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
+    from greenadapt.adaptation.stages import model_for_stage, vocab_digest
+
+    fitted_on = align_manifest.section("config", "model")
+    ref = model_for_stage(model, fitted_on or None, align_dir)
+    general = load_general_tokenizer(ref.path)
+    aligned_to = align_manifest.stats.get("vocab_digest")
+    if aligned_to is not None and vocab_digest(general) != aligned_to:
+        raise ModelError(
+            f"the vocabulary of {ref.name} differs from that of the model the map was fitted on",
+            path=ref.path,
+            hint="rerun `greenadapt align` with this --model, or expand the model align used",
+        )
+    if fitted_on.get("path") != str(ref.path):
+        log.warning("expanding %s with a map fitted on %s (same vocabulary)", ref.path, fitted_on.get("path"))
+    return ref, general
+
+
+def run_expand(
+    *,
+    align: Path | None = None,
+    corpus: Sequence[str] | None = None,
+    model: str | None = None,
+    max_new: int | None = None,
+    min_count: int = 1,
+    seed: int = DEFAULT_SEED,
+    workdir: Path | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress = NULL_PROGRESS,
+    method: str | None = None,
+) -> StageOutcome:
+    """Write the expanded model folder for the align output ``align`` (or ``corpus``'s).
+
+    ``method`` (optional): the initialisation method the rows come from. The
+    method is chosen when aligning; here it picks that method's align folder
+    in the workspace (with ``corpus``), or checks that ``align`` was fitted with it.
+
+    ``model`` defaults to the model align was fitted on; another model must
+    have the same vocabulary and embedding size (e.g. a fine-tuned copy).
+    The output folder defaults to the ``expand`` sibling of the align folder.
+    """
+    from greenadapt.artifacts.destination import check_destination, protected
+
+    if max_new is not None and max_new < 0:
+        raise UsageError(f"--max-new must be >= 0, got {max_new}")
+    if min_count < 1:
+        raise UsageError(f"--min-count must be >= 1, got {min_count}")
+    align_dir, align_manifest, fitted = _find_align(align, corpus, model, workdir, method)
+    w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
+    method_options = MethodOptions.from_config(align_manifest.section("config", "method_options"))
+    ref, general = _model_of(model, align_dir, align_manifest)
+
+    # align-focus -> expand-focus: each method's model beside its own fit.
+    suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
+    out_dir = Path(out) if out is not None else align_dir.parent / f"expand{suffix}"
+    check_destination(
+        out_dir, kind="expand", force=force, workspace=workdir,
+        reads=[
+            *protected("the --align input", align_dir),
+            *protected("the w2v output align read", w2v_dir),
+            *protected("the base --model", ref.path),
+        ],
+    )
+    config = {
+        "model": ref.identity(),
+        "align": manifest_identity(align_dir, align_manifest),
+        "max_new": max_new,
+        "min_count": min_count,
+        "seed": recorded_seed(fitted, seed),
+    }
+    inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
+    libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
+    with StageRun("expand", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+        if run.skipped:
+            assert run.manifest is not None
+            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
+        corpus, upstream = _upstream(align_manifest, w2v_manifest)
+        with resource_errors(run.tmp):
+            stats = _expand(
+                align_dir, w2v_dir, ref, general, method=fitted, method_options=method_options, max_new=max_new,
+                min_count=min_count, seed=seed, dest=run.tmp, progress=progress,
+                # in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on
+                # The corpus by name: a path says where it lies on this machine and would be published with the model.
+                provenance={"corpus": [publishable_source(c) for c in corpus], "vectors_cost": cost_summary(upstream)},
+            )
+            _write_card(run.tmp, ref, stats, align_manifest, corpus, upstream)
+        manifest = run.commit(stats=stats)
+    log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
+    return StageOutcome(run.out, manifest, False)
+
+
+def _find_align(
+    align: Path | None, corpus: Sequence[str] | None, model: str | None, workdir: Path | None, method: str | None
+) -> tuple[Path, Manifest, InitMethod]:
+    """The align folder expand reads (``align``, or the workspace's for ``corpus`` and ``method``), and the method it fitted."""
+    from greenadapt.adaptation.stages import locate_upstream, stage_suffix
+
+    chosen = get_method(method) if method is not None else None  # an unknown name fails here, before any reading
+    align_dir = locate_upstream("align", align, corpus, model, workdir)
+    if chosen is not None and align is None:
+        align_dir = align_dir.with_name(f"align{stage_suffix(chosen, MethodOptions())}")
+    align_manifest = load_stage(align_dir, "align")
+    fitted = get_method(str(align_manifest.config.get("method", DEFAULT_METHOD)))
+    if chosen is not None and chosen.name != fitted.name:
+        raise UsageError(
+            f"--method {chosen.name}, but {align_dir} was fitted with {fitted.name}",
+            path=align_dir, hint=f"rerun `greenadapt align --method {chosen.name}`, or drop --method to use {fitted.name}",
+        )
+    return align_dir, align_manifest, fitted
+
+
+def _upstream(align_manifest: Manifest, w2v_manifest: Manifest) -> tuple[list[str], dict[str, Any]]:
+    """The corpus the vectors came from, and the cost of the vectors and the map (w2v + align)."""
+    from greenadapt.machine.energy import cost_of, sum_costs
+
+    corpus = [str(i["path"]) for i in w2v_manifest.inputs if i.get("path") and "stage" not in i and "files_digest" not in i]
+    return corpus, sum_costs([cost_of(w2v_manifest), cost_of(align_manifest)])
+
+
+def _write_card(
+    dest: Path, ref: ModelRef, stats: Mapping[str, Any], align_manifest: Manifest, corpus: list[str], upstream: Mapping[str, Any]
+) -> None:
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+
+    card = expanded_card(
+        base_model=display_name(ref), base_model_hub_id=hub_id(ref), method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
+        align_stats=align_manifest.stats, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
+    )
+    (dest / CARD_FILE).write_text(card, encoding="utf-8")
+
+
+def _w2v_of(align_dir: Path, align_manifest: Manifest) -> tuple[Path, Manifest]:
+    """The w2v folder align read, checked to be unchanged since."""
+    recorded = next((i for i in align_manifest.inputs if i.get("stage") == "w2v"), None)
+    if recorded is None or not recorded.get("path"):
+        raise StageError("the align manifest names no w2v input", path=align_dir, hint="rerun `greenadapt align --force`")
+    w2v_dir = recorded_input_path(recorded, align_dir)
+    w2v_manifest = load_stage(w2v_dir, "w2v")
+    if not same_identity(manifest_identity(w2v_dir, w2v_manifest), recorded):
+        raise StageError(
+            "the w2v output changed after align read it",
+            path=w2v_dir,
+            hint="rerun `greenadapt align ... --force` before expand",
+        )
+    return w2v_dir, w2v_manifest
+
+
+def select_new_words(
+    general: GeneralTokenizer,
+    words: Sequence[str],
+    counts: Mapping[str, int],
+    *,
+    max_new: int | None,
+    min_count: int,
+) -> NewWords:
+    """Pick and order the new words (see the module docstring)."""
+    from greenadapt.adaptation.domain_tokenizer import reachable_words
+
+    excluded = {"below_min_count": 0, "too_long": 0, "unreachable": 0}
+    max_chars = general.max_input_chars_per_word
+    vocab, added = general.vocab, general.added
+    unknown = [i for i, word in enumerate(words) if word not in vocab and word not in added]
+    # A million words: comprehensions over the unknown ones, not a loop with a branch per word.
+    try:
+        unknown_counts = [counts[words[i]] for i in unknown]
+    except KeyError as missing:
+        raise StageError(
+            f"the counts file has no count for word2vec word {missing.args[0]!r}",
+            hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
+        ) from None
+    frequent = [i for i, count in zip(unknown, unknown_counts) if count >= min_count]
+    excluded["below_min_count"] = len(unknown) - len(frequent)
+    rows = [i for i in frequent if len(words[i]) <= max_chars]
+    excluded["too_long"] = len(frequent) - len(rows)
+    keep = reachable_words(general, [words[i] for i in rows])
+    excluded["unreachable"] = keep.count(False)
+    if excluded["unreachable"]:
+        log.warning(
+            "%d word2vec words can never be produced by the model's tokenizer (normalization, punctuation "
+            "or a leading ##) and are not added; was w2v trained with this model's tokenizer?",
+            excluded["unreachable"],
+        )
+    rows = [i for i, ok in zip(rows, keep) if ok]
+    chosen_words = [words[i] for i in rows]
+    chosen_counts = [counts[w] for w in chosen_words]
+    # Two stable sorts on plain keys (word, then count) give the (-count, word)
+    # order several times faster than one sort on tuples.
+    order = sorted(range(len(rows)), key=chosen_words.__getitem__)
+    order.sort(key=[-c for c in chosen_counts].__getitem__)
+    if max_new is not None:
+        order = order[:max_new]
+    return NewWords(
+        words=[chosen_words[k] for k in order],
+        counts=[chosen_counts[k] for k in order],
+        w2v_rows=[rows[k] for k in order],
+        excluded=excluded,
+    )
+
+
+def _expand(
+    align_dir: Path,
+    w2v_dir: Path,
+    ref: ModelRef,
+    general: GeneralTokenizer,
+    *,
+    method: InitMethod,
+    method_options: MethodOptions,
+    max_new: int | None,
+    min_count: int,
+    seed: int,
+    dest: Path,
+    progress: Progress,
+    provenance: Mapping[str, Any],
+) -> dict[str, Any]:
+
+    from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, write_domain_tokenizer
+    from greenadapt.adaptation.vectors import iter_state_dict, pick_embedding_key, read_counts
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+
+    counts = read_counts(w2v_dir / "counts.tsv")
+    listed = list(counts)
+    new = select_new_words(general, listed, counts, max_new=max_new, min_count=min_count)
+    del counts  # the chosen words' counts are in ``new``; a million words' dict need not live through the writing
+    vectors, shared_vectors, shared_ids = _method_vectors(method, w2v_dir, listed, new, general, progress)
+    del listed
+
+    state = dict(iter_state_dict(ref.path))
+    embedding_key = pick_embedding_key(list(state), ref.path)
+    n_rows, dim = state[embedding_key].shape
+    if general.size > n_rows:
+        raise ModelError(
+            f"the tokenizer has ids up to {general.size - 1} but the embedding matrix only {n_rows} rows",
+            path=ref.path,
+        )
+    row_keys, bias_keys = vocabulary_tensors(state, embedding_key, ref.path)
+    context = RowContext(
+        align_dir=align_dir, words=new.words, vectors=vectors, embeddings=state[embedding_key].float().numpy(),
+        general=general, shared_vectors=shared_vectors, shared_ids=shared_ids, seed=seed, options=method_options,
+    )
+    new_rows = new_row_source(method, context)
+
+    progress.start("writing weights", total=len(state), unit="tensors")
+    n_new = len(new.words)
+    write_safetensors(dest / WEIGHTS_FILE, grown_tensor_specs(state, row_keys, bias_keys, n_new, new_rows), metadata={"format": "pt"}, progress=progress)
+    progress.finish()
+    embedding_dtype = str(state[embedding_key].dtype).removeprefix("torch.")
+    match_norm_target = context.match_norm_target
+    # The vectors (1.5 GB for a million words) go before the tokenizers are written, not after.
+    del state, vectors, new_rows, shared_vectors, context
+    _write_config(ref, dest, method, n_rows, n_new, provenance)
+
+    progress.start("writing tokenizers")
+    write_domain_tokenizer(general, new.words, n_rows, dest)
+    copy_general_tokenizer(ref.path, dest / GENERAL_TOKENIZER_DIR)
+    _copy_other_files(ref.path, dest)
+    with open(dest / NEW_WORDS_FILE, "w", encoding="utf-8", newline="\n") as handle:
+        ids = range(n_rows, n_rows + n_new)
+        handle.write("".join(map("{}\t{}\t{}\n".format, new.words, ids, new.counts)))
+    progress.finish()
+    return {
+        "n_new": n_new,
+        "vocab_size_before": n_rows,
+        "vocab_size_after": n_rows + n_new,
+        "first_new_id": n_rows,
+        "method": method.name,
+        "method_description": describe(method, method_options),
+        "match_norm_target": match_norm_target,
+        "order": ORDER,
+        "excluded": new.excluded,
+        "extended_tensors": row_keys,
+        "extended_biases": bias_keys,
+        "bias_fill": BIAS_FILL,
+        "embedding_dtype": embedding_dtype,
+        "new_row_precision": f"float32 matmul, cast to {embedding_dtype}",
+    }
+
+
+def _write_config(ref: ModelRef, dest: Path, method: InitMethod, n_rows: int, n_new: int, provenance: Mapping[str, Any]) -> None:
+    """The base model's config.json with the grown vocabulary and the ``greenadapt`` block."""
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+
+    config = json.loads((ref.path / "config.json").read_text(encoding="utf-8"))
+    if config.get("vocab_size") != n_rows:
+        log.warning("config.json says vocab_size %s, the embedding matrix has %d rows", config.get("vocab_size"), n_rows)
+    config["vocab_size"] = n_rows + n_new
+    config[CONFIG_KEY] = config_block(
+        method=method.name, base_model=display_name(ref), base_model_hub_id=hub_id(ref), first_new_id=n_rows, n_new=n_new, general_tokenizer=GENERAL_TOKENIZER_DIR
+    ) | dict(provenance)
+    (dest / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _method_vectors(
+    method: InitMethod, w2v_dir: Path, listed: list[str], new: NewWords, general: GeneralTokenizer, progress: Progress
+) -> tuple[VectorRows | None, np.ndarray | None, np.ndarray | None]:
+    """(the new words' vectors, the shared words' vectors, their ids): only what ``method`` needs, else None."""
+    import numpy as np
+
+    from greenadapt.adaptation.vectors import VectorRows, read_word2vec_rows
+
+    if not method.needs_vectors:
+        return None, None, None
+    progress.start("reading word2vec vectors")
+    shared_rows = [i for i, w in enumerate(listed) if w in general.vocab] if method.needs_shared_vectors else []
+    # Only the new (and, for methods that need them, the shared) words' vectors: a capped run holds no more.
+    words, selected = read_word2vec_rows(w2v_dir / "vectors.bin", new.w2v_rows + shared_rows)
+    progress.finish()
+    if words != listed:
+        raise StageError(
+            "vectors.bin and counts.tsv list different words",
+            path=w2v_dir,
+            hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
+        )
+    n_new = len(new.w2v_rows)
+    if not shared_rows:
+        return selected, None, None
+    shared_ids = np.array([general.vocab[listed[i]] for i in shared_rows], dtype=np.int64)
+    index = np.arange(len(selected)) if selected.index is None else selected.index
+    return VectorRows(selected.matrix, index[:n_new]), selected.chunk(n_new, len(selected)), shared_ids
+
+
+# --------------------------------------------------------------------------
+# A streaming safetensors writer
+
+
+def _copy_other_files(model_path: Path, dest: Path) -> None:
+    from greenadapt.adaptation.domain_tokenizer import TOKENIZER_FILES
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+
+    for child in sorted(model_path.iterdir()):
+        if child.name.startswith("."):
+            continue
+        if child.is_dir():
+            if child.name != GENERAL_TOKENIZER_DIR and not any(fnmatch(child.name, p) for p in _DIRS_NOT_COPIED):
+                shutil.copytree(child, dest / child.name, ignore=shutil.ignore_patterns(".*"))
+        elif child.is_file() and child.name not in TOKENIZER_FILES and not any(fnmatch(child.name, p) for p in _NOT_COPIED):
+            shutil.copyfile(child, dest / child.name)

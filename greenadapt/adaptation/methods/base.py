@@ -1,0 +1,113 @@
+"""The protocol every initialisation method follows, and what it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from greenadapt.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
+    from greenadapt.adaptation.vectors import VectorRows
+
+ROW_CHUNK = 32768
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """The options of every method (each uses the ones it names); recorded in align's config."""
+
+    focus_k: int = 10
+    focus_temperature: float = 0.1
+    hybrid_weight: float = 0.5
+    match_norm: bool = False
+
+    def check(self) -> None:
+        if self.focus_k < 1:
+            raise UsageError(f"--focus-k must be at least 1, got {self.focus_k}")
+        if not self.focus_temperature > 0:
+            raise UsageError(f"--focus-temperature must be positive, got {self.focus_temperature}")
+        if not 0.0 <= self.hybrid_weight <= 1.0:
+            raise UsageError(f"--hybrid-weight must be in [0, 1], got {self.hybrid_weight}")
+
+    def for_method(self, method: InitMethod) -> dict[str, Any]:
+        """Only the options that change ``method``'s rows, so other options never redo its stages."""
+        chosen = {k: v for k, v in asdict(self).items() if k in method.options or k == "match_norm"}
+        return dict(sorted(chosen.items()))
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> MethodOptions:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in config.items() if k in known})
+
+
+@dataclass
+class FitContext:
+    """What ``align`` gives a method: the shared words' word2vec vectors X and embedding rows Y, and a folder."""
+
+    X: np.ndarray  # (n_shared, d_w2v) float32; empty columns when no vectors were trained
+    Y: np.ndarray  # (n_shared, d_model) float32
+    train: np.ndarray  # indices of X/Y rows to fit on
+    held: np.ndarray  # indices held out for the reported cosine
+    seed: int
+    options: MethodOptions
+    dest: Path
+    embeddings: np.ndarray  # the whole input-embedding matrix (V, d_model)
+
+
+@dataclass
+class RowContext:
+    """What ``expand`` gives a method to make the new rows."""
+
+    align_dir: Path
+    words: Sequence[str]  # the new words, in id order
+    vectors: VectorRows | None  # their word2vec vectors, in words order (None for methods that need none)
+    embeddings: np.ndarray  # the input-embedding matrix (V, d_model), float32
+    general: GeneralTokenizer
+    shared_vectors: np.ndarray | None  # word2vec vectors of the shared words (methods that need them)
+    shared_ids: np.ndarray | None  # their vocabulary ids, aligned with shared_vectors
+    seed: int
+    options: MethodOptions
+    match_norm_target: float | None = None  # set by expand under --match-norm, for the manifest
+
+
+class InitMethod(Protocol):
+    name: str
+    summary: str  # one line for --help and the report
+    needs_vectors: bool  # word vectors must be made (False: adapt only counts the corpus words)
+    vector_source: str  # which vectors: "word2vec", "context" (the base model's own; context-mean) or "none"
+    needs_shared_vectors: bool  # expand must read the shared words' vectors too
+    vectors_are_rows: bool  # the vectors become rows as they are: word2vec's --dim must be the model's hidden size
+    options: tuple[str, ...]  # the MethodOptions fields it uses
+    seeded: bool  # it draws random numbers, so its output depends on --seed
+
+    def fit(self, ctx: FitContext) -> dict[str, Any]:
+        """Learn what the rows need from the shared words; write it to ``ctx.dest``; return report fields
+        (``train_cosine``, ``heldout_cosine``: how well the method predicts held-out shared words' rows)."""
+        ...
+
+    def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
+        """The new rows, float32 (n, d_model), in chunks of at most ROW_CHUNK, in ``ctx.words`` order."""
+        ...
+
+
+def recorded_seed(method: InitMethod, seed: int) -> int | None:
+    """The seed a stage records and fingerprints: None for a method that draws no random numbers, so that a
+    seed change does not redo its output nor make a later stage refuse it as "made with other options"."""
+    return seed if method.seeded else None
+
+
+def describe(method: InitMethod, options: MethodOptions) -> dict[str, Any]:
+    """How the manifest and the report name a method."""
+    return {
+        "name": method.name,
+        "summary": method.summary,
+        "options": options.for_method(method),
+        "word2vec_trained": method.vector_source == "word2vec",
+        "vector_source": method.vector_source,
+    }

@@ -1,0 +1,157 @@
+"""``adapt``: the three CPU stages in one call (w2v -> align -> expand).
+
+Each stage keeps its own folder, manifest and skip logic, so a rerun with
+unchanged inputs redoes nothing and a change in one option redoes only
+the stages downstream of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from greenadapt.adaptation.methods import DEFAULT_METHOD, MethodOptions, get_method
+from greenadapt.adaptation.w2v import W2VOptions
+from greenadapt.artifacts.stage import StageOutcome
+from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.progress import NULL_PROGRESS, Progress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AdaptOptions:
+    w2v: W2VOptions = field(default_factory=W2VOptions)
+    align_method: str = DEFAULT_METHOD
+    method_options: MethodOptions = field(default_factory=MethodOptions)
+    max_new: int | None = None
+    min_count_new: int = 1
+    seed: int = DEFAULT_SEED
+
+
+@dataclass(frozen=True)
+class AdaptOutcome:
+    w2v: StageOutcome
+    align: StageOutcome
+    expand: StageOutcome
+
+    @property
+    def stages(self) -> list[tuple[str, StageOutcome]]:
+        return [("w2v", self.w2v), ("align", self.align), ("expand", self.expand)]
+
+    @property
+    def path(self) -> Path:
+        """The adapted model's folder (what finetune, compare and transformers take)."""
+        return self.expand.path
+
+    def __repr__(self) -> str:
+        states = ", ".join(f"{name} {'skipped' if stage.skipped else 'done'}" for name, stage in self.stages)
+        return f"<adapted model at {str(self.path)!r} ({states})>"
+
+
+def run_adapt(
+    corpus: Sequence[str],
+    *,
+    model: str | None,
+    options: AdaptOptions,
+    text_fields: Sequence[str] | None = None,
+    workdir: Path | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress = NULL_PROGRESS,
+) -> AdaptOutcome:
+    """Run w2v, align and expand for ``corpus`` on ``model``.
+
+    Intermediate folders live in the workspace; ``out`` (default: the
+    workspace's ``expand`` folder) receives the adapted model.
+    """
+    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.vectors import keep_whole_reads
+    from greenadapt.adaptation.w2v import run_w2v
+
+    check_adapt(corpus, model=model, options=options, workdir=workdir, out=out, force=force)
+    # The method decides the vectors: word2vec, the base model's contextual ones (context-mean), or none at all
+    # (subword-mean, random: the corpus counts only).
+    source = get_method(options.align_method).vector_source
+    w2v_options = replace(options.w2v, vectors=source != "none", source="context" if source == "context" else "word2vec")
+    w2v = run_w2v(
+        corpus,
+        model=model,
+        options=w2v_options,
+        text_fields=text_fields,
+        workdir=workdir,
+        force=force,
+        wait=wait,
+        progress=progress,
+    )
+    # Downstream stages take the model the w2v manifest recorded, so the
+    # three stages can never silently disagree about it. The vectors align reads whole are kept for expand,
+    # which would otherwise parse the same file again.
+    with keep_whole_reads():
+        align = run_align(
+            w2v=w2v.path,
+            model=model,
+            method=options.align_method,
+            method_options=options.method_options,
+            seed=options.seed,
+            force=force,
+            wait=wait,
+            progress=progress,
+        )
+        expand = run_expand(
+            align=align.path,
+            model=model,
+            max_new=options.max_new,
+            min_count=options.min_count_new,
+            seed=options.seed,
+            out=out,
+            force=force,
+            wait=wait,
+            progress=progress,
+        )
+    return AdaptOutcome(w2v=w2v, align=align, expand=expand)
+
+
+def check_adapt(
+    corpus: Sequence[str], *, model: str | None, options: AdaptOptions, workdir: Path | None, out: Path | None, force: bool
+) -> None:
+    """Every option of the three stages, before the first one trains: a bad one costs a second, not a w2v run."""
+    from greenadapt.adaptation.vectors import check_weights_load_safely
+    from greenadapt.artifacts import workspace
+    from greenadapt.artifacts.destination import Protected, check_destination, corpus_reads, protected
+    from greenadapt.artifacts.pretrained import hidden_size, load_wordpiece_tokenizer, resolve_model
+    from greenadapt.errors import UsageError
+
+    options.w2v.check()
+    get_method(options.align_method)
+    options.method_options.check()
+    if options.max_new is not None and options.max_new < 0:
+        raise UsageError(f"--max-new must be >= 0, got {options.max_new}")
+    if options.min_count_new < 1:
+        raise UsageError(f"--min-count-new must be >= 1, got {options.min_count_new}")
+    ref = resolve_model(model)
+    method = get_method(options.align_method)
+    if method.vectors_are_rows and options.w2v.dim is not None and options.w2v.dim != hidden_size(ref):
+        raise UsageError(
+            f"--method {method.name} uses the word vectors as rows as they are, so --dim {options.w2v.dim} must be the model's"
+            f" hidden size {hidden_size(ref)}",
+            hint=f"pass --dim {hidden_size(ref)} (or leave --dim out), or choose another --method",
+        )
+    load_wordpiece_tokenizer(ref.path)  # a folder without its tokenizer, said now rather than after word2vec
+    check_weights_load_safely(ref.path)
+    root = workspace.workdir(workdir)
+    if out is not None:
+        upstream = [workspace.stage_dir(root, list(corpus), ref.slug, kind) for kind in ("w2v", "align")]
+        check_destination(
+            out, kind="expand", force=force, workspace=root,
+            reads=[
+                *protected("the base --model", ref.path),
+                *corpus_reads(corpus),
+                # Whether or not they exist yet: w2v and align will write there before expand runs.
+                *(Protected(f"the {kind} stage's folder", path) for kind, path in zip(("w2v", "align"), upstream)),
+            ],
+        )

@@ -1,0 +1,115 @@
+"""How the adaptation stages find each other: the upstream folder a stage reads, the model it was made with, and the folder names and recorded options of a method."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.adaptation.methods import InitMethod, MethodOptions
+from greenadapt.adaptation.methods.lstsq import MAP_FILE, fit_linear_map, mean_cosine  # noqa: E402,F401
+from greenadapt.adaptation.methods.random import COV_FILE, MEAN_FILE, gaussian_rows  # noqa: E402,F401
+from greenadapt.artifacts.manifest import Manifest
+from greenadapt.errors import InputError, StageError, UsageError
+
+if TYPE_CHECKING:
+
+    from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
+    from greenadapt.artifacts.pretrained import ModelRef
+
+
+log = logging.getLogger(__name__)
+
+
+def locate_upstream(
+    kind: str,
+    explicit: Path | None,
+    corpus: Sequence[str] | None,
+    model: str | None,
+    workdir: Path | None,
+) -> Path:
+    """The folder of upstream stage ``kind``: given explicitly, or found in the workspace by corpus (and model)."""
+    from greenadapt.artifacts.pretrained import resolve_model
+    from greenadapt.artifacts.workspace import find_stage_dir
+    from greenadapt.artifacts.workspace import workdir as workspace_root
+
+    if explicit is not None and corpus:
+        raise UsageError(f"pass either --{kind} or --corpus, not both")
+    if explicit is not None:
+        return Path(explicit)
+    if not corpus:
+        raise UsageError("no input given", hint=f"pass --{kind} DIR, or --corpus NAME to find it in the workspace")
+    slug = resolve_model(model).slug if model else None
+    return find_stage_dir(workspace_root(workdir), list(corpus), slug, kind)
+
+
+def model_for_stage(spec: str | None, recorded: Any, stage_dir: Path) -> ModelRef:
+    """``--model`` if given, else the model an upstream manifest recorded (its ``ModelRef.identity()``)."""
+    from greenadapt.artifacts.pretrained import DEFAULT_MODEL_NAME, ModelRef, resolve_model
+
+    if spec:
+        return resolve_model(spec)
+    if not isinstance(recorded, Mapping) or not recorded.get("model"):
+        raise StageError(
+            "the upstream manifest does not record which model it was made for",
+            path=stage_dir / "manifest.json",
+            hint="pass --model",
+        )
+    path = Path(str(recorded.get("path", "")))
+    if recorded.get("path") and (path / "config.json").is_file():
+        return ModelRef(str(recorded["model"]), path)
+    name = str(recorded["model"])
+    log.info("model folder %s is gone; resolving %s again", path, name)
+    return resolve_model(None if name == DEFAULT_MODEL_NAME else name)
+
+
+def check_normalization(general: GeneralTokenizer, w2v_manifest: Manifest, w2v_dir: Path, ref: ModelRef) -> None:
+    """The word2vec words must be normalized exactly as the model normalizes text."""
+    config = w2v_manifest.config
+    if "lowercase" not in config:
+        log.warning("%s records no normalization; assuming it matches %s", w2v_dir, ref.name)
+        return
+    lowercase = bool(config["lowercase"])
+    strip = config.get("strip_accents")
+    used = {"lowercase": lowercase, "strip_accents": lowercase if strip is None else bool(strip)}
+    wanted = general.normalization()
+    if used != wanted:
+        raise InputError(
+            f"word2vec was trained on text normalized with {_describe(used)}, "
+            f"but model {ref.name} normalizes with {_describe(wanted)}",
+            path=w2v_dir,
+            hint=f"rerun `greenadapt w2v --model {ref.name}`, or pass the --model that w2v used",
+        )
+
+
+def _describe(norm: Mapping[str, bool]) -> str:
+    return f"lowercase={norm['lowercase']}, strip_accents={norm['strip_accents']}"
+
+
+def vocab_digest(general: GeneralTokenizer) -> str:
+    """Names the tokenizer's vocabulary, so expand can tell whether a model matches the one aligned to."""
+    entries = sorted((i, t) for t, i in list(general.vocab.items()) + list(general.added.items()))
+    return hashlib.sha256("\n".join(f"{i}\t{t}" for i, t in entries).encode("utf-8")).hexdigest()[:16]
+
+
+def stage_suffix(method: InitMethod, options: MethodOptions) -> str:
+    """How the default align and expand folders of a method are told apart: "" for the paper's lstsq,
+    ``-focus``, ``-lstsq-match-norm``, ``-focus-<hash of its options>`` when they differ from the defaults."""
+    from greenadapt.artifacts.manifest import canonical_json
+
+    chosen = recorded_options(method, options)
+    norm = "-match-norm" if chosen.pop("match_norm", False) else ""
+    name = "" if method.name == "lstsq" and not norm else f"-{method.name}"
+    if chosen == recorded_options(method, MethodOptions()):
+        return f"{name}{norm}"
+    return f"{name}{norm}-{hashlib.sha256(canonical_json(chosen).encode()).hexdigest()[:8]}"
+
+
+def recorded_options(method: InitMethod, options: MethodOptions) -> dict[str, Any]:
+    """The method options align's config records: those the method uses, and --match-norm when on."""
+    chosen = options.for_method(method)
+    if not chosen.get("match_norm"):
+        chosen.pop("match_norm", None)
+    return chosen

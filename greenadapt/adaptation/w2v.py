@@ -1,0 +1,422 @@
+"""The ``w2v`` stage: CBOW word2vec on a domain corpus, in the model's own words.
+
+The corpus is pre-tokenized with the target model's normalizer and
+pre-tokenizer (:mod:`greenadapt.corpus.pretokenize`, cached) and fed to gensim's
+``corpus_file`` mode: CBOW with negative sampling, gensim's defaults
+except ``vector_size`` (the model's hidden size unless ``--dim``).
+
+Output folder (a ``w2v`` stage)::
+
+    vectors.bin    word2vec binary format, gensim's order (most frequent first)
+    counts.tsv     word<TAB>count, same order, UTF-8, no header
+    manifest.json  config, inputs, stats, library versions, cost
+
+Equivalence with plain gensim. The vocabulary is built from the word
+counts collected during pre-tokenization (in first-occurrence order, as
+gensim's own scan collects them) instead of a second pass over the text,
+and training is ``Word2Vec.train(corpus_file=...)`` with the same
+``total_examples``/``total_words`` gensim would use: with one worker the
+vectors are bit-identical to ``Word2Vec(corpus_file=<pretokenized>)``.
+
+Long lines. gensim's ``corpus_file`` reader fills a batch with lines
+until it holds *more* than 10,000 words (the line that crosses the limit
+stays in the batch), and the training loop then stops after 10,000
+words that survive sub-sampling and the vocabulary: the rest of the batch
+is skipped silently. Measured with gensim 4.4 and no sub-sampling, lines
+of 6,000 words lose 17% of their words per epoch, lines of 9,000 words 43%. Pre-tokenized
+lines are therefore cut at 1,000 words (word2vec.c's sentence limit, so
+the only effect is that context windows do not reach across a cut). With
+ordinary text, sub-sampling of frequent words keeps a batch's trained
+words well under 10,000 and nothing is lost; in the worst case (almost no
+word sub-sampled, e.g. ``sample=0``) a batch can still lose up to the
+length of its last line. The stage compares the words gensim trained with
+the number sub-sampling predicts and logs a warning (and records
+``words_dropped_estimate``) when more than 2% are missing.
+
+Several workers: gensim's threads start at byte offsets of the file and
+each stops after its share of words, so a few words near the offsets are
+seen once more or once less per epoch (gensim's approximation).
+
+Determinism. With ``workers=1`` and a fixed seed two runs give identical
+``vectors.bin`` in any process: gensim seeds its vectors from ``seed``, and
+the word hash it uses for per-word seeds (``hashfxn``, Python's randomized
+``hash`` by default) is replaced by a stable one. With more workers thread
+scheduling makes results vary slightly, which is why ``workers`` is part
+of the stage's fingerprint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from greenadapt.adaptation.context_vectors import ContextOptions
+from greenadapt.artifacts import workspace
+from greenadapt.artifacts.manifest import Manifest
+from greenadapt.artifacts.pretrained import hidden_size, load_wordpiece_tokenizer, resolve_model
+from greenadapt.artifacts.stage import StageOutcome, StageRun, sweep_stale_temporaries
+from greenadapt.corpus.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, pretokenize_corpus
+from greenadapt.corpus.word_splitter import TextRules
+from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.errors import CorpusError, UsageError
+from greenadapt.machine.cores import available_cores
+from greenadapt.progress import NULL_PROGRESS, Progress
+
+log = logging.getLogger(__name__)
+
+VECTORS_FILE = "vectors.bin"
+VECTOR_SOURCES = ("word2vec", "context")
+COUNTS_FILE = "counts.tsv"
+_GENSIM_LOGGER = "gensim.models.word2vec"
+_DROP_WARNING = 0.02  # beyond sampling noise on any corpus worth training on
+
+
+@dataclass
+class W2VOptions:
+    """word2vec options; None means "derive it" (dim: model hidden size, workers: greenadapt.machine.cores.available_cores)."""
+
+    dim: int | None = None
+    epochs: int = 5
+    min_count: int = 5
+    # gensim's max_final_vocab: keep at most this many words by raising min_count as needed (a billion-token
+    # corpus has millions of words seen 5 times; their vectors are noise and their rows cost memory).
+    max_vocab: int | None = None
+    workers: int | None = None
+    seed: int = DEFAULT_SEED
+    window: int = 5
+    negative: int = 5
+    sample: float = 1e-3
+    # False: count the corpus words (min_count applied) and train no vectors, for methods that need
+    # none (subword-mean, random); `adapt` chooses this from the method.
+    vectors: bool = True
+    # "word2vec" (CBOW, the paper) or "context": the base model's own contextual representations
+    # (greenadapt.adaptation.context_vectors), for `--method context-mean`; chosen by `adapt` from the method.
+    source: str = "word2vec"
+    context: ContextOptions = field(default_factory=ContextOptions)
+
+    def resolved_workers(self) -> int:
+        return self.workers if self.workers is not None else available_cores()
+
+    def check(self) -> None:
+        for name in ("dim", "epochs", "min_count", "max_vocab", "workers", "window", "negative"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.source not in VECTOR_SOURCES:
+            raise UsageError(f"unknown vector source {self.source!r}", hint=" or ".join(VECTOR_SOURCES))
+        if self.context.cap < 1:
+            raise UsageError(f"--context-cap must be at least 1, got {self.context.cap}")
+        if self.context.max_tokens is not None and self.context.max_tokens < 1:
+            raise UsageError(f"--context-max-tokens must be at least 1, got {self.context.max_tokens}")
+        if not 0 <= self.sample < 1:
+            raise UsageError(f"sample must be in [0, 1), got {self.sample}")
+
+
+def stable_hash(text: str) -> int:
+    """A hash that is the same in every process (unlike ``hash``), for gensim's ``hashfxn``."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+def _write_vectors(
+    pretok: Any, model_path: Path, options: W2VOptions, dim: int, workers: int, dest: Path, progress: Progress
+) -> tuple[int, dict[str, Any]]:
+    """The stage's output by ``--source`` and ``--no-vectors``: word2vec vectors, the model's contextual ones, or counts only."""
+    if options.vectors and options.source == "context":
+        return _write_context_vectors(pretok, model_path, options, dest, progress)
+    if options.vectors:
+        vectors, train_stats = _train(pretok, dim=dim, options=options, workers=workers, progress=progress)
+        vectors.save_word2vec_format(str(dest / VECTORS_FILE), binary=True)
+        _write_counts(vectors, dest / COUNTS_FILE)
+        return len(vectors), train_stats
+    vocab_size = _write_corpus_counts(pretok, options.min_count, dest / COUNTS_FILE, max_vocab=options.max_vocab)
+    return vocab_size, {"word2vec_trained": False}
+
+
+def run_w2v(
+    corpus: Sequence[str],
+    *,
+    model: str | None,
+    options: W2VOptions,
+    text_fields: Sequence[str] | None = None,
+    workdir: Path | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress = NULL_PROGRESS,
+) -> StageOutcome:
+    """Train word2vec on ``corpus`` in ``model``'s words; skip when an up-to-date output exists."""
+    from greenadapt.artifacts.destination import check_destination, corpus_reads, protected
+    from greenadapt.corpus import resolve_corpus, source_identities
+
+    options.check()
+    corpus = list(corpus)
+    sources = resolve_corpus(corpus, text_fields=text_fields)
+    model_ref = resolve_model(model)
+    tokenizer = load_wordpiece_tokenizer(model_ref.path)
+    rules = TextRules.from_tokenizer(tokenizer)
+    dim = options.dim or hidden_size(model_ref)
+    workers = options.resolved_workers()
+    root = workspace.workdir(workdir)
+    # Counts alone are another output than trained vectors: they must not replace each other in the workspace.
+    default_name = "w2v-counts" if not options.vectors else "w2v-context" if options.source == "context" else "w2v"
+    out_dir = Path(out) if out is not None else workspace.stage_dir(root, corpus, model_ref.slug, default_name)
+    check_destination(
+        out_dir, kind="w2v", force=force, workspace=root,
+        reads=[*protected("the base --model", model_ref.path), *corpus_reads(corpus)],
+    )
+    config = _stage_config(options, dim, workers, text_fields, model_ref.identity(), rules.flags())
+    inputs = source_identities(sources)
+    # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
+    sweep_stale_temporaries(root / "cache" / "pretok")
+    libraries = ("gensim", "numpy", "tokenizers", "transformers")
+    with StageRun("w2v", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+        if run.skipped:
+            assert run.manifest is not None
+            return StageOutcome(run.out, run.manifest, skipped=True, skip_reason=run.skip_reason)
+        pretok = pretokenize_corpus(
+            sources, tokenizer, root / "cache" / "pretok", workers=workers, progress=progress, force=force
+        )
+        vocab_size, train_stats = _write_vectors(pretok, model_ref.path, options, dim, workers, run.tmp, progress)
+        stats = {
+            "lines": pretok.lines,
+            "tokens": pretok.tokens,
+            "types": pretok.types,
+            "vocab_size": vocab_size,
+            "bytes": pretok.bytes,
+            "replaced_chars": pretok.replaced_chars,
+            "replaced_by_source": pretok.replaced_by_source,
+            "skipped_records": pretok.skipped_records,
+            "skipped_members": pretok.skipped_members,
+            "long_line_cuts": pretok.long_line_cuts,
+            "pretok_seconds": pretok.seconds,
+            "pretok_cached": pretok.cached,
+            "pretok_cache": str(pretok.folder.absolute()),
+            **train_stats,
+        }
+        manifest = run.commit(stats=stats)
+    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({options.source})" if options.vectors else " counted (no vectors)", run.out)
+    return StageOutcome(run.out, manifest, skipped=False)
+
+
+def _train(
+    pretok: PretokenizedCorpus, *, dim: int, options: W2VOptions, workers: int, progress: Progress
+) -> tuple[Any, dict[str, Any]]:
+    from gensim.models import Word2Vec
+
+    model = Word2Vec(
+        vector_size=dim,
+        window=options.window,
+        min_count=options.min_count,
+        max_final_vocab=options.max_vocab,
+        workers=workers,
+        sg=0,
+        hs=0,
+        negative=options.negative,
+        sample=options.sample,
+        seed=options.seed,
+        epochs=options.epochs,
+        hashfxn=stable_hash,
+    )
+    started = time.perf_counter()
+    model.build_vocab_from_freq(pretok.word_counts(), corpus_count=pretok.lines)
+    vocab_seconds = time.perf_counter() - started
+    if len(model.wv) == 0:
+        raise CorpusError(
+            f"no word occurs at least {options.min_count} times in the corpus ({pretok.tokens:,} tokens)",
+            hint="lower --min-count or use a larger corpus",
+        )
+    started = time.perf_counter()
+    with _training_progress(progress, pretok.tokens, options.epochs) as callbacks:
+        trained, raw = model.train(
+            corpus_file=str(pretok.path),
+            total_examples=model.corpus_count,
+            total_words=pretok.tokens,
+            epochs=options.epochs,
+            start_alpha=model.alpha,
+            end_alpha=model.min_alpha,
+            callbacks=callbacks,
+        )
+    seconds = time.perf_counter() - started
+    expected = options.epochs * _expected_trained_words(model.wv)
+    dropped = max(0.0, 1.0 - trained / expected) if expected else 0.0
+    if dropped > _DROP_WARNING:
+        log.warning(
+            "gensim trained %.1f%% fewer words than sub-sampling predicts (%s of about %s): its corpus_file "
+            "reader skips the end of a batch once 10,000 words are trained; expect this only with sample=0 "
+            "or a corpus of almost only rare words",
+            100 * dropped,
+            f"{trained:,}",
+            f"{expected:,.0f}",
+        )
+    return model.wv, {
+        "words_trained": int(trained),
+        "words_expected": round(expected),
+        "words_dropped_estimate": round(dropped, 4),
+        "raw_words": int(raw),
+        "words_per_s": round(raw / max(seconds, 1e-9)),
+        "vocab_seconds": round(vocab_seconds, 3),
+        "train_seconds": round(seconds, 3),
+    }
+
+
+def _expected_trained_words(vectors: Any) -> float:
+    """Words per epoch that survive sub-sampling, in expectation: sum of count x keep probability."""
+    import numpy as np
+
+    keep = vectors.expandos["sample_int"].astype(np.float64) / 2**32  # gensim's keep threshold
+    return float(np.dot(vectors.expandos["count"].astype(np.float64), np.minimum(keep, 1.0)))
+
+
+def _stage_config(
+    options: W2VOptions, dim: int, workers: int, text_fields: Sequence[str] | None, model: dict[str, Any], rules: dict[str, Any]
+) -> dict[str, Any]:
+    """What the w2v stage's fingerprint records: every option that changes its output."""
+    config: dict[str, Any] = {
+        "algorithm": "cbow",
+        "hs": 0,
+        "dim": dim,
+        "epochs": options.epochs,
+        "min_count": options.min_count,
+        "workers": workers,
+        "seed": options.seed,
+        "window": options.window,
+        "negative": options.negative,
+        "sample": options.sample,
+        "text_fields": list(text_fields) if text_fields else None,
+        "model": model,
+        **rules,
+        "pretok_format": PRETOK_FORMAT,
+    }
+    if options.max_vocab is not None:  # recorded only when set, so earlier outputs keep their fingerprints
+        config["max_vocab"] = options.max_vocab
+    if not options.vectors or options.source == "context":
+        # Recorded only when not word2vec, so the outputs of word2vec runs keep their fingerprints.
+        config.update(dim=None, epochs=None, workers=None, seed=None, window=None, negative=None, sample=None)
+        config["vectors"] = False if not options.vectors else "context"
+        if options.vectors:
+            config["context"] = asdict(options.context)
+    return config
+
+
+def _write_context_vectors(
+    pretok: PretokenizedCorpus, model_path: Path, options: W2VOptions, dest: Path, progress: Progress
+) -> tuple[int, dict[str, Any]]:
+    """vectors.bin and counts.tsv from the base model's contextual representations (same words in both)."""
+    from greenadapt.adaptation.context_vectors import context_vectors
+    from greenadapt.adaptation.vectors import write_counts, write_word2vec_binary
+
+    _write_corpus_counts(pretok, options.min_count, dest / COUNTS_FILE, max_vocab=options.max_vocab)
+    from greenadapt.adaptation.vectors import read_counts
+
+    counts = read_counts(dest / COUNTS_FILE)
+    words, vectors, stats = context_vectors(pretok.path, counts, model_path, options=options.context, progress=progress)
+    write_word2vec_binary(dest / VECTORS_FILE, words, vectors)
+    write_counts(dest / COUNTS_FILE, [(w, counts[w]) for w in words])
+    return len(words), {"vector_source": "context", "context": stats}
+
+
+def effective_min_count(counts: dict[str, int], min_count: int, max_vocab: int | None) -> int:
+    """gensim's rule for ``max_final_vocab``: the smallest count that keeps at most ``max_vocab`` words
+    (all words tied at the cut go, so the vocabulary may come out smaller), never below ``min_count``."""
+    if max_vocab is None or max_vocab >= len(counts):
+        return min_count
+    ranked = sorted(counts.values(), reverse=True)
+    return max(min_count, ranked[max_vocab] + 1)
+
+
+def _write_corpus_counts(pretok: PretokenizedCorpus, min_count: int, path: Path, *, max_vocab: int | None = None) -> int:
+    """counts.tsv of the words seen at least ``min_count`` times (raised for ``max_vocab``), most frequent first (gensim's order)."""
+    all_counts = pretok.word_counts()
+    floor = effective_min_count(all_counts, min_count, max_vocab)
+    counts = [(w, c) for w, c in all_counts.items() if c >= floor]
+    if not counts:
+        raise CorpusError(
+            f"no word occurs at least {min_count} times in the corpus ({pretok.tokens:,} tokens)",
+            hint="lower --min-count or use a larger corpus",
+        )
+    counts.sort(key=lambda wc: (-wc[1], wc[0]))
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(f"{word}\t{count}\n" for word, count in counts)
+    return len(counts)
+
+
+def _write_counts(vectors: Any, path: Path) -> None:
+    counts = vectors.expandos["count"]
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(f"{word}\t{int(count)}\n" for word, count in zip(vectors.index_to_key, counts, strict=True))
+
+
+@contextlib.contextmanager
+def _training_progress(progress: Progress, tokens: int, epochs: int) -> Iterator[list[Any]]:
+    """Feed gensim's progress into ``progress``: per epoch from a callback, within one from its log.
+
+    gensim reports within-epoch progress only through its logger
+    (``EPOCH n - PROGRESS: at p% examples, w words/s``). A logger filter
+    reads those records; the logger is opened to INFO only for the
+    duration and the filter passes on just what the caller's logging
+    configuration would have shown, so the console is no noisier.
+    """
+    from gensim.models.callbacks import CallbackAny2Vec
+
+    total = tokens * epochs
+    state = {"epochs_done": 0, "started": time.perf_counter()}
+
+    def report(position: float, words_per_s: float | None = None) -> None:
+        if words_per_s is None:
+            words_per_s = position / max(time.perf_counter() - state["started"], 1e-9)
+        progress.update(min(position, total), words_per_s=words_per_s)
+
+    class EpochCounter(CallbackAny2Vec):
+        def on_epoch_end(self, model: Any) -> None:
+            state["epochs_done"] += 1
+            report(state["epochs_done"] * tokens)
+
+    logger = logging.getLogger(_GENSIM_LOGGER)
+    shown_from = logger.getEffectiveLevel()
+
+    def observe(record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if "PROGRESS: at" in message and message.startswith("EPOCH") and isinstance(record.args, tuple):
+            with contextlib.suppress(TypeError, ValueError, IndexError):
+                args: Any = record.args
+                percent, words_per_s = float(args[1]), float(args[2])
+                report((state["epochs_done"] + percent / 100) * tokens, words_per_s)
+        return record.levelno >= shown_from
+
+    old_level = logger.level
+    logger.addFilter(observe)
+    logger.setLevel(min(shown_from, logging.INFO))
+    progress.start("word2vec", total=total, unit="words")
+    try:
+        yield [EpochCounter()]
+    finally:
+        logger.removeFilter(observe)
+        logger.setLevel(old_level)
+        progress.finish()
+
+
+def summary_line(outcome: StageOutcome) -> str:
+    """The one-line result the CLI prints."""
+    if outcome.skipped:
+        return f"w2v: up to date ({outcome.skip_reason.removeprefix('up to date: ')}) -> {outcome.path}"
+    manifest = Manifest.of(outcome.manifest, outcome.path)
+    stats = manifest.stats
+    dim = manifest.config.get("dim") or "no"
+    seconds = manifest.cost.get("wall_seconds", 0.0)
+    return (
+        f"w2v: {stats.get('vocab_size', 0):,} words x {dim} dims from {_human(stats.get('tokens', 0))} tokens "
+        f"in {seconds:.0f} s -> {outcome.path}"
+    )
+
+
+def _human(n: int) -> str:
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.1f}{suffix}"
+    return str(n)

@@ -1,0 +1,32 @@
+"""The Python API: every command the notebooks and services need, as typed functions.
+
+Every command that does work is a function here, re-exported from the package
+(``greenadapt.w2v``, ``align``, ``expand``, ``adapt``, ``finetune``, ``qa``,
+``multitask``, ``pretrain``, ``compare``, ``predict``; and ``load``, ``pipeline``). The command line calls these functions and
+takes its option defaults from their signatures (:func:`default_of`), so a
+script and a shell pipeline given the same arguments name the same outputs
+and reuse each other's finished stages.
+
+This module stays import-light (torch, transformers and gensim are imported
+inside the functions) because the command line imports it for its defaults.
+
+Example::
+
+    import greenadapt
+
+    adapted = greenadapt.adapt(["notes/*.txt"], out="runs/clinical-minilm")
+    run = greenadapt.finetune("ner", "train.tsv", test="test.tsv", model=adapted.expand.path)
+    model = greenadapt.load(run.path)
+    model.predict("BRCA1 mutations cause breast cancer.")
+"""
+
+from __future__ import annotations
+
+from greenadapt.api.adapting import adapt, align, expand, w2v
+from greenadapt.api.common import PathLike, default_of
+from greenadapt.api.training import compare, finetune, multitask, pretrain, qa
+from greenadapt.api.using import load, pipeline, predict
+
+__all__ = [
+    "PathLike", "adapt", "align", "compare", "default_of", "expand", "finetune", "load", "multitask", "pipeline", "predict", "pretrain", "qa", "w2v",
+]

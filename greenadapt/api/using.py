@@ -1,0 +1,107 @@
+"""Using a fine-tuned folder: ``load``, ``pipeline`` and ``predict``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.api.common import PathLike
+
+if TYPE_CHECKING:
+    from greenadapt.inference.predictor import ClassifierModel, NerModel, QaModel
+    from greenadapt.progress import Progress
+
+
+def load(
+    path: PathLike,
+    *,
+    device: str = "auto",
+    pool: str = "mean",
+    batch_size: int = 64,
+    precision: str = "auto",
+    general_model: str | None = None,
+    max_length: int | None = None,
+) -> NerModel | ClassifierModel | QaModel:
+    """A fine-tuned model folder as an object: ``.predict(texts)`` (NER, classification) or ``.answer(q, context)`` (QA).
+
+    Predictions are mean-pooled over both tokenizers, as greenadapt reports
+    them; NER entities carry character offsets into the given text.
+    ``max_length``: question answering's window (default: the model's).
+    """
+    from greenadapt.inference.labelling import find_model_folder
+    from greenadapt.inference.predictor import open_model
+
+    folder, settings = find_model_folder(path)
+    return open_model(
+        folder, settings, device=device, pool=pool, batch_size=batch_size, precision=precision, general_model=general_model, max_length=max_length
+    )
+
+
+def pipeline(task: str, model: PathLike, **options: Any) -> Any:
+    """A ``transformers.Pipeline`` over a fine-tuned greenadapt folder, with greenadapt's dual-tokenizer inference.
+
+    ``task``: ``token-classification`` (alias ``ner``), ``text-classification``
+    (``classify``) or ``question-answering`` (``qa``); it must match the
+    folder's task. No ``trust_remote_code`` is involved: the pipeline class
+    is greenadapt's own. ``options`` are :func:`load`'s (device, pool, batch_size, ...) and the
+    call options of transformers' pipeline of the task (``aggregation_strategy``, ``ignore_labels``,
+    ``is_split_into_words``; ``top_k``; ``function_to_apply``), which every call then uses; any other is
+    refused here in one line.
+    """
+    import inspect
+
+    from greenadapt.errors import UsageError
+    from greenadapt.inference.hf_pipeline import HF_TASK, PIPELINES, TASK_ALIASES
+
+    if task not in TASK_ALIASES:
+        raise UsageError(f"unknown pipeline task {task!r}", hint=f"choose from {', '.join(HF_TASK.values())}")
+    from greenadapt.inference.labelling import find_model_folder
+    from greenadapt.inference.predictor import open_model
+
+    wanted = TASK_ALIASES[task]
+    folder, settings = find_model_folder(model)
+    if settings.task != wanted:  # refused before any weights are loaded
+        raise UsageError(
+            f"{model} is a {settings.task} model, not {HF_TASK[wanted]}",
+            hint=f"use greenadapt.pipeline({HF_TASK[settings.task]!r}, model=...)",
+        )
+    load_names = set(inspect.signature(open_model).parameters) - {"folder", "settings"}
+    load_options = {k: v for k, v in options.items() if k in load_names}
+    call_defaults = {k: v for k, v in options.items() if k not in load_names}
+    return PIPELINES[wanted](open_model(folder, settings, **load_options), call_defaults, task=HF_TASK[wanted])
+
+
+def predict(
+    source: PathLike | str,
+    *,
+    model: PathLike,
+    output: PathLike | str = "-",
+    task: str | None = None,
+    pool: str = "mean",
+    ignore_labels: bool = False,
+    text_field: str | None = None,
+    pair_field: str | None = None,
+    label_field: str | None = None,
+    file_format: str = "auto",
+    header: str | None = None,
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    general_model: str | None = None,
+    force: bool = False,
+    progress: Progress | bool | None = None,
+) -> Any:
+    """Label ``source`` with a fine-tuned ``model`` folder (mean-pooled over both tokenizers) into ``output``.
+
+    ``source``: raw text (a document per line), JSON lines, a folder of ``.txt`` files, a task file, or ``-``
+    (stdin); ``output`` ``-`` is stdout. ``task`` names the task of a multitask run. Returns the summary
+    (``.examples``, ``.entities``, ``.metrics`` where the input had labels; ``.to_json()``).
+    """
+    from greenadapt.inference.predict_text import predict_input
+    from greenadapt.progress import as_progress
+
+    overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
+    return predict_input(
+        str(model), str(source), str(output), task_name=task, pool=pool, batch_size=batch_size, device=device, precision=precision,
+        file_format=file_format, ignore_labels=ignore_labels, reader_overrides=overrides, general_model=general_model, force=force,
+        progress=as_progress(progress),
+    )

@@ -1,0 +1,142 @@
+"""File identities and atomic writes: the checksums and identities manifests record, and writes that leave the old file or the new one, never a part."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from greenadapt import __version__
+
+# Digests this process computed, by the file's identity on disk. ``adapt`` runs w2v, align and expand in one
+# process: the vectors w2v wrote and checksummed are then verified by align and again by expand without reading
+# 1.5 GB twice more (a million new words). Any write to a file moves its modification time, so it is hashed anew.
+_DIGESTS: dict[tuple[int, int, int, int], str] = {}
+
+_HASH_CHUNK = 8 << 20
+
+
+def file_key(path: str | os.PathLike[str] | int) -> tuple[int, int, int, int]:
+    """A file's identity on disk while its content stays the same: device, inode, size, modification time.
+
+    ``path`` may be an open file's descriptor: the identity of the file that was opened.
+    """
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def sha256_file(path: Path) -> str:
+    """The file's SHA-256, computed once per process for as long as the file stays the same."""
+    key = file_key(path)
+    cached = _DIGESTS.get(key)
+    if cached is not None:
+        return cached
+    digest = _sha256_contents(path)
+    if file_key(path) == key:  # not changed while it was read
+        _DIGESTS[key] = digest
+    return digest
+
+
+class HashedWriter:
+    """Writes a binary file and takes its SHA-256 on the way, the hashing in a thread beside the writes.
+
+    Once the file is closed, :func:`sha256_file` knows its digest, so a stage checksumming its outputs does not
+    read back the model it just wrote (1.6 GB for a million new words). A writer that fails remembers nothing.
+    """
+
+    def __init__(self, path: Path) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.path = path
+        self._handle = open(path, "wb")
+        self._digest = hashlib.sha256()
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="greenadapt-sha256")
+
+    def write(self, data: Any) -> None:
+        # hashlib lets go of the GIL for large buffers: the hash runs while the same bytes are written.
+        hashed = self._hasher.submit(self._digest.update, data)
+        try:
+            self._handle.write(data)
+        finally:
+            hashed.result()
+
+    def __enter__(self) -> HashedWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._handle.close()
+        finally:
+            self._hasher.shutdown(wait=True)
+        if exc_type is None:
+            _DIGESTS[file_key(self.path)] = self._digest.hexdigest()
+
+
+def _sha256_contents(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Cheap identity of a local input file: path, size and modification time.
+
+    A folder (a saved ``datasets`` split) is identified by its files: their
+    count, total size and newest modification time.
+    """
+    p = Path(path)
+    if p.is_dir():
+        stats = [f.stat() for f in sorted(p.rglob("*")) if f.is_file()]
+        return {
+            "path": str(p.resolve()), "files": len(stats),
+            "size": sum(st.st_size for st in stats), "mtime_ns": max((st.st_mtime_ns for st in stats), default=0),
+        }
+    st = p.stat()
+    return {"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def library_versions(*names: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"python": platform.python_version(), "greenadapt": __version__}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+@contextlib.contextmanager
+
+
+def atomic_writer(path: Path) -> Iterator[IO[str]]:
+    """A text file written piece by piece that readers see whole at ``path`` when the block ends, or not at all."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so readers see the old content or the new, never a part."""
+    with atomic_writer(path) as handle:
+        handle.write(text)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")

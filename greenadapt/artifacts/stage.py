@@ -1,0 +1,488 @@
+"""Stage folders: atomic creation, manifests, locks and skip-if-unchanged.
+
+Every stage writes into a private temporary sibling folder and renames it
+into place only after ``manifest.json`` (written last, with checksums of
+every file) is on disk. So a folder with a valid manifest is complete by
+construction, and a killed run leaves the previous output or nothing.
+
+A stage's *fingerprint* hashes its kind, its result-relevant options and
+the identities of its inputs; a rerun whose fingerprint matches a verified
+existing output is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import resource
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from greenadapt import __version__
+from greenadapt.artifacts.files import library_versions, sha256_file, write_json
+from greenadapt.artifacts.manifest import (
+    MANIFEST,
+    MANIFEST_CHECKSUM,
+    MANIFEST_FORMAT,
+    RECORD_ONLY,
+    Manifest,
+    check_ownership,
+    fingerprint,
+    legacy_fingerprint,
+    manifest_checksum,
+    names_local_file,
+    parse_manifest,
+    recorded_inputs,
+    verify_files,
+)
+from greenadapt.errors import (
+    LockedError,
+    OutputExistsError,
+    ResourceError,
+    StageError,
+)
+from greenadapt.machine.cores import usable_cores
+from greenadapt.machine.energy import EnergyProbe
+
+log = logging.getLogger(__name__)
+
+# A run whose output is up to date waits this long for another process that holds the output's lock
+# (most often one checking the same up-to-date output) instead of failing at once.
+UP_TO_DATE_WAIT_SECONDS = 120.0
+
+
+# --------------------------------------------------------------------------
+# Writing stage folders
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """What a stage function returns: where its output is, its manifest, whether it was skipped."""
+
+    path: Path
+    manifest: dict[str, Any]
+    skipped: bool
+    skip_reason: str = ""
+
+    def __repr__(self) -> str:
+        # The manifest is kilobytes: a printed result shows what a person looks for first.
+        state = f"skipped: {self.skip_reason}" if self.skipped and self.skip_reason else "skipped" if self.skipped else "done"
+        return f"<{self.manifest.get('kind') or 'stage'} {state} at {str(self.path)!r}>"
+
+
+@dataclass
+class CostMeter:
+    """Wall time, CPU seconds and peak memory of this process and its children,
+    plus GPU time, energy (measured or estimated, method stated) and CO₂: see greenadapt.energy."""
+
+    wall_start: float = field(default_factory=time.perf_counter)
+    cpu_start: float = field(default_factory=lambda: _cpu_seconds())
+    probe: EnergyProbe = field(default_factory=EnergyProbe)
+
+    def snapshot(self) -> dict[str, Any]:
+        self_usage = resource.getrusage(resource.RUSAGE_SELF)
+        child_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # ru_maxrss is KiB on Linux; the children figure is the largest child's.
+        peak_kib = max(self_usage.ru_maxrss, child_usage.ru_maxrss)
+        cost: dict[str, Any] = {
+            "wall_seconds": round(time.perf_counter() - self.wall_start, 3),
+            "cpu_seconds": round(_cpu_seconds() - self.cpu_start, 3),
+            "peak_rss_mib": round(peak_kib / 1024, 1),
+            "cpu_count": usable_cores(),
+            "host": socket.gethostname(),
+        }
+        cost.update(
+            self.probe.finish(
+                wall_seconds=cost["wall_seconds"],
+                cpu_seconds=cost["cpu_seconds"],
+                peak_rss_mib=cost["peak_rss_mib"],
+                cpu_count=cost["cpu_count"],
+            )
+        )
+        return cost
+
+
+def _cpu_seconds() -> float:
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+class StageRun:
+    """Context manager that owns one stage output folder while it is made.
+
+    >>> with StageRun("w2v", out, config, inputs, force=False) as run:
+    ...     if run.skipped:
+    ...         return run.manifest
+    ...     (run.tmp / "vectors.bin").write_bytes(...)
+    ...     manifest = run.commit(stats={...})
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        out_dir: str | os.PathLike[str],
+        config: Mapping[str, Any],
+        inputs: Sequence[Mapping[str, Any]],
+        *,
+        force: bool = False,
+        wait: bool = False,
+        libraries: tuple[str, ...] = (),
+    ) -> None:
+        self.kind = kind
+        self.out = _through_links(Path(out_dir).absolute())
+        self.config = dict(config)
+        self.inputs = list(inputs)
+        self.force = force
+        self.wait = wait
+        self.libraries = libraries
+        self.fingerprint = fingerprint(kind, self.config, self.inputs)
+        self.skipped = False
+        self.skip_reason = ""
+        self.manifest: dict[str, Any] | None = None
+        self.tmp: Path = self.out  # replaced in __enter__
+        self._lock_handle: Any = None
+        self._meter = CostMeter()
+
+    # -- lifecycle ----------------------------------------------------------
+    def __enter__(self) -> StageRun:
+        try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _resource_error(exc, self.out.parent) from exc
+        self._acquire_lock()
+        try:
+            self._clean_stale_temporaries()
+            if self._existing_is_current():
+                return self
+            self._meter.probe.track()
+            self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.tmp.mkdir()
+            # Written first: a later run removes a dead run's temporary only on this proof that greenadapt made it.
+            (self.tmp / TEMPORARY_MARKER).write_text(f"greenadapt {self.kind} output {self.out}\n", encoding="utf-8")
+        except BaseException:
+            self._release_lock()
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._meter.probe.close()
+            if self.tmp != self.out and self.tmp.exists():
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        finally:
+            self._release_lock()
+        # A full disk while the stage wrote its own files (vectors, weights): one clear line, not
+        # an internal error. Only errors that writing alone raises; EACCES may come from an input.
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG):
+            raise _resource_error(exc, self.out) from exc
+
+    # -- decisions ----------------------------------------------------------
+    def _existing_is_current(self) -> bool:
+        # Under the lock: the folder may have changed since the command's check_destination.
+        manifest = check_ownership(self.out, kind=self.kind, force=self.force)
+        if manifest is None or manifest.get("kind") != self.kind or self.force:
+            return False
+        if not self._same_fingerprint(manifest):
+            old_config = Manifest.of(manifest, self.out).config
+            retimed: list[str] = []
+            if _canonical(old_config) != _canonical(self.config):
+                changed = _config_difference(old_config, self.config)
+            else:
+                changed, retimed = _input_difference(manifest.get("inputs") or [], self.inputs)
+            if changed:
+                raise OutputExistsError(
+                    f"{self.kind} output exists but was made with other inputs or options ({changed})",
+                    path=self.out,
+                    hint="pass --force to redo it, or choose another --out",
+                )
+            log.info("%s: %s changed only in modification time (the same SHA-256 as when the output was made)",
+                     self.kind, ", ".join(retimed))
+        problem = verify_files(self.out, manifest)
+        if problem:
+            raise StageError(
+                f"existing {self.kind} output is corrupt: {problem}",
+                path=self.out,
+                hint="pass --force to redo it",
+            )
+        self.skipped = True
+        self.skip_reason = f"up to date: same inputs and options as the run of {manifest.get('created', '?')}"
+        self.manifest = manifest
+        log.info("%s: %s (%s); --force redoes it", self.kind, self.skip_reason, self.out)
+        return True
+
+    # -- writing ------------------------------------------------------------
+    def commit(self, *, stats: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Checksum the temporary folder, write the manifest, swap it into place."""
+        if self.skipped:
+            raise RuntimeError("commit() on a skipped stage")
+        files: dict[str, dict[str, Any]] = {}
+        for path in sorted(self.tmp.rglob("*")):
+            if path.is_file() and path.name != MANIFEST and path.relative_to(self.tmp).as_posix() != TEMPORARY_MARKER:
+                rel = path.relative_to(self.tmp).as_posix()
+                files[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        manifest: dict[str, Any] = {
+            "kind": self.kind,
+            "format": MANIFEST_FORMAT,
+            "greenadapt_version": __version__,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "fingerprint": self.fingerprint,
+            "config": self.config,
+            "inputs": recorded_inputs(self.inputs, self.out),
+            "libraries": library_versions(*self.libraries),
+            "stats": dict(stats or {}),
+            "cost": self._meter.snapshot(),
+            "files": files,
+        }
+        if extra:
+            manifest.update(extra)
+        # The checksum covers the fields as a reader will parse them back.
+        manifest = json.loads(json.dumps(manifest, default=str))
+        manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
+        try:
+            write_json(self.tmp / MANIFEST, manifest)  # from here on the manifest is the proof
+            (self.tmp / TEMPORARY_MARKER).unlink(missing_ok=True)
+            _fsync_dir(self.tmp)
+            self._swap_into_place()
+        except OSError as exc:
+            raise _resource_error(exc, self.out) from exc
+        self.manifest = manifest
+        return manifest
+
+    def _swap_into_place(self) -> None:
+        old = None
+        if self.out.exists():
+            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            os.rename(self.out, old)
+        os.rename(self.tmp, self.out)
+        _fsync_dir(self.out.parent)
+        self.tmp = self.out
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    # -- locking ------------------------------------------------------------
+    @property
+    def lock_path(self) -> Path:
+        return self.out.parent / f".{self.out.name}.lock"
+
+    def _acquire_lock(self) -> None:
+        try:
+            handle = open(self.lock_path, "a+")
+        except OSError as exc:
+            raise _resource_error(exc, self.out.parent) from exc
+        flags = fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB
+        try:
+            fcntl.flock(handle, flags)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            if self._looks_up_to_date() and _lock_within(handle, UP_TO_DATE_WAIT_SECONDS, holder, self.out):
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
+                handle.flush()
+                self._lock_handle = handle
+                return
+            handle.close()
+            raise LockedError(
+                f"{holder} is writing this {self.kind} output right now",
+                path=self.out,
+                hint="wait for it to finish, or pass --wait to queue behind it",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
+        handle.flush()
+        self._lock_handle = handle
+
+    def _looks_up_to_date(self) -> bool:
+        """Whether the output there was made with this run's inputs and options (not verified: the holder may be
+        only checking it, which takes seconds; a run that would redo it must not queue without --wait)."""
+        if self.force:
+            return False
+        manifest, _ = parse_manifest(self.out) if self.out.is_dir() else (None, "")
+        return manifest is not None and self._same_fingerprint(manifest)
+
+    def _same_fingerprint(self, manifest: Mapping[str, Any]) -> bool:
+        return manifest.get("fingerprint") in (self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs))
+
+    def _release_lock(self) -> None:
+        if self._lock_handle is not None:
+            with contextlib.suppress(OSError):
+                self._lock_handle.seek(0)
+                self._lock_handle.truncate()
+                fcntl.flock(self._lock_handle, fcntl.LOCK_UN)
+            self._lock_handle.close()
+            self._lock_handle = None
+
+    def _clean_stale_temporaries(self) -> None:
+        # We hold this output's lock, so any temporary of it is a dead run's; only this output's, and only greenadapt's.
+        for pattern in (f".{self.out.name}.tmp-*", f".{self.out.name}.old-*"):
+            for stale in self.out.parent.glob(pattern):
+                if _LEFTOVER.match(stale.name) and written_by_greenadapt(stale):
+                    log.info("removing %s, left by a run that was killed", stale)
+                    shutil.rmtree(stale, ignore_errors=True)
+
+
+def written_by_greenadapt(folder: Path) -> bool:
+    """Whether ``folder`` (a real folder, not a link) carries greenadapt's proof: a temporary's marker or a manifest."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return (folder / TEMPORARY_MARKER).is_file() or parse_manifest(folder)[0] is not None
+
+
+def sweep_stale_temporaries(folder: Path) -> int:
+    """Remove the temporary and superseded folders of dead runs in ``folder`` (a cache greenadapt owns); how many.
+
+    Only greenadapt's (:func:`written_by_greenadapt`), and only those whose
+    output's lock exists and can be taken: then no live process (on any host
+    sharing the lock) is writing them. No lock file is created.
+    """
+    removed = 0
+    if not folder.is_dir():
+        return removed
+    for leftover in folder.glob(".*"):
+        match = _LEFTOVER.match(leftover.name)
+        if match is None or not written_by_greenadapt(leftover):
+            continue
+        try:
+            descriptor = os.open(folder / f".{match['out']}.lock", os.O_RDWR)
+        except OSError:
+            continue  # no lock: not a temporary of a greenadapt run
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            continue  # a live run owns it
+        try:
+            log.info("removing %s, left by a run that was killed", leftover)
+            shutil.rmtree(leftover, ignore_errors=True)
+            removed += 1
+        finally:
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+            os.close(descriptor)
+    return removed
+
+
+def _through_links(out: Path) -> Path:
+    """The folder an output path names: a symbolic link (the user's) is written through, never replaced."""
+    if not out.is_symlink():
+        return out
+    target = out.resolve()
+    log.info("%s is a link: writing into %s, the folder it points to", out, target)
+    return target
+
+
+def _lock_within(handle: Any, seconds: float, holder: str, out: Path) -> bool:
+    """Take the lock on ``handle`` if its holder lets it go within ``seconds``."""
+    log.info("%s holds %s, whose output is up to date: waiting up to %.0f s for it", holder, out, seconds)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            continue
+    return False
+
+
+def _canonical(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _input_difference(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """What changed between the inputs an output was made from and this run's ('' if only the modification time of
+    some files, their content the same), and those files."""
+    if len(recorded) != len(current):
+        return f"{len(current)} inputs instead of {len(recorded)}", []
+    retimed = []
+    for old, now_recorded in zip(recorded, _canonical(list(current)), strict=True):
+        old_identity = {k: v for k, v in old.items() if k not in RECORD_ONLY}
+        new = {k: v for k, v in now_recorded.items() if k not in RECORD_ONLY}
+        if old_identity == new:
+            continue
+        if not (names_local_file(new) and old_identity.get("path") == new["path"]):
+            return "inputs changed", []
+        name = new["path"]
+        if old_identity.get("size") != new.get("size"):
+            return f"{name} changed: {old_identity.get('size')} bytes then, {new.get('size')} now", []
+        if {k: v for k, v in old_identity.items() if k != "mtime_ns"} != {k: v for k, v in new.items() if k != "mtime_ns"}:
+            return "inputs changed", []
+        then, now = _local_time(old_identity.get("mtime_ns")), _local_time(new["mtime_ns"])
+        digest = old.get("sha256")
+        if not digest:  # an output of an earlier version, which kept no digest
+            return f"{name} was modified: {then} then, {now} now; its content was not recorded, so it cannot be compared", []
+        try:
+            same = sha256_file(Path(name)) == digest
+        except OSError as exc:
+            return f"{name} cannot be read: {exc.strerror or exc}", []
+        if not same:
+            return f"{name} was modified: {then} then, {now} now, and its content differs", []
+        retimed.append(name)
+    return ("" if retimed else "inputs changed"), retimed
+
+
+def _local_time(mtime_ns: Any) -> str:
+    try:
+        return datetime.fromtimestamp(int(mtime_ns) / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
+def _config_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if not changed:
+        return "inputs changed"
+    return "changed: " + ", ".join(changed[:5]) + ("…" if len(changed) > 5 else "")
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+TEMPORARY_MARKER = ".greenadapt-temporary"  # the first file of every stage's temporary folder
+_TEMPORARY = re.compile(r"^\.(?P<out>.+)\.tmp-\d+-[0-9a-f]{8}$")
+_LEFTOVER = re.compile(r"^\.(?P<out>.+)\.(?:tmp|old)-\d+-[0-9a-f]{8}$")
+
+
+def _resource_error(exc: OSError, path: Path) -> ResourceError:
+    # A stage's hidden temporary folder is gone by the time the message is read: name its output.
+    match = _TEMPORARY.match(Path(path).name)
+    if match:
+        path = Path(path).parent / match["out"]
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceError("disk full", path=path, hint="free space or choose another --workdir/--out")
+    if exc.errno == errno.EFBIG:
+        return ResourceError("file too large for this file system", path=path, hint="choose another --workdir/--out")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ResourceError("cannot write here", path=path, hint="check permissions or choose another --workdir/--out")
+    return ResourceError(f"cannot write: {exc.strerror or exc}", path=path)
+
+
+@contextlib.contextmanager
+def resource_errors(path: Path) -> Iterator[None]:
+    """Turn OSErrors from writing under ``path`` into one-line ResourceErrors."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EROFS):
+            raise _resource_error(exc, path) from exc
+        raise

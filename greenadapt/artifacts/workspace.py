@@ -1,0 +1,84 @@
+"""Where stages put their output when no ``--out`` is given.
+
+Layout under the workspace (``--workdir``, else ``$GREENADAPT_WORKDIR``,
+else ``./greenadapt-work``)::
+
+    <workdir>/<corpus-key>/<model-slug>/w2v/
+    <workdir>/<corpus-key>/<model-slug>/align/
+    <workdir>/<corpus-key>/<model-slug>/expand/
+    <workdir>/cache/pretok/<key>/        (pre-tokenized corpora, shared)
+
+so ``greenadapt align --corpus cord19`` finds what ``w2v --corpus cord19``
+wrote, and when only one model was used with that corpus it needs no
+``--model`` either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from greenadapt.artifacts.pretrained import slugify
+from greenadapt.errors import StageError, UsageError
+
+WORKDIR_ENV = "GREENADAPT_WORKDIR"
+DEFAULT_WORKDIR = "greenadapt-work"
+
+
+def workdir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(WORKDIR_ENV)
+    return Path(env) if env else Path(DEFAULT_WORKDIR)
+
+
+def corpus_key(specs: Sequence[str]) -> str:
+    """A stable folder name for a list of ``--corpus`` values.
+
+    Registered names stay readable (``cord19``); paths and URLs become their
+    stem plus a short hash of the full spec, so two different ``data.txt``
+    files do not collide.
+    """
+    if not specs:
+        raise UsageError("no --corpus given", hint="name a registered corpus, a file, a glob or a URL")
+    parts = []
+    for spec in specs:
+        if _looks_like_name(spec):
+            parts.append(spec)
+        else:
+            stem = Path(spec.rstrip("/").split("?")[0]).name.split(".")[0] or "corpus"
+            parts.append(f"{slugify(stem)}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}")
+    key = "+".join(parts)
+    if len(key) > 100:
+        key = key[:80] + "-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+    return key
+
+
+def _looks_like_name(spec: str) -> bool:
+    return spec.replace("-", "").replace("_", "").isalnum() and not Path(spec).exists()
+
+
+def stage_dir(root: Path, corpus: Sequence[str], model_slug: str, stage: str) -> Path:
+    return root / corpus_key(corpus) / model_slug / stage
+
+
+def find_stage_dir(root: Path, corpus: Sequence[str], model_slug: str | None, stage: str) -> Path:
+    """Locate what an earlier stage wrote for ``corpus`` (and ``model_slug`` if given)."""
+    base = root / corpus_key(corpus)
+    if model_slug is not None:
+        return base / model_slug / stage
+    candidates = sorted(p.parent.parent for p in base.glob(f"*/{stage}/manifest.json"))  # the model folders
+    if not candidates:
+        raise StageError(
+            f"no {stage} output for corpus {'+'.join(corpus)} in workspace {root}",
+            hint=f"run `greenadapt {stage} --corpus {' --corpus '.join(corpus)}` first, or pass --workdir",
+        )
+    if len(candidates) > 1:
+        names = ", ".join(p.name for p in candidates)
+        raise UsageError(
+            f"{stage} outputs for several models exist for this corpus ({names})",
+            hint="pass --model to choose one",
+        )
+    return candidates[0] / stage

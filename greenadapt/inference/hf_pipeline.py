@@ -1,0 +1,179 @@
+"""``greenadapt.pipeline``: transformers ``Pipeline`` classes with greenadapt's dual-tokenizer inference.
+
+``transformers.pipeline(..., model=<folder>)`` reads only the domain
+tokenizer at the folder's root, so it scores below what greenadapt
+reports. These pipeline classes are greenadapt's own (no
+``trust_remote_code``): each wraps the :mod:`greenadapt.inference.predictor` object
+for the folder, so a pipeline call gives exactly ``greenadapt.load(folder)``'s
+mean-pooled predictions, in the output shape of the transformers pipeline
+of the same task:
+
+- ``token-classification``: per text, ``[{entity_group, score, word, start, end}]``
+  (whole entities, as transformers' ``aggregation_strategy="simple"``).
+  ``is_split_into_words=True`` takes lists of words; offsets then refer to
+  the words joined by single spaces.
+- ``text-classification``: ``{label, score}``, or every label with ``top_k=None``.
+- ``question-answering``: ``pipe(question=..., context=...)`` → ``{score, start, end, answer}``.
+
+A list input is predicted in batches in one call (the pooled logits of a
+batch are the same as one at a time); single inputs run through the
+standard ``preprocess`` → ``_forward`` → ``postprocess`` steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import Pipeline
+
+from greenadapt.errors import UsageError
+
+TASK_ALIASES = {
+    "token-classification": "ner",
+    "ner": "ner",
+    "text-classification": "classify",
+    "classify": "classify",
+    "question-answering": "qa",
+    "qa": "qa",
+}
+HF_TASK = {"ner": "token-classification", "classify": "text-classification", "qa": "question-answering"}
+
+
+# transformers' entity grouping: greenadapt's predictions are already pooled per word and grouped into whole
+# entities, so each of these gives the same entities; "none" (one result per wordpiece) has no pooled meaning.
+ENTITY_AGGREGATIONS = ("simple", "first", "average", "max")
+
+
+class _GreenadaptPipeline(Pipeline):
+    """The steps every greenadapt pipeline shares: hand the input to the predictor, return its answer.
+
+    ``call_defaults``: keyword arguments of transformers' pipeline of the same task given when the pipeline
+    is made (``pipeline(..., aggregation_strategy="simple")``); every call uses them unless it overrides them.
+    """
+
+    def __init__(self, predictor: Any, call_defaults: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self.predictor = predictor
+        self.call_defaults = dict(call_defaults or {})
+        super().__init__(model=predictor.model, tokenizer=predictor.general_tokenizer, device=predictor.model.device, **kwargs)
+        self._predict([], **self.call_defaults)  # refuses an option it does not take now, not at the first call
+
+    def _with_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {**self.call_defaults, **kwargs}
+
+    def _sanitize_parameters(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        return kwargs, {}, {}
+
+    def preprocess(self, input_: Any, **params: Any) -> dict[str, Any]:
+        return {"input": input_, "params": params}
+
+    # transformers' Pipeline types these for its own model outputs; ours carry greenadapt's predictions.
+    def _forward(self, model_inputs: dict[str, Any], **forward_params: Any) -> dict[str, Any]:  # type: ignore[override]
+        return {"output": self._predict([model_inputs["input"]], **model_inputs["params"])[0]}
+
+    def postprocess(self, model_outputs: dict[str, Any], **postprocess_params: Any) -> Any:
+        return model_outputs["output"]
+
+    def _predict(self, inputs: list[Any], **params: Any) -> list[Any]:
+        raise NotImplementedError
+
+
+class GreenadaptTokenClassificationPipeline(_GreenadaptPipeline):
+    def __call__(self, inputs: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # one input or a list, as transformers' own
+        kwargs = self._with_defaults(kwargs)
+        split = kwargs.get("is_split_into_words", False)
+        batched = isinstance(inputs, list) and (not split or (inputs and isinstance(inputs[0], list | tuple)))
+        if batched:
+            return self._predict(list(inputs), **kwargs)
+        return super().__call__(inputs, **kwargs)
+
+    def _predict(
+        self, inputs: list[Any], is_split_into_words: bool = False, aggregation_strategy: str = "simple",
+        ignore_labels: list[str] | None = None, **unused: Any,
+    ) -> list[Any]:
+        _refuse(unused, "token-classification")
+        if str(aggregation_strategy).lower() not in ENTITY_AGGREGATIONS:
+            raise UsageError(
+                f"aggregation_strategy={aggregation_strategy!r}: greenadapt pools its predictions per word, so it gives whole entities only",
+                hint=f"use one of {', '.join(ENTITY_AGGREGATIONS)} (the same entities)",
+            )
+        if not inputs:
+            return []
+        predicted = self.predictor.predict_words(inputs) if is_split_into_words else self.predictor.predict(inputs)
+        skip = set(ignore_labels or ())
+        return [[_hf_entity(e) for e in entities if e.label not in skip] for entities in predicted]
+
+
+class GreenadaptTextClassificationPipeline(_GreenadaptPipeline):
+    def __call__(self, inputs: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # one input or a list, as transformers' own
+        kwargs = self._with_defaults(kwargs)
+        if isinstance(inputs, list):
+            return self._predict(list(inputs), **kwargs)
+        return super().__call__(inputs, **kwargs)
+
+    def _predict(self, inputs: list[Any], top_k: int | None = 1, function_to_apply: str = "softmax", **unused: Any) -> list[Any]:
+        _refuse(unused, "text-classification")
+        if str(function_to_apply).lower() not in ("softmax", "default"):
+            raise UsageError(f"function_to_apply={function_to_apply!r}: greenadapt's scores are the softmax of the pooled logits",
+                             hint="leave it out, or pass 'softmax'")
+        if not inputs:
+            return []
+        texts, pairs = [], []
+        for item in inputs:
+            if isinstance(item, dict):  # transformers' sentence-pair form
+                texts.append(item["text"])
+                pairs.append(item.get("text_pair"))
+            else:
+                texts.append(item)
+                pairs.append(None)
+        if any(p is not None for p in pairs) and any(p is None for p in pairs):
+            raise UsageError("give every input a text_pair, or none")
+        results = self.predictor.predict(texts, pairs if pairs and pairs[0] is not None else None)
+        out = []
+        for result in results:
+            ranked = sorted(({"label": k, "score": v} for k, v in result["scores"].items()), key=lambda d: -d["score"])
+            out.append(ranked[0] if top_k == 1 else ranked[:top_k] if top_k else ranked)
+        return out
+
+
+class GreenadaptQuestionAnsweringPipeline(_GreenadaptPipeline):
+    def __call__(self, *args: Any, question: Any = None, context: Any = None, **kwargs: Any) -> Any:
+        if args:
+            inputs = args[0]
+        else:
+            if question is None or context is None:
+                raise UsageError("question-answering needs question= and context=")
+            inputs = {"question": question, "context": context}
+        items = inputs if isinstance(inputs, list) else [inputs]
+        answers = self._predict(items, **self._with_defaults(kwargs))
+        return answers if isinstance(inputs, list) else answers[0]
+
+    def _predict(self, inputs: list[Any], top_k: int = 1, **unused: Any) -> list[Any]:
+        _refuse(unused, "question-answering")
+        if not inputs:
+            return []
+        pairs = [(item["question"], item["context"]) for item in inputs]
+        results: list[Any] = []
+        for answers in self.predictor.answer_many(pairs, n_best=top_k):
+            shaped = [{"score": a["score"], "start": a["start"], "end": a["end"], "answer": a["text"]} for a in answers]
+            if top_k == 1:
+                results.append(shaped[0] if shaped else {"score": 0.0, "start": 0, "end": 0, "answer": ""})
+            else:
+                results.append(shaped)
+        return results
+
+
+PIPELINES = {
+    "ner": GreenadaptTokenClassificationPipeline,
+    "classify": GreenadaptTextClassificationPipeline,
+    "qa": GreenadaptQuestionAnsweringPipeline,
+}
+
+
+def _hf_entity(entity: Any) -> dict[str, Any]:
+    return {"entity_group": entity.label, "score": entity.score, "word": entity.text, "start": entity.start, "end": entity.end}
+
+
+def _refuse(unused: dict[str, Any], task: str) -> None:
+    if unused:
+        raise UsageError(f"the greenadapt {task} pipeline does not take {', '.join(sorted(unused))}",
+                         hint="greenadapt.load(...)'s options (device, pool, batch_size, precision, max_length) go to greenadapt.pipeline too")

@@ -1,0 +1,253 @@
+"""``predict``: a fine-tuned labelling model opened for inference, and files labelled with it.
+
+:func:`open_finetuned` is the one place that opens a ``greenadapt finetune``
+model folder for inference (its task settings, both tokenizers, the weights,
+a G-MAP model's general model) — ``greenadapt predict``, the Python API's
+``greenadapt.load`` and ``greenadapt.pipeline`` all go through it, so they
+give the same logits for the same input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from greenadapt.artifacts.destination import check_prediction_output
+from greenadapt.artifacts.manifest import MANIFEST, load_stage, read_manifest
+from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
+from greenadapt.artifacts.pretrained import quiet_transformers
+from greenadapt.artifacts.stage import resource_errors
+from greenadapt.data.predictions import write_predictions
+from greenadapt.data.task_files import TaskFile, check_known_labels
+from greenadapt.errors import DataError, StageError, UsageError
+from greenadapt.machine.devices import pick_device
+from greenadapt.modeling.units import Unit
+from greenadapt.runners.finetune.run import KIND
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task
+from greenadapt.training.distributed import DistContext
+from greenadapt.training.health import prediction_warnings
+from greenadapt.training.pooling import POOL_MODES
+
+
+@dataclass
+class FinetunedModel:
+    """A fine-tuned NER or classification model on a device, ready to score units under its tokenizers."""
+
+    folder: Path
+    settings: TaskSettings
+    tokenizers: TokenizerPair
+    model: Any
+    ctx: DistContext
+    memory: tuple[Any, int] | None = None  # G-MAP: the general model's tokenizer and input length
+
+    @property
+    def task(self) -> LabellingTask:
+        return get_labelling_task(self.settings.task)
+
+    def default_mode(self, pool: str) -> str:
+        return pooling_mode(pool, self.tokenizers, self.folder)
+
+    def logits(
+        self, units: Sequence[Unit], examples: Sequence[Any], mode: str, *, batch_size: int = 64, precision: str = "auto"
+    ) -> np.ndarray:
+        """``[rows, labels]`` logits of ``units`` (built from ``examples``) under pooling ``mode``."""
+        from greenadapt.training.pooling import pooled_logits
+
+        if self.memory is not None:
+            from greenadapt.modeling.gmap import wiring as gmap
+
+            gmap.attach_memory(units, examples, *self.memory)
+        return pooled_logits(
+            self.model,
+            units,
+            self.ctx,
+            has_domain=self.tokenizers.has_domain,
+            pad_id=self.tokenizers.pad_id,
+            batch_size=batch_size,
+            precision=precision,
+            modes=(mode,),
+        )[mode]
+
+
+def pooling_mode(pool: str, tokenizers: TokenizerPair, folder: Path) -> str:
+    """The pooling mode ``--pool`` means for a model: one with a single tokenizer has only ``general``."""
+    check_pool(pool)
+    if pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
+    return pool if tokenizers.has_domain else "general"
+
+
+def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto", general_model: str | None = None) -> FinetunedModel:
+    """Open a fine-tuned NER or classification model folder (as :func:`find_model_folder` found it) for inference.
+
+    A G-MAP model (``gmap_config.json``) is reloaded with its general model:
+    the one recorded at training, or ``general_model`` (checked by weights).
+    """
+    import transformers
+
+    from greenadapt.modeling.gmap import wiring as gmap
+
+    task = get_labelling_task(settings.task)
+    tokenizers = load_tokenizers(folder)
+    memory = None
+    if gmap.is_gmap_folder(folder):
+        loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=general_model)
+        memory = (memory_tokenizer, memory_length)
+    else:
+        if general_model is not None:
+            raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=folder, hint="leave it out")
+        from greenadapt.adaptation.vectors import check_weights_load_safely
+
+        check_weights_load_safely(folder)
+        with quiet_transformers():
+            loaded = getattr(transformers, task.auto_model).from_pretrained(str(folder))
+    ctx = DistContext(device=pick_device(device))
+    loaded.to(ctx.device)
+    loaded.eval()
+    return FinetunedModel(folder, settings, tokenizers, loaded, ctx, memory)
+
+
+@dataclass
+class PredictResult:
+    output: Path
+    examples: int
+    pool: str
+    metrics: dict[str, Any] | None
+    model: Path
+
+
+def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]:
+    """A fine-tuned model folder and its task settings, from a run folder or one of its seed folders."""
+    path = Path(spec)
+    if not path.is_dir():
+        raise StageError("no fine-tuned model here", path=path, hint="pass the folder `greenadapt finetune` wrote")
+    manifest = read_manifest(path)
+    if manifest is not None and manifest.get("kind") == KIND:
+        models = load_stage(path, KIND).section("stats", "models")
+        if len(models) > 1:
+            names = ", ".join(sorted(models.values()))
+            raise UsageError(f"this run holds one model per seed ({names})", path=path, hint=f"pass --model {path}/{sorted(models.values())[0]}")
+    elif (path.parent / MANIFEST).is_file() and (read_manifest(path.parent) or {}).get("kind") == KIND:
+        load_stage(path.parent, KIND)
+    task_json = path / TASK_FILE
+    if not task_json.is_file():
+        raise StageError(
+            f"not a fine-tuned greenadapt model (no {TASK_FILE})",
+            path=path,
+            hint="pass the folder `greenadapt finetune` wrote",
+        )
+    try:
+        document = json.loads(task_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StageError(f"unreadable {TASK_FILE}: {exc}", path=task_json) from None
+    return path, TaskSettings.from_json(document, task_json)
+
+
+def run_predict(
+    model: str | os.PathLike[str],
+    input_path: Path,
+    output_path: Path,
+    *,
+    pool: str = "mean",
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    ignore_labels: bool = False,
+    reader_overrides: dict[str, Any] | None = None,
+    general_model: str | None = None,
+    force: bool = False,
+    found: tuple[Path, TaskSettings] | None = None,
+) -> PredictResult:
+    """Predict labels for ``input_path`` with a fine-tuned model; score them when the input is labelled.
+
+    The input is read with the training files' reader options; ``reader_overrides``
+    (ReaderOptions field → value, None values ignored) changes some of them.
+    A G-MAP model (``gmap_config.json``) is reloaded with its general model:
+    the one recorded at training, or ``general_model`` (checked by weights).
+    ``found``: what :func:`find_model_folder` returned for ``model``, when the caller already verified it.
+    """
+    check_pool(pool)
+    check_prediction_output(output_path, force=force, model=model, input_path=input_path)
+    opened = open_finetuned(*(found or find_model_folder(model)), device=device, general_model=general_model)
+    request = read_for_prediction(
+        input_path,
+        opened.settings,
+        opened.tokenizers,
+        opened.folder,
+        pool=pool,
+        ignore_labels=ignore_labels,
+        reader_overrides=reader_overrides,
+    )
+    logits = opened.logits(request.units, request.task_file.examples, request.mode, batch_size=batch_size, precision=precision)
+    return request.write(logits, output_path, opened.folder)
+
+
+def check_pool(pool: str) -> None:
+    if pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+
+
+@dataclass
+class PredictionRequest:
+    """A file to label with a fine-tuned task: read, label-checked and tokenized into units."""
+
+    task: Any
+    settings: Any
+    task_file: TaskFile
+    units: list[Any]
+    mode: str
+    score: bool
+
+    def write(self, logits: Any, output_path: Path, folder: Path) -> PredictResult:
+        predictions = self.task.decode(self.task_file, argmax_labels(logits, self.settings.labels))
+        with resource_errors(output_path.parent):
+            write_predictions(self.task_file, predictions, output_path)
+        metrics = self.task.score(self.task_file, predictions, self.settings) if self.score else None
+        if metrics is not None:
+            metrics["warnings"] = prediction_warnings(self.task_file.path.name, self.task_file.gold(), predictions)
+        return PredictResult(output_path, len(self.task_file.examples), self.mode, metrics, folder)
+
+
+def read_for_prediction(
+    input_path: Path,
+    settings: Any,
+    tokenizers: Any,
+    folder: Path,
+    *,
+    pool: str,
+    ignore_labels: bool,
+    reader_overrides: dict[str, Any] | None,
+) -> PredictionRequest:
+    """Read ``input_path`` with the training reader options (``reader_overrides`` changes some; None values
+    are ignored); labels of a labelled file are checked against the trained set unless ``ignore_labels``."""
+    task = get_labelling_task(settings.task)
+    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
+    if overrides:
+        settings = replace(settings, reader=replace(settings.reader_options, **overrides).as_config())
+    task_file = task.read(input_path, settings, require_labels=False)
+    score = task_file.labelled and not ignore_labels
+    if score:
+        try:
+            check_known_labels(task_file, settings.labels)
+        except DataError as exc:
+            raise DataError(exc.message, path=exc.path, line=exc.line, hint="pass --ignore-labels to predict without scoring") from None
+    elif task_file.labelled:
+        task_file = _strip_labels(task_file)
+    mode = pooling_mode(pool, tokenizers, folder)
+    units, _ = task.units(task_file, settings, tokenizers)
+    return PredictionRequest(task, settings, task_file, units, mode, score)
+
+
+def _strip_labels(task_file: TaskFile) -> TaskFile:
+    from greenadapt.data.task_files import NerSentence
+
+    examples = [
+        replace(e, labels=None) if isinstance(e, NerSentence) else replace(e, label=None) for e in task_file.examples
+    ]
+    return replace(task_file, examples=examples, labelled=False)

@@ -1,0 +1,130 @@
+"""One task of a multitask run: loading it (:func:`load_task`) and predicting with it (``predict --task``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greenadapt.artifacts.manifest import Manifest, load_stage, read_manifest
+from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
+from greenadapt.errors import UsageError
+from greenadapt.machine.devices import pick_device
+from greenadapt.modeling.pals.config import BASE_DIR, TASKS_DIR
+from greenadapt.runners.multitask.run import KIND
+from greenadapt.tasks import TASK_FILE, TaskSettings
+from greenadapt.training.distributed import DistContext
+
+
+@dataclass
+class LoadedTask:
+    """One task of a multitask run: a model called like a transformers model, its settings and tokenizers."""
+
+    name: str
+    model: Any  # greenadapt.modeling.pals.model.TaskModel
+    settings: TaskSettings
+    tokenizers: TokenizerPair
+    folder: Path
+    memory: tuple[Any, int] | None = None  # G-MAP: (the general model's own tokenizer or None for T_LM, its input limit)
+
+
+def is_multitask(folder: str | os.PathLike[str]) -> bool:
+    manifest = read_manifest(Path(folder)) if Path(folder).is_dir() else None
+    return manifest is not None and manifest.get("kind") == KIND
+
+
+def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
+    """Task ``name`` of a ``greenadapt multitask`` run folder: the shared encoder with only that task's PALs and head."""
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.modeling.pals.model import MultiTaskModel
+
+    path = Path(folder)
+    manifest = load_stage(path, KIND)
+    names = list(manifest.stats.get("tasks", []))
+    if name not in names:
+        raise UsageError(f"no task {name!r} in this multitask run", path=path, hint=f"--task one of: {', '.join(names)}")
+    task_json = path / TASKS_DIR / name / TASK_FILE
+    try:
+        document = json.loads(task_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        from greenadapt.errors import StageError
+
+        raise StageError(f"unreadable {TASK_FILE} of task {name!r}: {exc}", path=path / TASKS_DIR / name) from None
+    settings = TaskSettings.from_json(document, task_json)
+    memory = None
+    with quiet_transformers():
+        from greenadapt.modeling.gmap.wiring import is_gmap_folder, load_fused
+
+        if is_gmap_folder(path / BASE_DIR):
+            fusion, general_tokenizer, general_length = load_fused(path / BASE_DIR, general_model=general_model)
+            multi = MultiTaskModel.load(path, tasks=[name], base=fusion.domain)
+            multi.attach_fusion(fusion)
+            multi.to(device)
+            memory = (general_tokenizer, general_length)
+        elif general_model is not None:
+            raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
+        else:
+            multi = MultiTaskModel.load(path, tasks=[name], device=device)
+    return LoadedTask(name, multi.task_view(name), settings, load_tokenizers(path / BASE_DIR), path, memory)
+
+
+def predict_task(
+    folder: str | os.PathLike[str],
+    name: str,
+    input_path: Path,
+    output_path: Path,
+    *,
+    pool: str = "mean",
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    ignore_labels: bool = False,
+    reader_overrides: dict[str, Any] | None = None,
+    general_model: str | None = None,
+    force: bool = False,
+) -> Any:
+    """``greenadapt predict --model RUN --task NAME``: label (and score) a file with one task of a multitask run."""
+    from greenadapt.artifacts.destination import check_prediction_output
+    from greenadapt.inference.labelling import check_pool, read_for_prediction
+    from greenadapt.training.pooling import pooled_logits
+
+    check_pool(pool)
+    check_prediction_output(output_path, force=force, model=folder, input_path=input_path)
+    ctx = DistContext(device=pick_device(device))
+    loaded = load_task(folder, name, device=ctx.device, general_model=general_model)
+    tokenizers = loaded.tokenizers
+    request = read_for_prediction(
+        input_path, loaded.settings, tokenizers, loaded.folder,
+        pool=pool, ignore_labels=ignore_labels, reader_overrides=reader_overrides,
+    )
+    if loaded.memory is not None:
+        from greenadapt.modeling.gmap.wiring import attach_memory
+
+        attach_memory(request.units, request.task_file.examples, *loaded.memory)
+    logits = pooled_logits(
+        loaded.model, request.units, ctx, has_domain=tokenizers.has_domain, pad_id=tokenizers.pad_id,
+        batch_size=batch_size, precision=precision, modes=(request.mode,),
+    )[request.mode]
+    return request.write(logits, output_path, loaded.folder)
+
+
+def task_names(folder: str | os.PathLike[str]) -> list[str]:
+    manifest = read_manifest(Path(folder))
+    return [] if manifest is None else list(Manifest.of(manifest, Path(folder)).stats.get("tasks", []))
+
+
+def multitask_predictor(folder: str | os.PathLike[str], name: str | None) -> Any:
+    """A function with ``run_predict``'s signature that predicts with task ``name`` of a multitask run."""
+    if not is_multitask(folder):
+        raise UsageError("--task names a task of a multitask run, but this is not one", path=str(folder),
+                         hint="leave out --task for a `greenadapt finetune` model")
+    if name is None:
+        raise UsageError("this is a multitask run: name the task to predict with", path=str(folder),
+                         hint=f"pass --task, one of: {', '.join(task_names(folder))}")
+
+    def run(model: Any, input_path: Path, output_path: Path, **kwargs: Any) -> Any:
+        return predict_task(model, name, input_path, output_path, **kwargs)
+
+    return run

@@ -1,0 +1,345 @@
+"""``greenadapt predict`` on real input: raw text, folders of ``.txt``, JSON lines, stdin.
+
+Input (``source``): a file, a folder (every ``*.txt`` below it is one
+document) or ``-`` for standard input. Formats:
+
+- ``text``: one document per line; the output has one JSON line per input
+  line, empty lines included, so ``paste``/``jq`` can line them up.
+- ``jsonl``: objects with a text field (``text`` or the model's training
+  field); each object comes back with its fields plus the prediction.
+- ``columns``/``tsv`` (what training reads): labelled like today's
+  ``predict --input``, the file written back with a prediction column; a
+  saved ``datasets`` folder or a ``.parquet`` file: JSON lines of the rows
+  with their predictions.
+
+``auto`` decides from the first lines: ``{`` means JSON lines (an NER object
+whose words are a list is a training-style file); for NER, lines of at most
+four whitespace-separated fields ending in a BIO label, or single words,
+are a column file; for classification a tab means TSV; anything else is
+raw text.
+
+Output: JSON lines — NER ``{"text", "entities": [{start, end, text, label,
+score}]}`` with character offsets into the text, classification ``{"text",
+"label", "score", "scores"}`` — to a file (written atomically) or ``-``
+(stdout, streamed in batches so a pipe sees results as they are ready).
+Documents are predicted ``docs_per_batch`` at a time, so memory does not grow
+with the input.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import IO, Any
+
+from greenadapt.artifacts.files import atomic_writer
+from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
+from greenadapt.errors import DataError, UsageError
+from greenadapt.progress import NULL_PROGRESS, Progress
+
+STDIO = "-"
+RAW_FORMATS = ("auto", "text", "jsonl", "columns", "tsv")  # what --format accepts
+_SNIFF_LINES = 50
+
+
+def is_stdio(value: str | os.PathLike[str] | None) -> bool:
+    return value is not None and str(value) == STDIO
+
+
+@dataclass
+class PredictSummary:
+    """What ``greenadapt predict`` did, whatever the input's format."""
+
+    output: str
+    examples: int
+    format: str
+    pool: str
+    metrics: dict[str, Any] | None = None  # a labelled training-style input is scored
+    entities: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output": self.output, "examples": self.examples, "format": self.format,
+            "pool": self.pool, "metrics": self.metrics, "entities": self.entities,
+        }
+
+
+TRAINING_FORMATS = ("columns", "tsv", "training-jsonl", "dataset")
+
+
+def detect_format(task: str, head: list[str], requested: str = "auto", text_field: str | None = None) -> str:
+    """The format of a task's input from its first lines (see the module docstring).
+
+    ``training-jsonl`` is JSON lines the training reader takes (NER objects
+    with a word list; any classification JSON lines), labelled as today.
+    """
+    if requested not in RAW_FORMATS:
+        raise UsageError(f"unknown --format {requested!r}", hint=f"choose from {', '.join(RAW_FORMATS)}")
+    lines = [line for line in head if line.strip()]
+    if requested in ("columns", "tsv", "text"):
+        return requested
+    first = lines[0].lstrip() if lines else ""
+    if requested == "jsonl" or first.startswith("{"):
+        if task != "ner":
+            return "training-jsonl"
+        try:
+            obj = json.loads(first) if first else {}
+        except json.JSONDecodeError:
+            return "jsonl"
+        keys = (text_field,) if text_field else NER_TOKEN_NAMES
+        return "training-jsonl" if isinstance(obj, dict) and any(isinstance(obj.get(k), list) for k in keys) else "jsonl"
+    if not lines:
+        return "text"
+    if task != "ner":
+        return "tsv" if "\t" in first else "text"
+    tabbed = [line.rstrip("\n").split("\t") for line in lines if "\t" in line]
+    if len(tabbed) == len(lines) and all(2 <= len(f) <= 4 and f[0].strip() and " " not in f[0].strip() for f in tabbed):
+        # word<TAB>label on every line: columns, whatever the labels (the column reader names a bad one and its line).
+        return "columns"
+    fields = [line.split("\t") if "\t" in line else line.split() for line in lines]
+    if all(len(f) == 1 for f in fields):
+        return "columns" if len(lines) > 1 and not any(_looks_like_prose(line) for line in lines) else "text"
+    multi = [f for f in fields if len(f) > 1]
+    if all(len(f) <= 4 for f in fields) and sum(bool(NER_LABEL.match(f[-1])) for f in multi) >= 0.9 * len(multi):
+        return "columns"
+    return "text"
+
+
+def _looks_like_prose(line: str) -> bool:
+    return line.rstrip().endswith((".", "?", "!")) and len(line.strip()) > 1
+
+
+@dataclass
+class Source:
+    """An input opened and sniffed: its format, and either its documents (raw formats) or a path (training formats)."""
+
+    format: str
+    documents: Iterator[_Record] | None = None
+    path: Path | None = None  # a training-style file: the input itself, or standard input spooled to a temporary file
+    spooled: bool = False
+
+
+def open_source(task: str, source: str | os.PathLike[str], *, file_format: str = "auto", text_field: str | None = None) -> Source:
+    """Open ``source`` and decide its format from the first lines, before any model is loaded."""
+    from greenadapt.data.datasets_input import is_dataset_input
+
+    if not is_stdio(source) and is_dataset_input(Path(source)):
+        return Source("dataset", path=Path(source))
+    if not is_stdio(source) and Path(source).is_dir():
+        if file_format not in ("auto", "text"):
+            raise UsageError(f"a folder input is read as .txt documents, not --format {file_format}", path=source)
+        return Source("folder", documents=_folder_documents(Path(source)))
+    handle, name = _open_text(source)
+    head = list(itertools.islice(_decoded(handle, name), _SNIFF_LINES))
+    fmt = detect_format(task, head, file_format, text_field)
+    stream = itertools.chain(head, _decoded(handle, name))
+    if fmt in TRAINING_FORMATS:
+        if not is_stdio(source):
+            handle.close()
+            return Source(fmt, path=Path(source))
+        return Source(fmt, path=_spool(stream, handle), spooled=True)
+    documents = _text_lines(stream, handle) if fmt == "text" else _json_lines(stream, handle, name, text_field)
+    return Source(fmt, documents=documents)
+
+
+def predict_text(
+    model: Any,
+    source: Source,
+    output: str | os.PathLike[str],
+    *,
+    docs_per_batch: int = 256,
+    progress: Progress = NULL_PROGRESS,
+) -> PredictSummary:
+    """Predict every document of a raw ``source`` with ``model`` (a :func:`greenadapt.load` object); JSON lines to ``output``."""
+    if source.documents is None:
+        raise ValueError("predict_text takes raw documents; a training-style file goes to run_predict")
+    if docs_per_batch < 1:
+        raise UsageError("docs_per_batch must be at least 1")
+    counts = {"documents": 0, "entities": 0}
+    progress.start("predicting", total=None, unit="documents")
+
+    def lines() -> Iterator[str]:
+        for batch in _batches(source.documents, docs_per_batch):  # type: ignore[arg-type]
+            for record, prediction in zip(batch, _predict_batch(model, [r.text for r in batch]), strict=True):
+                counts["documents"] += 1
+                if model.task == "ner":
+                    counts["entities"] += len(prediction["entities"])
+                yield json.dumps({**record.fields, **prediction}, ensure_ascii=False) + "\n"
+            progress.update(counts["documents"])
+
+    write_lines(lines(), output)
+    progress.finish()
+    entities = counts["entities"] if model.task == "ner" else None
+    return PredictSummary(str(output), counts["documents"], source.format, model.mode, None, entities)
+
+
+@dataclass
+class _Record:
+    text: str
+    fields: dict[str, Any]  # what the output line starts with: the input object, or {"text": ...} / {"file": ..., "text": ...}
+
+
+def _open_text(source: str | os.PathLike[str]) -> tuple[IO[str], str]:
+    if is_stdio(source):
+        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="strict", newline="\n"), "<stdin>"
+    path = Path(source)
+    if not path.is_file():
+        raise DataError("input not found", path=path, hint="pass a file, a folder of .txt files, or - for stdin")
+    return open(path, encoding="utf-8-sig", newline="\n"), str(path)  # noqa: SIM115 - closed by the reader
+
+
+def _text_lines(lines: Iterator[str], handle: IO[str]) -> Iterator[_Record]:
+    with handle:
+        for number, line in enumerate(lines, 1):
+            text = line.rstrip("\r\n")
+            yield _Record(text, {"line": number, "text": text})
+
+
+def _json_lines(lines: Iterator[str], handle: IO[str], name: str, text_field: str | None) -> Iterator[_Record]:
+    key = None
+    with handle:
+        for number, obj in json_objects(enumerate(lines, 1), Path(name)):
+            if key is None:
+                key = pick_key(obj, text_field, TEXT_NAMES)
+                if key is None:
+                    raise DataError(f"no text field (looked for {', '.join(TEXT_NAMES)})", path=Path(name), line=number, hint="name it with --text-field")
+            text = obj.get(key)
+            if not isinstance(text, str):
+                raise DataError(f"field {key!r} is missing or not a string", path=Path(name), line=number, hint="every line needs its text")
+            yield _Record(text, obj)
+
+
+def _decoded(handle: IO[str], name: str) -> Iterator[str]:
+    try:
+        # Not `yield from`: closing this generator (the sniffing one is dropped early) would close the file.
+        for line in handle:  # noqa: UP028
+            yield line
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text (byte {exc.start} of a line cannot be decoded)", path=Path(name), hint="convert the input to UTF-8") from None
+
+
+def _folder_documents(folder: Path) -> Iterator[_Record]:
+    files = sorted(p for p in folder.rglob("*.txt") if p.is_file())
+    if not files:
+        raise DataError("the folder holds no .txt files", path=folder, hint="one document per .txt file")
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError:
+            raise DataError("not UTF-8 text", path=path, hint="convert the file to UTF-8") from None
+        yield _Record(text, {"file": str(path.relative_to(folder)), "text": text})
+
+
+def _batches(items: Iterator[_Record], size: int) -> Iterator[list[_Record]]:
+    while batch := list(itertools.islice(items, size)):
+        yield batch
+
+
+def _predict_batch(model: Any, texts: list[str]) -> list[dict[str, Any]]:
+    if model.task == "ner":
+        return [{"entities": [e.to_dict() for e in entities]} for entities in model.predict(texts)]
+    return [{"label": p["label"], "score": p["score"], "scores": p["scores"]} for p in model.predict(texts)]
+
+
+def write_lines(lines: Iterator[str], output: str | os.PathLike[str]) -> None:
+    if is_stdio(output):
+        for line in lines:
+            sys.stdout.write(line)
+        sys.stdout.flush()
+        return
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_writer(target) as handle:  # readers never see half the predictions
+        handle.writelines(lines)
+
+
+def _spool(lines: Iterator[str], handle: IO[str]) -> Path:
+    """Standard input (its sniffed first lines, then the rest) in a temporary file, for the readers that need a path."""
+    fd, tmp = tempfile.mkstemp(prefix="greenadapt-stdin.", suffix=".txt")
+    with handle, os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+        out.writelines(lines)
+    return Path(tmp)
+
+
+def predict_input(
+    model: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    output: str | os.PathLike[str] = STDIO,
+    *,
+    task_name: str | None = None,
+    pool: str = "mean",
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    file_format: str = "auto",
+    ignore_labels: bool = False,
+    reader_overrides: dict[str, Any] | None = None,
+    general_model: str | None = None,
+    force: bool = False,
+    progress: Progress = NULL_PROGRESS,
+) -> PredictSummary:
+    """``greenadapt predict``: raw text, JSON lines, a folder or stdin → JSON lines; training-style files → labelled back.
+
+    Every option and the output are checked before the model is loaded.
+    """
+    from greenadapt.artifacts.destination import check_prediction_output
+    from greenadapt.inference.labelling import check_pool, find_model_folder, run_predict
+    from greenadapt.inference.multitask import is_multitask, multitask_predictor
+
+    check_pool(pool)
+    if not is_stdio(output):
+        check_prediction_output(output, force=force, model=model, input_path=os.devnull if is_stdio(source) else source)
+    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
+    multitask = task_name is not None or is_multitask(model)
+    found = None
+    if multitask:  # its tasks read training-style files only
+        opened = Source("training", path=_spool(*_stdin_lines()), spooled=True) if is_stdio(source) else Source("training", path=Path(source))
+    else:
+        found = find_model_folder(model)  # verified once; the model is opened from what it found
+        opened = open_source(found[1].task, source, file_format=file_format, text_field=overrides.get("text_field"))
+    try:
+        if opened.path is None:
+            from greenadapt.inference.predictor import open_model
+
+            assert found is not None  # a model is opened whenever the input is not a task file
+            predictor = open_model(*found, device=device, pool=pool, batch_size=batch_size, precision=precision, general_model=general_model)
+            return predict_text(predictor, opened, output, progress=progress)
+        if file_format != "auto" and opened.format != "dataset":
+            overrides["format"] = "jsonl" if opened.format == "training-jsonl" else opened.format
+        labeller = multitask_predictor(model, task_name) if multitask else partial(run_predict, found=found)
+        target = _temporary_output(opened.path) if is_stdio(output) else Path(output)
+        try:
+            result = labeller(
+                model, opened.path, target, pool=pool, batch_size=batch_size, device=device, precision=precision,
+                ignore_labels=ignore_labels, reader_overrides=overrides, general_model=general_model,
+                force=force or is_stdio(output),  # the temporary file is ours
+            )
+            if is_stdio(output):
+                with open(target, encoding="utf-8") as handle:
+                    write_lines(iter(handle), output)
+        finally:
+            if is_stdio(output):
+                target.unlink(missing_ok=True)
+        return PredictSummary(str(output), result.examples, opened.format, result.pool, result.metrics)
+    finally:
+        if opened.spooled and opened.path is not None:
+            opened.path.unlink(missing_ok=True)
+
+
+def _stdin_lines() -> tuple[Iterator[str], IO[str]]:
+    handle, name = _open_text(STDIO)
+    return _decoded(handle, name), handle
+
+
+def _temporary_output(near: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix="greenadapt-predict.", suffix=near.suffix or ".txt")
+    os.close(fd)
+    return Path(tmp)

@@ -1,0 +1,294 @@
+"""Fine-tuned models as Python objects: ``greenadapt.load(path).predict(texts)``.
+
+What greenadapt reports is mean-pooled inference over both tokenizers; a
+plain ``AutoModel`` on the folder sees only the domain tokenizer. The
+objects here give the reported behaviour to Python code: they open the
+folder through the same code as ``greenadapt predict`` (so the logits are
+the same), split raw text into sentences (:mod:`greenadapt.corpus.words`) and words
+(the model's own pre-tokenizer, as a training file's words are) and return
+results with character offsets into the caller's text.
+
+- :class:`NerModel`: ``predict(texts)`` → per text, entity spans
+  ``{start, end, text, label, score}``; ``score`` is the mean over the
+  entity's words of the pooled probability of the predicted tag.
+- :class:`ClassifierModel`: ``predict(texts, pairs=None)`` →
+  ``{label, score, scores}`` per text.
+- :class:`QaModel`: ``answer(question, context)`` → the best span
+  ``{text, start, end, score}`` over the whole context (any length).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from greenadapt.data.metrics import chunks
+from greenadapt.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+UNTYPED_ENTITY = "ENTITY"  # the label of an entity whose tags carry no type (bare B/I)
+
+
+@dataclass(frozen=True)
+class Entity:
+    """An entity span in the caller's text: ``text[start:end] == self.text``."""
+
+    start: int
+    end: int
+    text: str
+    label: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "text": self.text, "label": self.label, "score": self.score}
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+class _Labeller:
+    """What NER and classification share: the opened folder, the pooling mode and the batch settings."""
+
+    def __init__(self, opened: Any, *, pool: str, batch_size: int, precision: str) -> None:
+        if batch_size < 1:
+            raise UsageError(f"batch_size must be at least 1, got {batch_size}")
+        self.opened = opened
+        self.mode = opened.default_mode(pool)
+        self.batch_size = batch_size
+        self.precision = precision
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.opened.settings.labels)
+
+    @property
+    def folder(self) -> Path:
+        return self.opened.folder
+
+    @property
+    def task(self) -> str:
+        return str(self.opened.settings.task)
+
+    @property
+    def model(self) -> Any:
+        return self.opened.model
+
+    @property
+    def general_tokenizer(self) -> Any:
+        return self.opened.tokenizers.general
+
+    def _probabilities(self, examples: list[Any]) -> np.ndarray:
+        """Pooled label probabilities of every output row of ``examples`` (words for NER, examples otherwise)."""
+        from greenadapt.data.task_files import TaskFile
+
+        if not examples:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        task_file = TaskFile(Path("<text>"), "jsonl", examples, False, {})
+        units, _ = self.opened.task.units(task_file, self.opened.settings, self.opened.tokenizers)
+        logits = self.opened.logits(units, examples, self.mode, batch_size=self.batch_size, precision=self.precision)
+        return softmax(logits.astype(np.float64))
+
+
+class NerModel(_Labeller):
+    """A fine-tuned NER model: entity spans with character offsets, from mean-pooled logits over both tokenizers."""
+
+    def predict(self, texts: str | Sequence[str]) -> Any:
+        """Entities of each text (a list of :class:`Entity` per text; one list for a single string)."""
+        single = isinstance(texts, str)
+        batch: list[str] = [texts] if isinstance(texts, str) else list(texts)
+        for i, text in enumerate(batch):
+            if not isinstance(text, str):
+                raise UsageError(f"text {i} is a {type(text).__name__}, not a string", hint="pass str or a list of str")
+        sentences = _raw_sentences(batch, self.general_tokenizer.backend_tokenizer.pre_tokenizer)
+        tags, scores = self._tag([raw.sentence for raw in sentences])
+        result: list[list[Entity]] = [[] for _ in batch]
+        for raw, sentence_tags, sentence_scores in zip(sentences, tags, scores, strict=True):
+            result[raw.owner] += _entities(batch[raw.owner], raw.starts, raw.ends, sentence_tags, sentence_scores)
+        return result[0] if single else result
+
+    def predict_words(self, sentences: Sequence[Sequence[str]]) -> list[list[Entity]]:
+        """Entities of pre-split sentences; offsets refer to each sentence's words joined by single spaces."""
+        tags, scores = self.tag_words(sentences)
+        result = []
+        for words, sentence_tags, sentence_scores in zip(sentences, tags, scores, strict=True):
+            starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]]).tolist()
+            ends = [s + len(w) for s, w in zip(starts, words, strict=True)]
+            result.append(_entities(" ".join(words), starts, ends, sentence_tags, sentence_scores))
+        return result
+
+    def tag_words(self, sentences: Sequence[Sequence[str]]) -> tuple[list[list[str]], list[np.ndarray]]:
+        """Pre-split sentences (lists of words) → per sentence, each word's predicted tag and its probability."""
+        from greenadapt.data.task_files import NerSentence
+
+        for i, words in enumerate(sentences):
+            if isinstance(words, str) or not words:
+                raise UsageError(f"sentence {i} is not a non-empty list of words")
+        return self._tag([NerSentence(tuple(words), None, (i + 1,) * len(words)) for i, words in enumerate(sentences)])
+
+    def _tag(self, examples: list[Any]) -> tuple[list[list[str]], list[np.ndarray]]:
+        probabilities = self._probabilities(examples)
+        best = probabilities.argmax(axis=1)
+        labels = self.labels
+        tags, scores, position = [], [], 0
+        for example in examples:
+            rows = np.arange(position, position + len(example.words))
+            tags.append([labels[i] for i in best[rows]])
+            scores.append(probabilities[rows, best[rows]])
+            position += len(example.words)
+        return tags, scores
+
+
+class ClassifierModel(_Labeller):
+    """A fine-tuned text (or sentence-pair) classifier, mean-pooled over both tokenizers."""
+
+    def predict(self, texts: str | Sequence[str], pairs: Sequence[str] | None = None) -> Any:
+        """``{label, score, scores}`` per text (one dict for a single string)."""
+        from greenadapt.data.task_files import TextExample
+
+        single = isinstance(texts, str)
+        batch: list[str] = [texts] if isinstance(texts, str) else list(texts)
+        if pairs is not None and (isinstance(pairs, str) or len(pairs) != len(batch)):
+            raise UsageError("pairs must be a list with one second text per text")
+        examples = [TextExample(text, None if pairs is None else pairs[i], None, i + 1) for i, text in enumerate(batch)]
+        probabilities = self._probabilities(examples)
+        labels = self.labels
+        results = []
+        for row in probabilities:
+            best = int(row.argmax())
+            results.append({"label": labels[best], "score": float(row[best]), "scores": dict(zip(labels, map(float, row), strict=True))})
+        return results[0] if single else results
+
+
+class QaModel:
+    """A fine-tuned extractive question-answering model over whole contexts (sliding windows, both tokenizers)."""
+
+    task = "qa"
+
+    def __init__(self, opened: Any, *, batch_size: int, max_answer_chars: int = 500) -> None:
+        self.opened = opened
+        self.batch_size = batch_size
+        self.max_answer_chars = max_answer_chars
+
+    @property
+    def model(self) -> Any:
+        return self.opened.runner.model
+
+    @property
+    def general_tokenizer(self) -> Any:
+        return next(iter(self.opened.tokenizers.values()))
+
+    def answer(self, question: str, context: str, *, n_best: int = 1) -> Any:
+        """The best answer ``{text, start, end, score}`` (``None`` for an empty context); with ``n_best`` > 1, a list."""
+        answers = self.answer_many([(question, context)], n_best=n_best)[0]
+        if n_best == 1:
+            return answers[0] if answers else None
+        return answers
+
+    def answer_many(self, pairs: Iterable[tuple[str, str]], *, n_best: int = 1) -> list[list[dict[str, Any]]]:
+        """n-best answers for each ``(question, context)``; a context shared by several questions is read once."""
+        from greenadapt.data.squad import Document, Question
+        from greenadapt.runners.qa.run import answer_questions
+
+        if n_best < 1:
+            raise UsageError(f"n_best must be at least 1, got {n_best}")
+        pairs = list(pairs)
+        by_context: dict[str, list[Question]] = {}
+        for i, (question, context) in enumerate(pairs):
+            by_context.setdefault(context, []).append(Question(str(i), question, None, False, f"[{i}]"))
+        documents = [Document(context, None, f"context {j}", tuple(qs)) for j, (context, qs) in enumerate(by_context.items())]
+        results: list[list[dict[str, Any]]] = [[] for _ in pairs]
+        for answered, answers in answer_questions(
+            self.opened.runner,
+            documents,
+            self.opened.tokenizers,
+            max_length=self.opened.max_length,
+            batch_size=self.batch_size,
+            n_best=n_best,
+            max_answer_chars=self.max_answer_chars,
+        ):
+            results[int(answered.id)] = [
+                {"text": a["text"], "start": a["start"], "end": a["end"], "score": a["probability"]} for a in answers
+            ]
+        return results
+
+
+@dataclass(frozen=True)
+class _RawSentence:
+    sentence: Any  # NerSentence of the words
+    starts: tuple[int, ...]  # character offsets of the words in the caller's text
+    ends: tuple[int, ...]
+    owner: int  # index of the text it came from
+
+
+def _raw_sentences(texts: Sequence[str], pre_tokenizer: Any = None) -> list[_RawSentence]:
+    """Every sentence of every text, as words with their offsets.
+
+    Words are what the model's own pre-tokenizer (BERT's: whitespace, then each
+    punctuation character) makes of the sentence, as the words of a training
+    file are; without one, :func:`greenadapt.corpus.words.split_words`.
+    """
+    from greenadapt.corpus.words import split_sentences, split_words
+    from greenadapt.data.task_files import NerSentence
+
+    sentences = []
+    for owner, text in enumerate(texts):
+        for start, end in split_sentences(text):
+            if pre_tokenizer is not None:
+                spans = [(a, b) for _, (a, b) in pre_tokenizer.pre_tokenize_str(text[start:end]) if b > a]
+            else:
+                words = split_words(text[start:end])
+                spans = list(zip(words.starts.tolist(), words.ends.tolist(), strict=True))
+            if not spans:
+                continue
+            starts = tuple(a + start for a, _ in spans)
+            ends = tuple(b + start for _, b in spans)
+            tokens = tuple(text[s:e] for s, e in zip(starts, ends, strict=True))
+            sentences.append(_RawSentence(NerSentence(tokens, None, (owner + 1,) * len(tokens)), starts, ends, owner))
+    return sentences
+
+
+def _entities(text: str, starts: Sequence[int], ends: Sequence[int], tags: Sequence[str], scores: np.ndarray) -> list[Entity]:
+    """The entities of one sentence's word tags (conlleval chunks, as scored), with offsets into ``text``."""
+    return [
+        Entity(starts[first], ends[last], text[starts[first] : ends[last]], kind or UNTYPED_ENTITY, float(np.mean(scores[first : last + 1])))
+        for first, last, kind in chunks(tags)
+    ]
+
+
+def open_model(
+    folder: Path,
+    settings: Any,
+    *,
+    device: str = "auto",
+    pool: str = "mean",
+    batch_size: int = 64,
+    precision: str = "auto",
+    general_model: str | None = None,
+    max_length: int | None = None,
+) -> NerModel | ClassifierModel | QaModel:
+    """The object for a fine-tuned folder as :func:`greenadapt.inference.labelling.find_model_folder` found it."""
+    from greenadapt.inference.labelling import open_finetuned
+
+    if settings.task == "qa":
+        from greenadapt.artifacts.pretrained import resolve_model
+        from greenadapt.runners.qa.run import QaOptions, open_qa, resolve_qa_settings
+
+        # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
+        options = QaOptions(pool=None if pool == "mean" else pool, device=device, batch_size=batch_size,
+                            general_model=general_model, max_length=max_length)
+        options.check()
+        return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), options), options), batch_size=batch_size)
+    if max_length is not None:
+        raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
+    opened = open_finetuned(folder, settings, device=device, general_model=general_model)
+    kind = NerModel if settings.task == "ner" else ClassifierModel
+    return kind(opened, pool=pool, batch_size=batch_size, precision=precision)

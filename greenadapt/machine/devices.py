@@ -1,0 +1,61 @@
+"""Where tensors live: the one reading of ``--device`` and the one way batches reach it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from greenadapt.errors import UsageError
+
+
+def pick_device(spec: str | None = "auto", local_rank: int = 0, *, allow_mps: bool = True) -> Any:
+    """``--device``: auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:N, mps."""
+    import torch
+
+    spec = spec or "auto"
+    if spec == "auto":
+        if torch.cuda.is_available():
+            spec = f"cuda:{local_rank}"
+        elif allow_mps and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            spec = "mps"
+        else:
+            spec = "cpu"
+    elif spec == "cuda":
+        spec = f"cuda:{local_rank}"
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        raise UsageError(f"unknown --device {spec!r}", hint="auto, cpu, cuda, cuda:N or mps") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise UsageError(f"unsupported --device {spec!r}", hint="auto, cpu, cuda, cuda:N or mps")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise UsageError("--device mps but Apple's MPS backend is not available", hint="use --device cpu or auto")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda but no CUDA GPU is available", hint="use --device cpu or auto")
+        visible = torch.cuda.device_count()
+        if device.index is not None and device.index >= visible:
+            # torchrun gives process N the GPU N: more processes than GPUs would fail deep in CUDA, and NCCL
+            # refuses two ranks on one GPU anyway.
+            raise UsageError(
+                f"this process would run on {device}, but only {visible} CUDA GPU(s) are visible",
+                hint="start at most one process per GPU (torchrun --nproc_per_node), or pick --device cuda:N with N below that",
+            )
+        torch.cuda.set_device(device)
+    return device
+
+
+
+def to_device(array: Any, device: Any) -> Any:
+    """A NumPy array (or a CPU tensor) as a tensor on ``device``, without a host sync on CUDA.
+
+    A copy from pageable memory to the GPU waits for the stream to drain, so a
+    loop that copies its batch that way cannot queue the next step's kernels
+    while the GPU runs this one; a copy from pinned memory is queued like a
+    kernel (the caching host allocator keeps the buffer alive until it ends).
+    """
+    import torch
+
+    tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
+    if torch.device(device).type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)

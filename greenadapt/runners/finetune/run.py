@@ -1,0 +1,469 @@
+"""The ``finetune`` stage and ``predict``: what the CLI calls.
+
+A finetune run folder (kind ``finetune``, written through StageRun)::
+
+    manifest.json
+    metrics.json            per seed, split and pooling mode; mean ± std over seeds
+    <model>/                the run folder itself for one seed, ``seed-<s>/`` for several:
+        config.json, model.safetensors      transformers-loadable, with id2label/label2id
+        tokenizer.json, ...                  T̂ (or the only tokenizer of a plain model)
+        general-tokenizer/                   T_LM (when the model has both)
+        greenadapt_task.json                 task, labels, reader options, lengths
+        train_log.jsonl                      one line per optimizer step, one per dev evaluation
+        predictions/<split>.<ext>            dev/test predictions in the input's format
+
+Under torchrun every process trains; only rank 0 writes.
+
+:func:`run_finetune` hands the run to its task (:mod:`greenadapt.tasks`):
+the labelling tasks come back to :func:`run_labelling`; ``qa`` trains in
+:func:`greenadapt.runners.qa.train.run_finetune_qa` (SQuAD windows, start/end loss;
+same folder kind, ``greenadapt_task.json`` says ``qa``). Options whose
+default depends on the task are None here until the task fills them in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.artifacts.destination import check_run_destination
+from greenadapt.artifacts.files import file_identity, write_json
+from greenadapt.artifacts.manifest import load_stage, manifest_identity, read_manifest
+from greenadapt.artifacts.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
+from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits
+from greenadapt.artifacts.pretrained import ModelRef, display_name, hub_id, quiet_transformers, resolve_model
+from greenadapt.artifacts.stage import StageOutcome, resource_errors
+from greenadapt.artifacts.workspace import workdir as resolve_workdir
+from greenadapt.data.metrics import summarize_seeds
+from greenadapt.data.predictions import prediction_file_name, write_predictions
+from greenadapt.data.task_files import TaskFile, check_entity_type, check_known_labels, untyped_labels
+from greenadapt.defaults import check_max_length
+from greenadapt.errors import DataError, UsageError
+from greenadapt.modeling.embeddings import TRAIN_EMBEDDINGS
+from greenadapt.modeling.units import Unit
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_task
+from greenadapt.tasks.options import TRAIN_ON, FinetuneOptions, default_run_folder
+from greenadapt.training.checkpoint import Checkpointing, StopSignal
+from greenadapt.training.distributed import DistContext
+from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix, train
+from greenadapt.training.health import prediction_warnings
+from greenadapt.training.job import training_stage
+from greenadapt.training.pooling import POOL_MODES
+
+if TYPE_CHECKING:
+    from greenadapt.modeling.gmap.wiring import GmapSetup
+
+log = logging.getLogger(__name__)
+
+KIND = "finetune"
+
+
+# --------------------------------------------------------------------------
+# finetune
+
+
+def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """Fine-tune ``options.model`` on ``options.task`` and write the run folder: a labelling task here, QA by its own loop."""
+    from greenadapt.tasks.qa import QaTask
+
+    task = get_task(options.task)
+    if isinstance(task, LabellingTask) and task.finetunes:
+        return run_labelling(task, options, progress)
+    if isinstance(task, QaTask):
+        from greenadapt.runners.qa.train import finetune_qa
+
+        return finetune_qa(task, options, progress)
+    raise UsageError(f"{task.name} is not trained by `greenadapt finetune`")
+
+
+@dataclass(frozen=True)
+class TaskValues:
+    """The task-dependent options of a labelling run, the unset (None) ones at the task's defaults."""
+
+    training: TrainConfig
+    max_length: int | None  # None: the model's own limit
+    max_words: int
+    pool: str
+
+    @classmethod
+    def of(cls, task: LabellingTask, options: FinetuneOptions) -> TaskValues:
+        defaults = task.defaults
+        return cls(
+            training=options.training or task.training_config(),
+            max_length=options.max_length if options.max_length is not None else defaults.max_length,
+            max_words=options.max_words if options.max_words is not None else defaults.max_words,
+            pool=options.pool or "mean",
+        )
+
+
+def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """Fine-tune a labelling task (one run per seed), evaluate under every pooling mode, write the run folder."""
+    task.check_unused(options)
+    values = TaskValues.of(task, options)
+    _check_options(options, values)
+    ref = resolve_model(options.model)
+    out = options.out or default_run_folder(options, ref)
+    check_run_destination(out, kind=KIND, force=options.force, model=ref.path, data=[options.train, options.dev, options.test], workdir=options.workdir)
+    model_identity = identity_of_model(ref)
+
+    train_file, dev_file, test_file, labels = _read_splits(task, options)
+
+    folder = ExpandedModel.open(ref)
+    tokenizers = folder.tokenizers
+    gmap = _prepare_gmap(options, ref, tokenizers.general)
+    mix = resolve_mix(values.training.mix, tokenizers.has_domain, ref.path)
+    if values.pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
+    pool = values.pool if tokenizers.has_domain else "general"
+    positive = task.positive_label(labels, options.positive_label)
+    metric = task.check_metric(options.metric, positive)
+    settings = TaskSettings(
+        task=task.name,
+        labels=labels,
+        max_length=folder.length_limit if values.max_length is None else folder.capped_length(values.max_length),
+        max_words=values.max_words,
+        metric=metric,
+        positive_label=positive,
+        reader=options.reader.as_config(),
+        has_domain_tokenizer=tokenizers.has_domain,
+    )
+    base = replace(values.training, mix=mix)
+    config: dict[str, Any] = {
+        "task": settings.to_json(),
+        "train": {k: v for k, v in base.recorded().items() if k != "seed"},
+        "seeds": list(options.seeds),
+        "train_on": options.train_on,
+        "pool": pool,
+        "model": ref.name,
+    }
+    inputs = [model_identity] + [{"role": role, **file_identity(f.path)} for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file)) if f is not None]
+    if gmap is not None:
+        # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
+        config["gmap"] = options.gmap.to_config(gmap.general)
+        inputs.append({"role": "general", **identity_of_model(gmap.general)})
+    with training_stage(KIND, out, config, inputs, device=options.device, force=options.force, wait=options.wait,
+                        resume=options.resume) as job:
+        if job.up_to_date is not None:
+            return job.up_to_date
+        if job.stage is not None and task.name == "ner" and untyped_labels(labels):  # said once training is sure to start
+            log.warning(
+                "%s: the labels %s name no entity type, so transformers' entity aggregation cannot group them into "
+                "entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels", train_file.path, ", ".join(untyped_labels(labels)),
+            )
+        checkpointing = job.checkpointing(
+            save_every=options.save_every, resume=options.resume, save_final=options.save_every is not None or len(options.seeds) > 1
+        )
+        runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap)
+        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp))
+
+
+def _read_splits(task: LabellingTask, options: FinetuneOptions) -> tuple[TaskFile, TaskFile | None, TaskFile | None, list[str]]:
+    """The train, dev and test files, read and checked, and the labels of the training data (in the task's order)."""
+    train_file = task.read(options.train, options.reader, require_labels=True)
+    dev_file = task.read(options.dev, options.reader, require_labels=True) if options.dev else None
+    test_file = task.read(options.test, options.reader, require_labels=True) if options.test else None
+    if options.train_on == "train+dev" and dev_file is None:
+        raise UsageError("--train-on train+dev needs --dev")
+    training_files = [train_file] + ([dev_file] if options.train_on == "train+dev" and dev_file else [])
+    labels = task.order_labels([label for f in training_files for label in f.labels()])
+    if len(labels) < 2:
+        raise DataError(f"the training data has only {len(labels)} label(s) ({', '.join(labels)})", path=train_file.path)
+    for other in (dev_file, test_file):
+        if other is not None:
+            check_known_labels(other, labels)
+    return train_file, dev_file, test_file, labels
+
+
+def _prepare_gmap(options: FinetuneOptions, ref: ModelRef, t_lm: Any) -> GmapSetup | None:
+    """Resolve and check ``--gmap`` and its general model before any data is tokenized."""
+    if not options.gmap.enabled:
+        options.gmap.check()  # refuses --gmap-* options without --gmap
+        return None
+    from greenadapt.modeling.gmap.wiring import prepare
+
+    options.gmap.check()
+    return prepare(options.gmap, ref, t_lm, cache_root=resolve_workdir(options.workdir) / "cache")
+
+
+def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
+    training = values.training
+    check_entity_type(options.reader.entity_type)
+    check_mix(training.mix)
+    if values.pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {values.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    if options.train_on not in TRAIN_ON:
+        raise UsageError(f"unknown --train-on {options.train_on!r}", hint="train or train+dev")
+    if training.train_embeddings not in TRAIN_EMBEDDINGS:
+        raise UsageError(f"unknown --train-embeddings {training.train_embeddings!r}", hint="all, new or none")
+    if not options.seeds or len(set(options.seeds)) != len(options.seeds):
+        raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
+    for source, name in [(training, n) for n in ("batch_size", "grad_accum", "epochs", "eval_batch_size")] + [
+        (values, n) for n in ("max_length", "max_words") if getattr(values, n) is not None
+    ]:
+        if getattr(source, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if values.max_length is not None:
+        check_max_length(values.max_length)
+    if training.max_steps is not None and training.max_steps < 1:
+        raise UsageError("--max-steps must be at least 1")
+    if options.save_every is not None and options.save_every < 1:
+        raise UsageError("--save-every must be at least 1")
+    training.check_schedule()
+
+
+def identity_of_model(ref: ModelRef) -> dict[str, Any]:
+    from greenadapt.adaptation.vectors import check_weights_load_safely
+
+    check_weights_load_safely(ref.path)
+    manifest = read_manifest(ref.path)
+    if manifest is not None and manifest.get("kind") == "expand":
+        return manifest_identity(ref.path, load_stage(ref.path, "expand"))
+    return ref.identity()
+
+
+@dataclass
+class _Job:
+    """One fine-tuning job: the shared pieces, run once per seed."""
+
+    task: LabellingTask
+    settings: TaskSettings
+    tokenizers: TokenizerPair
+    ref: ModelRef
+    base: TrainConfig
+    ctx: DistContext
+    pool: str
+    progress: Progress
+    checkpoint: Checkpointing | None = None  # its folder holds one subfolder per seed
+    stop: StopSignal | None = None
+    gmap: GmapSetup | None = None
+
+    def run(
+        self,
+        train_file: TaskFile,
+        dev_file: TaskFile | None,
+        test_file: TaskFile | None,
+        seeds: Sequence[int],
+        train_on: str,
+        tmp: Path | None,
+    ) -> dict[str, Any]:
+        train_units, train_stats = self.task.units(train_file, self.settings, self.tokenizers, training=True)
+        dev_units = self.task.units(dev_file, self.settings, self.tokenizers)[0] if dev_file else None
+        test_units = self.task.units(test_file, self.settings, self.tokenizers)[0] if test_file else None
+        if self.gmap is not None:
+            from greenadapt.modeling.gmap.wiring import attach_memory
+
+            # Before train+dev joins the lists: a unit's example index refers to its own file.
+            for task_file, units in ((train_file, train_units), (dev_file, dev_units), (test_file, test_units)):
+                if task_file is not None and units is not None:
+                    attach_memory(units, task_file.examples, self.gmap.tokenizer, self.gmap.max_length)
+        if train_on == "train+dev" and dev_file is not None and dev_units is not None:
+            train_units = train_units + dev_units
+        select_on_dev = dev_file is not None and train_on == "train"
+        per_seed: dict[str, Any] = {}
+        trained: dict[str, Any] = {}
+        for seed in seeds:
+            folder = None if tmp is None else (tmp if len(seeds) == 1 else tmp / f"seed-{seed}")
+            metrics, summary = self._one_seed(
+                seed,
+                train_units,
+                (dev_file, dev_units) if select_on_dev else (None, None),
+                (test_file, test_units),
+                folder,
+            )
+            per_seed[str(seed)] = metrics
+            trained[str(seed)] = summary
+        result = {
+            "task": self.task.name,
+            "labels": self.settings.labels,
+            "mix": self.base.mix,
+            "pool": self.pool,
+            "units": {"train": len(train_units), "dev": len(dev_units or []), "test": len(test_units or [])},
+            "preprocessing": train_stats,
+            "models": {str(s): "." if len(seeds) == 1 else f"seed-{s}" for s in seeds},
+            "training": trained,
+            # Every seed's warnings in one list, as info and the report read them from any stage.
+            "warnings": [f"seed {seed}: {w}" for seed, summary in trained.items() for w in summary["warnings"]],
+        }
+        if self.gmap is not None:
+            result["gmap"] = {**trained[str(seeds[0])].pop("gmap", {}), **self.gmap.describe()}
+            for summary in trained.values():
+                summary.pop("gmap", None)
+        if tmp is not None:
+            result["summary"] = self._write_metrics_and_card(tmp, seeds, per_seed)
+        return result
+
+    def _write_metrics_and_card(self, tmp: Path, seeds: Sequence[int], per_seed: dict[str, Any]) -> dict[str, Any]:
+        """metrics.json (every seed, and their mean and sd) and the model card; the headline figures."""
+        metrics_doc: dict[str, Any] = {
+            "seeds": list(seeds),
+            "primary_metric": self.settings.metric,
+            "pool": self.pool,
+            "summary": summarize_seeds(per_seed),
+            "per_seed": per_seed,
+        }
+        card = finetuned_card(
+            base_model=display_name(self.ref), base_model_hub_id=hub_id(self.ref), task=self.task.name, labels=list(self.settings.labels), metric=self.settings.metric or "",
+            summary=metrics_doc["summary"], seeds=list(seeds), mix=self.base.mix or 0.0, pool=self.pool,
+            two_tokenizers=self.tokenizers.has_domain, general_tokenizer=GENERAL_TOKENIZER_DIR,
+            adaptation=self.ref.config().get(CONFIG_KEY), untyped_labels=untyped_labels(self.settings.labels) if self.task.name == "ner" else [],
+        )
+        with resource_errors(tmp):
+            write_json(tmp / "metrics.json", metrics_doc)
+            (tmp / CARD_FILE).write_text(card, encoding="utf-8")
+        return _headline(metrics_doc, self.settings.metric or "", self.pool)
+
+    def _one_seed(
+        self,
+        seed: int,
+        train_units: list[Unit],
+        dev: tuple[TaskFile | None, list[Unit] | None],
+        test: tuple[TaskFile | None, list[Unit] | None],
+        folder: Path | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Train one model and evaluate it; ``dev`` (when given) selects the best epoch."""
+        import torch
+        from transformers import set_seed
+
+        set_seed(seed)  # python, numpy, torch: the new head's initialisation and dropout
+        with quiet_transformers():
+            model = self.task.load_model(self.ref.path, self.settings.labels)
+        if self.gmap is not None:
+            from greenadapt.modeling.gmap.wiring import build_model
+
+            model = build_model(model, self.gmap)
+        vocab_rows = model.get_input_embeddings().weight.shape[0]
+        check_vocab_fits(self.tokenizers, vocab_rows, self.ref.path)
+        n_base = self.tokenizers.general_vocab_size if self.tokenizers.has_domain else vocab_rows
+        config = replace(self.base, seed=seed)
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+
+        metric = self.settings.metric or self.task.default_metric
+        dev_file, dev_units = dev
+
+        def evaluate(m: Any) -> tuple[float, dict[str, Any]]:
+            scores = self._scores(m, dev_file, dev_units, (self.pool,))[0][self.pool]  # type: ignore[arg-type]
+            return float(scores[metric]), {metric: scores[metric]}
+
+        result = train(
+            model,
+            train_units,
+            config,
+            self.ctx,
+            pad_id=self.tokenizers.pad_id,
+            n_base_rows=n_base,
+            has_domain=self.tokenizers.has_domain,
+            evaluate=evaluate if dev_file is not None and dev_units is not None else None,
+            log_path=folder / "train_log.jsonl" if folder is not None else None,
+            progress=self.progress,
+            checkpoint=replace(self.checkpoint, folder=self.checkpoint.folder / f"seed-{seed}") if self.checkpoint else None,
+            stop=self.stop,
+        )
+        metrics = self._score_splits(model, (("dev", dev), ("test", test)), result.warnings, folder)
+        if folder is not None:
+            with resource_errors(folder):
+                self._save(model, folder)
+        summary = {
+            "steps": result.steps,
+            "epochs": result.epochs_run,
+            "best_epoch": result.best_epoch,
+            "dev_history": result.dev_history,
+            "train_seconds": round(result.seconds, 2),
+            "domain_fraction": round(result.domain_fraction, 4),
+            "warnings": result.warnings,
+        }
+        if self.gmap is not None:
+            summary["gmap"] = model.describe()
+            if model.memory_cache is not None:
+                summary["gmap_cache"] = model.memory_cache.stats()
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return metrics, summary
+
+    def _score_splits(
+        self, model: Any, splits: Sequence[tuple[str, tuple[TaskFile | None, list[Unit] | None]]], warnings: list[str], folder: Path | None
+    ) -> dict[str, Any]:
+        """Every split's scores under each reported pooling mode; its predictions written, its health warnings added."""
+        metrics: dict[str, Any] = {}
+        for split, (task_file, units) in splits:
+            if task_file is None or units is None:
+                continue
+            scores, predictions = self._scores(model, task_file, units, _report_modes(self.tokenizers))
+            metrics[split] = scores
+            if task_file.labelled:
+                warnings.extend(prediction_warnings(split, task_file.gold(), predictions[self.pool]))
+            if folder is not None:
+                with resource_errors(folder):
+                    write_predictions(task_file, predictions[self.pool], folder / "predictions" / prediction_file_name(task_file, split))
+                    write_json(folder / "predictions" / by_pool_file_name(split), self._by_pool(task_file, predictions))
+        return metrics
+
+    def _scores(
+        self, model: Any, task_file: TaskFile, units: list[Unit], modes: Sequence[str]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+        from greenadapt.training.pooling import pooled_logits
+
+        logits = pooled_logits(
+            model,
+            units,
+            self.ctx,
+            has_domain=self.tokenizers.has_domain,
+            pad_id=self.tokenizers.pad_id,
+            batch_size=self.base.eval_batch_size,
+            precision=self.base.precision,
+            modes=modes,
+        )
+        scores, predictions = {}, {}
+        for mode, values in logits.items():
+            predictions[mode] = self.task.decode(task_file, argmax_labels(values, self.settings.labels))
+            scores[mode] = self.task.score(task_file, predictions[mode], self.settings)
+        return scores, predictions
+
+    def _by_pool(self, task_file: TaskFile, predictions: dict[str, list[Any]]) -> dict[str, Any]:
+        """Gold and every pooling mode's predictions, example by example: what ``compare``'s paired bootstrap reads."""
+        return {
+            "task": self.task.name, "metric": self.settings.metric or self.task.default_metric,
+            "positive_label": self.settings.positive_label, "gold": task_file.gold(),
+            "pools": {mode: [list(p) if isinstance(p, tuple | list) else p for p in values] for mode, values in predictions.items()},
+        }
+
+    def _save(self, model: Any, folder: Path) -> None:
+        if self.gmap is not None:
+            from greenadapt.modeling.gmap import wiring as gmap
+
+            gmap.save(model, folder, self.gmap)
+        else:
+            with quiet_transformers():
+                model.save_pretrained(str(folder))
+        if self.tokenizers.domain is not None:
+            self.tokenizers.domain.save_pretrained(str(folder))
+            self.tokenizers.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
+        else:
+            self.tokenizers.general.save_pretrained(str(folder))
+        write_json(folder / TASK_FILE, self.settings.to_json())
+
+
+def by_pool_file_name(split: str) -> str:
+    """Where a run folder keeps ``split``'s gold and per-pooling-mode predictions (``predictions/``)."""
+    return f"{split}.by_pool.json"
+
+
+def _report_modes(tokenizers: TokenizerPair) -> tuple[str, ...]:
+    from greenadapt.training.pooling import report_modes
+
+    return report_modes(tokenizers.has_domain)
+
+
+def _headline(metrics_doc: dict[str, Any], metric: str, pool: str) -> dict[str, Any]:
+    """The one number per split a summary line shows: the primary metric under the chosen pooling."""
+    headline = {}
+    for split, pools in metrics_doc["summary"].items():
+        value = pools.get(pool, {}).get(metric)
+        if value is not None:
+            headline[split] = value
+    return headline

@@ -1,0 +1,382 @@
+"""The ``multitask`` stage: training one shared encoder with PALs and a head per task.
+
+A multitask run folder (kind ``multitask``, written through StageRun)::
+
+    manifest.json          stats: parameter counts, per-task and average scores, training summary
+    metrics.json           per task, split and pooling mode; averages of the primary metrics
+    pals_config.json       adapter kind, size, heads; the tasks, their types and label counts
+    base/                  the shared encoder (transformers folder) and its tokenizer(s)
+        general-tokenizer/ T_LM, when the model has a domain tokenizer
+    tasks/<name>/
+        adapter.safetensors    the task's PALs and head
+        greenadapt_task.json   labels, reader options, lengths (as `finetune` writes them)
+        predictions/<split>.<ext>
+    train_log.jsonl        one line per step (with its task), one per dev evaluation
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from greenadapt.artifacts.files import file_identity, write_json
+from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, TokenizerPair, check_vocab_fits
+from greenadapt.artifacts.pretrained import resolve_model, slugify
+from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
+from greenadapt.artifacts.workspace import workdir as resolve_workdir
+from greenadapt.data.predictions import prediction_file_name, write_predictions
+from greenadapt.data.task_files import TaskFile, check_known_labels
+from greenadapt.defaults import DEFAULT_MAX_LENGTH, check_max_length
+from greenadapt.errors import DataError, UsageError
+from greenadapt.machine.devices import pick_device
+from greenadapt.modeling.gmap.options import GmapOptions
+from greenadapt.modeling.pals.config import BASE_DIR, TASKS_DIR, PalsConfig
+from greenadapt.modeling.units import Unit
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.runners.multitask.sampling import check_sampling
+from greenadapt.runners.multitask.spec import TaskSpec, check_unique
+from greenadapt.runners.multitask.train import MultitaskConfig, train_multitask
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task
+from greenadapt.training.distributed import DistContext
+from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix
+from greenadapt.training.health import prediction_warnings
+from greenadapt.training.pooling import POOL_MODES
+
+log = logging.getLogger(__name__)
+
+KIND = "multitask"
+
+
+@dataclass
+class MultitaskOptions:
+    tasks: list[TaskSpec]
+    model: str | None = None
+    out: Path | None = None
+    workdir: Path | None = None
+    pals: PalsConfig = field(default_factory=PalsConfig)
+    training: TrainConfig = field(default_factory=TrainConfig)  # mix None: 0.5 with a domain tokenizer, else 0
+    sampling: str = "annealed"
+    steps_per_epoch: int | None = None
+    freeze_base: bool = False
+    pool: str = "mean"
+    max_length: int = DEFAULT_MAX_LENGTH
+    max_words: int = 30
+    device: str = "auto"
+    force: bool = False
+    wait: bool = False
+    gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion of a frozen general model (strategy "none": off)
+
+
+@dataclass
+class _Prepared:
+    spec: TaskSpec
+    task: LabellingTask
+    settings: TaskSettings
+    files: dict[str, TaskFile]  # train, and dev/test when given
+
+
+def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """Train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
+    from greenadapt.artifacts.destination import check_run_destination
+    from greenadapt.artifacts.model_folder import ExpandedModel
+    from greenadapt.runners.finetune.run import identity_of_model
+
+    _check_options(options)
+    ref = resolve_model(options.model)
+    model_identity = identity_of_model(ref)
+    folder = ExpandedModel.open(ref)
+    tokenizers = folder.tokenizers
+    options.gmap.check()
+    gmap = None
+    if options.gmap.enabled:
+        from greenadapt.modeling.gmap.wiring import prepare
+
+        gmap = prepare(options.gmap, ref, tokenizers.general, cache_root=resolve_workdir(options.workdir) / "cache")
+    mix = resolve_mix(options.training.mix, tokenizers.has_domain, ref.path)
+    if options.pool == "domain" and not tokenizers.has_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
+    pool = options.pool if tokenizers.has_domain else "general"
+    max_length = folder.capped_length(options.max_length)
+    prepared = [_prepare(spec, tokenizers, max_length, options.max_words) for spec in options.tasks]
+
+    training = replace(options.training, mix=mix)
+    config = {
+        "tasks": [{**p.spec.to_json(), "settings": p.settings.to_json()} for p in prepared],
+        "pals": options.pals.to_json(),
+        "train": training.recorded(),
+        "sampling": options.sampling,
+        "steps_per_epoch": options.steps_per_epoch,
+        "freeze_base": options.freeze_base,
+        "pool": pool,
+        "model": ref.name,
+    }
+    inputs = [model_identity] + [
+        {"role": f"{p.spec.name}:{role}", **file_identity(f.path)} for p in prepared for role, f in p.files.items()
+    ]
+    if gmap is not None:
+        config["gmap"] = options.gmap.to_config(gmap.general)
+        inputs.append({"role": "general", **identity_of_model(gmap.general)})
+    out = options.out or resolve_workdir(options.workdir) / "multitask" / slugify("-".join(p.spec.name for p in prepared)) / ref.slug
+    check_run_destination(
+        out, kind=KIND, force=options.force, model=ref.path, data=[f.path for p in prepared for f in p.files.values()],
+        workdir=options.workdir,
+    )
+    ctx = DistContext(device=pick_device(options.device))
+    with StageRun(KIND, out, config, inputs, force=options.force, wait=options.wait, libraries=("torch", "transformers", "tokenizers")) as stage:
+        if stage.skipped:
+            return StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
+        stats = _train_and_save(prepared, ref.path, tokenizers, options, training, pool, ctx, stage.tmp, progress, gmap)
+        manifest = stage.commit(stats=stats)
+        return StageOutcome(stage.out, manifest, False)
+
+
+def _check_options(options: MultitaskOptions) -> None:
+    check_unique(options.tasks)
+    check_sampling(options.sampling)
+    training = options.training
+    check_mix(training.mix)
+    if options.pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {options.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    for name, value in (("--batch-size", training.batch_size), ("--epochs", training.epochs),
+                        ("--max-words", options.max_words), ("--eval-batch-size", training.eval_batch_size)):
+        if value < 1:
+            raise UsageError(f"{name} must be at least 1")
+    check_max_length(options.max_length)
+    if options.steps_per_epoch is not None and options.steps_per_epoch < 1:
+        raise UsageError("--steps-per-epoch must be at least 1")
+    if training.max_steps is not None and training.max_steps < 1:
+        raise UsageError("--max-steps must be at least 1")
+    training.check_schedule()
+
+
+def _prepare(spec: TaskSpec, tokenizers: TokenizerPair, max_length: int, max_words: int) -> _Prepared:
+    task = get_labelling_task(spec.type)
+    files = {"train": task.read(spec.train, spec.reader, require_labels=True)}
+    for role in ("dev", "test"):
+        path = getattr(spec, role)
+        if path is not None:
+            files[role] = task.read(path, spec.reader, require_labels=True)
+    labels = task.order_labels(files["train"].labels())
+    if len(labels) < 2:
+        raise DataError(
+            f"task {spec.name!r}: the training data has only {len(labels)} label(s) ({', '.join(labels)})", path=files["train"].path
+        )
+    for role in ("dev", "test"):
+        if role in files:
+            check_known_labels(files[role], labels, f"training ({spec.name})")
+    positive = task.positive_label(labels, spec.positive_label)
+    try:
+        metric = task.check_metric(spec.metric, positive)
+    except UsageError as exc:
+        raise UsageError(f"task {spec.name!r}: {exc.message}", hint=exc.hint) from None
+    settings = TaskSettings(
+        task=task.name,
+        labels=labels,
+        max_length=max_length,
+        max_words=max_words,
+        metric=metric,
+        positive_label=positive,
+        reader=spec.reader.as_config(),
+        has_domain_tokenizer=tokenizers.has_domain,
+    )
+    return _Prepared(spec, task, settings, files)
+
+
+def _units(prepared: list[_Prepared], tokenizers: TokenizerPair, gmap: Any) -> tuple[dict[str, dict[str, list[Unit]]], dict[str, Any]]:
+    """Every task's units per file role (train, dev, test), and the training files' preprocessing figures."""
+    units: dict[str, dict[str, list[Unit]]] = {}
+    preprocessing = {}
+    for p in prepared:
+        units[p.spec.name] = {}
+        for role, task_file in p.files.items():
+            task_units, stats = p.task.units(task_file, p.settings, tokenizers, training=role == "train")
+            if gmap is not None:
+                from greenadapt.modeling.gmap.wiring import attach_memory
+
+                attach_memory(task_units, task_file.examples, gmap.tokenizer, gmap.max_length)
+            units[p.spec.name][role] = task_units
+            if role == "train":
+                preprocessing[p.spec.name] = stats
+    return units, preprocessing
+
+
+def _build_model(prepared: list[_Prepared], model_path: Path, tokenizers: TokenizerPair, options: MultitaskOptions, gmap: Any) -> Any:
+    """The shared encoder with each task's adapter and head (and G-MAP's fusion)."""
+    import torch
+    from transformers import AutoModel
+
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.modeling.pals.model import MultiTaskModel
+
+    with quiet_transformers():
+        base = AutoModel.from_pretrained(str(model_path), dtype=torch.float32)
+    check_vocab_fits(tokenizers, base.get_input_embeddings().weight.shape[0], model_path)
+    model = MultiTaskModel(base, options.pals)
+    for p in prepared:
+        model.add_task(p.spec.name, p.spec.type, len(p.settings.labels))
+    if gmap is not None:
+        from greenadapt.modeling.gmap.wiring import build_model
+
+        model.attach_fusion(build_model(model.base, gmap))
+    return model
+
+
+def _score_and_save(
+    prepared: list[_Prepared], model: Any, scores: Any, tokenizers: TokenizerPair, pool: str, tmp: Path, gmap: Any
+) -> dict[str, Any]:
+    """Score dev and test under every pooling mode, write predictions, the model, tokenizers and metrics.json."""
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.training.pooling import report_modes
+
+    metrics: dict[str, Any] = {}
+    modes = report_modes(tokenizers.has_domain)
+    for p in prepared:
+        task_dir = tmp / TASKS_DIR / p.spec.name
+        metrics[p.spec.name] = {"metric": p.settings.metric}
+        for role in ("dev", "test"):
+            if role not in p.files:
+                continue
+            split_scores, predictions = scores(p, role, modes)
+            metrics[p.spec.name][role] = split_scores
+            if p.files[role].labelled:
+                warnings = prediction_warnings(f"{p.spec.name} {role}", p.files[role].gold(), predictions[pool])
+                metrics[p.spec.name].setdefault("warnings", []).extend(warnings)
+            write_predictions(p.files[role], predictions[pool], task_dir / "predictions" / prediction_file_name(p.files[role], role))
+    with quiet_transformers():
+        model.save(tmp, save_base=gmap is None)
+    if gmap is not None:
+        from greenadapt.modeling.gmap.wiring import save as save_fused
+
+        save_fused(model.fusion, tmp / BASE_DIR, gmap)  # the encoder, gates and gmap_config.json
+    _save_tokenizers(tokenizers, tmp / BASE_DIR)
+    for p in prepared:
+        write_json(tmp / TASKS_DIR / p.spec.name / TASK_FILE, p.settings.to_json())
+    write_json(tmp / "metrics.json", {"pool": pool, "tasks": metrics, "average": _averages(metrics, pool)})
+    return metrics
+
+
+def _train_and_save(
+    prepared: list[_Prepared],
+    model_path: Path,
+    tokenizers: TokenizerPair,
+    options: MultitaskOptions,
+    training: TrainConfig,
+    pool: str,
+    ctx: DistContext,
+    tmp: Path,
+    progress: Progress,
+    gmap: Any = None,
+) -> dict[str, Any]:
+    from transformers import set_seed
+
+    units, preprocessing = _units(prepared, tokenizers, gmap)
+    set_seed(training.seed)
+    model = _build_model(prepared, model_path, tokenizers, options, gmap)
+    names = [p.spec.name for p in prepared]
+
+    def scores(p: _Prepared, role: str, modes: Sequence[str]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        return _score(model.task_view(p.spec.name), p, p.files[role], units[p.spec.name][role], tokenizers, ctx, training, modes)
+
+    with_dev = [p for p in prepared if "dev" in p.files]
+
+    def evaluate(_: Any) -> tuple[float, dict[str, Any]]:
+        per_task = {p.spec.name: float(scores(p, "dev", (pool,))[0][pool][p.settings.metric]) for p in with_dev}
+        return sum(per_task.values()) / len(per_task), {"tasks": per_task}
+
+    config = MultitaskConfig(training, options.sampling, options.steps_per_epoch, options.freeze_base)
+    result = train_multitask(
+        model,
+        names,
+        [units[n]["train"] for n in names],
+        config,
+        ctx,
+        pad_id=tokenizers.pad_id,
+        evaluate=evaluate if with_dev else None,
+        log_path=tmp / "train_log.jsonl",
+        progress=progress,
+    )
+    with resource_errors(tmp):
+        metrics = _score_and_save(prepared, model, scores, tokenizers, pool, tmp, gmap)
+    averages = _averages(metrics, pool)
+    counts = model.parameter_counts()
+    counts["formula_per_task"] = {n: model.expected_task_parameters(n) for n in names}
+    counts["trainable"] = result.trainable_parameters
+    headline = {
+        n: {role: metrics[n][role][pool][metrics[n]["metric"]] for role in ("dev", "test") if role in metrics[n]} for n in names
+    }
+    return {
+        "tasks": names,
+        "adapter": options.pals.adapter,
+        "gmap": None if gmap is None else {"strategy": options.gmap.strategy, **gmap.describe()},
+        "pool": pool,
+        "mix": training.mix,
+        "parameters": counts,
+        "scores": headline,
+        "average": averages,
+        "units": {n: {role: len(u) for role, u in units[n].items()} for n in names},
+        "preprocessing": preprocessing,
+        "training": {
+            "steps": result.steps,
+            "epochs": result.epochs_run,
+            "steps_per_epoch": result.steps_per_epoch,
+            "task_steps": result.task_steps,
+            "best_epoch": result.best_epoch,
+            "dev_history": result.dev_history,
+            "train_seconds": round(result.seconds, 2),
+            "domain_fraction": round(result.domain_fraction, 4),
+        },
+    }
+
+
+def _score(
+    view: Any,
+    p: _Prepared,
+    task_file: TaskFile,
+    units: list[Unit],
+    tokenizers: TokenizerPair,
+    ctx: DistContext,
+    training: TrainConfig,
+    modes: Sequence[str],
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    from greenadapt.training.pooling import pooled_logits
+
+    logits = pooled_logits(
+        view,
+        units,
+        ctx,
+        has_domain=tokenizers.has_domain,
+        pad_id=tokenizers.pad_id,
+        batch_size=training.eval_batch_size,
+        precision=training.precision,
+        modes=modes,
+    )
+    result, predictions = {}, {}
+    for mode, values in logits.items():
+        predictions[mode] = p.task.decode(task_file, argmax_labels(values, p.settings.labels))
+        result[mode] = p.task.score(task_file, predictions[mode], p.settings)
+    return result, predictions
+
+
+def _averages(metrics: dict[str, Any], pool: str) -> dict[str, float]:
+    """Per split: the mean over tasks of each task's primary metric (only splits every task has)."""
+    averages = {}
+    for role in ("dev", "test"):
+        values = [m[role][pool][m["metric"]] for m in metrics.values() if role in m]
+        if values and len(values) == len(metrics):
+            averages[role] = sum(values) / len(values)
+    return averages
+
+
+def _save_tokenizers(tokenizers: TokenizerPair, folder: Path) -> None:
+    if tokenizers.domain is not None:
+        tokenizers.domain.save_pretrained(str(folder))
+        tokenizers.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
+    else:
+        tokenizers.general.save_pretrained(str(folder))
+
+
+# --------------------------------------------------------------------------
+__all__ = ["KIND", "MultitaskOptions", "run_multitask"]

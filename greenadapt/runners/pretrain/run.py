@@ -1,0 +1,456 @@
+"""The ``pretrain`` stage and ``pretrain --eval-only``: what the CLI calls.
+
+A pretrain folder (kind ``pretrain``, written through StageRun)::
+
+    manifest.json          config, inputs, held-out losses per evaluation, cost
+    config.json, model.safetensors   the domain model with its MLM head (AutoModelForMaskedLM / AutoModel load it)
+    tokenizer.json, ...    the training tokenizer's folder files: T̂ for an expanded model (T_LM in general-tokenizer/)
+    train_log.jsonl        one line per optimizer step, one per held-out evaluation
+    gmap_config.json, gmap_gates.safetensors   with --gmap (GmapModel.from_pretrained reloads the fused model)
+
+Tokenizer: an expanded model (a folder with ``general-tokenizer/``) is
+trained on its domain tokenizer T̂ by default, so the added rows are
+trained in context (``--tokenizer general`` trains on T_LM instead).
+
+``--gmap``: the encoder of the masked-LM model is fused with a frozen
+general model (:class:`greenadapt.modeling.gmap.model.GmapModel` around
+``model.base_model``); the MLM head stays on the domain model. The general
+model reads the same *masked* input ids (so its memory cannot reveal the
+targets), which is why it must share the training tokenizer's vocabulary.
+
+Under torchrun every process trains; only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from greenadapt.artifacts.files import write_json
+from greenadapt.artifacts.manifest import Manifest
+from greenadapt.artifacts.stage import StageOutcome, resource_errors
+from greenadapt.defaults import DEFAULT_MAX_LENGTH, check_max_length
+from greenadapt.errors import ModelError, UsageError
+from greenadapt.machine.cores import available_cores
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.runners.pretrain.data import MixedCorpus, PackedCorpus
+from greenadapt.runners.pretrain.train import PretrainConfig
+from greenadapt.training.finetuning import check_mix
+from greenadapt.training.job import TrainingStage, training_stage
+
+log = logging.getLogger(__name__)
+
+KIND = "pretrain"
+LOG_FILE = "train_log.jsonl"
+TOKENIZER_CHOICES = ("auto", "domain", "general")
+_LATER_OPTIONS = {"head_warmup_steps": 0, "train": "all"}  # training options newer than the first pretrain outputs, with their defaults
+
+
+@dataclass
+class PretrainOptions:
+    corpus: list[str]
+    model: str | None = None
+    out: Path | None = None
+    workdir: Path | None = None
+    text_fields: list[str] | None = None
+    training: PretrainConfig = field(default_factory=PretrainConfig)
+    max_length: int = DEFAULT_MAX_LENGTH
+    heldout: int = 256
+    whole_word_masking: bool = False
+    mask_probability: float = 0.15
+    tokenizer: str = "auto"
+    mix: float | None = None  # share of sequences read with the domain tokenizer, the rest with the general one
+    general_corpus: list[str] | None = None  # held-out loss on a general corpus too (forgetting)
+    gmap: str | None = None
+    gmap_layers: tuple[int, ...] | None = None
+    general_model: str | None = None
+    device: str = "auto"
+    workers: int | None = None  # pre-tokenizing processes (default: greenadapt.machine.cores.available_cores)
+    force: bool = False
+    wait: bool = False
+    save_every: int | None = None
+    resume: bool = False
+
+
+def _check(options: PretrainOptions) -> None:
+    options.training.check()
+    check_max_length(options.max_length)
+    if options.heldout < 1:
+        raise UsageError("--heldout must be at least 1")
+    if options.tokenizer not in TOKENIZER_CHOICES:
+        raise UsageError(f"unknown --tokenizer {options.tokenizer!r}", hint="auto, domain or general")
+    check_mix(options.mix)
+    if options.mix is not None:
+        if options.tokenizer != "auto":
+            raise UsageError("--mix chooses the tokenizer per sequence; it cannot be combined with --tokenizer", hint="drop --tokenizer")
+        if options.gmap is not None:
+            raise UsageError("--mix cannot be combined with --gmap", hint="G-MAP's general model reads one tokenizer's ids")
+    if options.gmap is not None and not options.general_model:
+        raise UsageError("--gmap needs --general-model", hint="pass the general model whose hidden states are the memory")
+    if options.general_model and options.gmap is None:
+        raise UsageError("--general-model is only used with --gmap", hint="add --gmap chunk (or single, multi, gated)")
+    if options.save_every is not None and options.save_every < 1:
+        raise UsageError("--save-every must be at least 1")
+
+
+# --------------------------------------------------------------------------
+# Shared pieces: tokenizer, corpora, model
+
+
+@dataclass
+class _Setup:
+    ref: Any
+    pair: Any  # TokenizerPair
+    tokenizer: Any  # the one training reads
+    view: str  # "domain" or "general"
+    max_length: int
+
+
+def _setup(model: str | None, tokenizer_choice: str, max_length: int, *, mix: float | None = None) -> _Setup:
+    from greenadapt.artifacts.model_folder import ExpandedModel
+    from greenadapt.artifacts.pretrained import resolve_model
+
+    ref = resolve_model(model)
+    folder = ExpandedModel.open(ref)
+    pair = folder.tokenizers
+    if tokenizer_choice == "domain" and not pair.has_domain:
+        raise UsageError("--tokenizer domain needs a model folder with a domain tokenizer", path=ref.path, hint="pass a folder written by `greenadapt expand`")
+    if mix is not None:
+        _check_mixable(pair, ref.path)
+    view = "domain" if pair.has_domain and tokenizer_choice != "general" else "general"
+    tokenizer = pair.domain if view == "domain" else pair.general
+    max_length = folder.capped_length(max_length)
+    return _Setup(ref, pair, tokenizer, view, max_length)
+
+
+def _check_mixable(pair: Any, path: Path) -> None:
+    """--mix reads both tokenizers' ids with one embedding matrix and one masker: the domain tokenizer
+    must extend the general one (every general entry at the same id), as ``expand`` writes it."""
+    if not pair.has_domain:
+        raise UsageError("--mix needs a model folder with a domain tokenizer", path=path, hint="pass a folder written by `greenadapt expand`")
+    domain = pair.domain.get_vocab()
+    if any(domain.get(piece) != index for piece, index in pair.general.get_vocab().items()):
+        raise UsageError(
+            "--mix needs a domain tokenizer that extends the general one, and this folder's does not",
+            path=path, hint="pass a folder written by `greenadapt expand`",
+        )
+
+
+def _packed(
+    specs: list[str], text_fields: list[str] | None, setup: _Setup, root: Path, heldout: int, workers: int, force: bool,
+    progress: Progress, *, tokenizer: Any = None,
+) -> tuple[PackedCorpus, dict[str, Any]]:
+    from greenadapt.corpus import resolve_corpus
+    from greenadapt.runners.pretrain.data import tokenize_corpus
+
+    sources = resolve_corpus(specs, text_fields=text_fields)
+    tokenizer = setup.tokenizer if tokenizer is None else tokenizer
+    cache = tokenize_corpus(sources, tokenizer, root / "cache", workers=workers, force=force, progress=progress)
+    corpus = PackedCorpus.build(cache.array(), setup.max_length, setup.pair.cls_id, setup.pair.sep_id, heldout)
+    stats = {"tokens": cache.n_tokens, "lines": cache.lines, "sequences": len(corpus), "heldout_sequences": corpus.n_heldout}
+    return corpus, stats
+
+
+def _training_corpus(
+    options: PretrainOptions, setup: _Setup, root: Path, workers: int, progress: Progress
+) -> tuple[PackedCorpus | MixedCorpus, dict[str, Any]]:
+    """The training corpus packed with the training tokenizer, or with both under ``--mix``."""
+    packed = partial(_packed, options.corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
+    corpus, stats = packed()
+    if options.mix is None:
+        return corpus, stats
+    general_view, general_stats = packed(tokenizer=setup.pair.general)
+    return MixedCorpus(corpus, general_view, options.mix, options.training.seed), {**stats, "mix": options.mix, "general_tokenizer": general_stats}
+
+
+def _load_mlm(setup: _Setup) -> Any:
+    import transformers
+
+    from greenadapt.artifacts.model_folder import check_vocab_fits
+    from greenadapt.artifacts.pretrained import quiet_transformers
+
+    try:
+        with quiet_transformers():
+            model, info = transformers.AutoModelForMaskedLM.from_pretrained(str(setup.ref.path), output_loading_info=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelError(f"cannot load a masked-LM model: {' '.join(str(exc).split())[:200]}", path=setup.ref.path, hint="pass a BERT-style model folder") from None
+    missing = [k for k in info.get("missing_keys", []) if not k.endswith("decoder.weight")]
+    if missing:
+        log.warning(
+            "%s has no weights for %d masked-LM head tensor(s) (%s...): they start from a random initialisation"
+            " (--head-warmup-steps fits them before the encoder is trained)",
+            setup.ref.path, len(missing), missing[0],
+        )
+    rows = model.get_input_embeddings().weight.shape[0]
+    check_vocab_fits(setup.pair, rows, setup.ref.path)
+    output = model.get_output_embeddings()
+    if output is not None:
+        out_rows = output.weight.shape[0]
+        bias = getattr(output, "bias", None)
+        if out_rows != rows or (bias is not None and bias.shape[0] != rows):
+            raise ModelError(
+                f"the masked-LM decoder covers {out_rows} tokens (bias {None if bias is None else bias.shape[0]}), the embeddings {rows}",
+                path=setup.ref.path,
+                hint="the output layer must cover every embedding row; re-run `greenadapt expand` on the original model",
+            )
+    return model
+
+
+def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...] | None, general_model: str, gates: Path | None = None) -> Any:
+    import transformers
+
+    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer, resolve_model
+    from greenadapt.modeling.gmap.config import GmapConfig
+    from greenadapt.modeling.gmap.model import GmapModel
+
+    general_ref = resolve_model(general_model)
+    try:
+        general_tokenizer = load_wordpiece_tokenizer(general_ref.path)
+    except ModelError:
+        general_tokenizer = None
+    if general_tokenizer is not None and general_tokenizer.get_vocab() != setup.tokenizer.get_vocab():
+        raise UsageError(
+            f"--general-model {general_model} has another vocabulary than the training tokenizer ({setup.view})",
+            hint="the general model reads the same masked ids; for an expanded model pass --tokenizer general",
+        )
+    from greenadapt.artifacts.pretrained import quiet_transformers
+
+    with quiet_transformers():
+        general = transformers.AutoModel.from_pretrained(str(general_ref.path))
+    if general.get_input_embeddings().weight.shape[0] < len(setup.tokenizer):
+        raise UsageError(f"--general-model {general_model} has fewer embedding rows than the training tokenizer has entries")
+    gmap = GmapModel(model.base_model, general, GmapConfig(strategy=strategy, layers=layers, general_model=general_model))
+    if gates is not None:
+        from safetensors.torch import load_file
+
+        gmap.gates.load_state_dict(load_file(str(gates)), strict=True)
+    return gmap
+
+
+def _save_model(model: Any, gmap: Any, setup: _Setup, folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.modeling.gmap.config import CONFIG_FILE, GATES_FILE
+
+    describe = None
+    if gmap is not None:
+        describe = gmap.describe()
+        describe["domain"]["architecture"] = type(model).__name__  # the saved domain model carries the MLM head
+        gates = {k: v.detach().to("cpu").contiguous() for k, v in gmap.gates.state_dict().items()}
+        gmap.unwrap()
+    with resource_errors(folder):
+        with quiet_transformers():
+            model.save_pretrained(str(folder))
+        if setup.view == "domain":
+            setup.pair.domain.save_pretrained(str(folder))
+            setup.pair.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
+        else:
+            setup.pair.general.save_pretrained(str(folder))
+        if describe is not None:
+            if gates:
+                save_file(gates, str(folder / GATES_FILE), metadata={"format": "pt"})
+            write_json(folder / CONFIG_FILE, describe)
+
+
+# --------------------------------------------------------------------------
+# pretrain
+
+
+def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """Continue masked-LM training of ``options.model`` on ``options.corpus``; skip when an up-to-date output exists."""
+
+    from greenadapt.artifacts import workspace
+    from greenadapt.artifacts.destination import check_destination, corpus_reads, protected
+    from greenadapt.corpus import resolve_corpus, source_identities
+    from greenadapt.runners.finetune.run import identity_of_model
+
+    _check(options)
+    corpus_sources = resolve_corpus(options.corpus, text_fields=options.text_fields)  # bad input fails before loading torch
+    general_sources = resolve_corpus(options.general_corpus, text_fields=options.text_fields) if options.general_corpus else []
+    setup = _setup(options.model, options.tokenizer, options.max_length, mix=options.mix)
+    root = workspace.workdir(options.workdir)
+    workers = options.workers or available_cores()
+    training = options.training
+    config = {
+        # Options added later count only when used, so that outputs made before them stay up to date.
+        "train": {k: v for k, v in training.recorded().items() if not (k in _LATER_OPTIONS and v == _LATER_OPTIONS[k])},
+        "max_length": setup.max_length,
+        "heldout": options.heldout,
+        "masking": {"probability": options.mask_probability, "whole_word": options.whole_word_masking, "split": "80/10/10"},
+        "tokenizer": setup.view,
+        **({"mix": options.mix} if options.mix is not None else {}),  # only when used: earlier outputs stay up to date
+        "text_fields": options.text_fields,
+        "gmap": None if options.gmap is None else {"strategy": options.gmap, "layers": options.gmap_layers, "general_model": options.general_model},
+        "model": setup.ref.name,
+    }
+    inputs: list[dict[str, Any]] = [identity_of_model(setup.ref)]
+    inputs += [{"role": "corpus", **i} for i in source_identities(corpus_sources)]
+    inputs += [{"role": "general-corpus", **i} for i in source_identities(general_sources)]
+    out = Path(options.out) if options.out is not None else workspace.stage_dir(root, options.corpus, setup.ref.slug, KIND)
+    check_destination(
+        out, kind=KIND, force=options.force, workspace=root,
+        reads=[*protected("the --model", setup.ref.path), *corpus_reads(options.corpus), *corpus_reads(options.general_corpus or [])],
+    )
+    with training_stage(KIND, out, config, inputs, device=options.device, force=options.force, wait=options.wait,
+                        resume=options.resume) as job:
+        if job.up_to_date is not None:
+            return job.up_to_date
+        return job.commit(_train(options, setup, root, workers, job, progress))
+
+
+def _train(options: PretrainOptions, setup: Any, root: Path, workers: int, job: TrainingStage, progress: Progress) -> dict[str, Any]:
+    """Pack the corpora, train, save the model into the stage folder (rank 0); the manifest's stats."""
+    import torch
+    from transformers import set_seed
+
+    from greenadapt.runners.pretrain.data import Masker
+    from greenadapt.runners.pretrain.train import build_masked_lm, heldout_loss, pretrain
+
+    ctx, training = job.ctx, options.training
+    corpus, corpus_stats = _training_corpus(options, setup, root, workers, progress)
+    general, general_stats = None, None
+    if options.general_corpus:
+        general, general_stats = _packed(options.general_corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
+    set_seed(training.seed)
+    model = _load_mlm(setup)
+    gmap = _gmap_model(model, setup, options.gmap, options.gmap_layers, options.general_model) if options.gmap else None  # type: ignore[arg-type]
+    mlm = build_masked_lm(model, gmap)
+    vocab_rows = model.get_input_embeddings().weight.shape[0]
+    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=options.whole_word_masking, probability=options.mask_probability)
+
+    def evaluate(step: int) -> dict[str, Any]:
+        kwargs = {"pad_id": setup.pair.pad_id, "batch_size": training.eval_batch_size, "precision": training.precision}
+        result = {"domain": heldout_loss(mlm, corpus, masker, ctx, **kwargs)}
+        if general is not None:
+            result["general"] = heldout_loss(mlm, general, masker, ctx, **kwargs)
+        return result
+
+    result = pretrain(
+        mlm, corpus, masker, training, ctx,
+        pad_id=setup.pair.pad_id,
+        n_base_rows=setup.pair.general_vocab_size if setup.pair.has_domain else vocab_rows,
+        evaluate=evaluate,
+        log_path=job.tmp / LOG_FILE if job.tmp is not None else None,
+        progress=progress,
+        checkpoint=job.checkpointing(save_every=options.save_every, resume=options.resume),
+        stop=job.stop,
+    )
+    if job.tmp is not None:
+        _save_model(model.to("cpu"), gmap, setup, job.tmp)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    evaluations = result.evaluations
+    return {
+        "steps": result.steps,
+        "epochs": result.epochs,
+        "tokens_trained": result.tokens,
+        "train_seconds": round(result.seconds, 3),
+        "eval_seconds": round(result.eval_seconds, 3),
+        "tokens_per_second": round(result.tokens_per_second, 1),
+        "processes": ctx.world,
+        "device": str(ctx.device),
+        "corpus": corpus_stats,
+        "general_corpus": general_stats,
+        "tokenizer": setup.view,
+        "evaluations": evaluations,
+        "heldout_before": evaluations[0] if evaluations else None,
+        "heldout_after": evaluations[-1] if evaluations else None,
+        "gmap": None if gmap is None else {"plan": gmap.plan.describe()},
+    }
+
+
+# --------------------------------------------------------------------------
+# --eval-only
+
+
+@dataclass
+class EvalOptions:
+    corpora: list[str]  # each evaluated on its own
+    model: str | None = None
+    workdir: Path | None = None
+    text_fields: list[str] | None = None
+    max_length: int = DEFAULT_MAX_LENGTH
+    heldout: int = 256
+    whole_word_masking: bool = False
+    mask_probability: float = 0.15
+    tokenizer: str = "auto"
+    general_model: str | None = None  # for a --gmap model: the general model (default: the recorded one)
+    device: str = "auto"
+    batch_size: int = 32
+    precision: str = "auto"
+    workers: int | None = None
+
+
+def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> dict[str, Any]:
+    """Held-out masked-LM loss and perplexity of a model on each corpus (the first ``heldout`` sequences)."""
+    import json
+
+    from greenadapt.artifacts import workspace
+    from greenadapt.machine.devices import pick_device
+    from greenadapt.modeling.gmap.config import CONFIG_FILE, GATES_FILE, GmapConfig
+    from greenadapt.runners.pretrain.data import Masker
+    from greenadapt.runners.pretrain.train import build_masked_lm, heldout_loss
+    from greenadapt.training.distributed import DistContext
+
+    if not options.corpora:
+        raise UsageError("--eval-only needs at least one --corpus")
+    if options.heldout < 1 or options.batch_size < 1:
+        raise UsageError("--heldout and --eval-batch-size must be at least 1")
+    if options.tokenizer not in TOKENIZER_CHOICES:
+        raise UsageError(f"unknown --tokenizer {options.tokenizer!r}", hint="auto, domain or general")
+    setup = _setup(options.model, options.tokenizer, options.max_length)
+    root = workspace.workdir(options.workdir)
+    workers = options.workers or available_cores()
+    ctx = DistContext(device=pick_device(options.device))
+    import torch
+
+    torch.manual_seed(0)
+    model = _load_mlm(setup)
+    gmap = None
+    gmap_file = setup.ref.path / CONFIG_FILE
+    if gmap_file.is_file():
+        try:
+            doc = json.loads(gmap_file.read_text(encoding="utf-8"))
+            gconfig = GmapConfig.from_dict(doc["gmap"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelError(f"malformed G-MAP configuration: {exc}", path=gmap_file) from None
+        general = options.general_model or gconfig.general_model
+        if not general:
+            raise UsageError("this G-MAP model does not record its general model", path=gmap_file, hint="pass --general-model")
+        gates = setup.ref.path / GATES_FILE
+        gmap = _gmap_model(model, setup, gconfig.strategy, gconfig.layers, general, gates if gates.is_file() else None)
+    mlm = build_masked_lm(model, gmap).to(ctx.device).eval()
+    vocab_rows = model.get_input_embeddings().weight.shape[0]
+    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=options.whole_word_masking, probability=options.mask_probability)
+    results: dict[str, Any] = {}
+    for spec in options.corpora:
+        corpus, stats = _packed([spec], options.text_fields, setup, root, options.heldout, workers, False, progress)
+        scores = heldout_loss(mlm, corpus, masker, ctx, pad_id=setup.pair.pad_id, batch_size=options.batch_size, precision=options.precision)
+        results[spec] = {**scores, "corpus_tokens": stats["tokens"], "corpus_sequences": stats["sequences"]}
+    return {
+        "model": str(setup.ref.path),
+        "tokenizer": setup.view,
+        "max_length": setup.max_length,
+        "heldout": options.heldout,
+        "masking": {"probability": options.mask_probability, "whole_word": options.whole_word_masking, "seed": "fixed"},
+        "gmap": gmap is not None,
+        "results": results,
+    }
+
+
+def summary_line(outcome: StageOutcome) -> str:
+    stats = Manifest.of(outcome.manifest, outcome.path).stats
+    if outcome.skipped:
+        return f"pretrain: up to date -> {outcome.path}"
+    before, after = stats.get("heldout_before") or {}, stats.get("heldout_after") or {}
+    text = f"pretrain: {stats.get('steps', 0)} steps, {stats.get('tokens_per_second', 0):,.0f} tokens/s"
+    if "domain" in before and "domain" in after:
+        text += f"; held-out loss {before['domain']['loss']:.3f} -> {after['domain']['loss']:.3f}"
+    if "general" in before and "general" in after:
+        text += f" (general corpus {before['general']['loss']:.3f} -> {after['general']['loss']:.3f})"
+    return f"{text} -> {outcome.path}"

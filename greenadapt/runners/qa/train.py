@@ -1,0 +1,362 @@
+"""SQuAD-style fine-tuning of an extractive QA model, with the two-tokenizer mixture.
+
+Windows and answer positions are :mod:`greenadapt.runners.qa.features`'; the
+training loop is the runtime's with :class:`greenadapt.runners.qa.loop.QaTask` (the
+two-tokenizer mixture per question and epoch, transformers' QA loss over the
+global batch, the row-wise trained added embeddings of
+``--train-embeddings``). One process: there is no data-parallel path for QA yet.
+
+``dev`` and ``test`` are scored after training the way ``greenadapt qa``
+answers: each question over its whole context with centred windows,
+word-level logits pooled over the tokenizers (``pool``), exact match and F1
+with the official SQuAD normalisation. That is not transformers' per-window
+post-processing, so the numbers are comparable with ``greenadapt qa`` runs
+rather than with ``run_qa.py``'s. Dev does not select an epoch.
+
+The output folder loads with ``AutoModelForQuestionAnswering`` and
+``AutoTokenizer`` (T̂ at the top, T_LM in ``general-tokenizer/`` when the
+input had both), so ``greenadapt qa`` and transformers can use it directly;
+its ``greenadapt_task.json`` says task ``qa`` so ``greenadapt predict``
+can point to ``greenadapt qa`` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.artifacts.files import file_identity, write_json
+from greenadapt.artifacts.model_folder import ExpandedModel
+from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
+from greenadapt.errors import DataError, UsageError
+from greenadapt.modeling.gmap.options import GmapOptions
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.runners.qa.features import featurize
+from greenadapt.runners.qa.loop import train_qa
+from greenadapt.tasks import TASKS
+from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix
+
+if TYPE_CHECKING:
+    from greenadapt.data.squad import SquadData
+    from greenadapt.tasks import Task
+    from greenadapt.tasks.options import FinetuneOptions
+
+log = logging.getLogger(__name__)
+
+KIND = "finetune"
+TASK = "qa"
+QA_TRAINING = TASKS["qa"].training_config()  # the SQuAD recipe (greenadapt/tasks/qa.py)
+DEFAULT_MAX_LENGTH = 384
+DEFAULT_DOC_STRIDE = 128
+# Line-based task files: given to --task qa they are a mix-up of tasks, not broken JSON.
+_NOT_SQUAD_SUFFIXES = (".tsv", ".csv", ".txt", ".conll", ".conllu", ".iob", ".iob2", ".bio", ".jsonl", ".ndjson")
+
+
+@dataclass(frozen=True)
+class QaTrainOptions:
+    training: TrainConfig = field(default_factory=lambda: QA_TRAINING)  # its mix None: 0.5 with a domain tokenizer, else 0
+    max_length: int | None = None  # None: 384, or the model's limit when that is smaller
+    doc_stride: int | None = None  # None: 128, or a third of max_length when that is smaller
+    max_question_tokens: int = 64
+    pool: str | None = None  # dev/test scoring; None: mean with a domain tokenizer, else general
+    limit: int | None = None  # only the first N training questions
+    device: str = "auto"
+    gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion (strategy "none": off)
+    workdir: Path | None = None  # where --gmap-cache keeps the general states (<workdir>/cache/gmap)
+
+    def check(self) -> None:
+        from greenadapt.modeling.embeddings import TRAIN_EMBEDDINGS
+
+        config = self.training
+        check_mix(config.mix)
+        for flag, value in (
+            ("--batch-size", config.batch_size),
+            ("--grad-accum", config.grad_accum),
+            ("--epochs", config.epochs),
+            ("--eval-batch-size", config.eval_batch_size),
+            ("--max-steps", config.max_steps if config.max_steps is not None else 1),
+            ("--doc-stride", self.doc_stride if self.doc_stride is not None else 1),
+            ("max_question_tokens", self.max_question_tokens),
+            ("--limit", self.limit if self.limit is not None else 1),
+        ):
+            if value < 1:
+                raise UsageError(f"{flag} must be at least 1 (got {value})")
+        if config.batch_size < config.grad_accum:
+            raise UsageError(
+                f"--batch-size {config.batch_size} is smaller than --grad-accum {config.grad_accum}",
+                hint="--batch-size is the number of windows of one optimizer step",
+            )
+        config.check_schedule()
+        if config.train_embeddings not in TRAIN_EMBEDDINGS:
+            raise UsageError(f"unknown --train-embeddings {config.train_embeddings!r}", hint="all, new or none")
+        if config.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise UsageError(f"unknown --precision {config.precision!r}", hint="auto, fp32, bf16 or fp16")
+
+
+def finetune_qa(task: Task, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+    """``finetune --task qa`` (the QA task's runner): :func:`run_finetune_qa` with :func:`qa_train_options`."""
+    from greenadapt.artifacts.pretrained import resolve_model
+    from greenadapt.tasks.options import default_run_folder
+
+    qa_options = qa_train_options(options, task)
+    out = options.out or default_run_folder(options, resolve_model(options.model))
+    return run_finetune_qa(
+        options.model, options.train, out, dev=options.dev, test=options.test, options=qa_options,
+        force=options.force, wait=options.wait, progress=progress,
+    )
+
+
+def qa_train_options(options: FinetuneOptions, task: Task = TASKS["qa"]) -> QaTrainOptions:
+    """``finetune``'s options as :class:`QaTrainOptions`: unset (None) ones at QA's defaults, ones QA cannot use refused."""
+    task.check_unused(options)
+    if len(options.seeds) > 1:
+        raise UsageError("--task qa trains one model, not one per seed", hint="use --seed")
+    return QaTrainOptions(
+        training=replace(options.training or task.training_config(), seed=options.seeds[0]),
+        max_length=options.max_length,  # None: QA's default, from the model (window_lengths)
+        doc_stride=options.doc_stride,
+        pool=options.pool,
+        device=options.device,
+        gmap=options.gmap,
+        workdir=options.workdir,
+    )
+
+
+def window_lengths(options: QaTrainOptions, folder: ExpandedModel) -> tuple[int, int]:
+    """(max_length, doc_stride): the requested ones, checked against the model, or the defaults that fit it."""
+    if options.max_length is None:
+        max_length = min(DEFAULT_MAX_LENGTH, folder.length_limit)
+    else:
+        max_length = folder.checked_length(options.max_length)
+    doc_stride = options.doc_stride if options.doc_stride is not None else min(DEFAULT_DOC_STRIDE, max_length // 3)
+    # A window holds [CLS] q [SEP] c [SEP] with at least one question piece and doc_stride + 1 context
+    # pieces; the tokenizers library aborts the process (a Rust panic) when the context part is shorter.
+    if not 0 < doc_stride <= max_length - 5:
+        raise UsageError(
+            f"--doc-stride {doc_stride} leaves no room for the question and new context in --max-length {max_length} windows",
+            hint=f"use a stride from 1 to {max_length - 5}, usually a third of --max-length",
+        )
+    return max_length, doc_stride
+
+
+def check_squad_path(path: str | os.PathLike[str], flag: str) -> None:
+    """Refuse a NER/classification file given to --task qa before it is parsed as JSON."""
+    suffix = Path(path).suffix.lower()
+    if suffix in _NOT_SQUAD_SUFFIXES:
+        raise UsageError(
+            f"{flag}: --task qa trains on SQuAD-style JSON, not a {suffix} file",
+            path=path,
+            hint='the format `greenadapt qa` reads, {"data": [{"paragraphs": [...]}]}; NER and classification files go with --task ner or classify',
+        )
+
+
+def run_finetune_qa(
+    model: str | os.PathLike[str] | None,
+    train: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    dev: str | os.PathLike[str] | None = None,
+    test: str | os.PathLike[str] | None = None,
+    options: QaTrainOptions | None = None,
+    force: bool = False,
+    wait: bool = False,
+    progress: Progress = NULL_PROGRESS,
+) -> StageOutcome:
+    """Fine-tune ``model`` for extractive QA on SQuAD-style ``train``; score ``dev``/``test`` as ``greenadapt qa`` does."""
+    from greenadapt.adaptation.vectors import check_weights_load_safely
+    from greenadapt.artifacts.destination import check_run_destination
+    from greenadapt.artifacts.pretrained import resolve_model
+    from greenadapt.data.squad import read_squad
+
+    options = options or QaTrainOptions()
+    options.check()
+    splits = {"train": train, "dev": dev, "test": test}
+    for split, path in splits.items():
+        if path is not None:
+            check_squad_path(path, f"--{split}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError("--task qa trains in one process; it has no data-parallel path", hint="run it without torchrun")
+    ref = resolve_model(model)
+    check_run_destination(out, kind=KIND, force=force, model=ref.path, data=splits.values(), workdir=options.workdir)
+    check_weights_load_safely(ref.path)
+    plan = _plan(ref, options)
+    train_data = read_squad(train).limited(options.limit)
+    scored = {split: read_squad(path) for split, path in splits.items() if split != "train" and path is not None}
+    config, inputs = plan.identity(train_data, scored)
+    with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=("torch", "transformers", "tokenizers")) as run:
+        if run.skipped:
+            assert run.manifest is not None
+            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
+        with resource_errors(run.tmp):
+            stats = _train_and_score(plan, train_data, scored, run.tmp, progress)
+        manifest = run.commit(stats=stats, extra={"model": str(ref.path)})
+        return StageOutcome(run.out, manifest, False)
+
+
+@dataclass
+class _QaPlan:
+    """What a QA fine-tuning resolved before any data is read: the model, its tokenizers, the options filled in."""
+
+    ref: Any
+    tokenizers: Any
+    options: QaTrainOptions  # max_length, doc_stride and the mix resolved
+    pool: str
+    setup: Any  # G-MAP (None: off)
+    device: Any
+
+    def identity(self, train_data: SquadData, scored: dict[str, SquadData]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The stage's config and inputs: what its fingerprint covers."""
+        options = self.options
+        config = {
+            "task": {
+                "task": TASK,
+                "max_length": options.max_length,
+                "doc_stride": options.doc_stride,
+                "max_question_tokens": options.max_question_tokens,
+                "has_domain_tokenizer": self.tokenizers.domain is not None,
+            },
+            "train": options.training.recorded(),
+            "pool": self.pool,
+            "limit": options.limit,
+            "model": self.ref.name,
+        }
+        inputs = [self.ref.identity(), {"role": "train", **file_identity(train_data.path)}]
+        inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
+        if self.setup is not None:
+            config["gmap"] = options.gmap.to_config(self.setup.general)
+            inputs.append({"role": "general", **self.setup.general.identity()})
+        return config, inputs
+
+
+def _plan(ref: Any, options: QaTrainOptions) -> _QaPlan:
+    from greenadapt.machine.devices import pick_device
+    from greenadapt.runners.qa.model import resolve_pool
+
+    folder = ExpandedModel.open(ref)
+    tokenizers = folder.tokenizers
+    mix = resolve_mix(options.training.mix, tokenizers.domain is not None, ref.path)
+    pool = resolve_pool(options.pool, tokenizers, ref.path)
+    options.gmap.check()
+    setup = None
+    if options.gmap.enabled:
+        from greenadapt.artifacts.workspace import workdir as resolve_workdir
+        from greenadapt.modeling.gmap import wiring as finetune_gmap
+
+        setup = finetune_gmap.prepare(options.gmap, ref, tokenizers.general, cache_root=resolve_workdir(options.workdir) / "cache")
+    max_length, doc_stride = window_lengths(options, folder)
+    options = replace(options, max_length=max_length, doc_stride=doc_stride, training=replace(options.training, mix=mix))
+    return _QaPlan(ref, tokenizers, options, pool, setup, pick_device(options.device))
+
+
+def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, SquadData], folder: Path, progress: Progress) -> dict[str, Any]:
+    """Featurize, train, save the model and tokenizers into ``folder``, answer and score ``scored``: the manifest's stats."""
+    from greenadapt.artifacts.pretrained import quiet_transformers
+
+    tokenizers, options, setup, device, pool = plan.tokenizers, plan.options, plan.setup, plan.device, plan.pool
+    mix = options.training.mix or 0.0
+    views = [tokenizers.general] + ([tokenizers.domain] if tokenizers.domain is not None and mix > 0 else [])
+    memory_tokenizer = None if setup is None else (setup.tokenizer or tokenizers.general)
+    memory_length = 512 if setup is None else setup.max_length
+    assert options.max_length is not None and options.doc_stride is not None  # _plan
+    windows = {"max_length": options.max_length, "doc_stride": options.doc_stride, "max_question_tokens": options.max_question_tokens}
+    featurized = [featurize(train_data, tokenizer, **windows, memory_tokenizer=memory_tokenizer, memory_length=memory_length) for tokenizer in views]
+    dropped = featurized[0][1]
+    if len(featurized[0][0].input_ids) == 0:
+        raise DataError("no training question has a gold answer found in its context", path=train_data.path, hint="check the answers' text and answer_start")
+    if dropped:
+        log.warning("%d training question(s) left out: their gold answer text is not in the context", dropped)
+    qa_model = _load_for_training(plan.ref.path, tokenizers, options.training.seed, device)
+    if setup is not None:
+        from greenadapt.modeling.gmap import wiring as finetune_gmap
+
+        qa_model = finetune_gmap.build_model(qa_model, setup).to(device)
+    stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
+    stats.update(train_qa(qa_model, [f for f, _ in featurized], train_data.n_questions, len(tokenizers.general), options.training, device,
+                        folder / "train_log.jsonl", progress))
+    stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
+    if setup is not None:
+        finetune_gmap.save(qa_model, folder, setup)
+        stats["gmap"] = {**qa_model.describe(), **setup.describe()}
+        if qa_model.memory_cache is not None:
+            stats["gmap_cache"] = qa_model.memory_cache.stats()
+    else:
+        with quiet_transformers():
+            qa_model.save_pretrained(folder)
+    _save_tokenizers(tokenizers, folder, options.max_length)
+    metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
+    for split, data in scored.items():
+        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, options.max_length, options.training.eval_batch_size, device, setup=setup)
+        metrics[split] = scores
+        (folder / "predictions").mkdir(exist_ok=True)
+        write_json(folder / "predictions" / f"{split}.json", predictions)
+        stats[split] = {k: scores[k] for k in ("exact_match", "f1", "substring_match", "questions")} | {"pool": pool}
+    if scored:
+        write_json(folder / "metrics.json", metrics)
+    return stats
+
+
+def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> Any:
+    import torch
+    from transformers import AutoModelForQuestionAnswering, set_seed
+
+    from greenadapt.artifacts.model_folder import check_vocab_fits
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.errors import ModelError
+
+    set_seed(seed)  # a new QA head's initialisation
+    try:
+        # A missing head is expected here (training adds one), so transformers' load report is noise.
+        with quiet_transformers():
+            # fp32 master weights whatever the checkpoint's dtype; autocast does the rest.
+            model, info = AutoModelForQuestionAnswering.from_pretrained(str(path), dtype=torch.float32, output_loading_info=True)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise ModelError(f"cannot load the model for question answering: {type(exc).__name__}", path=path) from None
+    if info.get("missing_keys"):
+        log.info("new question-answering head initialised (%s)", ", ".join(sorted(info["missing_keys"])[:4]))
+    check_vocab_fits(tokenizers, model.get_input_embeddings().num_embeddings, path)
+    return model.to(device)
+
+
+def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
+    from greenadapt.runners.qa.infer import QaRunner
+
+    if setup is None:
+        return QaRunner(model, device)
+    return QaRunner(model, device, memory_tokenizer=setup.tokenizer or tokenizers.general, memory_length=setup.max_length)
+
+
+def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+    from greenadapt.tasks import TASK_FILE, TaskSettings
+
+    if tokenizers.domain is None:
+        tokenizers.general.save_pretrained(folder)
+    else:
+        tokenizers.domain.save_pretrained(folder)
+        tokenizers.general.save_pretrained(folder / GENERAL_TOKENIZER_DIR)
+    settings = TaskSettings(task=TASK, labels=[], max_length=max_length, metric="f1", has_domain_tokenizer=tokenizers.domain is not None)
+    write_json(folder / TASK_FILE, settings.to_json())
+
+
+def _evaluate(
+    model: Any, tokenizers: Any, data: SquadData, pool: str, max_length: int, batch_size: int, device: Any, *, setup: Any = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``greenadapt qa``'s whole-document answers and scores; also the predictions, id → answer."""
+    from greenadapt.data.squad_metrics import evaluate
+    from greenadapt.runners.qa.run import answer_questions
+
+    answered = {
+        question.id: (answers[0]["text"] if answers else "")
+        for question, answers in answer_questions(
+            _runner(model, device, tokenizers, setup), data.documents, tokenizers.for_pool(pool), max_length=max_length,
+            batch_size=batch_size, n_best=1, max_answer_chars=500,
+        )
+    }
+    predictions = {q.id: answered.get(q.id, "") for q in data.questions}
+    golds = {q.id: [a.text for a in q.answers] for q in data.questions if q.answers is not None}
+    if not golds:
+        log.warning("%s has no gold answers: predictions only, no scores", data.path)
+    return {**evaluate(predictions, golds), "pool": pool, "questions": len(predictions)}, predictions

@@ -1,0 +1,266 @@
+"""Fine-tuning as a task of the training runtime: mixed tokenizers, length-grouped batches, data parallel.
+
+The loop, the optimizer step, checkpoints and SIGTERM are
+:mod:`greenadapt.training.runtime`'s (its docstring has the batch arithmetic).
+What is fine-tuning's own: each unit (a sentence chunk or a text) is fed
+through the domain tokenizer in an epoch with probability ``mix``
+(:func:`~greenadapt.training.batches.choose_views`), batches are
+length-grouped, the loss of a micro-batch is its summed cross-entropy over
+labelled rows divided by the labelled rows of the whole global batch, and
+the added embedding rows can be trained row-wise (``--train-embeddings``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+from greenadapt.errors import UsageError
+from greenadapt.machine.devices import to_device
+from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
+from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows
+from greenadapt.training.checkpoint import Checkpointing, StopSignal
+from greenadapt.training.config import TrainingConfig
+from greenadapt.training.distributed import DistContext
+from greenadapt.training.runtime import TrainingTask, run_training
+from greenadapt.training.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+# The paper's recipe: each training example is read with the domain tokenizer T̂ with this probability.
+DEFAULT_MIX = 0.5
+
+
+@dataclass(frozen=True)
+class TrainConfig(TrainingConfig):
+    # Probability of the domain view. None: resolve_mix picks DEFAULT_MIX when the model has a
+    # domain tokenizer, else 0 (train() itself reads None as 0).
+    mix: float | None = None
+
+
+def check_mix(mix: float | None) -> None:
+    """``--mix`` is a probability (or None: the model decides, :func:`resolve_mix`)."""
+    if mix is not None and not 0.0 <= mix <= 1.0:
+        raise UsageError(f"--mix {mix} is not a probability", hint="use a value from 0 to 1")
+
+
+def resolve_mix(requested: float | None, has_domain: bool, model: Path) -> float:
+    """The mixture a run trains with: ``requested``, else :data:`DEFAULT_MIX` with a domain tokenizer and 0 without."""
+    mix = requested if requested is not None else (DEFAULT_MIX if has_domain else 0.0)
+    if mix > 0 and not has_domain:
+        raise UsageError(
+            f"--mix {mix:g} needs a domain tokenizer, but {model} has only one tokenizer (no {GENERAL_TOKENIZER_DIR}/)",
+            hint="pass a model folder written by `greenadapt expand`, or --mix 0",
+        )
+    return mix
+
+
+# --------------------------------------------------------------------------
+# Views, batches, tensors
+
+
+@dataclass
+class Batch:
+    input_ids: Any
+    attention_mask: Any
+    token_type_ids: Any
+    rows: Any  # flat positions (b * T + t) of the output rows
+    targets: Any
+    memory: dict[str, Any] | None = None  # G-MAP: general_input_ids / general_attention_mask / general_token_type_ids
+
+    def model_inputs(self) -> dict[str, Any]:
+        inputs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "token_type_ids": self.token_type_ids}
+        return inputs if self.memory is None else {**inputs, **self.memory}
+
+
+def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: Sequence[int] | np.ndarray, pad_id: int, device: Any) -> Batch:
+    seqs = [units[i].ids[v] for i, v in zip(indices, views, strict=True)]
+    width = max(len(s) for s in seqs)
+    input_ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
+    attention = np.zeros((len(seqs), width), dtype=np.int64)
+    type_ids = np.zeros((len(seqs), width), dtype=np.int64)
+    rows, targets = [], []
+    for b, (i, v) in enumerate(zip(indices, views, strict=True)):
+        unit = units[i]
+        n = len(unit.ids[v])
+        input_ids[b, :n] = unit.ids[v]
+        attention[b, :n] = 1
+        unit_types = unit.type_ids[v]
+        if unit_types is not None:
+            type_ids[b, :n] = unit_types
+        rows.append(unit.rows[v] + b * width)
+        targets.append(unit.targets)
+
+    def to(array: np.ndarray) -> Any:
+        return to_device(array, device)
+
+    memory = None
+    if units[indices[0]].memory_ids is not None:
+        memory = {k: to(v) for k, v in memory_arrays([units[i] for i in indices], pad_id).items()}
+    return Batch(to(input_ids), to(attention), to(type_ids), to(np.concatenate(rows)), to(np.concatenate(targets)), memory)
+
+
+def memory_arrays(units: Sequence[Unit], pad_id: int) -> dict[str, np.ndarray]:
+    """G-MAP: the general model's padded inputs (its own length, independent of the domain view's)."""
+    rows = []
+    for unit in units:
+        if unit.memory_ids is None:
+            raise ValueError("some units of a batch have a G-MAP memory input and some do not")
+        rows.append((unit.memory_ids, unit.memory_type_ids))
+    ids, types, mask = pad_rows(rows, pad_id)
+    return {"general_input_ids": ids, "general_attention_mask": mask, "general_token_type_ids": types}
+
+
+def output_rows(model: Any, batch: Batch) -> Any:
+    """Logits of the output rows: word-initial pieces (token models) or sequences ([B, L] heads)."""
+    logits = model(**batch.model_inputs()).logits
+    if logits.dim() == 2:  # sequence classification: one row per sequence, at position 0
+        return logits
+    return logits.reshape(-1, logits.shape[-1]).index_select(0, batch.rows)
+
+
+
+# --------------------------------------------------------------------------
+# The task
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    epochs_run: int
+    best_epoch: int | None
+    best_score: float | None
+    dev_history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    domain_fraction: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # from greenadapt.training.health
+
+
+class FinetuneTask(TrainingTask):
+    """Token or sequence classification on pre-tokenized units, each in the view its epoch drew."""
+
+    def __init__(self, trainer: Trainer, units: Sequence[Unit], mix: float, *, pad_id: int) -> None:
+        self.trainer, self.units, self.mix, self.pad_id = trainer, units, mix, pad_id
+        seed = trainer.config.seed
+        self.label, self.where = f"fine-tuning (seed {seed})", f" (seed {seed})"
+        self.views = np.zeros(0, np.int64)
+        self.lengths = np.zeros(0, np.int64)
+        self.n_targets = 1
+
+    def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
+        config = self.trainer.config
+        self.views = choose_views(len(self.units), self.mix, config.seed, epoch)
+        self.lengths = np.array([len(u.ids[v]) for u, v in zip(self.units, self.views, strict=True)])
+        return length_grouped_batches(self.lengths, config.batch_size, config.seed, epoch)
+
+    def parts(self, trainer: Trainer, batch: np.ndarray) -> list[np.ndarray] | None:
+        parts = super().parts(trainer, batch)
+        if parts is not None:
+            units = self.units
+            self.n_targets = max(1, int(sum(int((units[i].targets >= 0).sum()) for i in batch)))
+            trainer.load_rows([units[i].ids[VIEW_DOMAIN] for i in batch if self.views[i] == VIEW_DOMAIN])
+        return parts
+
+    def loss(self, part: np.ndarray) -> Any:
+        import torch
+
+        trainer = self.trainer
+        tensors = collate(self.units, part, self.views[part], self.pad_id, trainer.ctx.device)
+        logits = output_rows(trainer.module, tensors)
+        loss = torch.nn.functional.cross_entropy(logits.float(), tensors.targets, reduction="sum", ignore_index=-100)
+        return loss * (trainer.ctx.world / self.n_targets)  # see the runtime's docstring
+
+    def record(self, batch: np.ndarray) -> dict[str, Any]:
+        return {"units": len(batch), "domain_units": int(self.views[batch].sum()), "wordpieces": int(self.lengths[batch].sum())}
+
+    def counts(self, batch: np.ndarray) -> dict[str, int]:
+        return {"domain_units": int(self.views[batch].sum()), "seen_units": len(batch)}
+
+    def weights(self) -> dict[str, Any]:
+        return dict(self.trainer.model.state_dict())
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        self.trainer.model.load_state_dict(state)
+
+
+def prepare_trainer(model: Any, config: TrainingConfig, ctx: DistContext, *, n_examples: int, longest: int, n_base_rows: int) -> Trainer:
+    """A :class:`Trainer` for a classification or QA model whose added rows train per ``config.train_embeddings``."""
+    from greenadapt.modeling import embeddings
+
+    model.to(ctx.device)
+    # A G-MAP model's word embeddings are its domain model's; the general model keeps its own.
+    split = embeddings.install(
+        getattr(model, "domain", model), n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest
+    )
+    # broadcast_buffers=False: the added-row table is a buffer; every process updates it identically.
+    return Trainer(model, config, ctx, total_steps=config.plan(n_examples)[1], split=split, broadcast_buffers=False)
+
+
+def finish_model(model: Any) -> None:
+    """Back to a plain, saveable transformers model in eval mode (the row-wise trained rows merged back)."""
+    from greenadapt.modeling import embeddings
+
+    embeddings.merge_back(getattr(model, "domain", model))
+    model.eval()
+
+
+def train(
+    model: Any,
+    units: Sequence[Unit],
+    config: TrainConfig,
+    ctx: DistContext,
+    *,
+    pad_id: int,
+    n_base_rows: int,
+    has_domain: bool,
+    evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None,
+    log_path: Path | None = None,
+    progress: Progress = NULL_PROGRESS,
+    checkpoint: Checkpointing | None = None,
+    stop: StopSignal | None = None,
+) -> TrainResult:
+    """Fine-tune ``model`` in place; with ``evaluate`` (dev score, details) keep the best epoch's weights.
+
+    Checkpoints, ``resume`` and SIGTERM: see :func:`greenadapt.training.runtime.run_training`.
+    """
+    mix = config.mix or 0.0
+    if mix > 0 and not has_domain:
+        raise UsageError("--mix > 0 needs a model folder with a domain tokenizer")
+    longest = max(len(ids) for u in units for ids in u.ids)
+    trainer = prepare_trainer(model, config, ctx, n_examples=len(units), longest=longest, n_base_rows=n_base_rows)
+    task = FinetuneTask(trainer, units, mix, pad_id=pad_id)
+    run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress, checkpoint=checkpoint, stop=stop)
+    finish_model(model)
+    seen = run.counts.get("seen_units", 0)
+    return TrainResult(
+        steps=run.steps,
+        epochs_run=run.epochs_run,
+        best_epoch=run.best_epoch,
+        best_score=run.best_score,
+        dev_history=run.dev_history,
+        seconds=run.seconds,
+        domain_fraction=run.counts.get("domain_units", 0) / seen if seen else 0.0,
+        warnings=run.warnings,
+    )
+
+
+__all__ = [
+    "VIEW_DOMAIN",
+    "VIEW_GENERAL",
+    "FinetuneTask",
+    "TrainConfig",
+    "TrainResult",
+    "collate",
+    "finish_model",
+    "output_rows",
+    "prepare_trainer",
+    "train",
+]

@@ -1,0 +1,109 @@
+"""Inference under both tokenizers and mean pooling.
+
+For every unit and view the model's logits at the unit's output rows are
+collected: one row per word (its word-initial wordpiece) for NER, one per
+example for classification. Rows are laid out in unit order, which is
+example order and, within an NER sentence, word order, so the row arrays of
+the two views line up word for word and pooling is an element-wise mean.
+Under data parallelism each process scores every W-th unit and an
+all-reduce (sum over disjoint rows) assembles the full arrays everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from greenadapt.errors import UsageError
+from greenadapt.machine.devices import to_device
+from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
+from greenadapt.training.distributed import DistContext, autocast, autocast_dtype
+from greenadapt.training.finetuning import collate, output_rows
+
+# Which tokenizers' predictions are pooled: both (the method), or one of them alone.
+POOL_MODES = ("mean", "general", "domain")
+
+
+def view_logits(
+    model: Any,
+    units: Sequence[Unit],
+    view: int,
+    ctx: DistContext,
+    *,
+    pad_id: int,
+    batch_size: int = 64,
+    precision: str = "auto",
+) -> np.ndarray:
+    """``[total rows, labels]`` float32 logits of every unit's output rows under ``view``."""
+    import torch
+
+    n_rows = np.array([u.n_rows for u in units], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(n_rows)])
+    mine = np.arange(ctx.rank, len(units), ctx.world)
+    mine = mine[np.argsort([-len(units[int(i)].ids[view]) for i in mine], kind="stable")]
+    dtype = autocast_dtype(precision, ctx.device)
+    was_training = model.training
+    model.eval()
+    out: Any = None
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(mine), batch_size):
+                chunk = mine[start : start + batch_size]
+                batch = collate(units, chunk, [view] * len(chunk), pad_id, ctx.device)
+                with autocast(ctx.device, dtype):
+                    rows = output_rows(model, batch).float()
+                if out is None:
+                    out = torch.zeros(int(offsets[-1]), rows.shape[-1], device=ctx.device)
+                where = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in chunk])
+                out[to_device(where, ctx.device)] = rows  # a pageable copy would wait for this batch's forward
+            if out is None:  # this process had no units (more processes than units)
+                out = torch.zeros(int(offsets[-1]), model.config.num_labels, device=ctx.device)
+            ctx.all_reduce_sum(out)
+    finally:
+        model.train(was_training)
+    return out.cpu().numpy()
+
+
+def pooled_logits(
+    model: Any,
+    units: Sequence[Unit],
+    ctx: DistContext,
+    *,
+    has_domain: bool,
+    pad_id: int,
+    batch_size: int = 64,
+    precision: str = "auto",
+    modes: Sequence[str] = POOL_MODES,
+) -> dict[str, np.ndarray]:
+    """Logits per pooling mode: ``general`` (T_LM), ``domain`` (T̂), ``mean`` (their average).
+
+    Without a domain tokenizer only ``general`` exists; ``mean`` over the one
+    view is that view, and is returned as such when asked for.
+    """
+    for mode in modes:
+        if mode not in POOL_MODES:
+            raise UsageError(f"unknown pooling mode {mode!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+        if mode == "domain" and not has_domain:
+            raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
+    kwargs: dict[str, Any] = {"pad_id": pad_id, "batch_size": batch_size, "precision": precision}
+    general = view_logits(model, units, VIEW_GENERAL, ctx, **kwargs)
+    if not has_domain:
+        return {mode: general for mode in modes}
+    result: dict[str, np.ndarray] = {}
+    need_domain = any(m in ("domain", "mean") for m in modes)
+    domain = view_logits(model, units, VIEW_DOMAIN, ctx, **kwargs) if need_domain else None
+    for mode in modes:
+        if mode == "general" or domain is None:
+            result[mode] = general
+        elif mode == "domain":
+            result[mode] = domain
+        else:
+            result[mode] = (general + domain) / 2
+    return result
+
+
+def report_modes(has_domain: bool) -> tuple[str, ...]:
+    """The pooling modes worth reporting: all three with a domain tokenizer, else just ``general``."""
+    return POOL_MODES if has_domain else ("general",)

@@ -1,0 +1,181 @@
+"""Every option's default is one value: the CLI's, the Python API's and the library config's agree, for every command.
+
+For each command that does work, three places hold defaults: the click parameters of the
+CLI command, the signature of ``greenadapt.<command>`` and the library's own configuration
+(the frozen dataclasses the API builds, or the library function it calls). The test walks
+every command and fails on the first default that differs, so a default changed in one place
+only cannot ship. It also fails when an API parameter with a default is matched by no
+configuration field (the allowlist says why each exception has no config field).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from greenadapt import api
+
+EMPTY = (None, (), [])  # "nothing given": typer's [] for a repeatable option, the API's None or ()
+
+# Parameters that steer a run rather than configure a result, or exist only in the API or CLI shape.
+NOT_CONFIG = {"force", "wait", "progress", "out", "workdir", "model", "corpus", "train", "test", "dev", "task", "data"}
+
+
+@dataclasses.dataclass
+class Source:
+    """A library configuration: a dataclass (instance) or a function; ``names`` maps API names to its own."""
+
+    config: Any
+    names: dict[str, str | None] = dataclasses.field(default_factory=dict)  # None: this source has no such setting
+    prefix: str = ""
+
+    def defaults(self) -> dict[str, Any]:
+        if dataclasses.is_dataclass(self.config):  # an instance built with its defaults (and placeholders for required fields)
+            return {f.name: getattr(self.config, f.name) for f in dataclasses.fields(self.config)}
+        return {n: p.default for n, p in inspect.signature(self.config).parameters.items() if p.default is not inspect.Parameter.empty}
+
+    def default_for(self, api_name: str) -> tuple[bool, Any]:
+        if api_name in self.names and self.names[api_name] is None:
+            return (False, None)
+        own = self.names.get(api_name)
+        if own is None and self.prefix:
+            own = api_name.removeprefix(self.prefix) if api_name.startswith(self.prefix) else None
+        own = own or api_name
+        defaults = self.defaults()
+        return (own in defaults, defaults.get(own))
+
+
+def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, str], dict[str, str]]:
+    """The API function, its config sources, CLI→API name aliases and the API parameters no config holds (with why)."""
+    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.context_vectors import ContextOptions
+    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.methods import MethodOptions
+    from greenadapt.adaptation.pipeline import AdaptOptions, run_adapt
+    from greenadapt.adaptation.w2v import W2VOptions, run_w2v
+    from greenadapt.comparison.run import CompareOptions
+    from greenadapt.data.task_files import ReaderOptions
+    from greenadapt.inference.predict_text import predict_input
+    from greenadapt.modeling.gmap.options import GmapOptions
+    from greenadapt.modeling.pals.config import PalsConfig
+    from greenadapt.runners.multitask.run import MultitaskOptions
+    from greenadapt.runners.pretrain.run import EvalOptions, PretrainOptions
+    from greenadapt.runners.pretrain.train import PretrainConfig
+    from greenadapt.runners.qa.run import QaOptions
+    from greenadapt.tasks.mlm import MLM
+    from greenadapt.tasks.options import FinetuneOptions
+    from greenadapt.training.finetuning import TrainConfig
+
+    gmap = Source(GmapOptions(), {"gmap": "strategy", "gmap_layers": "layers", "gmap_unfrozen": "unfrozen", "gmap_cache": "cache", "gmap_indexing": "indexing"})
+    methods = Source(MethodOptions())
+    context = Source(ContextOptions(), prefix="context_")
+    table: dict[str, tuple[Callable[..., Any], list[Source], dict[str, str], dict[str, str]]] = {
+        "w2v": (api.w2v, [Source(W2VOptions()), context, Source(run_w2v)], {"text_field": "text_fields"},
+                {"no_vectors": "W2VOptions.vectors is its negation (checked below)"}),
+        "align": (api.align, [Source(run_align), methods], {}, {"probe": "what the report shows, not a setting"}),
+        "expand": (api.expand, [Source(run_expand)], {}, {}),
+        "adapt": (api.adapt, [Source(run_adapt), Source(W2VOptions()), Source(AdaptOptions(), {"method": "align_method"}), methods, context], {"text_field": "text_fields"}, {}),
+        "finetune": (api.finetune, [Source(TrainConfig()), Source(FinetuneOptions(task="ner", train=Path("x")), {"gmap": None, "seeds": None}), Source(ReaderOptions(), {"file_format": "format"}), gmap], {},
+                     {"seeds": "None: one run with `seed`, FinetuneOptions.seeds = [seed] (checked below)"}),
+        "qa": (api.qa, [Source(QaOptions())], {}, {}),
+        "multitask": (api.multitask, [Source(MultitaskOptions(tasks=[]), {"gmap": None}), Source(TrainConfig()), Source(PalsConfig(), {"pal_size": "size", "pal_heads": "heads"}), gmap], {},
+                      {"tasks_file": "a file of task specifications, read into MultitaskOptions.tasks"}),
+        "pretrain": (api.pretrain, [Source(PretrainOptions(corpus=[])), Source(PretrainConfig()), Source(MLM.defaults), Source(EvalOptions(corpora=[]), {"eval_batch_size": "batch_size"})],
+                     {"text_field": "text_fields"}, {"eval_only": "chooses run_eval_only (EvalOptions) over run_pretrain (PretrainOptions)"}),
+        "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
+                    {"output": "predict_input's STDIO is the same '-' (checked below)", "header": "an override of the file's own header detection: None overrides nothing"}),
+        "compare": (api.compare, [Source(CompareOptions(task="ner", train=Path("x"), test=Path("x"), models=(), out=Path("x")), {"bootstrap": "replicates"})], {}, {}),
+    }
+    return table[command]
+
+
+# Options whose default depends on the task or the model: None where that is decided later (greenadapt.tasks).
+TASK_DEPENDENT = ("epochs", "batch_size", "lr", "max_length", "max_words", "pool", "device")
+
+COMMANDS = ["w2v", "align", "expand", "adapt", "finetune", "qa", "multitask", "pretrain", "predict", "compare"]
+
+
+def _cli_params(command: str) -> list[Any]:
+    import typer.main
+
+    from greenadapt.cli import _register, app
+
+    _register()
+    return typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a in EMPTY and b in EMPTY:
+        return True
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return list(a) == list(b)
+    if isinstance(a, str) and isinstance(b, list | tuple):  # a comma-separated CLI list, e.g. --seeds 1,2,3
+        return a == ",".join(map(str, b))
+    return bool(a == b) and isinstance(a, bool) == isinstance(b, bool)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_cli_default_of_every_option_is_the_api_default(command: str) -> None:
+    function, _, aliases, _ = _sources(command)
+    signature = inspect.signature(function).parameters
+    compared = 0
+    for param in _cli_params(command):
+        name = aliases.get(param.name, param.name)
+        if name not in signature or param.required or param.param_type_name == "argument":
+            continue
+        api_default = signature[name].default
+        assert api_default is not inspect.Parameter.empty, f"{command} --{param.name} has a CLI default but greenadapt.{command}({name}) has none"
+        assert _same(param.default, api_default), f"{command} --{param.name}: CLI {param.default!r}, API {api_default!r}"
+        compared += 1
+    assert compared >= 5, f"{command}: only {compared} options compared"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_api_default_of_every_setting_is_the_library_configs(command: str) -> None:
+    function, sources, _, unconfigured = _sources(command)
+    unmatched = []
+    compared = 0
+    for name, param in inspect.signature(function).parameters.items():
+        if param.default is inspect.Parameter.empty or name in NOT_CONFIG or name in unconfigured:
+            continue
+        matched = False
+        for source in sources:
+            known, default = source.default_for(name)
+            if not known:
+                continue
+            matched = True
+            if None in (default, param.default) and name in TASK_DEPENDENT:
+                continue  # None on one side: "the task's (or the model's)" value, which the other side spells out
+
+            assert _same(default, param.default), f"greenadapt.{command}({name}={param.default!r}) but {type(source.config).__name__ if dataclasses.is_dataclass(source.config) else source.config.__name__} says {default!r}"
+            compared += 1
+        if not matched:
+            unmatched.append(name)
+    assert not unmatched, f"greenadapt.{command}: parameters with a default that no library config holds: {unmatched}"
+    assert compared >= 3, f"{command}: only {compared} defaults compared"
+
+
+def test_the_defaults_the_generic_walk_cannot_name_agree_too() -> None:
+    from greenadapt.adaptation.w2v import W2VOptions
+    from greenadapt.defaults import DEFAULT_SEED
+    from greenadapt.inference.predict_text import STDIO
+    from greenadapt.tasks.options import FinetuneOptions
+
+    assert api.default_of(api.w2v, "no_vectors") is (not W2VOptions().vectors)
+    assert FinetuneOptions(task="ner", train=Path("x")).seeds == [api.default_of(api.finetune, "seed")] == [DEFAULT_SEED]
+    assert api.default_of(api.predict, "output") == STDIO
+
+
+def test_the_walk_fails_when_one_default_changes_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The guard itself: change one API default and the walk must notice, in both directions.
+    original = api.w2v.__kwdefaults__["min_count"]  # type: ignore[index]
+    monkeypatch.setitem(api.w2v.__kwdefaults__, "min_count", original + 1)  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match="min_count"):
+        test_the_cli_default_of_every_option_is_the_api_default("w2v")
+    with pytest.raises(AssertionError, match="min_count"):
+        test_the_api_default_of_every_setting_is_the_library_configs("w2v")
