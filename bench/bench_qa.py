@@ -221,7 +221,7 @@ def run_pipeline(
 
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
     from greenadapt.artifacts.pretrained import quiet_transformers
-    from greenadapt.runners.qa.windows import window_width
+    from greenadapt.inference.qa.windows import window_width
 
     answers = {}
     with Timer() as timer:

@@ -60,13 +60,14 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     from greenadapt.adaptation.w2v import W2VOptions, run_w2v
     from greenadapt.comparison.run import CompareOptions
     from greenadapt.data.task_files import ReaderOptions
+    from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predict_text import predict_input
     from greenadapt.modeling.gmap.options import GmapOptions
     from greenadapt.modeling.pals.config import PalsConfig
     from greenadapt.runners.multitask.run import MultitaskOptions
     from greenadapt.runners.pretrain.run import EvalOptions, PretrainOptions
     from greenadapt.runners.pretrain.train import PretrainConfig
-    from greenadapt.runners.qa.run import QaOptions
+    from greenadapt.inference.qa.answering import QaOptions
     from greenadapt.tasks.mlm import MLM
     from greenadapt.tasks.options import FinetuneOptions
     from greenadapt.training.finetuning import TrainConfig
@@ -87,7 +88,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
                       {"tasks_file": "a file of task specifications, read into MultitaskOptions.tasks"}),
         "pretrain": (api.pretrain, [Source(PretrainOptions(corpus=[])), Source(PretrainConfig()), Source(MLM.defaults), Source(EvalOptions(corpora=[]), {"eval_batch_size": "batch_size"})],
                      {"text_field": "text_fields"}, {"eval_only": "chooses run_eval_only (EvalOptions) over run_pretrain (PretrainOptions)"}),
-        "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
+        "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(InferenceOptions()), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
                     {"output": "predict_input's STDIO is the same '-' (checked below)", "header": "an override of the file's own header detection: None overrides nothing"}),
         "compare": (api.compare, [Source(CompareOptions(task="ner", train=Path("x"), test=Path("x"), models=(), out=Path("x")), {"bootstrap": "replicates"})], {}, {}),
     }

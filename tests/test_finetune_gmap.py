@@ -106,6 +106,7 @@ def test_ner_gmap_chunk_trains_saves_and_predict_reproduces_dev(models, data, tm
 def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkeypatch, capsys) -> None:
     """Reloaded G-MAP predictions differ from the bare domain model's: the memory is used at inference."""
     from greenadapt.inference.labelling import run_predict
+    from greenadapt.inference.options import InferenceOptions
 
     out = tmp_path / "run"
     code, _, err = cli(
@@ -117,7 +118,7 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stats"]["gmap"]["general_tokenizer"] == "own"
     assert (out / "gmap-tokenizer" / "tokenizer.json").is_file()
-    result = run_predict(out, data["cls_dev"], tmp_path / "p.jsonl", device="cpu")
+    result = run_predict(out, data["cls_dev"], tmp_path / "p.jsonl", options=InferenceOptions(device="cpu"))
     assert (tmp_path / "p.jsonl").read_text() == (out / "predictions" / "dev.jsonl").read_text()
     assert result.metrics is not None
 
@@ -312,8 +313,8 @@ def test_ner_memory_under_another_tokenizer_covers_the_units_words(models, data)
 
 
 def test_qa_window_memory_is_the_general_tokenization_of_the_windows_words() -> None:
-    from greenadapt.runners.qa.infer import LogitJob, MemorySource, SpecialIds, build_batch, memory_batch
-    from greenadapt.runners.qa.windows import Window
+    from greenadapt.inference.qa.infer import LogitJob, MemorySource, SpecialIds, build_batch, memory_batch
+    from greenadapt.inference.qa.windows import Window
 
     special, general_special = SpecialIds(2, 3, 0), SpecialIds(102, 103, 100)
     # Domain pieces 10..15 lie in words 0,1,1,2,3,4; general pieces 20..27 in words 0,0,1,2,2,3,4,4.

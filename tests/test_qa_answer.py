@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from greenadapt.corpus.words import Words, split_words
-from greenadapt.runners.qa.answer import nbest_answers, softmax, top_spans
+from greenadapt.inference.qa.answer import nbest_answers, softmax, top_spans
 
 CONTEXT = "Fever is common. The main cause is mother-to-child transmission of HIV."
 

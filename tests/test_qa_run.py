@@ -92,9 +92,9 @@ def test_mean_pool_is_the_average_of_both_tokenizers(models: dict[str, Path]) ->
     from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.corpus.words import split_words
     from greenadapt.data.squad import Document, Question
-    from greenadapt.runners.qa.infer import QaRunner
-    from greenadapt.runners.qa.model import load_qa_model
-    from greenadapt.runners.qa.run import answer_questions
+    from greenadapt.inference.qa.infer import QaRunner
+    from greenadapt.inference.qa.model import load_qa_model
+    from greenadapt.inference.qa.answering import answer_questions
 
     ref = resolve_model(models["expanded"])
     runner = QaRunner(load_qa_model(ref, torch.device("cpu")), torch.device("cpu"))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from greenadapt.runners.qa.infer import LogitJob, QaRunner, SpecialIds, build_batch, stream_logits
-from greenadapt.runners.qa.windows import Window, max_question_length, plan_windows, window_width
+from greenadapt.inference.qa.infer import LogitJob, QaRunner, SpecialIds, build_batch, stream_logits
+from greenadapt.inference.qa.windows import Window, max_question_length, plan_windows, window_width
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0)
 

@@ -9,7 +9,7 @@ from conftest import build_tiny_bert
 
 from greenadapt.artifacts.model_folder import load_tokenizers
 from greenadapt.data.squad import Document, Question
-from greenadapt.runners.qa.run import answer_questions
+from greenadapt.inference.qa.answering import answer_questions
 
 
 class _PeakAt:

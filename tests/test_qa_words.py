@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from greenadapt.corpus.words import _kind, split_words
-from greenadapt.runners.qa.words import word_max, wordpiece_words
+from greenadapt.inference.qa.words import word_max, wordpiece_words
 
 
 def _texts(text: str) -> list[str]:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions, get_method
 from greenadapt.adaptation.methods.base import recorded_seed
 
@@ -101,7 +102,7 @@ def run_align(
         config["method_options"] = recorded_options(chosen, method_options)
     inputs = [manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
     libraries = ("numpy", "scipy", "safetensors", "tokenizers", "transformers")
-    with StageRun("align", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+    with StageRun(kinds.ALIGN, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)

@@ -50,6 +50,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions, RowContext, get_method
 from greenadapt.adaptation.methods.base import describe, recorded_seed
 from greenadapt.adaptation.weights import grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
@@ -193,7 +194,7 @@ def run_expand(
     }
     inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
     libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
-    with StageRun("expand", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+    with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
@@ -222,7 +223,7 @@ def _find_align(
     align_dir = locate_upstream("align", align, corpus, model, workdir)
     if chosen is not None and align is None:
         align_dir = align_dir.with_name(f"align{stage_suffix(chosen, MethodOptions())}")
-    align_manifest = load_stage(align_dir, "align")
+    align_manifest = load_stage(align_dir, kinds.ALIGN)
     fitted = get_method(str(align_manifest.config.get("method", DEFAULT_METHOD)))
     if chosen is not None and chosen.name != fitted.name:
         raise UsageError(

@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.adaptation.context_vectors import ContextOptions
 from greenadapt.artifacts import workspace
 from greenadapt.artifacts.manifest import Manifest
@@ -175,7 +176,7 @@ def run_w2v(
     # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
     sweep_stale_temporaries(root / "cache" / "pretok")
     libraries = ("gensim", "numpy", "tokenizers", "transformers")
-    with StageRun("w2v", out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+    with StageRun(kinds.W2V, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, skipped=True, skip_reason=run.skip_reason)

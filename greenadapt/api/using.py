@@ -28,12 +28,12 @@ def load(
     ``max_length``: question answering's window (default: the model's).
     """
     from greenadapt.inference.labelling import find_model_folder
+    from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predictor import open_model
 
     folder, settings = find_model_folder(path)
-    return open_model(
-        folder, settings, device=device, pool=pool, batch_size=batch_size, precision=precision, general_model=general_model, max_length=max_length
-    )
+    options = InferenceOptions(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model)
+    return open_model(folder, settings, options=options, max_length=max_length)
 
 
 def pipeline(task: str, model: PathLike, **options: Any) -> Any:
@@ -55,6 +55,7 @@ def pipeline(task: str, model: PathLike, **options: Any) -> Any:
     if task not in TASK_ALIASES:
         raise UsageError(f"unknown pipeline task {task!r}", hint=f"choose from {', '.join(HF_TASK.values())}")
     from greenadapt.inference.labelling import find_model_folder
+    from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predictor import open_model
 
     wanted = TASK_ALIASES[task]
@@ -64,10 +65,12 @@ def pipeline(task: str, model: PathLike, **options: Any) -> Any:
             f"{model} is a {settings.task} model, not {HF_TASK[wanted]}",
             hint=f"use greenadapt.pipeline({HF_TASK[settings.task]!r}, model=...)",
         )
-    load_names = set(inspect.signature(open_model).parameters) - {"folder", "settings"}
+    load_names = set(inspect.signature(load).parameters) - {"path"}
     load_options = {k: v for k, v in options.items() if k in load_names}
     call_defaults = {k: v for k, v in options.items() if k not in load_names}
-    return PIPELINES[wanted](open_model(folder, settings, **load_options), call_defaults, task=HF_TASK[wanted])
+    max_length = load_options.pop("max_length", None)
+    opened = open_model(folder, settings, options=InferenceOptions(**load_options), max_length=max_length)
+    return PIPELINES[wanted](opened, call_defaults, task=HF_TASK[wanted])
 
 
 def predict(
@@ -96,12 +99,13 @@ def predict(
     (stdin); ``output`` ``-`` is stdout. ``task`` names the task of a multitask run. Returns the summary
     (``.examples``, ``.entities``, ``.metrics`` where the input had labels; ``.to_json()``).
     """
+    from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predict_text import predict_input
     from greenadapt.progress import as_progress
 
     overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
+    options = InferenceOptions(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model)
     return predict_input(
-        str(model), str(source), str(output), task_name=task, pool=pool, batch_size=batch_size, device=device, precision=precision,
-        file_format=file_format, ignore_labels=ignore_labels, reader_overrides=overrides, general_model=general_model, force=force,
-        progress=as_progress(progress),
+        str(model), str(source), str(output), task_name=task, options=options, file_format=file_format,
+        ignore_labels=ignore_labels, reader_overrides=overrides, force=force, progress=as_progress(progress),
     )

@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -53,6 +54,21 @@ ContextMaxTokensOption = typer.Option(
 MatchNormOption = typer.Option(
     default_of(_adapt, "match_norm"), "--match-norm", help="Rescale each new row to the mean norm of the model's whole-word rows (any method)."
 )
+
+# Groups of options several commands share: ``api_command(..., groups=(...))`` adds them.
+METHOD_OPTIONS = (
+    ("method", str, MethodOption), ("focus_k", int, FocusKOption), ("focus_temperature", float, FocusTemperatureOption),
+    ("hybrid_weight", float, HybridWeightOption), ("match_norm", bool, MatchNormOption),
+)
+CONTEXT_OPTIONS = (("context_layer", int, ContextLayerOption), ("context_cap", int, ContextCapOption), ("context_max_tokens", int | None, ContextMaxTokensOption))
+
+
+def optimizer_options(function: Callable[..., Any]) -> tuple[tuple[str, Any, Any], ...]:
+    """The AdamW schedule options every training command shares, with ``function``'s defaults."""
+    return (
+        ("warmup", float, typer.Option(default_of(function, "warmup"), "--warmup", help="Fraction of the steps spent warming up.")),
+        ("weight_decay", float, typer.Option(default_of(function, "weight_decay"), "--weight-decay", help="AdamW weight decay.")),
+    )
 
 
 def stderr_console() -> Any:
@@ -231,6 +247,7 @@ def api_command(
     show: Callable[[Any, bool], None],
     *,
     renames: Mapping[str, str] | None = None,
+    groups: tuple[tuple[tuple[str, Any, Any], ...], ...] = (),
     **command_settings: Any,
 ) -> Callable[[Callable[..., dict[str, Any] | None]], Callable[..., None]]:
     """Register ``greenadapt NAME`` as the Python API's ``function`` (spaCy's ``spacy/cli`` shape).
@@ -240,13 +257,22 @@ def api_command(
     the API parameter of its name (``renames``: the ones spelled otherwise). Its body checks what
     the API cannot (it runs before anything else) and returns None, or overrides for options that
     need parsing (``--seeds 1,2,3``; :data:`DROP` leaves one out). Every command gets ``--json``,
-    ``--quiet`` and ``--verbose`` (declared by the function when its body needs them), logging to
+    ``--quiet`` and ``--verbose``, and ``--workdir``, ``--force`` and ``--wait`` where ``function`` takes them
+    (each declared by the function instead when its body needs it or its help differs), and the
+    options of each of ``groups`` (:data:`METHOD_OPTIONS`, :data:`CONTEXT_OPTIONS`); logging to
     stderr and progress; ``show(result, as_json)`` prints the result.
     """
     from greenadapt.cli import app
 
     def register(options: Callable[..., dict[str, Any] | None]) -> Callable[..., None]:
         signature = inspect.signature(options, eval_str=True)
+        api_parameters = inspect.signature(function).parameters
+        shared = [*(spec for group in groups for spec in group), *(spec for spec in _RUN_CONTROL if spec[0] in api_parameters)]
+        control = [  # the shared groups, and the run-control options of every command whose API function takes them
+            inspect.Parameter(flag, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+            for flag, annotation, default in shared
+            if flag not in signature.parameters
+        ]
         output = [
             inspect.Parameter(flag, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=bool)
             for flag, default in (("as_json", JsonOption), ("quiet", QuietOption), ("verbose", VerboseOption))
@@ -263,7 +289,7 @@ def api_command(
                 result = function(**arguments, progress=progress)
             show(result, values["as_json"])
 
-        command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *output])  # type: ignore[attr-defined]
+        command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *control, *output])  # type: ignore[attr-defined]
         app.command(name, **command_settings)(command)
         return command
 
@@ -271,6 +297,7 @@ def api_command(
 
 
 _OUTPUT_FLAGS = ("as_json", "quiet", "verbose")
+_RUN_CONTROL = (("workdir", Path | None, WorkdirOption), ("force", bool, ForceOption), ("wait", bool, WaitOption))
 
 
 def show_stage(summary: Callable[[Any], str]) -> Callable[[Any, bool], None]:

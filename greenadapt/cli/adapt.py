@@ -11,23 +11,14 @@ from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
-    ContextCapOption,
-    ContextLayerOption,
-    ContextMaxTokensOption,
-    FocusKOption,
-    FocusTemperatureOption,
-    ForceOption,
-    HybridWeightOption,
-    MatchNormOption,
-    MethodOption,
-    WaitOption,
-    WorkdirOption,
+    METHOD_OPTIONS,
+    CONTEXT_OPTIONS,
     api_command,
     emit,
 )
 
 
-@api_command("adapt", api.adapt, lambda outcome, as_json: _show(outcome, as_json), renames={"text_field": "text_fields"})
+@api_command("adapt", api.adapt, lambda outcome, as_json: _show(outcome, as_json), renames={"text_field": "text_fields"}, groups=(METHOD_OPTIONS, CONTEXT_OPTIONS))
 def adapt_command(
     corpus: list[str] = typer.Option(
         ..., "--corpus", "-c", help="Registered corpus name, file, directory, glob or URL (repeatable)."
@@ -44,21 +35,10 @@ def adapt_command(
         help="Keep at most N words, the most frequent (gensim's max_final_vocab: min-count is raised as needed); bounds a huge corpus's vocabulary.",
     ),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Threads/processes (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS)."),
-    method: str = MethodOption,
-    focus_k: int = FocusKOption,
-    focus_temperature: float = FocusTemperatureOption,
-    hybrid_weight: float = HybridWeightOption,
-    match_norm: bool = MatchNormOption,
-    context_layer: int = ContextLayerOption,
-    context_cap: int = ContextCapOption,
-    context_max_tokens: int | None = ContextMaxTokensOption,
     max_new: int | None = typer.Option(None, "--max-new", min=0, help="At most this many new words (most frequent first)."),
     min_count_new: int = typer.Option(default_of(api.adapt, "min_count_new"), "--min-count-new", min=1, help="Minimum corpus count of a new word."),
     seed: int = typer.Option(default_of(api.adapt, "seed"), "--seed", help="Random seed for every stage."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder for the adapted model (default: in the workspace)."),
-    workdir: Path | None = WorkdirOption,
-    force: bool = ForceOption,
-    wait: bool = WaitOption,
 ) -> dict[str, Any] | None:
     """Adapt a model to a domain corpus: train word2vec, align it, expand the vocabulary."""
     return None

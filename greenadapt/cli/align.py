@@ -12,20 +12,13 @@ from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
-    FocusKOption,
-    FocusTemperatureOption,
-    ForceOption,
-    HybridWeightOption,
-    MatchNormOption,
-    MethodOption,
-    WaitOption,
-    WorkdirOption,
+    METHOD_OPTIONS,
     api_command,
     emit,
 )
 
 
-@api_command("align", api.align, lambda outcome, as_json: _show(outcome, as_json))
+@api_command("align", api.align, lambda outcome, as_json: _show(outcome, as_json), groups=(METHOD_OPTIONS,))
 def align_command(
     w2v: Path | None = typer.Option(None, "--w2v", help="Folder written by `greenadapt w2v`."),
     corpus: list[str] | None = typer.Option(
@@ -34,19 +27,11 @@ def align_command(
     model: str | None = typer.Option(
         None, "--model", "-m", help="Model folder or Hub id (default: the model the w2v output was made with)."
     ),
-    method: str = MethodOption,
-    focus_k: int = FocusKOption,
-    focus_temperature: float = FocusTemperatureOption,
-    hybrid_weight: float = HybridWeightOption,
-    match_norm: bool = MatchNormOption,
     seed: int = typer.Option(default_of(api.align, "seed"), "--seed", help="Seed of the held-out split (and of the random ablation)."),
     probe: list[str] | None = typer.Option(
         None, "--probe", help="Also show the neighbours of this word (repeatable)."
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: beside the w2v folder)."),
-    workdir: Path | None = WorkdirOption,
-    force: bool = ForceOption,
-    wait: bool = WaitOption,
 ) -> dict[str, Any] | None:
     """Fit the initialisation method on the words word2vec and the model share (the paper's least squares by default)."""
     return None

@@ -12,9 +12,6 @@ from greenadapt.adaptation.methods import method_help
 from greenadapt.api import default_of
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
-    ForceOption,
-    WaitOption,
-    WorkdirOption,
     api_command,
     show_stage,
 )
@@ -40,9 +37,6 @@ def expand_command(
         + method_help(),
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output model folder (default: beside the align folder)."),
-    workdir: Path | None = WorkdirOption,
-    force: bool = ForceOption,
-    wait: bool = WaitOption,
 ) -> dict[str, Any] | None:
     """Add the aligned vectors of new words as embedding rows, with a domain tokenizer that keeps them whole."""
     return None

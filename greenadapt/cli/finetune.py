@@ -16,9 +16,7 @@ from greenadapt.tasks import tasks_epilog, tasks_help
 if TYPE_CHECKING:
     from greenadapt.artifacts.stage import StageOutcome
 from greenadapt.cli._common import (
-    ForceOption,
-    WaitOption,
-    WorkdirOption,
+    optimizer_options,
     api_command,
     show_stage,
 )
@@ -73,7 +71,7 @@ def parse_seeds(text: str | None, seed: int) -> list[int]:
         raise UsageError(f"--seeds {text!r} is not a comma-separated list of integers", hint="e.g. --seeds 1,2,3") from None
 
 
-@api_command("finetune", api.finetune, show_stage(lambda outcome: _summary(outcome)), epilog=tasks_epilog())
+@api_command("finetune", api.finetune, show_stage(lambda outcome: _summary(outcome)), epilog=tasks_epilog(), groups=(optimizer_options(api.finetune),))
 def finetune(
     task: str = typer.Option(..., "--task", help=f"{tasks_help()} (each with its own defaults, listed below)."),
     train: Path = typer.Option(..., "--train", help="Training file."),
@@ -81,7 +79,6 @@ def finetune(
     test: Path | None = typer.Option(None, "--test", help="Test file, evaluated at the end under every pooling mode (qa: EM/F1 as `greenadapt qa` answers)."),
     model: str | None = typer.Option(None, "--model", "-m", help="Expanded model folder (two tokenizers) or any BERT-style model."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run folder (default: <workdir>/finetune/<data>/<model>)."),
-    workdir: Path | None = WorkdirOption,
     mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
     pool: str | None = PoolOption,
     epochs: int | None = typer.Option(default_of(api.finetune, "epochs"), "--epochs", help="Passes over the training data (default: the task's)."),
@@ -89,8 +86,6 @@ def finetune(
     batch_size: int | None = typer.Option(default_of(api.finetune, "batch_size"), "--batch-size", help="Examples (qa: windows) per optimizer step, over all processes (default: the task's)."),
     grad_accum: int = typer.Option(default_of(api.finetune, "grad_accum"), "--grad-accum", help="Micro-batches per step and process (gradient accumulation)."),
     lr: float | None = typer.Option(default_of(api.finetune, "lr"), "--lr", help="Peak learning rate (AdamW, linear schedule; default: the task's)."),
-    warmup: float = typer.Option(default_of(api.finetune, "warmup"), "--warmup", help="Fraction of the steps spent warming up."),
-    weight_decay: float = typer.Option(default_of(api.finetune, "weight_decay"), "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(default_of(api.finetune, "seed"), "--seed", help="Random seed."),
     seeds: str | None = typer.Option(None, "--seeds", help="Several seeds, e.g. 1,2,3: one model each, mean ± std reported."),
     train_on: str = typer.Option(default_of(api.finetune, "train_on"), "--train-on", help="train, or train+dev (the paper's protocol; no dev selection)."),
@@ -110,8 +105,6 @@ def finetune(
     precision: str = PrecisionOption,
     compile: bool = CompileOption,
     eval_batch_size: int = typer.Option(default_of(api.finetune, "eval_batch_size"), "--eval-batch-size", help="Sequences per inference batch."),
-    force: bool = ForceOption,
-    wait: bool = WaitOption,
     save_every: int | None = typer.Option(
         None, "--save-every", min=1, help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes)."
     ),

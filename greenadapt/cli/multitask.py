@@ -12,9 +12,7 @@ from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
-    ForceOption,
-    WaitOption,
-    WorkdirOption,
+    optimizer_options,
     api_command,
     show_stage,
 )
@@ -31,7 +29,7 @@ from greenadapt.cli.finetune import (
 )
 
 
-@api_command("multitask", api.multitask, show_stage(lambda outcome: summary(outcome.manifest, outcome.path, outcome.skipped)))
+@api_command("multitask", api.multitask, show_stage(lambda outcome: summary(outcome.manifest, outcome.path, outcome.skipped)), groups=(optimizer_options(api.multitask),))
 def multitask(
     task: list[str] = typer.Option(
         [], "--task", help="A task as comma-separated key=value pairs: name, type (ner or classify), train; optional dev, test, text_field, pair_field, label_field, format, header, metric, positive_label. Repeatable."
@@ -39,7 +37,6 @@ def multitask(
     tasks_file: Path | None = typer.Option(None, "--tasks", help="TOML file of \\[\\[task]] tables with the same keys (paths relative to the file)."),
     model: str | None = typer.Option(None, "--model", "-m", help="Expanded model folder (two tokenizers) or any BERT-style model."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run folder (default: <workdir>/multitask/<tasks>/<model>)."),
-    workdir: Path | None = WorkdirOption,
     adapter: str = typer.Option(default_of(api.multitask, "adapter"), "--adapter", help="pals (projected attention layers), low-rank, or none (shared encoder, task heads only)."),
     pal_size: int = typer.Option(default_of(api.multitask, "pal_size"), "--pal-size", help="Width s of the PAL space (V_E: d -> s; low-rank: the rank)."),
     pal_heads: int = typer.Option(default_of(api.multitask, "pal_heads"), "--pal-heads", help="Attention heads in the PAL space (must divide --pal-size)."),
@@ -50,8 +47,6 @@ def multitask(
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many steps (overrides --epochs)."),
     batch_size: int = typer.Option(default_of(api.multitask, "batch_size"), "--batch-size", help="Examples per step (all from one task)."),
     lr: float = typer.Option(default_of(api.multitask, "lr"), "--lr", help="Peak learning rate (AdamW, linear schedule)."),
-    warmup: float = typer.Option(default_of(api.multitask, "warmup"), "--warmup", help="Fraction of the steps spent warming up."),
-    weight_decay: float = typer.Option(default_of(api.multitask, "weight_decay"), "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(default_of(api.multitask, "seed"), "--seed", help="Random seed."),
     mix: float | None = typer.Option(None, "--mix", help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0)."),
     pool: str = pool_option(default_of(api.multitask, "pool")),
@@ -66,8 +61,6 @@ def multitask(
     general_model: str | None = GeneralModelOption,
     gmap_unfrozen: bool = GmapUnfrozenOption,
     gmap_cache: bool = GmapCacheOption,
-    force: bool = ForceOption,
-    wait: bool = WaitOption,
 ) -> dict[str, Any] | None:
     """Multi-task fine-tuning with PALs: per-task scores, their average and the parameter count."""
     return None

@@ -12,16 +12,14 @@ import typer
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli._common import (
-    ForceOption,
-    WaitOption,
-    WorkdirOption,
+    optimizer_options,
     api_command,
     emit,
 )
 from greenadapt.cli.finetune import CompileOption
 
 
-@api_command("pretrain", api.pretrain, lambda result, as_json: _show(result, as_json), renames={"text_field": "text_fields"})
+@api_command("pretrain", api.pretrain, lambda result, as_json: _show(result, as_json), renames={"text_field": "text_fields"}, groups=(optimizer_options(api.pretrain),))
 def pretrain_command(
     corpus: list[str] = typer.Option(
         ..., "--corpus", "-c", help="Registered corpus name, file, folder, glob or URL, as for w2v. Repeatable (--eval-only: each is scored on its own)."
@@ -46,8 +44,6 @@ def pretrain_command(
     batch_size: int = typer.Option(default_of(api.pretrain, "batch_size"), "--batch-size", help="Sequences per optimizer step, over all processes."),
     grad_accum: int = typer.Option(default_of(api.pretrain, "grad_accum"), "--grad-accum", help="Micro-batches per step and process (gradient accumulation)."),
     lr: float = typer.Option(default_of(api.pretrain, "lr"), "--lr", help="Peak learning rate (AdamW, linear warm-up and decay)."),
-    warmup: float = typer.Option(default_of(api.pretrain, "warmup"), "--warmup", help="Fraction of the steps spent warming up."),
-    weight_decay: float = typer.Option(default_of(api.pretrain, "weight_decay"), "--weight-decay", help="AdamW weight decay."),
     seed: int = typer.Option(default_of(api.pretrain, "seed"), "--seed", help="Random seed (order, masking, dropout)."),
     train_embeddings: str = typer.Option(default_of(api.pretrain, "train_embeddings"), "--train-embeddings", help="Word embeddings to train: all, new (rows added by expand only) or none."),
     train: str = typer.Option(
@@ -69,9 +65,6 @@ def pretrain_command(
     workers: int | None = typer.Option(None, "--workers", min=1, help="Pre-tokenizing processes (default: the cores this process may use, or $GREENADAPT_WORKERS)."),
     save_every: int | None = typer.Option(None, "--save-every", min=1, help="Save a resumable checkpoint every N steps (in <out>.checkpoint/)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99)."),
-    workdir: Path | None = WorkdirOption,
-    force: bool = ForceOption,
-    wait: bool = WaitOption,
 ) -> dict[str, Any] | None:
     """Continue masked-LM training on a domain corpus (the DAPT baseline); output loads in finetune, qa, expand and transformers."""
     return None

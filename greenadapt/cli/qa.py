@@ -11,8 +11,6 @@ from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
-    ForceOption,
-    WaitOption,
     api_command,
     show_stage,
 )
@@ -40,8 +38,6 @@ def qa_command(
     general_model: str | None = typer.Option(
         None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
     ),
-    force: bool = ForceOption,
-    wait: bool = WaitOption,
 ) -> dict[str, Any] | None:
     """Answer each question over its whole document with sliding windows (one or two tokenizers)."""
     return None

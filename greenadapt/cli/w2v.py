@@ -10,18 +10,13 @@ import typer
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli._common import (
-    ContextCapOption,
-    ContextLayerOption,
-    ContextMaxTokensOption,
-    ForceOption,
-    WaitOption,
-    WorkdirOption,
+    CONTEXT_OPTIONS,
     api_command,
     show_stage,
 )
 
 
-@api_command("w2v", api.w2v, show_stage(lambda outcome: _summary(outcome)), renames={"text_field": "text_fields"})
+@api_command("w2v", api.w2v, show_stage(lambda outcome: _summary(outcome)), renames={"text_field": "text_fields"}, groups=(CONTEXT_OPTIONS,))
 def w2v_command(
     corpus: list[str] = typer.Option(
         ...,
@@ -50,18 +45,12 @@ def w2v_command(
         default_of(api.w2v, "source"), "--source", metavar="NAME",
         help="word2vec (CBOW, the paper) or context (the base model's own contextual vectors, for align --method context-mean).",
     ),
-    context_layer: int = ContextLayerOption,
-    context_cap: int = ContextCapOption,
-    context_max_tokens: int | None = ContextMaxTokensOption,
     no_vectors: bool = typer.Option(
         default_of(api.w2v, "no_vectors"), "--no-vectors", help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean or random)."
     ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Output folder (default: WORKDIR/CORPUS/MODEL/w2v)."
     ),
-    workdir: Path | None = WorkdirOption,
-    force: bool = ForceOption,
-    wait: bool = WaitOption,
 ) -> dict[str, Any] | None:
     """Pre-tokenize the corpus with the model's normalizer (cached) and train CBOW word2vec on it."""
     return None

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.errors import StageError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
@@ -243,7 +244,7 @@ def _finished(folder: Path) -> bool:
     from greenadapt.artifacts.manifest import read_manifest
 
     manifest = read_manifest(folder) if folder.is_dir() else None
-    return manifest is not None and manifest.get("kind") == "finetune"
+    return manifest is not None and manifest.get("kind") == kinds.FINETUNE
 
 
 def _wall_seconds(folder: Path) -> float | None:
@@ -354,7 +355,7 @@ def adaptation_cost(spec: str) -> dict[str, float]:
             continue
         seen.add(current)
         manifest = read_manifest(current)
-        if manifest is None or manifest.get("kind") not in ("w2v", "align", "expand", "pretrain"):
+        if manifest is None or manifest.get("kind") not in (*kinds.ADAPTATION, kinds.PRETRAIN):
             continue
         costs.append(cost_of(manifest))
         for recorded in manifest.get("inputs") or []:
@@ -383,9 +384,8 @@ def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
 
 
 def _read_by_pool(folder: Path) -> dict[str, Any] | None:
-    from greenadapt.runners.finetune.run import by_pool_file_name
 
-    path = folder / "predictions" / by_pool_file_name("test")
+    path = folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name("test")
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 

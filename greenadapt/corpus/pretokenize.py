@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.manifest import Manifest, fingerprint
 from greenadapt.artifacts.stage import StageRun, resource_errors
 from greenadapt.corpus.word_splitter import TextRules, WordSplitter
@@ -229,7 +230,7 @@ def pretokenize_corpus(
     key = fingerprint("pretok", config, inputs)
     out = Path(cache_root) / key
     # wait=True: another run making the same cache entry will finish it for us.
-    with StageRun("pretok", out, config, inputs, force=force, wait=True, libraries=("tokenizers",)) as run:
+    with StageRun(kinds.PRETOKENIZED, out, config, inputs, force=force, wait=True, libraries=("tokenizers",)) as run:
         if run.skipped:
             assert run.manifest is not None
             log.info("pre-tokenized corpus cached in %s", out)

@@ -125,13 +125,7 @@ def read_s2orc_tar(source: Source, stream: IO[bytes], stats: ReadStats) -> Itera
     skip = _SkippedMembers(source.display, stats)
     seen_any = False
     with tarfile.open(fileobj=stream, mode="r|*") as outer:
-        for member in outer:
-            if member.isdir():
-                continue
-            why = _unsafe_member(member.name, _tar_kind(member))
-            if why:
-                skip(member.name, why)
-                continue
+        for member in _safe_members(outer, skip):
             base = posixpath.basename(member.name)
             inner = outer.extractfile(member)
             if inner is None:
@@ -142,13 +136,8 @@ def read_s2orc_tar(source: Source, stream: IO[bytes], stats: ReadStats) -> Itera
             elif base.startswith("document_parses.tar"):
                 seen_any = True
                 with tarfile.open(fileobj=inner, mode="r|*") as parses:
-                    for parse in parses:
-                        if parse.isdir():
-                            continue
-                        why = _unsafe_member(parse.name, _tar_kind(parse))
-                        if why:
-                            skip(f"{member.name}!{parse.name}", why)
-                        elif parse.name.endswith(".json"):
+                    for parse in _safe_members(parses, skip, within=f"{member.name}!"):
+                        if parse.name.endswith(".json"):
                             handle = parses.extractfile(parse)
                             if handle is not None:
                                 yield from cord.read_parse(parse.name, handle, source, stats)
@@ -217,6 +206,18 @@ def _tar_kind(member: tarfile.TarInfo) -> str:
 
 
 _KIND_REASONS = {"symlink": "a symbolic link", "hardlink": "a hard link", "device": "not a regular file"}
+
+
+def _safe_members(archive: tarfile.TarFile, skip: _SkippedMembers, *, within: str = "") -> Iterator[tarfile.TarInfo]:
+    """The regular files of a streamed tar archive; links, devices and escaping names are skipped and counted."""
+    for member in archive:
+        if member.isdir():
+            continue
+        why = _unsafe_member(member.name, _tar_kind(member))
+        if why:
+            skip(within + member.name, why)
+        else:
+            yield member
 
 
 def _unsafe_member(name: str, kind: str) -> str | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.destination import check_prediction_output
 from greenadapt.artifacts.manifest import MANIFEST, load_stage, read_manifest
 from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
@@ -28,11 +29,11 @@ from greenadapt.data.task_files import TaskFile, check_known_labels
 from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.machine.devices import pick_device
 from greenadapt.modeling.units import Unit
-from greenadapt.runners.finetune.run import KIND
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.health import prediction_warnings
-from greenadapt.training.pooling import POOL_MODES
+from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
+from greenadapt.training.pooling import check_pool
 
 
 @dataclass
@@ -87,7 +88,7 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
     """Open a fine-tuned NER or classification model folder (as :func:`find_model_folder` found it) for inference.
 
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
-    the one recorded at training, or ``general_model`` (checked by weights).
+    the one recorded at training, or ``options.general_model`` (checked by weights).
     """
     import transformers
 
@@ -128,13 +129,13 @@ def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]
     if not path.is_dir():
         raise StageError("no fine-tuned model here", path=path, hint="pass the folder `greenadapt finetune` wrote")
     manifest = read_manifest(path)
-    if manifest is not None and manifest.get("kind") == KIND:
-        models = load_stage(path, KIND).section("stats", "models")
+    if manifest is not None and manifest.get("kind") == kinds.FINETUNE:
+        models = load_stage(path, kinds.FINETUNE).section("stats", "models")
         if len(models) > 1:
             names = ", ".join(sorted(models.values()))
             raise UsageError(f"this run holds one model per seed ({names})", path=path, hint=f"pass --model {path}/{sorted(models.values())[0]}")
-    elif (path.parent / MANIFEST).is_file() and (read_manifest(path.parent) or {}).get("kind") == KIND:
-        load_stage(path.parent, KIND)
+    elif (path.parent / MANIFEST).is_file() and (read_manifest(path.parent) or {}).get("kind") == kinds.FINETUNE:
+        load_stage(path.parent, kinds.FINETUNE)
     task_json = path / TASK_FILE
     if not task_json.is_file():
         raise StageError(
@@ -154,13 +155,9 @@ def run_predict(
     input_path: Path,
     output_path: Path,
     *,
-    pool: str = "mean",
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
+    options: InferenceOptions = DEFAULT_INFERENCE,
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
-    general_model: str | None = None,
     force: bool = False,
     found: tuple[Path, TaskSettings] | None = None,
 ) -> PredictResult:
@@ -169,28 +166,23 @@ def run_predict(
     The input is read with the training files' reader options; ``reader_overrides``
     (ReaderOptions field → value, None values ignored) changes some of them.
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
-    the one recorded at training, or ``general_model`` (checked by weights).
+    the one recorded at training, or ``options.general_model`` (checked by weights).
     ``found``: what :func:`find_model_folder` returned for ``model``, when the caller already verified it.
     """
-    check_pool(pool)
+    options.check()
     check_prediction_output(output_path, force=force, model=model, input_path=input_path)
-    opened = open_finetuned(*(found or find_model_folder(model)), device=device, general_model=general_model)
+    opened = open_finetuned(*(found or find_model_folder(model)), device=options.device, general_model=options.general_model)
     request = read_for_prediction(
         input_path,
         opened.settings,
         opened.tokenizers,
         opened.folder,
-        pool=pool,
+        pool=options.pool,
         ignore_labels=ignore_labels,
         reader_overrides=reader_overrides,
     )
-    logits = opened.logits(request.units, request.task_file.examples, request.mode, batch_size=batch_size, precision=precision)
+    logits = opened.logits(request.units, request.task_file.examples, request.mode, batch_size=options.batch_size, precision=options.precision)
     return request.write(logits, output_path, opened.folder)
-
-
-def check_pool(pool: str) -> None:
-    if pool not in POOL_MODES:
-        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
 
 
 @dataclass

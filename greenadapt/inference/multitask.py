@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.manifest import Manifest, load_stage, read_manifest
 from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
 from greenadapt.errors import UsageError
 from greenadapt.machine.devices import pick_device
 from greenadapt.modeling.pals.config import BASE_DIR, TASKS_DIR
-from greenadapt.runners.multitask.run import KIND
 from greenadapt.tasks import TASK_FILE, TaskSettings
 from greenadapt.training.distributed import DistContext
 
@@ -32,7 +33,7 @@ class LoadedTask:
 
 def is_multitask(folder: str | os.PathLike[str]) -> bool:
     manifest = read_manifest(Path(folder)) if Path(folder).is_dir() else None
-    return manifest is not None and manifest.get("kind") == KIND
+    return manifest is not None and manifest.get("kind") == kinds.MULTITASK
 
 
 def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
@@ -41,7 +42,7 @@ def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu",
     from greenadapt.modeling.pals.model import MultiTaskModel
 
     path = Path(folder)
-    manifest = load_stage(path, KIND)
+    manifest = load_stage(path, kinds.MULTITASK)
     names = list(manifest.stats.get("tasks", []))
     if name not in names:
         raise UsageError(f"no task {name!r} in this multitask run", path=path, hint=f"--task one of: {', '.join(names)}")
@@ -76,28 +77,24 @@ def predict_task(
     input_path: Path,
     output_path: Path,
     *,
-    pool: str = "mean",
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
+    options: InferenceOptions = DEFAULT_INFERENCE,
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
-    general_model: str | None = None,
     force: bool = False,
 ) -> Any:
     """``greenadapt predict --model RUN --task NAME``: label (and score) a file with one task of a multitask run."""
     from greenadapt.artifacts.destination import check_prediction_output
-    from greenadapt.inference.labelling import check_pool, read_for_prediction
+    from greenadapt.inference.labelling import read_for_prediction
     from greenadapt.training.pooling import pooled_logits
 
-    check_pool(pool)
+    options.check()
     check_prediction_output(output_path, force=force, model=folder, input_path=input_path)
-    ctx = DistContext(device=pick_device(device))
-    loaded = load_task(folder, name, device=ctx.device, general_model=general_model)
+    ctx = DistContext(device=pick_device(options.device))
+    loaded = load_task(folder, name, device=ctx.device, general_model=options.general_model)
     tokenizers = loaded.tokenizers
     request = read_for_prediction(
         input_path, loaded.settings, tokenizers, loaded.folder,
-        pool=pool, ignore_labels=ignore_labels, reader_overrides=reader_overrides,
+        pool=options.pool, ignore_labels=ignore_labels, reader_overrides=reader_overrides,
     )
     if loaded.memory is not None:
         from greenadapt.modeling.gmap.wiring import attach_memory
@@ -105,7 +102,7 @@ def predict_task(
         attach_memory(request.units, request.task_file.examples, *loaded.memory)
     logits = pooled_logits(
         loaded.model, request.units, ctx, has_domain=tokenizers.has_domain, pad_id=tokenizers.pad_id,
-        batch_size=batch_size, precision=precision, modes=(request.mode,),
+        batch_size=options.batch_size, precision=options.precision, modes=(request.mode,),
     )[request.mode]
     return request.write(logits, output_path, loaded.folder)
 

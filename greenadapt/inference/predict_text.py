@@ -40,6 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
+from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
 from greenadapt.artifacts.files import atomic_writer
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.errors import DataError, UsageError
@@ -275,14 +276,10 @@ def predict_input(
     output: str | os.PathLike[str] = STDIO,
     *,
     task_name: str | None = None,
-    pool: str = "mean",
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
+    options: InferenceOptions = DEFAULT_INFERENCE,
     file_format: str = "auto",
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
-    general_model: str | None = None,
     force: bool = False,
     progress: Progress = NULL_PROGRESS,
 ) -> PredictSummary:
@@ -291,10 +288,10 @@ def predict_input(
     Every option and the output are checked before the model is loaded.
     """
     from greenadapt.artifacts.destination import check_prediction_output
-    from greenadapt.inference.labelling import check_pool, find_model_folder, run_predict
+    from greenadapt.inference.labelling import find_model_folder, run_predict
     from greenadapt.inference.multitask import is_multitask, multitask_predictor
 
-    check_pool(pool)
+    options.check()
     if not is_stdio(output):
         check_prediction_output(output, force=force, model=model, input_path=os.devnull if is_stdio(source) else source)
     overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
@@ -310,7 +307,7 @@ def predict_input(
             from greenadapt.inference.predictor import open_model
 
             assert found is not None  # a model is opened whenever the input is not a task file
-            predictor = open_model(*found, device=device, pool=pool, batch_size=batch_size, precision=precision, general_model=general_model)
+            predictor = open_model(*found, options=options)
             return predict_text(predictor, opened, output, progress=progress)
         if file_format != "auto" and opened.format != "dataset":
             overrides["format"] = "jsonl" if opened.format == "training-jsonl" else opened.format
@@ -318,8 +315,7 @@ def predict_input(
         target = _temporary_output(opened.path) if is_stdio(output) else Path(output)
         try:
             result = labeller(
-                model, opened.path, target, pool=pool, batch_size=batch_size, device=device, precision=precision,
-                ignore_labels=ignore_labels, reader_overrides=overrides, general_model=general_model,
+                model, opened.path, target, options=options, ignore_labels=ignore_labels, reader_overrides=overrides,
                 force=force or is_stdio(output),  # the temporary file is ours
             )
             if is_stdio(output):

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
 from greenadapt.data.metrics import chunks
 from greenadapt.errors import UsageError
 
@@ -65,26 +66,11 @@ class _Labeller:
         self.mode = opened.default_mode(pool)
         self.batch_size = batch_size
         self.precision = precision
-
-    @property
-    def labels(self) -> list[str]:
-        return list(self.opened.settings.labels)
-
-    @property
-    def folder(self) -> Path:
-        return self.opened.folder
-
-    @property
-    def task(self) -> str:
-        return str(self.opened.settings.task)
-
-    @property
-    def model(self) -> Any:
-        return self.opened.model
-
-    @property
-    def general_tokenizer(self) -> Any:
-        return self.opened.tokenizers.general
+        self.labels: list[str] = list(opened.settings.labels)
+        self.folder: Path = opened.folder
+        self.task = str(opened.settings.task)
+        self.model: Any = opened.model
+        self.general_tokenizer: Any = opened.tokenizers.general
 
     def _probabilities(self, examples: list[Any]) -> np.ndarray:
         """Pooled label probabilities of every output row of ``examples`` (words for NER, examples otherwise)."""
@@ -196,7 +182,7 @@ class QaModel:
     def answer_many(self, pairs: Iterable[tuple[str, str]], *, n_best: int = 1) -> list[list[dict[str, Any]]]:
         """n-best answers for each ``(question, context)``; a context shared by several questions is read once."""
         from greenadapt.data.squad import Document, Question
-        from greenadapt.runners.qa.run import answer_questions
+        from greenadapt.inference.qa.answering import answer_questions
 
         if n_best < 1:
             raise UsageError(f"n_best must be at least 1, got {n_best}")
@@ -268,11 +254,7 @@ def open_model(
     folder: Path,
     settings: Any,
     *,
-    device: str = "auto",
-    pool: str = "mean",
-    batch_size: int = 64,
-    precision: str = "auto",
-    general_model: str | None = None,
+    options: InferenceOptions = DEFAULT_INFERENCE,
     max_length: int | None = None,
 ) -> NerModel | ClassifierModel | QaModel:
     """The object for a fine-tuned folder as :func:`greenadapt.inference.labelling.find_model_folder` found it."""
@@ -280,15 +262,16 @@ def open_model(
 
     if settings.task == "qa":
         from greenadapt.artifacts.pretrained import resolve_model
-        from greenadapt.runners.qa.run import QaOptions, open_qa, resolve_qa_settings
+        from greenadapt.inference.qa.answering import QaOptions, open_qa, resolve_qa_settings
 
         # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
-        options = QaOptions(pool=None if pool == "mean" else pool, device=device, batch_size=batch_size,
-                            general_model=general_model, max_length=max_length)
-        options.check()
-        return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), options), options), batch_size=batch_size)
+        qa = QaOptions(pool=None if options.pool == "mean" else options.pool, device=options.device, batch_size=options.batch_size,
+                       general_model=options.general_model, max_length=max_length)
+        qa.check()
+        return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), qa), qa), batch_size=options.batch_size)
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
-    opened = open_finetuned(folder, settings, device=device, general_model=general_model)
+    options.check()
+    opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model)
     kind = NerModel if settings.task == "ner" else ClassifierModel
-    return kind(opened, pool=pool, batch_size=batch_size, precision=precision)
+    return kind(opened, pool=options.pool, batch_size=options.batch_size, precision=options.precision)

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.errors import UsageError
 from greenadapt.machine.energy import cost_of, sum_costs
 from greenadapt.report.reading import find_stage_folders, optional_json, read_json_file, read_manifest
@@ -63,16 +64,16 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
                     "cost": cost_of(manifest),
                 }
             )
-    order = {kind: i for i, kind in enumerate(("w2v", "align", "expand", "pretrain", "finetune", "qa"))}
+    order = {kind: i for i, kind in enumerate((*kinds.ADAPTATION, kinds.PRETRAIN, kinds.FINETUNE, kinds.QA))}
     stages.sort(key=lambda s: (s["run"], order.get(s["kind"], len(order)), s["name"]))
     return {
         "runs": [str(Path(r)) for r in runs],
         "stages": [{k: v for k, v in s.items() if k not in ("config", "inputs")} for s in stages],
         "adaptation": adaptation_chains(stages),
-        "finetune_cost": sum_costs(trained) if (trained := [s["cost"] for s in stages if s["kind"] in ("finetune", "pretrain")]) else None,
+        "finetune_cost": sum_costs(trained) if (trained := [s["cost"] for s in stages if s["kind"] in kinds.TRAINED]) else None,
         "alignment": [alignment_of(s) for s in stages if s["kind"] == "align"],
-        "pretraining": [pretraining_of(s) for s in stages if s["kind"] == "pretrain"],
-        "training": [curve for s in stages if s["kind"] in ("finetune", "pretrain") for curve in curves_of(s)],
+        "pretraining": [pretraining_of(s) for s in stages if s["kind"] == kinds.PRETRAIN],
+        "training": [curve for s in stages if s["kind"] in kinds.TRAINED for curve in curves_of(s)],
         "results": results_table(stages),
         "accuracy_vs_cost": accuracy_vs_cost(stages),
         "paper": paper_comparison(stages),

@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.destination import REPORT_MARKER
 from greenadapt.report.paper import SOURCE
 from greenadapt.report.plots import axis_unit
@@ -76,7 +77,7 @@ def _co2(kg: Any) -> str:
 
 def _mean_std(row: Mapping[str, Any]) -> str:
     # One scale everywhere: percent. QA's scores are percentages already; the labelling tasks' are fractions.
-    scale = 1.0 if row.get("kind") == "qa" else 100.0
+    scale = 1.0 if row.get("kind") == kinds.QA else 100.0
     text = f"{row['mean'] * scale:.2f}"
     if row["n"] > 1:
         text += f" ± {row['std'] * scale:.2f}"

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.machine.energy import sum_costs
 from greenadapt.report.paper import LB_TO_KG, PUBLISHED
 from greenadapt.report.reading import SEED_DIR, optional_json
@@ -99,7 +100,7 @@ def results_table(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Mean ± std over seeds of the primary metric, per configuration group, split and pooling mode."""
     groups: dict[str, dict[str, Any]] = {}
     for stage in stages:
-        if stage["kind"] not in ("finetune", "qa"):
+        if stage["kind"] not in (kinds.FINETUNE, kinds.QA):
             continue
         per_seed, primary = _per_seed_scores(stage)
         if not per_seed:
@@ -179,7 +180,7 @@ def accuracy_vs_cost(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     rows: list[Any] = []
     results = results_table(stages)
     for stage in stages:
-        if stage["kind"] != "finetune":
+        if stage["kind"] != kinds.FINETUNE:
             continue
         group = group_label(stage)
         if any(r["group"] == group for r in rows):
@@ -206,7 +207,7 @@ def paper_comparison(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ours += [
         _comparison_row(stages, f"this run: {s['name']} (continued masked-LM pretraining, {s['stats'].get('steps')} steps)", [s["name"]], s["cost"])
         for s in stages
-        if s["kind"] == "pretrain"
+        if s["kind"] == kinds.PRETRAIN
     ]
     rows = [dict(p) for p in PUBLISHED]
     ratios = []

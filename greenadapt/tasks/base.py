@@ -18,7 +18,7 @@ task modules import torch, numpy and the data code inside their methods.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -175,6 +175,16 @@ class LabellingTask(Task):
 
     def score(self, task_file: TaskFile, predictions: Sequence[Any], settings: TaskSettings) -> dict[str, Any]:
         raise NotImplementedError
+
+    def score_modes(
+        self, task_file: TaskFile, logits: Mapping[str, np.ndarray], settings: TaskSettings
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+        """Each pooling mode's predictions (the argmax label of every row, decoded) and scores."""
+        scores, predictions = {}, {}
+        for mode, values in logits.items():
+            predictions[mode] = self.decode(task_file, argmax_labels(values, settings.labels))
+            scores[mode] = self.score(task_file, predictions[mode], settings)
+        return scores, predictions
 
     def check_metric(self, metric: str | None, positive: str | None) -> str:
         chosen = metric or self.default_metric

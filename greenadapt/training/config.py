@@ -42,7 +42,9 @@ class TrainingConfig:
         return {k: v for k, v in asdict(self).items() if k not in SPEED_ONLY}
 
     def check_schedule(self) -> None:
-        """The learning rate, warm-up and weight decay every loop checks before its first expensive step."""
+        """The learning rate, warm-up, weight decay and step limit every loop checks before its first expensive step."""
+        if self.max_steps is not None and self.max_steps < 1:
+            raise UsageError("--max-steps must be at least 1")
         if self.lr <= 0 or not 0 <= self.warmup < 1:
             raise UsageError("--lr must be positive and --warmup a fraction below 1")
         if self.weight_decay < 0:

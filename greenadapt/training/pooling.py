@@ -83,8 +83,7 @@ def pooled_logits(
     view is that view, and is returned as such when asked for.
     """
     for mode in modes:
-        if mode not in POOL_MODES:
-            raise UsageError(f"unknown pooling mode {mode!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+        check_pool(mode)
         if mode == "domain" and not has_domain:
             raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     kwargs: dict[str, Any] = {"pad_id": pad_id, "batch_size": batch_size, "precision": precision}
@@ -102,6 +101,12 @@ def pooled_logits(
         else:
             result[mode] = (general + domain) / 2
     return result
+
+
+def check_pool(pool: str) -> None:
+    """Refuse a ``--pool`` that names no pooling mode."""
+    if pool not in POOL_MODES:
+        raise UsageError(f"unknown --pool {pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
 
 
 def report_modes(has_domain: bool) -> tuple[str, ...]:

@@ -96,6 +96,17 @@ class InitMethod(Protocol):
         ...
 
 
+class MethodDefaults:
+    """What most methods are: a method subclasses this and states only where it differs."""
+
+    needs_vectors = True
+    vector_source = "word2vec"
+    needs_shared_vectors = False
+    vectors_are_rows = False
+    options: tuple[str, ...] = ()
+    seeded = False
+
+
 def recorded_seed(method: InitMethod, seed: int) -> int | None:
     """The seed a stage records and fingerprints: None for a method that draws no random numbers, so that a
     seed change does not redo its output nor make a later stage refuse it as "made with other options"."""

@@ -15,7 +15,6 @@ from greenadapt.adaptation.methods.lstsq import Lstsq
 class ContextMean(Lstsq):
     name = "context-mean"
     summary = "least-squares map from the base model's own contextual word vectors (no word2vec)"
-    needs_vectors = True
     vector_source = "context"
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.methods.base import ROW_CHUNK, FitContext, RowContext
+from greenadapt.adaptation.methods.base import FitContext, MethodDefaults, ROW_CHUNK, RowContext
 from greenadapt.adaptation.methods.lstsq import mean_cosine
 from greenadapt.adaptation.vectors import VectorRows
 
@@ -24,15 +24,11 @@ if TYPE_CHECKING:
 _QUERY_CHUNK = 1024  # queries x shared words of similarities at a time
 
 
-class Focus:
+class Focus(MethodDefaults):
     name = "focus"
     summary = "sparsemax-weighted mean of the rows of the k most similar shared words in word2vec space (FOCUS)"
-    needs_vectors = True
-    vector_source = "word2vec"
     needs_shared_vectors = True
-    vectors_are_rows = False
     options: tuple[str, ...] = ("focus_k", "focus_temperature")
-    seeded = False
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:
         """No parameters to fit; the held-out figure is how well the rule rebuilds held-out shared words' rows."""

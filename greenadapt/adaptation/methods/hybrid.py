@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.methods.base import FitContext, RowContext
+from greenadapt.adaptation.methods.base import FitContext, MethodDefaults, RowContext
 from greenadapt.adaptation.methods.lstsq import LSTSQ
 from greenadapt.adaptation.methods.subword_mean import subword_mean_rows
 
@@ -17,15 +17,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-class Hybrid:
+class Hybrid(MethodDefaults):
     name = "hybrid"
     summary = "--hybrid-weight x lstsq + (1 - weight) x subword-mean"
-    needs_vectors = True
-    vector_source = "word2vec"
-    needs_shared_vectors = False
-    vectors_are_rows = False
     options: tuple[str, ...] = ("hybrid_weight",)
-    seeded = False
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:
         return LSTSQ.fit(ctx)

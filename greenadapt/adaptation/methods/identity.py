@@ -14,12 +14,7 @@ class Identity(Lstsq):
 
     name = "identity"
     summary = "no alignment: word2vec vectors as rows (ablation; needs --dim = the model's hidden size)"
-    needs_vectors = True
-    vector_source = "word2vec"
-    needs_shared_vectors = False
     vectors_are_rows = True
-    options: tuple[str, ...] = ()
-    seeded = False
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:
         import numpy as np

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.methods.base import ROW_CHUNK, FitContext, RowContext
+from greenadapt.adaptation.methods.base import FitContext, MethodDefaults, ROW_CHUNK, RowContext
 from greenadapt.errors import StageError
 
 if TYPE_CHECKING:
@@ -26,15 +26,9 @@ RIDGE = 1e-9
 MAX_CONDITION = 1e10
 
 
-class Lstsq:
+class Lstsq(MethodDefaults):
     name = "lstsq"
     summary = "the paper's least-squares map from word2vec space (default)"
-    needs_vectors = True
-    vector_source = "word2vec"
-    needs_shared_vectors = False
-    vectors_are_rows = False
-    options: tuple[str, ...] = ()
-    seeded = False
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:
         import numpy as np

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.methods.base import FitContext, RowContext
+from greenadapt.adaptation.methods.base import FitContext, MethodDefaults, RowContext
 from greenadapt.adaptation.methods.lstsq import mean_cosine
 from greenadapt.errors import StageError
 
@@ -21,14 +21,11 @@ MEAN_FILE = "gaussian_mean.npy"
 COV_FILE = "gaussian_cov.npy"
 
 
-class Random:
+class Random(MethodDefaults):
     name = "random"
     summary = "random rows from the embeddings' Gaussian (ablation)"
     needs_vectors = False
     vector_source = "none"
-    needs_shared_vectors = False
-    vectors_are_rows = False
-    options: tuple[str, ...] = ()
     seeded = True  # the only method that draws random numbers: its output depends on --seed
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:

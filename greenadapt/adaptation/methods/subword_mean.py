@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.methods.base import ROW_CHUNK, FitContext, RowContext
+from greenadapt.adaptation.methods.base import FitContext, MethodDefaults, ROW_CHUNK, RowContext
 from greenadapt.adaptation.methods.lstsq import mean_cosine
 
 if TYPE_CHECKING:
@@ -20,15 +20,11 @@ if TYPE_CHECKING:
     from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
 
 
-class SubwordMean:
+class SubwordMean(MethodDefaults):
     name = "subword-mean"
     summary = "mean of the word's wordpiece rows under the model's own tokenizer (FVT; no word2vec needed)"
     needs_vectors = False
     vector_source = "none"
-    needs_shared_vectors = False
-    vectors_are_rows = False
-    options: tuple[str, ...] = ()
-    seeded = False
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:
         return {"train_cosine": None, "heldout_cosine": None}

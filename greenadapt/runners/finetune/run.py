@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.destination import check_run_destination
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.manifest import load_stage, manifest_identity, read_manifest
@@ -45,21 +46,21 @@ from greenadapt.errors import DataError, UsageError
 from greenadapt.modeling.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.modeling.units import Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_task
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_task
 from greenadapt.tasks.options import TRAIN_ON, FinetuneOptions, default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix, train
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.job import training_stage
-from greenadapt.training.pooling import POOL_MODES
+from greenadapt.training.pooling import check_pool
 
 if TYPE_CHECKING:
     from greenadapt.modeling.gmap.wiring import GmapSetup
 
 log = logging.getLogger(__name__)
 
-KIND = "finetune"
+KIND = kinds.FINETUNE
 
 
 # --------------------------------------------------------------------------
@@ -193,8 +194,7 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
     training = values.training
     check_entity_type(options.reader.entity_type)
     check_mix(training.mix)
-    if values.pool not in POOL_MODES:
-        raise UsageError(f"unknown --pool {values.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    check_pool(values.pool)
     if options.train_on not in TRAIN_ON:
         raise UsageError(f"unknown --train-on {options.train_on!r}", hint="train or train+dev")
     if training.train_embeddings not in TRAIN_EMBEDDINGS:
@@ -208,8 +208,6 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if values.max_length is not None:
         check_max_length(values.max_length)
-    if training.max_steps is not None and training.max_steps < 1:
-        raise UsageError("--max-steps must be at least 1")
     if options.save_every is not None and options.save_every < 1:
         raise UsageError("--save-every must be at least 1")
     training.check_schedule()
@@ -221,7 +219,7 @@ def identity_of_model(ref: ModelRef) -> dict[str, Any]:
     check_weights_load_safely(ref.path)
     manifest = read_manifest(ref.path)
     if manifest is not None and manifest.get("kind") == "expand":
-        return manifest_identity(ref.path, load_stage(ref.path, "expand"))
+        return manifest_identity(ref.path, load_stage(ref.path, kinds.EXPAND))
     return ref.identity()
 
 
@@ -400,7 +398,7 @@ class _Job:
             if folder is not None:
                 with resource_errors(folder):
                     write_predictions(task_file, predictions[self.pool], folder / "predictions" / prediction_file_name(task_file, split))
-                    write_json(folder / "predictions" / by_pool_file_name(split), self._by_pool(task_file, predictions))
+                    write_json(folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name(split), self._by_pool(task_file, predictions))
         return metrics
 
     def _scores(
@@ -418,11 +416,7 @@ class _Job:
             precision=self.base.precision,
             modes=modes,
         )
-        scores, predictions = {}, {}
-        for mode, values in logits.items():
-            predictions[mode] = self.task.decode(task_file, argmax_labels(values, self.settings.labels))
-            scores[mode] = self.task.score(task_file, predictions[mode], self.settings)
-        return scores, predictions
+        return self.task.score_modes(task_file, logits, self.settings)
 
     def _by_pool(self, task_file: TaskFile, predictions: dict[str, list[Any]]) -> dict[str, Any]:
         """Gold and every pooling mode's predictions, example by example: what ``compare``'s paired bootstrap reads."""
@@ -446,11 +440,6 @@ class _Job:
         else:
             self.tokenizers.general.save_pretrained(str(folder))
         write_json(folder / TASK_FILE, self.settings.to_json())
-
-
-def by_pool_file_name(split: str) -> str:
-    """Where a run folder keeps ``split``'s gold and per-pooling-mode predictions (``predictions/``)."""
-    return f"{split}.by_pool.json"
 
 
 def _report_modes(tokenizers: TokenizerPair) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, TokenizerPair, check_vocab_fits
 from greenadapt.artifacts.pretrained import resolve_model, slugify
@@ -39,15 +40,15 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.multitask.sampling import check_sampling
 from greenadapt.runners.multitask.spec import TaskSpec, check_unique
 from greenadapt.runners.multitask.train import MultitaskConfig, train_multitask
-from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_labelling_task
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix
 from greenadapt.training.health import prediction_warnings
-from greenadapt.training.pooling import POOL_MODES
+from greenadapt.training.pooling import check_pool
 
 log = logging.getLogger(__name__)
 
-KIND = "multitask"
+KIND = kinds.MULTITASK
 
 
 @dataclass
@@ -138,8 +139,7 @@ def _check_options(options: MultitaskOptions) -> None:
     check_sampling(options.sampling)
     training = options.training
     check_mix(training.mix)
-    if options.pool not in POOL_MODES:
-        raise UsageError(f"unknown --pool {options.pool!r}", hint=f"choose from {', '.join(POOL_MODES)}")
+    check_pool(options.pool)
     for name, value in (("--batch-size", training.batch_size), ("--epochs", training.epochs),
                         ("--max-words", options.max_words), ("--eval-batch-size", training.eval_batch_size)):
         if value < 1:
@@ -147,8 +147,6 @@ def _check_options(options: MultitaskOptions) -> None:
     check_max_length(options.max_length)
     if options.steps_per_epoch is not None and options.steps_per_epoch < 1:
         raise UsageError("--steps-per-epoch must be at least 1")
-    if training.max_steps is not None and training.max_steps < 1:
-        raise UsageError("--max-steps must be at least 1")
     training.check_schedule()
 
 
@@ -353,11 +351,7 @@ def _score(
         precision=training.precision,
         modes=modes,
     )
-    result, predictions = {}, {}
-    for mode, values in logits.items():
-        predictions[mode] = p.task.decode(task_file, argmax_labels(values, p.settings.labels))
-        result[mode] = p.task.score(task_file, predictions[mode], p.settings)
-    return result, predictions
+    return p.task.score_modes(task_file, logits, p.settings)
 
 
 def _averages(metrics: dict[str, Any], pool: str) -> dict[str, float]:

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.manifest import fingerprint
 from greenadapt.artifacts.stage import StageRun, resource_errors
 from greenadapt.defaults import check_max_length
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 
 TOKENS_FILE = "tokens.bin"
 TOKENS_FORMAT = 1
-TOKENS_KIND = "mlm-tokens"
+TOKENS_KIND = kinds.MLM_TOKENS
 EVAL_SEED = 20201109  # held-out masking: the same for every run, whatever --seed
 MASK_PROBABILITY = 0.15
 IGNORE = -100

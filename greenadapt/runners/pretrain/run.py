@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import write_json
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
@@ -43,7 +44,7 @@ from greenadapt.training.job import TrainingStage, training_stage
 
 log = logging.getLogger(__name__)
 
-KIND = "pretrain"
+KIND = kinds.PRETRAIN
 LOG_FILE = "train_log.jsonl"
 TOKENIZER_CHOICES = ("auto", "domain", "general")
 _LATER_OPTIONS = {"head_warmup_steps": 0, "train": "all"}  # training options newer than the first pretrain outputs, with their defaults

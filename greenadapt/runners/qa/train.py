@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import ExpandedModel
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KIND = "finetune"
+KIND = kinds.FINETUNE
 TASK = "qa"
 QA_TRAINING = TASKS["qa"].training_config()  # the SQuAD recipe (greenadapt/tasks/qa.py)
 DEFAULT_MAX_LENGTH = 384
@@ -233,7 +234,7 @@ class _QaPlan:
 
 def _plan(ref: Any, options: QaTrainOptions) -> _QaPlan:
     from greenadapt.machine.devices import pick_device
-    from greenadapt.runners.qa.model import resolve_pool
+    from greenadapt.inference.qa.model import resolve_pool
 
     folder = ExpandedModel.open(ref)
     tokenizers = folder.tokenizers
@@ -321,7 +322,7 @@ def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> A
 
 
 def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
-    from greenadapt.runners.qa.infer import QaRunner
+    from greenadapt.inference.qa.infer import QaRunner
 
     if setup is None:
         return QaRunner(model, device)
@@ -346,7 +347,7 @@ def _evaluate(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``greenadapt qa``'s whole-document answers and scores; also the predictions, id → answer."""
     from greenadapt.data.squad_metrics import evaluate
-    from greenadapt.runners.qa.run import answer_questions
+    from greenadapt.inference.qa.answering import answer_questions
 
     answered = {
         question.id: (answers[0]["text"] if answers else "")

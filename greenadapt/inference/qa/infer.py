@@ -1,7 +1,7 @@
 """Batched inference: context-level start/end logits for (question, tokenization) jobs.
 
 A *job* is one question with one tokenization of its context. Its windows
-(``greenadapt.runners.qa.windows``) are queued together with those of the
+(``greenadapt.inference.qa.windows``) are queued together with those of the
 following jobs — other questions on the same paper, the other tokenizer,
 the next papers — sorted by length in chunks and run in batches, so the
 model always sees full batches with little padding. The active logits of
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.machine.devices import to_device
-from greenadapt.runners.qa.windows import Window, plan_windows
+from greenadapt.inference.qa.windows import Window, plan_windows
 from greenadapt.training.batches import pad_rows
 from greenadapt.training.distributed import autocast, autocast_dtype
 

@@ -1,0 +1,26 @@
+"""The kinds of folder greenadapt writes: the ``kind`` field of a manifest, named once.
+
+Readers (``predict``, ``report``, ``compare``, ``info``) recognise a folder by its kind, so the
+names live below every stage and runner rather than in the runner that writes them.
+"""
+
+from __future__ import annotations
+
+PRETOKENIZED = "pretok"
+W2V = "w2v"
+ALIGN = "align"
+EXPAND = "expand"
+MLM_TOKENS = "mlm-tokens"
+PRETRAIN = "pretrain"
+FINETUNE = "finetune"  # every fine-tuned run folder, QA's included
+QA = "qa"  # answers to a SQuAD-style file
+MULTITASK = "multitask"
+
+ADAPTATION = (W2V, ALIGN, EXPAND)
+TRAINED = (FINETUNE, PRETRAIN)
+PREDICTIONS_DIR = "predictions"
+
+
+def by_pool_file_name(split: str) -> str:
+    """Where a run folder keeps ``split``'s gold and per-pooling-mode predictions (under ``predictions/``)."""
+    return f"{split}.by_pool.json"
