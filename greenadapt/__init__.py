@@ -11,12 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["adapt", "align", "compare", "expand", "finetune", "load", "multitask", "pipeline", "predict", "pretrain", "qa", "w2v"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from greenadapt import api
+    # ``__all__`` too is read from the API on first use, so a new command's function needs no line here.
+    # import_module, not ``from greenadapt import api``: that asks this very function for ``api`` again.
+    import importlib
 
+    if name.startswith("__") and name != "__all__":  # what inspect and pickle probe for: not the API
+        raise AttributeError(f"module 'greenadapt' has no attribute {name!r}")
+    api = importlib.import_module("greenadapt.api")
+    if name == "__all__":
+        return list(api.FUNCTIONS)
+    if name in api.FUNCTIONS:
         return getattr(api, name)
     raise AttributeError(f"module 'greenadapt' has no attribute {name!r}")

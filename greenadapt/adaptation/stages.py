@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.methods import InitMethod, MethodOptions
+from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions
 from greenadapt.adaptation.methods.lstsq import MAP_FILE, fit_linear_map, mean_cosine  # noqa: E402,F401
 from greenadapt.adaptation.methods.random import COV_FILE, MEAN_FILE, gaussian_rows  # noqa: E402,F401
 from greenadapt.artifacts.manifest import Manifest
@@ -101,7 +101,7 @@ def stage_suffix(method: InitMethod, options: MethodOptions) -> str:
 
     chosen = recorded_options(method, options)
     norm = "-match-norm" if chosen.pop("match_norm", False) else ""
-    name = "" if method.name == "lstsq" and not norm else f"-{method.name}"
+    name = "" if method.name == DEFAULT_METHOD and not norm else f"-{method.name}"
     if chosen == recorded_options(method, MethodOptions()):
         return f"{name}{norm}"
     return f"{name}{norm}-{hashlib.sha256(canonical_json(chosen).encode()).hexdigest()[:8]}"

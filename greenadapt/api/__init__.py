@@ -22,11 +22,15 @@ Example::
 
 from __future__ import annotations
 
-from greenadapt.api.adapting import adapt, align, expand, w2v
+from greenadapt.api import adapting, training, using
+from greenadapt.api.adapting import *  # noqa: F403 (each module's __all__ is its commands)
 from greenadapt.api.common import PathLike, default_of
-from greenadapt.api.training import compare, finetune, multitask, pretrain, qa
-from greenadapt.api.using import load, pipeline, predict
+from greenadapt.api.training import *  # noqa: F403
+from greenadapt.api.using import *  # noqa: F403
 
-__all__ = [
-    "PathLike", "adapt", "align", "compare", "default_of", "expand", "finetune", "load", "multitask", "pipeline", "predict", "pretrain", "qa", "w2v",
-]
+# The functions ``greenadapt`` re-exports: a new command's function joins by its module's ``__all__``.
+FUNCTIONS = sorted([*adapting.__all__, *training.__all__, *using.__all__])
+__all__ = ["FUNCTIONS", "PathLike", "default_of"]
+__all__ += adapting.__all__
+__all__ += training.__all__
+__all__ += using.__all__

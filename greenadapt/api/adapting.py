@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from greenadapt.artifacts.stage import StageOutcome
     from greenadapt.progress import Progress
 
+__all__ = ["adapt", "align", "expand", "w2v"]
+
 
 def adapt(
     corpus: Sequence[str] | str,

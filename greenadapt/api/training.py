@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from greenadapt.artifacts.stage import StageOutcome
     from greenadapt.progress import Progress
 
+__all__ = ["compare", "finetune", "multitask", "pretrain", "qa"]
+
 
 def finetune(
     task: str,

@@ -10,6 +10,8 @@ if TYPE_CHECKING:
     from greenadapt.inference.predictor import ClassifierModel, NerModel, QaModel
     from greenadapt.progress import Progress
 
+__all__ = ["load", "pipeline", "predict"]
+
 
 def load(
     path: PathLike,

@@ -221,7 +221,7 @@ def finetuned_card(
             "or on the command line `greenadapt predict -m . notes.txt` (raw text, JSON lines, task files, `-` for stdin).",
             "",
         ]
-    if task == "ner" and untyped_labels:
+    if untyped_labels:  # only NER labels can lack an entity type
         lines += ["The labels carry no entity type; train with `--entity-type TYPE` for labels that transformers'",
                   "entity aggregation (`aggregation_strategy=\"simple\"`) groups into entities.", ""]
     return "\n".join(lines)

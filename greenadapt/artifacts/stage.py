@@ -85,7 +85,7 @@ class StageOutcome:
 @dataclass
 class CostMeter:
     """Wall time, CPU seconds and peak memory of this process and its children,
-    plus GPU time, energy (measured or estimated, method stated) and CO₂: see greenadapt.energy."""
+    plus GPU time, energy (measured or estimated, method stated) and CO₂: see greenadapt.machine.energy."""
 
     wall_start: float = field(default_factory=time.perf_counter)
     cpu_start: float = field(default_factory=lambda: _cpu_seconds())

@@ -62,8 +62,14 @@ def _root(
 
 
 def _register() -> None:
-    # Imported for their @app.command side effect; each keeps heavy imports local.
-    from greenadapt.cli import adapt, align, compare, expand, finetune, info, multitask, predict, pretrain, qa, report, w2v  # noqa: F401
+    # Every public module of this package is a command, imported for its @app.command side effect (each keeps
+    # heavy imports local); pkgutil lists them sorted, so commands are listed alphabetically.
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_") and module.name != "help":
+            importlib.import_module(f"{__name__}.{module.name}")
 
 
 def command() -> Any:

@@ -248,6 +248,7 @@ def api_command(
     *,
     renames: Mapping[str, str] | None = None,
     groups: tuple[tuple[tuple[str, Any, Any], ...], ...] = (),
+    example: str | None = None,
     **command_settings: Any,
 ) -> Callable[[Callable[..., dict[str, Any] | None]], Callable[..., None]]:
     """Register ``greenadapt NAME`` as the Python API's ``function`` (spaCy's ``spacy/cli`` shape).
@@ -260,9 +261,14 @@ def api_command(
     ``--quiet`` and ``--verbose``, and ``--workdir``, ``--force`` and ``--wait`` where ``function`` takes them
     (each declared by the function instead when its body needs it or its help differs), and the
     options of each of ``groups`` (:data:`METHOD_OPTIONS`, :data:`CONTEXT_OPTIONS`); logging to
-    stderr and progress; ``show(result, as_json)`` prints the result.
+    stderr and progress; ``show(result, as_json)`` prints the result. ``example``: the command line
+    its ``--help`` ends on.
     """
     from greenadapt.cli import app
+    from greenadapt.cli.help import EXAMPLES
+
+    if example is not None:
+        EXAMPLES[name] = example
 
     def register(options: Callable[..., dict[str, Any] | None]) -> Callable[..., None]:
         signature = inspect.signature(options, eval_str=True)

@@ -11,7 +11,7 @@ import typer
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.artifacts.manifest import Manifest
-from greenadapt.tasks import tasks_epilog, tasks_help
+from greenadapt.tasks import TASKS, tasks_epilog, tasks_help
 
 if TYPE_CHECKING:
     from greenadapt.artifacts.stage import StageOutcome
@@ -126,7 +126,7 @@ def finetune(
 def _summary(outcome: StageOutcome) -> str:
     manifest = Manifest.of(outcome.manifest, outcome.path)
     stats = manifest.stats
-    if stats.get("task") == "qa":
+    if stats.get("task") in TASKS and TASKS[stats["task"]].answers_questions:
         return _qa_summary(outcome.path, stats, outcome.skipped)
     metric = manifest.section("config", "task").get("metric", "")
     parts = []

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.tasks import get_task
 from greenadapt.comparison.statistics import Contributions
 
 
@@ -82,6 +83,6 @@ def qa_contributions(predictions: Mapping[str, str], golds: Mapping[str, Sequenc
 
 def contributions_for(task: str, metric: str, gold: Sequence[Any], predicted: Sequence[Any], positive: str | None = None) -> Contributions:
     """The contributions of ``task`` (``ner`` or ``classify``) under ``metric``."""
-    if task == "ner":
+    if get_task(task).finds_entities:
         return ner_contributions(gold, predicted)
     return classification_contributions(gold, predicted, metric, positive)

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from greenadapt.tasks import TASKS as FINETUNE_TASKS
+from greenadapt.tasks import LabellingTask, get_task
 from greenadapt.artifacts import kinds
 from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.errors import StageError, UsageError
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 
 RESULT_FILE = "compare.json"
 RESULT_FORMAT = 1
-TASKS = ("ner", "classify", "qa")
+TASKS = tuple(name for name, task in FINETUNE_TASKS.items() if task.finetunes)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -266,14 +268,15 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
     from greenadapt.artifacts.pretrained import resolve_model
 
     mixed = (resolve_model(spec).path / GENERAL_TOKENIZER_DIR).is_dir()
-    mixture = {"mix": 0.5 if mixed else 0.0, "pool": "mean"} if options.task != "qa" else {}  # qa chooses its own pool
+    questions = get_task(options.task).answers_questions
+    mixture = {"mix": 0.5 if mixed else 0.0, "pool": "mean"} if not questions else {}  # qa chooses its own pool
     return {
         "task": options.task, "train": str(options.train), "test": str(options.test), **mixture,
         "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed],
         "epochs": options.epochs, "batch_size": options.batch_size, "lr": options.lr, "max_length": options.max_length,
         "device": options.device, "force": options.force,
         # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
-        **({"save_every": options.save_every, "resume": True} if options.task != "qa" else {}),
+        **({"save_every": options.save_every, "resume": True} if not questions else {}),
     }
 
 
@@ -321,7 +324,7 @@ def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
         if not metrics_file.is_file():
             continue
         document = json.loads(metrics_file.read_text(encoding="utf-8"))
-        if options.task == "qa":  # one pool, scored in percent: as the other tasks' fractions here
+        if get_task(options.task).answers_questions:  # one pool, scored in percent: as the other tasks' fractions here
             test_scores = document.get("test") or {}
             variant.scores[seed] = {str(document.get("pool")): {k: float(v) / 100 for k, v in test_scores.items()
                                                                 if k in ("exact_match", "f1", "substring_match") and v is not None}}
@@ -373,14 +376,15 @@ def _cost_figures(costs: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
-    if options.task == "qa":
+    task = get_task(options.task)
+    if task.answers_questions:
         return "f1"
     for variant in variants:
         for seed in variant.scores:
             by_pool = _read_by_pool(options.out / variant.name / f"seed-{seed}")
             if by_pool is not None:
                 return str(by_pool["metric"])
-    return "f1" if options.task == "ner" else "accuracy"
+    return task.default_metric if isinstance(task, LabellingTask) else "f1"
 
 
 def _read_by_pool(folder: Path) -> dict[str, Any] | None:
@@ -417,7 +421,7 @@ def _pair(options: CompareOptions, variant: Variant, baseline: Variant, metric: 
     }
     contributions: dict[int, tuple[Contributions, Contributions]] = {}
     for s in seeds:
-        if options.task == "qa":
+        if get_task(options.task).answers_questions:
             mine = _qa_contributions(options.out / variant.name / f"seed-{s}", options.test)
             theirs = _qa_contributions(options.out / baseline.name / f"seed-{s}", options.test)
         else:

@@ -40,6 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
+from greenadapt.tasks import get_task
 from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
 from greenadapt.artifacts.files import atomic_writer
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
@@ -89,7 +90,7 @@ def detect_format(task: str, head: list[str], requested: str = "auto", text_fiel
         return requested
     first = lines[0].lstrip() if lines else ""
     if requested == "jsonl" or first.startswith("{"):
-        if task != "ner":
+        if not get_task(task).finds_entities:
             return "training-jsonl"
         try:
             obj = json.loads(first) if first else {}
@@ -99,7 +100,7 @@ def detect_format(task: str, head: list[str], requested: str = "auto", text_fiel
         return "training-jsonl" if isinstance(obj, dict) and any(isinstance(obj.get(k), list) for k in keys) else "jsonl"
     if not lines:
         return "text"
-    if task != "ner":
+    if not get_task(task).finds_entities:
         return "tsv" if "\t" in first else "text"
     tabbed = [line.rstrip("\n").split("\t") for line in lines if "\t" in line]
     if len(tabbed) == len(lines) and all(2 <= len(f) <= 4 and f[0].strip() and " " not in f[0].strip() for f in tabbed):
@@ -171,14 +172,14 @@ def predict_text(
         for batch in _batches(source.documents, docs_per_batch):  # type: ignore[arg-type]
             for record, prediction in zip(batch, _predict_batch(model, [r.text for r in batch]), strict=True):
                 counts["documents"] += 1
-                if model.task == "ner":
+                if model.finds_entities:
                     counts["entities"] += len(prediction["entities"])
                 yield json.dumps({**record.fields, **prediction}, ensure_ascii=False) + "\n"
             progress.update(counts["documents"])
 
     write_lines(lines(), output)
     progress.finish()
-    entities = counts["entities"] if model.task == "ner" else None
+    entities = counts["entities"] if model.finds_entities else None
     return PredictSummary(str(output), counts["documents"], source.format, model.mode, None, entities)
 
 
@@ -245,7 +246,7 @@ def _batches(items: Iterator[_Record], size: int) -> Iterator[list[_Record]]:
 
 
 def _predict_batch(model: Any, texts: list[str]) -> list[dict[str, Any]]:
-    if model.task == "ner":
+    if model.finds_entities:
         return [{"entities": [e.to_dict() for e in entities]} for entities in model.predict(texts)]
     return [{"label": p["label"], "score": p["score"], "scores": p["scores"]} for p in model.predict(texts)]
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.tasks import get_task
 from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
 from greenadapt.data.metrics import chunks
 from greenadapt.errors import UsageError
@@ -85,6 +86,7 @@ class _Labeller:
 
 
 class NerModel(_Labeller):
+    finds_entities = True
     """A fine-tuned NER model: entity spans with character offsets, from mean-pooled logits over both tokenizers."""
 
     def predict(self, texts: str | Sequence[str]) -> Any:
@@ -134,6 +136,7 @@ class NerModel(_Labeller):
 
 
 class ClassifierModel(_Labeller):
+    finds_entities = False
     """A fine-tuned text (or sentence-pair) classifier, mean-pooled over both tokenizers."""
 
     def predict(self, texts: str | Sequence[str], pairs: Sequence[str] | None = None) -> Any:
@@ -260,7 +263,8 @@ def open_model(
     """The object for a fine-tuned folder as :func:`greenadapt.inference.labelling.find_model_folder` found it."""
     from greenadapt.inference.labelling import open_finetuned
 
-    if settings.task == "qa":
+    task = get_task(settings.task)
+    if task.answers_questions:
         from greenadapt.artifacts.pretrained import resolve_model
         from greenadapt.inference.qa.answering import QaOptions, open_qa, resolve_qa_settings
 
@@ -273,5 +277,5 @@ def open_model(
         raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
     options.check()
     opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model)
-    kind = NerModel if settings.task == "ner" else ClassifierModel
+    kind = NerModel if task.finds_entities else ClassifierModel
     return kind(opened, pool=options.pool, batch_size=options.batch_size, precision=options.precision)

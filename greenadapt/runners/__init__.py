@@ -2,5 +2,6 @@
 
 ``finetune/`` (ner, classify and any registered labelling task), ``qa/`` (extractive QA over
 whole documents), ``pretrain/`` (continued masked-LM pretraining, the DAPT comparator) and
-``multitask/`` (PALs). Nothing outside the CLI, the API, ``inference`` and ``comparison`` imports them.
+``multitask/`` (PALs). Only the API and the CLI import them: what a runner shares with prediction or
+``compare`` lives below it (``inference/``, ``tasks/``, ``artifacts/kinds``).
 """

@@ -127,6 +127,10 @@ class Task:
     unused_options: tuple[str, ...] = ()
     # Trained by `greenadapt finetune` (the masked-LM objective is `pretrain`'s, not a --task).
     finetunes: bool = True
+    # Predictions are entity spans over words (NER): entity F1, entities in raw-text output, typed-label hints.
+    finds_entities: bool = False
+    # SQuAD-style questions over documents: answered by `greenadapt qa`, scored in percent, trained without checkpoints.
+    answers_questions: bool = False
 
     def training_config(self, **values: Any) -> TrainConfig:
         """A ``TrainConfig`` of the given values; those left None take this task's defaults (or TrainConfig's)."""

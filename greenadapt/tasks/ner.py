@@ -32,6 +32,7 @@ class NerTask(LabellingTask):
     auto_model = "AutoModelForTokenClassification"
     metrics = ("f1", "precision", "recall", "accuracy")
     default_metric = "f1"
+    finds_entities = True
 
     def order_labels(self, labels: Sequence[str]) -> list[str]:
         from greenadapt.data.metrics import split_tag

@@ -150,7 +150,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
                         resume=options.resume) as job:
         if job.up_to_date is not None:
             return job.up_to_date
-        if job.stage is not None and task.name == "ner" and untyped_labels(labels):  # said once training is sure to start
+        if job.stage is not None and task.finds_entities and untyped_labels(labels):  # said once training is sure to start
             log.warning(
                 "%s: the labels %s name no entity type, so transformers' entity aggregation cannot group them into "
                 "entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels", train_file.path, ", ".join(untyped_labels(labels)),
@@ -307,7 +307,7 @@ class _Job:
             base_model=display_name(self.ref), base_model_hub_id=hub_id(self.ref), task=self.task.name, labels=list(self.settings.labels), metric=self.settings.metric or "",
             summary=metrics_doc["summary"], seeds=list(seeds), mix=self.base.mix or 0.0, pool=self.pool,
             two_tokenizers=self.tokenizers.has_domain, general_tokenizer=GENERAL_TOKENIZER_DIR,
-            adaptation=self.ref.config().get(CONFIG_KEY), untyped_labels=untyped_labels(self.settings.labels) if self.task.name == "ner" else [],
+            adaptation=self.ref.config().get(CONFIG_KEY), untyped_labels=untyped_labels(self.settings.labels) if self.task.finds_entities else [],
         )
         with resource_errors(tmp):
             write_json(tmp / "metrics.json", metrics_doc)

@@ -1,0 +1,58 @@
+"""The package's folders import only downwards, in the order docs/design.md draws.
+
+Each top-level folder or module of ``greenadapt/`` has a place in :data:`LAYERS`; an import from one
+to another is allowed only towards a later place. A new folder must be given its place here (and in
+the picture), so the direction of imports is decided, not grown.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import greenadapt
+
+LAYERS = [
+    "__main__", "cli", "api", "report", "comparison", "runners", "inference", "adaptation", "corpus",
+    "tasks", "training", "modeling", "data", "artifacts", "machine", "defaults", "progress", "errors",
+]
+ROOT = Path(greenadapt.__file__).parent
+
+
+def _imports_between_folders() -> set[tuple[str, str, str]]:
+    """(importing folder, imported folder, file) for every import of another top-level part of the package."""
+    found = set()
+    for path in ROOT.rglob("*.py"):
+        part = path.relative_to(ROOT).parts[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("greenadapt."):
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names if alias.name.startswith("greenadapt.")]
+            else:
+                continue
+            for name in names:
+                target = name.split(".")[1]
+                if target != part:
+                    found.add((part, target, str(path.relative_to(ROOT))))
+    return found
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    parts = {p.name.removesuffix(".py") for p in ROOT.iterdir() if (p.suffix == ".py" or (p / "__init__.py").is_file())}
+    assert parts - {"__init__"} == set(LAYERS)
+
+
+def test_imports_only_go_down() -> None:
+    upward = sorted(
+        f"{file}: {source} imports {target}"
+        for source, target, file in _imports_between_folders()
+        if LAYERS.index(target) <= LAYERS.index(source)
+    )
+    assert not upward, "imports against the layer order (docs/design.md):\n" + "\n".join(upward)
+
+
+def test_the_check_sees_imports() -> None:
+    # Guards the guard: the scan must find the imports it judges, or the test above passes on nothing.
+    edges = {(source, target) for source, target, _ in _imports_between_folders()}
+    assert ("cli", "api") in edges and ("runners", "training") in edges and ("inference", "tasks") in edges
