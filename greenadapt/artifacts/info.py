@@ -54,6 +54,8 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
             cost=_cost(manifest),
             warnings=list(stats.get("warnings") or []),
         )
+        if isinstance(stats.get("per_type"), dict):
+            info["per_type"] = stats["per_type"]
         if isinstance(stats.get("summary"), dict):
             info["scores"] = stats["summary"]
             info["metric"] = ((manifest.get("config") or {}).get("task") or {}).get("metric") or stats.get("metric")
@@ -144,6 +146,9 @@ def render(info: dict[str, Any]) -> str:
                 seeds = value.get("n") or 1
                 spread = f" ± {100 * value.get('std', 0):.2f} over {seeds} seeds" if seeds > 1 else " (1 seed)"
                 lines.append(f"  {split + ' score':<11} {info.get('metric') or 'score'} {100 * value['mean']:.2f}{spread}")
+        for split, kinds in (info.get("per_type") or {}).items():
+            cells = [f"{kind} {100 * v['f1']['mean']:.2f} ({v['gold']} gold)" for kind, v in kinds.items()]
+            lines.append(f"  {split + ' types':<11} f1 {', '.join(cells)}")
         cost = info.get("cost") or {}
         gpu = f", {cost['gpu_seconds']:.0f} GPU s ({cost['gpu']})" if cost.get("gpu") else ""
         if cost.get("wall_seconds") is not None:

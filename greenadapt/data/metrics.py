@@ -179,16 +179,33 @@ def mean_std(values: Sequence[float]) -> dict[str, float]:
 
 
 def summarize_seeds(per_seed: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Any]]]]) -> dict[str, Any]:
-    """``per_seed[seed][split][pool]`` metric dicts → ``[split][pool][metric]`` mean ± std of scalar metrics."""
+    """``per_seed[seed][split][pool]`` metric dicts → ``[split][pool][metric]`` mean ± std of scalar metrics,
+    and ``[split][pool]["per_type"][type]`` the same of each entity type's P/R/F1 (seqeval's report, over seeds)."""
     summary: dict[str, Any] = {}
     seeds = list(per_seed)
     first = per_seed[seeds[0]]
     for split, pools in first.items():
         for pool, metrics in pools.items():
+            runs = [per_seed[s].get(split, {}).get(pool, {}) for s in seeds]
             for name, value in metrics.items():
-                if isinstance(value, float) and all(
-                    isinstance(per_seed[s].get(split, {}).get(pool, {}).get(name), float) for s in seeds
-                ):
-                    values = [float(per_seed[s][split][pool][name]) for s in seeds]
-                    summary.setdefault(split, {}).setdefault(pool, {})[name] = mean_std(values)
+                if isinstance(value, float) and all(isinstance(run.get(name), float) for run in runs):
+                    summary.setdefault(split, {}).setdefault(pool, {})[name] = mean_std([float(run[name]) for run in runs])
+            by_type = _per_type_over_seeds([run.get("per_type") or {} for run in runs])
+            if by_type:
+                summary.setdefault(split, {}).setdefault(pool, {})["per_type"] = by_type
     return summary
+
+
+def _per_type_over_seeds(runs: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """Each entity type's precision, recall and F1 as mean ± std over the seeds, and its gold count."""
+    if not runs or not all(runs):
+        return {}
+    types = sorted(set().union(*(set(run) for run in runs)))
+    zero = {"precision": 0.0, "recall": 0.0, "f1": 0.0, "gold": 0}  # a type one seed neither found nor had
+    return {
+        kind: {
+            **{name: mean_std([float(run.get(kind, zero)[name]) for run in runs]) for name in ("precision", "recall", "f1")},
+            "gold": max(int(run.get(kind, zero).get("gold", 0)) for run in runs),
+        }
+        for kind in types
+    }

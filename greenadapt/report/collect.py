@@ -25,7 +25,7 @@ from greenadapt.artifacts import kinds
 from greenadapt.errors import UsageError
 from greenadapt.machine.energy import cost_of, sum_costs
 from greenadapt.report.reading import find_stage_folders, optional_json, read_json_file, read_manifest
-from greenadapt.report.results import accuracy_vs_cost, adaptation_chains, group_label, paper_comparison, results_table, seed_of
+from greenadapt.report.results import accuracy_vs_cost, adaptation_chains, entity_type_table, group_label, paper_comparison, results_table, seed_of
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         "pretraining": [pretraining_of(s) for s in stages if s["kind"] == kinds.PRETRAIN],
         "training": [curve for s in stages if s["kind"] in kinds.TRAINED for curve in curves_of(s)],
         "results": results_table(stages),
+        "entity_types": entity_type_table(stages),
         "accuracy_vs_cost": accuracy_vs_cost(stages),
         "paper": paper_comparison(stages),
         "growth": cost_growth(stages),

@@ -205,6 +205,15 @@ def results_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def entity_type_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["run", "split", "entity type", "F1 mean ± sd (%)", "seeds", "gold entities"]
+    rows = [
+        [r["run"], r["split"], r["type"], f"{100 * r['f1']['mean']:.2f} ± {100 * r['f1']['std']:.2f}", str(r["f1"].get("n", 1)), str(r["gold"])]
+        for r in data.get("entity_types") or []
+    ]
+    return head, rows
+
+
 def _duration(seconds: Any) -> str:
     """Seconds in the unit its magnitude reads best in: s, min, h, days."""
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
@@ -253,6 +262,8 @@ def markdown(data: Mapping[str, Any]) -> str:
         parts += ["## Masked-LM pretraining", "", _md_table(*pretraining_table(data)), ""]
     if data["results"]:
         parts += ["## Results", "", _md_table(*results_table(data)), ""]
+    if data.get("entity_types"):
+        parts += ["### F1 by entity type", "", _md_table(*entity_type_rows(data)), ""]
     if data.get("warnings"):
         parts += ["## Warnings", "", *(f"- `{w['stage']}`: {w['warning']}" for w in data["warnings"]), ""]
     for comparison in data.get("comparisons") or []:
@@ -354,6 +365,8 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
         body += ["<h2>Masked-LM pretraining</h2>", _html_table(*pretraining_table(data), numeric=lambda i: i >= 2)]
     if data["results"]:
         body += ["<h2>Results</h2>", _html_table(*results_table(data))]
+        if data.get("entity_types"):
+            body += ["<h3>F1 by entity type</h3>", _html_table(*entity_type_rows(data), numeric=lambda i: i >= 3)]
         for key, title in result_groups(data):
             body.append(_img(figures.get(key), title))
         if figures.get("accuracy_vs_cost"):

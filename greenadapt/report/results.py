@@ -146,6 +146,17 @@ def results_table(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def entity_type_table(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """F1 per entity type of every fine-tuned NER run with typed labels, under the pooling the run reports."""
+    return [
+        {"run": stage["name"], "split": split, "type": kind, "f1": value["f1"], "gold": value["gold"]}
+        for stage in stages
+        if stage["kind"] == kinds.FINETUNE
+        for split, types in (stage["stats"].get("per_type") or {}).items()
+        for kind, value in types.items()
+    ]
+
+
 def upstream_cost(stage: Mapping[str, Any], by_path: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """The cost of the stages that made ``stage``'s model (its stage inputs, followed upstream; each once).
 

@@ -291,11 +291,13 @@ class _Job:
             for summary in trained.values():
                 summary.pop("gmap", None)
         if tmp is not None:
-            result["summary"] = self._write_metrics_and_card(tmp, seeds, per_seed)
+            result["summary"], per_type = self._write_metrics_and_card(tmp, seeds, per_seed)
+            if per_type:
+                result["per_type"] = per_type
         return result
 
-    def _write_metrics_and_card(self, tmp: Path, seeds: Sequence[int], per_seed: dict[str, Any]) -> dict[str, Any]:
-        """metrics.json (every seed, and their mean and sd) and the model card; the headline figures."""
+    def _write_metrics_and_card(self, tmp: Path, seeds: Sequence[int], per_seed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """metrics.json (every seed, and their mean and sd) and the model card; the headline figures and per-type F1."""
         metrics_doc: dict[str, Any] = {
             "seeds": list(seeds),
             "primary_metric": self.settings.metric,
@@ -312,7 +314,7 @@ class _Job:
         with resource_errors(tmp):
             write_json(tmp / "metrics.json", metrics_doc)
             (tmp / CARD_FILE).write_text(card, encoding="utf-8")
-        return _headline(metrics_doc, self.settings.metric or "", self.pool)
+        return _headline(metrics_doc, self.settings.metric or "", self.pool), per_type_headline(metrics_doc, self.pool)
 
     def _one_seed(
         self,
@@ -456,3 +458,12 @@ def _headline(metrics_doc: dict[str, Any], metric: str, pool: str) -> dict[str, 
         if value is not None:
             headline[split] = value
     return headline
+
+
+def per_type_headline(metrics_doc: dict[str, Any], pool: str) -> dict[str, Any]:
+    """Each split's entity-type F1 under the chosen pooling (NER with typed labels; empty otherwise)."""
+    return {
+        split: {kind: {"f1": scores["f1"], "gold": scores["gold"]} for kind, scores in pools[pool]["per_type"].items()}
+        for split, pools in metrics_doc["summary"].items()
+        if "per_type" in pools.get(pool, {})
+    }
