@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup demo test test-fast lint bench clean chromium loop-tests
+.PHONY: setup demo test test-fast lint bench clean chromium loop-tests wheel-demo
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,19 @@ demo: setup
 
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# greenadapt as a user installs it without make: its wheel with the demo extra in a new venv outside the
+# checkout (so nothing is imported from the source tree), then the demo. README's "Without make" lines.
+WHEEL_VENV ?= /tmp/greenadapt-wheel-venv
+wheel-demo:
+	rm -rf dist $(WHEEL_VENV)
+	python3 -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(WHEEL_VENV)/bin/python -m pip install -q "$(TORCH)"
+	$(WHEEL_VENV)/bin/python -m pip wheel -q --no-deps -w dist .
+	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls dist/greenadapt-*.whl)[demo]"
+	cd $(WHEEL_VENV) && ./bin/python -c "import importlib, pkgutil, greenadapt; assert 'site-packages' in greenadapt.__file__, greenadapt.__file__; [importlib.import_module(m.name) for m in pkgutil.walk_packages(greenadapt.__path__, 'greenadapt.') if not m.name.endswith('__main__')]"
+	cd $(WHEEL_VENV) && ./bin/greenadapt adapt --corpus sample --workdir greenadapt-work
 
 # The rule sets are in pyproject.toml ([tool.ruff], [tool.mypy]); part of `make test`, so CI runs them.
 lint: setup

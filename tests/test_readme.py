@@ -35,6 +35,8 @@ NOT_RUN = (
     ("make test", "the test suite itself"),
     ("make setup", "sets up .venv"),
     ("make lint", "ruff and mypy: `make test` runs them"),
+    ("pip install torch==2.13.0", "installs packages: `make wheel-demo` (in CI) runs the wheel lines in a fresh venv"),
+    ("pip wheel --no-deps -w dist .", "builds and installs the wheel: `make wheel-demo` (in CI) runs it in a fresh venv"),
     (".venv/bin/python -m pytest", "the test suite itself"),
     ("s3://", "reads a bucket over the network"),
     ("accelerate launch --multi_gpu", "needs GPUs"),
