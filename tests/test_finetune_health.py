@@ -113,3 +113,54 @@ def test_the_report_shows_a_runs_warnings_beside_its_scores(tmp_path: Path) -> N
     assert [w["stage"] for w in data["warnings"]] == ["runs/chemprot"] and "majority" in data["warnings"][0]["warning"]
     assert "## Warnings" in markdown(data) and "majority-class" in markdown(data)
     assert "<h2>Warnings</h2>" in html_page(data, {})
+
+
+def test_a_question_answering_model_that_learned_nothing_is_named() -> None:
+    from greenadapt.training.health import answer_warnings
+
+    golds = {"q1": ["the heart rate"], "q2": ["ventilation"], "q3": ["fever"]}
+    assert "answers no question" in answer_warnings("test", golds, {"q1": "", "q2": "", "q3": ""})[0]
+    assert "'covid' (3 questions)" in answer_warnings("test", golds, {"q1": "covid", "q2": "covid", "q3": "covid"})[0]
+    assert "overlaps" in answer_warnings("test", golds, {"q1": "sleep study", "q2": "cells", "q3": "expression"})[0]
+    # A model that answers some questions right, or only partly right, is not warned about.
+    assert answer_warnings("test", golds, {"q1": "heart rate", "q2": "", "q3": "covid"}) == []
+    assert answer_warnings("test", golds, {"q1": "the heart rate", "q2": "ventilation", "q3": "fever"}) == []
+    # Too few questions with gold answers to judge, and one gold answer everywhere (a constant answer can be right).
+    assert answer_warnings("test", {"q1": ["fever"]}, {"q1": ""}) == []
+    assert answer_warnings("test", {"q1": ["fever"], "q2": ["fever"]}, {"q1": "fever", "q2": "fever"}) == []
+
+
+def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `qa` stage and QA fine-tuning record the warning (here forced: every question answered with nothing)."""
+    from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+    import greenadapt.inference.qa.answering as answering
+    import greenadapt.runners.qa.run as qa_stage
+    from greenadapt.artifacts.info import describe_folder, render
+    from greenadapt.cli.finetune import _summary as finetune_summary
+    from greenadapt.cli.qa import _summary as qa_summary
+    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.training.finetuning import TrainConfig
+
+    context = "The heart rate of patients with coronavirus infection was high; ventilation was the main treatment."
+    data = squad_file(tmp_path / "qa.json", [{"paragraphs": [paragraph(
+        context, ("q1", "What was high?", [("The heart rate", 0)]), ("q2", "What was the treatment?", [("ventilation", context.index("ventilation"))]),
+    )]}])
+    real = answering.answer_questions
+
+    def answering_nothing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        for question, _ in real(*args, **kwargs):
+            yield question, []
+
+    monkeypatch.setattr(answering, "answer_questions", answering_nothing)
+    monkeypatch.setattr(qa_stage, "answer_questions", answering_nothing)
+    model = build_tiny_expanded_qa(tmp_path / "model")
+    trained = run_finetune(FinetuneOptions(task="qa", model=str(model), train=data, test=data, out=tmp_path / "run", device="cpu",
+                                           training=TrainConfig(epochs=1, batch_size=2, lr=1e-4)))
+    assert any("test" in w and "answers no question" in w for w in trained.manifest["stats"]["warnings"])
+    assert "\nwarning: " in finetune_summary(trained) and "answers no question" in finetune_summary(trained)
+
+    answered = qa_stage.run_qa(trained.path, data, tmp_path / "answers", options=qa_stage.QaOptions(device="cpu"))
+    assert any("answers no question" in w for w in answered.manifest["stats"]["warnings"])
+    assert "answers no question" in qa_summary(answered)
+    assert any(line.startswith("  warning") and "answers no question" in line for line in render(describe_folder(answered.path)).splitlines())

@@ -161,4 +161,5 @@ def _qa_summary(path: Path, stats: Mapping[str, Any], skipped: bool) -> str:
     ]
     state = "up to date" if skipped else "fine-tuned"
     scores = f": {', '.join(parts)} (pool {stats.get('pool')})" if parts else ""
-    return f"{state} qa model in {path}{scores}"
+    warnings = "".join(f"\nwarning: {w}" for w in stats.get("warnings") or [])
+    return f"{state} qa model in {path}{scores}{warnings}"

@@ -49,4 +49,5 @@ def _summary(outcome: Any) -> str:
     scores = ""
     if stats.get("f1") is not None:
         scores = f"; EM {stats['exact_match']:.2f} F1 {stats['f1']:.2f} substring {stats['substring_match']:.2f}"
-    return f"qa: {stats.get('questions', '?')} questions, pool {stats.get('pool', '?')}{scores} ({state}) -> {outcome.path}"
+    warnings = "".join(f"\nwarning: {w}" for w in stats.get("warnings") or [])
+    return f"qa: {stats.get('questions', '?')} questions, pool {stats.get('pool', '?')}{scores} ({state}) -> {outcome.path}{warnings}"

@@ -85,6 +85,10 @@ class SquadData:
     def n_questions(self) -> int:
         return sum(len(doc.questions) for doc in self.documents)
 
+    def answer_texts(self) -> dict[str, list[str]]:
+        """Question id → its gold answer texts, for the questions that have gold answers."""
+        return {q.id: [answer.text for answer in q.answers] for q in self.questions if q.answers is not None}
+
     @property
     def empty_documents(self) -> list[Document]:
         return [doc for doc in self.documents if doc.is_empty and doc.questions]

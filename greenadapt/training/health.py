@@ -23,6 +23,7 @@ PATIENCE = 2
 WINDOW = 20
 MIN_DROP = 0.05  # a relative drop of 5%
 CAUSES = "usual causes: a learning rate too low or too high (--lr), labels that do not match the text, or --max-length cutting the labelled words off"
+QA_CAUSES = "usual causes: a learning rate too low or too high (--lr), too few epochs or questions, or answers whose answer_start does not point at their text"
 
 
 @dataclass
@@ -74,6 +75,27 @@ def prediction_warnings(split: str, gold: list[Any], predicted: list[Any]) -> li
         return []
     sequences = isinstance(gold[0], tuple | list)
     new = _entity_warnings(split, gold, predicted) if sequences else _label_warnings(split, gold, predicted)
+    for warning in new:
+        log.warning("%s: %s", split, warning)
+    return new
+
+
+def answer_warnings(split: str, golds: dict[str, list[str]], predictions: dict[str, str]) -> list[str]:
+    """Warnings when a question-answering model learned nothing: it answers no question, gives one answer to
+    every question, or none of its answers overlaps a gold one (logged, and returned for the manifest)."""
+    from greenadapt.data.squad_metrics import f1_score
+
+    scored = [qid for qid in golds if golds[qid] and qid in predictions]
+    if len(scored) < 2:
+        return []
+    answers = [predictions[qid] for qid in scored]
+    new = []
+    if not any(answers):
+        new.append(f"the model answers no question of {split} ({len(scored)} with gold answers): every answer is empty; {QA_CAUSES}")
+    elif len(set(answers)) == 1 and len({golds[qid][0] for qid in scored}) > 1:
+        new.append(f"every {split} question gets the answer {answers[0]!r} ({len(scored)} questions): a constant model; {QA_CAUSES}")
+    elif not any(max(f1_score(predictions[qid], gold) for gold in golds[qid]) > 0 for qid in scored):
+        new.append(f"no {split} answer overlaps its gold answer (F1 0 on {len(scored)} questions); {QA_CAUSES}")
     for warning in new:
         log.warning("%s: %s", split, warning)
     return new

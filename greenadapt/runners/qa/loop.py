@@ -107,6 +107,7 @@ def train_qa(
         "last_loss": float(np.mean(run.losses[-10:])),
         "train_seconds": round(run.seconds, 2),
         "domain_fraction": round(run.counts.get("domain_windows", 0) / seen, 4) if seen else 0.0,
+        "warnings": list(run.warnings),
     }
 
 

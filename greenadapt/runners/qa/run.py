@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.training.health import answer_warnings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.stage import StageOutcome, StageRun
@@ -122,6 +123,7 @@ def _answer_all(settings: QaSettings, options: QaOptions, squad: Any, folder: Pa
         exact_match=metrics["exact_match"],
         f1=metrics["f1"],
         substring_match=metrics["substring_match"],
+        warnings=answer_warnings("the data", squad.answer_texts(), predictions),
     )
     if getattr(runner, "fused", False):
         stats["gmap"] = runner.model.describe()
@@ -131,7 +133,7 @@ def _answer_all(settings: QaSettings, options: QaOptions, squad: Any, folder: Pa
 def _metrics(squad: SquadData, predictions: dict[str, str], pool: str) -> dict[str, Any]:
     from greenadapt.data.squad_metrics import evaluate
 
-    golds = {q.id: [answer.text for answer in q.answers] for q in squad.questions if q.answers is not None}
+    golds = squad.answer_texts()
     result = evaluate(predictions, golds)
     empty = squad.empty_documents
     result.update(

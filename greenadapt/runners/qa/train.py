@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.training.health import answer_warnings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import ExpandedModel
@@ -290,6 +291,7 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
     for split, data in scored.items():
         scores, predictions = _evaluate(qa_model, tokenizers, data, pool, options.max_length, options.training.eval_batch_size, device, setup=setup)
+        stats["warnings"] += answer_warnings(split, data.answer_texts(), predictions)
         metrics[split] = scores
         (folder / "predictions").mkdir(exist_ok=True)
         write_json(folder / "predictions" / f"{split}.json", predictions)
@@ -357,7 +359,7 @@ def _evaluate(
         )
     }
     predictions = {q.id: answered.get(q.id, "") for q in data.questions}
-    golds = {q.id: [a.text for a in q.answers] for q in data.questions if q.answers is not None}
+    golds = data.answer_texts()
     if not golds:
         log.warning("%s has no gold answers: predictions only, no scores", data.path)
     return {**evaluate(predictions, golds), "pool": pool, "questions": len(predictions)}, predictions
