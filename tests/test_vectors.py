@@ -270,3 +270,22 @@ def test_corrupt_safetensors_is_model_error(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", 10**6) + b"{}")
     with pytest.raises(ModelError):
         read_input_embeddings(tmp_path)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_embeddings_read_as_float32(tiny_bert_base: Path, tmp_path: Path, dtype: str) -> None:
+    """fp16 rows are read by numpy as they are; bf16 (no numpy type) is widened through torch; both exactly as torch widens them."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from greenadapt.adaptation.vectors import read_input_embeddings
+
+    state = {name: tensor.to(getattr(torch, dtype)) for name, tensor in load_file(tiny_bert_base / "model.safetensors").items()}
+    folder = tmp_path / dtype
+    folder.mkdir()
+    save_file(state, folder / "model.safetensors")
+    (folder / "config.json").write_text((tiny_bert_base / "config.json").read_text())
+    key = next(name for name in state if name.endswith("word_embeddings.weight"))
+    rows = read_input_embeddings(folder)
+    assert rows.dtype == np.float32 and rows.shape == tuple(state[key].shape)
+    assert np.array_equal(rows, state[key].float().numpy())

@@ -65,14 +65,10 @@ class GeneralTokenizer:
     """The model's own tokenizer, T_LM, in the two forms we need."""
 
     path: Path
-    hf: Any  # the transformers tokenizer AutoTokenizer gives for the folder
+    backend: Any  # the tokenizers.Tokenizer: normalizer, pre-tokenizer and WordPiece model
     spec: dict[str, Any]  # tokenizer.json contents
     vocab: dict[str, int]  # WordPiece vocabulary (token -> id)
     added: dict[str, int]  # added tokens outside the WordPiece vocabulary
-
-    @property
-    def backend(self) -> Any:
-        return self.hf.backend_tokenizer
 
     @property
     def max_input_chars_per_word(self) -> int:
@@ -100,7 +96,7 @@ class GeneralTokenizer:
 
 def load_general_tokenizer(model_path: Path) -> GeneralTokenizer:
     """Load T_LM of ``model_path`` and insist that it is WordPiece (also in ``tokenizer.json``)."""
-    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer
+    from greenadapt.artifacts.pretrained import load_backend_tokenizer
 
     spec_path = model_path / "tokenizer.json"
     spec: dict[str, Any] | None = None
@@ -120,9 +116,9 @@ def load_general_tokenizer(model_path: Path) -> GeneralTokenizer:
                 path=spec_path,
                 hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
             )
-    hf = load_wordpiece_tokenizer(model_path)
+    backend = load_backend_tokenizer(model_path)
     if spec is None:
-        spec = json.loads(hf.backend_tokenizer.to_str())
+        spec = json.loads(backend.to_str())
     vocab = spec["model"].get("vocab")
     if not isinstance(vocab, dict) or not vocab:
         raise ModelError("tokenizer.json has no WordPiece vocabulary", path=spec_path)
@@ -131,7 +127,7 @@ def load_general_tokenizer(model_path: Path) -> GeneralTokenizer:
         for t in spec.get("added_tokens", [])
         if isinstance(t, dict) and t.get("content") not in vocab
     }
-    return GeneralTokenizer(path=model_path, hf=hf, spec=spec, vocab=vocab, added=added)
+    return GeneralTokenizer(path=model_path, backend=backend, spec=spec, vocab=vocab, added=added)
 
 
 def normalization_of(normalizer: Any) -> dict[str, bool]:

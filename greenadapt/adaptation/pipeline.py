@@ -123,7 +123,7 @@ def check_adapt(
     from greenadapt.adaptation.vectors import check_weights_load_safely
     from greenadapt.artifacts import workspace
     from greenadapt.artifacts.destination import Protected, check_destination, corpus_reads, protected
-    from greenadapt.artifacts.pretrained import hidden_size, load_wordpiece_tokenizer, resolve_model
+    from greenadapt.artifacts.pretrained import hidden_size, load_backend_tokenizer, resolve_model
     from greenadapt.errors import UsageError
 
     options.w2v.check()
@@ -141,7 +141,7 @@ def check_adapt(
             f" hidden size {hidden_size(ref)}",
             hint=f"pass --dim {hidden_size(ref)} (or leave --dim out), or choose another --method",
         )
-    load_wordpiece_tokenizer(ref.path)  # a folder without its tokenizer, said now rather than after word2vec
+    load_backend_tokenizer(ref.path)  # a folder without its tokenizer, said now rather than after word2vec
     check_weights_load_safely(ref.path)
     root = workspace.workdir(workdir)
     if out is not None:

@@ -467,9 +467,13 @@ def read_input_embeddings(model_path: Path) -> np.ndarray:
         located: dict[str, Path] = {}
         try:
             for file in files:
-                with safe_open(str(file), framework="pt") as reader:
+                with safe_open(str(file), framework="numpy") as reader:
                     located.update(dict.fromkeys(reader.keys(), file))
             key = pick_embedding_key(list(located), model_path)
+            with safe_open(str(located[key]), framework="numpy") as reader:
+                # numpy holds float32/16/64 as they are; bfloat16 (no numpy type) is widened through torch.
+                if reader.get_slice(key).get_dtype() in ("F32", "F16", "F64"):
+                    return np.ascontiguousarray(reader.get_tensor(key), dtype=np.float32)
             with safe_open(str(located[key]), framework="pt") as reader:
                 tensor = reader.get_tensor(key)
         except SafetensorError as exc:

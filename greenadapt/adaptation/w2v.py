@@ -60,7 +60,7 @@ from greenadapt.artifacts import kinds
 from greenadapt.adaptation.context_vectors import ContextOptions
 from greenadapt.artifacts import workspace
 from greenadapt.artifacts.manifest import Manifest
-from greenadapt.artifacts.pretrained import hidden_size, load_wordpiece_tokenizer, resolve_model
+from greenadapt.artifacts.pretrained import hidden_size, load_backend_tokenizer, resolve_model
 from greenadapt.artifacts.stage import StageOutcome, StageRun, sweep_stale_temporaries
 from greenadapt.corpus.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, pretokenize_corpus
 from greenadapt.corpus.word_splitter import TextRules
@@ -159,7 +159,7 @@ def run_w2v(
     corpus = list(corpus)
     sources = resolve_corpus(corpus, text_fields=text_fields)
     model_ref = resolve_model(model)
-    tokenizer = load_wordpiece_tokenizer(model_ref.path)
+    tokenizer = load_backend_tokenizer(model_ref.path)
     rules = TextRules.from_tokenizer(tokenizer)
     dim = options.dim or hidden_size(model_ref)
     workers = options.resolved_workers()

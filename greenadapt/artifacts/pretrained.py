@@ -219,6 +219,31 @@ def load_wordpiece_tokenizer(path: Path) -> Any:
     return tokenizer
 
 
+def load_backend_tokenizer(path: Path) -> Any:
+    """The model's ``tokenizers.Tokenizer`` (normalizer, pre-tokenizer, WordPiece vocabulary), WordPiece insisted on.
+
+    What the CPU stages (w2v, align, expand) need of a tokenizer, read from ``tokenizer.json`` with the
+    ``tokenizers`` library alone: transformers (and with it torch, 2-3 s to import) is loaded only for a
+    folder that has a ``vocab.txt`` and no ``tokenizer.json``, which transformers converts.
+    """
+    tokenizer_json = Path(path) / "tokenizer.json"
+    if not tokenizer_json.is_file():
+        return load_wordpiece_tokenizer(path).backend_tokenizer
+    saved_type = _saved_tokenizer_model_type(Path(path))
+    if saved_type != "WordPiece":
+        raise ModelError(
+            f"not a BERT-style model with a WordPiece vocabulary (its tokenizer.json model is {saved_type})",
+            path=path,
+            hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
+        )
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(tokenizer_json))
+    except Exception as exc:
+        raise ModelError(f"unreadable tokenizer.json: {type(exc).__name__}: {str(exc)[:200]}", path=tokenizer_json) from None
+
+
 def _saved_tokenizer_model_type(path: Path) -> str | None:
     tokenizer_json = path / "tokenizer.json"
     if not tokenizer_json.is_file():
