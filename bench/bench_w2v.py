@@ -17,8 +17,14 @@ default):
 Goal: (a)/(b) <= 1.15. Timings are wall clock and noisy on a shared
 machine; run it when the machine is otherwise idle.
 
+``--cold N`` times whole processes instead, as a shell user pays them, N times each, alternating:
+``python -m greenadapt w2v`` with a fresh workspace (imports, pre-tokenization and all) against a
+``python`` process that imports gensim and trains on that run's pre-tokenized text with the same
+options. Goal: median ratio <= 1.05.
+
     python bench/bench_w2v.py                       # ../shared/data/corpora/biomed-10m.txt.gz
     python bench/bench_w2v.py --corpus corpora/sample.txt.gz --out /tmp/bench-w2v
+    python bench/bench_w2v.py --corpus biomed-2.9m.txt --epochs 3 --cold 3
 """
 
 from __future__ import annotations
@@ -47,9 +53,13 @@ def main() -> None:
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cold", type=int, default=0, metavar="N", help="time N whole processes of each, alternating")
     args = parser.parse_args()
     if not args.corpus.is_file():
         sys.exit(f"corpus not found: {args.corpus} (pass --corpus PATH)")
+    if args.cold:
+        cold(args)
+        return
 
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-w2v-"))
     work = out / "work"
@@ -121,6 +131,53 @@ def main() -> None:
         f"| {result['ratio']:.3f} | {result['a_words_per_s']:,} / {result['b_words_per_s']:,} "
         f"| {result['a_vocab_size']:,} / {result['b_vocab_size']:,} |"
     )
+
+
+RAW_GENSIM = """
+import sys
+from gensim.models import Word2Vec
+corpus, dim, epochs, min_count, workers, seed, negative, window, sample = sys.argv[1:]
+Word2Vec(corpus_file=corpus, vector_size=int(dim), epochs=int(epochs), min_count=int(min_count), workers=int(workers),
+         seed=int(seed), sg=0, hs=0, negative=int(negative), window=int(window), sample=float(sample))
+"""
+
+
+def cold(args: argparse.Namespace) -> None:
+    """Whole processes, N of each, alternating: the CLI as a shell user runs it against raw gensim."""
+    import statistics
+    import subprocess
+
+    from greenadapt.adaptation.w2v import W2VOptions
+
+    options = W2VOptions(dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers, seed=args.seed)
+    out = args.out or Path(tempfile.mkdtemp(prefix="bench-w2v-cold-"))
+    out.mkdir(parents=True, exist_ok=True)
+    ours, theirs, pretokenized = [], [], None
+    for run in range(args.cold):
+        work = out / f"work-{run}"
+        shutil.rmtree(work, ignore_errors=True)  # a fresh workspace: pre-tokenization is paid every time
+        command = [sys.executable, "-m", "greenadapt", "w2v", "--corpus", str(args.corpus), "--workdir", str(work), "--dim", str(args.dim),
+                   "--epochs", str(args.epochs), "--min-count", str(args.min_count), "--workers", str(args.workers), "--seed", str(args.seed),
+                   "--quiet", "--json"] + (["--model", args.model] if args.model else [])
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        ours.append(time.perf_counter() - started)
+        pretokenized = Path(json.loads(done.stdout)["stats"]["pretok_cache"]) / "corpus.txt"
+        raw = [sys.executable, "-c", RAW_GENSIM, str(pretokenized), str(args.dim), str(args.epochs), str(args.min_count), str(args.workers),
+               str(args.seed), str(options.negative), str(options.window), str(options.sample)]
+        started = time.perf_counter()
+        subprocess.run(raw, check=True, capture_output=True)
+        theirs.append(time.perf_counter() - started)
+    result = {
+        "corpus": str(args.corpus), "tokens": sum(len(line.split()) for line in open(pretokenized, encoding="utf-8")) if pretokenized else None,
+        "epochs": args.epochs, "workers": args.workers, "runs": args.cold,
+        "greenadapt_cli_seconds": [round(t, 2) for t in ours], "raw_gensim_seconds": [round(t, 2) for t in theirs],
+        "ratios": [round(a / b, 3) for a, b in zip(ours, theirs, strict=True)],
+        "median_ratio": round(statistics.median(a / b for a, b in zip(ours, theirs, strict=True)), 3), "goal": 1.05,
+        "cpu_count": os.cpu_count(), "load_average": os.getloadavg(),
+    }
+    (out / "bench_w2v_cold.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

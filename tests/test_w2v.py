@@ -17,6 +17,7 @@ import pytest
 
 from greenadapt import errors
 from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, run_w2v, stable_hash
+from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import CorpusError, OutputExistsError, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,10 +139,17 @@ def test_rerun_skips_without_reading_the_corpus_and_force_redoes(
     assert second.manifest["fingerprint"] == first.manifest["fingerprint"]
 
     monkeypatch.setattr(w2v_module, "pretokenize_corpus", real)
-    with pytest.raises(OutputExistsError, match="epochs"):
-        _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=2, epochs=2))
-    third = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=2, epochs=2), force=True)
-    assert not third.skipped and third.manifest["config"]["epochs"] == 2
+    other = W2VOptions(workers=1, min_count=2, epochs=2)
+    # Another configuration goes beside the first, named by what it changes; the first is untouched.
+    beside = _run(corpus, tiny_bert, tmp_path / "work", options=other)
+    assert beside.path.parent == first.path.parent and not beside.skipped
+    assert beside.path.name.startswith("w2v+") and "epochs-2" in beside.path.name  # (+ workers-1 where the default differs)
+    assert load_stage(first.path, "w2v")["fingerprint"] == first.manifest["fingerprint"]
+    assert _run(corpus, tiny_bert, tmp_path / "work", options=other).skipped  # the same options find it again
+    with pytest.raises(OutputExistsError, match="epochs"):  # an explicit --out holding other options is still refused
+        _run(corpus, tiny_bert, tmp_path / "work", options=other, out=first.path)
+    third = _run(corpus, tiny_bert, tmp_path / "work", options=other, force=True)
+    assert third.path == first.path and not third.skipped and third.manifest["config"]["epochs"] == 2
     assert third.manifest["stats"]["raw_words"] == 2 * third.manifest["stats"]["tokens"]
 
 
@@ -362,8 +370,10 @@ def test_max_vocab_keeps_the_most_frequent_words_as_gensim_does(tmp_path: Path, 
 
     full = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, seed=7))
     cap = full.manifest["stats"]["vocab_size"] // 3
-    with pytest.raises(OutputExistsError, match="changed: max_vocab"):  # other options: never a silent reuse or overwrite
-        _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, seed=7, max_vocab=cap))
+    # Other options: a folder of their own beside, never a silent reuse or overwrite.
+    beside = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, seed=7, max_vocab=cap))
+    assert beside.path != full.path and f"max-vocab-{cap}" in beside.path.name and beside.manifest["config"]["max_vocab"] == cap
+    assert load_stage(full.path, "w2v")["fingerprint"] == full.manifest["fingerprint"]
     capped = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "capped", options=W2VOptions(workers=1, min_count=1, seed=7, max_vocab=cap))
     assert capped.manifest["config"]["max_vocab"] == cap and "max_vocab" not in full.manifest["config"]
     ours = KeyedVectors.load_word2vec_format(str(capped.path / VECTORS_FILE), binary=True)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
+from greenadapt.artifacts.workspace import VARIANT_MARK
 from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions, get_method
 from greenadapt.adaptation.methods.base import recorded_seed
 
@@ -90,7 +91,10 @@ def run_align(
     general = load_general_tokenizer(ref.path)
     check_normalization(general, w2v_manifest, w2v_dir, ref)
 
-    out_dir = Path(out) if out is not None else w2v_dir.parent / f"align{stage_suffix(chosen, method_options)}"
+    # w2v+epochs-10 -> align+epochs-10: each word2vec configuration's fit beside its own vectors.
+    variant = w2v_dir.name.partition(VARIANT_MARK)[2]
+    default_name = f"align{stage_suffix(chosen, method_options)}" + (f"{VARIANT_MARK}{variant}" if variant else "")
+    out_dir = Path(out) if out is not None else w2v_dir.parent / default_name
     check_destination(
         out_dir, kind="align", force=force, workspace=workdir,
         reads=[*protected("the --w2v input", w2v_dir), *protected("the base --model", ref.path)],

@@ -41,6 +41,7 @@ model (:mod:`greenadapt.artifacts.model_card` writes the folder's own).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import shutil
@@ -67,6 +68,7 @@ from greenadapt.artifacts.model_card import (
 )
 from greenadapt.artifacts.pretrained import display_name, hub_id
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
+from greenadapt.artifacts.workspace import stage_variant_dir
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import ModelError, StageError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
@@ -176,7 +178,10 @@ def run_expand(
 
     # align-focus -> expand-focus: each method's model beside its own fit.
     suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
-    out_dir = Path(out) if out is not None else align_dir.parent / f"expand{suffix}"
+    config = _config(ref, align_dir, align_manifest, fitted, max_new=max_new, min_count=min_count, seed=seed)
+    defaults = _config(ref, align_dir, align_manifest, fitted, **{k: p.default for k, p in inspect.signature(run_expand).parameters.items()
+                                                                  if k in ("max_new", "min_count", "seed")})
+    out_dir = Path(out) if out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults, force=force)
     check_destination(
         out_dir, kind="expand", force=force, workspace=workdir,
         reads=[
@@ -185,13 +190,6 @@ def run_expand(
             *protected("the base --model", ref.path),
         ],
     )
-    config = {
-        "model": ref.identity(),
-        "align": manifest_identity(align_dir, align_manifest),
-        "max_new": max_new,
-        "min_count": min_count,
-        "seed": recorded_seed(fitted, seed),
-    }
     inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
     libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
     with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
@@ -211,6 +209,17 @@ def run_expand(
         manifest = run.commit(stats=stats)
     log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
     return StageOutcome(run.out, manifest, False)
+
+
+def _config(ref: Any, align_dir: Path, align_manifest: Manifest, fitted: InitMethod, *, max_new: int | None, min_count: int, seed: int) -> dict[str, Any]:
+    """What expand's fingerprint records: every option that changes its output."""
+    return {
+        "model": ref.identity(),
+        "align": manifest_identity(align_dir, align_manifest),
+        "max_new": max_new,
+        "min_count": min_count,
+        "seed": recorded_seed(fitted, seed),
+    }
 
 
 def _find_align(

@@ -470,11 +470,9 @@ def read_input_embeddings(model_path: Path) -> np.ndarray:
                 with safe_open(str(file), framework="numpy") as reader:
                     located.update(dict.fromkeys(reader.keys(), file))
             key = pick_embedding_key(list(located), model_path)
-            with safe_open(str(located[key]), framework="numpy") as reader:
-                # numpy holds float32/16/64 as they are; bfloat16 (no numpy type) is widened through torch.
-                if reader.get_slice(key).get_dtype() in ("F32", "F16", "F64"):
-                    return np.ascontiguousarray(reader.get_tensor(key), dtype=np.float32)
-            with safe_open(str(located[key]), framework="pt") as reader:
+            with safe_open(str(located[key]), framework="numpy") as reader:  # bfloat16 has no numpy type: torch widens it
+                framework = "numpy" if reader.get_slice(key).get_dtype() in ("F32", "F16", "F64") else "pt"
+            with safe_open(str(located[key]), framework=framework) as reader:
                 tensor = reader.get_tensor(key)
         except SafetensorError as exc:
             raise ModelError(f"unreadable safetensors file: {exc}", path=files[0]) from None
@@ -483,7 +481,7 @@ def read_input_embeddings(model_path: Path) -> np.ndarray:
         tensor = state[pick_embedding_key(list(state), model_path)]
     else:
         tensor = _embeddings_via_transformers(model_path)
-    return np.ascontiguousarray(tensor.detach().float().numpy(), dtype=np.float32)
+    return np.ascontiguousarray(tensor if isinstance(tensor, np.ndarray) else tensor.detach().float().numpy(), dtype=np.float32)
 
 
 def _embeddings_via_transformers(model_path: Path) -> Any:

@@ -166,12 +166,17 @@ def run_w2v(
     root = workspace.workdir(workdir)
     # Counts alone are another output than trained vectors: they must not replace each other in the workspace.
     default_name = "w2v-counts" if not options.vectors else "w2v-context" if options.source == "context" else "w2v"
-    out_dir = Path(out) if out is not None else workspace.stage_dir(root, corpus, model_ref.slug, default_name)
+    config = _stage_config(options, dim, workers, text_fields, model_ref.identity(), rules.flags())
+    if out is not None:
+        out_dir = Path(out)
+    else:  # a second configuration goes beside the first (w2v+epochs-10), never over it
+        defaults = W2VOptions(vectors=options.vectors, source=options.source, context=options.context)
+        reference = _stage_config(defaults, hidden_size(model_ref), defaults.resolved_workers(), text_fields, model_ref.identity(), rules.flags())
+        out_dir = workspace.stage_variant_dir(workspace.stage_dir(root, corpus, model_ref.slug, default_name), config, reference, force=force)
     check_destination(
         out_dir, kind="w2v", force=force, workspace=root,
         reads=[*protected("the base --model", model_ref.path), *corpus_reads(corpus)],
     )
-    config = _stage_config(options, dim, workers, text_fields, model_ref.identity(), rules.flags())
     inputs = source_identities(sources)
     # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
     sweep_stale_temporaries(root / "cache" / "pretok")

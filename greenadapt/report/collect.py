@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.errors import UsageError
+from greenadapt.errors import StageError, UsageError
 from greenadapt.machine.energy import cost_of, sum_costs
 from greenadapt.report.reading import find_stage_folders, optional_json, read_json_file, read_manifest
 from greenadapt.report.results import accuracy_vs_cost, adaptation_chains, entity_type_table, group_label, paper_comparison, results_table, seed_of
@@ -37,6 +37,45 @@ MAX_CURVE_POINTS = 400
 # The report's data
 
 
+def _stage(root: Path, folder: Path, name: str) -> dict[str, Any]:
+    manifest = read_manifest(folder)
+    return {
+        "run": str(root),
+        "path": str(folder),
+        "name": name,
+        "kind": manifest["kind"],
+        "created": manifest.get("created"),
+        "config": manifest.get("config") or {},
+        "inputs": manifest.get("inputs") or [],
+        "stats": manifest.get("stats") or {},
+        "cost": cost_of(manifest),
+    }
+
+
+def _add_upstream(stages: list[dict[str, Any]]) -> None:
+    """The adaptation and pretraining stages a listed stage was built from, wherever ``--out`` put them
+    (found through each manifest's inputs), so a model's report carries its whole cost."""
+    seen = {Path(s["path"]).resolve() for s in stages}
+    pending = list(stages)
+    while pending:
+        stage = pending.pop()
+        for recorded in stage["inputs"]:
+            if not isinstance(recorded, dict) or not (recorded.get("relpath") or recorded.get("path")):
+                continue
+            folder = ((Path(stage["path"]) / recorded["relpath"]) if recorded.get("relpath") else Path(recorded["path"])).resolve()
+            if folder in seen or not (folder / "manifest.json").is_file():
+                continue
+            seen.add(folder)
+            try:
+                found = _stage(Path(stage["run"]), folder, f"{folder.parent.name}/{folder.name} (input of {stage['name']})")
+            except StageError as exc:  # an unreadable input is said, not fatal: the folders asked for are reported
+                log.warning("%s: input %s left out of the report: %s", stage["name"], folder, exc.message)
+                continue
+            if found["kind"] in (*kinds.ADAPTATION, kinds.PRETRAIN):
+                stages.append(found)
+                pending.append(found)
+
+
 def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-able data."""
     if not runs:
@@ -49,21 +88,9 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         if root.is_dir() and not any(root.rglob("manifest.json")) and any(root.rglob(RESULT_FILE)):
             continue  # compare results whose runs were moved away: the results alone
         for folder in find_stage_folders(root):
-            manifest = read_manifest(folder)
             rel = folder.relative_to(root).as_posix()
-            stages.append(
-                {
-                    "run": str(root),
-                    "path": str(folder),
-                    "name": f"{root.name}/{rel}" if rel != "." else root.name,
-                    "kind": manifest["kind"],
-                    "created": manifest.get("created"),
-                    "config": manifest.get("config") or {},
-                    "inputs": manifest.get("inputs") or [],
-                    "stats": manifest.get("stats") or {},
-                    "cost": cost_of(manifest),
-                }
-            )
+            stages.append(_stage(root, folder, f"{root.name}/{rel}" if rel != "." else root.name))
+    _add_upstream(stages)
     order = {kind: i for i, kind in enumerate((*kinds.ADAPTATION, kinds.PRETRAIN, kinds.FINETUNE, kinds.QA))}
     stages.sort(key=lambda s: (s["run"], order.get(s["kind"], len(order)), s["name"]))
     return {
