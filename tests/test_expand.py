@@ -583,3 +583,35 @@ def test_domain_tokenizer_on_real_biomedical_text(minilm_path: Path, shared_data
             elif not any(word.startswith(n) for n in new_set if len(n) < len(word)):
                 assert pieces == lm.tokenize(word)
     assert changed > 0
+
+
+def test_expand_records_and_shows_what_the_domain_tokenizer_changed(pipeline: dict[str, Path], tokenizers: dict[str, Any]) -> None:
+    """The method at work at any corpus size: how many wordpieces T_LM split the new words into, each now one T̂ token."""
+    from greenadapt.artifacts.manifest import load_stage
+    from greenadapt.cli.expand import _summary
+
+    manifest = load_stage(pipeline["expand"], "expand")
+    change = manifest["stats"]["tokenization"]
+    new_words = [line.split("\t")[0] for line in (pipeline["expand"] / "new_words.tsv").read_text(encoding="utf-8").splitlines()]
+    measured = new_words[: change["words_measured"]]
+    assert change["words_measured"] == min(len(new_words), 10_000) > 0
+    pieces = [tokenizers["lm"].tokenize(word) for word in measured]  # the base model's own tokenizer, through transformers
+    assert change["general_pieces_mean"] == pytest.approx(sum(map(len, pieces)) / len(pieces), abs=1e-3)
+    assert [e["word"] for e in change["examples"]] == measured[:5]
+    assert [e["general"] for e in change["examples"]] == pieces[:5]
+    assert all(tokenizers["domain"].tokenize(e["word"]) == [e["word"]] for e in change["examples"])
+    # A tokenizer.json that pads and truncates (MiniLM's pads to 128) changes nothing: words are split, not padded.
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer, tokenization_change
+
+    general = load_general_tokenizer(pipeline["model"])
+    general.backend.enable_padding(length=64)
+    general.backend.enable_truncation(max_length=2)
+    assert tokenization_change(general, measured) == change
+
+    class Outcome:
+        path, skipped = pipeline["expand"], True
+
+    Outcome.manifest = manifest  # type: ignore[attr-defined]
+    line = _summary(Outcome).splitlines()[-1]
+    assert line.startswith("what changed:") and f"{change['general_pieces_mean']:.2f} wordpieces" in line
+    assert f"{change['examples'][0]['word']}: {' '.join(change['examples'][0]['general'])}" in line

@@ -252,3 +252,23 @@ def _names_tokenizer_class(path: Path) -> bool:
         return bool(json.loads(path.read_text(encoding="utf-8")).get("tokenizer_class"))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def tokenization_change(general: GeneralTokenizer, words: Sequence[str], *, measured: int = 10_000, shown: int = 5) -> dict[str, Any]:
+    """What T̂ changes, true at any corpus size: how many wordpieces T_LM split the new words into (over the
+    ``measured`` most frequent, which T̂ keeps as one token each), and the ``shown`` most frequent as examples."""
+    head = list(words[:measured])
+    if not head:
+        return {"words_measured": 0}
+    from tokenizers import Tokenizer
+
+    splitter = Tokenizer.from_str(general.backend.to_str())  # a copy: tokenizer.json may pad or cut (MiniLM's pads)
+    splitter.no_padding()
+    splitter.no_truncation()
+    encodings = splitter.encode_batch(head, add_special_tokens=False)
+    pieces = [len(encoding.tokens) for encoding in encodings]
+    return {
+        "words_measured": len(head),
+        "general_pieces_mean": round(sum(pieces) / len(pieces), 3),
+        "examples": [{"word": word, "general": list(encoding.tokens)} for word, encoding in zip(head[:shown], encodings, strict=False)],
+    }

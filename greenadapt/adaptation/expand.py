@@ -345,8 +345,7 @@ def _expand(
     progress: Progress,
     provenance: Mapping[str, Any],
 ) -> dict[str, Any]:
-
-    from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, write_domain_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, tokenization_change, write_domain_tokenizer
     from greenadapt.adaptation.vectors import iter_state_dict, pick_embedding_key, read_counts
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
 
@@ -360,11 +359,7 @@ def _expand(
     state = dict(iter_state_dict(ref.path))
     embedding_key = pick_embedding_key(list(state), ref.path)
     n_rows, dim = state[embedding_key].shape
-    if general.size > n_rows:
-        raise ModelError(
-            f"the tokenizer has ids up to {general.size - 1} but the embedding matrix only {n_rows} rows",
-            path=ref.path,
-        )
+    _check_rows(general, n_rows, ref)
     row_keys, bias_keys = vocabulary_tensors(state, embedding_key, ref.path)
     context = RowContext(
         align_dir=align_dir, words=new.words, vectors=vectors, embeddings=state[embedding_key].float().numpy(),
@@ -399,6 +394,7 @@ def _expand(
         "method_description": describe(method, method_options),
         "match_norm_target": match_norm_target,
         "order": ORDER,
+        "tokenization": tokenization_change(general, new.words),
         "excluded": new.excluded,
         "extended_tensors": row_keys,
         "extended_biases": bias_keys,
@@ -406,6 +402,11 @@ def _expand(
         "embedding_dtype": embedding_dtype,
         "new_row_precision": f"float32 matmul, cast to {embedding_dtype}",
     }
+
+
+def _check_rows(general: GeneralTokenizer, n_rows: int, ref: ModelRef) -> None:
+    if general.size > n_rows:
+        raise ModelError(f"the tokenizer has ids up to {general.size - 1} but the embedding matrix only {n_rows} rows", path=ref.path)
 
 
 def _write_config(ref: ModelRef, dest: Path, method: InitMethod, n_rows: int, n_new: int, provenance: Mapping[str, Any]) -> None:

@@ -306,6 +306,16 @@ _OUTPUT_FLAGS = ("as_json", "quiet", "verbose")
 _RUN_CONTROL = (("workdir", Path | None, WorkdirOption), ("force", bool, ForceOption), ("wait", bool, WaitOption))
 
 
+def what_changed(expand_stats: Mapping[str, Any]) -> str:
+    """One line that shows the method at work at any corpus size: new words one token each under T̂."""
+    change = expand_stats.get("tokenization") or {}
+    if not change.get("words_measured"):
+        return ""
+    examples = "; ".join(f"{e['word']}: {' '.join(e['general'])}" for e in change.get("examples", [])[:3])
+    return (f"\nwhat changed: {expand_stats.get('n_new', 0):,} domain words are one token each in the domain tokenizer; the model's own "
+            f"split them into {change['general_pieces_mean']:.2f} wordpieces on average (e.g. {examples})")
+
+
 def show_stage(summary: Callable[[Any], str]) -> Callable[[Any, bool], None]:
     """``show`` for a command whose result is a stage outcome: its manifest as JSON, or ``summary(outcome)``.
 

@@ -15,6 +15,7 @@ from greenadapt.cli._common import (
     CONTEXT_OPTIONS,
     api_command,
     emit,
+    what_changed,
 )
 
 
@@ -60,6 +61,6 @@ def _show(outcome: Any, as_json: bool) -> None:
     )
     emit(
         {"stages": {name: stage.manifest for name, stage in outcome.stages}, "model": str(outcome.expand.path)},
-        "\n".join(lines),
+        "\n".join(lines) + what_changed(Manifest.of(outcome.expand.manifest, outcome.expand.path).stats),
         as_json=as_json,
     )

@@ -14,6 +14,7 @@ from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._common import (
     api_command,
     show_stage,
+    what_changed,
 )
 
 
@@ -48,4 +49,4 @@ def _summary(outcome: Any) -> str:
     return (
         f"expand {state}: {stats.get('n_new', 0):,} new rows "
         f"(vocabulary {stats.get('vocab_size_before', 0):,} -> {stats.get('vocab_size_after', 0):,}) -> {outcome.path}"
-    )
+    ) + what_changed(stats)
