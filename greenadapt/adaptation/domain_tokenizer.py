@@ -70,6 +70,16 @@ class GeneralTokenizer:
     vocab: dict[str, int]  # WordPiece vocabulary (token -> id)
     added: dict[str, int]  # added tokens outside the WordPiece vocabulary
 
+    def word_splitter(self) -> Any:
+        """A copy of the backend that splits words into wordpieces and nothing more: a model's tokenizer.json
+        may pad every encoding to a fixed length (MiniLM's pads to 128) or cut it, so both are off."""
+        from tokenizers import Tokenizer
+
+        splitter = Tokenizer.from_str(self.backend.to_str())
+        splitter.no_padding()
+        splitter.no_truncation()
+        return splitter
+
     @property
     def max_input_chars_per_word(self) -> int:
         return int(self.spec["model"].get("max_input_chars_per_word", 100))
@@ -260,12 +270,7 @@ def tokenization_change(general: GeneralTokenizer, words: Sequence[str], *, meas
     head = list(words[:measured])
     if not head:
         return {"words_measured": 0}
-    from tokenizers import Tokenizer
-
-    splitter = Tokenizer.from_str(general.backend.to_str())  # a copy: tokenizer.json may pad or cut (MiniLM's pads)
-    splitter.no_padding()
-    splitter.no_truncation()
-    encodings = splitter.encode_batch(head, add_special_tokens=False)
+    encodings = general.word_splitter().encode_batch(head, add_special_tokens=False)
     pieces = [len(encoding.tokens) for encoding in encodings]
     return {
         "words_measured": len(head),

@@ -41,6 +41,7 @@ model (:mod:`greenadapt.artifacts.model_card` writes the folder's own).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -179,8 +180,8 @@ def run_expand(
     # align-focus -> expand-focus: each method's model beside its own fit.
     suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
     config = _config(ref, align_dir, align_manifest, fitted, max_new=max_new, min_count=min_count, seed=seed)
-    defaults = _config(ref, align_dir, align_manifest, fitted, **{k: p.default for k, p in inspect.signature(run_expand).parameters.items()
-                                                                  if k in ("max_new", "min_count", "seed")})
+    own = inspect.signature(run_expand).parameters  # the default options, from where they are defined
+    defaults = functools.partial(_config, ref, align_dir, align_manifest, fitted, **{k: own[k].default for k in ("max_new", "min_count", "seed")})
     out_dir = Path(out) if out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults, force=force)
     check_destination(
         out_dir, kind="expand", force=force, workspace=workdir,

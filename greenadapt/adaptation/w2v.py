@@ -171,8 +171,10 @@ def run_w2v(
         out_dir = Path(out)
     else:  # a second configuration goes beside the first (w2v+epochs-10), never over it
         defaults = W2VOptions(vectors=options.vectors, source=options.source, context=options.context)
-        reference = _stage_config(defaults, hidden_size(model_ref), defaults.resolved_workers(), text_fields, model_ref.identity(), rules.flags())
-        out_dir = workspace.stage_variant_dir(workspace.stage_dir(root, corpus, model_ref.slug, default_name), config, reference, force=force)
+        out_dir = workspace.stage_variant_dir(
+            workspace.stage_dir(root, corpus, model_ref.slug, default_name), config, force=force,
+            defaults=lambda: _stage_config(defaults, hidden_size(model_ref), defaults.resolved_workers(), text_fields, model_ref.identity(), rules.flags()),
+        )
     check_destination(
         out_dir, kind="w2v", force=force, workspace=root,
         reads=[*protected("the base --model", model_ref.path), *corpus_reads(corpus)],

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from pathlib import Path
 
+from greenadapt.artifacts.manifest import canonical_json
 from greenadapt.artifacts.pretrained import slugify
 from greenadapt.errors import StageError, UsageError
 
@@ -69,25 +69,26 @@ def stage_dir(root: Path, corpus: Sequence[str], model_slug: str, stage: str) ->
 VARIANT_MARK = "+"  # <stage>+<key>: a second configuration of a stage, beside the first
 
 
-def stage_variant_dir(default: Path, config: Mapping[str, Any], defaults: Mapping[str, Any], *, force: bool) -> Path:
+def stage_variant_dir(default: Path, config: Mapping[str, Any], defaults: Callable[[], Mapping[str, Any]], *, force: bool) -> Path:
     """Where a stage writes when no --out is given: its default folder, unless that holds a run of other options.
 
     Then (and without --force, which redoes the default folder) the run goes to a sibling named by what its
     options change from the defaults (``w2v+epochs-10``, ``expand+min-count-20``; ``+defaults`` for the default
     options when the default folder holds another configuration), so a second configuration lives beside the
     first and never replaces a stage another folder was built from. The same options always name the same folder.
+    ``defaults()``, the config of the default options, is built only then.
     """
     from greenadapt.artifacts.manifest import read_manifest
 
     existing = None if force else read_manifest(default)
-    if existing is None or _canonical(existing.get("config") or {}) == _canonical(config):
+    if existing is None or canonical_json(existing.get("config") or {}) == canonical_json(config):
         return default
-    return default.with_name(f"{default.name}{VARIANT_MARK}{variant_key(config, defaults)}")
+    return default.with_name(f"{default.name}{VARIANT_MARK}{variant_key(config, defaults())}")
 
 
 def variant_key(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
     """A folder-name key for the options of ``config`` that differ from ``defaults``: readable, else a hash."""
-    changed = sorted(k for k in set(config) | set(defaults) if _canonical(config.get(k)) != _canonical(defaults.get(k)))
+    changed = sorted(k for k in set(config) | set(defaults) if canonical_json(config.get(k)) != canonical_json(defaults.get(k)))
     if not changed:
         return "defaults"
     parts = []
@@ -99,12 +100,8 @@ def variant_key(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
     return key if len(key) <= 48 else _digest({name: config.get(name) for name in changed})
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
 def _digest(value: Any) -> str:
-    return hashlib.sha256(_canonical(value).encode()).hexdigest()[:8]
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:8]
 
 
 def find_stage_dir(root: Path, corpus: Sequence[str], model_slug: str | None, stage: str) -> Path:

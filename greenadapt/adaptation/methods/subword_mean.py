@@ -35,13 +35,7 @@ class SubwordMean(MethodDefaults):
 
 def wordpiece_ids(general: GeneralTokenizer, words: Sequence[str]) -> list[list[int]]:
     """The ids T_LM gives each word, without special tokens, padding or truncation."""
-    from tokenizers import Tokenizer
-
-    # A model's tokenizer.json may pad every encoding to a fixed length (MiniLM's pads to 128):
-    # those [PAD] ids would enter the mean. A copy with padding and truncation off.
-    backend = Tokenizer.from_str(general.backend.to_str())
-    backend.no_padding()
-    backend.no_truncation()
+    backend = general.word_splitter()  # padding would put [PAD] ids into the mean
     ids: list[list[int]] = []
     for start in range(0, len(words), ROW_CHUNK):
         encodings = backend.encode_batch(list(words[start : start + ROW_CHUNK]), add_special_tokens=False)
