@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_tokenizer_json_is_byte_for_byte_what_json_dumps_writes() -> None:
     import json
 
-    from greenadapt.adaptation.domain_tokenizer import tokenizer_json
+    from greenadapt.families.wordpiece import tokenizer_json
 
     tokens = ["[PAD]", "the", 'quo"te', "back\\slash", "tab\there", "naïve", "β-blocker", "\u2028line", "emoji😀", "##ing"]
     spec = {"version": "1.0", "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"old": 0}}, "normalizer": None}

@@ -14,7 +14,7 @@ import greenadapt
 
 LAYERS = [
     "__main__", "cli", "api", "report", "comparison", "runners", "inference", "adaptation", "corpus",
-    "tasks", "training", "modeling", "data", "artifacts", "machine", "defaults", "progress", "errors",
+    "tasks", "training", "modeling", "data", "artifacts", "families", "machine", "defaults", "progress", "errors",
 ]
 ROOT = Path(greenadapt.__file__).parent
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from greenadapt.artifacts.pretrained import hidden_size, load_wordpiece_tokenizer, resolve_model
+from greenadapt.artifacts.pretrained import hidden_size, load_fast_tokenizer, resolve_model
 from greenadapt.errors import ModelError
 
 
@@ -41,7 +41,7 @@ def test_hub_id_resolves_from_the_offline_cache(tiny_bert: Path, tmp_path: Path,
     ref = resolve_model("acme/tiny-bert")
     assert ref.path == snapshot
     assert ref.slug == "tiny-bert"
-    tokenizer = load_wordpiece_tokenizer(ref.path)
+    tokenizer = load_fast_tokenizer(ref.path)
     assert tokenizer.tokenize("sleep") == ["sleep"]
 
 
@@ -63,7 +63,7 @@ def test_missing_local_path_and_non_model_folder(tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "empty"))
 
 
-def test_non_wordpiece_tokenizer_is_rejected(tmp_path: Path) -> None:
+def test_tokenizer_of_an_unsupported_family_is_rejected(tmp_path: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     folder = tmp_path / "bpe"
@@ -73,13 +73,13 @@ def test_non_wordpiece_tokenizer_is_rejected(tmp_path: Path) -> None:
     bpe.pre_tokenizer = pre_tokenizers.Whitespace()
     bpe.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
-    with pytest.raises(ModelError, match="not a BERT-style model with a WordPiece vocabulary"):
-        load_wordpiece_tokenizer(folder)
+    with pytest.raises(ModelError, match="cannot adapt a BPE model without a byte-level pre-tokenizer"):
+        load_fast_tokenizer(folder)
     # transformers would happily rebuild a WordPiece tokenizer here; the saved one decides
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}))
     (folder / "vocab.txt").write_text("[PAD]\n[UNK]\na\nb\n")
-    with pytest.raises(ModelError, match="tokenizer.json model is BPE"):
-        load_wordpiece_tokenizer(folder)
+    with pytest.raises(ModelError, match="cannot adapt a BPE model"):
+        load_fast_tokenizer(folder)
 
 
 def test_default_model_is_the_bundled_minilm(minilm_path: Path) -> None:

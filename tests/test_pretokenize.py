@@ -273,9 +273,9 @@ def test_empty_corpus_is_a_corpus_error(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_real_minilm_tokenizer_on_cord19_abstracts(tmp_path: Path, minilm_path: Path, shared_data: Path) -> None:
-    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer
+    from greenadapt.artifacts.pretrained import load_fast_tokenizer
 
-    tokenizer = load_wordpiece_tokenizer(minilm_path)
+    tokenizer = load_fast_tokenizer(minilm_path)
     backend = tokenizer.backend_tokenizer
     sources = resolve_corpus([str(shared_data / "corpora" / "cord19-abstracts-sample.jsonl")], text_fields=["abstract"])
     result = pretokenize_corpus(sources, tokenizer, tmp_path / "cache", workers=2)
@@ -308,3 +308,24 @@ def test_a_script_without_a_main_guard_runs_once_with_worker_processes(tmp_path:
     assert done.stdout.count("adapted ") == 1
     assert "Traceback" not in done.stderr and "worker processes failed" not in done.stderr, done.stderr[-3000:]
     assert "pre-tokenized" in done.stderr or "w2v" in done.stderr  # it ran, and said so on stderr
+
+
+@pytest.mark.parametrize("kind", ["byte-level", "metaspace"])
+def test_bpe_and_unigram_words_are_the_model_pieces_without_their_markers(kind: str) -> None:
+    """The word splitter's fast paths agree with the family's word pre-tokenizer, and every word is a model
+    piece (or, for Metaspace, a run of it) with the space marker dropped."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    if kind == "byte-level":
+        tokenizer = Tokenizer(models.BPE(vocab={"a": 0}, merges=[]))
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tokenizer = Tokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0)], unk_id=0))
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    rules = TextRules.from_tokenizer(tokenizer)
+    splitter = WordSplitter(rules)
+    text = "\n".join(line for line in TRICKY if not any(c in line for c in "\t\x0b\x0c\r"))
+    by_lines = splitter.split_text(text)
+    assert by_lines == [" ".join(splitter.words(line)) for line in text.split("\n")]
+    assert splitter.split_text("the patients' tachycardia, 12 cases") == ["the patients ' tachycardia , 12 cases"]
+    assert all("\u0120" not in w and "\u2581" not in w for line in by_lines for w in line.split())

@@ -160,14 +160,14 @@ def remote_code_model(tmp_path: Path) -> tuple[Path, Path]:
 def test_remote_code_is_never_imported(remote_code_model: tuple[Path, Path], tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from greenadapt.adaptation.vectors import _embeddings_via_transformers, read_input_embeddings
-    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer, resolve_model
+    from greenadapt.artifacts.pretrained import load_fast_tokenizer, resolve_model
     from greenadapt.tasks import NerTask
 
     monkeypatch.setattr("sys.stdin", open("/dev/null"))  # noqa: SIM115 - no interactive "trust this code?" prompt either
     folder, marker = remote_code_model
     ref = resolve_model(str(folder))
     for attempt in (
-        lambda: load_wordpiece_tokenizer(ref.path),
+        lambda: load_fast_tokenizer(ref.path),
         lambda: read_input_embeddings(ref.path),
         lambda: _embeddings_via_transformers(ref.path),  # the from_pretrained path of a folder without weights files
         lambda: NerTask().load_model(ref.path, ["O", "B-X"]),

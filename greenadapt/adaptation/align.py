@@ -278,7 +278,7 @@ def shared_words(words: Sequence[str], general: GeneralTokenizer) -> tuple[list[
     w2v_rows, vocab_ids = [], []
     n_new = 0
     for index, word in enumerate(words):
-        token_id = general.vocab.get(word)
+        token_id = general.word_id(word)
         if token_id is not None:
             w2v_rows.append(index)
             vocab_ids.append(token_id)

@@ -62,9 +62,9 @@ def context_vectors(
     from transformers import AutoModel
 
     from greenadapt.adaptation.vectors import check_weights_load_safely
-    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer
+    from greenadapt.artifacts.pretrained import load_fast_tokenizer
 
-    tokenizer = load_wordpiece_tokenizer(model_path)
+    tokenizer = load_fast_tokenizer(model_path)
     check_weights_load_safely(model_path)
     model = AutoModel.from_pretrained(str(model_path), dtype=torch.float32).to(device).eval()
     n_layers = int(model.config.num_hidden_layers)

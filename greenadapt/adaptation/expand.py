@@ -293,7 +293,8 @@ def select_new_words(
     excluded = {"below_min_count": 0, "too_long": 0, "unreachable": 0}
     max_chars = general.max_input_chars_per_word
     vocab, added = general.vocab, general.added
-    unknown = [i for i, word in enumerate(words) if word not in vocab and word not in added]
+    tokens = general.family.word_tokens(words)
+    unknown = [i for i, (word, token) in enumerate(zip(words, tokens, strict=True)) if token not in vocab and word not in added]
     # A million words: comprehensions over the unknown ones, not a loop with a branch per word.
     try:
         unknown_counts = [counts[words[i]] for i in unknown]
@@ -379,7 +380,7 @@ def _expand(
     _write_config(ref, dest, method, n_rows, n_new, provenance)
 
     progress.start("writing tokenizers")
-    write_domain_tokenizer(general, new.words, n_rows, dest)
+    tokenizer_facts = write_domain_tokenizer(general, new.words, n_rows, dest)
     copy_general_tokenizer(ref.path, dest / GENERAL_TOKENIZER_DIR)
     _copy_other_files(ref.path, dest)
     with open(dest / NEW_WORDS_FILE, "w", encoding="utf-8", newline="\n") as handle:
@@ -396,6 +397,7 @@ def _expand(
         "match_norm_target": match_norm_target,
         "order": ORDER,
         "tokenization": tokenization_change(general, new.words),
+        "domain_tokenizer": tokenizer_facts,
         "excluded": new.excluded,
         "extended_tensors": row_keys,
         "extended_biases": bias_keys,
@@ -435,7 +437,7 @@ def _method_vectors(
     if not method.needs_vectors:
         return None, None, None
     progress.start("reading word2vec vectors")
-    shared_rows = [i for i, w in enumerate(listed) if w in general.vocab] if method.needs_shared_vectors else []
+    shared_rows = [i for i, w in enumerate(listed) if general.word_id(w) is not None] if method.needs_shared_vectors else []
     # Only the new (and, for methods that need them, the shared) words' vectors: a capped run holds no more.
     words, selected = read_word2vec_rows(w2v_dir / "vectors.bin", new.w2v_rows + shared_rows)
     progress.finish()
@@ -448,7 +450,7 @@ def _method_vectors(
     n_new = len(new.w2v_rows)
     if not shared_rows:
         return selected, None, None
-    shared_ids = np.array([general.vocab[listed[i]] for i in shared_rows], dtype=np.int64)
+    shared_ids = np.array([general.word_id(listed[i]) for i in shared_rows], dtype=np.int64)
     index = np.arange(len(selected)) if selected.index is None else selected.index
     return VectorRows(selected.matrix, index[:n_new]), selected.chunk(n_new, len(selected)), shared_ids
 

@@ -45,7 +45,7 @@ _BLOCK = 16 << 20
 # No real word is this long; a longer run without a space means the file is
 # not word2vec binary (or the header's dimension is wrong).
 _MAX_WORD_BYTES = 4096
-EMBEDDING_SUFFIX = "word_embeddings.weight"
+EMBEDDING_SUFFIXES = ("word_embeddings.weight", "tok_embeddings.weight")  # BERT/RoBERTa/DeBERTa; ModernBERT
 
 
 def _slots(rows: Sequence[int] | None, n: int) -> np.ndarray:
@@ -444,12 +444,12 @@ def check_weights_load_safely(model_path: Path) -> None:
 
 def pick_embedding_key(names: Sequence[str], path: Path) -> str:
     """The input word-embedding tensor among ``names`` (the shortest, i.e. outermost, if several)."""
-    keys = sorted((n for n in names if n.endswith(EMBEDDING_SUFFIX)), key=lambda n: (len(n), n))
+    keys = sorted((n for n in names if n.endswith(EMBEDDING_SUFFIXES)), key=lambda n: (len(n), n))
     if not keys:
         raise ModelError(
-            f"no tensor named '*{EMBEDDING_SUFFIX}' in the checkpoint",
+            f"no input word-embedding tensor ('*{EMBEDDING_SUFFIXES[0]}' or '*{EMBEDDING_SUFFIXES[1]}') in the checkpoint",
             path=path,
-            hint="greenadapt adapts BERT-style models (BERT, BioBERT, MiniLM, ELECTRA)",
+            hint="greenadapt adapts encoders of the BERT, RoBERTa, ModernBERT and DeBERTa families",
         )
     if len(keys) > 1:
         log.info("several word-embedding tensors (%s); aligning to %s", ", ".join(keys), keys[0])

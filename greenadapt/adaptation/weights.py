@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.adaptation.vectors import EMBEDDING_SUFFIXES
 from greenadapt.adaptation.methods import InitMethod, RowContext
 from greenadapt.adaptation.methods.norms import rescale_rows, whole_word_norm
 from greenadapt.errors import ModelError
@@ -39,7 +40,7 @@ def vocabulary_tensors(
         elif tensor.ndim == 1 and tensor.shape[0] == n_rows:
             biases.append(name)
         elif n_rows in tuple(tensor.shape):
-            if name.endswith("word_embeddings.weight"):
+            if name.endswith(EMBEDDING_SUFFIXES):
                 raise ModelError(
                     f"{name} has shape {tuple(tensor.shape)}, unlike the input embeddings {(n_rows, dim)}",
                     path=model_path,

@@ -67,15 +67,15 @@ class TokenizerPair:
 
 def load_tokenizers(folder: Path) -> TokenizerPair:
     """T̂ from the folder's root and T_LM from ``general-tokenizer/``, or the one tokenizer of a plain folder."""
-    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer
+    from greenadapt.artifacts.pretrained import load_fast_tokenizer
 
     general_dir = folder / GENERAL_TOKENIZER_DIR
     if general_dir.is_dir():
-        domain = load_wordpiece_tokenizer(folder)
-        general = load_wordpiece_tokenizer(general_dir)
+        domain = load_fast_tokenizer(folder)
+        general = load_fast_tokenizer(general_dir)
     else:
         domain = None
-        general = load_wordpiece_tokenizer(folder)
+        general = load_fast_tokenizer(folder)
     ids = {}
     for name in ("cls_token_id", "sep_token_id", "pad_token_id", "unk_token_id"):
         values = {getattr(tok, name) for tok in ([general] if domain is None else [general, domain])}

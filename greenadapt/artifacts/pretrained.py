@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.errors import ModelError
+from greenadapt.families import SUPPORTED, family_of
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +175,8 @@ def hidden_size(ref: ModelRef) -> int:
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 
 
-def load_wordpiece_tokenizer(path: Path) -> Any:
-    """Load the model's fast tokenizer and insist on a WordPiece vocabulary.
+def load_fast_tokenizer(path: Path) -> Any:
+    """Load the model's fast tokenizer and insist on a family greenadapt can adapt (:mod:`greenadapt.families`).
 
     Returns a ``transformers`` fast tokenizer; its ``backend_tokenizer`` is the
     ``tokenizers.Tokenizer`` whose normalizer and pre-tokenizer define what a
@@ -193,13 +194,7 @@ def load_wordpiece_tokenizer(path: Path) -> Any:
             path=path,
             hint="copy the tokenizer saved with the model into this folder (tokenizer.save_pretrained)",
         )
-    saved_type = _saved_tokenizer_model_type(path)
-    if saved_type not in (None, "WordPiece"):
-        raise ModelError(
-            f"not a BERT-style model with a WordPiece vocabulary (its tokenizer.json model is {saved_type})",
-            path=path,
-            hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
-        )
+    _check_family(Path(path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as exc:
@@ -209,18 +204,18 @@ def load_wordpiece_tokenizer(path: Path) -> Any:
             hint="the folder needs tokenizer.json or vocab.txt of a BERT-style model",
         ) from None
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    model_type = type(backend.model).__name__ if backend is not None else "none"
-    if model_type != "WordPiece":
-        raise ModelError(
-            f"not a BERT-style model with a WordPiece vocabulary (its tokenizer model is {model_type})",
-            path=path,
-            hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
-        )
+    if backend is None:
+        raise ModelError("not a fast tokenizer (no tokenizer.json and no conversion)", path=path, hint=f"greenadapt adapts {SUPPORTED}")
+    # The model's kind and the pre-tokenizer decide the family; serializing the whole backend (a T̂ with a
+    # million entries) would cost seconds.
+    pre_tokenizer = backend.pre_tokenizer
+    family_of({"model": {"type": type(backend.model).__name__},
+               "pre_tokenizer": json.loads(pre_tokenizer.__getstate__()) if pre_tokenizer is not None else None}, path=Path(path))
     return tokenizer
 
 
 def load_backend_tokenizer(path: Path) -> Any:
-    """The model's ``tokenizers.Tokenizer`` (normalizer, pre-tokenizer, WordPiece vocabulary), WordPiece insisted on.
+    """The model's ``tokenizers.Tokenizer`` (normalizer, pre-tokenizer, subword vocabulary), its family checked.
 
     What the CPU stages (w2v, align, expand) need of a tokenizer, read from ``tokenizer.json`` with the
     ``tokenizers`` library alone: transformers (and with it torch, 2-3 s to import) is loaded only for a
@@ -228,14 +223,8 @@ def load_backend_tokenizer(path: Path) -> Any:
     """
     tokenizer_json = Path(path) / "tokenizer.json"
     if not tokenizer_json.is_file():
-        return load_wordpiece_tokenizer(path).backend_tokenizer
-    saved_type = _saved_tokenizer_model_type(Path(path))
-    if saved_type != "WordPiece":
-        raise ModelError(
-            f"not a BERT-style model with a WordPiece vocabulary (its tokenizer.json model is {saved_type})",
-            path=path,
-            hint="greenadapt adapts WordPiece models such as BERT, BioBERT, MiniLM, ELECTRA",
-        )
+        return load_fast_tokenizer(path).backend_tokenizer
+    _check_family(Path(path))
     from tokenizers import Tokenizer
 
     try:
@@ -244,16 +233,19 @@ def load_backend_tokenizer(path: Path) -> Any:
         raise ModelError(f"unreadable tokenizer.json: {type(exc).__name__}: {str(exc)[:200]}", path=tokenizer_json) from None
 
 
-def _saved_tokenizer_model_type(path: Path) -> str | None:
+def _check_family(path: Path) -> None:
+    """A saved tokenizer.json of a family greenadapt cannot adapt is refused in one line (the file decides:
+    transformers' tokenizer classes rebuild their model from whatever vocabulary it holds)."""
     tokenizer_json = path / "tokenizer.json"
     if not tokenizer_json.is_file():
-        return None
+        return
     try:
-        model = json.loads(tokenizer_json.read_text(encoding="utf-8")).get("model") or {}
-    except (OSError, json.JSONDecodeError, AttributeError) as exc:
+        spec = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"unreadable tokenizer.json: {exc}", path=tokenizer_json) from None
-    model_type = model.get("type") if isinstance(model, dict) else None
-    return model_type if isinstance(model_type, str) else None
+    if not isinstance(spec, dict):
+        raise ModelError("tokenizer.json is not a tokenizer description", path=tokenizer_json)
+    family_of(spec, path=tokenizer_json)
 
 
 @contextlib.contextmanager

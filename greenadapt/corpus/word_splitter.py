@@ -17,11 +17,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from greenadapt.families import component_types
+
 log = logging.getLogger(__name__)
 
 SLOW_BATCH_CHARS = 256 << 10  # text per normalize/pre-tokenize call on the general path
 _NORMALIZERS_LOCAL = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents", "Strip"}
-_PRE_TOKENIZERS_LOCAL = {"BertPreTokenizer", "WhitespaceSplit", "Whitespace", "Punctuation", "Digits"}
+_PRE_TOKENIZERS_LOCAL = {"BertPreTokenizer", "WhitespaceSplit", "Whitespace", "Punctuation", "Digits", "Split"}
 _SENTINEL_CANDIDATES = ("\u2402", "\u241e", "\u2403", "qzxjsentinelqzxj")
 _FILE_WHITESPACE = re.compile("[\t\x0b\x0c\r\n]")
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -30,7 +32,9 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 
 @dataclass(frozen=True)
 class TextRules:
-    """The model's normalizer and pre-tokenizer as canonical JSON (None when absent)."""
+    """The model's normalizer and its word-level pre-tokenizer as canonical JSON (None when absent); for
+    byte-level BPE and Unigram models, the pre-tokenizer that gives plain-text words
+    (:func:`greenadapt.families.word_pre_tokenizer`)."""
 
     normalizer: str | None
     pre_tokenizer: str | None
@@ -38,9 +42,11 @@ class TextRules:
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> TextRules:
         """From a transformers fast tokenizer or a ``tokenizers.Tokenizer``."""
+        from greenadapt.families import word_pre_tokenizer
+
         backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
         spec = json.loads(backend.to_str())
-        return cls(_canonical(spec.get("normalizer")), _canonical(spec.get("pre_tokenizer")))
+        return cls(_canonical(spec.get("normalizer")), _canonical(word_pre_tokenizer((spec.get("model") or {}).get("type"), spec.get("pre_tokenizer"))))
 
     def flags(self) -> dict[str, bool]:
         """``{"lowercase": ..., "strip_accents": ...}`` as the normalizer applies them."""
@@ -80,17 +86,6 @@ def normalization_flags(normalizer: dict[str, Any] | None) -> dict[str, bool]:
     return flags
 
 
-def _types(node: Any, key: str) -> set[str]:
-    """The ``type`` names in a (possibly nested Sequence) component spec."""
-    if not isinstance(node, dict):
-        return set()
-    found = {str(node.get("type"))}
-    for child in node.get(key) or ():
-        found |= _types(child, key)
-    found.discard("Sequence")
-    return found
-
-
 class WordSplitter:
     """Turns lines of raw text into lines of space-separated model words.
 
@@ -116,7 +111,7 @@ class WordSplitter:
         carrier = Tokenizer.from_str(json.dumps(spec))
         self._normalizer = carrier.normalizer
         self._pre_tokenizer = carrier.pre_tokenizer
-        local = _types(spec["normalizer"], "normalizers") <= _NORMALIZERS_LOCAL and _types(
+        local = component_types(spec["normalizer"], "normalizers") <= _NORMALIZERS_LOCAL and component_types(
             spec["pre_tokenizer"], "pretokenizers"
         ) <= _PRE_TOKENIZERS_LOCAL
         self._sentinel = self._choose_sentinel() if local else None

@@ -96,7 +96,7 @@ class NerModel(_Labeller):
         for i, text in enumerate(batch):
             if not isinstance(text, str):
                 raise UsageError(f"text {i} is a {type(text).__name__}, not a string", hint="pass str or a list of str")
-        sentences = _raw_sentences(batch, self.general_tokenizer.backend_tokenizer.pre_tokenizer)
+        sentences = _raw_sentences(batch, word_pre_tokenizer_of(self.general_tokenizer))
         tags, scores = self._tag([raw.sentence for raw in sentences])
         result: list[list[Entity]] = [[] for _ in batch]
         for raw, sentence_tags, sentence_scores in zip(sentences, tags, scores, strict=True):
@@ -216,6 +216,30 @@ class _RawSentence:
     starts: tuple[int, ...]  # character offsets of the words in the caller's text
     ends: tuple[int, ...]
     owner: int  # index of the text it came from
+
+
+def word_pre_tokenizer_of(tokenizer: Any) -> Any:
+    """The pre-tokenizer that makes the model's words from raw text (:func:`greenadapt.families.word_pre_tokenizer`:
+    the model's own for WordPiece; for byte-level BPE and Metaspace, one whose words carry no space)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from greenadapt.families import word_pre_tokenizer
+
+    backend = tokenizer.backend_tokenizer
+    own = backend.pre_tokenizer
+    if own is None:
+        return None
+    spec = json.loads(own.__getstate__())
+    words = word_pre_tokenizer(type(backend.model).__name__, spec)
+    if words is spec:
+        return own
+    # A throwaway tokenizer is the public way to deserialize a component.
+    carrier: dict[str, Any] = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+               "pre_tokenizer": words, "post_processor": None, "decoder": None,
+               "model": {"type": "WordLevel", "vocab": {"[UNK]": 0}, "unk_token": "[UNK]"}}
+    return Tokenizer.from_str(json.dumps(carrier)).pre_tokenizer
 
 
 def _raw_sentences(texts: Sequence[str], pre_tokenizer: Any = None) -> list[_RawSentence]:

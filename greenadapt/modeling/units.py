@@ -50,6 +50,35 @@ def plain_backend(tokenizer: Any) -> Any:
     return backend
 
 
+def word_backend(tokenizer: Any) -> Any:
+    """:func:`plain_backend` for pre-split words, each encoded as in running text: a byte-level BPE word gets
+    its space marker (``Ġdisease``, as RoBERTa saw words in pretraining, and the piece a T̂ entry matches),
+    where the published tokenizers would encode a lone word as if it began the text."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    backend = plain_backend(tokenizer)
+    spec = json.loads(backend.to_str())
+    changed = _words_as_in_running_text(spec.get("pre_tokenizer"))
+    if not changed:
+        return backend
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def _words_as_in_running_text(node: Any) -> bool:
+    if not isinstance(node, dict):
+        return False
+    changed = False
+    if node.get("type") == "ByteLevel" and not node.get("add_prefix_space"):
+        node["add_prefix_space"] = changed = True
+    elif node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first":
+        node["prepend_scheme"], changed = "always", True
+    for child in node.get("pretokenizers") or ():
+        changed |= _words_as_in_running_text(child)
+    return changed
+
+
 @dataclass
 class Unit:
     """One model sequence, under every view."""
@@ -144,7 +173,7 @@ def ner_units(
         raise UsageError("--max-words must be at least 1")
     budget = check_max_length(max_length) - 2  # [CLS] and [SEP]
     words = [s.words for s in sentences]
-    per_view = [word_pieces(plain_backend(tok), words, tokenizers.unk_id) for tok in tokenizers.views]
+    per_view = [word_pieces(word_backend(tok), words, tokenizers.unk_id) for tok in tokenizers.views]
     units: list[Unit] = []
     stats = {"sentences": len(sentences), "chunks": 0, "split_for_length": 0, "truncated_words": 0}
     for index, sentence in enumerate(sentences):

@@ -2,8 +2,9 @@
 
 Least-squares predictions shrink toward the mean (their norms are smaller than
 those of real rows); this tests whether that matters. "Whole-word rows" are the
-rows of vocabulary entries that are neither ``##`` continuations nor bracketed
-special tokens (``[CLS]``, ``[unused0]``, …).
+rows of vocabulary entries that begin a word (not a ``##`` continuation; a
+``Ġ``/``▁`` piece for BPE/Unigram) and are not bracketed special tokens
+(``[CLS]``, ``[unused0]``, …).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ if TYPE_CHECKING:
 
 
 def whole_word_ids(general: GeneralTokenizer) -> list[int]:
-    prefix = general.continuing_prefix
+    family = general.family
     return sorted(
         i for token, i in general.vocab.items()
-        if not token.startswith(prefix) and not (token.startswith("[") and token.endswith("]"))
+        if family.is_word_initial(token) and not (token.startswith("[") and token.endswith("]"))
     )
 
 

@@ -34,12 +34,11 @@ class SubwordMean(MethodDefaults):
 
 
 def wordpiece_ids(general: GeneralTokenizer, words: Sequence[str]) -> list[list[int]]:
-    """The ids T_LM gives each word, without special tokens, padding or truncation."""
-    backend = general.word_splitter()  # padding would put [PAD] ids into the mean
+    """The ids T_LM gives each word in running text, without special tokens, padding (which would put [PAD]
+    ids into the mean) or truncation: each family's own decomposition (``Ġ``/``▁`` pieces included)."""
     ids: list[list[int]] = []
     for start in range(0, len(words), ROW_CHUNK):
-        encodings = backend.encode_batch(list(words[start : start + ROW_CHUNK]), add_special_tokens=False)
-        ids.extend(e.ids for e in encodings)
+        ids.extend(e.ids for e in general.split_words(words[start : start + ROW_CHUNK]))
     return ids
 
 

@@ -95,16 +95,16 @@ def general_tokenizer(folder: Path, t_lm: Any) -> Any | None:
 def attach_memory(units: Sequence[Any], examples: Sequence[Any], tokenizer: Any | None, max_length: int) -> None:
     """Give every unit the general model's input: its T_LM view, or its text under the general tokenizer."""
     from greenadapt.data.task_files import NerSentence
-    from greenadapt.modeling.units import VIEW_GENERAL, plain_backend
+    from greenadapt.modeling.units import VIEW_GENERAL, plain_backend, word_backend
 
     if tokenizer is None:
         for unit in units:
             unit.memory_ids, unit.memory_type_ids = unit.ids[VIEW_GENERAL], unit.type_ids[VIEW_GENERAL]
         return
-    backend = plain_backend(tokenizer)
+    pretokenized = bool(units) and isinstance(examples[units[0].example], NerSentence)
+    backend = word_backend(tokenizer) if pretokenized else plain_backend(tokenizer)
     backend.enable_truncation(max_length, strategy="longest_first")
     inputs: list[Any] = []
-    pretokenized = bool(units) and isinstance(examples[units[0].example], NerSentence)
     for unit in units:
         example = examples[unit.example]
         if pretokenized:

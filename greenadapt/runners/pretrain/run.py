@@ -203,13 +203,13 @@ def _load_mlm(setup: _Setup) -> Any:
 def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...] | None, general_model: str, gates: Path | None = None) -> Any:
     import transformers
 
-    from greenadapt.artifacts.pretrained import load_wordpiece_tokenizer, resolve_model
+    from greenadapt.artifacts.pretrained import load_fast_tokenizer, resolve_model
     from greenadapt.modeling.gmap.config import GmapConfig
     from greenadapt.modeling.gmap.model import GmapModel
 
     general_ref = resolve_model(general_model)
     try:
-        general_tokenizer = load_wordpiece_tokenizer(general_ref.path)
+        general_tokenizer = load_fast_tokenizer(general_ref.path)
     except ModelError:
         general_tokenizer = None
     if general_tokenizer is not None and general_tokenizer.get_vocab() != setup.tokenizer.get_vocab():
