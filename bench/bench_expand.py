@@ -183,9 +183,8 @@ def synthetic_w2v(minilm: Path, folder: Path, n_new: int) -> Path:
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
-    from greenadapt.adaptation.vectors import read_input_embeddings, write_counts, write_word2vec_binary
+    from greenadapt.adaptation.vectors import read_input_embeddings
     from greenadapt.artifacts.pretrained import ModelRef
-    from greenadapt.artifacts.stage import StageRun
 
     general = load_general_tokenizer(minilm)
     embeddings = read_input_embeddings(minilm)
@@ -194,16 +193,26 @@ def synthetic_w2v(minilm: Path, folder: Path, n_new: int) -> Path:
     A = rng.standard_normal((384, embeddings.shape[1])).astype(np.float32)
     shared_vectors = embeddings[[general.vocab[t] for t in shared]] @ A.T
     shared_vectors += 0.1 * shared_vectors.std() * rng.standard_normal(shared_vectors.shape).astype(np.float32)
-    new_words = pronounceable_words(n_new, set(general.vocab), seed=1)
-    words = shared + new_words
-    counts = list(range(10**7, 10**7 - len(shared), -1)) + [max(1, 10**6 // (i + 1)) for i in range(n_new)]
     config = {"model": ModelRef("all-MiniLM-L6-v2", minilm).identity(), "lowercase": True, "strip_accents": None, "dim": 384}
+    return write_synthetic_w2v(folder, config, shared, shared_vectors, pronounceable_words(n_new, set(general.vocab), seed=1), rng)
+
+
+def write_synthetic_w2v(folder: Path, config: dict, shared: list[str], shared_vectors, new_words: list[str], rng) -> Path:
+    """A w2v stage folder of ``shared`` words (their vectors given) and ``new_words`` (random vectors of the same spread)."""
+    import numpy as np
+
+    from greenadapt.adaptation.vectors import write_counts, write_word2vec_binary
+    from greenadapt.artifacts.stage import StageRun
+
+    words = shared + new_words
+    n_new, dim = len(new_words), shared_vectors.shape[1]
+    counts = list(range(10**7, 10**7 - len(shared), -1)) + [max(1, 10**6 // (i + 1)) for i in range(n_new)]
     with StageRun("w2v", folder, config, [], force=True) as run:
-        vectors = np.empty((len(words), 384), dtype=np.float32)
+        vectors = np.empty((len(words), dim), dtype=np.float32)
         vectors[: len(shared)] = shared_vectors
         for start in range(len(shared), len(words), 65536):
             stop = min(start + 65536, len(words))
-            vectors[start:stop] = rng.standard_normal((stop - start, 384)).astype(np.float32) * shared_vectors.std()
+            vectors[start:stop] = rng.standard_normal((stop - start, dim)).astype(np.float32) * shared_vectors.std()
         write_word2vec_binary(run.tmp / "vectors.bin", words, vectors)
         write_counts(run.tmp / "counts.tsv", list(zip(words, counts)))
         run.commit(stats={"n_words": len(words)})

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_expand import ALIGN_EXPAND_CHILD, SAMPLE_CORPUS, SHARED_CORPUS, pronounceable_words, read_sentences  # noqa: E402
+from bench_expand import ALIGN_EXPAND_CHILD, SAMPLE_CORPUS, SHARED_CORPUS, pronounceable_words, read_sentences, write_synthetic_w2v  # noqa: E402
 
 
 def train_model(family: str, lines: list[str], vocab_size: int, folder: Path) -> Path:
@@ -130,9 +130,8 @@ def synthetic_w2v(model: Path, folder: Path, n_new: int) -> Path:
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
-    from greenadapt.adaptation.vectors import read_input_embeddings, write_counts, write_word2vec_binary
+    from greenadapt.adaptation.vectors import read_input_embeddings
     from greenadapt.artifacts.pretrained import ModelRef
-    from greenadapt.artifacts.stage import StageRun
 
     general = load_general_tokenizer(model)
     embeddings = read_input_embeddings(model)
@@ -144,19 +143,8 @@ def synthetic_w2v(model: Path, folder: Path, n_new: int) -> Path:
     A = rng.standard_normal((384, embeddings.shape[1])).astype(np.float32)
     shared_vectors = embeddings[[general.word_id(w) for w in shared]] @ A.T
     shared_vectors += 0.1 * shared_vectors.std() * rng.standard_normal(shared_vectors.shape).astype(np.float32)
-    words = shared + pronounceable_words(n_new, set(shared), seed=1)
-    counts = list(range(10**7, 10**7 - len(shared), -1)) + [max(1, 10**6 // (i + 1)) for i in range(n_new)]
     config = {"model": ModelRef(model.name, model).identity(), **general.normalization(), "dim": 384}
-    with StageRun("w2v", folder, config, [], force=True) as run:
-        vectors = np.empty((len(words), 384), dtype=np.float32)
-        vectors[: len(shared)] = shared_vectors
-        for start in range(len(shared), len(words), 65536):
-            stop = min(start + 65536, len(words))
-            vectors[start:stop] = rng.standard_normal((stop - start, 384)).astype(np.float32) * shared_vectors.std()
-        write_word2vec_binary(run.tmp / "vectors.bin", words, vectors)
-        write_counts(run.tmp / "counts.tsv", list(zip(words, counts, strict=True)))
-        run.commit(stats={"n_words": len(words)})
-    return folder
+    return write_synthetic_w2v(folder, config, shared, shared_vectors, pronounceable_words(n_new, set(shared), seed=1), rng)
 
 
 def bench_expand(args: argparse.Namespace, model: Path, work: Path) -> list[dict]:
