@@ -88,8 +88,10 @@ def bench_tokenizers(args: argparse.Namespace, model: Path, sentences: list[str]
     unknown = [w for w, _ in counts.most_common() if not general.is_known(w)]
     real = [w for w, ok in zip(unknown, reachable_words(general, unknown), strict=True) if ok]
     variants: dict[str, list[str] | None] = {"T_LM": None, f"T̂ +{len(real):,} real": real}
+    marker = general.family.word_token("")
+    taken = set(real) | set(counts) | {token[len(marker):] for token in general.vocab if token.startswith(marker)}
     for size in args.sizes:
-        variants[f"T̂ +{size:,}"] = (real + pronounceable_words(max(0, size - len(real)), set(real) | set(counts)))[:size]
+        variants[f"T̂ +{size:,}"] = (real + pronounceable_words(max(0, size - len(real)), taken))[:size]
     tokenizers: dict[str, Tokenizer] = {}
     rows: list[dict] = []
     for name, words in variants.items():

@@ -239,3 +239,23 @@ def test_bpe_counts_old_entries_its_merges_never_rebuild(tmp_path: Path) -> None
     domain = Tokenizer.from_file(str(out / "tokenizer.json"))
     assert domain.encode("abc").tokens == ["abc"]  # the change the count warns of
     assert domain.encode("x cab").tokens[-1] == "\u0120cab"
+
+
+def test_multitask_pals_and_gmap_on_each_family(adapted: dict[str, Any]) -> None:
+    """PALs run on every family (ModernBERT's pre-norm layers included); G-MAP runs where the attention is
+    BERT-style and is refused in one line where it is not (DeBERTa's disentangled attention, ModernBERT's fused one)."""
+    from finetune_helpers import write_classify_file, write_ner_file
+
+    root = adapted["root"]
+    ner = write_ner_file(root / "mt-ner.tsv", 16)
+    texts = write_classify_file(root / "mt-cls.jsonl", 16)
+    run = greenadapt.multitask([f"name=ner,type=ner,train={ner}", f"name=cls,type=classify,train={texts}"],
+                               model=str(adapted["expand"]), out=root / "multitask", epochs=1, batch_size=8)
+    assert (Path(run.path) / "manifest.json").is_file()
+    gmap = {"model": str(adapted["expand"]), "out": root / "gmap", "epochs": 1, "batch_size": 8, "gmap": "chunk"}
+    if adapted["family"] == "roberta":
+        assert (Path(greenadapt.finetune("ner", ner, **gmap).path) / "metrics.json").is_file()
+    else:
+        with pytest.raises(ModelError, match="G-MAP supports BERT-style encoders") as info:
+            greenadapt.finetune("ner", ner, **gmap)
+        assert "\n" not in info.value.message

@@ -105,21 +105,16 @@ def zero_decoder(adapter: Any) -> None:
             decoder.bias.zero_()
 
 
-class PalOutput(nn.Module):
-    """Drop-in replacement of a BERT-style layer's output block that adds the active task's TS(h)."""
+class _TaskTerm(nn.Module):
+    """What both wrappers share: the wrapped block (unregistered: its parameters are adopted ones), the active
+    task's adapter, and the layer input and mask the pre-hook leaves for one forward."""
 
     # Set with object.__setattr__ (unregistered), so typed here: a transformers block and an adapter.
     original: Any
     adapter: Any
     _hook: Any
 
-    def __init__(self, original: Any, index: int, *, name: str = "") -> None:
-        super().__init__()
-        _check_adoptable(original, name)
-        self.dense: nn.Module = original.dense
-        self.dropout: nn.Module = original.dropout
-        self.LayerNorm: nn.Module = original.LayerNorm
-        # Unregistered, like gmap's MemoryAttention: its parameters are the adopted ones.
+    def _start(self, original: Any, index: int, name: str) -> None:
         object.__setattr__(self, "original", original)
         self.index = index
         self.name = name
@@ -127,7 +122,7 @@ class PalOutput(nn.Module):
         self.layer_input: torch.Tensor | None = None
         self.layer_mask: Any = None
 
-    def train(self, mode: bool = True) -> PalOutput:
+    def train(self, mode: bool = True) -> _TaskTerm:
         super().train(mode)
         self.original.train(mode)
         return self
@@ -135,17 +130,35 @@ class PalOutput(nn.Module):
     def set_adapter(self, adapter: nn.Module | None) -> None:
         object.__setattr__(self, "adapter", adapter)
 
-    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+    def task_term(self) -> torch.Tensor | None:
+        """TS(h) of the active task for this forward (None when no task is active); consumes the captured input."""
         h, mask = self.layer_input, self.layer_mask
         self.layer_input, self.layer_mask = None, None
-        if self.adapter is not None and h is not None:
-            batch, length = h.shape[:2]
-            allowed = own_key_mask(mask, batch, length, device=h.device)
-            input_tensor = input_tensor + self.adapter.delta(self.index, h, allowed).to(input_tensor.dtype)
+        if self.adapter is None or h is None:
+            return None
+        batch, length = h.shape[:2]
+        return self.adapter.delta(self.index, h, own_key_mask(mask, batch, length, device=h.device))
+
+
+class PalOutput(_TaskTerm):
+    """Drop-in replacement of a BERT-style layer's output block that adds the active task's TS(h)."""
+
+    def __init__(self, original: Any, index: int, *, name: str = "") -> None:
+        super().__init__()
+        _check_adoptable(original, name)
+        self.dense: nn.Module = original.dense
+        self.dropout: nn.Module = original.dropout
+        self.LayerNorm: nn.Module = original.LayerNorm
+        self._start(original, index, name)
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        term = self.task_term()
+        if term is not None:
+            input_tensor = input_tensor + term.to(input_tensor.dtype)
         return self.original(hidden_states, input_tensor)
 
 
-def _capture(output: PalOutput) -> Any:
+def _capture(output: PalOutput | PalMlp) -> Any:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         output.layer_input = args[0] if args else kwargs.get("hidden_states")
         output.layer_mask = kwargs["attention_mask"] if "attention_mask" in kwargs else (args[1] if len(args) > 1 else None)
@@ -153,24 +166,53 @@ def _capture(output: PalOutput) -> Any:
     return hook
 
 
-def wrap_layer(layer: Any, index: int, *, name: str = "") -> PalOutput:
-    """Replace ``layer.output`` by a :class:`PalOutput` and feed it the layer's input (idempotent)."""
-    current = getattr(layer, "output", None)
-    if isinstance(current, PalOutput):
-        return current
-    if current is None:
-        raise ModelError(f"{name or type(layer).__name__} has no output block", hint="PALs support BERT-style encoders")
-    wrapper = PalOutput(current, index, name=name)
-    layer.output = wrapper
-    wrapper._hook = layer.register_forward_pre_hook(_capture(wrapper), with_kwargs=True)
-    return wrapper
+class PalMlp(_TaskTerm):
+    """The same task term for a pre-norm layer (ModernBERT: ``h + MLP(LN(a))``): the layer's ``mlp`` block, whose
+    output gets ``TS(h)`` added, so the layer returns ``a + MLP(LN(a)) + TS(h)``. The block's submodules are adopted
+    under their names (state-dict keys unchanged)."""
+
+    def __init__(self, original: nn.Module, index: int, *, name: str = "") -> None:
+        super().__init__()
+        if any(True for _ in original.named_parameters(recurse=False)):
+            raise ModelError(f"{name or type(original).__name__} holds parameters of its own; PALs cannot adopt it",
+                             hint="PALs support BERT-style and ModernBERT-style encoders")
+        for child_name, child in original.named_children():
+            self.add_module(child_name, child)
+        self._start(original, index, name)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        out = self.original(hidden_states)
+        term = self.task_term()
+        return out if term is None else out + term.to(out.dtype)
+
+
+def wrap_layer(layer: Any, index: int, *, name: str = "") -> PalOutput | PalMlp:
+    """Give ``layer`` the task term and feed it the layer's input (idempotent): a BERT-style layer's ``output``
+    block becomes a :class:`PalOutput`, a pre-norm (ModernBERT) layer's ``mlp`` a :class:`PalMlp`."""
+    for attribute, kind in (("output", PalOutput), ("mlp", PalMlp)):
+        current = getattr(layer, attribute, None)
+        if isinstance(current, (PalOutput, PalMlp)):
+            return current
+        if current is not None and (attribute == "output" or hasattr(layer, "mlp_norm")):
+            wrapper = kind(current, index, name=name)
+            setattr(layer, attribute, wrapper)
+            wrapper._hook = layer.register_forward_pre_hook(_capture(wrapper), with_kwargs=True)
+            return wrapper
+    raise ModelError(f"{name or type(layer).__name__} has no output block", hint="PALs support BERT-style and ModernBERT-style encoders")
 
 
 def unwrap_layer(layer: Any) -> None:
-    current = layer.output
-    if isinstance(current, PalOutput):
-        current._hook.remove()
-        layer.output = current.original
+    for attribute in ("output", "mlp"):
+        current = getattr(layer, attribute, None)
+        if isinstance(current, (PalOutput, PalMlp)):
+            current._hook.remove()
+            setattr(layer, attribute, current.original)
+
+
+def encoder_layers(base: Any) -> Any:
+    """The encoder's list of layers: ``encoder.layer`` (BERT, RoBERTa, DeBERTa) or ``layers`` (ModernBERT)."""
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    return layers if layers is not None else getattr(base, "layers", None)
 
 
 def _check_adoptable(module: nn.Module, name: str) -> None:
@@ -186,4 +228,4 @@ def _check_adoptable(module: nn.Module, name: str) -> None:
         raise ModelError(f"{where} has parameters PALs do not handle: {', '.join(others[:4])}", hint="use a BERT-style encoder")
 
 
-__all__ = ["LowRankAdapter", "PalAdapter", "PalOutput", "SmallAttention", "build_adapter", "unwrap_layer", "wrap_layer", "zero_decoder"]
+__all__ = ["LowRankAdapter", "PalAdapter", "PalMlp", "PalOutput", "SmallAttention", "build_adapter", "encoder_layers", "unwrap_layer", "wrap_layer", "zero_decoder"]

@@ -40,7 +40,7 @@ from greenadapt.modeling.pals.config import (
     check_task_name,
     head_parameters,
 )
-from greenadapt.modeling.pals.layer import PalOutput, build_adapter, unwrap_layer, wrap_layer
+from greenadapt.modeling.pals.layer import PalMlp, PalOutput, build_adapter, encoder_layers, unwrap_layer, wrap_layer
 
 NORM_NAMES = ("LayerNorm", "layer_norm", "norm")
 
@@ -75,17 +75,17 @@ class MultiTaskModel(nn.Module):
         super().__init__()
         self.base = base
         self.pals_config = config
-        layers = getattr(getattr(base, "encoder", None), "layer", None)
+        layers = encoder_layers(base)
         if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
             raise ModelError(
-                f"{type(base).__name__} has no BERT-style encoder.layer list", hint="PALs support BERT-style encoders"
+                f"{type(base).__name__} has no encoder.layer or layers list", hint="PALs support BERT-style and ModernBERT-style encoders"
             )
         self.n_layers = len(layers)
         self.hidden = int(base.config.hidden_size)
         self.std = float(getattr(base.config, "initializer_range", 0.02))
-        self.outputs: list[PalOutput] = []
+        self.outputs: list[PalOutput | PalMlp] = []
         if config.adapter != "none":
-            self.outputs = [wrap_layer(layer, i, name=f"encoder.layer.{i}") for i, layer in enumerate(layers)]
+            self.outputs = [wrap_layer(layer, i, name=f"layer {i}") for i, layer in enumerate(layers)]
         self.adapters = nn.ModuleDict()
         self.heads = nn.ModuleDict()
         self.task_types: dict[str, str] = {}
@@ -255,8 +255,7 @@ class MultiTaskModel(nn.Module):
         return model
 
     def unwrap(self) -> nn.Module:
-        layers = self.base.encoder.layer
-        for layer in layers:
+        for layer in encoder_layers(self.base):
             unwrap_layer(layer)
         self.outputs = []
         return self.base
