@@ -259,3 +259,35 @@ def test_multitask_pals_and_gmap_on_each_family(adapted: dict[str, Any]) -> None
         with pytest.raises(ModelError, match="G-MAP supports BERT-style encoders") as info:
             greenadapt.finetune("ner", ner, **gmap)
         assert "\n" not in info.value.message
+
+
+def test_subword_mean_rows_are_the_mean_of_the_pieces_in_running_text(adapted: dict[str, Any]) -> None:
+    """Methods that read a word's pieces use each family's own split of the word after a space (``Ġ``/``▁`` piece)."""
+    from safetensors.numpy import load_file
+
+    root = adapted["root"]
+    outcome = greenadapt.adapt(corpus=str(root / "corpus.txt"), model=str(adapted["model"]), workdir=root / "work-sm",
+                               method="subword-mean", min_count=5)
+    rows = next(v for k, v in load_file(str(Path(outcome.path) / "model.safetensors")).items() if k.endswith(("word_embeddings.weight", "tok_embeddings.weight")))
+    new = dict(line.split("\t")[:2] for line in (Path(outcome.path) / "new_words.tsv").read_text(encoding="utf-8").splitlines())
+    lm = adapted["lm"]
+    lm.no_padding()
+    for word in DOMAIN_WORDS:
+        pieces = lm.encode(f" {word}", add_special_tokens=False).ids
+        assert lm.encode(f"the {word}", add_special_tokens=False).ids[-len(pieces):] == pieces  # the running-text split
+        np.testing.assert_allclose(rows[int(new[word])], rows[pieces].mean(axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_question_answering_on_each_family(adapted: dict[str, Any]) -> None:
+    from qa_helpers import paragraph, squad_file
+
+    root = adapted["root"]
+    context = "the patients with tachycardia were treated with insulin and the leukemia cases were high"
+    articles = [{"title": "t", "paragraphs": [paragraph(context, (f"q{i}", question, [(answer, context.index(answer))]))]}
+                for i, (question, answer) in enumerate([("what were the patients with", "tachycardia"),
+                                                        ("what were they treated with", "insulin")] * 4)]
+    data = squad_file(root / "squad.json", articles)
+    run = greenadapt.finetune("qa", data, model=str(adapted["expand"]), out=root / "qa-run", epochs=1, batch_size=4)
+    greenadapt.qa(data, root / "qa-answers", model=str(run.path))
+    answers = json.loads(next((root / "qa-answers").glob("predictions*.json")).read_text(encoding="utf-8"))
+    assert answers and all(isinstance(text, str) and (not text or text in context) for text in answers.values())

@@ -38,6 +38,10 @@ def resolve_pool(pool: str | None, tokenizers: TokenizerPair, path: Path) -> str
     return pool
 
 
+# transformers' name for the span head where it is not BERT's ``qa_outputs``
+_QA_HEAD_NAMES = {"modernbert": "classifier"}
+
+
 def check_qa_head(path: Path, config: dict[str, Any]) -> None:
     """Fail early, before loading weights, when the checkpoint has no QA head."""
     architectures = config.get("architectures") or []
@@ -48,8 +52,9 @@ def check_qa_head(path: Path, config: dict[str, Any]) -> None:
             hint=_NO_HEAD_HINT,
         )
     keys = _checkpoint_keys(path)
-    if keys is not None and not any("qa_outputs" in key for key in keys):
-        raise ModelError("the checkpoint has no question-answering head (no qa_outputs weights)", path=path, hint=_NO_HEAD_HINT)
+    head = _QA_HEAD_NAMES.get(str(config.get("model_type")), "qa_outputs")
+    if keys is not None and not any(key.startswith(f"{head}.") or f".{head}." in key for key in keys):
+        raise ModelError(f"the checkpoint has no question-answering head (no {head} weights)", path=path, hint=_NO_HEAD_HINT)
 
 
 def _checkpoint_keys(path: Path) -> list[str] | None:
