@@ -143,14 +143,9 @@ def _summary(outcome: StageOutcome) -> str:
 
 def per_type_lines(per_type: Mapping[str, Any] | None) -> str:
     """Each split's F1 per entity type, one line a split (seqeval's per-type report, over seeds)."""
-    lines = []
-    for split, kinds in (per_type or {}).items():
-        cells = []
-        for kind, value in kinds.items():
-            spread = f" ± {100 * value['f1']['std']:.2f}" if value["f1"].get("n", 1) > 1 else ""
-            cells.append(f"{kind} {100 * value['f1']['mean']:.2f}{spread} ({value['gold']} gold)")
-        lines.append(f"\n{split} f1 by entity type: {', '.join(cells)}")
-    return "".join(lines)
+    from greenadapt.artifacts.info import per_type_cells
+
+    return "".join(f"\n{split} f1 by entity type: {per_type_cells(kinds)}" for split, kinds in (per_type or {}).items())
 
 
 def _qa_summary(path: Path, stats: Mapping[str, Any], skipped: bool) -> str:
