@@ -14,11 +14,9 @@ call: a million 384-d vectors read in a few seconds. Truncated or garbled files 
 ``counts.tsv`` is ``word<TAB>count`` per line, UTF-8, no header, in the
 same order as the vectors (frequency descending).
 
-The embedding matrix is read from the checkpoint files without
-instantiating the model: the tensor whose name ends with
-``word_embeddings.weight`` in ``model.safetensors`` (single file or
-sharded index) or ``pytorch_model.bin`` (``weights_only``); transformers
-is the fallback for any other layout.
+The embedding matrix is read from the checkpoint files without instantiating the model: the tensor
+named ``*word_embeddings.weight`` (ModernBERT: ``*tok_embeddings.weight``) in ``model.safetensors``
+(single or sharded) or ``pytorch_model.bin`` (``weights_only``); transformers for any other layout.
 """
 
 from __future__ import annotations
@@ -470,10 +468,12 @@ def read_input_embeddings(model_path: Path) -> np.ndarray:
                 with safe_open(str(file), framework="numpy") as reader:
                     located.update(dict.fromkeys(reader.keys(), file))
             key = pick_embedding_key(list(located), model_path)
-            with safe_open(str(located[key]), framework="numpy") as reader:  # bfloat16 has no numpy type: torch widens it
-                framework = "numpy" if reader.get_slice(key).get_dtype() in ("F32", "F16", "F64") else "pt"
-            with safe_open(str(located[key]), framework=framework) as reader:
-                tensor = reader.get_tensor(key)
+            with safe_open(str(located[key]), framework="numpy") as reader:
+                piece = reader.get_slice(key)
+                tensor = piece[:] if piece.get_dtype() in ("F32", "F16", "F64") else None
+            if tensor is None:  # bfloat16 has no numpy type: torch widens it
+                with safe_open(str(located[key]), framework="pt") as reader:
+                    tensor = reader.get_tensor(key)
         except SafetensorError as exc:
             raise ModelError(f"unreadable safetensors file: {exc}", path=files[0]) from None
     elif kind == "bin":
