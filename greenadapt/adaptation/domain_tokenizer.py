@@ -98,12 +98,7 @@ def load_general_tokenizer(model_path: Path) -> GeneralTokenizer:
             spec = json.loads(spec_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ModelError(f"unreadable tokenizer.json: {exc}", path=spec_path) from None
-        if not isinstance(spec, dict):
-            raise ModelError("tokenizer.json is not a tokenizer description", path=spec_path)
-        # transformers' tokenizer classes rebuild their model from whatever vocabulary tokenizer.json holds,
-        # so the loaded tokenizer alone would not reveal the file's kind.
-        family_of(spec, path=spec_path)
-    backend = load_backend_tokenizer(model_path)
+    backend = load_backend_tokenizer(model_path)  # refuses a family greenadapt cannot adapt, from the file itself
     if spec is None:
         spec = json.loads(backend.to_str())
     family = family_of(spec, path=spec_path)
@@ -143,14 +138,13 @@ def write_domain_tokenizer(general: GeneralTokenizer, new_words: Sequence[str], 
     for name in TOKENIZER_FILES[2:]:
         if (general.path / name).is_file():
             shutil.copyfile(general.path / name, dest / name)
-    if general.family.name != "WordPiece":
+    if general.family.load_as_written:
         _load_as_written(dest / "tokenizer_config.json")
     return {"family": general.family.name, **facts}
 
 
 def _load_as_written(config_path: Path) -> None:
-    """Make transformers load T̂'s tokenizer.json as written: RoBERTa's and DeBERTa's tokenizer classes rebuild
-    their model from the bare vocabulary, which would drop BPE's ``ignore_merges``."""
+    """Make transformers load T̂'s tokenizer.json as written (:attr:`TokenizerFamily.load_as_written`)."""
     try:
         config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
     except (OSError, ValueError):

@@ -78,6 +78,38 @@ def _words_of(pre_tokenizer: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return pre_tokenizer
 
 
+def running_text_pre_tokenizer(pre_tokenizer: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The pre-tokenizer for pre-split words, each treated as in running text: a byte-level word gets its space
+    marker (``Ġdisease``, the piece a T̂ entry matches; the published RoBERTa setting encodes a lone word as if
+    it began the text), a Metaspace word its ``▁`` whatever its position. Unchanged (the same object) otherwise."""
+    if not isinstance(pre_tokenizer, Mapping):
+        return pre_tokenizer
+    kind = pre_tokenizer.get("type")
+    if kind == "ByteLevel" and not pre_tokenizer.get("add_prefix_space"):
+        return {**pre_tokenizer, "add_prefix_space": True}
+    if kind == "Metaspace" and pre_tokenizer.get("prepend_scheme") == "first":
+        return {**pre_tokenizer, "prepend_scheme": "always"}
+    if kind == "Sequence":
+        children = list(pre_tokenizer.get("pretokenizers") or ())
+        changed = [running_text_pre_tokenizer(child) for child in children]
+        if any(new is not old for new, old in zip(changed, children, strict=True)):
+            return {**pre_tokenizer, "pretokenizers": changed}
+    return pre_tokenizer
+
+
+def pre_tokenizer_from_spec(spec: Mapping[str, Any] | None) -> Any:
+    """A ``tokenizers`` pre-tokenizer built from its JSON form (a throwaway tokenizer is the public way to
+    deserialize a component)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    carrier: dict[str, Any] = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+               "pre_tokenizer": spec, "post_processor": None, "decoder": None,
+               "model": {"type": "WordLevel", "vocab": {"[UNK]": 0}, "unk_token": "[UNK]"}}
+    return Tokenizer.from_str(json.dumps(carrier)).pre_tokenizer
+
+
 def family_of(spec: Mapping[str, Any], *, path: Path | None = None) -> TokenizerFamily:
     """The family of a ``tokenizer.json`` (as a dict); a one-line :class:`ModelError` for any other kind."""
     model = spec.get("model")
@@ -107,4 +139,5 @@ def family_of(spec: Mapping[str, Any], *, path: Path | None = None) -> Tokenizer
     )
 
 
-__all__ = ["BYTE_LEVEL_PATTERN", "SUPPORTED", "TokenizerFamily", "component_types", "family_of", "word_pre_tokenizer"]
+__all__ = ["BYTE_LEVEL_PATTERN", "SUPPORTED", "TokenizerFamily", "component_types", "family_of", "pre_tokenizer_from_spec",
+           "running_text_pre_tokenizer", "word_pre_tokenizer"]

@@ -18,6 +18,9 @@ class TokenizerFamily:
 
     name = ""
     word_prefix = ""  # what to put before an isolated word so it is tokenized as in running text
+    # transformers' own tokenizer class of the model would rebuild T̂ from the bare vocabulary (dropping what
+    # the family set on the model), so T̂'s tokenizer_config names the class that reads tokenizer.json whole
+    load_as_written = True
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = spec

@@ -30,14 +30,13 @@ add; ``ignore_merges`` is one dict lookup per piece.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from greenadapt.families.base import TokenizerFamily, check_unique, ids_filled
-from greenadapt.families.wordpiece import VOCAB_PLACEHOLDER, with_vocab_text
+from greenadapt.families.wordpiece import tokenizer_json
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +82,7 @@ class ByteLevelBpeFamily(TokenizerFamily):
     def write(self, general: Any, new_words: Sequence[str], first_id: int, dest: Path) -> dict[str, Any]:
         tokens = ids_filled(general.vocab, general.added, first_id, general.path) + self.word_tokens(new_words)
         check_unique(tokens)
-        encode = json.encoder.encode_basestring
-        vocab_text = "{" + ", ".join(f"{encode(token)}: {index}" for index, token in enumerate(tokens)) + "}"
-        model = {**general.spec["model"], "ignore_merges": True, "vocab": VOCAB_PLACEHOLDER}
-        (dest / "tokenizer.json").write_text(with_vocab_text(general.spec, model, vocab_text), encoding="utf-8")
+        (dest / "tokenizer.json").write_text(tokenizer_json(general.spec, tokens, ignore_merges=True), encoding="utf-8")
         missed = self.entries_merges_miss(general)
         if missed:
             log.warning("%d old vocabulary entries (e.g. %s) are never produced by the model's own merges; the domain tokenizer "

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,12 @@ class UnigramFamily(TokenizerFamily):
     name = "Unigram"
     word_prefix = " "
 
-    @property
-    def marker(self) -> str:
-        pre = self.spec.get("pre_tokenizer") or {}
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        super().__init__(spec)
+        # read once: word_token runs for every word2vec word (a million)
+        pre = spec.get("pre_tokenizer") or {}
         nodes = [pre, *(pre.get("pretokenizers") or [])]
-        return next((str(n.get("replacement", "\u2581")) for n in nodes if n.get("type") == "Metaspace"), "\u2581")
+        self.marker = next((str(n.get("replacement", "\u2581")) for n in nodes if n.get("type") == "Metaspace"), "\u2581")
 
     def word_token(self, word: str) -> str:
         return self.marker + word

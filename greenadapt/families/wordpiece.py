@@ -36,6 +36,7 @@ VOCAB_PLACEHOLDER = "\x00greenadapt-vocab\x00"
 
 class WordPieceFamily(TokenizerFamily):
     name = "WordPiece"
+    load_as_written = False  # BertTokenizer's rebuild keeps everything T̂ changes: the vocabulary
 
     @property
     def continuing_prefix(self) -> str:
@@ -62,18 +63,13 @@ class WordPieceFamily(TokenizerFamily):
         return {}
 
 
-def tokenizer_json(spec: Mapping[str, Any], tokens: Sequence[str]) -> str:
-    """``json.dumps`` of ``spec`` with its WordPiece vocabulary replaced by ``{token: index}``, byte for byte,
-    but with the vocabulary's text made by one join: with a million new words, ``json.dumps`` spends seconds
-    on the dict alone."""
+def tokenizer_json(spec: Mapping[str, Any], tokens: Sequence[str], **model_fields: Any) -> str:
+    """``json.dumps`` of ``spec`` with its ``{token: id}`` vocabulary replaced by ``{token: index}`` (and any
+    ``model_fields`` set), byte for byte, but with the vocabulary's text made by one join: with a million new
+    words, ``json.dumps`` spends seconds on the dict alone."""
     encode = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
     vocab_text = "{" + ", ".join(f"{encode(token)}: {index}" for index, token in enumerate(tokens)) + "}"
-    return with_vocab_text(spec, {**spec["model"], "vocab": VOCAB_PLACEHOLDER}, vocab_text)
-
-
-def with_vocab_text(spec: Mapping[str, Any], model: Mapping[str, Any], vocab_text: str) -> str:
-    """``json.dumps`` of ``spec`` with ``model`` in place, whose ``vocab`` is the placeholder, replaced by ``vocab_text``."""
-    text = json.dumps({**spec, "model": model}, ensure_ascii=False)
+    text = json.dumps({**spec, "model": {**spec["model"], **model_fields, "vocab": VOCAB_PLACEHOLDER}}, ensure_ascii=False)
     placeholder = json.dumps(VOCAB_PLACEHOLDER, ensure_ascii=False)
     if text.count(placeholder) != 1:
         raise RuntimeError("the tokenizer spec holds greenadapt's vocabulary placeholder")  # cannot happen with a real spec

@@ -19,6 +19,7 @@ results with character offsets into the caller's text.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -86,8 +87,13 @@ class _Labeller:
 
 
 class NerModel(_Labeller):
-    finds_entities = True
     """A fine-tuned NER model: entity spans with character offsets, from mean-pooled logits over both tokenizers."""
+
+    finds_entities = True
+
+    @functools.cached_property
+    def _word_pre_tokenizer(self) -> Any:
+        return word_pre_tokenizer_of(self.general_tokenizer)
 
     def predict(self, texts: str | Sequence[str]) -> Any:
         """Entities of each text (a list of :class:`Entity` per text; one list for a single string)."""
@@ -96,7 +102,7 @@ class NerModel(_Labeller):
         for i, text in enumerate(batch):
             if not isinstance(text, str):
                 raise UsageError(f"text {i} is a {type(text).__name__}, not a string", hint="pass str or a list of str")
-        sentences = _raw_sentences(batch, word_pre_tokenizer_of(self.general_tokenizer))
+        sentences = _raw_sentences(batch, self._word_pre_tokenizer)
         tags, scores = self._tag([raw.sentence for raw in sentences])
         result: list[list[Entity]] = [[] for _ in batch]
         for raw, sentence_tags, sentence_scores in zip(sentences, tags, scores, strict=True):
@@ -223,9 +229,7 @@ def word_pre_tokenizer_of(tokenizer: Any) -> Any:
     the model's own for WordPiece; for byte-level BPE and Metaspace, one whose words carry no space)."""
     import json
 
-    from tokenizers import Tokenizer
-
-    from greenadapt.families import word_pre_tokenizer
+    from greenadapt.families import pre_tokenizer_from_spec, word_pre_tokenizer
 
     backend = tokenizer.backend_tokenizer
     own = backend.pre_tokenizer
@@ -233,13 +237,7 @@ def word_pre_tokenizer_of(tokenizer: Any) -> Any:
         return None
     spec = json.loads(own.__getstate__())
     words = word_pre_tokenizer(type(backend.model).__name__, spec)
-    if words is spec:
-        return own
-    # A throwaway tokenizer is the public way to deserialize a component.
-    carrier: dict[str, Any] = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-               "pre_tokenizer": words, "post_processor": None, "decoder": None,
-               "model": {"type": "WordLevel", "vocab": {"[UNK]": 0}, "unk_token": "[UNK]"}}
-    return Tokenizer.from_str(json.dumps(carrier)).pre_tokenizer
+    return own if words is spec else pre_tokenizer_from_spec(words)
 
 
 def _raw_sentences(texts: Sequence[str], pre_tokenizer: Any = None) -> list[_RawSentence]:

@@ -51,32 +51,20 @@ def plain_backend(tokenizer: Any) -> Any:
 
 
 def word_backend(tokenizer: Any) -> Any:
-    """:func:`plain_backend` for pre-split words, each encoded as in running text: a byte-level BPE word gets
-    its space marker (``Ġdisease``, as RoBERTa saw words in pretraining, and the piece a T̂ entry matches),
-    where the published tokenizers would encode a lone word as if it began the text."""
+    """:func:`plain_backend` for pre-split words, each encoded as in running text
+    (:func:`greenadapt.families.running_text_pre_tokenizer`)."""
     import json
 
-    from tokenizers import Tokenizer
+    from greenadapt.families import pre_tokenizer_from_spec, running_text_pre_tokenizer
 
     backend = plain_backend(tokenizer)
-    spec = json.loads(backend.to_str())
-    changed = _words_as_in_running_text(spec.get("pre_tokenizer"))
-    if not changed:
-        return backend
-    return Tokenizer.from_str(json.dumps(spec))
-
-
-def _words_as_in_running_text(node: Any) -> bool:
-    if not isinstance(node, dict):
-        return False
-    changed = False
-    if node.get("type") == "ByteLevel" and not node.get("add_prefix_space"):
-        node["add_prefix_space"] = changed = True
-    elif node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first":
-        node["prepend_scheme"], changed = "always", True
-    for child in node.get("pretokenizers") or ():
-        changed |= _words_as_in_running_text(child)
-    return changed
+    if backend.pre_tokenizer is not None:
+        # Only the pre-tokenizer is read: serializing the backend would write out a million-entry T̂ vocabulary.
+        own = json.loads(backend.pre_tokenizer.__getstate__())
+        words = running_text_pre_tokenizer(own)
+        if words is not own:
+            backend.pre_tokenizer = pre_tokenizer_from_spec(words)
+    return backend
 
 
 @dataclass
