@@ -71,8 +71,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 # Initialisation-method variants: (align --method, extra align options); each aligned on the same word2vec
-# vectors as "green" (the paper's lstsq) into align-<variant>/ and expand-<variant>/.
+# vectors as "green" (the paper's lstsq) into align-<variant>/ and expand-<variant>/, with green's new words
+# (expand --min-count 1), except those of DEFAULT_WORDS, which take expand's default (min-count 20): distill
+# is compared on the new default's words, against green-min20 as well as green.
 METHOD_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "distill": ("distill", ()),
     "identity": ("identity", ()),
     "random": ("random", ()),
     "subword-mean": ("subword-mean", ()),
@@ -81,6 +84,7 @@ METHOD_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "green-norm": ("lstsq", ("--match-norm",)),
     "focus-norm": ("focus", ("--match-norm",)),
 }
+DEFAULT_WORDS = {"distill"}
 VARIANTS = ("base", "green", "green-dense", *METHOD_VARIANTS, "context-mean", "dapt", "green-mlm", "green-rows")
 # New-word selection variants: green's vectors and map, with fewer added words (expand --min-count / --max-new):
 # green-min20, green-max5k, green-min20-max5k. Rare words get the noisiest word2vec vectors.
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     # 1. adapt (w2v -> align -> expand); its JSON output names the adapted model folder.
     adapted = runner.run(
         ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"),
-         "--epochs", str(args.w2v_epochs), "--min-count", str(args.min_count), "--seed", "1", "--json"],
+         "--epochs", str(args.w2v_epochs), "--min-count", str(args.min_count), "--min-count-new", "1", "--seed", "1", "--json"],
         capture=True,
     )
     expand_dir = Path(json.loads(adapted)["model"]) if adapted else work / "work" / "CORPUS" / "MODEL" / "expand"
@@ -219,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         runner.run(["align", "--w2v", str(run_dir / "w2v"), "--model", model, "--method", method, *extra, "--seed", "1",
                     "--out", str(run_dir / f"align-{variant}")])
-        runner.run(["expand", "--align", str(run_dir / f"align-{variant}"), "--model", model, "--seed", "1",
+        words = () if variant in DEFAULT_WORDS else ("--min-count", "1")
+        runner.run(["expand", "--align", str(run_dir / f"align-{variant}"), "--model", model, *words, "--seed", "1",
                     "--out", str(run_dir / f"expand-{variant}")])
         models[variant] = str(run_dir / f"expand-{variant}")
     for variant in variants:  # the same map (align), fewer new words

@@ -261,7 +261,7 @@ def test_max_new_and_min_count_order_and_exclusions(tiny_bert: Path, tmp_path: P
     }
     w2v = _custom_w2v(tmp_path, tiny_bert, extra)
     aligned = run_align(w2v=w2v)
-    all_new = run_expand(align=aligned.path, out=tmp_path / "all")
+    all_new = run_expand(align=aligned.path, out=tmp_path / "all", min_count=1)  # the paper's setting: every word
     stats = all_new.manifest["stats"]
     assert stats["excluded"] == {"below_min_count": 0, "too_long": 1, "unreachable": 3}
     names = [w for w, _, _ in _new_words(all_new.path)]
@@ -276,6 +276,14 @@ def test_max_new_and_min_count_order_and_exclusions(tiny_bert: Path, tmp_path: P
     kept = [w for w, _, c in _new_words(only_frequent.path)]
     assert "alpha" not in kept and "rare" not in kept and "omega" in kept
     assert only_frequent.manifest["stats"]["excluded"]["below_min_count"] == 3
+
+    # The default keeps words seen at least 20 times (issue 38's verdict), and the card says how to get the paper's choice.
+    default = run_expand(align=aligned.path, out=tmp_path / "default")
+    assert [w for w, _, _ in _new_words(default.path)] == DOMAIN_WORDS
+    assert default.manifest["stats"]["excluded"]["below_min_count"] == 4
+    assert default.manifest["stats"]["selection"] == {"min_count": 20, "max_new": None}
+    card = (default.path / "README.md").read_text(encoding="utf-8")
+    assert "seen at least 20 times (4 rarer left out)" in card and "`expand --min-count 1`" in card
 
 
 def test_random_ablation_is_seeded(pipeline: dict[str, Path], tmp_path: Path) -> None:
@@ -569,7 +577,7 @@ def test_domain_tokenizer_on_real_biomedical_text(minilm_path: Path, shared_data
     vocab = lm.get_vocab()
     new = [w for w, c in counts.most_common() if w not in vocab and c >= 2][:2000]
     w2v, _ = linear_w2v(tmp_path / "w2v", minilm_path, dim=384, new_words=new, new_counts=[counts[w] for w in new])
-    expanded = run_expand(align=run_align(w2v=w2v).path)
+    expanded = run_expand(align=run_align(w2v=w2v).path, min_count=2)  # every word of the sample, down to its own floor
     domain = AutoTokenizer.from_pretrained(expanded.path)
     new_set = set(new)
     assert expanded.manifest["stats"]["n_new"] == len(new)

@@ -62,7 +62,7 @@ def _wordpiece_mean(model: Path, words: list[str]) -> np.ndarray:
 
 
 def test_the_registry_is_what_the_command_line_offers() -> None:
-    assert list(METHODS) == ["lstsq", "identity", "random", "subword-mean", "focus", "hybrid", "context-mean"]
+    assert list(METHODS) == ["lstsq", "identity", "random", "subword-mean", "focus", "hybrid", "context-mean", "distill"]
     for name, method in METHODS.items():
         assert method.name == name and method.summary and name in method_help()
         assert set(method.options) <= set(MethodOptions.__dataclass_fields__)

@@ -8,6 +8,7 @@ map is known; new domain words get vectors of their own.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -90,3 +91,16 @@ def linear_w2v(
     vectors = np.vstack([shared_vectors, new_vectors]).astype(np.float32)
     write_w2v_folder(folder, model_path, words, vectors, counts, lowercase=lowercase)
     return folder, np.linalg.pinv(A)
+
+
+def saved_tensors(folder: Path) -> dict[str, Any]:
+    """Every tensor of ``folder``'s model.safetensors, by name."""
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as reader:
+        return {name: reader.get_tensor(name) for name in reader.keys()}
+
+
+def listed_new_words(folder: Path) -> list[str]:
+    """The new words of an expanded folder, in id order (new_words.tsv)."""
+    return [line.split("\t")[0] for line in (folder / "new_words.tsv").read_text(encoding="utf-8").splitlines()]

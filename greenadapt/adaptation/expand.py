@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any
 from greenadapt.artifacts import kinds
 from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions, RowContext, get_method
 from greenadapt.adaptation.methods.base import describe, recorded_seed
+from greenadapt.adaptation.methods.distill import is_checkpoint
+from greenadapt.adaptation.w2v import pretokenized_corpus_of
 from greenadapt.adaptation.weights import grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
 from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
 from greenadapt.artifacts.model_card import (
@@ -70,7 +72,7 @@ from greenadapt.artifacts.model_card import (
 from greenadapt.artifacts.pretrained import display_name, hub_id
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.artifacts.workspace import stage_variant_dir
-from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED
 from greenadapt.errors import ModelError, StageError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -82,6 +84,8 @@ if TYPE_CHECKING:
     from greenadapt.artifacts.pretrained import ModelRef
 
 log = logging.getLogger(__name__)
+
+CHECKPOINT_SUFFIX = ".checkpoint"  # beside the output: a long fit (--method distill) resumes from it
 
 NEW_WORDS_FILE = "new_words.tsv"
 WEIGHTS_FILE = "model.safetensors"
@@ -147,7 +151,7 @@ def run_expand(
     corpus: Sequence[str] | None = None,
     model: str | None = None,
     max_new: int | None = None,
-    min_count: int = 1,
+    min_count: int = DEFAULT_MIN_COUNT_NEW,
     seed: int = DEFAULT_SEED,
     workdir: Path | None = None,
     out: Path | None = None,
@@ -192,6 +196,9 @@ def run_expand(
         ],
     )
     inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
+    checkpoint = out_dir.with_name(f"{out_dir.name}{CHECKPOINT_SUFFIX}")
+    if fitted.reads_corpus and checkpoint.exists() and not is_checkpoint(checkpoint):
+        raise UsageError(f"{checkpoint} exists and is not a checkpoint greenadapt wrote", hint="move it away, or choose another --out")
     libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
     with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
@@ -202,14 +209,23 @@ def run_expand(
             stats = _expand(
                 align_dir, w2v_dir, ref, general, method=fitted, method_options=method_options, max_new=max_new,
                 min_count=min_count, seed=seed, dest=run.tmp, progress=progress,
+                corpus_access=_corpus_access(ref, w2v_dir, w2v_manifest, corpus, checkpoint) if fitted.reads_corpus else None,
                 # in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on
                 # The corpus by name: a path says where it lies on this machine and would be published with the model.
                 provenance={"corpus": [publishable_source(c) for c in corpus], "vectors_cost": cost_summary(upstream)},
             )
             _write_card(run.tmp, ref, stats, align_manifest, corpus, upstream)
         manifest = run.commit(stats=stats)
+    if fitted.reads_corpus and is_checkpoint(checkpoint):
+        shutil.rmtree(checkpoint, ignore_errors=True)
     log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
     return StageOutcome(run.out, manifest, False)
+
+
+def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus: list[str], checkpoint: Path) -> dict[str, Any]:
+    """What a method that reads the corpus is given: the base model, the pre-tokenized corpus (made on demand), a checkpoint folder."""
+    corpus_file = functools.partial(pretokenized_corpus_of, w2v_dir, w2v_manifest, corpus, ref.path)
+    return {"model_path": ref.path, "corpus_file": corpus_file, "checkpoint_dir": checkpoint}
 
 
 def _config(ref: Any, align_dir: Path, align_manifest: Manifest, fitted: InitMethod, *, max_new: int | None, min_count: int, seed: int) -> dict[str, Any]:
@@ -346,6 +362,7 @@ def _expand(
     dest: Path,
     progress: Progress,
     provenance: Mapping[str, Any],
+    corpus_access: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, tokenization_change, write_domain_tokenizer
     from greenadapt.adaptation.vectors import iter_state_dict, pick_embedding_key, read_counts
@@ -366,6 +383,7 @@ def _expand(
     context = RowContext(
         align_dir=align_dir, words=new.words, vectors=vectors, embeddings=state[embedding_key].float().numpy(),
         general=general, shared_vectors=shared_vectors, shared_ids=shared_ids, seed=seed, options=method_options,
+        **(corpus_access or {}), progress=progress,
     )
     new_rows = new_row_source(method, context)
 
@@ -374,7 +392,7 @@ def _expand(
     write_safetensors(dest / WEIGHTS_FILE, grown_tensor_specs(state, row_keys, bias_keys, n_new, new_rows), metadata={"format": "pt"}, progress=progress)
     progress.finish()
     embedding_dtype = str(state[embedding_key].dtype).removeprefix("torch.")
-    match_norm_target = context.match_norm_target
+    match_norm_target, method_stats = context.match_norm_target, context.method_stats
     # The vectors (1.5 GB for a million words) go before the tokenizers are written, not after.
     del state, vectors, new_rows, shared_vectors, context
     _write_config(ref, dest, method, n_rows, n_new, provenance)
@@ -395,7 +413,8 @@ def _expand(
         "method": method.name,
         "method_description": describe(method, method_options),
         "match_norm_target": match_norm_target,
-        "order": ORDER,
+        **method_stats,
+        "order": ORDER, "selection": {"min_count": min_count, "max_new": max_new},
         "tokenization": tokenization_change(general, new.words),
         "domain_tokenizer": tokenizer_facts,
         "excluded": new.excluded,

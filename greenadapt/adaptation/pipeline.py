@@ -15,7 +15,7 @@ from pathlib import Path
 from greenadapt.adaptation.methods import DEFAULT_METHOD, MethodOptions, get_method
 from greenadapt.adaptation.w2v import W2VOptions
 from greenadapt.artifacts.stage import StageOutcome
-from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ class AdaptOptions:
     align_method: str = DEFAULT_METHOD
     method_options: MethodOptions = field(default_factory=MethodOptions)
     max_new: int | None = None
-    min_count_new: int = 1
+    min_count_new: int = DEFAULT_MIN_COUNT_NEW
     seed: int = DEFAULT_SEED
 
 

@@ -65,7 +65,7 @@ from greenadapt.artifacts.stage import StageOutcome, StageRun, sweep_stale_tempo
 from greenadapt.corpus.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, pretokenize_corpus
 from greenadapt.corpus.word_splitter import TextRules
 from greenadapt.defaults import DEFAULT_SEED
-from greenadapt.errors import CorpusError, UsageError
+from greenadapt.errors import CorpusError, StageError, UsageError
 from greenadapt.machine.cores import available_cores
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -428,3 +428,15 @@ def _human(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f}{suffix}"
     return str(n)
+
+
+def pretokenized_corpus_of(w2v_dir: Path, w2v_manifest: Manifest, corpus: list[str], model_path: Path) -> Path:
+    """The pre-tokenized text of the corpus a w2v output was trained on: its cache entry, found again by its
+    sources and rules, or made again from the corpus when the cache was removed."""
+    from greenadapt.corpus import resolve_corpus
+
+    cache = w2v_manifest.stats.get("pretok_cache")
+    if not cache:
+        raise StageError("the w2v manifest does not say where its pre-tokenized corpus is", path=w2v_dir, hint="rerun `greenadapt w2v ... --force`")
+    sources = resolve_corpus(corpus, text_fields=w2v_manifest.config.get("text_fields"))
+    return pretokenize_corpus(sources, load_backend_tokenizer(model_path), Path(cache).parent, workers=available_cores()).path

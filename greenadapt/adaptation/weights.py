@@ -51,12 +51,20 @@ def vocabulary_tensors(
 
 
 def new_row_source(method: InitMethod, context: RowContext) -> Callable[[], Iterator[np.ndarray]]:
-    """A function yielding the new rows (float32) in chunks, from the method (rescaled under --match-norm)."""
+    """A function yielding the new rows (float32) in chunks, from the method (rescaled under --match-norm).
+
+    A method that reads the corpus fits its rows (with its own progress and checkpoint) here, before the
+    weights are written, and the function yields what it fitted."""
+    if method.reads_corpus:
+        fitted = list(method.rows(context))
+        rows: Callable[[], Iterator[np.ndarray]] = lambda: iter(fitted)  # noqa: E731
+    else:
+        rows = lambda: method.rows(context)  # noqa: E731
     if not context.options.match_norm:
-        return lambda: method.rows(context)
+        return rows
     target = whole_word_norm(context.embeddings, context.general)
     context.match_norm_target = target
-    return lambda: (rescale_rows(chunk, target) for chunk in method.rows(context))
+    return lambda: (rescale_rows(chunk, target) for chunk in rows())
 
 
 def grown_rows(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from greenadapt.adaptation.methods import DEFAULT_METHOD
 from greenadapt.api.common import PathLike, as_path
-from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED
 
 if TYPE_CHECKING:
     from greenadapt.adaptation.pipeline import AdaptOutcome
@@ -34,11 +34,14 @@ def adapt(
     focus_temperature: float = 0.1,
     hybrid_weight: float = 0.5,
     match_norm: bool = False,
+    distill_per_word: int = 4,
+    distill_sentences: int = 16_000,
+    distill_epochs: int = 1,
     context_layer: int = -1,
     context_cap: int = 20,
     context_max_tokens: int | None = None,
     max_new: int | None = None,
-    min_count_new: int = 1,
+    min_count_new: int = DEFAULT_MIN_COUNT_NEW,
     seed: int = DEFAULT_SEED,
     force: bool = False,
     wait: bool = False,
@@ -63,7 +66,10 @@ def adapt(
             context=ContextOptions(layer=context_layer, cap=context_cap, max_tokens=context_max_tokens),
         ),
         align_method=method,
-        method_options=MethodOptions(focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm),
+        method_options=MethodOptions(
+            focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm,
+            distill_per_word=distill_per_word, distill_sentences=distill_sentences, distill_epochs=distill_epochs,
+        ),
         max_new=max_new,
         min_count_new=min_count_new,
         seed=seed,
@@ -132,6 +138,9 @@ def align(
     focus_temperature: float = 0.1,
     hybrid_weight: float = 0.5,
     match_norm: bool = False,
+    distill_per_word: int = 4,
+    distill_sentences: int = 16_000,
+    distill_epochs: int = 1,
     seed: int = DEFAULT_SEED,
     probe: Sequence[str] = (),
     out: PathLike | None = None,
@@ -150,7 +159,10 @@ def align(
 
     return run_align(
         w2v=as_path(w2v), corpus=[corpus] if isinstance(corpus, str) else (list(corpus) if corpus else None), model=model, method=method,
-        method_options=MethodOptions(focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm),
+        method_options=MethodOptions(
+            focus_k=focus_k, focus_temperature=focus_temperature, hybrid_weight=hybrid_weight, match_norm=match_norm,
+            distill_per_word=distill_per_word, distill_sentences=distill_sentences, distill_epochs=distill_epochs,
+        ),
         seed=seed, probes=tuple(probe or ()), workdir=as_path(workdir), out=as_path(out), force=force, wait=wait, progress=as_progress(progress),
     )
 
@@ -161,7 +173,7 @@ def expand(
     corpus: Sequence[str] | str | None = None,
     model: str | None = None,
     max_new: int | None = None,
-    min_count: int = 1,
+    min_count: int = DEFAULT_MIN_COUNT_NEW,
     seed: int = DEFAULT_SEED,
     method: str | None = None,
     out: PathLike | None = None,

@@ -97,6 +97,7 @@ def expanded_card(
         "|---|---|",
         f"| method | `{method.get('name')}`: {method.get('summary', '')} |",
         f"| corpus | {sources} |",
+        f"| new words | {_selection_text(stats)} |",
         f"| vocabulary | {stats['vocab_size_before']:,} → {stats['vocab_size_after']:,} |",
         f"| shared words the map was fitted on | {align_stats.get('n_shared', 'n/a')} |",
         f"| held-out cosine of the map | {fit} |",
@@ -129,6 +130,21 @@ def expanded_card(
         "",
     ]
     return "\n".join(lines)
+
+
+def _selection_text(stats: Mapping[str, Any]) -> str:
+    """How the new words were chosen, and the flag that gives the paper's choice (every word2vec word)."""
+    selection = stats.get("selection") or {}
+    min_count, max_new = selection.get("min_count"), selection.get("max_new")
+    if min_count is None:
+        return "the corpus words the model does not know"
+    rarer = (stats.get("excluded") or {}).get("below_min_count", 0)
+    text = f"the corpus words the model does not know, seen at least {min_count:,} times ({rarer:,} rarer left out)"
+    if max_new is not None:
+        text += f", the {max_new:,} most frequent"
+    if min_count > 1:
+        text += "; the paper adds every word2vec word: `expand --min-count 1`"
+    return text
 
 
 def cost_summary(cost: Mapping[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,12 @@ ContextCapOption = typer.Option(
 ContextMaxTokensOption = typer.Option(
     None, "--context-max-tokens", metavar="N", help="context-mean: read at most N corpus tokens (default: until every word has --context-cap)."
 )
+DistillPerWordOption = typer.Option(
+    default_of(_adapt, "distill_per_word"), "--distill-per-word", metavar="N", help="distill: corpus windows per new word at most.")
+DistillSentencesOption = typer.Option(
+    default_of(_adapt, "distill_sentences"), "--distill-sentences", metavar="N", help="distill: corpus windows in all at most (the CPU cost grows with it).")
+DistillEpochsOption = typer.Option(
+    default_of(_adapt, "distill_epochs"), "--distill-epochs", metavar="N", help="distill: passes over the windows.")
 MatchNormOption = typer.Option(
     default_of(_adapt, "match_norm"), "--match-norm", help="Rescale each new row to the mean norm of the model's whole-word rows (any method)."
 )
@@ -59,6 +65,7 @@ MatchNormOption = typer.Option(
 METHOD_OPTIONS = (
     ("method", str, MethodOption), ("focus_k", int, FocusKOption), ("focus_temperature", float, FocusTemperatureOption),
     ("hybrid_weight", float, HybridWeightOption), ("match_norm", bool, MatchNormOption),
+    ("distill_per_word", int, DistillPerWordOption), ("distill_sentences", int, DistillSentencesOption), ("distill_epochs", int, DistillEpochsOption),
 )
 CONTEXT_OPTIONS = (("context_layer", int, ContextLayerOption), ("context_cap", int, ContextCapOption), ("context_max_tokens", int | None, ContextMaxTokensOption))
 

@@ -30,7 +30,7 @@ def expand_command(
     max_new: int | None = typer.Option(
         None, "--max-new", min=0, help="Add at most this many new words, most frequent first."
     ),
-    min_count: int = typer.Option(default_of(api.expand, "min_count"), "--min-count", min=1, help="Add only words seen at least this often."),
+    min_count: int = typer.Option(default_of(api.expand, "min_count"), "--min-count", min=1, help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting)."),
     seed: int = typer.Option(default_of(api.expand, "seed"), "--seed", help="Seed of the random ablation's draws (align --method random)."),
     method: str | None = typer.Option(
         None, "--method", metavar="NAME",

@@ -26,6 +26,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     MODEL: ("model", "general_model", "tokenizer", "gmap", "gmap_layers", "gmap_unfrozen", "gmap_indexing", "adapter", "pal_size", "pal_heads"),
     ADAPTATION: (
         "dim", "epochs_w2v", "min_count", "max_vocab", "min_count_new", "max_new", "method", "focus_k", "focus_temperature", "hybrid_weight", "match_norm",
+        "distill_per_word", "distill_sentences", "distill_epochs",
         "context_layer", "context_cap", "context_max_tokens", "no_vectors", "probe", "vectors_only",
     ),
     TRAINING: (

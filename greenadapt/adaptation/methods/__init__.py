@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from greenadapt.adaptation.methods.base import FitContext, InitMethod, MethodOptions, RowContext
 from greenadapt.adaptation.methods.context_mean import CONTEXT_MEAN
+from greenadapt.adaptation.methods.distill import DISTILL
 from greenadapt.adaptation.methods.focus import FOCUS
 from greenadapt.adaptation.methods.hybrid import HYBRID
 from greenadapt.adaptation.methods.identity import IDENTITY
@@ -22,7 +23,7 @@ from greenadapt.adaptation.methods.random import RANDOM
 from greenadapt.adaptation.methods.subword_mean import SUBWORD_MEAN
 from greenadapt.errors import UsageError
 
-METHODS: dict[str, InitMethod] = {m.name: m for m in (LSTSQ, IDENTITY, RANDOM, SUBWORD_MEAN, FOCUS, HYBRID, CONTEXT_MEAN)}
+METHODS: dict[str, InitMethod] = {m.name: m for m in (LSTSQ, IDENTITY, RANDOM, SUBWORD_MEAN, FOCUS, HYBRID, CONTEXT_MEAN, DISTILL)}
 DEFAULT_METHOD = "lstsq"
 
 

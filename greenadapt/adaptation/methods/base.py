@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from greenadapt.errors import UsageError
+
+from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
     import numpy as np
@@ -26,6 +28,9 @@ class MethodOptions:
     focus_temperature: float = 0.1
     hybrid_weight: float = 0.5
     match_norm: bool = False
+    distill_per_word: int = 4
+    distill_sentences: int = 16_000
+    distill_epochs: int = 1
 
     def check(self) -> None:
         if self.focus_k < 1:
@@ -34,6 +39,10 @@ class MethodOptions:
             raise UsageError(f"--focus-temperature must be positive, got {self.focus_temperature}")
         if not 0.0 <= self.hybrid_weight <= 1.0:
             raise UsageError(f"--hybrid-weight must be in [0, 1], got {self.hybrid_weight}")
+        for flag, value in (("--distill-per-word", self.distill_per_word), ("--distill-sentences", self.distill_sentences),
+                            ("--distill-epochs", self.distill_epochs)):
+            if value < 1:
+                raise UsageError(f"{flag} must be at least 1, got {value}")
 
     def for_method(self, method: InitMethod) -> dict[str, Any]:
         """Only the options that change ``method``'s rows, so other options never redo its stages."""
@@ -74,6 +83,12 @@ class RowContext:
     seed: int
     options: MethodOptions
     match_norm_target: float | None = None  # set by expand under --match-norm, for the manifest
+    # What a method that reads the corpus (``reads_corpus``) is given besides:
+    model_path: Path | None = None  # the base model
+    corpus_file: Callable[[], Path] | None = None  # the pre-tokenized corpus w2v read (made again if its cache is gone)
+    checkpoint_dir: Path | None = None  # where a long fit saves its progress, beside the output
+    progress: Progress = NULL_PROGRESS
+    method_stats: dict[str, Any] = field(default_factory=dict)  # the method's own figures, for the manifest
 
 
 class InitMethod(Protocol):
@@ -85,6 +100,7 @@ class InitMethod(Protocol):
     vectors_are_rows: bool  # the vectors become rows as they are: word2vec's --dim must be the model's hidden size
     options: tuple[str, ...]  # the MethodOptions fields it uses
     seeded: bool  # it draws random numbers, so its output depends on --seed
+    reads_corpus: bool  # expand gives it the base model and the corpus, and computes its rows before writing
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:
         """Learn what the rows need from the shared words; write it to ``ctx.dest``; return report fields
@@ -105,6 +121,7 @@ class MethodDefaults:
     vectors_are_rows = False
     options: tuple[str, ...] = ()
     seeded = False
+    reads_corpus = False
 
 
 def recorded_seed(method: InitMethod, seed: int) -> int | None:
