@@ -293,3 +293,25 @@ def test_question_answering_on_each_family(adapted: dict[str, Any]) -> None:
     greenadapt.qa(data, root / "qa-answers", model=str(run.path))
     answers = json.loads(next((root / "qa-answers").glob("predictions*.json")).read_text(encoding="utf-8"))
     assert answers and all(isinstance(text, str) and (not text or text in context) for text in answers.values())
+
+
+def test_distill_fits_rows_on_each_family(adapted: dict[str, Any]) -> None:
+    """--method distill reads windows with each family's word split and feeds new rows through its embeddings."""
+    from safetensors.numpy import load_file
+
+    root = adapted["root"]
+    outcome = greenadapt.adapt(corpus=str(root / "corpus.txt"), model=str(adapted["model"]), workdir=root / "work", epochs=2,
+                               min_count=5, method="distill", distill_sentences=96, distill_epochs=2)
+    assert outcome.w2v.skipped  # the same vectors as the fixture's lstsq model: only the rows' method differs
+    stats = outcome.expand.manifest["stats"]["distill"]
+    assert stats["windows"] > 0 and stats["heldout_loss_after"] < stats["heldout_loss_before"]
+
+    def rows(folder: Path) -> np.ndarray:
+        tensors = load_file(str(folder / "model.safetensors"))
+        return next(v for k, v in tensors.items() if k.endswith(("word_embeddings.weight", "tok_embeddings.weight")))
+
+    fitted, lstsq, base = rows(Path(outcome.path)), rows(adapted["expand"]), rows(adapted["model"])
+    assert fitted.shape == lstsq.shape
+    np.testing.assert_array_equal(fitted[: len(base)], base)
+    moved = [w for w, i in adapted["new"].items() if not np.array_equal(fitted[i], lstsq[i])]
+    assert set(DOMAIN_WORDS) & set(moved), "no domain word's row was fitted"

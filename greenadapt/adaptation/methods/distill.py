@@ -64,7 +64,11 @@ class Distill(Lstsq):
     def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
         import numpy as np
 
-        start = np.concatenate(list(super().rows(ctx))) if len(ctx.words) else np.zeros((0, ctx.embeddings.shape[1]), np.float32)
+        start = np.empty((len(ctx.words), ctx.embeddings.shape[1]), dtype=np.float32)  # filled a chunk at a time: held once
+        filled = 0
+        for chunk in super().rows(ctx):
+            start[filled : filled + len(chunk)] = chunk
+            filled += len(chunk)
         fitted = distill_rows(start, ctx)
         for first in range(0, len(fitted), ROW_CHUNK):
             yield fitted[first : first + ROW_CHUNK]
@@ -217,7 +221,7 @@ def _word_means(states: torch.Tensor, owner: torch.Tensor, n_words: int) -> tupl
 
 
 def distill_rows(start: np.ndarray, ctx: RowContext) -> np.ndarray:
-    """``start`` (lstsq's rows, in ``ctx.words`` order) with the rows of the words seen in corpus windows fitted."""
+    """``start`` (lstsq's rows, in ``ctx.words`` order, updated in place) with the rows of the words seen in corpus windows fitted."""
     import numpy as np
     import torch
     from transformers import AutoModel
@@ -254,10 +258,10 @@ def distill_rows(start: np.ndarray, ctx: RowContext) -> np.ndarray:
         "words_seen": int(len(trained_ids)), "words_unseen": len(unseen), "epochs": options.distill_epochs,
         "window_words": WINDOW_WORDS, "lr": LEARNING_RATE, "layers": int(model.config.num_hidden_layers),
     }
-    fitted = start.copy()
+    fitted = start
     if len(trained_ids) and train:
         matcher = RowMatcher(model, n_rows, trained_ids)
-        rows = torch.from_numpy(start[trained_ids].copy())
+        rows = torch.from_numpy(start[trained_ids])  # a copy: fancy indexing
         stats["heldout_loss_before"] = _mean_loss(matcher, held, rows)
         rows, steps = _fit(matcher, train, rows, ctx, _fingerprint(ctx, windows, trained_ids))
         stats["heldout_loss_after"] = _mean_loss(matcher, held, rows)
