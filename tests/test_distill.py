@@ -195,3 +195,13 @@ def test_a_foreign_folder_in_the_checkpoints_place_is_refused(adapted: dict[str,
 def test_budget_options_below_one_are_refused(field: str) -> None:
     with pytest.raises(UsageError, match=field.replace("_", "-")):
         MethodOptions(**{field: 0}).check()
+
+
+def test_info_says_what_the_fit_did(adapted: dict[str, Any]) -> None:
+    from greenadapt.artifacts.info import describe_folder, render
+
+    info = describe_folder(adapted["outcome"].expand.path)
+    stats = adapted["outcome"].expand.manifest["stats"]["distill"]
+    assert info["figures"]["min_count"] == 1
+    assert info["figures"]["distill"].startswith(f"{stats['words_seen']:,} rows fitted on {BUDGET:,} windows, 1 words unseen")
+    assert f"held-out matching loss {stats['heldout_loss_before']:.3f} -> {stats['heldout_loss_after']:.3f}" in render(info)

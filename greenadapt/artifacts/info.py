@@ -49,7 +49,7 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
             manifest="ok",
             greenadapt_version=manifest.get("greenadapt_version"),
             created=manifest.get("created"),
-            figures={k: stats[k] for k in _FIGURES.get(str(manifest.get("kind")), ()) if k in stats},
+            figures={**{k: stats[k] for k in _FIGURES.get(str(manifest.get("kind")), ()) if k in stats}, **_row_figures(stats)},
             parents=[_parent(i) for i in manifest.get("inputs") or [] if isinstance(i, dict)],
             cost=_cost(manifest),
             warnings=list(stats.get("warnings") or []),
@@ -74,6 +74,20 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
             path=folder, hint="pass a folder that a greenadapt command wrote",
         )
     return info
+
+
+def _row_figures(stats: dict[str, Any]) -> dict[str, Any]:
+    """How an expand chose its words, and what a fitted method (distill) did, as lines."""
+    figures: dict[str, Any] = {}
+    if isinstance(stats.get("selection"), dict):
+        figures["min_count"] = stats["selection"].get("min_count")
+    fit = stats.get("distill")
+    if isinstance(fit, dict):
+        loss = (f"; held-out matching loss {fit['heldout_loss_before']:.3f} -> {fit['heldout_loss_after']:.3f}"
+                if fit.get("heldout_loss_after") is not None else "")
+        figures["distill"] = (f"{fit.get('words_seen', 0):,} rows fitted on {fit.get('windows', 0):,} windows, "
+                              f"{fit.get('words_unseen', 0):,} words unseen (lstsq rows){loss}")
+    return figures
 
 
 def _parent(recorded: dict[str, Any]) -> dict[str, Any]:
