@@ -205,3 +205,17 @@ def test_info_says_what_the_fit_did(adapted: dict[str, Any]) -> None:
     assert info["figures"]["min_count"] == 1
     assert info["figures"]["distill"].startswith(f"{stats['words_seen']:,} rows fitted on {BUDGET:,} windows, 1 words unseen")
     assert f"held-out matching loss {stats['heldout_loss_before']:.3f} -> {stats['heldout_loss_after']:.3f}" in render(info)
+
+
+def test_the_text_w2v_read_is_reused_even_after_the_corpus_was_touched(adapted: dict[str, Any], tmp_path: Path) -> None:
+    import os
+
+    cache_root = adapted["root"] / "work" / "cache" / "pretok"
+    entries = sorted(cache_root.iterdir())
+    stat = adapted["corpus"].stat()
+    os.utime(adapted["corpus"], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # same text, another mtime: another cache key
+    try:
+        run_expand(align=adapted["outcome"].align.path, out=tmp_path / "again", min_count=1)
+    finally:
+        os.utime(adapted["corpus"], ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert sorted(cache_root.iterdir()) == entries  # nothing pre-tokenized again

@@ -431,12 +431,21 @@ def _human(n: int) -> str:
 
 
 def pretokenized_corpus_of(w2v_dir: Path, w2v_manifest: Manifest, corpus: list[str], model_path: Path) -> Path:
-    """The pre-tokenized text of the corpus a w2v output was trained on: its cache entry, found again by its
-    sources and rules, or made again from the corpus when the cache was removed."""
+    """The pre-tokenized text a w2v output was trained on: the cache entry its manifest names, as long as that
+    is a finished entry (exactly the text w2v read, even if the corpus file was touched since), else made
+    again from the corpus (its cache entry found again by sources and rules)."""
+    from greenadapt.artifacts import kinds
+    from greenadapt.artifacts.manifest import load_stage
     from greenadapt.corpus import resolve_corpus
+    from greenadapt.corpus.pretokenize import CORPUS_FILE
 
     cache = w2v_manifest.stats.get("pretok_cache")
     if not cache:
         raise StageError("the w2v manifest does not say where its pre-tokenized corpus is", path=w2v_dir, hint="rerun `greenadapt w2v ... --force`")
+    try:
+        load_stage(cache, kinds.PRETOKENIZED, checksums=False)  # a full checksum would read the corpus once more
+        return Path(cache) / CORPUS_FILE
+    except StageError:
+        log.info("the pre-tokenized corpus %s is gone or unfinished: pre-tokenizing the corpus again", cache)
     sources = resolve_corpus(corpus, text_fields=w2v_manifest.config.get("text_fields"))
     return pretokenize_corpus(sources, load_backend_tokenizer(model_path), Path(cache).parent, workers=available_cores()).path

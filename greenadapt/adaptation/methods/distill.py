@@ -47,8 +47,8 @@ BATCH_WINDOWS = 32
 # loss went 0.230 -> 0.145 at 1e-3, 0.111 at 3e-3 and 0.103 at 1e-2: 3e-3 takes most of the gain with a third of
 # 1e-2's step, so the rows stay nearer the scale of the model's own.
 LEARNING_RATE = 3e-3
-BETAS = (0.9, 0.999)
-EPSILON = 1e-8
+# The held-out split's random stream ("dist"), apart from the batch order's ([seed, epoch]).
+HELD_OUT_STREAM = 0x64697374
 CHECKPOINT_SECONDS = 120.0
 CHECKPOINT_FORMAT = "greenadapt-distill-checkpoint-1"
 CHECKPOINT_FILE = "distill-checkpoint.safetensors"
@@ -141,8 +141,9 @@ def encode_windows(tokenizer: Any, windows: Sequence[Sequence[str]], index: dict
             general += ids
             general_words += [w] * len(ids)
             new = index.get(word)
-            domain.append(n_rows + new) if new is not None else domain.extend(ids)
-            domain_words += [w] if new is not None else [w] * len(ids)
+            own = [n_rows + new] if new is not None else ids
+            domain += own
+            domain_words += [w] * len(own)
         general.append(sep)
         general_words.append(-1)
         domain.append(sep)
@@ -248,7 +249,7 @@ def distill_rows(start: np.ndarray, ctx: RowContext) -> np.ndarray:
     n_rows = ctx.embeddings.shape[0]
     index = {w: i for i, w in enumerate(ctx.words)}
     encoded = [e for e in encode_windows(tokenizer, windows.words, index, n_rows) if e is not None]
-    rng = np.random.default_rng([ctx.seed, 0x64697374])
+    rng = np.random.default_rng([ctx.seed, HELD_OUT_STREAM])
     order = rng.permutation(len(encoded))
     n_held = int(len(encoded) * HELD_OUT_FRACTION)
     held, train = [encoded[i] for i in order[:n_held]], [encoded[i] for i in order[n_held:]]
@@ -287,36 +288,36 @@ def _mean_loss(matcher: RowMatcher, windows: list[Encoded], rows: torch.Tensor) 
 
 
 def _fit(matcher: RowMatcher, train: list[Encoded], rows: torch.Tensor, ctx: RowContext, fingerprint: str) -> tuple[torch.Tensor, int]:
-    """Adam on ``rows`` alone, epoch by epoch in a seeded order, resuming from and saving to ``ctx.checkpoint_dir``."""
+    """torch's Adam on ``rows`` alone, epoch by epoch in a seeded order, resuming from and saving to ``ctx.checkpoint_dir``."""
     import numpy as np
     import torch
 
     per_epoch = math.ceil(len(train) / BATCH_WINDOWS)
     total = ctx.options.distill_epochs * per_epoch
-    m, v = torch.zeros_like(rows), torch.zeros_like(rows)
     step = 0
     resumed = _load_checkpoint(ctx.checkpoint_dir, fingerprint)
     if resumed is not None:
-        step, rows, m, v = resumed
+        step, rows, moments = resumed
         log.info("distill: resuming at step %d of %d from %s", step, total, ctx.checkpoint_dir)
     rows.requires_grad_(True)
+    optimizer = torch.optim.Adam([rows], lr=LEARNING_RATE)
+    if resumed is not None:
+        optimizer.state[rows] = {"step": torch.tensor(float(step)), **moments}
     last_saved = time.perf_counter()
     ctx.progress.start("distilling rows", total=total, unit="steps")
     while step < total:
         epoch, batch = divmod(step, per_epoch)
         order = np.random.default_rng([ctx.seed, epoch]).permutation(len(train))
         chosen = [train[i] for i in order[batch * BATCH_WINDOWS : (batch + 1) * BATCH_WINDOWS]]
+        optimizer.zero_grad(set_to_none=True)
         loss = matcher.loss(chosen, rows)
-        (grad,) = torch.autograd.grad(loss, rows)
+        loss.backward()
+        optimizer.step()
         step += 1
-        with torch.no_grad():
-            m.mul_(BETAS[0]).add_(grad, alpha=1 - BETAS[0])
-            v.mul_(BETAS[1]).addcmul_(grad, grad, value=1 - BETAS[1])
-            m_hat, v_hat = m / (1 - BETAS[0] ** step), v / (1 - BETAS[1] ** step)
-            rows -= LEARNING_RATE * m_hat / (v_hat.sqrt() + EPSILON)
         ctx.progress.update(step, loss=f"{loss.item():.4f}")
         if ctx.checkpoint_dir is not None and step < total and time.perf_counter() - last_saved >= CHECKPOINT_SECONDS:
-            _save_checkpoint(ctx.checkpoint_dir, fingerprint, step, rows.detach(), m, v)
+            state = optimizer.state[rows]
+            _save_checkpoint(ctx.checkpoint_dir, fingerprint, step, rows.detach(), state["exp_avg"], state["exp_avg_sq"])
             last_saved = time.perf_counter()
         _after_step(step)
     ctx.progress.finish()
@@ -363,7 +364,7 @@ def _save_checkpoint(folder: Path, fingerprint: str, step: int, rows: torch.Tens
     os.replace(tmp, folder / CHECKPOINT_FILE)
 
 
-def _load_checkpoint(folder: Path | None, fingerprint: str) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+def _load_checkpoint(folder: Path | None, fingerprint: str) -> tuple[int, torch.Tensor, dict[str, torch.Tensor]] | None:
     from safetensors.torch import load_file
 
     metadata = None if folder is None else _checkpoint_metadata(folder)
@@ -374,4 +375,4 @@ def _load_checkpoint(folder: Path | None, fingerprint: str) -> tuple[int, torch.
         log.info("distill: the checkpoint in %s was made with other options or windows; starting from lstsq's rows", folder)
         return None
     tensors = load_file(str(folder / CHECKPOINT_FILE))
-    return int(metadata["step"]), tensors["rows"], tensors["m"], tensors["v"]
+    return int(metadata["step"]), tensors["rows"], {"exp_avg": tensors["m"], "exp_avg_sq": tensors["v"]}
