@@ -38,13 +38,13 @@ def head(corpus: Path, lines: int, out: Path) -> Path:
     return out
 
 
-def measure(corpus: Path, lines: int, epochs: int, model: str | None, workdir: Path) -> dict[str, object]:
+def measure(corpus: Path, lines: int, epochs: int, model: str | None, workdir: Path, dim: int | None = None) -> dict[str, object]:
     from greenadapt.adaptation.align import run_align
     from greenadapt.adaptation.w2v import W2VOptions, run_w2v
 
     text = head(corpus, lines, workdir / f"{corpus.name.split('.')[0]}-{lines}.txt")
     started = time.monotonic()
-    w2v = run_w2v([str(text)], model=model, options=W2VOptions(epochs=epochs), workdir=workdir)
+    w2v = run_w2v([str(text)], model=model, options=W2VOptions(epochs=epochs, dim=dim), workdir=workdir)
     align = run_align(w2v=w2v.path)
     stats, w2v_stats = align.manifest["stats"], w2v.manifest["stats"]
     return {
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", default="3000,10000,30000,100000,305445", help="comma-separated line counts")
     parser.add_argument("--epochs", type=int, default=5, help="word2vec epochs (greenadapt's default: 5)")
     parser.add_argument("--model", default=None, help="the model (default: the bundled MiniLM)")
+    parser.add_argument("--dim", type=int, default=None, help="word2vec dimension (default: the model's hidden size)")
     parser.add_argument("--workdir", type=Path, default=Path("bench-corpus-size"))
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
@@ -73,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     print("| lines | tokens | word2vec words | shared | new | held-out cosine | mean cosine of two words |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for lines in (int(n) for n in args.lines.split(",")):
-        row = measure(args.corpus, lines, args.epochs, args.model, args.workdir)
+        row = measure(args.corpus, lines, args.epochs, args.model, args.workdir, args.dim)
         rows.append(row)
         print(f"| {row['lines']:,} | {row['tokens'] or 0:,} | {row['words']:,} | {row['shared']:,} | {row['new']:,} | "
               f"{row['heldout_cosine']:.3f} | {row['w2v_mean_cosine']:.3f} |", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"corpus": str(args.corpus), "epochs": args.epochs, "rows": rows}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"corpus": str(args.corpus), "epochs": args.epochs, "dim": args.dim, "rows": rows}, indent=2) + "\n")
     return 0
 
 

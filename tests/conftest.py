@@ -37,6 +37,28 @@ def tiny_vocab() -> list[str]:
     return vocab
 
 
+def heavy_modules_after(*commands: list[str]) -> list[str]:
+    """Run greenadapt commands (each must succeed) in one fresh interpreter; which of torch and transformers it then holds."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from greenadapt.cli import main\n"
+        f"for args in {[list(c) for c in commands]!r}:\n"
+        "    sys.argv = ['greenadapt', *args]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exit_:\n"
+        "        assert not exit_.code, exit_.code\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'transformers') if m in sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def build_tiny_bert(folder: Path, *, head: str = "mlm", hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
     """Save a randomly initialised tiny BERT (+ uncased WordPiece tokenizer) to ``folder``.
 

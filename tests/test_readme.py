@@ -31,7 +31,7 @@ README = REPO / "README.md"
 
 # (what the command contains, why it is not run here)
 NOT_RUN = (
-    ("make demo", "sets up .venv; CI runs the demo's command through `greenadapt adapt --corpus sample` below"),
+    ("make demo", "sets up .venv; CI runs the demo's command through the `greenadapt adapt --corpus go-text` line below"),
     ("make test", "the test suite itself"),
     ("make setup", "sets up .venv"),
     ("make lint", "ruff and mypy: `make test` runs them"),

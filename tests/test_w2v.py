@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import heavy_modules_after
 
 from greenadapt import errors
 from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, run_w2v, stable_hash
@@ -429,20 +430,6 @@ def test_a_corpus_copied_back_with_a_new_time_is_not_trained_again(tmp_path: Pat
 def test_w2v_and_align_start_without_torch_or_transformers(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
     """The CPU stages read tokenizer.json with `tokenizers` and the embeddings with safetensors' numpy reader:
     torch and transformers (2-3 s to import, more than gensim) are never loaded, so a small w2v costs what gensim does."""
-    import subprocess
-
-    script = (
-        "import sys\n"
-        "from greenadapt.cli import main\n"
-        "for args in (['w2v', '--epochs', '1'], ['align']):\n"
-        f"    sys.argv = ['greenadapt', *args, '--corpus', {str(corpus)!r}, '--model', {str(tiny_bert)!r}, '--workdir', {str(tmp_path / 'work')!r}, '--quiet']\n"
-        "    try:\n"
-        "        main()\n"
-        "    except SystemExit as exit_:\n"
-        "        assert not exit_.code, exit_.code\n"
-        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+    common = ["--corpus", str(corpus), "--model", str(tiny_bert), "--workdir", str(tmp_path / "work"), "--quiet"]
+    assert heavy_modules_after(["w2v", "--epochs", "1", *common], ["align", *common]) == []
     assert list((tmp_path / "work").glob("*/*/align/manifest.json")), "align did not run"

@@ -381,7 +381,7 @@ def _expand(
     _check_rows(general, n_rows, ref)
     row_keys, bias_keys = vocabulary_tensors(state, embedding_key, ref.path)
     context = RowContext(
-        align_dir=align_dir, words=new.words, vectors=vectors, embeddings=state[embedding_key].float().numpy(),
+        align_dir=align_dir, words=new.words, vectors=vectors, embeddings=state[embedding_key].to_float32(),
         general=general, shared_vectors=shared_vectors, shared_ids=shared_ids, seed=seed, options=method_options,
         **(corpus_access or {}), progress=progress,
     )
@@ -391,7 +391,7 @@ def _expand(
     n_new = len(new.words)
     write_safetensors(dest / WEIGHTS_FILE, grown_tensor_specs(state, row_keys, bias_keys, n_new, new_rows), metadata={"format": "pt"}, progress=progress)
     progress.finish()
-    embedding_dtype = str(state[embedding_key].dtype).removeprefix("torch.")
+    embedding_dtype = state[embedding_key].torch_name
     match_norm_target, method_stats = context.match_norm_target, context.method_stats
     # The vectors (1.5 GB for a million words) go before the tokenizers are written, not after.
     del state, vectors, new_rows, shared_vectors, context

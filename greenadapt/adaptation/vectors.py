@@ -35,7 +35,8 @@ from greenadapt.errors import InputError, ModelError
 
 if TYPE_CHECKING:
     import numpy as np
-    import torch
+
+    from greenadapt.adaptation.raw_tensors import RawTensor
 
 log = logging.getLogger(__name__)
 
@@ -380,9 +381,9 @@ def checkpoint_files(model_path: Path) -> tuple[str, list[Path]]:
     return "", []
 
 
-def iter_state_dict(model_path: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(name, torch.Tensor)`` for every tensor of the checkpoint, shard by shard."""
-    import torch
+def iter_state_dict(model_path: Path) -> Iterator[tuple[str, RawTensor]]:
+    """Yield ``(name, RawTensor)`` for every tensor of the checkpoint, shard by shard (torch only for a ``.bin``)."""
+    from greenadapt.adaptation.raw_tensors import read_pickled, read_safetensors
 
     kind, files = checkpoint_files(model_path)
     if not files:
@@ -392,25 +393,7 @@ def iter_state_dict(model_path: Path) -> Iterator[tuple[str, torch.Tensor]]:
             hint="save the model with save_pretrained (PyTorch weights)",
         )
     for file in files:
-        if kind == "safetensors":
-            from safetensors import SafetensorError, safe_open
-
-            try:
-                with safe_open(str(file), framework="pt") as reader:
-                    for name in reader.keys():
-                        yield name, reader.get_tensor(name)
-            except SafetensorError as exc:
-                raise ModelError(f"unreadable safetensors file: {exc}", path=file) from None
-        else:
-            try:
-                state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-            except Exception as exc:  # torch raises many types for a bad or unsafe pickle
-                raise ModelError(
-                    f"cannot load PyTorch weights safely ({type(exc).__name__})",
-                    path=file,
-                    hint="convert the checkpoint to safetensors",
-                ) from None
-            yield from state.items()
+        yield from read_safetensors(file) if kind == "safetensors" else read_pickled(file)
 
 
 def check_weights_load_safely(model_path: Path) -> None:
@@ -459,29 +442,18 @@ def read_input_embeddings(model_path: Path) -> np.ndarray:
     import numpy as np
 
     kind, files = checkpoint_files(model_path)
-    if kind == "safetensors":
-        from safetensors import SafetensorError, safe_open
+    if not kind:
+        return np.ascontiguousarray(_embeddings_via_transformers(model_path).detach().float().numpy(), dtype=np.float32)
+    if kind == "safetensors":  # the headers name every tensor; only the embedding's bytes are read
+        from greenadapt.adaptation.raw_tensors import read_safetensors
 
-        located: dict[str, Path] = {}
-        try:
-            for file in files:
-                with safe_open(str(file), framework="numpy") as reader:
-                    located.update(dict.fromkeys(reader.keys(), file))
-            key = pick_embedding_key(list(located), model_path)
-            with safe_open(str(located[key]), framework="numpy") as reader:
-                piece = reader.get_slice(key)
-                tensor = piece[:] if piece.get_dtype() in ("F32", "F16", "F64") else None
-            if tensor is None:  # bfloat16 has no numpy type: torch widens it
-                with safe_open(str(located[key]), framework="pt") as reader:
-                    tensor = reader.get_tensor(key)
-        except SafetensorError as exc:
-            raise ModelError(f"unreadable safetensors file: {exc}", path=files[0]) from None
-    elif kind == "bin":
+        located = {name: file for file in files for name, _ in read_safetensors(file)}
+        key = pick_embedding_key(list(located), model_path)
+        tensor = dict(read_safetensors(located[key]))[key]
+    else:
         state = dict(iter_state_dict(model_path))
         tensor = state[pick_embedding_key(list(state), model_path)]
-    else:
-        tensor = _embeddings_via_transformers(model_path)
-    return np.ascontiguousarray(tensor if isinstance(tensor, np.ndarray) else tensor.detach().float().numpy(), dtype=np.float32)
+    return np.ascontiguousarray(tensor.to_float32(), dtype=np.float32)
 
 
 def _embeddings_via_transformers(model_path: Path) -> Any:

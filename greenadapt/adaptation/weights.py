@@ -1,4 +1,7 @@
-"""The grown model's weights, streamed: new embedding rows (and output-bias entries) appended chunk by chunk and written to safetensors without holding the model twice."""
+"""The grown model's weights, streamed: new embedding rows (and output-bias entries) appended chunk by chunk and written to safetensors without holding the model twice.
+
+Tensors are :class:`~greenadapt.adaptation.raw_tensors.RawTensor` (numpy, memory-mapped from the base
+model's safetensors): writing a grown model needs no torch."""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
     import numpy as np
-    import torch
+
+    from greenadapt.adaptation.raw_tensors import RawTensor
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +30,7 @@ _ROW_CHUNK = 32768
 
 
 def vocabulary_tensors(
-    state: Mapping[str, torch.Tensor], embedding_key: str, model_path: Path
+    state: Mapping[str, RawTensor], embedding_key: str, model_path: Path
 ) -> tuple[list[str], list[str]]:
     """The tensors indexed by token id: (V, d) matrices to grow by rows, (V,) biases to grow by a fill value."""
     n_rows, dim = state[embedding_key].shape
@@ -68,106 +72,88 @@ def new_row_source(method: InitMethod, context: RowContext) -> Callable[[], Iter
 
 
 def grown_rows(
-    tensor: torch.Tensor, new_rows: Callable[[], Iterator[np.ndarray]], cached: list[torch.Tensor] | None
-) -> Callable[[], Iterator[torch.Tensor]]:
-    import torch
+    tensor: RawTensor, new_rows: Callable[[], Iterator[np.ndarray]], cached: list[np.ndarray] | None
+) -> Callable[[], Iterator[np.ndarray]]:
+    from greenadapt.adaptation.raw_tensors import float32_to
 
-    def chunks() -> Iterator[torch.Tensor]:
-        yield tensor
+    def chunks() -> Iterator[np.ndarray]:
+        yield tensor.data
         if cached:
             # A second vocabulary matrix reuses the first one's rows, so tied copies stay bit-identical.
-            yield from (c.to(tensor.dtype) for c in cached)
+            yield from (float32_to(c, tensor.code) for c in cached)
             return
         for chunk in new_rows():
-            rows = torch.from_numpy(chunk).to(tensor.dtype)
             if cached is not None:
-                cached.append(rows)
-            yield rows
+                cached.append(chunk)
+            yield float32_to(chunk, tensor.code)
 
     return chunks
 
 
-def grown_bias(tensor: torch.Tensor, fill: torch.Tensor, n_new: int) -> Callable[[], Iterator[torch.Tensor]]:
-    import torch
+def grown_bias(tensor: RawTensor, n_new: int) -> Callable[[], Iterator[np.ndarray]]:
+    """The bias and ``n_new`` entries of its mean (as torch's double-precision mean, rounded to the bias's dtype)."""
+    import numpy as np
 
-    def chunks() -> Iterator[torch.Tensor]:
-        yield tensor
-        yield torch.full((n_new,), fill.item(), dtype=tensor.dtype)
+    from greenadapt.adaptation.raw_tensors import float32_to
+
+    def chunks() -> Iterator[np.ndarray]:
+        yield tensor.data
+        mean = tensor.to_float32().astype(np.float64).mean()
+        yield float32_to(np.full((n_new,), mean, dtype=np.float64), tensor.code)
 
     return chunks
 
 
-def _safetensors_dtypes() -> dict[Any, str]:
-    import torch
-
-    names = {
-        torch.float64: "F64",
-        torch.float32: "F32",
-        torch.float16: "F16",
-        torch.bfloat16: "BF16",
-        torch.int64: "I64",
-        torch.int32: "I32",
-        torch.int16: "I16",
-        torch.int8: "I8",
-        torch.uint8: "U8",
-        torch.bool: "BOOL",
-    }
-    for attr, code in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
-        if hasattr(torch, attr):
-            names[getattr(torch, attr)] = code
-    return names
+Spec = tuple[str, str, tuple[int, ...], Callable[[], Iterable["np.ndarray"]]]
 
 
 def grown_tensor_specs(
-    state: Mapping[str, torch.Tensor], row_keys: list[str], bias_keys: list[str], n_new: int, new_rows: Callable[[], Iterator[np.ndarray]]
-) -> list[tuple[str, torch.dtype, tuple[int, ...], Callable[[], Iterable[torch.Tensor]]]]:
+    state: Mapping[str, RawTensor], row_keys: list[str], bias_keys: list[str], n_new: int, new_rows: Callable[[], Iterator[np.ndarray]]
+) -> list[Spec]:
     """What :func:`write_safetensors` writes of the grown model: vocabulary-indexed tensors grown by ``n_new``, the rest as they are.
 
     Row matrices are written first, bias vectors next, so that several row matrices (tied or not) draw the new rows once."""
     import functools
 
-    cached: list[torch.Tensor] | None = [] if len(row_keys) > 1 else None
-    specs: list[tuple[str, torch.dtype, tuple[int, ...], Callable[[], Iterable[torch.Tensor]]]] = []
+    cached: list[np.ndarray] | None = [] if len(row_keys) > 1 else None
+    specs: list[Spec] = []
     for name in row_keys + bias_keys + sorted(set(state) - set(row_keys) - set(bias_keys)):
         tensor = state[name]
         if name in row_keys:
-            specs.append((name, tensor.dtype, (tensor.shape[0] + n_new, *tensor.shape[1:]), grown_rows(tensor, new_rows, cached)))
+            specs.append((name, tensor.code, (tensor.shape[0] + n_new, *tensor.shape[1:]), grown_rows(tensor, new_rows, cached)))
         elif name in bias_keys:
-            fill = tensor.double().mean().to(tensor.dtype)
-            specs.append((name, tensor.dtype, (tensor.shape[0] + n_new,), grown_bias(tensor, fill, n_new)))
+            specs.append((name, tensor.code, (tensor.shape[0] + n_new,), grown_bias(tensor, n_new)))
         else:
-            specs.append((name, tensor.dtype, tuple(tensor.shape), functools.partial(list, [tensor])))
+            specs.append((name, tensor.code, tensor.shape, functools.partial(list, [tensor.data])))
     return specs
 
 
 def write_safetensors(
     path: Path,
-    specs: Sequence[tuple[str, torch.dtype, tuple[int, ...], Callable[[], Iterable[torch.Tensor]]]],
+    specs: Sequence[Spec],
     *,
     metadata: Mapping[str, str],
     progress: Progress = NULL_PROGRESS,
 ) -> None:
-    """Write a safetensors file whose tensors arrive in chunks (name, dtype, shape, chunk source).
+    """Write a safetensors file whose tensors arrive in chunks (name, dtype code, shape, chunk source).
 
     The layout is the format's: an 8-byte little-endian header length, a
     JSON header padded with spaces to a multiple of 8, then the tensors'
     bytes back to back in the header's order.
     """
-    import torch
+    import numpy as np
+
+    from greenadapt.adaptation.raw_tensors import STORAGE
 
     if sys.byteorder != "little":
         raise RuntimeError("writing safetensors needs a little-endian machine")
-    codes = _safetensors_dtypes()
     header: dict[str, Any] = {}
     offset = 0
-    for name, dtype, shape, _ in specs:
-        if dtype not in codes:
-            raise ModelError(f"tensor {name} has dtype {dtype}, which greenadapt cannot write to safetensors")
-        numel = 1
-        for size in shape:
-            numel *= size
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        header[name] = {"dtype": codes[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+    for name, code, shape, _ in specs:
+        if code not in STORAGE:
+            raise ModelError(f"tensor {name} has dtype {code}, which greenadapt cannot write to safetensors")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(STORAGE[code]).itemsize
+        header[name] = {"dtype": code, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     header["__metadata__"] = dict(metadata)
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -177,12 +163,12 @@ def write_safetensors(
     with HashedWriter(path) as handle:
         handle.write(struct.pack("<Q", len(encoded)))
         handle.write(encoded)
-        for done, (name, dtype, _, source) in enumerate(specs, start=1):
+        for done, (name, code, _, source) in enumerate(specs, start=1):
             written = 0
             for chunk in source():
-                if chunk.dtype != dtype:
-                    raise RuntimeError(f"{name}: chunk of dtype {chunk.dtype}, expected {dtype}")
-                data = chunk.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+                if chunk.dtype != STORAGE[code]:
+                    raise RuntimeError(f"{name}: chunk of dtype {chunk.dtype}, expected {code}")
+                data = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
                 handle.write(data)
                 written += data.nbytes
             start, end = header[name]["data_offsets"]

@@ -12,7 +12,7 @@ import inspect
 import json
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -321,6 +321,16 @@ def what_changed(expand_stats: Mapping[str, Any]) -> str:
     examples = "; ".join(f"{e['word']}: {' '.join(e['general'])}" for e in change.get("examples", [])[:3])
     return (f"\nwhat changed: {expand_stats.get('n_new', 0):,} domain words are one token each in the domain tokenizer; the model's own "
             f"split them into {change['general_pieces_mean']:.2f} wordpieces on average (e.g. {examples})")
+
+
+def neighbours_lines(rows: Sequence[Mapping[str, Any]], *, shown: int = 3) -> str:
+    """The align report's most frequent new words: their word2vec neighbours, and the wordpieces nearest their new row."""
+    rows = [row for row in rows if row.get("in_w2v") and row.get("within")][:shown]
+    if not rows:
+        return ""
+    lines = [f"  {row['word']}: {', '.join(word for word, _ in row['within'][:3])}"
+             + (f" | {', '.join(token for token, _ in row['cross'][:3])}" if row.get("cross") else "") for row in rows]
+    return "\nneighbours (in word2vec | wordpieces nearest the new row; more: greenadapt align --probe WORD):\n" + "\n".join(lines)
 
 
 def show_stage(summary: Callable[[Any], str]) -> Callable[[Any, bool], None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from greenadapt.cli._common import (
     CONTEXT_OPTIONS,
     api_command,
     emit,
+    neighbours_lines,
     what_changed,
 )
 
@@ -61,6 +63,13 @@ def _show(outcome: Any, as_json: bool) -> None:
     )
     emit(
         {"stages": {name: stage.manifest for name, stage in outcome.stages}, "model": str(outcome.expand.path)},
-        "\n".join(lines) + what_changed(Manifest.of(outcome.expand.manifest, outcome.expand.path).stats),
+        "\n".join(lines) + what_changed(Manifest.of(outcome.expand.manifest, outcome.expand.path).stats) + _neighbours(outcome.align.path),
         as_json=as_json,
     )
+
+
+def _neighbours(align_dir: Path) -> str:
+    from greenadapt.adaptation.align import REPORT_FILE
+
+    report = json.loads((align_dir / REPORT_FILE).read_text(encoding="utf-8"))
+    return neighbours_lines(report.get("neighbours", []))
