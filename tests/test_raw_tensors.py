@@ -112,9 +112,14 @@ def test_a_half_precision_model_grows_as_torch_would_round_its_float32_twin(tiny
     assert torch.equal(grown["half"][BIAS][V:].view(torch.int16), fill.expand(grown["half"][BIAS].shape[0] - V).view(torch.int16))
 
 
-def test_expand_starts_without_torch_or_transformers(tiny_bert: Path, tmp_path: Path) -> None:
-    """expand reads and writes weights with numpy and safetensors' layout; torch is imported only where a model must run."""
+def test_expand_info_and_report_run_without_torch_or_transformers(tiny_bert: Path, tmp_path: Path) -> None:
+    """expand reads and writes weights with numpy and safetensors' layout, and info and report read folders: none of them
+    imports torch or transformers (2-3 s to import), which only commands that run a model need."""
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
     aligned = run_align(w2v=w2v)
-    assert heavy_modules_after(["expand", "--align", str(aligned.path), "--out", str(tmp_path / "expanded"), "--quiet"]) == []
+    expanded = str(tmp_path / "expanded")
+    assert heavy_modules_after(
+        ["expand", "--align", str(aligned.path), "--out", expanded, "--quiet"], ["info", expanded, "--quiet"],
+        ["report", expanded, "--html", str(tmp_path / "report.html"), "--quiet"],
+    ) == []
     assert (tmp_path / "expanded" / "model.safetensors").is_file()

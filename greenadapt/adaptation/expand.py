@@ -53,9 +53,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions, RowContext, get_method
+from greenadapt.adaptation.methods import DEFAULT_METHOD, CorpusAccess, InitMethod, MethodOptions, RowContext, get_method
 from greenadapt.adaptation.methods.base import describe, recorded_seed
-from greenadapt.adaptation.methods.distill import is_checkpoint
 from greenadapt.adaptation.w2v import pretokenized_corpus_of
 from greenadapt.adaptation.weights import grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
 from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
@@ -197,7 +196,7 @@ def run_expand(
     )
     inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
     checkpoint = out_dir.with_name(f"{out_dir.name}{CHECKPOINT_SUFFIX}")
-    if fitted.reads_corpus and checkpoint.exists() and not is_checkpoint(checkpoint):
+    if fitted.reads_corpus and checkpoint.exists() and not fitted.owns_checkpoint(checkpoint):
         raise UsageError(f"{checkpoint} exists and is not a checkpoint greenadapt wrote", hint="move it away, or choose another --out")
     libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
     with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
@@ -216,16 +215,16 @@ def run_expand(
             )
             _write_card(run.tmp, ref, stats, align_manifest, corpus, upstream)
         manifest = run.commit(stats=stats)
-    if fitted.reads_corpus and is_checkpoint(checkpoint):
+    if fitted.owns_checkpoint(checkpoint):
         shutil.rmtree(checkpoint, ignore_errors=True)
     log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
     return StageOutcome(run.out, manifest, False)
 
 
-def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus: list[str], checkpoint: Path) -> dict[str, Any]:
+def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus: list[str], checkpoint: Path) -> CorpusAccess:
     """What a method that reads the corpus is given: the base model, the pre-tokenized corpus (made on demand), a checkpoint folder."""
     corpus_file = functools.partial(pretokenized_corpus_of, w2v_dir, w2v_manifest, corpus, ref.path)
-    return {"model_path": ref.path, "corpus_file": corpus_file, "checkpoint_dir": checkpoint}
+    return CorpusAccess(model_path=ref.path, corpus_file=corpus_file, checkpoint_dir=checkpoint)
 
 
 def _config(ref: Any, align_dir: Path, align_manifest: Manifest, fitted: InitMethod, *, max_new: int | None, min_count: int, seed: int) -> dict[str, Any]:
@@ -362,7 +361,7 @@ def _expand(
     dest: Path,
     progress: Progress,
     provenance: Mapping[str, Any],
-    corpus_access: Mapping[str, Any] | None = None,
+    corpus_access: CorpusAccess | None = None,
 ) -> dict[str, Any]:
     from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, tokenization_change, write_domain_tokenizer
     from greenadapt.adaptation.vectors import iter_state_dict, pick_embedding_key, read_counts
@@ -383,7 +382,7 @@ def _expand(
     context = RowContext(
         align_dir=align_dir, words=new.words, vectors=vectors, embeddings=state[embedding_key].to_float32(),
         general=general, shared_vectors=shared_vectors, shared_ids=shared_ids, seed=seed, options=method_options,
-        **(corpus_access or {}), progress=progress,
+        corpus_access=corpus_access, progress=progress,
     )
     new_rows = new_row_source(method, context)
 

@@ -69,6 +69,15 @@ class FitContext:
     embeddings: np.ndarray  # the whole input-embedding matrix (V, d_model)
 
 
+@dataclass(frozen=True)
+class CorpusAccess:
+    """What a method that reads the corpus (``reads_corpus``) is given besides the vectors."""
+
+    model_path: Path  # the base model
+    corpus_file: Callable[[], Path]  # the pre-tokenized corpus w2v read (made again if its cache is gone)
+    checkpoint_dir: Path  # where a long fit saves its progress, beside the output
+
+
 @dataclass
 class RowContext:
     """What ``expand`` gives a method to make the new rows."""
@@ -83,10 +92,7 @@ class RowContext:
     seed: int
     options: MethodOptions
     match_norm_target: float | None = None  # set by expand under --match-norm, for the manifest
-    # What a method that reads the corpus (``reads_corpus``) is given besides:
-    model_path: Path | None = None  # the base model
-    corpus_file: Callable[[], Path] | None = None  # the pre-tokenized corpus w2v read (made again if its cache is gone)
-    checkpoint_dir: Path | None = None  # where a long fit saves its progress, beside the output
+    corpus_access: CorpusAccess | None = None  # for a method that reads the corpus (``reads_corpus``)
     progress: Progress = NULL_PROGRESS
     method_stats: dict[str, Any] = field(default_factory=dict)  # the method's own figures, for the manifest
 
@@ -101,6 +107,10 @@ class InitMethod(Protocol):
     options: tuple[str, ...]  # the MethodOptions fields it uses
     seeded: bool  # it draws random numbers, so its output depends on --seed
     reads_corpus: bool  # expand gives it the base model and the corpus, and computes its rows before writing
+
+    def owns_checkpoint(self, folder: Path) -> bool:
+        """Whether ``folder`` (beside expand's output) holds this method's checkpoint, which expand may then replace or remove."""
+        ...
 
     def fit(self, ctx: FitContext) -> dict[str, Any]:
         """Learn what the rows need from the shared words; write it to ``ctx.dest``; return report fields
@@ -122,6 +132,9 @@ class MethodDefaults:
     options: tuple[str, ...] = ()
     seeded = False
     reads_corpus = False
+
+    def owns_checkpoint(self, folder: Path) -> bool:
+        return False
 
 
 def recorded_seed(method: InitMethod, seed: int) -> int | None:

@@ -61,6 +61,9 @@ class Distill(Lstsq):
     seeded = True
     reads_corpus = True
 
+    def owns_checkpoint(self, folder: Path) -> bool:
+        return is_checkpoint(folder)
+
     def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
         import numpy as np
 
@@ -230,21 +233,22 @@ def distill_rows(start: np.ndarray, ctx: RowContext) -> np.ndarray:
     from greenadapt.adaptation.vectors import check_weights_load_safely
     from greenadapt.artifacts.pretrained import load_fast_tokenizer, quiet_transformers
 
-    if ctx.model_path is None or ctx.corpus_file is None:
+    access = ctx.corpus_access
+    if access is None:
         raise StageError("--method distill needs the base model and the corpus w2v read", hint="run it through `greenadapt expand`")
     options = ctx.options
     started, cpu_started = time.perf_counter(), time.process_time()
-    windows = collect_windows(ctx.corpus_file(), ctx.words, per_word=options.distill_per_word, budget=options.distill_sentences)
+    windows = collect_windows(access.corpus_file(), ctx.words, per_word=options.distill_per_word, budget=options.distill_sentences)
     unseen = [w for w, n in zip(ctx.words, windows.seen, strict=True) if n == 0]
     if unseen:
         log.warning(
             "distill: %s of %s new words were not seen in a corpus window (budget %s windows, %s per word) and keep their lstsq rows (e.g. %s)",
             f"{len(unseen):,}", f"{len(ctx.words):,}", f"{options.distill_sentences:,}", options.distill_per_word, ", ".join(unseen[:5]),
         )
-    tokenizer = load_fast_tokenizer(ctx.model_path)
-    check_weights_load_safely(ctx.model_path)
+    tokenizer = load_fast_tokenizer(access.model_path)
+    check_weights_load_safely(access.model_path)
     with quiet_transformers():
-        model = AutoModel.from_pretrained(str(ctx.model_path), dtype=torch.float32).eval()
+        model = AutoModel.from_pretrained(str(access.model_path), dtype=torch.float32).eval()
     model.requires_grad_(False)
     n_rows = ctx.embeddings.shape[0]
     index = {w: i for i, w in enumerate(ctx.words)}
@@ -264,7 +268,7 @@ def distill_rows(start: np.ndarray, ctx: RowContext) -> np.ndarray:
         matcher = RowMatcher(model, n_rows, trained_ids)
         rows = torch.from_numpy(start[trained_ids])  # a copy: fancy indexing
         stats["heldout_loss_before"] = _mean_loss(matcher, held, rows)
-        rows, steps = _fit(matcher, train, rows, ctx, _fingerprint(ctx, windows, trained_ids))
+        rows, steps = _fit(matcher, train, rows, ctx, _fingerprint(ctx, windows, trained_ids), access.checkpoint_dir)
         stats["heldout_loss_after"] = _mean_loss(matcher, held, rows)
         stats["steps"] = steps
         fitted[trained_ids] = rows.numpy()
@@ -287,18 +291,20 @@ def _mean_loss(matcher: RowMatcher, windows: list[Encoded], rows: torch.Tensor) 
     return round(sum(loss * n for loss, n in losses) / len(windows), 6)
 
 
-def _fit(matcher: RowMatcher, train: list[Encoded], rows: torch.Tensor, ctx: RowContext, fingerprint: str) -> tuple[torch.Tensor, int]:
-    """torch's Adam on ``rows`` alone, epoch by epoch in a seeded order, resuming from and saving to ``ctx.checkpoint_dir``."""
+def _fit(
+    matcher: RowMatcher, train: list[Encoded], rows: torch.Tensor, ctx: RowContext, fingerprint: str, checkpoint_dir: Path
+) -> tuple[torch.Tensor, int]:
+    """torch's Adam on ``rows`` alone, epoch by epoch in a seeded order, resuming from and saving to ``checkpoint_dir``."""
     import numpy as np
     import torch
 
     per_epoch = math.ceil(len(train) / BATCH_WINDOWS)
     total = ctx.options.distill_epochs * per_epoch
     step = 0
-    resumed = _load_checkpoint(ctx.checkpoint_dir, fingerprint)
+    resumed = _load_checkpoint(checkpoint_dir, fingerprint)
     if resumed is not None:
         step, rows, moments = resumed
-        log.info("distill: resuming at step %d of %d from %s", step, total, ctx.checkpoint_dir)
+        log.info("distill: resuming at step %d of %d from %s", step, total, checkpoint_dir)
     rows.requires_grad_(True)
     optimizer = torch.optim.Adam([rows], lr=LEARNING_RATE)
     if resumed is not None:
@@ -315,9 +321,9 @@ def _fit(matcher: RowMatcher, train: list[Encoded], rows: torch.Tensor, ctx: Row
         optimizer.step()
         step += 1
         ctx.progress.update(step, loss=f"{loss.item():.4f}")
-        if ctx.checkpoint_dir is not None and step < total and time.perf_counter() - last_saved >= CHECKPOINT_SECONDS:
+        if step < total and time.perf_counter() - last_saved >= CHECKPOINT_SECONDS:
             state = optimizer.state[rows]
-            _save_checkpoint(ctx.checkpoint_dir, fingerprint, step, rows.detach(), state["exp_avg"], state["exp_avg_sq"])
+            _save_checkpoint(checkpoint_dir, fingerprint, step, rows.detach(), state["exp_avg"], state["exp_avg_sq"])
             last_saved = time.perf_counter()
         _after_step(step)
     ctx.progress.finish()
