@@ -72,20 +72,21 @@ def new_row_source(method: InitMethod, context: RowContext) -> Callable[[], Iter
 
 
 def grown_rows(
-    tensor: RawTensor, new_rows: Callable[[], Iterator[np.ndarray]], cached: list[np.ndarray] | None
+    tensor: RawTensor, new_rows: Callable[[], Iterator[np.ndarray]], cached: list[RawTensor] | None
 ) -> Callable[[], Iterator[np.ndarray]]:
-    from greenadapt.adaptation.raw_tensors import float32_to
+    from greenadapt.adaptation.raw_tensors import RawTensor, float32_to
 
     def chunks() -> Iterator[np.ndarray]:
         yield tensor.data
         if cached:
-            # A second vocabulary matrix reuses the first one's rows, so tied copies stay bit-identical.
-            yield from (float32_to(c, tensor.code) for c in cached)
+            # A second vocabulary matrix reuses the first one's rows (held in its dtype), so tied copies stay bit-identical.
+            yield from (c.data if c.code == tensor.code else float32_to(c.to_float32(), tensor.code) for c in cached)
             return
         for chunk in new_rows():
+            rows = float32_to(chunk, tensor.code)
             if cached is not None:
-                cached.append(chunk)
-            yield float32_to(chunk, tensor.code)
+                cached.append(RawTensor(tensor.code, rows))
+            yield rows
 
     return chunks
 
@@ -115,7 +116,7 @@ def grown_tensor_specs(
     Row matrices are written first, bias vectors next, so that several row matrices (tied or not) draw the new rows once."""
     import functools
 
-    cached: list[np.ndarray] | None = [] if len(row_keys) > 1 else None
+    cached: list[RawTensor] | None = [] if len(row_keys) > 1 else None
     specs: list[Spec] = []
     for name in row_keys + bias_keys + sorted(set(state) - set(row_keys) - set(bias_keys)):
         tensor = state[name]
