@@ -222,7 +222,7 @@ def test_align_warns_about_a_near_noise_fit_and_records_it(tiny_bert: Path, tmp_
     with caplog.at_level(logging.WARNING, logger="greenadapt"):
         stats = run_align(w2v=w2v, out=tmp_path / "a").manifest["stats"]
     assert stats["heldout_cosine"] < 0.2
-    assert any("close to noise" in w and "corpus too small" in w for w in stats["warnings"])
+    assert any("close to noise" in w and "corpus too small" in w and "--dim 100 --epochs 15" in w for w in stats["warnings"])
     assert any("close to noise" in r.getMessage() for r in caplog.records)
     report = json.loads((tmp_path / "a" / "report.json").read_text())
     assert report["warnings"] == stats["warnings"]
