@@ -282,14 +282,24 @@ def test_codecarbon_replaces_the_estimate_and_is_labelled_by_its_mode(tmp_path: 
     assert "gpu_kwh" not in cost["energy_parts"] and cost["energy_kwh"] < 0.01
 
 
-def test_greenadapt_own_counters_beat_codecarbon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_greenadapt_own_counters_beat_codecarbon_which_is_then_not_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     files = _fake_rapl(tmp_path)
-    probe = _probe_with(tmp_path, monkeypatch, {"cpu_kwh": (9.0, "codecarbon:cpu_load"), "ram_kwh": (9.0, "codecarbon:model")})
+    started: list[object] = []
+    monkeypatch.setattr(energy, "CodecarbonMeter", lambda: started.append(1) or _FakeTrackerMeter({"cpu_kwh": (9.0, "codecarbon:cpu_load")}))
+    monkeypatch.setattr(energy.importlib.util, "find_spec", lambda name: object())
+    probe = energy.EnergyProbe(rapl_root=tmp_path, environ={})
+    probe.track()
     (files["pkg1"] / "energy_uj").write_text(f"{2_000_000 + int(0.9e11)}\n")
     cost = probe.finish(wall_seconds=10.0, cpu_seconds=5.0, peak_rss_mib=1024.0, cpu_count=2)
     assert cost["energy_parts"]["cpu_kwh"]["method"] == "rapl"
     assert cost["energy_parts"]["ram_kwh"]["method"] == "rapl"  # the fake sysfs has a dram domain
     assert cost["energy_label"] == "measured"
+    assert started == []  # its probe would cost a second of CPU for figures RAPL replaces
+
+    unreadable = tmp_path / "no-rapl"
+    unreadable.mkdir()
+    energy.EnergyProbe(rapl_root=unreadable, environ={}).track()
+    assert started == [1]
 
 
 def test_a_real_stage_with_codecarbon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:

@@ -363,8 +363,14 @@ class EnergyProbe:
         self._nvml_start = read_nvml_mj()
 
     def track(self) -> None:
-        """Start codecarbon (where installed and wanted) for a stage that will run; a skipped stage never pays its probe."""
-        if self._codecarbon is None and codecarbon_wanted(self.environ) and importlib.util.find_spec("codecarbon") is not None:
+        """Start codecarbon (where installed and wanted) for a stage that will run; a skipped stage never pays its probe.
+
+        Not where greenadapt reads RAPL itself: its own counters replace codecarbon's CPU figure, whose hardware
+        probe (about 1.3 CPU-seconds a process, docs/benchmarks.md) would then buy only a RAM model like the estimate's."""
+        if (
+            self._codecarbon is None and self._rapl_start is None and codecarbon_wanted(self.environ)
+            and importlib.util.find_spec("codecarbon") is not None
+        ):
             self._codecarbon = CodecarbonMeter()
 
     def close(self) -> None:
