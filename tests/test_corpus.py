@@ -364,13 +364,13 @@ def test_unknown_name_lists_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(CorpusError) as info:
         resolve_corpus(["cord20"])
     assert "unknown corpus 'cord20'" in str(info.value)
-    assert "cord19, pubmed, sample" in str(info.value)
+    assert "cord19, go-text, pubmed, sample" in str(info.value)
 
 
 def test_bundled_recipes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CORPORA_ENV, raising=False)
     corpora = available_corpora()
-    assert {"cord19", "pubmed", "sample"} <= set(corpora)
+    assert {"cord19", "go-text", "pubmed", "sample"} <= set(corpora)
     cord = corpora["cord19"]
     assert [s.uri for s in cord.sources] == [
         "https://ai2-semanticscholar-cord-19.s3-us-west-2.amazonaws.com/historical_releases/cord-19_2022-06-02.tar.gz"
