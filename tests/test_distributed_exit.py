@@ -97,18 +97,23 @@ class _SlowBackend:
     """A backend that keeps a C++ reference to each tensor of a collective and lets go from another thread later.
 
     A view holds its base tensor from C++, as gloo's work does, so the tensor's use count says
-    who holds it exactly as it does under gloo; the release comes when ``release_after`` has passed.
+    who holds it exactly as it does under gloo; the release comes when ``release_after`` has passed,
+    or, with ``release_after=None``, once the test sets ``let_go`` (no race with a loaded machine).
     """
 
-    def __init__(self, release_after: float) -> None:
+    def __init__(self, release_after: float | None) -> None:
         self.release_after = release_after
+        self.let_go = threading.Event()
         self.threads: list[threading.Thread] = []
 
     def collective(self, tensor: torch.Tensor) -> None:
         holder = [tensor.view(-1)]
 
         def release() -> None:
-            time.sleep(self.release_after)
+            if self.release_after is None:
+                self.let_go.wait()
+            else:
+                time.sleep(self.release_after)
             holder.clear()
 
         thread = threading.Thread(target=release, daemon=True)
@@ -120,12 +125,13 @@ def test_the_context_holds_what_the_backend_holds_and_lets_go_only_after_it() ->
     from greenadapt.training.distributed import DistContext
 
     ctx = DistContext(world=2)
-    backend = _SlowBackend(release_after=0.3)
+    backend = _SlowBackend(release_after=None)
     tensor = torch.ones(1)
     ctx._collective(lambda: backend.collective(tensor), tensor)
     assert tensor._use_count() == 2  # the backend's reference, as gloo's just after the caller's wait returns
     assert [t for t, _ in ctx._handed_over] == [tensor]  # so the context keeps it: the caller may drop its own
-    ctx.close()  # waits for the backend
+    threading.Timer(0.3, backend.let_go.set).start()  # the backend lets go later, from its own thread
+    ctx.close()  # waits for the backend (up to 5 s)
     assert tensor._use_count() == 1 and ctx._handed_over == []
     assert all(not thread.is_alive() for thread in backend.threads)
 
