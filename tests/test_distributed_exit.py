@@ -132,8 +132,7 @@ def test_the_context_holds_what_the_backend_holds_and_lets_go_only_after_it() ->
     assert [t for t, _ in ctx._handed_over] == [tensor]  # so the context keeps it: the caller may drop its own
     threading.Timer(0.3, backend.let_go.set).start()  # the backend lets go later, from its own thread
     ctx.close()  # waits for the backend (up to 5 s)
-    assert tensor._use_count() == 1 and ctx._handed_over == []
-    assert all(not thread.is_alive() for thread in backend.threads)
+    assert tensor._use_count() == 1 and ctx._handed_over == []  # the backend's last reference went before close returned
 
 
 def test_a_tensor_the_backend_never_lets_go_is_never_freed() -> None:
