@@ -364,13 +364,10 @@ class EnergyProbe:
 
     def track(self) -> None:
         """Start codecarbon (where installed and wanted) for a stage that will run; a skipped stage never pays its probe.
-
-        Not where greenadapt reads RAPL itself: its own counters replace codecarbon's CPU figure, whose hardware
-        probe (about 1.3 CPU-seconds a process, docs/benchmarks.md) would then buy only a RAM model like the estimate's."""
-        if (
-            self._codecarbon is None and self._rapl_start is None and codecarbon_wanted(self.environ)
-            and importlib.util.find_spec("codecarbon") is not None
-        ):
+        Not where greenadapt reads RAPL itself: RAPL replaces codecarbon's CPU figure, whose hardware probe (about
+        1.3 CPU-seconds a process, docs/benchmarks.md) would then buy only a RAM model like the estimate's."""
+        wanted = self._rapl_start is None and codecarbon_wanted(self.environ)
+        if self._codecarbon is None and wanted and importlib.util.find_spec("codecarbon") is not None:
             self._codecarbon = CodecarbonMeter()
 
     def close(self) -> None:
