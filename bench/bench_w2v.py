@@ -165,15 +165,17 @@ def cold(args: argparse.Namespace) -> None:
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         ours.append(time.perf_counter() - started)
         pretokenized = Path(json.loads(done.stdout)["stats"]["pretok_cache"]) / "corpus.txt"
-        raw = [sys.executable, "-c", RAW_GENSIM, str(pretokenized), str(args.dim), str(args.epochs), str(args.min_count), str(args.workers),
-               str(args.seed), str(options.negative), str(options.window), str(options.sample)]
-        started = time.perf_counter()
-        subprocess.run(raw, check=True, capture_output=True)
-        theirs.append(time.perf_counter() - started)
-        if args.corpus.suffix not in (".gz", ".bz2", ".xz"):  # gensim's corpus_file reads plain text only
+        def raw_gensim(corpus: Path) -> float:
+            """Seconds of a process that imports gensim and trains on ``corpus`` with the same options."""
+            command = [sys.executable, "-c", RAW_GENSIM, str(corpus), str(args.dim), str(args.epochs), str(args.min_count),
+                       str(args.workers), str(args.seed), str(options.negative), str(options.window), str(options.sample)]
             started = time.perf_counter()
-            subprocess.run([*raw[:3], str(args.corpus), *raw[4:]], check=True, capture_output=True)
-            on_raw_text.append(time.perf_counter() - started)
+            subprocess.run(command, check=True, capture_output=True)
+            return time.perf_counter() - started
+
+        theirs.append(raw_gensim(pretokenized))
+        if args.corpus.suffix not in (".gz", ".bz2", ".xz"):  # gensim's corpus_file reads plain text only
+            on_raw_text.append(raw_gensim(args.corpus))
     result = {
         "corpus": str(args.corpus), "tokens": sum(len(line.split()) for line in open(pretokenized, encoding="utf-8")) if pretokenized else None,
         "epochs": args.epochs, "workers": args.workers, "runs": args.cold,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import re
 import sqlite3
 import sys
@@ -35,7 +36,7 @@ def terms_from_obo(lines: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
     """(GO id, [name, definition, synonyms...]) of each current term of an OBO file."""
     stanza: dict[str, list[str]] = {}
     kind = ""
-    for raw in [*lines, "[End]"]:
+    for raw in itertools.chain(lines, ["[End]"]):  # the last stanza ends at the end of the file
         line = raw.rstrip("\n")
         if line.startswith("["):
             if kind == "[Term]" and stanza.get("id") and "true" not in stanza.get("is_obsolete", []):

@@ -48,7 +48,8 @@ def test_float32_to_rounds_exactly_as_torch(code: str, dtype: torch.dtype) -> No
         same = (ours.view(np.uint8).reshape(len(source), -1) == bits.view(np.uint8).reshape(len(source), -1)).all(axis=1)
         nan = np.isnan(source)
         assert same[~nan].all(), source[~nan][~same[~nan]][:5]
-        assert np.isnan(theirs[torch.from_numpy(nan)].float().numpy()).all() and len(ours[nan]) == nan.sum()
+        widened = (ours[nan].astype(np.uint32) << 16).view(np.float32) if code == "BF16" else ours[nan].astype(np.float32)
+        assert nan.any() and np.isnan(widened).all()  # NaN stays NaN (its bits may differ from torch's)
 
 
 def test_every_tensor_reads_as_safetensors_stores_it(tmp_path: Path) -> None:

@@ -441,19 +441,11 @@ def read_input_embeddings(model_path: Path) -> np.ndarray:
     """The model's input word-embedding matrix as ``float32`` (V, d), without building the model."""
     import numpy as np
 
-    kind, files = checkpoint_files(model_path)
+    kind, _ = checkpoint_files(model_path)
     if not kind:
         return np.ascontiguousarray(_embeddings_via_transformers(model_path).detach().float().numpy(), dtype=np.float32)
-    if kind == "safetensors":  # the headers name every tensor; only the embedding's bytes are read
-        from greenadapt.adaptation.raw_tensors import read_safetensors
-
-        located = {name: file for file in files for name, _ in read_safetensors(file)}
-        key = pick_embedding_key(list(located), model_path)
-        tensor = dict(read_safetensors(located[key]))[key]
-    else:
-        state = dict(iter_state_dict(model_path))
-        tensor = state[pick_embedding_key(list(state), model_path)]
-    return np.ascontiguousarray(tensor.to_float32(), dtype=np.float32)
+    state = dict(iter_state_dict(model_path))  # safetensors are memory-mapped: only the embedding's bytes are read
+    return np.ascontiguousarray(state[pick_embedding_key(list(state), model_path)].to_float32(), dtype=np.float32)
 
 
 def _embeddings_via_transformers(model_path: Path) -> Any:

@@ -370,10 +370,10 @@ def _save_checkpoint(folder: Path, fingerprint: str, step: int, rows: torch.Tens
     os.replace(tmp, folder / CHECKPOINT_FILE)
 
 
-def _load_checkpoint(folder: Path | None, fingerprint: str) -> tuple[int, torch.Tensor, dict[str, torch.Tensor]] | None:
+def _load_checkpoint(folder: Path, fingerprint: str) -> tuple[int, torch.Tensor, dict[str, torch.Tensor]] | None:
     from safetensors.torch import load_file
 
-    metadata = None if folder is None else _checkpoint_metadata(folder)
+    metadata = _checkpoint_metadata(folder)
     if metadata is None:
         return None
     assert folder is not None
