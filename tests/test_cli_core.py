@@ -41,6 +41,32 @@ def test_help_and_version_do_not_import_heavy_libraries() -> None:
     assert version.returncode == 0 and version.stdout.startswith("greenadapt ")
 
 
+def test_a_command_imports_only_its_own_module() -> None:
+    probe = (
+        "import sys\n"
+        "sys.argv = ['greenadapt', *sys.argv[1:]]\n"
+        "from greenadapt.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write(repr(sorted(m for m in sys.modules if m.startswith('greenadapt.cli.') and m != 'greenadapt.cli.help')))\n"
+    )
+    commands = "['greenadapt.cli._common', 'greenadapt.cli.info']"
+    for argv in (["info", "--help"], ["--country", "DE", "info", "--help"], ["--heartbeat=5", "info", "--help"]):
+        result = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)
+        assert result.stderr.strip().endswith(commands), (argv, result.stderr)
+        assert "Usage: greenadapt info" in result.stdout
+    # No command, or a word that is none: every command, for the list and for "did you mean".
+    result = subprocess.run([sys.executable, "-c", probe, "inf"], capture_output=True, text=True, timeout=60)
+    assert "Did you mean 'info'" in result.stderr and "greenadapt.cli.w2v" in result.stderr
+
+
+def test_the_root_options_that_take_a_value_are_known_to_the_command_finder() -> None:
+    from greenadapt.cli import ROOT_OPTIONS_WITH_VALUE, command
+
+    root = command()
+    taking_a_value = {name for param in root.params if not getattr(param, "is_flag", False) for name in param.opts}
+    assert taking_a_value == ROOT_OPTIONS_WITH_VALUE
+
+
 def test_unknown_command_is_a_usage_error() -> None:
     result = _cli("no-such-command")
     assert result.returncode == errors.EXIT_USAGE

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from greenadapt.artifacts.stage import StageRun
 from greenadapt.errors import UsageError
 from greenadapt.machine import energy, intensity
+from greenadapt.machine.codecarbon_meter import CODECARBON_ENV, codecarbon_wanted
 
 MAX = 262_143_328_850  # a real package counter's max_energy_range_uj
-NO_CODECARBON = {energy.CODECARBON_ENV: "0"}
+NO_CODECARBON = {CODECARBON_ENV: "0"}
 
 
 @pytest.fixture(autouse=True)
@@ -259,7 +260,7 @@ class _FakeTrackerMeter:
 def _probe_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: dict[str, tuple[float, str]]) -> energy.EnergyProbe:
     monkeypatch.setattr(energy, "CodecarbonMeter", lambda: _FakeTrackerMeter(parts))
     monkeypatch.setattr(energy.importlib.util, "find_spec", lambda name: object())
-    probe = energy.EnergyProbe(rapl_root=tmp_path, environ={})
+    probe = energy.EnergyProbe(rapl_root=tmp_path, environ={CODECARBON_ENV: "1"})
     probe.track()
     return probe
 
@@ -285,7 +286,9 @@ def test_codecarbon_replaces_the_estimate_and_is_labelled_by_its_mode(tmp_path: 
 def test_greenadapt_own_counters_beat_codecarbon_which_is_then_not_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     files = _fake_rapl(tmp_path)
     started: list[object] = []
-    monkeypatch.setattr(energy, "CodecarbonMeter", lambda: started.append(1) or _FakeTrackerMeter({"cpu_kwh": (9.0, "codecarbon:cpu_load")}))
+    monkeypatch.setattr(
+        energy, "CodecarbonMeter", lambda: started.append(1) or _FakeTrackerMeter({"cpu_kwh": (9.0, "codecarbon:cpu_load")})
+    )
     monkeypatch.setattr(energy.importlib.util, "find_spec", lambda name: object())
     probe = energy.EnergyProbe(rapl_root=tmp_path, environ={})
     probe.track()
@@ -298,7 +301,32 @@ def test_greenadapt_own_counters_beat_codecarbon_which_is_then_not_started(tmp_p
 
     unreadable = tmp_path / "no-rapl"
     unreadable.mkdir()
-    energy.EnergyProbe(rapl_root=unreadable, environ={}).track()
+    energy.EnergyProbe(rapl_root=unreadable, environ={}, platform="darwin").track()
+    assert started == [1]
+
+
+def test_codecarbon_starts_only_where_it_may_read_a_counter_greenadapt_does_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[object] = []
+    monkeypatch.setattr(
+        energy, "CodecarbonMeter", lambda: started.append(1) or _FakeTrackerMeter({"cpu_kwh": (9.0, "codecarbon:cpu_load")})
+    )
+    monkeypatch.setattr(energy.importlib.util, "find_spec", lambda name: object())
+    unreadable = tmp_path / "no-rapl"
+    unreadable.mkdir()
+    # Linux without readable RAPL: codecarbon could only model the CPU, so the estimate stands and no probe is paid.
+    probe = energy.EnergyProbe(rapl_root=unreadable, environ={}, platform="linux")
+    probe.track()
+    cost = probe.finish(wall_seconds=10.0, cpu_seconds=5.0, peak_rss_mib=1024.0, cpu_count=2)
+    assert started == [] and cost["energy_method"] == "tdp-estimate"
+    for platform, environ, expected in [
+        ("linux", {CODECARBON_ENV: "1"}, True),  # asked for: its TDP database
+        ("linux", {CODECARBON_ENV: "auto"}, False),
+        ("darwin", {}, True),  # powermetrics, Intel Power Gadget
+        ("win32", {}, True),  # Windows EMI
+        ("win32", {CODECARBON_ENV: "off"}, False),
+    ]:
+        assert codecarbon_wanted(environ, platform) is expected, (platform, environ)
+    energy.EnergyProbe(rapl_root=unreadable, environ={CODECARBON_ENV: "1"}, platform="linux").track()
     assert started == [1]
 
 
@@ -306,7 +334,7 @@ def test_a_real_stage_with_codecarbon(tmp_path: Path, monkeypatch: pytest.Monkey
     import logging
 
     pytest.importorskip("codecarbon")  # in the test extra, so CI runs this
-    monkeypatch.setenv(energy.CODECARBON_ENV, "1")
+    monkeypatch.setenv(CODECARBON_ENV, "1")
     logging.getLogger("codecarbon").setLevel(logging.INFO)  # as a fresh import leaves it
     with StageRun("demo", tmp_path / "out", {"x": 1}, []) as run:
         deadline = time.process_time() + 0.5
@@ -322,7 +350,7 @@ def test_a_real_stage_with_codecarbon(tmp_path: Path, monkeypatch: pytest.Monkey
     assert not list(tmp_path.glob("*.csv")) and not Path("emissions.csv").exists()  # codecarbon wrote no files
     assert "codecarbon" not in capfd.readouterr().err  # nor chatter on the user's stderr
 
-    monkeypatch.setenv(energy.CODECARBON_ENV, "0")
+    monkeypatch.setenv(CODECARBON_ENV, "0")
     with StageRun("demo", tmp_path / "off", {"x": 1}, []) as run:
         (run.tmp / "data.txt").write_text("x")
         manifest = run.commit()
@@ -341,7 +369,7 @@ def test_codecarbon_runs_only_for_a_stage_that_runs_and_stops_with_it(tmp_path: 
 
     monkeypatch.setattr(energy, "CodecarbonMeter", Meter)
     monkeypatch.setattr(energy.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setenv(energy.CODECARBON_ENV, "1")
+    monkeypatch.setenv(CODECARBON_ENV, "1")
     with StageRun("demo", tmp_path / "out", {"x": 1}, []) as run:
         (run.tmp / "data.txt").write_text("x")
         run.commit()

@@ -396,6 +396,25 @@ def test_max_vocab_keeps_the_most_frequent_words_as_gensim_does(tmp_path: Path, 
     assert {row.split("\t")[0] for row in rows} == set(ours.index_to_key)
 
 
+def test_gensim_is_imported_beside_pretokenization_only_when_word2vec_trains(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
+    """The import (about a second) starts before pre-tokenization and overlaps it; counting words alone never loads gensim."""
+    script = (
+        "import json, sys\n"
+        "from greenadapt.adaptation import w2v\n"
+        "events, beside, pretokenize = [], w2v._import_beside, w2v.pretokenize_corpus\n"
+        "w2v._import_beside = lambda module: (events.append(module), beside(module))[1]\n"
+        "w2v.pretokenize_corpus = lambda *a, **k: (events.append('pretokenize'), pretokenize(*a, **k))[1]\n"
+        "options = w2v.W2VOptions(workers=1, min_count=2, epochs=1, vectors=sys.argv[1] == 'vectors')\n"
+        "w2v.run_w2v([sys.argv[2]], model=sys.argv[3], options=options, workdir=sys.argv[4])\n"
+        "print(json.dumps([events, 'gensim' in sys.modules]))\n"
+    )
+    for mode, expected in (("counts", [["pretokenize"], False]), ("vectors", [["gensim.models", "pretokenize"], True])):
+        done = subprocess.run([sys.executable, "-c", script, mode, str(corpus), str(tiny_bert), str(tmp_path / mode)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == expected, mode
+
+
 def test_effective_min_count_follows_gensim() -> None:
     from greenadapt.adaptation.w2v import effective_min_count
 

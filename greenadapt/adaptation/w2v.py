@@ -156,6 +156,8 @@ def run_w2v(
     from greenadapt.corpus import resolve_corpus, source_identities
 
     options.check()
+    if options.vectors and options.source == "word2vec":
+        _import_beside("gensim.models")
     corpus = list(corpus)
     sources = resolve_corpus(corpus, text_fields=text_fields)
     model_ref = resolve_model(model)
@@ -210,6 +212,21 @@ def run_w2v(
         manifest = run.commit(stats=stats)
     log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({options.source})" if options.vectors else " counted (no vectors)", run.out)
     return StageOutcome(run.out, manifest, skipped=False)
+
+
+def _import_beside(module: str) -> None:
+    """Import ``module`` on a thread: pre-tokenization's main thread mostly waits on its worker processes,
+    and gensim's import (about a second, scipy included) would otherwise follow it on the critical path."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # the main thread's own import reports it
+            log.debug("importing %s beside pre-tokenization failed: %s", module, error)
+
+    threading.Thread(target=load, name=f"greenadapt-import-{module}", daemon=True).start()
 
 
 def _train(

@@ -61,24 +61,44 @@ def _root(
         configure(intensity=co2_intensity, country=country)
 
 
-def _register() -> None:
-    # Every public module of this package is a command, imported for its @app.command side effect (each keeps
-    # heavy imports local); pkgutil lists them sorted, so commands are listed alphabetically.
+# The root options that take a value: the word after one of them is that value, not the command.
+ROOT_OPTIONS_WITH_VALUE = frozenset({"--co2-intensity", "--country", "--heartbeat"})
+
+
+def _invoked_command(argv: list[str]) -> str | None:
+    """The command word of a command line: the first word that is neither a root option nor its value."""
+    words = iter(argv)
+    for word in words:
+        if word in ROOT_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _register(argv: list[str] | None = None) -> None:
+    """Import the command modules, each for its @app.command side effect (each keeps heavy imports local).
+
+    Given the command line, only the command it names, when it names one: the other modules' imports cost
+    a tenth of a second a run. Otherwise (no command, a typo, shell completion) all of them; pkgutil lists
+    them sorted, so commands are listed alphabetically."""
     import importlib
     import pkgutil
 
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_") and module.name != "help":
-            importlib.import_module(f"{__name__}.{module.name}")
+    names = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and m.name != "help"]
+    invoked = _invoked_command(argv) if argv is not None and "_GREENADAPT_COMPLETE" not in os.environ else None
+    for name in [invoked] if invoked in names else names:
+        importlib.import_module(f"{__name__}.{name}")
 
 
-def command() -> Any:
-    """The whole command tree as click builds it from the typer app, with its help dressed (cli/help.py)."""
+def command(argv: list[str] | None = None) -> Any:
+    """The command tree as click builds it from the typer app, with its help dressed (cli/help.py): every
+    command, or with ``argv`` the one it invokes (see :func:`_register`)."""
     import typer.main
 
     from greenadapt.cli.help import dress
 
-    _register()
+    _register(argv)
     return dress(typer.main.get_command(app))
 
 
@@ -92,13 +112,12 @@ def main() -> None:
         Terminated,
     )
 
-    _register()
     debug = os.environ.get("GREENADAPT_DEBUG", "") not in ("", "0")
     _stop_on_signals()
     try:
         # Without standalone mode click returns what it would have exited with,
         # e.g. 130 after it caught a KeyboardInterrupt itself.
-        returned = command().main(prog_name="greenadapt", standalone_mode=False)
+        returned = command(sys.argv[1:]).main(prog_name="greenadapt", standalone_mode=False)
     except GreenAdaptError as exc:
         if debug:
             raise

@@ -22,9 +22,12 @@ With codecarbon, where it is installed (``pip install greenadapt[energy]``)
               ``windows_emi``, ``powermetrics`` (Apple) and ``nvml`` are
               counters; ``cpu_load`` (the CPU model's TDP × load) and
               ``constant`` are codecarbon's own estimates, and its memory
-              figure is always a model. ``GREENADAPT_CODECARBON=0`` turns it
-              off. Its hardware probe takes about 2 s; it runs in a thread
-              beside the stage's work.
+              figure is always a model. It starts only where it may read a
+              counter greenadapt does not (macOS, Windows): on Linux greenadapt
+              reads RAPL and NVML itself, and codecarbon's probe (about 1.3
+              CPU-seconds a process, on a thread beside the stage's work)
+              would buy only its TDP model. ``GREENADAPT_CODECARBON=1``
+              starts it anyway, ``0`` never.
 
 Estimated otherwise (``tdp-estimate``)
     power = TDP × utilisation, with utilisation = CPU seconds / (wall × cores),
@@ -64,12 +67,12 @@ import importlib.util
 import logging
 import os
 import sys
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from greenadapt.machine.codecarbon_meter import METHOD_CODECARBON, CodecarbonMeter, codecarbon_wanted
 from greenadapt.machine.intensity import Intensity, resolve_intensity
 
 log = logging.getLogger(__name__)
@@ -89,8 +92,6 @@ J_PER_KWH = 3.6e6
 METHOD_RAPL = "rapl"
 METHOD_NVML = "nvml"
 METHOD_ESTIMATE = "tdp-estimate"
-METHOD_CODECARBON = "codecarbon"
-CODECARBON_ENV = "GREENADAPT_CODECARBON"
 # codecarbon modes that read a hardware counter; anything else it reports is a model.
 CODECARBON_COUNTERS = frozenset({"intel_rapl", "intel_power_gadget", "windows_emi", "powermetrics", "nvml"})
 LABEL_MEASURED = "measured"
@@ -234,84 +235,6 @@ def read_nvml_mj() -> int | None:
 
 
 # --------------------------------------------------------------------------
-# codecarbon (optional)
-
-
-def codecarbon_wanted(environ: Mapping[str, str] | None = None) -> bool:
-    """True unless ``$GREENADAPT_CODECARBON`` is 0/false/no/off; whether it is installed is checked on start."""
-    raw = (os.environ if environ is None else environ).get(CODECARBON_ENV, "").strip().lower()
-    return raw not in ("0", "false", "no", "off")
-
-
-class CodecarbonMeter:
-    """codecarbon's offline tracker around one stage, started in a thread so its hardware probe overlaps the work.
-
-    :meth:`stop` returns ``{"cpu_kwh": (kWh, method), ...}`` or None when codecarbon is missing or failed:
-    energy accounting must never fail a stage.
-    """
-
-    def __init__(self) -> None:
-        self._tracker: Any = None
-        self._failed = False
-        self._thread = threading.Thread(target=self._start, name="greenadapt-codecarbon", daemon=True)
-        self._thread.start()
-
-    def _start(self) -> None:
-        try:
-            from codecarbon import OfflineEmissionsTracker
-
-            # codecarbon sets up its own logger on import and logs at INFO/WARNING before log_level applies;
-            # our stderr is the user's.
-            logging.getLogger("codecarbon").setLevel(logging.ERROR)
-
-            # The country only feeds codecarbon's own CO2 figure, which is not used: greenadapt applies its intensity.
-            # output_methods=[] is explicit so that no .codecarbon.config makes it write emissions.csv into the cwd.
-            tracker = OfflineEmissionsTracker(
-                country_iso_code="USA", output_methods=[], log_level="error", tracking_mode="process"
-            )
-            tracker.start()
-            self._tracker = tracker
-        except Exception as error:  # ImportError included: the estimate stands in
-            self._failed = True
-            log.debug("codecarbon not used: %s", error)
-
-    def stop(self, timeout: float = 30.0) -> dict[str, tuple[float, str]] | None:
-        self._thread.join(timeout)
-        tracker, self._tracker = self._tracker, None  # stopped once, whoever asks first
-        if tracker is None or self._failed or self._thread.is_alive():
-            return None
-        try:
-            tracker.stop()
-            data = tracker.final_emissions_data
-            modes = codecarbon_modes(tracker)
-        except Exception as error:
-            log.debug("codecarbon failed to stop: %s", error)
-            return None
-        parts = {
-            "cpu_kwh": (float(data.cpu_energy), f"{METHOD_CODECARBON}:{modes.get('cpu', 'unknown')}"),
-            "ram_kwh": (float(data.ram_energy), f"{METHOD_CODECARBON}:model"),
-        }
-        if "gpu" in modes:
-            parts["gpu_kwh"] = (float(data.gpu_energy), f"{METHOD_CODECARBON}:{modes['gpu']}")
-        return parts
-
-
-def codecarbon_modes(tracker: Any) -> dict[str, str]:
-    """How codecarbon measured each device. It keeps this on private attributes, read defensively:
-    an unknown mode is labelled an estimate, never a measurement."""
-    modes: dict[str, str] = {}
-    for device in getattr(tracker, "_hardware", None) or []:
-        kind = type(device).__name__
-        if kind == "CPU":
-            modes["cpu"] = str(getattr(device, "_mode", "unknown"))
-        elif kind == "AppleSiliconChip":
-            modes["cpu"] = "powermetrics"
-        elif kind == "GPU":
-            modes["gpu"] = "nvml"
-    return modes
-
-
-# --------------------------------------------------------------------------
 # Estimate and the probe a CostMeter holds
 
 
@@ -347,6 +270,7 @@ class EnergyProbe:
 
     rapl_root: Path = RAPL_ROOT
     environ: Mapping[str, str] | None = None
+    platform: str | None = None  # sys.platform unless given
     _domains: list[RaplDomain] = field(default_factory=list, init=False)
     _rapl_start: dict[str, int] | None = field(default=None, init=False)
     _nvml_start: int | None = field(default=None, init=False)
@@ -366,7 +290,7 @@ class EnergyProbe:
         """Start codecarbon (where installed and wanted) for a stage that will run; a skipped stage never pays its probe.
         Not where greenadapt reads RAPL itself: RAPL replaces codecarbon's CPU figure, whose hardware probe (about
         1.3 CPU-seconds a process, docs/benchmarks.md) would then buy only a RAM model like the estimate's."""
-        wanted = self._rapl_start is None and codecarbon_wanted(self.environ)
+        wanted = self._rapl_start is None and codecarbon_wanted(self.environ, self.platform)
         if self._codecarbon is None and wanted and importlib.util.find_spec("codecarbon") is not None:
             self._codecarbon = CodecarbonMeter()
 
