@@ -156,8 +156,7 @@ def run_w2v(
     from greenadapt.corpus import resolve_corpus, source_identities
 
     options.check()
-    if options.vectors and options.source == "word2vec":
-        _import_beside("gensim.models")
+    _import_gensim_beside(options)
     corpus = list(corpus)
     sources = resolve_corpus(corpus, text_fields=text_fields)
     model_ref = resolve_model(model)
@@ -214,9 +213,15 @@ def run_w2v(
     return StageOutcome(run.out, manifest, skipped=False)
 
 
+def _import_gensim_beside(options: W2VOptions) -> None:
+    """Start importing gensim on a thread when word2vec will train: pre-tokenization's main thread mostly
+    waits on its worker processes, and the import (about a second, scipy included) would otherwise follow
+    it on the critical path."""
+    if options.vectors and options.source == "word2vec":
+        _import_beside("gensim.models")
+
+
 def _import_beside(module: str) -> None:
-    """Import ``module`` on a thread: pre-tokenization's main thread mostly waits on its worker processes,
-    and gensim's import (about a second, scipy included) would otherwise follow it on the critical path."""
     import importlib
     import threading
 
