@@ -93,6 +93,7 @@ def test_old_weights_bit_identical_and_only_seen_words_move(adapted: dict[str, A
             np.testing.assert_array_equal(row, start)  # never in a window: lstsq's row, bit for bit
     stats = adapted["outcome"].expand.manifest["stats"]["distill"]
     assert stats["words_unseen"] >= 1 and stats["windows"] == BUDGET and stats["steps"] == EPOCHS * 2
+    assert {"torch", "transformers"} <= set(adapted["outcome"].expand.manifest["libraries"])  # it ran the model
 
 
 def test_a_word_never_seen_in_a_window_is_warned_about(tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -105,6 +105,13 @@ def test_inside_adapt_the_vectors_are_parsed_once_and_the_model_is_the_same(
     assert (alone.path / "new_words.tsv").read_bytes() == (together.path / "new_words.tsv").read_bytes()
 
 
+def test_the_manifest_records_the_libraries_the_run_used(pipeline: dict[str, Path]) -> None:
+    """A safetensors model grown by lstsq never loads torch or transformers: their versions say nothing of it."""
+    libraries = load_stage(pipeline["expand"], "expand").section("libraries")
+    assert {"numpy", "safetensors", "tokenizers"} <= set(libraries)
+    assert not {"torch", "transformers"} & set(libraries)
+
+
 def test_mlm_head_stays_tied_and_bias_is_extended_with_its_mean(pipeline: dict[str, Path]) -> None:
     from transformers import AutoModelForMaskedLM
 
@@ -330,6 +337,7 @@ def test_bin_checkpoint_with_separately_stored_decoder(tmp_path: Path) -> None:
     assert torch.equal(after["cls.predictions.decoder.weight"], after[EMBEDDING])
     assert torch.equal(after["cls.predictions.decoder.bias"], after["cls.predictions.bias"])
     assert not (expanded.path / "pytorch_model.bin").exists()
+    assert "torch" in expanded.manifest["libraries"]  # it read the pickled checkpoint
     model, info = AutoModelForMaskedLM.from_pretrained(expanded.path, output_loading_info=True)
     assert not info["missing_keys"] and not info["mismatched_keys"]
 

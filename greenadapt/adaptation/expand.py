@@ -198,8 +198,7 @@ def run_expand(
     checkpoint = out_dir.with_name(f"{out_dir.name}{CHECKPOINT_SUFFIX}")
     if fitted.reads_corpus and checkpoint.exists() and not fitted.owns_checkpoint(checkpoint):
         raise UsageError(f"{checkpoint} exists and is not a checkpoint greenadapt wrote", hint="move it away, or choose another --out")
-    libraries = ("numpy", "safetensors", "tokenizers", "torch", "transformers")
-    with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+    with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(ref.path, fitted)) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, True, run.skip_reason)
@@ -225,6 +224,15 @@ def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus:
     """What a method that reads the corpus is given: the base model, the pre-tokenized corpus (made on demand), a checkpoint folder."""
     corpus_file = functools.partial(pretokenized_corpus_of, w2v_dir, w2v_manifest, corpus, ref.path)
     return CorpusAccess(model_path=ref.path, corpus_file=corpus_file, checkpoint_dir=checkpoint)
+
+
+def _libraries(model_path: Path, method: InitMethod) -> tuple[str, ...]:
+    """The libraries whose versions the manifest records: those this run uses. torch reads a pickled
+    checkpoint, and a method that reads the corpus runs the model with torch and transformers."""
+    from greenadapt.adaptation.vectors import checkpoint_files
+
+    torch = method.reads_corpus or checkpoint_files(model_path)[0] == "bin"
+    return ("numpy", "safetensors", "tokenizers", *(("torch", "transformers") if torch else ()))
 
 
 def _config(ref: Any, align_dir: Path, align_manifest: Manifest, fitted: InitMethod, *, max_new: int | None, min_count: int, seed: int) -> dict[str, Any]:
