@@ -294,3 +294,19 @@ def test_frequent_new_words_take_the_fast_path_only_when_it_gives_the_same_table
     assert frequent_new_words(general, shuffled, {w: counts_by_word[w] for w in shuffled}) == expected
     assert frequent_new_words(general, in_order, {w: counts_by_word[w] for w in shuffled}) == expected
 
+
+
+def test_the_neighbours_table_is_read_from_the_report_and_a_bad_report_only_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from greenadapt.adaptation.align import REPORT_FILE, neighbours_of
+
+    rows = [{"word": "upregulation", "in_w2v": True, "within": [["downregulation", 0.8]], "cross": []}]
+    (tmp_path / REPORT_FILE).write_text(json.dumps({"method": "lstsq", "neighbours": [*rows, "not a row"]}), encoding="utf-8")
+    assert neighbours_of(tmp_path) == rows
+    for damaged in ("{not json", '{"neighbours": 3}', "[1, 2]"):
+        (tmp_path / REPORT_FILE).write_text(damaged, encoding="utf-8")
+        assert neighbours_of(tmp_path) == []
+    assert "cannot be read" in caplog.text  # the first damaged file: said, never a traceback
+    (tmp_path / REPORT_FILE).unlink()
+    assert neighbours_of(tmp_path) == []

@@ -267,6 +267,20 @@ def _align(
     return report
 
 
+def neighbours_of(align_dir: Path) -> list[dict[str, Any]]:
+    """The neighbours table of an align folder's ``report.json`` (the most frequent new words first); empty
+    when the report is missing or damaged: it only feeds displays, and the stage's checksums guard the rest."""
+    import json
+
+    try:
+        report = json.loads((Path(align_dir) / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        log.warning("%s: the neighbours table cannot be read (%s)", Path(align_dir) / REPORT_FILE, error)
+        return []
+    rows = report.get("neighbours") if isinstance(report, dict) else None
+    return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
+
+
 def vector_source(w2v_manifest: Mapping[str, Any]) -> str:
     """What a w2v output's vectors are: "word2vec", "context" or "none" (counts only)."""
     recorded = Manifest.of(w2v_manifest).config.get("vectors", True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +68,6 @@ def _show(outcome: Any, as_json: bool) -> None:
 
 
 def _neighbours(align_dir: Path) -> str:
-    from greenadapt.adaptation.align import REPORT_FILE
+    from greenadapt.adaptation.align import neighbours_of
 
-    report = json.loads((align_dir / REPORT_FILE).read_text(encoding="utf-8"))
-    return neighbours_lines(report.get("neighbours", []))
+    return neighbours_lines(neighbours_of(align_dir))

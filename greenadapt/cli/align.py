@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ def _print_neighbours(rows: list[dict[str, Any]]) -> None:
 
 
 def _show(outcome: Any, as_json: bool) -> None:
-    from greenadapt.adaptation.align import REPORT_FILE
+    from greenadapt.adaptation.align import neighbours_of
 
     stats = Manifest.of(outcome.manifest, outcome.path).stats
     state = "up to date" if outcome.skipped else "done"
@@ -72,5 +71,4 @@ def _show(outcome: Any, as_json: bool) -> None:
     )
     emit(outcome.manifest, summary, as_json=as_json)
     if not as_json:
-        report = json.loads((outcome.path / REPORT_FILE).read_text(encoding="utf-8"))
-        _print_neighbours(report.get("neighbours", []))
+        _print_neighbours(neighbours_of(outcome.path))
