@@ -154,6 +154,14 @@ def cold(args: argparse.Namespace) -> None:
     options = W2VOptions(dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers, seed=args.seed)
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-w2v-cold-"))
     out.mkdir(parents=True, exist_ok=True)
+    def raw_gensim(corpus: Path) -> float:
+        """Seconds of a process that imports gensim and trains on ``corpus`` with the same options."""
+        command = [sys.executable, "-c", RAW_GENSIM, str(corpus), str(args.dim), str(args.epochs), str(args.min_count),
+                   str(args.workers), str(args.seed), str(options.negative), str(options.window), str(options.sample)]
+        started = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        return time.perf_counter() - started
+
     ours, theirs, on_raw_text, pretokenized = [], [], [], None
     for run in range(args.cold):
         work = out / f"work-{run}"
@@ -165,14 +173,6 @@ def cold(args: argparse.Namespace) -> None:
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         ours.append(time.perf_counter() - started)
         pretokenized = Path(json.loads(done.stdout)["stats"]["pretok_cache"]) / "corpus.txt"
-        def raw_gensim(corpus: Path) -> float:
-            """Seconds of a process that imports gensim and trains on ``corpus`` with the same options."""
-            command = [sys.executable, "-c", RAW_GENSIM, str(corpus), str(args.dim), str(args.epochs), str(args.min_count),
-                       str(args.workers), str(args.seed), str(options.negative), str(options.window), str(options.sample)]
-            started = time.perf_counter()
-            subprocess.run(command, check=True, capture_output=True)
-            return time.perf_counter() - started
-
         theirs.append(raw_gensim(pretokenized))
         if args.corpus.suffix not in (".gz", ".bz2", ".xz"):  # gensim's corpus_file reads plain text only
             on_raw_text.append(raw_gensim(args.corpus))

@@ -54,6 +54,9 @@ def test_a_command_imports_only_its_own_module() -> None:
         result = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)
         assert result.stderr.strip().endswith(commands), (argv, result.stderr)
         assert "Usage: greenadapt info" in result.stdout
+    # The root's help before a command word lists every command.
+    result = subprocess.run([sys.executable, "-c", probe, "--help", "info"], capture_output=True, text=True, timeout=60)
+    assert "greenadapt.cli.w2v" in result.stderr and " w2v " in result.stdout
     # No command, or a word that is none: every command, for the list and for "did you mean".
     result = subprocess.run([sys.executable, "-c", probe, "inf"], capture_output=True, text=True, timeout=60)
     assert "Did you mean 'info'" in result.stderr and "greenadapt.cli.w2v" in result.stderr

@@ -20,6 +20,7 @@ wordpiece embeddings to W·v (cross-space).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -270,8 +271,6 @@ def _align(
 def neighbours_of(align_dir: Path) -> list[dict[str, Any]]:
     """The neighbours table of an align folder's ``report.json`` (the most frequent new words first); empty
     when the report is missing or damaged: it only feeds displays, and the stage's checksums guard the rest."""
-    import json
-
     try:
         report = json.loads((Path(align_dir) / REPORT_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:

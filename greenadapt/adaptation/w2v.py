@@ -156,7 +156,6 @@ def run_w2v(
     from greenadapt.corpus import resolve_corpus, source_identities
 
     options.check()
-    _import_gensim_beside(options)
     corpus = list(corpus)
     sources = resolve_corpus(corpus, text_fields=text_fields)
     model_ref = resolve_model(model)
@@ -188,6 +187,7 @@ def run_w2v(
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, skipped=True, skip_reason=run.skip_reason)
+        _import_gensim_beside(options)  # after the skip: a run that is up to date never pays the import
         pretok = pretokenize_corpus(
             sources, tokenizer, root / "cache" / "pretok", workers=workers, progress=progress, force=force
         )

@@ -8,6 +8,7 @@ commands, so ``greenadapt --help`` stays instant.
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sys
@@ -61,16 +62,21 @@ def _root(
         configure(intensity=co2_intensity, country=country)
 
 
-# The root options that take a value: the word after one of them is that value, not the command.
-ROOT_OPTIONS_WITH_VALUE = frozenset({"--co2-intensity", "--country", "--heartbeat"})
+# The root options that take a value (every one of _root's but the flags): the word after one is its value, not the command.
+ROOT_OPTIONS_WITH_VALUE = frozenset(
+    name for p in inspect.signature(_root).parameters.values() if p.annotation != "bool" for name in p.default.param_decls
+)
 
 
 def _invoked_command(argv: list[str]) -> str | None:
-    """The command word of a command line: the first word that is neither a root option nor its value."""
+    """The command word of a command line: the first word that is neither a root option nor its value; None
+    when the root's help comes first (``greenadapt --help w2v`` lists every command)."""
     words = iter(argv)
     for word in words:
         if word in ROOT_OPTIONS_WITH_VALUE:
             next(words, None)
+        elif word in ("-h", "--help"):
+            return None
         elif not word.startswith("-"):
             return word
     return None

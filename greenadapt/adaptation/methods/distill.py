@@ -376,7 +376,6 @@ def _load_checkpoint(folder: Path, fingerprint: str) -> tuple[int, torch.Tensor,
     metadata = _checkpoint_metadata(folder)
     if metadata is None:
         return None
-    assert folder is not None
     if metadata.get("fingerprint") != fingerprint:
         log.info("distill: the checkpoint in %s was made with other options or windows; starting from lstsq's rows", folder)
         return None
