@@ -406,7 +406,7 @@ def test_the_folder_describes_itself_in_config_and_model_card(tmp_path: Path) ->
     # ...and a card written for a model fine-tuned from it says what it starts from.
     from greenadapt.artifacts.model_card import finetuned_card
 
-    tuned = finetuned_card(base_model="m", base_model_hub_id=None, task="ner", labels=["O", "B-X"], metric="f1", summary={}, seeds=[1], mix=0.5,
+    tuned = finetuned_card(base_model="m", base_model_hub_id=None, task="ner", pipeline_tag="token-classification", labels=["O", "B-X"], metric="f1", summary={}, seeds=[1], mix=0.5,
                            pool="mean", two_tokenizers=True, general_tokenizer="general-tokenizer", adaptation=block)
     assert "## Adaptation" in tuned and f"{stats['n_new']} new words" in tuned and "`lstsq`" in tuned
     assert 'greenadapt.pipeline("token-classification"' in tuned

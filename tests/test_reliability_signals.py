@@ -297,3 +297,52 @@ def test_the_program_ends_with_its_status_when_a_thread_cannot_finish(tmp_path: 
     assert time.monotonic() - started < 60
     if code == 0:
         assert result.stdout.startswith("greenadapt ")  # what was printed before the deadline still arrives
+
+
+# A stop signal sent to the program itself (os.kill) just before the step named by $WHEN: its handler runs at the
+# next call, inside that step. "ending": the program starts its exit with the status main gave (seen in the
+# expand kill test: a SIGTERM inside the exit deadline thread's start, after a finished run, gave a traceback and
+# exit 1). "last line": main writes its one-line error (main knows how it ends; its handlers are behind it).
+SIGNAL_AT = textwrap.dedent(
+    """
+    import os, signal, sys
+    import greenadapt.cli as cli
+
+    sig, when = getattr(signal, sys.argv[1]), sys.argv[2]
+    step = {"ending": "_end_process_within", "last line": "_fail"}[when]
+    original = getattr(cli, step)
+
+    def signalled(*args):
+        setattr(cli, step, original)  # once
+        os.kill(os.getpid(), sig)
+        return original(*args)
+
+    setattr(cli, step, signalled)
+    sys.argv = ["greenadapt", *sys.argv[3:]]
+    cli.entry_point()
+    """
+)
+FAILING = ["expand", "--align", "missing", "--out", "out"]
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(("args", "code"), [(["--version"], 0), (FAILING, EXIT_STAGE_CONFLICT)], ids=["success", "error"])
+def test_a_stop_signal_while_the_program_ends_leaves_its_status(tmp_path: Path, sig: str, args: list[str], code: int) -> None:
+    result = subprocess.run([sys.executable, "-c", SIGNAL_AT, sig, "ending", *args], capture_output=True, text=True,
+                            env=ENV, cwd=tmp_path, timeout=120)
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr and "kept the process from exiting" not in result.stderr
+    if code == 0:
+        assert result.stdout.startswith("greenadapt ") and not result.stderr
+    else:
+        assert result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("sig", "code", "line"), [
+    ("SIGTERM", EXIT_TERMINATED, "terminated by SIGTERM: nothing was left half-written; rerun to continue\n"),
+    ("SIGINT", EXIT_INTERRUPTED, "interrupted: nothing was left half-written; rerun to continue\n"),
+])
+def test_a_stop_signal_while_main_writes_its_last_line_ends_as_that_signal(tmp_path: Path, sig: str, code: int, line: str) -> None:
+    result = subprocess.run([sys.executable, "-c", SIGNAL_AT, sig, "last line", *FAILING], capture_output=True,
+                            text=True, env=ENV, cwd=tmp_path, timeout=120)
+    assert (result.returncode, result.stderr) == (code, line)

@@ -35,6 +35,16 @@ def test_every_task_declares_what_the_cli_and_the_api_leave_to_it() -> None:
         get_labelling_task("qa")
 
 
+def test_a_tasks_transformers_name_comes_from_the_registry() -> None:
+    from greenadapt.inference.hf_pipeline import HF_TASK, TASK_ALIASES
+
+    assert {name: task.pipeline_tag for name, task in TASKS.items()} == {
+        "ner": "token-classification", "classify": "text-classification", "qa": "question-answering"}
+    for name, task in TASKS.items():
+        assert TASK_ALIASES[name] == TASK_ALIASES[task.pipeline_tag] == name and HF_TASK[name] == task.pipeline_tag
+    assert set(TASK_ALIASES) == set(TASKS) | {task.pipeline_tag for task in TASKS.values()}
+
+
 @pytest.mark.parametrize(("task", "options", "refused"), [
     ("ner", {"doc_stride": 32}, "--doc-stride"),
     ("ner", {"positive_label": "1"}, "--positive-label"),

@@ -183,6 +183,7 @@ def finetuned_card(
     base_model: str,
     base_model_hub_id: str | None,
     task: str,
+    pipeline_tag: str,
     labels: list[str],
     metric: str,
     summary: Mapping[str, Any],
@@ -194,8 +195,10 @@ def finetuned_card(
     adaptation: Mapping[str, Any] | None = None,
     untyped_labels: Sequence[str] = (),
 ) -> str:
-    """README.md of a fine-tuned run folder: what was trained, its scores per split and pooling, how to use it."""
-    pipeline_tag = {"ner": "token-classification", "classify": "text-classification"}.get(task, task)
+    """README.md of a fine-tuned run folder: what was trained, its scores per split and pooling, how to use it.
+
+    ``pipeline_tag``: transformers' name of the task (the registry's ``Task.pipeline_tag``).
+    """
     lines = [
         *_yaml_header(base_model_hub_id, f"pipeline_tag: {pipeline_tag}"),
         "tags:",
@@ -218,7 +221,6 @@ def finetuned_card(
         lines.append("")
     lines += adaptation_lines(adaptation)
     if two_tokenizers:
-        pipeline_task = {"ner": "token-classification", "classify": "text-classification", "qa": "question-answering"}.get(task, task)
         lines += [
             "## Two tokenizers",
             "",
@@ -231,7 +233,7 @@ def finetuned_card(
             "",
             'path = "."  # this folder (run from inside it)',
             "model = greenadapt.load(path)  # .predict(texts), or .answer(question, context) for QA",
-            f'pipe = greenadapt.pipeline("{pipeline_task}", model=path)  # a transformers Pipeline',
+            f'pipe = greenadapt.pipeline("{pipeline_tag}", model=path)  # a transformers Pipeline',
             "```",
             "",
             "or on the command line `greenadapt predict -m . notes.txt` (raw text, JSON lines, task files, `-` for stdin).",

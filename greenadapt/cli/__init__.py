@@ -181,14 +181,27 @@ def entry_point() -> None:
     status whatever its other threads do. :func:`main` alone, for a caller in
     the same process, leaves the process alone.
     """
-    from greenadapt.errors import EXIT_INTERRUPTED
+    global _EXITING
+    from greenadapt.errors import EXIT_INTERRUPTED, Terminated
 
     try:
-        main()
+        try:
+            main()
+        # A stop signal that lands once main knows how it ends (while it writes its last line, say) is raised
+        # outside main's own handlers: it ends the run as that signal, not as a traceback.
+        except Terminated:
+            _fail_for_signal(signal.SIGTERM)
+        except KeyboardInterrupt:
+            _fail_for_signal(signal.SIGINT)
     except SystemExit as exc:
+        # First, before any call: Python runs signal handlers only at calls and loops, so none runs between
+        # knowing the status and this. From here on a stop signal changes nothing (seen: a SIGTERM raised
+        # inside the deadline thread's start, after a finished expand, ended it with a traceback and exit 1).
+        _EXITING = True
         _end_process_within(EXIT_DEADLINE_S, exc.code)
         raise
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's message was being written
+        _EXITING = True
         _end_process_within(EXIT_DEADLINE_S, EXIT_INTERRUPTED)
         raise
 
@@ -215,6 +228,7 @@ def _end_process_within(seconds: float, code: object) -> None:
 
 
 _STOP_SIGNALS: list[int] = []  # the stop signals this process has received, in order
+_EXITING = False  # the program knows its exit status and every result is written: a stop signal is only recorded
 
 
 def _fail_for_signal(signum: int) -> None:
@@ -243,11 +257,15 @@ def _stop_on_signals() -> None:
 
     def terminated(signum: int, frame: object) -> None:
         _STOP_SIGNALS.append(signum)
+        if _EXITING:
+            return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         raise Terminated
 
     def interrupted(signum: int, frame: object) -> None:
         _STOP_SIGNALS.append(signum)
+        if _EXITING:
+            return
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminated)

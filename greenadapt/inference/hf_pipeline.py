@@ -27,16 +27,11 @@ from typing import Any
 from transformers import Pipeline
 
 from greenadapt.errors import UsageError
+from greenadapt.tasks import TASKS
 
-TASK_ALIASES = {
-    "token-classification": "ner",
-    "ner": "ner",
-    "text-classification": "classify",
-    "classify": "classify",
-    "question-answering": "qa",
-    "qa": "qa",
-}
-HF_TASK = {"ner": "token-classification", "classify": "text-classification", "qa": "question-answering"}
+# transformers' task name or greenadapt's, either way: each names one task of the registry.
+HF_TASK = {name: task.pipeline_tag for name, task in TASKS.items()}
+TASK_ALIASES = {**{name: name for name in TASKS}, **{tag: name for name, tag in HF_TASK.items()}}
 
 
 # transformers' entity grouping: greenadapt's predictions are already pooled per word and grouped into whole

@@ -122,6 +122,8 @@ class Task:
 
     name: str = ""
     summary: str = ""
+    # transformers' name of the task: a model card's `pipeline_tag`, the task `greenadapt.pipeline` takes.
+    pipeline_tag: str = ""
     defaults = TaskDefaults()
     # FinetuneOptions (or ReaderOptions) fields this task has no use for: set to anything but their default, refused.
     unused_options: tuple[str, ...] = ()

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 class ClassifyTask(LabellingTask):
     name = "classify"
+    pipeline_tag = "text-classification"
     summary = "text or text-pair classification: JSON lines or TSV, one label per example; accuracy, F1, MCC"
     defaults = TaskDefaults()
     unused_options = ("max_words", "entity_type", "doc_stride")

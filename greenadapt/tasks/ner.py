@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 class NerTask(LabellingTask):
     name = "ner"
+    pipeline_tag = "token-classification"
     summary = "named entities: a word and its BIO/BIOES label per line (or token JSON lines); entity F1"
     defaults = TaskDefaults()
     unused_options = ("positive_label", "doc_stride")

@@ -306,7 +306,8 @@ class _Job:
             "per_seed": per_seed,
         }
         card = finetuned_card(
-            base_model=display_name(self.ref), base_model_hub_id=hub_id(self.ref), task=self.task.name, labels=list(self.settings.labels), metric=self.settings.metric or "",
+            base_model=display_name(self.ref), base_model_hub_id=hub_id(self.ref), task=self.task.name, pipeline_tag=self.task.pipeline_tag,
+            labels=list(self.settings.labels), metric=self.settings.metric or "",
             summary=metrics_doc["summary"], seeds=list(seeds), mix=self.base.mix or 0.0, pool=self.pool,
             two_tokenizers=self.tokenizers.has_domain, general_tokenizer=GENERAL_TOKENIZER_DIR,
             adaptation=self.ref.config().get(CONFIG_KEY), untyped_labels=untyped_labels(self.settings.labels) if self.task.finds_entities else [],
