@@ -28,7 +28,7 @@ from greenadapt.artifacts.files import sha256_file
 from greenadapt.errors import EXIT_PREEMPTED, StageError
 from greenadapt.modeling import embeddings
 from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
-from greenadapt.training.checkpoint import Preempted, latest_checkpoint
+from greenadapt.training.checkpoint import CHECKPOINT_MANIFEST, Preempted, latest_checkpoint
 from greenadapt.training.finetuning import TrainConfig
 from greenadapt.training.job import checkpoint_folder
 
@@ -375,3 +375,61 @@ def test_checkpoint_folders_are_named_by_their_step_and_the_newest_wins(tmp_path
     assert save(999_999, "a").name == "ckpt-999999" and save(1_000_000, "b").name == "ckpt-1000000"
     found = latest_checkpoint(checkpoint.folder)
     assert found is not None and found[1]["step"] == 1_000_000 and [p.name for p in checkpoint.folder.iterdir()] == ["ckpt-1000000"]
+
+
+class _Killed(BaseException):
+    """What SIGKILL inside shutil.rmtree leaves: it stopped between two files."""
+
+
+def _rmtree_killed_after_one_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    def killed(path: str | os.PathLike[str], ignore_errors: bool = False) -> None:
+        # The worst first file to lose: a checkpoint's manifest (rmtree's order is the directory's).
+        for manifest in sorted(Path(path).rglob(CHECKPOINT_MANIFEST)):
+            manifest.unlink()
+            raise _Killed
+        raise _Killed
+
+    monkeypatch.setattr(shutil, "rmtree", killed)
+
+
+def _each_visible_checkpoint_is_whole(folder: Path) -> list[str]:
+    from greenadapt.artifacts.manifest import verify_files
+
+    seen = []
+    for checkpoint in [*folder.glob("ckpt-*"), *folder.glob("seed-*/ckpt-*")]:
+        manifest = json.loads((checkpoint / CHECKPOINT_MANIFEST).read_text(encoding="utf-8"))
+        assert verify_files(checkpoint, manifest) is None, checkpoint
+        seen.append(str(checkpoint.relative_to(folder)))
+    return sorted(seen)
+
+
+def test_a_kill_while_checkpoints_are_removed_leaves_each_one_whole_or_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in the kill test: a finetune killed while it removed its checkpoints left ``ckpt-000008`` without a manifest."""
+    from greenadapt.training.checkpoint import Checkpointing, discard_checkpoints, write_checkpoint
+
+    folder = tmp_path / "run.checkpoint"
+
+    def save(seed: int, step: int) -> Path:
+        checkpoint = Checkpointing(folder / f"seed-{seed}", "fp")
+        return write_checkpoint(checkpoint, step, lambda tmp: (tmp / "state.bin").write_bytes(os.urandom(4096)), complete=False)
+
+    save(1, 2)
+    save(2, 2)
+    with monkeypatch.context() as patched:
+        _rmtree_killed_after_one_file(patched)
+        with pytest.raises(_Killed):
+            save(1, 4)  # killed while it removes the step-2 checkpoint it supersedes
+    assert _each_visible_checkpoint_is_whole(folder) == ["seed-1/ckpt-000004", "seed-2/ckpt-000002"]
+    latest = latest_checkpoint(folder / "seed-1")
+    assert latest is not None and latest[1]["step"] == 4
+    assert save(1, 6).name == "ckpt-000006" and [p.name for p in (folder / "seed-1").iterdir()] == ["ckpt-000006"]
+
+    with monkeypatch.context() as patched:
+        _rmtree_killed_after_one_file(patched)
+        with pytest.raises(_Killed):
+            discard_checkpoints(folder)  # a finished run's clean-up, killed
+    assert _each_visible_checkpoint_is_whole(folder) == []
+    discard_checkpoints(folder)  # the next run's clean-up
+    assert not folder.exists()

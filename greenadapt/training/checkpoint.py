@@ -254,9 +254,38 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         for stale in [*older, *folder.glob(".tmp-*")]:
-            shutil.rmtree(stale, ignore_errors=True)
+            _remove_checkpoint(stale)
     log.info("checkpoint at step %d saved in %s", step, final)
     return final
+
+
+def discard_checkpoints(folder: Path) -> None:
+    """Remove a run's checkpoints folder so that each checkpoint in it is whole or gone at every moment.
+
+    A kill inside ``shutil.rmtree`` stops it between two files: the checkpoint
+    it was deleting would stay visible without its manifest, or with a manifest
+    whose files are gone (seen in the kill test after a finished finetune's
+    clean-up). Each checkpoint is first renamed to a hidden temporary, which
+    the next save or clean-up removes.
+    """
+    for checkpoint in [*folder.glob("ckpt-*"), *folder.glob("seed-*/ckpt-*")]:
+        _hide(checkpoint)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_checkpoint(checkpoint: Path) -> None:
+    shutil.rmtree(_hide(checkpoint), ignore_errors=True)
+
+
+def _hide(checkpoint: Path) -> Path:
+    if checkpoint.name.startswith(".tmp-"):
+        return checkpoint
+    hidden = checkpoint.parent / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(checkpoint, hidden)
+    except FileNotFoundError:
+        return checkpoint
+    return hidden
 
 
 def _checkpoint_order(path: Path) -> tuple[int, int]:

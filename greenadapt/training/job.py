@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 from greenadapt.artifacts.manifest import fingerprint
 from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.errors import StageError
-from greenadapt.training.checkpoint import Checkpointing, StopSignal, latest_checkpoint
+from greenadapt.training.checkpoint import Checkpointing, StopSignal, discard_checkpoints, latest_checkpoint
 from greenadapt.training.distributed import DistContext, init_distributed
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ class TrainingStage:
         if self.stage is None:
             return StageOutcome(self.out, {}, False)
         manifest = self.stage.commit(stats=stats)
-        shutil.rmtree(self.checkpoints, ignore_errors=True)
+        discard_checkpoints(self.checkpoints)
         if self.stop.received:
             log.warning("SIGTERM arrived after the last training step; the run was finished and saved first")
         return StageOutcome(self.stage.out, manifest, False)
@@ -117,7 +116,7 @@ def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool) -> N
     found = _latest_checkpoints(folder)
     if not found:
         log.info("removing %s: it holds no complete checkpoint", folder)
-        shutil.rmtree(folder, ignore_errors=True)
+        discard_checkpoints(folder)
         return
     if not resume:
         steps = ", ".join(str(manifest.get("step")) for _, manifest in found)
@@ -139,4 +138,4 @@ def _drop_finished_checkpoints(folder: Path, run_fingerprint: str) -> None:
     # A run killed between its commit and removing its checkpoints leaves them behind; the output supersedes them.
     found = _latest_checkpoints(folder)
     if folder.is_dir() and all(manifest.get("fingerprint") == run_fingerprint for _, manifest in found):
-        shutil.rmtree(folder, ignore_errors=True)
+        discard_checkpoints(folder)
