@@ -97,6 +97,8 @@ def test_manifest_records_inputs_and_default_out_is_the_sibling(exact_w2v: tuple
     stages = [i for i in manifest["inputs"] if i.get("stage") == "w2v"]
     assert stages and stages[0]["path"] == str(w2v.resolve())
     assert manifest["config"]["method"] == "lstsq"
+    # It read a safetensors model: neither torch nor transformers took part.
+    assert set(manifest["libraries"]) == {"python", "greenadapt", "numpy", "scipy", "safetensors", "tokenizers"}
 
 
 def test_rerun_skips_and_the_seed_counts_only_for_the_random_method(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:

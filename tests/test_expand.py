@@ -331,6 +331,7 @@ def test_bin_checkpoint_with_separately_stored_decoder(tmp_path: Path) -> None:
     (folder / "model.safetensors").unlink()
     torch.save(state, folder / "pytorch_model.bin")
     aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
+    assert "torch" in aligned.manifest["libraries"] and "transformers" not in aligned.manifest["libraries"]
     expanded = run_expand(align=aligned.path)
     after = _tensors(expanded.path)
     assert "cls.predictions.decoder.weight" in expanded.manifest["stats"]["extended_tensors"]

@@ -251,6 +251,7 @@ def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny
     assert words == [line.split("\t")[0] for line in (out / "counts.tsv").read_text().splitlines()]
     manifest = load_stage(out, "w2v")
     assert manifest["config"]["vectors"] == "context" and manifest["stats"]["context"]["layer"] == layer
+    assert {"torch", "transformers"} <= set(manifest["libraries"])  # it ran the model
     # Recompute "tachycardia" independently: one sentence at a time, its first `cap` occurrences.
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
     model = AutoModel.from_pretrained(str(tiny_bert)).eval()

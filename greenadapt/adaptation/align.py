@@ -106,7 +106,9 @@ def run_align(
         # Only when they matter, so that the outputs of the plain paper method keep their fingerprints.
         config["method_options"] = recorded_options(chosen, method_options)
     inputs = [manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
-    libraries = ("numpy", "scipy", "safetensors", "tokenizers", "transformers")
+    from greenadapt.adaptation.vectors import weight_libraries
+
+    libraries = tuple(dict.fromkeys(("numpy", "scipy", "safetensors", "tokenizers", *weight_libraries(ref.path))))
     with StageRun(kinds.ALIGN, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None

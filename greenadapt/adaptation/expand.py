@@ -227,12 +227,12 @@ def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus:
 
 
 def _libraries(model_path: Path, method: InitMethod) -> tuple[str, ...]:
-    """The libraries whose versions the manifest records: those this run uses. torch reads a pickled
-    checkpoint, and a method that reads the corpus runs the model with torch and transformers."""
-    from greenadapt.adaptation.vectors import checkpoint_files
+    """The libraries whose versions the manifest records: those this run uses (a method that reads the
+    corpus runs the model with torch and transformers)."""
+    from greenadapt.adaptation.vectors import weight_libraries
 
-    torch = method.reads_corpus or checkpoint_files(model_path)[0] == "bin"
-    return ("numpy", "safetensors", "tokenizers", *(("torch", "transformers") if torch else ()))
+    model = ("torch", "transformers") if method.reads_corpus else ()
+    return tuple(dict.fromkeys(("numpy", "safetensors", "tokenizers", *weight_libraries(model_path), *model)))
 
 
 def _config(ref: Any, align_dir: Path, align_manifest: Manifest, fitted: InitMethod, *, max_new: int | None, min_count: int, seed: int) -> dict[str, Any]:

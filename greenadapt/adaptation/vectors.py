@@ -360,6 +360,13 @@ def write_counts(path: str | os.PathLike[str], counts: Sequence[tuple[str, int]]
 # The model's input embedding matrix
 
 
+def weight_libraries(model_path: Path) -> tuple[str, ...]:
+    """The libraries reading ``model_path``'s weights takes, for a manifest: torch only for a pickled ``.bin``,
+    torch and transformers for a layout only transformers reads."""
+    kind, _ = checkpoint_files(model_path)
+    return ("safetensors",) if kind == "safetensors" else ("torch",) if kind == "bin" else ("torch", "transformers")
+
+
 def checkpoint_files(model_path: Path) -> tuple[str, list[Path]]:
     """The weight files of a model folder: ``("safetensors"|"bin", files)``; ``("", [])`` if none we read."""
     for kind, single, index in (

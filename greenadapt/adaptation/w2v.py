@@ -182,8 +182,7 @@ def run_w2v(
     inputs = source_identities(sources)
     # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
     sweep_stale_temporaries(root / "cache" / "pretok")
-    libraries = ("gensim", "numpy", "tokenizers", "transformers")
-    with StageRun(kinds.W2V, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
+    with StageRun(kinds.W2V, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(options)) as run:
         if run.skipped:
             assert run.manifest is not None
             return StageOutcome(run.out, run.manifest, skipped=True, skip_reason=run.skip_reason)
@@ -211,6 +210,12 @@ def run_w2v(
         manifest = run.commit(stats=stats)
     log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({options.source})" if options.vectors else " counted (no vectors)", run.out)
     return StageOutcome(run.out, manifest, skipped=False)
+
+
+def _libraries(options: W2VOptions) -> tuple[str, ...]:
+    """The libraries the manifest records: word vectors from the model's own hidden states (``--source
+    context``) run it with torch and transformers; word2vec reads the model's tokenizer with tokenizers alone."""
+    return ("gensim", "numpy", "tokenizers", *(("torch", "transformers") if options.source == "context" else ()))
 
 
 def _import_gensim_beside(options: W2VOptions) -> None:
