@@ -264,8 +264,8 @@ def discard_checkpoints(folder: Path) -> None:
 
     A kill inside ``shutil.rmtree`` stops it between two files: the checkpoint
     it was deleting would stay visible without its manifest, or with a manifest
-    whose files are gone (seen in the kill test after a finished finetune's
-    clean-up). Each checkpoint is first renamed to a hidden temporary, which
+    whose files are gone (seen in the kill test: ``ckpt-000008`` without its
+    manifest). Each checkpoint is first renamed to a hidden temporary, which
     the next save or clean-up removes.
     """
     for checkpoint in [*folder.glob("ckpt-*"), *folder.glob("seed-*/ckpt-*")]:
