@@ -386,9 +386,9 @@ def _rmtree_killed_after_one_file(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def killed(path: str | os.PathLike[str], ignore_errors: bool = False) -> None:
         # The worst first file to lose: a checkpoint's manifest (rmtree's order is the directory's).
-        for manifest in sorted(Path(path).rglob(CHECKPOINT_MANIFEST)):
-            manifest.unlink()
-            raise _Killed
+        manifests = sorted(Path(path).rglob(CHECKPOINT_MANIFEST))
+        if manifests:
+            manifests[0].unlink()
         raise _Killed
 
     monkeypatch.setattr(shutil, "rmtree", killed)

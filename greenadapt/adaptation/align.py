@@ -108,7 +108,7 @@ def run_align(
     inputs = [manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
     from greenadapt.adaptation.vectors import weight_libraries
 
-    libraries = tuple(dict.fromkeys(("numpy", "scipy", "safetensors", "tokenizers", *weight_libraries(ref.path))))
+    libraries = ("numpy", "scipy", "safetensors", "tokenizers", *weight_libraries(ref.path))
     with StageRun(kinds.ALIGN, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
         if run.skipped:
             assert run.manifest is not None

@@ -228,11 +228,11 @@ def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus:
 
 def _libraries(model_path: Path, method: InitMethod) -> tuple[str, ...]:
     """The libraries whose versions the manifest records: those this run uses (a method that reads the
-    corpus runs the model with torch and transformers)."""
+    corpus runs the model with torch and transformers, all that reading any weights may take besides)."""
     from greenadapt.adaptation.vectors import weight_libraries
 
-    model = ("torch", "transformers") if method.reads_corpus else ()
-    return tuple(dict.fromkeys(("numpy", "safetensors", "tokenizers", *weight_libraries(model_path), *model)))
+    model = ("torch", "transformers") if method.reads_corpus else weight_libraries(model_path)
+    return ("numpy", "safetensors", "tokenizers", *model)
 
 
 def _config(ref: Any, align_dir: Path, align_manifest: Manifest, fitted: InitMethod, *, max_new: int | None, min_count: int, seed: int) -> dict[str, Any]:

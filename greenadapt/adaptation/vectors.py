@@ -361,10 +361,10 @@ def write_counts(path: str | os.PathLike[str], counts: Sequence[tuple[str, int]]
 
 
 def weight_libraries(model_path: Path) -> tuple[str, ...]:
-    """The libraries reading ``model_path``'s weights takes, for a manifest: torch only for a pickled ``.bin``,
-    torch and transformers for a layout only transformers reads."""
+    """The libraries beside safetensors that reading ``model_path``'s weights takes, for a manifest: torch for a
+    pickled ``.bin``, torch and transformers for a layout only transformers reads, none for safetensors."""
     kind, _ = checkpoint_files(model_path)
-    return ("safetensors",) if kind == "safetensors" else ("torch",) if kind == "bin" else ("torch", "transformers")
+    return () if kind == "safetensors" else ("torch",) if kind == "bin" else ("torch", "transformers")
 
 
 def checkpoint_files(model_path: Path) -> tuple[str, list[Path]]:

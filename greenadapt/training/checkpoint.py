@@ -268,9 +268,16 @@ def discard_checkpoints(folder: Path) -> None:
     manifest). Each checkpoint is first renamed to a hidden temporary, which
     the next save or clean-up removes.
     """
-    for checkpoint in [*folder.glob("ckpt-*"), *folder.glob("seed-*/ckpt-*")]:
-        _hide(checkpoint)
+    for place in checkpoint_places(folder):
+        for checkpoint in place.glob("ckpt-*"):
+            _hide(checkpoint)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def checkpoint_places(folder: Path) -> list[Path]:
+    """The folders of a run's checkpoints folder that hold ``ckpt-*``: pretrain keeps them in the folder itself,
+    finetune one subfolder per seed."""
+    return [folder, *sorted(folder.glob("seed-*"))] if folder.is_dir() else []
 
 
 def _remove_checkpoint(checkpoint: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from greenadapt.artifacts.manifest import fingerprint
 from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.errors import StageError
-from greenadapt.training.checkpoint import Checkpointing, StopSignal, discard_checkpoints, latest_checkpoint
+from greenadapt.training.checkpoint import Checkpointing, StopSignal, checkpoint_places, discard_checkpoints, latest_checkpoint
 from greenadapt.training.distributed import DistContext, init_distributed
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,7 @@ def training_stage(
 
 
 def _latest_checkpoints(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
-    # pretrain keeps them in the folder itself, finetune one subfolder per seed.
-    places = [folder, *sorted(folder.glob("seed-*"))] if folder.is_dir() else []
-    return [found for found in (latest_checkpoint(place) for place in places) if found is not None]
+    return [found for found in (latest_checkpoint(place) for place in checkpoint_places(folder)) if found is not None]
 
 
 def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool) -> None:
