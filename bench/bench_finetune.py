@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import logging
 import statistics
 import tempfile
@@ -41,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "ner" / "NCBI-disease" / "train.tsv"
+# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
+SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
+DEFAULT_DATA = SHARED_DATA / "ner" / "NCBI-disease" / "train.tsv"
 
 
 def make_expanded(base: Path, words: list[list[str]], n_new: int, folder: Path) -> Path:

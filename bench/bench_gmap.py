@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import logging
 import random
 import statistics
@@ -40,7 +41,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-CHEMPROT = REPO.parent / "shared" / "data" / "classification" / "chemprot"
+# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
+SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
+CHEMPROT = SHARED_DATA / "classification" / "chemprot"
 
 
 def subset(source: Path, n: int, seed: int, folder: Path, labels: set[str] | None = None) -> Path:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import logging
 import random
 import tempfile
@@ -34,7 +35,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data"
+# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
+SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
+DATA = SHARED_DATA
 
 # name, type, train, dev, reader/scoring keys
 TASKS = [

@@ -49,6 +49,7 @@ import argparse
 import functools
 import gzip
 import json
+import os
 import logging
 import statistics
 import sys
@@ -57,7 +58,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data"
+# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
+SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
+DATA = SHARED_DATA
 CORPUS = DATA / "corpora" / "biomed-10m.txt.gz"
 RTE = DATA / "glue" / "RTE" / "train.tsv"
 

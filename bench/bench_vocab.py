@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import logging
 import statistics
 import tempfile
@@ -29,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "ner" / "NCBI-disease" / "train.tsv"
+# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
+SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
+DEFAULT_DATA = SHARED_DATA / "ner" / "NCBI-disease" / "train.tsv"
 
 
 def expanded_copy(base: Path, n_new: int, folder: Path) -> Path:

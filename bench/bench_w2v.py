@@ -41,8 +41,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
+SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 sys.path.insert(0, str(REPO))
-SHARED_CORPUS = REPO.parent / "shared" / "data" / "corpora" / "biomed-10m.txt.gz"
+SHARED_CORPUS = SHARED_DATA / "corpora" / "biomed-10m.txt.gz"
 
 
 def main() -> None:

@@ -199,3 +199,40 @@ def test_the_same_option_has_the_same_name_in_every_command() -> None:
         assert not {"batch", "bs", "batchsize"} & set(flags), name
         if "device" in flags:
             assert flags["device"] == {"--device"}, name
+
+
+# typer before 0.28 hands click's own parameter types (and has no ``type_descriptor``); both must read the same.
+
+@pytest.mark.parametrize(("make_type", "metavar"), [
+    (lambda click: click.INT, "N"),
+    (lambda click: click.IntRange(min=1), "N"),
+    (lambda click: click.FLOAT, "FLOAT"),
+    (lambda click: click.STRING, "TEXT"),
+    (lambda click: click.Path(), "PATH"),
+    (lambda click: type("TyperPath", (click.ParamType,), {"name": "path"})(), "PATH"),
+    (lambda click: click.Choice(["a", "b"]), None),
+    (lambda click: click.UUID, "VALUE"),
+])
+def test_a_click_typed_parameter_gets_the_same_human_metavar(make_type, metavar) -> None:  # type: ignore[no-untyped-def]
+    import click
+
+    from greenadapt.cli.help import metavar_for
+
+    assert metavar_for(click.Option(["--value"], type=make_type(click))) == metavar
+    assert metavar_for(click.Option(["--switch"], is_flag=True)) == ""
+
+
+def test_a_click_typed_argument_shows_no_type_beside_its_metavar() -> None:
+    import click
+
+    from greenadapt.cli.help import dress
+
+    argument = click.Argument(["path"], type=click.STRING, metavar="PATH")
+    option = click.Option(["--epochs"], type=click.INT)
+    option.rich_help_panel = None  # typer's options carry one; dress fills it
+    group = click.Group("greenadapt", commands=[click.Command("info", params=[argument, option])])
+    dress(group)
+    context = click.Context(group.commands["info"])
+    assert argument.type.get_metavar(param=argument, ctx=context) == ""  # older typer shows <text> otherwise
+    assert click.STRING.get_metavar(param=option, ctx=context) is None  # click's shared STRING is left alone
+    assert option.metavar == "N" and option.rich_help_panel == "Training"

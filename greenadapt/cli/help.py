@@ -7,6 +7,7 @@ that every option of every command has a panel and no Python type shows.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 INPUT_OUTPUT = "Input and output"
@@ -78,18 +79,34 @@ def complete_method(incomplete: str) -> list[str]:
 _COMPLETIONS = {"corpus": complete_corpus, "task": complete_task, "method": complete_method}
 
 
+# A click parameter type's class (or a base of it) -> the metavar; typer before 0.28 hands click types.
+_METAVAR_OF_CLICK_TYPE = {
+    "Choice": None, "BoolParamType": None, "Path": "PATH", "TyperPath": "PATH", "File": "PATH",
+    "IntParamType": "N", "FloatParamType": "FLOAT", "StringParamType": "TEXT",
+}
+_METAVAR_OF_ANNOTATION = {"int": "N", "float": "FLOAT", "str": "TEXT", "Path": "PATH", "bool": None}
+
+
 def metavar_for(param: Any) -> str | None:
-    """A human metavar from the parameter's type (None: keep what it declared, or a choice list)."""
-    desc = param.type_descriptor
+    """A human metavar from the parameter's type (None: keep what it declared, or a choice list).
+
+    typer 0.28 and later describe a parameter by its annotation (``type_descriptor``); earlier
+    releases by a click type, so both are read: ``pyproject.toml`` allows either.
+    """
     if getattr(param, "is_flag", False):
         return ""  # a switch takes no value
-    if desc.is_choice:
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None:
+        for kind in type(param.type).__mro__:
+            if kind.__name__ in _METAVAR_OF_CLICK_TYPE:
+                return _METAVAR_OF_CLICK_TYPE[kind.__name__]
+        return "VALUE"
+    if descriptor.is_choice:
         return None
-    if desc.is_path:
+    if descriptor.is_path:
         return "PATH"
-    annotation = param.bare_type()
-    element = annotation.removeprefix("list[").removesuffix("]")
-    return {"int": "N", "float": "FLOAT", "str": "TEXT", "Path": "PATH", "bool": None}.get(element, "VALUE")
+    element = param.bare_type().removeprefix("list[").removesuffix("]")
+    return _METAVAR_OF_ANNOTATION.get(element, "VALUE")
 
 
 def _shell_complete(complete: Any) -> Any:
@@ -101,6 +118,13 @@ def _shell_complete(complete: Any) -> Any:
 
 def _no_type(ctx: Any) -> str:
     return ""
+
+
+def _without_metavar(kind: Any) -> Any:
+    """A copy of a click type whose metavar is empty (a copy: click shares one STRING, INT, ... everywhere)."""
+    quiet = copy.copy(kind)
+    quiet.get_metavar = lambda param, ctx=None: ""
+    return quiet
 
 
 def _with_dressed_help(get_help_option: Any, panel: str | None = RUN_CONTROL) -> Any:
@@ -127,7 +151,10 @@ def dress(group: Any) -> Any:
             if param.name in _COMPLETIONS and name != "multitask":  # multitask's --task is a spec, not a name
                 param._custom_shell_complete = _shell_complete(_COMPLETIONS[param.name])
             if getattr(param, "param_type_name", "") == "argument":
-                param.display_type_rich = _no_type  # its metavar (INPUT, RUN, PATH) already says what it takes
+                # its metavar (INPUT, RUN, PATH) already says what it takes: no type column beside it
+                param.display_type_rich = _no_type
+                if not hasattr(type(param), "display_type_rich"):  # typer before 0.28 asks the click type
+                    param.type = _without_metavar(param.type)
             if getattr(param, "param_type_name", "") == "option" and param.name != "help":
                 param.rich_help_panel = param.rich_help_panel or PANELS.get(param.name)
         command.get_help_option = _with_dressed_help(command.get_help_option)
