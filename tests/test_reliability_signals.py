@@ -346,3 +346,38 @@ def test_a_stop_signal_while_main_writes_its_last_line_ends_as_that_signal(tmp_p
     result = subprocess.run([sys.executable, "-c", SIGNAL_AT, sig, "last line", *FAILING], capture_output=True,
                             text=True, env=ENV, cwd=tmp_path, timeout=120)
     assert (result.returncode, result.stderr) == (code, line)
+
+
+TWO_SIGNALS = textwrap.dedent(
+    """
+    import os, signal, sys
+    import greenadapt.cli as cli
+
+    first, second = getattr(signal, sys.argv[1]), getattr(signal, sys.argv[2])
+    command, fail = cli.command, cli._fail
+
+    def stopped_as_it_starts(*args):
+        os.kill(os.getpid(), first)
+        return command(*args)
+
+    def second_while_the_first_ones_line_is_written(*args):
+        cli._fail = fail  # once
+        os.kill(os.getpid(), second)
+        return fail(*args)
+
+    cli.command, cli._fail = stopped_as_it_starts, second_while_the_first_ones_line_is_written
+    sys.argv = ["greenadapt", "--version"]
+    cli.entry_point()
+    """
+)
+
+
+@pytest.mark.parametrize(("first", "second", "code", "line"), [
+    ("SIGINT", "SIGTERM", EXIT_INTERRUPTED, "interrupted: nothing was left half-written; rerun to continue\n"),
+    ("SIGTERM", "SIGINT", EXIT_TERMINATED, "terminated by SIGTERM: nothing was left half-written; rerun to continue\n"),
+], ids=["SIGINT-then-SIGTERM", "SIGTERM-then-SIGINT"])
+def test_a_second_stop_signal_while_the_first_ones_line_is_written_changes_nothing(
+        tmp_path: Path, first: str, second: str, code: int, line: str) -> None:
+    result = subprocess.run([sys.executable, "-c", TWO_SIGNALS, first, second], capture_output=True, text=True,
+                            env=ENV, cwd=tmp_path, timeout=120)
+    assert (result.returncode, result.stderr, result.stdout) == (code, line, "")

@@ -118,6 +118,7 @@ def main() -> None:
         Terminated,
     )
 
+    global _EXITING
     debug = os.environ.get("GREENADAPT_DEBUG", "") not in ("", "0")
     _stop_on_signals()
     try:
@@ -129,8 +130,10 @@ def main() -> None:
             raise
         _fail(f"error: {exc.one_line()}", exc.exit_code)
     except KeyboardInterrupt:
+        _EXITING = True  # the first stop signal says how the run ends; one during its line is only recorded
         _fail_for_signal(signal.SIGINT)
     except Terminated:
+        _EXITING = True
         _fail_for_signal(signal.SIGTERM)
     except MemoryError:
         if debug:
@@ -190,8 +193,10 @@ def entry_point() -> None:
         # A stop signal that lands once main knows how it ends (while it writes its last line, say) is raised
         # outside main's own handlers: it ends the run as that signal, not as a traceback.
         except Terminated:
+            _EXITING = True
             _fail_for_signal(signal.SIGTERM)
         except KeyboardInterrupt:
+            _EXITING = True
             _fail_for_signal(signal.SIGINT)
     except SystemExit as exc:
         # First, before any call: Python runs signal handlers only at calls and loops, so none runs between
@@ -232,6 +237,13 @@ _EXITING = False  # the program knows its exit status and every result is writte
 
 
 def _fail_for_signal(signum: int) -> None:
+    """End the run as stopped by ``signum``: its one line and exit code; a later stop signal is only recorded.
+
+    Callers set ``_EXITING`` themselves where they can before any call (see :func:`entry_point`); this sets it
+    again for the paths that reach here otherwise.
+    """
+    global _EXITING
+    _EXITING = True
     from greenadapt.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
     if signum == signal.SIGTERM:
