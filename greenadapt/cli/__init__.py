@@ -64,7 +64,8 @@ def _root(
 
 # The root options that take a value (every one of _root's but the flags): the word after one is its value, not the command.
 ROOT_OPTIONS_WITH_VALUE = frozenset(
-    name for p in inspect.signature(_root).parameters.values() if p.annotation != "bool" for name in p.default.param_decls
+    name for p in inspect.signature(_root).parameters.values() if p.annotation not in ("bool", bool)  # a string
+    for name in p.default.param_decls  # under `from __future__ import annotations`, the type without it
 )
 
 
