@@ -10,7 +10,8 @@ neighbours), and prints one line per test::
     tests/test_x.py::test_y: 30 passed, 0 failed
 
 Failed runs keep their output under ``--logs`` (default ``loop-logs/``).
-Exit status: 0 when every run of every test passed, 1 otherwise.
+Exit status: 0 when every run of every test passed, 1 otherwise; stopped (Ctrl-C
+or SIGTERM), it prints the counts of the runs that finished and exits 130.
 
     python tests/loop_tests.py -n 30 tests/test_reliability_ddp.py::test_two_rank_pretrain_resume_matches_an_uninterrupted_run
     python tests/loop_tests.py -n 30 --whole-file tests/test_reliability_signals.py
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -142,6 +144,27 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     groups = sorted({test.split("::")[0] for test in ids}) if args.whole_file else ids
     counts: dict[str, Counter[str]] = {test: Counter() for test in ids}
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        _loop(groups, ids, counts, args, extra)
+    except KeyboardInterrupt:
+        # A loop of hours is often cut short: say what the runs that finished found (the one under way is not counted).
+        print("loop_tests: stopped; the counts of the runs that finished:", file=sys.stderr, flush=True)
+        for test in ids:
+            print(f"{test}: {_summary(counts[test])}")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    for test in ids:
+        print(f"{test}: {_summary(counts[test])}")
+    return 1 if any(_failures(counts[test]) for test in ids) else 0
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _loop(groups: list[str], ids: list[str], counts: dict[str, Counter[str]], args: argparse.Namespace, extra: list[str]) -> None:
     started = time.monotonic()
     for group in groups:
         for run in range(1, args.runs + 1):
@@ -161,9 +184,6 @@ def main(argv: list[str] | None = None) -> int:
             if test.startswith(group):
                 print(f"  {test}: {_summary(counts[test])}", file=sys.stderr, flush=True)
         print(f"  done {group} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-    for test in ids:
-        print(f"{test}: {_summary(counts[test])}")
-    return 1 if any(_failures(counts[test]) for test in ids) else 0
 
 
 def _failures(count: Counter[str]) -> int:
