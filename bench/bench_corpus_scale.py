@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+from shared_data import SHARED_DATA
+
 REPO = Path(__file__).resolve().parent.parent
-# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
-SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 SHARED_CORPUS = SHARED_DATA / "corpora" / "biomed-10m.txt.gz"
 SIZES = {"10M": 10_000_000, "100M": 100_000_000, "1B": 1_000_000_000}
 

@@ -41,9 +41,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from shared_data import SHARED_DATA
+
 REPO = Path(__file__).resolve().parent.parent
-# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
-SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 sys.path.insert(0, str(REPO))
 SHARED_CORPUS = SHARED_DATA / "corpora" / "biomed-10m.txt.gz"
 SAMPLE_CORPUS = REPO / "corpora" / "sample.txt.gz"

@@ -27,17 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import logging
 import random
 import tempfile
 import time
 from pathlib import Path
 
+from shared_data import SHARED_DATA as DATA
+
 REPO = Path(__file__).resolve().parent.parent
-# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
-SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
-DATA = SHARED_DATA
 
 # name, type, train, dev, reader/scoring keys
 TASKS = [

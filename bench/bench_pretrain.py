@@ -49,7 +49,6 @@ import argparse
 import functools
 import gzip
 import json
-import os
 import logging
 import statistics
 import sys
@@ -57,10 +56,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from shared_data import SHARED_DATA as DATA
+
 REPO = Path(__file__).resolve().parent.parent
-# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
-SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
-DATA = SHARED_DATA
 CORPUS = DATA / "corpora" / "biomed-10m.txt.gz"
 RTE = DATA / "glue" / "RTE" / "train.tsv"
 

@@ -47,8 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from shared_data import SHARED_DATA as SHARED
+
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 COVID_QA = SHARED / "qa" / "covid-qa-200423.json"
 SEED = 0
 

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import logging
 import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from shared_data import SHARED_DATA
+
 REPO = Path(__file__).resolve().parent.parent
-# the data sets beside the checkout (../shared/data) unless GREENADAPT_SHARED_DATA names another folder
-SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 DEFAULT_DATA = SHARED_DATA / "ner" / "NCBI-disease" / "train.tsv"
 
 

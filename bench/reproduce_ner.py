@@ -68,8 +68,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared_data import SHARED_DATA as SHARED
+
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 # Initialisation-method variants: (align --method, extra align options); each aligned on the same word2vec
 # vectors as "green" (the paper's lstsq) into align-<variant>/ and expand-<variant>/, with green's new words
 # (expand --min-count 1), except those of DEFAULT_WORDS, which take expand's default (min-count 20): distill

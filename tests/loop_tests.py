@@ -145,19 +145,18 @@ def main(argv: list[str] | None = None) -> int:
     groups = sorted({test.split("::")[0] for test in ids}) if args.whole_file else ids
     counts: dict[str, Counter[str]] = {test: Counter() for test in ids}
     previous = signal.signal(signal.SIGTERM, _stop)
+    stopped = False
     try:
         _loop(groups, ids, counts, args, extra)
     except KeyboardInterrupt:
         # A loop of hours is often cut short: say what the runs that finished found (the one under way is not counted).
+        stopped = True
         print("loop_tests: stopped; the counts of the runs that finished:", file=sys.stderr, flush=True)
-        for test in ids:
-            print(f"{test}: {_summary(counts[test])}")
-        return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
     for test in ids:
         print(f"{test}: {_summary(counts[test])}")
-    return 1 if any(_failures(counts[test]) for test in ids) else 0
+    return 130 if stopped else 1 if any(_failures(counts[test]) for test in ids) else 0
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -63,9 +63,10 @@ def _root(
 
 
 # The root options that take a value (every one of _root's but the flags): the word after one is its value, not the command.
+# An annotation is the string "bool" under `from __future__ import annotations`, the type bool without it.
 ROOT_OPTIONS_WITH_VALUE = frozenset(
-    name for p in inspect.signature(_root).parameters.values() if p.annotation not in ("bool", bool)  # a string
-    for name in p.default.param_decls  # under `from __future__ import annotations`, the type without it
+    name for p in inspect.signature(_root).parameters.values() if p.annotation not in ("bool", bool)
+    for name in p.default.param_decls
 )
 
 

@@ -152,8 +152,9 @@ def dress(group: Any) -> Any:
                 param._custom_shell_complete = _shell_complete(_COMPLETIONS[param.name])
             if getattr(param, "param_type_name", "") == "argument":
                 # its metavar (INPUT, RUN, PATH) already says what it takes: no type column beside it
-                param.display_type_rich = _no_type
-                if not hasattr(type(param), "display_type_rich"):  # typer before 0.28 asks the click type
+                if hasattr(type(param), "display_type_rich"):
+                    param.display_type_rich = _no_type
+                else:  # typer before 0.28 asks the click type
                     param.type = _without_metavar(param.type)
             if getattr(param, "param_type_name", "") == "option" and param.name != "help":
                 param.rich_help_panel = param.rich_help_panel or PANELS.get(param.name)
