@@ -381,3 +381,109 @@ def test_a_second_stop_signal_while_the_first_ones_line_is_written_changes_nothi
     result = subprocess.run([sys.executable, "-c", TWO_SIGNALS, first, second], capture_output=True, text=True,
                             env=ENV, cwd=tmp_path, timeout=120)
     assert (result.returncode, result.stderr, result.stdout) == (code, line, "")
+
+
+# The stop signal lands in importlib's module-lock callback, after it took the global import lock and before the
+# `try` that gives it back (traced to that instruction). Then a thread imports and the main thread waits for it,
+# as `w2v` waits for its gensim import. Raised there, the exception was swallowed ("Exception ignored in ... cb"),
+# the lock stayed held and the process hung for good (once in about a thousand kills of the kill test's w2v).
+STOPPED_INSIDE_IMPORTLIB = textwrap.dedent(
+    """
+    import _imp, os, signal, sys, threading, time
+    import greenadapt.cli as cli
+    from greenadapt.training.checkpoint import Preempted, StopSignal
+
+    sig, handler = getattr(signal, sys.argv[1]), sys.argv[2]
+    fired = []
+
+    def opcodes(frame, event, arg):
+        if event == "opcode" and not fired and _imp.lock_held():
+            fired.append(frame.f_lasti)
+            os.kill(os.getpid(), sig)
+        return opcodes
+
+    def calls(frame, event, arg):
+        if frame.f_code.co_name == "cb" and frame.f_code.co_filename.startswith("<frozen importlib"):
+            frame.f_trace_opcodes = True
+            return opcodes
+        return None
+
+    def stopped_inside_importlib(*args):
+        sys.settrace(calls)
+        import fresh_a
+        sys.settrace(None)
+        assert fired, "importlib's module-lock callback was never traced"
+        beside = threading.Thread(target=__import__, args=("fresh_b",), daemon=True)
+        beside.start()
+        beside.join()
+        time.sleep(30)  # the stop must come before this ends
+        print("the stop signal was lost")
+        return command(*args)
+
+    command = cli.command
+    if handler == "cli":
+        cli.command = stopped_inside_importlib
+        sys.argv = ["greenadapt", "--version"]
+        cli.entry_point()
+    try:
+        with StopSignal():  # finetune's SIGTERM handler before training starts
+            stopped_inside_importlib()
+    except Preempted as exc:
+        sys.exit(f"{exc.one_line()}")
+    """
+)
+
+
+@pytest.mark.parametrize(("sig", "handler", "code", "line"), [
+    ("SIGINT", "cli", EXIT_INTERRUPTED, "interrupted: nothing was left half-written; rerun to continue"),
+    ("SIGTERM", "cli", EXIT_TERMINATED, "terminated by SIGTERM: nothing was left half-written; rerun to continue"),
+    ("SIGTERM", "finetune", 1, "stopped by SIGTERM before training started; nothing to save yet (rerun the same command)"),
+], ids=["SIGINT", "SIGTERM", "SIGTERM-finetune"])
+def test_a_stop_signal_inside_importlibs_bookkeeping_stops_the_run_and_leaves_imports_working(
+        tmp_path: Path, sig: str, handler: str, code: int, line: str) -> None:
+    for name in ("fresh_a", "fresh_b"):
+        (tmp_path / f"{name}.py").write_text("")
+    try:
+        result = subprocess.run([sys.executable, "-c", STOPPED_INSIDE_IMPORTLIB, sig, handler], capture_output=True,
+                                text=True, env=ENV, cwd=tmp_path, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the process hung: the signal's exception left importlib's lock held and a thread's import waits on it")
+    assert (result.returncode, result.stderr, result.stdout) == (code, line + "\n", "")
+
+
+# A stop signal while the main thread is inside an import for long: a module whose own code runs on, or a wait for
+# a module another thread is importing. The stop waits for importlib only so long (greenadapt/machine/stop_signals.py).
+STOPPED_DURING_A_LONG_IMPORT = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    import greenadapt.cli as cli
+
+    where = sys.argv[1]
+
+    def stopped_during_a_long_import(*args):
+        if where == "own-code":
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            import runs_on
+        else:
+            threading.Thread(target=__import__, args=("runs_on",), daemon=True).start()
+            time.sleep(0.2)
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            import runs_on  # waits for the other thread's import, which does not end
+        print("the stop signal was lost")
+        return command(*args)
+
+    command = cli.command
+    cli.command = stopped_during_a_long_import
+    sys.argv = ["greenadapt", "--version"]
+    cli.entry_point()
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["own-code", "another-threads-import"])
+def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, where: str) -> None:
+    (tmp_path / "runs_on.py").write_text("import time\nfor _ in range(6000):\n    time.sleep(0.01)\n")
+    result = subprocess.run([sys.executable, "-c", STOPPED_DURING_A_LONG_IMPORT, where], capture_output=True, text=True,
+                            env=ENV, cwd=tmp_path, timeout=120)
+    assert (result.returncode, result.stderr, result.stdout) == (
+        EXIT_INTERRUPTED, "interrupted: nothing was left half-written; rerun to continue\n", "")

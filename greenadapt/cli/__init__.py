@@ -12,6 +12,7 @@ import inspect
 import os
 import signal
 import sys
+from types import FrameType
 from typing import Any
 
 import typer
@@ -174,16 +175,13 @@ def main() -> None:
 def entry_point() -> None:
     """The ``greenadapt`` program (console script and ``python -m greenadapt``): :func:`main`, then an exit that cannot hang.
 
-    A stop signal raises its exception wherever the main thread is, and that
-    can be inside importlib's own bookkeeping (seen: the weakref callback of
-    ``_get_module_lock``, between taking the global import lock and the
-    ``try`` that releases it). The main thread imports on, since that lock is
-    re-entrant, but any other thread that imports later waits forever, and
-    Python joins such threads at exit (codecarbon probes the hardware in an
-    executor that imports pandas): a run that had finished, or had stopped for
-    the signal, never ended. Once the exit status is known every result is
-    written, so the process ends within :data:`EXIT_DEADLINE_S` with that
-    status whatever its other threads do. :func:`main` alone, for a caller in
+    Python joins a library's non-daemon threads at exit, and one that waits
+    forever keeps a finished run from ending (seen: codecarbon's executor
+    importing pandas after a stop signal's exception, raised inside
+    importlib's bookkeeping, had kept the import lock; the handlers no longer
+    raise there, :mod:`greenadapt.machine.stop_signals`). Once the exit status
+    is known every result is written, so the process ends within
+    :data:`EXIT_DEADLINE_S` with that status whatever its other threads do. :func:`main` alone, for a caller in
     the same process, leaves the process alone.
     """
     global _EXITING
@@ -260,27 +258,36 @@ def _stop_on_signals() -> None:
     (a stage folder is renamed into place whole), but nothing is said and a
     temporary folder is left for the next run. A second SIGTERM during the
     cleanup takes the default action. ``finetune`` replaces this handler
-    while it trains (checkpoint, exit 99).
+    while it trains (checkpoint, exit 99). Neither raises inside importlib's
+    bookkeeping, where the exception would be lost and the import lock kept
+    (:mod:`greenadapt.machine.stop_signals`).
     """
     import threading
 
     from greenadapt.errors import Terminated
+    from greenadapt.machine.stop_signals import raise_when_safe
 
     if threading.current_thread() is not threading.main_thread():
         return
 
-    def terminated(signum: int, frame: object) -> None:
-        _STOP_SIGNALS.append(signum)
+    def terminate() -> BaseException | None:
         if _EXITING:
-            return
+            return None
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated
+        return Terminated()
 
-    def interrupted(signum: int, frame: object) -> None:
+    def interrupt() -> BaseException | None:
+        return None if _EXITING else KeyboardInterrupt()
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
         _STOP_SIGNALS.append(signum)
-        if _EXITING:
-            return
-        raise KeyboardInterrupt
+        if not _EXITING:
+            raise_when_safe(frame, terminate)
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        _STOP_SIGNALS.append(signum)
+        if not _EXITING:
+            raise_when_safe(frame, interrupt)
 
     signal.signal(signal.SIGTERM, terminated)
     # Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored when it started.

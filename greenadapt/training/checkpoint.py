@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from greenadapt.errors import EXIT_PREEMPTED, GreenAdaptError, StageError
+from greenadapt.machine.stop_signals import raise_when_safe
 from greenadapt.training.distributed import DistContext
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,9 @@ class StopSignal:
     """SIGTERM as a request to stop, honoured where nothing is lost.
 
     Until training starts there is nothing to save, so the handler raises
-    :class:`Preempted` at once (StageRun then removes the temporary output as
-    for any error). From the first training step on (:meth:`defer`) it only
+    :class:`Preempted` at once, or as soon as the main thread is out of
+    importlib (:mod:`greenadapt.machine.stop_signals`); StageRun then removes
+    the temporary output as for any error. From the first training step on (:meth:`defer`) it only
     records the request: the loop saves a checkpoint before its next step and
     raises; a request that arrives after the last step lets the run finish
     evaluating and saving, which is shorter than training again.
@@ -85,7 +87,7 @@ class StopSignal:
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = True
         if not self._deferred:
-            raise self.stopped("before training started")
+            raise_when_safe(frame, lambda: None if self._deferred else self.stopped("before training started"))
 
     def stopped(self, when: str, saved: Path | None = None) -> Preempted:
         resume = "rerun the same command with --resume to continue"
