@@ -433,3 +433,23 @@ def test_a_kill_while_checkpoints_are_removed_leaves_each_one_whole_or_gone(tmp_
     assert _each_visible_checkpoint_is_whole(folder) == []
     discard_checkpoints(folder)  # the next run's clean-up
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("library", ["wraps-every-exception", "turns-any-exception-into-its-own"])
+def test_sigterm_before_training_inside_a_library_still_ends_as_preempted(library: str) -> None:
+    """Seen in the kill test's loop: a SIGTERM during transformers' lazy import of the model class ended as
+    "internal error: ModuleNotFoundError: Could not import module 'BertForTokenClassification'", exit 1."""
+    from greenadapt.training.checkpoint import Preempted, StopSignal
+
+    with pytest.raises(Preempted, match="before training started"), StopSignal():
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except Exception as exc:  # transformers' _LazyModule: any Exception of an import becomes ModuleNotFoundError
+            raise ModuleNotFoundError("Could not import module 'BertForTokenClassification'") from exc
+        except BaseException as exc:
+            if library == "turns-any-exception-into-its-own":  # torch's shape inference, seen with KeyboardInterrupt
+                raise ValueError("could not determine the shape of object type") from exc
+            raise
+    # Without a signal an error stays itself.
+    with pytest.raises(ValueError, match="a real error"), StopSignal():
+        raise ValueError("a real error")

@@ -41,6 +41,10 @@ class Preempted(GreenAdaptError):
     exit_code = EXIT_PREEMPTED
 
 
+class StopBeforeTraining(BaseException):
+    """SIGTERM before training, on its way out of library code to :meth:`StopSignal.__exit__`."""
+
+
 class StopSignal:
     """SIGTERM as a request to stop, honoured where nothing is lost.
 
@@ -67,10 +71,14 @@ class StopSignal:
             self._installed = True
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if self._installed:
             signal.signal(signal.SIGTERM, self._previous)
             self._installed = False
+        # Once SIGTERM has arrived before training, whatever ends the block is that stop: the handler's own
+        # exception, or what a library made of it (torch's shape inference turns any exception into a ValueError).
+        if exc is not None and self.received and not self._deferred and not isinstance(exc, Preempted):
+            raise self.stopped("before training started") from None
 
     def defer(self) -> None:
         self._deferred = True
@@ -87,7 +95,14 @@ class StopSignal:
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = True
         if not self._deferred:
-            raise_when_safe(frame, lambda: None if self._deferred else self.stopped("before training started"))
+            raise_when_safe(frame, self._stop_before_training)
+
+    def _stop_before_training(self) -> BaseException | None:
+        if self._deferred:
+            return None
+        # A BaseException on its way out, as KeyboardInterrupt is, so that no library's `except Exception` wraps
+        # it (transformers' lazy imports turn any Exception into ModuleNotFoundError); __exit__ makes it Preempted.
+        return StopBeforeTraining() if self._installed else self.stopped("before training started")
 
     def stopped(self, when: str, saved: Path | None = None) -> Preempted:
         resume = "rerun the same command with --resume to continue"
