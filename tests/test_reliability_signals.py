@@ -425,11 +425,12 @@ STOPPED_INSIDE_IMPORTLIB = textwrap.dedent(
         cli.command = stopped_inside_importlib
         sys.argv = ["greenadapt", "--version"]
         cli.entry_point()
-    try:
-        with StopSignal():  # finetune's SIGTERM handler before training starts
-            stopped_inside_importlib()
-    except Preempted as exc:
-        sys.exit(f"{exc.one_line()}")
+    else:
+        try:
+            with StopSignal():  # finetune's SIGTERM handler before training starts
+                stopped_inside_importlib()
+        except Preempted as exc:
+            sys.exit(exc.one_line())
     """
 )
 
@@ -459,16 +460,14 @@ STOPPED_DURING_A_LONG_IMPORT = textwrap.dedent(
     import greenadapt.cli as cli
 
     where = sys.argv[1]
+    importing = threading.Event()  # set by runs_on's first line
 
     def stopped_during_a_long_import(*args):
-        if where == "own-code":
-            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-            import runs_on
-        else:
+        if where == "another-threads-import":
             threading.Thread(target=__import__, args=("runs_on",), daemon=True).start()
-            time.sleep(0.2)
-            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-            import runs_on  # waits for the other thread's import, which does not end
+            importing.wait()
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        import runs_on  # own-code: runs its code; otherwise: waits for the other thread's import, which does not end
         print("the stop signal was lost")
         return command(*args)
 
@@ -482,7 +481,7 @@ STOPPED_DURING_A_LONG_IMPORT = textwrap.dedent(
 
 @pytest.mark.parametrize("where", ["own-code", "another-threads-import"])
 def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, where: str) -> None:
-    (tmp_path / "runs_on.py").write_text("import time\nfor _ in range(6000):\n    time.sleep(0.01)\n")
+    (tmp_path / "runs_on.py").write_text("import __main__, time\n__main__.importing.set()\nwhile True:\n    time.sleep(0.01)\n")
     result = subprocess.run([sys.executable, "-c", STOPPED_DURING_A_LONG_IMPORT, where], capture_output=True, text=True,
                             env=ENV, cwd=tmp_path, timeout=120)
     assert (result.returncode, result.stderr, result.stdout) == (

@@ -181,8 +181,9 @@ def entry_point() -> None:
     importlib's bookkeeping, had kept the import lock; the handlers no longer
     raise there, :mod:`greenadapt.machine.stop_signals`). Once the exit status
     is known every result is written, so the process ends within
-    :data:`EXIT_DEADLINE_S` with that status whatever its other threads do. :func:`main` alone, for a caller in
-    the same process, leaves the process alone.
+    :data:`EXIT_DEADLINE_S` with that status whatever its other threads do.
+    :func:`main` alone, for a caller in the same process, leaves the process
+    alone.
     """
     global _EXITING
     from greenadapt.errors import EXIT_INTERRUPTED, Terminated
@@ -279,22 +280,17 @@ def _stop_on_signals() -> None:
     def interrupt() -> BaseException | None:
         return None if _EXITING else KeyboardInterrupt()
 
-    def terminated(signum: int, frame: FrameType | None) -> None:
+    def stopped(signum: int, frame: FrameType | None) -> None:
         _STOP_SIGNALS.append(signum)
-        if not _EXITING:
-            raise_when_safe(frame, terminate)
+        if not _EXITING:  # checked again when the exception is made: it may wait for importlib
+            raise_when_safe(frame, terminate if signum == signal.SIGTERM else interrupt)
 
-    def interrupted(signum: int, frame: FrameType | None) -> None:
-        _STOP_SIGNALS.append(signum)
-        if not _EXITING:
-            raise_when_safe(frame, interrupt)
-
-    signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGTERM, stopped)
     # Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored when it started.
     # A shell without job control starts background jobs (`cmd &`, cron wrappers, CI runners)
     # with SIGINT ignored, and then a `kill -INT` or a Ctrl-C relayed by a wrapper was dropped
     # without a word and the stage ran on to "success". Every SIGINT sent to greenadapt stops it.
-    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGINT, stopped)
 
 
 def _usage_error_line(exc: Exception) -> str:
