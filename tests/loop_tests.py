@@ -167,17 +167,23 @@ def _loop(groups: list[str], ids: list[str], counts: dict[str, Counter[str]], ar
     started = time.monotonic()
     for group in groups:
         for run in range(1, args.runs + 1):
+            run_started = time.monotonic()
             outcomes, output, status = pytest_run([group], extra, args.timeout)
+            failed = 0
             for test in ids if args.whole_file else [group]:
                 if args.whole_file and not test.startswith(group + "::"):
                     continue
                 outcome = outcomes.get(junit_key(test), "MISSING")  # a crash or kill before the test reported
                 counts[test][outcome] += 1
                 if outcome not in ("PASSED", "SKIPPED", "XFAIL"):
+                    failed += 1
                     args.logs.mkdir(parents=True, exist_ok=True)
                     log = args.logs / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', test)}.run{run}.log"
                     log.write_text(f"exit status {status}\n{output}", encoding="utf-8")
                     print(f"  {test}: run {run} {outcome} (exit {status}; {log})", file=sys.stderr, flush=True)
+            # A line a run: a loop of hours shows how far it is and how long a run takes.
+            print(f"  run {run}/{args.runs} of {group}: {'ok' if not failed else f'{failed} failed'} "
+                  f"({time.monotonic() - run_started:.0f} s)", file=sys.stderr, flush=True)
         # Counts as each group ends, so a loop cut short still says what it ran.
         for test in ids if args.whole_file else [group]:
             if test.startswith(group):

@@ -31,7 +31,11 @@ def looped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-
 
 def test_each_run_is_counted_and_a_failed_run_keeps_its_output(looped, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     assert looped(["PASSED", "FAILED", "PASSED", "PASSED"], runs=4) == 1
-    assert capsys.readouterr().out == f"{TEST}: 3 passed, 1 failed\n"
+    captured = capsys.readouterr()
+    assert captured.out == f"{TEST}: 3 passed, 1 failed\n"
+    progress = [line.strip() for line in captured.err.splitlines() if line.startswith("  run ")]  # one line a run
+    assert [line.split(": ")[0] for line in progress] == [f"run {run}/4 of {TEST}" for run in range(1, 5)]
+    assert [line.split(": ")[1].split(" (")[0] for line in progress] == ["ok", "1 failed", "ok", "ok"]
     (log,) = (tmp_path / "logs").iterdir()
     assert "run2" in log.name and "output of a failed run" in log.read_text()
 
