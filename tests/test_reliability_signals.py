@@ -456,7 +456,7 @@ def test_a_stop_signal_inside_importlibs_bookkeeping_stops_the_run_and_leaves_im
 # a module another thread is importing. The stop waits for importlib only so long (greenadapt/machine/stop_signals.py).
 STOPPED_DURING_A_LONG_IMPORT = textwrap.dedent(
     """
-    import os, signal, sys, threading, time
+    import os, signal, sys, threading
     import greenadapt.cli as cli
 
     where = sys.argv[1]
