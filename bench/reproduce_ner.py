@@ -110,9 +110,9 @@ def selection_options(variant: str) -> tuple[str, ...] | None:
     match = SELECTION.fullmatch(variant)
     if match is None or variant == "green":
         return None
-    options: tuple[str, ...] = ()
-    if match["min"]:
-        options += ("--min-count", match["min"])
+    # Without -min<N> the words are green's own (min-count 1), not expand's default selection (min-count 20),
+    # which would make green-max20k the same 7,816 words as green-min20.
+    options: tuple[str, ...] = ("--min-count", match["min"] or "1")
     if match["max"]:
         options += ("--max-new", str(int(match["max"]) * 1000))
     return options
