@@ -71,6 +71,8 @@ from pathlib import Path
 from shared_data import SHARED_DATA as SHARED
 
 REPO = Path(__file__).resolve().parent.parent
+# green is the paper's setting: every word2vec word is a new word (expand's own default is min-count 20).
+GREEN_MIN_COUNT = "1"
 # Initialisation-method variants: (align --method, extra align options); each aligned on the same word2vec
 # vectors as "green" (the paper's lstsq) into align-<variant>/ and expand-<variant>/, with green's new words
 # (expand --min-count 1), except those of DEFAULT_WORDS, which take expand's default (min-count 20): distill
@@ -110,9 +112,9 @@ def selection_options(variant: str) -> tuple[str, ...] | None:
     match = SELECTION.fullmatch(variant)
     if match is None or variant == "green":
         return None
-    # Without -min<N> the words are green's own (min-count 1), not expand's default selection (min-count 20),
-    # which would make green-max20k the same 7,816 words as green-min20.
-    options: tuple[str, ...] = ("--min-count", match["min"] or "1")
+    # Without -min<N> the cap applies to green's words, not to expand's default selection (green-max20k would
+    # otherwise be green-min20's 7,816 words).
+    options: tuple[str, ...] = ("--min-count", match["min"] or GREEN_MIN_COUNT)
     if match["max"]:
         options += ("--max-new", str(int(match["max"]) * 1000))
     return options
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     # 1. adapt (w2v -> align -> expand); its JSON output names the adapted model folder.
     adapted = runner.run(
         ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"),
-         "--epochs", str(args.w2v_epochs), "--min-count", str(args.min_count), "--min-count-new", "1", "--seed", "1", "--json"],
+         "--epochs", str(args.w2v_epochs), "--min-count", str(args.min_count), "--min-count-new", GREEN_MIN_COUNT, "--seed", "1", "--json"],
         capture=True,
     )
     expand_dir = Path(json.loads(adapted)["model"]) if adapted else work / "work" / "CORPUS" / "MODEL" / "expand"
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         runner.run(["align", "--w2v", str(run_dir / "w2v"), "--model", model, "--method", method, *extra, "--seed", "1",
                     "--out", str(run_dir / f"align-{variant}")])
-        words = () if variant in DEFAULT_WORDS else ("--min-count", "1")
+        words = () if variant in DEFAULT_WORDS else ("--min-count", GREEN_MIN_COUNT)
         runner.run(["expand", "--align", str(run_dir / f"align-{variant}"), "--model", model, *words, "--seed", "1",
                     "--out", str(run_dir / f"expand-{variant}")])
         models[variant] = str(run_dir / f"expand-{variant}")
