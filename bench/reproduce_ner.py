@@ -75,7 +75,7 @@ REPO = Path(__file__).resolve().parent.parent
 GREEN_MIN_COUNT = "1"
 # Initialisation-method variants: (align --method, extra align options); each aligned on the same word2vec
 # vectors as "green" (the paper's lstsq) into align-<variant>/ and expand-<variant>/, with green's new words
-# (expand --min-count 1), except those of DEFAULT_WORDS, which take expand's default (min-count 20): distill
+# (GREEN_MIN_COUNT), except those of DEFAULT_WORDS, which take expand's default (min-count 20): distill
 # is compared on the new default's words, against green-min20 as well as green.
 METHOD_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "distill": ("distill", ()),
