@@ -26,3 +26,16 @@ def check_max_length(value: int) -> int:
     if value < MIN_MAX_LENGTH:
         raise UsageError(f"--max-length {value} is too short", hint=f"use at least {MIN_MAX_LENGTH} (BERT models take up to 512)")
     return value
+
+
+# The largest seed every random generator greenadapt seeds accepts (numpy's: 32 bits).
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(value: int, *, option: str = "--seed") -> int:
+    """``value``, or the one refusal every command gives for a seed numpy, torch and gensim cannot all take."""
+    from greenadapt.errors import UsageError
+
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise UsageError(f"{option} {value} is out of range", hint=f"a seed is a whole number from 0 to {MAX_SEED}")
+    return value

@@ -167,7 +167,7 @@ def test_compare_fine_tunes_every_model_on_every_seed_and_pairs_them(setup: dict
     code, as_json, _ = _cli([*args, "--json"], monkeypatch, capsys)
     assert json.loads(as_json)["pairs"][0]["differences"] == pair["differences"]
     # Another recipe in the same folder is refused, never paired with the runs of the old one.
-    code, _, err = _cli([*args, "--epochs", "2"], monkeypatch, capsys)
+    code, _, err = _cli([("2" if i and args[i - 1] == "--epochs" else a) for i, a in enumerate(args)], monkeypatch, capsys)
     assert code == 4 and "made with other inputs or options" in err and len(err.strip().splitlines()) == 1, err
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/seed-*/manifest.json")} == stamps
 

@@ -47,6 +47,16 @@ class ContextOptions:
     batch_lines: int = LINES_PER_BATCH
 
 
+def check_context_layer(options: ContextOptions, n_layers: int) -> int:
+    """The hidden-state index ``--context-layer`` names in an ``n_layers``-layer model (0: the embeddings), or the refusal."""
+    layer = options.layer if options.layer >= 0 else n_layers + 1 + options.layer
+    if not 0 <= layer <= n_layers:
+        from greenadapt.errors import UsageError
+
+        raise UsageError(f"--context-layer {options.layer} is not a layer of this {n_layers}-layer model", hint=f"use 0..{n_layers} or -1 for the last")
+    return layer
+
+
 def context_vectors(
     corpus_file: Path,
     counts: dict[str, int],
@@ -68,11 +78,7 @@ def context_vectors(
     check_weights_load_safely(model_path)
     model = AutoModel.from_pretrained(str(model_path), dtype=torch.float32).to(device).eval()
     n_layers = int(model.config.num_hidden_layers)
-    layer = options.layer if options.layer >= 0 else n_layers + 1 + options.layer
-    if not 0 <= layer <= n_layers:
-        from greenadapt.errors import UsageError
-
-        raise UsageError(f"--context-layer {options.layer} is not a layer of this {n_layers}-layer model", hint=f"use 0..{n_layers} or -1 for the last")
+    layer = check_context_layer(options, n_layers)
     index = {w: i for i, w in enumerate(counts)}
     sums = np.zeros((len(index), model.config.hidden_size), dtype=np.float64)
     seen = np.zeros(len(index), dtype=np.int64)

@@ -71,7 +71,7 @@ from greenadapt.artifacts.model_card import (
 from greenadapt.artifacts.pretrained import display_name, hub_id
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.artifacts.workspace import stage_variant_dir
-from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED
+from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import ModelError, StageError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -171,6 +171,7 @@ def run_expand(
     """
     from greenadapt.artifacts.destination import check_destination, protected
 
+    check_seed(seed)
     if max_new is not None and max_new < 0:
         raise UsageError(f"--max-new must be >= 0, got {max_new}")
     if min_count < 1:

@@ -123,7 +123,7 @@ def check_adapt(
     from greenadapt.adaptation.vectors import check_weights_load_safely
     from greenadapt.artifacts import workspace
     from greenadapt.artifacts.destination import Protected, check_destination, corpus_reads, protected
-    from greenadapt.artifacts.pretrained import hidden_size, load_backend_tokenizer, resolve_model
+    from greenadapt.artifacts.pretrained import check_encoder_config, hidden_size, load_backend_tokenizer, resolve_model
     from greenadapt.errors import UsageError
 
     options.w2v.check()
@@ -134,6 +134,7 @@ def check_adapt(
     if options.min_count_new < 1:
         raise UsageError(f"--min-count-new must be >= 1, got {options.min_count_new}")
     ref = resolve_model(model)
+    check_encoder_config(ref.path)  # a config that cannot make the model, said before word2vec trains
     method = get_method(options.align_method)
     if method.vectors_are_rows and options.w2v.dim is not None and options.w2v.dim != hidden_size(ref):
         raise UsageError(
@@ -145,7 +146,8 @@ def check_adapt(
     check_weights_load_safely(ref.path)
     root = workspace.workdir(workdir)
     if out is not None:
-        upstream = [workspace.stage_dir(root, list(corpus), ref.slug, kind) for kind in ("w2v", "align")]
+        slug = workspace.model_folder_name(root, list(corpus), ref)
+        upstream = [workspace.stage_dir(root, list(corpus), slug, kind) for kind in ("w2v", "align")]
         check_destination(
             out, kind="expand", force=force, workspace=root,
             reads=[

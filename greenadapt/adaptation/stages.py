@@ -41,8 +41,11 @@ def locate_upstream(
         return Path(explicit)
     if not corpus:
         raise UsageError("no input given", hint=f"pass --{kind} DIR, or --corpus NAME to find it in the workspace")
-    slug = resolve_model(model).slug if model else None
-    return find_stage_dir(workspace_root(workdir), list(corpus), slug, kind)
+    from greenadapt.artifacts.workspace import model_folder_name
+
+    root = workspace_root(workdir)
+    slug = model_folder_name(root, list(corpus), resolve_model(model)) if model else None
+    return find_stage_dir(root, list(corpus), slug, kind)
 
 
 def model_for_stage(spec: str | None, recorded: Any, stage_dir: Path) -> ModelRef:

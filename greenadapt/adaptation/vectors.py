@@ -410,15 +410,23 @@ def check_weights_load_safely(model_path: Path) -> None:
     torch's advice to turn the safety off), and safetensors files whose header is
     damaged or promises more bytes than the file holds (a truncated download or copy;
     transformers would raise ``SafetensorError``). Only headers are read.
+
+    The model's config and weight names are checked too (:func:`greenadapt.artifacts.pretrained.check_encoder_config`):
+    transformers loads a model whose weights it cannot match (a ``module.`` prefix of a DistributedDataParallel
+    save) or whose type is no encoder without complaint, from freshly initialised weights.
     """
+    from greenadapt.artifacts.pretrained import check_encoder_config
+
+    check_encoder_config(model_path)
     kind, files = checkpoint_files(model_path)
+    names: list[str] = []
     if kind == "safetensors":
         from safetensors import SafetensorError, safe_open
 
         for file in files:
             try:
                 with safe_open(str(file), framework="pt") as reader:
-                    reader.keys()
+                    names += list(reader.keys())
             except (SafetensorError, OSError) as exc:
                 raise ModelError(
                     f"unreadable safetensors file: {' '.join(str(exc).split())[:160]}",
@@ -426,8 +434,17 @@ def check_weights_load_safely(model_path: Path) -> None:
                     hint="the file is damaged or truncated: copy or download it again",
                 ) from None
     elif kind:
-        for _ in iter_state_dict(model_path):
-            pass
+        names = [name for name, _ in iter_state_dict(model_path)]
+    else:
+        raise ModelError("no model.safetensors or pytorch_model.bin (single or sharded) in the model folder", path=model_path,
+                         hint="save the model with save_pretrained (PyTorch weights)")
+    if names and all(name.startswith("module.") for name in names):
+        raise ModelError(
+            "every weight's name starts with 'module.' (a DistributedDataParallel wrapper was saved), so transformers "
+            "would match none of them and train from random weights",
+            path=files[0],
+            hint="save the unwrapped model (model.module.save_pretrained), or strip the 'module.' prefix from the names",
+        )
 
 
 def pick_embedding_key(names: Sequence[str], path: Path) -> str:

@@ -64,7 +64,7 @@ from greenadapt.artifacts.pretrained import hidden_size, load_backend_tokenizer,
 from greenadapt.artifacts.stage import StageOutcome, StageRun, sweep_stale_temporaries
 from greenadapt.corpus.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, pretokenize_corpus
 from greenadapt.corpus.word_splitter import TextRules
-from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.defaults import DEFAULT_SEED, check_seed
 from greenadapt.errors import CorpusError, StageError, UsageError
 from greenadapt.machine.cores import available_cores
 from greenadapt.progress import NULL_PROGRESS, Progress
@@ -76,6 +76,10 @@ VECTOR_SOURCES = ("word2vec", "context")
 COUNTS_FILE = "counts.tsv"
 _GENSIM_LOGGER = "gensim.models.word2vec"
 _DROP_WARNING = 0.02  # beyond sampling noise on any corpus worth training on
+
+
+# gensim counts the words of all epochs in a C long and its workers die past it; no corpus needs more passes.
+MAX_W2V_EPOCHS = 10_000
 
 
 @dataclass
@@ -109,8 +113,14 @@ class W2VOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.epochs > MAX_W2V_EPOCHS:
+            raise UsageError(f"--epochs {self.epochs} is more than word2vec can count", hint=f"use at most {MAX_W2V_EPOCHS} (the paper: 5)")
+        check_seed(self.seed)
         if self.source not in VECTOR_SOURCES:
             raise UsageError(f"unknown vector source {self.source!r}", hint=" or ".join(VECTOR_SOURCES))
+        if self.source == "context" and not self.vectors:
+            raise UsageError("--no-vectors counts words and makes no vectors, so --source context has nothing to do",
+                             hint="drop one of them: --source context makes the model's own vectors")
         if self.context.cap < 1:
             raise UsageError(f"--context-cap must be at least 1, got {self.context.cap}")
         if self.context.max_tokens is not None and self.context.max_tokens < 1:
@@ -159,6 +169,10 @@ def run_w2v(
     corpus = list(corpus)
     sources = resolve_corpus(corpus, text_fields=text_fields)
     model_ref = resolve_model(model)
+    if options.source == "context":  # a layer the model lacks, said before the corpus is read
+        from greenadapt.adaptation.context_vectors import check_context_layer
+
+        check_context_layer(options.context, int(model_ref.config().get("num_hidden_layers") or 0))
     tokenizer = load_backend_tokenizer(model_ref.path)
     rules = TextRules.from_tokenizer(tokenizer)
     dim = options.dim or hidden_size(model_ref)
@@ -170,9 +184,10 @@ def run_w2v(
     if out is not None:
         out_dir = Path(out)
     else:  # a second configuration goes beside the first (w2v+epochs-10), never over it
-        defaults = W2VOptions(vectors=options.vectors, source=options.source, context=options.context)
+        # The context options' own defaults: a second --context-layer must name its own folder, not "+defaults".
+        defaults = W2VOptions(vectors=options.vectors, source=options.source)
         out_dir = workspace.stage_variant_dir(
-            workspace.stage_dir(root, corpus, model_ref.slug, default_name), config, force=force,
+            workspace.stage_dir(root, corpus, workspace.model_folder_name(root, corpus, model_ref), default_name), config, force=force,
             defaults=lambda: _stage_config(defaults, hidden_size(model_ref), defaults.resolved_workers(), text_fields, model_ref.identity(), rules.flags()),
         )
     check_destination(

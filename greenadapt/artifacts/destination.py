@@ -93,6 +93,12 @@ def check_destination(
                 hint=f"choose an {option} outside what this command reads",
             )
     if is_file:
+        from greenadapt.artifacts.files import writes_through
+
+        if writes_through(Path(out)):  # a pipe or a device (or a link to one): written as a shell redirection would
+            if not os.access(out, os.W_OK):
+                raise ResourceError("cannot write here", path=out, hint="check its permissions or choose another destination")
+            return Path(out)
         if target.is_dir():
             raise UsageError(f"{option} is a folder; a file is written here", path=out, hint=f"name a file, e.g. {Path(out) / 'predictions.tsv'}")
         if target.exists() and not force:

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
 import hashlib
+import logging
 import json
 import os
 import platform
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from greenadapt import __version__
+
+log = logging.getLogger(__name__)
 
 # Digests this process computed, by the file's identity on disk. ``adapt`` runs w2v, align and expand in one
 # process: the vectors w2v wrote and checksummed are then verified by align and again by expand without reading
@@ -115,14 +121,31 @@ def library_versions(*names: str) -> dict[str, str]:
     return versions
 
 
+_TEMPORARY_TAG = ".greenadapt-"  # in the name of every temporary atomic_writer makes: .<name>.greenadapt-<hex>.tmp
+
+
 @contextlib.contextmanager
-
-
 def atomic_writer(path: Path) -> Iterator[IO[str]]:
-    """A text file written piece by piece that readers see whole at ``path`` when the block ends, or not at all."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    """A text file written piece by piece that readers see whole at ``path`` when the block ends, or not at all.
+
+    What ``path`` already is stays what it is, as with a shell redirection: a symbolic link to a file is written
+    through (the file it points to is replaced, atomically, and the link stays); a pipe, a character device
+    (``/dev/stdout``, ``/dev/null``) or a link to one is opened and written, never replaced by a regular file.
+    The temporary is locked while it is written, so that a run killed halfway leaves a hidden file that the next
+    write to the same path removes.
+    """
+    path = Path(path)
+    if writes_through(path):
+        with open(path, "w", encoding="utf-8") as handle:
+            yield handle
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    _sweep_dead_temporaries(path)
+    tmp = path.with_name(f".{path.name}{_TEMPORARY_TAG}{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released by the kernel when this process dies
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -130,6 +153,35 @@ def atomic_writer(path: Path) -> Iterator[IO[str]]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def writes_through(path: Path) -> bool:
+    """Whether ``path`` is (or links to) something other than a regular file, a folder or nothing: a pipe, a
+    device, or a link whose target cannot be named (``/proc/self/fd/1`` of a pipe): written as a shell would."""
+    try:
+        mode = os.stat(path).st_mode  # follows links
+    except OSError:
+        return path.is_symlink() and not Path(os.path.realpath(path)).parent.is_dir()
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _sweep_dead_temporaries(path: Path) -> None:
+    """Remove the temporaries of ``path`` that a killed writer left (their lock is free); a live writer's stay."""
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}{_TEMPORARY_TAG}*.tmp"):
+        try:
+            descriptor = os.open(leftover, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a live writer holds it
+        else:
+            log.info("removing %s, left by a write that was killed", leftover)
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+        finally:
+            os.close(descriptor)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -243,6 +243,8 @@ def parse_manifest(folder: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): truncated or damaged"
     except UnicodeDecodeError:
         return None, "not UTF-8 text: damaged"
+    except RecursionError:
+        return None, "JSON nested too deeply: damaged"
     except OSError as exc:
         return None, f"unreadable ({exc.strerror or exc})"
     if not isinstance(manifest, dict):

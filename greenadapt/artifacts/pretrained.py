@@ -159,8 +159,40 @@ def read_config(path: Path) -> dict[str, Any]:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelError(f"unreadable config.json: {exc}", path=path / "config.json") from None
+    except RecursionError:
+        raise ModelError("unreadable config.json: nested too deeply", path=path / "config.json") from None
     if not isinstance(config, dict):
         raise ModelError("config.json is not a JSON object", path=path / "config.json")
+    return config
+
+
+# Encoders greenadapt adapts and fine-tunes (config.json's model_type); a decoder (gpt2) or another architecture
+# loads under AutoModelForTokenClassification with freshly initialised weights, which would be trained silently.
+ENCODER_TYPES = frozenset({
+    "albert", "bert", "big_bird", "camembert", "convbert", "data2vec-text", "deberta", "deberta-v2", "distilbert",
+    "electra", "ernie", "esm", "funnel", "longformer", "megatron-bert", "mobilebert", "modernbert", "mpnet", "nezha",
+    "rembert", "roberta", "roberta-prelayernorm", "roformer", "squeezebert", "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod",
+})
+
+
+def check_encoder_config(model_path: Path) -> dict[str, Any]:
+    """The model's config.json, or a one-line refusal (exit 3) when it is no encoder greenadapt can use or its sizes
+    cannot make one (``hidden_size: 0``, a hidden size the attention heads do not divide)."""
+    config = read_config(model_path)
+    where = model_path / "config.json"
+    model_type = config.get("model_type")
+    if model_type is not None and model_type not in ENCODER_TYPES:
+        raise ModelError(f"model_type {model_type!r} is not a BERT-style encoder", path=where,
+                         hint="greenadapt adapts and fine-tunes encoders of the BERT, RoBERTa, ModernBERT and DeBERTa families")
+    sizes = {name: config.get(name) for name in ("hidden_size", "num_attention_heads", "num_hidden_layers") if name in config}
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ModelError(f"{name} is {value!r}, not a positive whole number", path=where,
+                             hint="the config is damaged: restore the model's own config.json")
+    heads, hidden = sizes.get("num_attention_heads"), sizes.get("hidden_size")
+    if heads and hidden and hidden % heads:
+        raise ModelError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}", path=where,
+                         hint="the config is damaged: restore the model's own config.json")
     return config
 
 

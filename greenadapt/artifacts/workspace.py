@@ -50,6 +50,7 @@ def corpus_key(specs: Sequence[str]) -> str:
         if _looks_like_name(spec):
             parts.append(spec)
         else:
+            spec = without_credentials(spec)  # a folder name is shown everywhere: never a user:password@
             stem = Path(spec.rstrip("/").split("?")[0]).name.split(".")[0] or "corpus"
             parts.append(f"{slugify(stem)}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}")
     key = "+".join(parts)
@@ -58,8 +59,62 @@ def corpus_key(specs: Sequence[str]) -> str:
     return key
 
 
+# Object stores whose URLs carry a key pair before the bucket (s3://KEY:SECRET@bucket/key, as smart_open reads them):
+# the secret may hold "/", so their credentials run to the last "@".
+KEY_PAIR_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "azure", "abfs", "abfss")
+
+
+def without_credentials(spec: str) -> str:
+    """A URL with its ``user:password@`` (or an object store's ``KEY:SECRET@``) removed; any other spec as it is."""
+    scheme, sep, rest = spec.partition("://")
+    if not sep or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
+        return spec
+    if scheme.lower() in KEY_PAIR_SCHEMES:
+        if "@" in rest:
+            rest = rest.rpartition("@")[2]
+    else:
+        authority, slash, path = rest.partition("/")
+        authority = authority.rpartition("@")[2]
+        rest = authority + slash + path
+    return f"{scheme}://{rest}"
+
+
 def _looks_like_name(spec: str) -> bool:
     return spec.replace("-", "").replace("_", "").isalnum() and not Path(spec).exists()
+
+
+def model_folder_name(root: Path, corpus: Sequence[str], ref: Any) -> str:
+    """The workspace folder of ``ref`` (a ModelRef) under ``corpus``: its slug (``bert``), unless that folder holds
+    the stages of another model with the same folder name (``a/bert`` beside ``b/bert``); then ``bert-<hash of its
+    path>``, so that each model keeps its own stages and no ``--force`` replaces another's.
+
+    The same model is recognised by its path, or by its files (a model folder moved elsewhere keeps its stages).
+    """
+    from greenadapt.artifacts.manifest import read_manifest
+
+    slug = ref.slug
+    folder = root / corpus_key(corpus) / slug
+    if not folder.is_dir():
+        return slug
+    mine = ref.identity()
+    others = False
+    for manifest_file in sorted(folder.glob("*/manifest.json")):
+        recorded = ((read_manifest(manifest_file.parent) or {}).get("config") or {}).get("model")
+        if not isinstance(recorded, Mapping) or "path" not in recorded:
+            continue
+        if _same_path(recorded.get("path"), ref.path) or recorded.get("files_digest") == mine.get("files_digest"):
+            return slug
+        others = True
+    if not others:
+        return slug
+    return f"{slug}-{hashlib.sha256(str(Path(ref.path).resolve()).encode()).hexdigest()[:8]}"
+
+
+def _same_path(recorded: Any, path: Path) -> bool:
+    try:
+        return Path(str(recorded)).resolve() == Path(path).resolve()
+    except OSError:
+        return False
 
 
 def stage_dir(root: Path, corpus: Sequence[str], model_slug: str, stage: str) -> Path:

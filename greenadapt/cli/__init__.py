@@ -85,6 +85,33 @@ def _invoked_command(argv: list[str]) -> str | None:
     return None
 
 
+def refuse_repeated_options(root: Any, argv: list[str]) -> None:
+    """A single-value option given twice (``predict -m a -m b``) is refused: click would keep the last silently."""
+    from greenadapt.errors import UsageError
+
+    name = _invoked_command(argv)
+    sub = getattr(root, "commands", {}).get(name) if name else None
+    if sub is None or name is None:
+        return
+    single = {opt: param for param in sub.params if getattr(param, "opts", None) and not getattr(param, "multiple", True)
+              and not getattr(param, "count", False) and not getattr(param, "is_flag", False) for opt in param.opts}
+    seen: dict[str, list[str]] = {}
+    words = argv[argv.index(name) + 1:]
+    position = 0
+    while position < len(words):
+        word = words[position]
+        if word == "--":
+            break
+        flag = word.partition("=")[0] if word.startswith("--") else word
+        if flag in single:
+            seen.setdefault(single[flag].name, []).append(flag)
+            position += 0 if "=" in word else 1  # its value
+        position += 1
+    for flags in seen.values():
+        if len(flags) > 1:
+            raise UsageError(f"{flags[0]} was given {len(flags)} times", hint=f"give {flags[0]} once: only one value is used")
+
+
 def _register(argv: list[str] | None = None) -> None:
     """Import the command modules, each for its @app.command side effect (each keeps heavy imports local).
 
@@ -127,7 +154,9 @@ def main() -> None:
     try:
         # Without standalone mode click returns what it would have exited with,
         # e.g. 130 after it caught a KeyboardInterrupt itself.
-        returned = command(sys.argv[1:]).main(prog_name="greenadapt", standalone_mode=False)
+        tree = command(sys.argv[1:])
+        refuse_repeated_options(tree, sys.argv[1:])
+        returned = tree.main(prog_name="greenadapt", standalone_mode=False)
     except GreenAdaptError as exc:
         if debug:
             raise
@@ -160,6 +189,8 @@ def main() -> None:
             _fail(f"error: {_usage_error_line(exc)}", code)  # click's own usage errors, exit 2
         if debug:
             raise
+        if _disk_full(exc):
+            _fail("error: disk full (free space or choose another --workdir/--out)", EXIT_RESOURCE)
         if isinstance(exc, OSError) and exc.filename:
             _fail(f"error: {exc.filename}: {exc.strerror or exc}", EXIT_RESOURCE)
         _fail(
@@ -309,6 +340,19 @@ def _usage_error_line(exc: Exception) -> str:
             return f"{option} is an option of greenadapt itself, not of {ctx.info_name}: put it before the command" \
                    f" (greenadapt {option} ... {ctx.info_name} ...)"
     return f"{message} (see '{where} -h')"
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """A full disk, as Python reports it (ENOSPC, EDQUOT) or as a native writer does (safetensors: ``StorageFull``)."""
+    import errno
+
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "StorageFull" in str(exc) or "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
 
 
 def _fail(message: str, code: int) -> None:

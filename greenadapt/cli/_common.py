@@ -115,6 +115,17 @@ def setup_logging(*, quiet: bool = False, verbose: bool = False) -> None:
     # Libraries are chatty at INFO; their progress is shown by our own bars.
     for noisy in ("gensim", "smart_open", "urllib3", "httpx", "huggingface_hub", "transformers"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    # transformers' load report (a table of MISSING/UNEXPECTED weights) is a warning on its own handler: greenadapt
+    # checks the weights it loads itself and says what matters in one line.
+    # transformers sets its own level when it is imported (from TRANSFORMERS_VERBOSITY), after this runs.
+    import os
+
+    logging.getLogger("transformers").setLevel(logging.DEBUG if verbose else logging.ERROR)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "debug" if verbose else "error")
+    # and so are their bars (transformers' "Loading weights", "Writing model shards"): read when it is imported.
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 class RichProgress:
@@ -246,6 +257,15 @@ def emit(manifest: Mapping[str, Any], summary: str, *, as_json: bool) -> None:
 
 # An override that leaves an option out of the API call (an option the CLI has and the API does not).
 DROP: Any = object()
+
+
+def given(name: str) -> bool:
+    """Whether the running command's option ``name`` was given (on the command line or in the environment), not defaulted."""
+    from typer._click.globals import get_current_context  # typer vendors click: its context, not click's
+
+    ctx = get_current_context(silent=True)
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
 def api_command(

@@ -60,15 +60,22 @@ GmapCacheOption = typer.Option(
 )
 
 
-def parse_seeds(text: str | None, seed: int) -> list[int]:
+def parse_seeds(text: str | None, seed: int, *, seed_given: bool = False) -> list[int]:
+    """``--seeds 1,2,3`` as distinct seeds in range; ``--seed`` alone when there is no ``--seeds``."""
+    from greenadapt.defaults import check_seed
     from greenadapt.errors import UsageError
 
     if text is None:
         return [seed]
+    if seed_given:
+        raise UsageError("--seed and --seeds were both given", hint="pass one: --seeds 1,2,3 trains once per seed")
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        seeds = [int(part) for part in text.split(",")]
     except ValueError:
         raise UsageError(f"--seeds {text!r} is not a comma-separated list of integers", hint="e.g. --seeds 1,2,3") from None
+    if len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds {text!r} repeats a seed: it needs distinct integers", hint="each seed once, e.g. --seeds 1,2,3")
+    return [check_seed(s, option="--seeds") for s in seeds]
 
 
 @api_command("finetune", api.finetune, show_stage(lambda outcome: _summary(outcome)), epilog=tasks_epilog(), groups=(optimizer_options(api.finetune),))
@@ -119,7 +126,9 @@ def finetune(
     gmap_indexing: str = GmapIndexingOption,
 ) -> dict[str, Any] | None:
     """Fine-tune with a 50/50 mixture of the general and domain tokenizers; evaluate with mean pooling."""
-    return {"seeds": parse_seeds(seeds, seed)}
+    from greenadapt.cli._common import given
+
+    return {"seeds": parse_seeds(seeds, seed, seed_given=given("seed"))}
 
 
 

@@ -105,6 +105,13 @@ class CompareOptions:
                 raise UsageError(f"{role} {value!r} names no --model", hint=f"one of {', '.join(names)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
+        from greenadapt.defaults import check_seed
+
+        for seed in self.seeds:
+            check_seed(seed, option="--seeds")
+        if self.comparator is not None and self.comparator == self.baseline:
+            raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
+                             hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
         if self.parallel < 1:
             raise UsageError("--parallel must be at least 1")
         if self.replicates < 100:
@@ -114,12 +121,51 @@ class CompareOptions:
                 from greenadapt.errors import InputError
 
                 raise InputError("no such file", path=path, hint=f"{flag} takes a task file")
+        check_compare_folder(self.out)
         for _, spec in self.models:
             resolve_model(spec)
         if self.adapt_methods:
             from greenadapt.corpus.resolve import resolve_corpus
 
             resolve_corpus(list(self.corpus))
+
+
+_RUN_ENTRY = re.compile(r"^\.?seed-[0-9]+(\.log|\.checkpoint|\.lock|\..*\.tmp|-.*)?$")
+
+
+def check_compare_folder(out: Path) -> None:
+    """Refuse, before any training, a compare folder greenadapt did not write: compare writes ``compare.json`` and a
+    folder of runs per model there, so only a new or empty folder, or one compare made, may take them."""
+    from greenadapt.artifacts.stage import written_by_greenadapt
+    from greenadapt.errors import OutputExistsError
+
+    out = Path(out)
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir():
+        raise OutputExistsError("exists and is not a folder", path=out, hint="choose a new or empty folder for --out")
+
+    def refuse(what: Path, why: str) -> None:
+        raise OutputExistsError(f"refusing to write a comparison here: {why}", path=what,
+                                hint="choose a new or empty folder for --out; compare never replaces files it did not write")
+
+    for entry in sorted(out.iterdir()):
+        if entry.name == RESULT_FILE:
+            try:
+                ours = json.loads(entry.read_text(encoding="utf-8")).get("kind") == "compare"
+            except (OSError, ValueError, AttributeError, RecursionError):
+                ours = False
+            if not ours or entry.is_symlink():
+                refuse(entry, f"this {RESULT_FILE} was not written by greenadapt compare")
+        elif entry.name == "adapted" and entry.is_dir() and not entry.is_symlink():
+            continue  # adapt's folders (--adapt-methods); adapt checks what it replaces there itself
+        elif entry.is_dir() and not entry.is_symlink() and _NAME.match(entry.name):
+            for run in entry.iterdir():
+                is_run_folder = run.is_dir() and not run.is_symlink() and not run.name.endswith(".checkpoint")
+                if not _RUN_ENTRY.match(run.name) or (is_run_folder and not written_by_greenadapt(run)):
+                    refuse(run, "it holds files greenadapt did not write")
+        elif not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".lock"))):
+            refuse(entry, "it holds files greenadapt did not write")
 
 
 @dataclass

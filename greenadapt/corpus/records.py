@@ -105,6 +105,9 @@ def read_jsonl(source: Source, stream: IO[bytes], stats: ReadStats) -> Iterator[
         if not checked:
             _check_fields(fields, record.keys(), source.display, number, "keys")
             checked = True
+        if not any(name in record for name in fields):  # counted, so that a file of such records is said, not skipped
+            bad.skip(number, f"no {' or '.join(repr(name) for name in fields)} key")
+            continue
         bad.ok()
         text = join_fields(record.get(name) for name in fields)
         if text:

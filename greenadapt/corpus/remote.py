@@ -67,7 +67,16 @@ class RedactedUrl:
 
 
 def redact_url(url: str) -> RedactedUrl:
+    from greenadapt.artifacts.workspace import KEY_PAIR_SCHEMES
+
     parts = urllib.parse.urlsplit(url)
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() in KEY_PAIR_SCHEMES and "@" in rest.split("?")[0]:
+        # s3://KEY:SECRET@bucket/key: an AWS secret often holds "/", which urlsplit takes for the path's start.
+        userinfo, _, located = rest.split("?")[0].rpartition("@")
+        query = parts.query
+        parts = urllib.parse.urlsplit(f"{scheme}://{located}" + (f"?{query}" if query else ""))
+        parts = parts._replace(netloc=f"{userinfo}@{parts.netloc}")
     secrets: list[str] = []
     netloc = parts.netloc
     if "@" in netloc:

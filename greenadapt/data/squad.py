@@ -140,6 +140,9 @@ def read_squad(path: str | os.PathLike[str]) -> SquadData:
             line=exc.lineno,
             hint="fix the JSON syntax there (SQuAD format: {\"data\": [{\"paragraphs\": [...]}]})",
         ) from None
+    except RecursionError:
+        raise InputError("JSON nested too deeply to be a SQuAD file", path=file, line=1,
+                         hint="SQuAD format: {\"data\": [{\"paragraphs\": [...]}]}") from None
     return _parse(root, file)
 
 

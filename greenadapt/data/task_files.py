@@ -243,6 +243,13 @@ def _read_ner_columns(path: Path) -> TaskFile:
 def check_entity_type(entity_type: str | None) -> None:
     if entity_type is not None and (not entity_type or any(c.isspace() for c in entity_type)):
         raise UsageError(f"--entity-type {entity_type!r} must be one word", hint="e.g. --entity-type Disease")
+    if entity_type is not None and (entity_type == "O" or entity_type[:2].upper() in _SCHEME_PREFIXES):
+        bare = entity_type[2:] if entity_type != "O" else "Disease"
+        raise UsageError(f"--entity-type {entity_type!r} is a label, not a type: labels would read B-{entity_type}",
+                         hint=f"name the type alone, e.g. --entity-type {bare or 'Disease'}")
+
+
+_SCHEME_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")
 
 
 def typed_sentence(sentence: NerSentence, entity_type: str) -> NerSentence:

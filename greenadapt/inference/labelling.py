@@ -134,8 +134,16 @@ def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]
         if len(models) > 1:
             names = ", ".join(sorted(models.values()))
             raise UsageError(f"this run holds one model per seed ({names})", path=path, hint=f"pass --model {path}/{sorted(models.values())[0]}")
+    elif (path / MANIFEST).exists():
+        load_stage(path, kinds.FINETUNE)  # damaged or of another kind: its one line says which
     elif (path.parent / MANIFEST).is_file() and (read_manifest(path.parent) or {}).get("kind") == kinds.FINETUNE:
         load_stage(path.parent, kinds.FINETUNE)
+    elif (path / TASK_FILE).is_file():
+        # finetune always writes a manifest beside the model: without it no checksum proves the weights whole
+        raise StageError(
+            f"{MANIFEST} is missing, so nothing proves the model's files are whole", path=path,
+            hint=f"restore {MANIFEST} (it holds the files' checksums), or predict with the whole run folder finetune wrote",
+        )
     task_json = path / TASK_FILE
     if not task_json.is_file():
         raise StageError(
@@ -145,8 +153,8 @@ def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]
         )
     try:
         document = json.loads(task_json.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StageError(f"unreadable {TASK_FILE}: {exc}", path=task_json) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise StageError(f"unreadable {TASK_FILE}: {type(exc).__name__}", path=task_json) from None
     return path, TaskSettings.from_json(document, task_json)
 
 

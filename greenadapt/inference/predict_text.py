@@ -293,6 +293,11 @@ def predict_input(
     from greenadapt.inference.multitask import is_multitask, multitask_predictor
 
     options.check()
+    header = (reader_overrides or {}).get("header")
+    if header is not None and header not in ("auto", "yes", "no"):
+        from greenadapt.errors import UsageError
+
+        raise UsageError(f"unknown --header {header!r}", hint="auto, yes or no")
     if not is_stdio(output):
         check_prediction_output(output, force=force, model=model, input_path=os.devnull if is_stdio(source) else source)
     overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}

@@ -45,6 +45,8 @@ def read_json_file(path: Path, what: str) -> Any:
         raise StageError(f"cannot read {what}: {exc.strerror or exc}", path=path) from None
     try:
         return json.loads(text)
+    except RecursionError:
+        raise StageError(f"garbled {what}: JSON nested too deeply", path=path, hint="rerun the stage with --force") from None
     except json.JSONDecodeError as exc:
         raise StageError(
             f"garbled {what}: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno, hint="rerun the stage with --force"
@@ -60,4 +62,25 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 
 def optional_json(path: Path, what: str) -> Any:
-    return read_json_file(path, what) if path.is_file() else None
+    """A stage's JSON file, or None when it has none; refused when it no longer matches the checksum its manifest holds."""
+    if not path.is_file():
+        return None
+    _check_against_manifest(path, what)
+    return read_json_file(path, what)
+
+
+def _check_against_manifest(path: Path, what: str) -> None:
+    """A file a manifest vouches for (its own folder's, or a seed folder's run) must still be what the run wrote:
+    a report of edited figures would pass them off as measured."""
+    from greenadapt.artifacts.files import sha256_file
+
+    for owner in (path.parent, path.parent.parent):
+        if not (owner / MANIFEST).is_file():
+            continue
+        files = (read_json_file(owner / MANIFEST, "manifest") or {}).get("files")
+        meta = files.get(path.relative_to(owner).as_posix()) if isinstance(files, dict) else None
+        if isinstance(meta, dict) and isinstance(meta.get("sha256"), str):
+            if path.stat().st_size != meta.get("size") or sha256_file(path) != meta["sha256"]:
+                raise StageError(f"{what} no longer matches the checksum in {owner / MANIFEST}: edited or damaged after the run",
+                                 path=path, hint="restore the file, or rerun the stage with --force")
+            return

@@ -284,11 +284,24 @@ def discard_checkpoints(folder: Path) -> None:
     whose files are gone (seen in the kill test: ``ckpt-000008`` without its
     manifest). Each checkpoint is first renamed to a hidden temporary, which
     the next save or clean-up removes.
+
+    A ``<out>.checkpoint`` folder may also be a user's own (it is only a name beside the output): only what
+    greenadapt writes there (``ckpt-*``, ``.tmp-*``, the ``seed-N`` folders holding them) is removed, and a
+    folder is removed only once nothing else is left in it.
     """
-    for place in checkpoint_places(folder):
+    places = checkpoint_places(folder)
+    for place in places:
         for checkpoint in place.glob("ckpt-*"):
-            _hide(checkpoint)
-    shutil.rmtree(folder, ignore_errors=True)
+            if checkpoint.is_dir() and not checkpoint.is_symlink():
+                _hide(checkpoint)
+    for place in reversed(places):  # seed-N before the folder that holds them
+        for hidden in place.glob(".tmp-*"):
+            if hidden.is_dir() and not hidden.is_symlink():
+                shutil.rmtree(hidden, ignore_errors=True)
+        try:
+            place.rmdir()
+        except OSError:
+            log.info("kept %s: it holds files greenadapt did not write", place)
 
 
 def checkpoint_places(folder: Path) -> list[Path]:

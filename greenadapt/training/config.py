@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.defaults import DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
 
 # Options that change how fast a run goes, not what it computes: no stage records them, so changing
@@ -43,6 +43,11 @@ class TrainingConfig:
 
     def check_schedule(self) -> None:
         """The learning rate, warm-up, weight decay and step limit every loop checks before its first expensive step."""
+        for option, value in (("--lr", self.lr), ("--warmup", self.warmup), ("--weight-decay", self.weight_decay),
+                              ("--max-grad-norm", self.max_grad_norm)):
+            if not math.isfinite(value):
+                raise UsageError(f"{option} must be a finite number, not {value}")
+        check_seed(self.seed)
         if self.max_steps is not None and self.max_steps < 1:
             raise UsageError("--max-steps must be at least 1")
         if self.lr <= 0 or not 0 <= self.warmup < 1:

