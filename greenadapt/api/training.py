@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +185,7 @@ def compare(
     corpus: Sequence[str] | str | None = None,
     adapt_methods: Sequence[str] = (),
     workdir: PathLike | None = None,
+    ensembles: Mapping[str, int] | Sequence[tuple[str, int]] | None = None,
     progress: Progress | bool | None = None,
 ) -> Any:
     """Fine-tune every model of ``models`` (name → folder or Hub id) on ``task`` with one recipe and the same ``seeds``,
@@ -195,6 +196,9 @@ def compare(
     holds everything. A rerun skips finished fine-tunings and resumes interrupted ones.
     ``adapt_methods`` with ``corpus``: the first model is adapted to ``corpus`` once per method (into
     ``out/adapted/<method>``) and each result joins the comparison under its method's name.
+    ``ensembles`` (name → N): that model is N fine-tunings per seed (member j with seed + j × 100,000), scored on the
+    mean of their probabilities; its cost counts every member. ``{"base-x2": 2}`` with ``models["base-x2"]`` the
+    base model is the compute-matched control for a two-view model.
     """
     from greenadapt.comparison.run import CompareOptions, run_compare
     from greenadapt.progress import as_progress
@@ -206,6 +210,7 @@ def compare(
         max_length=max_length, device=device, parallel=parallel, replicates=bootstrap, bootstrap_seed=bootstrap_seed,
         save_every=save_every, force=force, corpus=(corpus,) if isinstance(corpus, str) else tuple(corpus or ()),
         adapt_methods=tuple(adapt_methods), workdir=Path(workdir) if workdir else None,
+        ensembles=tuple((str(n), int(k)) for n, k in (ensembles.items() if isinstance(ensembles, Mapping) else ensembles or ())),
     )
     return run_compare(options, finetune, as_progress(progress), adapt=adapt)
 

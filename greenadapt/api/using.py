@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.api.common import PathLike
@@ -14,7 +16,7 @@ __all__ = ["load", "pipeline", "predict"]
 
 
 def load(
-    path: PathLike,
+    path: PathLike | Sequence[PathLike],
     *,
     device: str = "auto",
     pool: str = "mean",
@@ -27,18 +29,19 @@ def load(
 
     Predictions are mean-pooled over both tokenizers, as greenadapt reports
     them; NER entities carry character offsets into the given text.
-    ``max_length``: question answering's window (default: the model's).
+    ``path``: a list of folders (fine-tuned on one task and label set) is an ensemble: one model whose label
+    probabilities are the mean of its members'. ``max_length``: question answering's window (default: the model's).
     """
-    from greenadapt.inference.labelling import find_model_folder
+    from greenadapt.inference.labelling import ensemble_members, find_model_folder
     from greenadapt.inference.options import InferenceOptions
-    from greenadapt.inference.predictor import open_model
+    from greenadapt.inference.predictor import open_ensemble
 
-    folder, settings = find_model_folder(path)
+    founds = [find_model_folder(member) for member in ensemble_members(path)]
     options = InferenceOptions(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model)
-    return open_model(folder, settings, options=options, max_length=max_length)
+    return open_ensemble(founds, options=options, max_length=max_length)
 
 
-def pipeline(task: str, model: PathLike, **options: Any) -> Any:
+def pipeline(task: str, model: PathLike | Sequence[PathLike], **options: Any) -> Any:
     """A ``transformers.Pipeline`` over a fine-tuned greenadapt folder, with greenadapt's dual-tokenizer inference.
 
     ``task``: ``token-classification`` (alias ``ner``), ``text-classification``
@@ -47,7 +50,7 @@ def pipeline(task: str, model: PathLike, **options: Any) -> Any:
     is greenadapt's own. ``options`` are :func:`load`'s (device, pool, batch_size, ...) and the
     call options of transformers' pipeline of the task (``aggregation_strategy``, ``ignore_labels``,
     ``is_split_into_words``; ``top_k``; ``function_to_apply``), which every call then uses; any other is
-    refused here in one line.
+    refused here in one line. ``model``: a list of folders is an ensemble (see :func:`load`).
     """
     import inspect
 
@@ -56,12 +59,13 @@ def pipeline(task: str, model: PathLike, **options: Any) -> Any:
 
     if task not in TASK_ALIASES:
         raise UsageError(f"unknown pipeline task {task!r}", hint=f"choose from {', '.join(HF_TASK.values())}")
-    from greenadapt.inference.labelling import find_model_folder
+    from greenadapt.inference.labelling import ensemble_members, find_model_folder
     from greenadapt.inference.options import InferenceOptions
-    from greenadapt.inference.predictor import open_model
+    from greenadapt.inference.predictor import open_ensemble
 
     wanted = TASK_ALIASES[task]
-    folder, settings = find_model_folder(model)
+    founds = [find_model_folder(member) for member in ensemble_members(model)]
+    settings = founds[0][1]
     if settings.task != wanted:  # refused before any weights are loaded
         raise UsageError(
             f"{model} is a {settings.task} model, not {HF_TASK[wanted]}",
@@ -71,14 +75,14 @@ def pipeline(task: str, model: PathLike, **options: Any) -> Any:
     load_options = {k: v for k, v in options.items() if k in load_names}
     call_defaults = {k: v for k, v in options.items() if k not in load_names}
     max_length = load_options.pop("max_length", None)
-    opened = open_model(folder, settings, options=InferenceOptions(**load_options), max_length=max_length)
+    opened = open_ensemble(founds, options=InferenceOptions(**load_options), max_length=max_length)
     return PIPELINES[wanted](opened, call_defaults, task=HF_TASK[wanted])
 
 
 def predict(
     source: PathLike | str,
     *,
-    model: PathLike,
+    model: PathLike | Sequence[PathLike],
     output: PathLike | str = "-",
     task: str | None = None,
     pool: str = "mean",
@@ -98,7 +102,8 @@ def predict(
     """Label ``source`` with a fine-tuned ``model`` folder (mean-pooled over both tokenizers) into ``output``.
 
     ``source``: raw text (a document per line), JSON lines, a folder of ``.txt`` files, a task file, or ``-``
-    (stdin); ``output`` ``-`` is stdout. ``task`` names the task of a multitask run. Returns the summary
+    (stdin); ``output`` ``-`` is stdout. ``task`` names the task of a multitask run. ``model``: a list of
+    folders is an ensemble (the mean of their probabilities). Returns the summary
     (``.examples``, ``.entities``, ``.metrics`` where the input had labels; ``.to_json()``).
     """
     from greenadapt.inference.options import InferenceOptions
@@ -107,7 +112,8 @@ def predict(
 
     overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
     options = InferenceOptions(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model)
+    members = [str(model)] if isinstance(model, str | os.PathLike) else [str(m) for m in model]
     return predict_input(
-        str(model), str(source), str(output), task_name=task, options=options, file_format=file_format,
+        members[0] if len(members) == 1 else members, str(source), str(output), task_name=task, options=options, file_format=file_format,
         ignore_labels=ignore_labels, reader_overrides=overrides, force=force, progress=as_progress(progress),
     )

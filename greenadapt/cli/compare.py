@@ -11,7 +11,7 @@ import typer
 
 from greenadapt import api
 from greenadapt.api import default_of
-from greenadapt.cli._common import WorkdirOption, api_command
+from greenadapt.cli._common import DROP, WorkdirOption, api_command
 
 
 def parse_models(values: list[str]) -> list[tuple[str, str]]:
@@ -24,6 +24,18 @@ def parse_models(values: list[str]) -> list[tuple[str, str]]:
             raise UsageError(f"--model {value!r} is not NAME=MODEL", hint="e.g. --model base=bert-base-uncased --model green=models/green")
         models.append((name.strip(), model.strip()))
     return models
+
+
+def parse_ensembles(values: list[str]) -> list[tuple[str, int]]:
+    from greenadapt.errors import UsageError
+
+    ensembles = []
+    for value in values:
+        name, _, size = value.partition("=")
+        if not name.strip() or not size.strip().isdigit():
+            raise UsageError(f"--ensemble {value!r} is not NAME=N", hint="e.g. --ensemble base-x2=2")
+        ensembles.append((name.strip(), int(size)))
+    return ensembles
 
 
 @api_command("compare", api.compare, lambda result, as_json: _show(result, as_json), renames={"model": "models"})
@@ -56,11 +68,15 @@ def compare_command(
                                              help="Adapt the first --model to --corpus with each method (lstsq, subword-mean, "
                                                   "focus, ...); each joins the comparison under its method's name."),
     workdir: Path | None = WorkdirOption,
+    ensemble: list[str] = typer.Option([], "--ensemble", metavar="NAME=N",
+                                       help="That --model is N fine-tunings per seed scored on the mean of their probabilities "
+                                            "(e.g. --model base-x2=MODEL --ensemble base-x2=2: the control for two-view inference)."),
 ) -> dict[str, Any] | None:
     """Fine-tune several models with one recipe and the same seeds; say whether each beat the baseline, and at what cost."""
     from greenadapt.cli.finetune import parse_seeds
 
     return {
+        "ensemble": DROP, "ensembles": parse_ensembles(ensemble),
         "model": parse_models(model), "seeds": parse_seeds(seeds, 0),
         "adapt_methods": [m.strip() for m in (adapt_methods or "").split(",") if m.strip()],
     }

@@ -26,7 +26,8 @@ def predict(
     source: str | None = typer.Argument(
         None, metavar="INPUT", help="Raw text (one document per line), JSON lines, a folder of .txt files, a task file, or - for stdin."
     ),
-    model: str = typer.Option(..., "--model", "-m", help="A `greenadapt finetune` run folder (or one of its seed-N folders)."),
+    model: list[str] = typer.Option(..., "--model", "-m", help="A `greenadapt finetune` run folder (or one of its seed-N folders); "
+                                    "repeat it for an ensemble (the mean of the models' probabilities)."),
     input_path: str | None = typer.Option(None, "--input", "-i", help="The input, as an option (same as INPUT)."),
     output: str = typer.Option(
         "-", "--out", "--output", "-o", help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column."
@@ -61,7 +62,7 @@ def predict(
         raise UsageError("give the input once: as INPUT or as --input", hint="e.g. greenadapt predict -m MODEL notes.txt")
     if as_json and is_stdio(output):
         raise UsageError("--json prints a summary on stdout, where the predictions go", hint="add --out FILE")
-    return {"source": source if source is not None else input_path, "input_path": DROP}
+    return {"source": source if source is not None else input_path, "input_path": DROP, "model": model[0] if len(model) == 1 else model}
 
 
 def _show(result: Any, as_json: bool) -> None:

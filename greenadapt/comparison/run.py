@@ -70,6 +70,12 @@ class CompareOptions:
     corpus: tuple[str, ...] = ()  # with adapt_methods: adapt the baseline model to this corpus once per method
     adapt_methods: tuple[str, ...] = ()  # each becomes a variant named after its method (adapt's stages, reused)
     workdir: Path | None = None  # where adapt keeps its w2v and align stages
+    # (name, N): that --model is an ensemble of N fine-tunings per seed, scored on the mean of their probabilities
+    ensembles: tuple[tuple[str, int], ...] = ()
+
+    def members(self, name: str) -> int:
+        """How many fine-tunings of ``name`` one seed's result is made of (1: a plain run)."""
+        return dict(self.ensembles).get(name, 1)
 
     @property
     def baseline(self) -> str:
@@ -109,6 +115,15 @@ class CompareOptions:
 
         for seed in self.seeds:
             check_seed(seed, option="--seeds")
+        for name, size in self.ensembles:
+            if name not in names:
+                raise UsageError(f"--ensemble {name}={size} names no --model", hint=f"one of {', '.join(names)}")
+            if not 1 <= size <= MAX_ENSEMBLE:
+                raise UsageError(f"--ensemble {name}={size}: an ensemble has 1 to {MAX_ENSEMBLE} members")
+            if get_task(self.task).answers_questions and size > 1:
+                raise UsageError("--ensemble is for NER and classification", hint="compare question answering one model per seed")
+        if len(dict(self.ensembles)) != len(self.ensembles):
+            raise UsageError("--ensemble names one model twice", hint="give each NAME=N once")
         if self.comparator is not None and self.comparator == self.baseline:
             raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
@@ -130,7 +145,35 @@ class CompareOptions:
             resolve_corpus(list(self.corpus))
 
 
-_RUN_ENTRY = re.compile(r"^\.?seed-[0-9]+(\.log|\.checkpoint|\.lock|\..*\.tmp|-.*)?$")
+MAX_ENSEMBLE = 16
+# Member j > 0 of an ensemble trains with seed + j * stride: a seed of its own, never another seed's first member.
+ENSEMBLE_SEED_STRIDE = 100_000
+
+
+@dataclass(frozen=True)
+class Run:
+    """One fine-tuning of a comparison: a model, a seed, and which member of that seed's ensemble (0: the run)."""
+
+    name: str
+    spec: str
+    seed: int
+    member: int = 0
+
+    @property
+    def train_seed(self) -> int:
+        return self.seed + self.member * ENSEMBLE_SEED_STRIDE
+
+    def folder(self, out: Path) -> Path:
+        return out / self.name / (f"seed-{self.seed}" if not self.member else f"seed-{self.seed}-member-{self.member}")
+
+
+def plan_runs(options: CompareOptions) -> list[Run]:
+    """Every fine-tuning, seed by seed (so that a comparison cut short holds whole seeds)."""
+    return [Run(name, spec, seed, member) for seed in options.seeds for name, spec in options.models
+            for member in range(options.members(name))]
+
+
+_RUN_ENTRY = re.compile(r"^\.?seed-[0-9]+(\.log|\.checkpoint|\.lock|\.ensemble\.json|\..*\.tmp|-.*)?$")
 
 
 def check_compare_folder(out: Path) -> None:
@@ -250,17 +293,23 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
                             workdir=options.workdir, progress=progress)
             made.append((method, str(outcome.expand.path)))
         options = replace(options, models=(*options.models, *made), adapt_methods=(), corpus=())
-    runs = [(name, spec, seed) for seed in options.seeds for name, spec in options.models]
-    done = [r for r in runs if _finished(options.out / r[0] / f"seed-{r[2]}")]
+    runs = plan_runs(options)
+    done = [r for r in runs if _finished(r.folder(options.out))]
     log.info("%s", plan_line(options, runs, done))
     # Finished runs go through finetune too: it skips a stage made with this recipe and refuses one made with
     # another (a changed --epochs must not be paired with runs of the old one). That check is quick: in process.
     todo = [r for r in runs if r not in done]
-    for name, spec, seed in [*done, *(todo if options.parallel == 1 or len(todo) <= 1 else [])]:
-        log.info("%s %s, seed %d", "checking the finished run of" if (name, spec, seed) in done else "fine-tuning", name, seed)
-        finetune(**finetune_arguments(options, spec, seed, options.out / name / f"seed-{seed}"), progress=progress)
+    for number, run in enumerate([*done, *(todo if options.parallel == 1 or len(todo) <= 1 else [])], start=1):
+        member = f", member {run.member + 1} of {options.members(run.name)}" if options.members(run.name) > 1 else ""
+        log.info("%s %s, seed %d%s (%d/%d)", "checking the finished run of" if run in done else "fine-tuning", run.name, run.seed,
+                 member, number, len(runs))
+        finetune(**finetune_arguments(options, run.spec, run.train_seed, run.folder(options.out)), progress=progress)
     if options.parallel > 1 and len(todo) > 1:
         _finetune_in_processes(options, todo)
+    for name, spec in options.models:
+        if options.members(name) > 1:
+            for seed in options.seeds:
+                score_ensemble(options, name, spec, seed)
     variants = [_collect(options, name, spec) for name, spec in options.models]
     metric = _metric_of(options, variants)
     by_name = {v.name: v for v in variants}
@@ -274,10 +323,10 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
     return result
 
 
-def plan_line(options: CompareOptions, runs: Sequence[tuple[str, str, int]], done: Sequence[tuple[str, str, int]]) -> str:
+def plan_line(options: CompareOptions, runs: Sequence[Run], done: Sequence[Run]) -> str:
     """``9 fine-tunings (3 finished), about 2.7 h on this machine`` (the estimate from the finished runs' wall time)."""
     left = len(runs) - len(done)
-    walls = [_wall_seconds(options.out / name / f"seed-{seed}") for name, _, seed in done]
+    walls = [_wall_seconds(run.folder(options.out)) for run in done]
     known = [w for w in walls if w]
     head = f"{len(runs)} fine-tunings ({len(done)} finished)"
     if not left:
@@ -329,30 +378,32 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
 _CHILD = "import json, sys\nimport greenadapt\ngreenadapt.finetune(**json.loads(sys.argv[1]))\n"
 
 
-def _finetune_in_processes(options: CompareOptions, todo: Sequence[tuple[str, str, int]]) -> None:
+def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run]) -> None:
     """N fine-tunings at once, each in its own process with its share of the cores (and its log beside its run)."""
     from greenadapt.machine.cores import available_cores
 
     threads = max(1, available_cores() // options.parallel)
 
-    def one(run: tuple[str, str, int]) -> tuple[tuple[str, str, int], int, Path]:
-        name, spec, seed = run
-        out = options.out / name / f"seed-{seed}"
+    def one(run: Run) -> tuple[Run, int, Path]:
+        out = run.folder(options.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        log_file = out.parent / f"seed-{seed}.log"
+        log_file = out.parent / f"{out.name}.log"
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), GREENADAPT_THREADS=str(threads))
         with open(log_file, "w", encoding="utf-8") as handle:
-            code = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(finetune_arguments(options, spec, seed, out))],
+            code = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(finetune_arguments(options, run.spec, run.train_seed, out))],
                                   stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
         return run, code, log_file
 
     failed = []
+    finished = 0
     with ThreadPoolExecutor(max_workers=options.parallel) as pool:
-        for (name, _, seed), code, log_file in pool.map(one, todo):
+        for run, code, log_file in pool.map(one, todo):
             if code != 0:
-                failed.append(f"{name} seed {seed} (exit {code}, {log_file})")
+                failed.append(f"{run.name} seed {run.seed} (exit {code}, {log_file})")
             else:
-                log.info("finished %s seed %d", name, seed)
+                finished += 1
+                log.info("finished %s seed %d%s (%d/%d)", run.name, run.seed, f" member {run.member + 1}" if run.member else "",
+                         finished, len(todo))
     if failed:
         raise StageError(f"{len(failed)} fine-tuning(s) failed: " + "; ".join(failed), path=options.out,
                          hint="read the logs named; rerun the same command to retry them (finished runs are kept)")
@@ -367,6 +418,12 @@ def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
     for seed in options.seeds:
         folder = options.out / name / f"seed-{seed}"
         metrics_file = folder / "metrics.json"
+        if options.members(name) > 1:  # the ensemble's scores; its cost is every member's
+            ensemble = _read_ensemble(options, name, seed)
+            if ensemble is not None:
+                variant.scores[seed] = ensemble["test"]
+                costs += [cost_of(read_manifest(Run(name, spec, seed, m).folder(options.out)) or {}) for m in range(options.members(name))]
+            continue
         if not metrics_file.is_file():
             continue
         document = json.loads(metrics_file.read_text(encoding="utf-8"))
@@ -427,14 +484,16 @@ def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
         return "f1"
     for variant in variants:
         for seed in variant.scores:
-            by_pool = _read_by_pool(options.out / variant.name / f"seed-{seed}")
+            by_pool = _read_by_pool(_result_folder(options, variant.name, seed))
             if by_pool is not None:
                 return str(by_pool["metric"])
     return task.default_metric if isinstance(task, LabellingTask) else "f1"
 
 
 def _read_by_pool(folder: Path) -> dict[str, Any] | None:
-
+    if folder.name.endswith(ENSEMBLE_SUFFIX):  # an ensemble's predictions, kept in its scores file
+        document = _read_json(folder)
+        return document.get("by_pool") if document else None
     path = folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name("test")
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
@@ -449,6 +508,73 @@ def _qa_contributions(folder: Path, test: Path) -> Contributions | None:
     data = read_squad(test)
     golds = {q.id: [a.text for a in q.answers] for q in data.questions if q.answers is not None}
     return qa_contributions(json.loads(path.read_text(encoding="utf-8")), golds)
+
+
+ENSEMBLE_SUFFIX = ".ensemble.json"
+
+
+def _ensemble_file(options: CompareOptions, name: str, seed: int) -> Path:
+    return options.out / name / f"seed-{seed}{ENSEMBLE_SUFFIX}"
+
+
+def _result_folder(options: CompareOptions, name: str, seed: int) -> Path:
+    """What holds a variant's test predictions for a seed: its run folder, or its ensemble's scores file."""
+    return _ensemble_file(options, name, seed) if options.members(name) > 1 else options.out / name / f"seed-{seed}"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _read_ensemble(options: CompareOptions, name: str, seed: int) -> dict[str, Any] | None:
+    """The ensemble's scores file, when it was made from the member runs that are there now."""
+    document = _read_json(_ensemble_file(options, name, seed))
+    if document is None or document.get("members") != _member_fingerprints(options, name, seed):
+        return None
+    return document
+
+
+def _member_fingerprints(options: CompareOptions, name: str, seed: int) -> list[str | None]:
+    from greenadapt.artifacts.manifest import read_manifest
+
+    spec = dict(options.models)[name]
+    return [(read_manifest(Run(name, spec, seed, m).folder(options.out)) or {}).get("fingerprint") for m in range(options.members(name))]
+
+
+def score_ensemble(options: CompareOptions, name: str, spec: str, seed: int) -> dict[str, Any]:
+    """Score one seed's ensemble of ``name`` on the test file: the mean of its members' probabilities, under each
+    member's headline pooling (mean over both tokenizers where a member has two). Kept beside the runs
+    (``<name>/seed-<s>.ensemble.json``: scores, predictions for the paired bootstrap, the members' fingerprints)
+    and made again only when a member run changed."""
+    from greenadapt.artifacts.files import write_json
+    from greenadapt.inference.labelling import find_model_folder, label_file
+    from greenadapt.inference.options import InferenceOptions
+
+    known = _read_ensemble(options, name, seed)
+    if known is not None:
+        return known
+    folders = [Run(name, spec, seed, m).folder(options.out) for m in range(options.members(name))]
+    founds = [find_model_folder(folder) for folder in folders]
+    log.info("scoring the ensemble of %d %s runs, seed %d", len(folders), name, seed)
+    request, logits = label_file(founds, options.test, options=InferenceOptions(device=options.device))
+    settings = founds[0][1]
+    scores, predictions = request.task.score_modes(request.task_file, {request.mode: logits}, settings)
+    document = {
+        "kind": "compare-ensemble", "members": _member_fingerprints(options, name, seed),
+        "folders": [folder.name for folder in folders],
+        "test": {mode: {k: float(v) for k, v in values.items() if isinstance(v, int | float)} for mode, values in scores.items()},
+        "by_pool": {
+            "task": request.task.name, "metric": settings.metric or request.task.default_metric,
+            "positive_label": settings.positive_label, "gold": request.task_file.gold(),
+            "pools": {mode: [list(p) if isinstance(p, tuple | list) else p for p in values] for mode, values in predictions.items()},
+        },
+    }
+    write_json(_ensemble_file(options, name, seed), document)
+    return document
 
 
 def _contributions(folder: Path, pool: str, task: str, metric: str) -> Contributions | None:
@@ -471,8 +597,8 @@ def _pair(options: CompareOptions, variant: Variant, baseline: Variant, metric: 
             mine = _qa_contributions(options.out / variant.name / f"seed-{s}", options.test)
             theirs = _qa_contributions(options.out / baseline.name / f"seed-{s}", options.test)
         else:
-            mine = _contributions(options.out / variant.name / f"seed-{s}", variant.headline_pool, options.task, metric)
-            theirs = _contributions(options.out / baseline.name / f"seed-{s}", baseline.headline_pool, options.task, metric)
+            mine = _contributions(_result_folder(options, variant.name, s), variant.headline_pool, options.task, metric)
+            theirs = _contributions(_result_folder(options, baseline.name, s), baseline.headline_pool, options.task, metric)
         if mine is not None and theirs is not None:
             contributions[s] = (mine, theirs)
     return compare_pair(variant.name, baseline.name, metric, scores, contributions or None,

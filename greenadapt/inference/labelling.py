@@ -29,7 +29,7 @@ from greenadapt.data.task_files import TaskFile, check_known_labels
 from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.machine.devices import pick_device
 from greenadapt.modeling.units import Unit
-from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task
+from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task, get_task
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.health import prediction_warnings
 from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
@@ -159,7 +159,7 @@ def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]
 
 
 def run_predict(
-    model: str | os.PathLike[str],
+    model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     input_path: Path,
     output_path: Path,
     *,
@@ -176,21 +176,78 @@ def run_predict(
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
     the one recorded at training, or ``options.general_model`` (checked by weights).
     ``found``: what :func:`find_model_folder` returned for ``model``, when the caller already verified it.
+    ``model`` may name several fine-tuned folders of one task and label set: an ensemble, whose prediction is the
+    label of highest mean probability over its members (:func:`label_file`).
     """
     options.check()
-    check_prediction_output(output_path, force=force, model=model, input_path=input_path)
-    opened = open_finetuned(*(found or find_model_folder(model)), device=options.device, general_model=options.general_model)
-    request = read_for_prediction(
-        input_path,
-        opened.settings,
-        opened.tokenizers,
-        opened.folder,
-        pool=options.pool,
-        ignore_labels=ignore_labels,
-        reader_overrides=reader_overrides,
-    )
-    logits = opened.logits(request.units, request.task_file.examples, request.mode, batch_size=options.batch_size, precision=options.precision)
-    return request.write(logits, output_path, opened.folder)
+    specs = ensemble_members(model)
+    for spec in specs:
+        check_prediction_output(output_path, force=force, model=spec, input_path=input_path)
+    founds = [found] if found is not None and len(specs) == 1 else [find_model_folder(spec) for spec in specs]
+    request, logits = label_file(founds, input_path, options=options, ignore_labels=ignore_labels, reader_overrides=reader_overrides)
+    return request.write(logits, output_path, founds[0][0])
+
+
+def ensemble_members(model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str | os.PathLike[str]]:
+    """The folders ``model`` names: one, or the members of an ensemble (a list of folders)."""
+    members = [model] if isinstance(model, str | os.PathLike) else list(model)
+    if not members:
+        raise UsageError("no model given", hint="pass --model FOLDER (repeat it for an ensemble)")
+    if len({str(Path(m).resolve()) for m in members}) != len(members):
+        raise UsageError("an ensemble names the same model twice", hint="name each fine-tuned folder once")
+    return members
+
+
+def check_ensemble(founds: Sequence[tuple[Path, TaskSettings]]) -> None:
+    """Members of one ensemble answer the same question in the same terms: one task, the same labels in one order."""
+    if len(founds) < 2:
+        return
+    first_folder, first = founds[0]
+    if get_task(first.task).answers_questions:
+        raise UsageError("an ensemble of question-answering models is not supported", path=first_folder,
+                         hint="ensembles take NER and classification models; run qa with one model")
+    for folder, settings in founds[1:]:
+        if settings.task != first.task or list(settings.labels) != list(first.labels):
+            raise UsageError(f"ensemble members differ: {first_folder} is {first.task} with labels {', '.join(first.labels)}",
+                             path=folder, hint="an ensemble's members are fine-tuned on the same task and label set")
+
+
+def label_file(
+    founds: Sequence[tuple[Path, TaskSettings]],
+    input_path: Path,
+    *,
+    options: InferenceOptions = DEFAULT_INFERENCE,
+    ignore_labels: bool = False,
+    reader_overrides: dict[str, Any] | None = None,
+) -> tuple[PredictionRequest, np.ndarray]:
+    """The request (as the first member reads ``input_path``) and the logits of its output rows.
+
+    One model: its pooled logits. An ensemble: the log of its members' mean probabilities (each member reads
+    the file with its own tokenizers and pools its own views; the rows, words or examples, are the file's), so
+    that the label of highest mean probability wins. Members are opened one at a time.
+    """
+    check_ensemble(founds)
+    request: PredictionRequest | None = None
+    total: np.ndarray | None = None
+    for folder, settings in founds:
+        opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model)
+        mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder, pool=options.pool,
+                                   ignore_labels=ignore_labels, reader_overrides=reader_overrides)
+        logits = opened.logits(mine.units, mine.task_file.examples, mine.mode, batch_size=options.batch_size, precision=options.precision)
+        if len(founds) == 1:
+            return mine, logits
+        request = request or mine
+        probabilities = softmax(np.asarray(logits, dtype=np.float64))
+        total = probabilities if total is None else total + probabilities
+        del opened
+    assert request is not None and total is not None
+    return request, np.log(np.maximum(total / len(founds), np.finfo(np.float64).tiny))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
 
 
 @dataclass

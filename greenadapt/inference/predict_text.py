@@ -34,7 +34,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -272,7 +272,7 @@ def _spool(lines: Iterator[str], handle: IO[str]) -> Path:
 
 
 def predict_input(
-    model: str | os.PathLike[str],
+    model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     source: str | os.PathLike[str],
     output: str | os.PathLike[str] = STDIO,
     *,
@@ -289,35 +289,43 @@ def predict_input(
     Every option and the output are checked before the model is loaded.
     """
     from greenadapt.artifacts.destination import check_prediction_output
-    from greenadapt.inference.labelling import find_model_folder, run_predict
+    from greenadapt.inference.labelling import ensemble_members, find_model_folder, run_predict
     from greenadapt.inference.multitask import is_multitask, multitask_predictor
+
+    members = ensemble_members(model)
+    if len(members) == 1:
+        model = members[0]
+    elif task_name is not None or any(is_multitask(m) for m in members):
+        raise UsageError("an ensemble of multitask runs is not supported", hint="pass one multitask run with --task")
 
     options.check()
     header = (reader_overrides or {}).get("header")
     if header is not None and header not in ("auto", "yes", "no"):
-        from greenadapt.errors import UsageError
-
         raise UsageError(f"unknown --header {header!r}", hint="auto, yes or no")
     if not is_stdio(output):
-        check_prediction_output(output, force=force, model=model, input_path=os.devnull if is_stdio(source) else source)
+        for member in members:
+            check_prediction_output(output, force=force, model=member, input_path=os.devnull if is_stdio(source) else source)
     overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
-    multitask = task_name is not None or is_multitask(model)
-    found = None
+    multitask = len(members) == 1 and (task_name is not None or is_multitask(members[0]))
+    founds = []
     if multitask:  # its tasks read training-style files only
         opened = Source("training", path=_spool(*_stdin_lines()), spooled=True) if is_stdio(source) else Source("training", path=Path(source))
     else:
-        found = find_model_folder(model)  # verified once; the model is opened from what it found
-        opened = open_source(found[1].task, source, file_format=file_format, text_field=overrides.get("text_field"))
+        founds = [find_model_folder(m) for m in members]  # verified once; the models are opened from what it found
+        from greenadapt.inference.labelling import check_ensemble
+
+        check_ensemble(founds)
+        opened = open_source(founds[0][1].task, source, file_format=file_format, text_field=overrides.get("text_field"))
     try:
         if opened.path is None:
-            from greenadapt.inference.predictor import open_model
+            from greenadapt.inference.predictor import open_ensemble
 
-            assert found is not None  # a model is opened whenever the input is not a task file
-            predictor = open_model(*found, options=options)
+            assert founds  # a model is opened whenever the input is not a task file
+            predictor = open_ensemble(founds, options=options)
             return predict_text(predictor, opened, output, progress=progress)
         if file_format != "auto" and opened.format != "dataset":
             overrides["format"] = "jsonl" if opened.format == "training-jsonl" else opened.format
-        labeller = multitask_predictor(model, task_name) if multitask else partial(run_predict, found=found)
+        labeller = multitask_predictor(members[0], task_name) if multitask else partial(run_predict, found=founds[0] if len(founds) == 1 else None)
         target = _temporary_output(opened.path) if is_stdio(output) else Path(output)
         try:
             result = labeller(

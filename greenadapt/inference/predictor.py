@@ -52,19 +52,19 @@ class Entity:
         return {"start": self.start, "end": self.end, "text": self.text, "label": self.label, "score": self.score}
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=-1, keepdims=True)
-
-
 class _Labeller:
-    """What NER and classification share: the opened folder, the pooling mode and the batch settings."""
+    """What NER and classification share: the opened folder, the pooling mode and the batch settings.
+
+    ``opened``: one opened folder, or the members of an ensemble (a list), whose label probabilities are averaged.
+    """
 
     def __init__(self, opened: Any, *, pool: str, batch_size: int, precision: str) -> None:
         if batch_size < 1:
             raise UsageError(f"batch_size must be at least 1, got {batch_size}")
+        self.members: list[Any] = list(opened) if isinstance(opened, list | tuple) else [opened]
+        opened = self.members[0]
         self.opened = opened
+        self.pool = pool
         self.mode = opened.default_mode(pool)
         self.batch_size = batch_size
         self.precision = precision
@@ -78,12 +78,24 @@ class _Labeller:
         """Pooled label probabilities of every output row of ``examples`` (words for NER, examples otherwise)."""
         from greenadapt.data.task_files import TaskFile
 
+        from greenadapt.inference.labelling import softmax
+
         if not examples:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         task_file = TaskFile(Path("<text>"), "jsonl", examples, False, {})
-        units, _ = self.opened.task.units(task_file, self.opened.settings, self.opened.tokenizers)
-        logits = self.opened.logits(units, examples, self.mode, batch_size=self.batch_size, precision=self.precision)
-        return softmax(logits.astype(np.float64))
+        total = None
+        for member in self.members:  # an ensemble's output is the mean of its members' probabilities
+            units, _ = member.task.units(task_file, member.settings, member.tokenizers)
+            logits = member.logits(units, examples, member.default_mode(self.pool), batch_size=self.batch_size, precision=self.precision)
+            probabilities = softmax(logits.astype(np.float64))
+            total = probabilities if total is None else total + probabilities
+        assert total is not None
+        return total / len(self.members)
+
+    def __repr__(self) -> str:
+        what = f"ensemble of {len(self.members)}: " + ", ".join(str(m.folder) for m in self.members) if len(self.members) > 1 \
+            else str(self.folder)
+        return f"<{type(self).__name__} {self.task} {what}; {len(self.labels)} labels, pool {self.mode}>"
 
 
 class NerModel(_Labeller):
@@ -273,6 +285,26 @@ def _entities(text: str, starts: Sequence[int], ends: Sequence[int], tags: Seque
         Entity(starts[first], ends[last], text[starts[first] : ends[last]], kind or UNTYPED_ENTITY, float(np.mean(scores[first : last + 1])))
         for first, last, kind in chunks(tags)
     ]
+
+
+def open_ensemble(
+    founds: Sequence[tuple[Path, Any]],
+    *,
+    options: InferenceOptions = DEFAULT_INFERENCE,
+    max_length: int | None = None,
+) -> NerModel | ClassifierModel | QaModel:
+    """One fine-tuned folder (as :func:`open_model`), or several as one model: the mean of their probabilities."""
+    from greenadapt.inference.labelling import check_ensemble, open_finetuned
+
+    if len(founds) == 1:
+        return open_model(*founds[0], options=options, max_length=max_length)
+    check_ensemble(founds)
+    if max_length is not None:
+        raise UsageError("max_length is for question-answering models", hint="leave it out")
+    options.check()
+    members = [open_finetuned(folder, settings, device=options.device, general_model=options.general_model) for folder, settings in founds]
+    kind = NerModel if get_task(founds[0][1].task).finds_entities else ClassifierModel
+    return kind(members, pool=options.pool, batch_size=options.batch_size, precision=options.precision)
 
 
 def open_model(
