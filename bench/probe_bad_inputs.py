@@ -47,6 +47,7 @@ class Probe:
     keep: list[str] = field(default_factory=list)  # paths (relative to the probe folder) whose content must survive
     env: dict[str, str] = field(default_factory=dict)
     stdin: str | None = None
+    secret: str | None = None  # must appear on neither stream nor in any file or folder name under the probe's folder
 
 
 def build(root: Path) -> dict[str, Path]:
@@ -61,10 +62,15 @@ def build(root: Path) -> dict[str, Path]:
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(" ".join(words[i % 9 :] + words[: i % 9]) for i in range(200)) + "\n")
     ner = write_ner_file(root / "train.tsv", 24, seed=1)
+    from greenadapt.api import finetune
+
+    expanded = build_tiny_expanded(root / "expanded")
+    finetune(task="ner", train=ner, model=expanded, out=root / "run", max_steps=1, device="cpu")
     return {
+        "run": root / "run",
         "model": model,
         "corpus": corpus,
-        "expanded": build_tiny_expanded(root / "expanded"),
+        "expanded": expanded,
         "qa_model": build_tiny_expanded_qa(root / "qa-model"),
         "ner": ner,
         "classify": write_classify_file(root / "train.jsonl", 12, seed=1),
@@ -109,6 +115,91 @@ def probes(data: dict[str, Path], here: Path) -> list[Probe]:
     (here / "elsewhere").mkdir()
     (here / "link").symlink_to(here / "elsewhere")
     (here / "userlink").symlink_to(user)
+    run = str(data["run"])
+
+    def edited(name: str, **config: object) -> str:
+        folder = shutil.copytree(data["expanded"], here / name)
+        document = json.loads((folder / "config.json").read_text())
+        document.update(config)
+        (folder / "config.json").write_text(json.dumps(document))
+        return str(folder)
+
+    gpt2, hidden0, heads5, unparseable = edited("gpt2", model_type="gpt2"), edited("hidden0", hidden_size=0), \
+        edited("heads5", num_attention_heads=5), edited("unparseable")
+    (Path(unparseable) / "config.json").write_text("{not json")
+    prefixed = shutil.copytree(data["expanded"], here / "prefixed")
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(prefixed / "model.safetensors"))
+    save_file({f"module.{k}": v for k, v in weights.items()}, str(prefixed / "model.safetensors"), metadata={"format": "pt"})
+    (here / "out.checkpoint").mkdir()
+    (here / "out.checkpoint" / "notes.txt").write_text("precious")
+    (here / "real.tsv").write_text("the user's file")
+    (here / "pred-link").symlink_to(here / "real.tsv")
+    (here / "cmp").mkdir()
+    (here / "cmp" / "compare.json").write_text('{"mine": true}')
+    deep = here / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    sparse = here / "sparse.jsonl"
+    sparse.write_text(json.dumps({"text": "the patients were treated"}) + "\n" + "".join(json.dumps({"title": f"t{i}"}) + "\n" for i in range(200)))
+    no_manifest = shutil.copytree(data["run"], here / "no-manifest")
+    (no_manifest / "manifest.json").unlink()
+    edited_run = shutil.copytree(data["run"], here / "edited-run")
+    (edited_run / "metrics.json").write_text((edited_run / "metrics.json").read_text().replace('"pool": "mean"', '"pool": "general"'))
+    compare = ["compare", "--task", "ner", "--train", ner, "--test", ner, "-m", f"base={m}", "-m", f"green={e}", "--epochs", "1", "--device", "cpu"]
+    round4 = [
+        # round 4 (issue 54)
+        Probe("finetune --out X beside the user's X.checkpoint/", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, *out], OK,
+              keep=["out.checkpoint/notes.txt"]),
+        Probe("predict -o the user's symlink --force", ["predict", "-m", run, "--input", ner, "-o", str(here / "pred-link"), "--force"], OK,
+              keep=["pred-link"]),
+        Probe("compare --out the user's folder", [*compare, "--out", str(here / "cmp")], STAGE, keep=["cmp/compare.json"]),
+        Probe("w2v --corpus http://user:password@host/", ["w2v", "-c", "http://bob:Hunter2SECRETpw@127.0.0.1:9/", "-m", m, *small()],
+              BAD_INPUT, secret="Hunter2SECRETpw"),
+        Probe("w2v --corpus s3://KEY:SECRET/WITH/SLASH@bucket/", ["w2v", "-c", "s3://AKIAEXAMPLE:wJalr/XUtnFEMI/K7MDENG@bucket/", "-m", m,
+                                                                   *small()], BAD_INPUT, secret="XUtnFEMI",
+              env={"AWS_EC2_METADATA_DISABLED": "true"}),
+        Probe("finetune a model_type gpt2", ["finetune", "--task", "ner", "--train", ner, "--model", gpt2, *train, *out], BAD_INPUT),
+        Probe("finetune weights named module.*", ["finetune", "--task", "ner", "--train", ner, "--model", str(prefixed), *train, *out], BAD_INPUT),
+        Probe("adapt hidden_size 0", ["adapt", "-c", c, "-m", hidden0, *small()], BAD_INPUT),
+        Probe("finetune 5 heads for hidden 32", ["finetune", "--task", "ner", "--train", ner, "--model", heads5, *train, *out], BAD_INPUT),
+        Probe("adapt an unparseable config.json", ["adapt", "-c", c, "-m", unparseable, *small()], BAD_INPUT),
+        Probe("w2v --epochs 99999999999999999999999", ["w2v", "-c", c, "-m", m, *small(epochs="99999999999999999999999")], USAGE),
+        Probe("w2v --seed -1", ["w2v", "-c", c, "-m", m, *small(), "--seed", "-1"], USAGE),
+        Probe("finetune --seed 4294967296", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seed", "4294967296", *out], USAGE),
+        Probe("compare --seeds -1", [*compare, "--seeds", "-1", "--out", str(here / "cmp2")], USAGE),
+        Probe("finetune --lr nan", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--lr", "nan", *out], USAGE),
+        Probe("finetune --weight-decay nan", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--weight-decay", "nan", *out],
+              USAGE),
+        Probe("qa: JSON nested 100,000 deep", ["qa", "--model", str(data["qa_model"]), "--data", str(deep), "--device", "cpu", *out], BAD_INPUT),
+        Probe("w2v: 200 of 201 JSON lines without the text field", ["w2v", "-c", str(sparse), "-m", m, *small()], BAD_INPUT),
+        Probe("finetune --seeds ''", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seeds", "", *out], USAGE),
+        Probe("finetune --seeds 1,,2", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seeds", "1,,2", *out], USAGE),
+        Probe("finetune --seed 3 --seeds 1,2", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seed", "3",
+                                                "--seeds", "1,2", *out], USAGE),
+        Probe("finetune --entity-type B-X", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--entity-type", "B-X", *out],
+              USAGE),
+        Probe("w2v --no-vectors --source context", ["w2v", "-c", c, "-m", m, "--min-count", "1", "--no-vectors", "--source", "context",
+                                                     "--workdir", str(here / "work")], USAGE),
+        Probe("w2v --context-layer 99", ["w2v", "-c", c, "-m", m, "--min-count", "1", "--source", "context", "--context-layer", "99",
+                                         "--workdir", str(here / "work")], USAGE),
+        Probe("predict --header maybe", ["predict", "-m", run, "--input", ner, "--header", "maybe"], USAGE),
+        Probe("compare --comparator the baseline", [*compare, "--comparator", "base", "--out", str(here / "cmp3")], USAGE),
+        Probe("predict on a run whose manifest.json was deleted", ["predict", "-m", str(no_manifest), "--input", ner], STAGE),
+        Probe("report on a run whose metrics.json was edited", ["report", str(edited_run)], STAGE),
+        Probe("predict --header yes --header no", ["predict", "-m", run, "--input", ner, "--header", "yes", "--header", "no"], USAGE),
+    ]
+    return [*round4, *earlier_probes(data, here, locals())]
+
+
+def earlier_probes(data: dict[str, Path], here: Path, made: dict[str, object]) -> list[Probe]:
+    """The probes of the rounds before (issue 36)."""
+    m, c, e, ner, squad = (str(data[k]) for k in ("model", "corpus", "expanded", "ner", "squad"))
+    small, train, out = made["small"], made["train"], made["out"]
+    assert callable(small) and isinstance(train, list) and isinstance(out, list)
+    mixed, foo, empty_qa, broken_qa, no_tokenizer, truncated, binary, empty_file, user, lookalikes = (
+        made[k] for k in ("mixed", "foo", "empty_qa", "broken_qa", "no_tokenizer", "truncated", "binary", "empty_file", "user", "lookalikes"))
+    assert isinstance(user, Path) and isinstance(lookalikes, Path)
     return [
         # options
         Probe("w2v --epochs 0", ["w2v", "-c", c, "-m", m, *small(epochs="0")], USAGE),
@@ -170,8 +261,10 @@ def probes(data: dict[str, Path], here: Path) -> list[Probe]:
     ]
 
 
-def classify(probe: Probe, code: int, err: str) -> str:
+def classify(probe: Probe, code: int, err: str, out: str = "", names: tuple[str, ...] = ()) -> str:
     lines = [line for line in err.strip().splitlines() if line.strip()]
+    if probe.secret is not None and any(probe.secret in text for text in (err, out, *names)):
+        return "leaked a secret"
     if "Traceback" in err:
         return "traceback"
     if probe.expect == OK:
@@ -215,13 +308,15 @@ def main(argv: list[str] | None = None) -> int:
             quiet = [] if probe.warning else ["--quiet"]
             done = subprocess.run([sys.executable, "-m", "greenadapt", *probe.args, *quiet], capture_output=True, text=True, env=env,
                                   input=probe.stdin, timeout=600, cwd=here)
-            verdict = classify(probe, done.returncode, done.stderr)
+            names = tuple(p.name for p in here.rglob("*"))
+            verdict = classify(probe, done.returncode, done.stderr, done.stdout, names)
             safe = snapshot(here, probe.keep) == before
             rows.append({"probe": probe.name, "expect": probe.expect, "exit": done.returncode, "verdict": verdict,
                          "data_safe": safe if probe.keep else None, "stderr": done.stderr.strip().splitlines()[-1:] or [""]})
     counts = Counter(row["verdict"] for row in rows)
     unsafe = sum(row["data_safe"] is False for row in rows)
-    summary = {"tried": len(rows), **{k: counts.get(k, 0) for k in ("one-line", "wrong code", "traceback", "silently accepted")},
+    summary = {"tried": len(rows), **{k: counts.get(k, 0) for k in ("one-line", "wrong code", "traceback", "silently accepted",
+                                                                     "leaked a secret")},
                "data_safety_probes": sum(row["data_safe"] is not None for row in rows), "data_safety_failures": unsafe}
     if args.json:
         print(json.dumps({"summary": summary, "probes": rows}, indent=1))
