@@ -48,6 +48,7 @@ class Probe:
     env: dict[str, str] = field(default_factory=dict)
     stdin: str | None = None
     secret: str | None = None  # must appear on neither stream nor in any file or folder name under the probe's folder
+    expected_warning: str | None = None  # warning lines holding this may come before the error (a download's retries)
 
 
 def build(root: Path) -> dict[str, Path]:
@@ -155,7 +156,7 @@ def probes(data: dict[str, Path], here: Path) -> list[Probe]:
               keep=["pred-link"]),
         Probe("compare --out the user's folder", [*compare, "--out", str(here / "cmp")], STAGE, keep=["cmp/compare.json"]),
         Probe("w2v --corpus http://user:password@host/", ["w2v", "-c", "http://bob:Hunter2SECRETpw@127.0.0.1:9/", "-m", m, *small()],
-              BAD_INPUT, secret="Hunter2SECRETpw"),
+              BAD_INPUT, secret="Hunter2SECRETpw", expected_warning="retry"),
         Probe("w2v --corpus s3://KEY:SECRET/WITH/SLASH@bucket/", ["w2v", "-c", "s3://AKIAEXAMPLE:wJalr/XUtnFEMI/K7MDENG@bucket/", "-m", m,
                                                                    *small()], BAD_INPUT, secret="XUtnFEMI",
               env={"AWS_EC2_METADATA_DISABLED": "true"}),
@@ -262,7 +263,8 @@ def earlier_probes(data: dict[str, Path], here: Path, made: dict[str, object]) -
 
 
 def classify(probe: Probe, code: int, err: str, out: str = "", names: tuple[str, ...] = ()) -> str:
-    lines = [line for line in err.strip().splitlines() if line.strip()]
+    lines = [line for line in err.strip().splitlines() if line.strip()
+             and not (probe.expected_warning and probe.expected_warning in line and not line.startswith("error"))]
     if probe.secret is not None and any(probe.secret in text for text in (err, out, *names)):
         return "leaked a secret"
     if "Traceback" in err:
@@ -292,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     parser.add_argument("-k", default="", help="only probes whose name contains this")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a probe may run before it counts as a hang")
+    parser.add_argument("--old", type=Path, default=None,
+                        help="probe the greenadapt of this checkout instead (e.g. a worktree of an older commit: the 'before' row)")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="greenadapt-probes-") as scratch:
@@ -305,18 +310,23 @@ def main(argv: list[str] | None = None) -> int:
             before = snapshot(here, probe.keep)
             env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GREENADAPT_CODECARBON="0", **probe.env)
             env.pop("GREENADAPT_DEBUG", None)
+            if args.old is not None:
+                env["PYTHONPATH"] = str(args.old.resolve())
             quiet = [] if probe.warning else ["--quiet"]
-            done = subprocess.run([sys.executable, "-m", "greenadapt", *probe.args, *quiet], capture_output=True, text=True, env=env,
-                                  input=probe.stdin, timeout=600, cwd=here)
+            try:
+                done = subprocess.run([sys.executable, "-m", "greenadapt", *probe.args, *quiet], capture_output=True, text=True, env=env,
+                                      input=probe.stdin, timeout=args.timeout, cwd=here)
+            except subprocess.TimeoutExpired as expired:
+                done = subprocess.CompletedProcess(expired.cmd, -9, _text(expired.stdout), _text(expired.stderr) + "\n(hung: killed)")
             names = tuple(p.name for p in here.rglob("*"))
-            verdict = classify(probe, done.returncode, done.stderr, done.stdout, names)
+            verdict = "hang" if done.returncode == -9 else classify(probe, done.returncode, done.stderr, done.stdout, names)
             safe = snapshot(here, probe.keep) == before
             rows.append({"probe": probe.name, "expect": probe.expect, "exit": done.returncode, "verdict": verdict,
                          "data_safe": safe if probe.keep else None, "stderr": done.stderr.strip().splitlines()[-1:] or [""]})
     counts = Counter(row["verdict"] for row in rows)
     unsafe = sum(row["data_safe"] is False for row in rows)
     summary = {"tried": len(rows), **{k: counts.get(k, 0) for k in ("one-line", "wrong code", "traceback", "silently accepted",
-                                                                     "leaked a secret")},
+                                                                     "leaked a secret", "hang")},
                "data_safety_probes": sum(row["data_safe"] is not None for row in rows), "data_safety_failures": unsafe}
     if args.json:
         print(json.dumps({"summary": summary, "probes": rows}, indent=1))
@@ -328,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{'':18}   {row['stderr'][0][:200]}")
         print(json.dumps(summary))
     return 0 if counts.get("one-line", 0) == len(rows) and not unsafe else 1
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value or ""
 
 
 def _fresh(folder: Path) -> Path:

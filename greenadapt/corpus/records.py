@@ -33,27 +33,42 @@ class BadRecords:
         self.hint = hint
         self.good = 0
         self.bad = 0
+        # Warnings wait until the verdict on the majority can be given: a file that is refused gets its one line alone.
+        self._pending: list[tuple[int | str, str]] = []
+        self.last_why = ""
 
     def ok(self) -> None:
         self.good += 1
+        if self.bad + self.good >= _MIN_RECORDS_FOR_MAJORITY:
+            self._flush()
 
     def skip(self, line: int | str, why: str) -> None:
         self.bad += 1
+        self.last_why = why
         self.stats.skipped_records += 1
         if self.bad <= MAX_WARNINGS_PER_SOURCE:
-            log.warning("%s:%s: skipped a malformed %s (%s)", self.shown, line, self.what, why)
+            self._pending.append((line, why))
         if self.bad * 2 > self.bad + self.good and self.bad + self.good >= _MIN_RECORDS_FOR_MAJORITY:
             self.fail(line)
+        if self.bad + self.good >= _MIN_RECORDS_FOR_MAJORITY:
+            self._flush()
+
+    def _flush(self) -> None:
+        for line, why in self._pending:
+            log.warning("%s:%s: skipped a malformed %s (%s)", self.shown, line, self.what, why)
+        self._pending.clear()
 
     def finish(self) -> None:
         if self.bad and self.bad * 2 > self.bad + self.good:
             self.fail(None)
+        self._flush()
         if self.bad > MAX_WARNINGS_PER_SOURCE:
             log.warning("%s: skipped %d malformed %ss in all", self.shown, self.bad, self.what)
 
     def fail(self, line: int | str | None) -> None:
+        self._pending.clear()
         raise CorpusError(
-            f"{self.bad} of {self.bad + self.good} {self.what}s so far are malformed",
+            f"{self.bad} of {self.bad + self.good} {self.what}s so far are malformed (the last: {self.last_why})",
             path=self.shown,
             line=line if isinstance(line, int) else None,
             hint=self.hint,
