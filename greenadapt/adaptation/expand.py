@@ -46,8 +46,8 @@ import inspect
 import json
 import logging
 import shutil
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,8 +158,13 @@ def run_expand(
     wait: bool = False,
     progress: Progress = NULL_PROGRESS,
     method: str | None = None,
+    also_align: Sequence[Path] = (),
 ) -> StageOutcome:
     """Write the expanded model folder for the align output ``align`` (or ``corpus``'s).
+
+    ``also_align``: the align folders of other word2vec draws of the same corpus (``adapt --w2v-draws``): each new
+    row is then the mean of the draws' rows for that word, rescaled to their mean norm, so that one draw's luck
+    weighs 1/k. Every draw must hold every new word and be fitted with the same method on the same model.
 
     ``method`` (optional): the initialisation method the rows come from. The
     method is chosen when aligning; here it picks that method's align folder
@@ -184,6 +189,9 @@ def run_expand(
     # align-focus -> expand-focus: each method's model beside its own fit.
     suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
     config = _config(ref, align_dir, align_manifest, fitted, max_new=max_new, min_count=min_count, seed=seed)
+    draws = _other_draws(also_align, align_dir, fitted, ref)
+    if draws:  # recorded only then, so single-draw outputs keep their fingerprints
+        config["other_draws"] = [manifest_identity(d, m) for d, m, _ in draws]
     own = inspect.signature(run_expand).parameters  # the default options, from where they are defined
     defaults = functools.partial(_config, ref, align_dir, align_manifest, fitted, **{k: own[k].default for k in ("max_new", "min_count", "seed")})
     out_dir = Path(out) if out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults, force=force)
@@ -195,7 +203,7 @@ def run_expand(
             *protected("the base --model", ref.path),
         ],
     )
-    inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
+    inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity(), *config.get("other_draws", [])]
     checkpoint = out_dir.with_name(f"{out_dir.name}{CHECKPOINT_SUFFIX}")
     if fitted.reads_corpus and checkpoint.exists() and not fitted.owns_checkpoint(checkpoint):
         raise UsageError(f"{checkpoint} exists and is not a checkpoint greenadapt wrote", hint="move it away, or choose another --out")
@@ -207,7 +215,7 @@ def run_expand(
         with resource_errors(run.tmp):
             stats = _expand(
                 align_dir, w2v_dir, ref, general, method=fitted, method_options=method_options, max_new=max_new,
-                min_count=min_count, seed=seed, dest=run.tmp, progress=progress,
+                min_count=min_count, seed=seed, dest=run.tmp, progress=progress, other_draws=[(d, w) for d, _, w in draws],
                 corpus_access=_corpus_access(ref, w2v_dir, w2v_manifest, corpus, checkpoint) if fitted.reads_corpus else None,
                 # in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on
                 # The corpus by name: a path says where it lies on this machine and would be published with the model.
@@ -371,6 +379,7 @@ def _expand(
     progress: Progress,
     provenance: Mapping[str, Any],
     corpus_access: CorpusAccess | None = None,
+    other_draws: Sequence[tuple[Path, Path]] = (),
 ) -> dict[str, Any]:
     from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, tokenization_change, write_domain_tokenizer
     from greenadapt.adaptation.vectors import iter_state_dict, pick_embedding_key, read_counts
@@ -394,6 +403,18 @@ def _expand(
         corpus_access=corpus_access, progress=progress,
     )
     new_rows = new_row_source(method, context)
+    if other_draws:
+        sources = [new_rows]
+        for other_align, other_w2v in other_draws:
+            other_listed = read_counts(other_w2v / "counts.tsv")
+            missing = next((w for w in new.words if w not in other_listed), None)
+            if missing is not None:
+                raise StageError(f"the new word {missing!r} is not in this word2vec draw", path=other_w2v,
+                                 hint="draws to average are made by one command on one corpus, differing only in --seed")
+            other_vectors, other_shared, other_ids = _method_vectors(method, other_w2v, list(other_listed), new, general, progress)
+            sources.append(new_row_source(method, replace(context, align_dir=other_align, vectors=other_vectors,
+                                                          shared_vectors=other_shared, shared_ids=other_ids)))
+        new_rows = functools.partial(average_draws, sources)
 
     progress.start("writing weights", total=len(state), unit="tensors")
     n_new = len(new.words)
@@ -432,6 +453,41 @@ def _expand(
         "embedding_dtype": embedding_dtype,
         "new_row_precision": f"float32 matmul, cast to {embedding_dtype}",
     }
+
+
+def average_draws(sources: Sequence[Callable[[], Iterator[np.ndarray]]]) -> Iterator[np.ndarray]:
+    """Each word's row as the mean of its rows from several word2vec draws, rescaled to their mean norm (the mean
+    of vectors that disagree is shorter than any of them, and the norm of a row is part of what the model reads)."""
+    import numpy as np
+
+    for chunks in zip(*(source() for source in sources), strict=True):
+        stacked = np.stack([np.asarray(c, dtype=np.float64) for c in chunks])
+        mean = stacked.mean(axis=0)
+        target = np.linalg.norm(stacked, axis=2).mean(axis=0)
+        length = np.linalg.norm(mean, axis=1)
+        scale = np.divide(target, length, out=np.ones_like(target), where=length > 0)
+        yield (mean * scale[:, None]).astype(np.float32)
+
+
+def _other_draws(also_align: Sequence[Path], align_dir: Path, fitted: InitMethod, ref: ModelRef) -> list[tuple[Path, Manifest, Path]]:
+    """(align folder, its manifest, its w2v folder) of each other draw, checked to be the same fit of another draw."""
+    draws = []
+    seen = {align_dir.resolve()}
+    for other in also_align:
+        other = Path(other)
+        manifest = load_stage(other, kinds.ALIGN)
+        if other.resolve() in seen:
+            raise UsageError("the same align folder is named twice", path=other, hint="name each word2vec draw's align folder once")
+        seen.add(other.resolve())
+        if str(manifest.config.get("method", DEFAULT_METHOD)) != fitted.name:
+            raise UsageError(f"this draw was aligned with --method {manifest.config.get('method')}, not {fitted.name}", path=other,
+                             hint="average draws of one method")
+        if fitted.vector_source != "word2vec":
+            raise UsageError(f"--method {fitted.name} uses no word2vec vectors: there are no draws to average",
+                             hint="average word2vec draws of lstsq, focus, hybrid or identity")
+        w2v_dir, _ = _w2v_of(other, manifest)
+        draws.append((other, manifest, w2v_dir))
+    return draws
 
 
 def _check_rows(general: GeneralTokenizer, n_rows: int, ref: ModelRef) -> None:

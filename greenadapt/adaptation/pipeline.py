@@ -15,7 +15,7 @@ from pathlib import Path
 from greenadapt.adaptation.methods import DEFAULT_METHOD, MethodOptions, get_method
 from greenadapt.adaptation.w2v import W2VOptions
 from greenadapt.artifacts.stage import StageOutcome
-from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED
+from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,11 @@ class AdaptOptions:
     max_new: int | None = None
     min_count_new: int = DEFAULT_MIN_COUNT_NEW
     seed: int = DEFAULT_SEED
+    # word2vec draws whose aligned rows are averaged (draw j with --seed + j): a gain that depends less on one draw
+    w2v_draws: int = 1
+
+
+MAX_W2V_DRAWS = 16
 
 
 @dataclass(frozen=True)
@@ -102,8 +107,15 @@ def run_adapt(
             wait=wait,
             progress=progress,
         )
+        others = []
+        for draw in range(1, options.w2v_draws):  # the same command with another seed, each in its own folders
+            other = run_w2v(corpus, model=model, options=replace(w2v_options, seed=w2v_options.seed + draw), text_fields=text_fields,
+                            workdir=workdir, force=force, wait=wait, progress=progress)
+            others.append(run_align(w2v=other.path, model=model, method=options.align_method, method_options=options.method_options,
+                                    seed=options.seed, force=force, wait=wait, progress=progress).path)
         expand = run_expand(
             align=align.path,
+            also_align=others,
             model=model,
             max_new=options.max_new,
             min_count=options.min_count_new,
@@ -128,6 +140,12 @@ def check_adapt(
 
     options.w2v.check()
     get_method(options.align_method)
+    if not 1 <= options.w2v_draws <= MAX_W2V_DRAWS:
+        raise UsageError(f"--w2v-draws {options.w2v_draws}: from 1 to {MAX_W2V_DRAWS}")
+    if options.w2v_draws > 1 and get_method(options.align_method).vector_source != "word2vec":
+        raise UsageError(f"--method {options.align_method} uses no word2vec vectors, so there are no draws to average",
+                         hint="--w2v-draws is for lstsq, focus, hybrid and identity")
+    check_seed(options.w2v.seed + options.w2v_draws - 1, option="--seed")
     options.method_options.check()
     if options.max_new is not None and options.max_new < 0:
         raise UsageError(f"--max-new must be >= 0, got {options.max_new}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from greenadapt.adaptation.methods import DEFAULT_METHOD
@@ -43,6 +44,7 @@ def adapt(
     max_new: int | None = None,
     min_count_new: int = DEFAULT_MIN_COUNT_NEW,
     seed: int = DEFAULT_SEED,
+    w2v_draws: int = 1,
     force: bool = False,
     wait: bool = False,
     progress: Progress | bool | None = None,
@@ -52,7 +54,8 @@ def adapt(
     ``corpus``: registered corpus names, files, folders, globs or URLs. The
     adapted model is written to ``out`` (default: the workspace's expand
     folder); ``.expand.path`` of the result is the folder to fine-tune.
-    Finished stages are reused unless ``force``.
+    Finished stages are reused unless ``force``. ``w2v_draws`` > 1: word2vec is trained that many times (seeds
+    ``seed``, ``seed + 1``, ...), each draw aligned, and each new row is the mean of the draws' rows.
     """
     from greenadapt.adaptation.context_vectors import ContextOptions
     from greenadapt.adaptation.methods import MethodOptions
@@ -73,6 +76,7 @@ def adapt(
         max_new=max_new,
         min_count_new=min_count_new,
         seed=seed,
+        w2v_draws=w2v_draws,
     )
     return run_adapt(
         [corpus] if isinstance(corpus, str) else list(corpus),
@@ -176,6 +180,7 @@ def expand(
     min_count: int = DEFAULT_MIN_COUNT_NEW,
     seed: int = DEFAULT_SEED,
     method: str | None = None,
+    also_align: Sequence[PathLike] = (),
     out: PathLike | None = None,
     workdir: PathLike | None = None,
     force: bool = False,
@@ -183,12 +188,13 @@ def expand(
     progress: Progress | bool | None = None,
 ) -> StageOutcome:
     """Add the aligned vectors of new words (folder ``align``, or the workspace's for ``corpus``) as embedding rows,
-    with a domain tokenizer that keeps them whole; ``.path`` of the result is a folder transformers loads."""
+    with a domain tokenizer that keeps them whole; ``.path`` of the result is a folder transformers loads.
+    ``also_align``: other word2vec draws' align folders; each new row is then the mean of the draws' rows."""
     from greenadapt.adaptation.expand import run_expand
     from greenadapt.progress import as_progress
 
     return run_expand(
         align=as_path(align), corpus=[corpus] if isinstance(corpus, str) else (list(corpus) if corpus else None), model=model,
         max_new=max_new, min_count=min_count, seed=seed, method=method, workdir=as_path(workdir), out=as_path(out),
-        force=force, wait=wait, progress=as_progress(progress),
+        force=force, wait=wait, progress=as_progress(progress), also_align=[Path(str(p)) for p in also_align],
     )

@@ -39,6 +39,9 @@ def adapt_command(
     workers: int | None = typer.Option(None, "--workers", min=1, help="Threads/processes (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS)."),
     max_new: int | None = typer.Option(None, "--max-new", min=0, help="At most this many new words (most frequent first)."),
     min_count_new: int = typer.Option(default_of(api.adapt, "min_count_new"), "--min-count-new", min=1, help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting)."),
+    w2v_draws: int = typer.Option(default_of(api.adapt, "w2v_draws"), "--w2v-draws", min=1, metavar="K",
+                                  help="Train word2vec K times (seeds --seed, --seed+1, ...) and average each new word's aligned rows: "
+                                       "a gain that depends less on one draw's luck (K times the word2vec cost)."),
     seed: int = typer.Option(default_of(api.adapt, "seed"), "--seed", help="Random seed for every stage."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder for the adapted model (default: in the workspace)."),
 ) -> dict[str, Any] | None:

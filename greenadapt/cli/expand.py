@@ -37,6 +37,8 @@ def expand_command(
         help="The initialisation method (chosen at align): with --corpus, use its align folder; with --align, check it. "
         + method_help(),
     ),
+    also_align: list[Path] = typer.Option([], "--also-align", metavar="DIR",
+                                          help="The align folder of another word2vec draw (repeat): each new row is the mean of the draws' rows."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output model folder (default: beside the align folder)."),
 ) -> dict[str, Any] | None:
     """Add the aligned vectors of new words as embedding rows, with a domain tokenizer that keeps them whole."""
