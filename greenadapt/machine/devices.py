@@ -45,6 +45,23 @@ def pick_device(spec: str | None = "auto", local_rank: int = 0, *, allow_mps: bo
 
 
 
+# CPU features that run bfloat16 matrix products natively (x86: AVX-512 BF16, AMX; Arm: the BF16 extension).
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bfloat16 natively; without it torch emulates bf16, slower than fp32."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return bool(NATIVE_BF16_FLAGS & set(value.split()))
+    except OSError:
+        return False
+    return False
+
+
 def to_device(array: Any, device: Any) -> Any:
     """A NumPy array (or a CPU tensor) as a tensor on ``device``, without a host sync on CUDA.
 

@@ -154,6 +154,14 @@ def autocast_dtype(precision: str, device: Any) -> Any:
 
     if precision not in ("auto", "fp32", "bf16", "fp16"):
         raise UsageError(f"unknown --precision {precision!r}", hint="auto, fp32, bf16 or fp16")
+    if device.type == "cpu" and precision == "bf16":
+        from greenadapt.machine.devices import cpu_has_native_bf16
+
+        # autocast keeps the master weights and the optimizer state in fp32; only the products run in bf16
+        if not cpu_has_native_bf16():
+            raise UsageError("--precision bf16: this CPU has no native bfloat16 (avx512_bf16 or AMX), so torch would emulate "
+                             "it, slower than fp32", hint="use --precision fp32 (or auto) on this machine")
+        return torch.bfloat16
     if device.type != "cuda" or precision == "fp32":
         if precision in ("bf16", "fp16") and device.type != "cuda":
             log.warning("--precision %s needs a CUDA device; training in fp32 on %s", precision, device)
@@ -161,6 +169,25 @@ def autocast_dtype(precision: str, device: Any) -> Any:
     if precision == "auto":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.bfloat16 if precision == "bf16" else torch.float16
+
+
+def check_precision(precision: str, device_spec: str | None) -> None:
+    """``--precision`` against ``--device`` before any data is read: the one refusal :func:`autocast_dtype` would
+    give later, for a run that will be on the CPU (a GPU is only known once it is opened)."""
+    import torch
+
+    if device_spec == "cpu" or (device_spec in (None, "auto") and not torch.cuda.is_available()):
+        autocast_dtype(precision, torch.device("cpu"))
+    elif precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise UsageError(f"unknown --precision {precision!r}", hint="auto, fp32, bf16 or fp16")
+
+
+def precision_used(precision: str, device: Any) -> str:
+    """What ``--precision`` means on ``device``, as a manifest records it: ``fp32``, ``bf16`` or ``fp16``."""
+    import torch
+
+    dtype = autocast_dtype(precision, device)
+    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
 def autocast(device: Any, dtype: Any) -> Any:

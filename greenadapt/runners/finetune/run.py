@@ -49,7 +49,7 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_task
 from greenadapt.tasks.options import TRAIN_ON, FinetuneOptions, default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.distributed import DistContext
+from greenadapt.training.distributed import DistContext, check_precision, precision_used
 from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix, train
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.job import training_stage
@@ -213,6 +213,7 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
     if options.save_every is not None and options.save_every < 1:
         raise UsageError("--save-every must be at least 1")
     training.check_schedule()
+    check_precision(training.precision, options.device)
 
 
 def identity_of_model(ref: ModelRef) -> dict[str, Any]:
@@ -376,6 +377,7 @@ class _Job:
             "best_epoch": result.best_epoch,
             "dev_history": result.dev_history,
             "train_seconds": round(result.seconds, 2),
+            "precision_used": precision_used(self.base.precision, self.ctx.device),
             "domain_fraction": round(result.domain_fraction, 4),
             "warnings": result.warnings,
         }
