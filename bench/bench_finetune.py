@@ -26,6 +26,14 @@ sentences, its collator, its order), greenadapt's through its training runtime
 written as in a real run) with the same AdamW, schedule and clipping.
 
     python bench/bench_finetune.py --same-sequences --steps 30 --repeats 3
+
+``--precisions fp32,bf16`` times greenadapt's own loop at each precision instead, alternately, and reports
+seconds per step, the ratio to the first, and achieved GFLOP/s (``training_flops_per_token`` of
+bench_pretrain.py at the run's mean sequence length, no MLM head) against the cores' peak: ``--peak-gflops``, or
+cores × ``cpu MHz`` × 32 FLOP per cycle for fp32 and 64 for bf16 (two 256-bit FMA pipes, as AMD's Zen 4 runs
+AVX-512 and AVX-512 BF16; give the peak of another CPU).
+
+    python bench/bench_finetune.py --precisions fp32,bf16 --steps 30 --repeats 3
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import argparse
 import json
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -79,11 +88,12 @@ def make_expanded(base: Path, words: list[list[str]], n_new: int, folder: Path) 
     return folder
 
 
-def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, device: str) -> dict[str, float]:
+def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, device: str,
+                   precision: str = "auto") -> dict[str, float]:
     from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
     from greenadapt.training.finetuning import TrainConfig
 
-    training = TrainConfig(mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5)
+    training = TrainConfig(mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5, precision=precision)
     run_finetune(FinetuneOptions(task="ner", train=data, model=str(model), out=out, training=training, device=device, force=True))
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     log = [r for r in log if "event" not in r]
@@ -93,6 +103,56 @@ def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: i
         "wordpieces_per_step": sum(r["wordpieces"] for r in log[skip:]) / (len(log) - skip),
         "domain_fraction": sum(r["domain_units"] for r in log) / sum(r["units"] for r in log),
     }
+
+
+def cpu_peak_gflops(precision: str) -> float | None:
+    """Cores x clock x FLOP per cycle (fp32 32, bf16 64: two 256-bit FMA pipes); None where the clock is not listed."""
+    import os
+
+    try:
+        mhz = next(float(line.split(":")[1]) for line in open("/proc/cpuinfo", encoding="utf-8") if line.startswith("cpu MHz"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    cores = len(os.sched_getaffinity(0))
+    return cores * mhz / 1000 * (64 if precision == "bf16" else 32)
+
+
+def precision_pair(base: Path, sentences: list[tuple[list[str], list[str]]], args: Any) -> dict[str, Any]:
+    """greenadapt's loop at each of ``args.precisions``, alternately, on the same expanded model and data."""
+
+    import torch
+    from transformers import AutoConfig
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_pretrain import training_flops_per_token
+
+    precisions = args.precisions.split(",")
+    given = dict(item.split("=") for item in args.peak_gflops.split(",")) if args.peak_gflops else {}
+    config = AutoConfig.from_pretrained(str(base))
+    runs: dict[str, list[dict[str, float]]] = {p: [] for p in precisions}
+    with tempfile.TemporaryDirectory() as tmp:
+        expanded = make_expanded(base, [w for w, _ in sentences], args.new_words, Path(tmp) / "expanded")
+        for repeat in range(args.repeats):
+            for precision in precisions:
+                runs[precision].append(greenadapt_run(expanded, args.data, Path(tmp) / f"{precision}-{repeat}", args.steps,
+                                                      args.batch_size, args.skip, args.device, precision=precision))
+    summary: dict[str, Any] = {"model": "all-MiniLM-L6-v2", "device": args.device, "batch_size": args.batch_size, "steps": args.steps,
+                               "repeats": args.repeats, "torch_threads": torch.get_num_threads(), "precisions": {}}
+    first = None
+    for precision in precisions:
+        seconds = statistics.median(r["seconds_per_step"] for r in runs[precision])
+        wordpieces = statistics.median(r["wordpieces_per_step"] for r in runs[precision])
+        length = wordpieces / args.batch_size
+        gflops = wordpieces * training_flops_per_token(config, round(length), masked_share=0.0) / seconds / 1e9
+        peak = float(given[precision]) if precision in given else cpu_peak_gflops(precision)
+        first = first or seconds
+        summary["precisions"][precision] = {
+            "seconds_per_step": round(seconds, 4), "steps_per_second": round(1 / seconds, 3),
+            "speed_over_first": round(first / seconds, 3), "wordpieces_per_step": round(wordpieces, 1),
+            "achieved_gflops": round(gflops, 1), "peak_gflops": round(peak, 1) if peak else None,
+            "share_of_peak": round(gflops / peak, 3) if peak else None, "runs": runs[precision],
+        }
+    return summary
 
 
 LABELS = ["O", "B", "I"]
@@ -232,6 +292,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--new-words", type=int, default=5000)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precisions", default=None, help="e.g. fp32,bf16: greenadapt's loop at each precision, side by side")
+    parser.add_argument("--peak-gflops", default=None, help="e.g. fp32=166,bf16=332: the cores' peak per precision")
     parser.add_argument("--same-sequences", action="store_true", help="identical batches through both loops: code overhead alone")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -245,6 +307,9 @@ def main() -> None:
     task_file = read_task_file(args.data, "ner", ReaderOptions(), require_labels=True)
     sentences = [(list(s.words), list(s.labels)) for s in task_file.examples]
     results: dict[str, list[dict[str, float]]] = {"greenadapt": [], "plain": []}
+    if args.precisions:
+        print(json.dumps(precision_pair(base, sentences, args), indent=2))
+        return
     if args.same_sequences:
         loader = plain_batches(base, sentences, args.batch_size)
         batches = [batch for batch, _ in zip(loader, range(args.steps), strict=False)]

@@ -24,11 +24,11 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "runs", "html", "path", "file_format", "header", "pair_field", "label_field", "entity_type", "ignore_labels", "general_corpus",
         "task", "tasks_file", "task_name", "markdown", "json_out",
     ),
-    MODEL: ("model", "general_model", "tokenizer", "gmap", "gmap_layers", "gmap_unfrozen", "gmap_indexing", "adapter", "pal_size", "pal_heads"),
+    MODEL: ("model", "ensemble", "general_model", "tokenizer", "gmap", "gmap_layers", "gmap_unfrozen", "gmap_indexing", "adapter", "pal_size", "pal_heads"),
     ADAPTATION: (
         "dim", "epochs_w2v", "min_count", "max_vocab", "min_count_new", "max_new", "method", "focus_k", "focus_temperature", "hybrid_weight", "match_norm",
         "distill_per_word", "distill_sentences", "distill_epochs",
-        "context_layer", "context_cap", "context_max_tokens", "no_vectors", "probe", "vectors_only",
+        "context_layer", "context_cap", "context_max_tokens", "no_vectors", "probe", "vectors_only", "w2v_draws", "also_align",
     ),
     TRAINING: (
         "epochs", "max_steps", "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "seed", "seeds", "mix", "train_on",
