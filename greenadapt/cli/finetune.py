@@ -39,7 +39,7 @@ def pool_option(default: str | None) -> Any:
 
 PoolOption = pool_option(default_of(api.finetune, "pool"))
 DeviceOption = typer.Option(default_of(api.finetune, "device"), "--device", help="auto, cpu, cuda, cuda:N or mps.")
-PrecisionOption = typer.Option(default_of(api.finetune, "precision"), "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16, fp16.")
+PrecisionOption = typer.Option(default_of(api.finetune, "precision"), "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16 (also on a CPU with native bf16: avx512_bf16 or AMX), fp16.")
 CompileOption = typer.Option(default_of(api.finetune, "compile"), "--compile", help="Compile the training forward and backward with torch.compile (the first steps pay the compilation; docs/benchmarks.md says where it pays).")
 GmapOption = typer.Option(
     default_of(api.finetune, "gmap"), "--gmap", help="G-MAP: fuse a frozen general model's hidden states as memory: none, single, multi, gated or chunk (the paper's best)."
