@@ -282,3 +282,22 @@ def test_qa_models_are_compared_too(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert 0.0 < mine <= 1.0  # the models learned the answer; QA's percentages as the other tasks' fractions
         base_variant = next(v for v in result["variants"] if v["name"] == "base")
         assert difference == pytest.approx(mine - base_variant["scores"][str(seed)][base_variant["headline_pool"]]["f1"])
+
+
+def test_compare_passes_entity_type_and_max_steps_to_every_run(setup: dict[str, Path], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """What finetune's warning suggests (--entity-type) and its --max-steps, taken by compare for every model and seed."""
+    out = tmp_path / "cmp"
+    code, _, err = _cli(["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
+                         "--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--seeds", "1",
+                         "--max-steps", "2", "--entity-type", "Disease", "--batch-size", "8", "--device", "cpu",
+                         "--bootstrap", "200", "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    for name in ("base", "green"):
+        manifest = json.loads((out / name / "seed-1" / "manifest.json").read_text())
+        assert manifest["config"]["train"]["max_steps"] == 2
+        assert set(manifest["stats"]["labels"]) == {"O", "B-Disease", "I-Disease"}
+    code, _, err = _cli(["compare", "--task", "classify", "--train", str(setup["train"]), "--test", str(setup["test"]),
+                         "--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--entity-type", "Disease",
+                         "--out", str(tmp_path / "cmp2")], monkeypatch, capsys)
+    assert code == 2 and "--entity-type is for --task ner" in err, err

@@ -186,6 +186,8 @@ def compare(
     adapt_methods: Sequence[str] = (),
     workdir: PathLike | None = None,
     ensembles: Mapping[str, int] | Sequence[tuple[str, int]] | None = None,
+    entity_type: str | None = None,
+    max_steps: int | None = None,
     progress: Progress | bool | None = None,
 ) -> Any:
     """Fine-tune every model of ``models`` (name → folder or Hub id) on ``task`` with one recipe and the same ``seeds``,
@@ -198,7 +200,8 @@ def compare(
     ``out/adapted/<method>``) and each result joins the comparison under its method's name.
     ``ensembles`` (name → N): that model is N fine-tunings per seed (member j with seed + j × 100,000), scored on the
     mean of their probabilities; its cost counts every member. ``{"base-x2": 2}`` with ``models["base-x2"]`` the
-    base model is the compute-matched control for a two-view model.
+    base model is the compute-matched control for a two-view model. ``entity_type`` and ``max_steps`` are
+    finetune's, for every run.
     """
     from greenadapt.comparison.run import CompareOptions, run_compare
     from greenadapt.progress import as_progress
@@ -211,6 +214,7 @@ def compare(
         save_every=save_every, force=force, corpus=(corpus,) if isinstance(corpus, str) else tuple(corpus or ()),
         adapt_methods=tuple(adapt_methods), workdir=Path(workdir) if workdir else None,
         ensembles=tuple((str(n), int(k)) for n, k in (ensembles.items() if isinstance(ensembles, Mapping) else ensembles or ())),
+        entity_type=entity_type, max_steps=max_steps,
     )
     return run_compare(options, finetune, as_progress(progress), adapt=adapt)
 

@@ -72,6 +72,8 @@ class CompareOptions:
     workdir: Path | None = None  # where adapt keeps its w2v and align stages
     # (name, N): that --model is an ensemble of N fine-tunings per seed, scored on the mean of their probabilities
     ensembles: tuple[tuple[str, int], ...] = ()
+    entity_type: str | None = None  # NER files with bare B/I labels: trained as B-TYPE/I-TYPE (finetune --entity-type)
+    max_steps: int | None = None  # every fine-tuning stops after this many optimizer steps (finetune --max-steps)
 
     def members(self, name: str) -> int:
         """How many fine-tunings of ``name`` one seed's result is made of (1: a plain run)."""
@@ -124,6 +126,14 @@ class CompareOptions:
                 raise UsageError("--ensemble is for NER and classification", hint="compare question answering one model per seed")
         if len(dict(self.ensembles)) != len(self.ensembles):
             raise UsageError("--ensemble names one model twice", hint="give each NAME=N once")
+        if self.entity_type is not None:
+            from greenadapt.data.task_files import check_entity_type
+
+            if self.task != "ner":
+                raise UsageError("--entity-type is for --task ner")
+            check_entity_type(self.entity_type)
+        if self.max_steps is not None and self.max_steps < 1:
+            raise UsageError("--max-steps must be at least 1")
         if self.comparator is not None and self.comparator == self.baseline:
             raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
@@ -372,6 +382,9 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
         "device": options.device, "force": options.force,
         # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
         **({"save_every": options.save_every, "resume": True} if not questions else {}),
+        # passed only when set, so that the runs of earlier comparisons keep their fingerprints
+        **({"entity_type": options.entity_type} if options.entity_type is not None else {}),
+        **({"max_steps": options.max_steps} if options.max_steps is not None else {}),
     }
 
 
