@@ -301,3 +301,28 @@ def test_compare_passes_entity_type_and_max_steps_to_every_run(setup: dict[str, 
                          "--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--entity-type", "Disease",
                          "--out", str(tmp_path / "cmp2")], monkeypatch, capsys)
     assert code == 2 and "--entity-type is for --task ner" in err, err
+
+
+def test_one_adapted_model_is_compared_with_the_model_it_was_made_from(setup: dict[str, Path], tmp_path: Path, tiny_bert: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from greenadapt.api import adapt
+    from greenadapt.comparison.run import recorded_base_model
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("patients with tachycardia and leukemia were treated with insulin in the study of cells\n" * 60)
+    adapted = adapt([str(corpus)], model=str(tiny_bert), workdir=tmp_path / "w", dim=8, min_count=1, min_count_new=1, epochs=1,
+                    workers=1).expand.path
+    assert Path(str(recorded_base_model(str(adapted)))).resolve() == tiny_bert.resolve()
+    assert recorded_base_model(str(tiny_bert)) is None  # a model greenadapt did not make names no base
+    out = tmp_path / "cmp"
+    code, _, err = _cli(["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
+                         "--model", f"green={adapted}", "--seeds", "1", "--max-steps", "1", "--batch-size", "8", "--device", "cpu",
+                         "--bootstrap", "200", "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    result = json.loads((out / "compare.json").read_text())
+    assert [v["name"] for v in result["variants"]] == ["base", "green"]
+    assert Path(result["variants"][0]["model"]).resolve() == tiny_bert.resolve()
+    assert result["pairs"][0]["variant"] == "green"
+    code, _, err = _cli(["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
+                         "--model", f"plain={tiny_bert}", "--out", str(tmp_path / "cmp2")], monkeypatch, capsys)
+    assert code == 2 and "at least two --model" in err, err

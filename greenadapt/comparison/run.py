@@ -102,7 +102,8 @@ class CompareOptions:
             for method in self.adapt_methods:
                 get_method(method)
         if len(names) < 2:
-            raise UsageError("compare needs at least two --model NAME=MODEL", hint="e.g. --model base=<general model> --model green=<adapted folder>")
+            raise UsageError("compare needs at least two --model NAME=MODEL, or one that greenadapt adapted (its base is the baseline)",
+                             hint="e.g. --model base=<general model> --model green=<adapted folder>")
         for name in names:
             if not _NAME.match(name):
                 raise UsageError(f"--model name {name!r} is not a plain name", hint="letters, digits, '.', '_' and '-'; it names a folder")
@@ -175,6 +176,26 @@ class Run:
 
     def folder(self, out: Path) -> Path:
         return out / self.name / (f"seed-{self.seed}" if not self.member else f"seed-{self.seed}-member-{self.member}")
+
+
+def recorded_base_model(spec: str) -> str | None:
+    """The model a greenadapt output was made from: the folder its manifest records (when it is still there), else
+    the Hub id its config names; None for any other model."""
+    from greenadapt.artifacts.manifest import read_manifest
+    from greenadapt.artifacts.model_card import CONFIG_KEY
+
+    folder = Path(spec)
+    if not folder.is_dir():
+        return None
+    recorded = ((read_manifest(folder) or {}).get("config") or {}).get("model")
+    if isinstance(recorded, dict) and recorded.get("path") and (Path(str(recorded["path"])) / "config.json").is_file():
+        return str(recorded["path"])
+    try:
+        block = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(CONFIG_KEY)
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    hub = block.get("base_model_hub_id") if isinstance(block, dict) else None
+    return str(hub) if hub else None
 
 
 def plan_runs(options: CompareOptions) -> list[Run]:
@@ -290,6 +311,12 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
     ``finetune`` and ``adapt`` are :func:`greenadapt.finetune` and :func:`greenadapt.adapt` (the API passes
     them: this module sits below the API).
     """
+    if len(options.models) == 1 and not options.adapt_methods:  # one adapted model: its base is the baseline
+        base = recorded_base_model(options.models[0][1])
+        if base is not None:
+            name = "base" if options.models[0][0] != "base" else "base-model"
+            log.info("the baseline: %s, the model %s was made from (its manifest says so)", base, options.models[0][0])
+            options = replace(options, models=((name, base), *options.models))
     options.check()
     started = time.monotonic()
     if options.adapt_methods:
