@@ -131,3 +131,13 @@ def test_task_settings_are_checked_when_read_back(change: dict[str, Any], messag
     with pytest.raises(StageError, match=f"damaged greenadapt_task.json: {message}") as info:
         TaskSettings.from_json({**good, **change}, tmp_path / "greenadapt_task.json")
     assert info.value.path == str(tmp_path / "greenadapt_task.json")
+
+
+@pytest.mark.parametrize("given,suggested", [("NER", "ner"), ("Classify", "classify"), ("classfy", "classify")])
+def test_a_wrong_task_name_suggests_the_right_one(given: str, suggested: str) -> None:
+    from greenadapt.errors import UsageError
+    from greenadapt.tasks import get_task
+
+    with pytest.raises(UsageError) as info:
+        get_task(given)
+    assert f"did you mean --task {suggested}?" in info.value.one_line()
