@@ -443,10 +443,23 @@ def _local_time(mtime_ns: Any) -> str:
 
 
 def _config_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    """``changed: train.lr 5e-05 -> 0.0001``: the options that differ, down to the nested one, with short values."""
+    changed = _changed_keys(old, new, "")
     if not changed:
         return "inputs changed"
     return "changed: " + ", ".join(changed[:5]) + ("…" if len(changed) > 5 else "")
+
+
+def _changed_keys(old: Any, new: Any, prefix: str) -> list[str]:
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        found: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            if old.get(key) != new.get(key):
+                found += _changed_keys(old.get(key), new.get(key), f"{prefix}{key}.")
+        return found
+    name = prefix.rstrip(".")
+    shown = [json.dumps(v, default=str) for v in (old, new)]
+    return [f"{name} {shown[0]} -> {shown[1]}" if all(len(s) <= 24 for s in shown) else name]
 
 
 def _fsync_dir(path: Path) -> None:
