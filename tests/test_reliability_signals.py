@@ -486,3 +486,17 @@ def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, 
                             env=ENV, cwd=tmp_path, timeout=120)
     assert (result.returncode, result.stderr, result.stdout) == (
         EXIT_INTERRUPTED, "interrupted: nothing was left half-written; rerun to continue\n", "")
+
+
+@pytest.mark.parametrize("argv,advice", [
+    (["finetune", "--task", "ner", "--save-every", "50", "--out", "r"], "rerun with --resume to continue from its last checkpoint"),
+    (["pretrain", "-c", "x", "--save-every=100"], "rerun with --resume to continue from its last checkpoint"),
+    (["finetune", "--task", "ner", "--save-every", "50", "--resume"], "rerun to continue"),
+    (["finetune", "--task", "ner"], "rerun to continue"),
+    (["w2v", "-c", "x"], "rerun to continue"),
+])
+def test_the_stop_line_says_how_to_continue(argv: list[str], advice: str) -> None:
+    """A training run with checkpoints is refused on a plain rerun until --resume: its stop line says so."""
+    from greenadapt.cli import _rerun_advice
+
+    assert _rerun_advice(argv) == advice

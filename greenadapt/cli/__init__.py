@@ -278,9 +278,18 @@ def _fail_for_signal(signum: int) -> None:
     _EXITING = True
     from greenadapt.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
+    rerun = _rerun_advice(sys.argv[1:])
     if signum == signal.SIGTERM:
-        _fail("terminated by SIGTERM: nothing was left half-written; rerun to continue", EXIT_TERMINATED)
-    _fail("interrupted: nothing was left half-written; rerun to continue", EXIT_INTERRUPTED)
+        _fail(f"terminated by SIGTERM: nothing was left half-written; {rerun}", EXIT_TERMINATED)
+    _fail(f"interrupted: nothing was left half-written; {rerun}", EXIT_INTERRUPTED)
+
+
+def _rerun_advice(argv: list[str]) -> str:
+    """How to continue: a training run that saves checkpoints is refused on a plain rerun until ``--resume``."""
+    saves = any(word == "--save-every" or word.startswith("--save-every=") for word in argv)
+    if _invoked_command(argv) in ("finetune", "pretrain") and saves and "--resume" not in argv:
+        return "rerun with --resume to continue from its last checkpoint"
+    return "rerun to continue"
 
 
 def _stop_on_signals() -> None:
