@@ -512,3 +512,13 @@ def test_the_readmes_plain_transformers_recipe_gives_the_pooled_tags(ner_run: Pa
             with torch.no_grad():
                 logits.append(model(**enc).logits[0, first])
         assert [model.config.id2label[i] for i in torch.stack(logits).mean(0).argmax(-1).tolist()] == expected
+
+
+def test_a_runs_repr_shows_its_score(ner_data: dict[str, Path], tmp_path: Path) -> None:
+    """`<finetune done at 'run'>` said nothing of the score a notebook user ran it for (issue 57, point 5)."""
+    model = build_tiny_expanded(tmp_path / "model")
+    run = greenadapt.finetune("ner", ner_data["train"], test=ner_data["test"], model=str(model), out=tmp_path / "run",
+                              seeds=[1, 2], max_steps=2, batch_size=8, device="cpu")
+    summary = run.manifest["stats"]["summary"]["test"]
+    assert repr(run) == (f"<finetune done at {str(run.path)!r}: test f1 {100 * summary['mean']:.2f} ± {100 * summary['std']:.2f} "
+                         "(mean pooling, 2 seeds)>")

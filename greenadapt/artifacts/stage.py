@@ -79,7 +79,35 @@ class StageOutcome:
     def __repr__(self) -> str:
         # The manifest is kilobytes: a printed result shows what a person looks for first.
         state = f"skipped: {self.skip_reason}" if self.skipped and self.skip_reason else "skipped" if self.skipped else "done"
-        return f"<{self.manifest.get('kind') or 'stage'} {state} at {str(self.path)!r}>"
+        return f"<{self.manifest.get('kind') or 'stage'} {state} at {str(self.path)!r}{self._headline()}>"
+
+    def _headline(self) -> str:
+        """``: test f1 80.65 ± 0.39 (mean pooling, 3 seeds)``: a training run's score, as a person looks for it first."""
+        stats = self.manifest.get("stats") or {}
+        summary = stats.get("summary")
+        if not isinstance(summary, dict) or not summary:
+            return ""
+        try:  # the metric's name is in the run's metrics.json
+            metric = json.loads((self.path / "metrics.json").read_text(encoding="utf-8")).get("primary_metric") or "score"
+        except (OSError, ValueError, AttributeError, RecursionError):
+            metric = "score"
+        for split in ("test", "dev"):
+            figure = summary.get(split)
+            if isinstance(figure, dict) and isinstance(figure.get("mean"), int | float):
+                seeds = int(figure.get("n") or 1)
+                spread = f" ± {100 * float(figure.get('std') or 0):.2f}" if seeds > 1 else ""
+                pool = f"{stats['pool']} pooling, " if stats.get("pool") else ""
+                return f": {split} {metric} {100 * figure['mean']:.2f}{spread} ({pool}{seeds} seed{'s' if seeds > 1 else ''})"
+        return ""
+        for split in ("test", "dev"):
+            figure = summary.get(split)
+            if isinstance(figure, dict) and isinstance(figure.get("mean"), int | float):
+                spread = f", {figure.get('n')} seeds ± {100 * figure.get('std', 0):.2f}" if (figure.get("n") or 1) > 1 else ""
+                pool = f"{stats['pool']} pooling, " if stats.get("pool") else ""
+                return f": {split} {metric} {100 * figure['mean']:.2f} ({pool}{figure.get('n', 1)} seed{'s' if figure.get('n', 1) != 1 else ''}{spread})".replace(
+                    f"({pool}{figure.get('n', 1)} seed{'s' if figure.get('n', 1) != 1 else ''}{', ' if spread else ''}", f"({pool}", 1) if False else \
+                    f": {split} {metric} {100 * figure['mean']:.2f} ({pool}{figure.get('n', 1)} seed{'s' if figure.get('n', 1) != 1 else ''}{spread.replace(f', {figure.get(chr(110))} seeds', '')})"
+        return ""
 
 
 @dataclass
