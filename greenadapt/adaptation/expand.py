@@ -404,17 +404,7 @@ def _expand(
     )
     new_rows = new_row_source(method, context)
     if other_draws:
-        sources = [new_rows]
-        for other_align, other_w2v in other_draws:
-            other_listed = read_counts(other_w2v / "counts.tsv")
-            missing = next((w for w in new.words if w not in other_listed), None)
-            if missing is not None:
-                raise StageError(f"the new word {missing!r} is not in this word2vec draw", path=other_w2v,
-                                 hint="draws to average are made by one command on one corpus, differing only in --seed")
-            other_vectors, other_shared, other_ids = _method_vectors(method, other_w2v, list(other_listed), new, general, progress)
-            sources.append(new_row_source(method, replace(context, align_dir=other_align, vectors=other_vectors,
-                                                          shared_vectors=other_shared, shared_ids=other_ids)))
-        new_rows = functools.partial(average_draws, sources)
+        new_rows = functools.partial(average_draws, [new_rows, *(_draw_rows(method, context, new, d, progress) for d in other_draws)])
 
     progress.start("writing weights", total=len(state), unit="tensors")
     n_new = len(new.words)
@@ -455,6 +445,22 @@ def _expand(
     }
 
 
+def _draw_rows(method: InitMethod, context: RowContext, new: NewWords, draw: tuple[Path, Path],
+               progress: Progress) -> Callable[[], Iterator[np.ndarray]]:
+    """The new rows of another word2vec draw (its align folder, its w2v folder), for the same words as ``context``."""
+    from greenadapt.adaptation.vectors import read_counts
+
+    other_align, other_w2v = draw
+    listed = read_counts(other_w2v / "counts.tsv")
+    missing = next((w for w in new.words if w not in listed), None)
+    if missing is not None:
+        raise StageError(f"the new word {missing!r} is not in this word2vec draw", path=other_w2v,
+                         hint="draws to average are made by one command on one corpus, differing only in --seed")
+    vectors, shared_vectors, shared_ids = _method_vectors(method, other_w2v, list(listed), new, context.general, progress)
+    return new_row_source(method, replace(context, align_dir=other_align, vectors=vectors, shared_vectors=shared_vectors,
+                                          shared_ids=shared_ids))
+
+
 def average_draws(sources: Sequence[Callable[[], Iterator[np.ndarray]]]) -> Iterator[np.ndarray]:
     """Each word's row as the mean of its rows from several word2vec draws, rescaled to their mean norm (the mean
     of vectors that disagree is shorter than any of them, and the norm of a row is part of what the model reads)."""
@@ -471,6 +477,9 @@ def average_draws(sources: Sequence[Callable[[], Iterator[np.ndarray]]]) -> Iter
 
 def _other_draws(also_align: Sequence[Path], align_dir: Path, fitted: InitMethod, ref: ModelRef) -> list[tuple[Path, Manifest, Path]]:
     """(align folder, its manifest, its w2v folder) of each other draw, checked to be the same fit of another draw."""
+    if also_align and fitted.vector_source != "word2vec":
+        raise UsageError(f"--method {fitted.name} uses no word2vec vectors: there are no draws to average",
+                         hint="average word2vec draws of lstsq, focus, hybrid or identity")
     draws = []
     seen = {align_dir.resolve()}
     for other in also_align:
@@ -482,9 +491,10 @@ def _other_draws(also_align: Sequence[Path], align_dir: Path, fitted: InitMethod
         if str(manifest.config.get("method", DEFAULT_METHOD)) != fitted.name:
             raise UsageError(f"this draw was aligned with --method {manifest.config.get('method')}, not {fitted.name}", path=other,
                              hint="average draws of one method")
-        if fitted.vector_source != "word2vec":
-            raise UsageError(f"--method {fitted.name} uses no word2vec vectors: there are no draws to average",
-                             hint="average word2vec draws of lstsq, focus, hybrid or identity")
+        recorded = manifest.config.get("model")
+        if isinstance(recorded, dict) and recorded.get("path") and Path(str(recorded["path"])).resolve() != Path(ref.path).resolve():
+            raise UsageError(f"this draw was aligned for another model ({recorded['path']})", path=other,
+                             hint="average draws aligned for the same --model")
         w2v_dir, _ = _w2v_of(other, manifest)
         draws.append((other, manifest, w2v_dir))
     return draws
