@@ -306,7 +306,7 @@ def test_compare_passes_entity_type_and_max_steps_to_every_run(setup: dict[str, 
 def test_one_adapted_model_is_compared_with_the_model_it_was_made_from(setup: dict[str, Path], tmp_path: Path, tiny_bert: Path,
                                                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from greenadapt.api import adapt
-    from greenadapt.comparison.run import recorded_base_model
+    from greenadapt.comparison.folders import recorded_base_model
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("patients with tachycardia and leukemia were treated with insulin in the study of cells\n" * 60)

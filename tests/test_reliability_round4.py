@@ -224,7 +224,7 @@ def test_compare_refuses_a_users_folder_before_training(mine: str, run: dict[str
 
 
 def test_compare_reuses_its_own_folder(run: dict[str, Path], tmp_path: Path) -> None:
-    from greenadapt.comparison.run import check_compare_folder
+    from greenadapt.comparison.folders import check_compare_folder
 
     out = tmp_path / "cmp"
     (out / "base" / "seed-1").mkdir(parents=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import time
@@ -32,16 +31,25 @@ from typing import Any
 from greenadapt.tasks import TASKS as FINETUNE_TASKS
 from greenadapt.tasks import LabellingTask, get_task
 from greenadapt.artifacts import kinds
+from greenadapt.comparison.ensembles import (
+    ENSEMBLE_SUFFIX,
+    MAX_ENSEMBLE,
+    Run,
+    plan_runs,
+    read_ensemble,
+    read_json,
+    result_folder,
+    score_ensemble,
+)
+from greenadapt.comparison.folders import MODEL_NAME, RESULT_FILE, check_compare_folder, recorded_base_model
 from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.errors import StageError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 log = logging.getLogger(__name__)
 
-RESULT_FILE = "compare.json"
 RESULT_FORMAT = 1
 TASKS = tuple(name for name, task in FINETUNE_TASKS.items() if task.finetunes)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ class CompareOptions:
             raise UsageError("compare needs at least two --model NAME=MODEL, or one that greenadapt adapted (its base is the baseline)",
                              hint="e.g. --model base=<general model> --model green=<adapted folder>")
         for name in names:
-            if not _NAME.match(name):
+            if not MODEL_NAME.match(name):
                 raise UsageError(f"--model name {name!r} is not a plain name", hint="letters, digits, '.', '_' and '-'; it names a folder")
         if len(set(names)) != len(names):
             raise UsageError("two --model entries share a name", hint="give each model its own NAME=")
@@ -154,92 +162,6 @@ class CompareOptions:
             from greenadapt.corpus.resolve import resolve_corpus
 
             resolve_corpus(list(self.corpus))
-
-
-MAX_ENSEMBLE = 16
-# Member j > 0 of an ensemble trains with seed + j * stride: a seed of its own, never another seed's first member.
-ENSEMBLE_SEED_STRIDE = 100_000
-
-
-@dataclass(frozen=True)
-class Run:
-    """One fine-tuning of a comparison: a model, a seed, and which member of that seed's ensemble (0: the run)."""
-
-    name: str
-    spec: str
-    seed: int
-    member: int = 0
-
-    @property
-    def train_seed(self) -> int:
-        return self.seed + self.member * ENSEMBLE_SEED_STRIDE
-
-    def folder(self, out: Path) -> Path:
-        return out / self.name / (f"seed-{self.seed}" if not self.member else f"seed-{self.seed}-member-{self.member}")
-
-
-def recorded_base_model(spec: str) -> str | None:
-    """The model a greenadapt output was made from: the folder its manifest records (when it is still there), else
-    the Hub id its config names; None for any other model."""
-    from greenadapt.artifacts.manifest import read_manifest
-    from greenadapt.artifacts.model_card import CONFIG_KEY
-
-    folder = Path(spec)
-    if not folder.is_dir():
-        return None
-    recorded = ((read_manifest(folder) or {}).get("config") or {}).get("model")
-    if isinstance(recorded, dict) and recorded.get("path") and (Path(str(recorded["path"])) / "config.json").is_file():
-        return str(recorded["path"])
-    try:
-        block = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(CONFIG_KEY)
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return None
-    hub = block.get("base_model_hub_id") if isinstance(block, dict) else None
-    return str(hub) if hub else None
-
-
-def plan_runs(options: CompareOptions) -> list[Run]:
-    """Every fine-tuning, seed by seed (so that a comparison cut short holds whole seeds)."""
-    return [Run(name, spec, seed, member) for seed in options.seeds for name, spec in options.models
-            for member in range(options.members(name))]
-
-
-_RUN_ENTRY = re.compile(r"^\.?seed-[0-9]+(\.log|\.checkpoint|\.lock|\.ensemble\.json|\..*\.tmp|-.*)?$")
-
-
-def check_compare_folder(out: Path) -> None:
-    """Refuse, before any training, a compare folder greenadapt did not write: compare writes ``compare.json`` and a
-    folder of runs per model there, so only a new or empty folder, or one compare made, may take them."""
-    from greenadapt.artifacts.stage import written_by_greenadapt
-    from greenadapt.errors import OutputExistsError
-
-    out = Path(out)
-    if not out.exists() and not out.is_symlink():
-        return
-    if not out.is_dir():
-        raise OutputExistsError("exists and is not a folder", path=out, hint="choose a new or empty folder for --out")
-
-    def refuse(what: Path, why: str) -> None:
-        raise OutputExistsError(f"refusing to write a comparison here: {why}", path=what,
-                                hint="choose a new or empty folder for --out; compare never replaces files it did not write")
-
-    for entry in sorted(out.iterdir()):
-        if entry.name == RESULT_FILE:
-            try:
-                ours = json.loads(entry.read_text(encoding="utf-8")).get("kind") == "compare"
-            except (OSError, ValueError, AttributeError, RecursionError):
-                ours = False
-            if not ours or entry.is_symlink():
-                refuse(entry, f"this {RESULT_FILE} was not written by greenadapt compare")
-        elif entry.name == "adapted" and entry.is_dir() and not entry.is_symlink():
-            continue  # adapt's folders (--adapt-methods); adapt checks what it replaces there itself
-        elif entry.is_dir() and not entry.is_symlink() and _NAME.match(entry.name):
-            for run in entry.iterdir():
-                is_run_folder = run.is_dir() and not run.is_symlink() and not run.name.endswith(".checkpoint")
-                if not _RUN_ENTRY.match(run.name) or (is_run_folder and not written_by_greenadapt(run)):
-                    refuse(run, "it holds files greenadapt did not write")
-        elif not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".lock"))):
-            refuse(entry, "it holds files greenadapt did not write")
 
 
 @dataclass
@@ -459,7 +381,7 @@ def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
         folder = options.out / name / f"seed-{seed}"
         metrics_file = folder / "metrics.json"
         if options.members(name) > 1:  # the ensemble's scores; its cost is every member's
-            ensemble = _read_ensemble(options, name, seed)
+            ensemble = read_ensemble(options, name, seed)
             if ensemble is not None:
                 variant.scores[seed] = ensemble["test"]
                 costs += [cost_of(read_manifest(Run(name, spec, seed, m).folder(options.out)) or {}) for m in range(options.members(name))]
@@ -524,7 +446,7 @@ def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
         return "f1"
     for variant in variants:
         for seed in variant.scores:
-            by_pool = _read_by_pool(_result_folder(options, variant.name, seed))
+            by_pool = _read_by_pool(result_folder(options, variant.name, seed))
             if by_pool is not None:
                 return str(by_pool["metric"])
     return task.default_metric if isinstance(task, LabellingTask) else "f1"
@@ -532,7 +454,7 @@ def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
 
 def _read_by_pool(folder: Path) -> dict[str, Any] | None:
     if folder.name.endswith(ENSEMBLE_SUFFIX):  # an ensemble's predictions, kept in its scores file
-        document = _read_json(folder)
+        document = read_json(folder)
         return document.get("by_pool") if document else None
     path = folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name("test")
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
@@ -548,73 +470,6 @@ def _qa_contributions(folder: Path, test: Path) -> Contributions | None:
     data = read_squad(test)
     golds = {q.id: [a.text for a in q.answers] for q in data.questions if q.answers is not None}
     return qa_contributions(json.loads(path.read_text(encoding="utf-8")), golds)
-
-
-ENSEMBLE_SUFFIX = ".ensemble.json"
-
-
-def _ensemble_file(options: CompareOptions, name: str, seed: int) -> Path:
-    return options.out / name / f"seed-{seed}{ENSEMBLE_SUFFIX}"
-
-
-def _result_folder(options: CompareOptions, name: str, seed: int) -> Path:
-    """What holds a variant's test predictions for a seed: its run folder, or its ensemble's scores file."""
-    return _ensemble_file(options, name, seed) if options.members(name) > 1 else options.out / name / f"seed-{seed}"
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def _read_ensemble(options: CompareOptions, name: str, seed: int) -> dict[str, Any] | None:
-    """The ensemble's scores file, when it was made from the member runs that are there now."""
-    document = _read_json(_ensemble_file(options, name, seed))
-    if document is None or document.get("members") != _member_fingerprints(options, name, seed):
-        return None
-    return document
-
-
-def _member_fingerprints(options: CompareOptions, name: str, seed: int) -> list[str | None]:
-    from greenadapt.artifacts.manifest import read_manifest
-
-    spec = dict(options.models)[name]
-    return [(read_manifest(Run(name, spec, seed, m).folder(options.out)) or {}).get("fingerprint") for m in range(options.members(name))]
-
-
-def score_ensemble(options: CompareOptions, name: str, spec: str, seed: int) -> dict[str, Any]:
-    """Score one seed's ensemble of ``name`` on the test file: the mean of its members' probabilities, under each
-    member's headline pooling (mean over both tokenizers where a member has two). Kept beside the runs
-    (``<name>/seed-<s>.ensemble.json``: scores, predictions for the paired bootstrap, the members' fingerprints)
-    and made again only when a member run changed."""
-    from greenadapt.artifacts.files import write_json
-    from greenadapt.inference.labelling import find_model_folder, label_file
-    from greenadapt.inference.options import InferenceOptions
-
-    known = _read_ensemble(options, name, seed)
-    if known is not None:
-        return known
-    folders = [Run(name, spec, seed, m).folder(options.out) for m in range(options.members(name))]
-    founds = [find_model_folder(folder) for folder in folders]
-    log.info("scoring the ensemble of %d %s runs, seed %d", len(folders), name, seed)
-    request, logits = label_file(founds, options.test, options=InferenceOptions(device=options.device))
-    settings = founds[0][1]
-    scores, predictions = request.task.score_modes(request.task_file, {request.mode: logits}, settings)
-    document = {
-        "kind": "compare-ensemble", "members": _member_fingerprints(options, name, seed),
-        "folders": [folder.name for folder in folders],
-        "test": {mode: {k: float(v) for k, v in values.items() if isinstance(v, int | float)} for mode, values in scores.items()},
-        "by_pool": {
-            "task": request.task.name, "metric": settings.metric or request.task.default_metric,
-            "positive_label": settings.positive_label, "gold": request.task_file.gold(),
-            "pools": {mode: [list(p) if isinstance(p, tuple | list) else p for p in values] for mode, values in predictions.items()},
-        },
-    }
-    write_json(_ensemble_file(options, name, seed), document)
-    return document
 
 
 def _contributions(folder: Path, pool: str, task: str, metric: str) -> Contributions | None:
@@ -637,8 +492,8 @@ def _pair(options: CompareOptions, variant: Variant, baseline: Variant, metric: 
             mine = _qa_contributions(options.out / variant.name / f"seed-{s}", options.test)
             theirs = _qa_contributions(options.out / baseline.name / f"seed-{s}", options.test)
         else:
-            mine = _contributions(_result_folder(options, variant.name, s), variant.headline_pool, options.task, metric)
-            theirs = _contributions(_result_folder(options, baseline.name, s), baseline.headline_pool, options.task, metric)
+            mine = _contributions(result_folder(options, variant.name, s), variant.headline_pool, options.task, metric)
+            theirs = _contributions(result_folder(options, baseline.name, s), baseline.headline_pool, options.task, metric)
         if mine is not None and theirs is not None:
             contributions[s] = (mine, theirs)
     return compare_pair(variant.name, baseline.name, metric, scores, contributions or None,

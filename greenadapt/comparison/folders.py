@@ -1,0 +1,69 @@
+"""What a compare folder may hold, and the model a greenadapt output was made from: checked before any training."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+RESULT_FILE = "compare.json"
+# A --model NAME names a folder of runs: a plain name
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+_RUN_ENTRY = re.compile(r"^\.?seed-[0-9]+(\.log|\.checkpoint|\.lock|\.ensemble\.json|\..*\.tmp|-.*)?$")
+
+
+def check_compare_folder(out: Path) -> None:
+    """Refuse, before any training, a compare folder greenadapt did not write: compare writes ``compare.json`` and a
+    folder of runs per model there, so only a new or empty folder, or one compare made, may take them."""
+    from greenadapt.artifacts.stage import written_by_greenadapt
+    from greenadapt.errors import OutputExistsError
+
+    out = Path(out)
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir():
+        raise OutputExistsError("exists and is not a folder", path=out, hint="choose a new or empty folder for --out")
+
+    def refuse(what: Path, why: str) -> None:
+        raise OutputExistsError(f"refusing to write a comparison here: {why}", path=what,
+                                hint="choose a new or empty folder for --out; compare never replaces files it did not write")
+
+    for entry in sorted(out.iterdir()):
+        if entry.name == RESULT_FILE:
+            try:
+                ours = json.loads(entry.read_text(encoding="utf-8")).get("kind") == "compare"
+            except (OSError, ValueError, AttributeError, RecursionError):
+                ours = False
+            if not ours or entry.is_symlink():
+                refuse(entry, f"this {RESULT_FILE} was not written by greenadapt compare")
+        elif entry.name == "adapted" and entry.is_dir() and not entry.is_symlink():
+            continue  # adapt's folders (--adapt-methods); adapt checks what it replaces there itself
+        elif entry.is_dir() and not entry.is_symlink() and MODEL_NAME.match(entry.name):
+            for run in entry.iterdir():
+                is_run_folder = run.is_dir() and not run.is_symlink() and not run.name.endswith(".checkpoint")
+                if not _RUN_ENTRY.match(run.name) or (is_run_folder and not written_by_greenadapt(run)):
+                    refuse(run, "it holds files greenadapt did not write")
+        elif not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".lock"))):
+            refuse(entry, "it holds files greenadapt did not write")
+
+
+def recorded_base_model(spec: str) -> str | None:
+    """The model a greenadapt output was made from: the folder its manifest records (when it is still there), else
+    the Hub id its config names; None for any other model."""
+    from greenadapt.artifacts.manifest import read_manifest
+    from greenadapt.artifacts.model_card import CONFIG_KEY
+
+    folder = Path(spec)
+    if not folder.is_dir():
+        return None
+    recorded = ((read_manifest(folder) or {}).get("config") or {}).get("model")
+    if isinstance(recorded, dict) and recorded.get("path") and (Path(str(recorded["path"])) / "config.json").is_file():
+        return str(recorded["path"])
+    try:
+        block = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(CONFIG_KEY)
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    hub = block.get("base_model_hub_id") if isinstance(block, dict) else None
+    return str(hub) if hub else None
