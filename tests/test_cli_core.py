@@ -236,3 +236,43 @@ def test_a_click_typed_argument_shows_no_type_beside_its_metavar() -> None:
     assert argument.type.get_metavar(param=argument, ctx=context) == ""  # older typer shows <text> otherwise
     assert click.STRING.get_metavar(param=option, ctx=context) is None  # click's shared STRING is left alone
     assert option.metavar == "N" and option.rich_help_panel == "Training"
+
+
+def test_one_corpus_spelled_three_ways_is_one_workspace_folder_and_trained_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 57, point 1: `--corpus ../data/slice.txt` from the CLI, the absolute path from Python and `slice.txt`
+    from the data folder are one corpus: one workspace folder, word2vec trained once."""
+    import greenadapt
+    from cli_helpers import run_cli
+    from conftest import build_tiny_bert
+
+    data = tmp_path / "data"
+    data.mkdir()
+    words = "the patients with tachycardia and leukemia were in the study of cells insulin kinase".split()
+    (data / "slice.txt").write_text("".join(" ".join(words[i:] + words[:i]) + "\n" for i in range(13)) * 20)
+    model = build_tiny_bert(tmp_path / "bert")
+    work = tmp_path / "work"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    common = ["--model", str(model), "--workdir", str(work), "--epochs", "1", "--min-count", "1", "--workers", "1"]
+    code, err = run_cli(["w2v", "--corpus", "../data/slice.txt", *common], monkeypatch, capsys)
+    assert code == 0, err
+
+    def corpora() -> list[Path]:
+        return [p for p in work.iterdir() if p.name != "cache"]  # cache/: the pre-tokenized text, shared
+
+    (folder,) = corpora()
+    made = next(folder.glob("*/w2v/manifest.json")).stat().st_mtime_ns
+    outcome = greenadapt.w2v(str(data / "slice.txt"), model=str(model), workdir=work, epochs=1, min_count=1, workers=1)
+    assert outcome.skipped and outcome.path.parent.parent == folder
+    monkeypatch.chdir(data)
+    code, err = run_cli(["w2v", "--corpus", "slice.txt", *common], monkeypatch, capsys)
+    assert code == 0, err
+    assert corpora() == [folder] and next(folder.glob("*/w2v/manifest.json")).stat().st_mtime_ns == made
+    # A workspace an earlier greenadapt keyed on the spelling as typed is found, not trained again.
+    earlier = work / workspace.corpus_key(["slice.txt"], as_given=True)
+    folder.rename(earlier)
+    assert workspace.corpus_folder(work, ["slice.txt"]) == earlier
+    code, err = run_cli(["w2v", "--corpus", "slice.txt", *common], monkeypatch, capsys)
+    assert code == 0, err
+    assert corpora() == [earlier] and next(earlier.glob("*/w2v/manifest.json")).stat().st_mtime_ns == made

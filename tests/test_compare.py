@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -133,14 +136,18 @@ def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
     return int(done.value.code or 0), captured.out, captured.err
 
 
+def _two_models_two_seeds(setup: dict[str, Path], out: Path, *recipe: str) -> list[str]:
+    return ["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
+            "--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--seeds", "1,2", *recipe,
+            "--batch-size", "8", "--device", "cpu", "--out", str(out), "--bootstrap", "200"]
+
+
 @pytest.mark.slow
 def test_compare_fine_tunes_every_model_on_every_seed_and_pairs_them(setup: dict[str, Path], tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cmp"
-    args = ["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
-            "--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--seeds", "1,2",
-            "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--out", str(out), "--bootstrap", "200"]
+    args = _two_models_two_seeds(setup, out, "--epochs", "1")
     code, stdout, err = _cli(args, monkeypatch, capsys)
     assert code == 0, err
     lines = stdout.splitlines()
@@ -177,11 +184,17 @@ def test_parallel_runs_give_the_same_scores_as_one_at_a_time(setup: dict[str, Pa
     import greenadapt
 
     common = {"task": "ner", "train": setup["train"], "test": setup["test"], "models": {"base": str(setup["base"]), "green": str(setup["green"])},
-              "seeds": [3], "epochs": 1, "batch_size": 8, "device": "cpu", "bootstrap": 200}
+              "seeds": [3, 4], "epochs": 1, "batch_size": 8, "device": "cpu", "bootstrap": 200}
     one = greenadapt.compare(**common, out=tmp_path / "one")  # type: ignore[arg-type]
     two = greenadapt.compare(**common, out=tmp_path / "two", parallel=2)  # type: ignore[arg-type]
     assert [v.scores for v in one.variants] == [v.scores for v in two.variants]
-    assert (tmp_path / "two" / "green" / "seed-3.log").is_file()
+    # Two workers trained the four runs: each started once and took run after run, each run's log in its own file.
+    logs = sorted((tmp_path / "two").glob("*/seed-*.log"))
+    assert len(logs) == 4
+    workers = [re.search(r"worker (\d+): (\S+) seed (\d+)", log.read_text()) for log in logs]
+    assert all(workers) and {(m[2], m[3]) for m in workers if m} == {(v, s) for v in ("base", "green") for s in ("3", "4")}
+    assert len({m[1] for m in workers if m}) <= 2 and os.getpid() not in {int(m[1]) for m in workers if m}
+    assert all("read 32 examples" in log.read_text() for log in logs)
     assert "green vs base" in repr(one) and len(repr(one)) < 400
 
 
@@ -326,3 +339,60 @@ def test_one_adapted_model_is_compared_with_the_model_it_was_made_from(setup: di
     code, _, err = _cli(["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
                          "--model", f"plain={tiny_bert}", "--out", str(tmp_path / "cmp2")], monkeypatch, capsys)
     assert code == 2 and "at least two --model" in err, err
+
+
+def test_runs_that_learned_nothing_are_named_and_no_verdict_is_given() -> None:
+    from greenadapt.comparison.health import collapse_notes, degenerate
+
+    assert degenerate("ner", [["B-D", "O"]], [["O", "O"], ["O"]]) == "tagged no entity"
+    assert degenerate("ner", [["B-D", "O"]], [["O", "I-D"]]) is None
+    assert degenerate("classify", ["a", "b", "a"], ["a", "a", "a"]) == "gave every test example the label 'a'"
+    assert degenerate("classify", ["a", "a"], ["a", "a"]) is None  # one gold label: one predicted label is right
+    assert degenerate("classify", ["a", "b"], ["a", "b"]) is None
+    notes = collapse_notes({"base": {1: "tagged no entity", 3: "tagged no entity"}, "green": {}}, "green", "base")
+    assert notes == ["not a verdict: base tagged no entity on seeds 1, 3: a run that learned nothing "
+                     "(train longer (--epochs), try another --lr, or check the training file's labels)"]
+    assert collapse_notes({"base": {}, "green": {}}, "green", "base") == []
+
+
+@pytest.mark.slow
+def test_a_collapsed_baseline_is_named_under_the_verdict_and_in_compare_json(setup: dict[str, Path], tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 57, point 2: base tagged no entity, so "green vs base: +16.83 F1" is no verdict, and compare says so."""
+    args = _two_models_two_seeds(setup, out := tmp_path / "cmp", "--max-steps", "2")
+    first = _cli(args, monkeypatch, capsys)
+    stdout = first[1]
+    assert first[0] == 0, first[2]
+    assert not any("not a verdict" in note for note in json.loads((out / "compare.json").read_text())["pairs"][0]["notes"]) or \
+        "not a verdict" in stdout  # whatever these tiny runs learned, the notes and the output agree
+    # Seed 2 of base "tags no entity": compare reads its predictions as a run that learned nothing leaves them
+    # (its files are checksummed by its manifest, so they are changed as they are read, not on disk).
+    from greenadapt.comparison import ensembles
+
+    real = ensembles.read_by_pool
+
+    def collapsed_base(folder: Path) -> dict[str, Any] | None:
+        by_pool = real(folder)
+        if by_pool is not None and folder == out / "base" / "seed-2":
+            by_pool["pools"]["general"] = [["O"] * len(sentence) for sentence in by_pool["pools"]["general"]]
+        return by_pool
+
+    monkeypatch.setattr(ensembles, "read_by_pool", collapsed_base)
+    code, stdout, err = _cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    (pair,) = json.loads((out / "compare.json").read_text())["pairs"]
+    notes = [note for note in pair["notes"] if note.startswith("not a verdict")]
+    assert notes and "base tagged no entity on seed" in notes[0] and " 2:" in notes[0] and "--epochs" in notes[0]
+    lines = stdout.splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("green vs base: "))
+    assert lines[verdict + 1].strip() == notes[0]
+    assert "base tagged no entity" in err  # the warning, on stderr as well (--quiet keeps warnings)
+    # Issue 57, point 4: `info` describes a compare folder (it has compare.json, no manifest).
+    code, shown, err = _cli(["info", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    assert "kind        compare" in shown and f"verdict     {lines[verdict]}" in shown and f"note        {notes[0]}" in shown
+    base_row = next(line for line in shown.splitlines() if line.startswith("  variant     base "))
+    assert "(2 seeds)" in base_row and "(general pooling)" in base_row
+    code, as_json, err = _cli(["info", str(out), "--json"], monkeypatch, capsys)
+    assert json.loads(as_json)["verdicts"] == [lines[verdict]] and [v["name"] for v in json.loads(as_json)["variants"]] == ["base", "green"]

@@ -228,3 +228,31 @@ def test_compiled_training_computes_what_eager_training_does(files: dict[str, Pa
         losses[name] = [r["loss"] for r in log if "loss" in r]
     assert compiled == ["BertForTokenClassification"] and len(losses["eager"]) == 10
     np.testing.assert_allclose(losses["compiled"], losses["eager"], rtol=2e-3, atol=1e-4)
+
+
+@pytest.mark.skipif(DEVICE != "cuda" and not DEVICE.startswith("cuda:"), reason="CUDA graphs need a GPU")
+def test_cuda_graphs_with_padded_widths_compute_what_eager_training_does(files: dict[str, Path], tmp_path: Path, monkeypatch,
+                                                                        capsys) -> None:
+    """--cuda-graphs --pad-to-multiple (issue 58, item 2): the same losses, step by step, as eager unpadded training
+    (fp32, no dropout), through torch.compile's reduce-overhead mode."""
+    from finetune_helpers import set_dropout
+
+    model = build_tiny_expanded(tmp_path / "model")
+    set_dropout(model, 0.0)
+    modes: list[Any] = []
+    real_compile = torch.compile
+
+    def recording(module: Any, *args: Any, **kwargs: Any) -> Any:
+        modes.append(kwargs.get("mode"))
+        return real_compile(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", recording)
+    run = ["finetune", "--task", "ner", "--train", str(files["ner_train"]), "--model", str(model), "--epochs", "2", "--batch-size", "8",
+           "--lr", "1e-3", "--precision", "fp32", "--device", DEVICE, "--workdir", str(tmp_path / "w")]
+    losses = {}
+    for name, extra in (("eager", []), ("graphs", ["--cuda-graphs", "--pad-to-multiple", "16"])):
+        _ok([*run, *extra, "--out", str(tmp_path / name)], monkeypatch, capsys)
+        log = [json.loads(line) for line in (tmp_path / name / "train_log.jsonl").read_text().splitlines()]
+        losses[name] = [r["loss"] for r in log if "loss" in r]
+    assert modes == ["reduce-overhead"] and len(losses["eager"]) == 10
+    np.testing.assert_allclose(losses["graphs"], losses["eager"], rtol=2e-3, atol=1e-4)

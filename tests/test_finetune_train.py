@@ -416,6 +416,18 @@ def test_the_run_folder_has_a_model_card_with_its_scores(main_run: Path) -> None
     for view in ("mean", "general", "domain"):
         score = metrics[view]["f1"]
         headline = " (headline)" if view == "mean" else ""
-        assert f"| test | {view}{headline} | {100 * score['mean']:.2f} ± {100 * score['std']:.2f} (n=1) |" in card
+        assert f"| test | {view}{headline} | {100 * score['mean']:.2f} (1 seed) |" in card  # no "± 0.00" for one seed
     assert "Two tokenizers" in card and "general-tokenizer" in card
+    # Issue 57, point 4: the text says what the table shows of the domain tokenizer alone, whichever way it went.
+    domain, pooled = 100 * metrics["domain"]["f1"]["mean"], 100 * metrics["mean"]["f1"]["mean"]
+    relation = "below" if domain < pooled else "above" if domain > pooled else "equal to"
+    assert f"uses only the domain tokenizer (test f1 {domain:.2f}, {relation} the headline's {pooled:.2f})" in card
+    assert "scores lower" not in card
     assert "--entity-type" in card  # the synthetic files carry bare B/I labels
+
+
+def test_a_task_named_in_capitals_trains_that_task_and_records_its_one_spelling(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 57, point 4: `--task NER` is `--task ner`, and the run is the same stage as one made with `ner`."""
+    upper = run_finetune(_options(expanded, data, tmp_path / "r", max_steps=1, task="NER"))
+    assert upper.manifest["config"]["task"]["task"] == "ner"
+    assert run_finetune(_options(expanded, data, tmp_path / "r", max_steps=1, task="ner")).skipped

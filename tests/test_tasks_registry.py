@@ -133,7 +133,7 @@ def test_task_settings_are_checked_when_read_back(change: dict[str, Any], messag
     assert info.value.path == str(tmp_path / "greenadapt_task.json")
 
 
-@pytest.mark.parametrize("given,suggested", [("NER", "ner"), ("Classify", "classify"), ("classfy", "classify")])
+@pytest.mark.parametrize("given,suggested", [("classfy", "classify"), ("NRE", "ner"), ("Clasify", "classify")])
 def test_a_wrong_task_name_suggests_the_right_one(given: str, suggested: str) -> None:
     from greenadapt.errors import UsageError
     from greenadapt.tasks import get_task
@@ -141,3 +141,10 @@ def test_a_wrong_task_name_suggests_the_right_one(given: str, suggested: str) ->
     with pytest.raises(UsageError) as info:
         get_task(given)
     assert f"did you mean --task {suggested}?" in info.value.one_line()
+
+
+@pytest.mark.parametrize("given", ["NER", "Ner", "CLASSIFY", "QA"])
+def test_a_task_name_in_another_letter_case_is_that_task(given: str) -> None:
+    from greenadapt.tasks import get_task
+
+    assert get_task(given).name == given.lower()

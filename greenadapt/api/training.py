@@ -54,6 +54,8 @@ def finetune(
     precision: str = "auto",
     compile: bool = False,
     eval_batch_size: int = 64,
+    pad_to_multiple: int = 1,
+    cuda_graphs: bool = False,
     save_every: int | None = None,
     resume: bool = False,
     gmap: str = "none",
@@ -103,6 +105,8 @@ def finetune(
             precision=precision,
             compile=compile,
             eval_batch_size=eval_batch_size,
+            pad_to_multiple=pad_to_multiple,
+            cuda_graphs=cuda_graphs,
         ),
         pool=pool,
         seeds=list(seeds) if seeds else [seed],
@@ -188,6 +192,9 @@ def compare(
     ensembles: Mapping[str, int] | Sequence[tuple[str, int]] | None = None,
     entity_type: str | None = None,
     max_steps: int | None = None,
+    precision: str = "auto",
+    pad_to_multiple: int = 1,
+    cuda_graphs: bool = False,
     progress: Progress | bool | None = None,
 ) -> Any:
     """Fine-tune every model of ``models`` (name → folder or Hub id) on ``task`` with one recipe and the same ``seeds``,
@@ -200,21 +207,22 @@ def compare(
     ``out/adapted/<method>``) and each result joins the comparison under its method's name.
     ``ensembles`` (name → N): that model is N fine-tunings per seed (member j with seed + j × 100,000), scored on the
     mean of their probabilities; its cost counts every member. ``{"base-x2": 2}`` with ``models["base-x2"]`` the
-    base model is the compute-matched control for a two-view model. ``entity_type`` and ``max_steps`` are
-    finetune's, for every run.
+    base model is the compute-matched control for a two-view model. ``entity_type``, ``max_steps``, ``precision``,
+    ``pad_to_multiple`` and ``cuda_graphs`` are finetune's, for every run.
     """
     from greenadapt.comparison.run import CompareOptions, run_compare
     from greenadapt.progress import as_progress
+    from greenadapt.tasks import get_task
 
     pairs = tuple(models.items()) if isinstance(models, dict) else tuple((str(n), str(m)) for n, m in models)
     options = CompareOptions(
-        task=task, train=Path(train), test=Path(test), models=pairs, out=Path(out), dev=Path(dev) if dev else None,
+        task=get_task(task).name, train=Path(train), test=Path(test), models=pairs, out=Path(out), dev=Path(dev) if dev else None,
         seeds=tuple(seeds), against=against, comparator=comparator, epochs=epochs, batch_size=batch_size, lr=lr,
         max_length=max_length, device=device, parallel=parallel, replicates=bootstrap, bootstrap_seed=bootstrap_seed,
         save_every=save_every, force=force, corpus=(corpus,) if isinstance(corpus, str) else tuple(corpus or ()),
         adapt_methods=tuple(adapt_methods), workdir=Path(workdir) if workdir else None,
         ensembles=tuple((str(n), int(k)) for n, k in (ensembles.items() if isinstance(ensembles, Mapping) else ensembles or ())),
-        entity_type=entity_type, max_steps=max_steps,
+        entity_type=entity_type, max_steps=max_steps, precision=precision, pad_to_multiple=pad_to_multiple, cuda_graphs=cuda_graphs,
     )
     return run_compare(options, finetune, as_progress(progress), adapt=adapt)
 

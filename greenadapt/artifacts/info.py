@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.manifest import read_manifest_checked, verify_files
 from greenadapt.errors import StageError
 
@@ -68,12 +69,35 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
     model = _model(folder)
     if model:
         info["model"] = model
+    if manifest is None and not damage and (folder / kinds.COMPARE_RESULT).is_file():
+        info.update(_comparison(folder / kinds.COMPARE_RESULT))
+        return info
     if manifest is None and not damage and not model:
         raise StageError(
             "neither a greenadapt output nor a model folder (no manifest.json, no config.json)",
             path=folder, hint="pass a folder that a greenadapt command wrote",
         )
     return info
+
+
+def _comparison(path: Path) -> dict[str, Any]:
+    """A compare folder: its variants' headline scores and its verdicts, from compare.json."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise StageError(f"unreadable {kinds.COMPARE_RESULT}: {error}", path=path, hint="rerun the compare command that wrote it") from None
+    if not isinstance(result, dict) or result.get("kind") != "compare":
+        raise StageError(f"this {kinds.COMPARE_RESULT} was not written by greenadapt compare", path=path)
+    variants = []
+    for variant in result.get("variants") or []:
+        headline = (variant.get("summary") or {}).get(variant.get("headline_pool")) or {}
+        variants.append({"name": variant.get("name"), "model": variant.get("model"), "pool": variant.get("headline_pool"),
+                         "mean": headline.get("mean"), "sd": headline.get("sd"), "n": headline.get("n")})
+    return {"kind": "compare", "manifest": f"none (a compare folder: {kinds.COMPARE_RESULT})", "metric": result.get("metric"),
+            "task": (result.get("options") or {}).get("task"), "variants": variants,
+            "verdicts": [pair.get("verdict") for pair in result.get("pairs") or []],
+            "notes": [note for pair in result.get("pairs") or [] for note in pair.get("notes") or []],
+            "seconds": result.get("seconds")}
 
 
 def _row_figures(stats: dict[str, Any]) -> dict[str, Any]:
@@ -158,6 +182,14 @@ def render(info: dict[str, Any]) -> str:
     lines = [f"{info['path']}"]
     kind = info.get("kind")
     lines.append(f"  kind        {kind or '-'}   (manifest: {info['manifest']})")
+    if kind == "compare":
+        lines.append(f"  task        {info.get('task')}, metric {info.get('metric')}")
+        for variant in info.get("variants") or []:
+            lines.append(f"  variant     {variant['name']:<16} {_spread(variant.get('mean'), variant.get('sd'), variant.get('n'))} "
+                         f"({variant.get('pool')} pooling)   {variant.get('model')}")
+        lines += [f"  verdict     {verdict}" for verdict in info.get("verdicts") or []]
+        lines += [f"  note        {note}" for note in info.get("notes") or []]
+        return "\n".join(lines)
     if kind:
         lines.append(f"  written     {info.get('created')} by greenadapt {info.get('greenadapt_version')}")
         for key, value in (info.get("figures") or {}).items():
@@ -195,6 +227,15 @@ def render(info: dict[str, Any]) -> str:
             lines.append(f"  expanded    {block.get('method')} on {block.get('base_model')}: {_number(rows.get('count'))} new rows from id "
                          f"{_number(rows.get('first'))}; predictions pooled: {block.get('pooling')}")
     return "\n".join(lines)
+
+
+def _spread(mean: float | None, sd: float | None, n: int | None) -> str:
+    """A score over seeds in percent: ``80.65 ± 0.39 (3 seeds)``; one seed has no spread to show."""
+    if mean is None:
+        return "-"
+    if not n or n < 2:
+        return f"{100 * mean:.2f} (1 seed)"
+    return f"{100 * mean:.2f} ± {100 * (sd or 0):.2f} ({n} seeds)"
 
 
 def _number(value: Any) -> str:

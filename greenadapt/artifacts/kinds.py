@@ -19,6 +19,7 @@ MULTITASK = "multitask"
 ADAPTATION = (W2V, ALIGN, EXPAND)
 TRAINED = (FINETUNE, PRETRAIN)
 PREDICTIONS_DIR = "predictions"
+COMPARE_RESULT = "compare.json"  # a compare folder's result (it has no manifest of its own)
 
 
 def by_pool_file_name(split: str) -> str:

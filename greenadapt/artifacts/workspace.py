@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from pathlib import Path
@@ -36,12 +37,18 @@ def workdir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(env) if env else Path(DEFAULT_WORKDIR)
 
 
-def corpus_key(specs: Sequence[str]) -> str:
+URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # a corpus spec with a scheme: hashed as written
+
+
+def corpus_key(specs: Sequence[str], *, as_given: bool = False) -> str:
     """A stable folder name for a list of ``--corpus`` values.
 
     Registered names stay readable (``cord19``); paths and URLs become their
     stem plus a short hash of the full spec, so two different ``data.txt``
-    files do not collide.
+    files do not collide. A local path is hashed as its absolute, resolved
+    form: ``slice.txt`` from its folder, ``../data/slice.txt`` and the absolute
+    path are one corpus and share their stages. ``as_given``: the key of
+    greenadapt until this release, which hashed the spec as typed (see :func:`corpus_folder`).
     """
     if not specs:
         raise UsageError("no --corpus given", hint="name a registered corpus, a file, a glob or a URL")
@@ -52,11 +59,23 @@ def corpus_key(specs: Sequence[str]) -> str:
         else:
             spec = without_credentials(spec)  # a folder name is shown everywhere: never a user:password@
             stem = Path(spec.rstrip("/").split("?")[0]).name.split(".")[0] or "corpus"
-            parts.append(f"{slugify(stem)}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}")
+            hashed = spec if as_given or URL_RE.match(spec) else os.path.realpath(os.path.expanduser(spec))
+            parts.append(f"{slugify(stem)}-{hashlib.sha256(hashed.encode()).hexdigest()[:8]}")
     key = "+".join(parts)
     if len(key) > 100:
         key = key[:80] + "-" + hashlib.sha256(key.encode()).hexdigest()[:12]
     return key
+
+
+def corpus_folder(root: Path, specs: Sequence[str]) -> Path:
+    """The workspace folder of a corpus: ``root / corpus_key(specs)``, or the folder an earlier greenadapt made for
+    the same spelling of it (keyed on the spec as typed), so that its stages are found rather than made again."""
+    folder = root / corpus_key(specs)
+    if not folder.exists():
+        earlier = root / corpus_key(specs, as_given=True)
+        if earlier != folder and earlier.is_dir():
+            return earlier
+    return folder
 
 
 # Object stores whose URLs carry a key pair before the bucket (s3://KEY:SECRET@bucket/key, as smart_open reads them):
@@ -93,7 +112,7 @@ def model_folder_name(root: Path, corpus: Sequence[str], ref: Any) -> str:
     from greenadapt.artifacts.manifest import read_manifest
 
     slug = ref.slug
-    folder = root / corpus_key(corpus) / slug
+    folder = corpus_folder(root, corpus) / slug
     if not folder.is_dir():
         return slug
     mine = ref.identity()
@@ -118,7 +137,7 @@ def _same_path(recorded: Any, path: Path) -> bool:
 
 
 def stage_dir(root: Path, corpus: Sequence[str], model_slug: str, stage: str) -> Path:
-    return root / corpus_key(corpus) / model_slug / stage
+    return corpus_folder(root, corpus) / model_slug / stage
 
 
 VARIANT_MARK = "+"  # <stage>+<key>: a second configuration of a stage, beside the first
@@ -161,7 +180,7 @@ def _digest(value: Any) -> str:
 
 def find_stage_dir(root: Path, corpus: Sequence[str], model_slug: str | None, stage: str) -> Path:
     """Locate what an earlier stage wrote for ``corpus`` (and ``model_slug`` if given)."""
-    base = root / corpus_key(corpus)
+    base = corpus_folder(root, corpus)
     if model_slug is not None:
         return base / model_slug / stage
     candidates = sorted(p.parent.parent for p in base.glob(f"*/{stage}/manifest.json"))  # the model folders

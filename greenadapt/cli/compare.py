@@ -12,6 +12,7 @@ import typer
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli._common import DROP, WorkdirOption, api_command
+from greenadapt.cli.finetune import CudaGraphsOption, PadToMultipleOption, PrecisionOption
 
 
 def parse_models(values: list[str]) -> list[tuple[str, str]]:
@@ -62,7 +63,11 @@ def compare_command(
     max_length: int | None = typer.Option(default_of(api.compare, "max_length"), "--max-length"),
     device: str = typer.Option(default_of(api.compare, "device"), "--device", help="auto, cpu, cuda or cuda:N."),
     parallel: int = typer.Option(default_of(api.compare, "parallel"), "--parallel", min=1,
-                                 help="Fine-tunings at once, each in its own process with its share of the cores."),
+                                 help="Fine-tunings at once: N worker processes, each with its share of the cores, "
+                                      "each training run after run."),
+    precision: str = PrecisionOption,
+    pad_to_multiple: int = PadToMultipleOption,
+    cuda_graphs: bool = CudaGraphsOption,
     bootstrap: int = typer.Option(default_of(api.compare, "bootstrap"), "--bootstrap", help="Paired bootstrap replicates over test examples."),
     save_every: int | None = typer.Option(default_of(api.compare, "save_every"), "--save-every", min=1,
                                           help="Checkpoint every N steps, so an interrupted compare resumes."),
@@ -87,7 +92,7 @@ def compare_command(
 
 
 def _show(result: Any, as_json: bool) -> None:
-    from greenadapt.comparison.run import render
+    from greenadapt.comparison.display import render
 
     sys.stdout.write((json.dumps(result.to_json(), indent=2) if as_json else render(result)) + "\n")
     sys.stdout.flush()

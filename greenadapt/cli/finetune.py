@@ -40,6 +40,14 @@ def pool_option(default: str | None) -> Any:
 PoolOption = pool_option(default_of(api.finetune, "pool"))
 DeviceOption = typer.Option(default_of(api.finetune, "device"), "--device", help="auto, cpu, cuda, cuda:N or mps.")
 PrecisionOption = typer.Option(default_of(api.finetune, "precision"), "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16 (also on a CPU with native bf16: avx512_bf16 or AMX), fp16.")
+PadToMultipleOption = typer.Option(
+    default_of(api.finetune, "pad_to_multiple"), "--pad-to-multiple", metavar="N",
+    help="Round each training batch's width up to a multiple of N wordpieces (e.g. 32): a handful of shapes, so a "
+         "compiled model (--compile, --cuda-graphs) compiles a handful of times. Padding is masked: results change only by rounding.")
+CudaGraphsOption = typer.Option(
+    default_of(api.finetune, "cuda_graphs"), "--cuda-graphs",
+    help="GPU: compile with CUDA graphs (torch.compile's reduce-overhead mode), for small batches whose steps are bound "
+         "by kernel launches; use with --pad-to-multiple.")
 CompileOption = typer.Option(default_of(api.finetune, "compile"), "--compile", help="Compile the training forward and backward with torch.compile (the first steps pay the compilation; docs/benchmarks.md says where it pays).")
 GmapOption = typer.Option(
     default_of(api.finetune, "gmap"), "--gmap", help="G-MAP: fuse a frozen general model's hidden states as memory: none, single, multi, gated or chunk (the paper's best)."
@@ -112,6 +120,8 @@ def finetune(
     precision: str = PrecisionOption,
     compile: bool = CompileOption,
     eval_batch_size: int = typer.Option(default_of(api.finetune, "eval_batch_size"), "--eval-batch-size", help="Sequences per inference batch."),
+    pad_to_multiple: int = PadToMultipleOption,
+    cuda_graphs: bool = CudaGraphsOption,
     save_every: int | None = typer.Option(
         None, "--save-every", min=1, help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes)."
     ),

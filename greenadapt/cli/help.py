@@ -36,7 +36,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "mask_probability", "heldout", "sampling", "steps_per_epoch", "freeze_base", "adapt_methods",
     ),
     EVALUATION: ("against", "comparator", "bootstrap", "pool", "metric", "positive_label", "eval_only", "eval_every", "n_best", "max_answer_chars", "limit", "check"),
-    PERFORMANCE: ("parallel", "device", "precision", "compile", "workers", "eval_batch_size", "gmap_cache"),
+    PERFORMANCE: ("parallel", "device", "precision", "compile", "pad_to_multiple", "cuda_graphs", "workers", "eval_batch_size", "gmap_cache"),
     RUN_CONTROL: ("force", "wait", "save_every", "resume", "as_json", "quiet", "verbose"),
 }
 PANELS = {name: panel for panel, names in _GROUPS.items() for name in names}

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from greenadapt.artifacts import kinds
+
 
 class CompareOptions(Protocol):
     """What ensembles read of :class:`greenadapt.comparison.run.CompareOptions` (a protocol: no import cycle)."""
@@ -121,3 +123,12 @@ def score_ensemble(options: CompareOptions, name: str, spec: str, seed: int) -> 
     }
     write_json(ensemble_file(options, name, seed), document)
     return document
+
+
+def read_by_pool(folder: Path) -> dict[str, Any] | None:
+    """A run's (or an ensemble's) test predictions per pooling mode, with the gold labels and the metric."""
+    if folder.name.endswith(ENSEMBLE_SUFFIX):  # an ensemble's predictions, kept in its scores file
+        document = read_json(folder)
+        return document.get("by_pool") if document else None
+    path = folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name("test")
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

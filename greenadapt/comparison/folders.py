@@ -6,7 +6,9 @@ import json
 import re
 from pathlib import Path
 
-RESULT_FILE = "compare.json"
+from greenadapt.artifacts import kinds
+
+RESULT_FILE = kinds.COMPARE_RESULT
 # A --model NAME names a folder of runs: a plain name
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 

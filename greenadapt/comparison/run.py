@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,15 +28,16 @@ from greenadapt.tasks import TASKS as FINETUNE_TASKS
 from greenadapt.tasks import LabellingTask, get_task
 from greenadapt.artifacts import kinds
 from greenadapt.comparison.ensembles import (
-    ENSEMBLE_SUFFIX,
     MAX_ENSEMBLE,
     Run,
     plan_runs,
+    read_by_pool,
     read_ensemble,
-    read_json,
     result_folder,
     score_ensemble,
 )
+from greenadapt.comparison.costs import adaptation_cost, cost_figures
+from greenadapt.comparison.health import collapse_notes, collapsed_seeds
 from greenadapt.comparison.folders import MODEL_NAME, RESULT_FILE, check_compare_folder, recorded_base_model
 from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.errors import StageError, UsageError
@@ -82,6 +79,9 @@ class CompareOptions:
     ensembles: tuple[tuple[str, int], ...] = ()
     entity_type: str | None = None  # NER files with bare B/I labels: trained as B-TYPE/I-TYPE (finetune --entity-type)
     max_steps: int | None = None  # every fine-tuning stops after this many optimizer steps (finetune --max-steps)
+    precision: str = "auto"  # finetune's, for every run
+    pad_to_multiple: int = 1  # finetune's speed options, for every run
+    cuda_graphs: bool = False
 
     def members(self, name: str) -> int:
         """How many fine-tunings of ``name`` one seed's result is made of (1: a plain run)."""
@@ -98,6 +98,11 @@ class CompareOptions:
     def check(self) -> None:
         """Every option, before the first fine-tuning."""
         from greenadapt.artifacts.pretrained import resolve_model
+        from greenadapt.training.config import TrainingConfig
+        from greenadapt.training.distributed import check_precision
+
+        check_precision(self.precision, self.device)
+        TrainingConfig(pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs).check_speed(self.device)
 
         if self.task not in TASKS:
             raise UsageError(f"compare does not take --task {self.task!r} yet", hint=f"choose from {', '.join(TASKS)}")
@@ -207,10 +212,15 @@ class CompareResult:
                 }
                 for v in self.variants
             ],
-            "pairs": [p.to_json() | {"verdict": p.verdict()} for p in self.pairs],
+            "pairs": [p.to_json() | {"verdict": p.verdict(unit=verdict_unit(self.metric))} for p in self.pairs],
             "share_of_comparator_gain": self.shares,
             "seconds": round(self.seconds, 1),
         }
+
+
+def verdict_unit(metric: str) -> str:
+    """How a verdict line names the metric: ``F1``, else the metric's own name."""
+    return metric.upper() if metric == "f1" else metric
 
 
 def summarize(variant: Variant, metric: str) -> dict[str, dict[str, float]]:
@@ -273,7 +283,13 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
     metric = _metric_of(options, variants)
     by_name = {v.name: v for v in variants}
     baseline = by_name[options.baseline]
+    collapsed = {v.name: collapsed_seeds(options, v.name, v.scores, v.headline_pool) for v in variants}
     pairs = [_pair(options, v, baseline, metric) for v in variants if v.name != baseline.name]
+    for pair in pairs:
+        pair.notes.extend(collapse_notes(collapsed, pair.variant, pair.baseline))
+        for note in pair.notes:
+            if note.startswith("not a verdict"):
+                log.warning("%s vs %s: %s", pair.variant, pair.baseline, note)
     shares = _shares(options, pairs)
     result = CompareResult(options, metric, variants, pairs, shares, time.monotonic() - started)
     from greenadapt.artifacts.files import write_json
@@ -334,38 +350,37 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
         # passed only when set, so that the runs of earlier comparisons keep their fingerprints
         **({"entity_type": options.entity_type} if options.entity_type is not None else {}),
         **({"max_steps": options.max_steps} if options.max_steps is not None else {}),
+        **({"precision": options.precision} if options.precision != "auto" else {}),
+        **({"pad_to_multiple": options.pad_to_multiple} if options.pad_to_multiple != 1 else {}),
+        **({"cuda_graphs": True} if options.cuda_graphs else {}),
     }
 
 
-_CHILD = "import json, sys\nimport greenadapt\ngreenadapt.finetune(**json.loads(sys.argv[1]))\n"
-
-
 def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run]) -> None:
-    """N fine-tunings at once, each in its own process with its share of the cores (and its log beside its run)."""
+    """N fine-tunings at once on N worker processes, each with its share of the cores (and each run's log beside its
+    run); a worker trains run after run, so the libraries' start-up is paid once per worker, not per run."""
+    from greenadapt.comparison.workers import Job, Outcome, run_jobs
     from greenadapt.machine.cores import available_cores
 
     threads = max(1, available_cores() // options.parallel)
-
-    def one(run: Run) -> tuple[Run, int, Path]:
+    jobs = []
+    for run in todo:
         out = run.folder(options.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        log_file = out.parent / f"{out.name}.log"
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), GREENADAPT_THREADS=str(threads))
-        with open(log_file, "w", encoding="utf-8") as handle:
-            code = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(finetune_arguments(options, run.spec, run.train_seed, out))],
-                                  stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
-        return run, code, log_file
-
-    failed = []
+        member = f" member {run.member + 1}" if run.member else ""
+        jobs.append(Job(f"{run.name} seed {run.seed}{member}", finetune_arguments(options, run.spec, run.train_seed, out),
+                        out.parent / f"{out.name}.log"))
     finished = 0
-    with ThreadPoolExecutor(max_workers=options.parallel) as pool:
-        for run, code, log_file in pool.map(one, todo):
-            if code != 0:
-                failed.append(f"{run.name} seed {run.seed} (exit {code}, {log_file})")
-            else:
-                finished += 1
-                log.info("finished %s seed %d%s (%d/%d)", run.name, run.seed, f" member {run.member + 1}" if run.member else "",
-                         finished, len(todo))
+
+    def done(outcome: Outcome) -> None:
+        nonlocal finished
+        finished += 1
+        log.info("%s %s (%d/%d)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, finished, len(jobs))
+
+    outcomes = run_jobs(jobs, options.parallel, threads, done)
+    failed = [f"{o.job.label} (exit {o.exit_code}, {o.job.log_file}: {o.message})" for o in outcomes if o.exit_code != 0]
+    if len(outcomes) < len(jobs) and not failed:
+        failed.append(f"{len(jobs) - len(outcomes)} not started")
     if failed:
         raise StageError(f"{len(failed)} fine-tuning(s) failed: " + "; ".join(failed), path=options.out,
                          hint="read the logs named; rerun the same command to retry them (finished runs are kept)")
@@ -402,42 +417,9 @@ def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
         costs.append(cost_of(read_manifest(folder) or {}))
     pools_seen = {pool for pools in variant.scores.values() for pool in pools}
     variant.headline_pool = "mean" if "mean" in pools_seen else ("general" if "general" in pools_seen or not pools_seen else pools_seen.pop())
-    variant.finetune_cost = _cost_figures(costs)
+    variant.finetune_cost = cost_figures(costs)
     variant.adaptation_cost = adaptation_cost(spec)
     return variant
-
-
-def adaptation_cost(spec: str) -> dict[str, float]:
-    """What making the model cost: its stage manifest and those of the stages it was made from (w2v, align, expand,
-    pretrain), read from the folders they record; empty for a model greenadapt did not make."""
-    from greenadapt.artifacts.manifest import read_manifest
-    from greenadapt.machine.energy import cost_of
-
-    folder = Path(spec)
-    seen: set[Path] = set()
-    costs = []
-    todo = [folder] if folder.is_dir() else []
-    while todo:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        manifest = read_manifest(current)
-        if manifest is None or manifest.get("kind") not in (*kinds.ADAPTATION, kinds.PRETRAIN):
-            continue
-        costs.append(cost_of(manifest))
-        for recorded in manifest.get("inputs") or []:
-            if isinstance(recorded, dict) and recorded.get("stage") and recorded.get("path"):
-                todo.append(Path(str(recorded["path"])))
-    return _cost_figures(costs) if costs else {}
-
-
-def _cost_figures(costs: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """The summed figures compare shows (a figure some stage lacks, such as CO₂ of an old manifest, is left out)."""
-    from greenadapt.machine.energy import sum_costs
-
-    total = sum_costs(costs)
-    return {k: float(total[k]) for k in ("wall_seconds", "cpu_seconds", "gpu_seconds", "energy_kwh", "co2_kg") if total.get(k) is not None}
 
 
 def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
@@ -446,18 +428,10 @@ def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
         return "f1"
     for variant in variants:
         for seed in variant.scores:
-            by_pool = _read_by_pool(result_folder(options, variant.name, seed))
+            by_pool = read_by_pool(result_folder(options, variant.name, seed))
             if by_pool is not None:
                 return str(by_pool["metric"])
     return task.default_metric if isinstance(task, LabellingTask) else "f1"
-
-
-def _read_by_pool(folder: Path) -> dict[str, Any] | None:
-    if folder.name.endswith(ENSEMBLE_SUFFIX):  # an ensemble's predictions, kept in its scores file
-        document = read_json(folder)
-        return document.get("by_pool") if document else None
-    path = folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name("test")
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def _qa_contributions(folder: Path, test: Path) -> Contributions | None:
@@ -475,7 +449,7 @@ def _qa_contributions(folder: Path, test: Path) -> Contributions | None:
 def _contributions(folder: Path, pool: str, task: str, metric: str) -> Contributions | None:
     from greenadapt.comparison.examples import contributions_for
 
-    by_pool = _read_by_pool(folder)
+    by_pool = read_by_pool(folder)
     if by_pool is None or pool not in by_pool["pools"]:
         return None
     return contributions_for(task, metric, by_pool["gold"], by_pool["pools"][pool], by_pool.get("positive_label"))
@@ -507,28 +481,3 @@ def _shares(options: CompareOptions, pairs: Sequence[PairedResult]) -> dict[str,
     gains = {p.variant: p.mean for p in pairs}
     reference = gains.get(options.comparator)
     return {name: (gain / reference if reference else None) for name, gain in gains.items() if name != options.comparator}
-
-
-def render(result: CompareResult) -> str:
-    """The table and the verdict lines, for a terminal."""
-    metric = result.metric
-    pools = ("mean", "general", "domain")
-    lines = [f"{'variant':<16} {'seeds':>5}  " + "  ".join(f"{p + ' ' + metric:>16}" for p in pools)
-             + f"  {'fine-tune CPU h':>15}  {'adapt CPU h':>11}"]
-    for v in result.variants:
-        summary = summarize(v, metric)
-        cells = []
-        for pool in pools:
-            cell = summary.get(pool)
-            text = f"{cell['mean'] * 100:.2f} ± {cell['sd'] * 100:.2f}" if cell else "-"
-            cells.append(f"{text + ('*' if pool == v.headline_pool and cell else ''):>16}")
-        adapt = v.adaptation_cost.get("cpu_seconds")
-        adapted = f"{adapt / 3600:.3f}" if adapt is not None else "-"  # a model greenadapt did not make
-        lines.append(f"{v.name:<16} {len(v.scores):>5}  " + "  ".join(cells)
-                     + f"  {v.finetune_cost.get('cpu_seconds', 0) / 3600:>15.3f}  {adapted:>11}")
-    lines.append(f"(* headline: mean pooling for a model with a domain tokenizer; {metric} × 100, mean ± sd over seeds)")
-    lines.extend(p.verdict(unit=metric.upper() if metric == "f1" else metric) for p in result.pairs)
-    for name, share in result.shares.items():
-        lines.append(f"{name}: {share * 100:.0f}% of {result.options.comparator}'s gain" if share is not None
-                     else f"{name}: {result.options.comparator} gained nothing to take a share of")
-    return "\n".join(lines)

@@ -22,11 +22,11 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
+from greenadapt.artifacts.workspace import URL_RE
 from greenadapt.errors import CorpusError
 
 log = logging.getLogger(__name__)
 
-URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 # Query parameters whose value is a secret.
 _SECRET_PARAM = re.compile(

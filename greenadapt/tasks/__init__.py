@@ -24,14 +24,16 @@ TASKS: dict[str, Task] = {task.name: task for task in (NerTask(), ClassifyTask()
 
 
 def get_task(name: str) -> Task:
-    """The ``finetune --task`` called ``name``."""
-    if name not in TASKS:
+    """The ``finetune --task`` called ``name``, in any letter case (``NER`` is ``ner``: its ``.name`` is the one
+    spelling that manifests record)."""
+    task = TASKS.get(str(name).lower())
+    if task is None:
         import difflib
 
-        close = [t for t in TASKS if t == str(name).lower()] or difflib.get_close_matches(str(name).lower(), list(TASKS), n=1)
+        close = difflib.get_close_matches(str(name).lower(), list(TASKS), n=1)
         suggestion = f"did you mean --task {close[0]}? " if close else ""
         raise UsageError(f"unknown --task {name!r}", hint=f"{suggestion}choose from {', '.join(TASKS)}")
-    return TASKS[name]
+    return task
 
 
 def get_labelling_task(name: str) -> LabellingTask:

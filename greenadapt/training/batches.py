@@ -41,12 +41,20 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int, epoc
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def pad_rows(rows: Sequence[tuple[np.ndarray, np.ndarray | None]], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(ids, token types)`` sequences as right-padded ``int64`` (ids, token types, attention mask) arrays.
+def padded_width(longest: int, multiple: int = 1, widest: int | None = None) -> int:
+    """A batch's width: ``longest`` rounded up to a multiple of ``multiple``, but never past ``widest`` (the run's
+    longest sequence, so a multiple never asks for more positions than the model has)."""
+    width = -(-longest // multiple) * multiple
+    return max(longest, min(width, widest)) if widest is not None else width
+
+
+def pad_rows(rows: Sequence[tuple[np.ndarray, np.ndarray | None]], pad_id: int, width: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, token types)`` sequences as right-padded ``int64`` (ids, token types, attention mask) arrays,
+    ``width`` wide (default: the longest's length).
 
     Token types of None stay 0; padding is ``pad_id`` in the ids and 0 elsewhere.
     """
-    width = max(len(ids) for ids, _ in rows)
+    width = max(width or 0, max(len(ids) for ids, _ in rows))
     ids_out = np.full((len(rows), width), pad_id, dtype=np.int64)
     types_out = np.zeros((len(rows), width), dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)

@@ -9,9 +9,11 @@ from typing import Any
 from greenadapt.defaults import DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
 
+MAX_PAD_MULTIPLE = 512  # the position table of a BERT: a wider multiple pads every batch to it
+
 # Options that change how fast a run goes, not what it computes: no stage records them, so changing
 # one never makes an output out of date.
-SPEED_ONLY = ("eval_batch_size", "compile")
+SPEED_ONLY = ("eval_batch_size", "compile", "pad_to_multiple", "cuda_graphs")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,30 @@ class TrainingConfig:
     precision: str = "auto"  # auto | fp32 | bf16 | fp16
     eval_batch_size: int = 64
     compile: bool = False  # torch.compile the training forward and backward (docs/benchmarks.md: where it pays)
+    # Batch widths rounded up to a multiple of this: a run sees a handful of shapes, so a compiled model
+    # recompiles (and CUDA graphs are captured) a handful of times; padding is masked, so only rounding changes.
+    pad_to_multiple: int = 1
+    cuda_graphs: bool = False  # compile with CUDA graphs (torch.compile's reduce-overhead): past a GPU's launch bound
+
+    def check_speed(self, device_spec: str | None) -> None:
+        """The speed-only options, before any data is read."""
+        if not 1 <= self.pad_to_multiple <= MAX_PAD_MULTIPLE:
+            raise UsageError(f"--pad-to-multiple must be from 1 to {MAX_PAD_MULTIPLE}, not {self.pad_to_multiple}",
+                             hint="e.g. 32: widths 32, 64, 96, 128")
+        if self.cuda_graphs:
+            kind = (device_spec or "auto").split(":")[0]
+            if kind == "auto":
+                import torch
+
+                kind = "cuda" if torch.cuda.is_available() else "cpu"
+            if kind != "cuda":
+                raise UsageError(f"--cuda-graphs needs a CUDA device; this run is on the {kind.upper()}", hint="leave it out here")
+
+    def compile_mode(self) -> str | None:
+        """torch.compile's mode for this run (None: not compiled)."""
+        if self.cuda_graphs:
+            return "reduce-overhead"
+        return "default" if self.compile else None
 
     def recorded(self) -> dict[str, Any]:
         """The options a stage's manifest records, and its fingerprint hashes: all but the speed-only ones."""

@@ -25,7 +25,7 @@ from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
 from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows
+from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows, padded_width
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import TrainingConfig
 from greenadapt.training.distributed import DistContext
@@ -81,9 +81,11 @@ class Batch:
         return inputs if self.memory is None else {**inputs, **self.memory}
 
 
-def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: Sequence[int] | np.ndarray, pad_id: int, device: Any) -> Batch:
+def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: Sequence[int] | np.ndarray, pad_id: int, device: Any,
+            width: int | None = None) -> Batch:
+    """The batch of ``units[indices]``, each in its view, padded to ``width`` (default: the longest's length)."""
     seqs = [units[i].ids[v] for i, v in zip(indices, views, strict=True)]
-    width = max(len(s) for s in seqs)
+    width = max(width or 0, max(len(s) for s in seqs))
     input_ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
     attention = np.zeros((len(seqs), width), dtype=np.int64)
     type_ids = np.zeros((len(seqs), width), dtype=np.int64)
@@ -154,6 +156,8 @@ class FinetuneTask(TrainingTask):
         self.views = np.zeros(0, np.int64)
         self.lengths = np.zeros(0, np.int64)
         self.n_targets = 1
+        # --pad-to-multiple rounds widths up, never past the run's longest sequence under any view
+        self.widest = max((len(ids) for unit in units for ids in unit.ids), default=1)
 
     def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
         config = self.trainer.config
@@ -173,7 +177,9 @@ class FinetuneTask(TrainingTask):
         import torch
 
         trainer = self.trainer
-        tensors = collate(self.units, part, self.views[part], self.pad_id, trainer.ctx.device)
+        longest = int(self.lengths[part].max())
+        width = padded_width(longest, trainer.config.pad_to_multiple, self.widest)
+        tensors = collate(self.units, part, self.views[part], self.pad_id, trainer.ctx.device, width)
         logits = output_rows(trainer.module, tensors)
         loss = torch.nn.functional.cross_entropy(logits.float(), tensors.targets, reduction="sum", ignore_index=-100)
         return loss * (trainer.ctx.world / self.n_targets)  # see the runtime's docstring

@@ -17,6 +17,8 @@ from greenadapt.training.step import optimizer_step
 
 log = logging.getLogger(__name__)
 
+SHAPES_AT_MOST = 64  # batch shapes a --cuda-graphs run may capture a graph for (--pad-to-multiple keeps them few)
+
 
 class Trainer:
     """Optimizers, schedule, mixed precision and DDP around one model: one :meth:`step` per optimizer step.
@@ -54,10 +56,17 @@ class Trainer:
 
             device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
             self.module = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=broadcast_buffers)
-        if config.compile:
-            # Compiled lazily: the first steps (and the first of each new batch shape) pay the compilation.
-            log.info("torch.compile: the first training steps compile the model")
-            self.module = torch.compile(self.module)
+        mode = config.compile_mode()
+        if mode is not None:
+            # Compiled lazily: the first steps (and the first of each new batch shape) pay the compilation;
+            # --pad-to-multiple keeps the shapes few.
+            log.info("torch.compile (mode %s): the first training steps compile the model", mode)
+            if config.cuda_graphs:
+                # One graph per batch shape (widths x the epoch's last, shorter batch): more than dynamo's default 8.
+                import torch._dynamo.config as dynamo
+
+                dynamo.recompile_limit = max(dynamo.recompile_limit, SHAPES_AT_MOST)
+            self.module = torch.compile(self.module, mode=mode, dynamic=False if config.cuda_graphs else None)
         self.total_steps = total_steps
         self.optimizers, self.schedulers = build_optimizers(model, split, config, total_steps)
         self.dtype = autocast_dtype(config.precision, ctx.device)
@@ -93,6 +102,8 @@ class Trainer:
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
             with contextlib.nullcontext() if last or ctx.world == 1 else self.module.no_sync():
+                if self.config.cuda_graphs:  # a new iteration: the graphs' previous outputs may be overwritten
+                    torch.compiler.cudagraph_mark_step_begin()
                 with autocast(ctx.device, self.dtype):
                     loss = loss_of(part)
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()

@@ -214,6 +214,7 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
         raise UsageError("--save-every must be at least 1")
     training.check_schedule()
     check_precision(training.precision, options.device)
+    training.check_speed(options.device)
 
 
 def identity_of_model(ref: ModelRef) -> dict[str, Any]:

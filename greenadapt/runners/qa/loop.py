@@ -17,7 +17,7 @@ import numpy as np
 from greenadapt.machine.devices import to_device
 from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import Features
-from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows
+from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows, padded_width
 from greenadapt.training.finetuning import TrainConfig
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
@@ -42,6 +42,7 @@ class QaTask(TrainingTask):
         self.rows: list[tuple[int, int]] = []
         self.lengths = np.zeros(0, np.int64)
         self.batch_rows: list[tuple[int, int]] = []
+        self.widest = max((len(ids) for view in views for ids in view.input_ids), default=1)
 
     def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
         config, views = self.trainer.config, self.views
@@ -61,7 +62,8 @@ class QaTask(TrainingTask):
         import torch
 
         trainer = self.trainer
-        inputs, starts, ends = collate_windows(self.views, [self.rows[i] for i in part], self.pad_id, trainer.ctx.device)
+        width = padded_width(int(self.lengths[part].max()), trainer.config.pad_to_multiple, self.widest)
+        inputs, starts, ends = collate_windows(self.views, [self.rows[i] for i in part], self.pad_id, trainer.ctx.device, width)
         output = trainer.module(**inputs)
         cross_entropy = torch.nn.functional.cross_entropy
         summed = cross_entropy(output.start_logits.float(), starts, reduction="sum") + cross_entropy(output.end_logits.float(), ends, reduction="sum")
@@ -111,11 +113,13 @@ def train_qa(
     }
 
 
-def collate_windows(views: list[Features], batch: list[tuple[int, int]], pad_id: int, device: Any) -> tuple[dict[str, Any], Any, Any]:
-    """Padded model inputs of ``(view, window)`` rows, and their start and end positions."""
+def collate_windows(views: list[Features], batch: list[tuple[int, int]], pad_id: int, device: Any,
+                    width: int | None = None) -> tuple[dict[str, Any], Any, Any]:
+    """Padded model inputs of ``(view, window)`` rows (``width`` wide, default the longest's), and their start and end
+    positions."""
     import numpy as np
 
-    ids, types, mask = pad_rows([(views[v].input_ids[r], views[v].token_type_ids[r]) for v, r in batch], pad_id)
+    ids, types, mask = pad_rows([(views[v].input_ids[r], views[v].token_type_ids[r]) for v, r in batch], pad_id, width)
     starts = np.array([views[v].start_positions[r] for v, r in batch], dtype=np.int64)
     ends = np.array([views[v].end_positions[r] for v, r in batch], dtype=np.int64)
 

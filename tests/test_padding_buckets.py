@@ -1,0 +1,142 @@
+"""--pad-to-multiple and --cuda-graphs (issue 58, item 2): a handful of batch shapes, the same results.
+
+Padding is masked, so a padded batch computes what the unpadded one does up to the rounding of wider matrix
+products; what may change is only how fast a step runs. The GPU half (CUDA graphs captured per shape) is in
+tests/test_cuda.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
+
+from greenadapt.errors import UsageError
+from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+from greenadapt.training.batches import pad_rows, padded_width
+from greenadapt.training.config import MAX_PAD_MULTIPLE, SPEED_ONLY, TrainingConfig
+from greenadapt.training.finetuning import TrainConfig
+
+
+@pytest.mark.parametrize("multiple", [1, 2, 8, 16, 32, 512])
+def test_padded_width_is_the_next_multiple_within_the_runs_widest(multiple: int) -> None:
+    widest = 126
+    for longest in range(1, widest + 1):
+        width = padded_width(longest, multiple, widest)
+        assert longest <= width <= widest
+        assert width % multiple == 0 or width == widest
+        assert width - longest < multiple  # never a whole multiple more than needed
+    # without a cap: the plain next multiple
+    assert padded_width(33, 32) == 64 and padded_width(32, 32) == 32 and padded_width(5, 1) == 5
+    # a run's widths fall into at most widest / multiple + 1 shapes
+    assert len({padded_width(n, 32, widest) for n in range(1, widest + 1)}) == 4
+
+
+def test_pad_rows_pads_to_the_width_asked_and_masks_the_rest() -> None:
+    rows = [(np.array([5, 6, 7]), None), (np.array([8]), np.array([1]))]
+    ids, types, mask = pad_rows(rows, pad_id=0, width=8)
+    assert ids.shape == types.shape == mask.shape == (2, 8)
+    assert ids[0].tolist() == [5, 6, 7, 0, 0, 0, 0, 0] and mask[1].tolist() == [1, 0, 0, 0, 0, 0, 0, 0]
+    assert types[1].tolist() == [1, 0, 0, 0, 0, 0, 0, 0]
+    assert pad_rows(rows, pad_id=0)[0].shape == (2, 3)  # default: the longest's length
+
+
+def test_speed_options_are_checked_and_not_recorded() -> None:
+    assert {"pad_to_multiple", "cuda_graphs"} <= set(SPEED_ONLY)
+    recorded = TrainingConfig(pad_to_multiple=32, cuda_graphs=True).recorded()
+    assert "pad_to_multiple" not in recorded and "cuda_graphs" not in recorded
+    for bad in (0, -1, MAX_PAD_MULTIPLE + 1):
+        with pytest.raises(UsageError, match="--pad-to-multiple"):
+            TrainingConfig(pad_to_multiple=bad).check_speed("cpu")
+    with pytest.raises(UsageError, match="--cuda-graphs needs a CUDA device"):
+        TrainingConfig(cuda_graphs=True).check_speed("cpu")
+    TrainingConfig(pad_to_multiple=MAX_PAD_MULTIPLE).check_speed("cpu")
+    TrainingConfig(cuda_graphs=True).check_speed("cuda:0")  # a GPU is only known once opened: checked then
+    assert TrainingConfig().compile_mode() is None
+    assert TrainingConfig(compile=True).compile_mode() == "default"
+    assert TrainingConfig(cuda_graphs=True).compile_mode() == "reduce-overhead"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pad")
+    model = build_tiny_expanded(root / "model")
+    set_dropout(model, 0.0)  # training is then a pure function of the batches
+    return {"model": model, "train": write_ner_file(root / "train.tsv", 40, seed=1), "test": write_ner_file(root / "test.tsv", 12, seed=3)}
+
+
+def _run(files: dict[str, Path], out: Path, **training: Any) -> Any:
+    config = TrainConfig(batch_size=8, lr=3e-3, epochs=1, max_steps=5, precision="fp32", **training)
+    return run_finetune(FinetuneOptions(task="ner", train=files["train"], test=files["test"], model=str(files["model"]), out=out,
+                                        device="cpu", training=config))
+
+
+def test_padded_batches_train_what_unpadded_ones_do_in_a_handful_of_shapes(files: dict[str, Path], tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from transformers import BertForTokenClassification
+
+    widths: list[int] = []
+    forward = BertForTokenClassification.forward
+
+    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.training:
+            widths.append(int(kwargs["input_ids"].shape[1]))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BertForTokenClassification, "forward", recording)
+    plain = _run(files, tmp_path / "plain")
+    plain_widths, widths[:] = list(widths), []
+    padded = _run(files, tmp_path / "padded", pad_to_multiple=8)
+    assert len(plain_widths) == len(widths) == 5
+    assert all(w % 8 == 0 or w == max(widths) for w in widths) and all(w >= p for w, p in zip(widths, plain_widths, strict=True))
+    assert widths != plain_widths  # the option did pad: this data's widths are not all multiples of 8
+
+    def losses(folder: Path) -> list[float]:
+        return [r["loss"] for r in map(json.loads, (folder / "train_log.jsonl").read_text().splitlines()) if "loss" in r]
+
+    np.testing.assert_allclose(losses(padded.path), losses(plain.path), rtol=1e-5)
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(plain.path / "model.safetensors")), load_file(str(padded.path / "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    # A speed option: the padded run's manifest options and scores are the plain run's.
+    assert padded.manifest["config"] == plain.manifest["config"]
+    scores = [json.loads((run.path / "metrics.json").read_text())["per_seed"]["42"]["test"] for run in (plain, padded)]
+    assert scores[0].keys() == scores[1].keys()
+    for pool in scores[0]:
+        assert scores[1][pool] == pytest.approx(scores[0][pool], abs=1e-6)
+
+
+def test_cuda_graphs_on_a_cpu_is_refused_in_one_line_before_reading(files: dict[str, Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from greenadapt.cli import main
+
+    missing = tmp_path / "no-such-train.tsv"  # refused before it is read
+    for extra, says in ((["--cuda-graphs"], "--cuda-graphs needs a CUDA device"), (["--pad-to-multiple", "0"], "--pad-to-multiple")):
+        for command in (["finetune", "--task", "ner", "--train", str(missing), "--model", str(files["model"]), "--out", str(tmp_path / "r")],
+                        ["compare", "--task", "ner", "--train", str(missing), "--test", str(missing), "--model", f"a={files['model']}",
+                         "--model", f"b={files['model']}", "--out", str(tmp_path / "c")]):
+            monkeypatch.setattr("sys.argv", ["greenadapt", *command, "--device", "cpu", *extra])
+            with pytest.raises(SystemExit) as exit_info:
+                main()
+            err = capsys.readouterr().err
+            assert exit_info.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+            assert not (tmp_path / "r").exists() and not (tmp_path / "c").exists()
+
+
+def test_compare_passes_the_speed_and_precision_options_to_every_run(files: dict[str, Path], tmp_path: Path) -> None:
+    from greenadapt.comparison.run import CompareOptions, finetune_arguments
+
+    options = CompareOptions(task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),),
+                             out=tmp_path, precision="fp32", pad_to_multiple=16, cuda_graphs=True)
+    arguments = finetune_arguments(options, str(files["model"]), 1, tmp_path / "a" / "seed-1")
+    assert (arguments["precision"], arguments["pad_to_multiple"], arguments["cuda_graphs"]) == ("fp32", 16, True)
+    plain = finetune_arguments(CompareOptions(task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),),
+                                              out=tmp_path), str(files["model"]), 1, tmp_path / "a" / "seed-1")
+    assert not {"precision", "pad_to_multiple", "cuda_graphs"} & set(plain)  # the runs of earlier comparisons stay valid
