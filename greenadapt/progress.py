@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from greenadapt.errors import UsageError
 
@@ -132,13 +132,54 @@ class AnnouncingProgress(HeartbeatProgress):
         self.stream.flush()
 
 
+class BarProgress:
+    """Progress bars through ``tqdm.auto``: widgets in a Jupyter notebook, a text bar on a terminal (the Python
+    API's default where someone is watching; tqdm comes with transformers)."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        from tqdm.auto import tqdm
+
+        self.finish()
+        self._bar = tqdm(total=total, desc=description, unit=f" {unit}" if unit else "it", leave=True, dynamic_ncols=True)
+
+    def update(self, completed: float, **info: float | str) -> None:
+        if self._bar is None:
+            return
+        self._bar.update(completed - self._bar.n)
+        shown = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in info.items() if not k.endswith("_per_s")}
+        if shown:
+            self._bar.set_postfix(shown, refresh=False)
+
+    def finish(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def watched(stream: TextIO | None = None) -> bool:
+    """Whether a person is likely watching: a Jupyter/IPython kernel, or a terminal on ``stream`` (stderr)."""
+    if "ipykernel" in sys.modules:
+        return True
+    stream = stream if stream is not None else sys.stderr
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
+
+
 def as_progress(progress: Progress | bool | None, *, interval: float = 10.0) -> Progress:
-    """What the Python API's ``progress=`` means: a :class:`Progress` as given, True for plain lines on
-    stderr every ``interval`` seconds (as the command line writes to a log), False or None for none."""
+    """What the Python API's ``progress=`` means: a :class:`Progress` as given; False for none; True for plain
+    lines on stderr (each phase as it starts, then every ``interval`` seconds: a script's log); None (the default)
+    for bars where someone is watching (a notebook or a terminal, :func:`watched`) and plain lines elsewhere."""
+    if progress is False:
+        return NULL_PROGRESS
+    if progress is None:
+        return BarProgress() if watched() else AnnouncingProgress(interval, sys.stderr)
     if progress is True:
         return AnnouncingProgress(interval, sys.stderr)
-    if progress is None or progress is False:
-        return NULL_PROGRESS
     return progress
 
 

@@ -31,3 +31,21 @@ def test_failed_runs_are_reported_one_by_one_and_the_rest_still_run(tmp_path: Pa
     workers = {o.worker for o in outcomes}
     assert len(workers) <= 2 and os.getpid() not in workers
     assert not any((tmp_path / f"out-{i}").exists() for i in range(4))
+
+
+def test_the_time_left_follows_the_pace_of_the_finished_runs() -> None:
+    """Issue 57, point 6: `finished green seed 2 (3/4, about 40s left)`, for runs one at a time or several at once."""
+    from greenadapt.comparison.pace import RunsLeft
+
+    now = [0.0]
+    left = RunsLeft(4, clock=lambda: now[0])
+    assert left.left() == ""  # nothing finished: no pace yet
+    now[0] = 120.0
+    left.finished()
+    assert left.left() == ", about 6m00s left"  # 3 more at 120 s each
+    now[0] = 130.0  # two runs at once: the second finished 10 s after the first
+    left.finished()
+    assert left.left() == ", about 2m10s left"  # 65 s a run, 2 to go
+    left.finished()
+    left.finished()
+    assert left.left() == ""  # all done

@@ -105,3 +105,40 @@ def test_fine_tuning_reports_its_rate_loss_and_last_dev_score(tmp_path: Path) ->
     steps = [info for phase, _, info in recorder.updates if phase.startswith("fine-tuning") and info]
     assert steps and all(float(info["loss"]) >= 0 and info["steps_per_s"] > 0 for info in steps)
     assert "dev" not in steps[0] and "dev" in steps[-1]  # the first epoch's dev score shows from the second epoch on
+
+
+def test_the_python_api_shows_progress_by_default_bars_where_watched_lines_elsewhere(monkeypatch: pytest.MonkeyPatch,
+                                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 57, point 5: a 6-minute script printed nothing. Now: plain lines in a log, bars in a notebook or on a
+    terminal, silence only when asked for (progress=False)."""
+    from greenadapt.progress import NULL_PROGRESS, AnnouncingProgress, BarProgress, as_progress
+
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    assert isinstance(as_progress(None), AnnouncingProgress)  # pytest's stderr is not a terminal: a script's log
+    assert as_progress(False) is NULL_PROGRESS and isinstance(as_progress(True), AnnouncingProgress)
+    monkeypatch.setitem(sys.modules, "ipykernel", type(sys)("ipykernel"))
+    bars = as_progress(None)
+    assert isinstance(bars, BarProgress)
+    bars.start("fine-tuning (seed 1)", total=40, unit="steps")
+    for step in range(0, 41, 10):
+        bars.update(step, loss=0.5)
+    bars.finish()
+    shown = capsys.readouterr().err
+    assert "fine-tuning (seed 1)" in shown and "40/40" in shown and "loss=0.5" in shown
+
+
+def test_an_api_call_without_progress_argument_says_what_it_is_doing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import greenadapt
+    from conftest import build_tiny_bert
+
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the patients with leukemia were in the study of insulin kinase cells\n" * 200)
+    model = build_tiny_bert(tmp_path / "bert")
+    capsys.readouterr()
+    greenadapt.w2v(str(corpus), model=str(model), workdir=tmp_path / "w", epochs=1, min_count=1, workers=1)
+    loud = capsys.readouterr().err
+    assert "word2vec" in loud.lower() or "w2v" in loud.lower(), loud
+    greenadapt.w2v(str(corpus), model=str(model), workdir=tmp_path / "w2", epochs=1, min_count=1, workers=1, progress=False)
+    assert capsys.readouterr().err == ""

@@ -99,15 +99,6 @@ class StageOutcome:
                 pool = f"{stats['pool']} pooling, " if stats.get("pool") else ""
                 return f": {split} {metric} {100 * figure['mean']:.2f}{spread} ({pool}{seeds} seed{'s' if seeds > 1 else ''})"
         return ""
-        for split in ("test", "dev"):
-            figure = summary.get(split)
-            if isinstance(figure, dict) and isinstance(figure.get("mean"), int | float):
-                spread = f", {figure.get('n')} seeds ± {100 * figure.get('std', 0):.2f}" if (figure.get("n") or 1) > 1 else ""
-                pool = f"{stats['pool']} pooling, " if stats.get("pool") else ""
-                return f": {split} {metric} {100 * figure['mean']:.2f} ({pool}{figure.get('n', 1)} seed{'s' if figure.get('n', 1) != 1 else ''}{spread})".replace(
-                    f"({pool}{figure.get('n', 1)} seed{'s' if figure.get('n', 1) != 1 else ''}{', ' if spread else ''}", f"({pool}", 1) if False else \
-                    f": {split} {metric} {100 * figure['mean']:.2f} ({pool}{figure.get('n', 1)} seed{'s' if figure.get('n', 1) != 1 else ''}{spread.replace(f', {figure.get(chr(110))} seeds', '')})"
-        return ""
 
 
 @dataclass

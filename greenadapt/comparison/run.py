@@ -37,6 +37,7 @@ from greenadapt.comparison.ensembles import (
     score_ensemble,
 )
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
+from greenadapt.comparison.pace import RunsLeft, plan_line
 from greenadapt.comparison.health import collapse_notes, collapsed_seeds
 from greenadapt.comparison.folders import MODEL_NAME, RESULT_FILE, check_compare_folder, recorded_base_model
 from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, PairedResult, compare_pair, mean_sd
@@ -268,11 +269,14 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
     # Finished runs go through finetune too: it skips a stage made with this recipe and refuses one made with
     # another (a changed --epochs must not be paired with runs of the old one). That check is quick: in process.
     todo = [r for r in runs if r not in done]
+    clock = RunsLeft(len(todo))
     for number, run in enumerate([*done, *(todo if options.parallel == 1 or len(todo) <= 1 else [])], start=1):
         member = f", member {run.member + 1} of {options.members(run.name)}" if options.members(run.name) > 1 else ""
-        log.info("%s %s, seed %d%s (%d/%d)", "checking the finished run of" if run in done else "fine-tuning", run.name, run.seed,
-                 member, number, len(runs))
+        log.info("%s %s, seed %d%s (%d/%d%s)", "checking the finished run of" if run in done else "fine-tuning", run.name, run.seed,
+                 member, number, len(runs), clock.left() if run not in done else "")
         finetune(**finetune_arguments(options, run.spec, run.train_seed, run.folder(options.out)), progress=progress)
+        if run not in done:
+            clock.finished()
     if options.parallel > 1 and len(todo) > 1:
         _finetune_in_processes(options, todo)
     for name, spec in options.models:
@@ -298,33 +302,11 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
     return result
 
 
-def plan_line(options: CompareOptions, runs: Sequence[Run], done: Sequence[Run]) -> str:
-    """``9 fine-tunings (3 finished), about 2.7 h on this machine`` (the estimate from the finished runs' wall time)."""
-    left = len(runs) - len(done)
-    walls = [_wall_seconds(run.folder(options.out)) for run in done]
-    known = [w for w in walls if w]
-    head = f"{len(runs)} fine-tunings ({len(done)} finished)"
-    if not left:
-        return head + ": nothing to train"
-    if not known:
-        return head + f", {left} to run ({options.parallel} at a time): time known after the first"
-    hours = sum(known) / len(known) * left / options.parallel / 3600
-    return head + f", {left} to run: about {hours:.1f} h on this machine ({options.parallel} at a time)"
-
-
 def _finished(folder: Path) -> bool:
     from greenadapt.artifacts.manifest import read_manifest
 
     manifest = read_manifest(folder) if folder.is_dir() else None
     return manifest is not None and manifest.get("kind") == kinds.FINETUNE
-
-
-def _wall_seconds(folder: Path) -> float | None:
-    from greenadapt.artifacts.manifest import read_manifest
-
-    manifest = read_manifest(folder)
-    cost = (manifest or {}).get("cost") or {}
-    return float(cost["wall_seconds"]) if cost.get("wall_seconds") else None
 
 
 def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path) -> dict[str, Any]:
@@ -372,10 +354,13 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run]) -> None
                         out.parent / f"{out.name}.log"))
     finished = 0
 
+    clock = RunsLeft(len(jobs))
+
     def done(outcome: Outcome) -> None:
         nonlocal finished
         finished += 1
-        log.info("%s %s (%d/%d)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, finished, len(jobs))
+        clock.finished()
+        log.info("%s %s (%d/%d%s)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, finished, len(jobs), clock.left())
 
     outcomes = run_jobs(jobs, options.parallel, threads, done)
     failed = [f"{o.job.label} (exit {o.exit_code}, {o.job.log_file}: {o.message})" for o in outcomes if o.exit_code != 0]

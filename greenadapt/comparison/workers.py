@@ -67,7 +67,7 @@ def train_one(job: Job) -> Outcome:
         log.info("worker %d: %s", os.getpid(), job.label)
         import greenadapt
 
-        greenadapt.finetune(**job.arguments)
+        greenadapt.finetune(**job.arguments, progress=False)  # the run's log file has its lines; no bars from N workers
         return Outcome(job, 0, "", os.getpid())
     except GreenAdaptError as error:
         log.error("%s", error.one_line())
