@@ -122,6 +122,12 @@ def finetune(
     eval_batch_size: int = typer.Option(default_of(api.finetune, "eval_batch_size"), "--eval-batch-size", help="Sequences per inference batch."),
     pad_to_multiple: int = PadToMultipleOption,
     cuda_graphs: bool = CudaGraphsOption,
+    eval_every: int | None = typer.Option(
+        default_of(api.finetune, "eval_every"), "--eval-every", metavar="N",
+        help="With --dev: also score dev every N optimizer steps, not only at each epoch's end; the best scoring's weights are kept."),
+    early_stopping: int | None = typer.Option(
+        default_of(api.finetune, "early_stopping"), "--early-stopping", metavar="N",
+        help="With --dev: stop once N dev scorings in a row did not beat the best (the best's weights are kept)."),
     save_every: int | None = typer.Option(
         None, "--save-every", min=1, help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes)."
     ),

@@ -35,7 +35,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "train_embeddings", "train", "max_length", "doc_stride", "max_words", "head_warmup_steps", "whole_word_masking",
         "mask_probability", "heldout", "sampling", "steps_per_epoch", "freeze_base", "adapt_methods",
     ),
-    EVALUATION: ("against", "comparator", "bootstrap", "pool", "metric", "positive_label", "eval_only", "eval_every", "n_best", "max_answer_chars", "limit", "check"),
+    EVALUATION: ("against", "comparator", "bootstrap", "pool", "metric", "positive_label", "eval_only", "eval_every", "early_stopping", "n_best", "max_answer_chars", "limit", "check"),
     PERFORMANCE: ("parallel", "device", "precision", "compile", "pad_to_multiple", "cuda_graphs", "workers", "eval_batch_size", "gmap_cache"),
     RUN_CONTROL: ("force", "wait", "save_every", "resume", "as_json", "quiet", "verbose"),
 }

@@ -41,7 +41,11 @@ class TrainingConfig:
     # Batch widths rounded up to a multiple of this: a run sees a handful of shapes, so a compiled model
     # recompiles (and CUDA graphs are captured) a handful of times; padding is masked, so only rounding changes.
     pad_to_multiple: int = 1
-    cuda_graphs: bool = False  # compile with CUDA graphs (torch.compile's reduce-overhead): past a GPU's launch bound
+    cuda_graphs: bool = False
+    # With a dev file: also score it every N optimizer steps (not only at each epoch's end), and stop once N
+    # scorings in a row did not beat the best (the best scoring's weights are kept either way).
+    eval_every: int | None = None
+    early_stopping: int | None = None  # compile with CUDA graphs (torch.compile's reduce-overhead): past a GPU's launch bound
 
     def check_speed(self, device_spec: str | None) -> None:
         """The speed-only options, before any data is read."""
@@ -76,6 +80,9 @@ class TrainingConfig:
         check_seed(self.seed)
         if self.max_steps is not None and self.max_steps < 1:
             raise UsageError("--max-steps must be at least 1")
+        for flag, count in (("--eval-every", self.eval_every), ("--early-stopping", self.early_stopping)):
+            if count is not None and count < 1:
+                raise UsageError(f"{flag} must be at least 1, not {count}")
         if self.lr <= 0 or not 0 <= self.warmup < 1:
             raise UsageError("--lr must be positive and --warmup a fraction below 1")
         if self.weight_decay < 0:

@@ -141,6 +141,8 @@ class TrainResult:
     best_epoch: int | None
     best_score: float | None
     dev_history: list[dict[str, Any]] = field(default_factory=list)
+    best_step: int | None = None
+    stopped_early: bool = False
     seconds: float = 0.0
     domain_fraction: float = 0.0
     warnings: list[str] = field(default_factory=list)  # from greenadapt.training.health
@@ -252,6 +254,8 @@ def train(
         best_epoch=run.best_epoch,
         best_score=run.best_score,
         dev_history=run.dev_history,
+        best_step=run.best_step,
+        stopped_early=run.stopped_early,
         seconds=run.seconds,
         domain_fraction=run.counts.get("domain_units", 0) / seen if seen else 0.0,
         warnings=run.warnings,

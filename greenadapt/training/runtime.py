@@ -164,6 +164,8 @@ class TrainingRun:
     best_epoch: int | None = None
     best_score: float | None = None
     dev_history: list[dict[str, Any]] = field(default_factory=list)
+    best_step: int | None = None  # the step whose weights are kept (dev scored within an epoch: --eval-every)
+    stopped_early: bool = False  # --early-stopping: that many dev scorings in a row did not beat the best
     seconds: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
     losses: list[float] = field(default_factory=list)  # of every step of this call (not of a resumed run's first part)
@@ -207,12 +209,12 @@ def run_training(
     if loop.at.step:
         progress.update(loop.at.step)
     try:
-        while loop.at.step < total:
+        while loop.at.step < total and not loop.result.stopped_early:
             batches = task.epoch_batches(loop.at.epoch, loop.at.step)
             loop.epoch_size = len(batches)
             stepped = loop.at.batch > 0
             for index in range(loop.at.batch, len(batches)):
-                if loop.at.step >= total:
+                if loop.at.step >= total or loop.result.stopped_early:
                     break
                 if stop is not None and stop.requested(ctx):
                     loop.at.batch = index
@@ -220,6 +222,8 @@ def run_training(
                 stepped = loop.step(batches[index], index) or stepped
             if not stepped:
                 raise DataError(f"no training batch of this epoch fills {trainer.micro_per_step} micro-batch(es)", hint="lower --grad-accum or use more data")
+            if loop.result.stopped_early:
+                break
             if loop.at.batch >= len(batches) or task.partial_epoch_ends:
                 loop.end_epoch()
         loop.sync()
@@ -230,6 +234,22 @@ def run_training(
         loop.close()
         progress.finish()
     return loop.finish()
+
+
+def scorings_since_best(history: list[dict[str, Any]]) -> int:
+    """How many dev scorings came after the best one (the first of equal bests counts as the best)."""
+    if not history:
+        return 0
+    scores = [float(h["score"]) for h in history]
+    return len(scores) - 1 - scores.index(max(scores))
+
+
+def _best_step(history: list[dict[str, Any]]) -> int | None:
+    """The step of the best dev scoring (a checkpoint of an earlier version recorded only its epoch)."""
+    if not history:
+        return None
+    best = max(range(len(history)), key=lambda i: (float(history[i]["score"]), -i))
+    return int(history[best]["step"])
 
 
 def _sync_seconds(ctx: DistContext) -> float:
@@ -287,6 +307,8 @@ class _Loop:
             self.at, self.best_state = self.restored.position, self.restored.best_state
             self.result.best_epoch, self.result.best_score = self.restored.result["best_epoch"], self.restored.result["best_score"]
             self.result.dev_history = list(self.restored.result["dev_history"])
+            self.result.best_step = self.restored.result.get("best_step", _best_step(self.result.dev_history))
+            self.result.stopped_early = bool(self.restored.result.get("stopped_early"))
         self.writes = checkpoint is not None and checkpoint.writer
         self.handle = open(log_path, "a" if self.restored else "w", encoding="utf-8") if log_path is not None else None  # noqa: SIM115
         self.started = time.perf_counter() - self.at.seconds
@@ -311,6 +333,9 @@ class _Loop:
         if now - self.last_sync >= self.sync_seconds:
             self.sync()
         self.write(*task.after_step(at.step))
+        eval_every = trainer.config.eval_every
+        if self.evaluate is not None and eval_every and at.step % eval_every == 0 and at.batch < self.epoch_size:
+            self.score_dev(epoch=at.epoch + 1)  # within the epoch; its end scores it anyway
         every = self.checkpoint.save_every if self.checkpoint is not None else None
         if every and at.step % every == 0 and at.step < trainer.total_steps:
             self.save()
@@ -343,23 +368,38 @@ class _Loop:
 
     def end_epoch(self) -> None:
         """Close an epoch: evaluate on dev (keeping the best weights) and move to the next."""
-        at, result, model = self.at, self.result, self.trainer.model
+        at, history = self.at, self.result.dev_history
         self.sync()
         at.epoch += 1
         at.batch = 0
         if self.evaluate is None:
             self.health.evaluated()
             return
+        if history and history[-1]["step"] == at.step:  # --eval-every scored this very step
+            history[-1]["epoch"] = at.epoch
+            return
+        self.score_dev(epoch=at.epoch)
+
+    def score_dev(self, *, epoch: int) -> None:
+        """Score dev now (at an epoch's end, or every --eval-every steps); keep the best weights; --early-stopping."""
+        assert self.evaluate is not None
+        at, result, model = self.at, self.result, self.trainer.model
+        self.sync()
         model.eval()
         score, details = self.evaluate(model)
         model.train()
         self.health.evaluated(score)
-        result.dev_history.append({"epoch": at.epoch, "step": at.step, "score": score, **details})
-        self.write({"event": "dev", "epoch": at.epoch, "step": at.step, "score": score})
+        result.dev_history.append({"epoch": epoch, "step": at.step, "score": score, **details})
+        self.write({"event": "dev", "epoch": epoch, "step": at.step, "score": score})
         if result.best_score is None or score > result.best_score:
-            result.best_score, result.best_epoch = score, at.epoch
+            result.best_score, result.best_epoch, result.best_step = score, epoch, at.step
             self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        log.info("epoch %d: dev score %.4f (best %.4f, epoch %d)", at.epoch, score, result.best_score, result.best_epoch)
+        log.info("epoch %d, step %d: dev score %.4f (best %.4f, step %d)", epoch, at.step, score, result.best_score, result.best_step)
+        patience = self.trainer.config.early_stopping
+        if patience and not result.stopped_early and scorings_since_best(result.dev_history) >= patience:
+            result.stopped_early = True
+            log.info("early stopping at step %d: %d dev scorings in a row did not beat %.4f (step %d)", at.step, patience,
+                     result.best_score, result.best_step)
 
     def write(self, *records: dict[str, Any]) -> None:
         """Log records after every pending step's (the log stays in step order)."""
@@ -395,11 +435,11 @@ class _Loop:
 
     def finish(self) -> TrainingRun:
         at, result, model = self.at, self.result, self.trainer.model
-        if self.best_state is not None and result.best_epoch != at.epoch:
+        if self.best_state is not None and result.best_step != at.step:
             model.load_state_dict(self.best_state)
             if self.trainer.split is not None:  # those rows owe nothing for the steps after their epoch
                 self.trainer.split.settle()
-            log.info("restored the weights of epoch %d (best on dev)", result.best_epoch)
+            log.info("restored the weights of step %d, epoch %d (best on dev)", result.best_step, result.best_epoch)
         result.steps, result.epochs_run = at.step, at.epoch
         result.epoch_fraction = round(at.epoch + at.batch / max(1, self.epoch_size), 4)
         result.seconds = time.perf_counter() - self.started
@@ -439,7 +479,8 @@ def _save_checkpoint(loop: _Loop, rank_rng: list[dict[str, Any]] | None, *, comp
                 "seed": trainer.config.seed,
                 "complete": complete,
                 "position": loop.at.to_json(),
-                "result": {"best_epoch": result.best_epoch, "best_score": result.best_score, "dev_history": result.dev_history},
+                "result": {"best_epoch": result.best_epoch, "best_score": result.best_score, "dev_history": result.dev_history,
+                       "best_step": result.best_step, "stopped_early": result.stopped_early},
                 **task.extra_state(),
             }
         )

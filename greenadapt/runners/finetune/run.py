@@ -213,6 +213,10 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
     if options.save_every is not None and options.save_every < 1:
         raise UsageError("--save-every must be at least 1")
     training.check_schedule()
+    for flag, count in (("--eval-every", training.eval_every), ("--early-stopping", training.early_stopping)):
+        if count is not None and (options.dev is None or options.train_on != "train"):
+            raise UsageError(f"{flag} scores the dev file while training: it needs --dev (and --train-on train)",
+                             hint=f"pass --dev FILE, or leave {flag} out")
     check_precision(training.precision, options.device)
     training.check_speed(options.device)
 
@@ -376,6 +380,7 @@ class _Job:
             "steps": result.steps,
             "epochs": result.epochs_run,
             "best_epoch": result.best_epoch,
+            **({"best_step": result.best_step, "stopped_early": result.stopped_early} if self.base.eval_every or self.base.early_stopping else {}),
             "dev_history": result.dev_history,
             "train_seconds": round(result.seconds, 2),
             "precision_used": precision_used(self.base.precision, self.ctx.device),
