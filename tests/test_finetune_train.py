@@ -431,3 +431,33 @@ def test_a_task_named_in_capitals_trains_that_task_and_records_its_one_spelling(
     upper = run_finetune(_options(expanded, data, tmp_path / "r", max_steps=1, task="NER"))
     assert upper.manifest["config"]["task"]["task"] == "ner"
     assert run_finetune(_options(expanded, data, tmp_path / "r", max_steps=1, task="ner")).skipped
+
+
+def test_evaluate_scores_a_run_as_finetune_scored_its_test_file(main_run: Path, data: dict[str, Path], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 57, point 7: `evaluate` scores a run on a file without training: on the run's own test file, the very
+    figures finetune reported, under every pooling mode; an unlabelled file is refused in one line."""
+    import greenadapt
+    from cli_helpers import run_cli
+
+    reported = json.loads((main_run / "metrics.json").read_text())["per_seed"]["7"]["test"]
+    result = greenadapt.evaluate(data["test"], model=main_run, device="cpu")
+    assert set(result.scores) == set(reported) == {"mean", "general", "domain"} and result.headline == "mean"
+    for pool, figures in reported.items():
+        for name, value in figures.items():
+            if isinstance(value, float):
+                assert result.scores[pool][name] == pytest.approx(value, abs=1e-12), (pool, name)
+    assert f"f1 {100 * reported['mean']['f1']:.2f} (mean pooling)" in repr(result)
+    only = greenadapt.evaluate(data["test"], model=main_run, pool="general", device="cpu")
+    assert set(only.scores) == {"general"} and only.scores["general"]["f1"] == result.scores["general"]["f1"]
+    monkeypatch.setattr("sys.argv", ["greenadapt", "evaluate", "-m", str(main_run), str(data["test"]), "--device", "cpu", "--json"])
+    from greenadapt.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code in (0, None)
+    assert json.loads(capsys.readouterr().out)["scores"]["mean"]["f1"] == pytest.approx(reported["mean"]["f1"], abs=1e-12)
+    unlabelled = tmp_path / "words.tsv"  # one word a line: a NER file without its label column
+    unlabelled.write_text("the\npatients\nhad\ncancer\n")
+    code, err = run_cli(["evaluate", "-m", str(main_run), str(unlabelled), "--device", "cpu"], monkeypatch, capsys)
+    assert code == 3 and "no gold labels" in err and len(err.strip().splitlines()) == 1, err

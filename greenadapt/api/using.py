@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from greenadapt.inference.predictor import ClassifierModel, NerModel, QaModel
     from greenadapt.progress import Progress
 
-__all__ = ["load", "pipeline", "predict"]
+__all__ = ["evaluate", "load", "pipeline", "predict"]
 
 
 def load(
@@ -117,3 +117,35 @@ def predict(
         members[0] if len(members) == 1 else members, str(source), str(output), task_name=task, options=options, file_format=file_format,
         ignore_labels=ignore_labels, reader_overrides=overrides, force=force, progress=as_progress(progress),
     )
+
+
+def evaluate(
+    data: PathLike,
+    *,
+    model: PathLike | Sequence[PathLike],
+    pool: Sequence[str] | str | None = None,
+    text_field: str | None = None,
+    pair_field: str | None = None,
+    label_field: str | None = None,
+    header: str | None = None,
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    general_model: str | None = None,
+) -> Any:
+    """Score a fine-tuned ``model`` folder (a list: an ensemble) on the labelled file ``data``, without training
+    and without writing predictions: its metrics under each pooling mode (``pool`` limits them; default every
+    mode the model has). Returns an :class:`~greenadapt.inference.evaluation.EvaluateResult` (``.scores[pool]``,
+    ``.to_json()``); its repr shows the headline figure."""
+    from pathlib import Path
+
+    from greenadapt.inference.evaluation import run_evaluate
+    from greenadapt.inference.options import InferenceOptions
+
+    pools = (pool,) if isinstance(pool, str) else tuple(pool or ())
+    options = InferenceOptions(pool=pools[0] if pools else "mean", batch_size=batch_size, device=device, precision=precision,
+                               general_model=general_model)
+    members = [str(model)] if isinstance(model, str | os.PathLike) else [str(m) for m in model]
+    overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
+    return run_evaluate(members[0] if len(members) == 1 else members, Path(data), options=options, pools=pools, reader_overrides=overrides)
+

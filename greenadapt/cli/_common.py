@@ -319,7 +319,7 @@ def api_command(
             arguments = {key: value for key, value in values.items() if key not in _OUTPUT_FLAGS} | overrides
             arguments = {(renames or {}).get(key, key): value for key, value in arguments.items() if value is not DROP}
             with progress_for(values["quiet"]) as progress:
-                result = function(**arguments, progress=progress)
+                result = function(**arguments, **({"progress": progress} if "progress" in api_parameters else {}))
             show(result, values["as_json"])
 
         command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *control, *output])  # type: ignore[attr-defined]

@@ -33,7 +33,7 @@ from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labe
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.health import prediction_warnings
 from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
-from greenadapt.training.pooling import check_pool
+from greenadapt.training.pooling import POOL_MODES, check_pool
 
 
 @dataclass
@@ -58,6 +58,12 @@ class FinetunedModel:
         self, units: Sequence[Unit], examples: Sequence[Any], mode: str, *, batch_size: int = 64, precision: str = "auto"
     ) -> np.ndarray:
         """``[rows, labels]`` logits of ``units`` (built from ``examples``) under pooling ``mode``."""
+        return self.logits_by_mode(units, examples, (mode,), batch_size=batch_size, precision=precision)[mode]
+
+    def logits_by_mode(
+        self, units: Sequence[Unit], examples: Sequence[Any], modes: Sequence[str], *, batch_size: int = 64, precision: str = "auto"
+    ) -> dict[str, np.ndarray]:
+        """The logits under each pooling mode of ``modes``, from one pass per tokenizer."""
         from greenadapt.training.pooling import pooled_logits
 
         if self.memory is not None:
@@ -72,8 +78,8 @@ class FinetunedModel:
             pad_id=self.tokenizers.pad_id,
             batch_size=batch_size,
             precision=precision,
-            modes=(mode,),
-        )[mode]
+            modes=modes,
+        )
 
 
 def pooling_mode(pool: str, tokenizers: TokenizerPair, folder: Path) -> str:
@@ -226,22 +232,41 @@ def label_file(
     the file with its own tokenizers and pools its own views; the rows, words or examples, are the file's), so
     that the label of highest mean probability wins. Members are opened one at a time.
     """
+    request, by_mode = label_file_by_mode(founds, input_path, options=options, ignore_labels=ignore_labels, reader_overrides=reader_overrides)
+    return request, by_mode[request.mode]
+
+
+def label_file_by_mode(
+    founds: Sequence[tuple[Path, TaskSettings]],
+    input_path: Path,
+    *,
+    options: InferenceOptions = DEFAULT_INFERENCE,
+    modes: Sequence[str] | None = None,
+    ignore_labels: bool = False,
+    reader_overrides: dict[str, Any] | None = None,
+) -> tuple[PredictionRequest, dict[str, np.ndarray]]:
+    """:func:`label_file` under each pooling mode of ``modes`` (None: ``options.pool``; ``()``: every mode the
+    first model has), from one pass per tokenizer and member."""
     check_ensemble(founds)
     request: PredictionRequest | None = None
-    total: np.ndarray | None = None
+    totals: dict[str, np.ndarray] = {}
     for folder, settings in founds:
         opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model)
         mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder, pool=options.pool,
                                    ignore_labels=ignore_labels, reader_overrides=reader_overrides)
-        logits = opened.logits(mine.units, mine.task_file.examples, mine.mode, batch_size=options.batch_size, precision=options.precision)
+        if request is None:
+            every = POOL_MODES if opened.tokenizers.has_domain else ("general",)
+            wanted = [mine.mode] if modes is None else [pooling_mode(m, opened.tokenizers, folder) for m in modes or every]
+        logits = opened.logits_by_mode(mine.units, mine.task_file.examples, wanted, batch_size=options.batch_size, precision=options.precision)
         if len(founds) == 1:
             return mine, logits
         request = request or mine
-        probabilities = softmax(np.asarray(logits, dtype=np.float64))
-        total = probabilities if total is None else total + probabilities
+        for mode in wanted:
+            probabilities = softmax(np.asarray(logits[mode], dtype=np.float64))
+            totals[mode] = probabilities if mode not in totals else totals[mode] + probabilities
         del opened
-    assert request is not None and total is not None
-    return request, np.log(np.maximum(total / len(founds), np.finfo(np.float64).tiny))
+    assert request is not None and totals
+    return request, {mode: np.log(np.maximum(total / len(founds), np.finfo(np.float64).tiny)) for mode, total in totals.items()}
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -1,0 +1,64 @@
+"""``evaluate``: score a fine-tuned run (or an ensemble of runs) on a labelled file, under each pooling mode,
+without training and without writing predictions: the figures finetune reports for its test file, for any file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from greenadapt.errors import DataError
+from greenadapt.inference.labelling import ensemble_members, find_model_folder, label_file_by_mode
+from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
+from greenadapt.tasks import argmax_labels
+from greenadapt.training.health import prediction_warnings
+
+
+@dataclass
+class EvaluateResult:
+    models: list[Path]
+    data: Path
+    examples: int
+    metric: str  # the run's own metric (finetune's --metric)
+    headline: str  # the pooling mode the run reports first (mean with two tokenizers)
+    scores: dict[str, dict[str, Any]]  # pooling mode -> metric -> value
+    warnings: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        figure = self.scores.get(self.headline, {}).get(self.metric)
+        shown = f"{self.metric} {100 * figure:.2f} ({self.headline} pooling)" if isinstance(figure, int | float) else "no score"
+        return f"<evaluate {', '.join(str(m) for m in self.models)} on {str(self.data)!r}: {shown}, {self.examples} examples>"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"models": [str(m) for m in self.models], "data": str(self.data), "examples": self.examples, "metric": self.metric,
+                "headline_pool": self.headline, "scores": self.scores, "warnings": self.warnings}
+
+
+def run_evaluate(
+    model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    data: Path,
+    *,
+    options: InferenceOptions = DEFAULT_INFERENCE,
+    pools: Sequence[str] = (),
+    reader_overrides: dict[str, Any] | None = None,
+) -> EvaluateResult:
+    """Scores of ``model`` on the labelled file ``data`` under each pooling mode of ``pools`` (default: every mode
+    the model has), read with the training files' reader options (``reader_overrides`` changes some)."""
+    options.check()
+    founds = [find_model_folder(spec) for spec in ensemble_members(model)]
+    request, by_mode = label_file_by_mode(founds, Path(data), options=options, modes=tuple(pools), reader_overrides=reader_overrides)
+    if not request.score:
+        raise DataError("this file has no gold labels to score against", path=data,
+                        hint="evaluate scores a labelled task file; `greenadapt predict` labels an unlabelled one")
+    scores: dict[str, dict[str, Any]] = {}
+    warnings: list[str] = []
+    for mode, logits in by_mode.items():
+        predictions = request.task.decode(request.task_file, argmax_labels(logits, request.settings.labels))
+        scores[mode] = request.task.score(request.task_file, predictions, request.settings)
+        warnings += [w for w in prediction_warnings(request.task_file.path.name, request.task_file.gold(), predictions) if w not in warnings]
+    headline = "mean" if "mean" in scores else next(iter(scores))
+    metric = request.settings.metric or request.task.default_metric
+    return EvaluateResult([f for f, _ in founds], Path(data), len(request.task_file.examples), metric, headline, scores, warnings)
