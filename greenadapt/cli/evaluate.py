@@ -9,9 +9,9 @@ from typing import Any
 import typer
 
 from greenadapt import api
-from greenadapt.api import default_of
 from greenadapt.cli._common import api_command
 from greenadapt.cli.finetune import DeviceOption, LabelFieldOption, PairFieldOption, PrecisionOption, TextFieldOption
+from greenadapt.cli.predict import GeneralModelAtInferenceOption, HeaderOverrideOption, InferenceBatchOption
 
 SHOWN = ("f1", "precision", "recall", "accuracy", "micro_f1", "macro_f1", "mcc")
 
@@ -26,13 +26,11 @@ def evaluate_command(
     text_field: str | None = TextFieldOption,
     pair_field: str | None = PairFieldOption,
     label_field: str | None = LabelFieldOption,
-    header: str | None = typer.Option(None, "--header", help="Override TSV header detection (auto, yes, no)."),
-    batch_size: int = typer.Option(default_of(api.evaluate, "batch_size"), "--batch-size", help="Sequences per inference batch."),
+    header: str | None = HeaderOverrideOption,
+    batch_size: int = InferenceBatchOption,
     device: str = DeviceOption,
     precision: str = PrecisionOption,
-    general_model: str | None = typer.Option(
-        None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
-    ),
+    general_model: str | None = GeneralModelAtInferenceOption,
 ) -> dict[str, Any] | None:
     """Score a fine-tuned run on a labelled file under each pooling mode, without training or writing predictions."""
     return {"model": model[0] if len(model) == 1 else model, "pool": pool or None}

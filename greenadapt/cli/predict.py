@@ -21,6 +21,13 @@ from greenadapt.cli.finetune import (
 )
 
 
+# The options every command that runs a fine-tuned model shares (predict, evaluate).
+HeaderOverrideOption = typer.Option(None, "--header", help="Override TSV header detection (auto, yes, no).")
+InferenceBatchOption = typer.Option(default_of(api.predict, "batch_size"), "--batch-size", help="Sequences per inference batch.")
+GeneralModelAtInferenceOption = typer.Option(
+    None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked).")
+
+
 @api_command("predict", api.predict, lambda result, as_json: _show(result, as_json), renames={"task_name": "task"})
 def predict(
     source: str | None = typer.Argument(
@@ -41,13 +48,11 @@ def predict(
     file_format: str = typer.Option(
         default_of(api.predict, "file_format"), "--format", help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv."
     ),
-    header: str | None = typer.Option(None, "--header", help="Override TSV header detection (auto, yes, no)."),
-    batch_size: int = typer.Option(default_of(api.predict, "batch_size"), "--batch-size", help="Sequences per inference batch."),
+    header: str | None = HeaderOverrideOption,
+    batch_size: int = InferenceBatchOption,
     device: str = DeviceOption,
     precision: str = PrecisionOption,
-    general_model: str | None = typer.Option(
-        None, "--general-model", help="G-MAP model: its general model, if not where training found it (weights are checked)."
-    ),
+    general_model: str | None = GeneralModelAtInferenceOption,
     force: bool = typer.Option(False, "--force", help="Replace an existing --out file (never the input)."),
     as_json: bool = JsonOption,
 ) -> dict[str, Any] | None:
