@@ -315,3 +315,31 @@ def test_distill_fits_rows_on_each_family(adapted: dict[str, Any]) -> None:
     np.testing.assert_array_equal(fitted[: len(base)], base)
     moved = [w for w, i in adapted["new"].items() if not np.array_equal(fitted[i], lstsq[i])]
     assert set(DOMAIN_WORDS) & set(moved), "no domain word's row was fitted"
+
+
+def test_tokens_are_shown_as_text_not_as_their_family_markers(adapted: dict[str, Any]) -> None:
+    """Issue 57, point 7: the align report's wordpiece neighbours read `disease` and `##ase` for every family,
+    never `Ġdisease`, `▁disease` or a special token such as `<s>`."""
+    from greenadapt.adaptation.align import neighbours_of
+
+    (align,) = adapted["root"].glob("work/*/*/align")
+    shown = [piece for row in neighbours_of(align) for piece, _ in row["cross"]]
+    assert shown, "the report has no wordpiece neighbours to show"
+    assert not any(p.startswith(("\u0120", "\u2581")) or "\u0120" in p or (p.startswith("<") and p.endswith(">")) for p in shown), shown
+    assert all(p and p.isprintable() and not any(c.isspace() for c in p) and "\ufffd" not in p for p in shown), shown
+
+
+@pytest.mark.parametrize(("family", "token", "shown"), [
+    ("BPE", "\u0120disease", "disease"), ("BPE", "ase", "##ase"), ("BPE", "\u0120caf\u00c3\u00a9", "caf\u00e9"),
+    ("BPE", "\u00c3", "##<0xC3>"), ("BPE", "\u0120", "<0x20>"), ("BPE", "\u010a", "##<0x0A>"),
+    ("Unigram", "\u2581disease", "disease"), ("Unigram", "ase", "##ase"),
+    ("WordPiece", "disease", "disease"), ("WordPiece", "##ase", "##ase"),
+])
+def test_readable_tokens(family: str, token: str, shown: str) -> None:
+    from greenadapt.families.bpe import ByteLevelBpeFamily
+    from greenadapt.families.unigram import UnigramFamily
+    from greenadapt.families.wordpiece import WordPieceFamily
+
+    spec: dict[str, Any] = {"model": {"vocab": []}, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"}}
+    made = {"BPE": ByteLevelBpeFamily, "Unigram": UnigramFamily, "WordPiece": WordPieceFamily}[family](spec)
+    assert made.readable(token) == shown

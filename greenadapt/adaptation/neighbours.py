@@ -92,7 +92,7 @@ def neighbour_table(
             cross_sims = unit @ mapped.T
             cross_sims[~usable] = -np.inf
             for j, word in enumerate(present):
-                cross[word] = _top(cross_sims[:, j], lambda i: id_to_token[i])
+                cross[word] = _top(cross_sims[:, j], lambda i: general.family.readable(id_to_token[i]))
     for word, kind in zip(table_words, kinds):
         rows.append(
             {
@@ -120,4 +120,5 @@ def _top(scores: np.ndarray, name: Any) -> list[list[Any]]:
 
 
 def _is_bracketed(token: str) -> bool:
-    return token.startswith("[") and token.endswith("]")
+    """A special token (``[CLS]``, ``<s>``, ``<mask>``): never a neighbour worth showing."""
+    return (token.startswith("[") and token.endswith("]")) or (token.startswith("<") and token.endswith(">") and len(token) > 2)

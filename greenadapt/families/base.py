@@ -13,6 +13,9 @@ _PROBE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 GAP_TOKEN = "[greenadapt-unused-{}]"
 
 
+CONTINUATION = "##"  # how output marks a piece that continues a word (WordPiece's own convention)
+
+
 class TokenizerFamily:
     """One family's answers; subclasses set ``name`` and override what differs."""
 
@@ -41,6 +44,12 @@ class TokenizerFamily:
 
     def is_word_initial(self, token: str) -> bool:
         return True
+
+    def readable(self, token: str) -> str:
+        """A vocabulary entry as a person reads it in greenadapt's output: the text of a word-initial piece
+        (``disease``, not ``Ġdisease`` or ``▁disease``), and a piece inside a word after ``##`` (``##ase``), the
+        convention BERT users know; WordPiece's entries are already written so."""
+        return token if self.is_word_initial(token) else CONTINUATION + token
 
     @property
     def max_word_chars(self) -> int:

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from greenadapt.families.base import TokenizerFamily, check_unique, ids_filled
+from greenadapt.families.base import CONTINUATION, TokenizerFamily, check_unique, ids_filled
 from greenadapt.families.wordpiece import tokenizer_json
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,18 @@ def _text_of(token: str) -> str:
     return bytes(_CHAR_TO_BYTE.get(c, 63) for c in token).decode("utf-8", errors="replace")
 
 
+def _printable(raw: bytes) -> str:
+    """Text for a person: a piece's UTF-8 text, a byte that is no text alone (half a character, a control
+    character, a lone space) as ``<0xC3>``, as SentencePiece writes its byte pieces."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "".join(f"<0x{b:02X}>" for b in raw)
+    if not text or not text.isprintable() or text != text.strip():
+        return "".join(c if c.isprintable() and not c.isspace() else "".join(f"<0x{b:02X}>" for b in c.encode("utf-8")) for c in text) or "<0x20>"
+    return text
+
+
 class ByteLevelBpeFamily(TokenizerFamily):
     name = "BPE"
     word_prefix = " "
@@ -78,6 +90,12 @@ class ByteLevelBpeFamily(TokenizerFamily):
 
     def is_word_initial(self, token: str) -> bool:
         return token.startswith(self.marker)
+
+    def readable(self, token: str) -> str:
+        raw = bytes(_CHAR_TO_BYTE.get(c, 63) for c in token)  # "Ġcaf\u00c3\u00a9" is the bytes of " café"
+        initial = self.is_word_initial(token)
+        text = _printable(raw[1:] if initial else raw)
+        return text if initial else CONTINUATION + text
 
     def write(self, general: Any, new_words: Sequence[str], first_id: int, dest: Path) -> dict[str, Any]:
         tokens = ids_filled(general.vocab, general.added, first_id, general.path) + self.word_tokens(new_words)

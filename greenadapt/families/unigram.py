@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from greenadapt.families.base import GAP_TOKEN, TokenizerFamily, check_unique
+from greenadapt.families.base import CONTINUATION, GAP_TOKEN, TokenizerFamily, check_unique
 
 _NEVER = -1e9  # below any real log-probability and T_LM's unknown-piece score
 _UNK_PENALTY = 10.0  # tokenizers' Unigram scores an unknown piece at (lowest score - 10)
@@ -51,6 +51,9 @@ class UnigramFamily(TokenizerFamily):
 
     def is_word_initial(self, token: str) -> bool:
         return token.startswith(self.marker)
+
+    def readable(self, token: str) -> str:
+        return (token[len(self.marker):] or "<0x20>") if self.is_word_initial(token) else CONTINUATION + token  # "▁": a space
 
     def write(self, general: Any, new_words: Sequence[str], first_id: int, dest: Path) -> dict[str, Any]:
         entries = [list(entry) for entry in general.spec["model"]["vocab"]]

@@ -49,6 +49,9 @@ class WordPieceFamily(TokenizerFamily):
     def is_word_initial(self, token: str) -> bool:
         return not token.startswith(self.continuing_prefix)
 
+    def readable(self, token: str) -> str:
+        return token  # "disease", "##ase": the convention greenadapt's output uses is WordPiece's own
+
     def qualifies(self, backend: Any, word: str) -> bool:
         # A "##x" entry would change how T_LM's own words split.
         prefix = self.continuing_prefix
