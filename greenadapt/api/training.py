@@ -58,6 +58,7 @@ def finetune(
     cuda_graphs: bool = False,
     eval_every: int | None = None,
     early_stopping: int | None = None,
+    report_to: Sequence[str] | str = (),
     save_every: int | None = None,
     resume: bool = False,
     gmap: str = "none",
@@ -126,6 +127,7 @@ def finetune(
         resume=resume,
         doc_stride=doc_stride,
         gmap=GmapOptions.from_cli(gmap, gmap_layers, general_model, gmap_unfrozen, gmap_cache, gmap_indexing),
+        report_to=(report_to,) if isinstance(report_to, str) else tuple(report_to),
     )
     return run_finetune(options, as_progress(progress))
 
@@ -199,6 +201,7 @@ def compare(
     precision: str = "auto",
     pad_to_multiple: int = 1,
     cuda_graphs: bool = False,
+    report_to: Sequence[str] | str = (),
     progress: Progress | bool | None = None,
 ) -> Any:
     """Fine-tune every model of ``models`` (name → folder or Hub id) on ``task`` with one recipe and the same ``seeds``,
@@ -212,7 +215,7 @@ def compare(
     ``ensembles`` (name → N): that model is N fine-tunings per seed (member j with seed + j × 100,000), scored on the
     mean of their probabilities; its cost counts every member. ``{"base-x2": 2}`` with ``models["base-x2"]`` the
     base model is the compute-matched control for a two-view model. ``entity_type``, ``max_steps``, ``precision``,
-    ``pad_to_multiple`` and ``cuda_graphs`` are finetune's, for every run.
+    ``pad_to_multiple``, ``cuda_graphs`` and ``report_to`` are finetune's, for every run.
     """
     from greenadapt.comparison.run import CompareOptions, run_compare
     from greenadapt.progress import as_progress
@@ -227,6 +230,7 @@ def compare(
         adapt_methods=tuple(adapt_methods), workdir=Path(workdir) if workdir else None,
         ensembles=tuple((str(n), int(k)) for n, k in (ensembles.items() if isinstance(ensembles, Mapping) else ensembles or ())),
         entity_type=entity_type, max_steps=max_steps, precision=precision, pad_to_multiple=pad_to_multiple, cuda_graphs=cuda_graphs,
+        report_to=(report_to,) if isinstance(report_to, str) else tuple(report_to),
     )
     return run_compare(options, finetune, as_progress(progress), adapt=adapt)
 

@@ -12,7 +12,7 @@ import typer
 from greenadapt import api
 from greenadapt.api import default_of
 from greenadapt.cli._common import DROP, WorkdirOption, api_command
-from greenadapt.cli.finetune import CudaGraphsOption, PadToMultipleOption, PrecisionOption
+from greenadapt.cli.finetune import CudaGraphsOption, PadToMultipleOption, PrecisionOption, ReportToOption
 
 
 def parse_models(values: list[str]) -> list[tuple[str, str]]:
@@ -68,6 +68,7 @@ def compare_command(
     precision: str = PrecisionOption,
     pad_to_multiple: int = PadToMultipleOption,
     cuda_graphs: bool = CudaGraphsOption,
+    report_to: list[str] = ReportToOption,
     bootstrap: int = typer.Option(default_of(api.compare, "bootstrap"), "--bootstrap", help="Paired bootstrap replicates over test examples."),
     save_every: int | None = typer.Option(default_of(api.compare, "save_every"), "--save-every", min=1,
                                           help="Checkpoint every N steps, so an interrupted compare resumes."),

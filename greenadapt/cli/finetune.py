@@ -40,6 +40,10 @@ def pool_option(default: str | None) -> Any:
 PoolOption = pool_option(default_of(api.finetune, "pool"))
 DeviceOption = typer.Option(default_of(api.finetune, "device"), "--device", help="auto, cpu, cuda, cuda:N or mps.")
 PrecisionOption = typer.Option(default_of(api.finetune, "precision"), "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16 (also on a CPU with native bf16: avx512_bf16 or AMX), fp16.")
+ReportToOption = typer.Option(
+    [], "--report-to", metavar="TRACKER",
+    help="Experiment trackers: tensorboard, mlflow (repeat, or comma-separated): every step's loss, lr and gradient norm, "
+         "dev and test scores, the run's options (the trackers extra: pip install tensorboard mlflow-skinny; docs/trackers.md).")
 PadToMultipleOption = typer.Option(
     default_of(api.finetune, "pad_to_multiple"), "--pad-to-multiple", metavar="N",
     help="Round each training batch's width up to a multiple of N wordpieces (e.g. 32): a handful of shapes, so a "
@@ -122,6 +126,7 @@ def finetune(
     eval_batch_size: int = typer.Option(default_of(api.finetune, "eval_batch_size"), "--eval-batch-size", help="Sequences per inference batch."),
     pad_to_multiple: int = PadToMultipleOption,
     cuda_graphs: bool = CudaGraphsOption,
+    report_to: list[str] = ReportToOption,
     eval_every: int | None = typer.Option(
         default_of(api.finetune, "eval_every"), "--eval-every", metavar="N",
         help="With --dev: also score dev every N optimizer steps, not only at each epoch's end; the best scoring's weights are kept."),

@@ -37,7 +37,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     ),
     EVALUATION: ("against", "comparator", "bootstrap", "pool", "metric", "positive_label", "eval_only", "eval_every", "early_stopping", "n_best", "max_answer_chars", "limit", "check"),
     PERFORMANCE: ("parallel", "device", "precision", "compile", "pad_to_multiple", "cuda_graphs", "workers", "eval_batch_size", "gmap_cache"),
-    RUN_CONTROL: ("force", "wait", "save_every", "resume", "as_json", "quiet", "verbose"),
+    RUN_CONTROL: ("report_to", "force", "wait", "save_every", "resume", "as_json", "quiet", "verbose"),
 }
 PANELS = {name: panel for panel, names in _GROUPS.items() for name in names}
 

@@ -83,6 +83,7 @@ class CompareOptions:
     precision: str = "auto"  # finetune's, for every run
     pad_to_multiple: int = 1  # finetune's speed options, for every run
     cuda_graphs: bool = False
+    report_to: tuple[str, ...] = ()  # finetune's trackers, for every run
 
     def members(self, name: str) -> int:
         """How many fine-tunings of ``name`` one seed's result is made of (1: a plain run)."""
@@ -104,6 +105,10 @@ class CompareOptions:
 
         check_precision(self.precision, self.device)
         TrainingConfig(pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs).check_speed(self.device)
+        if self.report_to:
+            from greenadapt.training.trackers import check_report_to
+
+            check_report_to(self.report_to)
 
         if self.task not in TASKS:
             raise UsageError(f"compare does not take --task {self.task!r} yet", hint=f"choose from {', '.join(TASKS)}")
@@ -335,6 +340,7 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
         **({"precision": options.precision} if options.precision != "auto" else {}),
         **({"pad_to_multiple": options.pad_to_multiple} if options.pad_to_multiple != 1 else {}),
         **({"cuda_graphs": True} if options.cuda_graphs else {}),
+        **({"report_to": list(options.report_to)} if options.report_to else {}),
     }
 
 

@@ -46,6 +46,7 @@ class FinetuneOptions:
     resume: bool = False  # continue from the checkpoint an interrupted run left
     doc_stride: int | None = None  # --task qa only; None: 128, or a third of the window when that is smaller
     gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion of a frozen general model (strategy "none": off)
+    report_to: tuple[str, ...] = ()  # experiment trackers (greenadapt.training.trackers): tensorboard, mlflow
 
 
 def default_run_folder(options: FinetuneOptions, ref: ModelRef) -> Path:

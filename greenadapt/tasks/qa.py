@@ -26,5 +26,5 @@ class QaTask(Task):
     unused_options = (
         "max_words", "metric", "positive_label", "train_on",
         "text_field", "pair_field", "label_field", "format", "header", "entity_type",
-        "save_every", "resume",
+        "save_every", "resume", "report_to",
     )

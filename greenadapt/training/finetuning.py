@@ -234,6 +234,7 @@ def train(
     progress: Progress = NULL_PROGRESS,
     checkpoint: Checkpointing | None = None,
     stop: StopSignal | None = None,
+    trackers: Sequence[Any] = (),
 ) -> TrainResult:
     """Fine-tune ``model`` in place; with ``evaluate`` (dev score, details) keep the best epoch's weights.
 
@@ -245,7 +246,8 @@ def train(
     longest = max(len(ids) for u in units for ids in u.ids)
     trainer = prepare_trainer(model, config, ctx, n_examples=len(units), longest=longest, n_base_rows=n_base_rows)
     task = FinetuneTask(trainer, units, mix, pad_id=pad_id)
-    run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress, checkpoint=checkpoint, stop=stop)
+    run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress, checkpoint=checkpoint, stop=stop,
+                       trackers=trackers)
     finish_model(model)
     seen = run.counts.get("seen_units", 0)
     return TrainResult(

@@ -189,6 +189,7 @@ def run_training(
     progress: Progress = NULL_PROGRESS,
     checkpoint: Checkpointing | None = None,
     stop: StopSignal | None = None,
+    trackers: Sequence[Any] = (),
 ) -> TrainingRun:
     """Train ``trainer.model`` for ``trainer.total_steps`` steps of ``task``; with ``evaluate`` (dev score, details)
     at each epoch's end, keep the best epoch's weights.
@@ -204,6 +205,7 @@ def run_training(
         if stop.requested(ctx):
             raise stop.stopped(f"before training{task.where}")
     loop = _Loop(trainer, task, evaluate, checkpoint, stop, log_path if ctx.is_main else None, progress)
+    loop.trackers = list(trackers) if ctx.is_main else []  # greenadapt.training.trackers: every record the log gets
     loop.write(*task.start(loop.at.step))
     progress.start(task.label, total=total, unit="steps")
     if loop.at.step:
@@ -296,6 +298,7 @@ class _Loop:
     ) -> None:
         self.trainer, self.task, self.evaluate, self.checkpoint, self.log_path = trainer, task, evaluate, checkpoint, log_path
         self.progress = progress
+        self.trackers: list[Any] = []
         self.pending: list[_Done] = []
         self.sync_seconds = _sync_seconds(trainer.ctx)
         self.last_sync = time.perf_counter()
@@ -411,6 +414,9 @@ class _Loop:
         if self.handle is not None:
             for record in records:
                 self.handle.write(json.dumps(record) + "\n")
+        for tracker in self.trackers:
+            for record in records:
+                tracker.record(record)
 
     def save(self, *, complete: bool = False) -> Path | None:
         self.sync()  # a non-finite loss stops the run before it is saved; the saved log holds every step

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -158,8 +158,17 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
         checkpointing = job.checkpointing(
             save_every=options.save_every, resume=options.resume, save_final=options.save_every is not None or len(options.seeds) > 1
         )
-        runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap)
+        runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap,
+                      _trackers_named(options.report_to), out, config)
         return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp))
+
+
+def _trackers_named(report_to: Sequence[str]) -> tuple[str, ...]:
+    if not report_to:
+        return ()
+    from greenadapt.training.trackers import check_report_to
+
+    return check_report_to(report_to)
 
 
 def _read_splits(task: LabellingTask, options: FinetuneOptions) -> tuple[TaskFile, TaskFile | None, TaskFile | None, list[str]]:
@@ -219,6 +228,10 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
                              hint=f"pass --dev FILE, or leave {flag} out")
     check_precision(training.precision, options.device)
     training.check_speed(options.device)
+    if options.report_to:
+        from greenadapt.training.trackers import check_report_to
+
+        check_report_to(options.report_to)
 
 
 def identity_of_model(ref: ModelRef) -> dict[str, Any]:
@@ -246,6 +259,9 @@ class _Job:
     checkpoint: Checkpointing | None = None  # its folder holds one subfolder per seed
     stop: StopSignal | None = None
     gmap: GmapSetup | None = None
+    report_to: tuple[str, ...] = ()  # trackers, each seed's run its own (greenadapt.training.trackers)
+    out: Path | None = None  # where the run folder will be (the trackers' files go beside it)
+    tracked: dict[str, Any] = field(default_factory=dict)  # the run's recorded options, the trackers' parameters
 
     def run(
         self,
@@ -358,21 +374,33 @@ class _Job:
             scores = self._scores(m, dev_file, dev_units, (self.pool,))[0][self.pool]  # type: ignore[arg-type]
             return float(scores[metric]), {metric: scores[metric]}
 
-        result = train(
-            model,
-            train_units,
-            config,
-            self.ctx,
-            pad_id=self.tokenizers.pad_id,
-            n_base_rows=n_base,
-            has_domain=self.tokenizers.has_domain,
-            evaluate=evaluate if dev_file is not None and dev_units is not None else None,
-            log_path=folder / "train_log.jsonl" if folder is not None else None,
-            progress=self.progress,
-            checkpoint=replace(self.checkpoint, folder=self.checkpoint.folder / f"seed-{seed}") if self.checkpoint else None,
-            stop=self.stop,
-        )
-        metrics = self._score_splits(model, (("dev", dev), ("test", test)), result.warnings, folder)
+        trackers = self._trackers(seed)
+        finished = False
+        try:
+            result = train(
+                model,
+                train_units,
+                config,
+                self.ctx,
+                pad_id=self.tokenizers.pad_id,
+                n_base_rows=n_base,
+                has_domain=self.tokenizers.has_domain,
+                evaluate=evaluate if dev_file is not None and dev_units is not None else None,
+                log_path=folder / "train_log.jsonl" if folder is not None else None,
+                progress=self.progress,
+                checkpoint=replace(self.checkpoint, folder=self.checkpoint.folder / f"seed-{seed}") if self.checkpoint else None,
+                stop=self.stop,
+                trackers=trackers,
+            )
+            metrics = self._score_splits(model, (("dev", dev), ("test", test)), result.warnings, folder)
+            scores = {f"{split}/{pool}/{name}": value for split in ("dev", "test") for pool, figures in (metrics.get(split) or {}).items()
+                      if isinstance(figures, dict) for name, value in figures.items() if isinstance(value, int | float)}
+            for tracker in trackers:
+                tracker.metrics(scores, step=result.steps)
+            finished = True
+        finally:
+            for tracker in trackers:
+                tracker.close(finished=finished)
         if folder is not None:
             with resource_errors(folder):
                 self._save(model, folder)
@@ -395,6 +423,16 @@ class _Job:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         return metrics, summary
+
+    def _trackers(self, seed: int) -> list[Any]:
+        if not self.report_to or self.out is None or not self.ctx.is_main:
+            return []
+        from greenadapt.training.trackers import open_trackers
+
+        trackers = open_trackers(self.report_to, self.out, seed)
+        for tracker in trackers:
+            tracker.params({**self.tracked, "seed": seed})
+        return trackers
 
     def _score_splits(
         self, model: Any, splits: Sequence[tuple[str, tuple[TaskFile | None, list[Unit] | None]]], warnings: list[str], folder: Path | None
