@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import HANG_S
 from w2v_fixtures import DOMAIN_WORDS, linear_w2v, write_w2v_folder
 
 from greenadapt.adaptation.align import fit_linear_map, mean_cosine, run_align
@@ -239,7 +240,7 @@ def test_vectors_that_share_one_direction_are_named_with_their_mean_cosine(tiny_
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "greenadapt", "align", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+        [sys.executable, "-m", "greenadapt", "align", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=HANG_S
     )
 
 

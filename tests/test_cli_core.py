@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 from greenadapt import errors
 from greenadapt.artifacts import workspace
@@ -20,7 +21,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
-        timeout=120,
+        timeout=HANG_S,
     )
 
 
@@ -33,7 +34,7 @@ def test_help_and_version_do_not_import_heavy_libraries() -> None:
         "heavy = [m for m in ('torch', 'transformers', 'gensim', 'numpy', 'scipy') if m in sys.modules]\n"
         "sys.stderr.write(repr(heavy))\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_S)
     assert result.stderr.strip().endswith("[]"), result.stderr
     for command in ("w2v", "align", "expand", "adapt"):
         assert command in result.stdout
@@ -51,14 +52,14 @@ def test_a_command_imports_only_its_own_module() -> None:
     )
     commands = "['greenadapt.cli._common', 'greenadapt.cli.info']"
     for argv in (["info", "--help"], ["--country", "DE", "info", "--help"], ["--heartbeat=5", "info", "--help"]):
-        result = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)
+        result = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=HANG_S)
         assert result.stderr.strip().endswith(commands), (argv, result.stderr)
         assert "Usage: greenadapt info" in result.stdout
     # The root's help before a command word lists every command.
-    result = subprocess.run([sys.executable, "-c", probe, "--help", "info"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", probe, "--help", "info"], capture_output=True, text=True, timeout=HANG_S)
     assert "greenadapt.cli.w2v" in result.stderr and " w2v " in result.stdout
     # No command, or a word that is none: every command, for the list and for "did you mean".
-    result = subprocess.run([sys.executable, "-c", probe, "inf"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", probe, "inf"], capture_output=True, text=True, timeout=HANG_S)
     assert "Did you mean 'info'" in result.stderr and "greenadapt.cli.w2v" in result.stderr
 
 
@@ -168,7 +169,7 @@ def test_shell_completion_offers_tasks_and_registered_corpora(tmp_path: Path) ->
         env = {"COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
                "_GREENADAPT_COMPLETE": "complete_bash"}
         result = subprocess.run([sys.executable, "-m", "greenadapt"], capture_output=True, text=True, env={**os.environ, **env},
-                                cwd=tmp_path, timeout=60)
+                                cwd=tmp_path, timeout=HANG_S)
         return result.stdout.split()
 
     assert complete("greenadapt finetune --task ") == ["ner", "classify", "qa"]
@@ -181,7 +182,7 @@ def test_shell_completion_offers_tasks_and_registered_corpora(tmp_path: Path) ->
     assert complete("greenadapt align --method fo") == ["focus"]
     # The shell is named, not detected from the parent process (which is `sh` under some CI runners).
     script = subprocess.run([sys.executable, "-m", "greenadapt", "--show-completion", "bash"], capture_output=True, text=True,
-                            env={**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}, cwd=tmp_path, timeout=60)
+                            env={**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}, cwd=tmp_path, timeout=HANG_S)
     assert script.returncode == 0 and "_GREENADAPT_COMPLETE=complete_bash" in script.stdout, script.stderr
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from cli_helpers import run_cli
-from conftest import build_tiny_bert
+from conftest import HANG_S, build_tiny_bert
 from finetune_helpers import NEW_WORDS, build_tiny_expanded, write_classify_file, write_ner_file
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
@@ -166,7 +166,7 @@ def test_two_ddp_processes(files: dict[str, Path], tmp_path: Path) -> None:
                "-m", "greenadapt", "pretrain", "--corpus", str(files["corpus"]), "--model", str(files["expanded"]), "--max-steps", "4",
                "--batch-size", "8", "--max-length", "24", "--heldout", "8", "--device", DEVICE, "--precision", "bf16",
                "--workdir", str(tmp_path / "w"), "--out", str(out), "--quiet"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S)
     if DEVICE == "cuda" and torch.cuda.device_count() < 2:
         assert done.returncode != 0
         # torchrun prints its own launcher traceback; greenadapt's processes print one line each, no traceback

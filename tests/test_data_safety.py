@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,20 @@ from w2v_fixtures import linear_w2v
 from greenadapt.artifacts.manifest import MANIFEST, load_stage
 from greenadapt.artifacts.stage import TEMPORARY_MARKER, StageRun
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, EXIT_USAGE
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal must come before the work, not after it: any model forward pass or word2vec training fails the
+    command (an internal error instead of the expected refusal), whatever the machine's speed."""
+    import gensim.models
+    import torch
+
+    def work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the work started before the refusal")
+
+    monkeypatch.setattr(torch.nn.Module, "__call__", work)
+    monkeypatch.setattr(gensim.models.Word2Vec, "train", work)
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -79,19 +92,17 @@ def _writers(inputs: dict[str, Path], work: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("command", ["w2v", "align", "expand", "adapt", "finetune", "finetune-qa", "qa", "pretrain", "multitask"])
-def test_force_never_replaces_a_users_folder(command: str, inputs: dict[str, Path], tmp_path: Path,
+def test_force_never_replaces_a_users_folder(command: str, inputs: dict[str, Path], tmp_path: Path, no_work: None,
                                               monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     mine = tmp_path / "mine"
     (mine / "notes").mkdir(parents=True)
     (mine / "thesis.tex").write_text("three years of work")
     (mine / "notes" / "todo.txt").write_text("back up")
     before = _tree(mine)
-    started = time.monotonic()
     code, err = run_cli([*_writers(inputs, tmp_path / "work")[command], "--out", str(mine), "--force"], monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT, err
     assert f"{mine}: refusing to replace this folder" in err and "choose a new or empty folder" in err, err
     assert len(err.strip().splitlines()) == 1, err
-    assert time.monotonic() - started < 10  # refused before the work, not after it
     assert _tree(mine) == before
     assert not list(tmp_path.glob(".mine.*-*")), "a temporary or renamed copy was left beside it"
 
@@ -190,16 +201,15 @@ def test_adapt_out_at_its_own_w2v_stage_is_refused_before_w2v_runs(inputs: dict[
     ],
 )
 def test_adapt_checks_every_option_before_training_word2vec(extra: list[str], says: str, inputs: dict[str, Path], tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                            no_work: None, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
     extra = [e.replace("{file}", str(a_file)) for e in extra]
     work = tmp_path / "work"
-    started = time.monotonic()
     code, err = run_cli([*_writers(inputs, work)["adapt"], *extra], monkeypatch, capsys)
     assert code == EXIT_USAGE, err
     assert says in err, err
-    assert time.monotonic() - started < 2
     assert not work.exists() or not any(work.rglob("*.bin")), "word2vec ran before the bad option was found"
 
 
@@ -500,17 +510,15 @@ def test_a_truncated_safetensors_file_gets_the_one_line_refusal(command: str, in
 
 
 def test_identity_with_a_dim_other_than_the_models_is_a_usage_error_before_word2vec(inputs: dict[str, Path], tmp_path: Path,
-                                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                                     no_work: None, monkeypatch: pytest.MonkeyPatch,
                                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 36.8: a contradiction between options is exit 2 before any work."""
     work = tmp_path / "work"
     args = [*_writers(inputs, work)["adapt"], "--method", "identity", "--out", str(tmp_path / "out")]  # --dim 8; the model has 32
-    started = time.monotonic()
     code, err = run_cli(args, monkeypatch, capsys)
     assert code == EXIT_USAGE, err
     assert "--method identity" in err and "--dim 8" in err and "hidden size 32" in err, err
     assert not list(work.rglob("w2v")), "word2vec ran before the contradiction was found"
-    assert time.monotonic() - started < 30
 
 
 @pytest.mark.parametrize("command", ["w2v", "adapt"])

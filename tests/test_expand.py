@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import build_tiny_bert
+from conftest import HANG_S, build_tiny_bert
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
@@ -521,7 +521,7 @@ def test_finds_align_by_corpus_and_skips_when_unchanged(tiny_bert: Path, tmp_pat
 def test_cli_summary_and_error_exit_code(pipeline: dict[str, Path], tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "greenadapt", "expand", "--align", str(pipeline["align"])]
-    done = subprocess.run([*command, "--out", str(tmp_path / "e"), "--max-new", "3", "-q"], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([*command, "--out", str(tmp_path / "e"), "--max-new", "3", "-q"], capture_output=True, text=True, env=env, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("expand done: 3 new rows (vocabulary 161 -> 164)") and str(tmp_path / "e") in done.stdout
     wrong = subprocess.run(
@@ -529,7 +529,7 @@ def test_cli_summary_and_error_exit_code(pipeline: dict[str, Path], tmp_path: Pa
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert wrong.returncode == EXIT_STAGE_CONFLICT
     assert wrong.stderr.startswith("error:") and "Traceback" not in wrong.stderr

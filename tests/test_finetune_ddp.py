@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import HANG_S
 from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
 
 WORKER = textwrap.dedent(
@@ -58,7 +59,7 @@ def _launch(world: int, args: list[str], tmp_path: Path) -> None:
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank))
         procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stderr=subprocess.PIPE, text=True))
     for proc in procs:
-        _, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=HANG_S)
         assert proc.returncode == 0, err[-3000:]
 
 

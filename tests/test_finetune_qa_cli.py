@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import HANG_S, REPO
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 from greenadapt.errors import UsageError
@@ -28,7 +28,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "GREENADAPT_WORKDIR": str(cwd / "work")}
     return subprocess.run(
         [sys.executable, "-m", "greenadapt", "finetune", "--task", "qa", *args],
-        capture_output=True, text=True, cwd=cwd, env=env, timeout=600,
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=HANG_S,
     )
 
 

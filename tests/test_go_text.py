@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "corpora"))
@@ -85,7 +86,7 @@ def test_the_demo_on_go_text_ends_with_a_map_above_the_noise_line_and_sensible_n
     done = subprocess.run(
         [sys.executable, "-m", "greenadapt", "adapt", "--corpus", "go-text", "--dim", "100", "--epochs", "15", "--workers", "1",
          "--workdir", str(tmp_path / "work")],
-        capture_output=True, text=True, env=env, timeout=900,
+        capture_output=True, text=True, env=env, timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "close to noise" not in done.stderr and "WARNING" not in done.stderr

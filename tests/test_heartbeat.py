@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 from greenadapt.errors import UsageError
 from greenadapt.progress import HEARTBEAT_ENV, HeartbeatProgress, format_duration, heartbeat_interval
@@ -68,11 +69,11 @@ def test_a_piped_command_prints_heartbeats_and_quiet_silences_them(tmp_path: Pat
     command = [sys.executable, "-m", "greenadapt", "--heartbeat", "0.2", "w2v", "--corpus", "sample", "--epochs", "5",
                "--workdir", str(tmp_path / "work")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=HANG_S, check=False)
     assert done.returncode == 0, done.stderr
     beats = [line for line in done.stderr.splitlines() if " word2vec: " in line]
     assert len(beats) >= 2 and all("words/s" in line and "%" in line for line in beats)
-    again = subprocess.run([*command, "--force", "--quiet"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    again = subprocess.run([*command, "--force", "--quiet"], capture_output=True, text=True, env=env, timeout=HANG_S, check=False)
     assert again.returncode == 0 and "word2vec: " not in again.stderr
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import HANG_S, REPO
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -34,7 +34,7 @@ def _on_a_terminal(args: list[str], cwd: Path) -> str:
             break
         chunks.append(data)
     os.close(master)
-    assert process.wait(timeout=300) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    assert process.wait(timeout=HANG_S) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
     return ANSI.sub("", b"".join(chunks).decode(errors="replace"))
 
 

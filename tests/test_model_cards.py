@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import build_tiny_bert
+from conftest import HANG_S, build_tiny_bert
 from finetune_helpers import write_classify_file
 from w2v_fixtures import linear_w2v, write_w2v_folder
 
@@ -26,7 +26,7 @@ def _python_blocks(card: str) -> list[str]:
 
 def _run_in(folder: Path, code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=env, capture_output=True, text=True, timeout=HANG_S)
 
 
 def _check_metadata(card_text: str) -> dict[str, object]:

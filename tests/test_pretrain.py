@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import HANG_S
 from finetune_helpers import NEW_WORDS, build_tiny_expanded
 
 from greenadapt.artifacts.manifest import load_stage
@@ -333,7 +334,7 @@ def test_library_errors(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "greenadapt", "pretrain", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "greenadapt", "pretrain", *args], capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
@@ -383,7 +384,7 @@ def test_two_gloo_processes_match_one_process(corpus: Path, tmp_path: Path) -> N
         env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
         procs.append(subprocess.Popen([sys.executable, str(script), str(model), str(small), str(tmp_path / "ddp"), "2"], env=env, stderr=subprocess.PIPE, text=True))
     for proc in procs:
-        _, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=HANG_S)
         assert proc.returncode == 0, err[-3000:]
     # one process, grad-accum 1: the same global batches
     from greenadapt.runners.pretrain.run import PretrainOptions
@@ -423,11 +424,11 @@ def test_accelerate_launch_trains_two_processes_like_one(corpus: Path, tmp_path:
     done = subprocess.run(
         [str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--main_process_port", str(port),
          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "greenadapt", "pretrain", *common, "--out", str(tmp_path / "acc")],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env, capture_output=True, text=True, timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     single = subprocess.run([sys.executable, "-m", "greenadapt", "pretrain", *common, "--out", str(tmp_path / "one")],
-                            env=env, capture_output=True, text=True, timeout=300)
+                            env=env, capture_output=True, text=True, timeout=HANG_S)
     assert single.returncode == 0, single.stderr[-3000:]
     assert load_stage(tmp_path / "acc", "pretrain")["stats"]["processes"] == 2
     assert load_stage(tmp_path / "one", "pretrain")["stats"]["processes"] == 1

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import build_tiny_bert
+from conftest import HANG_S, build_tiny_bert
 from finetune_helpers import DISEASE_WORDS, OTHER_WORDS, write_classify_file, write_ner_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +41,6 @@ NOT_RUN = (
     ("s3://", "reads a bucket over the network"),
     ("accelerate launch --multi_gpu", "needs GPUs"),
     ("bench/reproduce_ner.py", "a study on ../shared/data that runs for hours"),
-    ("--out models/minilm-dapt --max-steps 1000", "1,000 masked-LM steps of the real MiniLM: about 20 minutes of CPU"),
 )
 
 CORPUS_LINES = [
@@ -164,7 +163,7 @@ def test_every_readme_example_runs_as_written(tmp_path: Path) -> None:
             argv = [sys.executable, str(script)]
         else:
             argv = ["bash", "-o", "pipefail", "-c", command]
-        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S)
         assert done.returncode == 0, f"README command {number} failed ({done.returncode}):\n{command}\n{done.stderr[-3000:]}"
         assert "Traceback" not in done.stderr, f"README command {number}:\n{command}\n{done.stderr[-3000:]}"
         ran += 1

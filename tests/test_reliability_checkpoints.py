@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import HANG_S
 import torch
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
@@ -337,12 +338,12 @@ def test_sigterm_to_the_command_exits_99_and_resume_finishes(model: Path, data: 
     args = ["finetune", "--task", "ner", "--train", str(data["train"]), "--model", str(model), "--out", str(out),
             "--batch-size", "8", "--max-steps", "30", "--device", "cpu", "--quiet", "--save-every", "5"]
     process = _cli(*args)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + HANG_S
     while not list(checkpoint_folder(out).glob("seed-42/ckpt-*")):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.02)
     process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=60)
+    stdout, stderr = process.communicate(timeout=HANG_S)
     assert process.returncode == EXIT_PREEMPTED, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "stopped by SIGTERM at step" in errors[0] and "--resume" in errors[0], stderr
@@ -351,7 +352,7 @@ def test_sigterm_to_the_command_exits_99_and_resume_finishes(model: Path, data: 
     stopped_at = _checkpoints(out)["seed-42"][1]["step"]
     assert 5 <= stopped_at < 30
 
-    again = subprocess.run([sys.executable, "-m", "greenadapt", *args, "--resume"], capture_output=True, text=True, timeout=300,
+    again = subprocess.run([sys.executable, "-m", "greenadapt", *args, "--resume"], capture_output=True, text=True, timeout=HANG_S,
                            env=ENV)
     assert again.returncode == 0, again.stderr
     assert not checkpoint_folder(out).exists()

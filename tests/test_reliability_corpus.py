@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 from greenadapt.corpus import ReadStats, resolve_corpus
 from greenadapt.corpus import lines as line_reading
@@ -52,7 +53,7 @@ def test_a_100_mb_line_streams_in_bounded_memory(tmp_path: Path) -> None:
                           "cuts": stats.long_line_cuts, "before_kib": before, "peak_kib": peak}))
         """
     )
-    result = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
     assert report["words"] == n_words  # cut at spaces: not a word lost or split

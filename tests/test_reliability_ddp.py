@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import HANG_S
 import torch
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
@@ -93,7 +94,7 @@ def _launch(args: list[str], tmp_path: Path, *, expect: int = 0, worker: str = W
                    MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
         procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stderr=subprocess.PIPE, text=True))
     for proc in procs:
-        _, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=HANG_S)
         assert proc.returncode == expect, err[-3000:]
 
 

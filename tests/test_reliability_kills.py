@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import HANG_S
 from finetune_helpers import build_tiny_expanded, write_ner_file
 from w2v_fixtures import linear_w2v
 
@@ -147,7 +148,7 @@ def _kill(plan: Plan, extra: list[str], log: Path, sig: signal.Signals, delay: f
             break
         time.sleep(POLL)
     try:
-        returncode = process.wait(timeout=300)
+        returncode = process.wait(timeout=HANG_S)
     except subprocess.TimeoutExpired:
         process.kill()  # not left running after the test
         process.wait()
@@ -240,7 +241,7 @@ def _sequence(plan: Plan, logs: Path) -> KillLog:
         result.problems += [f"after attempt {number} ({attempt}): {p}" for p in _folder_problems(plan)]
     extra = (["--force"] if plan.out.exists() else []) + resume
     code = subprocess.run([sys.executable, "-m", "greenadapt", *plan.args, *extra], capture_output=True, text=True, env=ENV,
-                          timeout=300)
+                          timeout=HANG_S)
     if code.returncode != 0:
         result.problems.append(f"final run failed ({code.returncode}): {code.stderr[-2000:]}")
         return result

@@ -8,6 +8,7 @@ machine's speed.
 """
 
 from __future__ import annotations
+from conftest import HANG_S
 
 import os
 import random
@@ -65,23 +66,23 @@ def test_second_writer_fails_fast_or_waits_and_the_folder_stays_whole(tmp_path: 
         writer = subprocess.Popen([sys.executable, "-m", "greenadapt", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, env=ENV)
         processes.append(writer)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while not list(tmp_path.glob(f".w2v.tmp-{writer.pid}-*")):
             assert writer.poll() is None and time.monotonic() < deadline, writer.communicate()
             time.sleep(0.005)
 
         _go(waiting)  # first, so it queues behind A while A writes
         _go(fail_fast)
-        stdout, stderr = fail_fast.communicate(timeout=60)
+        stdout, stderr = fail_fast.communicate(timeout=HANG_S)
         assert fail_fast.returncode == EXIT_LOCKED, (stdout, stderr)
         errors = [line for line in stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and f"greenadapt pid {writer.pid}" in errors[0], stderr
         assert "is writing this w2v output right now" in errors[0] and "--wait" in errors[0]
         assert stdout == "" and "Traceback" not in stderr
 
-        writer_out, writer_err = writer.communicate(timeout=300)
+        writer_out, writer_err = writer.communicate(timeout=HANG_S)
         assert writer.returncode == 0, writer_err
-        stdout, stderr = waiting.communicate(timeout=120)
+        stdout, stderr = waiting.communicate(timeout=HANG_S)
         assert waiting.returncode == 0, stderr
         assert stdout.startswith("w2v: up to date") and str(out) in stdout  # queued, then found A's output current
     finally:

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 from cli_helpers import run_cli
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
@@ -104,7 +105,7 @@ def _release(fifo: Path, reader: threading.Thread) -> None:
     if reader.is_alive():
         with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-    reader.join(timeout=60)  # only a broken predict (the pipe replaced under a blocked reader) gets here and waits
+    reader.join(timeout=HANG_S)  # only a broken predict (the pipe replaced under a blocked reader) gets here and waits
     assert not reader.is_alive(), "the reader never saw the predictions: the pipe was replaced"
 
 
@@ -161,7 +162,7 @@ def test_predict_to_a_link_to_its_own_stdout_reaches_the_pipe(run: dict[str, Pat
     done = subprocess.run(
         [sys.executable, "-m", "greenadapt", "predict", "--model", str(run["run"]), "--input", str(run["train"]),
          "--output", str(link), "--force", "-q"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "GREENADAPT_DEBUG": ""},
+        capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "GREENADAPT_DEBUG": ""},
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("\n") > 24 and "\tB" in done.stdout or "\tO" in done.stdout
@@ -192,7 +193,7 @@ def test_a_killed_predict_leaves_no_temporary_after_the_next_run(run: dict[str, 
     atomic_write_text(tmp_path / "tagged.tsv", "other\n")
     assert left[0] in [p.name for p in tmp_path.iterdir()]
     child.send_signal(signal.SIGKILL)
-    child.wait(timeout=60)
+    child.wait(timeout=HANG_S)
     assert left[0] in [p.name for p in tmp_path.iterdir()]
     code, err = _predict(run, out, monkeypatch, capsys, "--force")
     assert code == 0, err
@@ -261,7 +262,7 @@ def test_url_credentials_never_reach_a_folder_name_or_the_error_line(url: str, s
     done = subprocess.run(
         [sys.executable, "-m", "greenadapt", "w2v", "--corpus", url, "--model", str(tiny_bert), "--workdir", str(tmp_path / "w"),
          "--min-count", "1", "-v"],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "GREENADAPT_DEBUG": "", "AWS_ACCESS_KEY_ID": "",
+        capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "GREENADAPT_DEBUG": "", "AWS_ACCESS_KEY_ID": "",
                                                          "AWS_SECRET_ACCESS_KEY": "", "AWS_EC2_METADATA_DISABLED": "true"},
     )
     assert done.returncode != 0
@@ -495,7 +496,7 @@ def test_a_bad_context_layer_prints_only_its_line(tmp_path: Path, tiny_bert: Pat
     done = subprocess.run(
         [sys.executable, "-m", "greenadapt", "w2v", "-c", str(corpus), "-m", str(tiny_bert), "--source", "context",
          "--context-layer", "99", "--min-count", "1", "--workdir", str(tmp_path / "w"), "-q"],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "GREENADAPT_DEBUG": ""},
+        capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "GREENADAPT_DEBUG": ""},
     )
     assert done.returncode == EXIT_USAGE
     assert done.stdout == "" and done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import HANG_S
 from w2v_fixtures import linear_w2v
 
 from greenadapt.artifacts.manifest import load_stage
@@ -50,7 +51,7 @@ WRAPPER = textwrap.dedent(
         if self.kind == os.environ["SLOW_KIND"]:
             (self.tmp / "partial.bin").write_bytes(b"half")
             Path(os.environ["SLOW_MARK"]).write_text(str(self.tmp))
-            if not never_set.wait(30):  # only the signal's exception ends this wait early
+            if not never_set.wait(600):  # only the signal's exception ends this wait early
                 sys.exit("the signal was dropped: the stage would have committed")
         return original(self, **kwargs)
 
@@ -86,13 +87,13 @@ def _interrupt(tmp_path: Path, kind: str, args: list[str], sig: signal.Signals) 
     process = subprocess.Popen([sys.executable, str(script), *args, "--force", "--quiet"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                preexec_fn=_start_with_sigint_ignored)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + HANG_S
     while not mark.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert mark.exists(), f"the stage never reached its commit: {process.communicate(timeout=60)}"
+    assert mark.exists(), f"the stage never reached its commit: {process.communicate(timeout=HANG_S)}"
     assert Path(mark.read_text()).is_dir()  # the temporary output exists, a partial file in it
     process.send_signal(sig)
-    stdout, stderr = process.communicate(timeout=60)
+    stdout, stderr = process.communicate(timeout=HANG_S)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
@@ -188,7 +189,10 @@ MID_WORK_WRAPPER = textwrap.dedent(
 )
 
 
-def _interrupt_mid_work(tmp_path: Path, target: str, args: list[str], delay: float) -> tuple[subprocess.CompletedProcess[str], float]:
+def _interrupt_mid_work(tmp_path: Path, target: str, args: list[str], delay: float) -> subprocess.CompletedProcess[str]:
+    """One SIGINT ``delay`` seconds into the work ``target`` does. The work asked for is far longer than HANG_S, so a
+    run that ends at all (with the interrupt's exit code, its output never committed) stopped on the signal: the
+    verdict does not depend on how fast the machine is."""
     script = tmp_path / "mid_work.py"
     script.write_text(MID_WORK_WRAPPER)
     mark = tmp_path / "mark-mid-work"
@@ -196,16 +200,15 @@ def _interrupt_mid_work(tmp_path: Path, target: str, args: list[str], delay: flo
     process = subprocess.Popen([sys.executable, str(script), *args, "--quiet"], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, preexec_fn=_start_with_sigint_ignored)
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + HANG_S
         while not mark.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert mark.exists(), f"the stage never started its work: {process.communicate(timeout=60)}"
+        assert mark.exists(), f"the stage never started its work: {process.communicate(timeout=HANG_S)}"
         time.sleep(delay)
         assert process.poll() is None, "the stage finished before the signal: make its work longer"
-        sent = time.monotonic()
         process.send_signal(signal.SIGINT)  # exactly one
-        stdout, stderr = process.communicate(timeout=60)
-        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), time.monotonic() - sent
+        stdout, stderr = process.communicate(timeout=HANG_S)
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     finally:
         if process.poll() is None:  # a dropped signal must not leave an endless run behind
             process.kill()
@@ -218,11 +221,11 @@ def test_one_sigint_stops_word2vec_training(tmp_path: Path, tiny_bert: Path) -> 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(rng.choice(words, 40)) for _ in range(20000)) + "\n", encoding="utf-8")
     out = tmp_path / "work" / "w2v"
-    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "2", "--min-count", "1", "--epochs", "200",
+    # 10,000 epochs of 800,000 tokens: hours, so ending at all is stopping on the signal
+    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "2", "--min-count", "1", "--epochs", "10000",
             "--dim", "32", "--workdir", str(tmp_path / "work"), "--out", str(out)]
-    result, seconds = _interrupt_mid_work(tmp_path, "gensim.models.word2vec:Word2Vec.train", args, delay=1.0)
+    result = _interrupt_mid_work(tmp_path, "gensim.models.word2vec:Word2Vec.train", args, delay=1.0)
     assert result.returncode == EXIT_INTERRUPTED, result.stderr
-    assert seconds < 10, f"SIGINT took {seconds:.1f} s to stop word2vec training"
     assert result.stdout == ""
     assert "interrupted" in result.stderr and "Traceback" not in result.stderr
     assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))
@@ -235,10 +238,9 @@ def test_one_sigint_stops_finetuning(tmp_path: Path) -> None:
     train = write_ner_file(tmp_path / "train.tsv", 64, seed=1)
     out = tmp_path / "run"
     args = ["finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--out", str(out),
-            "--batch-size", "4", "--max-steps", "100000", "--device", "cpu"]
-    result, seconds = _interrupt_mid_work(tmp_path, "torch.optim:AdamW.step", args, delay=1.0)
+            "--batch-size", "4", "--max-steps", "10000000", "--device", "cpu"]  # days: ending is stopping
+    result = _interrupt_mid_work(tmp_path, "torch.optim:AdamW.step", args, delay=1.0)
     assert result.returncode == EXIT_INTERRUPTED, result.stderr
-    assert seconds < 10, f"SIGINT took {seconds:.1f} s to stop fine-tuning"
     assert "Traceback" not in result.stderr
     assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))
 
@@ -289,12 +291,11 @@ LOST_IMPORT_LOCK = textwrap.dedent(
     ids=["success", "error"],
 )
 def test_the_program_ends_with_its_status_when_a_thread_cannot_finish(tmp_path: Path, args: list[str], code: int) -> None:
-    started = time.monotonic()
+    # Without the exit deadline the process never ends (a hang, caught at HANG_S); with it, it ends and says why.
     result = subprocess.run([sys.executable, "-c", LOST_IMPORT_LOCK, *args], capture_output=True, text=True, env=ENV,
-                            cwd=tmp_path, timeout=120)
+                            cwd=tmp_path, timeout=HANG_S)
     assert result.returncode == code, result.stderr
     assert "kept the process from exiting" in result.stderr
-    assert time.monotonic() - started < 60
     if code == 0:
         assert result.stdout.startswith("greenadapt ")  # what was printed before the deadline still arrives
 
@@ -329,7 +330,7 @@ FAILING = ["expand", "--align", "missing", "--out", "out"]
 @pytest.mark.parametrize(("args", "code"), [(["--version"], 0), (FAILING, EXIT_STAGE_CONFLICT)], ids=["success", "error"])
 def test_a_stop_signal_while_the_program_ends_leaves_its_status(tmp_path: Path, sig: str, args: list[str], code: int) -> None:
     result = subprocess.run([sys.executable, "-c", SIGNAL_AT, sig, "ending", *args], capture_output=True, text=True,
-                            env=ENV, cwd=tmp_path, timeout=120)
+                            env=ENV, cwd=tmp_path, timeout=HANG_S)
     assert result.returncode == code, result.stderr
     assert "Traceback" not in result.stderr and "kept the process from exiting" not in result.stderr
     if code == 0:
@@ -344,7 +345,7 @@ def test_a_stop_signal_while_the_program_ends_leaves_its_status(tmp_path: Path, 
 ])
 def test_a_stop_signal_while_main_writes_its_last_line_ends_as_that_signal(tmp_path: Path, sig: str, code: int, line: str) -> None:
     result = subprocess.run([sys.executable, "-c", SIGNAL_AT, sig, "last line", *FAILING], capture_output=True,
-                            text=True, env=ENV, cwd=tmp_path, timeout=120)
+                            text=True, env=ENV, cwd=tmp_path, timeout=HANG_S)
     assert (result.returncode, result.stderr) == (code, line)
 
 
@@ -379,7 +380,7 @@ TWO_SIGNALS = textwrap.dedent(
 def test_a_second_stop_signal_while_the_first_ones_line_is_written_changes_nothing(
         tmp_path: Path, first: str, second: str, code: int, line: str) -> None:
     result = subprocess.run([sys.executable, "-c", TWO_SIGNALS, first, second], capture_output=True, text=True,
-                            env=ENV, cwd=tmp_path, timeout=120)
+                            env=ENV, cwd=tmp_path, timeout=HANG_S)
     assert (result.returncode, result.stderr, result.stdout) == (code, line, "")
 
 
@@ -446,7 +447,7 @@ def test_a_stop_signal_inside_importlibs_bookkeeping_stops_the_run_and_leaves_im
         (tmp_path / f"{name}.py").write_text("")
     try:
         result = subprocess.run([sys.executable, "-c", STOPPED_INSIDE_IMPORTLIB, sig, handler], capture_output=True,
-                                text=True, env=ENV, cwd=tmp_path, timeout=120)
+                                text=True, env=ENV, cwd=tmp_path, timeout=HANG_S)
     except subprocess.TimeoutExpired:
         pytest.fail("the process hung: the signal's exception left importlib's lock held and a thread's import waits on it")
     assert (result.returncode, result.stderr, result.stdout) == (code, line + "\n", "")
@@ -483,7 +484,7 @@ STOPPED_DURING_A_LONG_IMPORT = textwrap.dedent(
 def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, where: str) -> None:
     (tmp_path / "runs_on.py").write_text("import __main__, time\n__main__.importing.set()\nwhile True:\n    time.sleep(0.01)\n")
     result = subprocess.run([sys.executable, "-c", STOPPED_DURING_A_LONG_IMPORT, where], capture_output=True, text=True,
-                            env=ENV, cwd=tmp_path, timeout=120)
+                            env=ENV, cwd=tmp_path, timeout=HANG_S)
     assert (result.returncode, result.stderr, result.stdout) == (
         EXIT_INTERRUPTED, "interrupted: nothing was left half-written; rerun to continue\n", "")
 

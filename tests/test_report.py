@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import HANG_S
 
 from greenadapt.artifacts.manifest import manifest_identity
 from greenadapt.artifacts.files import write_json
@@ -179,7 +180,7 @@ def test_bad_inputs_are_stage_errors(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "greenadapt", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "greenadapt", *args], capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_cli_json_and_one_line_errors(run_folder: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 from greenadapt.report import collect, write_html
 from tests.test_report import make_compare, make_run
@@ -41,7 +42,7 @@ def _chromium(page: Path, *extra: str) -> subprocess.CompletedProcess[str]:
             [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *extra, page.as_uri()],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=HANG_S,
         )
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,7 +19,7 @@ def _plan(tmp_path: Path, *args: str) -> list[str]:
         [sys.executable, str(SCRIPT), "--dry-run", "--workdir", str(tmp_path / "study"), "--model", str(tmp_path / "model"), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
     return [line[len("$ greenadapt ") :] for line in done.stderr.splitlines() if line.startswith("$ greenadapt ")]
@@ -57,7 +58,7 @@ def test_selection_variants_expand_fewer_words_on_greens_map(tmp_path: Path) -> 
     assert all("--model green-min20=" + str(tmp_path / "study") in line and "expand-green-min20 " in line for line in compares)
     for wrong in ("green-min0", "green-max5", "green-minx"):
         done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--workdir", str(tmp_path / "s"), "--variants", wrong],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=HANG_S)
         assert done.returncode == 2 and "unknown variant" in done.stderr
 
 
@@ -178,7 +179,7 @@ def test_dense_embeddings_trains_the_table_as_one_parameter_and_finetune_lands_i
             [sys.executable, *launcher, "finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--epochs", "2",
              "--batch-size", "4", "--lr", "1e-2", "--seed", "1", "--device", "cpu", "--workdir", str(tmp_path / "w"),
              "--out", str(out)],
-            capture_output=True, text=True, timeout=600, cwd=REPO,
+            capture_output=True, text=True, timeout=HANG_S, cwd=REPO,
         )
         assert done.returncode == 0, done.stderr[-2000:]
         logs[arm] = done.stderr

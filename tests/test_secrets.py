@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 PASSWORD = "S3cretPassw0rdXYZ"
 USER = "alice-user-7731"
@@ -90,7 +91,7 @@ def _w2v(url: str, tiny_bert: Path, work: Path) -> subprocess.CompletedProcess[s
     return subprocess.run(
         [sys.executable, "-m", "greenadapt", "w2v", "-c", url, "-m", str(tiny_bert), "--workers", "1", "--min-count", "1",
          "--epochs", "1", "--dim", "8", "--workdir", str(work), "--out", str(work / "w2v"), "--json", "--verbose"],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env, timeout=HANG_S,
     )
 
 

@@ -6,10 +6,10 @@ import errno
 import multiprocessing as mp
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 from greenadapt.artifacts import stage
 from greenadapt.artifacts.manifest import fingerprint, load_stage, read_manifest, verify_files
@@ -100,7 +100,7 @@ def test_load_stage_names_wrong_kind_and_unfinished_folders(tmp_path: Path) -> N
 def _hold_lock(out: str, ready: mp.Event, release: mp.Event) -> None:  # type: ignore[type-arg]
     with StageRun("demo", out, {"a": 1}, []):
         ready.set()
-        release.wait(30)
+        release.wait(HANG_S)
 
 
 def test_second_writer_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
@@ -110,12 +110,12 @@ def test_second_writer_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
     holder = ctx.Process(target=_hold_lock, args=(str(out), ready, release))
     holder.start()
     try:
-        assert ready.wait(30)
+        assert ready.wait(HANG_S)
         with pytest.raises(LockedError, match=f"greenadapt pid {holder.pid}"):
             _make(out, {"a": 1})
     finally:
         release.set()
-        holder.join(30)
+        holder.join(HANG_S)
     _make(out, {"a": 1})  # lock released: now it works
     assert (out / "data.txt").read_text() == "hello"
 
@@ -131,7 +131,7 @@ def test_sigkill_mid_stage_leaves_previous_output_and_next_run_cleans_up(tmp_pat
     _make(out, {"a": 1})
     proc = mp.get_context("fork").Process(target=_killed_writer, args=(str(out),))
     proc.start()
-    proc.join(30)
+    proc.join(HANG_S)
     assert proc.exitcode == -signal.SIGKILL
     assert (out / "data.txt").read_text() == "hello"
     assert list(tmp_path.glob(".stage.tmp-*")), "the killed run's temporary is still there"
@@ -163,37 +163,44 @@ def test_disk_full_while_committing_keeps_previous_output(tmp_path: Path, monkey
     assert not list(tmp_path.glob(".stage.tmp-*"))
 
 
-def _hold_lock_briefly(out: str, ready: mp.Event, seconds: float) -> None:  # type: ignore[type-arg]
+def _hold_lock_until(out: str, ready: mp.Event, release: mp.Event, done: str) -> None:  # type: ignore[type-arg]
     with StageRun("demo", out, {"a": 1}, [{"input": "x"}]) as run:  # up to date: only checks, as a concurrent rerun does
         assert run.skipped
         ready.set()
-        time.sleep(seconds)
+        release.wait(HANG_S)
+        Path(done).write_text("released")  # still inside: the lock goes only after this line
 
 
 def test_an_up_to_date_output_locked_by_a_short_check_is_waited_for(tmp_path: Path) -> None:
+    """Clock-free: the holder keeps the lock until told to let go, and says so just before it does."""
+    import threading
+
     out = tmp_path / "stage"
     _make(out, {"a": 1})
     ctx = mp.get_context("fork")
-    ready = ctx.Event()
-    holder = ctx.Process(target=_hold_lock_briefly, args=(str(out), ready, 1.0))
+    ready, release, done = ctx.Event(), ctx.Event(), tmp_path / "released"
+    holder = ctx.Process(target=_hold_lock_until, args=(str(out), ready, release, str(done)))
     holder.start()
     try:
-        assert ready.wait(30)
-        started = time.monotonic()
+        assert ready.wait(HANG_S)
+        threading.Timer(0.5, release.set).start()
         with StageRun("demo", out, {"a": 1}, [{"input": "x"}]) as run:  # no --wait: still no LockedError
             assert run.skipped
-        assert time.monotonic() - started >= 0.5  # it did wait for the holder
-        # A run that would redo the stage keeps failing fast.
+        assert done.exists()  # it did wait for the holder to let go
+        holder.join(HANG_S)
+        # A run that would redo the stage keeps failing fast, however long the holder holds.
         ready.clear()
-        other = ctx.Process(target=_hold_lock_briefly, args=(str(out), ready, 3.0))
-        holder.join(30)
+        release.clear()
+        other = ctx.Process(target=_hold_lock_until, args=(str(out), ready, release, str(tmp_path / "again")))
         other.start()
-        assert ready.wait(30)
+        assert ready.wait(HANG_S)
         with pytest.raises(LockedError):
             _make(out, {"a": 2})
-        other.join(30)
+        release.set()
+        other.join(HANG_S)
     finally:
-        holder.join(30)
+        release.set()
+        holder.join(HANG_S)
 
 
 # --------------------------------------------------------------------------

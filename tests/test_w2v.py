@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import heavy_modules_after
+from conftest import HANG_S, heavy_modules_after
 
 from greenadapt import errors
 from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, run_w2v, stable_hash
@@ -241,7 +241,7 @@ def test_one_worker_is_deterministic_across_processes(tmp_path: Path, corpus: Pa
             [sys.executable, str(script), str(corpus), str(work)],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG_S,
             env={**os.environ, "PYTHONHASHSEED": hash_seed},
             cwd=REPO,
         )
@@ -339,7 +339,7 @@ def test_command_empty_corpus_is_one_line_and_exit_3(tmp_path: Path, tiny_bert: 
          "--workdir", str(tmp_path / "w"), "-q"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         cwd=tmp_path,
     )
     assert result.returncode == errors.EXIT_BAD_INPUT == 3
@@ -419,7 +419,7 @@ def test_gensim_is_imported_beside_pretokenization_only_when_word2vec_trains(tmp
     for mode, expected in (("counts", [["pretokenize"], False]), ("vectors", [["gensim.models", "pretokenize"], True])):
         # Twice: the second run is up to date and skipped, and pays neither pre-tokenization nor the import.
         done = subprocess.run([sys.executable, "-c", script, mode, str(corpus), str(tiny_bert), str(tmp_path / mode), "2"],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=HANG_S)
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout.strip().splitlines()[-1]) == expected, mode
 
