@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 # under stress), so it is far above the slowest honest run a loaded machine gives; raise it further with
 # $GREENADAPT_TEST_HANG_S on a very slow one.
 HANG_S = float(os.environ.get("GREENADAPT_TEST_HANG_S", "900"))
+# The suite's arithmetic is fp32 on every CPU: `--precision auto` would be bf16 on CPUs with native bf16 and fp32
+# elsewhere, and the invariants tested (gradient accumulation = one batch, padded = unpadded, ...) are fp32's. Set
+# here, so every child process inherits it; tests/test_cpu_bf16.py removes it to test auto's own choice.
+os.environ["GREENADAPT_CPU_AUTO_PRECISION"] = "fp32"
 SHARED_DATA = Path(os.environ.get("GREENADAPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -39,7 +39,7 @@ def pool_option(default: str | None) -> Any:
 
 PoolOption = pool_option(default_of(api.finetune, "pool"))
 DeviceOption = typer.Option(default_of(api.finetune, "device"), "--device", help="auto, cpu, cuda, cuda:N or mps.")
-PrecisionOption = typer.Option(default_of(api.finetune, "precision"), "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16 (also on a CPU with native bf16: avx512_bf16 or AMX), fp16.")
+PrecisionOption = typer.Option(default_of(api.finetune, "precision"), "--precision", help="auto (CUDA: bf16, else fp16; CPU: bf16 where the CPU has it natively (avx512_bf16, AMX), else fp32), fp32, bf16, fp16.")
 ReportToOption = typer.Option(
     [], "--report-to", metavar="TRACKER",
     help="Experiment trackers: tensorboard, mlflow (repeat, or comma-separated): every step's loss, lr and gradient norm, "

@@ -60,7 +60,7 @@ def pretrain_command(
     gmap_layers: str | None = typer.Option(None, "--gmap-layers", help='Fused domain layers, 1-based, e.g. "6,12" (default: the paper\'s).'),
     general_model: str | None = typer.Option(None, "--general-model", help="The frozen general model of --gmap (same vocabulary as the training tokenizer)."),
     device: str = typer.Option(default_of(api.pretrain, "device"), "--device", help="auto, cpu, cuda, cuda:N or mps."),
-    precision: str = typer.Option(default_of(api.pretrain, "precision"), "--precision", help="auto (bf16, else fp16 on CUDA; fp32 on CPU), fp32, bf16 (also on a CPU with native bf16: avx512_bf16 or AMX), fp16."),
+    precision: str = typer.Option(default_of(api.pretrain, "precision"), "--precision", help="auto (CUDA: bf16, else fp16; CPU: bf16 where the CPU has it natively (avx512_bf16, AMX), else fp32), fp32, bf16, fp16."),
     compile: bool = CompileOption,
     workers: int | None = typer.Option(None, "--workers", min=1, help="Pre-tokenizing processes (default: the cores this process may use, or $GREENADAPT_WORKERS)."),
     save_every: int | None = typer.Option(None, "--save-every", min=1, help="Save a resumable checkpoint every N steps (in <out>.checkpoint/)."),
