@@ -185,7 +185,7 @@ def synthetic_w2v(minilm: Path, folder: Path, n_new: int) -> Path:
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
-    from greenadapt.adaptation.vectors import read_input_embeddings
+    from greenadapt.artifacts.model_weights import read_input_embeddings
     from greenadapt.artifacts.pretrained import ModelRef
 
     general = load_general_tokenizer(minilm)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from greenadapt.version import __version__ as __version__
 
 
 def __getattr__(name: str) -> Any:

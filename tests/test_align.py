@@ -15,7 +15,7 @@ from conftest import HANG_S
 from w2v_fixtures import DOMAIN_WORDS, linear_w2v, write_w2v_folder
 
 from greenadapt.adaptation.align import fit_linear_map, mean_cosine, run_align
-from greenadapt.adaptation.vectors import read_input_embeddings
+from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.artifacts.workspace import corpus_key
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, InputError, OutputExistsError, StageError

@@ -19,7 +19,9 @@ def test_failed_runs_are_reported_one_by_one_and_the_rest_still_run(tmp_path: Pa
             tmp_path / f"run-{i}.log")
         for i, task in enumerate(["ner", "pos", "ner", "classify"])
     ]
-    outcomes = run_jobs(jobs, workers=2, threads=1)
+    from greenadapt.api import finetune
+
+    outcomes = run_jobs(finetune, jobs, workers=2, threads=1)
     assert [o.job.label for o in sorted(outcomes, key=lambda o: o.job.label)] == [f"run {i}" for i in range(4)]
     by_label = {o.job.label: o for o in outcomes}
     assert all(o.exit_code in (2, 3) for o in outcomes), outcomes

@@ -20,7 +20,7 @@ from w2v_fixtures import listed_new_words, saved_tensors
 
 from greenadapt.adaptation.expand import CHECKPOINT_SUFFIX, run_expand
 from greenadapt.adaptation.methods import MethodOptions, distill
-from greenadapt.adaptation.vectors import read_input_embeddings
+from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.errors import UsageError
 
 EMBEDDING = "bert.embeddings.word_embeddings.weight"

@@ -14,7 +14,7 @@ import greenadapt
 
 LAYERS = [
     "__main__", "cli", "api", "report", "comparison", "runners", "inference", "adaptation", "corpus",
-    "tasks", "training", "modeling", "data", "artifacts", "families", "machine", "defaults", "progress", "errors",
+    "tasks", "training", "modeling", "data", "artifacts", "families", "machine", "defaults", "progress", "errors", "version",
 ]
 ROOT = Path(greenadapt.__file__).parent
 
@@ -24,6 +24,8 @@ def _imports_between_folders() -> set[tuple[str, str, str]]:
     found = set()
     for path in ROOT.rglob("*.py"):
         part = path.relative_to(ROOT).parts[0].removesuffix(".py")
+        if part == "__init__":  # the root itself: it re-exports the API and its version
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("greenadapt."):
                 names = [node.module]
@@ -56,3 +58,29 @@ def test_the_check_sees_imports() -> None:
     # Guards the guard: the scan must find the imports it judges, or the test above passes on nothing.
     edges = {(source, target) for source, target, _ in _imports_between_folders()}
     assert ("cli", "api") in edges and ("runners", "training") in edges and ("inference", "tasks") in edges
+
+
+def _root_imports() -> list[str]:
+    """Modules that import the package root (``import greenadapt``, ``from greenadapt import x``)."""
+    found = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Import) and any(alias.name == "greenadapt" for alias in node.names)) or (
+                    isinstance(node, ast.ImportFrom) and node.module == "greenadapt" and node.level == 0):
+                found.append(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_nothing_below_the_api_imports_the_package_root() -> None:
+    """The root re-exports the API lazily: a module below the API that imports it loops back up (issue 56, item 4);
+    the version a manifest records comes from the leaf greenadapt.version."""
+    below = LAYERS[LAYERS.index("api") + 1 :]
+    offenders = sorted(f for f in _root_imports() if Path(f).parts[0].removesuffix(".py") in below)
+    assert not offenders, offenders
+
+
+def test_prediction_and_the_runners_read_weights_without_the_adaptation_stages() -> None:
+    """inference/ and runners/ import nothing from adaptation/: the weight readers are artifacts' (issue 56, item 4)."""
+    edges = sorted(f"{file}" for source, target, file in _imports_between_folders()
+                   if source in ("inference", "runners") and target == "adaptation")
+    assert not edges, edges

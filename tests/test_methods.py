@@ -22,7 +22,8 @@ from greenadapt.adaptation.align import run_align
 from greenadapt.adaptation.expand import run_expand
 from greenadapt.adaptation.methods import METHODS, MethodOptions, get_method, method_help
 from greenadapt.adaptation.methods.focus import focus_weights, sparsemax
-from greenadapt.adaptation.vectors import read_input_embeddings, read_word2vec_binary
+from greenadapt.adaptation.vectors import read_word2vec_binary
+from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import InputError, UsageError
 

@@ -16,7 +16,7 @@ from w2v_fixtures import linear_w2v
 
 from greenadapt.adaptation.align import run_align
 from greenadapt.adaptation.expand import run_expand
-from greenadapt.adaptation.raw_tensors import float32_to, read_safetensors
+from greenadapt.artifacts.raw_tensors import float32_to, read_safetensors
 from greenadapt.errors import ModelError
 
 EMBEDDING = "bert.embeddings.word_embeddings.weight"

@@ -52,7 +52,7 @@ def pickled_model(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_pickle_in_pytorch_model_bin_is_never_run_by_our_reader(pickled_model: tuple[Path, Path]) -> None:
-    from greenadapt.adaptation.vectors import read_input_embeddings
+    from greenadapt.artifacts.model_weights import read_input_embeddings
 
     folder, marker = pickled_model
     with pytest.raises(ModelError, match="cannot load PyTorch weights safely") as info:
@@ -159,7 +159,8 @@ def remote_code_model(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_remote_code_is_never_imported(remote_code_model: tuple[Path, Path], tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from greenadapt.adaptation.vectors import _embeddings_via_transformers, read_input_embeddings
+    from greenadapt.artifacts.model_weights import _embeddings_via_transformers
+    from greenadapt.artifacts.model_weights import read_input_embeddings
     from greenadapt.artifacts.pretrained import load_fast_tokenizer, resolve_model
     from greenadapt.tasks import NerTask
 

@@ -11,13 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from greenadapt.adaptation.vectors import (
-    read_counts,
-    read_input_embeddings,
-    read_word2vec_binary,
-    write_counts,
-    write_word2vec_binary,
-)
+from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary, write_counts, write_word2vec_binary
+from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.errors import InputError, ModelError
 
 UNICODE_WORDS = ["the", "café", "β-blocker", "日本語", "naïve", "🦠", "x" * 300, "ünïcödé"]
@@ -278,7 +273,7 @@ def test_half_precision_embeddings_read_as_float32(tiny_bert_base: Path, tmp_pat
     import torch
     from safetensors.torch import load_file, save_file
 
-    from greenadapt.adaptation.vectors import read_input_embeddings
+    from greenadapt.artifacts.model_weights import read_input_embeddings
 
     state = {name: tensor.to(getattr(torch, dtype)) for name, tensor in load_file(tiny_bert_base / "model.safetensors").items()}
     folder = tmp_path / dtype

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from greenadapt.adaptation.vectors import read_input_embeddings, write_counts, write_word2vec_binary
+from greenadapt.adaptation.vectors import write_counts, write_word2vec_binary
+from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.artifacts.pretrained import ModelRef
 from greenadapt.artifacts.stage import StageRun
 

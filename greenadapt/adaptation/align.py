@@ -107,7 +107,7 @@ def run_align(
         # Only when they matter, so that the outputs of the plain paper method keep their fingerprints.
         config["method_options"] = recorded_options(chosen, method_options)
     inputs = [manifest_identity(w2v_dir, w2v_manifest), ref.identity()]
-    from greenadapt.adaptation.vectors import weight_libraries
+    from greenadapt.artifacts.model_weights import weight_libraries
 
     libraries = ("numpy", "scipy", "safetensors", "tokenizers", *weight_libraries(ref.path))
     with StageRun(kinds.ALIGN, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
@@ -161,7 +161,7 @@ def heldout_split(n_shared: int) -> tuple[Any, Any]:
 
 def _read_inputs(w2v_dir: Path, ref: ModelRef, general: GeneralTokenizer, method: InitMethod, progress: Progress) -> tuple[list[str], Any, Any]:
     """The word2vec words and vectors, and the model's input embeddings (checked against its tokenizer)."""
-    from greenadapt.adaptation.vectors import read_input_embeddings
+    from greenadapt.artifacts.model_weights import read_input_embeddings
 
     progress.start("reading word2vec vectors")
     words, vectors = read_w2v_words(w2v_dir, need_vectors=method.needs_vectors, method=method.name)

@@ -71,7 +71,7 @@ def context_vectors(
     import torch
     from transformers import AutoModel
 
-    from greenadapt.adaptation.vectors import check_weights_load_safely
+    from greenadapt.artifacts.model_weights import check_weights_load_safely
     from greenadapt.artifacts.pretrained import load_fast_tokenizer
 
     tokenizer = load_fast_tokenizer(model_path)

@@ -238,7 +238,7 @@ def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus:
 def _libraries(model_path: Path, method: InitMethod) -> tuple[str, ...]:
     """The libraries whose versions the manifest records: those this run uses (a method that reads the
     corpus runs the model with torch and transformers, all that reading any weights may take besides)."""
-    from greenadapt.adaptation.vectors import weight_libraries
+    from greenadapt.artifacts.model_weights import weight_libraries
 
     model = ("torch", "transformers") if method.reads_corpus else weight_libraries(model_path)
     return ("numpy", "safetensors", "tokenizers", *model)
@@ -382,7 +382,8 @@ def _expand(
     other_draws: Sequence[tuple[Path, Path]] = (),
 ) -> dict[str, Any]:
     from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, tokenization_change, write_domain_tokenizer
-    from greenadapt.adaptation.vectors import iter_state_dict, pick_embedding_key, read_counts
+    from greenadapt.adaptation.vectors import read_counts
+    from greenadapt.artifacts.model_weights import iter_state_dict, pick_embedding_key
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
 
     counts = read_counts(w2v_dir / "counts.tsv")

@@ -132,7 +132,7 @@ def check_adapt(
     corpus: Sequence[str], *, model: str | None, options: AdaptOptions, workdir: Path | None, out: Path | None, force: bool
 ) -> None:
     """Every option of the three stages, before the first one trains: a bad one costs a second, not a w2v run."""
-    from greenadapt.adaptation.vectors import check_weights_load_safely
+    from greenadapt.artifacts.model_weights import check_weights_load_safely
     from greenadapt.artifacts import workspace
     from greenadapt.artifacts.destination import Protected, check_destination, corpus_reads, protected
     from greenadapt.artifacts.pretrained import check_encoder_config, hidden_size, load_backend_tokenizer, resolve_model

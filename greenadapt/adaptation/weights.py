@@ -1,6 +1,6 @@
 """The grown model's weights, streamed: new embedding rows (and output-bias entries) appended chunk by chunk and written to safetensors without holding the model twice.
 
-Tensors are :class:`~greenadapt.adaptation.raw_tensors.RawTensor` (numpy, memory-mapped from the base
+Tensors are :class:`~greenadapt.artifacts.raw_tensors.RawTensor` (numpy, memory-mapped from the base
 model's safetensors): writing a grown model needs no torch."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.vectors import EMBEDDING_SUFFIXES
+from greenadapt.artifacts.model_weights import EMBEDDING_SUFFIXES
 from greenadapt.adaptation.methods import InitMethod, RowContext
 from greenadapt.adaptation.methods.norms import rescale_rows, whole_word_norm
 from greenadapt.errors import ModelError
@@ -22,7 +22,7 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 if TYPE_CHECKING:
     import numpy as np
 
-    from greenadapt.adaptation.raw_tensors import RawTensor
+    from greenadapt.artifacts.raw_tensors import RawTensor
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def new_row_source(method: InitMethod, context: RowContext) -> Callable[[], Iter
 def grown_rows(
     tensor: RawTensor, new_rows: Callable[[], Iterator[np.ndarray]], cached: list[RawTensor] | None
 ) -> Callable[[], Iterator[np.ndarray]]:
-    from greenadapt.adaptation.raw_tensors import RawTensor, float32_to
+    from greenadapt.artifacts.raw_tensors import RawTensor, float32_to
 
     def chunks() -> Iterator[np.ndarray]:
         yield tensor.data
@@ -95,7 +95,7 @@ def grown_bias(tensor: RawTensor, n_new: int) -> Callable[[], Iterator[np.ndarra
     """The bias and ``n_new`` entries of its mean (as torch's double-precision mean, rounded to the bias's dtype)."""
     import numpy as np
 
-    from greenadapt.adaptation.raw_tensors import float32_to
+    from greenadapt.artifacts.raw_tensors import float32_to
 
     def chunks() -> Iterator[np.ndarray]:
         yield tensor.data
@@ -144,7 +144,7 @@ def write_safetensors(
     """
     import numpy as np
 
-    from greenadapt.adaptation.raw_tensors import STORAGE
+    from greenadapt.artifacts.raw_tensors import STORAGE
 
     if sys.byteorder != "little":
         raise RuntimeError("writing safetensors needs a little-endian machine")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from greenadapt import __version__
+from greenadapt.version import __version__
 
 log = logging.getLogger(__name__)
 

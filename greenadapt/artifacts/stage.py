@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from greenadapt import __version__
+from greenadapt.version import __version__
 from greenadapt.artifacts.files import library_versions, sha256_file, write_json
 from greenadapt.artifacts.manifest import (
     MANIFEST,

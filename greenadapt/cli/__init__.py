@@ -17,7 +17,7 @@ from typing import Any
 
 import typer
 
-from greenadapt import __version__
+from greenadapt.version import __version__
 
 app = typer.Typer(
     name="greenadapt",

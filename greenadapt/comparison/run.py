@@ -100,16 +100,8 @@ class CompareOptions:
     def check(self) -> None:
         """Every option, before the first fine-tuning."""
         from greenadapt.artifacts.pretrained import resolve_model
-        from greenadapt.training.config import TrainingConfig
-        from greenadapt.training.distributed import check_precision
 
-        check_precision(self.precision, self.device)
-        TrainingConfig(pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs).check_speed(self.device)
-        if self.report_to:
-            from greenadapt.training.trackers import check_report_to
-
-            check_report_to(self.report_to)
-
+        self._check_recipe()
         if self.task not in TASKS:
             raise UsageError(f"compare does not take --task {self.task!r} yet", hint=f"choose from {', '.join(TASKS)}")
         names = self.names
@@ -146,14 +138,6 @@ class CompareOptions:
                 raise UsageError("--ensemble is for NER and classification", hint="compare question answering one model per seed")
         if len(dict(self.ensembles)) != len(self.ensembles):
             raise UsageError("--ensemble names one model twice", hint="give each NAME=N once")
-        if self.entity_type is not None:
-            from greenadapt.data.task_files import check_entity_type
-
-            if self.task != "ner":
-                raise UsageError("--entity-type is for --task ner")
-            check_entity_type(self.entity_type)
-        if self.max_steps is not None and self.max_steps < 1:
-            raise UsageError("--max-steps must be at least 1")
         if self.comparator is not None and self.comparator == self.baseline:
             raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
@@ -173,6 +157,27 @@ class CompareOptions:
             from greenadapt.corpus.resolve import resolve_corpus
 
             resolve_corpus(list(self.corpus))
+
+
+    def _check_recipe(self) -> None:
+        """finetune's options that compare passes to every run."""
+        from greenadapt.training.config import TrainingConfig
+        from greenadapt.training.distributed import check_precision
+
+        check_precision(self.precision, self.device)
+        TrainingConfig(pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs).check_speed(self.device)
+        if self.report_to:
+            from greenadapt.training.trackers import check_report_to
+
+            check_report_to(self.report_to)
+        if self.entity_type is not None:
+            from greenadapt.data.task_files import check_entity_type
+
+            if self.task != "ner":
+                raise UsageError("--entity-type is for --task ner")
+            check_entity_type(self.entity_type)
+        if self.max_steps is not None and self.max_steps < 1:
+            raise UsageError("--max-steps must be at least 1")
 
 
 @dataclass
@@ -283,7 +288,7 @@ def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress:
         if run not in done:
             clock.finished()
     if options.parallel > 1 and len(todo) > 1:
-        _finetune_in_processes(options, todo)
+        _finetune_in_processes(options, todo, finetune)
     for name, spec in options.models:
         if options.members(name) > 1:
             for seed in options.seeds:
@@ -344,7 +349,7 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
     }
 
 
-def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run]) -> None:
+def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetune: Callable[..., Any]) -> None:
     """N fine-tunings at once on N worker processes, each with its share of the cores (and each run's log beside its
     run); a worker trains run after run, so the libraries' start-up is paid once per worker, not per run."""
     from greenadapt.comparison.workers import Job, Outcome, run_jobs
@@ -368,7 +373,7 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run]) -> None
         clock.finished()
         log.info("%s %s (%d/%d%s)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, finished, len(jobs), clock.left())
 
-    outcomes = run_jobs(jobs, options.parallel, threads, done)
+    outcomes = run_jobs(finetune, jobs, options.parallel, threads, done)
     failed = [f"{o.job.label} (exit {o.exit_code}, {o.job.log_file}: {o.message})" for o in outcomes if o.exit_code != 0]
     if len(outcomes) < len(jobs) and not failed:
         failed.append(f"{len(jobs) - len(outcomes)} not started")

@@ -53,8 +53,9 @@ def _start_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def train_one(job: Job) -> Outcome:
-    """In a worker: one fine-tuning, its log lines (INFO and up) written to ``job.log_file``."""
+def train_one(finetune: Callable[..., Any], job: Job) -> Outcome:
+    """In a worker: ``finetune(**job.arguments)`` (the API's function, passed by its caller: this module sits below
+    the API), its log lines (INFO and up) written to ``job.log_file``."""
     from greenadapt.errors import EXIT_INTERNAL, GreenAdaptError
 
     handler = logging.FileHandler(job.log_file, mode="w", encoding="utf-8")
@@ -65,9 +66,7 @@ def train_one(job: Job) -> Outcome:
     package.propagate = False  # the worker's stderr is the terminal compare runs in: the log file is the run's place
     try:
         log.info("worker %d: %s", os.getpid(), job.label)
-        import greenadapt
-
-        greenadapt.finetune(**job.arguments, progress=False)  # the run's log file has its lines; no bars from N workers
+        finetune(**job.arguments, progress=False)  # the run's log file has its lines; no bars from N workers
         return Outcome(job, 0, "", os.getpid())
     except GreenAdaptError as error:
         log.error("%s", error.one_line())
@@ -80,8 +79,10 @@ def train_one(job: Job) -> Outcome:
         handler.close()
 
 
-def run_jobs(jobs: Sequence[Job], workers: int, threads: int, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, threads: int,
+             on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Every job on ``workers`` processes (``threads`` cores each), in order of submission; returns their outcomes.
+    ``finetune`` is :func:`greenadapt.finetune` (a module-level function: workers import it by its name).
 
     A run stopped by a signal stops the rest (none is started after it); Ctrl-C in the parent is passed on to the
     workers, so each running fine-tuning stops as it would in the foreground, and the interrupt is raised again.
@@ -90,7 +91,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, threads: int, on_done: Callable[
     context = multiprocessing.get_context("spawn")
     executor = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=context,
                                    initializer=_start_worker, initargs=(threads,))
-    pending: dict[Future[Outcome], Job] = {executor.submit(train_one, job): job for job in jobs}
+    pending: dict[Future[Outcome], Job] = {executor.submit(train_one, finetune, job): job for job in jobs}
     try:
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -109,7 +109,7 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
     else:
         if general_model is not None:
             raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=folder, hint="leave it out")
-        from greenadapt.adaptation.vectors import check_weights_load_safely
+        from greenadapt.artifacts.model_weights import check_weights_load_safely
 
         check_weights_load_safely(folder)
         with quiet_transformers():

@@ -14,9 +14,10 @@ optional extra ``greenadapt[trackers]`` and are checked (one line naming the pip
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -73,6 +74,29 @@ def open_trackers(names: Sequence[str], out: Path, seed: int) -> list[Tracker]:
         else:
             raise ValueError(f"no tracker {name!r}: names come from check_report_to")
     return made
+
+
+@contextlib.contextmanager
+def tracking(names: Sequence[str], out: Path | None, seed: int, params: Mapping[str, Any]) -> Iterator[list[Tracker]]:
+    """The trackers of one seed's run, given its options; closed at the end, as failed when an error ended it."""
+    trackers = open_trackers(names, out, seed) if names and out is not None else []
+    for tracker in trackers:
+        tracker.params({**params, "seed": seed})
+    finished = False
+    try:
+        yield trackers
+        finished = True
+    finally:
+        for tracker in trackers:
+            tracker.close(finished=finished)
+
+
+def report_scores(trackers: Sequence[Tracker], metrics: Mapping[str, Any], step: int) -> None:
+    """A run's dev and test scores (``metrics[split][pool][name]``) as ``test/mean/f1``, ... at its last step."""
+    scores = {f"{split}/{pool}/{name}": value for split in ("dev", "test") for pool, figures in (metrics.get(split) or {}).items()
+              if isinstance(figures, Mapping) for name, value in figures.items() if isinstance(value, int | float)}
+    for tracker in trackers:
+        tracker.metrics(scores, step=step)
 
 
 def tensorboard_dir(out: Path, seed: int) -> Path:

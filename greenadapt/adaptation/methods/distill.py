@@ -230,7 +230,7 @@ def distill_rows(start: np.ndarray, ctx: RowContext) -> np.ndarray:
     import torch
     from transformers import AutoModel
 
-    from greenadapt.adaptation.vectors import check_weights_load_safely
+    from greenadapt.artifacts.model_weights import check_weights_load_safely
     from greenadapt.artifacts.pretrained import load_fast_tokenizer, quiet_transformers
 
     access = ctx.corpus_access

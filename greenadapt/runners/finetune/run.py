@@ -50,6 +50,7 @@ from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_task
 from greenadapt.tasks.options import TRAIN_ON, FinetuneOptions, default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.distributed import DistContext, check_precision, precision_used
+from greenadapt.training.trackers import report_scores, tracking
 from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix, train
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.job import training_stage
@@ -235,7 +236,7 @@ def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
 
 
 def identity_of_model(ref: ModelRef) -> dict[str, Any]:
-    from greenadapt.adaptation.vectors import check_weights_load_safely
+    from greenadapt.artifacts.model_weights import check_weights_load_safely
 
     check_weights_load_safely(ref.path)
     manifest = read_manifest(ref.path)
@@ -374,9 +375,7 @@ class _Job:
             scores = self._scores(m, dev_file, dev_units, (self.pool,))[0][self.pool]  # type: ignore[arg-type]
             return float(scores[metric]), {metric: scores[metric]}
 
-        trackers = self._trackers(seed)
-        finished = False
-        try:
+        with tracking(self.report_to if self.ctx.is_main else (), self.out, seed, self.tracked) as trackers:
             result = train(
                 model,
                 train_units,
@@ -393,14 +392,7 @@ class _Job:
                 trackers=trackers,
             )
             metrics = self._score_splits(model, (("dev", dev), ("test", test)), result.warnings, folder)
-            scores = {f"{split}/{pool}/{name}": value for split in ("dev", "test") for pool, figures in (metrics.get(split) or {}).items()
-                      if isinstance(figures, dict) for name, value in figures.items() if isinstance(value, int | float)}
-            for tracker in trackers:
-                tracker.metrics(scores, step=result.steps)
-            finished = True
-        finally:
-            for tracker in trackers:
-                tracker.close(finished=finished)
+            report_scores(trackers, metrics, result.steps)
         if folder is not None:
             with resource_errors(folder):
                 self._save(model, folder)
@@ -423,16 +415,6 @@ class _Job:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         return metrics, summary
-
-    def _trackers(self, seed: int) -> list[Any]:
-        if not self.report_to or self.out is None or not self.ctx.is_main:
-            return []
-        from greenadapt.training.trackers import open_trackers
-
-        trackers = open_trackers(self.report_to, self.out, seed)
-        for tracker in trackers:
-            tracker.params({**self.tracked, "seed": seed})
-        return trackers
 
     def _score_splits(
         self, model: Any, splits: Sequence[tuple[str, tuple[TaskFile | None, list[Unit] | None]]], warnings: list[str], folder: Path | None

@@ -38,7 +38,7 @@ def run_qa(
     progress: Progress = NULL_PROGRESS,
 ) -> StageOutcome:
     """Answer the questions of ``data`` with ``model``; write predictions, n-best and metrics to ``out``."""
-    from greenadapt.adaptation.vectors import check_weights_load_safely
+    from greenadapt.artifacts.model_weights import check_weights_load_safely
     from greenadapt.artifacts.destination import check_run_destination
     from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.data.squad import read_squad

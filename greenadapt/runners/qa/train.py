@@ -168,7 +168,7 @@ def run_finetune_qa(
     progress: Progress = NULL_PROGRESS,
 ) -> StageOutcome:
     """Fine-tune ``model`` for extractive QA on SQuAD-style ``train``; score ``dev``/``test`` as ``greenadapt qa`` does."""
-    from greenadapt.adaptation.vectors import check_weights_load_safely
+    from greenadapt.artifacts.model_weights import check_weights_load_safely
     from greenadapt.artifacts.destination import check_run_destination
     from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.data.squad import read_squad
