@@ -277,3 +277,19 @@ def test_one_corpus_spelled_three_ways_is_one_workspace_folder_and_trained_once(
     code, err = run_cli(["w2v", "--corpus", "slice.txt", *common], monkeypatch, capsys)
     assert code == 0, err
     assert corpora() == [earlier] and next(earlier.glob("*/w2v/manifest.json")).stat().st_mtime_ns == made
+
+
+def test_a_changed_adapt_option_is_named_as_adapt_spells_it(tmp_path: Path, tiny_bert: Path) -> None:
+    """Issue 57, point 4: `adapt --min-count-new 2` over a run made with 1 was reported as `changed: min_count`,
+    which reads as word2vec's --min-count."""
+    from greenadapt.api import adapt
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the heart rate of patients with tachycardia rose after infection\n" * 50)
+    common = {"model": str(tiny_bert), "workdir": tmp_path / "w", "dim": 8, "min_count": 1, "epochs": 1, "workers": 1,
+              "out": tmp_path / "out", "progress": False}
+    adapt([str(corpus)], min_count_new=1, **common)  # type: ignore[arg-type]
+    with pytest.raises(StageError) as info:
+        adapt([str(corpus)], min_count_new=2, **common)  # type: ignore[arg-type]
+    assert "changed: min_count (adapt's --min-count-new) 1 -> 2" in info.value.one_line()
+    assert info.value.exit_code == errors.EXIT_STAGE_CONFLICT

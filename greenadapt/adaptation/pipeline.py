@@ -7,8 +7,10 @@ the stages downstream of it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from greenadapt.adaptation.methods import DEFAULT_METHOD, MethodOptions, get_met
 from greenadapt.adaptation.w2v import W2VOptions
 from greenadapt.artifacts.stage import StageOutcome
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
+from greenadapt.errors import OutputExistsError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 log = logging.getLogger(__name__)
@@ -113,19 +116,36 @@ def run_adapt(
                             workdir=workdir, force=force, wait=wait, progress=progress)
             others.append(run_align(w2v=other.path, model=model, method=options.align_method, method_options=options.method_options,
                                     seed=options.seed, force=force, wait=wait, progress=progress).path)
-        expand = run_expand(
-            align=align.path,
-            also_align=others,
-            model=model,
-            max_new=options.max_new,
-            min_count=options.min_count_new,
-            seed=options.seed,
-            out=out,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
+        with adapts_own_names():
+            expand = run_expand(
+                align=align.path,
+                also_align=others,
+                model=model,
+                max_new=options.max_new,
+                min_count=options.min_count_new,
+                seed=options.seed,
+                out=out,
+                force=force,
+                wait=wait,
+                progress=progress,
+            )
     return AdaptOutcome(w2v=w2v, align=align, expand=expand)
+
+
+# expand's options as adapt spells them (expand's --min-count is adapt's --min-count-new: the word2vec stage has its own)
+ADAPT_NAMES = {"min_count": "min_count (adapt's --min-count-new)"}
+
+
+@contextlib.contextmanager
+def adapts_own_names() -> Iterator[None]:
+    """A refusal of the expand stage names its options as adapt's command line does."""
+    try:
+        yield
+    except OutputExistsError as error:
+        message = re.sub(r"\b(" + "|".join(ADAPT_NAMES) + r")\b(?= )", lambda m: ADAPT_NAMES[m[1]], error.message)
+        if message == error.message:
+            raise
+        raise OutputExistsError(message, path=error.path, hint=error.hint) from None
 
 
 def check_adapt(
