@@ -117,18 +117,8 @@ def run_adapt(
             others.append(run_align(w2v=other.path, model=model, method=options.align_method, method_options=options.method_options,
                                     seed=options.seed, force=force, wait=wait, progress=progress).path)
         with adapts_own_names():
-            expand = run_expand(
-                align=align.path,
-                also_align=others,
-                model=model,
-                max_new=options.max_new,
-                min_count=options.min_count_new,
-                seed=options.seed,
-                out=out,
-                force=force,
-                wait=wait,
-                progress=progress,
-            )
+            expand = run_expand(align=align.path, also_align=others, model=model, max_new=options.max_new,
+                                min_count=options.min_count_new, seed=options.seed, out=out, force=force, wait=wait, progress=progress)
     return AdaptOutcome(w2v=w2v, align=align, expand=expand)
 
 
