@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from greenadapt.comparison.workers import Job, run_jobs
 
@@ -51,3 +52,40 @@ def test_the_time_left_follows_the_pace_of_the_finished_runs() -> None:
     left.finished()
     left.finished()
     assert left.left() == ""  # all done
+
+
+def test_a_process_tokenizes_the_same_files_once_and_trains_the_same(tmp_path: Path, monkeypatch: Any) -> None:
+    """A worker's second run on the same files and model reuses the first's units (issue 58, item 3: data once per
+    worker); its results are those of a run that tokenized them itself."""
+    import json
+
+    from finetune_helpers import build_tiny_expanded, write_ner_file
+
+    from greenadapt.api import finetune
+    from greenadapt.runners.finetune import units_cache
+    from greenadapt.tasks.ner import NerTask
+
+    model = build_tiny_expanded(tmp_path / "model")
+    train, test = write_ner_file(tmp_path / "train.tsv", 40, seed=1), write_ner_file(tmp_path / "test.tsv", 12, seed=3)
+    calls: list[bool] = []
+    real = NerTask.units
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(bool(kwargs.get("training")))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(NerTask, "units", counting)
+    units_cache.forget()
+    common = {"model": model, "test": test, "max_steps": 3, "batch_size": 8, "device": "cpu", "progress": False}
+    finetune("ner", train, out=tmp_path / "a", seed=1, **common)
+    assert sorted(calls) == [False, True]  # train and test, once each
+    finetune("ner", train, out=tmp_path / "b", seed=2, **common)
+    assert sorted(calls) == [False, True]  # the second run tokenized nothing
+    write_ner_file(tmp_path / "train.tsv", 41, seed=1)  # other examples: tokenized again
+    finetune("ner", train, out=tmp_path / "c", seed=2, **common)
+    assert sorted(calls) == [False, True, True]
+    units_cache.forget()
+    write_ner_file(tmp_path / "train.tsv", 40, seed=1)
+    finetune("ner", train, out=tmp_path / "b-alone", seed=2, **common)
+    cached, alone = (json.loads((tmp_path / name / "metrics.json").read_text())["per_seed"] for name in ("b", "b-alone"))
+    assert cached == alone

@@ -273,9 +273,9 @@ class _Job:
         train_on: str,
         tmp: Path | None,
     ) -> dict[str, Any]:
-        train_units, train_stats = self.task.units(train_file, self.settings, self.tokenizers, training=True)
-        dev_units = self.task.units(dev_file, self.settings, self.tokenizers)[0] if dev_file else None
-        test_units = self.task.units(test_file, self.settings, self.tokenizers)[0] if test_file else None
+        train_units, train_stats = self._units(train_file, training=True)
+        dev_units = self._units(dev_file)[0] if dev_file else None
+        test_units = self._units(test_file)[0] if test_file else None
         if self.gmap is not None:
             from greenadapt.modeling.gmap.wiring import attach_memory
 
@@ -415,6 +415,18 @@ class _Job:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         return metrics, summary
+
+    def _units(self, task_file: TaskFile, *, training: bool = False) -> tuple[list[Unit], dict[str, int]]:
+        """The file's units, tokenized once per process for the same examples, settings and tokenizers."""
+        from greenadapt.runners.finetune.units_cache import cached_units, tokenizer_files, units_key
+
+        def make() -> tuple[list[Unit], dict[str, int]]:
+            return self.task.units(task_file, self.settings, self.tokenizers, training=training)
+
+        if self.gmap is not None:  # G-MAP attaches the general model's input to the units: never shared
+            return make()
+        key = units_key(self.task.name, task_file.examples, self.settings.to_json(), tokenizer_files(self.ref.path), training)
+        return cached_units(key, make)
 
     def _score_splits(
         self, model: Any, splits: Sequence[tuple[str, tuple[TaskFile | None, list[Unit] | None]]], warnings: list[str], folder: Path | None
