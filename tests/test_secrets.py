@@ -133,4 +133,5 @@ def test_any_logger_scrubs_url_secrets(caplog: pytest.LogCaptureFixture) -> None
         logging.getLogger("botocore.endpoint").warning("signed with %s and %s for %s", SIGNATURE, TOKEN, USER)
         logging.getLogger("secrets_test").warning("X-Amz-Expires=600 stays: not a secret")
     assert not [s for s in SECRETS[:4] if s in caplog.text], caplog.text
-    assert caplog.text.count("***") >= 5 and "X-Amz-Expires=600 stays" in caplog.text
+    # greenadapt's scrubber writes ***; a library that redacts first (mlflow, once imported, writes [REDACTED]) is as good
+    assert caplog.text.count("***") + caplog.text.count("[REDACTED]") >= 5 and "X-Amz-Expires=600 stays" in caplog.text

@@ -3,6 +3,7 @@ read back with those libraries, hold what train_log.jsonl and metrics.json hold.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ from finetune_helpers import build_tiny_expanded, write_ner_file
 
 from greenadapt.errors import UsageError
 
-pytest.importorskip("tensorboard")
-pytest.importorskip("mlflow")
+# Not importorskip: importing mlflow installs its own log redaction in the whole test process (at collection time,
+# for every other test); the libraries are imported only by the tests that use them.
+pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(name) is None for name in ("tensorboard", "mlflow")),
+                                reason="the trackers extra (tensorboard, mlflow-skinny) is not installed")
 
 
 @pytest.fixture(scope="module")
