@@ -24,7 +24,6 @@ from typing import Any, Protocol
 from greenadapt.errors import UsageError
 
 REPORT_TO = ("tensorboard", "mlflow")
-_PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow"}
 # The scalars of a step record, as tracked: train/<name>
 STEP_FIELDS = ("loss", "lr", "grad_norm", "domain_units", "units", "wordpieces")
 DEFAULT_EXPERIMENT = "greenadapt"
@@ -45,7 +44,7 @@ def check_report_to(names: Iterable[str]) -> tuple[str, ...]:
     for name in chosen:
         if name not in REPORT_TO:
             raise UsageError(f"unknown --report-to {name!r}", hint=f"choose from {', '.join(REPORT_TO)}")
-        if importlib.util.find_spec(_PACKAGES[name]) is None:
+        if importlib.util.find_spec(name) is None:  # each tracker's package is named as the tracker
             raise UsageError(f"--report-to {name} needs the {name} package, which is not installed",
                              hint=f"pip install {'mlflow-skinny' if name == 'mlflow' else name} (or greenadapt's trackers extra)")
     return chosen

@@ -273,9 +273,12 @@ class _Job:
         train_on: str,
         tmp: Path | None,
     ) -> dict[str, Any]:
-        train_units, train_stats = self._units(train_file, training=True)
-        dev_units = self._units(dev_file)[0] if dev_file else None
-        test_units = self._units(test_file)[0] if test_file else None
+        from greenadapt.runners.finetune.units_cache import tokenizer_files
+
+        tokenizers_on_disk = tokenizer_files(self.ref.path)  # once per run: a walk of the model folder
+        train_units, train_stats = self._units(train_file, tokenizers_on_disk, training=True)
+        dev_units = self._units(dev_file, tokenizers_on_disk)[0] if dev_file else None
+        test_units = self._units(test_file, tokenizers_on_disk)[0] if test_file else None
         if self.gmap is not None:
             from greenadapt.modeling.gmap.wiring import attach_memory
 
@@ -416,16 +419,17 @@ class _Job:
             torch.cuda.empty_cache()
         return metrics, summary
 
-    def _units(self, task_file: TaskFile, *, training: bool = False) -> tuple[list[Unit], dict[str, int]]:
+    def _units(self, task_file: TaskFile, tokenizers_on_disk: list[tuple[str, int, int]], *,
+               training: bool = False) -> tuple[list[Unit], dict[str, int]]:
         """The file's units, tokenized once per process for the same examples, settings and tokenizers."""
-        from greenadapt.runners.finetune.units_cache import cached_units, tokenizer_files, units_key
+        from greenadapt.runners.finetune.units_cache import cached_units, units_key
 
         def make() -> tuple[list[Unit], dict[str, int]]:
             return self.task.units(task_file, self.settings, self.tokenizers, training=training)
 
         if self.gmap is not None:  # G-MAP attaches the general model's input to the units: never shared
             return make()
-        key = units_key(self.task.name, task_file.examples, self.settings.to_json(), tokenizer_files(self.ref.path), training)
+        key = units_key(self.task.name, task_file.examples, self.settings.to_json(), tokenizers_on_disk, training)
         return cached_units(key, make)
 
     def _score_splits(
