@@ -27,6 +27,7 @@ REPORT_TO = ("tensorboard", "mlflow")
 # The scalars of a step record, as tracked: train/<name>
 STEP_FIELDS = ("loss", "lr", "grad_norm", "domain_units", "units", "wordpieces")
 DEFAULT_EXPERIMENT = "greenadapt"
+MLFLOW_BATCH = 900  # metrics per store write (MLflow's limit is 1,000)
 
 
 class Tracker(Protocol):
@@ -143,6 +144,7 @@ class MlflowTracker:
             experiment = self.client.get_experiment_by_name(experiment_name)
             experiment_id = experiment.experiment_id if experiment is not None else self.client.create_experiment(experiment_name)
             self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags={"greenadapt": "finetune"}).info.run_id
+            self.pending: list[Any] = []
         except MlflowException as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise UsageError(f"--report-to mlflow: {first}", hint="set $MLFLOW_TRACKING_URI to a store MLflow can write, "
@@ -156,25 +158,38 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, params=pairs[start : start + 100])
 
     def record(self, record: Mapping[str, Any]) -> None:
+        """Buffered: one store write per :data:`MLFLOW_BATCH` metrics, not one per training step (a step of a small
+        model on a GPU is milliseconds; a write to the store is not)."""
+        from mlflow.entities import Metric
+
         step = record.get("step")
         if not isinstance(step, int):
             return
         if record.get("event") == "dev" and isinstance(record.get("score"), int | float):
-            self.client.log_metric(self.run_id, "dev/score", float(record["score"]), step=step)
+            self.pending.append(Metric("dev/score", float(record["score"]), _now_ms(), step))
         elif "loss" in record:
-            from mlflow.entities import Metric
-
             timestamp = _now_ms()
-            metrics = [Metric(f"train/{name}", float(record[name]), timestamp, step) for name in STEP_FIELDS
-                       if isinstance(record.get(name), int | float)]
-            self.client.log_batch(self.run_id, metrics=metrics)
+            self.pending += [Metric(f"train/{name}", float(record[name]), timestamp, step) for name in STEP_FIELDS
+                             if isinstance(record.get(name), int | float)]
+        if len(self.pending) >= MLFLOW_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        while self.pending:  # MLflow takes at most 1,000 metrics a call
+            batch, self.pending = self.pending[:MLFLOW_BATCH], self.pending[MLFLOW_BATCH:]
+            self.client.log_batch(self.run_id, metrics=batch)
 
     def metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
-        for name, value in values.items():
-            self.client.log_metric(self.run_id, name, float(value), step=step or 0)
+        from mlflow.entities import Metric
+
+        self.pending += [Metric(name, float(value), _now_ms(), step or 0) for name, value in values.items()]
+        self.flush()
 
     def close(self, *, finished: bool) -> None:
-        self.client.set_terminated(self.run_id, status="FINISHED" if finished else "FAILED")
+        try:
+            self.flush()
+        finally:
+            self.client.set_terminated(self.run_id, status="FINISHED" if finished else "FAILED")
 
 
 def _now_ms() -> int:
