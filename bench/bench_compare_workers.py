@@ -44,7 +44,7 @@ def first_sentences(source: Path, target: Path, sentences: int) -> Path:
     return target
 
 
-def run_compare(code: Path, args: argparse.Namespace, files: dict[str, Path], out: Path) -> tuple[float, dict[str, object]]:
+def compare_runs(code: Path, args: argparse.Namespace, files: dict[str, Path], out: Path) -> tuple[float, dict[str, object]]:
     # fp32 on both sides: the code before this change had no bf16 default on a CPU
     env = dict(os.environ, PYTHONPATH=str(code), GREENADAPT_CPU_AUTO_PRECISION="fp32")
     command = [sys.executable, "-m", "greenadapt", "compare", "--task", "ner", "--train", str(files["train"]), "--test", str(files["test"]),
@@ -83,7 +83,7 @@ def main() -> None:
     try:
         for repeat in range(args.repeats):
             for name, code in (("process per run", args.old), ("workers", args.new)):
-                seconds, scores[name] = run_compare(code, args, files, work / f"{name.replace(' ', '-')}-{repeat}")
+                seconds, scores[name] = compare_runs(code, args, files, work / f"{name.replace(' ', '-')}-{repeat}")
                 times[name].append(seconds)
                 print(f"repeat {repeat + 1}: {name}: {seconds:.1f} s", file=sys.stderr, flush=True)
     finally:

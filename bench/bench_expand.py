@@ -10,8 +10,8 @@
    so load from other processes affects all alike.
 2. **align + expand at scale**: a synthetic word2vec output of dimension 384
    on MiniLM (the vocabulary's whole words as a noisy linear image of their
-   embeddings, plus N new words with random vectors), then ``run_align`` and
-   ``run_expand`` in one fresh child process per N, as ``greenadapt adapt``
+   embeddings, plus N new words with random vectors), then ``align_stage`` and
+   ``expand_stage`` in one fresh child process per N, as ``greenadapt adapt``
    runs them: each stage's wall time, the child's peak RSS (VmHWM) against
    the size of the model it wrote, and a hash of the written weights (equal
    across revisions: the same output). ``--library`` times another checkout.
@@ -160,8 +160,8 @@ import contextlib
 # before them has loaded them already, so they are timed here as imports, not as align's work.
 import torch, safetensors.torch
 from transformers import AutoTokenizer
-from greenadapt.adaptation.align import run_align
-from greenadapt.adaptation.expand import run_expand
+from greenadapt.adaptation.align import align_stage
+from greenadapt.adaptation.expand import expand_stage
 try:  # what adapt wraps the two stages in (align's whole read of the vectors serves expand too)
     from greenadapt.adaptation.vectors import keep_whole_reads
 except ImportError:  # a revision from before it
@@ -169,10 +169,10 @@ except ImportError:  # a revision from before it
 imports = time.perf_counter() - start
 with keep_whole_reads():
     start = time.perf_counter()
-    aligned = run_align(w2v=Path(sys.argv[1]), out=Path(sys.argv[2]))
+    aligned = align_stage(w2v=Path(sys.argv[1]), out=Path(sys.argv[2]))
     align_s = time.perf_counter() - start
     start = time.perf_counter()
-    outcome = run_expand(align=aligned.path, out=Path(sys.argv[3]), min_count=1)  # every synthetic word: the size is the point
+    outcome = expand_stage(align=aligned.path, out=Path(sys.argv[3]), min_count=1)  # every synthetic word: the size is the point
     expand_s = time.perf_counter() - start
 hwm_kib = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))
 print(json.dumps({"imports_s": imports, "align_s": align_s, "expand_s": expand_s, "peak_rss_mib": hwm_kib / 1024,

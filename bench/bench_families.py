@@ -11,7 +11,7 @@ for MiniLM:
    pseudo-words up to each ``--sizes`` entry; build and ``AutoTokenizer`` load time; alternated
    ``--repeats`` times, median reported; the share of sentences T̂ tokenizes differently.
 2. **align + expand**: a synthetic word2vec output (the vocabulary's whole words as a noisy linear image of
-   their embeddings, plus N new words), then ``run_align`` and ``run_expand`` in one fresh child process
+   their embeddings, plus N new words), then ``align_stage`` and ``expand_stage`` in one fresh child process
    per N: wall time and peak memory.
 
     python bench/bench_families.py --family bpe                 # ~10 min on 2 cores

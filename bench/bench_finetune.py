@@ -90,11 +90,11 @@ def make_expanded(base: Path, words: list[list[str]], n_new: int, folder: Path) 
 
 def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, device: str,
                    precision: str = "auto") -> dict[str, float]:
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     training = TrainConfig(mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5, precision=precision)
-    run_finetune(FinetuneOptions(task="ner", train=data, model=str(model), out=out, training=training, device=device, force=True))
+    finetune_stage(FinetuneOptions(task="ner", train=data, model=str(model), out=out, training=training, device=device, force=True))
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     log = [r for r in log if "event" not in r]
     seconds = (log[-1]["seconds"] - log[skip - 1]["seconds"]) / (len(log) - skip)

@@ -3,7 +3,7 @@
 Domain model: an expanded MiniLM (a `greenadapt adapt`/`expand` output
 folder, T̂ + T_LM); general model: the MiniLM it was expanded from (the
 default: read from the expand manifest). Both parts call the same library
-function as `greenadapt finetune` (``run_finetune``) in this process.
+function as `greenadapt finetune` (``finetune_stage``) in this process.
 
 (a) ``step``: finetune's own optimizer step (the training runtime's ``Trainer.step`` on ``FinetuneTask``: collate,
 forward, loss, backward, AdamW, the row-wise added embeddings) on the same
@@ -66,7 +66,7 @@ def subset(source: Path, n: int, seed: int, folder: Path, labels: set[str] | Non
 
 def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path, *, gmap: str, seeds: list[int], **training: Any) -> dict[str, Any]:
     from greenadapt.modeling.gmap.options import GmapOptions
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     options = FinetuneOptions(
@@ -85,7 +85,7 @@ def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path
         gmap=GmapOptions(strategy=gmap, general_model=args.general),
     )
     started = time.perf_counter()
-    outcome = run_finetune(options)
+    outcome = finetune_stage(options)
     manifest = outcome.manifest
     manifest["_wall_seconds"] = time.perf_counter() - started
     return manifest

@@ -79,14 +79,14 @@ def prepare(root: Path, train_limit: int, dev_limit: int, seed: int) -> list[dic
 
 def run_separate(model: Path, tasks: list[dict], out: Path, args: argparse.Namespace) -> dict:
     from greenadapt.data.task_files import ReaderOptions
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     scores, params, started = {}, 0, time.perf_counter()
     for task in tasks:
         reader = ReaderOptions(**{k: task[k] for k in ("text_field", "label_field", "header") if k in task})
         training = TrainConfig(mix=0.0, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, seed=args.seed)
-        outcome = run_finetune(FinetuneOptions(
+        outcome = finetune_stage(FinetuneOptions(
             task=task["type"], train=task["train"], dev=task["dev"], model=str(model), out=out / task["name"],
             reader=reader, training=training, metric=task["metric"], positive_label=task.get("positive_label"),
             max_length=args.max_length, device="cpu", force=True,
@@ -99,7 +99,7 @@ def run_separate(model: Path, tasks: list[dict], out: Path, args: argparse.Names
 def run_multi(model: Path, tasks: list[dict], out: Path, adapter: str, args: argparse.Namespace) -> dict:
     from greenadapt.data.task_files import ReaderOptions
     from greenadapt.modeling.pals.config import PalsConfig
-    from greenadapt.runners.multitask.run import MultitaskOptions, run_multitask
+    from greenadapt.runners.multitask.run import MultitaskOptions, multitask_stage
     from greenadapt.runners.multitask.spec import TaskSpec
     from greenadapt.training.finetuning import TrainConfig
 
@@ -110,7 +110,7 @@ def run_multi(model: Path, tasks: list[dict], out: Path, adapter: str, args: arg
         for t in tasks
     ]
     started = time.perf_counter()
-    outcome = run_multitask(MultitaskOptions(
+    outcome = multitask_stage(MultitaskOptions(
         tasks=specs, model=str(model), out=out, pals=PalsConfig(adapter=adapter, size=args.pal_size, heads=args.pal_heads),
         training=TrainConfig(mix=0.0, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, seed=args.seed),
         sampling=args.sampling, freeze_base=args.freeze_base, max_length=args.max_length, device="cpu", force=True,

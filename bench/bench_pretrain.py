@@ -326,7 +326,7 @@ def render_points(result: dict[str, object]) -> str:
 
 
 def heldout(args: argparse.Namespace) -> dict[str, object]:
-    from greenadapt.runners.pretrain.run import PretrainOptions, run_pretrain
+    from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
     from greenadapt.runners.pretrain.train import PretrainConfig
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -350,7 +350,7 @@ def heldout(args: argparse.Namespace) -> dict[str, object]:
             workers=2,
         )
         started = time.perf_counter()
-        outcome = run_pretrain(options)
+        outcome = pretrain_stage(options)
         wall = time.perf_counter() - started
     stats, cost = outcome.manifest["stats"], outcome.manifest["cost"]
     return {

@@ -3,10 +3,10 @@
 One run measures, on the same model and the same first ``--limit`` Covid-QA
 questions (whole papers as contexts):
 
-1. ``run_qa(pool="general")`` vs the transformers QA pipeline at the same
+1. ``qa_stage(pool="general")`` vs the transformers QA pipeline at the same
    maximum length and the same window stride: throughput ratio and how the
    two sets of answers agree;
-2. ``run_qa(pool="mean")`` vs ``run_qa(pool="general")`` wall time (goal ≤ 2.1×).
+2. ``qa_stage(pool="mean")`` vs ``qa_stage(pool="general")`` wall time (goal ≤ 2.1×).
 
 No SQuAD-trained model is available offline, so the model is
 all-MiniLM-L6-v2 with a freshly initialised QA head (fixed seed): answers
@@ -169,13 +169,13 @@ def build_qa_model(folder: Path) -> Path:
 
 def build_expanded(qa_model: Path, papers: list[str], work: Path) -> tuple[Path, dict[str, Any]]:
     """w2v → align → expand on the Covid-QA papers, applied to the QA model (its head survives)."""
-    from greenadapt.adaptation.pipeline import AdaptOptions, run_adapt
+    from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
     from greenadapt.adaptation.w2v import W2VOptions
 
     corpus = work / "covid-papers.txt"
     corpus.write_text("\n".join(line for paper in papers for line in paper.splitlines() if line.strip()) + "\n", encoding="utf-8")
     began = time.perf_counter()
-    outcome = run_adapt(
+    outcome = adapt_stages(
         [str(corpus)],
         model=str(qa_model),
         options=AdaptOptions(w2v=W2VOptions(epochs=5, min_count=3, seed=1), seed=1),
@@ -203,11 +203,11 @@ class Timer:
 
 
 def run_ours(model: Path, data: Path, out: Path, pool: str, args: argparse.Namespace) -> tuple[Timer, dict[str, Any], dict[str, str]]:
-    from greenadapt.runners.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, qa_stage
 
     options = QaOptions(pool=pool, max_length=args.max_length, batch_size=args.batch_size, limit=args.limit, device="cpu")
     with Timer() as timer:
-        outcome = run_qa(str(model), data, out, options=options, force=True)
+        outcome = qa_stage(str(model), data, out, options=options, force=True)
     predictions = json.loads((outcome.path / "predictions.json").read_text(encoding="utf-8"))
     nbest = json.loads((outcome.path / "nbest.json").read_text(encoding="utf-8"))
     spans = {qid: [(a["start"], a["end"]) for a in answers] or [(0, 0)] for qid, answers in nbest.items()}
@@ -272,7 +272,7 @@ def length_curve(args: argparse.Namespace, work: Path) -> None:
     """
     from transformers import AutoTokenizer
 
-    from greenadapt.runners.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, qa_stage
 
     squad = json.loads(COVID_QA.read_text(encoding="utf-8"))
     papers = [p["context"] for doc in squad["data"] for p in doc["paragraphs"]]
@@ -297,7 +297,7 @@ def length_curve(args: argparse.Namespace, work: Path) -> None:
         data.write_text(json.dumps({"data": [{"title": f"{length}", "paragraphs": [{"context": context, "qas": qas}]}]}), encoding="utf-8")
         options = QaOptions(pool="general", max_length=args.max_length, batch_size=args.batch_size, device="cpu")
         with Timer() as ours:
-            outcome = run_qa(str(qa_model), data, work / f"out-{length}", options=options, force=True)
+            outcome = qa_stage(str(qa_model), data, work / f"out-{length}", options=options, force=True)
         theirs, _ = run_pipeline(qa_model, [(q["id"], q["question"], context) for q in qas], args.max_length, tokenizer_dir=qa_model)
         row = {"wordpieces": length, "questions": len(qas), "windows": outcome.manifest["stats"]["windows"],
                "greenadapt_s": round(ours.wall, 2), "pipeline_s": round(theirs.wall, 2),

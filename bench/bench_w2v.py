@@ -4,7 +4,7 @@ In one run, on the same machine and with identical word2vec options
 (CBOW, negative sampling, dim 384, 5 epochs, min_count 5, 2 workers by
 default):
 
-(a) ``greenadapt.adaptation.w2v.run_w2v`` end to end with a fresh workspace and
+(a) ``greenadapt.adaptation.w2v.w2v_stage`` end to end with a fresh workspace and
     pre-tokenization cache: model/tokenizer loading, reading and
     decompressing the corpus, pre-tokenization with the model's
     normalizer, vocabulary, training, writing vectors.bin/counts.tsv and
@@ -72,10 +72,10 @@ def main() -> None:
 
     # (a) greenadapt end to end
     started = time.perf_counter()
-    from greenadapt.adaptation.w2v import W2VOptions, run_w2v
+    from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
 
     options = W2VOptions(dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers, seed=args.seed)
-    outcome = run_w2v([str(args.corpus)], model=args.model, options=options, workdir=work)
+    outcome = w2v_stage([str(args.corpus)], model=args.model, options=options, workdir=work)
     a_seconds = time.perf_counter() - started
     stats = outcome.manifest["stats"]
     pretokenized = Path(stats["pretok_cache"]) / "corpus.txt"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import string
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,18 @@ def _offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     # codecarbon's hardware probe costs ~2 s a stage; tests/test_energy.py turns it on where it is the subject.
     monkeypatch.setenv("GREENADAPT_CODECARBON", "0")
 
+
+
+@pytest.fixture(autouse=True)
+def _no_log_handler_outlives_its_test() -> Iterator[None]:
+    """A CLI test's log handler writes to that test's captured stderr: gone with it, so no later test depends on the order."""
+    import logging
+
+    yield
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "_greenadapt", False)]:
+        root.removeHandler(handler)
+    logging.getLogger("greenadapt").setLevel(logging.NOTSET)
 
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:

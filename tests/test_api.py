@@ -300,7 +300,7 @@ def test_classifier_predict_equals_predict_and_the_pipeline(tmp_path: Path) -> N
 
 
 def test_qa_answer_equals_greenadapt_qa(tmp_path: Path) -> None:
-    from greenadapt.runners.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, qa_stage
     from greenadapt.runners.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
 
     context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
@@ -310,7 +310,7 @@ def test_qa_answer_equals_greenadapt_qa(tmp_path: Path) -> None:
     )
     options = QaTrainOptions(max_length=32, doc_stride=8, training=replace(QA_TRAINING, batch_size=4, lr=3e-3, max_steps=30, seed=3))
     trained = run_finetune_qa(str(build_tiny_expanded_qa(tmp_path / "model")), data, tmp_path / "ft", options=options)
-    answered = run_qa(str(trained.path), data, tmp_path / "qa", options=QaOptions(max_length=32, device="cpu"))
+    answered = qa_stage(str(trained.path), data, tmp_path / "qa", options=QaOptions(max_length=32, device="cpu"))
     expected = json.loads((answered.path / "predictions.json").read_text())
     model = greenadapt.load(trained.path, device="cpu", max_length=32)  # the windows `greenadapt qa --max-length 32` used
     for qid, question in (("q1", "What was high?"), ("q2", "What was the main treatment?")):

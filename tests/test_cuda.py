@@ -109,7 +109,7 @@ def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str
     import signal
 
     from greenadapt.progress import NullProgress
-    from greenadapt.runners.pretrain.run import PretrainOptions, run_pretrain
+    from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
     from greenadapt.runners.pretrain.train import PretrainConfig
     from greenadapt.training.checkpoint import Preempted
 
@@ -128,10 +128,10 @@ def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str
         return PretrainOptions(corpus=[str(files["corpus"])], model=str(files["expanded"]), out=out, workdir=tmp_path / "w",
                                training=training, max_length=24, heldout=8, workers=1, device=DEVICE, save_every=4, **more)
 
-    reference = _floats(run_pretrain(options(tmp_path / "reference")).path)
+    reference = _floats(pretrain_stage(options(tmp_path / "reference")).path)
     with pytest.raises(Preempted):
-        run_pretrain(options(tmp_path / "run"), AtStep())
-    resumed = _floats(run_pretrain(options(tmp_path / "run", resume=True)).path)
+        pretrain_stage(options(tmp_path / "run"), AtStep())
+    resumed = _floats(pretrain_stage(options(tmp_path / "run", resume=True)).path)
     # GPU kernels are not bit-reproducible run to run; a resume that lost state (optimizer, scaler, order)
     # lands far outside reduced-precision noise.
     for key, value in reference.items():
@@ -139,11 +139,11 @@ def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str
 
 
 def test_qa_inference_on_the_gpu_equals_the_cpu(files: dict[str, Path], tmp_path: Path) -> None:
-    from greenadapt.runners.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, qa_stage
 
     answers = {}
     for device in ("cpu", DEVICE):
-        outcome = run_qa(str(files["qa_model"]), files["squad"], tmp_path / device, options=QaOptions(max_length=48, n_best=5, device=device))
+        outcome = qa_stage(str(files["qa_model"]), files["squad"], tmp_path / device, options=QaOptions(max_length=48, n_best=5, device=device))
         answers[device] = json.loads((outcome.path / "nbest.json").read_text())
     assert answers["cpu"].keys() == answers[DEVICE].keys()
     for qid, cpu_best in answers["cpu"].items():

@@ -48,7 +48,7 @@ def _corpus(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[str, Path]:
-    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.align import align_stage
 
     root = tmp_path_factory.mktemp("safety")
     w2v, _ = linear_w2v(root / "w2v", tiny_bert, noise=0.01)
@@ -60,7 +60,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[st
     return {
         "model": tiny_bert,
         "w2v": w2v,
-        "align": run_align(w2v=w2v, out=root / "align").path,
+        "align": align_stage(w2v=w2v, out=root / "align").path,
         "corpus": _corpus(root / "corpus.txt"),
         "expanded": expanded,
         "ner": write_ner_file(root / "train.tsv", 24, seed=1),
@@ -229,8 +229,8 @@ def test_one_default_seed_lets_the_documented_flow_reuse_each_stage(inputs: dict
 def test_every_command_defaults_to_the_same_seed() -> None:
     import inspect
 
-    from greenadapt.adaptation.align import run_align
-    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.align import align_stage
+    from greenadapt.adaptation.expand import expand_stage
     from greenadapt.adaptation.pipeline import AdaptOptions
     from greenadapt.adaptation.w2v import W2VOptions
     from greenadapt.cli import _register, app
@@ -250,7 +250,7 @@ def test_every_command_defaults_to_the_same_seed() -> None:
     assert set(seeds.values()) == {DEFAULT_SEED}, seeds
     assert W2VOptions().seed == AdaptOptions().seed == DEFAULT_SEED
     assert FinetuneOptions.__dataclass_fields__["seeds"].default_factory() == [DEFAULT_SEED]  # type: ignore[misc]
-    for function in (run_align, run_expand):
+    for function in (align_stage, expand_stage):
         assert inspect.signature(function).parameters["seed"].default == DEFAULT_SEED
 
 

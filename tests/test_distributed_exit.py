@@ -168,18 +168,18 @@ RUN_SCRIPT = textwrap.dedent(
 
     kind, model, data, out = sys.argv[1:5]
     if kind == "pretrain":
-        from greenadapt.runners.pretrain.run import PretrainOptions, run_pretrain
+        from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
         from greenadapt.runners.pretrain.train import PretrainConfig
 
-        run_pretrain(PretrainOptions(
+        pretrain_stage(PretrainOptions(
             corpus=[data], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4, workers=1,
             device="cpu", training=PretrainConfig(batch_size=8, max_steps=6, lr=3e-3, seed=5), save_every=3,
         ))
     else:
-        from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+        from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
         from greenadapt.training.finetuning import TrainConfig
 
-        run_finetune(FinetuneOptions(
+        finetune_stage(FinetuneOptions(
             task="ner", train=Path(data), model=model, out=Path(out), device="cpu", seeds=[5],
             training=TrainConfig(batch_size=8, lr=3e-3, epochs=1, max_steps=6), save_every=3,
         ))

@@ -104,7 +104,7 @@ def test_the_options_are_checked_before_training() -> None:
 def test_finetune_with_eval_every_and_early_stopping(tmp_path: Path) -> None:
     from finetune_helpers import build_tiny_expanded, write_ner_file
 
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     model = build_tiny_expanded(tmp_path / "model")
@@ -114,7 +114,7 @@ def test_finetune_with_eval_every_and_early_stopping(tmp_path: Path) -> None:
         return FinetuneOptions(task="ner", train=train, dev=dev, model=str(model), out=tmp_path / out, device="cpu",
                                training=TrainConfig(batch_size=8, lr=3e-3, epochs=3, **training))
 
-    outcome = run_finetune(options("r", eval_every=2, early_stopping=2))
+    outcome = finetune_stage(options("r", eval_every=2, early_stopping=2))
     summary = outcome.manifest["stats"]["training"]["42"]
     history = summary["dev_history"]
     assert history and all(h["step"] % 2 == 0 or h["step"] % 5 == 0 for h in history)
@@ -124,6 +124,6 @@ def test_finetune_with_eval_every_and_early_stopping(tmp_path: Path) -> None:
     log = [json.loads(line) for line in (outcome.path / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if r.get("event") == "dev"] == [h["step"] for h in history]
     with pytest.raises(UsageError, match="needs --dev"):
-        run_finetune(FinetuneOptions(task="ner", train=train, model=str(model), out=tmp_path / "x", device="cpu",
+        finetune_stage(FinetuneOptions(task="ner", train=train, model=str(model), out=tmp_path / "x", device="cpu",
                                      training=TrainConfig(batch_size=8, early_stopping=2)))
     assert not (tmp_path / "x").exists()

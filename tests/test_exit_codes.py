@@ -75,7 +75,7 @@ def test_a_missing_or_foreign_model_folder_is_exit_3_everywhere(command: str, ki
     ("args", "says"),
     [
         (["w2v", "-c", "x", "--epochs", "0"], "Invalid value for '--epochs'"),
-        (["w2v"], "Missing option '--corpus'"),
+        (["w2v"], "--corpus is required"),
         (["nonsense"], "No such command 'nonsense'"),
         (["adapt", "--country", "DE", "-c", "x"], "--country is an option of greenadapt itself, not of adapt: put it before the command"),
     ],

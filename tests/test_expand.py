@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from w2v_fixtures import DOMAIN_WORDS, linear_w2v, write_w2v_folder
 
-from greenadapt.adaptation.align import run_align
-from greenadapt.adaptation.expand import run_expand
+from greenadapt.adaptation.align import align_stage
+from greenadapt.adaptation.expand import expand_stage
 from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.artifacts.workspace import corpus_key
@@ -46,8 +46,8 @@ def _new_words(folder: Path) -> list[tuple[str, int, int]]:
 def pipeline(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("expand")
     w2v, _ = linear_w2v(root / "w2v", tiny_bert, noise=0.01)
-    aligned = run_align(w2v=w2v)
-    expanded = run_expand(align=aligned.path)
+    aligned = align_stage(w2v=w2v)
+    expanded = expand_stage(align=aligned.path)
     return {"model": tiny_bert, "w2v": w2v, "align": aligned.path, "expand": expanded.path}
 
 
@@ -92,13 +92,13 @@ def test_inside_adapt_the_vectors_are_parsed_once_and_the_model_is_the_same(
     import greenadapt.adaptation.vectors as vectors_module
     from greenadapt.adaptation.vectors import keep_whole_reads
 
-    alone = run_expand(align=run_align(w2v=pipeline["w2v"], method=method, out=tmp_path / "a1").path, out=tmp_path / "e1")
+    alone = expand_stage(align=align_stage(w2v=pipeline["w2v"], method=method, out=tmp_path / "a1").path, out=tmp_path / "e1")
     parses: list[object] = []
     real = vectors_module.read_word2vec_binary
     monkeypatch.setattr(vectors_module, "read_word2vec_binary", lambda *a, **k: parses.append(k.get("rows")) or real(*a, **k))
     with keep_whole_reads():
-        aligned = run_align(w2v=pipeline["w2v"], method=method, out=tmp_path / "a2")
-        together = run_expand(align=aligned.path, out=tmp_path / "e2")
+        aligned = align_stage(w2v=pipeline["w2v"], method=method, out=tmp_path / "a2")
+        together = expand_stage(align=aligned.path, out=tmp_path / "e2")
     assert parses == [None]  # align's whole read; expand took its rows from it
     weights = (alone.path / "model.safetensors").read_bytes()
     assert weights == (together.path / "model.safetensors").read_bytes()
@@ -267,25 +267,25 @@ def test_max_new_and_min_count_order_and_exclusions(tiny_bert: Path, tmp_path: P
         "rare": 1,
     }
     w2v = _custom_w2v(tmp_path, tiny_bert, extra)
-    aligned = run_align(w2v=w2v)
-    all_new = run_expand(align=aligned.path, out=tmp_path / "all", min_count=1)  # the paper's setting: every word
+    aligned = align_stage(w2v=w2v)
+    all_new = expand_stage(align=aligned.path, out=tmp_path / "all", min_count=1)  # the paper's setting: every word
     stats = all_new.manifest["stats"]
     assert stats["excluded"] == {"below_min_count": 0, "too_long": 1, "unreachable": 3}
     names = [w for w, _, _ in _new_words(all_new.path)]
     # Counts 100, 99, … 91 for the domain words, then 9, 3, 3 (a tie, broken by the word) and 1.
     assert names == DOMAIN_WORDS + ["omega", "alpha", "zeta", "rare"]
 
-    capped = run_expand(align=aligned.path, out=tmp_path / "capped", max_new=4, min_count=3)
+    capped = expand_stage(align=aligned.path, out=tmp_path / "capped", max_new=4, min_count=3)
     assert [w for w, _, _ in _new_words(capped.path)] == names[:4]
     assert capped.manifest["stats"]["n_new"] == 4
     assert _tensors(capped.path)[EMBEDDING].shape[0] == V + 4
-    only_frequent = run_expand(align=aligned.path, out=tmp_path / "frequent", min_count=4)
+    only_frequent = expand_stage(align=aligned.path, out=tmp_path / "frequent", min_count=4)
     kept = [w for w, _, c in _new_words(only_frequent.path)]
     assert "alpha" not in kept and "rare" not in kept and "omega" in kept
     assert only_frequent.manifest["stats"]["excluded"]["below_min_count"] == 3
 
     # The default keeps words seen at least 20 times (issue 38's verdict), and the card says how to get the paper's choice.
-    default = run_expand(align=aligned.path, out=tmp_path / "default")
+    default = expand_stage(align=aligned.path, out=tmp_path / "default")
     assert [w for w, _, _ in _new_words(default.path)] == DOMAIN_WORDS
     assert default.manifest["stats"]["excluded"]["below_min_count"] == 4
     assert default.manifest["stats"]["selection"] == {"min_count": 20, "max_new": None}
@@ -294,10 +294,10 @@ def test_max_new_and_min_count_order_and_exclusions(tiny_bert: Path, tmp_path: P
 
 
 def test_random_ablation_is_seeded(pipeline: dict[str, Path], tmp_path: Path) -> None:
-    aligned = run_align(w2v=pipeline["w2v"], method="random", out=tmp_path / "align")
-    a = run_expand(align=aligned.path, seed=1, out=tmp_path / "a")
-    b = run_expand(align=aligned.path, seed=1, out=tmp_path / "b")
-    c = run_expand(align=aligned.path, seed=2, out=tmp_path / "c")
+    aligned = align_stage(w2v=pipeline["w2v"], method="random", out=tmp_path / "align")
+    a = expand_stage(align=aligned.path, seed=1, out=tmp_path / "a")
+    b = expand_stage(align=aligned.path, seed=1, out=tmp_path / "b")
+    c = expand_stage(align=aligned.path, seed=2, out=tmp_path / "c")
     assert (a.path / "model.safetensors").read_bytes() == (b.path / "model.safetensors").read_bytes()
     ta, tc = _tensors(a.path)[EMBEDDING], _tensors(c.path)[EMBEDDING]
     assert torch.equal(ta[:V], tc[:V]) and not torch.equal(ta[V:], tc[V:])
@@ -313,8 +313,8 @@ def test_qa_head_is_preserved(tmp_path: Path) -> None:
     from transformers import AutoModelForQuestionAnswering
 
     model = build_tiny_bert(tmp_path / "qa", head="qa")
-    aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", model)[0])
-    expanded = run_expand(align=aligned.path)
+    aligned = align_stage(w2v=linear_w2v(tmp_path / "w2v", model)[0])
+    expanded = expand_stage(align=aligned.path)
     qa, info = AutoModelForQuestionAnswering.from_pretrained(expanded.path, output_loading_info=True)
     assert not info["missing_keys"] and not info["mismatched_keys"]
     before = _tensors(model)
@@ -330,9 +330,9 @@ def test_bin_checkpoint_with_separately_stored_decoder(tmp_path: Path) -> None:
     assert "cls.predictions.decoder.weight" in state
     (folder / "model.safetensors").unlink()
     torch.save(state, folder / "pytorch_model.bin")
-    aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
+    aligned = align_stage(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
     assert "torch" in aligned.manifest["libraries"] and "transformers" not in aligned.manifest["libraries"]
-    expanded = run_expand(align=aligned.path)
+    expanded = expand_stage(align=aligned.path)
     after = _tensors(expanded.path)
     assert "cls.predictions.decoder.weight" in expanded.manifest["stats"]["extended_tensors"]
     assert torch.equal(after["cls.predictions.decoder.weight"], after[EMBEDDING])
@@ -353,8 +353,8 @@ def test_embedding_rows_beyond_the_tokenizer(tmp_path: Path) -> None:
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "vocab_size": V + 7}))
-    aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
-    expanded = run_expand(align=aligned.path)
+    aligned = align_stage(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
+    expanded = expand_stage(align=aligned.path)
     assert expanded.manifest["stats"]["first_new_id"] == V + 7
     from transformers import AutoTokenizer
 
@@ -383,8 +383,8 @@ def test_other_files_are_copied_but_stale_exports_and_the_base_card_are_not(tmp_
     (folder / "onnx").mkdir()
     (folder / "onnx" / "model.onnx").write_bytes(b"old")
     (folder / "flax_model.msgpack").write_bytes(b"old")
-    aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
-    out = run_expand(align=aligned.path).path
+    aligned = align_stage(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
+    out = expand_stage(align=aligned.path).path
     assert (out / "generation_config.json").read_text() == "{}"
     assert not (out / "onnx").exists() and not (out / "flax_model.msgpack").exists()
     # sentence-transformers would tokenize with the domain tokenizer alone: its files stay behind
@@ -397,8 +397,8 @@ def test_the_folder_describes_itself_in_config_and_model_card(tmp_path: Path) ->
     from transformers import AutoConfig
 
     folder = _sentence_transformers_folder(tmp_path / "st")
-    aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
-    expanded = run_expand(align=aligned.path)
+    aligned = align_stage(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
+    expanded = expand_stage(align=aligned.path)
     stats = expanded.manifest["stats"]
     block = AutoConfig.from_pretrained(str(expanded.path)).greenadapt  # plain transformers keeps it
     assert block["method"] == "lstsq" and block["pooling"] == "mean" and block["general_tokenizer"] == "general-tokenizer"
@@ -423,8 +423,8 @@ def test_sentence_transformers_does_not_silently_load_the_expanded_folder(tmp_pa
     sentence_transformers = pytest.importorskip("sentence_transformers")
     folder = _sentence_transformers_folder(tmp_path / "st")
     assert sentence_transformers.SentenceTransformer(str(folder), device="cpu") is not None  # the base loads as one
-    aligned = run_align(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
-    out = run_expand(align=aligned.path).path
+    aligned = align_stage(w2v=linear_w2v(tmp_path / "w2v", folder)[0])
+    out = expand_stage(align=aligned.path).path
     assert not (out / "modules.json").exists()
     import logging
 
@@ -464,17 +464,17 @@ def test_non_wordpiece_model_is_a_clear_error(tiny_bert: Path, tmp_path: Path) -
     assert "BPE" in info.value.message
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert)
     with pytest.raises(ModelError, match="WordPiece"):
-        run_align(w2v=w2v, model=str(folder))
+        align_stage(w2v=w2v, model=str(folder))
 
 
 def test_wrong_kind_and_changed_inputs(pipeline: dict[str, Path], tmp_path: Path, tiny_bert: Path) -> None:
     with pytest.raises(StageError, match="'w2v' folder"):
-        run_expand(align=pipeline["w2v"], out=tmp_path / "x")
+        expand_stage(align=pipeline["w2v"], out=tmp_path / "x")
     w2v = shutil.copytree(pipeline["w2v"], tmp_path / "w2v")
-    aligned = run_align(w2v=w2v)
+    aligned = align_stage(w2v=w2v)
     linear_w2v(w2v, tiny_bert, seed=9)  # w2v redone after align
     with pytest.raises(StageError, match="changed after align"):
-        run_expand(align=aligned.path)
+        expand_stage(align=aligned.path)
 
 
 def test_vectors_and_counts_listing_different_words(tiny_bert: Path, tmp_path: Path) -> None:
@@ -489,9 +489,9 @@ def test_vectors_and_counts_listing_different_words(tiny_bert: Path, tmp_path: P
         write_word2vec_binary(run.tmp / "vectors.bin", words, vectors)
         write_counts(run.tmp / "counts.tsv", list(reversed(counts.items())))
         run.commit()
-    aligned = run_align(w2v=tmp_path / "bad")
+    aligned = align_stage(w2v=tmp_path / "bad")
     with pytest.raises(StageError, match="list different words"):
-        run_expand(align=aligned.path)
+        expand_stage(align=aligned.path)
 
 
 def test_model_with_another_vocabulary_is_refused(pipeline: dict[str, Path], tmp_path: Path) -> None:
@@ -502,16 +502,16 @@ def test_model_with_another_vocabulary_is_refused(pipeline: dict[str, Path], tmp
     vocab["zzz"] = vocab.pop("##s")
     (other / "tokenizer.json").write_text(json.dumps(spec))
     with pytest.raises(ModelError, match="vocabulary"):
-        run_expand(align=pipeline["align"], model=str(other), out=tmp_path / "x")
+        expand_stage(align=pipeline["align"], model=str(other), out=tmp_path / "x")
 
 
 def test_finds_align_by_corpus_and_skips_when_unchanged(tiny_bert: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     w2v = linear_w2v(workdir / corpus_key(["mycorpus"]) / "tiny" / "w2v", tiny_bert)[0]
-    run_align(w2v=w2v)
-    first = run_expand(corpus=["mycorpus"], workdir=workdir)
+    align_stage(w2v=w2v)
+    first = expand_stage(corpus=["mycorpus"], workdir=workdir)
     assert first.path == w2v.parent / "expand" and not first.skipped
-    again = run_expand(corpus=["mycorpus"], workdir=workdir)
+    again = expand_stage(corpus=["mycorpus"], workdir=workdir)
     assert again.skipped
     manifest = load_stage(first.path, "expand")
     assert manifest["config"]["model"]["path"] == str(tiny_bert)
@@ -545,9 +545,9 @@ def test_minilm_expand_end_to_end(minilm_path: Path, tmp_path: Path) -> None:
 
     domain = ["tachycardias", "cardiomyopathy", "immunohistochemistry", "sarscov", "thrombocytopenia"]
     w2v, _ = linear_w2v(tmp_path / "w2v", minilm_path, dim=384, noise=0.05, new_words=domain)
-    aligned = run_align(w2v=w2v, probes=["surgeon"])
+    aligned = align_stage(w2v=w2v, probes=["surgeon"])
     assert aligned.manifest["stats"]["heldout_cosine"] > 0.95
-    expanded = run_expand(align=aligned.path)
+    expanded = expand_stage(align=aligned.path)
     n = 30522 + len(domain)
     assert expanded.manifest["stats"]["vocab_size_after"] == n
     tokenizer = AutoTokenizer.from_pretrained(expanded.path)
@@ -586,7 +586,7 @@ def test_domain_tokenizer_on_real_biomedical_text(minilm_path: Path, shared_data
     vocab = lm.get_vocab()
     new = [w for w, c in counts.most_common() if w not in vocab and c >= 2][:2000]
     w2v, _ = linear_w2v(tmp_path / "w2v", minilm_path, dim=384, new_words=new, new_counts=[counts[w] for w in new])
-    expanded = run_expand(align=run_align(w2v=w2v).path, min_count=2)  # every word of the sample, down to its own floor
+    expanded = expand_stage(align=align_stage(w2v=w2v).path, min_count=2)  # every word of the sample, down to its own floor
     domain = AutoTokenizer.from_pretrained(expanded.path)
     new_set = set(new)
     assert expanded.manifest["stats"]["n_new"] == len(new)

@@ -34,7 +34,7 @@ WORKER = textwrap.dedent(
         return result
 
     run_module.train = keep_weights
-    run_module.run_finetune(FinetuneOptions(
+    run_module.finetune_stage(FinetuneOptions(
         task="ner", train=Path(train), dev=Path(dev), test=Path(dev), model=model, out=Path(out),
         training=TrainConfig(batch_size=8, lr=3e-3, epochs=2, max_steps=6), device="cpu", seeds=[5],
     ))

@@ -34,7 +34,7 @@ def test_a_learning_run_gets_no_warning() -> None:
 
 
 def test_finetune_records_the_warning_in_its_manifest(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     model = build_tiny_expanded(tmp_path / "model")
@@ -43,7 +43,7 @@ def test_finetune_records_the_warning_in_its_manifest(tmp_path: Path, caplog: py
     options = FinetuneOptions(task="ner", model=str(model), train=train, dev=dev, out=tmp_path / "run", device="cpu",
                               training=TrainConfig(lr=1e-12, epochs=4, batch_size=4))
     with caplog.at_level(logging.WARNING, logger="greenadapt"):
-        outcome = run_finetune(options)
+        outcome = finetune_stage(options)
     warnings = next(iter(outcome.manifest["stats"]["training"].values()))["warnings"]
     assert any("training loss has not fallen" in w for w in warnings), warnings
     assert any("has not fallen" in r.getMessage() for r in caplog.records)
@@ -79,7 +79,7 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
     from greenadapt.artifacts.info import describe_folder, render
     from greenadapt.cli.finetune import _summary
     from greenadapt.inference.labelling import run_predict
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     model = build_tiny_expanded(tmp_path / "model")
@@ -87,7 +87,7 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
     test = write_classify_file(tmp_path / "test.jsonl", 16, seed=2)
     options = FinetuneOptions(task="classify", model=str(model), train=train, test=test, out=tmp_path / "run", device="cpu",
                               training=TrainConfig(lr=1e-12, epochs=1, batch_size=4))
-    outcome = run_finetune(options)
+    outcome = finetune_stage(options)
     warnings = outcome.manifest["stats"]["warnings"]
     assert any(w.startswith("seed 42: ") and "test" in w and "majority" in w for w in warnings), warnings
     assert "\nwarning: seed 42: " in _summary(outcome)
@@ -101,13 +101,13 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
 def test_the_report_shows_a_runs_warnings_beside_its_scores(tmp_path: Path) -> None:
     from greenadapt.report.collect import collect
     from greenadapt.report.render import html_page, markdown
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     model = build_tiny_expanded(tmp_path / "model")
     train = write_classify_file(tmp_path / "train.jsonl", 16, seed=1)
     run = tmp_path / "runs" / "chemprot"
-    run_finetune(FinetuneOptions(task="classify", model=str(model), train=train, test=train, out=run, device="cpu",
+    finetune_stage(FinetuneOptions(task="classify", model=str(model), train=train, test=train, out=run, device="cpu",
                                  training=TrainConfig(lr=1e-12, epochs=1, batch_size=4)))
     data = collect([tmp_path / "runs"])
     assert [w["stage"] for w in data["warnings"]] == ["runs/chemprot"] and "majority" in data["warnings"][0]["warning"]
@@ -139,7 +139,7 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
     from greenadapt.artifacts.info import describe_folder, render
     from greenadapt.cli.finetune import _summary as finetune_summary
     from greenadapt.cli.qa import _summary as qa_summary
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     context = "The heart rate of patients with coronavirus infection was high; ventilation was the main treatment."
@@ -155,12 +155,12 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
     monkeypatch.setattr(answering, "answer_questions", answering_nothing)
     monkeypatch.setattr(qa_stage, "answer_questions", answering_nothing)
     model = build_tiny_expanded_qa(tmp_path / "model")
-    trained = run_finetune(FinetuneOptions(task="qa", model=str(model), train=data, test=data, out=tmp_path / "run", device="cpu",
+    trained = finetune_stage(FinetuneOptions(task="qa", model=str(model), train=data, test=data, out=tmp_path / "run", device="cpu",
                                            training=TrainConfig(epochs=1, batch_size=2, lr=1e-4)))
     assert any("test" in w and "answers no question" in w for w in trained.manifest["stats"]["warnings"])
     assert "\nwarning: " in finetune_summary(trained) and "answers no question" in finetune_summary(trained)
 
-    answered = qa_stage.run_qa(trained.path, data, tmp_path / "answers", options=qa_stage.QaOptions(device="cpu"))
+    answered = qa_stage.qa_stage(trained.path, data, tmp_path / "answers", options=qa_stage.QaOptions(device="cpu"))
     assert any("answers no question" in w for w in answered.manifest["stats"]["warnings"])
     assert "answers no question" in qa_summary(answered)
     assert any(line.startswith("  warning") and "answers no question" in line for line in render(describe_folder(answered.path)).splitlines())

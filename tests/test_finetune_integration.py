@@ -10,7 +10,7 @@ import pytest
 from greenadapt.inference.options import InferenceOptions
 from greenadapt.data.task_files import ReaderOptions
 from greenadapt.inference.labelling import run_predict
-from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
 from greenadapt.training.finetuning import TrainConfig
 
 
@@ -30,7 +30,7 @@ def test_minilm_ner_on_ncbi_slice(minilm_path: Path, shared_data: Path, tmp_path
         task="ner", train=train, test=test, model=str(minilm_path), out=tmp_path / "run",
         training=TrainConfig(max_steps=2, batch_size=16), device="cpu",
     )
-    outcome = run_finetune(options)
+    outcome = finetune_stage(options)
     assert outcome.manifest["stats"]["mix"] == 0.0  # MiniLM alone has no domain tokenizer
     metrics = json.loads((outcome.path / "metrics.json").read_text())["per_seed"]["42"]["test"]["general"]
     assert 0.0 <= metrics["f1"] <= 1.0 and metrics["gold_entities"] > 0
@@ -48,7 +48,7 @@ def test_minilm_cola_numbered_columns(minilm_path: Path, shared_data: Path, tmp_
         reader=ReaderOptions(text_field="3", label_field="1"), metric="mcc",
         training=TrainConfig(max_steps=2, batch_size=16), device="cpu",
     )
-    outcome = run_finetune(options)
+    outcome = finetune_stage(options)
     metrics = json.loads((outcome.path / "metrics.json").read_text())["per_seed"]["42"]["test"]["general"]
     assert -1.0 <= metrics["mcc"] <= 1.0 and metrics["examples"] == 527
     predictions = (outcome.path / "predictions" / "test.tsv").read_text().splitlines()

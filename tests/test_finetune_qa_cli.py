@@ -153,9 +153,9 @@ def test_every_task_fills_in_its_own_defaults() -> None:
 
 
 def test_doc_stride_is_for_qa_only(squad: Path, tmp_path: Path) -> None:
-    from greenadapt.runners.finetune.run import run_finetune
+    from greenadapt.runners.finetune.run import finetune_stage
 
     with pytest.raises(UsageError, match="--doc-stride does not apply to --task ner"):
-        run_finetune(FinetuneOptions(task="ner", train=tmp_path / "x.tsv", doc_stride=32))
+        finetune_stage(FinetuneOptions(task="ner", train=tmp_path / "x.tsv", doc_stride=32))
     with pytest.raises(UsageError, match="--max-words, --doc-stride do not apply to --task classify"):
-        run_finetune(FinetuneOptions(task="classify", train=tmp_path / "x.tsv", max_words=30, doc_stride=32))
+        finetune_stage(FinetuneOptions(task="classify", train=tmp_path / "x.tsv", max_words=30, doc_stride=32))

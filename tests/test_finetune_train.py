@@ -14,7 +14,7 @@ from greenadapt.inference.options import InferenceOptions
 from greenadapt.data.task_files import ReaderOptions
 from greenadapt.errors import DataError, OutputExistsError, UsageError
 from greenadapt.inference.labelling import find_model_folder, run_predict
-from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
 from greenadapt.training.batches import choose_views, length_grouped_batches
 from greenadapt.training.finetuning import TrainConfig
 
@@ -66,7 +66,7 @@ def _log(folder: Path) -> list[dict[str, Any]]:
 def main_run(expanded: Path, data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """mix 0.5 with dev selection and a test set: shared by several tests."""
     out = tmp_path_factory.mktemp("runs") / "main"
-    run_finetune(_options(expanded, data, out, dev=data["dev"], test=data["test"], epochs=4, seeds=[7]))
+    finetune_stage(_options(expanded, data, out, dev=data["dev"], test=data["test"], epochs=4, seeds=[7]))
     return out
 
 
@@ -105,7 +105,7 @@ def test_length_grouped_batches_cover_everything_once() -> None:
 
 
 def test_mix_zero_never_uses_domain_tokenizer(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    outcome = run_finetune(_options(expanded, data, tmp_path / "r", mix=0.0, max_steps=3))
+    outcome = finetune_stage(_options(expanded, data, tmp_path / "r", mix=0.0, max_steps=3))
     log = [r for r in _log(outcome.path) if "step" in r and "event" not in r]
     assert len(log) == 3 and all(r["domain_units"] == 0 for r in log)
     before, after = _weights(expanded), _weights(outcome.path)
@@ -119,7 +119,7 @@ def test_mix_zero_never_uses_domain_tokenizer(expanded: Path, data: dict[str, Pa
 
 
 def test_mix_one_always_uses_domain_tokenizer(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    outcome = run_finetune(_options(expanded, data, tmp_path / "r", mix=1.0, max_steps=3))
+    outcome = finetune_stage(_options(expanded, data, tmp_path / "r", mix=1.0, max_steps=3))
     log = [r for r in _log(outcome.path) if "event" not in r]
     assert all(r["domain_units"] == r["units"] for r in log)
     assert outcome.manifest["stats"]["training"]["42"]["domain_fraction"] == 1.0
@@ -137,30 +137,30 @@ def test_default_mix_is_half_with_two_tokenizers(main_run: Path) -> None:
 
 
 def test_same_seed_same_weights(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    a = run_finetune(_options(expanded, data, tmp_path / "a", max_steps=4, seeds=[3])).path
-    b = run_finetune(_options(expanded, data, tmp_path / "b", max_steps=4, seeds=[3])).path
-    c = run_finetune(_options(expanded, data, tmp_path / "c", max_steps=4, seeds=[4])).path
+    a = finetune_stage(_options(expanded, data, tmp_path / "a", max_steps=4, seeds=[3])).path
+    b = finetune_stage(_options(expanded, data, tmp_path / "b", max_steps=4, seeds=[3])).path
+    c = finetune_stage(_options(expanded, data, tmp_path / "c", max_steps=4, seeds=[4])).path
     wa, wb, wc = _weights(a), _weights(b), _weights(c)
     assert all(np.array_equal(wa[k], wb[k]) for k in wa)
     assert not all(np.array_equal(wa[k], wc[k]) for k in wa)
 
 
 def test_gradient_accumulation_equals_one_big_batch(deterministic: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    one = run_finetune(_options(deterministic, data, tmp_path / "one", max_steps=3)).path
-    two = run_finetune(_options(deterministic, data, tmp_path / "two", max_steps=3, grad_accum=4)).path
+    one = finetune_stage(_options(deterministic, data, tmp_path / "one", max_steps=3)).path
+    two = finetune_stage(_options(deterministic, data, tmp_path / "two", max_steps=3, grad_accum=4)).path
     w1, w2 = _weights(one), _weights(two)
     for key in w1:
         np.testing.assert_allclose(w1[key], w2[key], atol=2e-5, err_msg=key)
 
 
 def test_train_embeddings_new_keeps_original_rows(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    out = run_finetune(_options(expanded, data, tmp_path / "new", mix=1.0, max_steps=3, train_embeddings="new")).path
+    out = finetune_stage(_options(expanded, data, tmp_path / "new", mix=1.0, max_steps=3, train_embeddings="new")).path
     before, after = _weights(expanded), _weights(out)
     key = "embeddings.word_embeddings.weight"
     trained = after["bert." + key]
     assert np.array_equal(trained[:161], before[key][:161])
     assert not np.array_equal(trained[161:], before[key][161:])
-    out = run_finetune(_options(expanded, data, tmp_path / "none", mix=1.0, max_steps=3, train_embeddings="none")).path
+    out = finetune_stage(_options(expanded, data, tmp_path / "none", mix=1.0, max_steps=3, train_embeddings="none")).path
     assert np.array_equal(_weights(out)["bert." + key], before[key])
 
 
@@ -245,18 +245,18 @@ def test_predict_unknown_label_and_ignore_labels(main_run: Path, tmp_path: Path)
 
 def test_rerun_is_skipped(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     options = _options(expanded, data, tmp_path / "r", max_steps=2)
-    assert not run_finetune(options).skipped
-    assert run_finetune(options).skipped
+    assert not finetune_stage(options).skipped
+    assert finetune_stage(options).skipped
 
 
 def test_speed_only_options_leave_a_finished_run_up_to_date(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     """--compile and --eval-batch-size change how fast a run goes, not what it computes: no stage records them."""
-    first = run_finetune(_options(expanded, data, tmp_path / "r", max_steps=2))
-    again = run_finetune(_options(expanded, data, tmp_path / "r", max_steps=2, compile=True, eval_batch_size=5))
+    first = finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=2))
+    again = finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=2, compile=True, eval_batch_size=5))
     assert again.skipped and again.manifest["fingerprint"] == first.manifest["fingerprint"]
     assert "compile" not in first.manifest["config"]["train"] and "eval_batch_size" not in first.manifest["config"]["train"]
     with pytest.raises(OutputExistsError, match="other inputs or options"):  # an option that changes the result does count
-        run_finetune(_options(expanded, data, tmp_path / "r", max_steps=3))
+        finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=3))
 
 
 # --------------------------------------------------------------------------
@@ -265,8 +265,8 @@ def test_speed_only_options_leave_a_finished_run_up_to_date(expanded: Path, data
 
 def test_plain_model_defaults_to_mix_zero(tiny_bert: Path, data: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="needs a domain tokenizer"):
-        run_finetune(_options(tiny_bert, data, tmp_path / "x", mix=0.5))
-    outcome = run_finetune(_options(tiny_bert, data, tmp_path / "r", test=data["test"], max_steps=2))
+        finetune_stage(_options(tiny_bert, data, tmp_path / "x", mix=0.5))
+    outcome = finetune_stage(_options(tiny_bert, data, tmp_path / "r", test=data["test"], max_steps=2))
     assert outcome.manifest["stats"]["mix"] == 0.0
     metrics = json.loads((outcome.path / "metrics.json").read_text())
     assert set(metrics["per_seed"]["42"]["test"]) == {"general"}
@@ -274,7 +274,7 @@ def test_plain_model_defaults_to_mix_zero(tiny_bert: Path, data: dict[str, Path]
 
 
 def test_several_seeds(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    outcome = run_finetune(_options(expanded, data, tmp_path / "r", test=data["test"], max_steps=2, seeds=[1, 2]))
+    outcome = finetune_stage(_options(expanded, data, tmp_path / "r", test=data["test"], max_steps=2, seeds=[1, 2]))
     assert (outcome.path / "seed-1" / "model.safetensors").is_file() and (outcome.path / "seed-2" / "train_log.jsonl").is_file()
     metrics = json.loads((outcome.path / "metrics.json").read_text())
     f1s = [metrics["per_seed"][s]["test"]["mean"]["f1"] for s in ("1", "2")]
@@ -291,7 +291,7 @@ def test_classification_with_pairs_end_to_end(expanded: Path, tmp_path: Path) ->
     test = write_classify_file(tmp_path / "test.tsv", 12, seed=2, pairs=True, fmt="tsv")
     options = FinetuneOptions(task="classify", train=train, test=test, dev=test, model=str(expanded), out=tmp_path / "run",
                               training=TrainConfig(batch_size=8, epochs=2, lr=3e-3), device="cpu", metric="macro_f1")
-    outcome = run_finetune(options)
+    outcome = finetune_stage(options)
     metrics = json.loads((outcome.path / "metrics.json").read_text())["per_seed"]["42"]
     assert set(metrics["test"]) == {"mean", "general", "domain"}
     assert {"accuracy", "macro_f1", "micro_f1", "mcc"} <= set(metrics["test"]["mean"])
@@ -317,14 +317,14 @@ def test_classification_with_pairs_end_to_end(expanded: Path, tmp_path: Path) ->
 )
 def test_option_errors(expanded: Path, data: dict[str, Path], tmp_path: Path, change: dict[str, Any], error: type, fragment: str) -> None:
     with pytest.raises(error, match=fragment):
-        run_finetune(_options(expanded, data, tmp_path / "r", max_steps=1, **change))
+        finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=1, **change))
 
 
 def test_unknown_test_label_is_a_data_error(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     test = tmp_path / "test.tsv"
     test.write_text("the\tO\ncancer\tB-Gene\n")
     with pytest.raises(DataError, match="'B-Gene' does not occur in the training data"):
-        run_finetune(_options(expanded, data, tmp_path / "r", test=test))
+        finetune_stage(_options(expanded, data, tmp_path / "r", test=test))
 
 
 def test_cli_errors_are_one_line(expanded: Path, data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -379,13 +379,13 @@ def test_entity_type_turns_bare_labels_into_typed_ones_exactly(deterministic: Pa
     typed = {"train": write_ner_file(tmp_path / "typed-train.tsv", 30, seed=1, typed=True),
              "test": write_ner_file(tmp_path / "typed-test.tsv", 10, seed=3, typed=True)}
     with caplog.at_level("WARNING"):
-        run_finetune(_options(deterministic, bare, tmp_path / "untyped", test=bare["test"], epochs=1))
+        finetune_stage(_options(deterministic, bare, tmp_path / "untyped", test=bare["test"], epochs=1))
     assert any("name no entity type" in r.getMessage() and "--entity-type" in r.getMessage() for r in caplog.records)
 
     from_bare = tmp_path / "from-bare"
-    run_finetune(_options(deterministic, bare, from_bare, test=bare["test"], epochs=6, reader=ReaderOptions(entity_type="Disease")))
+    finetune_stage(_options(deterministic, bare, from_bare, test=bare["test"], epochs=6, reader=ReaderOptions(entity_type="Disease")))
     from_typed = tmp_path / "from-typed"
-    run_finetune(_options(deterministic, typed, from_typed, test=typed["test"], epochs=6))
+    finetune_stage(_options(deterministic, typed, from_typed, test=typed["test"], epochs=6))
     config = json.loads((from_bare / "config.json").read_text())
     assert set(config["id2label"].values()) == {"O", "B-Disease", "I-Disease"}
     assert config["id2label"] == json.loads((from_typed / "config.json").read_text())["id2label"]
@@ -403,10 +403,10 @@ def test_entity_type_turns_bare_labels_into_typed_ones_exactly(deterministic: Pa
 
 def test_entity_type_errors(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="one word"):
-        run_finetune(_options(expanded, data, tmp_path / "a", reader=ReaderOptions(entity_type="two words")))
+        finetune_stage(_options(expanded, data, tmp_path / "a", reader=ReaderOptions(entity_type="two words")))
     classify = write_classify_file(tmp_path / "c.jsonl", 10, seed=1)
     with pytest.raises(UsageError, match="--entity-type does not apply to --task classify"):
-        run_finetune(_options(expanded, {"train": classify}, tmp_path / "b", task="classify", reader=ReaderOptions(entity_type="Disease")))
+        finetune_stage(_options(expanded, {"train": classify}, tmp_path / "b", task="classify", reader=ReaderOptions(entity_type="Disease")))
 
 
 def test_the_run_folder_has_a_model_card_with_its_scores(main_run: Path) -> None:
@@ -428,9 +428,9 @@ def test_the_run_folder_has_a_model_card_with_its_scores(main_run: Path) -> None
 
 def test_a_task_named_in_capitals_trains_that_task_and_records_its_one_spelling(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     """Issue 57, point 4: `--task NER` is `--task ner`, and the run is the same stage as one made with `ner`."""
-    upper = run_finetune(_options(expanded, data, tmp_path / "r", max_steps=1, task="NER"))
+    upper = finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=1, task="NER"))
     assert upper.manifest["config"]["task"]["task"] == "ner"
-    assert run_finetune(_options(expanded, data, tmp_path / "r", max_steps=1, task="ner")).skipped
+    assert finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=1, task="ner")).skipped
 
 
 def test_evaluate_scores_a_run_as_finetune_scored_its_test_file(main_run: Path, data: dict[str, Path], tmp_path: Path,

@@ -10,8 +10,8 @@ from cli_helpers import run_cli
 from conftest import build_tiny_bert
 from w2v_fixtures import linear_w2v
 
-from greenadapt.adaptation.align import run_align
-from greenadapt.adaptation.expand import run_expand
+from greenadapt.adaptation.align import align_stage
+from greenadapt.adaptation.expand import expand_stage
 from greenadapt.artifacts.info import describe_folder, render
 from greenadapt.artifacts.manifest import MANIFEST
 from greenadapt.errors import StageError
@@ -22,8 +22,8 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("info")
     model = build_tiny_bert(root / "model", head="base")
     w2v = linear_w2v(root / "w2v", model)[0]
-    aligned = run_align(w2v=w2v)
-    expanded = run_expand(align=aligned.path)
+    aligned = align_stage(w2v=w2v)
+    expanded = expand_stage(align=aligned.path)
     return {"model": model, "w2v": Path(w2v), "align": aligned.path, "expand": expanded.path}
 
 

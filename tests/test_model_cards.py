@@ -46,10 +46,10 @@ def _check_metadata(card_text: str) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A user's own model and corpus under private absolute paths, adapted and fine-tuned."""
-    from greenadapt.adaptation.align import run_align
-    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.align import align_stage
+    from greenadapt.adaptation.expand import expand_stage
     from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
-    from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
     from greenadapt.training.finetuning import TrainConfig
 
     home = tmp_path_factory.mktemp("home-of-a-user")
@@ -62,10 +62,10 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     counts = read_counts(made / "counts.tsv")
     w2v = write_w2v_folder(home / "work" / "w2v", model, words, vectors, [counts[w] for w in words],
                            inputs=[{"path": str(corpus), "size": corpus.stat().st_size}])
-    expanded = run_expand(align=run_align(w2v=w2v).path, out=home / "models" / "green").path
+    expanded = expand_stage(align=align_stage(w2v=w2v).path, out=home / "models" / "green").path
     train = write_classify_file(home / "train.jsonl", 16, seed=1)
     run = home / "runs" / "tuned"
-    run_finetune(FinetuneOptions(task="classify", model=str(expanded), train=train, test=train, out=run, device="cpu",
+    finetune_stage(FinetuneOptions(task="classify", model=str(expanded), train=train, test=train, out=run, device="cpu",
                                  training=TrainConfig(epochs=1, batch_size=4)))
     return {"home": home, "expanded": expanded, "run": run}
 

@@ -16,7 +16,7 @@ import pytest
 from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
 
 from greenadapt.errors import UsageError
-from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
 from greenadapt.training.batches import pad_rows, padded_width
 from greenadapt.training.config import MAX_PAD_MULTIPLE, SPEED_ONLY, TrainingConfig
 from greenadapt.training.finetuning import TrainConfig
@@ -71,7 +71,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _run(files: dict[str, Path], out: Path, **training: Any) -> Any:
     config = TrainConfig(batch_size=8, lr=3e-3, epochs=1, max_steps=5, precision="fp32", **training)
-    return run_finetune(FinetuneOptions(task="ner", train=files["train"], test=files["test"], model=str(files["model"]), out=out,
+    return finetune_stage(FinetuneOptions(task="ner", train=files["train"], test=files["test"], model=str(files["model"]), out=out,
                                         device="cpu", training=config))
 
 

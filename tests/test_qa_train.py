@@ -74,7 +74,7 @@ def test_answer_positions_point_at_the_answer_or_cls(expanded: Path, train_file:
 def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from greenadapt.runners.qa.run import QaOptions, run_qa
+    from greenadapt.runners.qa.run import QaOptions, qa_stage
 
     training = replace(QA_TRAINING, batch_size=4, lr=3e-3, max_steps=40, warmup=0.1, seed=3)
     options = QaTrainOptions(max_length=48, doc_stride=16, training=training)
@@ -88,7 +88,7 @@ def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: 
     assert AutoModelForQuestionAnswering.from_pretrained(outcome.path) is not None
     assert len(AutoTokenizer.from_pretrained(outcome.path)) > len(AutoTokenizer.from_pretrained(outcome.path / "general-tokenizer"))
     assert stats["dev"]["pool"] == "mean" and 0.0 <= stats["dev"]["f1"] <= 100.0
-    answered = run_qa(str(outcome.path), train_file, tmp_path / "qa", options=QaOptions(max_length=48))
+    answered = qa_stage(str(outcome.path), train_file, tmp_path / "qa", options=QaOptions(max_length=48))
     assert answered.manifest["config"]["pool"] == "mean"
 
     again = run_finetune_qa(str(expanded), train_file, tmp_path / "ft2", options=options)

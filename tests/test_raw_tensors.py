@@ -14,8 +14,8 @@ from safetensors.torch import load_file, save_file
 from conftest import heavy_modules_after
 from w2v_fixtures import linear_w2v
 
-from greenadapt.adaptation.align import run_align
-from greenadapt.adaptation.expand import run_expand
+from greenadapt.adaptation.align import align_stage
+from greenadapt.adaptation.expand import expand_stage
 from greenadapt.artifacts.raw_tensors import float32_to, read_safetensors
 from greenadapt.errors import ModelError
 
@@ -103,7 +103,7 @@ def test_a_half_precision_model_grows_as_torch_would_round_its_float32_twin(tiny
     grown = {}
     for name, model in (("half", half), ("twin", twin)):
         w2v, _ = linear_w2v(tmp_path / f"w2v-{name}", model, noise=0.01)
-        grown[name] = _tensors(run_expand(align=run_align(w2v=w2v, out=tmp_path / f"align-{name}").path, out=tmp_path / f"expand-{name}").path)
+        grown[name] = _tensors(expand_stage(align=align_stage(w2v=w2v, out=tmp_path / f"align-{name}").path, out=tmp_path / f"expand-{name}").path)
     before = _tensors(half)
     assert grown["half"][EMBEDDING].dtype == dtype and grown["half"][EMBEDDING].shape[0] > V
     for name, tensor in before.items():
@@ -120,7 +120,7 @@ def test_expand_info_and_report_run_without_torch_or_transformers(tiny_bert: Pat
     """expand reads and writes weights with numpy and safetensors' layout, and info and report read folders: none of them
     imports torch or transformers (2-3 s to import), which only commands that run a model need."""
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
-    aligned = run_align(w2v=w2v)
+    aligned = align_stage(w2v=w2v)
     expanded = str(tmp_path / "expanded")
     assert heavy_modules_after(
         ["expand", "--align", str(aligned.path), "--out", expanded, "--quiet"], ["info", expanded, "--quiet"],

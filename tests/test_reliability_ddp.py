@@ -52,7 +52,7 @@ WORKER = textwrap.dedent(
 
     model, train, out, mode = sys.argv[1:5]
     {crash}
-    run_module.run_finetune(FinetuneOptions(
+    run_module.finetune_stage(FinetuneOptions(
         task="ner", train=Path(train), model=model, out=Path(out), device="cpu", seeds=[5],
         training=TrainConfig(batch_size=8, lr=3e-3, epochs=2, max_steps=8), save_every=3, resume=mode == "resume",
     ))
@@ -65,12 +65,12 @@ PRETRAIN_WORKER = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from greenadapt.training import runtime as train_module
-    from greenadapt.runners.pretrain.run import PretrainOptions, run_pretrain
+    from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
     from greenadapt.runners.pretrain.train import PretrainConfig
 
     model, corpus, out, mode = sys.argv[1:5]
     {crash}
-    run_pretrain(PretrainOptions(
+    pretrain_stage(PretrainOptions(
         corpus=[corpus], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4, workers=1,
         device="cpu", training=PretrainConfig(batch_size=8, max_steps=8, lr=3e-3, seed=5), save_every=3, resume=mode == "resume",
     ))

@@ -45,12 +45,12 @@ def _check(code: int, err: str, out: Path, kind: str, before: dict) -> None:
 def test_disk_full_while_expand_writes_weights(tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     import greenadapt.adaptation.expand as expand_module
-    from greenadapt.adaptation.align import run_align
-    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.align import align_stage
+    from greenadapt.adaptation.expand import expand_stage
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
-    aligned = run_align(w2v=w2v, out=tmp_path / "align").path
-    out = run_expand(align=aligned, out=tmp_path / "expanded").path
+    aligned = align_stage(w2v=w2v, out=tmp_path / "align").path
+    out = expand_stage(align=aligned, out=tmp_path / "expanded").path
     before = load_stage(out, "expand")["files"]
     monkeypatch.setattr(expand_module, "write_safetensors", lambda path, *a, **k: _full_disk(Path(path)))
     code, err = _cli(["expand", "--align", str(aligned), "--out", str(out), "--force"], monkeypatch, capsys)

@@ -40,7 +40,7 @@ from conftest import HANG_S
 from finetune_helpers import build_tiny_expanded, write_ner_file
 from w2v_fixtures import linear_w2v
 
-from greenadapt.adaptation.align import run_align
+from greenadapt.adaptation.align import align_stage
 from greenadapt.artifacts.manifest import load_stage, read_manifest, verify_files
 from greenadapt.errors import EXIT_PREEMPTED, EXIT_TERMINATED
 from greenadapt.training.checkpoint import CHECKPOINT_MANIFEST
@@ -285,7 +285,7 @@ def sequences(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict
                w2v_work / "w2v", w2v_work, scratch=[w2v_work / "cache"])
 
     expand_work = root / "expand-work"
-    aligned = run_align(w2v=linear_w2v(expand_work / "w2v", tiny_bert, noise=0.01)[0], out=expand_work / "align")
+    aligned = align_stage(w2v=linear_w2v(expand_work / "w2v", tiny_bert, noise=0.01)[0], out=expand_work / "align")
     expand = Plan("expand", ["expand", "--align", str(aligned.path), "--out", str(expand_work / "expanded"), "--quiet"],
                   expand_work / "expanded", expand_work)
 
@@ -335,7 +335,7 @@ def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(w2v_module, "run_w2v", interrupted)
+    monkeypatch.setattr(w2v_module, "w2v_stage", interrupted)
     monkeypatch.setattr(sys, "argv", ["greenadapt", "w2v", "-c", "corpus.txt", "--quiet"])
     with pytest.raises(SystemExit) as info:
         main()

@@ -22,11 +22,11 @@ from greenadapt.errors import EXIT_STAGE_CONFLICT
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[str, Path]:
-    from greenadapt.adaptation.align import run_align
+    from greenadapt.adaptation.align import align_stage
 
     root = tmp_path_factory.mktemp("manifests")
     w2v, _ = linear_w2v(root / "w2v", tiny_bert, noise=0.01)
-    return {"w2v": w2v, "align": run_align(w2v=w2v, out=root / "align").path}
+    return {"w2v": w2v, "align": align_stage(w2v=w2v, out=root / "align").path}
 
 
 def _edit_manifest(edit: Callable[[dict], None], *, legacy: bool = False) -> Callable[[Path], None]:

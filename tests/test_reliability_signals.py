@@ -114,14 +114,14 @@ def _check(result: subprocess.CompletedProcess[str], sig: signal.Signals, out: P
 
 @pytest.fixture(scope="module")
 def w2v_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[list[str], Path]:
-    from greenadapt.adaptation.w2v import W2VOptions, run_w2v
+    from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
 
     root = tmp_path_factory.mktemp("sig-w2v")
     corpus = _corpus(root / "corpus.txt")
     out = root / "work" / "w2v"
     args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1", "--epochs", "1",
             "--dim", "8", "--workdir", str(root / "work"), "--out", str(out)]
-    run_w2v([str(corpus)], model=str(tiny_bert), options=W2VOptions(dim=8, epochs=1, min_count=1, workers=1),
+    w2v_stage([str(corpus)], model=str(tiny_bert), options=W2VOptions(dim=8, epochs=1, min_count=1, workers=1),
             workdir=root / "work", out=out)
     return args, out
 
@@ -135,12 +135,12 @@ def test_w2v_interrupted_mid_commit(tmp_path: Path, w2v_run: tuple[list[str], Pa
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_align_and_expand_interrupted_mid_commit(tmp_path: Path, tiny_bert: Path, sig: signal.Signals) -> None:
-    from greenadapt.adaptation.align import run_align
-    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.align import align_stage
+    from greenadapt.adaptation.expand import expand_stage
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
-    aligned = run_align(w2v=w2v, out=tmp_path / "align").path
-    expanded = run_expand(align=aligned, out=tmp_path / "expanded").path
+    aligned = align_stage(w2v=w2v, out=tmp_path / "align").path
+    expanded = expand_stage(align=aligned, out=tmp_path / "expanded").path
     for kind, out, args in (
         ("align", aligned, ["align", "--w2v", str(w2v), "--out", str(aligned)]),
         ("expand", expanded, ["expand", "--align", str(aligned), "--out", str(expanded)]),

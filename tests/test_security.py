@@ -101,16 +101,16 @@ def _revouch(folder: Path, name: str) -> None:
 
 
 def test_object_array_in_align_output_is_refused(tmp_path: Path, tiny_bert: Path) -> None:
-    from greenadapt.adaptation.align import MAP_FILE, run_align
-    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.align import MAP_FILE, align_stage
+    from greenadapt.adaptation.expand import expand_stage
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
-    aligned = run_align(w2v=w2v, out=tmp_path / "align").path
+    aligned = align_stage(w2v=w2v, out=tmp_path / "align").path
     marker = tmp_path / "code-ran"
     np.save(aligned / MAP_FILE, np.array([_Payload(marker)], dtype=object), allow_pickle=True)
     _revouch(aligned, MAP_FILE)
     with pytest.raises(StageError, match="unreadable map.npy.*allow_pickle=False"):
-        run_expand(align=aligned, out=tmp_path / "expanded")
+        expand_stage(align=aligned, out=tmp_path / "expanded")
     assert not marker.exists()
     assert not (tmp_path / "expanded").exists()
 

@@ -14,7 +14,7 @@ from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
 
 from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
-from greenadapt.runners.finetune.run import FinetuneOptions, run_finetune
+from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
 from greenadapt.training import runtime
 from greenadapt.training.trainer import Trainer
 from greenadapt.training.config import TrainingConfig
@@ -57,7 +57,7 @@ def _run(model: Path, data: dict[str, Path], out: Path, monkeypatch: pytest.Monk
     config = TrainConfig(**{"batch_size": 8, "lr": 3e-3, "epochs": 2, **training})
     options = FinetuneOptions(task="ner", train=data["train"], dev=data["dev"], model=str(model), out=out, device="cpu",
                               seeds=[5], save_every=3, training=config)
-    return run_finetune(options, progress or Seen()).path
+    return finetune_stage(options, progress or Seen()).path
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -131,7 +131,7 @@ def test_finetune_refuses_a_decay_that_flips_the_weights_before_reading_the_mode
     options = FinetuneOptions(task="ner", train=data["train"], model=str(tmp_path / "no-such-model"), out=tmp_path / "out",
                               device="cpu", training=TrainConfig(lr=100.0, weight_decay=0.1))
     with pytest.raises(UsageError, match="would zero or flip"):
-        run_finetune(options)
+        finetune_stage(options)
     assert not (tmp_path / "out").exists()
 
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import HANG_S, heavy_modules_after
 
 from greenadapt import errors
-from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, run_w2v, stable_hash
+from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, w2v_stage, stable_hash
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import CorpusError, OutputExistsError, UsageError
 
@@ -59,7 +59,7 @@ class Recorder:
 
 def _run(corpus: Path, model: Path, work: Path, **kwargs: Any) -> Any:
     options = kwargs.pop("options", W2VOptions(workers=1, min_count=2))
-    return run_w2v([str(corpus)], model=str(model), options=options, workdir=work, **kwargs)
+    return w2v_stage([str(corpus)], model=str(model), options=options, workdir=work, **kwargs)
 
 
 def test_outputs_and_manifest(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
@@ -353,7 +353,7 @@ def test_minilm_on_cord19_abstracts(tmp_path: Path, minilm_path: Path, shared_da
     from gensim.models import KeyedVectors
 
     source = shared_data / "corpora" / "cord19-abstracts-sample.jsonl"
-    outcome = run_w2v(
+    outcome = w2v_stage(
         [str(source)],
         model=str(minilm_path),
         options=W2VOptions(epochs=1, workers=2),
@@ -413,7 +413,7 @@ def test_gensim_is_imported_beside_pretokenization_only_when_word2vec_trains(tmp
         "w2v.pretokenize_corpus = lambda *a, **k: (events.append('pretokenize'), pretokenize(*a, **k))[1]\n"
         "options = w2v.W2VOptions(workers=1, min_count=2, epochs=1, vectors=sys.argv[1] == 'vectors')\n"
         "for _ in range(int(sys.argv[5])):\n"
-        "    w2v.run_w2v([sys.argv[2]], model=sys.argv[3], options=options, workdir=sys.argv[4])\n"
+        "    w2v.w2v_stage([sys.argv[2]], model=sys.argv[3], options=options, workdir=sys.argv[4])\n"
         "print(json.dumps([events, 'gensim' in sys.modules]))\n"
     )
     for mode, expected in (("counts", [["pretokenize"], False]), ("vectors", [["gensim.models", "pretokenize"], True])):

@@ -44,6 +44,8 @@ from greenadapt.errors import InputError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
+    from greenadapt.adaptation.settings import AlignSettings
+    from greenadapt.options import Run
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
@@ -60,7 +62,7 @@ SHARED_DIRECTION_COSINE = 0.5  # mean cosine between two words' vectors above wh
 REPORT_FILE = "report.json"
 
 
-def run_align(
+def align_stage(
     *,
     w2v: Path | None = None,
     corpus: Sequence[str] | None = None,
@@ -369,3 +371,10 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)
 
 
+def run_align(settings: AlignSettings, run: Run) -> StageOutcome:
+    """``greenadapt align``: the stage from its settings."""
+    return align_stage(
+        w2v=settings.w2v, corpus=list(settings.corpus) if settings.corpus else None, model=settings.model, method=settings.method,
+        method_options=settings.method_options(), seed=settings.seed, probes=settings.probe,
+        workdir=run.workdir, out=run.out, force=run.force, wait=run.wait, progress=run.progress,
+    )

@@ -76,6 +76,8 @@ from greenadapt.errors import ModelError, StageError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
+    from greenadapt.adaptation.settings import ExpandSettings
+    from greenadapt.options import Run
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
@@ -144,7 +146,7 @@ def _model_of(model: str | None, align_dir: Path, align_manifest: Manifest) -> t
     return ref, general
 
 
-def run_expand(
+def expand_stage(
     *,
     align: Path | None = None,
     corpus: Sequence[str] | None = None,
@@ -192,7 +194,7 @@ def run_expand(
     draws = _other_draws(also_align, align_dir, fitted, ref)
     if draws:  # recorded only then, so single-draw outputs keep their fingerprints
         config["other_draws"] = [manifest_identity(d, m) for d, m, _ in draws]
-    own = inspect.signature(run_expand).parameters  # the default options, from where they are defined
+    own = inspect.signature(expand_stage).parameters  # the default options, from where they are defined
     defaults = functools.partial(_config, ref, align_dir, align_manifest, fitted, **{k: own[k].default for k in ("max_new", "min_count", "seed")})
     out_dir = Path(out) if out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults, force=force)
     check_destination(
@@ -565,3 +567,12 @@ def _copy_other_files(model_path: Path, dest: Path) -> None:
                 shutil.copytree(child, dest / child.name, ignore=shutil.ignore_patterns(".*"))
         elif child.is_file() and child.name not in TOKENIZER_FILES and not any(fnmatch(child.name, p) for p in _NOT_COPIED):
             shutil.copyfile(child, dest / child.name)
+
+
+def run_expand(settings: ExpandSettings, run: Run) -> StageOutcome:
+    """``greenadapt expand``: the stage from its settings."""
+    return expand_stage(
+        align=settings.align, corpus=list(settings.corpus) if settings.corpus else None, model=settings.model, max_new=settings.max_new,
+        min_count=settings.min_count, seed=settings.seed, method=settings.method, also_align=list(settings.also_align),
+        workdir=run.workdir, out=run.out, force=run.force, wait=run.wait, progress=run.progress,
+    )

@@ -7,6 +7,8 @@ the stages downstream of it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import contextlib
 import logging
 import re
@@ -20,6 +22,10 @@ from greenadapt.artifacts.stage import StageOutcome
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import OutputExistsError
 from greenadapt.progress import NULL_PROGRESS, Progress
+
+if TYPE_CHECKING:
+    from greenadapt.adaptation.settings import AdaptSettings
+    from greenadapt.options import Run
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ class AdaptOutcome:
         return f"<adapted model at {str(self.path)!r} ({states})>"
 
 
-def run_adapt(
+def adapt_stages(
     corpus: Sequence[str],
     *,
     model: str | None,
@@ -76,17 +82,17 @@ def run_adapt(
     Intermediate folders live in the workspace; ``out`` (default: the
     workspace's ``expand`` folder) receives the adapted model.
     """
-    from greenadapt.adaptation.align import run_align
-    from greenadapt.adaptation.expand import run_expand
+    from greenadapt.adaptation.align import align_stage
+    from greenadapt.adaptation.expand import expand_stage
     from greenadapt.adaptation.vectors import keep_whole_reads
-    from greenadapt.adaptation.w2v import run_w2v
+    from greenadapt.adaptation.w2v import w2v_stage
 
     check_adapt(corpus, model=model, options=options, workdir=workdir, out=out, force=force)
     # The method decides the vectors: word2vec, the base model's contextual ones (context-mean), or none at all
     # (subword-mean, random: the corpus counts only).
     source = get_method(options.align_method).vector_source
     w2v_options = replace(options.w2v, vectors=source != "none", source="context" if source == "context" else "word2vec")
-    w2v = run_w2v(
+    w2v = w2v_stage(
         corpus,
         model=model,
         options=w2v_options,
@@ -100,7 +106,7 @@ def run_adapt(
     # three stages can never silently disagree about it. The vectors align reads whole are kept for expand,
     # which would otherwise parse the same file again.
     with keep_whole_reads():
-        align = run_align(
+        align = align_stage(
             w2v=w2v.path,
             model=model,
             method=options.align_method,
@@ -112,12 +118,12 @@ def run_adapt(
         )
         others = []
         for draw in range(1, options.w2v_draws):  # the same command with another seed, each in its own folders
-            other = run_w2v(corpus, model=model, options=replace(w2v_options, seed=w2v_options.seed + draw), text_fields=text_fields,
+            other = w2v_stage(corpus, model=model, options=replace(w2v_options, seed=w2v_options.seed + draw), text_fields=text_fields,
                             workdir=workdir, force=force, wait=wait, progress=progress)
-            others.append(run_align(w2v=other.path, model=model, method=options.align_method, method_options=options.method_options,
+            others.append(align_stage(w2v=other.path, model=model, method=options.align_method, method_options=options.method_options,
                                     seed=options.seed, force=force, wait=wait, progress=progress).path)
         with adapts_own_names():
-            expand = run_expand(align=align.path, also_align=others, model=model, max_new=options.max_new,
+            expand = expand_stage(align=align.path, also_align=others, model=model, max_new=options.max_new,
                                 min_count=options.min_count_new, seed=options.seed, out=out, force=force, wait=wait, progress=progress)
     return AdaptOutcome(w2v=w2v, align=align, expand=expand)
 
@@ -185,3 +191,16 @@ def check_adapt(
                 *(Protected(f"the {kind} stage's folder", path) for kind, path in zip(("w2v", "align"), upstream)),
             ],
         )
+
+
+def run_adapt(settings: AdaptSettings, run: Run) -> AdaptOutcome:
+    """``greenadapt adapt``: word2vec, align and expand from one command's settings."""
+    options = AdaptOptions(
+        w2v=W2VOptions(dim=settings.dim, epochs=settings.epochs, min_count=settings.min_count, max_vocab=settings.max_vocab,
+                       workers=settings.workers, seed=settings.seed, context=settings.context_options()),
+        align_method=settings.method, method_options=settings.method_options(), max_new=settings.max_new,
+        min_count_new=settings.min_count_new, seed=settings.seed, w2v_draws=settings.w2v_draws,
+    )
+    return adapt_stages(list(settings.corpus), model=settings.model, options=options,
+                        text_fields=list(settings.text_fields) if settings.text_fields else None,
+                        workdir=run.workdir, out=run.out, force=run.force, wait=run.wait, progress=run.progress)

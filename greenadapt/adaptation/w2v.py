@@ -54,7 +54,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.adaptation.context_vectors import ContextOptions
@@ -68,6 +68,10 @@ from greenadapt.defaults import DEFAULT_SEED, check_seed
 from greenadapt.errors import CorpusError, StageError, UsageError
 from greenadapt.machine.cores import available_cores
 from greenadapt.progress import NULL_PROGRESS, Progress
+
+if TYPE_CHECKING:
+    from greenadapt.adaptation.settings import W2vSettings
+    from greenadapt.options import Run
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +153,7 @@ def _write_vectors(
     return vocab_size, {"word2vec_trained": False}
 
 
-def run_w2v(
+def w2v_stage(
     corpus: Sequence[str],
     *,
     model: str | None,
@@ -493,3 +497,10 @@ def pretokenized_corpus_of(w2v_dir: Path, w2v_manifest: Manifest, corpus: list[s
         log.info("the pre-tokenized corpus %s is gone or unfinished: pre-tokenizing the corpus again", cache)
     sources = resolve_corpus(corpus, text_fields=w2v_manifest.config.get("text_fields"))
     return pretokenize_corpus(sources, load_backend_tokenizer(model_path), Path(cache).parent, workers=available_cores()).path
+
+
+def run_w2v(settings: W2vSettings, run: Run) -> StageOutcome:
+    """``greenadapt w2v``: the stage from its settings."""
+    return w2v_stage(list(settings.corpus), model=settings.model, options=settings.w2v_options(),
+                     text_fields=list(settings.text_fields) if settings.text_fields else None,
+                     workdir=run.workdir, out=run.out, force=run.force, wait=run.wait, progress=run.progress)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from greenadapt.api.build import command_function
 from greenadapt.api.common import PathLike
+from greenadapt.inference.settings import EvaluateSettings, PredictSettings
 
 if TYPE_CHECKING:
     from greenadapt.inference.predictor import ClassifierModel, NerModel, QaModel
-    from greenadapt.progress import Progress
 
 __all__ = ["evaluate", "load", "pipeline", "predict"]
 
@@ -79,73 +79,18 @@ def pipeline(task: str, model: PathLike | Sequence[PathLike], **options: Any) ->
     return PIPELINES[wanted](opened, call_defaults, task=HF_TASK[wanted])
 
 
-def predict(
-    source: PathLike | str,
-    *,
-    model: PathLike | Sequence[PathLike],
-    output: PathLike | str = "-",
-    task: str | None = None,
-    pool: str = "mean",
-    ignore_labels: bool = False,
-    text_field: str | None = None,
-    pair_field: str | None = None,
-    label_field: str | None = None,
-    file_format: str = "auto",
-    header: str | None = None,
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
-    general_model: str | None = None,
-    force: bool = False,
-    progress: Progress | bool | None = None,
-) -> Any:
-    """Label ``source`` with a fine-tuned ``model`` folder (mean-pooled over both tokenizers) into ``output``.
+predict = command_function(PredictSettings, "greenadapt.inference.predict_text:run_predict", """\
+Label ``source`` with a fine-tuned ``model`` folder (mean-pooled over both tokenizers) into ``output``.
 
-    ``source``: raw text (a document per line), JSON lines, a folder of ``.txt`` files, a task file, or ``-``
-    (stdin); ``output`` ``-`` is stdout. ``task`` names the task of a multitask run. ``model``: a list of
-    folders is an ensemble (the mean of their probabilities). Returns the summary
-    (``.examples``, ``.entities``, ``.metrics`` where the input had labels; ``.to_json()``).
-    """
-    from greenadapt.inference.options import InferenceOptions
-    from greenadapt.inference.predict_text import predict_input
-    from greenadapt.progress import as_progress
+``source``: raw text (a document per line), JSON lines, a folder of ``.txt`` files, a task file, or ``-``
+(stdin); ``output`` ``-`` is stdout. ``task`` names the task of a multitask run. ``model``: a list of
+folders is an ensemble (the mean of their probabilities). Returns the summary
+(``.examples``, ``.entities``, ``.metrics`` where the input had labels; ``.to_json()``).
+""")
 
-    overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
-    options = InferenceOptions(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model)
-    members = [str(model)] if isinstance(model, str | os.PathLike) else [str(m) for m in model]
-    return predict_input(
-        members[0] if len(members) == 1 else members, str(source), str(output), task_name=task, options=options, file_format=file_format,
-        ignore_labels=ignore_labels, reader_overrides=overrides, force=force, progress=as_progress(progress),
-    )
-
-
-def evaluate(
-    data: PathLike,
-    *,
-    model: PathLike | Sequence[PathLike],
-    pool: Sequence[str] | str | None = None,
-    text_field: str | None = None,
-    pair_field: str | None = None,
-    label_field: str | None = None,
-    header: str | None = None,
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
-    general_model: str | None = None,
-) -> Any:
-    """Score a fine-tuned ``model`` folder (a list: an ensemble) on the labelled file ``data``, without training
-    and without writing predictions: its metrics under each pooling mode (``pool`` limits them; default every
-    mode the model has). Returns an :class:`~greenadapt.inference.evaluation.EvaluateResult` (``.scores[pool]``,
-    ``.to_json()``); its repr shows the headline figure."""
-    from pathlib import Path
-
-    from greenadapt.inference.evaluation import run_evaluate
-    from greenadapt.inference.options import InferenceOptions
-
-    pools = (pool,) if isinstance(pool, str) else tuple(pool or ())
-    options = InferenceOptions(pool=pools[0] if pools else "mean", batch_size=batch_size, device=device, precision=precision,
-                               general_model=general_model)
-    members = [str(model)] if isinstance(model, str | os.PathLike) else [str(m) for m in model]
-    overrides = {"text_field": text_field, "pair_field": pair_field, "label_field": label_field, "header": header}
-    return run_evaluate(members[0] if len(members) == 1 else members, Path(data), options=options, pools=pools, reader_overrides=overrides)
-
+evaluate = command_function(EvaluateSettings, "greenadapt.inference.evaluation:run_evaluate", """\
+Score a fine-tuned ``model`` folder (a list: an ensemble) on the labelled file ``data``, without training
+and without writing predictions: its metrics under each pooling mode (``pool`` limits them; default every
+mode the model has). Returns an :class:`~greenadapt.inference.evaluation.EvaluateResult` (``.scores[pool]``,
+``.to_json()``); its repr shows the headline figure.
+""")

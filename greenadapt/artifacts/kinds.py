@@ -17,6 +17,7 @@ QA = "qa"  # answers to a SQuAD-style file
 MULTITASK = "multitask"
 
 ADAPTATION = (W2V, ALIGN, EXPAND)
+CACHES = (PRETOKENIZED, MLM_TOKENS)  # stages no command is run for: they keep no options.json
 TRAINED = (FINETUNE, PRETRAIN)
 PREDICTIONS_DIR = "predictions"
 COMPARE_RESULT = "compare.json"  # a compare folder's result (it has no manifest of its own)

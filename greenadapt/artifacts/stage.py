@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.version import __version__
+from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import library_versions, sha256_file, write_json
 from greenadapt.artifacts.manifest import (
     MANIFEST,
@@ -55,6 +56,7 @@ from greenadapt.errors import (
 )
 from greenadapt.machine.cores import usable_cores
 from greenadapt.machine.energy import EnergyProbe
+from greenadapt.options import OPTIONS_FILE, recorded_settings
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +249,9 @@ class StageRun:
         """Checksum the temporary folder, write the manifest, swap it into place."""
         if self.skipped:
             raise RuntimeError("commit() on a skipped stage")
+        settings = recorded_settings()
+        if settings is not None and self.kind not in kinds.CACHES:  # the command's options, as --config replays them
+            write_json(self.tmp / OPTIONS_FILE, settings.document())
         files: dict[str, dict[str, Any]] = {}
         for path in sorted(self.tmp.rglob("*")):
             if path.is_file() and path.name != MANIFEST and path.relative_to(self.tmp).as_posix() != TEMPORARY_MARKER:
@@ -265,6 +270,8 @@ class StageRun:
             "cost": self._meter.snapshot(),
             "files": files,
         }
+        if settings is not None and self.kind not in kinds.CACHES:
+            manifest["options"] = settings.document()
         if extra:
             manifest.update(extra)
         # The checksum covers the fields as a reader will parse them back.

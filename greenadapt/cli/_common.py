@@ -7,76 +7,19 @@ progress go to stderr. Progress bars appear only on a TTY and never with
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import typer
 
-from greenadapt.adaptation.methods import method_help
-from greenadapt.api import adapt as _adapt
-from greenadapt.api import default_of
 from greenadapt.progress import NULL_PROGRESS, HeartbeatProgress, Progress, format_duration, heartbeat_interval
 
-WorkdirOption = typer.Option(
-    None, "--workdir", help="Workspace for stage outputs (default: $GREENADAPT_WORKDIR, else ./greenadapt-work)."
-)
-ForceOption = typer.Option(False, "--force", help="Redo the stage even if an up-to-date output exists.")
-WaitOption = typer.Option(False, "--wait", help="If another process is writing the same output, wait for it instead of failing.")
 JsonOption = typer.Option(False, "--json", help="Print the manifest as JSON on stdout.")
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars, warnings and errors only.")
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging.")
-
-# The initialisation method and its options: names and help come from the registry (greenadapt.adaptation.methods).
-MethodOption = typer.Option(
-    default_of(_adapt, "method"), "--method", metavar="NAME", help=method_help()
-)
-FocusKOption = typer.Option(
-    default_of(_adapt, "focus_k"), "--focus-k", metavar="N", help="focus: how many nearest shared words weigh into a row.")
-FocusTemperatureOption = typer.Option(
-    default_of(_adapt, "focus_temperature"), "--focus-temperature", metavar="FLOAT", help="focus: similarities are divided by this before sparsemax (smaller: sparser)."
-)
-HybridWeightOption = typer.Option(
-    default_of(_adapt, "hybrid_weight"), "--hybrid-weight", metavar="FLOAT", help="hybrid: the weight of lstsq (the rest is subword-mean).")
-ContextLayerOption = typer.Option(
-    default_of(_adapt, "context_layer"), "--context-layer", metavar="N", help="context-mean: hidden layer of the base model (0 = embeddings, -1 = the last)."
-)
-ContextCapOption = typer.Option(
-    default_of(_adapt, "context_cap"), "--context-cap", metavar="N", help="context-mean: occurrences averaged per word at most.")
-ContextMaxTokensOption = typer.Option(
-    None, "--context-max-tokens", metavar="N", help="context-mean: read at most N corpus tokens (default: until every word has --context-cap)."
-)
-DistillPerWordOption = typer.Option(
-    default_of(_adapt, "distill_per_word"), "--distill-per-word", metavar="N", help="distill: corpus windows per new word at most.")
-DistillSentencesOption = typer.Option(
-    default_of(_adapt, "distill_sentences"), "--distill-sentences", metavar="N", help="distill: corpus windows in all at most (the CPU cost grows with it).")
-DistillEpochsOption = typer.Option(
-    default_of(_adapt, "distill_epochs"), "--distill-epochs", metavar="N", help="distill: passes over the windows.")
-MatchNormOption = typer.Option(
-    default_of(_adapt, "match_norm"), "--match-norm", help="Rescale each new row to the mean norm of the model's whole-word rows (any method)."
-)
-
-# Groups of options several commands share: ``api_command(..., groups=(...))`` adds them.
-METHOD_OPTIONS = (
-    ("method", str, MethodOption), ("focus_k", int, FocusKOption), ("focus_temperature", float, FocusTemperatureOption),
-    ("hybrid_weight", float, HybridWeightOption), ("match_norm", bool, MatchNormOption),
-    ("distill_per_word", int, DistillPerWordOption), ("distill_sentences", int, DistillSentencesOption), ("distill_epochs", int, DistillEpochsOption),
-)
-CONTEXT_OPTIONS = (("context_layer", int, ContextLayerOption), ("context_cap", int, ContextCapOption), ("context_max_tokens", int | None, ContextMaxTokensOption))
-
-
-def optimizer_options(function: Callable[..., Any]) -> tuple[tuple[str, Any, Any], ...]:
-    """The AdamW schedule options every training command shares, with ``function``'s defaults."""
-    return (
-        ("warmup", float, typer.Option(default_of(function, "warmup"), "--warmup", help="Fraction of the steps spent warming up.")),
-        ("weight_decay", float, typer.Option(default_of(function, "weight_decay"), "--weight-decay", help="AdamW weight decay.")),
-    )
-
 
 def stderr_console() -> Any:
     """The one rich console on stderr that log lines and the live progress display share."""
@@ -253,84 +196,6 @@ def emit(manifest: Mapping[str, Any], summary: str, *, as_json: bool) -> None:
     else:
         sys.stdout.write(summary.rstrip("\n") + "\n")
     sys.stdout.flush()
-
-
-# An override that leaves an option out of the API call (an option the CLI has and the API does not).
-DROP: Any = object()
-
-
-def given(name: str) -> bool:
-    """Whether the running command's option ``name`` was given (on the command line or in the environment), not defaulted."""
-    from typer._click.globals import get_current_context  # typer vendors click: its context, not click's
-
-    ctx = get_current_context(silent=True)
-    source = ctx.get_parameter_source(name) if ctx is not None else None
-    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
-
-
-def api_command(
-    name: str,
-    function: Callable[..., Any],
-    show: Callable[[Any, bool], None],
-    *,
-    renames: Mapping[str, str] | None = None,
-    groups: tuple[tuple[tuple[str, Any, Any], ...], ...] = (),
-    example: str | None = None,
-    **command_settings: Any,
-) -> Callable[[Callable[..., dict[str, Any] | None]], Callable[..., None]]:
-    """Register ``greenadapt NAME`` as the Python API's ``function`` (spaCy's ``spacy/cli`` shape).
-
-    The decorated function declares the command's options (its parameters: typer options whose
-    defaults come from ``function``'s signature) and its help (the docstring); each option goes to
-    the API parameter of its name (``renames``: the ones spelled otherwise). Its body checks what
-    the API cannot (it runs before anything else) and returns None, or overrides for options that
-    need parsing (``--seeds 1,2,3``; :data:`DROP` leaves one out). Every command gets ``--json``,
-    ``--quiet`` and ``--verbose``, and ``--workdir``, ``--force`` and ``--wait`` where ``function`` takes them
-    (each declared by the function instead when its body needs it or its help differs), and the
-    options of each of ``groups`` (:data:`METHOD_OPTIONS`, :data:`CONTEXT_OPTIONS`); logging to
-    stderr and progress; ``show(result, as_json)`` prints the result. ``example``: the command line
-    its ``--help`` ends on.
-    """
-    from greenadapt.cli import app
-    from greenadapt.cli.help import EXAMPLES
-
-    if example is not None:
-        EXAMPLES[name] = example
-
-    def register(options: Callable[..., dict[str, Any] | None]) -> Callable[..., None]:
-        signature = inspect.signature(options, eval_str=True)
-        api_parameters = inspect.signature(function).parameters
-        shared = [*(spec for group in groups for spec in group), *(spec for spec in _RUN_CONTROL if spec[0] in api_parameters)]
-        control = [  # the shared groups, and the run-control options of every command whose API function takes them
-            inspect.Parameter(flag, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-            for flag, annotation, default in shared
-            if flag not in signature.parameters
-        ]
-        output = [
-            inspect.Parameter(flag, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=bool)
-            for flag, default in (("as_json", JsonOption), ("quiet", QuietOption), ("verbose", VerboseOption))
-            if flag not in signature.parameters
-        ]
-
-        @functools.wraps(options)
-        def command(**values: Any) -> None:
-            setup_logging(quiet=values["quiet"], verbose=values["verbose"])
-            overrides = options(**{key: value for key, value in values.items() if key in signature.parameters}) or {}
-            arguments = {key: value for key, value in values.items() if key not in _OUTPUT_FLAGS} | overrides
-            arguments = {(renames or {}).get(key, key): value for key, value in arguments.items() if value is not DROP}
-            with progress_for(values["quiet"]) as progress:
-                result = function(**arguments, **({"progress": progress} if "progress" in api_parameters else {}))
-            show(result, values["as_json"])
-
-        command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *control, *output])  # type: ignore[attr-defined]
-        app.command(name, **command_settings)(command)
-        return command
-
-    return register
-
-
-_OUTPUT_FLAGS = ("as_json", "quiet", "verbose")
-_RUN_CONTROL = (("workdir", Path | None, WorkdirOption), ("force", bool, ForceOption), ("wait", bool, WaitOption))
 
 
 def what_changed(expand_stats: Mapping[str, Any]) -> str:

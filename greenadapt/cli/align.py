@@ -2,39 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import typer
-
 from greenadapt import api
-from greenadapt.api import default_of
+from greenadapt.adaptation.settings import AlignSettings
 from greenadapt.artifacts.manifest import Manifest
-from greenadapt.cli._common import (
-    METHOD_OPTIONS,
-    api_command,
-    emit,
-)
-
-
-@api_command("align", api.align, lambda outcome, as_json: _show(outcome, as_json), groups=(METHOD_OPTIONS,))
-def align_command(
-    w2v: Path | None = typer.Option(None, "--w2v", help="Folder written by `greenadapt w2v`."),
-    corpus: list[str] | None = typer.Option(
-        None, "--corpus", "-c", help="Find the w2v output of this corpus in the workspace (repeatable)."
-    ),
-    model: str | None = typer.Option(
-        None, "--model", "-m", help="Model folder or Hub id (default: the model the w2v output was made with)."
-    ),
-    seed: int = typer.Option(default_of(api.align, "seed"), "--seed", help="Seed of the held-out split (and of the random ablation)."),
-    probe: list[str] | None = typer.Option(
-        None, "--probe", help="Also show the neighbours of this word (repeatable)."
-    ),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: beside the w2v folder)."),
-) -> dict[str, Any] | None:
-    """Fit the initialisation method on the words word2vec and the model share (the paper's least squares by default)."""
-    return None
-
+from greenadapt.cli._build import declared_command
+from greenadapt.cli._common import emit
 
 
 def _print_neighbours(rows: list[dict[str, Any]]) -> None:
@@ -72,3 +46,7 @@ def _show(outcome: Any, as_json: bool) -> None:
     emit(outcome.manifest, summary, as_json=as_json)
     if not as_json:
         _print_neighbours(neighbours_of(outcome.path))
+
+
+declared_command(AlignSettings, api.align, _show,
+                 help="Fit the initialisation method on the words word2vec and the model share (the paper's least squares by default).")

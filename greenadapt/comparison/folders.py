@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from greenadapt.artifacts import kinds
+from greenadapt.options import OPTIONS_FILE
 
 RESULT_FILE = kinds.COMPARE_RESULT
 # A --model NAME names a folder of runs: a plain name
@@ -40,6 +41,8 @@ def check_compare_folder(out: Path) -> None:
                 ours = False
             if not ours or entry.is_symlink():
                 refuse(entry, f"this {RESULT_FILE} was not written by greenadapt compare")
+        elif entry.name == OPTIONS_FILE and _written_by_compare(entry):
+            continue  # the options compare ran with (--config replays them)
         elif entry.name == "adapted" and entry.is_dir() and not entry.is_symlink():
             continue  # adapt's folders (--adapt-methods); adapt checks what it replaces there itself
         elif entry.is_dir() and not entry.is_symlink() and MODEL_NAME.match(entry.name):
@@ -69,3 +72,10 @@ def recorded_base_model(spec: str) -> str | None:
         return None
     hub = block.get("base_model_hub_id") if isinstance(block, dict) else None
     return str(hub) if hub else None
+
+
+def _written_by_compare(entry: Path) -> bool:
+    try:
+        return not entry.is_symlink() and json.loads(entry.read_text(encoding="utf-8")).get("command") == "compare"
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return False

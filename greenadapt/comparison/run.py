@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.tasks import TASKS as FINETUNE_TASKS
 from greenadapt.tasks import LabellingTask, get_task
@@ -43,6 +43,10 @@ from greenadapt.comparison.folders import MODEL_NAME, RESULT_FILE, check_compare
 from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.errors import StageError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
+
+if TYPE_CHECKING:
+    from greenadapt.comparison.settings import CompareSettings
+    from greenadapt.options import Run as RunContext
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +250,7 @@ def summarize(variant: Variant, metric: str) -> dict[str, dict[str, float]]:
     return summary
 
 
-def run_compare(options: CompareOptions, finetune: Callable[..., Any], progress: Progress = NULL_PROGRESS,
+def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress: Progress = NULL_PROGRESS,
                 adapt: Callable[..., Any] | None = None) -> CompareResult:
     """Adapt the baseline once per ``adapt_methods``, fine-tune every model on every seed (skipping finished runs),
     then compare each with the baseline.
@@ -477,3 +481,21 @@ def _shares(options: CompareOptions, pairs: Sequence[PairedResult]) -> dict[str,
     gains = {p.variant: p.mean for p in pairs}
     reference = gains.get(options.comparator)
     return {name: (gain / reference if reference else None) for name, gain in gains.items() if name != options.comparator}
+
+
+def run_compare(settings: CompareSettings, run: RunContext) -> CompareResult:
+    """``greenadapt compare``: every fine-tuning (and adaptation) of the comparison, then the verdicts; the compare folder keeps
+    ``settings`` (options.json) beside compare.json."""
+    from functools import partial
+
+    from greenadapt.adaptation.settings import AdaptSettings
+    from greenadapt.artifacts.files import write_json
+    from greenadapt.options import OPTIONS_FILE, call_command
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+
+    finetune = partial(call_command, FinetuneSettings, "greenadapt.runners.finetune.run:run_finetune")
+    adapt = partial(call_command, AdaptSettings, "greenadapt.adaptation.pipeline:run_adapt")
+    options = settings.resolved(run)
+    result = compare_runs(options, finetune, run.progress, adapt=adapt)
+    write_json(options.out / OPTIONS_FILE, settings.document())
+    return result

@@ -8,13 +8,17 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import DataError
 from greenadapt.inference.labelling import ensemble_members, find_model_folder, label_file_by_mode
 from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
 from greenadapt.tasks import argmax_labels
 from greenadapt.training.health import prediction_warnings
+
+if TYPE_CHECKING:
+    from greenadapt.inference.settings import EvaluateSettings
+    from greenadapt.options import Run
 
 
 @dataclass
@@ -37,7 +41,7 @@ class EvaluateResult:
                 "headline_pool": self.headline, "scores": self.scores, "warnings": self.warnings}
 
 
-def run_evaluate(
+def evaluate_files(
     model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     data: Path,
     *,
@@ -62,3 +66,9 @@ def run_evaluate(
     headline = "mean" if "mean" in scores else next(iter(scores))
     metric = request.settings.metric or request.task.default_metric
     return EvaluateResult([f for f, _ in founds], Path(data), len(request.task_file.examples), metric, headline, scores, warnings)
+
+
+def run_evaluate(settings: EvaluateSettings, run: Run) -> EvaluateResult:
+    """``greenadapt evaluate`` from the command's settings (it writes nothing: ``run`` carries only its progress)."""
+    return evaluate_files(settings.members(), Path(settings.data), options=settings.inference_options(settings.pool[0] if settings.pool else "mean"),
+                          pools=settings.pool, reader_overrides=settings.reader_overrides(settings.header))

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, IO, Any
 
 from greenadapt.tasks import get_task
 from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
@@ -46,6 +46,10 @@ from greenadapt.artifacts.files import atomic_writer
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
+
+if TYPE_CHECKING:
+    from greenadapt.inference.settings import PredictSettings
+    from greenadapt.options import Run
 
 STDIO = "-"
 RAW_FORMATS = ("auto", "text", "jsonl", "columns", "tsv")  # what --format accepts
@@ -353,3 +357,12 @@ def _temporary_output(near: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix="greenadapt-predict.", suffix=near.suffix or ".txt")
     os.close(fd)
     return Path(tmp)
+
+
+def run_predict(settings: PredictSettings, run: Run) -> PredictSummary:
+    """``greenadapt predict`` from the command's settings."""
+    return predict_input(
+        settings.members(), str(settings.source), settings.output, task_name=settings.task, options=settings.inference_options(settings.pool),
+        file_format=settings.file_format, ignore_labels=settings.ignore_labels, reader_overrides=settings.reader_overrides(settings.header),
+        force=run.force, progress=run.progress,
+    )

@@ -261,7 +261,7 @@ def pool_word_logits(per_tokenizer: list[tuple[np.ndarray, np.ndarray]]) -> tupl
 
 
 @dataclass(frozen=True)
-class QaSettings:
+class SettledQa:
     """What ``QaOptions`` mean for one model folder, settled before any weights are loaded."""
 
     folder: Any  # greenadapt.artifacts.model_folder.ExpandedModel
@@ -279,7 +279,7 @@ class OpenedQa:
     max_length: int
 
 
-def resolve_qa_settings(ref: Any, options: QaOptions) -> QaSettings:
+def resolve_qa_settings(ref: Any, options: QaOptions) -> SettledQa:
     """The pooling mode, window length and device ``options`` mean for the model ``ref`` (its tokenizers read once)."""
     from greenadapt.artifacts.model_folder import ExpandedModel
     from greenadapt.machine.devices import pick_device
@@ -290,10 +290,10 @@ def resolve_qa_settings(ref: Any, options: QaOptions) -> QaSettings:
         raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path, hint="leave --general-model out")
     folder = ExpandedModel.open(ref)
     pool = resolve_pool(options.pool, folder.tokenizers, ref.path)
-    return QaSettings(folder, pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False))
+    return SettledQa(folder, pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False))
 
 
-def open_qa(settings: QaSettings, options: QaOptions) -> OpenedQa:
+def open_qa(settings: SettledQa, options: QaOptions) -> OpenedQa:
     """Load a question-answering model folder (plain, expanded or G-MAP) for answering: the one opener
     ``greenadapt qa`` and the Python API share."""
     from greenadapt.modeling.gmap import wiring as gmap

@@ -14,7 +14,7 @@ A finetune run folder (kind ``finetune``, written through StageRun)::
 
 Under torchrun every process trains; only rank 0 writes.
 
-:func:`run_finetune` hands the run to its task (:mod:`greenadapt.tasks`):
+:func:`finetune_stage` hands the run to its task (:mod:`greenadapt.tasks`):
 the labelling tasks come back to :func:`run_labelling`; ``qa`` trains in
 :func:`greenadapt.runners.qa.train.run_finetune_qa` (SQuAD windows, start/end loss;
 same folder kind, ``greenadapt_task.json`` says ``qa``). Options whose
@@ -57,6 +57,8 @@ from greenadapt.training.job import training_stage
 from greenadapt.training.pooling import check_pool
 
 if TYPE_CHECKING:
+    from greenadapt.options import Run
+    from greenadapt.runners.finetune.settings import FinetuneSettings
     from greenadapt.modeling.gmap.wiring import GmapSetup
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ KIND = kinds.FINETUNE
 # finetune
 
 
-def run_finetune(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+def finetune_stage(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Fine-tune ``options.model`` on ``options.task`` and write the run folder: a labelling task here, QA by its own loop."""
     from greenadapt.tasks.qa import QaTask
 
@@ -514,3 +516,8 @@ def per_type_headline(metrics_doc: dict[str, Any], pool: str) -> dict[str, Any]:
         for split, pools in metrics_doc["summary"].items()
         if "per_type" in pools.get(pool, {})
     }
+
+
+def run_finetune(settings: FinetuneSettings, run: Run) -> StageOutcome:
+    """``greenadapt finetune``: the run folder from the command's settings."""
+    return finetune_stage(settings.resolved(run), run.progress)

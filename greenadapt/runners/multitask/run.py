@@ -20,7 +20,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
@@ -45,6 +45,10 @@ from greenadapt.training.distributed import DistContext
 from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.pooling import check_pool
+
+if TYPE_CHECKING:
+    from greenadapt.options import Run
+    from greenadapt.runners.multitask.settings import MultitaskSettings
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ class _Prepared:
     files: dict[str, TaskFile]  # train, and dev/test when given
 
 
-def run_multitask(options: MultitaskOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+def multitask_stage(options: MultitaskOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
     from greenadapt.artifacts.destination import check_run_destination
     from greenadapt.artifacts.model_folder import ExpandedModel
@@ -373,4 +377,9 @@ def _save_tokenizers(tokenizers: TokenizerPair, folder: Path) -> None:
 
 
 # --------------------------------------------------------------------------
-__all__ = ["KIND", "MultitaskOptions", "run_multitask"]
+__all__ = ["KIND", "MultitaskOptions", "multitask_stage"]
+
+
+def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
+    """``greenadapt multitask``: the run folder from the command's settings."""
+    return multitask_stage(settings.resolved(run), run.progress)

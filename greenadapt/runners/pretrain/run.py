@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import write_json
@@ -41,6 +41,10 @@ from greenadapt.runners.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.runners.pretrain.train import PretrainConfig
 from greenadapt.training.finetuning import check_mix
 from greenadapt.training.job import TrainingStage, training_stage
+
+if TYPE_CHECKING:
+    from greenadapt.options import Run
+    from greenadapt.runners.pretrain.settings import PretrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +266,7 @@ def _save_model(model: Any, gmap: Any, setup: _Setup, folder: Path) -> None:
 # pretrain
 
 
-def run_pretrain(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
+def pretrain_stage(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Continue masked-LM training of ``options.model`` on ``options.corpus``; skip when an up-to-date output exists."""
 
     from greenadapt.artifacts import workspace
@@ -455,3 +459,10 @@ def summary_line(outcome: StageOutcome) -> str:
     if "general" in before and "general" in after:
         text += f" (general corpus {before['general']['loss']:.3f} -> {after['general']['loss']:.3f})"
     return f"{text} -> {outcome.path}"
+
+
+def run_pretrain(settings: PretrainSettings, run: Run) -> Any:
+    """``greenadapt pretrain``: the pretrained model folder (or, with ``eval_only``, the held-out scores) from the command's settings."""
+    if settings.eval_only:
+        return run_eval_only(settings.evaluation(run), run.progress)
+    return pretrain_stage(settings.resolved(run), run.progress)

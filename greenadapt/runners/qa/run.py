@@ -16,10 +16,12 @@ from greenadapt.training.health import answer_warnings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.stage import StageOutcome, StageRun
-from greenadapt.inference.qa.answering import QaOptions, QaSettings, answer_questions, open_qa, resolve_qa_settings
+from greenadapt.inference.qa.answering import QaOptions, SettledQa, answer_questions, open_qa, resolve_qa_settings
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
+    from greenadapt.options import Run
+    from greenadapt.runners.qa.settings import QaSettings
     from greenadapt.data.squad import SquadData
 
 log = logging.getLogger(__name__)
@@ -27,7 +29,7 @@ log = logging.getLogger(__name__)
 KIND = kinds.QA
 
 
-def run_qa(
+def qa_stage(
     model: str | os.PathLike[str] | None,
     data: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -75,7 +77,7 @@ def run_qa(
         return StageOutcome(run.out, manifest, False)
 
 
-def _answer_all(settings: QaSettings, options: QaOptions, squad: Any, folder: Path, progress: Progress) -> dict[str, Any]:
+def _answer_all(settings: SettledQa, options: QaOptions, squad: Any, folder: Path, progress: Progress) -> dict[str, Any]:
     """Answer every question of ``squad``; write predictions, n-best, metrics and data issues into ``folder``: the stats."""
     pool, max_length, device = settings.pool, settings.max_length, settings.device
     opened = open_qa(settings, options)
@@ -163,3 +165,9 @@ def _data_issues(squad: SquadData) -> dict[str, Any]:
         ],
         "empty_contexts": [{"where": doc.where, "questions": [q.id for q in doc.questions]} for doc in squad.empty_documents],
     }
+
+
+def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
+    """``greenadapt qa``: the answers folder from the command's settings."""
+    return qa_stage(settings.model, settings.data, run.out or "", options=settings.qa_options(), force=run.force, wait=run.wait,
+                    progress=run.progress)

@@ -1,0 +1,168 @@
+"""The options of ``w2v``, ``align``, ``expand`` and ``adapt``, each declared once (:mod:`greenadapt.options`).
+
+Options several commands share are declared in one mixin each (the word2vec knobs, the initialisation
+method's, context-mean's); a command's settings class lists the mixins it takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from greenadapt.adaptation.methods import DEFAULT_METHOD, METHODS, method_help
+from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
+from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, option
+
+if TYPE_CHECKING:
+    from greenadapt.adaptation.context_vectors import ContextOptions
+    from greenadapt.adaptation.methods import MethodOptions
+    from greenadapt.adaptation.w2v import W2VOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextSettings(Settings):
+    """context-mean's vectors (``w2v --source context``, ``adapt --method context-mean``)."""
+
+    context_layer: int = option(-1, "--context-layer", panel=ADAPTATION, help="context-mean: hidden layer of the base model (0 = embeddings, -1 = the last).")
+    context_cap: int = option(20, "--context-cap", panel=ADAPTATION, minimum=1, help="context-mean: occurrences averaged per word at most.")
+    context_max_tokens: int | None = option(None, "--context-max-tokens", panel=ADAPTATION, minimum=1,
+                                            help="context-mean: read at most N corpus tokens (default: until every word has --context-cap).")
+
+    def context_options(self) -> ContextOptions:
+        from greenadapt.adaptation.context_vectors import ContextOptions
+
+        return ContextOptions(layer=self.context_layer, cap=self.context_cap, max_tokens=self.context_max_tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodSettings(Settings):
+    """The initialisation method and its options (``align``, ``adapt``); names and help from the method registry."""
+
+    method: str = option(DEFAULT_METHOD, "--method", panel=ADAPTATION, metavar="NAME", choices=tuple(METHODS), help=method_help())
+    focus_k: int = option(10, "--focus-k", panel=ADAPTATION, minimum=1, help="focus: how many nearest shared words weigh into a row.")
+    focus_temperature: float = option(0.1, "--focus-temperature", panel=ADAPTATION,
+                                      help="focus: similarities are divided by this before sparsemax (smaller: sparser).")
+    hybrid_weight: float = option(0.5, "--hybrid-weight", panel=ADAPTATION, minimum=0, maximum=1,
+                                  help="hybrid: the weight of lstsq (the rest is subword-mean).")
+    match_norm: bool = option(False, "--match-norm", panel=ADAPTATION,
+                              help="Rescale each new row to the mean norm of the model's whole-word rows (any method).")
+    distill_per_word: int = option(4, "--distill-per-word", panel=ADAPTATION, minimum=1, help="distill: corpus windows per new word at most.")
+    distill_sentences: int = option(16_000, "--distill-sentences", panel=ADAPTATION, minimum=1,
+                                    help="distill: corpus windows in all at most (the CPU cost grows with it).")
+    distill_epochs: int = option(1, "--distill-epochs", panel=ADAPTATION, minimum=1, help="distill: passes over the windows.")
+
+    def method_options(self) -> MethodOptions:
+        from greenadapt.adaptation.methods import MethodOptions
+
+        options = MethodOptions(
+            focus_k=self.focus_k, focus_temperature=self.focus_temperature, hybrid_weight=self.hybrid_weight, match_norm=self.match_norm,
+            distill_per_word=self.distill_per_word, distill_sentences=self.distill_sentences, distill_epochs=self.distill_epochs,
+        )
+        options.check()
+        return options
+
+
+@dataclass(frozen=True, kw_only=True)
+class Word2vecSettings(Settings):
+    """The corpus and the word2vec knobs (``w2v``, ``adapt``)."""
+
+    positional = ("corpus",)
+
+    corpus: tuple[str, ...] = option(REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT,
+                                     help="Registered corpus name, file, folder, glob or URL (.txt, .gz, .bz2, .xz, JSON lines, CSV). Repeatable.")
+    model: str | None = option(None, "--model", "-m", panel=MODEL,
+                               help="Model folder or Hub id whose tokenizer defines the words (default: the bundled MiniLM).")
+    text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT,
+                                                 help="Field(s) holding the text in JSON lines/CSV sources (default: text). Repeatable.")
+    dim: int | None = option(None, "--dim", panel=ADAPTATION, minimum=1, help="word2vec vector size (default: the model's hidden size).")
+    epochs: int = option(5, "--epochs", panel=TRAINING, minimum=1, help="word2vec passes over the corpus.")
+    min_count: int = option(5, "--min-count", panel=ADAPTATION, minimum=1, help="word2vec ignores words seen fewer times.")
+    max_vocab: int | None = option(
+        None, "--max-vocab", panel=ADAPTATION, metavar="N", minimum=1,
+        help="Keep at most N words, the most frequent (gensim's max_final_vocab: min-count is raised as needed); bounds a huge corpus's vocabulary.")
+    workers: int | None = option(
+        None, "--workers", panel=PERFORMANCE, minimum=1,
+        help="Processes/threads (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS); with 1, runs are reproducible.")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed (of every stage).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class W2vSettings(Word2vecSettings, ContextSettings):
+    """``greenadapt w2v``: CBOW word2vec on a corpus in the model's own words (or context-mean's vectors)."""
+
+    command = "w2v"
+    run_help = {"out": "Output folder (default: WORKDIR/CORPUS/MODEL/w2v)."}
+
+    source: str = option("word2vec", "--source", panel=INPUT_OUTPUT, metavar="NAME", choices=("word2vec", "context"),
+                         help="word2vec (CBOW, the paper) or context (the base model's own contextual vectors, for align --method context-mean).")
+    no_vectors: bool = option(False, "--no-vectors", panel=ADAPTATION,
+                              help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean or random).")
+
+    def check(self) -> None:
+        self.w2v_options().check()
+
+    def w2v_options(self) -> W2VOptions:
+        from greenadapt.adaptation.w2v import W2VOptions
+
+        return W2VOptions(dim=self.dim, epochs=self.epochs, min_count=self.min_count, max_vocab=self.max_vocab, workers=self.workers,
+                          seed=self.seed, vectors=not self.no_vectors, source=self.source, context=self.context_options())
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlignSettings(MethodSettings):
+    """``greenadapt align``: fit the initialisation method on the words word2vec and the model share."""
+
+    command = "align"
+    run_help = {"out": "Output folder (default: beside the w2v folder)."}
+
+    w2v: Path | None = option(None, "--w2v", panel=INPUT_OUTPUT, help="Folder written by `greenadapt w2v`.")
+    corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT,
+                                            help="Find the w2v output of this corpus in the workspace (repeatable).")
+    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder or Hub id (default: the model the w2v output was made with).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the held-out split (and of the random ablation).")
+    probe: tuple[str, ...] = option((), "--probe", panel=ADAPTATION, help="Also show the neighbours of this word (repeatable).")
+
+    def check(self) -> None:
+        self.method_options()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpandSettings(Settings):
+    """``greenadapt expand``: the aligned rows of new words, and a domain tokenizer that keeps them whole."""
+
+    command = "expand"
+    run_help = {"out": "Output model folder (default: beside the align folder)."}
+
+    align: Path | None = option(None, "--align", panel=INPUT_OUTPUT, help="Folder written by `greenadapt align`.")
+    corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT,
+                                            help="Find the align output of this corpus in the workspace (repeatable).")
+    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder or Hub id (default: the model align was fitted on).")
+    max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, help="Add at most this many new words, most frequent first.")
+    min_count: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count", panel=ADAPTATION, minimum=1,
+                            help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the random ablation's draws (align --method random).")
+    method: str | None = option(None, "--method", panel=ADAPTATION, metavar="NAME", choices=tuple(METHODS),
+                                help="The initialisation method (chosen at align): with --corpus, use its align folder; with --align, check it. "
+                                     + method_help())
+    also_align: tuple[Path, ...] = option((), "--also-align", panel=ADAPTATION, metavar="DIR",
+                                          help="The align folder of another word2vec draw (repeat): each new row is the mean of the draws' rows.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdaptSettings(Word2vecSettings, MethodSettings, ContextSettings):
+    """``greenadapt adapt``: w2v, align and expand in one command."""
+
+    command = "adapt"
+    run_help = {"out": "Folder for the adapted model (default: in the workspace)."}
+
+    max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, help="At most this many new words (most frequent first).")
+    min_count_new: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count-new", panel=ADAPTATION, minimum=1,
+                                help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
+    w2v_draws: int = option(1, "--w2v-draws", panel=ADAPTATION, metavar="K", minimum=1,
+                            help="Train word2vec K times (seeds --seed, --seed+1, ...) and average each new word's aligned rows: "
+                                 "a gain that depends less on one draw's luck (K times the word2vec cost).")
+
+    def check(self) -> None:
+        self.method_options()
+        self.context_options()

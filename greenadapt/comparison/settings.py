@@ -1,0 +1,102 @@
+"""``greenadapt compare``'s options, each declared once (:mod:`greenadapt.options`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from greenadapt.errors import UsageError
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
+from greenadapt.training.settings import DeviceSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
+
+if TYPE_CHECKING:
+    from greenadapt.comparison.run import CompareOptions
+    from greenadapt.options import Run
+
+
+def parse_models(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """``--model NAME=MODEL`` (repeated) as (name, model) pairs."""
+    models = []
+    for value in values:
+        name, sep, model = value.partition("=")
+        if not sep or not name.strip() or not model.strip():
+            raise UsageError(f"--model {value!r} is not NAME=MODEL", hint="e.g. --model base=bert-base-uncased --model green=models/green")
+        models.append((name.strip(), model.strip()))
+    return tuple(models)
+
+
+def parse_ensembles(values: list[str]) -> tuple[tuple[str, int], ...]:
+    """``--ensemble NAME=N`` (repeated) as (name, N) pairs."""
+    ensembles = []
+    for value in values:
+        name, _, size = value.partition("=")
+        if not name.strip() or not size.strip().isdigit():
+            raise UsageError(f"--ensemble {value!r} is not NAME=N", hint="e.g. --ensemble base-x2=2")
+        ensembles.append((name.strip(), int(size)))
+    return tuple(ensembles)
+
+
+def _task_name(name: str) -> str:
+    from greenadapt.tasks import get_task
+
+    return get_task(name).name
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
+    """``greenadapt compare``: fine-tune several models with one recipe and the same seeds; say whether each beat the baseline."""
+
+    command = "compare"
+    positional = ("task", "train", "test", "models")
+    run_options = ("workdir", "out", "force")
+    run_help = {"out": "The compare folder (one finetune run per model and seed; compare.json).", "force": "Redo every fine-tuning."}
+    out_required = True
+
+    task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=_task_name, help="ner, classify or qa.")
+    train: Path = option(REQUIRED, "--train", panel=INPUT_OUTPUT, help="Training file (the same for every model).")
+    test: Path = option(REQUIRED, "--test", panel=INPUT_OUTPUT, help="Test file: every model is scored on the same examples.")
+    models: tuple[tuple[str, str], ...] = option(
+        REQUIRED, "--model", "-m", panel=MODEL, metavar="NAME=MODEL", parse=parse_models, cli_type=list[str],
+        help="A model to compare: a folder or Hub id, named. Repeat; the first is the baseline.")
+    dev: Path | None = option(None, "--dev", panel=INPUT_OUTPUT, help="Dev file for choosing the best epoch (optional).")
+    seeds: tuple[int, ...] = option((1, 2, 3), "--seeds", panel=TRAINING, parse=parse_seeds, cli_type=str | None, shown="1,2,3",
+                                    check=check_seeds, help="Seeds, comma-separated: every model trains once per seed.")
+    against: str | None = option(None, "--against", panel=EVALUATION, metavar="NAME",
+                                 help="The baseline the others are paired with (default: the first --model).")
+    comparator: str | None = option(None, "--comparator", panel=EVALUATION, metavar="NAME",
+                                    help="A variant (e.g. DAPT) whose gain the others' gains are a share of.")
+    epochs: int | None = option(None, "--epochs", panel=TRAINING, minimum=1, help="Epochs (default: the task's).")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, help="Stop every fine-tuning after this many optimizer steps.")
+    entity_type: str | None = option(None, "--entity-type", panel=INPUT_OUTPUT, metavar="TYPE",
+                                     help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), as finetune does.")
+    batch_size: int | None = option(None, "--batch-size", panel=TRAINING, minimum=1, help="Examples per optimizer step (default: the task's).")
+    lr: float | None = option(None, "--lr", panel=TRAINING, help="Peak learning rate (default: the task's).")
+    max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Wordpieces per sequence (default: the task's).")
+    parallel: int = option(1, "--parallel", panel=PERFORMANCE, minimum=1,
+                           help="Fine-tunings at once: N worker processes, each with its share of the cores, each training run after run.")
+    bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, help="Paired bootstrap replicates over test examples.")
+    bootstrap_seed: int = option(0, "--bootstrap-seed", panel=EVALUATION, help="Seed of the bootstrap's resampling.")
+    save_every: int | None = option(100, "--save-every", panel=RUN_CONTROL, minimum=1,
+                                    help="Checkpoint every N steps, so an interrupted compare resumes.")
+    corpus: tuple[str, ...] = option((), "--corpus", "-c", panel=INPUT_OUTPUT, help="With --adapt-methods: the corpus to adapt the first --model to.")
+    adapt_methods: tuple[str, ...] = option(
+        (), "--adapt-methods", panel=TRAINING, metavar="M1,M2", cli_type=str | None,
+        parse=lambda text: tuple(m.strip() for m in (text or "").split(",") if m.strip()),
+        help="Adapt the first --model to --corpus with each method (lstsq, subword-mean, focus, ...); each joins the comparison under its method's name.")
+    ensembles: tuple[tuple[str, int], ...] = option(
+        (), "--ensemble", panel=MODEL, metavar="NAME=N", parse=parse_ensembles, cli_type=list[str],
+        help="That --model is N fine-tunings per seed scored on the mean of their probabilities "
+             "(e.g. --model base-x2=MODEL --ensemble base-x2=2: the control for two-view inference).")
+
+    def resolved(self, run: Run) -> CompareOptions:
+        from greenadapt.comparison.run import CompareOptions
+
+        return CompareOptions(
+            task=self.task, train=self.train, test=self.test, models=self.models, out=run.out or Path(), dev=self.dev, seeds=self.seeds,
+            against=self.against, comparator=self.comparator, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+            max_length=self.max_length, device=self.device, parallel=self.parallel, replicates=self.bootstrap, bootstrap_seed=self.bootstrap_seed,
+            save_every=self.save_every, force=run.force, corpus=self.corpus, adapt_methods=self.adapt_methods, workdir=run.workdir,
+            ensembles=self.ensembles, entity_type=self.entity_type, max_steps=self.max_steps, precision=self.precision,
+            pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs, report_to=self.report_to,
+        )

@@ -1,0 +1,83 @@
+"""``greenadapt predict``'s and ``evaluate``'s options, each declared once (:mod:`greenadapt.options`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from greenadapt.data.settings import FieldSettings
+from greenadapt.errors import UsageError
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, option
+from greenadapt.training.settings import DeviceSettings
+
+if TYPE_CHECKING:
+    from greenadapt.inference.options import InferenceOptions
+
+POOLS = ("mean", "general", "domain")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceSettings(FieldSettings, DeviceSettings):
+    """What every command that runs a fine-tuned model takes (predict, evaluate)."""
+
+    run_options: ClassVar[tuple[str, ...]] = ()
+
+    model: tuple[str, ...] = option(REQUIRED, "--model", "-m", panel=MODEL,
+                                    help="A `greenadapt finetune` run folder (or one of its seed-N folders); "
+                                         "repeat it for an ensemble (the mean of the models' probabilities).")
+    header: str | None = option(None, "--header", panel=INPUT_OUTPUT, choices=("auto", "yes", "no"), help="Override TSV header detection (auto, yes, no).")
+    batch_size: int = option(64, "--batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
+    general_model: str | None = option(None, "--general-model", panel=MODEL,
+                                       help="G-MAP model: its general model, if not where training found it (weights are checked).")
+
+    def inference_options(self, pool: str) -> InferenceOptions:
+        from greenadapt.inference.options import InferenceOptions
+
+        options = InferenceOptions(pool=pool, batch_size=self.batch_size, device=self.device, precision=self.precision, general_model=self.general_model)
+        options.check()
+        return options
+
+    def members(self) -> Any:
+        """One folder, or the list of an ensemble's."""
+        return self.model[0] if len(self.model) == 1 else list(self.model)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictSettings(InferenceSettings):
+    """``greenadapt predict``: entities with character offsets for raw text, labels for task files; both tokenizers."""
+
+    command = "predict"
+    positional = ("source",)
+    run_options = ("force",)
+    run_help = {"force": "Replace an existing --out file (never the input)."}
+
+    source: str | None = option(None, "--source", panel=INPUT_OUTPUT, metavar="INPUT", argument=True,
+                                help="Raw text (one document per line), JSON lines, a folder of .txt files, a task file, or - for stdin.")
+    input_path: str | None = option(None, "--input", "-i", panel=INPUT_OUTPUT, recorded=False, help="The input, as an option (same as INPUT).")
+    output: str = option("-", "--out", "--output", "-o", panel=INPUT_OUTPUT,
+                         help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column.")
+    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOLS, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    task: str | None = option(None, "--task", panel=INPUT_OUTPUT, help="The task to run, when --model is a `greenadapt multitask` run folder.")
+    ignore_labels: bool = option(False, "--ignore-labels", panel=EVALUATION, help="Do not read or score gold labels in the input.")
+    file_format: str = option("auto", "--format", panel=INPUT_OUTPUT,
+                              help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv.")
+
+    def check(self) -> None:
+        if (self.source is None) == (self.input_path is None):
+            raise UsageError("give the input once: as INPUT or as --input", hint="e.g. greenadapt predict -m MODEL notes.txt")
+        if self.source is None:
+            object.__setattr__(self, "source", self.input_path)
+            object.__setattr__(self, "input_path", None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateSettings(InferenceSettings):
+    """``greenadapt evaluate``: score a fine-tuned run on a labelled file under each pooling mode, without training."""
+
+    command = "evaluate"
+    positional = ("data",)
+
+    data: str = option(REQUIRED, "--data", panel=INPUT_OUTPUT, metavar="FILE", argument=True,
+                       help="A labelled task file (NER columns, TSV or JSON lines), read as training read its files.")
+    pool: tuple[str, ...] = option((), "--pool", panel=EVALUATION, choices=POOLS,
+                                   help="A pooling mode to score (mean, general, domain); repeat it (default: every mode the model has).")

@@ -1,0 +1,405 @@
+"""One declaration per option: every command's options are the fields of one settings class.
+
+A command's settings class (``FinetuneSettings``, ``W2vSettings``, ... beside the code that runs it)
+declares each option once, as a dataclass field made by :func:`option`: its name, type, default,
+help, command-line flags, panel, bounds and check. Everything else is built from it:
+
+- the command line (``greenadapt/cli/_build.py`` makes each command's options from the fields),
+- the Python API (``greenadapt/api/_build.py`` makes ``greenadapt.finetune(...)``'s keywords),
+- the config file every run folder keeps (``options.json``) and ``--config FILE`` replays,
+- the manifest's ``options`` section.
+
+A settings object is valid once built: :meth:`Settings.__post_init__` coerces each value to its
+declared type and runs its checks, each error one line naming the command-line option and the fix,
+so a runner starts from a valid configuration. What a run does with its outputs (``workdir``,
+``out``, ``force``, ``wait``, ``progress``) is not an option of the result: it travels as one
+:class:`Run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from greenadapt.errors import UsageError
+from greenadapt.progress import NULL_PROGRESS, Progress
+
+# The panels of a command's --help, in the order they are shown.
+INPUT_OUTPUT = "Input and output"
+MODEL = "Model"
+ADAPTATION = "Adaptation"
+TRAINING = "Training"
+EVALUATION = "Evaluation"
+PERFORMANCE = "Performance"
+RUN_CONTROL = "Run control"
+
+REQUIRED: Any = dataclasses.MISSING  # option(REQUIRED, "--train", ...): no default
+OPTIONS_FILE = "options.json"  # the resolved options a run folder keeps (``--config`` replays it)
+_META = "greenadapt.option"
+
+S = TypeVar("S", bound="Settings")
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """What the command line and the checks need to know of one option, beside its field's name, type and default."""
+
+    flags: tuple[str, ...]  # "--out", "-o": the first is the option's name in messages
+    help: str
+    panel: str | None = None
+    metavar: str | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+    check: Callable[[Any], Any] | None = None  # value -> the value to keep; raises UsageError
+    parse: Callable[[Any], Any] | None = None  # the command line's text (or list of texts) -> the value
+    shown: str | None = None  # the default as --help shows it, for an option whose text is parsed
+    cli_type: Any = None  # what the command line reads, where it is not the field's type (parsed options)
+    argument: bool = False  # a positional command-line argument (predict's INPUT)
+    recorded: bool = True  # in options.json and the manifest (False: an alias whose value another option holds)
+
+    @property
+    def flag(self) -> str:
+        """How messages name the option: its long flag, or a positional argument's metavar."""
+        return self.metavar if self.argument and self.metavar else self.flags[0]
+
+
+def option(default: Any = dataclasses.MISSING, *flags: str, help: str, **declared: Any) -> Any:  # noqa: A002 (help is the word)
+    """A settings field: ``lr: float | None = option(None, "--lr", help="Peak learning rate.", panel=TRAINING)``.
+
+    Leave ``default`` out for a required option. A list-like default is given as a tuple (fields are immutable).
+    """
+    if not flags:
+        raise TypeError("an option needs its command-line flag, e.g. option(3, '--epochs', help=...)")
+    if isinstance(default, list | dict | set):
+        raise TypeError(f"{flags[0]}: a mutable default is shared between runs; give a tuple")
+    return dataclasses.field(default=default, metadata={_META: Declaration(tuple(flags), help, **declared)})
+
+
+def declaration(field: dataclasses.Field[Any]) -> Declaration:
+    return field.metadata[_META]
+
+
+def declared_fields(cls: type[Settings] | Settings) -> list[tuple[dataclasses.Field[Any], Declaration]]:
+    """The options of a settings class, in declaration order; refuses a flag declared twice."""
+    by_name = {f.name: f for f in dataclasses.fields(cls) if _META in f.metadata}
+    # A command's own options first, then each mixin's (the order of --help's panels and of options.json).
+    order = [name for klass in (cls if isinstance(cls, type) else type(cls)).__mro__ for name in vars(klass).get("__annotations__", {})]
+    found = [(by_name[name], declaration(by_name[name])) for name in dict.fromkeys(order) if name in by_name]
+    name_of = cls.__name__ if isinstance(cls, type) else type(cls).__name__
+    twice = sorted({name for name in order if name in by_name and order.count(name) > 1})
+    if twice:  # a subclass that declares a mixin's option again: two declarations, one silently winning
+        raise TypeError(f"{name_of}: {', '.join(twice)} declared twice (in the class and a mixin it takes): declare each option once")
+    seen: dict[str, str] = {}
+    for field, declared in found:
+        for flag in declared.flags:
+            if flag in seen:
+                raise TypeError(f"{name_of}: {flag} is declared twice ({seen[flag]} and {field.name}): declare each option once")
+            seen[flag] = field.name
+    return found
+
+
+def required(field: dataclasses.Field[Any]) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """How a command runs, apart from what it computes: where its outputs go, whether it redoes them, its progress."""
+
+    workdir: Path | None = None
+    out: Path | None = None
+    force: bool = False
+    wait: bool = False
+    progress: Progress = NULL_PROGRESS
+
+    def __post_init__(self) -> None:
+        for name in ("workdir", "out"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(os.fspath(value)))
+
+
+# The run settings each command may take, declared once; a command names which it takes (Settings.run_options)
+# and may word their help its own way (Settings.run_help).
+RUN_OPTIONS: dict[str, tuple[Any, Declaration]] = {
+    "workdir": (Path | None, Declaration(("--workdir",), "Workspace for stage outputs (default: $GREENADAPT_WORKDIR, else ./greenadapt-work).", INPUT_OUTPUT)),
+    "out": (Path | None, Declaration(("--out", "-o"), "Output folder.", INPUT_OUTPUT)),
+    "force": (bool, Declaration(("--force",), "Redo the stage even if an up-to-date output exists.", RUN_CONTROL)),
+    "wait": (bool, Declaration(("--wait",), "If another process is writing the same output, wait for it instead of failing.", RUN_CONTROL)),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """The base of every command's settings: a frozen dataclass whose fields are :func:`option` s.
+
+    Class attributes say how the command uses them: ``command`` (its name), ``positional`` (the API's
+    positional parameters, in order), ``run_options`` (which of :data:`RUN_OPTIONS` it takes) and
+    ``run_help`` (their help where it differs), ``out_required``.
+    """
+
+    command: ClassVar[str] = ""
+    positional: ClassVar[tuple[str, ...]] = ()
+    run_options: ClassVar[tuple[str, ...]] = ("workdir", "out", "force", "wait")
+    run_help: ClassVar[Mapping[str, str]] = {}
+    out_required: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        hints = _hints(type(self))
+        for field, declared in declared_fields(self):
+            value = getattr(self, field.name)
+            value = _coerced(value, hints[field.name], declared)
+            value = _checked(value, declared)
+            object.__setattr__(self, field.name, value)
+        self.check()
+
+    def check(self) -> None:
+        """Checks between options (one option's own checks are in its declaration); raises UsageError."""
+
+    @classmethod
+    def build(cls: type[S], config: str | os.PathLike[str] | Mapping[str, Any] | None = None, /, **values: Any) -> S:
+        """The settings from ``config`` (a file :meth:`write` made, a TOML file, or a mapping), ``values`` overriding it."""
+        given = dict(read_config(config, cls)) if config is not None else {}
+        given.update(values)
+        fields = {f.name: (f, d) for f, d in declared_fields(cls)}
+        unknown = sorted(set(given) - set(fields))
+        if unknown:
+            raise TypeError(f"greenadapt.{cls.command}() got unexpected option(s) {', '.join(unknown)}{_suggestion(unknown[0], fields)}")
+        for name, (field, declared) in fields.items():
+            if required(field) and given.get(name) is None:
+                raise UsageError(f"{declared.flag} is required", hint=f"give {declared.flag}" + (", or a --config FILE that has it" if config is None else f": {config} has none"))
+        return cls(**given)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every recorded option as plain JSON values (paths absolute, so a replay from elsewhere reads the same files)."""
+        return {f.name: _plain(getattr(self, f.name)) for f, d in declared_fields(self) if d.recorded}
+
+    def document(self) -> dict[str, Any]:
+        from greenadapt.version import __version__
+
+        return {"command": self.command, "greenadapt_version": __version__, "options": self.to_json()}
+
+
+def _suggestion(name: str, fields: Mapping[str, Any]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(fields), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def read_config(config: str | os.PathLike[str] | Mapping[str, Any], cls: type[Settings]) -> dict[str, Any]:
+    """A config file's options for ``cls``'s command: ``options.json`` as a run folder keeps it, or TOML/JSON by hand.
+
+    A file may hold ``{"command": ..., "options": {...}}`` or the options alone; keys are option names
+    (``max_length``) or flags (``max-length``). A key no option has, or another command's file, is refused in one line.
+    """
+    if isinstance(config, Mapping):
+        document, where = dict(config), "the config"
+    else:
+        path = Path(os.fspath(config))
+        if path.is_dir():
+            path = path / OPTIONS_FILE
+        where = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--config {path}: {exc.strerror or exc}", hint="give a run folder's options.json or a TOML file") from None
+        document = _parse_config(text, path)
+    if "options" in document and isinstance(document["options"], Mapping):
+        command = document.get("command")
+        if command and command != cls.command:
+            raise UsageError(f"{where} holds the options of `greenadapt {command}`, not of {cls.command}",
+                             hint=f"replay it with greenadapt {command} --config {where}")
+        document = dict(document["options"])
+    names = {f.name: f.name for f, _ in declared_fields(cls)}
+    names |= {flag.lstrip("-").replace("-", "_"): f.name for f, d in declared_fields(cls) for flag in d.flags if flag.startswith("--")}
+    options: dict[str, Any] = {}
+    for key, value in document.items():
+        name = names.get(str(key).replace("-", "_"))
+        if name is None:
+            raise UsageError(f"{where}: {key!r} is not an option of greenadapt {cls.command}{_suggestion(str(key), names)}",
+                             hint=f"see greenadapt {cls.command} --help")
+        options[name] = value
+    return options
+
+
+def _parse_config(text: str, path: Path) -> dict[str, Any]:
+    if path.suffix == ".toml":
+        import tomllib
+
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{path}: not valid TOML ({exc})", hint="fix the file, or give a run folder's options.json") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", hint="fix the file, or write it as TOML (.toml)") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{path}: a config file holds an object of options, not {type(document).__name__}")
+    return document
+
+
+# The settings of the command being run: stages write them into the folders they make (options.json).
+_RECORDING: ContextVar[Settings | None] = ContextVar("greenadapt_recording", default=None)
+
+
+@contextmanager
+def recording(settings: Settings) -> Iterator[None]:
+    """While a command runs: every stage folder it makes keeps ``settings`` (see :func:`recorded_settings`)."""
+    token = _RECORDING.set(settings)
+    try:
+        yield
+    finally:
+        _RECORDING.reset(token)
+
+
+def recorded_settings() -> Settings | None:
+    return _RECORDING.get()
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+def _hints(cls: type[Settings]) -> dict[str, Any]:
+    cached = cls.__dict__.get("_greenadapt_hints")
+    if cached is None:
+        cached = typing.get_type_hints(cls)
+        type.__setattr__(cls, "_greenadapt_hints", cached)
+    return cached
+
+
+def _members(hint: Any) -> tuple[Any, ...]:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _coerced(value: Any, hint: Any, declared: Declaration) -> Any:
+    """``value`` as the field's type: paths as Path, sequences as tuples; a value of another type is refused."""
+    if value is None:
+        if type(None) in _members(hint):
+            return None
+        raise UsageError(f"{declared.flag} needs a value", hint=f"see --help for {declared.flag}")
+    errors = []
+    for member in _members(hint):
+        if member is type(None):
+            continue
+        try:
+            return _as(value, member)
+        except (TypeError, ValueError) as exc:
+            errors.append(str(exc))
+    raise UsageError(f"{declared.flag} must be {_type_words(hint)}, not {value!r}", hint=f"see --help for {declared.flag}")
+
+
+def _as(value: Any, kind: Any) -> Any:
+    origin = typing.get_origin(kind)
+    if origin is tuple:
+        args = typing.get_args(kind)
+        if isinstance(value, Mapping):  # {"green": "models/green"}: its (name, value) pairs
+            value = tuple(value.items())
+        items = (value,) if isinstance(value, str | os.PathLike) or not hasattr(value, "__iter__") else tuple(value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_as(item, args[0]) for item in items)
+        if len(items) != len(args):
+            raise ValueError(f"{len(args)} values")
+        return tuple(_as(item, arg) for item, arg in zip(items, args, strict=True))
+    if kind is Path:
+        if isinstance(value, str | os.PathLike):
+            return Path(os.fspath(value))
+        raise TypeError("a path")
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError("true or false")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise TypeError("an integer")
+    if kind is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise TypeError("a number")
+    if kind is str:
+        if isinstance(value, str | os.PathLike):  # a model folder given as a Path
+            return os.fspath(value)
+        raise TypeError("text")
+    if kind is Any:
+        return value
+    if isinstance(kind, type) and isinstance(value, kind):
+        return value
+    raise TypeError(f"a {getattr(kind, '__name__', kind)}")
+
+
+def _type_words(hint: Any) -> str:
+    words = {int: "an integer", float: "a number", str: "text", bool: "true or false", Path: "a path"}
+    parts = []
+    for member in _members(hint):
+        if member is type(None):
+            continue
+        origin = typing.get_origin(member)
+        parts.append("a list" if origin is tuple else words.get(member, getattr(member, "__name__", str(member))))
+    return " or ".join(parts)
+
+
+def _checked(value: Any, declared: Declaration) -> Any:
+    if value is None:
+        return value
+    for item in value if isinstance(value, tuple) and declared.choices else (value,):
+        if declared.choices is not None and item not in declared.choices:
+            raise UsageError(f"unknown {declared.flag} {item!r}", hint=f"choose one of {', '.join(declared.choices)}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if declared.minimum is not None and value < declared.minimum:
+            raise UsageError(f"{declared.flag} must be at least {declared.minimum:g}, not {value:g}")
+        if declared.maximum is not None and value > declared.maximum:
+            raise UsageError(f"{declared.flag} must be at most {declared.maximum:g}, not {value:g}")
+    return declared.check(value) if declared.check is not None else value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value.absolute())
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def call_command(settings_class: type[Settings], runner: str, *args: Any, config: Any = None, progress: Any = None, **keywords: Any) -> Any:
+    """What ``greenadapt.<command>(...)`` does: the settings from ``args`` and ``keywords`` (or a settings object), the run
+    from the run keywords, then ``runner`` (``"module:function"``, imported when called) while the stages record the settings.
+
+    A module-level function, so ``functools.partial(call_command, FinetuneSettings, ...)`` is a callable a worker
+    process can be handed (compare's workers).
+    """
+    import importlib
+
+    from greenadapt.progress import as_progress
+
+    positional = settings_class.positional
+    if len(args) > len(positional) or (args and isinstance(args[0], settings_class) and len(args) > 1):
+        raise TypeError(f"greenadapt.{settings_class.command}() takes {len(positional)} positional argument(s): {', '.join(positional)}")
+    run_values = {name: keywords.pop(name) for name in settings_class.run_options if name in keywords}
+    if args and isinstance(args[0], settings_class):
+        settings = dataclasses.replace(args[0], **keywords) if keywords else args[0]
+    else:
+        named = dict(zip(positional, args, strict=False))
+        for name in list(named):
+            if name in keywords or name in run_values:
+                raise TypeError(f"greenadapt.{settings_class.command}() got {name} twice")
+            if name in settings_class.run_options:
+                run_values[name] = named.pop(name)
+        settings = settings_class.build(config, **named, **keywords)
+    run = Run(**run_values, progress=as_progress(progress))
+    if settings_class.out_required and run.out is None:
+        raise UsageError("--out is required", hint=f"give the folder greenadapt {settings_class.command} writes")
+    module_name, _, function_name = runner.partition(":")
+    with recording(settings):
+        return getattr(importlib.import_module(module_name), function_name)(settings, run)

@@ -1,0 +1,70 @@
+"""``greenadapt multitask``'s options, each declared once (:mod:`greenadapt.options`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
+from greenadapt.modeling.gmap.settings import GmapSettings
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, option
+from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
+
+if TYPE_CHECKING:
+    from greenadapt.options import Run
+    from greenadapt.runners.multitask.run import MultitaskOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings):
+    """``greenadapt multitask``: multi-task fine-tuning with PALs: one shared encoder, an adapter and a head per task."""
+
+    command = "multitask"
+    positional = ("task",)
+    run_help = {"out": "Run folder (default: <workdir>/multitask/<tasks>/<model>)."}
+
+    task: tuple[str, ...] = option(
+        (), "--task", panel=INPUT_OUTPUT,
+        help="A task as comma-separated key=value pairs: name, type (ner or classify), train; optional dev, test, text_field, pair_field, "
+             "label_field, format, header, metric, positive_label. Repeatable.")
+    tasks_file: Path | None = option(None, "--tasks", panel=INPUT_OUTPUT,
+                                     help="TOML file of \\[\\[task]] tables with the same keys (paths relative to the file).")
+    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
+    adapter: str = option("pals", "--adapter", panel=MODEL, help="pals (projected attention layers), low-rank, or none (shared encoder, task heads only).")
+    pal_size: int = option(204, "--pal-size", panel=MODEL, help="Width s of the PAL space (V_E: d -> s; low-rank: the rank).")
+    pal_heads: int = option(12, "--pal-heads", panel=MODEL, help="Attention heads in the PAL space (must divide --pal-size).")
+    sampling: str = option("annealed", "--sampling", panel=TRAINING,
+                           help="Task of each step: annealed (the paper's best), proportional, sqrt or round-robin.")
+    steps_per_epoch: int | None = option(None, "--steps-per-epoch", panel=TRAINING,
+                                         help="Steps per 'epoch' (default: one pass over all tasks' training data).")
+    freeze_base: bool = option(False, "--freeze-base", panel=TRAINING, help="Train only the PALs, the heads and the encoder's layer norms.")
+    epochs: int = option(3, "--epochs", panel=TRAINING, help="Epochs (of --steps-per-epoch steps).")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, help="Stop after this many steps (overrides --epochs).")
+    batch_size: int = option(32, "--batch-size", panel=TRAINING, help="Examples per step (all from one task).")
+    lr: float = option(5e-5, "--lr", panel=TRAINING, help="Peak learning rate (AdamW, linear schedule).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed.")
+    mix: float | None = option(None, "--mix", panel=TRAINING,
+                               help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
+    pool: str = option("mean", "--pool", panel=EVALUATION, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING, help="Wordpieces per sequence.")
+    max_words: int = option(30, "--max-words", panel=TRAINING,
+                            help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole where the window holds them.")
+    eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, help="Sequences per inference batch.")
+
+    def resolved(self, run: Run) -> MultitaskOptions:
+        from greenadapt.modeling.pals.config import PalsConfig
+        from greenadapt.runners.multitask.run import MultitaskOptions
+        from greenadapt.runners.multitask.spec import collect_specs
+        from greenadapt.training.finetuning import TrainConfig
+
+        return MultitaskOptions(
+            tasks=collect_specs(list(self.task), self.tasks_file), model=self.model, out=run.out, workdir=run.workdir,
+            pals=PalsConfig(adapter=self.adapter, size=self.pal_size, heads=self.pal_heads),
+            training=TrainConfig(
+                mix=self.mix, batch_size=self.batch_size, lr=self.lr, epochs=self.epochs, max_steps=self.max_steps, warmup=self.warmup,
+                weight_decay=self.weight_decay, seed=self.seed, precision=self.precision, compile=self.compile, eval_batch_size=self.eval_batch_size,
+            ),
+            sampling=self.sampling, steps_per_epoch=self.steps_per_epoch, freeze_base=self.freeze_base, pool=self.pool,
+            max_length=self.max_length, max_words=self.max_words, device=self.device, force=run.force, wait=run.wait, gmap=self.gmap_options(),
+        )

@@ -1,0 +1,111 @@
+"""``greenadapt pretrain``'s options, each declared once (:mod:`greenadapt.options`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
+from greenadapt.errors import UsageError
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
+from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
+
+if TYPE_CHECKING:
+    from greenadapt.options import Run
+    from greenadapt.runners.pretrain.run import EvalOptions, PretrainOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings):
+    """``greenadapt pretrain``: continued masked-LM pretraining (DAPT), optionally with G-MAP memory; --eval-only scores a model."""
+
+    command = "pretrain"
+    positional = ("corpus",)
+    run_help = {"out": "Output model folder (default: WORKDIR/CORPUS/MODEL/pretrain)."}
+
+    corpus: tuple[str, ...] = option(
+        REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT,
+        help="Registered corpus name, file, folder, glob or URL, as for w2v. Repeatable (--eval-only: each is scored on its own).")
+    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder (an expanded one too) or Hub id (default: the bundled MiniLM).")
+    eval_only: bool = option(False, "--eval-only", panel=EVALUATION,
+                             help="Only report held-out masked-LM loss/perplexity of --model on each --corpus (JSON).")
+    general_corpus: tuple[str, ...] | None = option(None, "--general-corpus", panel=INPUT_OUTPUT,
+                                                    help="A general corpus whose held-out loss is tracked too (forgetting).")
+    text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT, help="Field(s) holding the text in JSON lines/CSV sources (default: text).")
+    max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING,
+                             help="Wordpieces per packed sequence, [CLS] and [SEP] included (512 is typical).")
+    heldout: int = option(256, "--heldout", panel=TRAINING, help="The first N sequences are held out for evaluation (at most a tenth of the corpus).")
+    whole_word_masking: bool = option(False, "--whole-word-masking", panel=TRAINING, help="Mask whole words (a piece and its ## continuations).")
+    mask_probability: float = option(0.15, "--mask-probability", panel=TRAINING,
+                                     help="Share of the non-special tokens that become targets (80% [MASK], 10% random, 10% unchanged).")
+    tokenizer: str = option("auto", "--tokenizer", panel=MODEL,
+                            help="auto (the domain tokenizer of an expanded model, else the only one), domain or general.")
+    mix: float | None = option(
+        None, "--mix", panel=TRAINING, minimum=0.0,
+        help="Expanded models: read this share of the sequences with the domain tokenizer and the rest with the general one (the fine-tuning's "
+             "mixture; 0.5 is the recipe after `adapt`). Default: one tokenizer (--tokenizer).")
+    epochs: int = option(1, "--epochs", panel=TRAINING, help="Passes over the training sequences.")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, help="Stop after this many optimizer steps (overrides --epochs).")
+    batch_size: int = option(32, "--batch-size", panel=TRAINING, help="Sequences per optimizer step, over all processes.")
+    grad_accum: int = option(1, "--grad-accum", panel=TRAINING, help="Micro-batches per step and process (gradient accumulation).")
+    lr: float = option(5e-5, "--lr", panel=TRAINING, help="Peak learning rate (AdamW, linear warm-up and decay).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed (order, masking, dropout).")
+    train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, help="Word embeddings to train: all, new (rows added by expand only) or none.")
+    train: str = option("all", "--train", panel=TRAINING, metavar="WHAT",
+                        help="all: every parameter (DAPT); new-rows: only the rows expand added, encoder, original rows and head frozen "
+                             "(the head trains during --head-warmup-steps).")
+    head_warmup_steps: int = option(0, "--head-warmup-steps", panel=TRAINING, minimum=0,
+                                    help="The first N steps train the masked-LM head alone (encoder and embeddings frozen): for models shipped "
+                                         "without an MLM head, such as the bundled MiniLM.")
+    eval_every: int | None = option(None, "--eval-every", panel=EVALUATION, help="Held-out evaluation every N steps (always before and after training).")
+    eval_batch_size: int = option(32, "--eval-batch-size", panel=PERFORMANCE, help="Sequences per evaluation batch.")
+    gmap: str | None = option(None, "--gmap", panel=MODEL, help="G-MAP memory during training: single, multi, gated or chunk (needs --general-model).")
+    gmap_layers: str | None = option(None, "--gmap-layers", panel=MODEL, help='Fused domain layers, 1-based, e.g. "6,12" (default: the paper\'s).')
+    general_model: str | None = option(None, "--general-model", panel=MODEL,
+                                       help="The frozen general model of --gmap (same vocabulary as the training tokenizer).")
+    workers: int | None = option(None, "--workers", panel=PERFORMANCE, minimum=1,
+                                 help="Pre-tokenizing processes (default: the cores this process may use, or $GREENADAPT_WORKERS).")
+    save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1, help="Save a resumable checkpoint every N steps (in <out>.checkpoint/).")
+    resume: bool = option(False, "--resume", panel=RUN_CONTROL,
+                          help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99).")
+
+    def check(self) -> None:
+        if self.eval_only:
+            training_only = {"--gmap": self.gmap, "--general-corpus": self.general_corpus, "--max-steps": self.max_steps, "--save-every": self.save_every}
+            given = [flag for flag, value in training_only.items() if value] + (["--resume"] if self.resume else [])
+            if given:
+                raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --eval-only",
+                                 hint="pass each corpus to score as --corpus")
+
+    def evaluation(self, run: Run) -> EvalOptions:
+        from greenadapt.runners.pretrain.run import EvalOptions
+
+        if run.out is not None:
+            raise UsageError("--out does not apply to --eval-only", hint="pass each corpus to score as --corpus")
+        return EvalOptions(
+            corpora=list(self.corpus), model=self.model, workdir=run.workdir, text_fields=_listed(self.text_fields), max_length=self.max_length,
+            heldout=self.heldout, whole_word_masking=self.whole_word_masking, mask_probability=self.mask_probability, tokenizer=self.tokenizer,
+            general_model=self.general_model, device=self.device, batch_size=self.eval_batch_size, precision=self.precision, workers=self.workers,
+        )
+
+    def resolved(self, run: Run) -> PretrainOptions:
+        from greenadapt.modeling.gmap.config import parse_layers
+        from greenadapt.runners.pretrain.run import PretrainOptions
+        from greenadapt.runners.pretrain.train import PretrainConfig
+
+        training = PretrainConfig(
+            batch_size=self.batch_size, grad_accum=self.grad_accum, lr=self.lr, epochs=self.epochs, max_steps=self.max_steps, warmup=self.warmup,
+            weight_decay=self.weight_decay, seed=self.seed, train_embeddings=self.train_embeddings, precision=self.precision, compile=self.compile,
+            eval_batch_size=self.eval_batch_size, eval_every=self.eval_every, head_warmup_steps=self.head_warmup_steps, train=self.train,
+        )
+        return PretrainOptions(
+            corpus=list(self.corpus), model=self.model, out=run.out, workdir=run.workdir, text_fields=_listed(self.text_fields), training=training,
+            max_length=self.max_length, heldout=self.heldout, whole_word_masking=self.whole_word_masking, mask_probability=self.mask_probability,
+            tokenizer=self.tokenizer, mix=self.mix, general_corpus=_listed(self.general_corpus), gmap=self.gmap,
+            gmap_layers=parse_layers(self.gmap_layers) if self.gmap_layers is not None else None, general_model=self.general_model,
+            device=self.device, workers=self.workers, force=run.force, wait=run.wait, save_every=self.save_every, resume=self.resume,
+        )
+
+
+def _listed(values: tuple[str, ...] | None) -> Any:
+    return list(values) if values else None

@@ -1,0 +1,170 @@
+"""One declaration per option (issue 56): a settings field is the command line's option, the API's keyword, the
+manifest's record and the config file's entry; declared twice, it is refused; a run folder's options replay."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from greenadapt.adaptation.settings import W2vSettings
+from greenadapt.api.build import command_function
+from greenadapt.cli._build import declared_command
+from greenadapt.errors import UsageError
+from greenadapt.options import ADAPTATION, OPTIONS_FILE, TRAINING, Settings, declared_fields, option
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThrowawaySettings(W2vSettings):
+    """``greenadapt w2v`` with one more option, added the way a contributor adds one: a field."""
+
+    throwaway_knob: int = option(7, "--throwaway-knob", panel=ADAPTATION, minimum=0, help="A knob this test adds and nothing reads.")
+
+
+def _corpus_and_model(tmp_path: Path) -> tuple[Path, Path]:
+    from conftest import build_tiny_bert
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the patients with leukemia were in the study of insulin kinase cells\n" * 50, encoding="utf-8")
+    return corpus, build_tiny_bert(tmp_path / "bert")
+
+
+def test_an_option_added_once_is_in_the_help_the_api_and_the_manifest(tmp_path: Path) -> None:
+    import inspect
+
+    app = typer.Typer()
+    function = command_function(ThrowawaySettings, "greenadapt.adaptation.w2v:run_w2v", "w2v with a knob")
+    declared_command(ThrowawaySettings, function, lambda result, as_json: None, help="w2v with a knob", app=app)
+    app.command("other")(lambda: None)  # two commands, so typer keeps the command's name
+    shown = CliRunner().invoke(app, ["w2v", "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "--throwaway-knob" in shown.output and "A knob this test adds" in shown.output
+    parameter = inspect.signature(function).parameters["throwaway_knob"]
+    assert parameter.default == 7 and parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    corpus, model = _corpus_and_model(tmp_path)
+    outcome = function(str(corpus), model=str(model), workdir=tmp_path / "work", epochs=1, min_count=1, workers=1, throwaway_knob=3, progress=False)
+    assert outcome.manifest["options"]["command"] == "w2v" and outcome.manifest["options"]["options"]["throwaway_knob"] == 3
+    kept = json.loads((outcome.path / OPTIONS_FILE).read_text(encoding="utf-8"))
+    assert kept["options"]["throwaway_knob"] == 3 and kept["options"]["epochs"] == 1
+    # and on the command line, through the same builder
+    ran = CliRunner().invoke(app, ["w2v", "-c", str(corpus), "-m", str(model), "--workdir", str(tmp_path / "cli"), "--epochs", "1",
+                                   "--min-count", "1", "--workers", "1", "--throwaway-knob", "5", "-q"])
+    assert ran.exit_code == 0, ran.output
+    (folder,) = (tmp_path / "cli").rglob(OPTIONS_FILE)
+    assert json.loads(folder.read_text(encoding="utf-8"))["options"]["throwaway_knob"] == 5
+
+
+def test_an_option_declared_twice_is_refused() -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class SameFlagTwice(Settings):
+        command = "twice"
+        lr: float = option(0.1, "--lr", panel=TRAINING, help="One.")
+        learning_rate: float = option(0.2, "--lr", panel=TRAINING, help="The same flag again.")
+
+    @dataclass(frozen=True, kw_only=True)
+    class MixinOptionAgain(W2vSettings):
+        epochs: int = option(9, "--epochs", panel=TRAINING, help="word2vec's --epochs, declared a second time.")
+
+    for settings_class, says in ((SameFlagTwice, "--lr is declared twice"), (MixinOptionAgain, "epochs declared twice")):
+        with pytest.raises(TypeError, match=says):
+            declared_fields(settings_class)
+        with pytest.raises(TypeError, match=says):
+            declared_command(settings_class, lambda: None, lambda result, as_json: None, help="x", app=typer.Typer())
+        with pytest.raises(TypeError, match=says):
+            command_function(settings_class, "x:y", "doc")
+
+
+def test_settings_are_valid_once_built_and_errors_name_the_option() -> None:
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+
+    built = FinetuneSettings(task="NER", train="train.tsv", seeds=[3, 1])
+    assert built.task == "ner" and built.train == Path("train.tsv") and built.seeds == (3, 1)
+    for values, says in (
+        ({"header": "maybe"}, "unknown --header 'maybe'"),
+        ({"epochs": "3"}, "--epochs must be an integer"),
+        ({"seeds": (1, 1)}, "--seeds '1,1' repeats a seed"),
+        ({"seeds": (1, 2), "seed": 7}, "--seed and --seeds were both given"),
+        ({"pad_to_multiple": 0}, "--pad-to-multiple must be at least 1"),
+        ({"task": "translation"}, "translation"),
+    ):
+        with pytest.raises(UsageError, match=says):
+            FinetuneSettings(**{"task": "ner", "train": "x", **values})
+    with pytest.raises(UsageError, match="--train is required"):
+        FinetuneSettings.build(task="ner")
+    with pytest.raises(TypeError, match="did you mean epochs"):
+        FinetuneSettings.build(task="ner", train="x", epoch=3)
+
+
+def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])
+    monkeypatch.delenv("GREENADAPT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main()
+    return int(info.value.code or 0), capsys.readouterr().err
+
+
+def _recorded(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["options"]["options"]
+
+
+def test_a_finetune_run_replays_from_its_folder_with_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import greenadapt
+    from finetune_helpers import build_tiny_expanded, write_ner_file
+
+    model = build_tiny_expanded(tmp_path / "model")
+    train = write_ner_file(tmp_path / "train.tsv", 12, seed=1)
+    first = tmp_path / "runs" / "first"
+    args = ["finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--max-steps", "2", "--batch-size", "4",
+            "--lr", "1e-4", "--max-words", "12", "--device", "cpu"]
+    code, err = _cli([*args, "--out", str(first)], monkeypatch, capsys)
+    assert code == 0, err
+    recorded = _recorded(first)
+    assert recorded["lr"] == 1e-4 and recorded["max_steps"] == 2 and recorded["train"] == str(train.absolute())
+    assert json.loads((first / OPTIONS_FILE).read_text(encoding="utf-8"))["options"] == recorded
+
+    # From another directory, by the folder or its options.json: the same options.
+    monkeypatch.chdir(tmp_path / "runs")
+    code, err = _cli(["finetune", "--config", str(first), "--out", str(tmp_path / "again")], monkeypatch, capsys)
+    assert code == 0, err
+    assert _recorded(tmp_path / "again") == recorded
+    # Options on the command line override the file's.
+    code, err = _cli(["finetune", "--config", str(first / OPTIONS_FILE), "--seed", "7", "--out", str(tmp_path / "seed7")], monkeypatch, capsys)
+    assert code == 0, err
+    assert _recorded(tmp_path / "seed7") == {**recorded, "seed": 7}
+    # The Python API takes the same file, keywords overriding it.
+    outcome = greenadapt.finetune(config=first / OPTIONS_FILE, lr=2e-4, out=tmp_path / "api", progress=False)
+    assert _recorded(outcome.path) == {**recorded, "lr": 2e-4}
+
+
+def test_a_config_file_by_hand_and_its_mistakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+
+    toml = tmp_path / "recipe.toml"
+    toml.write_text('task = "ner"\ntrain = "train.tsv"\nmax-length = 64\nseeds = [1, 2]\n', encoding="utf-8")
+    built = FinetuneSettings.build(toml, lr=3e-5)
+    assert (built.max_length, built.seeds, built.lr, built.train) == (64, (1, 2), 3e-5, Path("train.tsv"))
+
+    toml.write_text('task = "ner"\ntrain = "x"\nlearning_rate = 3\n', encoding="utf-8")
+    code, err = _cli(["finetune", "--config", str(toml)], monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"{toml}: 'learning_rate' is not an option of greenadapt finetune" in err, err
+
+    other = tmp_path / "w2v.json"
+    other.write_text(json.dumps({"command": "w2v", "options": {"corpus": ["c.txt"]}}), encoding="utf-8")
+    code, err = _cli(["finetune", "--config", str(other)], monkeypatch, capsys)
+    assert code == 2 and "holds the options of `greenadapt w2v`" in err and "greenadapt w2v --config" in err, err
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"task": "ner",\n "train": }', encoding="utf-8")
+    code, err = _cli(["finetune", "--config", str(broken)], monkeypatch, capsys)
+    assert code == 2 and f"{broken}:2: not valid JSON" in err, err
+
+    code, err = _cli(["finetune", "--config", str(tmp_path / "missing.toml")], monkeypatch, capsys)
+    assert code == 2 and "missing.toml" in err and "Traceback" not in err, err
