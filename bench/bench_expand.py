@@ -166,13 +166,18 @@ try:  # what adapt wraps the two stages in (align's whole read of the vectors se
     from greenadapt.adaptation.vectors import keep_whole_reads
 except ImportError:  # a revision from before it
     keep_whole_reads = contextlib.nullcontext
+try:  # the stages take their output folder in a run context (issue 56)
+    from greenadapt.options import Run
+    def place(folder): return {"run": Run(out=folder)}
+except ImportError:  # a revision from before it
+    def place(folder): return {"out": folder}
 imports = time.perf_counter() - start
 with keep_whole_reads():
     start = time.perf_counter()
-    aligned = align_stage(w2v=Path(sys.argv[1]), out=Path(sys.argv[2]))
+    aligned = align_stage(w2v=Path(sys.argv[1]), **place(Path(sys.argv[2])))
     align_s = time.perf_counter() - start
     start = time.perf_counter()
-    outcome = expand_stage(align=aligned.path, out=Path(sys.argv[3]), min_count=1)  # every synthetic word: the size is the point
+    outcome = expand_stage(align=aligned.path, min_count=1, **place(Path(sys.argv[3])))  # every synthetic word: the size is the point
     expand_s = time.perf_counter() - start
 hwm_kib = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))
 print(json.dumps({"imports_s": imports, "align_s": align_s, "expand_s": expand_s, "peak_rss_mib": hwm_kib / 1024,

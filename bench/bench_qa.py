@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from shared_data import SHARED_DATA as SHARED
+from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
 COVID_QA = SHARED / "qa" / "covid-qa-200423.json"
@@ -179,8 +180,7 @@ def build_expanded(qa_model: Path, papers: list[str], work: Path) -> tuple[Path,
         [str(corpus)],
         model=str(qa_model),
         options=AdaptOptions(w2v=W2VOptions(epochs=5, min_count=3, seed=1), seed=1),
-        workdir=work / "workspace",
-        out=work / "expanded",
+        run=Run(workdir=work / "workspace", out=work / "expanded"),
     )
     stats = outcome.expand.manifest.get("stats", {})
     return outcome.expand.path, {"seconds": round(time.perf_counter() - began, 1), "new_words": stats.get("n_new")}

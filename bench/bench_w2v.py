@@ -73,9 +73,10 @@ def main() -> None:
     # (a) greenadapt end to end
     started = time.perf_counter()
     from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
+    from greenadapt.options import Run
 
     options = W2VOptions(dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers, seed=args.seed)
-    outcome = w2v_stage([str(args.corpus)], model=args.model, options=options, workdir=work)
+    outcome = w2v_stage([str(args.corpus)], model=args.model, options=options, run=Run(workdir=work))
     a_seconds = time.perf_counter() - started
     stats = outcome.manifest["stats"]
     pretokenized = Path(stats["pretok_cache"]) / "corpus.txt"

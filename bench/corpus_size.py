@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -44,7 +45,7 @@ def measure(corpus: Path, lines: int, epochs: int, model: str | None, workdir: P
 
     text = head(corpus, lines, workdir / f"{corpus.name.split('.')[0]}-{lines}.txt")
     started = time.monotonic()
-    w2v = w2v_stage([str(text)], model=model, options=W2VOptions(epochs=epochs, dim=dim), workdir=workdir)
+    w2v = w2v_stage([str(text)], model=model, options=W2VOptions(epochs=epochs, dim=dim), run=Run(workdir=workdir))
     align = align_stage(w2v=w2v.path)
     stats, w2v_stats = align.manifest["stats"], w2v.manifest["stats"]
     return {

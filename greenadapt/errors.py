@@ -115,3 +115,16 @@ class Terminated(BaseException):
     """
 
     exit_code = EXIT_TERMINATED
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """A full disk, as Python reports it (ENOSPC, EDQUOT) or as a native writer does (safetensors: ``StorageFull``)."""
+    import errno
+
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "StorageFull" in str(exc) or "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False

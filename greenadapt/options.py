@@ -40,6 +40,7 @@ TRAINING = "Training"
 EVALUATION = "Evaluation"
 PERFORMANCE = "Performance"
 RUN_CONTROL = "Run control"
+PANELS = (INPUT_OUTPUT, MODEL, ADAPTATION, TRAINING, EVALUATION, PERFORMANCE, RUN_CONTROL)
 
 REQUIRED: Any = dataclasses.MISSING  # option(REQUIRED, "--train", ...): no default
 OPTIONS_FILE = "options.json"  # the resolved options a run folder keeps (``--config`` replays it)
@@ -127,6 +128,8 @@ class Run:
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(os.fspath(value)))
 
+
+DEFAULT_RUN = Run()  # outputs at their default places, nothing redone, no progress shown
 
 # The run settings each command may take, declared once; a command names which it takes (Settings.run_options)
 # and may word their help its own way (Settings.run_help).

@@ -19,6 +19,7 @@ from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.artifacts.workspace import corpus_key
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, InputError, OutputExistsError, StageError
+from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,7 +62,7 @@ def test_mean_cosine() -> None:
 
 def test_lstsq_heldout_cosine_near_one_for_a_linear_image(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     w2v, W_true = exact_w2v
-    outcome = align_stage(w2v=w2v, out=tmp_path / "align")
+    outcome = align_stage(w2v=w2v, run=Run(out=tmp_path / "align"))
     report = json.loads((outcome.path / "report.json").read_text())
     assert report["method"] == "lstsq" and report["solver"] == "normal_equations"
     assert report["n_new"] == len(DOMAIN_WORDS)
@@ -91,7 +92,7 @@ def test_heldout_cosine_is_low_for_unrelated_vectors(tiny_bert: Path, tmp_path: 
 
 def test_manifest_records_inputs_and_default_out_is_the_sibling(exact_w2v: tuple[Path, np.ndarray], tiny_bert: Path) -> None:
     w2v, _ = exact_w2v
-    outcome = align_stage(w2v=w2v, force=True)
+    outcome = align_stage(w2v=w2v, run=Run(force=True))
     assert outcome.path == w2v.parent / "align"
     manifest = load_stage(outcome.path, "align")
     assert manifest["config"]["model"]["path"] == str(tiny_bert)
@@ -104,20 +105,20 @@ def test_manifest_records_inputs_and_default_out_is_the_sibling(exact_w2v: tuple
 
 def test_rerun_skips_and_the_seed_counts_only_for_the_random_method(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     w2v, _ = exact_w2v
-    first = align_stage(w2v=w2v, out=tmp_path / "a", seed=1)
-    again = align_stage(w2v=w2v, out=tmp_path / "a", seed=1)
+    first = align_stage(w2v=w2v, seed=1, run=Run(out=tmp_path / "a"))
+    again = align_stage(w2v=w2v, seed=1, run=Run(out=tmp_path / "a"))
     assert not first.skipped and again.skipped
     # lstsq is deterministic: another seed names the same output (w2v -> align -> adapt with other defaults works).
-    assert align_stage(w2v=w2v, out=tmp_path / "a", seed=2).skipped
-    align_stage(w2v=w2v, out=tmp_path / "r", method="random", seed=1)
+    assert align_stage(w2v=w2v, seed=2, run=Run(out=tmp_path / "a")).skipped
+    align_stage(w2v=w2v, method="random", seed=1, run=Run(out=tmp_path / "r"))
     with pytest.raises(OutputExistsError, match="seed"):
-        align_stage(w2v=w2v, out=tmp_path / "r", method="random", seed=2)
+        align_stage(w2v=w2v, method="random", seed=2, run=Run(out=tmp_path / "r"))
 
 
 def test_the_heldout_split_is_fixed_whatever_the_seed(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     w2v, _ = exact_w2v
-    a = json.loads((align_stage(w2v=w2v, out=tmp_path / "a", seed=5).path / "report.json").read_text())
-    c = json.loads((align_stage(w2v=w2v, out=tmp_path / "c", seed=6).path / "report.json").read_text())
+    a = json.loads((align_stage(w2v=w2v, seed=5, run=Run(out=tmp_path / "a")).path / "report.json").read_text())
+    c = json.loads((align_stage(w2v=w2v, seed=6, run=Run(out=tmp_path / "c")).path / "report.json").read_text())
     assert a == c and a["seed"] is None and a["heldout_seed"] == 0
     assert (tmp_path / "a" / "map.npy").read_bytes() == (tmp_path / "c" / "map.npy").read_bytes()
 
@@ -125,7 +126,7 @@ def test_the_heldout_split_is_fixed_whatever_the_seed(exact_w2v: tuple[Path, np.
 def test_identity_needs_equal_dimensions(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     w2v, _ = exact_w2v
     with pytest.raises(InputError) as info:
-        align_stage(w2v=w2v, method="identity", out=tmp_path / "i")
+        align_stage(w2v=w2v, method="identity", run=Run(out=tmp_path / "i"))
     assert "32" in info.value.message and "40" in info.value.message
     assert "--method lstsq" in (info.value.hint or "")
     assert not (tmp_path / "i").exists()
@@ -140,8 +141,8 @@ def test_identity_with_equal_dimensions(tiny_bert: Path, tmp_path: Path) -> None
 
 def test_random_stores_the_gaussian_and_is_seeded(exact_w2v: tuple[Path, np.ndarray], tiny_bert: Path, tmp_path: Path) -> None:
     w2v, _ = exact_w2v
-    a = align_stage(w2v=w2v, method="random", seed=3, out=tmp_path / "a")
-    b = align_stage(w2v=w2v, method="random", seed=3, out=tmp_path / "b")
+    a = align_stage(w2v=w2v, method="random", seed=3, run=Run(out=tmp_path / "a"))
+    b = align_stage(w2v=w2v, method="random", seed=3, run=Run(out=tmp_path / "b"))
     assert not (a.path / "map.npy").exists()
     mean = np.load(a.path / "gaussian_mean.npy", allow_pickle=False)
     cov = np.load(a.path / "gaussian_cov.npy", allow_pickle=False)
@@ -168,9 +169,9 @@ def test_normalization_mismatch_is_a_clear_error(tiny_bert: Path, tmp_path: Path
 
 def test_wrong_kind_of_folder(exact_w2v: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     w2v, _ = exact_w2v
-    aligned = align_stage(w2v=w2v, out=tmp_path / "align")
+    aligned = align_stage(w2v=w2v, run=Run(out=tmp_path / "align"))
     with pytest.raises(StageError, match="'align' folder"):
-        align_stage(w2v=aligned.path, out=tmp_path / "again")
+        align_stage(w2v=aligned.path, run=Run(out=tmp_path / "again"))
     with pytest.raises(StageError, match="no w2v output"):
         align_stage(w2v=tmp_path / "absent")
 
@@ -179,10 +180,10 @@ def test_finds_w2v_by_corpus_in_the_workspace(tiny_bert: Path, tmp_path: Path) -
     workdir = tmp_path / "work"
     w2v_dir = workdir / corpus_key(["mycorpus"]) / "tiny" / "w2v"
     linear_w2v(w2v_dir, tiny_bert)
-    outcome = align_stage(corpus=["mycorpus"], workdir=workdir)
+    outcome = align_stage(corpus=["mycorpus"], run=Run(workdir=workdir))
     assert outcome.path == w2v_dir.parent / "align"
     with pytest.raises(StageError, match="no w2v output"):
-        align_stage(corpus=["othercorpus"], workdir=workdir)
+        align_stage(corpus=["othercorpus"], run=Run(workdir=workdir))
 
 
 def test_neighbour_table_within_and_cross_space(tiny_bert: Path, tmp_path: Path) -> None:
@@ -226,12 +227,17 @@ def test_vectors_that_share_one_direction_are_named_with_their_mean_cosine(tiny_
     unit = spread / np.linalg.norm(spread, axis=1, keepdims=True)
     exact = float(((unit @ unit.T).sum() - len(unit)) / (len(unit) * (len(unit) - 1)))
     assert mean_pairwise_cosine(spread.astype(np.float32), chunk=7) == pytest.approx(exact, abs=1e-6)  # chunked = exact
-    healthy = align_stage(w2v=write_w2v_folder(tmp_path / "ok", tiny_bert, words, spread.astype(np.float32), [counts[w] for w in words]),
-                        out=tmp_path / "align-ok")
+    healthy = align_stage(
+        w2v=write_w2v_folder(tmp_path / "ok", tiny_bert, words, spread.astype(np.float32), [counts[w] for w in words]),
+        run=Run(out=tmp_path / "align-ok"),
+    )
     assert healthy.manifest["stats"]["w2v_mean_cosine"] < SHARED_DIRECTION_COSINE
     assert not any("share one direction" in w for w in healthy.manifest["stats"]["warnings"])
     leaning = (spread + 30 * np.ones(vectors.shape[1]) / np.sqrt(vectors.shape[1])).astype(np.float32)
-    outcome = align_stage(w2v=write_w2v_folder(tmp_path / "lean", tiny_bert, words, leaning, [counts[w] for w in words]), out=tmp_path / "align-lean")
+    outcome = align_stage(
+        w2v=write_w2v_folder(tmp_path / "lean", tiny_bert, words, leaning, [counts[w] for w in words]),
+        run=Run(out=tmp_path / "align-lean"),
+    )
     stats = outcome.manifest["stats"]
     assert stats["w2v_mean_cosine"] > 0.9
     assert any(f"share one direction (mean cosine between two words {stats['w2v_mean_cosine']:.2f})" in w for w in stats["warnings"])

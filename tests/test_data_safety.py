@@ -20,6 +20,7 @@ from w2v_fixtures import linear_w2v
 from greenadapt.artifacts.manifest import MANIFEST, load_stage
 from greenadapt.artifacts.stage import TEMPORARY_MARKER, StageRun
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_STAGE_CONFLICT, EXIT_USAGE
+from greenadapt.options import Run
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[st
     return {
         "model": tiny_bert,
         "w2v": w2v,
-        "align": align_stage(w2v=w2v, out=root / "align").path,
+        "align": align_stage(w2v=w2v, run=Run(out=root / "align")).path,
         "corpus": _corpus(root / "corpus.txt"),
         "expanded": expanded,
         "ner": write_ner_file(root / "train.tsv", 24, seed=1),

@@ -170,9 +170,12 @@ def test_the_defaults_the_generic_walk_cannot_name_agree_too() -> None:
     from greenadapt.inference.predict_text import STDIO
     from greenadapt.tasks.options import FinetuneOptions
 
-    assert api.default_of(api.w2v, "no_vectors") is (not W2VOptions().vectors)
-    assert FinetuneOptions(task="ner", train=Path("x")).seeds == [api.default_of(api.finetune, "seed")] == [DEFAULT_SEED]
-    assert api.default_of(api.predict, "output") == STDIO
+    def default_of(function: Callable[..., Any], name: str) -> Any:
+        return inspect.signature(function).parameters[name].default
+
+    assert default_of(api.w2v, "no_vectors") is (not W2VOptions().vectors)
+    assert FinetuneOptions(task="ner", train=Path("x")).seeds == [default_of(api.finetune, "seed")] == [DEFAULT_SEED]
+    assert default_of(api.predict, "output") == STDIO
 
 
 def test_the_walk_fails_when_one_default_changes_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:

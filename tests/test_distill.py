@@ -22,6 +22,7 @@ from greenadapt.adaptation.expand import CHECKPOINT_SUFFIX, expand_stage
 from greenadapt.adaptation.methods import MethodOptions, distill
 from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.errors import UsageError
+from greenadapt.options import Run
 
 EMBEDDING = "bert.embeddings.word_embeddings.weight"
 COMMON = "the of and in to a with is was for patients were cells by that on as from disease cancer protein gene".split()
@@ -56,9 +57,13 @@ def adapted(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[s
 
     root = tmp_path_factory.mktemp("distill")
     corpus = _corpus(root / "corpus.txt", seed=1)
-    outcome = adapt_stages([str(corpus)], model=str(tiny_bert), workdir=root / "work", out=root / "model",
-                        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="distill",
-                                             method_options=_options(), min_count_new=1))
+    outcome = adapt_stages(
+        [str(corpus)],
+        model=str(tiny_bert),
+        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="distill",
+                                             method_options=_options(), min_count_new=1),
+        run=Run(workdir=root / "work", out=root / "model"),
+    )
     return {"root": root, "corpus": corpus, "outcome": outcome, "model": tiny_bert}
 
 
@@ -68,8 +73,8 @@ def _lstsq_rows(adapted: dict[str, Any], words: list[str]) -> np.ndarray:
 
     if "lstsq" not in adapted:
         root = adapted["root"]
-        aligned = align_stage(w2v=adapted["outcome"].w2v.path, method="lstsq", out=root / "align-lstsq")
-        adapted["lstsq"] = expand_stage(align=aligned.path, out=root / "expand-lstsq", min_count=1).path
+        aligned = align_stage(w2v=adapted["outcome"].w2v.path, method="lstsq", run=Run(out=root / "align-lstsq"))
+        adapted["lstsq"] = expand_stage(align=aligned.path, min_count=1, run=Run(out=root / "expand-lstsq")).path
     V = read_input_embeddings(adapted["model"]).shape[0]
     rows = saved_tensors(adapted["lstsq"])[EMBEDDING][V:].numpy()
     listed = listed_new_words(adapted["lstsq"])
@@ -102,9 +107,13 @@ def test_a_word_never_seen_in_a_window_is_warned_about(tiny_bert: Path, tmp_path
 
     corpus = _corpus(tmp_path / "corpus.txt", seed=3)
     with caplog.at_level(logging.WARNING, logger="greenadapt.adaptation.methods.distill"):
-        adapt_stages([str(corpus)], model=str(tiny_bert), workdir=tmp_path / "work", out=tmp_path / "model",
-                  options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="distill",
-                                       method_options=_options(distill_epochs=1), min_count_new=1))
+        adapt_stages(
+            [str(corpus)],
+            model=str(tiny_bert),
+            options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="distill",
+                                       method_options=_options(distill_epochs=1), min_count_new=1),
+            run=Run(workdir=tmp_path / "work", out=tmp_path / "model"),
+        )
     warnings = [r.getMessage() for r in caplog.records if "not seen in a corpus window" in r.getMessage()]
     assert len(warnings) == 1 and RARE in warnings[0]
 
@@ -118,7 +127,7 @@ def test_the_model_is_frozen_during_the_fit(adapted: dict[str, Any], tmp_path: P
         original(self, model, *args)
 
     monkeypatch.setattr(distill.RowMatcher, "__init__", spy)
-    expand_stage(align=adapted["outcome"].align.path, out=tmp_path / "again", min_count=1)
+    expand_stage(align=adapted["outcome"].align.path, min_count=1, run=Run(out=tmp_path / "again"))
     (model,) = seen
     saved = saved_tensors(adapted["model"])  # the MLM checkpoint: the encoder's weights under "bert."
     assert not any(p.requires_grad for p in model.parameters())
@@ -152,7 +161,7 @@ def test_fitted_rows_lower_the_matching_loss_on_unseen_text(adapted: dict[str, A
 
 def test_seeded(adapted: dict[str, Any], tmp_path: Path) -> None:
     align = adapted["outcome"].align.path
-    rows = {name: saved_tensors(expand_stage(align=align, out=tmp_path / name, min_count=1, seed=seed).path)[EMBEDDING]
+    rows = {name: saved_tensors(expand_stage(align=align, min_count=1, seed=seed, run=Run(out=tmp_path / name)).path)[EMBEDDING]
             for name, seed in (("a", 5), ("b", 5), ("c", 6))}
     assert torch.equal(rows["a"], rows["b"])
     assert not torch.equal(rows["a"], rows["c"])
@@ -161,7 +170,7 @@ def test_seeded(adapted: dict[str, Any], tmp_path: Path) -> None:
 def test_an_interrupted_fit_resumes_to_the_same_rows(adapted: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     align = adapted["outcome"].align.path
-    whole = saved_tensors(expand_stage(align=align, out=tmp_path / "whole", min_count=1).path)[EMBEDDING]
+    whole = saved_tensors(expand_stage(align=align, min_count=1, run=Run(out=tmp_path / "whole")).path)[EMBEDDING]
 
     def stop(step: int) -> None:
         if step == 3:
@@ -172,11 +181,11 @@ def test_an_interrupted_fit_resumes_to_the_same_rows(adapted: dict[str, Any], tm
     out = tmp_path / "resumed"
     checkpoint = out.with_name(out.name + CHECKPOINT_SUFFIX)
     with pytest.raises(KeyboardInterrupt):
-        expand_stage(align=align, out=out, min_count=1)
+        expand_stage(align=align, min_count=1, run=Run(out=out))
     assert distill.is_checkpoint(checkpoint) and not (out / "model.safetensors").exists()
     monkeypatch.setattr(distill, "_after_step", lambda step: None)
     with caplog.at_level(logging.INFO, logger="greenadapt.adaptation.methods.distill"):
-        resumed = expand_stage(align=align, out=out, min_count=1)
+        resumed = expand_stage(align=align, min_count=1, run=Run(out=out))
     assert any("resuming at step 3" in r.getMessage() for r in caplog.records)
     assert torch.equal(saved_tensors(resumed.path)[EMBEDDING], whole)
     assert not checkpoint.exists()  # removed once the output is committed
@@ -188,7 +197,7 @@ def test_a_foreign_folder_in_the_checkpoints_place_is_refused(adapted: dict[str,
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine", encoding="utf-8")
     with pytest.raises(UsageError, match="not a checkpoint greenadapt wrote"):
-        expand_stage(align=adapted["outcome"].align.path, out=out, min_count=1)
+        expand_stage(align=adapted["outcome"].align.path, min_count=1, run=Run(out=out))
     assert (foreign / "notes.txt").read_text(encoding="utf-8") == "mine" and not out.exists()
 
 
@@ -216,7 +225,7 @@ def test_the_text_w2v_read_is_reused_even_after_the_corpus_was_touched(adapted: 
     stat = adapted["corpus"].stat()
     os.utime(adapted["corpus"], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # same text, another mtime: another cache key
     try:
-        expand_stage(align=adapted["outcome"].align.path, out=tmp_path / "again", min_count=1)
+        expand_stage(align=adapted["outcome"].align.path, min_count=1, run=Run(out=tmp_path / "again"))
     finally:
         os.utime(adapted["corpus"], ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert sorted(cache_root.iterdir()) == entries  # nothing pre-tokenized again

@@ -26,6 +26,7 @@ from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.artifacts.workspace import corpus_key
 from greenadapt.errors import EXIT_STAGE_CONFLICT, ModelError, StageError
+from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
 EMBEDDING = "bert.embeddings.word_embeddings.weight"
@@ -92,13 +93,13 @@ def test_inside_adapt_the_vectors_are_parsed_once_and_the_model_is_the_same(
     import greenadapt.adaptation.vectors as vectors_module
     from greenadapt.adaptation.vectors import keep_whole_reads
 
-    alone = expand_stage(align=align_stage(w2v=pipeline["w2v"], method=method, out=tmp_path / "a1").path, out=tmp_path / "e1")
+    alone = expand_stage(align=align_stage(w2v=pipeline["w2v"], method=method, run=Run(out=tmp_path / "a1")).path, run=Run(out=tmp_path / "e1"))
     parses: list[object] = []
     real = vectors_module.read_word2vec_binary
     monkeypatch.setattr(vectors_module, "read_word2vec_binary", lambda *a, **k: parses.append(k.get("rows")) or real(*a, **k))
     with keep_whole_reads():
-        aligned = align_stage(w2v=pipeline["w2v"], method=method, out=tmp_path / "a2")
-        together = expand_stage(align=aligned.path, out=tmp_path / "e2")
+        aligned = align_stage(w2v=pipeline["w2v"], method=method, run=Run(out=tmp_path / "a2"))
+        together = expand_stage(align=aligned.path, run=Run(out=tmp_path / "e2"))
     assert parses == [None]  # align's whole read; expand took its rows from it
     weights = (alone.path / "model.safetensors").read_bytes()
     assert weights == (together.path / "model.safetensors").read_bytes()
@@ -268,24 +269,24 @@ def test_max_new_and_min_count_order_and_exclusions(tiny_bert: Path, tmp_path: P
     }
     w2v = _custom_w2v(tmp_path, tiny_bert, extra)
     aligned = align_stage(w2v=w2v)
-    all_new = expand_stage(align=aligned.path, out=tmp_path / "all", min_count=1)  # the paper's setting: every word
+    all_new = expand_stage(align=aligned.path, min_count=1, run=Run(out=tmp_path / "all"))  # the paper's setting: every word
     stats = all_new.manifest["stats"]
     assert stats["excluded"] == {"below_min_count": 0, "too_long": 1, "unreachable": 3}
     names = [w for w, _, _ in _new_words(all_new.path)]
     # Counts 100, 99, … 91 for the domain words, then 9, 3, 3 (a tie, broken by the word) and 1.
     assert names == DOMAIN_WORDS + ["omega", "alpha", "zeta", "rare"]
 
-    capped = expand_stage(align=aligned.path, out=tmp_path / "capped", max_new=4, min_count=3)
+    capped = expand_stage(align=aligned.path, max_new=4, min_count=3, run=Run(out=tmp_path / "capped"))
     assert [w for w, _, _ in _new_words(capped.path)] == names[:4]
     assert capped.manifest["stats"]["n_new"] == 4
     assert _tensors(capped.path)[EMBEDDING].shape[0] == V + 4
-    only_frequent = expand_stage(align=aligned.path, out=tmp_path / "frequent", min_count=4)
+    only_frequent = expand_stage(align=aligned.path, min_count=4, run=Run(out=tmp_path / "frequent"))
     kept = [w for w, _, c in _new_words(only_frequent.path)]
     assert "alpha" not in kept and "rare" not in kept and "omega" in kept
     assert only_frequent.manifest["stats"]["excluded"]["below_min_count"] == 3
 
     # The default keeps words seen at least 20 times (issue 38's verdict), and the card says how to get the paper's choice.
-    default = expand_stage(align=aligned.path, out=tmp_path / "default")
+    default = expand_stage(align=aligned.path, run=Run(out=tmp_path / "default"))
     assert [w for w, _, _ in _new_words(default.path)] == DOMAIN_WORDS
     assert default.manifest["stats"]["excluded"]["below_min_count"] == 4
     assert default.manifest["stats"]["selection"] == {"min_count": 20, "max_new": None}
@@ -294,10 +295,10 @@ def test_max_new_and_min_count_order_and_exclusions(tiny_bert: Path, tmp_path: P
 
 
 def test_random_ablation_is_seeded(pipeline: dict[str, Path], tmp_path: Path) -> None:
-    aligned = align_stage(w2v=pipeline["w2v"], method="random", out=tmp_path / "align")
-    a = expand_stage(align=aligned.path, seed=1, out=tmp_path / "a")
-    b = expand_stage(align=aligned.path, seed=1, out=tmp_path / "b")
-    c = expand_stage(align=aligned.path, seed=2, out=tmp_path / "c")
+    aligned = align_stage(w2v=pipeline["w2v"], method="random", run=Run(out=tmp_path / "align"))
+    a = expand_stage(align=aligned.path, seed=1, run=Run(out=tmp_path / "a"))
+    b = expand_stage(align=aligned.path, seed=1, run=Run(out=tmp_path / "b"))
+    c = expand_stage(align=aligned.path, seed=2, run=Run(out=tmp_path / "c"))
     assert (a.path / "model.safetensors").read_bytes() == (b.path / "model.safetensors").read_bytes()
     ta, tc = _tensors(a.path)[EMBEDDING], _tensors(c.path)[EMBEDDING]
     assert torch.equal(ta[:V], tc[:V]) and not torch.equal(ta[V:], tc[V:])
@@ -469,7 +470,7 @@ def test_non_wordpiece_model_is_a_clear_error(tiny_bert: Path, tmp_path: Path) -
 
 def test_wrong_kind_and_changed_inputs(pipeline: dict[str, Path], tmp_path: Path, tiny_bert: Path) -> None:
     with pytest.raises(StageError, match="'w2v' folder"):
-        expand_stage(align=pipeline["w2v"], out=tmp_path / "x")
+        expand_stage(align=pipeline["w2v"], run=Run(out=tmp_path / "x"))
     w2v = shutil.copytree(pipeline["w2v"], tmp_path / "w2v")
     aligned = align_stage(w2v=w2v)
     linear_w2v(w2v, tiny_bert, seed=9)  # w2v redone after align
@@ -502,16 +503,16 @@ def test_model_with_another_vocabulary_is_refused(pipeline: dict[str, Path], tmp
     vocab["zzz"] = vocab.pop("##s")
     (other / "tokenizer.json").write_text(json.dumps(spec))
     with pytest.raises(ModelError, match="vocabulary"):
-        expand_stage(align=pipeline["align"], model=str(other), out=tmp_path / "x")
+        expand_stage(align=pipeline["align"], model=str(other), run=Run(out=tmp_path / "x"))
 
 
 def test_finds_align_by_corpus_and_skips_when_unchanged(tiny_bert: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     w2v = linear_w2v(workdir / corpus_key(["mycorpus"]) / "tiny" / "w2v", tiny_bert)[0]
     align_stage(w2v=w2v)
-    first = expand_stage(corpus=["mycorpus"], workdir=workdir)
+    first = expand_stage(corpus=["mycorpus"], run=Run(workdir=workdir))
     assert first.path == w2v.parent / "expand" and not first.skipped
-    again = expand_stage(corpus=["mycorpus"], workdir=workdir)
+    again = expand_stage(corpus=["mycorpus"], run=Run(workdir=workdir))
     assert again.skipped
     manifest = load_stage(first.path, "expand")
     assert manifest["config"]["model"]["path"] == str(tiny_bert)

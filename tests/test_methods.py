@@ -26,6 +26,7 @@ from greenadapt.adaptation.vectors import read_word2vec_binary
 from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import InputError, UsageError
+from greenadapt.options import Run
 
 EMBEDDING = "bert.embeddings.word_embeddings.weight"
 
@@ -45,8 +46,8 @@ def w2v(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
 
 
 def _expanded(w2v: Path, out: Path, method: str, **options: object) -> tuple[Path, Path]:
-    aligned = align_stage(w2v=w2v, method=method, method_options=MethodOptions(**options), out=out / "align")  # type: ignore[arg-type]
-    return aligned.path, expand_stage(align=aligned.path, out=out / "expand").path
+    aligned = align_stage(w2v=w2v, method=method, method_options=MethodOptions(**options), run=Run(out=out / "align"))  # type: ignore[arg-type]
+    return aligned.path, expand_stage(align=aligned.path, run=Run(out=out / "expand")).path
 
 
 def _wordpiece_mean(model: Path, words: list[str]) -> np.ndarray:
@@ -172,14 +173,14 @@ def test_match_norm_keeps_the_direction_and_sets_the_whole_word_norm(method: str
 
 
 def test_method_options_count_only_for_their_method(w2v: Path, tmp_path: Path) -> None:
-    first = align_stage(w2v=w2v, out=tmp_path / "a")
+    first = align_stage(w2v=w2v, run=Run(out=tmp_path / "a"))
     # focus's options do not change lstsq's output, so it is up to date whatever they are.
-    assert align_stage(w2v=w2v, out=tmp_path / "a", method_options=MethodOptions(focus_k=3)).skipped
+    assert align_stage(w2v=w2v, method_options=MethodOptions(focus_k=3), run=Run(out=tmp_path / "a")).skipped
     assert "method_options" not in first.manifest["config"]
-    focus = align_stage(w2v=w2v, out=tmp_path / "f", method="focus")
+    focus = align_stage(w2v=w2v, method="focus", run=Run(out=tmp_path / "f"))
     assert focus.manifest["config"]["method_options"] == {"focus_k": 10, "focus_temperature": 0.1}
     with pytest.raises(UsageError, match="--hybrid-weight"):
-        align_stage(w2v=w2v, out=tmp_path / "h", method="hybrid", method_options=MethodOptions(hybrid_weight=1.5))
+        align_stage(w2v=w2v, method="hybrid", method_options=MethodOptions(hybrid_weight=1.5), run=Run(out=tmp_path / "h"))
 
 
 def test_adapt_with_subword_mean_trains_no_word2vec(tiny_bert: Path, tmp_path: Path) -> None:
@@ -189,8 +190,12 @@ def test_adapt_with_subword_mean_trains_no_word2vec(tiny_bert: Path, tmp_path: P
     words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(300)) + "\n")
-    outcome = adapt_stages([str(corpus)], model=str(tiny_bert), workdir=tmp_path / "work", out=tmp_path / "model",
-                        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="subword-mean"))
+    outcome = adapt_stages(
+        [str(corpus)],
+        model=str(tiny_bert),
+        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="subword-mean"),
+        run=Run(workdir=tmp_path / "work", out=tmp_path / "model"),
+    )
     assert not (outcome.w2v.path / "vectors.bin").exists() and outcome.w2v.path.name == "w2v-counts"
     assert outcome.w2v.manifest["stats"]["word2vec_trained"] is False
     assert outcome.align.manifest["stats"]["word2vec_trained"] is False
@@ -206,7 +211,7 @@ def test_a_method_that_needs_vectors_refuses_a_counts_only_folder(tiny_bert: Pat
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the heart rate of patients with tachycardia\n" * 20)
-    counts = w2v_stage([str(corpus)], model=str(tiny_bert), options=W2VOptions(min_count=1, vectors=False), workdir=tmp_path / "w").path
+    counts = w2v_stage([str(corpus)], model=str(tiny_bert), options=W2VOptions(min_count=1, vectors=False), run=Run(workdir=tmp_path / "w")).path
     with pytest.raises(InputError, match="--method focus needs word vectors.*holds word counts only"):
         align_stage(w2v=counts, method="focus")
 
@@ -221,13 +226,13 @@ def test_align_warns_about_a_near_noise_fit_and_records_it(tiny_bert: Path, tmp_
     noise = np.random.default_rng(1).standard_normal((len(words), 40)).astype(np.float32)  # unrelated to the embeddings
     w2v = write_w2v_folder(tmp_path / "w2v", tiny_bert, words, noise, list(range(len(words), 0, -1)))
     with caplog.at_level(logging.WARNING, logger="greenadapt"):
-        stats = align_stage(w2v=w2v, out=tmp_path / "a").manifest["stats"]
+        stats = align_stage(w2v=w2v, run=Run(out=tmp_path / "a")).manifest["stats"]
     assert stats["heldout_cosine"] < 0.2
     assert any("close to noise" in w and "corpus too small" in w and "--dim 100 --epochs 15" in w for w in stats["warnings"])
     assert any("close to noise" in r.getMessage() for r in caplog.records)
     report = json.loads((tmp_path / "a" / "report.json").read_text())
     assert report["warnings"] == stats["warnings"]
-    good = align_stage(w2v=linear_w2v(tmp_path / "good", tiny_bert, noise=0.01)[0], out=tmp_path / "g").manifest["stats"]
+    good = align_stage(w2v=linear_w2v(tmp_path / "good", tiny_bert, noise=0.01)[0], run=Run(out=tmp_path / "g")).manifest["stats"]
     assert good["warnings"] == [] and good["heldout_cosine"] > 0.9
 
 
@@ -245,8 +250,12 @@ def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny
 
     corpus = _context_corpus(tmp_path / "corpus.txt")
     cap, layer = 3, 1
-    out = w2v_stage([str(corpus)], model=str(tiny_bert), workdir=tmp_path / "w",
-                  options=W2VOptions(min_count=2, source="context", context=ContextOptions(layer=layer, cap=cap, batch_lines=7))).path
+    out = w2v_stage(
+        [str(corpus)],
+        model=str(tiny_bert),
+        options=W2VOptions(min_count=2, source="context", context=ContextOptions(layer=layer, cap=cap, batch_lines=7)),
+        run=Run(workdir=tmp_path / "w"),
+    ).path
     assert out.name == "w2v-context"
     words, vectors = read_word2vec_binary(out / "vectors.bin")
     assert words == [line.split("\t")[0] for line in (out / "counts.tsv").read_text().splitlines()]
@@ -276,8 +285,12 @@ def test_adapt_with_context_mean_maps_contextual_vectors_by_least_squares(tiny_b
     from greenadapt.adaptation.w2v import W2VOptions
 
     corpus = _context_corpus(tmp_path / "corpus.txt")
-    outcome = adapt_stages([str(corpus)], model=str(tiny_bert), workdir=tmp_path / "work", out=tmp_path / "model",
-                        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="context-mean"))
+    outcome = adapt_stages(
+        [str(corpus)],
+        model=str(tiny_bert),
+        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="context-mean"),
+        run=Run(workdir=tmp_path / "work", out=tmp_path / "model"),
+    )
     stats = outcome.align.manifest["stats"]
     assert stats["vector_source"] == "context" and stats["word2vec_trained"] is False and stats["map_file"] == "map.npy"
     words, vectors = read_word2vec_binary(outcome.w2v.path / "vectors.bin")
@@ -302,16 +315,21 @@ def test_expand_method_picks_that_methods_align_folder_or_refuses_another(tiny_b
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(300)) + "\n")
     work = tmp_path / "work"
-    adapt_stages([str(corpus)], model=str(tiny_bert), workdir=work, options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1, epochs=1)))
-    focus_align = align_stage(corpus=[str(corpus)], workdir=work, method="focus")
+    adapt_stages(
+        [str(corpus)],
+        model=str(tiny_bert),
+        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1, epochs=1)),
+        run=Run(workdir=work),
+    )
+    focus_align = align_stage(corpus=[str(corpus)], method="focus", run=Run(workdir=work))
     assert focus_align.path.name == "align-focus"
 
-    focus = expand_stage(corpus=[str(corpus)], workdir=work, method="focus")
+    focus = expand_stage(corpus=[str(corpus)], method="focus", run=Run(workdir=work))
     assert focus.path.name == "expand-focus" and focus.manifest["stats"]["method"] == "focus"
-    lstsq = expand_stage(corpus=[str(corpus)], workdir=work, method="lstsq")
+    lstsq = expand_stage(corpus=[str(corpus)], method="lstsq", run=Run(workdir=work))
     assert lstsq.skipped and lstsq.path.name == "expand"  # adapt's own output
     with pytest.raises(UsageError, match="--method lstsq, but .* was fitted with focus"):
-        expand_stage(align=focus_align.path, method="lstsq", out=tmp_path / "mismatch")
+        expand_stage(align=focus_align.path, method="lstsq", run=Run(out=tmp_path / "mismatch"))
     with pytest.raises(UsageError, match="unknown --method"):
-        expand_stage(corpus=[str(corpus)], workdir=work, method="nope")
+        expand_stage(corpus=[str(corpus)], method="nope", run=Run(workdir=work))
     assert not (tmp_path / "mismatch").exists()

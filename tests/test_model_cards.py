@@ -16,6 +16,7 @@ from finetune_helpers import write_classify_file
 from w2v_fixtures import linear_w2v, write_w2v_folder
 
 from greenadapt.artifacts.pretrained import DEFAULT_MODEL_HUB_ID, DEFAULT_MODEL_NAME, ModelRef, hub_id
+from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,7 +63,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     counts = read_counts(made / "counts.tsv")
     w2v = write_w2v_folder(home / "work" / "w2v", model, words, vectors, [counts[w] for w in words],
                            inputs=[{"path": str(corpus), "size": corpus.stat().st_size}])
-    expanded = expand_stage(align=align_stage(w2v=w2v).path, out=home / "models" / "green").path
+    expanded = expand_stage(align=align_stage(w2v=w2v).path, run=Run(out=home / "models" / "green")).path
     train = write_classify_file(home / "train.jsonl", 16, seed=1)
     run = home / "runs" / "tuned"
     finetune_stage(FinetuneOptions(task="classify", model=str(expanded), train=train, test=train, out=run, device="cpu",

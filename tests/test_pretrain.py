@@ -24,6 +24,8 @@ from greenadapt.runners.pretrain.run import EvalOptions, PretrainOptions, run_ev
 from greenadapt.runners.pretrain.train import PretrainConfig
 from greenadapt.training.checkpoint import Preempted
 
+from greenadapt.options import Run
+
 WORDS = "the patients were treated with the protein and the gene expression of cancer cells was increased in the tumor".split()
 
 
@@ -141,7 +143,7 @@ def test_a_pretrained_model_is_expanded_like_any_other(tiny_bert: Path, corpus: 
     dapt = tmp_path / "dapt"
     pretrain_stage(_options(tiny_bert, corpus, dapt, max_steps=2))
     w2v, _ = linear_w2v(tmp_path / "w2v", dapt)
-    expanded = expand_stage(align=align_stage(w2v=w2v, out=tmp_path / "align").path, out=tmp_path / "expand")
+    expanded = expand_stage(align=align_stage(w2v=w2v, run=Run(out=tmp_path / "align")).path, run=Run(out=tmp_path / "expand"))
     before, after = _weights(dapt), _weights(expanded.path)
     key = "bert.embeddings.word_embeddings.weight"
     rows = before[key].shape[0]

@@ -18,6 +18,7 @@ from greenadapt.adaptation.align import align_stage
 from greenadapt.adaptation.expand import expand_stage
 from greenadapt.artifacts.raw_tensors import float32_to, read_safetensors
 from greenadapt.errors import ModelError
+from greenadapt.options import Run
 
 EMBEDDING = "bert.embeddings.word_embeddings.weight"
 BIAS = "cls.predictions.bias"
@@ -103,7 +104,10 @@ def test_a_half_precision_model_grows_as_torch_would_round_its_float32_twin(tiny
     grown = {}
     for name, model in (("half", half), ("twin", twin)):
         w2v, _ = linear_w2v(tmp_path / f"w2v-{name}", model, noise=0.01)
-        grown[name] = _tensors(expand_stage(align=align_stage(w2v=w2v, out=tmp_path / f"align-{name}").path, out=tmp_path / f"expand-{name}").path)
+        grown[name] = _tensors(expand_stage(
+            align=align_stage(w2v=w2v, run=Run(out=tmp_path / f"align-{name}")).path,
+            run=Run(out=tmp_path / f"expand-{name}"),
+        ).path)
     before = _tensors(half)
     assert grown["half"][EMBEDDING].dtype == dtype and grown["half"][EMBEDDING].shape[0] > V
     for name, tensor in before.items():

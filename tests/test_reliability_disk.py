@@ -16,6 +16,7 @@ from w2v_fixtures import linear_w2v
 
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import EXIT_RESOURCE
+from greenadapt.options import Run
 
 
 def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -49,8 +50,8 @@ def test_disk_full_while_expand_writes_weights(tmp_path: Path, tiny_bert: Path, 
     from greenadapt.adaptation.expand import expand_stage
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
-    aligned = align_stage(w2v=w2v, out=tmp_path / "align").path
-    out = expand_stage(align=aligned, out=tmp_path / "expanded").path
+    aligned = align_stage(w2v=w2v, run=Run(out=tmp_path / "align")).path
+    out = expand_stage(align=aligned, run=Run(out=tmp_path / "expanded")).path
     before = load_stage(out, "expand")["files"]
     monkeypatch.setattr(expand_module, "write_safetensors", lambda path, *a, **k: _full_disk(Path(path)))
     code, err = _cli(["expand", "--align", str(aligned), "--out", str(out), "--force"], monkeypatch, capsys)

@@ -45,6 +45,7 @@ from greenadapt.artifacts.manifest import load_stage, read_manifest, verify_file
 from greenadapt.errors import EXIT_PREEMPTED, EXIT_TERMINATED
 from greenadapt.training.checkpoint import CHECKPOINT_MANIFEST
 from greenadapt.training.job import checkpoint_folder
+from greenadapt.options import Run
 
 SEED = 20240607
 KILLS = {"w2v": 7, "expand": 7, "finetune": 6}  # signals delivered to a running process; 20 in all
@@ -285,7 +286,7 @@ def sequences(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict
                w2v_work / "w2v", w2v_work, scratch=[w2v_work / "cache"])
 
     expand_work = root / "expand-work"
-    aligned = align_stage(w2v=linear_w2v(expand_work / "w2v", tiny_bert, noise=0.01)[0], out=expand_work / "align")
+    aligned = align_stage(w2v=linear_w2v(expand_work / "w2v", tiny_bert, noise=0.01)[0], run=Run(out=expand_work / "align"))
     expand = Plan("expand", ["expand", "--align", str(aligned.path), "--out", str(expand_work / "expanded"), "--quiet"],
                   expand_work / "expanded", expand_work)
 

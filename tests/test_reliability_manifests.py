@@ -18,6 +18,7 @@ from w2v_fixtures import linear_w2v
 
 from greenadapt.artifacts.manifest import MANIFEST, MANIFEST_CHECKSUM
 from greenadapt.errors import EXIT_STAGE_CONFLICT
+from greenadapt.options import Run
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[
 
     root = tmp_path_factory.mktemp("manifests")
     w2v, _ = linear_w2v(root / "w2v", tiny_bert, noise=0.01)
-    return {"w2v": w2v, "align": align_stage(w2v=w2v, out=root / "align").path}
+    return {"w2v": w2v, "align": align_stage(w2v=w2v, run=Run(out=root / "align")).path}
 
 
 def _edit_manifest(edit: Callable[[dict], None], *, legacy: bool = False) -> Callable[[Path], None]:

@@ -34,6 +34,7 @@ from w2v_fixtures import linear_w2v
 
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import EXIT_INTERRUPTED, EXIT_STAGE_CONFLICT, EXIT_TERMINATED
+from greenadapt.options import Run
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -121,8 +122,12 @@ def w2v_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[
     out = root / "work" / "w2v"
     args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1", "--epochs", "1",
             "--dim", "8", "--workdir", str(root / "work"), "--out", str(out)]
-    w2v_stage([str(corpus)], model=str(tiny_bert), options=W2VOptions(dim=8, epochs=1, min_count=1, workers=1),
-            workdir=root / "work", out=out)
+    w2v_stage(
+        [str(corpus)],
+        model=str(tiny_bert),
+        options=W2VOptions(dim=8, epochs=1, min_count=1, workers=1),
+        run=Run(workdir=root / "work", out=out),
+    )
     return args, out
 
 
@@ -139,8 +144,8 @@ def test_align_and_expand_interrupted_mid_commit(tmp_path: Path, tiny_bert: Path
     from greenadapt.adaptation.expand import expand_stage
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
-    aligned = align_stage(w2v=w2v, out=tmp_path / "align").path
-    expanded = expand_stage(align=aligned, out=tmp_path / "expanded").path
+    aligned = align_stage(w2v=w2v, run=Run(out=tmp_path / "align")).path
+    expanded = expand_stage(align=aligned, run=Run(out=tmp_path / "expanded")).path
     for kind, out, args in (
         ("align", aligned, ["align", "--w2v", str(w2v), "--out", str(aligned)]),
         ("expand", expanded, ["expand", "--align", str(aligned), "--out", str(expanded)]),
@@ -255,7 +260,7 @@ def test_a_signal_mangled_by_a_c_extension_still_ends_as_that_signal(
     from cli_helpers import run_cli
 
     import greenadapt.artifacts.info
-    import greenadapt.cli as cli
+    import greenadapt.cli._exits as exits
 
     def mangled(*args: object, **kwargs: object) -> None:
         raise ValueError("could not determine the shape of object type 'torch.storage.UntypedStorage'")
@@ -263,7 +268,7 @@ def test_a_signal_mangled_by_a_c_extension_still_ends_as_that_signal(
     monkeypatch.setattr(greenadapt.artifacts.info, "describe_folder", mangled)
     returned, err = run_cli(["info", str(tmp_path)], monkeypatch, capsys)
     assert returned == 1 and "internal error" in err
-    monkeypatch.setattr(cli, "_STOP_SIGNALS", [int(sig)])
+    monkeypatch.setattr(exits, "_STOP_SIGNALS", [int(sig)])
     returned, err = run_cli(["info", str(tmp_path)], monkeypatch, capsys)
     assert returned == code and err.startswith(word) and "internal error" not in err
 
@@ -308,17 +313,18 @@ SIGNAL_AT = textwrap.dedent(
     """
     import os, signal, sys
     import greenadapt.cli as cli
+    import greenadapt.cli._exits as exits
 
     sig, when = getattr(signal, sys.argv[1]), sys.argv[2]
     step = {"ending": "_end_process_within", "last line": "_fail"}[when]
-    original = getattr(cli, step)
+    original = getattr(exits, step)
 
     def signalled(*args):
-        setattr(cli, step, original)  # once
+        setattr(exits, step, original)  # once
         os.kill(os.getpid(), sig)
         return original(*args)
 
-    setattr(cli, step, signalled)
+    setattr(exits, step, signalled)
     sys.argv = ["greenadapt", *sys.argv[3:]]
     cli.entry_point()
     """
@@ -353,20 +359,21 @@ TWO_SIGNALS = textwrap.dedent(
     """
     import os, signal, sys
     import greenadapt.cli as cli
+    import greenadapt.cli._exits as exits
 
     first, second = getattr(signal, sys.argv[1]), getattr(signal, sys.argv[2])
-    command, fail = cli.command, cli._fail
+    command, fail = cli.command, exits._fail
 
     def stopped_as_it_starts(*args):
         os.kill(os.getpid(), first)
         return command(*args)
 
     def second_while_the_first_ones_line_is_written(*args):
-        cli._fail = fail  # once
+        exits._fail = fail  # once
         os.kill(os.getpid(), second)
         return fail(*args)
 
-    cli.command, cli._fail = stopped_as_it_starts, second_while_the_first_ones_line_is_written
+    cli.command, exits._fail = stopped_as_it_starts, second_while_the_first_ones_line_is_written
     sys.argv = ["greenadapt", "--version"]
     cli.entry_point()
     """
@@ -498,6 +505,6 @@ def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, 
 ])
 def test_the_stop_line_says_how_to_continue(argv: list[str], advice: str) -> None:
     """A training run with checkpoints is refused on a plain rerun until --resume: its stop line says so."""
-    from greenadapt.cli import _rerun_advice
+    from greenadapt.cli._exits import _rerun_advice
 
     assert _rerun_advice(argv) == advice

@@ -24,6 +24,7 @@ from w2v_fixtures import linear_w2v
 
 from greenadapt.artifacts.manifest import MANIFEST_CHECKSUM, manifest_checksum
 from greenadapt.errors import GreenAdaptError, ModelError, StageError
+from greenadapt.options import Run
 
 PACKAGE = Path(__file__).resolve().parent.parent / "greenadapt"
 
@@ -105,12 +106,12 @@ def test_object_array_in_align_output_is_refused(tmp_path: Path, tiny_bert: Path
     from greenadapt.adaptation.expand import expand_stage
 
     w2v, _ = linear_w2v(tmp_path / "w2v", tiny_bert, noise=0.01)
-    aligned = align_stage(w2v=w2v, out=tmp_path / "align").path
+    aligned = align_stage(w2v=w2v, run=Run(out=tmp_path / "align")).path
     marker = tmp_path / "code-ran"
     np.save(aligned / MAP_FILE, np.array([_Payload(marker)], dtype=object), allow_pickle=True)
     _revouch(aligned, MAP_FILE)
     with pytest.raises(StageError, match="unreadable map.npy.*allow_pickle=False"):
-        expand_stage(align=aligned, out=tmp_path / "expanded")
+        expand_stage(align=aligned, run=Run(out=tmp_path / "expanded"))
     assert not marker.exists()
     assert not (tmp_path / "expanded").exists()
 

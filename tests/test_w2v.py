@@ -20,6 +20,7 @@ from greenadapt import errors
 from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, w2v_stage, stable_hash
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import CorpusError, OutputExistsError, UsageError
+from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = (
@@ -57,9 +58,9 @@ class Recorder:
         self.calls.append(("finish",))
 
 
-def _run(corpus: Path, model: Path, work: Path, **kwargs: Any) -> Any:
-    options = kwargs.pop("options", W2VOptions(workers=1, min_count=2))
-    return w2v_stage([str(corpus)], model=str(model), options=options, workdir=work, **kwargs)
+def _run(corpus: Path, model: Path, work: Path, *, options: W2VOptions | None = None, **run: Any) -> Any:
+    """The w2v stage in the workspace ``work``; ``run``: the rest of the run context (out, force, progress)."""
+    return w2v_stage([str(corpus)], model=str(model), options=options or W2VOptions(workers=1, min_count=2), run=Run(workdir=work, **run))
 
 
 def test_outputs_and_manifest(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
@@ -358,7 +359,7 @@ def test_minilm_on_cord19_abstracts(tmp_path: Path, minilm_path: Path, shared_da
         model=str(minilm_path),
         options=W2VOptions(epochs=1, workers=2),
         text_fields=["abstract"],
-        workdir=tmp_path / "w",
+        run=Run(workdir=tmp_path / "w"),
     )
     manifest = outcome.manifest
     assert manifest["config"]["dim"] == 384 and manifest["config"]["lowercase"] is True
@@ -408,12 +409,13 @@ def test_gensim_is_imported_beside_pretokenization_only_when_word2vec_trains(tmp
     script = (
         "import json, sys\n"
         "from greenadapt.adaptation import w2v\n"
+        "from greenadapt.options import Run\n"
         "events, beside, pretokenize = [], w2v._import_beside, w2v.pretokenize_corpus\n"
         "w2v._import_beside = lambda module: (events.append(module), beside(module))[1]\n"
         "w2v.pretokenize_corpus = lambda *a, **k: (events.append('pretokenize'), pretokenize(*a, **k))[1]\n"
         "options = w2v.W2VOptions(workers=1, min_count=2, epochs=1, vectors=sys.argv[1] == 'vectors')\n"
         "for _ in range(int(sys.argv[5])):\n"
-        "    w2v.w2v_stage([sys.argv[2]], model=sys.argv[3], options=options, workdir=sys.argv[4])\n"
+        "    w2v.w2v_stage([sys.argv[2]], model=sys.argv[3], options=options, run=Run(workdir=sys.argv[4]))\n"
         "print(json.dumps([events, 'gensim' in sys.modules]))\n"
     )
     for mode, expected in (("counts", [["pretokenize"], False]), ("vectors", [["gensim.models", "pretokenize"], True])):

@@ -41,11 +41,11 @@ from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identit
 from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.defaults import DEFAULT_SEED, check_seed
 from greenadapt.errors import InputError
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import Progress
+from greenadapt.options import DEFAULT_RUN, Run
 
 if TYPE_CHECKING:
     from greenadapt.adaptation.settings import AlignSettings
-    from greenadapt.options import Run
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
@@ -71,17 +71,14 @@ def align_stage(
     method_options: MethodOptions | None = None,
     seed: int = DEFAULT_SEED,
     probes: Sequence[str] = (),
-    workdir: Path | None = None,
-    out: Path | None = None,
-    force: bool = False,
-    wait: bool = False,
-    progress: Progress = NULL_PROGRESS,
+    run: Run = DEFAULT_RUN,
 ) -> StageOutcome:
     """Fit the map from the word2vec space of ``w2v`` (or ``corpus``'s w2v output) into ``model``'s embeddings.
 
     ``model`` defaults to the model the w2v manifest records. The output
     folder defaults to the ``align`` sibling of the w2v folder.
     """
+    workdir, out, force, wait, progress = run.workdir, run.out, run.force, run.wait, run.progress
     from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
     from greenadapt.artifacts.destination import check_destination, protected
 
@@ -112,24 +109,24 @@ def align_stage(
     from greenadapt.artifacts.model_weights import weight_libraries
 
     libraries = ("numpy", "scipy", "safetensors", "tokenizers", *weight_libraries(ref.path))
-    with StageRun(kinds.ALIGN, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as run:
-        if run.skipped:
-            assert run.manifest is not None
-            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
+    with StageRun(kinds.ALIGN, out_dir, config, inputs, force=force, wait=wait, libraries=libraries) as stage:
+        if stage.skipped:
+            assert stage.manifest is not None
+            return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
         report = _align(
-            w2v_dir, w2v_manifest, ref, general, method=chosen, options=method_options, seed=seed, probes=probes, dest=run.tmp,
+            w2v_dir, w2v_manifest, ref, general, method=chosen, options=method_options, seed=seed, probes=probes, dest=stage.tmp,
             progress=progress,
         )
         stats = {k: v for k, v in report.items() if k != "neighbours"}
-        manifest = run.commit(stats=stats)
+        manifest = stage.commit(stats=stats)
     log.info(
         "align: %d shared words, %d new; held-out cosine %s -> %s",
         report["n_shared"],
         report["n_new"],
         report["heldout_cosine"],
-        run.out,
+        stage.out,
     )
-    return StageOutcome(run.out, manifest, False)
+    return StageOutcome(stage.out, manifest, False)
 
 
 # --------------------------------------------------------------------------
@@ -374,7 +371,12 @@ def _round(value: float | None) -> float | None:
 def run_align(settings: AlignSettings, run: Run) -> StageOutcome:
     """``greenadapt align``: the stage from its settings."""
     return align_stage(
-        w2v=settings.w2v, corpus=list(settings.corpus) if settings.corpus else None, model=settings.model, method=settings.method,
-        method_options=settings.method_options(), seed=settings.seed, probes=settings.probe,
-        workdir=run.workdir, out=run.out, force=run.force, wait=run.wait, progress=run.progress,
+        w2v=settings.w2v,
+        corpus=list(settings.corpus) if settings.corpus else None,
+        model=settings.model,
+        method=settings.method,
+        method_options=settings.method_options(),
+        seed=settings.seed,
+        probes=settings.probe,
+        run=run,
     )

@@ -73,11 +73,11 @@ from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.artifacts.workspace import stage_variant_dir
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import ModelError, StageError, UsageError
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import Progress
+from greenadapt.options import DEFAULT_RUN, Run
 
 if TYPE_CHECKING:
     from greenadapt.adaptation.settings import ExpandSettings
-    from greenadapt.options import Run
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
@@ -154,13 +154,9 @@ def expand_stage(
     max_new: int | None = None,
     min_count: int = DEFAULT_MIN_COUNT_NEW,
     seed: int = DEFAULT_SEED,
-    workdir: Path | None = None,
-    out: Path | None = None,
-    force: bool = False,
-    wait: bool = False,
-    progress: Progress = NULL_PROGRESS,
     method: str | None = None,
     also_align: Sequence[Path] = (),
+    run: Run = DEFAULT_RUN,
 ) -> StageOutcome:
     """Write the expanded model folder for the align output ``align`` (or ``corpus``'s).
 
@@ -176,6 +172,7 @@ def expand_stage(
     have the same vocabulary and embedding size (e.g. a fine-tuned copy).
     The output folder defaults to the ``expand`` sibling of the align folder.
     """
+    workdir, out, force, wait, progress = run.workdir, run.out, run.force, run.wait, run.progress
     from greenadapt.artifacts.destination import check_destination, protected
 
     check_seed(seed)
@@ -209,26 +206,26 @@ def expand_stage(
     checkpoint = out_dir.with_name(f"{out_dir.name}{CHECKPOINT_SUFFIX}")
     if fitted.reads_corpus and checkpoint.exists() and not fitted.owns_checkpoint(checkpoint):
         raise UsageError(f"{checkpoint} exists and is not a checkpoint greenadapt wrote", hint="move it away, or choose another --out")
-    with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(ref.path, fitted)) as run:
-        if run.skipped:
-            assert run.manifest is not None
-            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
+    with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(ref.path, fitted)) as stage:
+        if stage.skipped:
+            assert stage.manifest is not None
+            return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
         corpus, upstream = _upstream(align_manifest, w2v_manifest)
-        with resource_errors(run.tmp):
+        with resource_errors(stage.tmp):
             stats = _expand(
                 align_dir, w2v_dir, ref, general, method=fitted, method_options=method_options, max_new=max_new,
-                min_count=min_count, seed=seed, dest=run.tmp, progress=progress, other_draws=[(d, w) for d, _, w in draws],
+                min_count=min_count, seed=seed, dest=stage.tmp, progress=progress, other_draws=[(d, w) for d, _, w in draws],
                 corpus_access=_corpus_access(ref, w2v_dir, w2v_manifest, corpus, checkpoint) if fitted.reads_corpus else None,
                 # in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on
                 # The corpus by name: a path says where it lies on this machine and would be published with the model.
                 provenance={"corpus": [publishable_source(c) for c in corpus], "vectors_cost": cost_summary(upstream)},
             )
-            _write_card(run.tmp, ref, stats, align_manifest, corpus, upstream)
-        manifest = run.commit(stats=stats)
+            _write_card(stage.tmp, ref, stats, align_manifest, corpus, upstream)
+        manifest = stage.commit(stats=stats)
     if fitted.owns_checkpoint(checkpoint):
         shutil.rmtree(checkpoint, ignore_errors=True)
-    log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], run.out)
-    return StageOutcome(run.out, manifest, False)
+    log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], stage.out)
+    return StageOutcome(stage.out, manifest, False)
 
 
 def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus: list[str], checkpoint: Path) -> CorpusAccess:
@@ -572,7 +569,13 @@ def _copy_other_files(model_path: Path, dest: Path) -> None:
 def run_expand(settings: ExpandSettings, run: Run) -> StageOutcome:
     """``greenadapt expand``: the stage from its settings."""
     return expand_stage(
-        align=settings.align, corpus=list(settings.corpus) if settings.corpus else None, model=settings.model, max_new=settings.max_new,
-        min_count=settings.min_count, seed=settings.seed, method=settings.method, also_align=list(settings.also_align),
-        workdir=run.workdir, out=run.out, force=run.force, wait=run.wait, progress=run.progress,
+        align=settings.align,
+        corpus=list(settings.corpus) if settings.corpus else None,
+        model=settings.model,
+        max_new=settings.max_new,
+        min_count=settings.min_count,
+        seed=settings.seed,
+        method=settings.method,
+        also_align=list(settings.also_align),
+        run=run,
     )

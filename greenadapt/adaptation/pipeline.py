@@ -21,11 +21,10 @@ from greenadapt.adaptation.w2v import W2VOptions
 from greenadapt.artifacts.stage import StageOutcome
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import OutputExistsError
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.options import DEFAULT_RUN, Run
 
 if TYPE_CHECKING:
     from greenadapt.adaptation.settings import AdaptSettings
-    from greenadapt.options import Run
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +70,7 @@ def adapt_stages(
     model: str | None,
     options: AdaptOptions,
     text_fields: Sequence[str] | None = None,
-    workdir: Path | None = None,
-    out: Path | None = None,
-    force: bool = False,
-    wait: bool = False,
-    progress: Progress = NULL_PROGRESS,
+    run: Run = DEFAULT_RUN,
 ) -> AdaptOutcome:
     """Run w2v, align and expand for ``corpus`` on ``model``.
 
@@ -87,44 +82,28 @@ def adapt_stages(
     from greenadapt.adaptation.vectors import keep_whole_reads
     from greenadapt.adaptation.w2v import w2v_stage
 
-    check_adapt(corpus, model=model, options=options, workdir=workdir, out=out, force=force)
+    check_adapt(corpus, model=model, options=options, workdir=run.workdir, out=run.out, force=run.force)
     # The method decides the vectors: word2vec, the base model's contextual ones (context-mean), or none at all
     # (subword-mean, random: the corpus counts only).
     source = get_method(options.align_method).vector_source
     w2v_options = replace(options.w2v, vectors=source != "none", source="context" if source == "context" else "word2vec")
-    w2v = w2v_stage(
-        corpus,
-        model=model,
-        options=w2v_options,
-        text_fields=text_fields,
-        workdir=workdir,
-        force=force,
-        wait=wait,
-        progress=progress,
-    )
+    in_workspace, beside_w2v = replace(run, out=None), replace(run, out=None, workdir=None)  # only expand goes to ``out``
+    w2v = w2v_stage(corpus, model=model, options=w2v_options, text_fields=text_fields, run=in_workspace)
     # Downstream stages take the model the w2v manifest recorded, so the
     # three stages can never silently disagree about it. The vectors align reads whole are kept for expand,
     # which would otherwise parse the same file again.
     with keep_whole_reads():
-        align = align_stage(
-            w2v=w2v.path,
-            model=model,
-            method=options.align_method,
-            method_options=options.method_options,
-            seed=options.seed,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
+        align = align_stage(w2v=w2v.path, model=model, method=options.align_method, method_options=options.method_options,
+                            seed=options.seed, run=beside_w2v)
         others = []
         for draw in range(1, options.w2v_draws):  # the same command with another seed, each in its own folders
             other = w2v_stage(corpus, model=model, options=replace(w2v_options, seed=w2v_options.seed + draw), text_fields=text_fields,
-                            workdir=workdir, force=force, wait=wait, progress=progress)
+                              run=in_workspace)
             others.append(align_stage(w2v=other.path, model=model, method=options.align_method, method_options=options.method_options,
-                                    seed=options.seed, force=force, wait=wait, progress=progress).path)
+                                      seed=options.seed, run=beside_w2v).path)
         with adapts_own_names():
             expand = expand_stage(align=align.path, also_align=others, model=model, max_new=options.max_new,
-                                min_count=options.min_count_new, seed=options.seed, out=out, force=force, wait=wait, progress=progress)
+                                  min_count=options.min_count_new, seed=options.seed, run=replace(run, workdir=None))
     return AdaptOutcome(w2v=w2v, align=align, expand=expand)
 
 
@@ -201,6 +180,10 @@ def run_adapt(settings: AdaptSettings, run: Run) -> AdaptOutcome:
         align_method=settings.method, method_options=settings.method_options(), max_new=settings.max_new,
         min_count_new=settings.min_count_new, seed=settings.seed, w2v_draws=settings.w2v_draws,
     )
-    return adapt_stages(list(settings.corpus), model=settings.model, options=options,
-                        text_fields=list(settings.text_fields) if settings.text_fields else None,
-                        workdir=run.workdir, out=run.out, force=run.force, wait=run.wait, progress=run.progress)
+    return adapt_stages(
+        list(settings.corpus),
+        model=settings.model,
+        options=options,
+        text_fields=list(settings.text_fields) if settings.text_fields else None,
+        run=run,
+    )

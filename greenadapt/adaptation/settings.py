@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from greenadapt.adaptation.methods import DEFAULT_METHOD, METHODS, method_help
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
+from greenadapt.errors import UsageError
 from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, option
 
 if TYPE_CHECKING:
     from greenadapt.adaptation.context_vectors import ContextOptions
     from greenadapt.adaptation.methods import MethodOptions
-    from greenadapt.adaptation.w2v import W2VOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,13 +100,10 @@ class W2vSettings(Word2vecSettings, ContextSettings):
                               help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean or random).")
 
     def check(self) -> None:
-        self.w2v_options().check()
+        if self.source == "context" and self.no_vectors:
+            raise UsageError("--no-vectors counts words and makes no vectors, so --source context has nothing to do",
+                             hint="drop one of them: --source context makes the model's own vectors")
 
-    def w2v_options(self) -> W2VOptions:
-        from greenadapt.adaptation.w2v import W2VOptions
-
-        return W2VOptions(dim=self.dim, epochs=self.epochs, min_count=self.min_count, max_vocab=self.max_vocab, workers=self.workers,
-                          seed=self.seed, vectors=not self.no_vectors, source=self.source, context=self.context_options())
 
 
 @dataclass(frozen=True, kw_only=True)

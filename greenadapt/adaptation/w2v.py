@@ -67,11 +67,11 @@ from greenadapt.corpus.word_splitter import TextRules
 from greenadapt.defaults import DEFAULT_SEED, check_seed
 from greenadapt.errors import CorpusError, StageError, UsageError
 from greenadapt.machine.cores import available_cores
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import Progress
+from greenadapt.options import DEFAULT_RUN, Run
 
 if TYPE_CHECKING:
     from greenadapt.adaptation.settings import W2vSettings
-    from greenadapt.options import Run
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +159,10 @@ def w2v_stage(
     model: str | None,
     options: W2VOptions,
     text_fields: Sequence[str] | None = None,
-    workdir: Path | None = None,
-    out: Path | None = None,
-    force: bool = False,
-    wait: bool = False,
-    progress: Progress = NULL_PROGRESS,
+    run: Run = DEFAULT_RUN,
 ) -> StageOutcome:
     """Train word2vec on ``corpus`` in ``model``'s words; skip when an up-to-date output exists."""
+    workdir, out, force, wait, progress = run.workdir, run.out, run.force, run.wait, run.progress
     from greenadapt.artifacts.destination import check_destination, corpus_reads, protected
     from greenadapt.corpus import resolve_corpus, source_identities
 
@@ -201,15 +198,15 @@ def w2v_stage(
     inputs = source_identities(sources)
     # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
     sweep_stale_temporaries(root / "cache" / "pretok")
-    with StageRun(kinds.W2V, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(options)) as run:
-        if run.skipped:
-            assert run.manifest is not None
-            return StageOutcome(run.out, run.manifest, skipped=True, skip_reason=run.skip_reason)
-        _import_gensim_beside(options)  # after the skip: a run that is up to date never pays the import
+    with StageRun(kinds.W2V, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(options)) as stage:
+        if stage.skipped:
+            assert stage.manifest is not None
+            return StageOutcome(stage.out, stage.manifest, skipped=True, skip_reason=stage.skip_reason)
+        _import_gensim_beside(options)  # after the skip: a stage that is up to date never pays the import
         pretok = pretokenize_corpus(
             sources, tokenizer, root / "cache" / "pretok", workers=workers, progress=progress, force=force
         )
-        vocab_size, train_stats = _write_vectors(pretok, model_ref.path, options, dim, workers, run.tmp, progress)
+        vocab_size, train_stats = _write_vectors(pretok, model_ref.path, options, dim, workers, stage.tmp, progress)
         stats = {
             "lines": pretok.lines,
             "tokens": pretok.tokens,
@@ -226,9 +223,9 @@ def w2v_stage(
             "pretok_cache": str(pretok.folder.absolute()),
             **train_stats,
         }
-        manifest = run.commit(stats=stats)
-    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({options.source})" if options.vectors else " counted (no vectors)", run.out)
-    return StageOutcome(run.out, manifest, skipped=False)
+        manifest = stage.commit(stats=stats)
+    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({options.source})" if options.vectors else " counted (no vectors)", stage.out)
+    return StageOutcome(stage.out, manifest, skipped=False)
 
 
 def _libraries(options: W2VOptions) -> tuple[str, ...]:
@@ -501,6 +498,12 @@ def pretokenized_corpus_of(w2v_dir: Path, w2v_manifest: Manifest, corpus: list[s
 
 def run_w2v(settings: W2vSettings, run: Run) -> StageOutcome:
     """``greenadapt w2v``: the stage from its settings."""
-    return w2v_stage(list(settings.corpus), model=settings.model, options=settings.w2v_options(),
-                     text_fields=list(settings.text_fields) if settings.text_fields else None,
-                     workdir=run.workdir, out=run.out, force=run.force, wait=run.wait, progress=run.progress)
+    return w2v_stage(
+        list(settings.corpus),
+        model=settings.model,
+        options=W2VOptions(dim=settings.dim, epochs=settings.epochs, min_count=settings.min_count, max_vocab=settings.max_vocab,
+                           workers=settings.workers, seed=settings.seed, vectors=not settings.no_vectors, source=settings.source,
+                           context=settings.context_options()),
+        text_fields=list(settings.text_fields) if settings.text_fields else None,
+        run=run,
+    )

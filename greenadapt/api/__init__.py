@@ -2,10 +2,10 @@
 
 Every command that does work is a function here, re-exported from the package
 (``greenadapt.w2v``, ``align``, ``expand``, ``adapt``, ``finetune``, ``qa``,
-``multitask``, ``pretrain``, ``compare``, ``predict``; and ``load``, ``pipeline``). The command line calls these functions and
-takes its option defaults from their signatures (:func:`default_of`), so a
-script and a shell pipeline given the same arguments name the same outputs
-and reuse each other's finished stages.
+``multitask``, ``pretrain``, ``compare``, ``predict``, ``evaluate``; and ``load``, ``pipeline``). Each command's
+function and its command-line options are built from one declaration, the command's settings class
+(:mod:`greenadapt.options`), so a script and a shell pipeline given the same arguments name the same
+outputs and reuse each other's finished stages.
 
 This module stays import-light (torch, transformers and gensim are imported
 inside the functions) because the command line imports it for its defaults.
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from greenadapt.api import adapting, training, using
 from greenadapt.api.adapting import *  # noqa: F403 (each module's __all__ is its commands)
-from greenadapt.api.common import PathLike, default_of
+from greenadapt.api.common import PathLike
 from greenadapt.api.training import *  # noqa: F403
 from greenadapt.api.using import *  # noqa: F403
 
 # The functions ``greenadapt`` re-exports: a new command's function joins by its module's ``__all__``.
 FUNCTIONS = sorted([*adapting.__all__, *training.__all__, *using.__all__])
-__all__ = ["FUNCTIONS", "PathLike", "default_of"]
+__all__ = ["FUNCTIONS", "PathLike"]
 __all__ += adapting.__all__
 __all__ += training.__all__
 __all__ += using.__all__

@@ -53,7 +53,8 @@ def declared_command(
     if example is not None:
         EXAMPLES[name] = example
     declared = {field.name: declaration for field, declaration in declared_fields(settings_class)}
-    parameters = [_parameter(field, declaration, _hint(settings_class, field.name)) for field, declaration in declared_fields(settings_class)]
+    hints = typing.get_type_hints(settings_class)
+    parameters = [_parameter(field, declaration, hints[field.name]) for field, declaration in declared_fields(settings_class)]
     for run_name in settings_class.run_options:
         kind, declaration = RUN_OPTIONS[run_name]
         help_text = settings_class.run_help.get(run_name, declaration.help)
@@ -76,10 +77,6 @@ def declared_command(
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     app.command(name, help=help, **command_settings)(command)
     return command
-
-
-def _hint(settings_class: type[Settings], name: str) -> Any:
-    return typing.get_type_hints(settings_class)[name]
 
 
 def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:

@@ -1,8 +1,8 @@
 """How every command's ``--help`` reads: human metavars, options grouped into panels, a worked example.
 
 Applied once to the whole command tree (:func:`dress`), so a new option gets its
-metavar from its type and only needs a line in :data:`PANELS`; the tests check
-that every option of every command has a panel and no Python type shows.
+metavar from its type and its panel from its declaration (:mod:`greenadapt.options`); the
+tests check that every option of every command has a panel and no Python type shows.
 """
 
 from __future__ import annotations
@@ -10,34 +10,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-INPUT_OUTPUT = "Input and output"
-MODEL = "Model"
-ADAPTATION = "Adaptation"
-TRAINING = "Training"
-EVALUATION = "Evaluation"
-PERFORMANCE = "Performance"
-RUN_CONTROL = "Run control"
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, RUN_CONTROL
 
+# Panels of the options no settings class declares (each declared option names its own panel): the output
+# flags every command shares and the read-only display commands' (report, info).
 _GROUPS: dict[str, tuple[str, ...]] = {
-    INPUT_OUTPUT: (
-        "corpus", "text_field", "out", "workdir", "w2v", "align", "train", "dev", "test", "data", "input_path", "output", "source",
-        "runs", "html", "path", "file_format", "header", "pair_field", "label_field", "entity_type", "ignore_labels", "general_corpus",
-        "task", "tasks_file", "task_name", "markdown", "json_out",
-    ),
-    MODEL: ("model", "ensemble", "general_model", "tokenizer", "gmap", "gmap_layers", "gmap_unfrozen", "gmap_indexing", "adapter", "pal_size", "pal_heads"),
-    ADAPTATION: (
-        "dim", "epochs_w2v", "min_count", "max_vocab", "min_count_new", "max_new", "method", "focus_k", "focus_temperature", "hybrid_weight", "match_norm",
-        "distill_per_word", "distill_sentences", "distill_epochs",
-        "context_layer", "context_cap", "context_max_tokens", "no_vectors", "probe", "vectors_only", "w2v_draws", "also_align",
-    ),
-    TRAINING: (
-        "epochs", "max_steps", "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "seed", "seeds", "mix", "train_on",
-        "train_embeddings", "train", "max_length", "doc_stride", "max_words", "head_warmup_steps", "whole_word_masking",
-        "mask_probability", "heldout", "sampling", "steps_per_epoch", "freeze_base", "adapt_methods",
-    ),
-    EVALUATION: ("against", "comparator", "bootstrap", "pool", "metric", "positive_label", "eval_only", "eval_every", "early_stopping", "n_best", "max_answer_chars", "limit", "check"),
-    PERFORMANCE: ("parallel", "device", "precision", "compile", "pad_to_multiple", "cuda_graphs", "workers", "eval_batch_size", "gmap_cache"),
-    RUN_CONTROL: ("report_to", "force", "wait", "save_every", "resume", "as_json", "quiet", "verbose"),
+    INPUT_OUTPUT: ("runs", "html", "path"),
+    EVALUATION: ("check",),
+    RUN_CONTROL: ("as_json", "quiet", "verbose"),
 }
 PANELS = {name: panel for panel, names in _GROUPS.items() for name in names}
 

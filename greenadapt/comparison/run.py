@@ -495,7 +495,18 @@ def run_compare(settings: CompareSettings, run: RunContext) -> CompareResult:
 
     finetune = partial(call_command, FinetuneSettings, "greenadapt.runners.finetune.run:run_finetune")
     adapt = partial(call_command, AdaptSettings, "greenadapt.adaptation.pipeline:run_adapt")
-    options = settings.resolved(run)
+    options = _compare_options(settings, run)
     result = compare_runs(options, finetune, run.progress, adapt=adapt)
     write_json(options.out / OPTIONS_FILE, settings.document())
     return result
+
+
+def _compare_options(settings: CompareSettings, run: RunContext) -> CompareOptions:
+    return CompareOptions(
+        task=settings.task, train=settings.train, test=settings.test, models=settings.models, out=run.out or Path(), dev=settings.dev, seeds=settings.seeds,
+        against=settings.against, comparator=settings.comparator, epochs=settings.epochs, batch_size=settings.batch_size, lr=settings.lr,
+        max_length=settings.max_length, device=settings.device, parallel=settings.parallel, replicates=settings.bootstrap, bootstrap_seed=settings.bootstrap_seed,
+        save_every=settings.save_every, force=run.force, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
+        ensembles=settings.ensembles, entity_type=settings.entity_type, max_steps=settings.max_steps, precision=settings.precision,
+        pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to,
+    )

@@ -11,8 +11,7 @@ from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQ
 from greenadapt.training.settings import DeviceSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
 
 if TYPE_CHECKING:
-    from greenadapt.comparison.run import CompareOptions
-    from greenadapt.options import Run
+    pass
 
 
 def parse_models(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -88,15 +87,3 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
         (), "--ensemble", panel=MODEL, metavar="NAME=N", parse=parse_ensembles, cli_type=list[str],
         help="That --model is N fine-tunings per seed scored on the mean of their probabilities "
              "(e.g. --model base-x2=MODEL --ensemble base-x2=2: the control for two-view inference).")
-
-    def resolved(self, run: Run) -> CompareOptions:
-        from greenadapt.comparison.run import CompareOptions
-
-        return CompareOptions(
-            task=self.task, train=self.train, test=self.test, models=self.models, out=run.out or Path(), dev=self.dev, seeds=self.seeds,
-            against=self.against, comparator=self.comparator, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-            max_length=self.max_length, device=self.device, parallel=self.parallel, replicates=self.bootstrap, bootstrap_seed=self.bootstrap_seed,
-            save_every=self.save_every, force=run.force, corpus=self.corpus, adapt_methods=self.adapt_methods, workdir=run.workdir,
-            ensembles=self.ensembles, entity_type=self.entity_type, max_steps=self.max_steps, precision=self.precision,
-            pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs, report_to=self.report_to,
-        )

@@ -24,7 +24,9 @@ does not end). The first stop signal's exception is the one raised.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -88,3 +90,63 @@ def _is_safe(frame: FrameType | None, waited: float) -> bool:
 
 def _in_importlib(frame: FrameType) -> bool:
     return frame.f_code.co_filename.startswith(_IMPORTLIB)
+
+
+def stop_on_signals(received: list[int], exiting: Callable[[], bool]) -> None:
+    """SIGINT raises KeyboardInterrupt and SIGTERM raises :class:`~greenadapt.errors.Terminated`, so stages remove their temporaries and locks.
+
+    The default action would kill the process at once: the output stays safe
+    (a stage folder is renamed into place whole), but nothing is said and a
+    temporary folder is left for the next run. A second SIGTERM during the
+    cleanup takes the default action. ``finetune`` replaces this handler
+    while it trains (checkpoint, exit 99). Neither raises inside importlib's
+    bookkeeping, where the exception would be lost and the import lock kept
+    (:func:`raise_when_safe`). Each signal is appended to ``received``; once ``exiting()`` (the program knows
+    its exit status and every result is written) a signal is only recorded.
+    """
+    import threading
+
+    from greenadapt.errors import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def terminate() -> BaseException | None:
+        if exiting():
+            return None
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        return Terminated()
+
+    def interrupt() -> BaseException | None:
+        return None if exiting() else KeyboardInterrupt()
+
+    def stopped(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        if not exiting():  # checked again when the exception is made: it may wait for importlib
+            raise_when_safe(frame, terminate if signum == signal.SIGTERM else interrupt)
+
+    signal.signal(signal.SIGTERM, stopped)
+    # Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored when it started.
+    # A shell without job control starts background jobs (`cmd &`, cron wrappers, CI runners)
+    # with SIGINT ignored, and then a `kill -INT` or a Ctrl-C relayed by a wrapper was dropped
+    # without a word and the stage ran on to "success". Every SIGINT sent to greenadapt stops it.
+    signal.signal(signal.SIGINT, stopped)
+
+
+def end_process_within(seconds: float, code: object) -> None:
+    """End the process with ``code``'s status after ``seconds``, whatever its other threads do (a daemon thread's deadline)."""
+    import threading
+    import time
+
+    status = 0 if code is None else code if isinstance(code, int) else 1
+
+    def end() -> None:
+        time.sleep(seconds)
+        try:
+            sys.stdout.flush()
+            sys.stderr.write(f"greenadapt: a library's thread kept the process from exiting for {seconds:.0f} s; ended it (exit {status})\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+
+    threading.Thread(target=end, name="greenadapt-exit-deadline", daemon=True).start()

@@ -382,4 +382,21 @@ __all__ = ["KIND", "MultitaskOptions", "multitask_stage"]
 
 def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
     """``greenadapt multitask``: the run folder from the command's settings."""
-    return multitask_stage(settings.resolved(run), run.progress)
+    return multitask_stage(_multitask_options(settings, run), run.progress)
+
+
+def _multitask_options(settings: MultitaskSettings, run: Run) -> MultitaskOptions:
+    from greenadapt.modeling.pals.config import PalsConfig
+    from greenadapt.runners.multitask.spec import collect_specs
+    from greenadapt.training.finetuning import TrainConfig
+
+    return MultitaskOptions(
+        tasks=collect_specs(list(settings.task), settings.tasks_file), model=settings.model, out=run.out, workdir=run.workdir,
+        pals=PalsConfig(adapter=settings.adapter, size=settings.pal_size, heads=settings.pal_heads),
+        training=TrainConfig(
+            mix=settings.mix, batch_size=settings.batch_size, lr=settings.lr, epochs=settings.epochs, max_steps=settings.max_steps, warmup=settings.warmup,
+            weight_decay=settings.weight_decay, seed=settings.seed, precision=settings.precision, compile=settings.compile, eval_batch_size=settings.eval_batch_size,
+        ),
+        sampling=settings.sampling, steps_per_epoch=settings.steps_per_epoch, freeze_base=settings.freeze_base, pool=settings.pool,
+        max_length=settings.max_length, max_words=settings.max_words, device=settings.device, force=run.force, wait=run.wait, gmap=settings.gmap_options(),
+    )

@@ -12,8 +12,7 @@ from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRA
 from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
 
 if TYPE_CHECKING:
-    from greenadapt.options import Run
-    from greenadapt.runners.multitask.run import MultitaskOptions
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,20 +50,3 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
     max_words: int = option(30, "--max-words", panel=TRAINING,
                             help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole where the window holds them.")
     eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, help="Sequences per inference batch.")
-
-    def resolved(self, run: Run) -> MultitaskOptions:
-        from greenadapt.modeling.pals.config import PalsConfig
-        from greenadapt.runners.multitask.run import MultitaskOptions
-        from greenadapt.runners.multitask.spec import collect_specs
-        from greenadapt.training.finetuning import TrainConfig
-
-        return MultitaskOptions(
-            tasks=collect_specs(list(self.task), self.tasks_file), model=self.model, out=run.out, workdir=run.workdir,
-            pals=PalsConfig(adapter=self.adapter, size=self.pal_size, heads=self.pal_heads),
-            training=TrainConfig(
-                mix=self.mix, batch_size=self.batch_size, lr=self.lr, epochs=self.epochs, max_steps=self.max_steps, warmup=self.warmup,
-                weight_decay=self.weight_decay, seed=self.seed, precision=self.precision, compile=self.compile, eval_batch_size=self.eval_batch_size,
-            ),
-            sampling=self.sampling, steps_per_epoch=self.steps_per_epoch, freeze_base=self.freeze_base, pool=self.pool,
-            max_length=self.max_length, max_words=self.max_words, device=self.device, force=run.force, wait=run.wait, gmap=self.gmap_options(),
-        )

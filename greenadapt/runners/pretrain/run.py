@@ -464,5 +464,37 @@ def summary_line(outcome: StageOutcome) -> str:
 def run_pretrain(settings: PretrainSettings, run: Run) -> Any:
     """``greenadapt pretrain``: the pretrained model folder (or, with ``eval_only``, the held-out scores) from the command's settings."""
     if settings.eval_only:
-        return run_eval_only(settings.evaluation(run), run.progress)
-    return pretrain_stage(settings.resolved(run), run.progress)
+        return run_eval_only(_eval_options(settings, run), run.progress)
+    return pretrain_stage(_pretrain_options(settings, run), run.progress)
+
+
+def _eval_options(settings: PretrainSettings, run: Run) -> EvalOptions:
+    if run.out is not None:
+        raise UsageError("--out does not apply to --eval-only", hint="pass each corpus to score as --corpus")
+    return EvalOptions(
+        corpora=list(settings.corpus), model=settings.model, workdir=run.workdir, text_fields=_listed(settings.text_fields), max_length=settings.max_length,
+        heldout=settings.heldout, whole_word_masking=settings.whole_word_masking, mask_probability=settings.mask_probability, tokenizer=settings.tokenizer,
+        general_model=settings.general_model, device=settings.device, batch_size=settings.eval_batch_size, precision=settings.precision, workers=settings.workers,
+    )
+
+
+def _pretrain_options(settings: PretrainSettings, run: Run) -> PretrainOptions:
+    from greenadapt.modeling.gmap.config import parse_layers
+    from greenadapt.runners.pretrain.train import PretrainConfig
+
+    training = PretrainConfig(
+        batch_size=settings.batch_size, grad_accum=settings.grad_accum, lr=settings.lr, epochs=settings.epochs, max_steps=settings.max_steps, warmup=settings.warmup,
+        weight_decay=settings.weight_decay, seed=settings.seed, train_embeddings=settings.train_embeddings, precision=settings.precision, compile=settings.compile,
+        eval_batch_size=settings.eval_batch_size, eval_every=settings.eval_every, head_warmup_steps=settings.head_warmup_steps, train=settings.train,
+    )
+    return PretrainOptions(
+        corpus=list(settings.corpus), model=settings.model, out=run.out, workdir=run.workdir, text_fields=_listed(settings.text_fields), training=training,
+        max_length=settings.max_length, heldout=settings.heldout, whole_word_masking=settings.whole_word_masking, mask_probability=settings.mask_probability,
+        tokenizer=settings.tokenizer, mix=settings.mix, general_corpus=_listed(settings.general_corpus), gmap=settings.gmap,
+        gmap_layers=parse_layers(settings.gmap_layers) if settings.gmap_layers is not None else None, general_model=settings.general_model,
+        device=settings.device, workers=settings.workers, force=run.force, wait=run.wait, save_every=settings.save_every, resume=settings.resume,
+    )
+
+
+def _listed(values: tuple[str, ...] | None) -> Any:
+    return list(values) if values else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
@@ -11,8 +11,7 @@ from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQ
 from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
 
 if TYPE_CHECKING:
-    from greenadapt.options import Run
-    from greenadapt.runners.pretrain.run import EvalOptions, PretrainOptions
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,36 +75,3 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings):
             if given:
                 raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --eval-only",
                                  hint="pass each corpus to score as --corpus")
-
-    def evaluation(self, run: Run) -> EvalOptions:
-        from greenadapt.runners.pretrain.run import EvalOptions
-
-        if run.out is not None:
-            raise UsageError("--out does not apply to --eval-only", hint="pass each corpus to score as --corpus")
-        return EvalOptions(
-            corpora=list(self.corpus), model=self.model, workdir=run.workdir, text_fields=_listed(self.text_fields), max_length=self.max_length,
-            heldout=self.heldout, whole_word_masking=self.whole_word_masking, mask_probability=self.mask_probability, tokenizer=self.tokenizer,
-            general_model=self.general_model, device=self.device, batch_size=self.eval_batch_size, precision=self.precision, workers=self.workers,
-        )
-
-    def resolved(self, run: Run) -> PretrainOptions:
-        from greenadapt.modeling.gmap.config import parse_layers
-        from greenadapt.runners.pretrain.run import PretrainOptions
-        from greenadapt.runners.pretrain.train import PretrainConfig
-
-        training = PretrainConfig(
-            batch_size=self.batch_size, grad_accum=self.grad_accum, lr=self.lr, epochs=self.epochs, max_steps=self.max_steps, warmup=self.warmup,
-            weight_decay=self.weight_decay, seed=self.seed, train_embeddings=self.train_embeddings, precision=self.precision, compile=self.compile,
-            eval_batch_size=self.eval_batch_size, eval_every=self.eval_every, head_warmup_steps=self.head_warmup_steps, train=self.train,
-        )
-        return PretrainOptions(
-            corpus=list(self.corpus), model=self.model, out=run.out, workdir=run.workdir, text_fields=_listed(self.text_fields), training=training,
-            max_length=self.max_length, heldout=self.heldout, whole_word_masking=self.whole_word_masking, mask_probability=self.mask_probability,
-            tokenizer=self.tokenizer, mix=self.mix, general_corpus=_listed(self.general_corpus), gmap=self.gmap,
-            gmap_layers=parse_layers(self.gmap_layers) if self.gmap_layers is not None else None, general_model=self.general_model,
-            device=self.device, workers=self.workers, force=run.force, wait=run.wait, save_every=self.save_every, resume=self.resume,
-        )
-
-
-def _listed(values: tuple[str, ...] | None) -> Any:
-    return list(values) if values else None
