@@ -370,13 +370,5 @@ def _round(value: float | None) -> float | None:
 
 def run_align(settings: AlignSettings, run: Run) -> StageOutcome:
     """``greenadapt align``: the stage from its settings."""
-    return align_stage(
-        w2v=settings.w2v,
-        corpus=list(settings.corpus) if settings.corpus else None,
-        model=settings.model,
-        method=settings.method,
-        method_options=settings.method_options(),
-        seed=settings.seed,
-        probes=settings.probe,
-        run=run,
-    )
+    return align_stage(w2v=settings.w2v, corpus=list(settings.corpus or ()) or None, model=settings.model, method=settings.method,
+                       method_options=settings.method_options(), seed=settings.seed, probes=settings.probe, run=run)

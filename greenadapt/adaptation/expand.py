@@ -47,22 +47,21 @@ import json
 import logging
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from fnmatch import fnmatch
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.adaptation.methods import DEFAULT_METHOD, CorpusAccess, InitMethod, MethodOptions, RowContext, get_method
 from greenadapt.adaptation.methods.base import describe, recorded_seed
+from greenadapt.adaptation.model_files import copy_other_files
+from greenadapt.adaptation.new_words import NEW_WORDS_FILE, NewWords, select_new_words
 from greenadapt.adaptation.w2v import pretokenized_corpus_of
 from greenadapt.adaptation.weights import grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
 from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
 from greenadapt.artifacts.model_card import (
     CARD_FILE,
     CONFIG_KEY,
-    SENTENCE_TRANSFORMERS_DIRS,
-    SENTENCE_TRANSFORMERS_FILES,
     config_block,
     cost_summary,
     expanded_card,
@@ -88,44 +87,9 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_SUFFIX = ".checkpoint"  # beside the output: a long fit (--method distill) resumes from it
 
-NEW_WORDS_FILE = "new_words.tsv"
 WEIGHTS_FILE = "model.safetensors"
 ORDER = "count descending, then word (Unicode code point order)"
 BIAS_FILL = "mean of the existing bias values"
-# Top-level files that hold weights (rewritten as model.safetensors) or are
-# rewritten here; copying them would leave stale, mismatched copies.
-_NOT_COPIED = (
-    "*.safetensors",
-    "*.safetensors.index.json",
-    "*.bin",
-    "*.bin.index.json",
-    "*.h5",
-    "*.msgpack",
-    "*.ckpt*",
-    "*.onnx",
-    "*.ot",
-    "*.pt",
-    "*.pth",
-    "*.gguf",
-    "config.json",
-    "manifest.json",
-    NEW_WORDS_FILE,
-    CARD_FILE,
-    *SENTENCE_TRANSFORMERS_FILES,
-)
-_DIRS_NOT_COPIED = ("onnx", "openvino", *SENTENCE_TRANSFORMERS_DIRS)
-
-
-@dataclass
-class NewWords:
-    """The words expand adds, in id order, with their rows in the word2vec matrix."""
-
-    words: list[str]
-    counts: list[int]
-    w2v_rows: list[int]
-    excluded: dict[str, int] = field(default_factory=dict)
-
-
 def _model_of(model: str | None, align_dir: Path, align_manifest: Manifest) -> tuple[Any, Any]:
     """The model to expand (``model``, else the one align was fitted on) and its tokenizer, checked against the map's."""
     from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
@@ -172,9 +136,7 @@ def expand_stage(
     have the same vocabulary and embedding size (e.g. a fine-tuned copy).
     The output folder defaults to the ``expand`` sibling of the align folder.
     """
-    workdir, out, force, wait, progress = run.workdir, run.out, run.force, run.wait, run.progress
-    from greenadapt.artifacts.destination import check_destination, protected
-
+    workdir, force, wait, progress = run.workdir, run.force, run.wait, run.progress
     check_seed(seed)
     if max_new is not None and max_new < 0:
         raise UsageError(f"--max-new must be >= 0, got {max_new}")
@@ -185,27 +147,9 @@ def expand_stage(
     method_options = MethodOptions.from_config(align_manifest.section("config", "method_options"))
     ref, general = _model_of(model, align_dir, align_manifest)
 
-    # align-focus -> expand-focus: each method's model beside its own fit.
-    suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
-    config = _config(ref, align_dir, align_manifest, fitted, max_new=max_new, min_count=min_count, seed=seed)
-    draws = _other_draws(also_align, align_dir, fitted, ref)
-    if draws:  # recorded only then, so single-draw outputs keep their fingerprints
-        config["other_draws"] = [manifest_identity(d, m) for d, m, _ in draws]
-    own = inspect.signature(expand_stage).parameters  # the default options, from where they are defined
-    defaults = functools.partial(_config, ref, align_dir, align_manifest, fitted, **{k: own[k].default for k in ("max_new", "min_count", "seed")})
-    out_dir = Path(out) if out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults, force=force)
-    check_destination(
-        out_dir, kind="expand", force=force, workspace=workdir,
-        reads=[
-            *protected("the --align input", align_dir),
-            *protected("the w2v output align read", w2v_dir),
-            *protected("the base --model", ref.path),
-        ],
-    )
+    config, draws, out_dir, checkpoint = _destination(align_dir, align_manifest, w2v_dir, fitted, ref, also_align, run,
+                                                      max_new=max_new, min_count=min_count, seed=seed)
     inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity(), *config.get("other_draws", [])]
-    checkpoint = out_dir.with_name(f"{out_dir.name}{CHECKPOINT_SUFFIX}")
-    if fitted.reads_corpus and checkpoint.exists() and not fitted.owns_checkpoint(checkpoint):
-        raise UsageError(f"{checkpoint} exists and is not a checkpoint greenadapt wrote", hint="move it away, or choose another --out")
     with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(ref.path, fitted)) as stage:
         if stage.skipped:
             assert stage.manifest is not None
@@ -226,6 +170,34 @@ def expand_stage(
         shutil.rmtree(checkpoint, ignore_errors=True)
     log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], stage.out)
     return StageOutcome(stage.out, manifest, False)
+
+
+def _destination(align_dir: Path, align_manifest: Manifest, w2v_dir: Path, fitted: InitMethod, ref: ModelRef, also_align: Sequence[Path],
+                 run: Run, *, max_new: int | None, min_count: int, seed: int) -> tuple[dict[str, Any], list[tuple[Path, Manifest, Path]], Path, Path]:
+    """The stage's config, the other draws, its output folder (checked: greenadapt replaces only what it wrote) and checkpoint."""
+    from greenadapt.artifacts.destination import check_destination, protected
+
+    # align-focus -> expand-focus: each method's model beside its own fit.
+    suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
+    config = _config(ref, align_dir, align_manifest, fitted, max_new=max_new, min_count=min_count, seed=seed)
+    draws = _other_draws(also_align, align_dir, fitted, ref)
+    if draws:  # recorded only then, so single-draw outputs keep their fingerprints
+        config["other_draws"] = [manifest_identity(d, m) for d, m, _ in draws]
+    own = inspect.signature(expand_stage).parameters  # the default options, from where they are defined
+    defaults = functools.partial(_config, ref, align_dir, align_manifest, fitted, **{k: own[k].default for k in ("max_new", "min_count", "seed")})
+    out_dir = Path(run.out) if run.out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults, force=run.force)
+    check_destination(
+        out_dir, kind="expand", force=run.force, workspace=run.workdir,
+        reads=[
+            *protected("the --align input", align_dir),
+            *protected("the w2v output align read", w2v_dir),
+            *protected("the base --model", ref.path),
+        ],
+    )
+    checkpoint = out_dir.with_name(f"{out_dir.name}{CHECKPOINT_SUFFIX}")
+    if fitted.reads_corpus and checkpoint.exists() and not fitted.owns_checkpoint(checkpoint):
+        raise UsageError(f"{checkpoint} exists and is not a checkpoint greenadapt wrote", hint="move it away, or choose another --out")
+    return config, draws, out_dir, checkpoint
 
 
 def _corpus_access(ref: ModelRef, w2v_dir: Path, w2v_manifest: Manifest, corpus: list[str], checkpoint: Path) -> CorpusAccess:
@@ -310,59 +282,6 @@ def _w2v_of(align_dir: Path, align_manifest: Manifest) -> tuple[Path, Manifest]:
     return w2v_dir, w2v_manifest
 
 
-def select_new_words(
-    general: GeneralTokenizer,
-    words: Sequence[str],
-    counts: Mapping[str, int],
-    *,
-    max_new: int | None,
-    min_count: int,
-) -> NewWords:
-    """Pick and order the new words (see the module docstring)."""
-    from greenadapt.adaptation.domain_tokenizer import reachable_words
-
-    excluded = {"below_min_count": 0, "too_long": 0, "unreachable": 0}
-    max_chars = general.max_input_chars_per_word
-    vocab, added = general.vocab, general.added
-    tokens = general.family.word_tokens(words)
-    unknown = [i for i, (word, token) in enumerate(zip(words, tokens, strict=True)) if token not in vocab and word not in added]
-    # A million words: comprehensions over the unknown ones, not a loop with a branch per word.
-    try:
-        unknown_counts = [counts[words[i]] for i in unknown]
-    except KeyError as missing:
-        raise StageError(
-            f"the counts file has no count for word2vec word {missing.args[0]!r}",
-            hint="the w2v output is inconsistent; rerun `greenadapt w2v ... --force`",
-        ) from None
-    frequent = [i for i, count in zip(unknown, unknown_counts) if count >= min_count]
-    excluded["below_min_count"] = len(unknown) - len(frequent)
-    rows = [i for i in frequent if len(words[i]) <= max_chars]
-    excluded["too_long"] = len(frequent) - len(rows)
-    keep = reachable_words(general, [words[i] for i in rows])
-    excluded["unreachable"] = keep.count(False)
-    if excluded["unreachable"]:
-        log.warning(
-            "%d word2vec words can never be produced by the model's tokenizer (normalization, punctuation "
-            "or a leading ##) and are not added; was w2v trained with this model's tokenizer?",
-            excluded["unreachable"],
-        )
-    rows = [i for i, ok in zip(rows, keep) if ok]
-    chosen_words = [words[i] for i in rows]
-    chosen_counts = [counts[w] for w in chosen_words]
-    # Two stable sorts on plain keys (word, then count) give the (-count, word)
-    # order several times faster than one sort on tuples.
-    order = sorted(range(len(rows)), key=chosen_words.__getitem__)
-    order.sort(key=[-c for c in chosen_counts].__getitem__)
-    if max_new is not None:
-        order = order[:max_new]
-    return NewWords(
-        words=[chosen_words[k] for k in order],
-        counts=[chosen_counts[k] for k in order],
-        w2v_rows=[rows[k] for k in order],
-        excluded=excluded,
-    )
-
-
 def _expand(
     align_dir: Path,
     w2v_dir: Path,
@@ -380,10 +299,9 @@ def _expand(
     corpus_access: CorpusAccess | None = None,
     other_draws: Sequence[tuple[Path, Path]] = (),
 ) -> dict[str, Any]:
-    from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, tokenization_change, write_domain_tokenizer
+    from greenadapt.adaptation.domain_tokenizer import tokenization_change
     from greenadapt.adaptation.vectors import read_counts
     from greenadapt.artifacts.model_weights import iter_state_dict, pick_embedding_key
-    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
 
     counts = read_counts(w2v_dir / "counts.tsv")
     listed = list(counts)
@@ -416,14 +334,7 @@ def _expand(
     del state, vectors, new_rows, shared_vectors, context
     _write_config(ref, dest, method, n_rows, n_new, provenance)
 
-    progress.start("writing tokenizers")
-    tokenizer_facts = write_domain_tokenizer(general, new.words, n_rows, dest)
-    copy_general_tokenizer(ref.path, dest / GENERAL_TOKENIZER_DIR)
-    _copy_other_files(ref.path, dest)
-    with open(dest / NEW_WORDS_FILE, "w", encoding="utf-8", newline="\n") as handle:
-        ids = range(n_rows, n_rows + n_new)
-        handle.write("".join(map("{}\t{}\t{}\n".format, new.words, ids, new.counts)))
-    progress.finish()
+    tokenizer_facts = _write_tokenizers(general, new, n_rows, ref, dest, progress)
     return {
         "n_new": n_new,
         "vocab_size_before": n_rows,
@@ -443,6 +354,22 @@ def _expand(
         "embedding_dtype": embedding_dtype,
         "new_row_precision": f"float32 matmul, cast to {embedding_dtype}",
     }
+
+
+def _write_tokenizers(general: GeneralTokenizer, new: NewWords, n_rows: int, ref: ModelRef, dest: Path, progress: Progress) -> dict[str, Any]:
+    """The domain tokenizer at the top, the general one beside it, the base's other files and new_words.tsv; the tokenizer's facts."""
+    from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, write_domain_tokenizer
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+
+    progress.start("writing tokenizers")
+    facts = write_domain_tokenizer(general, new.words, n_rows, dest)
+    copy_general_tokenizer(ref.path, dest / GENERAL_TOKENIZER_DIR)
+    copy_other_files(ref.path, dest)
+    with open(dest / NEW_WORDS_FILE, "w", encoding="utf-8", newline="\n") as handle:
+        ids = range(n_rows, n_rows + len(new.words))
+        handle.write("".join(map("{}\t{}\t{}\n".format, new.words, ids, new.counts)))
+    progress.finish()
+    return facts
 
 
 def _draw_rows(method: InitMethod, context: RowContext, new: NewWords, draw: tuple[Path, Path],
@@ -552,30 +479,7 @@ def _method_vectors(
 # A streaming safetensors writer
 
 
-def _copy_other_files(model_path: Path, dest: Path) -> None:
-    from greenadapt.adaptation.domain_tokenizer import TOKENIZER_FILES
-    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
-
-    for child in sorted(model_path.iterdir()):
-        if child.name.startswith("."):
-            continue
-        if child.is_dir():
-            if child.name != GENERAL_TOKENIZER_DIR and not any(fnmatch(child.name, p) for p in _DIRS_NOT_COPIED):
-                shutil.copytree(child, dest / child.name, ignore=shutil.ignore_patterns(".*"))
-        elif child.is_file() and child.name not in TOKENIZER_FILES and not any(fnmatch(child.name, p) for p in _NOT_COPIED):
-            shutil.copyfile(child, dest / child.name)
-
-
 def run_expand(settings: ExpandSettings, run: Run) -> StageOutcome:
     """``greenadapt expand``: the stage from its settings."""
-    return expand_stage(
-        align=settings.align,
-        corpus=list(settings.corpus) if settings.corpus else None,
-        model=settings.model,
-        max_new=settings.max_new,
-        min_count=settings.min_count,
-        seed=settings.seed,
-        method=settings.method,
-        also_align=list(settings.also_align),
-        run=run,
-    )
+    return expand_stage(align=settings.align, corpus=list(settings.corpus or ()) or None, model=settings.model, max_new=settings.max_new,
+                        min_count=settings.min_count, seed=settings.seed, method=settings.method, also_align=list(settings.also_align), run=run)

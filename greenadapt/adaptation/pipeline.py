@@ -180,10 +180,4 @@ def run_adapt(settings: AdaptSettings, run: Run) -> AdaptOutcome:
         align_method=settings.method, method_options=settings.method_options(), max_new=settings.max_new,
         min_count_new=settings.min_count_new, seed=settings.seed, w2v_draws=settings.w2v_draws,
     )
-    return adapt_stages(
-        list(settings.corpus),
-        model=settings.model,
-        options=options,
-        text_fields=list(settings.text_fields) if settings.text_fields else None,
-        run=run,
-    )
+    return adapt_stages(list(settings.corpus), model=settings.model, options=options, text_fields=list(settings.text_fields or ()) or None, run=run)

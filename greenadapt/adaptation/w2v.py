@@ -202,30 +202,24 @@ def w2v_stage(
         if stage.skipped:
             assert stage.manifest is not None
             return StageOutcome(stage.out, stage.manifest, skipped=True, skip_reason=stage.skip_reason)
-        _import_gensim_beside(options)  # after the skip: a stage that is up to date never pays the import
+        _import_gensim_beside(options)  # after the skip: a run that is up to date never pays the import
         pretok = pretokenize_corpus(
             sources, tokenizer, root / "cache" / "pretok", workers=workers, progress=progress, force=force
         )
         vocab_size, train_stats = _write_vectors(pretok, model_ref.path, options, dim, workers, stage.tmp, progress)
-        stats = {
-            "lines": pretok.lines,
-            "tokens": pretok.tokens,
-            "types": pretok.types,
-            "vocab_size": vocab_size,
-            "bytes": pretok.bytes,
-            "replaced_chars": pretok.replaced_chars,
-            "replaced_by_source": pretok.replaced_by_source,
-            "skipped_records": pretok.skipped_records,
-            "skipped_members": pretok.skipped_members,
-            "long_line_cuts": pretok.long_line_cuts,
-            "pretok_seconds": pretok.seconds,
-            "pretok_cached": pretok.cached,
-            "pretok_cache": str(pretok.folder.absolute()),
-            **train_stats,
-        }
-        manifest = stage.commit(stats=stats)
+        manifest = stage.commit(stats={**_corpus_stats(pretok), "vocab_size": vocab_size, **train_stats})
     log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({options.source})" if options.vectors else " counted (no vectors)", stage.out)
     return StageOutcome(stage.out, manifest, skipped=False)
+
+
+def _corpus_stats(pretok: Any) -> dict[str, Any]:
+    """What pre-tokenization saw of the corpus, for the manifest."""
+    return {
+        "lines": pretok.lines, "tokens": pretok.tokens, "types": pretok.types, "bytes": pretok.bytes,
+        "replaced_chars": pretok.replaced_chars, "replaced_by_source": pretok.replaced_by_source,
+        "skipped_records": pretok.skipped_records, "skipped_members": pretok.skipped_members, "long_line_cuts": pretok.long_line_cuts,
+        "pretok_seconds": pretok.seconds, "pretok_cached": pretok.cached, "pretok_cache": str(pretok.folder.absolute()),
+    }
 
 
 def _libraries(options: W2VOptions) -> tuple[str, ...]:
@@ -498,12 +492,6 @@ def pretokenized_corpus_of(w2v_dir: Path, w2v_manifest: Manifest, corpus: list[s
 
 def run_w2v(settings: W2vSettings, run: Run) -> StageOutcome:
     """``greenadapt w2v``: the stage from its settings."""
-    return w2v_stage(
-        list(settings.corpus),
-        model=settings.model,
-        options=W2VOptions(dim=settings.dim, epochs=settings.epochs, min_count=settings.min_count, max_vocab=settings.max_vocab,
-                           workers=settings.workers, seed=settings.seed, vectors=not settings.no_vectors, source=settings.source,
-                           context=settings.context_options()),
-        text_fields=list(settings.text_fields) if settings.text_fields else None,
-        run=run,
-    )
+    options = W2VOptions(dim=settings.dim, epochs=settings.epochs, min_count=settings.min_count, max_vocab=settings.max_vocab, workers=settings.workers,
+                         seed=settings.seed, vectors=not settings.no_vectors, source=settings.source, context=settings.context_options())
+    return w2v_stage(list(settings.corpus), model=settings.model, options=options, text_fields=list(settings.text_fields or ()) or None, run=run)

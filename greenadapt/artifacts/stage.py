@@ -32,18 +32,17 @@ from typing import Any
 
 from greenadapt.version import __version__
 from greenadapt.artifacts import kinds
+from greenadapt.artifacts.differences import canonical, config_difference, input_difference
 from greenadapt.artifacts.files import library_versions, sha256_file, write_json
 from greenadapt.artifacts.manifest import (
     MANIFEST,
     MANIFEST_CHECKSUM,
     MANIFEST_FORMAT,
-    RECORD_ONLY,
     Manifest,
     check_ownership,
     fingerprint,
     legacy_fingerprint,
     manifest_checksum,
-    names_local_file,
     parse_manifest,
     recorded_inputs,
     verify_files,
@@ -219,10 +218,10 @@ class StageRun:
         if not self._same_fingerprint(manifest):
             old_config = Manifest.of(manifest, self.out).config
             retimed: list[str] = []
-            if _canonical(old_config) != _canonical(self.config):
-                changed = _config_difference(old_config, self.config)
+            if canonical(old_config) != canonical(self.config):
+                changed = config_difference(old_config, self.config)
             else:
-                changed, retimed = _input_difference(manifest.get("inputs") or [], self.inputs)
+                changed, retimed = input_difference(manifest.get("inputs") or [], self.inputs)
             if changed:
                 raise OutputExistsError(
                     f"{self.kind} output exists but was made with other inputs or options ({changed})",
@@ -423,69 +422,6 @@ def _lock_within(handle: Any, seconds: float, holder: str, out: Path) -> bool:
         except BlockingIOError:
             continue
     return False
-
-
-def _canonical(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
-def _input_difference(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
-    """What changed between the inputs an output was made from and this run's ('' if only the modification time of
-    some files, their content the same), and those files."""
-    if len(recorded) != len(current):
-        return f"{len(current)} inputs instead of {len(recorded)}", []
-    retimed = []
-    for old, now_recorded in zip(recorded, _canonical(list(current)), strict=True):
-        old_identity = {k: v for k, v in old.items() if k not in RECORD_ONLY}
-        new = {k: v for k, v in now_recorded.items() if k not in RECORD_ONLY}
-        if old_identity == new:
-            continue
-        if not (names_local_file(new) and old_identity.get("path") == new["path"]):
-            return "inputs changed", []
-        name = new["path"]
-        if old_identity.get("size") != new.get("size"):
-            return f"{name} changed: {old_identity.get('size')} bytes then, {new.get('size')} now", []
-        if {k: v for k, v in old_identity.items() if k != "mtime_ns"} != {k: v for k, v in new.items() if k != "mtime_ns"}:
-            return "inputs changed", []
-        then, now = _local_time(old_identity.get("mtime_ns")), _local_time(new["mtime_ns"])
-        digest = old.get("sha256")
-        if not digest:  # an output of an earlier version, which kept no digest
-            return f"{name} was modified: {then} then, {now} now; its content was not recorded, so it cannot be compared", []
-        try:
-            same = sha256_file(Path(name)) == digest
-        except OSError as exc:
-            return f"{name} cannot be read: {exc.strerror or exc}", []
-        if not same:
-            return f"{name} was modified: {then} then, {now} now, and its content differs", []
-        retimed.append(name)
-    return ("" if retimed else "inputs changed"), retimed
-
-
-def _local_time(mtime_ns: Any) -> str:
-    try:
-        return datetime.fromtimestamp(int(mtime_ns) / 1e9).strftime("%Y-%m-%d %H:%M:%S")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "?"
-
-
-def _config_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    """``changed: train.lr 5e-05 -> 0.0001``: the options that differ, down to the nested one, with short values."""
-    changed = _changed_keys(old, new, "")
-    if not changed:
-        return "inputs changed"
-    return "changed: " + ", ".join(changed[:5]) + ("…" if len(changed) > 5 else "")
-
-
-def _changed_keys(old: Any, new: Any, prefix: str) -> list[str]:
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        found: list[str] = []
-        for key in sorted(set(old) | set(new), key=str):
-            if old.get(key) != new.get(key):
-                found += _changed_keys(old.get(key), new.get(key), f"{prefix}{key}.")
-        return found
-    name = prefix.rstrip(".")
-    shown = [json.dumps(v, default=str) for v in (old, new)]
-    return [f"{name} {shown[0]} -> {shown[1]}" if all(len(s) <= 24 for s in shown) else name]
 
 
 def _fsync_dir(path: Path) -> None:

@@ -20,13 +20,7 @@ from greenadapt.machine.stop_signals import stop_on_signals
 
 def main() -> None:
     """Console entry point: run the app, map errors to one line and an exit code."""
-    from greenadapt.errors import (
-        EXIT_INTERNAL,
-        EXIT_INTERRUPTED,
-        EXIT_RESOURCE,
-        GreenAdaptError,
-        Terminated,
-    )
+    from greenadapt.errors import EXIT_INTERRUPTED, EXIT_RESOURCE, GreenAdaptError, Terminated
 
     global _EXITING
     debug = os.environ.get("GREENADAPT_DEBUG", "") not in ("", "0")
@@ -56,33 +50,40 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:
-        # A signal handler's exception raised inside a C extension's callback can come out as another
-        # error (torch turns a KeyboardInterrupt during shape inference into a ValueError): once a stop
-        # signal has arrived, whatever ends the run is that signal.
-        if _STOP_SIGNALS and not debug:
-            _fail_for_signal(_STOP_SIGNALS[0])
-        # typer vendors click; reach its exception types through typer itself.
-        if isinstance(exc, typer.Abort):
-            _fail("interrupted", EXIT_INTERRUPTED)
-        if isinstance(exc, typer.Exit):
-            sys.exit(exc.exit_code)
-        code = getattr(exc, "exit_code", None)
-        if hasattr(exc, "format_message") and isinstance(code, int):
-            _fail(f"error: {_usage_error_line(exc)}", code)  # click's own usage errors, exit 2
-        if debug:
-            raise
-        if is_disk_full(exc):
-            _fail("error: disk full (free space or choose another --workdir/--out)", EXIT_RESOURCE)
-        if isinstance(exc, OSError) and exc.filename:
-            _fail(f"error: {exc.filename}: {exc.strerror or exc}", EXIT_RESOURCE)
-        _fail(
-            f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
-            "(a bug in greenadapt; rerun with GREENADAPT_DEBUG=1 for the traceback and report it)",
-            EXIT_INTERNAL,
-        )
+        _fail_for_error(exc, debug)
     if returned == EXIT_INTERRUPTED:
         _fail_for_signal(signal.SIGINT)
     sys.exit(returned if isinstance(returned, int) else 0)
+
+
+def _fail_for_error(exc: Exception, debug: bool) -> None:
+    """The line and exit code of an error no greenadapt code raised: a stop signal's, click's, the system's, or a bug's."""
+    from greenadapt.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_RESOURCE
+
+    # A signal handler's exception raised inside a C extension's callback can come out as another
+    # error (torch turns a KeyboardInterrupt during shape inference into a ValueError): once a stop
+    # signal has arrived, whatever ends the run is that signal.
+    if _STOP_SIGNALS and not debug:
+        _fail_for_signal(_STOP_SIGNALS[0])
+    # typer vendors click; reach its exception types through typer itself.
+    if isinstance(exc, typer.Abort):
+        _fail("interrupted", EXIT_INTERRUPTED)
+    if isinstance(exc, typer.Exit):
+        sys.exit(exc.exit_code)
+    code = getattr(exc, "exit_code", None)
+    if hasattr(exc, "format_message") and isinstance(code, int):
+        _fail(f"error: {_usage_error_line(exc)}", code)  # click's own usage errors, exit 2
+    if debug:
+        raise exc
+    if is_disk_full(exc):
+        _fail("error: disk full (free space or choose another --workdir/--out)", EXIT_RESOURCE)
+    if isinstance(exc, OSError) and exc.filename:
+        _fail(f"error: {exc.filename}: {exc.strerror or exc}", EXIT_RESOURCE)
+    _fail(
+        f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+        "(a bug in greenadapt; rerun with GREENADAPT_DEBUG=1 for the traceback and report it)",
+        EXIT_INTERNAL,
+    )
 
 
 def entry_point() -> None:

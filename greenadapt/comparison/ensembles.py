@@ -6,31 +6,14 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from greenadapt.artifacts import kinds
-
-
-class CompareOptions(Protocol):
-    """What ensembles read of :class:`greenadapt.comparison.run.CompareOptions` (a protocol: no import cycle)."""
-
-    @property
-    def out(self) -> Path: ...
-    @property
-    def test(self) -> Path: ...
-    @property
-    def device(self) -> str: ...
-    @property
-    def models(self) -> tuple[tuple[str, str], ...]: ...
-    @property
-    def seeds(self) -> tuple[int, ...]: ...
-
-    def members(self, name: str) -> int: ...
+from greenadapt.comparison.recipe import CompareOptions
 
 
 log = logging.getLogger(__name__)
 
-MAX_ENSEMBLE = 16
 # Member j > 0 of an ensemble trains with seed + j * stride: a seed of its own, never another seed's first member.
 ENSEMBLE_SEED_STRIDE = 100_000
 

@@ -24,11 +24,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.tasks import TASKS as FINETUNE_TASKS
 from greenadapt.tasks import LabellingTask, get_task
 from greenadapt.artifacts import kinds
 from greenadapt.comparison.ensembles import (
-    MAX_ENSEMBLE,
     Run,
     plan_runs,
     read_by_pool,
@@ -36,12 +34,13 @@ from greenadapt.comparison.ensembles import (
     result_folder,
     score_ensemble,
 )
+from greenadapt.comparison.recipe import CompareOptions
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
 from greenadapt.comparison.pace import RunsLeft, plan_line
 from greenadapt.comparison.health import collapse_notes, collapsed_seeds
-from greenadapt.comparison.folders import MODEL_NAME, RESULT_FILE, check_compare_folder, recorded_base_model
-from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, PairedResult, compare_pair, mean_sd
-from greenadapt.errors import StageError, UsageError
+from greenadapt.comparison.folders import RESULT_FILE, recorded_base_model
+from greenadapt.comparison.statistics import Contributions, PairedResult, compare_pair, mean_sd
+from greenadapt.errors import StageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
@@ -51,137 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESULT_FORMAT = 1
-TASKS = tuple(name for name, task in FINETUNE_TASKS.items() if task.finetunes)
-
-
-@dataclass(frozen=True)
-class CompareOptions:
-    """One comparison: the task files, the models by name, the shared recipe and the seeds."""
-
-    task: str
-    train: Path
-    test: Path
-    models: tuple[tuple[str, str], ...]  # (name, folder or Hub id), the baseline first unless ``against`` names it
-    out: Path
-    dev: Path | None = None
-    seeds: tuple[int, ...] = (1, 2, 3)
-    against: str | None = None  # the baseline every other variant is paired with (default: the first model)
-    comparator: str | None = None  # a variant whose gain over the baseline the others' gains are a share of (e.g. DAPT)
-    epochs: int | None = None  # None: the task's default, as in finetune
-    batch_size: int | None = None
-    lr: float | None = None
-    max_length: int | None = None
-    device: str = "auto"
-    parallel: int = 1
-    replicates: int = DEFAULT_REPLICATES
-    bootstrap_seed: int = 0
-    save_every: int | None = 100
-    force: bool = False
-    corpus: tuple[str, ...] = ()  # with adapt_methods: adapt the baseline model to this corpus once per method
-    adapt_methods: tuple[str, ...] = ()  # each becomes a variant named after its method (adapt's stages, reused)
-    workdir: Path | None = None  # where adapt keeps its w2v and align stages
-    # (name, N): that --model is an ensemble of N fine-tunings per seed, scored on the mean of their probabilities
-    ensembles: tuple[tuple[str, int], ...] = ()
-    entity_type: str | None = None  # NER files with bare B/I labels: trained as B-TYPE/I-TYPE (finetune --entity-type)
-    max_steps: int | None = None  # every fine-tuning stops after this many optimizer steps (finetune --max-steps)
-    precision: str = "auto"  # finetune's, for every run
-    pad_to_multiple: int = 1  # finetune's speed options, for every run
-    cuda_graphs: bool = False
-    report_to: tuple[str, ...] = ()  # finetune's trackers, for every run
-
-    def members(self, name: str) -> int:
-        """How many fine-tunings of ``name`` one seed's result is made of (1: a plain run)."""
-        return dict(self.ensembles).get(name, 1)
-
-    @property
-    def baseline(self) -> str:
-        return self.against or self.models[0][0]
-
-    @property
-    def names(self) -> list[str]:
-        return [name for name, _ in self.models] + list(self.adapt_methods)
-
-    def check(self) -> None:
-        """Every option, before the first fine-tuning."""
-        from greenadapt.artifacts.pretrained import resolve_model
-
-        self._check_recipe()
-        if self.task not in TASKS:
-            raise UsageError(f"compare does not take --task {self.task!r} yet", hint=f"choose from {', '.join(TASKS)}")
-        names = self.names
-        if bool(self.corpus) != bool(self.adapt_methods):
-            raise UsageError("--adapt-methods and --corpus go together", hint="e.g. --corpus cord19 --adapt-methods lstsq,subword-mean")
-        if self.adapt_methods:
-            from greenadapt.adaptation.methods import get_method
-
-            for method in self.adapt_methods:
-                get_method(method)
-        if len(names) < 2:
-            raise UsageError("compare needs at least two --model NAME=MODEL, or one that greenadapt adapted (its base is the baseline)",
-                             hint="e.g. --model base=<general model> --model green=<adapted folder>")
-        for name in names:
-            if not MODEL_NAME.match(name):
-                raise UsageError(f"--model name {name!r} is not a plain name", hint="letters, digits, '.', '_' and '-'; it names a folder")
-        if len(set(names)) != len(names):
-            raise UsageError("two --model entries share a name", hint="give each model its own NAME=")
-        for role, value in (("--against", self.against), ("--comparator", self.comparator)):
-            if value is not None and value not in names:
-                raise UsageError(f"{role} {value!r} names no --model", hint=f"one of {', '.join(names)}")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
-        from greenadapt.defaults import check_seed
-
-        for seed in self.seeds:
-            check_seed(seed, option="--seeds")
-        for name, size in self.ensembles:
-            if name not in names:
-                raise UsageError(f"--ensemble {name}={size} names no --model", hint=f"one of {', '.join(names)}")
-            if not 1 <= size <= MAX_ENSEMBLE:
-                raise UsageError(f"--ensemble {name}={size}: an ensemble has 1 to {MAX_ENSEMBLE} members")
-            if get_task(self.task).answers_questions and size > 1:
-                raise UsageError("--ensemble is for NER and classification", hint="compare question answering one model per seed")
-        if len(dict(self.ensembles)) != len(self.ensembles):
-            raise UsageError("--ensemble names one model twice", hint="give each NAME=N once")
-        if self.comparator is not None and self.comparator == self.baseline:
-            raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
-                             hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
-        if self.parallel < 1:
-            raise UsageError("--parallel must be at least 1")
-        if self.replicates < 100:
-            raise UsageError(f"--bootstrap {self.replicates} is too few replicates for a 95% interval", hint="use at least 1000")
-        for flag, path in (("--train", self.train), ("--test", self.test), ("--dev", self.dev)):
-            if path is not None and not Path(path).is_file():
-                from greenadapt.errors import InputError
-
-                raise InputError("no such file", path=path, hint=f"{flag} takes a task file")
-        check_compare_folder(self.out)
-        for _, spec in self.models:
-            resolve_model(spec)
-        if self.adapt_methods:
-            from greenadapt.corpus.resolve import resolve_corpus
-
-            resolve_corpus(list(self.corpus))
-
-
-    def _check_recipe(self) -> None:
-        """finetune's options that compare passes to every run."""
-        from greenadapt.training.config import TrainingConfig
-        from greenadapt.training.distributed import check_precision
-
-        check_precision(self.precision, self.device)
-        TrainingConfig(pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs).check_speed(self.device)
-        if self.report_to:
-            from greenadapt.training.trackers import check_report_to
-
-            check_report_to(self.report_to)
-        if self.entity_type is not None:
-            from greenadapt.data.task_files import check_entity_type
-
-            if self.task != "ner":
-                raise UsageError("--entity-type is for --task ner")
-            check_entity_type(self.entity_type)
-        if self.max_steps is not None and self.max_steps < 1:
-            raise UsageError("--max-steps must be at least 1")
 
 
 @dataclass
@@ -255,8 +123,8 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
     """Adapt the baseline once per ``adapt_methods``, fine-tune every model on every seed (skipping finished runs),
     then compare each with the baseline.
 
-    ``finetune`` and ``adapt`` are :func:`greenadapt.finetune` and :func:`greenadapt.adapt` (the API passes
-    them: this module sits below the API).
+    ``finetune`` and ``adapt`` take :func:`greenadapt.finetune`'s and :func:`greenadapt.adapt`'s keywords
+    (:func:`run_compare` passes the commands' runners; a worker process is handed ``finetune``).
     """
     if len(options.models) == 1 and not options.adapt_methods:  # one adapted model: its base is the baseline
         base = recorded_base_model(options.models[0][1])
@@ -267,16 +135,7 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
     options.check()
     started = time.monotonic()
     if options.adapt_methods:
-        if adapt is None:
-            raise TypeError("adapt_methods need the adapt function")
-        base_model = dict(options.models)[options.models[0][0]]
-        made = []
-        for method in options.adapt_methods:
-            log.info("adapting %s to %s with --method %s", base_model, ", ".join(options.corpus), method)
-            outcome = adapt(list(options.corpus), model=base_model, method=method, out=options.out / "adapted" / method,
-                            workdir=options.workdir, progress=progress)
-            made.append((method, str(outcome.expand.path)))
-        options = replace(options, models=(*options.models, *made), adapt_methods=(), corpus=())
+        options = _with_adapted_variants(options, adapt, progress)
     runs = plan_runs(options)
     done = [r for r in runs if _finished(r.folder(options.out))]
     log.info("%s", plan_line(options, runs, done))
@@ -314,6 +173,20 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
 
     write_json(options.out / RESULT_FILE, result.to_json())
     return result
+
+
+def _with_adapted_variants(options: CompareOptions, adapt: Callable[..., Any] | None, progress: Progress) -> CompareOptions:
+    """The baseline adapted to the corpus once per method of ``adapt_methods``, each a variant named after its method."""
+    if adapt is None:
+        raise TypeError("adapt_methods need the adapt function")
+    base_model = dict(options.models)[options.models[0][0]]
+    made = []
+    for method in options.adapt_methods:
+        log.info("adapting %s to %s with --method %s", base_model, ", ".join(options.corpus), method)
+        outcome = adapt(list(options.corpus), model=base_model, method=method, out=options.out / "adapted" / method,
+                        workdir=options.workdir, progress=progress)
+        made.append((method, str(outcome.expand.path)))
+    return replace(options, models=(*options.models, *made), adapt_methods=(), corpus=())
 
 
 def _finished(folder: Path) -> bool:

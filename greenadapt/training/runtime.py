@@ -50,27 +50,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from greenadapt.errors import DataError, StageError, UsageError
+from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress, StepRate
 from greenadapt.training.checkpoint import (
     CHECKPOINT_FORMAT,
     Checkpointing,
     StopSignal,
     gather_rng_states,
-    matching_checkpoint,
-    restore_rng_states,
     rng_checkpoint_entries,
     write_checkpoint,
 )
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.health import TrainingHealth
+from greenadapt.training.resume import BEST_FILE, LOG_FILE, STATE_FILE, TENSORS_FILE, WEIGHTS_FILE, Position, load_checkpoint
 from greenadapt.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
 # On a GPU, how often the loop reads its steps' losses off the device (see _Loop).
 SYNC_SECONDS = 1.0
-_WEIGHTS, _BEST, _TENSORS, _STATE, _LOG = "model.safetensors", "best.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
 
 
 class TrainingTask:
@@ -135,26 +133,6 @@ class TrainingTask:
 
 
 @dataclass
-class Position:
-    """Where training stands: what a resumed run continues from."""
-
-    step: int = 0
-    epoch: int = 0
-    batch: int = 0  # index, in this epoch's batch list, of the next batch to train on
-    seconds: float = 0.0
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        # Flat, as checkpoints of earlier versions held it: they stay resumable.
-        return {"step": self.step, "epoch": self.epoch, "batch": self.batch, "seconds": self.seconds, **self.counts}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Position:
-        rest = {k: v for k, v in data.items() if k not in ("step", "epoch", "batch", "seconds")}
-        return cls(int(data["step"]), int(data["epoch"]), int(data["batch"]), float(data["seconds"]), rest)
-
-
-@dataclass
 class TrainingRun:
     """What :func:`run_training` did."""
 
@@ -170,14 +148,6 @@ class TrainingRun:
     counts: dict[str, int] = field(default_factory=dict)
     losses: list[float] = field(default_factory=list)  # of every step of this call (not of a resumed run's first part)
     warnings: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Restored:
-    position: Position
-    result: dict[str, Any]
-    best_state: dict[str, Any] | None
-    complete: bool
 
 
 def run_training(
@@ -305,7 +275,7 @@ class _Loop:
         self.at, self.result, self.health = Position(), TrainingRun(), TrainingHealth()
         self.best_state: dict[str, Any] | None = None
         self.epoch_size = 0  # batches in the current epoch
-        self.restored = _load_checkpoint(checkpoint, trainer, task, log_path) if checkpoint is not None and checkpoint.resume else None
+        self.restored = load_checkpoint(checkpoint, trainer, task, log_path) if checkpoint is not None and checkpoint.resume else None
         if self.restored is not None:
             self.at, self.best_state = self.restored.position, self.restored.best_state
             self.result.best_epoch, self.result.best_score = self.restored.result["best_epoch"], self.restored.result["best_score"]
@@ -469,14 +439,14 @@ def _save_checkpoint(loop: _Loop, rank_rng: list[dict[str, Any]] | None, *, comp
 
     def fill(tmp: Path) -> None:
         # Copies break tied weights' shared storage, which safetensors refuses to write.
-        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in task.weights().items()}, str(tmp / _WEIGHTS))
+        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in task.weights().items()}, str(tmp / WEIGHTS_FILE))
         if loop.best_state is not None:
-            save_file({k: v.contiguous() for k, v in loop.best_state.items()}, str(tmp / _BEST))
+            save_file({k: v.contiguous() for k, v in loop.best_state.items()}, str(tmp / BEST_FILE))
         tensors, state = trainer.state()
         rng_tensors, rng_state = rng_checkpoint_entries(trainer.ctx, rank_rng)
         tensors.update(rng_tensors)
         state.update(rng_state)
-        torch.save(tensors, tmp / _TENSORS)
+        torch.save(tensors, tmp / TENSORS_FILE)
         result = loop.result
         state.update(
             {
@@ -490,43 +460,8 @@ def _save_checkpoint(loop: _Loop, rank_rng: list[dict[str, Any]] | None, *, comp
                 **task.extra_state(),
             }
         )
-        (tmp / _STATE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
+        (tmp / STATE_FILE).write_text(json.dumps(state, allow_nan=True) + "\n", encoding="utf-8")
         if loop.log_path is not None and loop.log_path.is_file():
-            shutil.copyfile(loop.log_path, tmp / _LOG)
+            shutil.copyfile(loop.log_path, tmp / LOG_FILE)
 
     return write_checkpoint(checkpoint, loop.at.step, fill, complete=complete)
-
-
-def _load_checkpoint(checkpoint: Checkpointing, trainer: Trainer, task: TrainingTask, log_path: Path | None) -> _Restored | None:
-    """Put the newest checkpoint's state into ``trainer``, ``task`` and the random generators; None when there is none."""
-    import pickle
-
-    import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    path = matching_checkpoint(checkpoint)
-    if path is None:
-        return None
-    hint = f"delete {path.parent} to start over"
-    seed = trainer.config.seed
-    try:
-        state = json.loads((path / _STATE).read_text(encoding="utf-8"))
-        if state.get("seed", seed) != seed:
-            raise StageError(f"this checkpoint is of seed {state.get('seed')}, not {seed}", path=path, hint=hint)
-        # weights_only: a checkpoint folder is an input like any other and must not run code.
-        tensors = torch.load(path / _TENSORS, map_location="cpu", weights_only=True)
-        task.load_weights(load_file(str(path / _WEIGHTS), device=str(trainer.ctx.device)))
-        best = load_file(str(path / _BEST)) if (path / _BEST).is_file() else None
-        position = Position.from_json(state["position"])
-        trainer.load_state(tensors, state)
-        task.load_extra_state(state)
-        restore_rng_states(tensors, state, trainer.ctx, path, seed=seed, step=position.step)
-        result = state.get("result") or {"best_epoch": None, "best_score": None, "dev_history": []}
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
-        # UnpicklingError: weights_only refused an object; RuntimeError: tensors that do not fit this model.
-        raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
-    if log_path is not None and (path / _LOG).is_file():
-        shutil.copyfile(path / _LOG, log_path)
-    log.info("resuming from %s: step %d, epoch %d", path, position.step, position.epoch + 1)
-    return _Restored(position, result, best, bool(state.get("complete")))

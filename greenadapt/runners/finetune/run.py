@@ -40,21 +40,19 @@ from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.metrics import summarize_seeds
 from greenadapt.data.predictions import prediction_file_name, write_predictions
-from greenadapt.data.task_files import TaskFile, check_entity_type, check_known_labels, untyped_labels
-from greenadapt.defaults import check_max_length, check_seed
+from greenadapt.data.task_files import TaskFile, check_known_labels, untyped_labels
 from greenadapt.errors import DataError, UsageError
-from greenadapt.modeling.embeddings import TRAIN_EMBEDDINGS
 from greenadapt.modeling.units import Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_task
-from greenadapt.tasks.options import TRAIN_ON, FinetuneOptions, default_run_folder
+from greenadapt.runners.finetune.checks import TaskValues, check_options
+from greenadapt.tasks.options import FinetuneOptions, default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.distributed import DistContext, check_precision, precision_used
+from greenadapt.training.distributed import DistContext, precision_used
 from greenadapt.training.trackers import report_scores, tracking
-from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix, train
+from greenadapt.training.finetuning import TrainConfig, resolve_mix, train
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.job import training_stage
-from greenadapt.training.pooling import check_pool
 
 if TYPE_CHECKING:
     from greenadapt.options import Run
@@ -84,31 +82,11 @@ def finetune_stage(options: FinetuneOptions, progress: Progress = NULL_PROGRESS)
     raise UsageError(f"{task.name} is not trained by `greenadapt finetune`")
 
 
-@dataclass(frozen=True)
-class TaskValues:
-    """The task-dependent options of a labelling run, the unset (None) ones at the task's defaults."""
-
-    training: TrainConfig
-    max_length: int | None  # None: the model's own limit
-    max_words: int
-    pool: str
-
-    @classmethod
-    def of(cls, task: LabellingTask, options: FinetuneOptions) -> TaskValues:
-        defaults = task.defaults
-        return cls(
-            training=options.training or task.training_config(),
-            max_length=options.max_length if options.max_length is not None else defaults.max_length,
-            max_words=options.max_words if options.max_words is not None else defaults.max_words,
-            pool=options.pool or "mean",
-        )
-
-
 def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
     """Fine-tune a labelling task (one run per seed), evaluate under every pooling mode, write the run folder."""
     task.check_unused(options)
     values = TaskValues.of(task, options)
-    _check_options(options, values)
+    check_options(options, values)
     ref = resolve_model(options.model)
     out = options.out or default_run_folder(options, ref)
     check_run_destination(out, kind=KIND, force=options.force, model=ref.path, data=[options.train, options.dev, options.test], workdir=options.workdir)
@@ -200,41 +178,6 @@ def _prepare_gmap(options: FinetuneOptions, ref: ModelRef, t_lm: Any) -> GmapSet
 
     options.gmap.check()
     return prepare(options.gmap, ref, t_lm, cache_root=resolve_workdir(options.workdir) / "cache")
-
-
-def _check_options(options: FinetuneOptions, values: TaskValues) -> None:
-    training = values.training
-    check_entity_type(options.reader.entity_type)
-    check_mix(training.mix)
-    check_pool(values.pool)
-    if options.train_on not in TRAIN_ON:
-        raise UsageError(f"unknown --train-on {options.train_on!r}", hint="train or train+dev")
-    if training.train_embeddings not in TRAIN_EMBEDDINGS:
-        raise UsageError(f"unknown --train-embeddings {training.train_embeddings!r}", hint="all, new or none")
-    if not options.seeds or len(set(options.seeds)) != len(options.seeds):
-        raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
-    for seed in options.seeds:
-        check_seed(seed, option="--seeds" if len(options.seeds) > 1 else "--seed")
-    for source, name in [(training, n) for n in ("batch_size", "grad_accum", "epochs", "eval_batch_size")] + [
-        (values, n) for n in ("max_length", "max_words") if getattr(values, n) is not None
-    ]:
-        if getattr(source, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    if values.max_length is not None:
-        check_max_length(values.max_length)
-    if options.save_every is not None and options.save_every < 1:
-        raise UsageError("--save-every must be at least 1")
-    training.check_schedule()
-    for flag, count in (("--eval-every", training.eval_every), ("--early-stopping", training.early_stopping)):
-        if count is not None and (options.dev is None or options.train_on != "train"):
-            raise UsageError(f"{flag} scores the dev file while training: it needs --dev (and --train-on train)",
-                             hint=f"pass --dev FILE, or leave {flag} out")
-    check_precision(training.precision, options.device)
-    training.check_speed(options.device)
-    if options.report_to:
-        from greenadapt.training.trackers import check_report_to
-
-        check_report_to(options.report_to)
 
 
 def identity_of_model(ref: ModelRef) -> dict[str, Any]:
@@ -347,6 +290,18 @@ class _Job:
             (tmp / CARD_FILE).write_text(card, encoding="utf-8")
         return _headline(metrics_doc, self.settings.metric or "", self.pool), per_type_headline(metrics_doc, self.pool)
 
+    def _model(self) -> tuple[Any, int]:
+        """The model with its new head (G-MAP's fusion around it), and how many of its rows the general vocabulary has."""
+        with quiet_transformers():
+            model = self.task.load_model(self.ref.path, self.settings.labels)
+        if self.gmap is not None:
+            from greenadapt.modeling.gmap.wiring import build_model
+
+            model = build_model(model, self.gmap)
+        vocab_rows = model.get_input_embeddings().weight.shape[0]
+        check_vocab_fits(self.tokenizers, vocab_rows, self.ref.path)
+        return model, self.tokenizers.general_vocab_size if self.tokenizers.has_domain else vocab_rows
+
     def _one_seed(
         self,
         seed: int,
@@ -360,15 +315,7 @@ class _Job:
         from transformers import set_seed
 
         set_seed(seed)  # python, numpy, torch: the new head's initialisation and dropout
-        with quiet_transformers():
-            model = self.task.load_model(self.ref.path, self.settings.labels)
-        if self.gmap is not None:
-            from greenadapt.modeling.gmap.wiring import build_model
-
-            model = build_model(model, self.gmap)
-        vocab_rows = model.get_input_embeddings().weight.shape[0]
-        check_vocab_fits(self.tokenizers, vocab_rows, self.ref.path)
-        n_base = self.tokenizers.general_vocab_size if self.tokenizers.has_domain else vocab_rows
+        model, n_base = self._model()
         config = replace(self.base, seed=seed)
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)

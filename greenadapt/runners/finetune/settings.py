@@ -101,8 +101,18 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
                                      "or paper (M^l: layer l, states 1..G).")
 
     def check(self) -> None:
+        """Every option no file or model decides, when the settings are made: a runner starts from a valid configuration."""
+        from greenadapt.options import DEFAULT_RUN
+        from greenadapt.runners.finetune.checks import TaskValues, check_options
+        from greenadapt.tasks import LabellingTask, get_task
+
         if self.seeds is not None and self.seed != DEFAULT_SEED:
             raise UsageError("--seed and --seeds were both given", hint="pass one: --seeds 1,2,3 trains once per seed")
+        task = get_task(self.task)
+        options = self.resolved(DEFAULT_RUN)  # the task's defaults filled in (G-MAP's options checked on the way)
+        if isinstance(task, LabellingTask) and task.finetunes:
+            task.check_unused(options)
+            check_options(options, TaskValues.of(task, options))
 
     def resolved(self, run: Run) -> FinetuneOptions:
         """The runner's options: the task's defaults filled in, the run's folders and flags."""

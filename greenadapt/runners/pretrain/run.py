@@ -472,7 +472,7 @@ def _eval_options(settings: PretrainSettings, run: Run) -> EvalOptions:
     if run.out is not None:
         raise UsageError("--out does not apply to --eval-only", hint="pass each corpus to score as --corpus")
     return EvalOptions(
-        corpora=list(settings.corpus), model=settings.model, workdir=run.workdir, text_fields=_listed(settings.text_fields), max_length=settings.max_length,
+        corpora=list(settings.corpus), model=settings.model, workdir=run.workdir, text_fields=list(settings.text_fields or ()) or None, max_length=settings.max_length,
         heldout=settings.heldout, whole_word_masking=settings.whole_word_masking, mask_probability=settings.mask_probability, tokenizer=settings.tokenizer,
         general_model=settings.general_model, device=settings.device, batch_size=settings.eval_batch_size, precision=settings.precision, workers=settings.workers,
     )
@@ -488,13 +488,9 @@ def _pretrain_options(settings: PretrainSettings, run: Run) -> PretrainOptions:
         eval_batch_size=settings.eval_batch_size, eval_every=settings.eval_every, head_warmup_steps=settings.head_warmup_steps, train=settings.train,
     )
     return PretrainOptions(
-        corpus=list(settings.corpus), model=settings.model, out=run.out, workdir=run.workdir, text_fields=_listed(settings.text_fields), training=training,
+        corpus=list(settings.corpus), model=settings.model, out=run.out, workdir=run.workdir, text_fields=list(settings.text_fields or ()) or None, training=training,
         max_length=settings.max_length, heldout=settings.heldout, whole_word_masking=settings.whole_word_masking, mask_probability=settings.mask_probability,
-        tokenizer=settings.tokenizer, mix=settings.mix, general_corpus=_listed(settings.general_corpus), gmap=settings.gmap,
+        tokenizer=settings.tokenizer, mix=settings.mix, general_corpus=list(settings.general_corpus or ()) or None, gmap=settings.gmap,
         gmap_layers=parse_layers(settings.gmap_layers) if settings.gmap_layers is not None else None, general_model=settings.general_model,
         device=settings.device, workers=settings.workers, force=run.force, wait=run.wait, save_every=settings.save_every, resume=settings.resume,
     )
-
-
-def _listed(values: tuple[str, ...] | None) -> Any:
-    return list(values) if values else None

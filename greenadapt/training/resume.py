@@ -1,0 +1,97 @@
+"""Resuming a training loop: where it stood (:class:`Position`) and what its newest checkpoint holds.
+
+:mod:`greenadapt.training.runtime` writes a checkpoint folder of these files; :func:`load_checkpoint` puts one back
+into the trainer, the task and the random generators.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from greenadapt.errors import StageError
+from greenadapt.training.checkpoint import Checkpointing, matching_checkpoint, restore_rng_states
+
+if TYPE_CHECKING:
+    from greenadapt.training.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+class Resumable(Protocol):
+    """What a checkpoint restores of a training task (:class:`greenadapt.training.runtime.TrainingTask`) besides the trainer."""
+
+    def load_weights(self, state: dict[str, Any]) -> None: ...
+
+    def load_extra_state(self, state: dict[str, Any]) -> None: ...
+
+WEIGHTS_FILE, BEST_FILE, TENSORS_FILE, STATE_FILE, LOG_FILE = "model.safetensors", "best.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
+
+
+@dataclass
+class Position:
+    """Where training stands: what a resumed run continues from."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0  # index, in this epoch's batch list, of the next batch to train on
+    seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        # Flat, as checkpoints of earlier versions held it: they stay resumable.
+        return {"step": self.step, "epoch": self.epoch, "batch": self.batch, "seconds": self.seconds, **self.counts}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Position:
+        rest = {k: v for k, v in data.items() if k not in ("step", "epoch", "batch", "seconds")}
+        return cls(int(data["step"]), int(data["epoch"]), int(data["batch"]), float(data["seconds"]), rest)
+
+
+@dataclass
+class Restored:
+    """What a checkpoint holds for the loop: where it stands, the dev record so far, the best weights, whether it had ended."""
+
+    position: Position
+    result: dict[str, Any]
+    best_state: dict[str, Any] | None
+    complete: bool
+
+
+def load_checkpoint(checkpoint: Checkpointing, trainer: Trainer, task: Resumable, log_path: Path | None) -> Restored | None:
+    """Put the newest checkpoint's state into ``trainer``, ``task`` and the random generators; None when there is none."""
+    import pickle
+
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = matching_checkpoint(checkpoint)
+    if path is None:
+        return None
+    hint = f"delete {path.parent} to start over"
+    seed = trainer.config.seed
+    try:
+        state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+        if state.get("seed", seed) != seed:
+            raise StageError(f"this checkpoint is of seed {state.get('seed')}, not {seed}", path=path, hint=hint)
+        # weights_only: a checkpoint folder is an input like any other and must not run code.
+        tensors = torch.load(path / TENSORS_FILE, map_location="cpu", weights_only=True)
+        task.load_weights(load_file(str(path / WEIGHTS_FILE), device=str(trainer.ctx.device)))
+        best = load_file(str(path / BEST_FILE)) if (path / BEST_FILE).is_file() else None
+        position = Position.from_json(state["position"])
+        trainer.load_state(tensors, state)
+        task.load_extra_state(state)
+        restore_rng_states(tensors, state, trainer.ctx, path, seed=seed, step=position.step)
+        result = state.get("result") or {"best_epoch": None, "best_score": None, "dev_history": []}
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
+        # UnpicklingError: weights_only refused an object; RuntimeError: tensors that do not fit this model.
+        raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
+    if log_path is not None and (path / LOG_FILE).is_file():
+        shutil.copyfile(path / LOG_FILE, log_path)
+    log.info("resuming from %s: step %d, epoch %d", path, position.step, position.epoch + 1)
+    return Restored(position, result, best, bool(state.get("complete")))
