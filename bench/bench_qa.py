@@ -207,7 +207,7 @@ def run_ours(model: Path, data: Path, out: Path, pool: str, args: argparse.Names
 
     options = QaOptions(pool=pool, max_length=args.max_length, batch_size=args.batch_size, limit=args.limit, device="cpu")
     with Timer() as timer:
-        outcome = qa_stage(str(model), data, out, options=options, force=True)
+        outcome = qa_stage(str(model), data, options=options, run=Run(out=out, force=True))
     predictions = json.loads((outcome.path / "predictions.json").read_text(encoding="utf-8"))
     nbest = json.loads((outcome.path / "nbest.json").read_text(encoding="utf-8"))
     spans = {qid: [(a["start"], a["end"]) for a in answers] or [(0, 0)] for qid, answers in nbest.items()}
@@ -297,7 +297,7 @@ def length_curve(args: argparse.Namespace, work: Path) -> None:
         data.write_text(json.dumps({"data": [{"title": f"{length}", "paragraphs": [{"context": context, "qas": qas}]}]}), encoding="utf-8")
         options = QaOptions(pool="general", max_length=args.max_length, batch_size=args.batch_size, device="cpu")
         with Timer() as ours:
-            outcome = qa_stage(str(qa_model), data, work / f"out-{length}", options=options, force=True)
+            outcome = qa_stage(str(qa_model), data, options=options, run=Run(out=work / f"out-{length}", force=True))
         theirs, _ = run_pipeline(qa_model, [(q["id"], q["question"], context) for q in qas], args.max_length, tokenizer_dir=qa_model)
         row = {"wordpieces": length, "questions": len(qas), "windows": outcome.manifest["stats"]["windows"],
                "greenadapt_s": round(ours.wall, 2), "pipeline_s": round(theirs.wall, 2),

@@ -24,6 +24,7 @@ from greenadapt.corpus.words import split_sentences, split_words
 from greenadapt.data.metrics import chunks
 from greenadapt.errors import StageError, UsageError
 from greenadapt.inference.labelling import run_predict
+from greenadapt.options import Run
 
 
 @pytest.fixture(scope="module")
@@ -310,7 +311,7 @@ def test_qa_answer_equals_greenadapt_qa(tmp_path: Path) -> None:
     )
     options = QaTrainOptions(max_length=32, doc_stride=8, training=replace(QA_TRAINING, batch_size=4, lr=3e-3, max_steps=30, seed=3))
     trained = run_finetune_qa(str(build_tiny_expanded_qa(tmp_path / "model")), data, tmp_path / "ft", options=options)
-    answered = qa_stage(str(trained.path), data, tmp_path / "qa", options=QaOptions(max_length=32, device="cpu"))
+    answered = qa_stage(str(trained.path), data, options=QaOptions(max_length=32, device="cpu"), run=Run(out=tmp_path / "qa"))
     expected = json.loads((answered.path / "predictions.json").read_text())
     model = greenadapt.load(trained.path, device="cpu", max_length=32)  # the windows `greenadapt qa --max-length 32` used
     for qid, question in (("q1", "What was high?"), ("q2", "What was the main treatment?")):

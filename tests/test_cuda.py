@@ -21,6 +21,7 @@ from cli_helpers import run_cli
 from conftest import HANG_S, build_tiny_bert
 from finetune_helpers import NEW_WORDS, build_tiny_expanded, write_classify_file, write_ner_file
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+from greenadapt.options import Run
 
 torch = pytest.importorskip("torch")
 # GREENADAPT_TEST_DEVICE=cpu runs the same checks on the CPU (to try this file's own code without a GPU).
@@ -143,7 +144,12 @@ def test_qa_inference_on_the_gpu_equals_the_cpu(files: dict[str, Path], tmp_path
 
     answers = {}
     for device in ("cpu", DEVICE):
-        outcome = qa_stage(str(files["qa_model"]), files["squad"], tmp_path / device, options=QaOptions(max_length=48, n_best=5, device=device))
+        outcome = qa_stage(
+            str(files["qa_model"]),
+            files["squad"],
+            options=QaOptions(max_length=48, n_best=5, device=device),
+            run=Run(out=tmp_path / device),
+        )
         answers[device] = json.loads((outcome.path / "nbest.json").read_text())
     assert answers["cpu"].keys() == answers[DEVICE].keys()
     for qid, cpu_best in answers["cpu"].items():

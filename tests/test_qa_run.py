@@ -13,6 +13,7 @@ from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 from greenadapt import errors
 from greenadapt.errors import ModelError, UsageError
 from greenadapt.runners.qa.run import QaOptions, qa_stage
+from greenadapt.options import Run
 
 PAPER = (
     "Tachycardias in covid patients. The heart rate of patients with coronavirus infection was high, "
@@ -60,7 +61,7 @@ def _read(folder: Path, name: str) -> dict:
 
 def test_outputs_are_exact_substrings_with_a_softmax_nbest(models: dict[str, Path], data: Path, tmp_path: Path) -> None:
     options = QaOptions(max_length=48, batch_size=3, n_best=7, max_answer_chars=60)
-    outcome = qa_stage(str(models["expanded"]), data, tmp_path / "out", options=options)
+    outcome = qa_stage(str(models["expanded"]), data, options=options, run=Run(out=tmp_path / "out"))
     assert not outcome.skipped and outcome.manifest["kind"] == "qa"
     assert outcome.manifest["config"]["pool"] == "mean"
     predictions = _read(outcome.path, "predictions.json")
@@ -81,7 +82,7 @@ def test_outputs_are_exact_substrings_with_a_softmax_nbest(models: dict[str, Pat
     stats = outcome.manifest["stats"]
     # T̂ keeps the domain words whole, so it needs fewer wordpieces for the same papers.
     assert stats["context_wordpieces"]["domain"] < stats["context_wordpieces"]["general"]
-    again = qa_stage(str(models["expanded"]), data, tmp_path / "out", options=options)
+    again = qa_stage(str(models["expanded"]), data, options=options, run=Run(out=tmp_path / "out"))
     assert again.skipped
 
 
@@ -128,16 +129,16 @@ def test_mean_pool_is_the_average_of_both_tokenizers(models: dict[str, Path]) ->
 
 
 def test_plain_model_defaults_to_general_and_refuses_mean(models: dict[str, Path], data: Path, tmp_path: Path) -> None:
-    outcome = qa_stage(str(models["plain"]), data, tmp_path / "plain", options=QaOptions(max_length=64, limit=1))
+    outcome = qa_stage(str(models["plain"]), data, options=QaOptions(max_length=64, limit=1), run=Run(out=tmp_path / "plain"))
     assert outcome.manifest["config"]["pool"] == "general" and outcome.manifest["stats"]["questions"] == 1
     for pool in ("mean", "domain"):
         with pytest.raises(UsageError, match="only one"):
-            qa_stage(str(models["plain"]), data, tmp_path / "x", options=QaOptions(pool=pool))
+            qa_stage(str(models["plain"]), data, options=QaOptions(pool=pool), run=Run(out=tmp_path / "x"))
 
 
 def test_model_without_qa_head_says_how_to_get_one(models: dict[str, Path], data: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelError) as caught:
-        qa_stage(str(models["base"]), data, tmp_path / "x")
+        qa_stage(str(models["base"]), data, run=Run(out=tmp_path / "x"))
     assert "no question-answering head" in caught.value.message and "SQuAD" in (caught.value.hint or "")
 
 
@@ -150,7 +151,7 @@ def test_headless_checkpoint_without_architectures_is_detected(models: dict[str,
     config.pop("architectures")
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelError, match="qa_outputs"):
-        qa_stage(str(folder), data, tmp_path / "x")
+        qa_stage(str(folder), data, run=Run(out=tmp_path / "x"))
 
 
 def _main(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
@@ -209,7 +210,7 @@ def test_minilm_with_a_fresh_qa_head_on_one_covid_question(shared_data: Path, mi
     model.save_pretrained(tmp_path / "minilm-qa")
     AutoTokenizer.from_pretrained(minilm_path).save_pretrained(tmp_path / "minilm-qa")
     covid = shared_data / "qa" / "covid-qa-200423.json"
-    outcome = qa_stage(str(tmp_path / "minilm-qa"), covid, tmp_path / "out", options=QaOptions(limit=1, max_length=256))
+    outcome = qa_stage(str(tmp_path / "minilm-qa"), covid, options=QaOptions(limit=1, max_length=256), run=Run(out=tmp_path / "out"))
     nbest = _read(outcome.path, "nbest.json")
     [(qid, answers)] = nbest.items()
     assert len(answers) == 20 and all(len(a["text"]) <= 500 for a in answers)

@@ -14,6 +14,7 @@ from greenadapt.data.squad import read_squad
 from greenadapt.errors import UsageError
 from greenadapt.runners.qa.features import featurize
 from greenadapt.runners.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
+from greenadapt.options import Run
 
 CONTEXT = (
     "The heart rate of covid patients was high. Myocarditis was associated with tachycardias. "
@@ -88,7 +89,7 @@ def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: 
     assert AutoModelForQuestionAnswering.from_pretrained(outcome.path) is not None
     assert len(AutoTokenizer.from_pretrained(outcome.path)) > len(AutoTokenizer.from_pretrained(outcome.path / "general-tokenizer"))
     assert stats["dev"]["pool"] == "mean" and 0.0 <= stats["dev"]["f1"] <= 100.0
-    answered = qa_stage(str(outcome.path), train_file, tmp_path / "qa", options=QaOptions(max_length=48))
+    answered = qa_stage(str(outcome.path), train_file, options=QaOptions(max_length=48), run=Run(out=tmp_path / "qa"))
     assert answered.manifest["config"]["pool"] == "mean"
 
     again = run_finetune_qa(str(expanded), train_file, tmp_path / "ft2", options=options)

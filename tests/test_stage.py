@@ -366,9 +366,9 @@ def test_a_file_rewritten_during_the_run_gets_no_digest(tmp_path: Path) -> None:
 
 
 def test_a_changed_option_is_named_down_to_its_nested_key_with_both_values() -> None:
-    from greenadapt.artifacts.stage import _config_difference
+    from greenadapt.artifacts.differences import config_difference
 
     old = {"task": "ner", "train": {"lr": 5e-05, "epochs": 3}, "model": {"path": "/m"}}
     new = {"task": "ner", "train": {"lr": 0.0001, "epochs": 3}, "model": {"path": "/m"}}
-    assert _config_difference(old, new) == "changed: train.lr 5e-05 -> 0.0001"
-    assert _config_difference({"a": 1}, {"a": 2, "b": "x" * 40}) == "changed: a 1 -> 2, b"
+    assert config_difference(old, new) == "changed: train.lr 5e-05 -> 0.0001"
+    assert config_difference({"a": 1}, {"a": 2, "b": "x" * 40}) == "changed: a 1 -> 2, b"

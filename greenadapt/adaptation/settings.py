@@ -84,7 +84,7 @@ class Word2vecSettings(Settings):
     workers: int | None = option(
         None, "--workers", panel=PERFORMANCE, minimum=1,
         help="Processes/threads (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS); with 1, runs are reproducible.")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed (of every stage).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed (adapt: of every stage).")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,10 +17,11 @@ from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.inference.qa.answering import QaOptions, SettledQa, answer_questions, open_qa, resolve_qa_settings
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import Progress
+from greenadapt.errors import UsageError
+from greenadapt.options import DEFAULT_RUN, Run
 
 if TYPE_CHECKING:
-    from greenadapt.options import Run
     from greenadapt.runners.qa.settings import QaSettings
     from greenadapt.data.squad import SquadData
 
@@ -32,14 +33,14 @@ KIND = kinds.QA
 def qa_stage(
     model: str | os.PathLike[str] | None,
     data: str | os.PathLike[str],
-    out: str | os.PathLike[str],
     *,
     options: QaOptions | None = None,
-    force: bool = False,
-    wait: bool = False,
-    progress: Progress = NULL_PROGRESS,
+    run: Run = DEFAULT_RUN,
 ) -> StageOutcome:
-    """Answer the questions of ``data`` with ``model``; write predictions, n-best and metrics to ``out``."""
+    """Answer the questions of ``data`` with ``model``; write predictions, n-best and metrics to ``run.out``."""
+    if run.out is None:
+        raise UsageError("--out is required", hint="give the folder the answers go to")
+    out, force, wait, progress = run.out, run.force, run.wait, run.progress
     from greenadapt.artifacts.model_weights import check_weights_load_safely
     from greenadapt.artifacts.destination import check_run_destination
     from greenadapt.artifacts.pretrained import resolve_model
@@ -68,13 +69,13 @@ def qa_stage(
     if fused:
         config["gmap"] = {"general_model": options.general_model}
     libraries = ("torch", "transformers", "tokenizers", "numpy")
-    with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=libraries) as run:
-        if run.skipped:
-            assert run.manifest is not None
-            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
-        stats = _answer_all(settings, options, squad, run.tmp, progress)
-        manifest = run.commit(stats=stats, extra={"model": str(ref.path), "data": str(squad.path)})
-        return StageOutcome(run.out, manifest, False)
+    with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=libraries) as stage:
+        if stage.skipped:
+            assert stage.manifest is not None
+            return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
+        stats = _answer_all(settings, options, squad, stage.tmp, progress)
+        manifest = stage.commit(stats=stats, extra={"model": str(ref.path), "data": str(squad.path)})
+        return StageOutcome(stage.out, manifest, False)
 
 
 def _answer_all(settings: SettledQa, options: QaOptions, squad: Any, folder: Path, progress: Progress) -> dict[str, Any]:
@@ -169,5 +170,4 @@ def _data_issues(squad: SquadData) -> dict[str, Any]:
 
 def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
     """``greenadapt qa``: the answers folder from the command's settings."""
-    return qa_stage(settings.model, settings.data, run.out or "", options=settings.qa_options(), force=run.force, wait=run.wait,
-                    progress=run.progress)
+    return qa_stage(settings.model, settings.data, options=settings.qa_options(), run=run)

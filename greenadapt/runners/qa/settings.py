@@ -32,7 +32,7 @@ class QaSettings(Settings):
     limit: int | None = option(None, "--limit", panel=EVALUATION, minimum=1, help="Only the first N questions (quick runs).")
     n_best: int = option(20, "--n-best", panel=EVALUATION, minimum=1, help="Answers kept per question in nbest.json.")
     max_answer_chars: int = option(500, "--max-answer-chars", panel=EVALUATION, minimum=1, help="Longest answer in characters.")
-    device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda, cuda:N or mps.")
+    device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP model: its general model, if not where training found it (weights are checked).")
 
