@@ -170,8 +170,9 @@ class Settings:
 
     @classmethod
     def build(cls: type[S], config: str | os.PathLike[str] | Mapping[str, Any] | None = None, /, **values: Any) -> S:
-        """The settings from ``config`` (a file :meth:`write` made, a TOML file, or a mapping), ``values`` overriding it."""
+        """The settings from ``config`` (a run folder or its options.json, a TOML file, or a mapping), ``values`` overriding it."""
         given = dict(read_config(config, cls)) if config is not None else {}
+        from_file = set(given) - set(values)
         given.update(values)
         fields = {f.name: (f, d) for f, d in declared_fields(cls)}
         unknown = sorted(set(given) - set(fields))
@@ -180,7 +181,12 @@ class Settings:
         for name, (field, declared) in fields.items():
             if required(field) and given.get(name) is None:
                 raise UsageError(f"{declared.flag} is required", hint=f"give {declared.flag}" + (", or a --config FILE that has it" if config is None else f": {config} has none"))
-        return cls(**given)
+        try:
+            return cls(**given)
+        except UsageError as error:  # a bad value the file gave: the line says which file
+            if not any(declared.flag in error.message for name, (_, declared) in fields.items() if name in from_file):
+                raise
+            raise UsageError(f"{_where(config)}: {error.message}", path=error.path, hint=error.hint) from None
 
     def to_json(self) -> dict[str, Any]:
         """Every recorded option as plain JSON values (paths absolute, so a replay from elsewhere reads the same files)."""
@@ -190,6 +196,13 @@ class Settings:
         from greenadapt.version import __version__
 
         return {"command": self.command, "greenadapt_version": __version__, "options": self.to_json()}
+
+
+def _where(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> str:
+    if config is None or isinstance(config, Mapping):
+        return "the config"
+    path = Path(os.fspath(config))
+    return str(path / OPTIONS_FILE if path.is_dir() else path)
 
 
 def _suggestion(name: str, fields: Mapping[str, Any]) -> str:
@@ -205,13 +218,11 @@ def read_config(config: str | os.PathLike[str] | Mapping[str, Any], cls: type[Se
     A file may hold ``{"command": ..., "options": {...}}`` or the options alone; keys are option names
     (``max_length``) or flags (``max-length``). A key no option has, or another command's file, is refused in one line.
     """
+    where = _where(config)
     if isinstance(config, Mapping):
-        document, where = dict(config), "the config"
+        document = dict(config)
     else:
-        path = Path(os.fspath(config))
-        if path.is_dir():
-            path = path / OPTIONS_FILE
-        where = str(path)
+        path = Path(where)
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -292,14 +303,13 @@ def _coerced(value: Any, hint: Any, declared: Declaration) -> Any:
         if type(None) in _members(hint):
             return None
         raise UsageError(f"{declared.flag} needs a value", hint=f"see --help for {declared.flag}")
-    errors = []
     for member in _members(hint):
         if member is type(None):
             continue
         try:
             return _as(value, member)
-        except (TypeError, ValueError) as exc:
-            errors.append(str(exc))
+        except (TypeError, ValueError):
+            continue
     raise UsageError(f"{declared.flag} must be {_type_words(hint)}, not {value!r}", hint=f"see --help for {declared.flag}")
 
 

@@ -4,13 +4,13 @@ manifest's record and the config file's entry; declared twice, it is refused; a 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
+from cli_helpers import run_cli
 from typer.testing import CliRunner
 
 from greenadapt.adaptation.settings import W2vSettings
@@ -100,16 +100,6 @@ def test_settings_are_valid_once_built_and_errors_name_the_option() -> None:
         FinetuneSettings.build(task="ner", train="x", epoch=3)
 
 
-def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    from greenadapt.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])
-    monkeypatch.delenv("GREENADAPT_DEBUG", raising=False)
-    with pytest.raises(SystemExit) as info:
-        main()
-    return int(info.value.code or 0), capsys.readouterr().err
-
-
 def _recorded(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["options"]["options"]
 
@@ -124,7 +114,7 @@ def test_a_finetune_run_replays_from_its_folder_with_overrides(tmp_path: Path, m
     first = tmp_path / "runs" / "first"
     args = ["finetune", "--task", "ner", "--train", str(train), "--model", str(model), "--max-steps", "2", "--batch-size", "4",
             "--lr", "1e-4", "--max-words", "12", "--device", "cpu"]
-    code, err = _cli([*args, "--out", str(first)], monkeypatch, capsys)
+    code, err = run_cli([*args, "--out", str(first)], monkeypatch, capsys)
     assert code == 0, err
     recorded = _recorded(first)
     assert recorded["lr"] == 1e-4 and recorded["max_steps"] == 2 and recorded["train"] == str(train.absolute())
@@ -132,11 +122,11 @@ def test_a_finetune_run_replays_from_its_folder_with_overrides(tmp_path: Path, m
 
     # From another directory, by the folder or its options.json: the same options.
     monkeypatch.chdir(tmp_path / "runs")
-    code, err = _cli(["finetune", "--config", str(first), "--out", str(tmp_path / "again")], monkeypatch, capsys)
+    code, err = run_cli(["finetune", "--config", str(first), "--out", str(tmp_path / "again")], monkeypatch, capsys)
     assert code == 0, err
     assert _recorded(tmp_path / "again") == recorded
     # Options on the command line override the file's.
-    code, err = _cli(["finetune", "--config", str(first / OPTIONS_FILE), "--seed", "7", "--out", str(tmp_path / "seed7")], monkeypatch, capsys)
+    code, err = run_cli(["finetune", "--config", str(first / OPTIONS_FILE), "--seed", "7", "--out", str(tmp_path / "seed7")], monkeypatch, capsys)
     assert code == 0, err
     assert _recorded(tmp_path / "seed7") == {**recorded, "seed": 7}
     # The Python API takes the same file, keywords overriding it.
@@ -152,19 +142,25 @@ def test_a_config_file_by_hand_and_its_mistakes(tmp_path: Path, monkeypatch: pyt
     built = FinetuneSettings.build(toml, lr=3e-5)
     assert (built.max_length, built.seeds, built.lr, built.train) == (64, (1, 2), 3e-5, Path("train.tsv"))
 
+    toml.write_text('task = "ner"\ntrain = "x"\nepochs = "three"\n', encoding="utf-8")
+    code, err = run_cli(["finetune", "--config", str(toml)], monkeypatch, capsys)
+    assert code == 2 and f"{toml}: --epochs must be an integer" in err, err
+    code, err = run_cli(["finetune", "--config", str(toml), "--epochs", "1", "--header", "maybe"], monkeypatch, capsys)
+    assert code == 2 and "unknown --header 'maybe'" in err and str(toml) not in err, err  # the command line's own mistake
+
     toml.write_text('task = "ner"\ntrain = "x"\nlearning_rate = 3\n', encoding="utf-8")
-    code, err = _cli(["finetune", "--config", str(toml)], monkeypatch, capsys)
+    code, err = run_cli(["finetune", "--config", str(toml)], monkeypatch, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and f"{toml}: 'learning_rate' is not an option of greenadapt finetune" in err, err
 
     other = tmp_path / "w2v.json"
     other.write_text(json.dumps({"command": "w2v", "options": {"corpus": ["c.txt"]}}), encoding="utf-8")
-    code, err = _cli(["finetune", "--config", str(other)], monkeypatch, capsys)
+    code, err = run_cli(["finetune", "--config", str(other)], monkeypatch, capsys)
     assert code == 2 and "holds the options of `greenadapt w2v`" in err and "greenadapt w2v --config" in err, err
 
     broken = tmp_path / "broken.json"
     broken.write_text('{"task": "ner",\n "train": }', encoding="utf-8")
-    code, err = _cli(["finetune", "--config", str(broken)], monkeypatch, capsys)
+    code, err = run_cli(["finetune", "--config", str(broken)], monkeypatch, capsys)
     assert code == 2 and f"{broken}:2: not valid JSON" in err, err
 
-    code, err = _cli(["finetune", "--config", str(tmp_path / "missing.toml")], monkeypatch, capsys)
+    code, err = run_cli(["finetune", "--config", str(tmp_path / "missing.toml")], monkeypatch, capsys)
     assert code == 2 and "missing.toml" in err and "Traceback" not in err, err

@@ -20,10 +20,13 @@ class GmapSettings(Settings):
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP general model (default for an expanded model: the model it was expanded from).")
     gmap_unfrozen: bool = option(False, "--gmap-unfrozen", panel=MODEL, help="G-MAP ablation: train the general model too.")
+    gmap_indexing: str = option("reference", "--gmap-indexing", panel=MODEL, metavar="NAME",
+                                help="G-MAP: which general states multi/gated read: reference (the reference code: layer l-1, states 0..G) "
+                                     "or paper (M^l: layer l, states 1..G).")
     gmap_cache: bool = option(False, "--gmap-cache", panel=PERFORMANCE,
                               help="Cache the frozen general model's hidden states on disk (<workdir>/cache/gmap) across epochs.")
 
-    def gmap_options(self, indexing: str = "reference") -> GmapOptions:
+    def gmap_options(self) -> GmapOptions:
         from greenadapt.modeling.gmap.options import GmapOptions
 
-        return GmapOptions.from_cli(self.gmap, self.gmap_layers, self.general_model, self.gmap_unfrozen, self.gmap_cache, indexing)
+        return GmapOptions.from_cli(self.gmap, self.gmap_layers, self.general_model, self.gmap_unfrozen, self.gmap_cache, self.gmap_indexing)

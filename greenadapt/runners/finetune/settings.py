@@ -96,9 +96,6 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
                                     help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes).")
     resume: bool = option(False, "--resume", panel=RUN_CONTROL,
                           help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99).")
-    gmap_indexing: str = option("reference", "--gmap-indexing", panel=MODEL, metavar="NAME",
-                                help="G-MAP: which general states multi/gated read: reference (the reference code: layer l-1, states 0..G) "
-                                     "or paper (M^l: layer l, states 1..G).")
 
     def check(self) -> None:
         """Every option no file or model decides, when the settings are made: a runner starts from a valid configuration."""
@@ -131,7 +128,7 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
             ),
             pool=self.pool, seeds=list(self.seeds or (self.seed,)), train_on=self.train_on, max_length=self.max_length, max_words=self.max_words,
             metric=self.metric, positive_label=self.positive_label, device=self.device, force=run.force, wait=run.wait,
-            save_every=self.save_every, resume=self.resume, doc_stride=self.doc_stride, gmap=self.gmap_options(self.gmap_indexing),
+            save_every=self.save_every, resume=self.resume, doc_stride=self.doc_stride, gmap=self.gmap_options(),
             report_to=self.report_to,
         )
 
