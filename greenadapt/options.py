@@ -66,6 +66,7 @@ class Declaration:
     cli_type: Any = None  # what the command line reads, where it is not the field's type (parsed options)
     argument: bool = False  # a positional command-line argument (predict's INPUT)
     recorded: bool = True  # in options.json and the manifest (False: an alias whose value another option holds)
+    public: Callable[[Any], Any] | None = None  # the value as it may be written down (a corpus URL without its credentials)
 
     @property
     def flag(self) -> str:
@@ -189,8 +190,10 @@ class Settings:
             raise UsageError(f"{_where(config)}: {error.message}", path=error.path, hint=error.hint) from None
 
     def to_json(self) -> dict[str, Any]:
-        """Every recorded option as plain JSON values (paths absolute, so a replay from elsewhere reads the same files)."""
-        return {f.name: _plain(getattr(self, f.name)) for f, d in declared_fields(self) if d.recorded}
+        """Every recorded option as plain JSON values (paths absolute, so a replay from elsewhere reads the same files;
+        secrets left out: a corpus URL's credentials are given again on the command line, never written)."""
+        return {f.name: _plain(d.public(getattr(self, f.name)) if d.public else getattr(self, f.name))
+                for f, d in declared_fields(self) if d.recorded}
 
     def document(self) -> dict[str, Any]:
         from greenadapt.version import __version__

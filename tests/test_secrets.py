@@ -102,6 +102,7 @@ def test_url_secrets_reach_no_manifest_log_or_folder_name(server: int, tiny_bert
     manifests = list(work.rglob("manifest.json"))
     assert len(manifests) >= 2  # the w2v output and the pre-tokenization cache
     assert f"127.0.0.1:{server}/corpus.txt" in (work / "w2v" / "manifest.json").read_text()  # the source is recorded...
+    assert f"127.0.0.1:{server}/corpus.txt" in (work / "w2v" / "options.json").read_text()  # (the options a replay reads too)
     assert not _leaks(work, result.stdout, result.stderr)  # ...without its credentials
     assert "DEBUG" in result.stderr or " D " in result.stderr  # debug logging really was on
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from greenadapt.adaptation.methods import DEFAULT_METHOD, METHODS, method_help
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
+from greenadapt.corpus.remote import public_specs
 from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, option
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class Word2vecSettings(Settings):
 
     positional = ("corpus",)
 
-    corpus: tuple[str, ...] = option(REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT,
+    corpus: tuple[str, ...] = option(REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                      help="Registered corpus name, file, folder, glob or URL (.txt, .gz, .bz2, .xz, JSON lines, CSV). Repeatable.")
     model: str | None = option(None, "--model", "-m", panel=MODEL,
                                help="Model folder or Hub id whose tokenizer defines the words (default: the bundled MiniLM).")
@@ -114,7 +115,7 @@ class AlignSettings(MethodSettings):
     run_help = {"out": "Output folder (default: beside the w2v folder)."}
 
     w2v: Path | None = option(None, "--w2v", panel=INPUT_OUTPUT, help="Folder written by `greenadapt w2v`.")
-    corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT,
+    corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                             help="Find the w2v output of this corpus in the workspace (repeatable).")
     model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder or Hub id (default: the model the w2v output was made with).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the held-out split (and of the random ablation).")
@@ -132,7 +133,7 @@ class ExpandSettings(Settings):
     run_help = {"out": "Output model folder (default: beside the align folder)."}
 
     align: Path | None = option(None, "--align", panel=INPUT_OUTPUT, help="Folder written by `greenadapt align`.")
-    corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT,
+    corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                             help="Find the align output of this corpus in the workspace (repeatable).")
     model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder or Hub id (default: the model align was fitted on).")
     max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, help="Add at most this many new words, most frequent first.")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from greenadapt.errors import UsageError
+from greenadapt.corpus.remote import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
 from greenadapt.training.settings import DeviceSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
 
@@ -78,7 +79,7 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     bootstrap_seed: int = option(0, "--bootstrap-seed", panel=EVALUATION, help="Seed of the bootstrap's resampling.")
     save_every: int | None = option(100, "--save-every", panel=RUN_CONTROL, minimum=1,
                                     help="Checkpoint every N steps, so an interrupted compare resumes.")
-    corpus: tuple[str, ...] = option((), "--corpus", "-c", panel=INPUT_OUTPUT, help="With --adapt-methods: the corpus to adapt the first --model to.")
+    corpus: tuple[str, ...] = option((), "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs, help="With --adapt-methods: the corpus to adapt the first --model to.")
     adapt_methods: tuple[str, ...] = option(
         (), "--adapt-methods", panel=TRAINING, metavar="M1,M2", cli_type=str | None,
         parse=lambda text: tuple(m.strip() for m in (text or "").split(",") if m.strip()),

@@ -66,6 +66,13 @@ class RedactedUrl:
         return text
 
 
+def public_specs(specs: Any) -> Any:
+    """Corpus specs as they may be written down (options.json, a manifest): each URL without its credentials or signature."""
+    if specs is None:
+        return None
+    return tuple(redact_url(spec).public if is_url(spec) else spec for spec in specs)
+
+
 def redact_url(url: str) -> RedactedUrl:
     from greenadapt.artifacts.workspace import KEY_PAIR_SCHEMES
 

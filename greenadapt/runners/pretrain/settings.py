@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
+from greenadapt.corpus.remote import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
 from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
 
@@ -23,12 +24,12 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings):
     run_help = {"out": "Output model folder (default: WORKDIR/CORPUS/MODEL/pretrain)."}
 
     corpus: tuple[str, ...] = option(
-        REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT,
+        REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
         help="Registered corpus name, file, folder, glob or URL, as for w2v. Repeatable (--eval-only: each is scored on its own).")
     model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder (an expanded one too) or Hub id (default: the bundled MiniLM).")
     eval_only: bool = option(False, "--eval-only", panel=EVALUATION,
                              help="Only report held-out masked-LM loss/perplexity of --model on each --corpus (JSON).")
-    general_corpus: tuple[str, ...] | None = option(None, "--general-corpus", panel=INPUT_OUTPUT,
+    general_corpus: tuple[str, ...] | None = option(None, "--general-corpus", public=public_specs, panel=INPUT_OUTPUT,
                                                     help="A general corpus whose held-out loss is tracked too (forgetting).")
     text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT, help="Field(s) holding the text in JSON lines/CSV sources (default: text).")
     max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING,
