@@ -5,7 +5,7 @@ declares each option once, as a dataclass field made by :func:`option`: its name
 help, command-line flags, panel, bounds and check. Everything else is built from it:
 
 - the command line (``greenadapt/cli/_build.py`` makes each command's options from the fields),
-- the Python API (``greenadapt/api/_build.py`` makes ``greenadapt.finetune(...)``'s keywords),
+- the Python API (``greenadapt/api/build.py`` makes ``greenadapt.finetune(...)``'s keywords),
 - the config file every run folder keeps (``options.json``) and ``--config FILE`` replays,
 - the manifest's ``options`` section.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -90,21 +91,31 @@ def declaration(field: dataclasses.Field[Any]) -> Declaration:
     return field.metadata[_META]
 
 
-def declared_fields(cls: type[Settings] | Settings) -> list[tuple[dataclasses.Field[Any], Declaration]]:
-    """The options of a settings class, in declaration order; refuses a flag declared twice."""
+def declared_fields(cls: type[Settings] | Settings) -> tuple[tuple[dataclasses.Field[Any], Declaration], ...]:
+    """The options of a settings class (or of its instance's), own first; refuses an option declared twice."""
+    kind: type = cls if isinstance(cls, type) else type(cls)
+    found = _FIELDS.get(kind)
+    if found is None:  # a class's fields do not change: worked out once, not at every settings object made
+        found = _FIELDS[kind] = _declared_fields(kind)
+    return found
+
+
+_FIELDS: dict[type, tuple[tuple[dataclasses.Field[Any], Declaration], ...]] = {}
+
+
+def _declared_fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Declaration], ...]:
     by_name = {f.name: f for f in dataclasses.fields(cls) if _META in f.metadata}
     # A command's own options first, then each mixin's (the order of --help's panels and of options.json).
-    order = [name for klass in (cls if isinstance(cls, type) else type(cls)).__mro__ for name in vars(klass).get("__annotations__", {})]
-    found = [(by_name[name], declaration(by_name[name])) for name in dict.fromkeys(order) if name in by_name]
-    name_of = cls.__name__ if isinstance(cls, type) else type(cls).__name__
-    twice = sorted({name for name in order if name in by_name and order.count(name) > 1})
+    order = [name for klass in cls.__mro__ for name in vars(klass).get("__annotations__", {}) if name in by_name]
+    twice = sorted({name for name in order if order.count(name) > 1})
     if twice:  # a subclass that declares a mixin's option again: two declarations, one silently winning
-        raise TypeError(f"{name_of}: {', '.join(twice)} declared twice (in the class and a mixin it takes): declare each option once")
+        raise TypeError(f"{cls.__name__}: {', '.join(twice)} declared twice (in the class and a mixin it takes): declare each option once")
+    found = tuple((by_name[name], declaration(by_name[name])) for name in order)
     seen: dict[str, str] = {}
     for field, declared in found:
         for flag in declared.flags:
             if flag in seen:
-                raise TypeError(f"{name_of}: {flag} is declared twice ({seen[flag]} and {field.name}): declare each option once")
+                raise TypeError(f"{cls.__name__}: {flag} is declared twice ({seen[flag]} and {field.name}): declare each option once")
             seen[flag] = field.name
     return found
 
@@ -148,7 +159,7 @@ class Settings:
 
     Class attributes say how the command uses them: ``command`` (its name), ``positional`` (the API's
     positional parameters, in order), ``run_options`` (which of :data:`RUN_OPTIONS` it takes) and
-    ``run_help`` (their help where it differs), ``out_required``.
+    ``run_help`` (their help where it differs), ``out_required``, ``stage_names``.
     """
 
     command: ClassVar[str] = ""
@@ -156,6 +167,8 @@ class Settings:
     run_options: ClassVar[tuple[str, ...]] = ("workdir", "out", "force", "wait")
     run_help: ClassVar[Mapping[str, str]] = {}
     out_required: ClassVar[bool] = False
+    # A stage's config key this command fills from an option of another name: {stage kind: {key: option}}.
+    stage_names: ClassVar[Mapping[str, Mapping[str, str]]] = {}
 
     def __post_init__(self) -> None:
         hints = _hints(type(self))
@@ -185,7 +198,8 @@ class Settings:
         try:
             return cls(**given)
         except UsageError as error:  # a bad value the file gave: the line says which file
-            if not any(declared.flag in error.message for name, (_, declared) in fields.items() if name in from_file):
+            named = [re.escape(declared.flag) for name, (_, declared) in fields.items() if name in from_file]
+            if not named or not re.search(rf"(?<![\w-])({'|'.join(named)})(?![\w-])", error.message):
                 raise
             raise UsageError(f"{_where(config)}: {error.message}", path=error.path, hint=error.hint) from None
 
@@ -194,6 +208,11 @@ class Settings:
         secrets left out: a corpus URL's credentials are given again on the command line, never written)."""
         return {f.name: _plain(d.public(getattr(self, f.name)) if d.public else getattr(self, f.name))
                 for f, d in declared_fields(self) if d.recorded}
+
+    def names_in(self, kind: str) -> dict[str, str]:
+        """How a refusal of stage ``kind`` names the keys this command spells otherwise (see :attr:`stage_names`)."""
+        flags = {field.name: declared.flag for field, declared in declared_fields(self)}
+        return {key: f"{key} ({self.command}'s {flags[name]})" for key, name in self.stage_names.get(kind, {}).items()}
 
     def document(self) -> dict[str, Any]:
         from greenadapt.version import __version__
@@ -286,12 +305,13 @@ def recorded_settings() -> Settings | None:
 
 # -- values ---------------------------------------------------------------------------------------
 
-def _hints(cls: type[Settings]) -> dict[str, Any]:
-    cached = cls.__dict__.get("_greenadapt_hints")
-    if cached is None:
-        cached = typing.get_type_hints(cls)
-        type.__setattr__(cls, "_greenadapt_hints", cached)
-    return cached
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
 
 
 def _members(hint: Any) -> tuple[Any, ...]:

@@ -368,22 +368,26 @@ def test_a_collapsed_baseline_is_named_under_the_verdict_and_in_compare_json(set
         "not a verdict" in stdout  # whatever these tiny runs learned, the notes and the output agree
     # Seed 2 of base "tags no entity": compare reads its predictions as a run that learned nothing leaves them
     # (its files are checksummed by its manifest, so they are changed as they are read, not on disk).
-    from greenadapt.comparison import ensembles
+    from greenadapt.comparison import run as compare_run
 
-    real = ensembles.read_by_pool
+    real = compare_run.read_by_pool
+
+    read: list[Path] = []
 
     def collapsed_base(folder: Path) -> dict[str, Any] | None:
+        read.append(folder)
         by_pool = real(folder)
         if by_pool is not None and folder == out / "base" / "seed-2":
             by_pool["pools"]["general"] = [["O"] * len(sentence) for sentence in by_pool["pools"]["general"]]
         return by_pool
 
-    monkeypatch.setattr(ensembles, "read_by_pool", collapsed_base)
+    monkeypatch.setattr(compare_run, "read_by_pool", collapsed_base)
     code, stdout, err = _cli(args, monkeypatch, capsys)
     assert code == 0, err
     (pair,) = json.loads((out / "compare.json").read_text())["pairs"]
     notes = [note for note in pair["notes"] if note.startswith("not a verdict")]
     assert notes and "base tagged no entity on seed" in notes[0] and " 2:" in notes[0] and "--epochs" in notes[0]
+    assert sorted(read) == sorted(set(read)) and len(read) == 4  # each run's predictions read once (2 models x 2 seeds)
     lines = stdout.splitlines()
     verdict = next(i for i, line in enumerate(lines) if line.startswith("green vs base: "))
     assert lines[verdict + 1].strip() == notes[0]

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import contextlib
 import logging
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,7 +18,6 @@ from greenadapt.adaptation.methods import DEFAULT_METHOD, MethodOptions, get_met
 from greenadapt.adaptation.w2v import W2VOptions
 from greenadapt.artifacts.stage import StageOutcome
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
-from greenadapt.errors import OutputExistsError
 from greenadapt.options import DEFAULT_RUN, Run
 
 if TYPE_CHECKING:
@@ -101,26 +98,9 @@ def adapt_stages(
                               run=in_workspace)
             others.append(align_stage(w2v=other.path, model=model, method=options.align_method, method_options=options.method_options,
                                       seed=options.seed, run=beside_w2v).path)
-        with adapts_own_names():
-            expand = expand_stage(align=align.path, also_align=others, model=model, max_new=options.max_new,
-                                  min_count=options.min_count_new, seed=options.seed, run=replace(run, workdir=None))
+        expand = expand_stage(align=align.path, also_align=others, model=model, max_new=options.max_new,
+                              min_count=options.min_count_new, seed=options.seed, run=replace(run, workdir=None))
     return AdaptOutcome(w2v=w2v, align=align, expand=expand)
-
-
-# expand's options as adapt spells them (expand's --min-count is adapt's --min-count-new: the word2vec stage has its own)
-ADAPT_NAMES = {"min_count": "min_count (adapt's --min-count-new)"}
-
-
-@contextlib.contextmanager
-def adapts_own_names() -> Iterator[None]:
-    """A refusal of the expand stage names its options as adapt's command line does."""
-    try:
-        yield
-    except OutputExistsError as error:
-        message = re.sub(r"\b(" + "|".join(ADAPT_NAMES) + r")\b(?= )", lambda m: ADAPT_NAMES[m[1]], error.message)
-        if message == error.message:
-            raise
-        raise OutputExistsError(message, path=error.path, hint=error.hint) from None
 
 
 def check_adapt(

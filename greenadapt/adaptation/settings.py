@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from greenadapt.artifacts import kinds
 from greenadapt.adaptation.methods import DEFAULT_METHOD, METHODS, method_help
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
@@ -153,6 +154,7 @@ class AdaptSettings(Word2vecSettings, MethodSettings, ContextSettings):
 
     command = "adapt"
     run_help = {"out": "Folder for the adapted model (default: in the workspace)."}
+    stage_names = {kinds.EXPAND: {"min_count": "min_count_new"}}  # expand's --min-count; w2v's is adapt's --min-count
 
     max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, help="At most this many new words (most frequent first).")
     min_count_new: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count-new", panel=ADAPTATION, minimum=1,

@@ -56,21 +56,22 @@ def _local_time(mtime_ns: Any) -> str:
         return "?"
 
 
-def config_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    """``changed: train.lr 5e-05 -> 0.0001``: the options that differ, down to the nested one, with short values."""
-    changed = _changed_keys(old, new, "")
+def config_difference(old: Mapping[str, Any], new: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
+    """``changed: train.lr 5e-05 -> 0.0001``: the options that differ, down to the nested one, with short values;
+    ``names``: how the command that ran the stage spells a key (``min_count`` -> ``min_count (adapt's --min-count-new)``)."""
+    changed = _changed_keys(old, new, "", names or {})
     if not changed:
         return "inputs changed"
     return "changed: " + ", ".join(changed[:5]) + ("…" if len(changed) > 5 else "")
 
 
-def _changed_keys(old: Any, new: Any, prefix: str) -> list[str]:
+def _changed_keys(old: Any, new: Any, prefix: str, names: Mapping[str, str]) -> list[str]:
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         found: list[str] = []
         for key in sorted(set(old) | set(new), key=str):
             if old.get(key) != new.get(key):
-                found += _changed_keys(old.get(key), new.get(key), f"{prefix}{key}.")
+                found += _changed_keys(old.get(key), new.get(key), f"{prefix}{key}.", names)
         return found
-    name = prefix.rstrip(".")
+    name = names.get(prefix.rstrip("."), prefix.rstrip("."))
     shown = [json.dumps(v, default=str) for v in (old, new)]
     return [f"{name} {shown[0]} -> {shown[1]}" if all(len(s) <= 24 for s in shown) else name]

@@ -219,7 +219,8 @@ class StageRun:
             old_config = Manifest.of(manifest, self.out).config
             retimed: list[str] = []
             if canonical(old_config) != canonical(self.config):
-                changed = config_difference(old_config, self.config)
+                settings = recorded_settings()  # the command that runs this stage, to name its options as it spells them
+                changed = config_difference(old_config, self.config, settings.names_in(self.kind) if settings is not None else None)
             else:
                 changed, retimed = input_difference(manifest.get("inputs") or [], self.inputs)
             if changed:

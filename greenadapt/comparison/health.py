@@ -7,7 +7,7 @@ and names such runs in the pair's notes, in compare.json and under the verdict l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 NER_OUTSIDE = "O"
@@ -38,20 +38,3 @@ def collapse_notes(collapsed: dict[str, dict[int, str]], variant: str, baseline:
         notes.append(f"not a verdict: {name} {' / '.join(what)} on seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}: "
                      f"a run that learned nothing ({COLLAPSE_FIX})")
     return notes
-
-
-def collapsed_seeds(options: Any, name: str, scores: Mapping[int, Any], headline_pool: str) -> dict[int, str]:
-    """The seeds whose headline test predictions show that the run learned nothing, with what they show."""
-    from greenadapt.comparison.ensembles import read_by_pool, result_folder
-    from greenadapt.tasks import get_task
-
-    if get_task(options.task).answers_questions:
-        return {}
-    found = {}
-    for seed in scores:
-        by_pool = read_by_pool(result_folder(options, name, seed))
-        if by_pool is not None and headline_pool in by_pool["pools"]:
-            reason = degenerate(options.task, by_pool["gold"], by_pool["pools"][headline_pool])
-            if reason is not None:
-                found[seed] = reason
-    return found

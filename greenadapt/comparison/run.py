@@ -37,7 +37,7 @@ from greenadapt.comparison.ensembles import (
 from greenadapt.comparison.recipe import CompareOptions
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
 from greenadapt.comparison.pace import RunsLeft, plan_line
-from greenadapt.comparison.health import collapse_notes, collapsed_seeds
+from greenadapt.comparison.health import collapse_notes, degenerate
 from greenadapt.comparison.folders import RESULT_FILE, recorded_base_model
 from greenadapt.comparison.statistics import Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.errors import StageError
@@ -157,13 +157,12 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
             for seed in options.seeds:
                 score_ensemble(options, name, spec, seed)
     variants = [_collect(options, name, spec) for name, spec in options.models]
-    metric = _metric_of(options, variants)
-    by_name = {v.name: v for v in variants}
-    baseline = by_name[options.baseline]
-    collapsed = {v.name: collapsed_seeds(options, v.name, v.scores, v.headline_pool) for v in variants}
-    pairs = [_pair(options, v, baseline, metric) for v in variants if v.name != baseline.name]
+    predictions = _read_predictions(options, variants)
+    metric = predictions.metric
+    baseline = next(v for v in variants if v.name == options.baseline)
+    pairs = [_pair(options, v, baseline, predictions) for v in variants if v.name != baseline.name]
     for pair in pairs:
-        pair.notes.extend(collapse_notes(collapsed, pair.variant, pair.baseline))
+        pair.notes.extend(collapse_notes(predictions.collapsed, pair.variant, pair.baseline))
         for note in pair.notes:
             if note.startswith("not a verdict"):
                 log.warning("%s vs %s: %s", pair.variant, pair.baseline, note)
@@ -295,54 +294,57 @@ def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
     return variant
 
 
-def _metric_of(options: CompareOptions, variants: Sequence[Variant]) -> str:
+@dataclass
+class _Predictions:
+    """Every run's test predictions, each file read once: the metric they were scored by, each run's per-example
+    contributions under its variant's headline pool, and the runs that learned nothing (variant -> seed -> what)."""
+
+    metric: str
+    contributions: dict[tuple[str, int], Contributions] = field(default_factory=dict)
+    collapsed: dict[str, dict[int, str]] = field(default_factory=dict)
+
+
+def _read_predictions(options: CompareOptions, variants: Sequence[Variant]) -> _Predictions:
+    from greenadapt.comparison.examples import contributions_for, qa_contributions
+
     task = get_task(options.task)
     if task.answers_questions:
-        return "f1"
+        from greenadapt.data.squad import read_squad
+
+        golds = {q.id: [a.text for a in q.answers] for q in read_squad(options.test).questions if q.answers is not None}
+        found = _Predictions("f1")
+        for variant in variants:
+            for seed in variant.scores:
+                path = options.out / variant.name / f"seed-{seed}" / "predictions" / "test.json"
+                if path.is_file():
+                    found.contributions[(variant.name, seed)] = qa_contributions(json.loads(path.read_text(encoding="utf-8")), golds)
+        return found
+    found = _Predictions(task.default_metric if isinstance(task, LabellingTask) else "f1")
+    metric: str | None = None  # the first run's says what they were all scored by: one task, one recipe
     for variant in variants:
         for seed in variant.scores:
             by_pool = read_by_pool(result_folder(options, variant.name, seed))
-            if by_pool is not None:
-                return str(by_pool["metric"])
-    return task.default_metric if isinstance(task, LabellingTask) else "f1"
+            if by_pool is None or variant.headline_pool not in by_pool["pools"]:
+                continue
+            metric = metric or str(by_pool["metric"])
+            predicted = by_pool["pools"][variant.headline_pool]
+            found.contributions[(variant.name, seed)] = contributions_for(options.task, metric, by_pool["gold"], predicted,
+                                                                          by_pool.get("positive_label"))
+            reason = degenerate(options.task, by_pool["gold"], predicted)
+            if reason is not None:
+                found.collapsed.setdefault(variant.name, {})[seed] = reason
+    found.metric = metric or found.metric
+    return found
 
 
-def _qa_contributions(folder: Path, test: Path) -> Contributions | None:
-    from greenadapt.comparison.examples import qa_contributions
-    from greenadapt.data.squad import read_squad
-
-    path = folder / "predictions" / "test.json"
-    if not path.is_file():
-        return None
-    data = read_squad(test)
-    golds = {q.id: [a.text for a in q.answers] for q in data.questions if q.answers is not None}
-    return qa_contributions(json.loads(path.read_text(encoding="utf-8")), golds)
-
-
-def _contributions(folder: Path, pool: str, task: str, metric: str) -> Contributions | None:
-    from greenadapt.comparison.examples import contributions_for
-
-    by_pool = read_by_pool(folder)
-    if by_pool is None or pool not in by_pool["pools"]:
-        return None
-    return contributions_for(task, metric, by_pool["gold"], by_pool["pools"][pool], by_pool.get("positive_label"))
-
-
-def _pair(options: CompareOptions, variant: Variant, baseline: Variant, metric: str) -> PairedResult:
+def _pair(options: CompareOptions, variant: Variant, baseline: Variant, predictions: _Predictions) -> PairedResult:
+    metric = predictions.metric
     seeds = [s for s in options.seeds if s in variant.scores and s in baseline.scores]
     scores = {
         s: (variant.scores[s][variant.headline_pool][metric], baseline.scores[s][baseline.headline_pool][metric]) for s in seeds
     }
-    contributions: dict[int, tuple[Contributions, Contributions]] = {}
-    for s in seeds:
-        if get_task(options.task).answers_questions:
-            mine = _qa_contributions(options.out / variant.name / f"seed-{s}", options.test)
-            theirs = _qa_contributions(options.out / baseline.name / f"seed-{s}", options.test)
-        else:
-            mine = _contributions(result_folder(options, variant.name, s), variant.headline_pool, options.task, metric)
-            theirs = _contributions(result_folder(options, baseline.name, s), baseline.headline_pool, options.task, metric)
-        if mine is not None and theirs is not None:
-            contributions[s] = (mine, theirs)
+    contributions = {s: (predictions.contributions[(variant.name, s)], predictions.contributions[(baseline.name, s)]) for s in seeds
+                     if (variant.name, s) in predictions.contributions and (baseline.name, s) in predictions.contributions}
     return compare_pair(variant.name, baseline.name, metric, scores, contributions or None,
                         replicates=options.replicates, seed=options.bootstrap_seed)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from greenadapt.errors import UsageError
 from greenadapt.corpus.remote import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
+from greenadapt.tasks import task_name
 from greenadapt.training.settings import DeviceSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
 
 if TYPE_CHECKING:
@@ -37,11 +38,6 @@ def parse_ensembles(values: list[str]) -> tuple[tuple[str, int], ...]:
     return tuple(ensembles)
 
 
-def _task_name(name: str) -> str:
-    from greenadapt.tasks import get_task
-
-    return get_task(name).name
-
 
 @dataclass(frozen=True, kw_only=True)
 class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
@@ -53,7 +49,7 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     run_help = {"out": "The compare folder (one finetune run per model and seed; compare.json).", "force": "Redo every fine-tuning."}
     out_required = True
 
-    task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=_task_name, help="ner, classify or qa.")
+    task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=task_name, help="ner, classify or qa.")
     train: Path = option(REQUIRED, "--train", panel=INPUT_OUTPUT, help="Training file (the same for every model).")
     test: Path = option(REQUIRED, "--test", panel=INPUT_OUTPUT, help="Test file: every model is scored on the same examples.")
     models: tuple[tuple[str, str], ...] = option(

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from greenadapt.options import INPUT_OUTPUT, Settings, option
 
+HEADERS = ("auto", "yes", "no")  # --header: a TSV file's first row is a header when it looks like one, always, never
+
 
 @dataclass(frozen=True, kw_only=True)
 class FieldSettings(Settings):

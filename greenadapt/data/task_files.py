@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from greenadapt.errors import DataError, UsageError
+from greenadapt.data.settings import HEADERS
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ PAIR_NAMES = ("text_b", "sentence2", "#2 String", "hypothesis", "question2")
 LABEL_NAMES = ("label", "Quality", "gold_label", "labels")
 NER_TOKEN_NAMES = ("tokens", "words")
 NER_TAG_NAMES = ("tags", "ner_tags", "labels")
+
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ class TaskFile:
 def read_task_file(path: str | Path, task: str, options: ReaderOptions, *, require_labels: bool) -> TaskFile:
     """Read a NER or classification file; every problem is a DataError naming file and line."""
     p = Path(path)
-    if options.header not in ("auto", "yes", "no"):
+    if options.header not in HEADERS:
         raise UsageError(f"unknown --header {options.header!r}", hint="auto, yes or no")
     from greenadapt.data.datasets_input import dataset_rows, is_dataset_input
 

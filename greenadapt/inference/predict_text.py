@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, IO, Any
 from greenadapt.tasks import get_task
 from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
 from greenadapt.artifacts.files import atomic_writer
+from greenadapt.data.settings import HEADERS
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
@@ -304,7 +305,7 @@ def predict_input(
 
     options.check()
     header = (reader_overrides or {}).get("header")
-    if header is not None and header not in ("auto", "yes", "no"):
+    if header is not None and header not in HEADERS:
         raise UsageError(f"unknown --header {header!r}", hint="auto, yes or no")
     if not is_stdio(output):
         for member in members:

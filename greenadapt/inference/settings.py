@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from greenadapt.data.settings import FieldSettings
+from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.errors import UsageError
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, option
-from greenadapt.training.settings import DeviceSettings
+from greenadapt.training.settings import POOL_MODES, DeviceSettings
 
 if TYPE_CHECKING:
     from greenadapt.inference.options import InferenceOptions
 
-POOLS = ("mean", "general", "domain")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,7 +24,7 @@ class InferenceSettings(FieldSettings, DeviceSettings):
     model: tuple[str, ...] = option(REQUIRED, "--model", "-m", panel=MODEL,
                                     help="A `greenadapt finetune` run folder (or one of its seed-N folders); "
                                          "repeat it for an ensemble (the mean of the models' probabilities).")
-    header: str | None = option(None, "--header", panel=INPUT_OUTPUT, choices=("auto", "yes", "no"), help="Override TSV header detection (auto, yes, no).")
+    header: str | None = option(None, "--header", panel=INPUT_OUTPUT, choices=HEADERS, help="Override TSV header detection (auto, yes, no).")
     batch_size: int = option(64, "--batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP model: its general model, if not where training found it (weights are checked).")
@@ -56,7 +55,7 @@ class PredictSettings(InferenceSettings):
     input_path: str | None = option(None, "--input", "-i", panel=INPUT_OUTPUT, recorded=False, help="The input, as an option (same as INPUT).")
     output: str = option("-", "--out", "--output", "-o", panel=INPUT_OUTPUT,
                          help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column.")
-    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOLS, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
     task: str | None = option(None, "--task", panel=INPUT_OUTPUT, help="The task to run, when --model is a `greenadapt multitask` run folder.")
     ignore_labels: bool = option(False, "--ignore-labels", panel=EVALUATION, help="Do not read or score gold labels in the input.")
     file_format: str = option("auto", "--format", panel=INPUT_OUTPUT,
@@ -79,5 +78,5 @@ class EvaluateSettings(InferenceSettings):
 
     data: str = option(REQUIRED, "--data", panel=INPUT_OUTPUT, metavar="FILE", argument=True,
                        help="A labelled task file (NER columns, TSV or JSON lines), read as training read its files.")
-    pool: tuple[str, ...] = option((), "--pool", panel=EVALUATION, choices=POOLS,
+    pool: tuple[str, ...] = option((), "--pool", panel=EVALUATION, choices=POOL_MODES,
                                    help="A pooling mode to score (mean, general, domain); repeat it (default: every mode the model has).")

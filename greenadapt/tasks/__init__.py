@@ -36,6 +36,11 @@ def get_task(name: str) -> Task:
     return task
 
 
+def task_name(name: str) -> str:
+    """The one spelling of task ``name`` (``NER`` -> ``ner``), or its one-line refusal: ``--task``'s check."""
+    return get_task(name).name
+
+
 def get_labelling_task(name: str) -> LabellingTask:
     """The labelling task ``name``; a question-answering model is refused with where it belongs."""
     task = get_task(name)

@@ -182,6 +182,9 @@ def autocast_dtype(precision: str, device: Any) -> Any:
     return torch.bfloat16 if precision == "bf16" else torch.float16
 
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # --precision
+
+
 def check_precision(precision: str, device_spec: str | None) -> None:
     """``--precision`` against ``--device`` before any data is read: the one refusal :func:`autocast_dtype` would
     give later, for a run that will be on the CPU (a GPU is only known once it is opened)."""
@@ -189,7 +192,7 @@ def check_precision(precision: str, device_spec: str | None) -> None:
 
     if device_spec == "cpu" or (device_spec in (None, "auto") and not torch.cuda.is_available()):
         autocast_dtype(precision, torch.device("cpu"))
-    elif precision not in ("auto", "fp32", "bf16", "fp16"):
+    elif precision not in PRECISIONS:
         raise UsageError(f"unknown --precision {precision!r}", hint="auto, fp32, bf16 or fp16")
 
 

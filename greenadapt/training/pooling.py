@@ -21,9 +21,9 @@ from greenadapt.machine.devices import to_device
 from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.training.distributed import DistContext, autocast, autocast_dtype
 from greenadapt.training.finetuning import collate, output_rows
+from greenadapt.training.settings import POOL_MODES
 
 # Which tokenizers' predictions are pooled: both (the method), or one of them alone.
-POOL_MODES = ("mean", "general", "domain")
 
 
 def view_logits(

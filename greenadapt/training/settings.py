@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from greenadapt.defaults import check_seed
 from greenadapt.errors import UsageError
 from greenadapt.options import PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
+from greenadapt.training.distributed import PRECISIONS
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+POOL_MODES = ("mean", "general", "domain")  # --pool: the mean of both tokenizers' logits, or one tokenizer's
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:

@@ -140,7 +140,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
             save_every=options.save_every, resume=options.resume, save_final=options.save_every is not None or len(options.seeds) > 1
         )
         runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap,
-                      _trackers_named(options.report_to), out, config)
+                      _trackers_named(options.report_to), out, config, model_identity)
         return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp))
 
 
@@ -208,6 +208,7 @@ class _Job:
     report_to: tuple[str, ...] = ()  # trackers, each seed's run its own (greenadapt.training.trackers)
     out: Path | None = None  # where the run folder will be (the trackers' files go beside it)
     tracked: dict[str, Any] = field(default_factory=dict)  # the run's recorded options, the trackers' parameters
+    model_identity: dict[str, Any] = field(default_factory=dict)  # what the stage records of the model: its files, tokenizers too
 
     def run(
         self,
@@ -218,12 +219,9 @@ class _Job:
         train_on: str,
         tmp: Path | None,
     ) -> dict[str, Any]:
-        from greenadapt.runners.finetune.units_cache import tokenizer_files
-
-        tokenizers_on_disk = tokenizer_files(self.ref.path)  # once per run: a walk of the model folder
-        train_units, train_stats = self._units(train_file, tokenizers_on_disk, training=True)
-        dev_units = self._units(dev_file, tokenizers_on_disk)[0] if dev_file else None
-        test_units = self._units(test_file, tokenizers_on_disk)[0] if test_file else None
+        train_units, train_stats = self._units(train_file, training=True)
+        dev_units = self._units(dev_file)[0] if dev_file else None
+        test_units = self._units(test_file)[0] if test_file else None
         if self.gmap is not None:
             from greenadapt.modeling.gmap.wiring import attach_memory
 
@@ -368,8 +366,7 @@ class _Job:
             torch.cuda.empty_cache()
         return metrics, summary
 
-    def _units(self, task_file: TaskFile, tokenizers_on_disk: list[tuple[str, int, int]], *,
-               training: bool = False) -> tuple[list[Unit], dict[str, int]]:
+    def _units(self, task_file: TaskFile, *, training: bool = False) -> tuple[list[Unit], dict[str, int]]:
         """The file's units, tokenized once per process for the same examples, settings and tokenizers."""
         from greenadapt.runners.finetune.units_cache import cached_units, units_key
 
@@ -378,7 +375,7 @@ class _Job:
 
         if self.gmap is not None:  # G-MAP attaches the general model's input to the units: never shared
             return make()
-        key = units_key(self.task.name, task_file.examples, self.settings.to_json(), tokenizers_on_disk, training)
+        key = units_key(self.task.name, task_file.examples, self.settings.to_json(), self.model_identity, training)
         return cached_units(key, make)
 
     def _score_splits(

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from greenadapt.data.settings import FieldSettings
+from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import UsageError
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
-from greenadapt.tasks import tasks_help
+from greenadapt.tasks import task_name, tasks_help
 from greenadapt.training.settings import (
     CompileSettings,
     DeviceSettings,
@@ -26,14 +26,7 @@ if TYPE_CHECKING:
     from greenadapt.options import Run
     from greenadapt.tasks.options import FinetuneOptions
 
-POOLS = ("mean", "general", "domain")
-POOL_HELP = "Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂)."
 
-
-def _task_name(name: str) -> str:
-    from greenadapt.tasks import get_task
-
-    return get_task(name).name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +34,7 @@ class TrainingFileSettings(FieldSettings):
     """How a labelled training file is read (``finetune``, and ``compare`` for every run)."""
 
     file_format: str = option("auto", "--format", panel=INPUT_OUTPUT, help="auto, columns (NER word ... label), jsonl or tsv.")
-    header: str = option("auto", "--header", panel=INPUT_OUTPUT, choices=("auto", "yes", "no"), help="TSV header row: auto, yes or no.")
+    header: str = option("auto", "--header", panel=INPUT_OUTPUT, choices=HEADERS, help="TSV header row: auto, yes or no.")
     entity_type: str | None = option(
         None, "--entity-type", panel=INPUT_OUTPUT, metavar="TYPE",
         help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.")
@@ -55,7 +48,7 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
     positional = ("task", "train")
     run_help = {"out": "Run folder (default: <workdir>/finetune/<data>/<model>)."}
 
-    task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=_task_name, help=f"{tasks_help()} (each with its own defaults, listed below).")
+    task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=task_name, help=f"{tasks_help()} (each with its own defaults, listed below).")
     train: Path = option(REQUIRED, "--train", panel=INPUT_OUTPUT, help="Training file.")
     dev: Path | None = option(None, "--dev", panel=INPUT_OUTPUT,
                               help="Dev file: best-epoch selection (or training data with --train-on train+dev); qa: scored after training.")
@@ -64,7 +57,7 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
     model: str | None = option(None, "--model", "-m", panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
     mix: float | None = option(None, "--mix", panel=TRAINING,
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
-    pool: str | None = option(None, "--pool", panel=EVALUATION, help=POOL_HELP)
+    pool: str | None = option(None, "--pool", panel=EVALUATION, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
     epochs: int | None = option(None, "--epochs", panel=TRAINING, help="Passes over the training data (default: the task's).")
     max_steps: int | None = option(None, "--max-steps", panel=TRAINING, help="Stop after this many optimizer steps (overrides --epochs).")
     batch_size: int | None = option(None, "--batch-size", panel=TRAINING,

@@ -3,7 +3,8 @@ same files with the same model, and a notebook reruns a fine-tuning; each run af
 (3 s for NCBI-disease train+dev with MiniLM on 2 loaded cores).
 
 A run's units are the same when its examples, its task settings and its tokenizers are: the key holds a digest of
-the examples as read, the settings as recorded, and the model folder's tokenizer files (path, size, mtime). The
+the examples as read, the settings as recorded, and the model's identity as the stage records it (an expanded
+folder's manifest, whose checksums cover both tokenizers; another folder's files, sizes and times). The
 units are shared read-only (training reads them; a G-MAP run, which attaches its general model's input to them,
 does not use the cache), and each caller gets its own list.
 """
@@ -13,8 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 KEPT = 6  # train, dev and test of two models: a compare worker alternating between models still hits
@@ -22,19 +22,9 @@ KEPT = 6  # train, dev and test of two models: a compare worker alternating betw
 _UNITS: OrderedDict[str, tuple[list[Any], dict[str, int]]] = OrderedDict()
 
 
-def tokenizer_files(folder: Path) -> list[tuple[str, int, int]]:
-    """What identifies a model folder's tokenizers on disk."""
-    found = []
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and ("tokenizer" in path.name or path.name in ("vocab.txt", "merges.txt", "vocab.json", "spm.model")):
-            stat = path.stat()
-            found.append((str(path.resolve()), stat.st_size, stat.st_mtime_ns))
-    return found
-
-
-def units_key(task: str, examples: list[Any], settings: dict[str, Any], tokenizers: list[tuple[str, int, int]], training: bool) -> str:
+def units_key(task: str, examples: list[Any], settings: dict[str, Any], model: Mapping[str, Any], training: bool) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps([task, settings, tokenizers, training], sort_keys=True, default=str).encode())
+    digest.update(json.dumps([task, settings, model, training], sort_keys=True, default=str).encode())
     for example in examples:
         digest.update(repr(example).encode())
     return digest.hexdigest()
