@@ -41,6 +41,7 @@ class GreenAdaptError(Exception):
         path: str | os.PathLike[str] | None = None,
         line: int | None = None,
     ) -> None:
+        message, hint = scrubbed(message), scrubbed(hint) if hint is not None else None
         super().__init__(message)
         self.message = message
         self.hint = hint
@@ -59,6 +60,14 @@ class GreenAdaptError(Exception):
 
     def __str__(self) -> str:
         return self.one_line()
+
+
+def scrubbed(text: str) -> str:
+    """An error's words without a credential: a refused value may be a URL with ``user:password@`` in it (a config's
+    ``corpus = {url=...}``, ``--train https://...``), and the line is shown, logged and written to run logs."""
+    from greenadapt.redaction import scrub_secrets
+
+    return scrub_secrets(text)
 
 
 class UsageError(GreenAdaptError):

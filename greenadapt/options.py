@@ -240,15 +240,23 @@ def read_config(config: str | os.PathLike[str] | Mapping[str, Any], cls: type[Se
     A file may hold ``{"command": ..., "options": {...}}`` or the options alone; keys are option names
     (``max_length``) or flags (``max-length``). A key no option has, or another command's file, is refused in one line.
     """
+    from greenadapt.structured_text import NestedTooDeeply, check_depth
+
     where = _where(config)
     if isinstance(config, Mapping):
         document = dict(config)
+        try:
+            check_depth(document)
+        except NestedTooDeeply as exc:
+            raise UsageError(f"{where}: {exc}", hint="options are plain values and lists") from None
     else:
         path = Path(where)
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--config {path}: {exc.strerror or exc}", hint="give a run folder's options.json or a TOML file") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"{path}: not UTF-8 text", hint="give a run folder's options.json or a TOML file saved as UTF-8") from None
         document = _parse_config(text, path)
     if "options" in document and isinstance(document["options"], Mapping):
         command = document.get("command")
@@ -259,27 +267,36 @@ def read_config(config: str | os.PathLike[str] | Mapping[str, Any], cls: type[Se
     names = {f.name: f.name for f, _ in declared_fields(cls)}
     names |= {flag.lstrip("-").replace("-", "_"): f.name for f, d in declared_fields(cls) for flag in d.flags if flag.startswith("--")}
     options: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in document.items():
-        name = names.get(str(key).replace("-", "_"))
+        name = names.get(str(key).lstrip("-").replace("-", "_"))
         if name is None:
             raise UsageError(f"{where}: {key!r} is not an option of greenadapt {cls.command}{_suggestion(str(key), names)}",
                              hint=f"see greenadapt {cls.command} --help")
-        options[name] = value
+        if name in options:  # max_length and max-length, or an option and its alias: which one wins is no rule to guess
+            raise UsageError(f"{where}: {spelled[name]!r} and {key!r} both set {name}", hint="give each option once")
+        options[name], spelled[name] = value, str(key)
     return options
 
 
 def _parse_config(text: str, path: Path) -> dict[str, Any]:
+    from greenadapt.structured_text import NestedTooDeeply, loads_json, loads_toml
+
     if path.suffix == ".toml":
         import tomllib
 
         try:
-            return tomllib.loads(text)
+            return loads_toml(text)
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"{path}: not valid TOML ({exc})", hint="fix the file, or give a run folder's options.json") from None
+        except NestedTooDeeply as exc:
+            raise UsageError(f"{path}: {exc}", hint="options are plain values and lists") from None
     try:
-        document = json.loads(text)
+        document = loads_json(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", hint="fix the file, or write it as TOML (.toml)") from None
+    except NestedTooDeeply as exc:
+        raise UsageError(f"{path}: {exc}", hint="options are plain values and lists") from None
     if not isinstance(document, dict):
         raise UsageError(f"{path}: a config file holds an object of options, not {type(document).__name__}")
     return document
@@ -333,7 +350,15 @@ def _coerced(value: Any, hint: Any, declared: Declaration) -> Any:
             return _as(value, member)
         except (TypeError, ValueError):
             continue
+    if declared.parse is not None and _command_line_form(value):
+        # a config file may spell a value as the command line does: models = ["base=bert", "green=models/green"]
+        text = [value] if isinstance(value, str) and typing.get_origin(declared.cli_type) is list else value
+        return _coerced(declared.parse(text), hint, dataclasses.replace(declared, parse=None))
     raise UsageError(f"{declared.flag} must be {_type_words(hint)}, not {value!r}", hint=f"see --help for {declared.flag}")
+
+
+def _command_line_form(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, list | tuple) and all(isinstance(item, str) for item in value))
 
 
 def _as(value: Any, kind: Any) -> Any:

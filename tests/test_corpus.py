@@ -33,6 +33,7 @@ from greenadapt.corpus import (
     resolve_corpus,
     source_identities,
 )
+from greenadapt.redaction import redact_url
 from greenadapt.corpus.recipes import bundled_dir
 from greenadapt.errors import CorpusError
 
@@ -621,7 +622,7 @@ def test_redact_url_forms() -> None:
         "https://host/plain.txt?v=1": "https://host/plain.txt?v=1",
     }
     for url, public in cases.items():
-        redacted = remote.redact_url(url)
+        redacted = redact_url(url)
         assert redacted.public == public
         assert redacted.scrub(f"failed: {url}") == f"failed: {public}"
 

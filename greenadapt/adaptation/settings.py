@@ -14,7 +14,7 @@ from greenadapt.artifacts import kinds
 from greenadapt.adaptation.methods import DEFAULT_METHOD, METHODS, method_help
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
-from greenadapt.corpus.remote import public_specs
+from greenadapt.redaction import public_specs
 from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, option
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
     manifest, damage = read_manifest_checked(folder)
     info: dict[str, Any] = {"path": str(folder.resolve())}
     if manifest is None and damage:
-        info.update(kind=None, manifest=f"manifest.json is {damage}")
+        info.update(kind=None, manifest=f"manifest.json is {damage}", damaged=True)
     elif manifest is None:
         info.update(kind=None, manifest="none (not written by greenadapt)")
     else:

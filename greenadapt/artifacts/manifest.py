@@ -20,6 +20,7 @@ from typing import Any
 
 from greenadapt.artifacts.files import sha256_file
 from greenadapt.errors import OutputExistsError, ResourceError, StageError
+from greenadapt.options import OPTIONS_FILE
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -254,12 +255,19 @@ def parse_manifest(folder: Path) -> tuple[dict[str, Any] | None, str]:
     return manifest, ""
 
 
+# Files greenadapt writes (the manifest lists them, so the folder stays its own) that a user may edit: options.json is
+# the file ``--config`` replays, and README presents it so; what ran is the manifest's own ``options`` section.
+EDITABLE_FILES = (OPTIONS_FILE,)
+
+
 def verify_files(folder: Path, manifest: Mapping[str, Any], *, checksums: bool = True) -> str | None:
     """Return None if every file the manifest vouches for matches, else why not."""
     files = manifest.get("files")
     if not isinstance(files, dict):
         return "the manifest lists no files"
     for rel, meta in files.items():
+        if rel in EDITABLE_FILES:
+            continue
         if not isinstance(meta, dict) or not isinstance(meta.get("size"), int) or not isinstance(meta.get("sha256"), str):
             return f"the manifest's entry for {rel} is damaged (no size and sha256)"
         if rel.startswith("/") or ".." in rel.split("/") or "\\" in rel or not rel:

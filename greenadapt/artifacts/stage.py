@@ -24,7 +24,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -304,34 +304,11 @@ class StageRun:
         return self.out.parent / f".{self.out.name}.lock"
 
     def _acquire_lock(self) -> None:
-        try:
-            handle = open(self.lock_path, "a+")
-        except OSError as exc:
-            raise _resource_error(exc, self.out.parent) from exc
-        flags = fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB
-        try:
-            fcntl.flock(handle, flags)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            if self._looks_up_to_date() and _lock_within(handle, UP_TO_DATE_WAIT_SECONDS, holder, self.out):
-                handle.seek(0)
-                handle.truncate()
-                handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
-                handle.flush()
-                self._lock_handle = handle
-                return
-            handle.close()
-            raise LockedError(
-                f"{holder} is writing this {self.kind} output right now",
-                path=self.out,
-                hint="wait for it to finish, or pass --wait to queue behind it",
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
-        handle.flush()
-        self._lock_handle = handle
+        self._lock_handle = take_output_lock(self.out, self.kind, wait=self.wait, patience=self._patience)
+
+    def _patience(self, handle: Any, holder: str) -> bool:
+        """A run whose output is up to date may wait a little for a holder that is only checking it."""
+        return self._looks_up_to_date() and _lock_within(handle, UP_TO_DATE_WAIT_SECONDS, holder, self.out)
 
     def _looks_up_to_date(self) -> bool:
         """Whether the output there was made with this run's inputs and options (not verified: the holder may be
@@ -345,13 +322,8 @@ class StageRun:
         return manifest.get("fingerprint") in (self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs))
 
     def _release_lock(self) -> None:
-        if self._lock_handle is not None:
-            with contextlib.suppress(OSError):
-                self._lock_handle.seek(0)
-                self._lock_handle.truncate()
-                fcntl.flock(self._lock_handle, fcntl.LOCK_UN)
-            self._lock_handle.close()
-            self._lock_handle = None
+        release_output_lock(self._lock_handle)
+        self._lock_handle = None
 
     def _clean_stale_temporaries(self) -> None:
         # We hold this output's lock, so any temporary of it is a dead run's; only this output's, and only greenadapt's.
@@ -409,6 +381,50 @@ def _through_links(out: Path) -> Path:
     target = out.resolve()
     log.info("%s is a link: writing into %s, the folder it points to", out, target)
     return target
+
+
+def take_output_lock(out: Path, kind: str, *, wait: bool, patience: Callable[[Any, str], bool] | None = None) -> Any:
+    """The lock of the output ``out`` (``.<name>.lock`` beside it; the kernel lets it go when the holder dies): taken, or
+    queued for with ``wait``, else a :class:`LockedError` naming the holder (exit 75). ``patience(handle, holder)`` may
+    still take a busy lock (True). Returns the open handle, for :func:`release_output_lock`."""
+    lock_path = out.parent / f".{out.name}.lock"
+    try:
+        handle = open(lock_path, "a+")
+    except OSError as exc:
+        raise _resource_error(exc, out.parent) from exc
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        if patience is None or not patience(handle, holder):
+            handle.close()
+            raise LockedError(f"{holder} is writing this {kind} output right now", path=out,
+                              hint="wait for it to finish, or pass --wait to queue behind it") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
+    handle.flush()
+    return handle
+
+
+def release_output_lock(handle: Any) -> None:
+    if handle is not None:
+        with contextlib.suppress(OSError):
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+@contextlib.contextmanager
+def output_lock(out: Path, kind: str, *, wait: bool) -> Iterator[None]:
+    """:func:`take_output_lock` for a block: one writer of ``out`` at a time (compare's folder, for a whole comparison)."""
+    handle = take_output_lock(out, kind, wait=wait)
+    try:
+        yield
+    finally:
+        release_output_lock(handle)
 
 
 def _lock_within(handle: Any, seconds: float, holder: str, out: Path) -> bool:

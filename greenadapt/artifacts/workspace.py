@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from greenadapt.artifacts.manifest import canonical_json
 from greenadapt.artifacts.pretrained import slugify
 from greenadapt.errors import StageError, UsageError
+from greenadapt.redaction import KEY_PAIR_SCHEMES, URL_RE
 
 WORKDIR_ENV = "GREENADAPT_WORKDIR"
 DEFAULT_WORKDIR = "greenadapt-work"
@@ -37,7 +37,6 @@ def workdir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(env) if env else Path(DEFAULT_WORKDIR)
 
 
-URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # a corpus spec with a scheme: hashed as written
 
 
 def corpus_key(specs: Sequence[str], *, as_given: bool = False) -> str:
@@ -78,9 +77,6 @@ def corpus_folder(root: Path, specs: Sequence[str]) -> Path:
     return folder
 
 
-# Object stores whose URLs carry a key pair before the bucket (s3://KEY:SECRET@bucket/key, as smart_open reads them):
-# the secret may hold "/", so their credentials run to the last "@".
-KEY_PAIR_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "azure", "abfs", "abfss")
 
 
 def without_credentials(spec: str) -> str:

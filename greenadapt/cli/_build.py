@@ -22,13 +22,17 @@ from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, progr
 from greenadapt.options import RUN_CONTROL, RUN_OPTIONS, Declaration, Settings, declared_fields, required
 
 _OUTPUT_FLAGS = ("as_json", "quiet", "verbose")
+_NEGATED = "no__"  # the parameter of an option's hidden --no- form
 
 
-def config_option(command: str) -> Any:
+def config_option(settings_class: type[Settings]) -> Any:
+    names = {field.name for field, _ in declared_fields(settings_class)}
+    # the example overrides an option this command has (compare, predict and evaluate take no --seed)
+    override = " --seed 2" if "seed" in names else " --out runs/y" if "out" in settings_class.run_options else ""
     return typer.Option(
         None, "--config", metavar="FILE", rich_help_panel=RUN_CONTROL,
-        help=f"Start from a config file: a run folder's options.json (or the folder) or a TOML file of option = value; "
-             f"options given here override it (greenadapt {command} --config runs/x --seed 2).")
+        help=f"Start from a config file: a run folder's options.json (or the folder) or a TOML file of option = value; options "
+             f"given here override it, --no-FLAG turns off a flag it set (greenadapt {settings_class.command} --config runs/x{override}).")
 
 
 def declared_command(
@@ -55,20 +59,32 @@ def declared_command(
     declared = {field.name: declaration for field, declaration in declared_fields(settings_class)}
     hints = typing.get_type_hints(settings_class)
     parameters = [_parameter(field, declaration, hints[field.name]) for field, declaration in declared_fields(settings_class)]
+    # --no-cuda-graphs: a true flag a --config file gave is turned off on the command line (hidden: --config's help says so)
+    negated = {_NEGATED + field.name: field.name for field, declaration in declared_fields(settings_class)
+               if hints[field.name] is bool and declaration.flags[0].startswith("--")}
+    parameters += [_keyword(name, bool, typer.Option(False, f"--no-{declared[field].flags[0][2:]}", hidden=True, rich_help_panel=declared[field].panel or RUN_CONTROL)) for name, field in negated.items()]
     for run_name in settings_class.run_options:
         kind, declaration = RUN_OPTIONS[run_name]
         help_text = settings_class.run_help.get(run_name, declaration.help)
         if run_name == "out" and settings_class.out_required:
             help_text += " (required)"
         parameters.append(_keyword(run_name, kind, _option(False if kind is bool else None, dataclasses.replace(declaration, help=help_text))))
-    parameters.append(_keyword("config", Path | None, config_option(name)))
+    parameters.append(_keyword("config", Path | None, config_option(settings_class)))
     parameters += [_keyword(flag, bool, default) for flag, default in zip(_OUTPUT_FLAGS, (JsonOption, QuietOption, VerboseOption), strict=True)]
 
     def command(**values: Any) -> None:
         setup_logging(quiet=values["quiet"], verbose=values["verbose"])
         if check is not None:
             check(values)
-        given = {key: _parsed(value, declared.get(key)) for key, value in values.items() if key not in _OUTPUT_FLAGS and key != "config" and _given(key)}
+        given = {key: _parsed(value, declared.get(key)) for key, value in values.items()
+                 if key not in _OUTPUT_FLAGS and key != "config" and key not in negated and _given(key)}
+        for negation, name in negated.items():
+            if values[negation]:
+                if given.get(name):
+                    from greenadapt.errors import UsageError
+
+                    raise UsageError(f"{declared[name].flags[0]} and --no-{declared[name].flags[0][2:]} were both given", hint="give one")
+                given[name] = False
         with progress_for(values["quiet"]) as progress:
             result = api_function(config=values["config"], progress=progress, **given)
         show(result, values["as_json"])

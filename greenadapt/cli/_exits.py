@@ -178,6 +178,9 @@ def _usage_error_line(exc: Exception) -> str:
 
 
 def _fail(message: str, code: int) -> None:
+    from greenadapt.errors import scrubbed
+
+    message = scrubbed(message)  # an internal error's text is a library's, and may quote a URL with its password
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     sys.exit(code)

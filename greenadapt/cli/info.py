@@ -27,8 +27,10 @@ def info_command(
     info = describe_folder(path, check_files=check)
     sys.stdout.write((json.dumps(info, indent=2, default=str) if as_json else render(info)) + "\n")
     sys.stdout.flush()
-    if check and not info["check"]["ok"]:
-        from greenadapt.errors import StageError
+    from greenadapt.errors import StageError
 
-        # The description is printed either way; the exit status tells a script the check failed (README: 4, corrupt).
+    # The description is printed either way; the exit status tells a script the folder is corrupt (README: 4).
+    if check and not info["check"]["ok"]:
         raise StageError(f"--check failed: {info['check']['problem']}", path=path, hint="rerun the command that wrote it with --force")
+    if info.get("damaged"):
+        raise StageError(str(info["manifest"]), path=path, hint="rerun the command that wrote it with --force")

@@ -9,13 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.comparison.recipe import CompareOptions
+from greenadapt.comparison.recipe import ENSEMBLE_SEED_STRIDE, CompareOptions
 
 
 log = logging.getLogger(__name__)
-
-# Member j > 0 of an ensemble trains with seed + j * stride: a seed of its own, never another seed's first member.
-ENSEMBLE_SEED_STRIDE = 100_000
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,13 @@ RESULT_FILE = kinds.COMPARE_RESULT
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-_RUN_ENTRY = re.compile(r"^\.?seed-[0-9]+(\.log|\.checkpoint|\.lock|\.ensemble\.json|\..*\.tmp|-.*)?$")
+# What compare, finetune and its stages write in a model's folder for a seed's run (``seed-1``, ``seed-1-member-2``):
+# the run, its log, checkpoints and lock, an ensemble's scores, and the temporaries of a run cut short (a stage's
+# ``.seed-1.tmp-PID-HEX`` or ``.old-``, an atomic write's ``.<file>.greenadapt-HEX.tmp``).
+_RUN = r"seed-[0-9]+(-member-[0-9]+)?"
+_RUN_ENTRY = re.compile(rf"^\.?{_RUN}(\.log|\.checkpoint|\.lock|\.ensemble\.json|\.(tmp|old)-[0-9]+-[0-9a-f]{{8}}"
+                        rf"|(\.log|\.ensemble\.json)\.greenadapt-[0-9a-f]{{8}}\.tmp)?$")
+TRACKER_FOLDER = "tensorboard"  # compare --report-to tensorboard: <model>/tensorboard/seed-<s>/seed-<s>/events.out.tfevents.*
 
 
 def check_compare_folder(out: Path) -> None:
@@ -47,11 +53,28 @@ def check_compare_folder(out: Path) -> None:
             continue  # adapt's folders (--adapt-methods); adapt checks what it replaces there itself
         elif entry.is_dir() and not entry.is_symlink() and MODEL_NAME.match(entry.name):
             for run in entry.iterdir():
+                if run.name == TRACKER_FOLDER and _tensorboard_events_only(run):
+                    continue
                 is_run_folder = run.is_dir() and not run.is_symlink() and not run.name.endswith(".checkpoint")
                 if not _RUN_ENTRY.match(run.name) or (is_run_folder and not written_by_greenadapt(run)):
                     refuse(run, "it holds files greenadapt did not write")
         elif not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".lock"))):
             refuse(entry, "it holds files greenadapt did not write")
+
+
+def _tensorboard_events_only(folder: Path) -> bool:
+    """Whether ``folder`` holds only what ``--report-to tensorboard`` writes there: a folder per run and seed of event files."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    for run in folder.iterdir():
+        if run.is_symlink() or not run.is_dir() or not re.fullmatch(_RUN, run.name):
+            return False
+        for seed in run.iterdir():
+            if seed.is_symlink() or not seed.is_dir() or not re.fullmatch(r"seed-[0-9]+", seed.name):
+                return False
+            if any(event.is_symlink() or not event.is_file() or not event.name.startswith("events.out.tfevents.") for event in seed.iterdir()):
+                return False
+    return True
 
 
 def recorded_base_model(spec: str) -> str | None:

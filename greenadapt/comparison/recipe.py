@@ -13,6 +13,9 @@ from greenadapt.tasks import get_task
 
 TASKS = tuple(name for name, task in FINETUNE_TASKS.items() if task.finetunes)
 MAX_ENSEMBLE = 16  # members of one ensemble at most
+# Member j > 0 of an ensemble trains with seed + j * stride: a seed of its own, never one of the comparison's seeds
+# (CompareOptions.check refuses seeds that would make one).
+ENSEMBLE_SEED_STRIDE = 100_000
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class CompareOptions:
     bootstrap_seed: int = 0
     save_every: int | None = 100
     force: bool = False
+    wait: bool = False  # another compare on the same out: queue behind it (else exit 75 at once)
     corpus: tuple[str, ...] = ()  # with adapt_methods: adapt the baseline model to this corpus once per method
     adapt_methods: tuple[str, ...] = ()  # each becomes a variant named after its method (adapt's stages, reused)
     workdir: Path | None = None  # where adapt keeps its w2v and align stages
@@ -103,6 +107,7 @@ class CompareOptions:
                 raise UsageError("--ensemble is for NER and classification", hint="compare question answering one model per seed")
         if len(dict(self.ensembles)) != len(self.ensembles):
             raise UsageError("--ensemble names one model twice", hint="give each NAME=N once")
+        self._check_member_seeds()
         if self.comparator is not None and self.comparator == self.baseline:
             raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
@@ -123,6 +128,20 @@ class CompareOptions:
 
             resolve_corpus(list(self.corpus))
 
+
+    def _check_member_seeds(self) -> None:
+        """An ensemble member's seed is in range and none is a seed of the comparison (the same run under two names)."""
+        from greenadapt.defaults import check_seed
+
+        largest = max((size for _, size in self.ensembles), default=1)
+        for seed in self.seeds:
+            for member in range(1, largest):
+                train_seed = seed + member * ENSEMBLE_SEED_STRIDE
+                if train_seed in self.seeds:
+                    raise UsageError(f"--seeds has {seed} and {train_seed}: member {member + 1} of seed {seed}'s ensemble trains with seed "
+                                     f"{train_seed} (seed + {member} x {ENSEMBLE_SEED_STRIDE:,}), the same run as seed {train_seed}",
+                                     hint=f"choose seeds below {ENSEMBLE_SEED_STRIDE:,}")
+                check_seed(train_seed, option=f"--seeds {seed} (member {member + 1} trains with {train_seed})")
 
     def _check_recipe(self) -> None:
         """finetune's options that compare passes to every run."""

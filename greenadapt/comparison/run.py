@@ -133,6 +133,20 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
             log.info("the baseline: %s, the model %s was made from (its manifest says so)", base, options.models[0][0])
             options = replace(options, models=((name, base), *options.models))
     options.check()
+    from greenadapt.artifacts.stage import output_lock
+
+    if options.report_to:
+        from greenadapt.training.trackers import probe_trackers
+
+        probe_trackers(options.report_to)
+
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    with output_lock(options.out, "compare", wait=options.wait):  # one compare per folder: a second one's workers would take its runs
+        return _compare_locked(options, finetune, progress, adapt)
+
+
+def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progress: Progress,
+                    adapt: Callable[..., Any] | None) -> CompareResult:
     started = time.monotonic()
     if options.adapt_methods:
         options = _with_adapted_variants(options, adapt, progress)
@@ -381,7 +395,7 @@ def _compare_options(settings: CompareSettings, run: RunContext) -> CompareOptio
         task=settings.task, train=settings.train, test=settings.test, models=settings.models, out=run.out or Path(), dev=settings.dev, seeds=settings.seeds,
         against=settings.against, comparator=settings.comparator, epochs=settings.epochs, batch_size=settings.batch_size, lr=settings.lr,
         max_length=settings.max_length, device=settings.device, parallel=settings.parallel, replicates=settings.bootstrap, bootstrap_seed=settings.bootstrap_seed,
-        save_every=settings.save_every, force=run.force, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
+        save_every=settings.save_every, force=run.force, wait=run.wait, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
         ensembles=settings.ensembles, entity_type=settings.entity_type, max_steps=settings.max_steps, precision=settings.precision,
         pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to,
     )

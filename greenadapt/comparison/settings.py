@@ -7,13 +7,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from greenadapt.errors import UsageError
-from greenadapt.corpus.remote import public_specs
+from greenadapt.redaction import public_specs
+from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
 from greenadapt.tasks import task_name
 from greenadapt.training.settings import DeviceSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
 
 if TYPE_CHECKING:
     pass
+
+
+# Replicates × test examples row indices are held at once: 100,000 × 10,000 sentences is 8 GB. 1,000 is the usual.
+MAX_BOOTSTRAP = 100_000
 
 
 def parse_models(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -45,8 +50,9 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
 
     command = "compare"
     positional = ("task", "train", "test", "models")
-    run_options = ("workdir", "out", "force")
-    run_help = {"out": "The compare folder (one finetune run per model and seed; compare.json).", "force": "Redo every fine-tuning."}
+    run_options = ("workdir", "out", "force", "wait")
+    run_help = {"out": "The compare folder (one finetune run per model and seed; compare.json).", "force": "Redo every fine-tuning.",
+                "wait": "If another compare is writing the same --out, wait for it instead of failing (exit 75)."}
     out_required = True
 
     task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=task_name, help="ner, classify or qa.")
@@ -62,8 +68,8 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
                                  help="The baseline the others are paired with (default: the first --model).")
     comparator: str | None = option(None, "--comparator", panel=EVALUATION, metavar="NAME",
                                     help="A variant (e.g. DAPT) whose gain the others' gains are a share of.")
-    epochs: int | None = option(None, "--epochs", panel=TRAINING, minimum=1, help="Epochs (default: the task's).")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, help="Stop every fine-tuning after this many optimizer steps.")
+    epochs: int | None = option(None, "--epochs", panel=TRAINING, maximum=MAX_EPOCHS, minimum=1, help="Epochs (default: the task's).")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, maximum=MAX_STEPS, minimum=1, help="Stop every fine-tuning after this many optimizer steps.")
     entity_type: str | None = option(None, "--entity-type", panel=INPUT_OUTPUT, metavar="TYPE",
                                      help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), as finetune does.")
     batch_size: int | None = option(None, "--batch-size", panel=TRAINING, minimum=1, help="Examples per optimizer step (default: the task's).")
@@ -71,7 +77,8 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Wordpieces per sequence (default: the task's).")
     parallel: int = option(1, "--parallel", panel=PERFORMANCE, minimum=1,
                            help="Fine-tunings at once: N worker processes, each with its share of the cores, each training run after run.")
-    bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, help="Paired bootstrap replicates over test examples.")
+    bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, maximum=MAX_BOOTSTRAP,
+                            help="Paired bootstrap replicates over test examples (each holds a row per test example: memory grows with both).")
     bootstrap_seed: int = option(0, "--bootstrap-seed", panel=EVALUATION, help="Seed of the bootstrap's resampling.")
     save_every: int | None = option(100, "--save-every", panel=RUN_CONTROL, minimum=1,
                                     help="Checkpoint every N steps, so an interrupted compare resumes.")

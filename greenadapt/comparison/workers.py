@@ -14,6 +14,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -44,16 +46,39 @@ class Outcome:
     worker: int  # the process id that trained it
 
 
-def _start_worker(threads: int) -> None:
-    """In each worker, before torch is imported: its share of the cores."""
+# How often a worker looks whether compare is still there, and how long a run stopped by its parent's death may take
+# to save its checkpoint before the worker ends regardless.
+PARENT_POLL_S = 0.5
+ORPHAN_GRACE_S = 120.0
+
+
+def _start_worker(threads: int, parent: int) -> None:
+    """In each worker, before torch is imported: its share of the cores, and an end when compare's process ends."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = str(threads)
+    threading.Thread(target=_end_with_parent, args=(parent,), name="greenadapt-orphan-watch", daemon=True).start()
     import torch
 
     torch.set_num_threads(threads)
 
 
-def train_one(finetune: Callable[..., Any], job: Job) -> Outcome:
+def _end_with_parent(parent: int) -> None:
+    """A worker outlives a compare killed with SIGKILL: nothing tells it (its task queue's writing end is its own too), so
+    it would train on, holding run locks and the output pipe. Once its parent is gone: SIGTERM to itself, which a
+    training run honours by saving a checkpoint (the rerun resumes from it) and anything else by ending; then an exit
+    after :data:`ORPHAN_GRACE_S` whatever it is doing."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(ORPHAN_GRACE_S)
+    os._exit(143)
+
+
+def _orphaned(parent: int) -> bool:
+    return os.getppid() != parent
+
+
+def train_one(finetune: Callable[..., Any], job: Job, parent: int | None = None) -> Outcome:
     """In a worker: ``finetune(**job.arguments)`` (the API's function, passed by its caller: this module sits below
     the API), its log lines (INFO and up) written to ``job.log_file``."""
     from greenadapt.errors import EXIT_INTERNAL, GreenAdaptError
@@ -77,6 +102,8 @@ def train_one(finetune: Callable[..., Any], job: Job) -> Outcome:
     finally:
         package.removeHandler(handler)
         handler.close()
+        if parent is not None and _orphaned(parent):  # nobody will read the outcome or send another run
+            os._exit(143)
 
 
 def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, threads: int,
@@ -90,8 +117,8 @@ def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, th
     outcomes: list[Outcome] = []
     context = multiprocessing.get_context("spawn")
     executor = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=context,
-                                   initializer=_start_worker, initargs=(threads,))
-    pending: dict[Future[Outcome], Job] = {executor.submit(train_one, finetune, job): job for job in jobs}
+                                   initializer=_start_worker, initargs=(threads, os.getpid()))
+    pending: dict[Future[Outcome], Job] = {executor.submit(train_one, finetune, job, os.getpid()): job for job in jobs}
     try:
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -30,6 +30,7 @@ from typing import Any
 from greenadapt.corpus.formats import DEFAULT_TEXT_FIELDS, FORMATS, format_for_name
 from greenadapt.corpus.source import CorpusSource
 from greenadapt.errors import CorpusError
+from greenadapt.structured_text import NestedTooDeeply, loads_toml
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,9 @@ def load_recipe(path: Path) -> Recipe:
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = loads_toml(path.read_text(encoding="utf-8"))
+    except NestedTooDeeply as exc:
+        raise CorpusError(f"recipe {exc}", path=path, hint="a recipe is a flat [corpus] table") from None
     except OSError as exc:
         raise CorpusError(f"cannot read recipe: {exc.strerror or exc}", path=path) from None
     except UnicodeDecodeError:

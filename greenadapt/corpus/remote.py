@@ -16,26 +16,14 @@ from __future__ import annotations
 import io
 import logging
 import re
-import threading
 import time
-import urllib.parse
-from dataclasses import dataclass, field
 from typing import Any
 
-from greenadapt.artifacts.workspace import URL_RE
 from greenadapt.errors import CorpusError
+from greenadapt.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
-
-# Query parameters whose value is a secret.
-_SECRET_PARAM = re.compile(
-    r"signature|token|credential|secret|password|passwd|api[-_]?key|access[-_]?key|^sig$|^key$|^auth(orization)?$",
-    re.IGNORECASE,
-)
-# Parameters that only make sense next to a signature (they change at every
-# re-signing); dropped with it so the public URL names the object, not the grant.
-_SIGNING_PARAM = re.compile(r"^(x-amz-|x-goog-)|^(expires|awsaccesskeyid|sv|ss|srt|sp|se|st|spr|skoid|sktid)$", re.IGNORECASE)
 
 # Tunables, module-level so tests can shorten them.
 HTTP_RETRIES = 3
@@ -44,107 +32,6 @@ HTTP_TIMEOUT_S = (15.0, 60.0)  # connect, read
 HEAD_TIMEOUT_S = 5.0
 _PROGRESS_RESETS_RETRIES = 1 << 20  # a MiB read since the last failure earns fresh retries
 _CHUNK = 1 << 20
-
-
-def is_url(spec: str) -> bool:
-    return bool(URL_RE.match(spec))
-
-
-@dataclass(frozen=True)
-class RedactedUrl:
-    public: str  # safe to store and show
-    full: str = field(repr=False)  # the URL as given, credentials included
-    secrets: tuple[str, ...] = field(default=(), repr=False)  # substrings never to be shown
-
-    def scrub(self, text: str) -> str:
-        """``text`` with the full URL shown as its public form and every other secret as ``***``."""
-        if self.full != self.public:
-            text = text.replace(self.full, self.public)
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            if len(secret) >= 3:
-                text = text.replace(secret, "***")
-        return text
-
-
-def public_specs(specs: Any) -> Any:
-    """Corpus specs as they may be written down (options.json, a manifest): each URL without its credentials or signature."""
-    if specs is None:
-        return None
-    return tuple(redact_url(spec).public if is_url(spec) else spec for spec in specs)
-
-
-def redact_url(url: str) -> RedactedUrl:
-    from greenadapt.artifacts.workspace import KEY_PAIR_SCHEMES
-
-    parts = urllib.parse.urlsplit(url)
-    scheme, _, rest = url.partition("://")
-    if scheme.lower() in KEY_PAIR_SCHEMES and "@" in rest.split("?")[0]:
-        # s3://KEY:SECRET@bucket/key: an AWS secret often holds "/", which urlsplit takes for the path's start.
-        userinfo, _, located = rest.split("?")[0].rpartition("@")
-        query = parts.query
-        parts = urllib.parse.urlsplit(f"{scheme}://{located}" + (f"?{query}" if query else ""))
-        parts = parts._replace(netloc=f"{userinfo}@{parts.netloc}")
-    secrets: list[str] = []
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user, _, password = userinfo.partition(":")
-        secrets += [userinfo, urllib.parse.unquote(userinfo)]
-        secrets += [s for s in (password, urllib.parse.unquote(password)) if s]
-        # A bare user (no password) is often the whole secret, e.g. a token as user name.
-        secrets += [s for s in (user, urllib.parse.unquote(user)) if s]
-        _register_log_secrets(list(secrets))
-        netloc = hostport
-    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    signed = any(_SECRET_PARAM.search(name) for name, _ in pairs)
-    kept = []
-    for name, value in pairs:
-        if _SECRET_PARAM.search(name) or (signed and _SIGNING_PARAM.search(name)):
-            if value:
-                secrets += [value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)]
-                if _SECRET_PARAM.search(name):  # not X-Amz-Date, Expires...: those are no secret, and short
-                    _register_log_secrets([value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)])
-            continue
-        kept.append((name, value))
-    if not secrets:
-        return RedactedUrl(url, url)  # nothing to hide: keep the URL exactly as given
-    query = urllib.parse.urlencode(kept)
-    public = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-    return RedactedUrl(public, url, tuple(dict.fromkeys(s for s in secrets if s)))
-
-
-# --------------------------------------------------------------------------
-# Log records: libraries log request lines (urllib3 at DEBUG: "GET /path?query"),
-# so every secret seen in a URL is scrubbed from every record, whatever logger.
-
-_LOG_SECRETS: set[str] = set()
-_LOG_LOCK = threading.Lock()
-_previous_factory: Any = None
-
-
-def _register_log_secrets(values: list[str]) -> None:
-    global _previous_factory
-    values = [v for v in values if v and len(v) >= 3]
-    if not values:
-        return
-    with _LOG_LOCK:
-        _LOG_SECRETS.update(values)
-        if _previous_factory is None:
-            _previous_factory = logging.getLogRecordFactory()
-            logging.setLogRecordFactory(_scrubbing_record_factory)
-
-
-def _scrubbing_record_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-    record = _previous_factory(*args, **kwargs)
-    try:
-        message = record.getMessage()
-    except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
-        return record
-    if any(secret in message for secret in _LOG_SECRETS):
-        for secret in sorted(_LOG_SECRETS, key=len, reverse=True):
-            message = message.replace(secret, "***")
-        record.msg, record.args = message, ()
-    return record
 
 
 def head(url: str) -> dict[str, Any]:

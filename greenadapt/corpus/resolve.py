@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from greenadapt.corpus import remote
+from greenadapt.redaction import is_url, redact_url
 from greenadapt.corpus.formats import DEFAULT_TEXT_FIELDS, check_supported_name, format_for_name
 from greenadapt.corpus.recipes import NAME_RE, available_corpora, find_recipe, recipe_dirs
 from greenadapt.corpus.source import CorpusSource
@@ -63,7 +63,7 @@ def _resolve_one(spec: str, fields: tuple[str, ...] | None) -> list[CorpusSource
     if not spec:
         raise CorpusError("empty --corpus value", hint="pass a corpus name, a file, a folder, a glob or a URL")
     default_fields = fields or DEFAULT_TEXT_FIELDS
-    if remote.is_url(spec):
+    if is_url(spec):
         if spec.lower().startswith("file://"):
             import urllib.parse
             import urllib.request
@@ -98,7 +98,7 @@ def _resolve_one(spec: str, fields: tuple[str, ...] | None) -> list[CorpusSource
 def _url_source(url: str, fields: tuple[str, ...]) -> CorpusSource:
     import urllib.parse
 
-    redacted = remote.redact_url(url)
+    redacted = redact_url(url)
     name = urllib.parse.urlsplit(redacted.public).path.rstrip("/").rsplit("/", 1)[-1]
     check_supported_name(name, redacted.public)
     return CorpusSource(url, format_for_name(name) or "text", fields)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from greenadapt.redaction import is_url, redact_url
 from greenadapt.corpus import remote
 from greenadapt.corpus.formats import (
     DEFAULT_TEXT_FIELDS,
@@ -56,8 +57,8 @@ class CorpusSource:
         object.__setattr__(self, "text_fields", tuple(self.text_fields))
         if not self.text_fields and self.format in ("jsonl", "csv", "tsv"):
             raise CorpusError("no text field given", path=self.display, hint="pass --text-field NAME")
-        if remote.is_url(self.uri):
-            redacted = remote.redact_url(self.uri)
+        if is_url(self.uri):
+            redacted = redact_url(self.uri)
             if redacted.public != self.uri:
                 object.__setattr__(self, "_access_uri", self._access_uri or self.uri)
                 object.__setattr__(self, "uri", redacted.public)
@@ -69,7 +70,7 @@ class CorpusSource:
     # -- what it is -------------------------------------------------------------
     @property
     def is_url(self) -> bool:
-        return remote.is_url(self.uri)
+        return is_url(self.uri)
 
     @property
     def display(self) -> str:
@@ -96,7 +97,7 @@ class CorpusSource:
 
     def scrub(self, text: str) -> str:
         """``text`` with any credential of this source's URL hidden (for messages)."""
-        return remote.redact_url(self._access_uri).scrub(text) if self._access_uri else text
+        return redact_url(self._access_uri).scrub(text) if self._access_uri else text
 
     def _head(self) -> dict[str, Any]:
         if not self._head_cache and self.scheme in ("http", "https"):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from greenadapt.errors import DataError, UsageError
+from greenadapt.structured_text import NestedTooDeeply, loads_json
 from greenadapt.data.settings import HEADERS
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,6 @@ PAIR_NAMES = ("text_b", "sentence2", "#2 String", "hypothesis", "question2")
 LABEL_NAMES = ("label", "Quality", "gold_label", "labels")
 NER_TOKEN_NAMES = ("tokens", "words")
 NER_TAG_NAMES = ("tags", "ner_tags", "labels")
-
 
 
 @dataclass(frozen=True)
@@ -242,16 +242,18 @@ def _read_ner_columns(path: Path) -> TaskFile:
     return TaskFile(path, "columns", sentences, bool(labelled), {})
 
 
+_SCHEME_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")
+MAX_ENTITY_TYPE = 64  # a type names a kind of thing (Disease); every label and prediction repeats it
+
+
 def check_entity_type(entity_type: str | None) -> None:
-    if entity_type is not None and (not entity_type or any(c.isspace() for c in entity_type)):
-        raise UsageError(f"--entity-type {entity_type!r} must be one word", hint="e.g. --entity-type Disease")
+    if entity_type is not None and (not entity_type or len(entity_type) > MAX_ENTITY_TYPE or any(c.isspace() for c in entity_type)):
+        shown = repr(entity_type) if len(entity_type) <= MAX_ENTITY_TYPE else f"of {len(entity_type):,} characters"
+        raise UsageError(f"--entity-type {shown} must be one word of at most {MAX_ENTITY_TYPE} characters", hint="e.g. --entity-type Disease")
     if entity_type is not None and (entity_type == "O" or entity_type[:2].upper() in _SCHEME_PREFIXES):
         bare = entity_type[2:] if entity_type != "O" else "Disease"
         raise UsageError(f"--entity-type {entity_type!r} is a label, not a type: labels would read B-{entity_type}",
                          hint=f"name the type alone, e.g. --entity-type {bare or 'Disease'}")
-
-
-_SCHEME_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")
 
 
 def typed_sentence(sentence: NerSentence, entity_type: str) -> NerSentence:
@@ -291,9 +293,11 @@ def json_objects(lines: Iterable[tuple[int, str]], path: Path) -> Iterator[tuple
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_json(line, max_depth=None)
         except json.JSONDecodeError as exc:
             raise DataError(f"not valid JSON ({exc.msg})", path=path, line=number, hint="one JSON object per line") from None
+        except NestedTooDeeply:
+            raise DataError("a JSON line nested too deeply to be a record", path=path, line=number, hint="one flat JSON object per line") from None
         if not isinstance(obj, dict):
             raise DataError("a JSON line that is not an object", path=path, line=number, hint="one JSON object per line")
         yield number, obj

@@ -21,7 +21,7 @@ import numpy as np
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.destination import check_prediction_output
 from greenadapt.artifacts.manifest import MANIFEST, load_stage, read_manifest
-from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
+from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, TokenizerPair, load_tokenizers
 from greenadapt.artifacts.pretrained import quiet_transformers
 from greenadapt.artifacts.stage import resource_errors
 from greenadapt.data.predictions import write_predictions
@@ -84,10 +84,7 @@ class FinetunedModel:
 
 def pooling_mode(pool: str, tokenizers: TokenizerPair, folder: Path) -> str:
     """The pooling mode ``--pool`` means for a model: one with a single tokenizer has only ``general``."""
-    check_pool(pool)
-    if pool == "domain" and not tokenizers.has_domain:
-        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
-    return pool if tokenizers.has_domain else "general"
+    return ensemble_mode(pool, tokenizers.has_domain, folder)
 
 
 def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto", general_model: str | None = None) -> FinetunedModel:
@@ -248,25 +245,44 @@ def label_file_by_mode(
     """:func:`label_file` under each pooling mode of ``modes`` (None: ``options.pool``; ``()``: every mode the
     first model has), from one pass per tokenizer and member."""
     check_ensemble(founds)
+    # An ensemble's modes are those of its members together, and each member pools a mode the way it can (a plain
+    # model's one view serves every mode): the answer never depends on the order the members are named in.
+    any_domain = any(has_domain_tokenizer(folder) for folder, _ in founds)
+    headline = ensemble_mode(options.pool, any_domain, founds[0][0])
+    every = POOL_MODES if any_domain else ("general",)
+    wanted = [headline] if modes is None else [ensemble_mode(m, any_domain, founds[0][0]) for m in modes or every]
     request: PredictionRequest | None = None
     totals: dict[str, np.ndarray] = {}
     for folder, settings in founds:
         opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model)
-        mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder, pool=options.pool,
+        own = {mode: mode if opened.tokenizers.has_domain else "general" for mode in wanted}
+        mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder, pool=headline if opened.tokenizers.has_domain else "general",
                                    ignore_labels=ignore_labels, reader_overrides=reader_overrides)
-        if request is None:
-            every = POOL_MODES if opened.tokenizers.has_domain else ("general",)
-            wanted = [mine.mode] if modes is None else [pooling_mode(m, opened.tokenizers, folder) for m in modes or every]
-        logits = opened.logits_by_mode(mine.units, mine.task_file.examples, wanted, batch_size=options.batch_size, precision=options.precision)
+        computed = opened.logits_by_mode(mine.units, mine.task_file.examples, sorted(set(own.values())), batch_size=options.batch_size,
+                                         precision=options.precision)
+        logits = {mode: computed[own[mode]] for mode in wanted}
         if len(founds) == 1:
             return mine, logits
-        request = request or mine
+        request = request or replace(mine, mode=headline)
         for mode in wanted:
             probabilities = softmax(np.asarray(logits[mode], dtype=np.float64))
             totals[mode] = probabilities if mode not in totals else totals[mode] + probabilities
         del opened
     assert request is not None and totals
     return request, {mode: np.log(np.maximum(total / len(founds), np.finfo(np.float64).tiny)) for mode, total in totals.items()}
+
+
+def has_domain_tokenizer(folder: Path) -> bool:
+    """Whether a model folder has two tokenizers (its general one in ``general-tokenizer/``), without loading them."""
+    return (Path(folder) / GENERAL_TOKENIZER_DIR).is_dir()
+
+
+def ensemble_mode(pool: str, any_domain: bool, folder: Path) -> str:
+    """The pooling mode ``--pool`` means for models of which ``any_domain`` says whether one has a domain tokenizer."""
+    check_pool(pool)
+    if pool == "domain" and not any_domain:
+        raise UsageError("--pool domain needs a model with a domain tokenizer", path=folder, hint="use --pool general")
+    return pool if any_domain else "general"
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

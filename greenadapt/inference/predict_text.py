@@ -47,6 +47,7 @@ from greenadapt.data.settings import HEADERS
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.structured_text import NestedTooDeeply, loads_json
 
 if TYPE_CHECKING:
     from greenadapt.inference.settings import PredictSettings
@@ -98,9 +99,9 @@ def detect_format(task: str, head: list[str], requested: str = "auto", text_fiel
         if not get_task(task).finds_entities:
             return "training-jsonl"
         try:
-            obj = json.loads(first) if first else {}
-        except json.JSONDecodeError:
-            return "jsonl"
+            obj = loads_json(first, max_depth=None) if first else {}
+        except (json.JSONDecodeError, NestedTooDeeply):
+            return "jsonl"  # the JSON-lines reader names the line
         keys = (text_field,) if text_field else NER_TOKEN_NAMES
         return "training-jsonl" if isinstance(obj, dict) and any(isinstance(obj.get(k), list) for k in keys) else "jsonl"
     if not lines:

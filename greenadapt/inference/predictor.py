@@ -59,13 +59,16 @@ class _Labeller:
     """
 
     def __init__(self, opened: Any, *, pool: str, batch_size: int, precision: str) -> None:
+        from greenadapt.inference.labelling import ensemble_mode
+
         if batch_size < 1:
             raise UsageError(f"batch_size must be at least 1, got {batch_size}")
         self.members: list[Any] = list(opened) if isinstance(opened, list | tuple) else [opened]
         opened = self.members[0]
         self.opened = opened
         self.pool = pool
-        self.mode = opened.default_mode(pool)
+        # the ensemble's mode, whichever member comes first: a plain member pools every mode with its one view
+        self.mode = ensemble_mode(pool, any(m.tokenizers.has_domain for m in self.members), opened.folder)
         self.batch_size = batch_size
         self.precision = precision
         self.labels: list[str] = list(opened.settings.labels)
@@ -86,7 +89,8 @@ class _Labeller:
         total = None
         for member in self.members:  # an ensemble's output is the mean of its members' probabilities
             units, _ = member.task.units(task_file, member.settings, member.tokenizers)
-            logits = member.logits(units, examples, member.default_mode(self.pool), batch_size=self.batch_size, precision=self.precision)
+            mode = self.mode if member.tokenizers.has_domain else "general"
+            logits = member.logits(units, examples, mode, batch_size=self.batch_size, precision=self.precision)
             probabilities = softmax(logits.astype(np.float64))
             total = probabilities if total is None else total + probabilities
         assert total is not None

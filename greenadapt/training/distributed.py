@@ -151,6 +151,16 @@ def init_distributed(device: str = "auto") -> DistContext:
 CPU_AUTO_PRECISION_ENV = "GREENADAPT_CPU_AUTO_PRECISION"
 
 
+def cpu_auto_precision() -> str:
+    """``$GREENADAPT_CPU_AUTO_PRECISION``: what ``--precision auto`` is on a CPU with native bf16 (``bf16``, the default,
+    or ``fp32``); any other value is refused rather than ignored."""
+    value = os.environ.get(CPU_AUTO_PRECISION_ENV, "").strip().lower()
+    if value not in ("", "auto", "bf16", "fp32"):
+        raise UsageError(f"${CPU_AUTO_PRECISION_ENV}={value!r} is not a CPU precision",
+                         hint="set it to fp32 (keep a CPU in fp32) or bf16, or unset it; fp16 is for CUDA (--precision fp16)")
+    return "fp32" if value == "fp32" else "bf16"
+
+
 def autocast_dtype(precision: str, device: Any) -> Any:
     """The autocast dtype for ``--precision`` on ``device`` (None: full fp32)."""
     import torch
@@ -163,7 +173,7 @@ def autocast_dtype(precision: str, device: Any) -> Any:
         # bf16 where the CPU multiplies it natively: 1.5x the steps/s of fp32 at the same F1 (NCBI-disease, 3 seeds,
         # docs/benchmarks.md "bf16 on the CPU"); elsewhere torch would emulate it, slower than fp32.
         # $GREENADAPT_CPU_AUTO_PRECISION=fp32 keeps fp32 (bit-for-bit comparisons with older runs, the test suite).
-        keep_fp32 = os.environ.get(CPU_AUTO_PRECISION_ENV, "").strip().lower() == "fp32"
+        keep_fp32 = cpu_auto_precision() == "fp32"
         return torch.bfloat16 if cpu_has_native_bf16() and not keep_fp32 else None
     if device.type == "cpu" and precision == "bf16":
         from greenadapt.machine.devices import cpu_has_native_bf16
@@ -190,6 +200,7 @@ def check_precision(precision: str, device_spec: str | None) -> None:
     give later, for a run that will be on the CPU (a GPU is only known once it is opened)."""
     import torch
 
+    cpu_auto_precision()
     if device_spec == "cpu" or (device_spec in (None, "auto") and not torch.cuda.is_available()):
         autocast_dtype(precision, torch.device("cpu"))
     elif precision not in PRECISIONS:

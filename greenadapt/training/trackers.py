@@ -10,12 +10,19 @@ optional extra ``greenadapt[trackers]`` and are checked (one line naming the pip
   <out's folder>/tensorboard``).
 - MLflow: a run per seed in the experiment ``$MLFLOW_EXPERIMENT_NAME`` (default ``greenadapt``) of the tracking
   store ``$MLFLOW_TRACKING_URI`` (default: MLflow's own), named ``<out's name>/seed-<s>``.
+
+A tracker can neither hang a run nor lose it: the store is tried once before any training, within
+``$GREENADAPT_TRACKER_TIMEOUT`` seconds (:func:`probe_trackers`; MLflow alone would retry 7 times 120 s), and a
+tracker that fails once training has begun is a warning: the run goes on without it and its folder is written.
+What MLflow prints (its "View run at" links) goes to the log, scrubbed of the URI's credentials, never to stdout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,7 +30,13 @@ from typing import Any, Protocol
 
 from greenadapt.errors import UsageError
 
+log = logging.getLogger(__name__)
+
 REPORT_TO = ("tensorboard", "mlflow")
+TRACKER_TIMEOUT_ENV = "GREENADAPT_TRACKER_TIMEOUT"
+DEFAULT_TRACKER_TIMEOUT_S = 10
+# MLflow's retries of one request once the store has answered the probe (its default, 7 with backoff, is minutes).
+MLFLOW_RETRIES = 2
 # The scalars of a step record, as tracked: train/<name>
 STEP_FIELDS = ("loss", "lr", "grad_norm", "domain_units", "units", "wordpieces")
 DEFAULT_EXPERIMENT = "greenadapt"
@@ -51,6 +64,78 @@ def check_report_to(names: Iterable[str]) -> tuple[str, ...]:
     return chosen
 
 
+def tracker_timeout() -> int:
+    """Seconds a tracker's store may take to answer (``$GREENADAPT_TRACKER_TIMEOUT``, default 10)."""
+    text = os.environ.get(TRACKER_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TRACKER_TIMEOUT_S
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"${TRACKER_TIMEOUT_ENV}={text!r} is not a whole number of seconds", hint="e.g. 10")
+    return int(text)
+
+
+def probe_trackers(names: Sequence[str]) -> None:
+    """Before any training: each tracker's store answers within :func:`tracker_timeout` seconds, or a one-line refusal
+    (exit 2). MLflow's later requests are bounded the same way (unless ``$MLFLOW_HTTP_REQUEST_*`` say otherwise)."""
+    if "mlflow" not in names:
+        return
+    timeout = tracker_timeout()
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(timeout))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(MLFLOW_RETRIES))
+    uri = _mlflow_uri()
+    with _environment(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT=str(timeout)):
+        try:
+            client = _mlflow_client()
+            _mlflow_experiment(client)
+        except Exception as error:  # noqa: BLE001 - whatever the store or its client raised: one line, before training
+            raise UsageError(f"--report-to mlflow: the tracking store {uri} did not answer within {timeout} s ({_first_line(error)})",
+                             hint=f"check $MLFLOW_TRACKING_URI, or set ${TRACKER_TIMEOUT_ENV} for a slow store") from None
+
+
+def _mlflow_uri() -> str:
+    from greenadapt.redaction import redact_url
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    return redact_url(uri).public if uri else "(MLflow's default, ./mlruns)"  # redact_url also has its secrets scrubbed from logs
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _first_line(error: BaseException) -> str:
+    from greenadapt.redaction import scrub_secrets
+
+    text = str(error).strip()
+    return scrub_secrets(text.splitlines()[0][:300] if text else type(error).__name__)
+
+
+@contextlib.contextmanager
+def _library_prints_to_log(name: str) -> Iterator[None]:
+    """What a tracker's library writes on stdout (MLflow's "View run at: URL") goes to the log, its credentials scrubbed:
+    stdout holds greenadapt's result alone."""
+    from greenadapt.redaction import scrub_secrets
+
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            yield
+    finally:
+        for line in captured.getvalue().splitlines():
+            if line.strip():
+                log.info("%s: %s", name, scrub_secrets(line.strip()))
+
+
 def flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """Nested options as ``train.lr=5e-05`` pairs (what trackers take as parameters)."""
     out: dict[str, str] = {}
@@ -64,16 +149,48 @@ def flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def open_trackers(names: Sequence[str], out: Path, seed: int) -> list[Tracker]:
-    """A tracker per name of ``names`` (as :func:`check_report_to` returns them) for the run ``out``, seed ``seed``."""
+    """A tracker per name of ``names`` (as :func:`check_report_to` returns them) for the run ``out``, seed ``seed``; one
+    that cannot open is left out with a warning (the store answered :func:`probe_trackers` before training)."""
     made: list[Tracker] = []
     for name in names:
-        if name == "tensorboard":
-            made.append(TensorBoardTracker(tensorboard_dir(out, seed)))
-        elif name == "mlflow":
-            made.append(MlflowTracker(f"{out.name}/seed-{seed}"))
-        else:
+        if name not in REPORT_TO:
             raise ValueError(f"no tracker {name!r}: names come from check_report_to")
+        try:
+            made.append(Guarded(name, TensorBoardTracker(tensorboard_dir(out, seed)) if name == "tensorboard"
+                                else MlflowTracker(f"{out.name}/seed-{seed}")))
+        except Exception as error:  # noqa: BLE001 - a tracker's failure never costs the run
+            log.warning("--report-to %s: could not start tracking seed %d (%s); training goes on without it", name, seed, _first_line(error))
     return made
+
+
+class Guarded:
+    """A tracker whose first failure is a warning: later calls are skipped and the run goes on (its own files hold
+    everything a tracker would have had)."""
+
+    def __init__(self, name: str, tracker: Tracker) -> None:
+        self.name, self.tracker, self.failed = name, tracker, False
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> None:
+        if self.failed:
+            return
+        try:
+            getattr(self.tracker, method)(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the store's or its client's: the run is worth more than its curves
+            self.failed = True
+            log.warning("--report-to %s failed (%s): the run goes on without it; its folder holds the log and scores",
+                        self.name, _first_line(error))
+
+    def params(self, values: Mapping[str, Any]) -> None:
+        self._call("params", values)
+
+    def record(self, record: Mapping[str, Any]) -> None:
+        self._call("record", record)
+
+    def metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
+        self._call("metrics", values, step=step)
+
+    def close(self, *, finished: bool) -> None:
+        self._call("close", finished=finished)
 
 
 @contextlib.contextmanager
@@ -133,29 +250,37 @@ class TensorBoardTracker:
         self.writer.close()
 
 
+def _mlflow_client() -> Any:
+    from mlflow.tracking import MlflowClient
+
+    _mlflow_uri()  # the URI's credentials join the secrets scrubbed from every log line
+    with _library_prints_to_log("mlflow"):
+        return MlflowClient()  # $MLFLOW_TRACKING_URI, else MLflow's default store
+
+
+def _mlflow_experiment(client: Any) -> str:
+    """The id of the experiment runs go to (``$MLFLOW_EXPERIMENT_NAME``), made if the store has none of that name."""
+    name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
+    with _library_prints_to_log("mlflow"):
+        experiment = client.get_experiment_by_name(name)
+        return str(experiment.experiment_id if experiment is not None else client.create_experiment(name))
+
+
 class MlflowTracker:
     def __init__(self, run_name: str) -> None:
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
-
-        try:
-            self.client = MlflowClient()  # $MLFLOW_TRACKING_URI, else MLflow's default store
-            experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
-            experiment = self.client.get_experiment_by_name(experiment_name)
-            experiment_id = experiment.experiment_id if experiment is not None else self.client.create_experiment(experiment_name)
+        self.client = _mlflow_client()
+        experiment_id = _mlflow_experiment(self.client)
+        with _library_prints_to_log("mlflow"):
             self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags={"greenadapt": "finetune"}).info.run_id
-            self.pending: list[Any] = []
-        except MlflowException as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise UsageError(f"--report-to mlflow: {first}", hint="set $MLFLOW_TRACKING_URI to a store MLflow can write, "
-                             "e.g. sqlite:///mlflow.db") from None
+        self.pending: list[Any] = []
 
     def params(self, values: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
         pairs = [Param(k, v[:6000]) for k, v in sorted(flat(values).items())]
-        for start in range(0, len(pairs), 100):  # MLflow takes at most 100 parameters a call
-            self.client.log_batch(self.run_id, params=pairs[start : start + 100])
+        with _library_prints_to_log("mlflow"):
+            for start in range(0, len(pairs), 100):  # MLflow takes at most 100 parameters a call
+                self.client.log_batch(self.run_id, params=pairs[start : start + 100])
 
     def record(self, record: Mapping[str, Any]) -> None:
         """Buffered: one store write per :data:`MLFLOW_BATCH` metrics, not one per training step (a step of a small
@@ -175,9 +300,10 @@ class MlflowTracker:
             self.flush()
 
     def flush(self) -> None:
-        while self.pending:  # MLflow takes at most 1,000 metrics a call
-            batch, self.pending = self.pending[:MLFLOW_BATCH], self.pending[MLFLOW_BATCH:]
-            self.client.log_batch(self.run_id, metrics=batch)
+        with _library_prints_to_log("mlflow"):
+            while self.pending:  # MLflow takes at most 1,000 metrics a call
+                batch, self.pending = self.pending[:MLFLOW_BATCH], self.pending[MLFLOW_BATCH:]
+                self.client.log_batch(self.run_id, metrics=batch)
 
     def metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
         from mlflow.entities import Metric
@@ -189,7 +315,8 @@ class MlflowTracker:
         try:
             self.flush()
         finally:
-            self.client.set_terminated(self.run_id, status="FINISHED" if finished else "FAILED")
+            with _library_prints_to_log("mlflow"):
+                self.client.set_terminated(self.run_id, status="FINISHED" if finished else "FAILED")
 
 
 def _now_ms() -> int:

@@ -49,7 +49,7 @@ from greenadapt.runners.finetune.checks import TaskValues, check_options
 from greenadapt.tasks.options import FinetuneOptions, default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.distributed import DistContext, precision_used
-from greenadapt.training.trackers import report_scores, tracking
+from greenadapt.training.trackers import probe_trackers, report_scores, tracking
 from greenadapt.training.finetuning import TrainConfig, resolve_mix, train
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.job import training_stage
@@ -87,6 +87,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
     task.check_unused(options)
     values = TaskValues.of(task, options)
     check_options(options, values)
+    probe_trackers(options.report_to)  # a store that does not answer is a line now, not a hang after the data is read
     ref = resolve_model(options.model)
     out = options.out or default_run_folder(options, ref)
     check_run_destination(out, kind=KIND, force=options.force, model=ref.path, data=[options.train, options.dev, options.test], workdir=options.workdir)

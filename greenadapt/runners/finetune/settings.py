@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from greenadapt.data.settings import HEADERS, FieldSettings
-from greenadapt.defaults import DEFAULT_SEED
+from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_SEED
 from greenadapt.errors import UsageError
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
@@ -58,8 +58,8 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
     mix: float | None = option(None, "--mix", panel=TRAINING,
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
     pool: str | None = option(None, "--pool", panel=EVALUATION, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
-    epochs: int | None = option(None, "--epochs", panel=TRAINING, help="Passes over the training data (default: the task's).")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, help="Stop after this many optimizer steps (overrides --epochs).")
+    epochs: int | None = option(None, "--epochs", panel=TRAINING, maximum=MAX_EPOCHS, help="Passes over the training data (default: the task's).")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, maximum=MAX_STEPS, help="Stop after this many optimizer steps (overrides --epochs).")
     batch_size: int | None = option(None, "--batch-size", panel=TRAINING,
                                     help="Examples (qa: windows) per optimizer step, over all processes (default: the task's).")
     grad_accum: int = option(1, "--grad-accum", panel=TRAINING, help="Micro-batches per step and process (gradient accumulation).")
@@ -103,6 +103,10 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
         if isinstance(task, LabellingTask) and task.finetunes:
             task.check_unused(options)
             check_options(options, TaskValues.of(task, options))
+        elif task.answers_questions:
+            from greenadapt.runners.qa.train import qa_train_options
+
+            qa_train_options(options, task).check()
 
     def resolved(self, run: Run) -> FinetuneOptions:
         """The runner's options: the task's defaults filled in, the run's folders and flags."""

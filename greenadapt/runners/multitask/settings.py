@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
+from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, option
 from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
@@ -38,8 +38,8 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
     steps_per_epoch: int | None = option(None, "--steps-per-epoch", panel=TRAINING,
                                          help="Steps per 'epoch' (default: one pass over all tasks' training data).")
     freeze_base: bool = option(False, "--freeze-base", panel=TRAINING, help="Train only the PALs, the heads and the encoder's layer norms.")
-    epochs: int = option(3, "--epochs", panel=TRAINING, help="Epochs (of --steps-per-epoch steps).")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, help="Stop after this many steps (overrides --epochs).")
+    epochs: int = option(3, "--epochs", panel=TRAINING, maximum=MAX_EPOCHS, help="Epochs (of --steps-per-epoch steps).")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, maximum=MAX_STEPS, help="Stop after this many steps (overrides --epochs).")
     batch_size: int = option(32, "--batch-size", panel=TRAINING, help="Examples per step (all from one task).")
     lr: float = option(5e-5, "--lr", panel=TRAINING, help="Peak learning rate (AdamW, linear schedule).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed.")

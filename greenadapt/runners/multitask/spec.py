@@ -33,6 +33,7 @@ from typing import Any
 from greenadapt.data.task_files import ReaderOptions
 from greenadapt.errors import InputError, UsageError
 from greenadapt.modeling.pals.config import TASK_TYPES, check_task_name
+from greenadapt.structured_text import NestedTooDeeply, loads_toml
 
 READER_KEYS = ("format", "text_field", "pair_field", "label_field", "header")
 KEYS = ("name", "type", "train", "dev", "test", *READER_KEYS, "metric", "positive_label")
@@ -115,7 +116,9 @@ def parse_task_option(text: str) -> TaskSpec:
 def read_tasks_toml(path: Path) -> list[TaskSpec]:
     """The ``[[task]]`` tables of a TOML file."""
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        doc = loads_toml(path.read_text(encoding="utf-8"))
+    except NestedTooDeeply as exc:
+        raise InputError(f"tasks file {exc}", path=path, hint="see `greenadapt multitask --help` for the layout") from None
     except FileNotFoundError:
         raise InputError("tasks file not found", path=path, hint="check the path of --tasks") from None
     except tomllib.TOMLDecodeError as exc:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
+from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
-from greenadapt.corpus.remote import public_specs
+from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
 from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
 
@@ -44,8 +44,8 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings):
         None, "--mix", panel=TRAINING, minimum=0.0,
         help="Expanded models: read this share of the sequences with the domain tokenizer and the rest with the general one (the fine-tuning's "
              "mixture; 0.5 is the recipe after `adapt`). Default: one tokenizer (--tokenizer).")
-    epochs: int = option(1, "--epochs", panel=TRAINING, help="Passes over the training sequences.")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, help="Stop after this many optimizer steps (overrides --epochs).")
+    epochs: int = option(1, "--epochs", panel=TRAINING, maximum=MAX_EPOCHS, help="Passes over the training sequences.")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, maximum=MAX_STEPS, help="Stop after this many optimizer steps (overrides --epochs).")
     batch_size: int = option(32, "--batch-size", panel=TRAINING, help="Sequences per optimizer step, over all processes.")
     grad_accum: int = option(1, "--grad-accum", panel=TRAINING, help="Micro-batches per step and process (gradient accumulation).")
     lr: float = option(5e-5, "--lr", panel=TRAINING, help="Peak learning rate (AdamW, linear warm-up and decay).")

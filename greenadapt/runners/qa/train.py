@@ -39,6 +39,7 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.qa.features import featurize
 from greenadapt.runners.qa.loop import train_qa
 from greenadapt.tasks import TASKS
+from greenadapt.training.distributed import check_precision
 from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix
 
 if TYPE_CHECKING:
@@ -94,8 +95,11 @@ class QaTrainOptions:
         config.check_schedule()
         if config.train_embeddings not in TRAIN_EMBEDDINGS:
             raise UsageError(f"unknown --train-embeddings {config.train_embeddings!r}", hint="all, new or none")
-        if config.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise UsageError(f"unknown --precision {config.precision!r}", hint="auto, fp32, bf16 or fp16")
+        for flag, count in (("--eval-every", config.eval_every), ("--early-stopping", config.early_stopping)):
+            if count is not None:  # the QA loop scores dev once, after training
+                raise UsageError(f"{flag} does not apply to --task qa", hint="leave it out: qa scores --dev once, after training")
+        check_precision(config.precision, self.device)
+        config.check_speed(self.device)
 
 
 def finetune_qa(task: Task, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:

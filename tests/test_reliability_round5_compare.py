@@ -1,0 +1,189 @@
+"""The fifth reliability round (issue 63, item 1): a compare that is interrupted in any way resumes on a rerun.
+
+Each test starts a real ``greenadapt compare --parallel 2`` process on tiny models, interrupts it once a run has saved
+a checkpoint (kill -9 of one worker, kill -9 of compare itself, Ctrl-C to the process group), reruns the same command
+and checks it ends 0 with the verdict of an uninterrupted comparison. No verdict depends on the machine's speed: the
+moment of the interruption is an event (a checkpoint on disk), and a run that finished before it is still a valid case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import HANG_S, REPO, build_tiny_bert
+from finetune_helpers import build_tiny_expanded, write_ner_file
+
+from greenadapt.errors import EXIT_LOCKED
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process parents from /proc (Linux)")
+
+STEPS = "120"  # enough steps that a kill usually lands inside a run; the checks hold either way
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import greenadapt
+
+    root = tmp_path_factory.mktemp("round5-compare")
+    made = {
+        "root": root,
+        "base": build_tiny_bert(root / "base", head="base"),
+        "green": build_tiny_expanded(root / "green"),
+        "train": write_ner_file(root / "train.tsv", 24, seed=1),
+        "test": write_ner_file(root / "test.tsv", 24, seed=2),
+    }
+    # The uninterrupted comparison every interrupted one must end as.
+    greenadapt.compare("ner", made["train"], made["test"], {"base": str(made["base"]), "green": str(made["green"])},
+                       out=root / "reference", **_RECIPE, progress=False)  # type: ignore[arg-type]
+    made["reference"] = root / "reference"
+    return made
+
+
+_RECIPE = {"seeds": [1, 2], "max_steps": int(STEPS), "batch_size": 4, "device": "cpu", "bootstrap": 200, "save_every": 3}
+
+
+def _args(setup: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "greenadapt", "compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
+            "--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--seeds", "1,2", "--max-steps", STEPS,
+            "--batch-size", "4", "--device", "cpu", "--bootstrap", "200", "--save-every", "3", "--parallel", "2", "--out", str(out),
+            "--json", *extra]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "GREENADAPT_HEARTBEAT": "0"}
+
+
+def _start(setup: dict[str, Path], out: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as stderr:
+        return subprocess.Popen(_args(setup, out), stdout=subprocess.DEVNULL, stderr=stderr, env=_env(), start_new_session=True)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent has not read its status yet
+
+
+def _workers(pid: int) -> list[int]:
+    """compare's worker processes (not multiprocessing's resource tracker)."""
+    return [child for child in _children(pid) if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes()]
+
+
+def _wait_for(condition: object, what: str, process: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + HANG_S
+    while not condition():  # type: ignore[operator]
+        if process is not None and process.poll() is not None:
+            return  # it finished first: the interruption then lands on a finished comparison, still a valid case
+        if time.monotonic() > deadline:
+            raise AssertionError(f"hung: still waiting for {what} after {HANG_S:.0f} s")
+        time.sleep(0.05)
+
+
+def _a_checkpoint(out: Path) -> bool:
+    return any(out.glob("*/seed-*.checkpoint/**/ckpt-*"))
+
+
+def _rerun(setup: dict[str, Path], out: Path) -> dict[str, object]:
+    done = subprocess.run(_args(setup, out), capture_output=True, env=_env(), timeout=HANG_S, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return json.loads(done.stdout)
+
+
+def _same_verdict(result: dict[str, object], setup: dict[str, Path]) -> None:
+    reference = json.loads((setup["reference"] / "compare.json").read_text())
+    assert [v["scores"] for v in result["variants"]] == [v["scores"] for v in reference["variants"]]  # type: ignore[index]
+    assert [(p["differences"], p["verdict"]) for p in result["pairs"]] == [(p["differences"], p["verdict"]) for p in reference["pairs"]]  # type: ignore[index]
+
+
+def test_a_rerun_after_kill_9_of_a_worker_resumes_and_gives_the_same_verdict(setup: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    process = _start(setup, out, tmp_path / "first.log")
+    _wait_for(lambda: _a_checkpoint(out) and _workers(process.pid), "a checkpoint", process)
+    if process.poll() is None:
+        os.kill(_workers(process.pid)[0], signal.SIGKILL)
+    process.wait(timeout=HANG_S)
+    _same_verdict(_rerun(setup, out), setup)
+
+
+def test_a_rerun_after_kill_9_of_compare_itself_resumes_and_its_workers_died_with_it(setup: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    process = _start(setup, out, tmp_path / "first.log")
+    _wait_for(lambda: _a_checkpoint(out) and len(_workers(process.pid)) == 2, "two workers and a checkpoint", process)
+    orphans = _children(process.pid)  # the workers and the resource tracker
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=HANG_S)
+    _wait_for(lambda: not any(_alive(pid) for pid in orphans), "the workers of a killed compare to end")
+    _same_verdict(_rerun(setup, out), setup)
+
+
+def test_a_rerun_after_ctrl_c_to_the_process_group_resumes(setup: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    process = _start(setup, out, tmp_path / "first.log")
+    _wait_for(lambda: _a_checkpoint(out), "a checkpoint", process)
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(timeout=HANG_S) == 130, (tmp_path / "first.log").read_text()[-3000:]
+    _same_verdict(_rerun(setup, out), setup)
+
+
+def test_a_second_compare_on_the_same_folder_ends_75_while_the_first_finishes(setup: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    first = _start(setup, out, tmp_path / "first.log")
+    lock = tmp_path / ".cmp.lock"
+    _wait_for(lambda: lock.is_file() and "greenadapt pid" in lock.read_text(), "the first compare's lock", first)
+    if first.poll() is None:
+        os.killpg(first.pid, signal.SIGSTOP)  # the first holds the folder while the second tries, however fast either is
+        try:
+            second = subprocess.run(_args(setup, out), capture_output=True, env=_env(), timeout=HANG_S, check=False)
+        finally:
+            os.killpg(first.pid, signal.SIGCONT)
+        err = second.stderr.decode().strip()
+        assert second.returncode == EXIT_LOCKED and len(err.splitlines()) == 1 and "--wait" in err, err
+    assert first.wait(timeout=HANG_S) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    # the same command again, after it: up to date
+    _same_verdict(_rerun(setup, out), setup)
+
+
+def test_a_second_compare_with_wait_queues_behind_the_first(setup: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    first = _start(setup, out, tmp_path / "first.log")
+    lock = tmp_path / ".cmp.lock"
+    _wait_for(lambda: lock.is_file() and "greenadapt pid" in lock.read_text(), "the first compare's lock", first)
+    second = subprocess.run([*_args(setup, out), "--wait"], capture_output=True, env=_env(), timeout=HANG_S, check=False)
+    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    assert first.wait(timeout=HANG_S) == 0
+    _same_verdict(json.loads(second.stdout), setup)
+
+
+def test_compare_with_tensorboard_reruns_and_takes_another_seed(setup: dict[str, Path], tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "cmp"
+    args = [a for a in _args(setup, out, "--report-to", "tensorboard") if a not in ("--parallel", "2")]
+    args[args.index("--max-steps") + 1] = "4"
+    for seeds in ("1,2", "1,2", "1,2,3"):  # the first, the identical rerun, a seed added
+        args[args.index("--seeds") + 1] = seeds
+        done = subprocess.run(args, capture_output=True, env=_env(), timeout=HANG_S, check=False)
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert len(list(out.glob("green/tensorboard/seed-*/seed-*/events.out.tfevents.*"))) >= 3
