@@ -117,6 +117,6 @@ def test_every_api_command_is_built_from_its_settings() -> None:
     for name in commands:
         function = getattr(api, name)
         settings_class = function.settings_class
-        assert dataclasses.is_dataclass(settings_class) and settings_class.command == name
+        assert dataclasses.is_dataclass(settings_class) and settings_class.command.replace("-", "_") == name
         keywords = set(inspect.signature(function).parameters) - {"config", "progress", *settings_class.run_options}
         assert keywords == {field.name for field, _ in declared_fields(settings_class)}, name

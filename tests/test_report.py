@@ -414,6 +414,21 @@ def test_a_compare_folder_gets_its_verdicts_intervals_and_a_forest_plot(tmp_path
     assert page.count("significant at 95%") >= 2 and "How to read it" in page
 
 
+def test_every_view_of_a_comparison_carries_its_notes_beside_the_verdict(tmp_path: Path) -> None:
+    """Issue 65, point 2: a null result that is "not a verdict" says so in the HTML and Markdown as on the terminal."""
+    from greenadapt.report import markdown, render_html
+
+    compare = make_compare(tmp_path / "cmp")
+    document = json.loads((compare / "compare.json").read_text())
+    note = "not a verdict: base learned nothing on seed 1 (no entity predicted)"
+    document["pairs"][0]["notes"].append(note)
+    (compare / "compare.json").write_text(json.dumps(document))
+    data = collect([compare])
+    text = markdown(data)
+    assert f"- {document['pairs'][0]['verdict']}\n  - {note}" in text
+    assert note in render_html(data)
+
+
 def test_the_forest_plot_always_shows_zero() -> None:
     """A one-point gain drawn beside 0, not on an axis clipped to the scores (the bar chart's fault in issue 34)."""
     from greenadapt.report import plots

@@ -149,6 +149,20 @@ class ExpandSettings(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SecondViewSettings(Settings):
+    """``greenadapt second-view``: the model with a second tokenizer over its own vocabulary (no corpus, no new rows)."""
+
+    command = "second-view"
+    run_help = {"out": "Output model folder (default: <workdir>/second-view/<model>/drop-<p>-seed-<s>)."}
+
+    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder or Hub id (default: the bundled MiniLM).")
+    drop: float = option(0.1, "--drop", panel=ADAPTATION, minimum=0.01, maximum=0.9,
+                         help="Fraction of the vocabulary's pieces of two characters or more that the second tokenizer never uses "
+                              "(words with one are cut otherwise: a fixed alternative segmentation).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the draw of dropped pieces.")
+
+
+@dataclass(frozen=True, kw_only=True)
 class AdaptSettings(Word2vecSettings, MethodSettings, ContextSettings):
     """``greenadapt adapt``: w2v, align and expand in one command."""
 

@@ -6,10 +6,10 @@ and defaults of the command line's options (``greenadapt.w2v(corpus, epochs=5, .
 
 from __future__ import annotations
 
-from greenadapt.adaptation.settings import AdaptSettings, AlignSettings, ExpandSettings, W2vSettings
+from greenadapt.adaptation.settings import AdaptSettings, AlignSettings, ExpandSettings, SecondViewSettings, W2vSettings
 from greenadapt.api.build import command_function
 
-__all__ = ["adapt", "align", "expand", "w2v"]
+__all__ = ["adapt", "align", "expand", "second_view", "w2v"]
 
 adapt = command_function(AdaptSettings, "greenadapt.adaptation.pipeline:run_adapt", """\
 Adapt ``model`` (default: the bundled all-MiniLM-L6-v2) to ``corpus``: word2vec, align, expand.
@@ -38,4 +38,12 @@ expand = command_function(ExpandSettings, "greenadapt.adaptation.expand:run_expa
 Add the aligned vectors of new words (folder ``align``, or the workspace's for ``corpus``) as embedding rows,
 with a domain tokenizer that keeps them whole; ``.path`` of the result is a folder transformers loads.
 ``also_align``: other word2vec draws' align folders; each new row is then the mean of the draws' rows.
+""")
+
+second_view = command_function(SecondViewSettings, "greenadapt.adaptation.views:run_second_view", """\
+``model`` with a second tokenizer over its own vocabulary: no corpus, no new rows (the control for two-view averaging).
+
+The second tokenizer never uses a seeded fraction ``drop`` of the vocabulary's pieces of two characters or more, so
+words with such a piece are cut otherwise; ``.path`` of the result is a two-tokenizer folder ``finetune`` trains on the
+50/50 mixture and every reader mean-pools.
 """)

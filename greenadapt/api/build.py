@@ -28,7 +28,7 @@ def command_function(settings_class: type[Settings], runner: str, doc: str) -> C
     def function(*args: Any, config: Any = None, progress: Any = None, **keywords: Any) -> Any:
         return call_command(settings_class, runner, *args, config=config, progress=progress, **keywords)
 
-    function.__name__ = function.__qualname__ = settings_class.command
+    function.__name__ = function.__qualname__ = settings_class.command.replace("-", "_")  # second-view: greenadapt.second_view
     function.__doc__ = doc
     function.__module__ = "greenadapt.api"
     function.__signature__ = signature_of(settings_class)  # type: ignore[attr-defined]

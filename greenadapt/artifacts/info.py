@@ -96,6 +96,7 @@ def _comparison(path: Path) -> dict[str, Any]:
     return {"kind": "compare", "manifest": f"none (a compare folder: {kinds.COMPARE_RESULT})", "metric": result.get("metric"),
             "task": (result.get("options") or {}).get("task"), "variants": variants,
             "verdicts": [pair.get("verdict") for pair in result.get("pairs") or []],
+            "where_it_lives": [line for pair in result.get("pairs") or [] for line in pair.get("strata_table") or []],
             "notes": [note for pair in result.get("pairs") or [] for note in pair.get("notes") or []],
             "seconds": result.get("seconds")}
 
@@ -188,6 +189,7 @@ def render(info: dict[str, Any]) -> str:
             lines.append(f"  variant     {variant['name']:<16} {_spread(variant.get('mean'), variant.get('sd'), variant.get('n'))} "
                          f"({variant.get('pool')} pooling)   {variant.get('model')}")
         lines += [f"  verdict     {verdict}" for verdict in info.get("verdicts") or []]
+        lines += [f"  {line}" for line in info.get("where_it_lives") or []]
         lines += [f"  note        {note}" for note in info.get("notes") or []]
         return "\n".join(lines)
     if kind:

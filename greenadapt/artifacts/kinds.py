@@ -15,6 +15,7 @@ PRETRAIN = "pretrain"
 FINETUNE = "finetune"  # every fine-tuned run folder, QA's included
 QA = "qa"  # answers to a SQuAD-style file
 MULTITASK = "multitask"
+SECOND_VIEW = "second-view"  # a model's two-tokenizer folder with a second view of its own vocabulary (no new rows)
 
 ADAPTATION = (W2V, ALIGN, EXPAND)
 CACHES = (PRETOKENIZED, MLM_TOKENS)  # stages no command is run for: they keep no options.json

@@ -120,6 +120,7 @@ def _register(argv: list[str] | None = None) -> None:
 
     names = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and m.name != "help"]
     invoked = invoked_command(argv) if argv is not None and "_GREENADAPT_COMPLETE" not in os.environ else None
+    invoked = invoked.replace("-", "_") if invoked else None  # second-view's module is second_view
     for name in [invoked] if invoked in names else names:
         importlib.import_module(f"{__name__}.{name}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from greenadapt.comparison.run import CompareResult, summarize, verdict_unit
+from greenadapt.comparison.strata import strata_lines
 
 
 def render(result: CompareResult) -> str:
@@ -26,6 +27,7 @@ def render(result: CompareResult) -> str:
     for pair in result.pairs:
         lines.append(pair.verdict(unit=verdict_unit(metric)))
         lines.extend(f"  {note}" for note in pair.notes if note.startswith("not a verdict"))
+        lines.extend(strata_lines(pair.to_json()))
     for name, share in result.shares.items():
         lines.append(f"{name}: {share * 100:.0f}% of {result.options.comparator}'s gain" if share is not None
                      else f"{name}: {result.options.comparator} gained nothing to take a share of")

@@ -40,6 +40,7 @@ from greenadapt.comparison.pace import RunsLeft, plan_line
 from greenadapt.comparison.health import collapse_notes, degenerate
 from greenadapt.comparison.folders import RESULT_FILE, recorded_base_model
 from greenadapt.comparison.statistics import Contributions, PairedResult, compare_pair, mean_sd
+from greenadapt.comparison.strata import strata_lines
 from greenadapt.errors import StageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -95,7 +96,8 @@ class CompareResult:
                 }
                 for v in self.variants
             ],
-            "pairs": [p.to_json() | {"verdict": p.verdict(unit=verdict_unit(self.metric))} for p in self.pairs],
+            "pairs": [p.to_json() | {"verdict": p.verdict(unit=verdict_unit(self.metric)), "strata_table": strata_lines(p.to_json())}
+                      for p in self.pairs],
             "share_of_comparator_gain": self.shares,
             "seconds": round(self.seconds, 1),
         }
@@ -175,6 +177,8 @@ def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progr
     metric = predictions.metric
     baseline = next(v for v in variants if v.name == options.baseline)
     pairs = [_pair(options, v, baseline, predictions) for v in variants if v.name != baseline.name]
+    if predictions.gold:
+        _stratify(options, pairs, predictions)
     for pair in pairs:
         pair.notes.extend(collapse_notes(predictions.collapsed, pair.variant, pair.baseline))
         for note in pair.notes:
@@ -316,6 +320,8 @@ class _Predictions:
     metric: str
     contributions: dict[tuple[str, int], Contributions] = field(default_factory=dict)
     collapsed: dict[str, dict[int, str]] = field(default_factory=dict)
+    gold: list[Any] = field(default_factory=list)  # NER: gold tags per test sentence
+    tags: dict[tuple[str, int], list[Any]] = field(default_factory=dict)  # NER: each run's predicted tags (headline pool)
 
 
 def _read_predictions(options: CompareOptions, variants: Sequence[Variant]) -> _Predictions:
@@ -342,6 +348,8 @@ def _read_predictions(options: CompareOptions, variants: Sequence[Variant]) -> _
                 continue
             metric = metric or str(by_pool["metric"])
             predicted = by_pool["pools"][variant.headline_pool]
+            if task.finds_entities:
+                found.gold, found.tags[(variant.name, seed)] = by_pool["gold"], predicted
             found.contributions[(variant.name, seed)] = contributions_for(options.task, metric, by_pool["gold"], predicted,
                                                                           by_pool.get("positive_label"))
             reason = degenerate(options.task, by_pool["gold"], predicted)
@@ -361,6 +369,30 @@ def _pair(options: CompareOptions, variant: Variant, baseline: Variant, predicti
                      if (variant.name, s) in predictions.contributions and (baseline.name, s) in predictions.contributions}
     return compare_pair(variant.name, baseline.name, metric, scores, contributions or None,
                         replicates=options.replicates, seed=options.bootstrap_seed)
+
+
+def _stratify(options: CompareOptions, pairs: Sequence[PairedResult], predictions: _Predictions) -> None:
+    """NER: each pair's difference split by the kind of test mention (:mod:`greenadapt.comparison.strata`)."""
+    from greenadapt.artifacts.pretrained import resolve_model
+    from greenadapt.comparison.strata import stratified_differences, word_facts
+    from greenadapt.inference.labelling import has_domain_tokenizer
+    from greenadapt.tasks import get_labelling_task
+    from greenadapt.data.task_files import ReaderOptions
+
+    sentences = [s.words for s in get_labelling_task(options.task).read(options.test, ReaderOptions(entity_type=options.entity_type),
+                                                                       require_labels=True).examples]
+    if len(sentences) != len(predictions.gold):
+        log.warning("the test file has %d sentences, the runs' predictions %d: no split by mention", len(sentences), len(predictions.gold))
+        return
+    specs = dict(options.models)
+    for pair in pairs:
+        folders = [resolve_model(specs[name]).path for name in (pair.variant, pair.baseline)]
+        expanded = next((folder for folder in folders if has_domain_tokenizer(folder)), None)
+        facts = word_facts(sentences, expanded or folders[1], expanded)
+        seeds = [s for s in pair.seeds if (pair.variant, s) in predictions.tags and (pair.baseline, s) in predictions.tags]
+        tagged = {s: (predictions.tags[(pair.variant, s)], predictions.tags[(pair.baseline, s)]) for s in seeds}
+        pair.strata = stratified_differences(pair.variant, pair.baseline, predictions.gold, tagged, facts,
+                                             replicates=options.replicates, seed=options.bootstrap_seed)
 
 
 def _shares(options: CompareOptions, pairs: Sequence[PairedResult]) -> dict[str, float | None]:

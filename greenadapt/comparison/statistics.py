@@ -68,6 +68,7 @@ class PairedResult:
     replicates: int = 0
     significant: bool = False
     notes: list[str] = field(default_factory=list)
+    strata: list[dict[str, Any]] = field(default_factory=list)  # NER: the difference by kind of test mention (comparison/strata.py)
 
     def verdict(self, scale: float = 100.0, unit: str = "") -> str:
         """One line, e.g. ``green vs base: +0.98 F1 [-0.01, +1.54] over 3 seeds; not significant at 95%``."""
@@ -93,6 +94,7 @@ class PairedResult:
             "seed_interval95": list(self.seed_interval) if self.seed_interval else None,
             "bootstrap_interval95": list(self.bootstrap_interval) if self.bootstrap_interval else None,
             "bootstrap_replicates": self.replicates, "significant95": self.significant, "notes": self.notes,
+            **({"strata": self.strata} if self.strata else {}),
         }
 
 

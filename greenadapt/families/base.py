@@ -88,6 +88,17 @@ class TokenizerFamily:
         """Write T̂'s tokenizer files into ``dest``; returns facts for the manifest."""
         raise NotImplementedError
 
+    def write_without(self, general: Any, dropped: set[str], dest: Path) -> None:
+        """Write T_LM's tokenizer files into ``dest`` made never to produce the entries ``dropped`` (every other id
+        unchanged): a second view of the same vocabulary (``greenadapt second-view``)."""
+        raise NotImplementedError
+
+    def droppable(self, token: str) -> bool:
+        """An entry a second view may do without: a piece of two characters or more (single characters and bytes
+        keep every word spellable)."""
+        text = self.readable(token)
+        return len(text[len(CONTINUATION):] if text.startswith(CONTINUATION) else text) >= 2
+
 
 def ids_filled(vocab: Mapping[str, int], added: Mapping[str, int], first_id: int, path: Path) -> list[str]:
     """Tokens by id below ``first_id``: the vocabulary, added tokens at their ids, placeholders elsewhere."""

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from greenadapt.families.base import CONTINUATION, TokenizerFamily, check_unique, ids_filled
+from greenadapt.families.base import CONTINUATION, GAP_TOKEN, TokenizerFamily, check_unique, ids_filled
 from greenadapt.families.wordpiece import tokenizer_json
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,15 @@ class ByteLevelBpeFamily(TokenizerFamily):
             log.warning("%d old vocabulary entries (e.g. %s) are never produced by the model's own merges; the domain tokenizer "
                         "keeps them whole where the general one splits them", len(missed), ", ".join(map(repr, missed[:3])))
         return {"old_entries_now_whole": len(missed)}
+
+    def write_without(self, general: Any, dropped: set[str], dest: Path) -> None:
+        # an entry is never made once no merge makes it (and no merge starts from it); its id keeps a name no text has
+        tokens = [GAP_TOKEN.format(i) if token in dropped else token
+                  for i, token in enumerate(ids_filled(general.vocab, general.added, general.size, general.path))]
+        pairs = [merge.split(" ") if isinstance(merge, str) else list(merge) for merge in general.spec["model"].get("merges") or []]
+        kept = [pair for pair in pairs if not dropped.intersection((*pair, "".join(pair)))]
+        text = tokenizer_json({**general.spec, "model": {**general.spec["model"], "merges": kept}}, tokens)
+        (dest / "tokenizer.json").write_text(text, encoding="utf-8")
 
     def entries_merges_miss(self, general: Any) -> list[str]:
         """Old entries that T_LM's merges do not rebuild from their own text although the pre-tokenizer can make

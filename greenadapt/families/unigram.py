@@ -67,6 +67,12 @@ class UnigramFamily(TokenizerFamily):
         (dest / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
         return {}
 
+    def write_without(self, general: Any, dropped: set[str], dest: Path) -> None:
+        # Viterbi never picks a piece scored below any real log-probability
+        entries = [[entry[0], _NEVER if entry[0] in dropped else entry[1]] for entry in general.spec["model"]["vocab"]]
+        spec = {**general.spec, "model": {**general.spec["model"], "vocab": entries}}
+        (dest / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+
     def best_scores(self, general: Any, pieces: Sequence[str]) -> list[float]:
         """The score of T_LM's best segmentation of each piece (the model alone, as Viterbi sums it)."""
         from tokenizers import Tokenizer

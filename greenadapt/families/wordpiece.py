@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from greenadapt.families.base import TokenizerFamily, check_unique, ids_filled
+from greenadapt.families.base import GAP_TOKEN, TokenizerFamily, check_unique, ids_filled
 
 VOCAB_PLACEHOLDER = "\x00greenadapt-vocab\x00"
 
@@ -64,6 +64,15 @@ class WordPieceFamily(TokenizerFamily):
         with open(dest / "vocab.txt", "w", encoding="utf-8", newline="\n") as handle:
             handle.write("\n".join(tokens) + "\n")
         return {}
+
+
+    def write_without(self, general: Any, dropped: set[str], dest: Path) -> None:
+        # each dropped entry keeps its id under a name no text can match (BertTokenizer reads ids from vocab.txt's lines)
+        tokens = [GAP_TOKEN.format(i) if token in dropped else token
+                  for i, token in enumerate(ids_filled(general.vocab, general.added, general.size, general.path))]
+        (dest / "tokenizer.json").write_text(tokenizer_json(general.spec, tokens), encoding="utf-8")
+        with open(dest / "vocab.txt", "w", encoding="utf-8", newline="\n") as handle:
+            handle.write("\n".join(tokens) + "\n")
 
 
 def tokenizer_json(spec: Mapping[str, Any], tokens: Sequence[str], **model_fields: Any) -> str:

@@ -267,8 +267,11 @@ def markdown(data: Mapping[str, Any]) -> str:
     if data.get("warnings"):
         parts += ["## Warnings", "", *(f"- `{w['stage']}`: {w['warning']}" for w in data["warnings"]), ""]
     for comparison in data.get("comparisons") or []:
-        parts += [f"## Did it help? `{comparison['path']}`", ""] + [f"- {p['verdict']}" for p in comparison["pairs"]]
+        parts += [f"## Did it help? `{comparison['path']}`", ""]
+        parts += [line for p in comparison["pairs"] for line in [f"- {p['verdict']}", *(f"  - {note}" for note in p.get("notes") or [])]]
         parts += ["", _md_table(*compare_pairs_table(comparison)), "", _md_table(*compare_variants_table(comparison)), ""]
+        if any(p.get("strata") for p in comparison["pairs"]):
+            parts += ["### Where it lives", "", _md_table(*compare_strata_table(comparison)), ""]
     if data["training"]:
         parts += ["## Training", ""]
         for curve in data["training"]:
@@ -451,6 +454,15 @@ def compare_pairs_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[
     return head, rows
 
 
+def compare_strata_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """NER: each pair's difference by kind of test mention (compare's ``strata``)."""
+    head = ["pair", "mentions", "gold mentions", "variant F1", "baseline F1", "Δ F1 (×100)", "test-set bootstrap 95%"]
+    rows = [[f"{p['variant']} vs {p['baseline']}", row["stratum"], f"{row['mentions']:,}", f"{100 * row['f1'][p['variant']]:.2f}",
+             f"{100 * row['f1'][p['baseline']]:.2f}", _signed(row["difference"]), _interval(row, "bootstrap_interval95")]
+            for p in comparison["pairs"] for row in p.get("strata") or []]
+    return head, rows
+
+
 def compare_variants_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["variant", "headline", "seeds", "mean", "general", "domain", "fine-tune CPU h", "adaptation CPU h", "kWh (both)"]
     rows = []
@@ -471,10 +483,13 @@ def compare_variants_table(comparison: Mapping[str, Any]) -> tuple[list[str], li
 def comparison_html(comparison: Mapping[str, Any], forest: bytes | None) -> list[str]:
     metric = comparison["metric"]
     body = [f"<h2>Did it help? <code>{html.escape(str(comparison['path']))}</code></h2>",
-            "<ul>" + "".join(f"<li>{html.escape(p['verdict'])}</li>" for p in comparison["pairs"]) + "</ul>",
+            "<ul>" + "".join(f"<li>{html.escape(p['verdict'])}" + "".join(f"<br><em>{html.escape(note)}</em>" for note in p.get("notes") or [])
+                             + "</li>" for p in comparison["pairs"]) + "</ul>",
             _img(forest, f"paired differences in {metric} with 95% intervals"),
             _html_table(*compare_pairs_table(comparison), numeric=lambda i: 1 <= i <= 4),
             _html_table(*compare_variants_table(comparison), numeric=lambda i: i >= 2)]
+    if any(p.get("strata") for p in comparison["pairs"]):
+        body += ["<h3>Where it lives</h3>", _html_table(*compare_strata_table(comparison), numeric=lambda i: i >= 2)]
     shares = comparison.get("share_of_comparator_gain") or {}
     if shares:
         body.append("<p>" + "; ".join(f"{html.escape(n)}: {'-' if s is None else f'{100 * s:.0f}%'} of "
