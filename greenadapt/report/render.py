@@ -2,46 +2,24 @@
 
 from __future__ import annotations
 
-import base64
 import functools
 import html
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.destination import REPORT_MARKER
 from greenadapt.report.paper import SOURCE
+from greenadapt.report.cells import html_table as _html_table
+from greenadapt.report.cells import img as _img
+from greenadapt.report.cells import md_table as _md_table
+from greenadapt.report.cells import num as _num
+from greenadapt.report.cells import plain as _plain
+from greenadapt.report.comparisons import comparison_html, comparison_markdown
 from greenadapt.report.plots import axis_unit
 
 # --------------------------------------------------------------------------
 # Number formatting
-
-
-def _num(value: Any, digits: int = 3) -> str:
-    """A number for a table cell: integers with separators, others with about ``digits`` significant digits."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int) or (abs(value) >= 100 and float(value).is_integer()):
-        return f"{int(value):,}"
-    if value == 0:
-        return "0"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return _plain(value, digits)
-
-
-def _plain(value: float, digits: int = 3) -> str:
-    """About ``digits`` significant digits in plain decimals, never scientific notation (0.000123, not 1.23e-04)."""
-    if value == 0:
-        return "0"
-    if abs(value) >= 10 ** (digits - 1):
-        return f"{value:,.0f}"
-    decimals = digits - 1 - math.floor(math.log10(abs(value)))
-    text = f"{value:.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 ENERGY_TEXT_UNITS = (("Wh", 1e3), ("kWh", 1.0), ("MWh", 1e-3))  # base: kWh
@@ -233,15 +211,6 @@ def _duration(seconds: Any) -> str:
 # Markdown
 
 
-def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def markdown(data: Mapping[str, Any]) -> str:
     parts = ["# greenadapt report", "", "Runs: " + ", ".join(f"`{r}`" for r in data["runs"]), ""]
     parts += ["## Stages and their cost", "", _md_table(*stage_table(data)), ""]
@@ -267,11 +236,7 @@ def markdown(data: Mapping[str, Any]) -> str:
     if data.get("warnings"):
         parts += ["## Warnings", "", *(f"- `{w['stage']}`: {w['warning']}" for w in data["warnings"]), ""]
     for comparison in data.get("comparisons") or []:
-        parts += [f"## Did it help? `{comparison['path']}`", ""]
-        parts += [line for p in comparison["pairs"] for line in [f"- {p['verdict']}", *(f"  - {note}" for note in p.get("notes") or [])]]
-        parts += ["", _md_table(*compare_pairs_table(comparison)), "", _md_table(*compare_variants_table(comparison)), ""]
-        if any(p.get("strata") for p in comparison["pairs"]):
-            parts += ["### Where it lives", "", _md_table(*compare_strata_table(comparison)), ""]
+        parts += comparison_markdown(comparison)
     if data["training"]:
         parts += ["## Training", ""]
         for curve in data["training"]:
@@ -310,25 +275,6 @@ window.addEventListener("load", function () {
   document.body.setAttribute("data-images-ok", String(images.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length));
 });
 """
-
-
-def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: Callable[[int], bool] = lambda i: False) -> str:
-    # Wide tables scroll sideways inside their own box on a phone instead of widening the whole page.
-    out = ['<div class="scroll"><table><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
-    for row in rows:
-        cells = "".join(
-            f'<td class="n">{html.escape(c)}</td>' if numeric(i) else f"<td>{html.escape(c)}</td>" for i, c in enumerate(row)
-        )
-        out.append(f"<tr>{cells}</tr>")
-    out.append("</tbody></table></div>")
-    return "".join(out)
-
-
-def _img(png: bytes | None, alt: str) -> str:
-    if png is None:
-        return ""
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
 def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> str:
@@ -432,74 +378,3 @@ def figure_specs(data: Mapping[str, Any]) -> dict[str, Callable[[], bytes | None
 
 # --------------------------------------------------------------------------
 # A compare folder: "did it help?"
-
-
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:+.2f}"
-
-
-def _interval(pair: Mapping[str, Any], key: str) -> str:
-    found = pair.get(key)
-    return f"[{_signed(found[0])}, {_signed(found[1])}]" if found else "-"
-
-
-def compare_pairs_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["pair", f"Δ {comparison['metric']} (×100)", "per seed", "seeds 95%", "test-set bootstrap 95%", "verdict"]
-    rows = [
-        [f"{p['variant']} vs {p['baseline']}", _signed(p["mean"]), ", ".join(_signed(d) for d in p["differences"]),
-         _interval(p, "seed_interval95"), _interval(p, "bootstrap_interval95"),
-         "significant at 95%" if p["significant95"] else "not significant"]
-        for p in comparison["pairs"]
-    ]
-    return head, rows
-
-
-def compare_strata_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """NER: each pair's difference by kind of test mention (compare's ``strata``)."""
-    head = ["pair", "mentions", "gold mentions", "variant F1", "baseline F1", "Δ F1 (×100)", "test-set bootstrap 95%"]
-    rows = [[f"{p['variant']} vs {p['baseline']}", row["stratum"], f"{row['mentions']:,}", f"{100 * row['f1'][p['variant']]:.2f}",
-             f"{100 * row['f1'][p['baseline']]:.2f}", _signed(row["difference"]), _interval(row, "bootstrap_interval95")]
-            for p in comparison["pairs"] for row in p.get("strata") or []]
-    return head, rows
-
-
-def compare_variants_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["variant", "headline", "seeds", "mean", "general", "domain", "fine-tune CPU h", "adaptation CPU h", "kWh (both)"]
-    rows = []
-    for v in comparison["variants"]:
-        summary = v["summary"]
-
-        def cell(pool: str, summary: Mapping[str, Any] = summary) -> str:
-            found = summary.get(pool)
-            return f"{100 * found['mean']:.2f} ± {100 * found['sd']:.2f}" if found else "-"
-
-        tune, adapt = v.get("finetune_cost") or {}, v.get("adaptation_cost") or {}
-        rows.append([v["name"], v["headline_pool"], str(len(v["scores"])), cell("mean"), cell("general"), cell("domain"),
-                     _num((tune.get("cpu_seconds") or 0) / 3600), _num((adapt.get("cpu_seconds") or 0) / 3600) if adapt else "-",
-                     _num((tune.get("energy_kwh") or 0) + (adapt.get("energy_kwh") or 0))])
-    return head, rows
-
-
-def comparison_html(comparison: Mapping[str, Any], forest: bytes | None) -> list[str]:
-    metric = comparison["metric"]
-    body = [f"<h2>Did it help? <code>{html.escape(str(comparison['path']))}</code></h2>",
-            "<ul>" + "".join(f"<li>{html.escape(p['verdict'])}" + "".join(f"<br><em>{html.escape(note)}</em>" for note in p.get("notes") or [])
-                             + "</li>" for p in comparison["pairs"]) + "</ul>",
-            _img(forest, f"paired differences in {metric} with 95% intervals"),
-            _html_table(*compare_pairs_table(comparison), numeric=lambda i: 1 <= i <= 4),
-            _html_table(*compare_variants_table(comparison), numeric=lambda i: i >= 2)]
-    if any(p.get("strata") for p in comparison["pairs"]):
-        body += ["<h3>Where it lives</h3>", _html_table(*compare_strata_table(comparison), numeric=lambda i: i >= 2)]
-    shares = comparison.get("share_of_comparator_gain") or {}
-    if shares:
-        body.append("<p>" + "; ".join(f"{html.escape(n)}: {'-' if s is None else f'{100 * s:.0f}%'} of "
-                                      f"{html.escape(str(comparison['options'].get('comparator')))}'s gain" for n, s in shares.items()) + "</p>")
-    body.append(
-        '<p class="note">How to read it: each pair is one model against the baseline, fine-tuned with the same recipe '
-        "and seeds and scored on the same test examples. Δ is the mean over seeds of the per-seed difference; "
-        "the seeds interval (Student t) says how much another set of seeds could move it, the test-set interval "
-        "(a paired bootstrap: both models rescored on the same resampled examples) how much another test sample "
-        "could. A pair is significant only when every interval excludes 0; a headline is mean pooling for a "
-        "model with a domain tokenizer.</p>"
-    )
-    return body
