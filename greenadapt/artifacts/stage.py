@@ -245,7 +245,8 @@ class StageRun:
         return True
 
     # -- writing ------------------------------------------------------------
-    def commit(self, *, stats: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def commit(self, *, stats: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
+               cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Checksum the temporary folder, write the manifest, swap it into place."""
         if self.skipped:
             raise RuntimeError("commit() on a skipped stage")
@@ -267,7 +268,7 @@ class StageRun:
             "inputs": recorded_inputs(self.inputs, self.out),
             "libraries": library_versions(*self.libraries),
             "stats": dict(stats or {}),
-            "cost": self._meter.snapshot(),
+            "cost": {**self._meter.snapshot(), **(cost or {})},
             "files": files,
         }
         if settings is not None and self.kind not in kinds.CACHES:

@@ -53,6 +53,7 @@ class CompareOptions:
     pad_to_multiple: int = 1  # finetune's speed options, for every run
     cuda_graphs: bool = False
     report_to: tuple[str, ...] = ()  # finetune's trackers, for every run
+    agreements: tuple[tuple[str, float], ...] = ()  # (name, W): that --model trains with views that agree (finetune --agreement W)
 
     def members(self, name: str) -> int:
         """How many fine-tunings of ``name`` one seed's result is made of (1: a plain run)."""
@@ -108,6 +109,13 @@ class CompareOptions:
         if len(dict(self.ensembles)) != len(self.ensembles):
             raise UsageError("--ensemble names one model twice", hint="give each NAME=N once")
         self._check_member_seeds()
+        for name, weight in self.agreements:
+            if name not in names:
+                raise UsageError(f"--agreement {name}={weight:g} names no --model", hint=f"one of {', '.join(names)}")
+            if not weight > 0 or get_task(self.task).answers_questions:
+                raise UsageError(f"--agreement {name}={weight:g}: a positive weight, for NER or classification", hint="e.g. --agreement green-agree=1")
+        if len(dict(self.agreements)) != len(self.agreements):
+            raise UsageError("--agreement names one model twice", hint="give each NAME=W once")
         if self.comparator is not None and self.comparator == self.baseline:
             raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")

@@ -163,7 +163,7 @@ def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progr
         member = f", member {run.member + 1} of {options.members(run.name)}" if options.members(run.name) > 1 else ""
         log.info("%s %s, seed %d%s (%d/%d%s)", "checking the finished run of" if run in done else "fine-tuning", run.name, run.seed,
                  member, number, len(runs), clock.left() if run not in done else "")
-        finetune(**finetune_arguments(options, run.spec, run.train_seed, run.folder(options.out)), progress=progress)
+        finetune(**finetune_arguments(options, run.spec, run.train_seed, run.folder(options.out), name=run.name), progress=progress)
         if run not in done:
             clock.finished()
     if options.parallel > 1 and len(todo) > 1:
@@ -213,7 +213,7 @@ def _finished(folder: Path) -> bool:
     return manifest is not None and manifest.get("kind") == kinds.FINETUNE
 
 
-def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path) -> dict[str, Any]:
+def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path, *, name: str | None = None) -> dict[str, Any]:
     """The ``greenadapt.finetune`` call of one run: the same recipe for every model.
 
     The mixture is spelled out as finetune's default would choose it (0.5 with a domain tokenizer, else 0;
@@ -240,6 +240,8 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path)
         **({"pad_to_multiple": options.pad_to_multiple} if options.pad_to_multiple != 1 else {}),
         **({"cuda_graphs": True} if options.cuda_graphs else {}),
         **({"report_to": list(options.report_to)} if options.report_to else {}),
+        # the one option a variant may have of its own: views that agree (--agreement NAME=W)
+        **({"agreement": dict(options.agreements)[name]} if name in dict(options.agreements) else {}),
     }
 
 
@@ -255,7 +257,7 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetun
         out = run.folder(options.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         member = f" member {run.member + 1}" if run.member else ""
-        jobs.append(Job(f"{run.name} seed {run.seed}{member}", finetune_arguments(options, run.spec, run.train_seed, out),
+        jobs.append(Job(f"{run.name} seed {run.seed}{member}", finetune_arguments(options, run.spec, run.train_seed, out, name=run.name),
                         out.parent / f"{out.name}.log"))
     finished = 0
 
@@ -429,5 +431,5 @@ def _compare_options(settings: CompareSettings, run: RunContext) -> CompareOptio
         max_length=settings.max_length, device=settings.device, parallel=settings.parallel, replicates=settings.bootstrap, bootstrap_seed=settings.bootstrap_seed,
         save_every=settings.save_every, force=run.force, wait=run.wait, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
         ensembles=settings.ensembles, entity_type=settings.entity_type, max_steps=settings.max_steps, precision=settings.precision,
-        pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to,
+        pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to, agreements=settings.agreements,
     )

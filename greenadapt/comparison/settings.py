@@ -32,6 +32,20 @@ def parse_models(values: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(models)
 
 
+def parse_agreements(values: list[str]) -> tuple[tuple[str, float], ...]:
+    """``--agreement NAME=W`` (repeated) as (name, W) pairs."""
+    found = []
+    for value in values:
+        name, _, weight = value.partition("=")
+        try:
+            found.append((name.strip(), float(weight)))
+        except ValueError:
+            raise UsageError(f"--agreement {value!r} is not NAME=W", hint="e.g. --agreement green-agree=1") from None
+        if not name.strip():
+            raise UsageError(f"--agreement {value!r} is not NAME=W", hint="e.g. --agreement green-agree=1")
+    return tuple(found)
+
+
 def parse_ensembles(values: list[str]) -> tuple[tuple[str, int], ...]:
     """``--ensemble NAME=N`` (repeated) as (name, N) pairs."""
     ensembles = []
@@ -87,6 +101,10 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
         (), "--adapt-methods", panel=TRAINING, metavar="M1,M2", cli_type=str | None,
         parse=lambda text: tuple(m.strip() for m in (text or "").split(",") if m.strip()),
         help="Adapt the first --model to --corpus with each method (lstsq, subword-mean, focus, ...); each joins the comparison under its method's name.")
+    agreements: tuple[tuple[str, float], ...] = option(
+        (), "--agreement", panel=MODEL, metavar="NAME=W", parse=parse_agreements, cli_type=list[str],
+        help="That --model trains with views that agree at weight W (finetune --agreement; e.g. --model green-agree=MODEL "
+             "--agreement green-agree=1): both views each step, twice the forward passes.")
     ensembles: tuple[tuple[str, int], ...] = option(
         (), "--ensemble", panel=MODEL, metavar="NAME=N", parse=parse_ensembles, cli_type=list[str],
         help="That --model is N fine-tunings per seed scored on the mean of their probabilities "

@@ -13,6 +13,7 @@ the added embedding rows can be trained row-wise (``--train-embeddings``).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,37 @@ class TrainConfig(TrainingConfig):
     # Probability of the domain view. None: resolve_mix picks DEFAULT_MIX when the model has a
     # domain tokenizer, else 0 (train() itself reads None as 0).
     mix: float | None = None
+    # Views that agree (``--agreement W``): each unit in both views in the same step, the loss the mean of their
+    # cross-entropies plus W x the symmetric KL between their label distributions (0: off, the paper's mixture).
+    agreement: float = 0.0
+
+    def recorded(self) -> dict[str, Any]:
+        recorded = super().recorded()
+        if not self.agreement:  # runs made before the option keep their fingerprints
+            recorded.pop("agreement")
+        return recorded
+
+    @property
+    def views_per_example(self) -> int:
+        """Forward passes a training example costs per step (the cost of agreement: both views, every step)."""
+        return 2 if self.agreement else 1
+
+
+def check_agreement(agreement: float, has_domain: bool, model: Path) -> None:
+    """``--agreement`` is a weight, and needs two views to make agree."""
+    if not math.isfinite(agreement) or agreement < 0:
+        raise UsageError(f"--agreement must be 0 or more, not {agreement}")
+    if agreement and not has_domain:
+        raise UsageError(f"--agreement needs two views, but {model} has only one tokenizer (no {GENERAL_TOKENIZER_DIR}/)",
+                         hint="pass a folder of `greenadapt expand` or `greenadapt second-view`")
+
+
+def symmetric_kl(logits_a: Any, logits_b: Any) -> Any:
+    """Per row, (KL(p_a || p_b) + KL(p_b || p_a)) / 2 of the label distributions of two views' logits (R-Drop's term)."""
+    import torch
+
+    log_a, log_b = torch.log_softmax(logits_a.float(), dim=-1), torch.log_softmax(logits_b.float(), dim=-1)
+    return 0.5 * ((log_a.exp() * (log_a - log_b)).sum(-1) + (log_b.exp() * (log_b - log_a)).sum(-1))
 
 
 def check_mix(mix: float | None) -> None:
@@ -161,10 +193,18 @@ class FinetuneTask(TrainingTask):
         # --pad-to-multiple rounds widths up, never past the run's longest sequence under any view
         self.widest = max((len(ids) for unit in units for ids in unit.ids), default=1)
 
+    @property
+    def agreement(self) -> float:
+        return float(getattr(self.trainer.config, "agreement", 0.0))
+
     def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
         config = self.trainer.config
-        self.views = choose_views(len(self.units), self.mix, config.seed, epoch)
-        self.lengths = np.array([len(u.ids[v]) for u, v in zip(self.units, self.views, strict=True)])
+        if self.agreement:  # every unit in both views: batches grouped by the longer of the two
+            self.views = np.ones(len(self.units), dtype=np.int64)
+            self.lengths = np.array([max(len(ids) for ids in u.ids) for u in self.units])
+        else:
+            self.views = choose_views(len(self.units), self.mix, config.seed, epoch)
+            self.lengths = np.array([len(u.ids[v]) for u, v in zip(self.units, self.views, strict=True)])
         return length_grouped_batches(self.lengths, config.batch_size, config.seed, epoch)
 
     def parts(self, trainer: Trainer, batch: np.ndarray) -> list[np.ndarray] | None:
@@ -172,13 +212,15 @@ class FinetuneTask(TrainingTask):
         if parts is not None:
             units = self.units
             self.n_targets = max(1, int(sum(int((units[i].targets >= 0).sum()) for i in batch)))
-            trainer.load_rows([units[i].ids[VIEW_DOMAIN] for i in batch if self.views[i] == VIEW_DOMAIN])
+            trainer.load_rows([units[i].ids[VIEW_DOMAIN] for i in batch if self.views[i] == VIEW_DOMAIN])  # (agreement: every unit)
         return parts
 
     def loss(self, part: np.ndarray) -> Any:
         import torch
 
         trainer = self.trainer
+        if self.agreement:
+            return self._agreeing_loss(part)
         longest = int(self.lengths[part].max())
         width = padded_width(longest, trainer.config.pad_to_multiple, self.widest)
         tensors = collate(self.units, part, self.views[part], self.pad_id, trainer.ctx.device, width)
@@ -186,11 +228,30 @@ class FinetuneTask(TrainingTask):
         loss = torch.nn.functional.cross_entropy(logits.float(), tensors.targets, reduction="sum", ignore_index=-100)
         return loss * (trainer.ctx.world / self.n_targets)  # see the runtime's docstring
 
+    def _agreeing_loss(self, part: np.ndarray) -> Any:
+        """Both views of every unit: the mean of their cross-entropies plus ``agreement`` x their symmetric KL, row by
+        row (the rows of a unit are its words under either view, in the same order)."""
+        import torch
+
+        trainer = self.trainer
+        logits = []
+        for view in (VIEW_GENERAL, VIEW_DOMAIN):
+            longest = max(len(self.units[i].ids[view]) for i in part)
+            width = padded_width(longest, trainer.config.pad_to_multiple, self.widest)
+            tensors = collate(self.units, part, np.full(len(part), view), self.pad_id, trainer.ctx.device, width)
+            logits.append(output_rows(trainer.module, tensors))
+        targets = tensors.targets
+        cross = sum(torch.nn.functional.cross_entropy(rows.float(), targets, reduction="sum", ignore_index=-100) for rows in logits)
+        labelled = targets >= 0
+        kl = symmetric_kl(logits[0][labelled], logits[1][labelled]).sum()
+        return (cross / 2 + self.agreement * kl) * (trainer.ctx.world / self.n_targets)
+
     def record(self, batch: np.ndarray) -> dict[str, Any]:
         return {"units": len(batch), "domain_units": int(self.views[batch].sum()), "wordpieces": int(self.lengths[batch].sum())}
 
     def counts(self, batch: np.ndarray) -> dict[str, int]:
-        return {"domain_units": int(self.views[batch].sum()), "seen_units": len(batch)}
+        # with agreement each unit is seen twice, once in each view: the domain share of the passes is one half
+        return {"domain_units": int(self.views[batch].sum()), "seen_units": len(batch) * (2 if self.agreement else 1)}
 
     def weights(self) -> dict[str, Any]:
         return dict(self.trainer.model.state_dict())
@@ -243,6 +304,8 @@ def train(
     mix = config.mix or 0.0
     if mix > 0 and not has_domain:
         raise UsageError("--mix > 0 needs a model folder with a domain tokenizer")
+    if config.agreement and not has_domain:
+        raise UsageError("--agreement needs a model folder with two tokenizers")
     longest = max(len(ids) for u in units for ids in u.ids)
     trainer = prepare_trainer(model, config, ctx, n_examples=len(units), longest=longest, n_base_rows=n_base_rows)
     task = FinetuneTask(trainer, units, mix, pad_id=pad_id)

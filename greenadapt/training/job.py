@@ -59,11 +59,12 @@ class TrainingStage:
             self.checkpoints, self.fingerprint, save_every=save_every, resume=resume, save_final=save_final, writer=self.ctx.is_main
         )
 
-    def commit(self, stats: dict[str, Any]) -> StageOutcome:
-        """Rank 0: write the manifest (the output is complete from here on), then drop the checkpoints."""
+    def commit(self, stats: dict[str, Any], cost: dict[str, Any] | None = None) -> StageOutcome:
+        """Rank 0: write the manifest (the output is complete from here on), then drop the checkpoints; ``cost``: figures
+        for the manifest's cost block beside the measured ones."""
         if self.stage is None:
             return StageOutcome(self.out, {}, False)
-        manifest = self.stage.commit(stats=stats)
+        manifest = self.stage.commit(stats=stats, cost=cost)
         discard_checkpoints(self.checkpoints)
         if self.stop.received:
             log.warning("SIGTERM arrived after the last training step; the run was finished and saved first")

@@ -50,7 +50,7 @@ from greenadapt.tasks.options import FinetuneOptions, default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.distributed import DistContext, precision_used
 from greenadapt.training.trackers import probe_trackers, report_scores, tracking
-from greenadapt.training.finetuning import TrainConfig, resolve_mix, train
+from greenadapt.training.finetuning import TrainConfig, check_agreement, resolve_mix, train
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.job import training_stage
 
@@ -99,6 +99,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
     tokenizers = folder.tokenizers
     gmap = _prepare_gmap(options, ref, tokenizers.general)
     mix = resolve_mix(values.training.mix, tokenizers.has_domain, ref.path)
+    check_agreement(values.training.agreement, tokenizers.has_domain, ref.path)
     if values.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = values.pool if tokenizers.has_domain else "general"
@@ -142,7 +143,9 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
         )
         runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap,
                       _trackers_named(options.report_to), out, config, model_identity)
-        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp))
+        # the cost block says what the measured time bought: views that agree cost two forward passes an example
+        cost = {"forward_passes_per_example": base.views_per_example} if base.agreement else None
+        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp), cost=cost)
 
 
 def _trackers_named(report_to: Sequence[str]) -> tuple[str, ...]:
@@ -356,6 +359,7 @@ class _Job:
             "train_seconds": round(result.seconds, 2),
             "precision_used": precision_used(self.base.precision, self.ctx.device),
             "domain_fraction": round(result.domain_fraction, 4),
+            **({"agreement": config.agreement, "forward_passes_per_example": config.views_per_example} if config.agreement else {}),
             "warnings": result.warnings,
         }
         if self.gmap is not None:
