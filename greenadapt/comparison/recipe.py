@@ -99,23 +99,7 @@ class CompareOptions:
 
         for seed in self.seeds:
             check_seed(seed, option="--seeds")
-        for name, size in self.ensembles:
-            if name not in names:
-                raise UsageError(f"--ensemble {name}={size} names no --model", hint=f"one of {', '.join(names)}")
-            if not 1 <= size <= MAX_ENSEMBLE:
-                raise UsageError(f"--ensemble {name}={size}: an ensemble has 1 to {MAX_ENSEMBLE} members")
-            if get_task(self.task).answers_questions and size > 1:
-                raise UsageError("--ensemble is for NER and classification", hint="compare question answering one model per seed")
-        if len(dict(self.ensembles)) != len(self.ensembles):
-            raise UsageError("--ensemble names one model twice", hint="give each NAME=N once")
-        self._check_member_seeds()
-        for name, weight in self.agreements:
-            if name not in names:
-                raise UsageError(f"--agreement {name}={weight:g} names no --model", hint=f"one of {', '.join(names)}")
-            if not weight > 0 or get_task(self.task).answers_questions:
-                raise UsageError(f"--agreement {name}={weight:g}: a positive weight, for NER or classification", hint="e.g. --agreement green-agree=1")
-        if len(dict(self.agreements)) != len(self.agreements):
-            raise UsageError("--agreement names one model twice", hint="give each NAME=W once")
+        self._check_variants(names)
         if self.comparator is not None and self.comparator == self.baseline:
             raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
@@ -136,6 +120,26 @@ class CompareOptions:
 
             resolve_corpus(list(self.corpus))
 
+
+    def _check_variants(self, names: list[str]) -> None:
+        """What one variant has of its own: an ensemble's size (and its members' seeds), views that agree."""
+        for name, size in self.ensembles:
+            if name not in names:
+                raise UsageError(f"--ensemble {name}={size} names no --model", hint=f"one of {', '.join(names)}")
+            if not 1 <= size <= MAX_ENSEMBLE:
+                raise UsageError(f"--ensemble {name}={size}: an ensemble has 1 to {MAX_ENSEMBLE} members")
+            if get_task(self.task).answers_questions and size > 1:
+                raise UsageError("--ensemble is for NER and classification", hint="compare question answering one model per seed")
+        if len(dict(self.ensembles)) != len(self.ensembles):
+            raise UsageError("--ensemble names one model twice", hint="give each NAME=N once")
+        self._check_member_seeds()
+        for name, weight in self.agreements:
+            if name not in names:
+                raise UsageError(f"--agreement {name}={weight:g} names no --model", hint=f"one of {', '.join(names)}")
+            if not weight > 0 or get_task(self.task).answers_questions:
+                raise UsageError(f"--agreement {name}={weight:g}: a positive weight, for NER or classification", hint="e.g. --agreement green-agree=1")
+        if len(dict(self.agreements)) != len(self.agreements):
+            raise UsageError("--agreement names one model twice", hint="give each NAME=W once")
 
     def _check_member_seeds(self) -> None:
         """An ensemble member's seed is in range and none is a seed of the comparison (the same run under two names)."""

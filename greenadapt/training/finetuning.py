@@ -60,6 +60,10 @@ class TrainConfig(TrainingConfig):
         """Forward passes a training example costs per step (the cost of agreement: both views, every step)."""
         return 2 if self.agreement else 1
 
+    def cost_figures(self) -> dict[str, Any] | None:
+        """What the cost block says beside the measured figures: what the time bought (views that agree: twice the passes)."""
+        return {"forward_passes_per_example": self.views_per_example} if self.agreement else None
+
 
 def check_agreement(agreement: float, has_domain: bool, model: Path) -> None:
     """``--agreement`` is a weight, and needs two views to make agree."""

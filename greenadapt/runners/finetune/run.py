@@ -49,6 +49,7 @@ from greenadapt.runners.finetune.checks import TaskValues, check_options
 from greenadapt.tasks.options import FinetuneOptions, default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.distributed import DistContext, precision_used
+from greenadapt.inference.labelling import ensemble_mode
 from greenadapt.training.trackers import probe_trackers, report_scores, tracking
 from greenadapt.training.finetuning import TrainConfig, check_agreement, resolve_mix, train
 from greenadapt.training.health import prediction_warnings
@@ -100,9 +101,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
     gmap = _prepare_gmap(options, ref, tokenizers.general)
     mix = resolve_mix(values.training.mix, tokenizers.has_domain, ref.path)
     check_agreement(values.training.agreement, tokenizers.has_domain, ref.path)
-    if values.pool == "domain" and not tokenizers.has_domain:
-        raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
-    pool = values.pool if tokenizers.has_domain else "general"
+    pool = ensemble_mode(values.pool, tokenizers.has_domain, ref.path)
     positive = task.positive_label(labels, options.positive_label)
     metric = task.check_metric(options.metric, positive)
     settings = TaskSettings(
@@ -143,9 +142,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
         )
         runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap,
                       _trackers_named(options.report_to), out, config, model_identity)
-        # the cost block says what the measured time bought: views that agree cost two forward passes an example
-        cost = {"forward_passes_per_example": base.views_per_example} if base.agreement else None
-        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp), cost=cost)
+        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp), cost=base.cost_figures())
 
 
 def _trackers_named(report_to: Sequence[str]) -> tuple[str, ...]:
