@@ -26,3 +26,10 @@ def __getattr__(name: str) -> Any:
     if name in api.FUNCTIONS:
         return getattr(api, name)
     raise AttributeError(f"module 'greenadapt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What ``dir(greenadapt)`` and a notebook's completion show: the commands too (the API is loaded on first use)."""
+    import importlib
+
+    return sorted({*globals(), *importlib.import_module("greenadapt.api").FUNCTIONS})

@@ -75,6 +75,16 @@ class Declaration:
         return self.metavar if self.argument and self.metavar else self.flags[0]
 
 
+def model_paths(value: Any) -> Any:
+    """A ``--model`` as options.json records it: a local folder by its absolute path (so ``--config`` replays it from any
+    folder, as it does the data files), a Hub id as given; also a list of them, or of (name, model) pairs."""
+    if isinstance(value, str):
+        return str(Path(value).absolute()) if Path(value).exists() else value
+    if isinstance(value, tuple | list):
+        return tuple(model_paths(item) if not isinstance(item, tuple | list) else (item[0], model_paths(item[1])) for item in value)
+    return value
+
+
 def option(default: Any = dataclasses.MISSING, *flags: str, help: str, **declared: Any) -> Any:  # noqa: A002 (help is the word)
     """A settings field: ``lr: float | None = option(None, "--lr", help="Peak learning rate.", panel=TRAINING)``.
 

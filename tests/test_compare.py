@@ -129,7 +129,10 @@ def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
 
     from greenadapt.cli import main
 
-    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])
+    # The tiny models here learn little in a step or an epoch: these tests are of compare's mechanics, so they ask it to
+    # go on past a run that learned nothing (failing fast has its own test).
+    keep_going = ["--keep-going"] if args and args[0] == "compare" and "--keep-going" not in args else []
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, *keep_going, "--quiet"])
     with pytest.raises(SystemExit) as done:
         main()
     captured = capsys.readouterr()
@@ -184,7 +187,7 @@ def test_parallel_runs_give_the_same_scores_as_one_at_a_time(setup: dict[str, Pa
     import greenadapt
 
     common = {"task": "ner", "train": setup["train"], "test": setup["test"], "models": {"base": str(setup["base"]), "green": str(setup["green"])},
-              "seeds": [3, 4], "epochs": 1, "batch_size": 8, "device": "cpu", "bootstrap": 200}
+              "seeds": [3, 4], "epochs": 1, "batch_size": 8, "device": "cpu", "bootstrap": 200, "keep_going": True}
     one = greenadapt.compare(**common, out=tmp_path / "one")  # type: ignore[arg-type]
     two = greenadapt.compare(**common, out=tmp_path / "two", parallel=2)  # type: ignore[arg-type]
     assert [v.scores for v in one.variants] == [v.scores for v in two.variants]
@@ -345,7 +348,10 @@ def test_runs_that_learned_nothing_are_named_and_no_verdict_is_given() -> None:
     from greenadapt.comparison.health import collapse_notes, degenerate
 
     assert degenerate("ner", [["B-D", "O"]], [["O", "O"], ["O"]]) == "tagged no entity"
-    assert degenerate("ner", [["B-D", "O"]], [["O", "I-D"]]) is None
+    assert degenerate("ner", [["B-D", "O", "O"]], [["B-D", "O", "I-D"]]) is None  # an entity found, words better than all-O
+    # issue 65, point 1: entities predicted at random (a random head) are worse than tagging every word O
+    assert degenerate("ner", [["B-D", "O", "O", "O"]], [["O", "B-D", "B-D", "O"]]) == \
+        "tagged words with accuracy 0.25, below the 0.75 of tagging every word 'O'"
     assert degenerate("classify", ["a", "b", "a"], ["a", "a", "a"]) == "gave every test example the label 'a'"
     assert degenerate("classify", ["a", "a"], ["a", "a"]) is None  # one gold label: one predicted label is right
     assert degenerate("classify", ["a", "b"], ["a", "b"]) is None
@@ -386,7 +392,7 @@ def test_a_collapsed_baseline_is_named_under_the_verdict_and_in_compare_json(set
     assert code == 0, err
     (pair,) = json.loads((out / "compare.json").read_text())["pairs"]
     notes = [note for note in pair["notes"] if note.startswith("not a verdict")]
-    assert notes and "base tagged no entity on seed" in notes[0] and " 2:" in notes[0] and "--epochs" in notes[0]
+    assert notes and "base tagged no entity" in notes[0] and " 2:" in notes[0] and "--epochs" in notes[0]
     assert sorted(read) == sorted(set(read)) and len(read) == 4  # each run's predictions read once (2 models x 2 seeds)
     lines = stdout.splitlines()
     verdict = next(i for i, line in enumerate(lines) if line.startswith("green vs base: "))
@@ -400,3 +406,25 @@ def test_a_collapsed_baseline_is_named_under_the_verdict_and_in_compare_json(set
     assert "(2 seeds)" in base_row and "(general pooling)" in base_row
     code, as_json, err = _cli(["info", str(out), "--json"], monkeypatch, capsys)
     assert json.loads(as_json)["verdicts"] == [lines[verdict]] and [v["name"] for v in json.loads(as_json)["variants"]] == ["base", "green"]
+
+
+def test_compare_stops_at_the_first_run_that_learned_nothing_unless_asked_to_go_on(setup: dict[str, Path], tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 65, point 1: a learning rate that teaches nothing (a random head tags hundreds of entities, at a word
+    accuracy below always answering O) stops the comparison after its first run, in one line that says why."""
+    import sys
+
+    from greenadapt.cli import main
+
+    args = _two_models_two_seeds(setup, tmp_path / "cmp", "--epochs", "1", "--lr", "1e-9")
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])  # not _cli: it would add --keep-going
+    with pytest.raises(SystemExit) as done:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.value.code == 4 and "compare stopped: base seed 1" in err and "learned nothing" in err and "3 fine-tuning(s) not started" in err
+    assert "--keep-going" in err and "--lr" in err
+    assert sorted(p.name for p in (tmp_path / "cmp").glob("*/seed-*") if p.is_dir()) == ["seed-1"]  # one run, the rest never started
+    code, stdout, err = _cli([*args, "--keep-going"], monkeypatch, capsys)
+    assert code == 0, err
+    assert len(list((tmp_path / "cmp").glob("*/seed-*/manifest.json"))) == 4 and "not a verdict" in stdout

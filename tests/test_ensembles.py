@@ -117,7 +117,7 @@ def test_compare_scores_an_ensemble_per_seed_and_counts_every_member(runs: dict[
 
     out = tmp_path / "cmp"
     result = compare("ner", runs["train"], runs["test"], {"base": str(runs["model"]), "base-x2": str(runs["model"])},
-                     out=out, seeds=[3], epochs=1, batch_size=8, device="cpu", bootstrap=200, ensembles={"base-x2": 2})
+                     out=out, seeds=[3], epochs=1, batch_size=8, device="cpu", bootstrap=200, ensembles={"base-x2": 2}, keep_going=True)
     members = [out / "base-x2" / "seed-3", out / "base-x2" / "seed-3-member-1"]
     assert [read_manifest(m)["config"]["seeds"] for m in members] == [[3], [100_003]]
     # the first member is the base run of the same seed and recipe
@@ -135,7 +135,7 @@ def test_compare_scores_an_ensemble_per_seed_and_counts_every_member(runs: dict[
     # a rerun trains nothing and reads the kept ensemble scores
     stamp = (out / "base-x2" / "seed-3.ensemble.json").stat().st_mtime_ns
     compare("ner", runs["train"], runs["test"], {"base": str(runs["model"]), "base-x2": str(runs["model"])},
-            out=out, seeds=[3], epochs=1, batch_size=8, device="cpu", bootstrap=200, ensembles={"base-x2": 2})
+            out=out, seeds=[3], epochs=1, batch_size=8, device="cpu", bootstrap=200, ensembles={"base-x2": 2}, keep_going=True)
     assert (out / "base-x2" / "seed-3.ensemble.json").stat().st_mtime_ns == stamp
 
 

@@ -46,14 +46,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
-_RECIPE = {"seeds": [1, 2], "max_steps": int(STEPS), "batch_size": 4, "device": "cpu", "bootstrap": 200, "save_every": 3}
+_RECIPE = {"seeds": [1, 2], "max_steps": int(STEPS), "batch_size": 4, "device": "cpu", "bootstrap": 200, "save_every": 3, "keep_going": True}
 
 
 def _args(setup: dict[str, Path], out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "greenadapt", "compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
             "--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--seeds", "1,2", "--max-steps", STEPS,
             "--batch-size", "4", "--device", "cpu", "--bootstrap", "200", "--save-every", "3", "--parallel", "2", "--out", str(out),
-            "--json", *extra]
+            "--keep-going", "--json", *extra]
 
 
 def _env() -> dict[str, str]:

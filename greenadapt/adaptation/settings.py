@@ -15,7 +15,7 @@ from greenadapt.adaptation.methods import DEFAULT_METHOD, METHODS, method_help
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
-from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, option
+from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
 
 if TYPE_CHECKING:
     from greenadapt.adaptation.context_vectors import ContextOptions
@@ -73,7 +73,7 @@ class Word2vecSettings(Settings):
 
     corpus: tuple[str, ...] = option(REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                      help="Registered corpus name, file, folder, glob or URL (.txt, .gz, .bz2, .xz, JSON lines, CSV). Repeatable.")
-    model: str | None = option(None, "--model", "-m", panel=MODEL,
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
                                help="Model folder or Hub id whose tokenizer defines the words (default: the bundled MiniLM).")
     text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT,
                                                  help="Field(s) holding the text in JSON lines/CSV sources (default: text). Repeatable.")
@@ -118,7 +118,7 @@ class AlignSettings(MethodSettings):
     w2v: Path | None = option(None, "--w2v", panel=INPUT_OUTPUT, help="Folder written by `greenadapt w2v`.")
     corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                             help="Find the w2v output of this corpus in the workspace (repeatable).")
-    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder or Hub id (default: the model the w2v output was made with).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder or Hub id (default: the model the w2v output was made with).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the held-out split (and of the random ablation).")
     probe: tuple[str, ...] = option((), "--probe", panel=ADAPTATION, help="Also show the neighbours of this word (repeatable).")
 
@@ -136,7 +136,7 @@ class ExpandSettings(Settings):
     align: Path | None = option(None, "--align", panel=INPUT_OUTPUT, help="Folder written by `greenadapt align`.")
     corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                             help="Find the align output of this corpus in the workspace (repeatable).")
-    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder or Hub id (default: the model align was fitted on).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder or Hub id (default: the model align was fitted on).")
     max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, help="Add at most this many new words, most frequent first.")
     min_count: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count", panel=ADAPTATION, minimum=1,
                             help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
@@ -155,7 +155,7 @@ class SecondViewSettings(Settings):
     command = "second-view"
     run_help = {"out": "Output model folder (default: <workdir>/second-view/<model>/drop-<p>-seed-<s>)."}
 
-    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder or Hub id (default: the bundled MiniLM).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder or Hub id (default: the bundled MiniLM).")
     drop: float = option(0.1, "--drop", panel=ADAPTATION, minimum=0.01, maximum=0.9,
                          help="Fraction of the vocabulary's pieces of two characters or more that the second tokenizer never uses "
                               "(words with one are cut otherwise: a fixed alternative segmentation).")

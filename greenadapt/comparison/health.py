@@ -17,9 +17,12 @@ COLLAPSE_FIX = "train longer (--epochs), try another --lr, or check the training
 def degenerate(task: str, gold: Sequence[Any], predicted: Sequence[Any]) -> str | None:
     """What is wrong with a run's test predictions when it learned nothing (None: nothing is)."""
     if task == "ner":
+        from greenadapt.training.health import below_majority
+
         if not any(label != NER_OUTSIDE for sentence in predicted for label in sentence):
             return "tagged no entity"
-        return None
+        worse = below_majority(gold, predicted)
+        return f"tagged words with {worse}" if worse else None
     labels = set(map(str, predicted))
     if len(labels) == 1 and len(set(map(str, gold))) > 1:
         return f"gave every test example the label {labels.pop()!r}"

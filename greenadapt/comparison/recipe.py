@@ -42,6 +42,7 @@ class CompareOptions:
     save_every: int | None = 100
     force: bool = False
     wait: bool = False  # another compare on the same out: queue behind it (else exit 75 at once)
+    keep_going: bool = False  # a run that learned nothing does not stop the queued ones
     corpus: tuple[str, ...] = ()  # with adapt_methods: adapt the baseline model to this corpus once per method
     adapt_methods: tuple[str, ...] = ()  # each becomes a variant named after its method (adapt's stages, reused)
     workdir: Path | None = None  # where adapt keeps its w2v and align stages

@@ -37,7 +37,7 @@ from greenadapt.comparison.ensembles import (
 from greenadapt.comparison.recipe import CompareOptions
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
 from greenadapt.comparison.pace import RunsLeft, plan_line
-from greenadapt.comparison.health import collapse_notes, degenerate
+from greenadapt.comparison.health import COLLAPSE_FIX, collapse_notes, degenerate
 from greenadapt.comparison.folders import RESULT_FILE, recorded_base_model
 from greenadapt.comparison.statistics import Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.comparison.strata import strata_lines
@@ -166,6 +166,7 @@ def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progr
         finetune(**finetune_arguments(options, run.spec, run.train_seed, run.folder(options.out), name=run.name), progress=progress)
         if run not in done:
             clock.finished()
+            _stop_if_it_learned_nothing(options, run, queued=len(todo) - clock.done)
     if options.parallel > 1 and len(todo) > 1:
         _finetune_in_processes(options, todo, finetune)
     for name, spec in options.models:
@@ -190,6 +191,24 @@ def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progr
 
     write_json(options.out / RESULT_FILE, result.to_json())
     return result
+
+
+def learned_nothing(options: CompareOptions, run: Run) -> str | None:
+    """What is wrong with a finished run that learned nothing (its test predictions under its headline pool), else None."""
+    by_pool = read_by_pool(run.folder(options.out))
+    if by_pool is None or get_task(options.task).answers_questions:
+        return None
+    pools = by_pool["pools"]
+    return degenerate(options.task, by_pool["gold"], pools["mean"] if "mean" in pools else pools["general"])
+
+
+def _stop_if_it_learned_nothing(options: CompareOptions, run: Run, *, queued: int) -> None:
+    """Fail fast: the first run that learned nothing stops the comparison (unless --keep-going): half an hour of
+    fine-tunings on a recipe that teaches nothing is no verdict."""
+    why = None if options.keep_going or not queued else learned_nothing(options, run)
+    if why is not None:
+        raise StageError(f"compare stopped: {run.name} seed {run.seed} {why}, a run that learned nothing; {queued} fine-tuning(s) not started",
+                         path=run.folder(options.out), hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
 
 
 def _with_adapted_variants(options: CompareOptions, adapt: Callable[..., Any] | None, progress: Progress) -> CompareOptions:
@@ -263,13 +282,24 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetun
 
     clock = RunsLeft(len(jobs))
 
-    def done(outcome: Outcome) -> None:
+    stopped: list[str] = []
+
+    def done(outcome: Outcome) -> bool:
         nonlocal finished
         finished += 1
         clock.finished()
         log.info("%s %s (%d/%d%s)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, finished, len(jobs), clock.left())
+        run = by_label[outcome.job.label]
+        why = learned_nothing(options, run) if outcome.exit_code == 0 and not options.keep_going and not stopped else None
+        if why is not None:
+            stopped.append(f"{run.name} seed {run.seed} {why}")
+        return why is not None  # the queued runs are not started
 
+    by_label = {job.label: run for job, run in zip(jobs, todo, strict=True)}
     outcomes = run_jobs(finetune, jobs, options.parallel, threads, done)
+    if stopped and len(outcomes) < len(jobs):
+        raise StageError(f"compare stopped: {stopped[0]}, a run that learned nothing; {len(jobs) - len(outcomes)} fine-tuning(s) not started",
+                         path=options.out, hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
     failed = [f"{o.job.label} (exit {o.exit_code}, {o.job.log_file}: {o.message})" for o in outcomes if o.exit_code != 0]
     if len(outcomes) < len(jobs) and not failed:
         failed.append(f"{len(jobs) - len(outcomes)} not started")
@@ -432,4 +462,5 @@ def _compare_options(settings: CompareSettings, run: RunContext) -> CompareOptio
         save_every=settings.save_every, force=run.force, wait=run.wait, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
         ensembles=settings.ensembles, entity_type=settings.entity_type, max_steps=settings.max_steps, precision=settings.precision,
         pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to, agreements=settings.agreements,
+        keep_going=settings.keep_going,
     )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.tasks import task_name
 from greenadapt.training.settings import DeviceSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
 
@@ -73,7 +73,7 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     train: Path = option(REQUIRED, "--train", panel=INPUT_OUTPUT, help="Training file (the same for every model).")
     test: Path = option(REQUIRED, "--test", panel=INPUT_OUTPUT, help="Test file: every model is scored on the same examples.")
     models: tuple[tuple[str, str], ...] = option(
-        REQUIRED, "--model", "-m", panel=MODEL, metavar="NAME=MODEL", parse=parse_models, cli_type=list[str],
+        REQUIRED, "--model", "-m", panel=MODEL, metavar="NAME=MODEL", parse=parse_models, cli_type=list[str], public=model_paths,
         help="A model to compare: a folder or Hub id, named. Repeat; the first is the baseline.")
     dev: Path | None = option(None, "--dev", panel=INPUT_OUTPUT, help="Dev file for choosing the best epoch (optional).")
     seeds: tuple[int, ...] = option((1, 2, 3), "--seeds", panel=TRAINING, parse=parse_seeds, cli_type=str | None, shown="1,2,3",
@@ -94,6 +94,9 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, maximum=MAX_BOOTSTRAP,
                             help="Paired bootstrap replicates over test examples (each holds a row per test example: memory grows with both).")
     bootstrap_seed: int = option(0, "--bootstrap-seed", panel=EVALUATION, help="Seed of the bootstrap's resampling.")
+    keep_going: bool = option(False, "--keep-going", panel=RUN_CONTROL,
+                              help="Train every run even after one learned nothing (no entity, one label everywhere, or words tagged worse "
+                                   "than always answering the most frequent label); by default compare stops there and says why.")
     save_every: int | None = option(100, "--save-every", panel=RUN_CONTROL, minimum=1,
                                     help="Checkpoint every N steps, so an interrupted compare resumes.")
     corpus: tuple[str, ...] = option((), "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs, help="With --adapt-methods: the corpus to adapt the first --model to.")

@@ -107,11 +107,12 @@ def train_one(finetune: Callable[..., Any], job: Job, parent: int | None = None)
 
 
 def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, threads: int,
-             on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+             on_done: Callable[[Outcome], bool | None] | None = None) -> list[Outcome]:
     """Every job on ``workers`` processes (``threads`` cores each), in order of submission; returns their outcomes.
     ``finetune`` is :func:`greenadapt.finetune` (a module-level function: workers import it by its name).
 
-    A run stopped by a signal stops the rest (none is started after it); Ctrl-C in the parent is passed on to the
+    A run stopped by a signal stops the rest (none is started after it), and so does ``on_done`` returning True (the runs
+    already training finish); Ctrl-C in the parent is passed on to the
     workers, so each running fine-tuning stops as it would in the foreground, and the interrupt is raised again.
     """
     outcomes: list[Outcome] = []
@@ -131,9 +132,8 @@ def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, th
                 except BrokenProcessPool:  # a worker was killed (out of memory, SIGKILL): this run and those queued
                     outcome = Outcome(job, 137, "its worker process died (out of memory, or killed)", 0)
                 outcomes.append(outcome)
-                if on_done is not None:
-                    on_done(outcome)
-                if outcome.exit_code in _STOPPED:
+                stop = on_done(outcome) if on_done is not None else None
+                if outcome.exit_code in _STOPPED or stop:
                     for queued in pending:
                         queued.cancel()
         return outcomes

@@ -34,6 +34,7 @@ def write_predictions(task_file: TaskFile, predictions: Sequence[Any], out: Path
     out_lines: list[str] = []
     header_pending = task_file.format == "tsv" and task_file.field_names.get("header") == "yes"
     ner = bool(task_file.examples) and isinstance(task_file.examples[0], NerSentence)
+    bare_gold = ner and task_file.format == "columns" and task_file.labelled and _bare_gold(task_file)
     for number, line in numbered_lines(task_file.path):
         if number in by_line:
             value = by_line[number]
@@ -42,6 +43,7 @@ def write_predictions(task_file: TaskFile, predictions: Sequence[Any], out: Path
                 obj[PRED_TAGS_KEY if ner else PRED_LABEL_KEY] = value
                 line = json.dumps(obj, ensure_ascii=False)
             else:
+                value = value.split("-", 1)[0] if bare_gold and isinstance(value, str) else value
                 line = f"{line}{_separator(line)}{value}"
         elif header_pending and line.strip():
             line = f"{line}\t{PRED_COLUMN}"
@@ -65,6 +67,13 @@ def _write_dataset_predictions(task_file: TaskFile, predictions: Sequence[Any], 
         lines.append(json.dumps(record, ensure_ascii=False))
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "\n".join(lines) + "\n")
+
+
+def _bare_gold(task_file: TaskFile) -> bool:
+    """Whether a labelled column file's gold tags name no type (B, I, O): its predictions are then written bare too, so
+    the two columns read alike, by eye and by conlleval (a run trained with --entity-type predicts B-Disease)."""
+    tags = [line.split()[-1] for _, line in numbered_lines(task_file.path) if len(line.split()) > 1]
+    return bool(tags) and all("-" not in tag for tag in tags)
 
 
 def _separator(line: str) -> str:

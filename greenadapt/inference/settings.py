@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.errors import UsageError
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, model_paths, option
 from greenadapt.training.settings import POOL_MODES, DeviceSettings
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ class InferenceSettings(FieldSettings, DeviceSettings):
 
     run_options: ClassVar[tuple[str, ...]] = ()
 
-    model: tuple[str, ...] = option(REQUIRED, "--model", "-m", panel=MODEL,
+    model: tuple[str, ...] = option(REQUIRED, "--model", "-m", public=model_paths, panel=MODEL,
                                     help="A `greenadapt finetune` run folder (or one of its seed-N folders); "
                                          "repeat it for an ensemble (the mean of the models' probabilities).")
     header: str | None = option(None, "--header", panel=INPUT_OUTPUT, choices=HEADERS, help="Override TSV header detection (auto, yes, no).")

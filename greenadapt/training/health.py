@@ -14,6 +14,7 @@ warnings are also kept for the run's manifest (fine-tuning records them). Nothin
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,18 +46,34 @@ class TrainingHealth:
         if self.evaluations >= PATIENCE:
             if len(self.scores) >= PATIENCE and all(s == 0 for s in self.scores) and not self._said("dev score"):
                 new.append(f"the dev score has stayed 0 after {len(self.scores)} evaluations ({len(self.losses)} steps); {CAUSES}")
-            if len(self.losses) >= 2 * WINDOW and not self._said("loss"):
-                first = sum(self.losses[:WINDOW]) / WINDOW
-                last = sum(self.losses[-WINDOW:]) / WINDOW
-                if last > first * (1 - MIN_DROP):
-                    new.append(
-                        f"the training loss has not fallen after {len(self.losses)} steps (mean {first:.4f} over the first "
-                        f"{WINDOW} steps, {last:.4f} over the last {WINDOW}); {CAUSES}"
-                    )
+            if len(self.losses) >= 2 * WINDOW and not self._said("loss") and self._loss_stalled():
+                first, last = sum(self.losses[:WINDOW]) / WINDOW, sum(self.losses[-WINDOW:]) / WINDOW
+                new.append(
+                    f"the training loss has not fallen after {len(self.losses)} steps (mean {first:.4f} over the first "
+                    f"{WINDOW} steps, {last:.4f} over the last {WINDOW}); {CAUSES}"
+                )
         for warning in new:
             log.warning("training: %s", warning)
         self.warnings.extend(new)
         return new
+
+    def final_warnings(self) -> list[str]:
+        """The warnings about the finished run, for its manifest, summary and ``info``: those whose cause still holds at
+        its end. A run whose dev score rose above 0 later, or whose loss fell later, keeps none of them (the log has
+        them where they were said, and now a line that they no longer hold)."""
+        kept = []
+        for warning in self.warnings:
+            if "dev score" in warning and any(s > 0 for s in self.scores):
+                log.info("training: the dev score recovered (best %.4g): the earlier warning no longer holds", max(self.scores))
+            elif "training loss" in warning and not self._loss_stalled():
+                log.info("training: the training loss fell later: the earlier warning no longer holds")
+            else:
+                kept.append(warning)
+        return kept
+
+    def _loss_stalled(self) -> bool:
+        first, last = sum(self.losses[:WINDOW]) / WINDOW, sum(self.losses[-WINDOW:]) / WINDOW
+        return last > first * (1 - MIN_DROP)
 
     def _said(self, what: str) -> bool:
         return any(what in w for w in self.warnings)
@@ -112,7 +129,23 @@ def _entity_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[
     distinct = {p for _, p in pairs}
     if len(distinct) == 1 and len({g for g, _ in pairs}) > 1:
         return [f"every word of {split} is tagged {next(iter(distinct))!r}: a constant model; {CAUSES}"]
-    return []
+    worse = below_majority(gold, predicted)
+    return [f"the model tags the words of {split} with {worse}; {CAUSES}"] if worse else []
+
+
+def below_majority(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> str | None:
+    """NER: why a model that tags words is worse than tagging every word with the most frequent gold label (None if it
+    is not): it learned nothing, whatever entities it predicts (a random head tags hundreds)."""
+    from collections import Counter
+
+    pairs = [(g, p) for tags_g, tags_p in zip(gold, predicted, strict=True) for g, p in zip(tags_g, tags_p, strict=True)]
+    if not pairs:
+        return None
+    majority, majority_n = Counter(g for g, _ in pairs).most_common(1)[0]
+    accuracy = sum(g == p for g, p in pairs) / len(pairs)
+    if accuracy < majority_n / len(pairs):
+        return f"accuracy {accuracy:.2f}, below the {majority_n / len(pairs):.2f} of tagging every word {majority!r}"
+    return None
 
 
 def _label_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[str]:

@@ -421,7 +421,7 @@ class _Loop:
         result.seconds = time.perf_counter() - self.started
         result.counts = dict(at.counts)
         result.losses = self.health.losses
-        result.warnings = self.health.warnings
+        result.warnings = self.health.final_warnings()
         return result
 
 

@@ -10,7 +10,7 @@ from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_SEED
 from greenadapt.errors import UsageError
 from greenadapt.modeling.gmap.settings import GmapSettings
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.tasks import task_name, tasks_help
 from greenadapt.training.settings import (
     CompileSettings,
@@ -54,7 +54,7 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
                               help="Dev file: best-epoch selection (or training data with --train-on train+dev); qa: scored after training.")
     test: Path | None = option(None, "--test", panel=INPUT_OUTPUT,
                                help="Test file, evaluated at the end under every pooling mode (qa: EM/F1 as `greenadapt qa` answers).")
-    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
     mix: float | None = option(None, "--mix", panel=TRAINING,
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
     agreement: float = option(0.0, "--agreement", panel=TRAINING, metavar="W", minimum=0,

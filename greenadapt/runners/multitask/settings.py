@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
 from greenadapt.modeling.gmap.settings import GmapSettings
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option
 from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
              "label_field, format, header, metric, positive_label. Repeatable.")
     tasks_file: Path | None = option(None, "--tasks", panel=INPUT_OUTPUT,
                                      help="TOML file of \\[\\[task]] tables with the same keys (paths relative to the file).")
-    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
     adapter: str = option("pals", "--adapter", panel=MODEL, help="pals (projected attention layers), low-rank, or none (shared encoder, task heads only).")
     pal_size: int = option(204, "--pal-size", panel=MODEL, help="Width s of the PAL space (V_E: d -> s; low-rank: the rank).")
     pal_heads: int = option(12, "--pal-heads", panel=MODEL, help="Attention heads in the PAL space (must divide --pal-size).")

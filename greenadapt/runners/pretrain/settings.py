@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings):
     corpus: tuple[str, ...] = option(
         REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
         help="Registered corpus name, file, folder, glob or URL, as for w2v. Repeatable (--eval-only: each is scored on its own).")
-    model: str | None = option(None, "--model", "-m", panel=MODEL, help="Model folder (an expanded one too) or Hub id (default: the bundled MiniLM).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder (an expanded one too) or Hub id (default: the bundled MiniLM).")
     eval_only: bool = option(False, "--eval-only", panel=EVALUATION,
                              help="Only report held-out masked-LM loss/perplexity of --model on each --corpus (JSON).")
     general_corpus: tuple[str, ...] | None = option(None, "--general-corpus", public=public_specs, panel=INPUT_OUTPUT,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
 
 if TYPE_CHECKING:
     from greenadapt.inference.qa.answering import QaOptions
@@ -22,7 +22,7 @@ class QaSettings(Settings):
     run_help = {"out": "Folder for predictions.json, nbest.json, metrics.json."}
     out_required = True
 
-    model: str | None = option(None, "--model", "-m", panel=MODEL, help="QA model folder (plain or from `greenadapt expand`) or Hub id.")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="QA model folder (plain or from `greenadapt expand`) or Hub id.")
     data: Path = option(REQUIRED, "--data", "-d", panel=INPUT_OUTPUT, help="SQuAD v1/v2-style JSON file (e.g. Covid-QA).")
     pool: str | None = option(None, "--pool", panel=EVALUATION,
                               help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "

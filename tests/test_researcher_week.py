@@ -1,0 +1,94 @@
+"""A researcher's week, round 2 (issue 65): warnings about the finished run, replays from anywhere, scores people read,
+and the API as a notebook lists it. (Failing fast is in tests/test_compare.py, notes beside verdicts in
+tests/test_report.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from finetune_helpers import build_tiny_expanded, write_ner_file
+
+
+def test_a_warning_about_training_health_does_not_outlive_its_cause() -> None:
+    """Point 4: a dev score that stayed 0 for two evaluations and then rose is no warning of the finished run."""
+    from greenadapt.training.health import PATIENCE, WINDOW, TrainingHealth
+
+    health = TrainingHealth()
+    for score in [0.0] * PATIENCE:
+        health.evaluated(score)
+    assert any("dev score has stayed 0" in w for w in health.warnings)  # said while it held (the log keeps it)
+    health.evaluated(0.667)
+    assert health.final_warnings() == []
+    stuck = TrainingHealth()
+    for _ in range(3 * WINDOW):
+        stuck.record_loss(1.0)
+    for score in [0.0] * (PATIENCE + 1):
+        stuck.evaluated(score)
+    assert len(stuck.final_warnings()) == 2  # still 0, loss still flat: both hold at the end
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("week")
+    return {"root": root, "model": build_tiny_expanded(root / "models" / "green"), "train": write_ner_file(root / "train.tsv", 24, seed=1),
+            "test": write_ner_file(root / "test.tsv", 12, seed=2)}
+
+
+def test_a_run_folder_replays_from_any_folder(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point 6: the model typed as a relative folder is recorded absolute, as the data files are."""
+    import greenadapt
+
+    monkeypatch.chdir(files["root"])
+    greenadapt.finetune("ner", "train.tsv", model="models/green", out="runs/a", max_steps=2, device="cpu", progress=False)
+    recorded = json.loads((files["root"] / "runs" / "a" / "options.json").read_text())["options"]
+    assert recorded["model"] == str(files["model"]) and recorded["train"] == str(files["train"])
+    elsewhere = files["root"] / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    replay = greenadapt.finetune(config=files["root"] / "runs" / "a", out=elsewhere / "b", progress=False)
+    assert replay.manifest["config"]["model"] == str(files["model"])
+
+
+def test_evaluate_prints_the_per_type_table(files: dict[str, Path], tmp_path: Path) -> None:
+    """Point 7: seqeval's per-type report, not only the totals."""
+    import subprocess
+
+    from conftest import HANG_S, REPO
+
+    typed = write_ner_file(tmp_path / "typed.tsv", 24, seed=3, typed=True)
+    import greenadapt
+
+    greenadapt.finetune("ner", typed, model=str(files["model"]), out=tmp_path / "run", max_steps=2, device="cpu", progress=False)
+    done = subprocess.run([sys.executable, "-m", "greenadapt", "evaluate", str(typed), "-m", str(tmp_path / "run")], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=HANG_S, check=False)
+    assert done.returncode == 0, done.stderr
+    header = next(i for i, line in enumerate(done.stdout.splitlines()) if line.split()[:2] == ["entity", "type"])
+    types = {line.split()[0] for line in done.stdout.splitlines()[header + 1:] if line.startswith("  ")}
+    gold_types = {tag.split("-", 1)[1] for line in typed.read_text().splitlines() if line.strip() for tag in [line.split()[-1]] if "-" in tag}
+    assert types == gold_types
+
+
+def test_a_tagged_file_writes_gold_and_prediction_in_one_form(files: dict[str, Path], tmp_path: Path) -> None:
+    """Point 7: a run trained with --entity-type on bare B/I tags predicts B-Disease; beside a bare gold column it writes B."""
+    import greenadapt
+
+    greenadapt.finetune("ner", files["train"], model=str(files["model"]), out=tmp_path / "run", entity_type="Disease", max_steps=2,
+                        device="cpu", progress=False)
+    out = tmp_path / "tagged.tsv"
+    greenadapt.predict(files["test"], model=str(tmp_path / "run"), output=out, progress=False)
+    rows = [line.split() for line in out.read_text().splitlines() if line.strip()]
+    assert rows and all(len(row) >= 3 and "-" not in row[-1] and "-" not in row[-2] for row in rows)
+    assert any(row[-1] != "O" for row in rows) or all(row[-1] == "O" for row in rows)  # the form, whatever the tiny run learned
+
+
+def test_dir_of_the_package_lists_the_commands() -> None:
+    """Point 8: the API is built lazily, and dir() (a notebook's completion) still lists it."""
+    import greenadapt
+    from greenadapt import api
+
+    assert set(api.FUNCTIONS) <= set(dir(greenadapt))
+    assert {"finetune", "compare", "second_view", "load"} <= set(dir(greenadapt))
