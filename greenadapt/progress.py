@@ -8,10 +8,11 @@ it is not, and nothing with ``--quiet``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TextIO
 
 from greenadapt.errors import UsageError
@@ -193,3 +194,35 @@ class StepRate:
 
     def per_second(self, step: int) -> float:
         return (step - self.first_step) / max(self.clock() - self.started, 1e-9)
+
+
+@contextlib.contextmanager
+def said_once(logger_name: str = "greenadapt") -> Iterator[None]:
+    """While a long job runs (a cron job's predict): each warning is said the first time, its repeats only counted and
+    said once at the end with their number, so that a log of 60,000 sentences is not 600 copies of one line."""
+    import logging
+
+    counts: dict[tuple[str, Any], list[Any]] = {}  # (logger, message template) -> [records seen, the first record]
+    last: list[Any] = [None]  # a record passes every handler in turn: counted at the first, known by identity
+
+    def first_only(record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        seen = counts.setdefault((record.name, record.msg), [0, record])
+        if record is not last[0]:
+            last[0] = record
+            seen[0] += 1
+        return record is seen[1]
+
+    logger = logging.getLogger(logger_name)
+    handlers = [*logger.handlers, *logging.getLogger().handlers]
+    for handler in handlers:
+        handler.addFilter(first_only)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(first_only)
+        for (name, _), (times, record) in list(counts.items()):
+            if times > 1:
+                logging.getLogger(name).warning("%s (said %d times in all)", record.getMessage(), times)

@@ -418,6 +418,7 @@ def test_compare_stops_at_the_first_run_that_learned_nothing_unless_asked_to_go_
     from greenadapt.cli import main
 
     args = _two_models_two_seeds(setup, tmp_path / "cmp", "--epochs", "1", "--lr", "1e-9")
+    monkeypatch.delenv("GREENADAPT_KEEP_GOING", raising=False)
     monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--quiet"])  # not _cli: it would add --keep-going
     with pytest.raises(SystemExit) as done:
         main()

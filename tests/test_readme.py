@@ -120,6 +120,9 @@ def build_sandbox(root: Path) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
     return {
         **os.environ,
+        # the data files here are a few sentences: a README compare learns nothing from them in one epoch, which a
+        # reader's real files do; going on past that is what $GREENADAPT_KEEP_GOING says (README: compare)
+        "GREENADAPT_KEEP_GOING": "1",
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "PYTHONPATH": str(REPO),
         "HF_HUB_OFFLINE": "1",

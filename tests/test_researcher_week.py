@@ -92,3 +92,89 @@ def test_dir_of_the_package_lists_the_commands() -> None:
 
     assert set(api.FUNCTIONS) <= set(dir(greenadapt))
     assert {"finetune", "compare", "second_view", "load"} <= set(dir(greenadapt))
+
+
+# -- point 5: predict for cron jobs
+
+
+class _Recorded:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object, object]] = []
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        self.calls.append(("start", total, unit))
+
+    def update(self, completed: float, **info: object) -> None:
+        self.calls.append(("update", completed, info.get("documents")))
+
+    def finish(self, **info: object) -> None:
+        self.calls.append(("finish", None, None))
+
+
+def test_predict_reads_gz_shows_a_total_and_writes_what_a_plain_file_gives(files: dict[str, Path], tmp_path: Path) -> None:
+    import gzip
+
+    import greenadapt
+
+    run = tmp_path / "run"
+    greenadapt.finetune("ner", files["train"], model=str(files["model"]), out=run, max_steps=2, device="cpu", progress=False)
+    text = "".join(f"the patients with leukemia and sepsis were {i} in the study\n" for i in range(600))
+    plain, packed = tmp_path / "notes.txt", tmp_path / "notes.txt.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    recorded = _Recorded()
+    greenadapt.predict(packed, model=str(run), output=tmp_path / "from-gz.jsonl", progress=recorded)
+    greenadapt.predict(plain, model=str(run), output=tmp_path / "from-txt.jsonl", progress=False)
+    assert (tmp_path / "from-gz.jsonl").read_text() == (tmp_path / "from-txt.jsonl").read_text()
+    assert len((tmp_path / "from-gz.jsonl").read_text().splitlines()) == 600
+    start = recorded.calls[0]
+    assert start[0] == "start" and start[1] == pytest.approx(packed.stat().st_size / 1e6) and start[2] == "MB"
+    done = [c for c in recorded.calls if c[0] == "update"]
+    assert done and done[-1][1] == pytest.approx(packed.stat().st_size / 1e6) and done[-1][2] == 600
+    assert not (tmp_path / "from-gz.jsonl.partial").exists()
+
+
+def test_an_unreadable_gz_is_one_line(files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_helpers import run_cli
+
+    import greenadapt
+
+    run = tmp_path / "run"
+    greenadapt.finetune("ner", files["train"], model=str(files["model"]), out=run, max_steps=2, device="cpu", progress=False)
+    broken = tmp_path / "notes.txt.gz"
+    broken.write_bytes(b"\x1f\x8b\x08\x00" + b"not gzip at all" * 10)
+    capsys.readouterr()
+    code, err = run_cli(["predict", str(broken), "-m", str(run), "--output", str(tmp_path / "out.jsonl")], monkeypatch, capsys)
+    assert code == 3 and "notes.txt.gz" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_predictions_can_be_followed_while_they_are_written_and_never_half_under_the_final_name(tmp_path: Path) -> None:
+    from greenadapt.inference.predict_text import write_lines
+
+    target = tmp_path / "out.jsonl"
+    partial = tmp_path / "out.jsonl.partial"
+    seen: list[str] = []
+
+    def lines() -> object:
+        yield '{"n": 1}\n'
+        assert partial.is_symlink() and not target.exists()
+        seen.append(partial.read_text())  # what `tail -F out.jsonl.partial` shows: the first line, flushed
+        yield '{"n": 2}\n'
+
+    write_lines(lines(), target)  # type: ignore[arg-type]
+    assert seen == ['{"n": 1}\n'] and target.read_text() == '{"n": 1}\n{"n": 2}\n' and not partial.exists()
+
+
+def test_a_repeated_warning_is_said_once_with_its_count(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from greenadapt.progress import said_once
+
+    logger = logging.getLogger("greenadapt.modeling.units")
+    with caplog.at_level(logging.WARNING), said_once():
+        for n in (1, 2, 3):
+            logger.warning("%d chunk(s) were longer than 128 wordpieces and split", n)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["1 chunk(s) were longer than 128 wordpieces and split",
+                    "1 chunk(s) were longer than 128 wordpieces and split (said 3 times in all)"]

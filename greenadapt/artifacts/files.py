@@ -124,15 +124,20 @@ def library_versions(*names: str) -> dict[str, str]:
 _TEMPORARY_TAG = ".greenadapt-"  # in the name of every temporary atomic_writer makes: .<name>.greenadapt-<hex>.tmp
 
 
+PARTIAL_SUFFIX = ".partial"  # atomic_writer(sidecar=True): <path>.partial links to the file being written
+
+
 @contextlib.contextmanager
-def atomic_writer(path: Path) -> Iterator[IO[str]]:
+def atomic_writer(path: Path, *, sidecar: bool = False) -> Iterator[IO[str]]:
     """A text file written piece by piece that readers see whole at ``path`` when the block ends, or not at all.
 
     What ``path`` already is stays what it is, as with a shell redirection: a symbolic link to a file is written
     through (the file it points to is replaced, atomically, and the link stays); a pipe, a character device
     (``/dev/stdout``, ``/dev/null``) or a link to one is opened and written, never replaced by a regular file.
     The temporary is locked while it is written, so that a run killed halfway leaves a hidden file that the next
-    write to the same path removes.
+    write to the same path removes. ``sidecar``: while it is written, ``<path>.partial`` is a link to it, so a long
+    write (a cron job's predictions) can be followed with ``tail -F <path>.partial``; the link goes when the file is
+    in place (a killed run's is removed by the next write).
     """
     path = Path(path)
     if writes_through(path):
@@ -143,9 +148,12 @@ def atomic_writer(path: Path) -> Iterator[IO[str]]:
         path = Path(os.path.realpath(path))
     _sweep_dead_temporaries(path)
     tmp = path.with_name(f".{path.name}{_TEMPORARY_TAG}{uuid.uuid4().hex[:8]}.tmp")
+    partial = path.with_name(path.name + PARTIAL_SUFFIX)
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released by the kernel when this process dies
+            if sidecar:
+                _link_partial(partial, tmp)
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -153,6 +161,18 @@ def atomic_writer(path: Path) -> Iterator[IO[str]]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if sidecar and partial.is_symlink() and os.readlink(partial) == tmp.name:
+            partial.unlink()
+
+
+def _link_partial(partial: Path, tmp: Path) -> None:
+    """``partial`` -> ``tmp`` (relative), replacing only a link greenadapt made (one to a temporary of ours)."""
+    if partial.exists() or partial.is_symlink():
+        if not (partial.is_symlink() and _TEMPORARY_TAG in os.readlink(partial)):
+            return  # a user's file of that name: left alone, no sidecar this time
+        partial.unlink()
+    with contextlib.suppress(OSError):
+        partial.symlink_to(tmp.name)
 
 
 def writes_through(path: Path) -> bool:
@@ -182,6 +202,9 @@ def _sweep_dead_temporaries(path: Path) -> None:
                 leftover.unlink()
         finally:
             os.close(descriptor)
+    partial = path.with_name(path.name + PARTIAL_SUFFIX)
+    if partial.is_symlink() and _TEMPORARY_TAG in os.readlink(partial) and not partial.exists():
+        partial.unlink()  # the sidecar of a killed write: it points at nothing now
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -202,10 +202,19 @@ def learned_nothing(options: CompareOptions, run: Run) -> str | None:
     return degenerate(options.task, by_pool["gold"], pools["mean"] if "mean" in pools else pools["general"])
 
 
+KEEP_GOING_ENV = "GREENADAPT_KEEP_GOING"  # 1: every compare goes on past a run that learned nothing, as --keep-going
+
+
+def keeps_going(options: CompareOptions) -> bool:
+    import os
+
+    return options.keep_going or os.environ.get(KEEP_GOING_ENV, "").strip() == "1"
+
+
 def _stop_if_it_learned_nothing(options: CompareOptions, run: Run, *, queued: int) -> None:
     """Fail fast: the first run that learned nothing stops the comparison (unless --keep-going): half an hour of
     fine-tunings on a recipe that teaches nothing is no verdict."""
-    why = None if options.keep_going or not queued else learned_nothing(options, run)
+    why = None if keeps_going(options) or not queued else learned_nothing(options, run)
     if why is not None:
         raise StageError(f"compare stopped: {run.name} seed {run.seed} {why}, a run that learned nothing; {queued} fine-tuning(s) not started",
                          path=run.folder(options.out), hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
@@ -290,7 +299,7 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetun
         clock.finished()
         log.info("%s %s (%d/%d%s)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, finished, len(jobs), clock.left())
         run = by_label[outcome.job.label]
-        why = learned_nothing(options, run) if outcome.exit_code == 0 and not options.keep_going and not stopped else None
+        why = learned_nothing(options, run) if outcome.exit_code == 0 and not keeps_going(options) and not stopped else None
         if why is not None:
             stopped.append(f"{run.name} seed {run.seed} {why}")
         return why is not None  # the queued runs are not started

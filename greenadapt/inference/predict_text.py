@@ -28,13 +28,14 @@ with the input.
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -46,7 +47,7 @@ from greenadapt.artifacts.files import atomic_writer
 from greenadapt.data.settings import HEADERS
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.errors import DataError, UsageError
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import NULL_PROGRESS, Progress, said_once
 from greenadapt.structured_text import NestedTooDeeply, loads_json
 
 if TYPE_CHECKING:
@@ -133,6 +134,8 @@ class Source:
     documents: Iterator[_Record] | None = None
     path: Path | None = None  # a training-style file: the input itself, or standard input spooled to a temporary file
     spooled: bool = False
+    size: int | None = None  # bytes of the input file (compressed, for a .gz): the progress's total, where known
+    position: Callable[[], int | None] | None = None  # how far into those bytes the reading is
 
 
 def open_source(task: str, source: str | os.PathLike[str], *, file_format: str = "auto", text_field: str | None = None) -> Source:
@@ -150,12 +153,13 @@ def open_source(task: str, source: str | os.PathLike[str], *, file_format: str =
     fmt = detect_format(task, head, file_format, text_field)
     stream = itertools.chain(head, _decoded(handle, name))
     if fmt in TRAINING_FORMATS:
-        if not is_stdio(source):
+        if not is_stdio(source) and not _compressed(Path(source)):
             handle.close()
             return Source(fmt, path=Path(source))
-        return Source(fmt, path=_spool(stream, handle), spooled=True)
+        return Source(fmt, path=_spool(stream, handle), spooled=True)  # (the readers of training files take a plain path)
     documents = _text_lines(stream, handle) if fmt == "text" else _json_lines(stream, handle, name, text_field)
-    return Source(fmt, documents=documents)
+    size = None if is_stdio(source) else Path(source).stat().st_size
+    return Source(fmt, documents=documents, size=size, position=functools.partial(_position, handle))
 
 
 def predict_text(
@@ -172,7 +176,9 @@ def predict_text(
     if docs_per_batch < 1:
         raise UsageError("docs_per_batch must be at least 1")
     counts = {"documents": 0, "entities": 0}
-    progress.start("predicting", total=None, unit="documents")
+    # A file of known size: progress in MB of it, with a total and an ETA (compressed bytes for a .gz); else documents.
+    by_size = source.size is not None and source.position is not None and source.position() is not None
+    progress.start("predicting", total=source.size / 1e6 if by_size and source.size else None, unit="MB" if by_size else "documents")
 
     def lines() -> Iterator[str]:
         for batch in _batches(source.documents, docs_per_batch):  # type: ignore[arg-type]
@@ -181,9 +187,14 @@ def predict_text(
                 if model.finds_entities:
                     counts["entities"] += len(prediction["entities"])
                 yield json.dumps({**record.fields, **prediction}, ensure_ascii=False) + "\n"
-            progress.update(counts["documents"])
+            if by_size and source.position is not None and source.size is not None:
+                read = source.position()  # None once the input is read to its end (and closed)
+                progress.update((read if read is not None else source.size) / 1e6, documents=counts["documents"])
+            else:
+                progress.update(counts["documents"], documents=counts["documents"])
 
-    write_lines(lines(), output)
+    with said_once():
+        write_lines(lines(), output)
     progress.finish()
     entities = counts["entities"] if model.finds_entities else None
     return PredictSummary(str(output), counts["documents"], source.format, model.mode, None, entities)
@@ -195,13 +206,35 @@ class _Record:
     fields: dict[str, Any]  # what the output line starts with: the input object, or {"text": ...} / {"file": ..., "text": ...}
 
 
+_COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}  # as `adapt --corpus` reads them
+
+
+def _compressed(path: Path) -> bool:
+    return path.suffix.lower() in _COMPRESSED
+
+
 def _open_text(source: str | os.PathLike[str]) -> tuple[IO[str], str]:
+    import importlib
+
     if is_stdio(source):
         return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="strict", newline="\n"), "<stdin>"
     path = Path(source)
     if not path.is_file():
         raise DataError("input not found", path=path, hint="pass a file, a folder of .txt files, or - for stdin")
+    if _compressed(path):  # read as it streams: a cron job's day of text need not be unpacked first
+        opener = importlib.import_module(_COMPRESSED[path.suffix.lower()]).open
+        return opener(path, "rt", encoding="utf-8-sig", newline="\n"), str(path)
     return open(path, encoding="utf-8-sig", newline="\n"), str(path)  # noqa: SIM115 - closed by the reader
+
+
+def _position(handle: IO[str]) -> int | None:
+    """Bytes of the input file read so far (a compressed file's compressed bytes), from below the text layer's buffer."""
+    binary = getattr(handle, "buffer", None)
+    raw = getattr(binary, "fileobj", None) or getattr(binary, "_fp", None) or getattr(binary, "raw", None)
+    try:
+        return int(raw.tell()) if raw is not None else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _text_lines(lines: Iterator[str], handle: IO[str]) -> Iterator[_Record]:
@@ -226,12 +259,17 @@ def _json_lines(lines: Iterator[str], handle: IO[str], name: str, text_field: st
 
 
 def _decoded(handle: IO[str], name: str) -> Iterator[str]:
+    import lzma
+    import zlib
+
     try:
         # Not `yield from`: closing this generator (the sniffing one is dropped early) would close the file.
         for line in handle:  # noqa: UP028
             yield line
     except UnicodeDecodeError as exc:
         raise DataError(f"not UTF-8 text (byte {exc.start} of a line cannot be decoded)", path=Path(name), hint="convert the input to UTF-8") from None
+    except (EOFError, lzma.LZMAError, zlib.error, OSError) as exc:  # a .gz/.bz2/.xz cut short or not compressed at all
+        raise DataError(f"unreadable compressed input ({exc})", path=Path(name), hint="check the file (gzip -t), or give it uncompressed") from None
 
 
 def _folder_documents(folder: Path) -> Iterator[_Record]:
@@ -265,8 +303,11 @@ def write_lines(lines: Iterator[str], output: str | os.PathLike[str]) -> None:
         return
     target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_writer(target) as handle:  # readers never see half the predictions
-        handle.writelines(lines)
+    # readers never see half the predictions under the final name; <output>.partial follows them as they come
+    with atomic_writer(target, sidecar=True) as handle:
+        for line in lines:
+            handle.write(line)
+            handle.flush()
 
 
 def _spool(lines: Iterator[str], handle: IO[str]) -> Path:
