@@ -104,8 +104,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         text = sentences(args.corpus, args.sentences, Path(tmp) / "sentences.txt")
+        views = "2 views, mean-pooled" if (args.run / "general-tokenizer").is_dir() else "1 view: a plain model"
         rows = {
-            "greenadapt predict (2 views, mean-pooled)": measure([sys.executable, "-m", "greenadapt", "predict", str(text), "-m", str(args.run),
+            f"greenadapt predict ({views})": measure([sys.executable, "-m", "greenadapt", "predict", str(text), "-m", str(args.run),
                                                                   "--output", str(Path(tmp) / "greenadapt.jsonl"), "-q"]),
             "transformers pipeline (1 view)": measure([sys.executable, "-c", PIPELINE, str(args.run), str(text), str(Path(tmp) / "pipeline.jsonl")]),
         }

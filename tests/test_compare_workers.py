@@ -89,3 +89,45 @@ def test_a_process_tokenizes_the_same_files_once_and_trains_the_same(tmp_path: P
     finetune("ner", train, out=tmp_path / "b-alone", seed=2, **common)
     cached, alone = (json.loads((tmp_path / name / "metrics.json").read_text())["per_seed"] for name in ("b", "b-alone"))
     assert cached == alone
+
+
+def test_workers_are_spread_over_the_gpus_each_pinned_before_it_touches_cuda(tmp_path: Path) -> None:
+    """Issue 66, item 1, on the CPU: what each worker is told. Two workers over GPUs 0 and 1: each sees one GPU (its
+    CUDA_VISIBLE_DEVICES, set before torch is imported), both GPUs are used, and a worker keeps its GPU run after run."""
+    from greenadapt.api import finetune
+    from greenadapt.comparison.workers import worker_slots
+
+    assert worker_slots(["0", "1"], 2) == ["0", "1"] and worker_slots(["0", "1"], 5) == ["0", "1", "0", "1", "0"]
+    missing = tmp_path / "no-train.tsv"
+    jobs = [Job(f"run {i}", {"task": "ner", "train": str(missing), "model": str(tmp_path / "no-model"), "out": str(tmp_path / f"out-{i}")},
+                tmp_path / f"run-{i}.log") for i in range(4)]
+    outcomes = run_jobs(finetune, jobs, workers=2, threads=1, devices=["0", "1"])
+    gpu_of: dict[int, set[str]] = {}
+    for outcome in outcomes:
+        text = outcome.job.log_file.read_text()
+        (gpu,) = [g for g in ("0", "1") if f"{outcome.job.label} on GPU {g}" in text]
+        gpu_of.setdefault(outcome.worker, set()).add(gpu)
+    assert all(len(gpus) == 1 for gpus in gpu_of.values())  # a worker's GPU is its own for every run it trains
+    assert set().union(*gpu_of.values()) == {"0", "1"} or len(gpu_of) == 1  # (one worker may have taken every run)
+
+
+def test_compare_chooses_the_gpus_of_its_workers(tmp_path: Path) -> None:
+    import pytest
+
+    from greenadapt.comparison.recipe import CompareOptions
+    from greenadapt.comparison.run import worker_devices
+    from greenadapt.errors import UsageError
+
+    def options(**values: Any) -> CompareOptions:
+        return CompareOptions(task="ner", train=tmp_path, test=tmp_path, models=(("a", "x"), ("b", "y")), out=tmp_path / "cmp", **values)
+
+    assert worker_devices(options(devices=("2", "3"))) == ["2", "3"]
+    assert worker_devices(options(device="cuda:3")) == ["3"]
+    assert worker_devices(options(device="cpu")) == []
+    import torch
+
+    assert worker_devices(options()) == [str(i) for i in range(torch.cuda.device_count())]  # every visible GPU; none here
+    with pytest.raises(UsageError, match="--devices"):
+        options(devices=("0",), device="cpu").check()
+    with pytest.raises(UsageError, match="--devices"):
+        options(devices=("gpu0",)).check()

@@ -262,3 +262,22 @@ def test_cuda_graphs_with_padded_widths_compute_what_eager_training_does(files: 
         losses[name] = [r["loss"] for r in log if "loss" in r]
     assert modes == ["reduce-overhead"] and len(losses["eager"]) == 10
     np.testing.assert_allclose(losses["graphs"], losses["eager"], rtol=2e-3, atol=1e-4)
+
+
+def test_compare_spreads_two_workers_over_one_gpu(files: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 66, item 1: `compare --parallel 2 --devices 0` pins both workers to GPU 0 (each sees it as cuda:0); every
+    run's manifest records the GPU its energy was read on, and the scores equal one-at-a-time runs'."""
+    import greenadapt
+
+    common: dict[str, Any] = {"seeds": [1, 2], "max_steps": 4, "batch_size": 8, "bootstrap": 200, "keep_going": True, "progress": False}
+    models = {"base": str(files["general"]), "green": str(files["expanded"])}
+    # (GREENADAPT_TEST_DEVICE=cpu: --device auto on a machine without a GPU, the workers told GPU 0 all the same)
+    two = greenadapt.compare("ner", files["ner_train"], files["ner_dev"], models, out=tmp_path / "two", parallel=2, devices=("0",),
+                             device="auto" if DEVICE == "cpu" else DEVICE, **common)
+    logs = sorted((tmp_path / "two").glob("*/seed-*.log"))
+    assert len(logs) == 4 and all("on GPU 0" in log.read_text() for log in logs)
+    if DEVICE == "cuda":
+        for manifest in (tmp_path / "two").glob("*/seed-*/manifest.json"):
+            assert json.loads(manifest.read_text())["cost"].get("gpu_devices") == "0"
+    one = greenadapt.compare("ner", files["ner_train"], files["ner_dev"], models, out=tmp_path / "one", device=DEVICE, **common)
+    assert [v.scores for v in one.variants] == [v.scores for v in two.variants]

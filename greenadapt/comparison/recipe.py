@@ -43,6 +43,7 @@ class CompareOptions:
     force: bool = False
     wait: bool = False  # another compare on the same out: queue behind it (else exit 75 at once)
     keep_going: bool = False  # a run that learned nothing does not stop the queued ones
+    devices: tuple[str, ...] = ()  # GPUs the parallel workers are spread over (empty: every visible one)
     corpus: tuple[str, ...] = ()  # with adapt_methods: adapt the baseline model to this corpus once per method
     adapt_methods: tuple[str, ...] = ()  # each becomes a variant named after its method (adapt's stages, reused)
     workdir: Path | None = None  # where adapt keeps its w2v and align stages
@@ -106,6 +107,9 @@ class CompareOptions:
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
         if self.parallel < 1:
             raise UsageError("--parallel must be at least 1")
+        if self.devices and (self.device.partition(":")[0] not in ("auto", "cuda") or not all(d.isdigit() for d in self.devices)):
+            raise UsageError(f"--devices {','.join(self.devices)} spreads workers over CUDA GPUs by their ids, with --device auto or cuda",
+                             hint="e.g. --devices 0,1,2,3; leave it out on a machine without GPUs")
         if self.replicates < 100:
             raise UsageError(f"--bootstrap {self.replicates} is too few replicates for a 95% interval", hint="use at least 1000")
         for flag, path in (("--train", self.train), ("--test", self.test), ("--dev", self.dev)):

@@ -273,6 +273,21 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path,
     }
 
 
+def worker_devices(options: CompareOptions) -> list[str]:
+    """The GPUs compare's workers are spread over: ``--devices``, else the one ``--device cuda:N`` names, else every
+    visible GPU (``--device auto`` or ``cuda``); none on a machine without one, or with ``--device cpu``."""
+    if options.devices:
+        return list(options.devices)
+    kind, _, index = options.device.partition(":")
+    if kind == "cuda" and index:
+        return [index]
+    if kind not in ("auto", "cuda"):
+        return []
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]  # counts without making a CUDA context
+
+
 def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetune: Callable[..., Any]) -> None:
     """N fine-tunings at once on N worker processes, each with its share of the cores (and each run's log beside its
     run); a worker trains run after run, so the libraries' start-up is paid once per worker, not per run."""
@@ -280,13 +295,18 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetun
     from greenadapt.machine.cores import available_cores
 
     threads = max(1, available_cores() // options.parallel)
+    devices = worker_devices(options)
+    if devices:
+        log.info("%d worker(s) over GPU(s) %s", min(options.parallel, len(todo)), ", ".join(devices))
     jobs = []
     for run in todo:
         out = run.folder(options.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         member = f" member {run.member + 1}" if run.member else ""
-        jobs.append(Job(f"{run.name} seed {run.seed}{member}", finetune_arguments(options, run.spec, run.train_seed, out, name=run.name),
-                        out.parent / f"{out.name}.log"))
+        arguments = finetune_arguments(options, run.spec, run.train_seed, out, name=run.name)
+        if devices and options.device.startswith("cuda:"):
+            arguments["device"] = "cuda"  # each worker sees its own GPU as the only one: cuda:N is its cuda:0
+        jobs.append(Job(f"{run.name} seed {run.seed}{member}", arguments, out.parent / f"{out.name}.log"))
     finished = 0
 
     clock = RunsLeft(len(jobs))
@@ -305,7 +325,7 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetun
         return why is not None  # the queued runs are not started
 
     by_label = {job.label: run for job, run in zip(jobs, todo, strict=True)}
-    outcomes = run_jobs(finetune, jobs, options.parallel, threads, done)
+    outcomes = run_jobs(finetune, jobs, options.parallel, threads, done, devices=devices)
     if stopped and len(outcomes) < len(jobs):
         raise StageError(f"compare stopped: {stopped[0]}, a run that learned nothing; {len(jobs) - len(outcomes)} fine-tuning(s) not started",
                          path=options.out, hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
@@ -471,5 +491,5 @@ def _compare_options(settings: CompareSettings, run: RunContext) -> CompareOptio
         save_every=settings.save_every, force=run.force, wait=run.wait, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
         ensembles=settings.ensembles, entity_type=settings.entity_type, max_steps=settings.max_steps, precision=settings.precision,
         pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to, agreements=settings.agreements,
-        keep_going=settings.keep_going,
+        keep_going=settings.keep_going, devices=settings.devices,
     )

@@ -89,6 +89,11 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     batch_size: int | None = option(None, "--batch-size", panel=TRAINING, minimum=1, help="Examples per optimizer step (default: the task's).")
     lr: float | None = option(None, "--lr", panel=TRAINING, help="Peak learning rate (default: the task's).")
     max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Wordpieces per sequence (default: the task's).")
+    devices: tuple[str, ...] = option(
+        (), "--devices", panel=PERFORMANCE, metavar="IDS", cli_type=str | None, shown="every visible GPU",
+        parse=lambda text: tuple(d.strip() for d in (text or "").split(",") if d.strip()),
+        help="With --parallel: the CUDA GPUs the workers are spread over, comma-separated ids (default: every visible GPU); "
+             "each worker is pinned to one before it touches CUDA, several per GPU when --parallel is larger.")
     parallel: int = option(1, "--parallel", panel=PERFORMANCE, minimum=1,
                            help="Fine-tunings at once: N worker processes, each with its share of the cores, each training run after run.")
     bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, maximum=MAX_BOOTSTRAP,

@@ -52,10 +52,13 @@ PARENT_POLL_S = 0.5
 ORPHAN_GRACE_S = 120.0
 
 
-def _start_worker(threads: int, parent: int) -> None:
-    """In each worker, before torch is imported: its share of the cores, and an end when compare's process ends."""
+def _start_worker(threads: int, parent: int, devices: Any = None) -> None:
+    """In each worker, before torch is imported: its share of the cores, its GPU (``devices``: a queue of one id per
+    worker, when compare spreads them over GPUs), and an end when compare's process ends."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = str(threads)
+    if devices is not None:  # before CUDA is touched: the worker sees its one GPU as cuda:0, NVML reads its energy
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get(timeout=60))
     threading.Thread(target=_end_with_parent, args=(parent,), name="greenadapt-orphan-watch", daemon=True).start()
     import torch
 
@@ -90,7 +93,8 @@ def train_one(finetune: Callable[..., Any], job: Job, parent: int | None = None)
     package.setLevel(logging.INFO)
     package.propagate = False  # the worker's stderr is the terminal compare runs in: the log file is the run's place
     try:
-        log.info("worker %d: %s", os.getpid(), job.label)
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+        log.info("worker %d: %s%s", os.getpid(), job.label, f" on GPU {gpu}" if gpu else "")
         finetune(**job.arguments, progress=False)  # the run's log file has its lines; no bars from N workers
         return Outcome(job, 0, "", os.getpid())
     except GreenAdaptError as error:
@@ -106,8 +110,13 @@ def train_one(finetune: Callable[..., Any], job: Job, parent: int | None = None)
             os._exit(143)
 
 
+def worker_slots(devices: Sequence[str], workers: int) -> list[str]:
+    """The GPU of each of ``workers`` workers: the ``devices`` in turn (several workers per GPU when there are more workers)."""
+    return [str(devices[k % len(devices)]) for k in range(workers)]
+
+
 def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, threads: int,
-             on_done: Callable[[Outcome], bool | None] | None = None) -> list[Outcome]:
+             on_done: Callable[[Outcome], bool | None] | None = None, devices: Sequence[str] = ()) -> list[Outcome]:
     """Every job on ``workers`` processes (``threads`` cores each), in order of submission; returns their outcomes.
     ``finetune`` is :func:`greenadapt.finetune` (a module-level function: workers import it by its name).
 
@@ -117,8 +126,13 @@ def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, th
     """
     outcomes: list[Outcome] = []
     context = multiprocessing.get_context("spawn")
-    executor = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=context,
-                                   initializer=_start_worker, initargs=(threads, os.getpid()))
+    n_workers = max(1, min(workers, len(jobs)))
+    slots = None
+    if devices:
+        slots = context.Queue()
+        for device in worker_slots(devices, n_workers):
+            slots.put(device)
+    executor = ProcessPoolExecutor(max_workers=n_workers, mp_context=context, initializer=_start_worker, initargs=(threads, os.getpid(), slots))
     pending: dict[Future[Outcome], Job] = {executor.submit(train_one, finetune, job, os.getpid()): job for job in jobs}
     try:
         while pending:

@@ -355,6 +355,8 @@ class EnergyProbe:
             "gpu_seconds": round(gpu_seconds, 3),
             "gpu_model": gpu_model,
             "gpu_count": gpu_count,
+            # the GPUs this process was given (compare's workers each get theirs): what the energy above was read on
+            **({"gpu_devices": os.environ["CUDA_VISIBLE_DEVICES"]} if gpu_used and os.environ.get("CUDA_VISIBLE_DEVICES") else {}),
             "energy_kwh": round(kwh, 9),
             "energy_method": method,
             "energy_label": energy_label(used),
