@@ -86,6 +86,10 @@ def test_word_facts_come_from_the_expanded_models_own_tokenizers(tmp_path: Path)
     plain = word_facts(sentences, build_tiny_bert(tmp_path / "base", head="base"), None)
     assert plain.new is None and plain.pieces == facts.pieces
     assert facts.strata(0, 0, 1)[0] == WITH_NEW and facts.strata(0, 2, 3)[0] == WITHOUT_NEW
+    import greenadapt  # a second view has two tokenizers and no new row: no split by new words
+
+    view = greenadapt.second_view(model=str(tmp_path / "base"), drop=0.3, out=tmp_path / "view", progress=False)
+    assert word_facts(sentences, view.path, view.path).new is None
 
 
 @pytest.mark.slow

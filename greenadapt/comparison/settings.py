@@ -90,7 +90,7 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     lr: float | None = option(None, "--lr", panel=TRAINING, help="Peak learning rate (default: the task's).")
     max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Wordpieces per sequence (default: the task's).")
     devices: tuple[str, ...] = option(
-        (), "--devices", panel=PERFORMANCE, metavar="IDS", cli_type=str | None, shown="every visible GPU",
+        (), "--devices", panel=PERFORMANCE, metavar="IDS", cli_type=str | None,
         parse=lambda text: tuple(d.strip() for d in (text or "").split(",") if d.strip()),
         help="With --parallel: the CUDA GPUs the workers are spread over, comma-separated ids (default: every visible GPU); "
              "each worker is pinned to one before it touches CUDA, several per GPU when --parallel is larger.")

@@ -55,9 +55,8 @@ def word_facts(sentences: Sequence[Sequence[str]], general_model: Path, expanded
     general = load_tokenizers(general_model)
     pieces = word_pieces(word_backend(general.general), sentences, general.unk_id)
     new = None
-    if expanded_model is not None:
-        expanded = load_tokenizers(expanded_model)
-        assert expanded.domain is not None
+    expanded = load_tokenizers(expanded_model) if expanded_model is not None else None
+    if expanded is not None and expanded.domain is not None and len(expanded.domain) > expanded.general_vocab_size:  # (a second view adds no row)
         domain = word_pieces(word_backend(expanded.domain), sentences, expanded.unk_id)
         new = [[len(word) == 1 and word[0] >= expanded.general_vocab_size for word in sentence] for sentence in domain]
     return WordFacts([[len(word) for word in sentence] for sentence in pieces], new)
