@@ -19,6 +19,8 @@ import numpy as np
 from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
 from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
+from greenadapt.artifacts.model_folder import position_limit
+from greenadapt.training.batches import padded_width
 from greenadapt.training.distributed import DistContext, autocast, autocast_dtype
 from greenadapt.training.finetuning import collate, output_rows
 from greenadapt.training.settings import POOL_MODES
@@ -44,6 +46,7 @@ def view_logits(
     mine = np.arange(ctx.rank, len(units), ctx.world)
     mine = mine[np.argsort([-len(units[int(i)].ids[view]) for i in mine], kind="stable")]
     dtype = autocast_dtype(precision, ctx.device)
+    widest = position_limit(model.config.to_dict())
     was_training = model.training
     model.eval()
     out: Any = None
@@ -51,9 +54,10 @@ def view_logits(
         with torch.inference_mode():
             for start in range(0, len(mine), batch_size):
                 chunk = mine[start : start + batch_size]
-                batch = collate(units, chunk, [view] * len(chunk), pad_id, ctx.device)
+                shaped, width = inference_shape(units, chunk, view, widest)
+                batch = collate(units, shaped, [view] * len(shaped), pad_id, ctx.device, width)
                 with autocast(ctx.device, dtype):
-                    rows = output_rows(model, batch).float()
+                    rows = output_rows(model, batch).float()[: int(n_rows[chunk].sum())]  # the real units' rows come first
                 if out is None:
                     out = torch.zeros(int(offsets[-1]), rows.shape[-1], device=ctx.device)
                 where = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in chunk])
@@ -64,6 +68,22 @@ def view_logits(
     finally:
         model.train(was_training)
     return out.cpu().numpy()
+
+
+# Inference batches take a handful of shapes: widths rounded up to a multiple of this (never past the model's
+# positions), batch sizes to a power of two (the last batch of a call padded with repeats of its last unit, whose rows
+# are dropped). oneDNN compiles and keeps a kernel per shape: with any width and size a long predict grew by 460 MiB
+# over 60,000 sentences (docs/benchmarks.md, "predict on a long input"); padding is masked, so scores change only by
+# rounding.
+INFERENCE_WIDTH_MULTIPLE = 8
+
+
+def inference_shape(units: Sequence[Unit], chunk: np.ndarray, view: int, widest: int) -> tuple[np.ndarray, int]:
+    """The units of one inference batch as it is run (``chunk`` then repeats of its last, to a power of two) and its width."""
+    size = 1 << (len(chunk) - 1).bit_length()
+    shaped = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk))])
+    longest = max(len(units[int(i)].ids[view]) for i in chunk)
+    return shaped, padded_width(longest, INFERENCE_WIDTH_MULTIPLE, max(widest, longest))
 
 
 def pooled_logits(
