@@ -46,7 +46,7 @@ def view_logits(
     mine = np.arange(ctx.rank, len(units), ctx.world)
     mine = mine[np.argsort([-len(units[int(i)].ids[view]) for i in mine], kind="stable")]
     dtype = autocast_dtype(precision, ctx.device)
-    widest = position_limit(model.config.to_dict())
+    widest = _widest(model, units, view)
     was_training = model.training
     model.eval()
     out: Any = None
@@ -84,6 +84,15 @@ def inference_shape(units: Sequence[Unit], chunk: np.ndarray, view: int, widest:
     shaped = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk))])
     longest = max(len(units[int(i)].ids[view]) for i in chunk)
     return shaped, padded_width(longest, INFERENCE_WIDTH_MULTIPLE, max(widest, longest))
+
+
+def _widest(model: Any, units: Sequence[Unit], view: int) -> int:
+    """How wide an inference batch may be padded: the model's positions, where its config says (a transformers
+    config); else the longest unit (which was made to fit the model)."""
+    config: Any = getattr(model, "config", None)
+    if callable(getattr(config, "to_dict", None)):
+        return position_limit(config.to_dict())
+    return max((len(u.ids[view]) for u in units), default=1)
 
 
 def pooled_logits(
