@@ -82,7 +82,6 @@ def test_a_tagged_file_writes_gold_and_prediction_in_one_form(files: dict[str, P
     greenadapt.predict(files["test"], model=str(tmp_path / "run"), output=out, progress=False)
     rows = [line.split() for line in out.read_text().splitlines() if line.strip()]
     assert rows and all(len(row) >= 3 and "-" not in row[-1] and "-" not in row[-2] for row in rows)
-    assert any(row[-1] != "O" for row in rows) or all(row[-1] == "O" for row in rows)  # the form, whatever the tiny run learned
 
 
 def test_dir_of_the_package_lists_the_commands() -> None:
@@ -178,3 +177,16 @@ def test_a_repeated_warning_is_said_once_with_its_count(caplog: pytest.LogCaptur
     said = [r.getMessage() for r in caplog.records]
     assert said == ["1 chunk(s) were longer than 128 wordpieces and split",
                     "1 chunk(s) were longer than 128 wordpieces and split (said 3 times in all)"]
+
+
+def test_typed_predictions_beside_bare_gold_are_written_bare(files: dict[str, Path], tmp_path: Path) -> None:
+    """Point 7, whatever a run learned: predictions B-Disease/I-Disease beside a bare B/I gold column are written B/I."""
+    from greenadapt.data.predictions import write_predictions
+    from greenadapt.data.task_files import ReaderOptions, read_task_file
+
+    task_file = read_task_file(files["test"], "ner", ReaderOptions(entity_type="Disease"), require_labels=True)
+    typed = [list(sentence.labels) for sentence in task_file.examples]
+    assert any("-Disease" in tag for tags in typed for tag in tags)  # the reader typed the gold: so are these predictions
+    write_predictions(task_file, typed, tmp_path / "tagged.tsv")
+    rows = [line.split() for line in (tmp_path / "tagged.tsv").read_text().splitlines() if line.strip()]
+    assert rows and all(row[-1] == row[-2] for row in rows)  # the prediction in the gold's own (bare) form

@@ -96,8 +96,8 @@ class CompareResult:
                 }
                 for v in self.variants
             ],
-            "pairs": [p.to_json() | {"verdict": p.verdict(unit=verdict_unit(self.metric)), "strata_table": strata_lines(p.to_json())}
-                      for p in self.pairs],
+            "pairs": [pair | {"verdict": p.verdict(unit=verdict_unit(self.metric)), "strata_table": strata_lines(pair)}
+                      for p in self.pairs for pair in [p.to_json()]],
             "share_of_comparator_gain": self.shares,
             "seconds": round(self.seconds, 1),
         }
@@ -216,8 +216,13 @@ def _stop_if_it_learned_nothing(options: CompareOptions, run: Run, *, queued: in
     fine-tunings on a recipe that teaches nothing is no verdict."""
     why = None if keeps_going(options) or not queued else learned_nothing(options, run)
     if why is not None:
-        raise StageError(f"compare stopped: {run.name} seed {run.seed} {why}, a run that learned nothing; {queued} fine-tuning(s) not started",
-                         path=run.folder(options.out), hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
+        raise stopped_error(f"{run.name} seed {run.seed} {why}", queued, run.folder(options.out))
+
+
+def stopped_error(what: str, not_started: int, path: Path) -> StageError:
+    """The one line of a comparison stopped by a run that learned nothing (sequential or on workers)."""
+    return StageError(f"compare stopped: {what}, a run that learned nothing; {not_started} fine-tuning(s) not started",
+                      path=path, hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
 
 
 def _with_adapted_variants(options: CompareOptions, adapt: Callable[..., Any] | None, progress: Progress) -> CompareOptions:
@@ -327,8 +332,7 @@ def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetun
     by_label = {job.label: run for job, run in zip(jobs, todo, strict=True)}
     outcomes = run_jobs(finetune, jobs, options.parallel, threads, done, devices=devices)
     if stopped and len(outcomes) < len(jobs):
-        raise StageError(f"compare stopped: {stopped[0]}, a run that learned nothing; {len(jobs) - len(outcomes)} fine-tuning(s) not started",
-                         path=options.out, hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
+        raise stopped_error(stopped[0], len(jobs) - len(outcomes), options.out)
     failed = [f"{o.job.label} (exit {o.exit_code}, {o.job.log_file}: {o.message})" for o in outcomes if o.exit_code != 0]
     if len(outcomes) < len(jobs) and not failed:
         failed.append(f"{len(jobs) - len(outcomes)} not started")
