@@ -23,8 +23,13 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/greenadapt adapt --corpus go-text --dim 100 --epochs 15 --workdir greenadapt-work
 
-test: setup lint
+test: setup lint $(VENV)/.cluster-installed
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The tests of compare --ray start a local Ray cluster: the cluster extra, for `make test` only (the demo needs no Ray).
+$(VENV)/.cluster-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[cluster]'
+	touch $@
 
 # greenadapt as a user installs it without make: its wheel with the demo extra in a new venv outside the
 # checkout (so nothing is imported from the source tree), then the demo. README's "Without make" lines.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import string
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def tiny_vocab() -> list[str]:
 
 
 def heavy_modules_after(*commands: list[str]) -> list[str]:
-    """Run greenadapt commands (each must succeed) in one fresh interpreter; which of torch and transformers it then holds."""
+    """Run greenadapt commands (each must succeed) in one fresh interpreter; which of torch, transformers and ray it then holds."""
     import json
     import subprocess
     import sys
@@ -62,11 +63,34 @@ def heavy_modules_after(*commands: list[str]) -> list[str]:
         "        main()\n"
         "    except SystemExit as exit_:\n"
         "        assert not exit_.code, exit_.code\n"
-        "print(json.dumps(sorted(m for m in ('torch', 'transformers') if m in sys.modules)))\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'transformers', 'ray') if m in sys.modules)))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class Process:
+    """A line of the process table (/proc/PID/stat): what the process tests look for."""
+
+    pid: int
+    state: str  # Z: a zombie, ended but not reaped
+    parent: int
+    session: int
+
+
+def processes() -> list[Process]:
+    """Every process this machine shows, read from /proc (gone ones skipped)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found.append(Process(int(entry.name), fields[0], int(fields[1]), int(fields[3])))
+    return found
 
 
 def build_tiny_bert(folder: Path, *, head: str = "mlm", hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:

@@ -121,3 +121,13 @@ def write_classify_file(path: Path, n: int, *, seed: int = 0, pairs: bool = Fals
         lines = [header] + [f"{t}\t{p}\t{lab}" if pairs else f"{t}\t{lab}" for t, p, lab in rows]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def tiny_comparison(root: Path) -> dict[str, Path]:
+    """What a compare of tiny models needs: a plain model (base), an expanded one (green), NER train and test files."""
+    return {
+        "base": build_tiny_bert(root / "base", head="base"),
+        "green": build_tiny_expanded(root / "green"),
+        "train": write_ner_file(root / "train.tsv", 32, seed=1),
+        "test": write_ner_file(root / "test.tsv", 40, seed=2),
+    }

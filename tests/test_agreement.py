@@ -97,7 +97,7 @@ def test_agreement_needs_two_views_and_a_labelling_task(files: dict[str, Path], 
 
 def test_compare_gives_the_agreement_to_the_variant_it_names_only(files: dict[str, Path]) -> None:
     from greenadapt.comparison.recipe import CompareOptions
-    from greenadapt.comparison.run import finetune_arguments
+    from greenadapt.comparison.recipe import finetune_arguments
 
     options = CompareOptions(task="ner", train=files["train"], test=files["test"], out=files["root"] / "cmp",
                              models=(("green", str(files["model"])), ("green-agree", str(files["model"]))), agreements=(("green-agree", 1.0),))

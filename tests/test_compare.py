@@ -112,16 +112,9 @@ def test_contributions_give_exactly_the_metrics_finetune_reports() -> None:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from conftest import build_tiny_bert
-    from finetune_helpers import build_tiny_expanded, write_ner_file
+    from finetune_helpers import tiny_comparison
 
-    root = tmp_path_factory.mktemp("compare")
-    return {
-        "base": build_tiny_bert(root / "base", head="base"),
-        "green": build_tiny_expanded(root / "green"),
-        "train": write_ner_file(root / "train.tsv", 32, seed=1),
-        "test": write_ner_file(root / "test.tsv", 40, seed=2),
-    }
+    return tiny_comparison(tmp_path_factory.mktemp("compare"))
 
 
 def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -115,7 +115,7 @@ def test_compare_chooses_the_gpus_of_its_workers(tmp_path: Path) -> None:
     import pytest
 
     from greenadapt.comparison.recipe import CompareOptions
-    from greenadapt.comparison.run import worker_devices
+    from greenadapt.comparison.dispatch import worker_devices
     from greenadapt.errors import UsageError
 
     def options(**values: Any) -> CompareOptions:

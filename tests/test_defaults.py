@@ -58,6 +58,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     from greenadapt.adaptation.methods import MethodOptions
     from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
     from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
+    from greenadapt.comparison.cluster import RayPlacement
     from greenadapt.comparison.run import CompareOptions
     from greenadapt.data.task_files import ReaderOptions
     from greenadapt.inference.options import InferenceOptions
@@ -90,7 +91,8 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
                      {"text_field": "text_fields"}, {"eval_only": "chooses run_eval_only (EvalOptions) over pretrain_stage (PretrainOptions)"}),
         "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(InferenceOptions()), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
                     {"output": "predict_input's STDIO is the same '-' (checked below)", "input_path": "INPUT given as an option: it becomes source", "source": "the input (INPUT), no setting", "header": "an override of the file's own header detection: None overrides nothing"}),
-        "compare": (api.compare, [Source(CompareOptions(task="ner", train=Path("x"), test=Path("x"), models=(), out=Path("x")), {"bootstrap": "replicates"})], {}, {}),
+        "compare": (api.compare, [Source(CompareOptions(task="ner", train=Path("x"), test=Path("x"), models=(), out=Path("x")), {"bootstrap": "replicates"}),
+                                  Source(RayPlacement(address="x"), {"ray_storage": "storage"})], {}, {}),
     }
     return table[command]
 

@@ -131,7 +131,7 @@ def test_cuda_graphs_on_a_cpu_is_refused_in_one_line_before_reading(files: dict[
 
 
 def test_compare_passes_the_speed_and_precision_options_to_every_run(files: dict[str, Path], tmp_path: Path) -> None:
-    from greenadapt.comparison.run import CompareOptions, finetune_arguments
+    from greenadapt.comparison.recipe import CompareOptions, finetune_arguments
 
     options = CompareOptions(task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),),
                              out=tmp_path, precision="fp32", pad_to_multiple=16, cuda_graphs=True)

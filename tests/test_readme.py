@@ -41,6 +41,9 @@ NOT_RUN = (
     ("s3://", "reads a bucket over the network"),
     ("accelerate launch --multi_gpu", "needs GPUs"),
     ("bench/reproduce_ner.py", "a study on ../shared/data that runs for hours"),
+    ("pip install 'greenadapt[cluster]'", "installs packages: `make test` installs the cluster extra"),
+    ("--ray auto", "needs a Ray cluster: tests/test_compare_ray.py runs compare --ray against a local one it starts"),
+    ("sbatch ", "needs Slurm: tests/test_slurm_recipe.py runs the script with stand-ins for Slurm's and Ray's commands"),
 )
 
 CORPUS_LINES = [

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S, REPO, build_tiny_bert
+from conftest import HANG_S, REPO, build_tiny_bert, processes
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
 from greenadapt.errors import EXIT_LOCKED
@@ -66,16 +66,7 @@ def _start(setup: dict[str, Path], out: Path, log: Path) -> subprocess.Popen[byt
 
 
 def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
+    return [process.pid for process in processes() if process.parent == pid]
 
 
 def _alive(pid: int) -> bool:

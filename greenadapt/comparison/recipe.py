@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from greenadapt.comparison.cluster import RayPlacement
 from greenadapt.comparison.folders import MODEL_NAME, check_compare_folder
 from greenadapt.comparison.statistics import DEFAULT_REPLICATES
 from greenadapt.errors import UsageError
@@ -56,6 +58,7 @@ class CompareOptions:
     cuda_graphs: bool = False
     report_to: tuple[str, ...] = ()  # finetune's trackers, for every run
     agreements: tuple[tuple[str, float], ...] = ()  # (name, W): that --model trains with views that agree (finetune --agreement W)
+    ray: RayPlacement | None = None  # every fine-tuning a task on this Ray cluster (compare --ray)
 
     def members(self, name: str) -> int:
         """How many fine-tunings of ``name`` one seed's result is made of (1: a plain run)."""
@@ -110,6 +113,8 @@ class CompareOptions:
         if self.devices and (self.device.partition(":")[0] not in ("auto", "cuda") or not all(d.isdigit() for d in self.devices)):
             raise UsageError(f"--devices {','.join(self.devices)} spreads workers over CUDA GPUs by their ids, with --device auto or cuda",
                              hint="e.g. --devices 0,1,2,3; leave it out on a machine without GPUs")
+        if self.ray is not None:
+            self.ray.check(parallel=self.parallel, devices=self.devices)
         if self.replicates < 100:
             raise UsageError(f"--bootstrap {self.replicates} is too few replicates for a 95% interval", hint="use at least 1000")
         for flag, path in (("--train", self.train), ("--test", self.test), ("--dev", self.dev)):
@@ -179,3 +184,38 @@ class CompareOptions:
             check_entity_type(self.entity_type)
         if self.max_steps is not None and self.max_steps < 1:
             raise UsageError("--max-steps must be at least 1")
+
+
+def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path, *, name: str | None = None) -> dict[str, Any]:
+    """The ``greenadapt.finetune`` call of one run: the same recipe for every model.
+
+    The mixture is spelled out as finetune's default would choose it (0.5 with a domain tokenizer, else 0;
+    mean pooling), so a run folder made by an explicit ``finetune --mix ... --pool mean`` (the study script's)
+    is the same stage and is reused.
+    """
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+    from greenadapt.artifacts.pretrained import resolve_model
+
+    model = resolve_model(spec)
+    mixed = (model.path / GENERAL_TOKENIZER_DIR).is_dir()
+    if options.ray is not None and options.ray.storage == "local" and Path(spec).expanduser().exists():
+        spec = str(model.path)  # sent to the nodes and named back by this one path (artifacts/relocation.py)
+    questions = get_task(options.task).answers_questions
+    mixture = {"mix": 0.5 if mixed else 0.0, "pool": "mean"} if not questions else {}  # qa chooses its own pool
+    return {
+        "task": options.task, "train": str(options.train), "test": str(options.test), **mixture,
+        "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed],
+        "epochs": options.epochs, "batch_size": options.batch_size, "lr": options.lr, "max_length": options.max_length,
+        "device": options.device, "force": options.force,
+        # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
+        **({"save_every": options.save_every, "resume": True} if not questions else {}),
+        # passed only when set, so that the runs of earlier comparisons keep their fingerprints
+        **({"entity_type": options.entity_type} if options.entity_type is not None else {}),
+        **({"max_steps": options.max_steps} if options.max_steps is not None else {}),
+        **({"precision": options.precision} if options.precision != "auto" else {}),
+        **({"pad_to_multiple": options.pad_to_multiple} if options.pad_to_multiple != 1 else {}),
+        **({"cuda_graphs": True} if options.cuda_graphs else {}),
+        **({"report_to": list(options.report_to)} if options.report_to else {}),
+        # the one option a variant may have of its own: views that agree (--agreement NAME=W)
+        **({"agreement": dict(options.agreements)[name]} if name in dict(options.agreements) else {}),
+    }

@@ -34,17 +34,17 @@ from greenadapt.comparison.ensembles import (
     result_folder,
     score_ensemble,
 )
-from greenadapt.comparison.recipe import CompareOptions
+from greenadapt.comparison.recipe import CompareOptions, finetune_arguments
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
 from greenadapt.comparison.pace import RunsLeft, plan_line
-from greenadapt.comparison.health import COLLAPSE_FIX, collapse_notes, degenerate
+from greenadapt.comparison.health import collapse_notes, degenerate, stop_if_it_learned_nothing
 from greenadapt.comparison.folders import RESULT_FILE, recorded_base_model
 from greenadapt.comparison.statistics import Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.comparison.strata import strata_lines
-from greenadapt.errors import StageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
+    from greenadapt.comparison.dispatch import Cluster
     from greenadapt.comparison.settings import CompareSettings
     from greenadapt.options import Run as RunContext
 
@@ -143,12 +143,17 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
         probe_trackers(options.report_to)
 
     options.out.parent.mkdir(parents=True, exist_ok=True)
-    with output_lock(options.out, "compare", wait=options.wait):  # one compare per folder: a second one's workers would take its runs
-        return _compare_locked(options, finetune, progress, adapt)
+    from greenadapt.comparison.dispatch import cluster_for
+
+    # one compare per folder: a second one's workers would take its runs
+    with output_lock(options.out, "compare", wait=options.wait), cluster_for(options) as cluster:
+        return _compare_locked(options, finetune, progress, adapt, cluster)
 
 
 def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progress: Progress,
-                    adapt: Callable[..., Any] | None) -> CompareResult:
+                    adapt: Callable[..., Any] | None, cluster: Cluster | None) -> CompareResult:
+    from greenadapt.comparison.dispatch import finetune_elsewhere, runs_elsewhere
+
     started = time.monotonic()
     if options.adapt_methods:
         options = _with_adapted_variants(options, adapt, progress)
@@ -159,16 +164,17 @@ def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progr
     # another (a changed --epochs must not be paired with runs of the old one). That check is quick: in process.
     todo = [r for r in runs if r not in done]
     clock = RunsLeft(len(todo))
-    for number, run in enumerate([*done, *(todo if options.parallel == 1 or len(todo) <= 1 else [])], start=1):
+    elsewhere = runs_elsewhere(options, todo, cluster)
+    for number, run in enumerate([*done, *([] if elsewhere else todo)], start=1):
         member = f", member {run.member + 1} of {options.members(run.name)}" if options.members(run.name) > 1 else ""
         log.info("%s %s, seed %d%s (%d/%d%s)", "checking the finished run of" if run in done else "fine-tuning", run.name, run.seed,
                  member, number, len(runs), clock.left() if run not in done else "")
         finetune(**finetune_arguments(options, run.spec, run.train_seed, run.folder(options.out), name=run.name), progress=progress)
         if run not in done:
             clock.finished()
-            _stop_if_it_learned_nothing(options, run, queued=len(todo) - clock.done)
-    if options.parallel > 1 and len(todo) > 1:
-        _finetune_in_processes(options, todo, finetune)
+            stop_if_it_learned_nothing(options, run, queued=len(todo) - clock.done)
+    if elsewhere:
+        finetune_elsewhere(options, todo, finetune, cluster)
     for name, spec in options.models:
         if options.members(name) > 1:
             for seed in options.seeds:
@@ -193,38 +199,6 @@ def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progr
     return result
 
 
-def learned_nothing(options: CompareOptions, run: Run) -> str | None:
-    """What is wrong with a finished run that learned nothing (its test predictions under its headline pool), else None."""
-    by_pool = read_by_pool(run.folder(options.out))
-    if by_pool is None or get_task(options.task).answers_questions:
-        return None
-    pools = by_pool["pools"]
-    return degenerate(options.task, by_pool["gold"], pools["mean"] if "mean" in pools else pools["general"])
-
-
-KEEP_GOING_ENV = "GREENADAPT_KEEP_GOING"  # 1: every compare goes on past a run that learned nothing, as --keep-going
-
-
-def keeps_going(options: CompareOptions) -> bool:
-    import os
-
-    return options.keep_going or os.environ.get(KEEP_GOING_ENV, "").strip() == "1"
-
-
-def _stop_if_it_learned_nothing(options: CompareOptions, run: Run, *, queued: int) -> None:
-    """Fail fast: the first run that learned nothing stops the comparison (unless --keep-going): half an hour of
-    fine-tunings on a recipe that teaches nothing is no verdict."""
-    why = None if keeps_going(options) or not queued else learned_nothing(options, run)
-    if why is not None:
-        raise stopped_error(f"{run.name} seed {run.seed} {why}", queued, run.folder(options.out))
-
-
-def stopped_error(what: str, not_started: int, path: Path) -> StageError:
-    """The one line of a comparison stopped by a run that learned nothing (sequential or on workers)."""
-    return StageError(f"compare stopped: {what}, a run that learned nothing; {not_started} fine-tuning(s) not started",
-                      path=path, hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
-
-
 def _with_adapted_variants(options: CompareOptions, adapt: Callable[..., Any] | None, progress: Progress) -> CompareOptions:
     """The baseline adapted to the corpus once per method of ``adapt_methods``, each a variant named after its method."""
     if adapt is None:
@@ -244,101 +218,6 @@ def _finished(folder: Path) -> bool:
 
     manifest = read_manifest(folder) if folder.is_dir() else None
     return manifest is not None and manifest.get("kind") == kinds.FINETUNE
-
-
-def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path, *, name: str | None = None) -> dict[str, Any]:
-    """The ``greenadapt.finetune`` call of one run: the same recipe for every model.
-
-    The mixture is spelled out as finetune's default would choose it (0.5 with a domain tokenizer, else 0;
-    mean pooling), so a run folder made by an explicit ``finetune --mix ... --pool mean`` (the study script's)
-    is the same stage and is reused.
-    """
-    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
-    from greenadapt.artifacts.pretrained import resolve_model
-
-    mixed = (resolve_model(spec).path / GENERAL_TOKENIZER_DIR).is_dir()
-    questions = get_task(options.task).answers_questions
-    mixture = {"mix": 0.5 if mixed else 0.0, "pool": "mean"} if not questions else {}  # qa chooses its own pool
-    return {
-        "task": options.task, "train": str(options.train), "test": str(options.test), **mixture,
-        "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed],
-        "epochs": options.epochs, "batch_size": options.batch_size, "lr": options.lr, "max_length": options.max_length,
-        "device": options.device, "force": options.force,
-        # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
-        **({"save_every": options.save_every, "resume": True} if not questions else {}),
-        # passed only when set, so that the runs of earlier comparisons keep their fingerprints
-        **({"entity_type": options.entity_type} if options.entity_type is not None else {}),
-        **({"max_steps": options.max_steps} if options.max_steps is not None else {}),
-        **({"precision": options.precision} if options.precision != "auto" else {}),
-        **({"pad_to_multiple": options.pad_to_multiple} if options.pad_to_multiple != 1 else {}),
-        **({"cuda_graphs": True} if options.cuda_graphs else {}),
-        **({"report_to": list(options.report_to)} if options.report_to else {}),
-        # the one option a variant may have of its own: views that agree (--agreement NAME=W)
-        **({"agreement": dict(options.agreements)[name]} if name in dict(options.agreements) else {}),
-    }
-
-
-def worker_devices(options: CompareOptions) -> list[str]:
-    """The GPUs compare's workers are spread over: ``--devices``, else the one ``--device cuda:N`` names, else every
-    visible GPU (``--device auto`` or ``cuda``); none on a machine without one, or with ``--device cpu``."""
-    if options.devices:
-        return list(options.devices)
-    kind, _, index = options.device.partition(":")
-    if kind == "cuda" and index:
-        return [index]
-    if kind not in ("auto", "cuda"):
-        return []
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]  # counts without making a CUDA context
-
-
-def _finetune_in_processes(options: CompareOptions, todo: Sequence[Run], finetune: Callable[..., Any]) -> None:
-    """N fine-tunings at once on N worker processes, each with its share of the cores (and each run's log beside its
-    run); a worker trains run after run, so the libraries' start-up is paid once per worker, not per run."""
-    from greenadapt.comparison.workers import Job, Outcome, run_jobs
-    from greenadapt.machine.cores import available_cores
-
-    threads = max(1, available_cores() // options.parallel)
-    devices = worker_devices(options)
-    if devices:
-        log.info("%d worker(s) over GPU(s) %s", min(options.parallel, len(todo)), ", ".join(devices))
-    jobs = []
-    for run in todo:
-        out = run.folder(options.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        member = f" member {run.member + 1}" if run.member else ""
-        arguments = finetune_arguments(options, run.spec, run.train_seed, out, name=run.name)
-        if devices and options.device.startswith("cuda:"):
-            arguments["device"] = "cuda"  # each worker sees its own GPU as the only one: cuda:N is its cuda:0
-        jobs.append(Job(f"{run.name} seed {run.seed}{member}", arguments, out.parent / f"{out.name}.log"))
-    finished = 0
-
-    clock = RunsLeft(len(jobs))
-
-    stopped: list[str] = []
-
-    def done(outcome: Outcome) -> bool:
-        nonlocal finished
-        finished += 1
-        clock.finished()
-        log.info("%s %s (%d/%d%s)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, finished, len(jobs), clock.left())
-        run = by_label[outcome.job.label]
-        why = learned_nothing(options, run) if outcome.exit_code == 0 and not keeps_going(options) and not stopped else None
-        if why is not None:
-            stopped.append(f"{run.name} seed {run.seed} {why}")
-        return why is not None  # the queued runs are not started
-
-    by_label = {job.label: run for job, run in zip(jobs, todo, strict=True)}
-    outcomes = run_jobs(finetune, jobs, options.parallel, threads, done, devices=devices)
-    if stopped and len(outcomes) < len(jobs):
-        raise stopped_error(stopped[0], len(jobs) - len(outcomes), options.out)
-    failed = [f"{o.job.label} (exit {o.exit_code}, {o.job.log_file}: {o.message})" for o in outcomes if o.exit_code != 0]
-    if len(outcomes) < len(jobs) and not failed:
-        failed.append(f"{len(jobs) - len(outcomes)} not started")
-    if failed:
-        raise StageError(f"{len(failed)} fine-tuning(s) failed: " + "; ".join(failed), path=options.out,
-                         hint="read the logs named; rerun the same command to retry them (finished runs are kept)")
 
 
 def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
@@ -495,5 +374,5 @@ def _compare_options(settings: CompareSettings, run: RunContext) -> CompareOptio
         save_every=settings.save_every, force=run.force, wait=run.wait, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
         ensembles=settings.ensembles, entity_type=settings.entity_type, max_steps=settings.max_steps, precision=settings.precision,
         pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to, agreements=settings.agreements,
-        keep_going=settings.keep_going, devices=settings.devices,
+        keep_going=settings.keep_going, devices=settings.devices, ray=settings.ray_placement(),
     )

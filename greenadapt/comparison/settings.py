@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from greenadapt.comparison.cluster import STORAGES, RayPlacement
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS
@@ -94,6 +95,16 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
         parse=lambda text: tuple(d.strip() for d in (text or "").split(",") if d.strip()),
         help="With --parallel: the CUDA GPUs the workers are spread over, comma-separated ids (default: every visible GPU); "
              "each worker is pinned to one before it touches CUDA, several per GPU when --parallel is larger.")
+    ray: str | None = option(None, "--ray", panel=PERFORMANCE, metavar="ADDRESS",
+                             help="Train every run as a task on this Ray cluster (host:port, or auto: the cluster of this node; "
+                                  "needs greenadapt[cluster]). --out must be on storage every node sees, or pass --ray-storage local.")
+    ray_storage: str = option("shared", "--ray-storage", panel=PERFORMANCE, choices=STORAGES,
+                              help="With --ray: shared (every node writes --out, checked up front) or local (inputs are sent to the "
+                                   "nodes, each run's folder and log come back here).")
+    run_cpus: int | None = option(None, "--run-cpus", panel=PERFORMANCE, minimum=1,
+                                  help="With --ray: CPUs (threads) per run (default: 1 beside a GPU, else 4, at most a node's).")
+    run_gpus: float | None = option(None, "--run-gpus", panel=PERFORMANCE, minimum=0,
+                                    help="With --ray: GPUs per run, a fraction to share one (default: 1 on a cluster with GPUs, else 0).")
     parallel: int = option(1, "--parallel", panel=PERFORMANCE, minimum=1,
                            help="Fine-tunings at once: N worker processes, each with its share of the cores, each training run after run.")
     bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, maximum=MAX_BOOTSTRAP,
@@ -117,3 +128,9 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
         (), "--ensemble", panel=MODEL, metavar="NAME=N", parse=parse_ensembles, cli_type=list[str],
         help="That --model is N fine-tunings per seed scored on the mean of their probabilities "
              "(e.g. --model base-x2=MODEL --ensemble base-x2=2: the control for two-view inference).")
+
+    def ray_placement(self) -> RayPlacement | None:
+        """``--ray`` and its options as one placement; None without ``--ray``."""
+        if self.ray is None:
+            return None
+        return RayPlacement(self.ray, storage=self.ray_storage, run_cpus=self.run_cpus, run_gpus=self.run_gpus)

@@ -26,7 +26,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 # Exit codes of a run that was stopped rather than failed: no further run is started after one.
-_STOPPED = (130, 143, 99)
+STOPPED_EXIT_CODES = (130, 143, 99)
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, th
                     outcome = Outcome(job, 137, "its worker process died (out of memory, or killed)", 0)
                 outcomes.append(outcome)
                 stop = on_done(outcome) if on_done is not None else None
-                if outcome.exit_code in _STOPPED or stop:
+                if outcome.exit_code in STOPPED_EXIT_CODES or stop:
                     for queued in pending:
                         queued.cancel()
         return outcomes

@@ -1,0 +1,99 @@
+"""A real local Ray cluster for the tests of ``compare --ray``: started on 127.0.0.1 with this machine's cores, stopped
+afterwards with every process it started (its own session), nothing left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 60.0
+TERM_GRACE_S = 5.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _session_members(session: int) -> list[int]:
+    """Processes in the session ``ray start`` opened (the head's GCS, raylet and its workers); a zombie is gone, only
+    not reaped (PID 1 of a container may never reap it)."""
+    from conftest import processes
+
+    return [process.pid for process in processes() if process.session == session and process.state != "Z"]
+
+
+def _stop_with_parent() -> None:
+    """In ``ray start``'s process: SIGTERM when the test process dies, even by SIGKILL (the fixture's teardown cannot
+    run then), so the cluster stops what it started instead of outliving the tests."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@contextmanager
+def local_ray_cluster(cpus: int | None = None) -> Iterator[str]:
+    """``ray start --head --block`` in a session of its own; yields its address; stops it and every process it made."""
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="ga-ray-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    ray = Path(sys.executable).parent / "ray"
+    command = [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+               f"--num-cpus={cpus or os.cpu_count() or 1}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+               f"--temp-dir={temp}", "--object-store-memory=300000000"]
+    # As on a real cluster, the nodes do not have the driver's greenadapt variables: compare must send them.
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GREENADAPT_")}, "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=_stop_with_parent)
+    said: list[str] = []
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        assert head.stdout is not None
+        while time.monotonic() < deadline:
+            line = head.stdout.readline()
+            if not line and head.poll() is not None:
+                raise RuntimeError("ray start ended: " + "".join(said[-20:]))
+            said.append(line)
+            if "Ray runtime started" in line:
+                break
+        else:
+            raise RuntimeError("ray start did not start in time: " + "".join(said[-20:]))
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop(head)
+        import shutil
+
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def stop(head: subprocess.Popen[str]) -> None:
+    """SIGTERM to ``ray start --block`` (it stops what it started), then SIGKILL to anything of its session still there."""
+    if head.poll() is None:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(TERM_GRACE_S)  # ray start stops its processes one by one, slowly: the rest are killed below
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _session_members(head.pid) and time.monotonic() < deadline:
+        for pid in _session_members(head.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+    if head.poll() is None:
+        head.kill()
+        head.wait()
+    left = _session_members(head.pid)
+    assert not left, f"the Ray cluster left processes running: {left}"
