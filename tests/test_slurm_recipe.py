@@ -48,16 +48,22 @@ def test_the_script_is_valid_bash_with_its_slurm_lines() -> None:
 
 
 def test_it_starts_the_head_then_the_workers_and_runs_compare_against_the_head(tmp_path: Path) -> None:
+    text = SCRIPT.read_text()
+    # The head is started, then waited for, before any worker (the srun lines run in the background: their order as
+    # recorded below is the shell's, so the order is read from the script itself).
+    head_at, workers_at = text.index("ray start --head"), text.index("ray start --address")
+    assert head_at < workers_at and re.search(r"^sleep \d+", text[head_at:workers_at], re.M)
     calls = _run_with_stand_ins(tmp_path)
     ray = (calls / "ray").read_text().splitlines()
-    assert ray[0].startswith("start --head") and "--block" in ray[0]  # the head first
-    head_ip = re.search(r"--node-ip-address=(\S+)", ray[0])[1]  # type: ignore[index]
-    port = re.search(r"--port=(\d+)", ray[0])[1]  # type: ignore[index]
-    workers = ray[1:]
+    (head,) = [line for line in ray if line.startswith("start --head") and "--block" in line]
+    head_ip = re.search(r"--node-ip-address=(\S+)", head)[1]  # type: ignore[index]
+    port = re.search(r"--port=(\d+)", head)[1]  # type: ignore[index]
+    workers = [line for line in ray if line != head]
     assert len(workers) == 2 and all(f"--address={head_ip}:{port}" in w and "--block" in w for w in workers)
     assert all("--num-cpus=16" in line and "--num-gpus=4" in line for line in ray)
-    nodes = [line.split()[0] for line in (calls / "srun").read_text().splitlines() if " ray start" in f" {line}"]
-    assert nodes == ["node-a", "node-b", "node-c"]  # one Ray node per Slurm node, the head on the first
+    started_on = {line.split()[0]: line for line in (calls / "srun").read_text().splitlines() if " ray start" in f" {line}"}
+    assert sorted(started_on) == ["node-a", "node-b", "node-c"]  # one Ray node per Slurm node
+    assert "--head" in started_on["node-a"] and head_ip == "10.0.0.6"  # the head on the first, at that node's address
     (compare,) = (calls / "greenadapt").read_text().splitlines()
     assert compare.startswith(f"RAY_ADDRESS={head_ip}:{port} compare ") and "--ray auto" in compare
     assert (tmp_path / "compare-77.json").read_text().strip() == "{}"
