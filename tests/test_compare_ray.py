@@ -88,6 +88,32 @@ def test_a_compare_on_the_cluster_scores_as_one_here_and_a_rerun_trains_nothing(
     assert _stamps(came_back) == stamps
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("storage", ["shared", "local"])
+def test_a_failed_run_is_reported_with_its_log_and_the_others_finish(cluster: str, setup: dict[str, Path], tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str], storage: str) -> None:
+    import shutil
+
+    from cli_helpers import run_cli
+
+    broken = tmp_path / "broken"
+    shutil.copytree(setup["base"], broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")  # passes compare's checks; fails on the node
+    out = tmp_path / "cmp"
+    code, err = run_cli(["compare", "--task", "ner", "--train", str(setup["train"]), "--test", str(setup["test"]),
+                         "--model", f"base={setup['base']}", "--model", f"broken={broken}", "--seeds", "3", "--epochs", "1",
+                         "--batch-size", "8", "--device", "cpu", "--keep-going", "--out", str(out), "--ray", cluster,
+                         "--run-cpus", "1", "--ray-storage", storage], monkeypatch, capsys)
+    log = out / "broken" / "seed-3.log"
+    assert code != 0 and len(err.strip().splitlines()) == 1, err
+    assert "1 fine-tuning(s) failed: broken seed 3" in err and str(log) in err, err
+    assert "safetensors" in log.read_text() or "weights" in log.read_text()  # the node's log, here
+    assert (out / "base" / "seed-3" / "manifest.json").is_file()  # the other run went on and finished
+    assert not (out / "broken" / "seed-3").exists()
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "greenadapt", "compare", *args, "--quiet"]
 
