@@ -125,6 +125,14 @@ def _slow_args(setup: dict[str, Path], out: Path, cluster: str) -> list[str]:
             "--device", "cpu", "--bootstrap", "200", "--keep-going", "--out", str(out), "--ray", cluster, "--run-cpus", "1"]
 
 
+def _start(setup: dict[str, Path], out: Path, cluster: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(_cli(*_slow_args(setup, out, cluster)), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _run_to_end(setup: dict[str, Path], out: Path, cluster: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_cli(*_slow_args(setup, out, cluster)), cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
+
+
 def _training_worker(out: Path, timeout: float = HANG_S) -> tuple[Path, int]:
     """The first run's log and its worker's process id, once a run is training."""
     deadline = time.monotonic() + timeout
@@ -142,7 +150,7 @@ def _training_worker(out: Path, timeout: float = HANG_S) -> tuple[Path, int]:
 @pytest.mark.slow
 def test_a_killed_worker_is_retried_or_reported_and_a_rerun_finishes(cluster: str, setup: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "killed"
-    compare = subprocess.Popen(_cli(*_slow_args(setup, out, cluster)), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    compare = _start(setup, out, cluster)
     try:
         log, worker = _training_worker(out)
         os.kill(worker, signal.SIGKILL)
@@ -155,7 +163,7 @@ def test_a_killed_worker_is_retried_or_reported_and_a_rerun_finishes(cluster: st
         assert f"worker {worker}:" not in log.read_text(), "the run was not trained again"
     else:
         assert run in stderr and "died" in stderr and len(stderr.strip().splitlines()) == 1, stderr
-    rerun = subprocess.run(_cli(*_slow_args(setup, out, cluster)), cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
+    rerun = _run_to_end(setup, out, cluster)
     assert rerun.returncode == 0, rerun.stderr
     assert len(_stamps(out)) == 4
 
@@ -164,10 +172,10 @@ def test_a_killed_worker_is_retried_or_reported_and_a_rerun_finishes(cluster: st
 @pytest.mark.slow
 def test_a_second_compare_is_refused_and_ctrl_c_cancels_the_runs(cluster: str, setup: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "busy"
-    first = subprocess.Popen(_cli(*_slow_args(setup, out, cluster)), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = _start(setup, out, cluster)
     try:
         _training_worker(out)
-        second = subprocess.run(_cli(*_slow_args(setup, out, cluster)), cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
+        second = _run_to_end(setup, out, cluster)
         assert second.returncode == 75 and "compare" in second.stderr, second.stderr
         first.send_signal(signal.SIGINT)
         _, stderr = first.communicate(timeout=HANG_S)
@@ -182,7 +190,7 @@ def test_a_second_compare_is_refused_and_ctrl_c_cancels_the_runs(cluster: str, s
     for folder in out.glob("*/seed-*"):
         if folder.is_dir() and not folder.name.endswith(".checkpoint"):
             assert (folder / "manifest.json").is_file(), f"{folder} is half-written"
-    rerun = subprocess.run(_cli(*_slow_args(setup, out, cluster)), cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
+    rerun = _run_to_end(setup, out, cluster)
     assert rerun.returncode == 0, rerun.stderr
 
 

@@ -140,3 +140,31 @@ def test_compare_passes_the_speed_and_precision_options_to_every_run(files: dict
     plain = finetune_arguments(CompareOptions(task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),),
                                               out=tmp_path), str(files["model"]), 1, tmp_path / "a" / "seed-1")
     assert not {"precision", "pad_to_multiple", "cuda_graphs"} & set(plain)  # the runs of earlier comparisons stay valid
+
+
+@pytest.mark.parametrize("batch_size", [64, 48, 7])
+def test_inference_batches_take_a_handful_of_shapes_and_keep_their_units_first(batch_size: int) -> None:
+    """Issue 65, point 5: a long predict's memory grew by a oneDNN kernel per batch shape. Every inference batch is its
+    units (first, in order) then repeats of its last, to a power of two but never past a full batch; widths a multiple
+    of 8 within the model's positions."""
+    from types import SimpleNamespace
+
+    from greenadapt.training.pooling import INFERENCE_WIDTH_MULTIPLE, inference_shape
+
+    rng = np.random.default_rng(0)
+    widest = 130
+    units: Any = [SimpleNamespace(ids=[list(range(int(n)))]) for n in rng.integers(1, widest + 1, size=3000)]
+    sizes, widths = set(), set()
+    for start in range(0, len(units), batch_size):
+        for end in {start + batch_size, start + int(rng.integers(1, batch_size + 1))}:  # full chunks and every shorter size
+            chunk = np.arange(start, min(end, len(units)))
+            shaped, width = inference_shape(units, chunk, 0, widest, batch_size)
+            assert list(shaped[: len(chunk)]) == list(chunk) and set(shaped[len(chunk):]) <= {chunk[-1]}
+            assert len(shaped) >= len(chunk) and (len(shaped) == batch_size or len(shaped) & (len(shaped) - 1) == 0)
+            assert len(shaped) <= batch_size  # a full batch is not padded further
+            longest = max(len(units[int(i)].ids[0]) for i in chunk)
+            assert longest <= width <= widest and (width % INFERENCE_WIDTH_MULTIPLE == 0 or width == widest)
+            sizes.add(len(shaped))
+            widths.add(width)
+    assert batch_size in sizes and len(sizes) <= batch_size.bit_length() + 1  # powers of two below a full batch, and it
+    assert len(widths) <= widest // INFERENCE_WIDTH_MULTIPLE + 1

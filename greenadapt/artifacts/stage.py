@@ -188,7 +188,7 @@ class StageRun:
             if self._existing_is_current():
                 return self
             self._meter.probe.track()
-            self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.tmp = beside(self.out, "tmp")
             self.tmp.mkdir()
             # Written first: a later run removes a dead run's temporary only on this proof that greenadapt made it.
             (self.tmp / TEMPORARY_MARKER).write_text(f"greenadapt {self.kind} output {self.out}\n", encoding="utf-8")
@@ -289,15 +289,8 @@ class StageRun:
         return manifest
 
     def _swap_into_place(self) -> None:
-        old = None
-        if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            os.rename(self.out, old)
-        os.rename(self.tmp, self.out)
-        _fsync_dir(self.out.parent)
+        swap_into_place(self.tmp, self.out)
         self.tmp = self.out
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
 
     # -- locking ------------------------------------------------------------
     @property
@@ -333,6 +326,24 @@ class StageRun:
                 if _LEFTOVER.match(stale.name) and written_by_greenadapt(stale):
                     log.info("removing %s, left by a run that was killed", stale)
                     shutil.rmtree(stale, ignore_errors=True)
+
+
+def beside(out: Path, role: str) -> Path:
+    """A hidden folder name next to ``out`` for its temporary (``tmp``) or replaced (``old``) contents:
+    ``.<name>.<role>-<pid>-<hex>``, the names a later run of ``out`` may sweep away (under its lock)."""
+    return out.parent / f".{out.name}.{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def swap_into_place(tmp: Path, out: Path) -> None:
+    """``tmp`` (a finished stage) becomes ``out`` in one rename; what ``out`` was is moved aside first and removed after."""
+    old = None
+    if out.exists():
+        old = beside(out, "old")
+        os.rename(out, old)
+    os.rename(tmp, out)
+    _fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def written_by_greenadapt(folder: Path) -> bool:

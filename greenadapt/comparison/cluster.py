@@ -45,10 +45,8 @@ class RayPlacement:
                              hint="leave --devices out; --run-gpus 0.5 puts two runs on a GPU")
         if self.run_cpus is not None and self.run_cpus < 1:
             raise UsageError(f"--run-cpus {self.run_cpus}: a run needs at least one CPU")
-        if self.run_gpus is not None and not (self.run_gpus == 0 or 0 < self.run_gpus <= 1 or float(self.run_gpus).is_integer()):
-            raise UsageError(f"--run-gpus {self.run_gpus:g}: a fraction of one GPU (e.g. 0.5) or a whole number of GPUs")
-        if self.run_gpus is not None and self.run_gpus < 0:
-            raise UsageError(f"--run-gpus {self.run_gpus:g} is negative")
+        if self.run_gpus is not None and (self.run_gpus < 0 or (self.run_gpus > 1 and not float(self.run_gpus).is_integer())):
+            raise UsageError(f"--run-gpus {self.run_gpus:g}: 0, a fraction of one GPU (e.g. 0.5) or a whole number of GPUs")
         check_ray_installed()
 
 

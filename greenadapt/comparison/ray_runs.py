@@ -86,13 +86,12 @@ def _unreachable(address: str) -> str:
 
 
 def resources_on(ray: Any, placement: RayPlacement, device: str) -> RunResources:
-    nodes = [node for node in ray.nodes() if node.get("Alive")]
-    cluster_gpus = sum(float(node.get("Resources", {}).get("GPU", 0)) for node in nodes)
-    largest = max((float(node.get("Resources", {}).get("CPU", 0)) for node in nodes), default=0.0)
-    resources = run_resources(placement, device, cluster_gpus, largest)
-    log.info("Ray cluster: %d node(s), %g CPU(s), %g GPU(s); each run asks for %d CPU(s)%s", len(nodes),
-             sum(float(n.get("Resources", {}).get("CPU", 0)) for n in nodes), cluster_gpus, resources.cpus,
-             f" and {resources.gpus:g} GPU" if resources.gpus else "")
+    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    cpus = [float(node.get("CPU", 0)) for node in nodes]
+    cluster_gpus = sum(float(node.get("GPU", 0)) for node in nodes)
+    resources = run_resources(placement, device, cluster_gpus, max(cpus, default=0.0))
+    log.info("Ray cluster: %d node(s), %g CPU(s), %g GPU(s); each run asks for %d CPU(s)%s", len(nodes), sum(cpus), cluster_gpus,
+             resources.cpus, f" and {resources.gpus:g} GPU" if resources.gpus else "")
     return resources
 
 
@@ -156,8 +155,20 @@ class ShippedPath:
 
 
 def _read_tree(path: Path) -> list[tuple[str, bytes, int, int]]:
+    """A file (".") or a folder's files as (relative path, bytes, mtime_ns, mode): what goes through the object store."""
     entries = [(path, ".")] if path.is_file() else [(p, p.relative_to(path).as_posix()) for p in sorted(path.rglob("*")) if p.is_file()]
     return [(rel, p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_mode & 0o777) for p, rel in entries]
+
+
+def _write_tree(files: Sequence[tuple[str, bytes, int, int]], root: Path) -> None:
+    """What :func:`_read_tree` read, written under ``root`` (a file read as "." becomes ``root`` itself) with the same
+    sizes, times and modes: a manifest's identities of them hold on the other side."""
+    for rel, data, mtime, mode in files:
+        target = root if rel == "." else root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        os.chmod(target, mode)
+        os.utime(target, ns=(mtime, mtime))
 
 
 def ship_inputs(ray: Any, jobs: Sequence[Job]) -> dict[str, ShippedPath]:
@@ -185,16 +196,13 @@ def _node_root() -> Path:
 
 def _materialize(ray: Any, item: ShippedPath) -> str:
     """On a node: the shipped file or folder under a path of its own, written once per node (same size and times)."""
+    from greenadapt.artifacts.stage import beside
+
     name = Path(item.driver_path).name or "input"
     place = _node_root() / "inputs" / item.digest / name
     if not place.exists():
-        staging = place.parent.parent / f".{item.digest}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        for rel, data, mtime, mode in ray.get(item.files):
-            target = staging / name if rel == "." else staging / name / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            os.chmod(target, mode)
-            os.utime(target, ns=(mtime, mtime))
+        staging = beside(place.parent, "tmp")
+        _write_tree(ray.get(item.files), staging / name)
         try:
             os.rename(staging, place.parent)
         except OSError:  # another task on this node was first: its copy is the same
@@ -247,35 +255,24 @@ def publish_run(sent: RunSentBack) -> None:
     """On the driver: the log and (finished) run folder a node sent back, written under --out as a local run writes them."""
     from greenadapt.artifacts.files import atomic_write_text
     from greenadapt.artifacts.relocation import relocate_stage
-    from greenadapt.artifacts.stage import TEMPORARY_MARKER, written_by_greenadapt
+    from greenadapt.artifacts.stage import TEMPORARY_MARKER, beside, swap_into_place, written_by_greenadapt
 
     job = sent.outcome.job
     atomic_write_text(job.log_file, sent.log_text)
     if not sent.files:
         return
     final = Path(job.arguments["out"])
-    staging = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if (final.exists() or final.is_symlink()) and not written_by_greenadapt(final):  # an earlier try's leftovers are ours
+        raise StageError("refusing to replace a folder greenadapt did not write", path=final,
+                         hint="move it away; the run's result came back and is written on the rerun")
+    staging = beside(final, "tmp")
     staging.mkdir(parents=True)
     try:
         (staging / TEMPORARY_MARKER).write_text(f"greenadapt run sent back from {sent.node}\n", encoding="utf-8")
-        for rel, data, mtime, mode in sent.files:
-            target = staging / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            os.chmod(target, mode)
-            os.utime(target, ns=(mtime, mtime))
+        _write_tree(sent.files, staging)
         relocate_stage(staging, final, sent.moves)
         (staging / TEMPORARY_MARKER).unlink()
-        old = None
-        if final.exists() or final.is_symlink():  # an earlier, unfinished try of this run: replaced only if greenadapt wrote it
-            if not written_by_greenadapt(final):
-                raise StageError("refusing to replace a folder greenadapt did not write", path=final,
-                                 hint="move it away; the run's result came back and is written on the rerun")
-            old = final.parent / f".{final.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            os.rename(final, old)
-        os.rename(staging, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_into_place(staging, final)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -28,7 +28,6 @@ with the input.
 
 from __future__ import annotations
 
-import functools
 import io
 import itertools
 import json
@@ -158,8 +157,9 @@ def open_source(task: str, source: str | os.PathLike[str], *, file_format: str =
             return Source(fmt, path=Path(source))
         return Source(fmt, path=_spool(stream, handle), spooled=True)  # (the readers of training files take a plain path)
     documents = _text_lines(stream, handle) if fmt == "text" else _json_lines(stream, handle, name, text_field)
-    size = None if is_stdio(source) else Path(source).stat().st_size
-    return Source(fmt, documents=documents, size=size, position=functools.partial(_position, handle))
+    if isinstance(handle, _FileText):
+        return Source(fmt, documents=documents, size=Path(source).stat().st_size, position=handle.bytes_read)
+    return Source(fmt, documents=documents)
 
 
 def predict_text(
@@ -177,8 +177,9 @@ def predict_text(
         raise UsageError("docs_per_batch must be at least 1")
     counts = {"documents": 0, "entities": 0}
     # A file of known size: progress in MB of it, with a total and an ETA (compressed bytes for a .gz); else documents.
-    by_size = source.size is not None and source.position is not None and source.position() is not None
-    progress.start("predicting", total=source.size / 1e6 if by_size and source.size else None, unit="MB" if by_size else "documents")
+    size, position = source.size, source.position
+    by_size = size is not None and position is not None
+    progress.start("predicting", total=size / 1e6 if size else None, unit="MB" if by_size else "documents")
 
     def lines() -> Iterator[str]:
         for batch in _batches(source.documents, docs_per_batch):  # type: ignore[arg-type]
@@ -187,9 +188,9 @@ def predict_text(
                 if model.finds_entities:
                     counts["entities"] += len(prediction["entities"])
                 yield json.dumps({**record.fields, **prediction}, ensure_ascii=False) + "\n"
-            if by_size and source.position is not None and source.size is not None:
-                read = source.position()  # None once the input is read to its end (and closed)
-                progress.update((read if read is not None else source.size) / 1e6, documents=counts["documents"])
+            if size is not None and position is not None:
+                read = position()
+                progress.update((read if read is not None else size) / 1e6, documents=counts["documents"])
             else:
                 progress.update(counts["documents"], documents=counts["documents"])
 
@@ -206,35 +207,42 @@ class _Record:
     fields: dict[str, Any]  # what the output line starts with: the input object, or {"text": ...} / {"file": ..., "text": ...}
 
 
-_COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}  # as `adapt --corpus` reads them
+class _FileText(io.TextIOWrapper):
+    """An input file's text, decompressed as it streams where its name says (``.gz``/``.bz2``/``.xz``, as ``adapt
+    --corpus`` reads them: a cron job's day of text need not be unpacked first); closing it closes the file, and
+    :meth:`bytes_read` says how far into the file (its compressed bytes) the reading is."""
+
+    def __init__(self, path: Path) -> None:
+        from greenadapt.corpus.formats import decompressor, split_compression
+
+        self._file = open(path, "rb")  # noqa: SIM115 - closed with the text
+        compression = split_compression(path.name)[1]
+        super().__init__(decompressor(compression, self._file) if compression else self._file, encoding="utf-8-sig", newline="\n")
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._file.close()  # a decompressor leaves the file it reads open
+
+    def bytes_read(self) -> int | None:
+        """None once the input is read to its end (and closed)."""
+        return None if self._file.closed else self._file.tell()
 
 
 def _compressed(path: Path) -> bool:
-    return path.suffix.lower() in _COMPRESSED
+    from greenadapt.corpus.formats import split_compression
+
+    return split_compression(path.name)[1] is not None
 
 
 def _open_text(source: str | os.PathLike[str]) -> tuple[IO[str], str]:
-    import importlib
-
     if is_stdio(source):
         return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="strict", newline="\n"), "<stdin>"
     path = Path(source)
     if not path.is_file():
         raise DataError("input not found", path=path, hint="pass a file, a folder of .txt files, or - for stdin")
-    if _compressed(path):  # read as it streams: a cron job's day of text need not be unpacked first
-        opener = importlib.import_module(_COMPRESSED[path.suffix.lower()]).open
-        return opener(path, "rt", encoding="utf-8-sig", newline="\n"), str(path)
-    return open(path, encoding="utf-8-sig", newline="\n"), str(path)  # noqa: SIM115 - closed by the reader
-
-
-def _position(handle: IO[str]) -> int | None:
-    """Bytes of the input file read so far (a compressed file's compressed bytes), from below the text layer's buffer."""
-    binary = getattr(handle, "buffer", None)
-    raw = getattr(binary, "fileobj", None) or getattr(binary, "_fp", None) or getattr(binary, "raw", None)
-    try:
-        return int(raw.tell()) if raw is not None else None
-    except (OSError, ValueError, AttributeError):
-        return None
+    return _FileText(path), str(path)
 
 
 def _text_lines(lines: Iterator[str], handle: IO[str]) -> Iterator[_Record]:

@@ -54,7 +54,7 @@ def view_logits(
         with torch.inference_mode():
             for start in range(0, len(mine), batch_size):
                 chunk = mine[start : start + batch_size]
-                shaped, width = inference_shape(units, chunk, view, widest)
+                shaped, width = inference_shape(units, chunk, view, widest, batch_size)
                 batch = collate(units, shaped, [view] * len(shaped), pad_id, ctx.device, width)
                 with autocast(ctx.device, dtype):
                     rows = output_rows(model, batch).float()[: int(n_rows[chunk].sum())]  # the real units' rows come first
@@ -71,16 +71,17 @@ def view_logits(
 
 
 # Inference batches take a handful of shapes: widths rounded up to a multiple of this (never past the model's
-# positions), batch sizes to a power of two (the last batch of a call padded with repeats of its last unit, whose rows
-# are dropped). oneDNN compiles and keeps a kernel per shape: with any width and size a long predict grew by 460 MiB
+# positions), batch sizes to a power of two or the full batch size (the last batch of a call padded with repeats of
+# its last unit, whose rows are dropped). oneDNN compiles and keeps a kernel per shape: with any width and size a long predict grew by 460 MiB
 # over 60,000 sentences (docs/benchmarks.md, "predict on a long input"); padding is masked, so scores change only by
 # rounding.
 INFERENCE_WIDTH_MULTIPLE = 8
 
 
-def inference_shape(units: Sequence[Unit], chunk: np.ndarray, view: int, widest: int) -> tuple[np.ndarray, int]:
-    """The units of one inference batch as it is run (``chunk`` then repeats of its last, to a power of two) and its width."""
-    size = 1 << (len(chunk) - 1).bit_length()
+def inference_shape(units: Sequence[Unit], chunk: np.ndarray, view: int, widest: int, batch_size: int) -> tuple[np.ndarray, int]:
+    """The units of one inference batch as it is run (``chunk`` then repeats of its last, to a power of two, never past
+    ``batch_size``: a full batch is run as it is) and its width."""
+    size = min(1 << (len(chunk) - 1).bit_length(), batch_size)  # chunks are at most batch_size long
     shaped = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk))])
     longest = max(len(units[int(i)].ids[view]) for i in chunk)
     return shaped, padded_width(longest, INFERENCE_WIDTH_MULTIPLE, max(widest, longest))
