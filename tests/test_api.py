@@ -233,6 +233,43 @@ def test_token_classification_pipeline_is_a_transformers_pipeline_with_the_same_
         greenadapt.pipeline("summarization", model=ner_run)
 
 
+def test_transformers_pipeline_on_a_two_tokenizer_folder_loads_both_views_or_refuses(
+    ner_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 65, point 8: transformers' own pipeline read the domain tokenizer alone, in silence."""
+    import transformers
+    import transformers.dynamic_module_utils as dynamic
+
+    monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "modules"))  # where transformers copies the folder's code
+    texts = ["Patients with melanoma and sepsis were studied.", "The leukemia of patients was high."]
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        transformers.pipeline("token-classification", model=str(ner_run))
+    both = transformers.pipeline("token-classification", model=str(ner_run), trust_remote_code=True, device="cpu")
+    assert isinstance(both, transformers.Pipeline)
+    assert both(texts) == greenadapt.pipeline("token-classification", model=ner_run, device="cpu")(texts)
+    found = {e["entity_group"] for doc in both(texts) for e in doc}
+    assert found and both(texts, ignore_labels=sorted(found)) == [[], []]  # transformers' call options reach it
+    one = transformers.pipeline("token-classification", model=str(ner_run), pipeline_class=transformers.TokenClassificationPipeline)
+    assert type(one) is transformers.TokenClassificationPipeline  # one view, asked for by name
+
+
+def test_a_one_tokenizer_folder_stays_transformers_own(ner_data: dict[str, Path], tmp_path: Path) -> None:
+    import transformers
+    from conftest import build_tiny_bert
+
+    from greenadapt.artifacts.pipeline_entry import CUSTOM_PIPELINES, ENTRY_FILE, write_pipeline_entry
+
+    run = tmp_path / "run"
+    greenadapt.finetune("ner", ner_data["train"], model=str(build_tiny_bert(tmp_path / "bert")), out=run, epochs=1, batch_size=8, device="cpu")
+    assert not (run / ENTRY_FILE).exists() and CUSTOM_PIPELINES not in json.loads((run / "config.json").read_text())
+    assert type(transformers.pipeline("token-classification", model=str(run))) is transformers.TokenClassificationPipeline
+    # A one-tokenizer model trained from a two-tokenizer folder does not inherit its entry.
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, CUSTOM_PIPELINES: {"token-classification": {"impl": "x.Y"}}}))
+    write_pipeline_entry(run, pipeline_tag="token-classification", auto_model="AutoModelForTokenClassification", two_tokenizers=False)
+    assert json.loads((run / "config.json").read_text()) == config
+
+
 def test_the_pipeline_takes_transformers_usual_keywords_and_refuses_the_rest_in_one_line(ner_run: Path) -> None:
     """`greenadapt.pipeline(..., aggregation_strategy="simple")` was a TypeError (issue 37)."""
     texts = ["Patients with melanoma and sepsis were studied.", "The leukemia of patients was high."]
@@ -300,7 +337,10 @@ def test_classifier_predict_equals_predict_and_the_pipeline(tmp_path: Path) -> N
     assert len(pipe(texts[0], top_k=None)) == 2
 
 
-def test_qa_answer_equals_greenadapt_qa(tmp_path: Path) -> None:
+def test_qa_answer_equals_greenadapt_qa(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+    import transformers.dynamic_module_utils as dynamic
+
     from greenadapt.runners.qa.run import QaOptions, qa_stage
     from greenadapt.runners.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
 
@@ -320,6 +360,9 @@ def test_qa_answer_equals_greenadapt_qa(tmp_path: Path) -> None:
     assert model.answer("Anything?", "") is None
     pipe = greenadapt.pipeline("question-answering", model=trained.path, device="cpu", max_length=32)
     assert pipe(question="What was high?", context=context)["answer"] == expected["q1"]
+    monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "modules"))
+    both = transformers.pipeline("question-answering", model=str(trained.path), trust_remote_code=True, device="cpu", max_length=32)
+    assert both(question="What was high?", context=context) == pipe(question="What was high?", context=context)
 
 
 # --------------------------------------------------------------------------

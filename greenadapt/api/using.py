@@ -52,31 +52,9 @@ def pipeline(task: str, model: PathLike | Sequence[PathLike], **options: Any) ->
     ``is_split_into_words``; ``top_k``; ``function_to_apply``), which every call then uses; any other is
     refused here in one line. ``model``: a list of folders is an ensemble (see :func:`load`).
     """
-    import inspect
+    from greenadapt.inference.hf_pipeline import open_pipeline
 
-    from greenadapt.errors import UsageError
-    from greenadapt.inference.hf_pipeline import HF_TASK, PIPELINES, TASK_ALIASES
-
-    if task not in TASK_ALIASES:
-        raise UsageError(f"unknown pipeline task {task!r}", hint=f"choose from {', '.join(HF_TASK.values())}")
-    from greenadapt.inference.labelling import ensemble_members, find_model_folder
-    from greenadapt.inference.options import InferenceOptions
-    from greenadapt.inference.predictor import open_ensemble
-
-    wanted = TASK_ALIASES[task]
-    founds = [find_model_folder(member) for member in ensemble_members(model)]
-    settings = founds[0][1]
-    if settings.task != wanted:  # refused before any weights are loaded
-        raise UsageError(
-            f"{model} is a {settings.task} model, not {HF_TASK[wanted]}",
-            hint=f"use greenadapt.pipeline({HF_TASK[settings.task]!r}, model=...)",
-        )
-    load_names = set(inspect.signature(load).parameters) - {"path"}
-    load_options = {k: v for k, v in options.items() if k in load_names}
-    call_defaults = {k: v for k, v in options.items() if k not in load_names}
-    max_length = load_options.pop("max_length", None)
-    opened = open_ensemble(founds, options=InferenceOptions(**load_options), max_length=max_length)
-    return PIPELINES[wanted](opened, call_defaults, task=HF_TASK[wanted])
+    return open_pipeline(task, model, **options)
 
 
 predict = command_function(PredictSettings, "greenadapt.inference.predict_text:run_predict", """\

@@ -242,15 +242,20 @@ def finetuned_card(
             "## Two tokenizers",
             "",
             f"Trained on a {mix:g} share of domain-tokenized examples (the rest with the base model's tokenizer in "
-            f"`{general_tokenizer}/`). The headline pools both: a transformers pipeline on the folder alone uses only "
-            f"the domain tokenizer{_domain_alone(rows, pool, metric)}. These give the pooled predictions:",
+            f"`{general_tokenizer}/`). The headline pools both: transformers' own pipeline on the folder alone uses only "
+            f"the domain tokenizer{_domain_alone(rows, pool, metric)}, so config.json's `custom_pipelines` sends "
+            "`transformers.pipeline` to this folder's `greenadapt_pipeline.py`, which needs `trust_remote_code=True` and "
+            "greenadapt installed (without them transformers refuses rather than score one view). These give the pooled "
+            "predictions:",
             "",
             "```python",
             "import greenadapt",
+            "import transformers",
             "",
             'path = "."  # this folder (run from inside it)',
             "model = greenadapt.load(path)  # .predict(texts), or .answer(question, context) for QA",
             f'pipe = greenadapt.pipeline("{pipeline_tag}", model=path)  # a transformers Pipeline',
+            f'pipe = transformers.pipeline("{pipeline_tag}", model=path, trust_remote_code=True)  # the same one',
             "```",
             "",
             "or on the command line `greenadapt predict -m . notes.txt` (raw text, JSON lines, task files, `-` for stdin).",

@@ -1,9 +1,11 @@
 """``greenadapt.pipeline``: transformers ``Pipeline`` classes with greenadapt's dual-tokenizer inference.
 
-``transformers.pipeline(..., model=<folder>)`` reads only the domain
-tokenizer at the folder's root, so it scores below what greenadapt
-reports. These pipeline classes are greenadapt's own (no
-``trust_remote_code``): each wraps the :mod:`greenadapt.inference.predictor` object
+transformers' own pipeline of a task would read only the domain tokenizer
+at the folder's root, so it would score below what greenadapt reports.
+These pipeline classes are greenadapt's own (no ``trust_remote_code``
+through ``greenadapt.pipeline``; ``transformers.pipeline(...,
+trust_remote_code=True)`` reaches them through :class:`TransformersEntry`
+and the folder's ``greenadapt_pipeline.py``): each wraps the :mod:`greenadapt.inference.predictor` object
 for the folder, so a pipeline call gives exactly ``greenadapt.load(folder)``'s
 mean-pooled predictions, in the output shape of the transformers pipeline
 of the same task:
@@ -164,6 +166,35 @@ PIPELINES = {
 }
 
 
+
+def open_pipeline(task: str, model: Any, **options: Any) -> Pipeline:
+    """``greenadapt.pipeline``: the pipeline of ``task`` over a fine-tuned folder (or a list of them: an ensemble).
+
+    ``options``: :class:`~greenadapt.inference.options.InferenceOptions`' fields and ``max_length`` open the model;
+    the rest are call options of transformers' pipeline of the task, which every call then uses.
+    """
+    from dataclasses import fields
+
+    from greenadapt.inference.labelling import ensemble_members, find_model_folder
+    from greenadapt.inference.options import InferenceOptions
+    from greenadapt.inference.predictor import open_ensemble
+
+    if task not in TASK_ALIASES:
+        raise UsageError(f"unknown pipeline task {task!r}", hint=f"choose from {', '.join(HF_TASK.values())}")
+    wanted = TASK_ALIASES[task]
+    founds = [find_model_folder(member) for member in ensemble_members(model)]
+    settings = founds[0][1]
+    if settings.task != wanted:  # refused before any weights are loaded
+        raise UsageError(
+            f"{model} is a {settings.task} model, not {HF_TASK[wanted]}",
+            hint=f"use greenadapt.pipeline({HF_TASK[settings.task]!r}, model=...)",
+        )
+    load_names = {field.name for field in fields(InferenceOptions)}
+    load_options = {k: v for k, v in options.items() if k in load_names}
+    call_defaults = {k: v for k, v in options.items() if k not in load_names and k != "max_length"}
+    opened = open_ensemble(founds, options=InferenceOptions(**load_options), max_length=options.get("max_length"))
+    return PIPELINES[wanted](opened, call_defaults, task=HF_TASK[wanted])
+
 def _hf_entity(entity: Any) -> dict[str, Any]:
     return {"entity_group": entity.label, "score": entity.score, "word": entity.text, "start": entity.start, "end": entity.end}
 
@@ -172,3 +203,49 @@ def _refuse(unused: dict[str, Any], task: str) -> None:
     if unused:
         raise UsageError(f"the greenadapt {task} pipeline does not take {', '.join(sorted(unused))}",
                          hint="greenadapt.load(...)'s options (device, pool, batch_size, precision, max_length) go to greenadapt.pipeline too")
+
+
+# transformers.pipeline's dtype, as greenadapt's --precision.
+_PRECISION_OF_DTYPE = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+class TransformersEntry:
+    """What ``transformers.pipeline(task, model=<folder>, trust_remote_code=True)`` makes of a two-tokenizer folder.
+
+    The folder's ``greenadapt_pipeline.py`` (:mod:`greenadapt.artifacts.pipeline_entry`) names this class in
+    config.json's ``custom_pipelines``, so transformers hands it the model it loaded; greenadapt opens the
+    folder again (its checksums checked, both tokenizers read) and returns ``greenadapt.pipeline``'s object for it,
+    whose predictions are the mean-pooled ones greenadapt reports. ``__new__`` returns that object because
+    transformers calls this class to make the pipeline and keeps whatever the call returns.
+    """
+
+    # transformers reads these before it calls the class: greenadapt loads its own tokenizers.
+    _load_tokenizer = False
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+
+    def __new__(cls, model: Any, task: str = "", device: Any = None, dtype: Any = None, **options: Any) -> Any:
+        for unused in ("tokenizer", "feature_extractor", "image_processor", "video_processor", "processor"):
+            options.pop(unused, None)
+        folder = getattr(model, "name_or_path", None) or str(model)
+        del model  # greenadapt reopens the folder: its weights' checksums are checked before they are used
+        return open_pipeline(task, folder, device=_device_spec(device), precision=_precision_of(dtype), **options)
+
+
+def _device_spec(device: Any) -> str:
+    """transformers' ``device`` (None, -1, a GPU index, a string or a ``torch.device``) as greenadapt's ``--device``."""
+    if device is None:
+        return "auto"
+    if isinstance(device, int):
+        return "cpu" if device < 0 else f"cuda:{device}"
+    return str(device)
+
+
+def _precision_of(dtype: Any) -> str:
+    name = "auto" if dtype is None else str(dtype).removeprefix("torch.")
+    if name not in _PRECISION_OF_DTYPE:
+        raise UsageError(f"dtype={dtype!r}: greenadapt runs inference in float32, bfloat16 or float16",
+                         hint="leave dtype out (auto), or pass torch.float32, torch.bfloat16 or torch.float16")
+    return _PRECISION_OF_DTYPE[name]

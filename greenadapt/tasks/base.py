@@ -124,6 +124,7 @@ class Task:
     summary: str = ""
     # transformers' name of the task: a model card's `pipeline_tag`, the task `greenadapt.pipeline` takes.
     pipeline_tag: str = ""
+    auto_model: str = ""  # the transformers Auto class of the model head
     defaults = TaskDefaults()
     # FinetuneOptions (or ReaderOptions) fields this task has no use for: set to anything but their default, refused.
     unused_options: tuple[str, ...] = ()
@@ -156,7 +157,6 @@ class Task:
 class LabellingTask(Task):
     """A task that labels files (tokens or whole texts): reader, units, head, decoding, scores."""
 
-    auto_model: str = ""  # the transformers Auto class of the model head
     metrics: tuple[str, ...] = ()
     default_metric: str = ""
 

@@ -19,6 +19,7 @@ from greenadapt.tasks.base import Task, TaskDefaults
 class QaTask(Task):
     name = "qa"
     pipeline_tag = "question-answering"
+    auto_model = "AutoModelForQuestionAnswering"
     answers_questions = True
     summary = "extractive question answering: SQuAD-style JSON (answer with `greenadapt qa`); exact match and F1"
     defaults = TaskDefaults(epochs=2, batch_size=16, lr=3e-5, max_length=None)  # max length: 384, or the model's limit

@@ -35,6 +35,7 @@ from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.manifest import load_stage, manifest_identity, read_manifest
 from greenadapt.artifacts.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
 from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits
+from greenadapt.artifacts.pipeline_entry import write_pipeline_entry
 from greenadapt.artifacts.pretrained import ModelRef, display_name, hub_id, quiet_transformers, resolve_model
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
@@ -437,6 +438,8 @@ class _Job:
         else:
             self.tokenizers.general.save_pretrained(str(folder))
         write_json(folder / TASK_FILE, self.settings.to_json())
+        write_pipeline_entry(folder, pipeline_tag=self.task.pipeline_tag, auto_model=self.task.auto_model,
+                             two_tokenizers=self.tokenizers.domain is not None)
 
 
 def _report_modes(tokenizers: TokenizerPair) -> tuple[str, ...]:

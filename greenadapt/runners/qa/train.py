@@ -339,7 +339,8 @@ def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
 
 def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
-    from greenadapt.tasks import TASK_FILE, TaskSettings
+    from greenadapt.artifacts.pipeline_entry import write_pipeline_entry
+    from greenadapt.tasks import TASK_FILE, TaskSettings, get_task
 
     if tokenizers.domain is None:
         tokenizers.general.save_pretrained(folder)
@@ -348,6 +349,8 @@ def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
         tokenizers.general.save_pretrained(folder / GENERAL_TOKENIZER_DIR)
     settings = TaskSettings(task=TASK, labels=[], max_length=max_length, metric="f1", has_domain_tokenizer=tokenizers.domain is not None)
     write_json(folder / TASK_FILE, settings.to_json())
+    task = get_task(TASK)
+    write_pipeline_entry(folder, pipeline_tag=task.pipeline_tag, auto_model=task.auto_model, two_tokenizers=tokenizers.domain is not None)
 
 
 def _evaluate(
