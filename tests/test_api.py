@@ -253,6 +253,17 @@ def test_transformers_pipeline_on_a_two_tokenizer_folder_loads_both_views_or_ref
     assert type(one) is transformers.TokenClassificationPipeline  # one view, asked for by name
 
 
+def test_transformers_device_and_dtype_become_greenadapts_options() -> None:
+    import torch
+
+    from greenadapt.inference.hf_pipeline import _device_spec, _precision_of
+
+    assert [_device_spec(d) for d in (None, -1, 0, 1, "cpu", torch.device("cuda", 2))] == ["auto", "cpu", "cuda:0", "cuda:1", "cpu", "cuda:2"]
+    assert [_precision_of(t) for t in (None, "auto", torch.float32, torch.bfloat16, torch.float16)] == ["auto", "auto", "fp32", "bf16", "fp16"]
+    with pytest.raises(UsageError, match="float32, bfloat16 or float16"):
+        _precision_of(torch.int8)
+
+
 def test_a_one_tokenizer_folder_stays_transformers_own(ner_data: dict[str, Path], tmp_path: Path) -> None:
     import transformers
     from conftest import build_tiny_bert

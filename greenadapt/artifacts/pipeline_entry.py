@@ -46,6 +46,8 @@ def write_pipeline_entry(folder: Path, *, pipeline_tag: str, auto_model: str, tw
     reads it (and loses an entry a two-tokenizer model it was trained from had passed on).
     """
     config_path = folder / "config.json"
+    if not config_path.is_file():  # nothing transformers could load as a model
+        return
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if two_tokenizers:
         config[CUSTOM_PIPELINES] = {pipeline_tag: {"impl": f"{Path(ENTRY_FILE).stem}.{ENTRY_CLASS}", "pt": [auto_model], "type": "text"}}

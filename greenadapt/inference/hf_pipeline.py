@@ -166,7 +166,6 @@ PIPELINES = {
 }
 
 
-
 def open_pipeline(task: str, model: Any, **options: Any) -> Pipeline:
     """``greenadapt.pipeline``: the pipeline of ``task`` over a fine-tuned folder (or a list of them: an ensemble).
 
@@ -194,6 +193,7 @@ def open_pipeline(task: str, model: Any, **options: Any) -> Pipeline:
     call_defaults = {k: v for k, v in options.items() if k not in load_names and k != "max_length"}
     opened = open_ensemble(founds, options=InferenceOptions(**load_options), max_length=options.get("max_length"))
     return PIPELINES[wanted](opened, call_defaults, task=HF_TASK[wanted])
+
 
 def _hf_entity(entity: Any) -> dict[str, Any]:
     return {"entity_group": entity.label, "score": entity.score, "word": entity.text, "start": entity.start, "end": entity.end}
