@@ -87,7 +87,7 @@ for set in NCBI-disease BC5CDR-disease; do
 done
 
 if (( $(left) > 150 )); then
-  timeout "$(left)" $PY -m pytest -m cuda -q -p no:cacheprovider tests/test_cuda.py > "$OUT/pytest-cuda.txt" 2>&1
+  timeout "$(left)" $PY -m pytest -m cuda -v --tb=short -p no:cacheprovider tests/test_cuda.py > "$OUT/pytest-cuda.txt" 2>&1  # -v: a cut run keeps the names
   note "pytest -m cuda: $(tail -1 "$OUT/pytest-cuda.txt")"
 fi
 note "total $(( SECONDS - start )) s"
