@@ -210,3 +210,42 @@ def test_two_rank_runs_through_the_python_api_always_exit_cleanly(tmp_path: Path
         for rank, proc in enumerate(_two_ranks(script, kind, str(model), str(data), str(out))):
             assert proc.returncode == 0, f"launch {launch}, rank {rank}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
         assert (out / "model.safetensors").is_file()
+
+
+def test_a_rank_waiting_for_one_that_never_joins_stops_on_sigterm(tmp_path: Path) -> None:
+    """torchrun stops the other ranks with SIGTERM when one fails before joining (rank 1 refused on a one-GPU machine).
+
+    Joining blocks in C++, where Python cannot run the CLI's signal handler: rank 0 ignored the SIGTERM until torchrun's
+    SIGKILL 30 s later (alone, it would wait out the group's 30-minute timeout). Rank 0 is started here without its
+    partner; once it serves the group's store it is inside the join, and SIGTERM must end it as a stopped run.
+    """
+    from conftest import HANG_S, build_tiny_bert
+
+    model = build_tiny_bert(tmp_path / "model")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"the patients were treated with protein {i} and the gene" for i in range(40)) + "\n")
+    port = _free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
+    command = [sys.executable, "-m", "greenadapt", "pretrain", "--corpus", str(corpus), "--model", str(model), "--max-steps", "2",
+               "--batch-size", "8", "--max-length", "24", "--heldout", "8", "--device", "cpu", "--workdir", str(tmp_path / "w"),
+               "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + HANG_S
+        while not _listening(port):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "rank 0 never started the group's store"
+            time.sleep(0.1)
+        time.sleep(0.5)  # into the wait for rank 1
+        proc.terminate()
+        _, err = proc.communicate(timeout=HANG_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated by SIGTERM" in err and "Traceback" not in err, err[-3000:]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0

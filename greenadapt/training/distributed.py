@@ -142,10 +142,42 @@ def init_distributed(device: str = "auto") -> DistContext:
         import torch.distributed as dist
 
         if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if torch_device.type == "cuda" else "gloo")
+            _join_group(dist, torch_device)
             ctx.initialized_here = True
         log.info("data parallel: rank %d of %d on %s", rank, world, torch_device)
     return ctx
+
+
+def _join_group(dist: Any, device: Any) -> None:
+    """``dist.init_process_group`` in a helper thread while the main thread waits for it.
+
+    Joining blocks in C++ until every rank has joined, and Python runs a signal handler only in the main thread
+    between bytecodes: a rank waiting for one that never came (refused before joining: torchrun gives rank 1 the GPU
+    cuda:1 on a one-GPU machine) ignored torchrun's SIGTERM until its SIGKILL 30 s later. Waiting on an event, the
+    main thread takes the signal and the run ends as a stopped one; the helper is a daemon and the exit deadline of
+    :func:`greenadapt.cli._exits.entry_point` bounds the rest.
+    """
+    import threading
+
+    joined = threading.Event()
+    failed: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            if device.type == "cuda":  # the current CUDA device is per thread: the same as the main thread's
+                import torch
+
+                torch.cuda.set_device(device)
+            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        except BaseException as error:  # handed to the main thread, which raises it
+            failed.append(error)
+        finally:
+            joined.set()
+
+    threading.Thread(target=join, name="greenadapt-join-process-group", daemon=True).start()
+    joined.wait()
+    if failed:
+        raise failed[0]
 
 
 CPU_AUTO_PRECISION_ENV = "GREENADAPT_CPU_AUTO_PRECISION"
