@@ -7,13 +7,22 @@
 #                                                        # the other parts and the .sha256 to carried/minilm-b
 #   carried/data/ner/<set>/{train_dev,test}.tsv          # the NER sets
 #   carried/adapted/{w2v,align}                          # the CPU screen's word2vec model and map (the same rows)
-# Each carried folder goes in its own call (64 MiB a call); the last call runs, from the checkout's root:
-#   OUT=<folder brought back> BUDGET=480 SEEDS=1,2,3,4,5 bench/gpu_controls.sh
+# Each carried folder goes in its own call (64 MiB a call). A call's carried paths replace the earlier calls' there, so
+# every call but the last keeps what it brought outside the checkout, and the last one runs, from the checkout's root:
+#   bench/gpu_controls.sh stash                                          # each earlier call (its carried folder only)
+#   OUT=<folder brought back> BUDGET=480 SEEDS=1,2,3,4,5 bench/gpu_controls.sh   # the last: takes the stash back first
+# STASH (default /tmp/greenadapt-carried) is where they wait; the machine must stay warm between the calls.
 #
 # Under $OUT: summary.txt (machine, versions, each set's table from `greenadapt info`), compare-<set>.json,
 # controls.log, runs.tar.gz (every run folder without its weights: predictions, manifests, metrics, logs), split into
 # 15 MB parts where larger.
 set -uo pipefail
+STASH=${STASH:-/tmp/greenadapt-carried}
+if [[ ${1:-} == stash ]]; then
+  mkdir -p "$STASH" && cp -r carried/* "$STASH"/ && du -sh "$STASH"/*
+  exit
+fi
+if [[ -d $STASH ]]; then mkdir -p carried && cp -rn "$STASH"/* carried/; fi
 OUT=${OUT:-gpu-controls}
 BUDGET=${BUDGET:-480}
 PY=${PY:-python3}

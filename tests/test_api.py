@@ -249,6 +249,8 @@ def test_transformers_pipeline_on_a_two_tokenizer_folder_loads_both_views_or_ref
     assert both(texts) == greenadapt.pipeline("token-classification", model=ner_run, device="cpu")(texts)
     found = {e["entity_group"] for doc in both(texts) for e in doc}
     assert found and both(texts, ignore_labels=sorted(found)) == [[], []]  # transformers' call options reach it
+    with pytest.raises(UsageError, match="both of the folder's tokenizers"):  # not dropped in silence
+        transformers.pipeline("token-classification", model=str(ner_run), trust_remote_code=True, device="cpu", tokenizer=str(ner_run))
     one = transformers.pipeline("token-classification", model=str(ner_run), pipeline_class=transformers.TokenClassificationPipeline)
     assert type(one) is transformers.TokenClassificationPipeline  # one view, asked for by name
 

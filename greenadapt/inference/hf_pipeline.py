@@ -205,10 +205,6 @@ def _refuse(unused: dict[str, Any], task: str) -> None:
                          hint="greenadapt.load(...)'s options (device, pool, batch_size, precision, max_length) go to greenadapt.pipeline too")
 
 
-# transformers.pipeline's dtype, as greenadapt's --precision.
-_PRECISION_OF_DTYPE = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-
-
 class TransformersEntry:
     """What ``transformers.pipeline(task, model=<folder>, trust_remote_code=True)`` makes of a two-tokenizer folder.
 
@@ -227,8 +223,11 @@ class TransformersEntry:
     _load_feature_extractor = False
 
     def __new__(cls, model: Any, task: str = "", device: Any = None, dtype: Any = None, **options: Any) -> Any:
-        for unused in ("tokenizer", "feature_extractor", "image_processor", "video_processor", "processor"):
-            options.pop(unused, None)
+        # transformers passes these only when its caller gave them: greenadapt would not use them, so it says so.
+        given = sorted(set(options) & {"tokenizer", "feature_extractor", "image_processor", "video_processor", "processor"})
+        if given:
+            raise UsageError(f"{', '.join(given)}: greenadapt's pipeline reads both of the folder's tokenizers itself",
+                             hint="leave it out, or pass pipeline_class= for transformers' own pipeline of one view")
         folder = getattr(model, "name_or_path", None) or str(model)
         del model  # greenadapt reopens the folder: its weights' checksums are checked before they are used
         return open_pipeline(task, folder, device=_device_spec(device), precision=_precision_of(dtype), **options)
@@ -244,8 +243,13 @@ def _device_spec(device: Any) -> str:
 
 
 def _precision_of(dtype: Any) -> str:
+    """transformers' ``dtype`` (None, "auto" or a torch dtype) as greenadapt's ``--precision``."""
+    from greenadapt.training.distributed import PRECISION_OF_DTYPE
+
     name = "auto" if dtype is None else str(dtype).removeprefix("torch.")
-    if name not in _PRECISION_OF_DTYPE:
+    if name == "auto":
+        return "auto"
+    if name not in PRECISION_OF_DTYPE:
         raise UsageError(f"dtype={dtype!r}: greenadapt runs inference in float32, bfloat16 or float16",
                          hint="leave dtype out (auto), or pass torch.float32, torch.bfloat16 or torch.float16")
-    return _PRECISION_OF_DTYPE[name]
+    return PRECISION_OF_DTYPE[name]

@@ -239,12 +239,14 @@ def check_precision(precision: str, device_spec: str | None) -> None:
         raise UsageError(f"unknown --precision {precision!r}", hint="auto, fp32, bf16 or fp16")
 
 
+# A torch dtype's name, as --precision names it.
+PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
 def precision_used(precision: str, device: Any) -> str:
     """What ``--precision`` means on ``device``, as a manifest records it: ``fp32``, ``bf16`` or ``fp16``."""
-    import torch
-
     dtype = autocast_dtype(precision, device)
-    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    return "fp32" if dtype is None else PRECISION_OF_DTYPE[str(dtype).removeprefix("torch.")]
 
 
 def autocast(device: Any, dtype: Any) -> Any:
