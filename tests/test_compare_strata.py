@@ -15,9 +15,11 @@ from conftest import build_tiny_bert
 from finetune_helpers import NEW_WORDS, build_tiny_expanded, write_ner_file
 
 from greenadapt.comparison.strata import (
+    DIFFERENT_SEGMENTATION,
     FEW_PIECES,
     MANY_PIECES,
     ONE_PIECE,
+    SAME_SEGMENTATION,
     WITH_NEW,
     WITHOUT_NEW,
     WordFacts,
@@ -92,6 +94,30 @@ def test_word_facts_come_from_the_expanded_models_own_tokenizers(tmp_path: Path)
     assert word_facts(sentences, view.path, view.path).new is None
 
 
+def test_sentences_are_split_by_whether_both_tokenizers_cut_them_alike(tmp_path: Path) -> None:
+    model = build_tiny_expanded(tmp_path / "green")
+    sentences = [["the", NEW_WORDS[0], "of", "cells"], ["the", "cells"], [NEW_WORDS[1], "study"]]
+    facts = word_facts(sentences, model, model)
+    assert facts.same_segmentation == [False, True, False]  # a new word is one piece in T̂, several in T_LM
+    assert facts.strata(1, 0, 1)[-1] == SAME_SEGMENTATION and facts.strata(0, 2, 3)[-1] == DIFFERENT_SEGMENTATION
+    # a one-tokenizer pair has no such split
+    plain = word_facts(sentences, build_tiny_bert(tmp_path / "base", head="base"), None)
+    assert plain.same_segmentation is None and not plain.has("segmentations")
+
+
+def test_a_gain_only_where_the_views_differ_shows_only_there() -> None:
+    # even sentences are cut alike by both tokenizers; the gain is on the odd ones' mentions only
+    facts = WordFacts(pieces=FACTS.pieces, new=FACTS.new, same_segmentation=[i % 2 == 0 for i in range(SENTENCES)])
+    green = [_tags(True, True, 7, seed) for seed in range(3)]
+    base = [[row if i % 2 == 0 else ["O"] * 4 for i, row in enumerate(_tags(True, True, 7, seed))] for seed in range(3)]
+    predicted = {seed: (v, b) for seed, (v, b) in enumerate(zip(green, base, strict=True), start=1)}
+    rows = {row["stratum"]: row for row in stratified_differences("green", "base", GOLD, predicted, facts, replicates=300)}
+    assert rows[SAME_SEGMENTATION]["difference"] == 0 and not rows[SAME_SEGMENTATION]["significant95"]
+    assert rows[DIFFERENT_SEGMENTATION]["difference"] > 0.5 and rows[DIFFERENT_SEGMENTATION]["significant95"]
+    assert rows[SAME_SEGMENTATION]["mentions"] + rows[DIFFERENT_SEGMENTATION]["mentions"] == 2 * SENTENCES
+    assert rows[SAME_SEGMENTATION]["mentions"] == SENTENCES  # every gold mention of an even sentence
+
+
 @pytest.mark.slow
 def test_compare_reports_the_split_in_json_the_terminal_and_info(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,8 +129,10 @@ def test_compare_reports_the_split_in_json_the_terminal_and_info(tmp_path: Path,
                                 {"base": str(build_tiny_bert(tmp_path / "base", head="base")), "green": str(build_tiny_expanded(tmp_path / "green"))},
                                 out=tmp_path / "cmp", seeds=[1, 2], max_steps=4, batch_size=8, device="cpu", bootstrap=200, keep_going=True, progress=False)  # type: ignore[arg-type]
     (pair,) = json.loads((tmp_path / "cmp" / "compare.json").read_text())["pairs"]
-    assert [row["stratum"] for row in pair["strata"]] == [WITH_NEW, WITHOUT_NEW, ONE_PIECE, FEW_PIECES, MANY_PIECES]
-    assert sum(row["mentions"] for row in pair["strata"][:2]) == sum(row["mentions"] for row in pair["strata"][2:]) > 0
+    assert [row["stratum"] for row in pair["strata"]] == [WITH_NEW, WITHOUT_NEW, ONE_PIECE, FEW_PIECES, MANY_PIECES,
+                                                          SAME_SEGMENTATION, DIFFERENT_SEGMENTATION]
+    mentions = [row["mentions"] for row in pair["strata"]]
+    assert sum(mentions[:2]) == sum(mentions[2:5]) == sum(mentions[5:]) > 0
     assert "where it lives" in render(result) and WITH_NEW in render(result)
     from greenadapt.artifacts.info import describe_folder
     from greenadapt.artifacts.info import render as render_info
@@ -114,3 +142,4 @@ def test_compare_reports_the_split_in_json_the_terminal_and_info(tmp_path: Path,
     assert "Where it lives" in render_html(collect([tmp_path / "cmp"])) and "### Where it lives" in markdown(collect([tmp_path / "cmp"]))
     shown = render_info(describe_folder(tmp_path / "cmp"))
     assert "where it lives" in shown and WITH_NEW in shown and pair["strata_table"][0].strip() in shown
+    assert DIFFERENT_SEGMENTATION in shown and DIFFERENT_SEGMENTATION in markdown(collect([tmp_path / "cmp"]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ class CompareOptions:
     cuda_graphs: bool = False
     report_to: tuple[str, ...] = ()  # finetune's trackers, for every run
     agreements: tuple[tuple[str, float], ...] = ()  # (name, W): that --model trains with views that agree (finetune --agreement W)
+    both_views: tuple[str, ...] = ()  # those --models train both views every step, no KL (finetune --both-views)
     ray: RayPlacement | None = None  # every fine-tuning a task on this Ray cluster (compare --ray)
 
     def members(self, name: str) -> int:
@@ -146,10 +148,18 @@ class CompareOptions:
         for name, weight in self.agreements:
             if name not in names:
                 raise UsageError(f"--agreement {name}={weight:g} names no --model", hint=f"one of {', '.join(names)}")
-            if not weight > 0 or get_task(self.task).answers_questions:
-                raise UsageError(f"--agreement {name}={weight:g}: a positive weight, for NER or classification", hint="e.g. --agreement green-agree=1")
+            if not (math.isfinite(weight) and weight > 0) or get_task(self.task).answers_questions:
+                raise UsageError(f"--agreement {name}={weight:g}: a finite positive weight, for NER or classification",
+                                 hint="e.g. --agreement green-agree=1")
         if len(dict(self.agreements)) != len(self.agreements):
             raise UsageError("--agreement names one model twice", hint="give each NAME=W once")
+        for name in self.both_views:
+            if name not in names:
+                raise UsageError(f"--both-views {name} names no --model", hint=f"one of {', '.join(names)}")
+            if get_task(self.task).answers_questions:
+                raise UsageError("--both-views is for NER and classification", hint="leave it out for --task qa")
+        if len(set(self.both_views)) != len(self.both_views):
+            raise UsageError("--both-views names one model twice", hint="give each NAME once")
 
     def _check_member_seeds(self) -> None:
         """An ensemble member's seed is in range and none is a seed of the comparison (the same run under two names)."""
@@ -216,6 +226,7 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path,
         **({"pad_to_multiple": options.pad_to_multiple} if options.pad_to_multiple != 1 else {}),
         **({"cuda_graphs": True} if options.cuda_graphs else {}),
         **({"report_to": list(options.report_to)} if options.report_to else {}),
-        # the one option a variant may have of its own: views that agree (--agreement NAME=W)
+        # the options a variant may have of its own: views that agree (--agreement NAME=W), both views (--both-views NAME)
         **({"agreement": dict(options.agreements)[name]} if name in dict(options.agreements) else {}),
+        **({"both_views": True} if name in options.both_views else {}),
     }

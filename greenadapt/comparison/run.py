@@ -374,5 +374,6 @@ def _compare_options(settings: CompareSettings, run: RunContext) -> CompareOptio
         save_every=settings.save_every, force=run.force, wait=run.wait, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
         ensembles=settings.ensembles, entity_type=settings.entity_type, max_steps=settings.max_steps, precision=settings.precision,
         pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to, agreements=settings.agreements,
+        both_views=settings.both_views,
         keep_going=settings.keep_going, devices=settings.devices, ray=settings.ray_placement(),
     )

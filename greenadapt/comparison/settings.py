@@ -124,6 +124,10 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
         (), "--agreement", panel=MODEL, metavar="NAME=W", parse=parse_agreements, cli_type=list[str],
         help="That --model trains with views that agree at weight W (finetune --agreement; e.g. --model green-agree=MODEL "
              "--agreement green-agree=1): both views each step, twice the forward passes.")
+    both_views: tuple[str, ...] = option(
+        (), "--both-views", panel=MODEL, metavar="NAME", cli_type=list[str], parse=lambda names: tuple(n.strip() for n in names),
+        help="That --model trains every example in both views each step without the KL (finetune --both-views; the control "
+             "that separates --agreement's KL from its doubled exposure), e.g. --model green-both=MODEL --both-views green-both.")
     ensembles: tuple[tuple[str, int], ...] = option(
         (), "--ensemble", panel=MODEL, metavar="NAME=N", parse=parse_ensembles, cli_type=list[str],
         help="That --model is N fine-tunings per seed scored on the mean of their probabilities "

@@ -6,6 +6,10 @@ A *mention* is an entity span of the test set, gold or predicted. Each is put in
   rows it added (``with a new word``), or none is (``without a new word``);
 - **pieces**: how many pieces the general tokenizer cuts the mention's most-cut word into (``1 piece per word``,
   ``2-3 pieces``, ``4+ pieces``): how much the model's own vocabulary struggles with it.
+- **segmentations** (a pair with a two-tokenizer model): whether the mention's sentence is cut into the same pieces by
+  both tokenizers (``same segmentation``) or not (``different segmentation``). Where the segmentations are the same,
+  the two views are the same input and views that agree (``--agreement``) act as R-Drop does; the gain there is not
+  the domain rows'.
 
 Within a stratum a model's entity F1 counts only that stratum's mentions: a predicted mention is correct when the
 same span and type is gold (the two fall in the same stratum, since the stratum is decided by the span's words).
@@ -26,16 +30,20 @@ from greenadapt.comparison.statistics import DEFAULT_REPLICATES, Contributions, 
 
 WITH_NEW, WITHOUT_NEW = "with a new word", "without a new word"
 ONE_PIECE, FEW_PIECES, MANY_PIECES = "1 piece per word", "2-3 pieces", "4+ pieces"
-SPLITS = {"new words": (WITH_NEW, WITHOUT_NEW), "pieces": (ONE_PIECE, FEW_PIECES, MANY_PIECES)}
+SAME_SEGMENTATION, DIFFERENT_SEGMENTATION = "same segmentation", "different segmentation"
+SPLITS = {"new words": (WITH_NEW, WITHOUT_NEW), "pieces": (ONE_PIECE, FEW_PIECES, MANY_PIECES),
+          "segmentations": (SAME_SEGMENTATION, DIFFERENT_SEGMENTATION)}
 
 
 @dataclass(frozen=True)
 class WordFacts:
     """Per test sentence and word: how many general-tokenizer pieces it takes, and whether it is one of the expanded
-    model's new rows (None when neither model of the pair has a domain tokenizer)."""
+    model's new rows (None when neither model of the pair has a domain tokenizer, or it adds no row); per sentence,
+    whether both tokenizers cut it into the same pieces (None when neither model has two tokenizers)."""
 
     pieces: list[list[int]]
     new: list[list[bool]] | None
+    same_segmentation: list[bool] | None = None
 
     def strata(self, sentence: int, start: int, end: int) -> tuple[str, ...]:
         """The strata of the mention spanning words ``start``..``end`` (inclusive) of ``sentence``."""
@@ -43,7 +51,13 @@ class WordFacts:
         found = [ONE_PIECE if most == 1 else FEW_PIECES if most <= 3 else MANY_PIECES]
         if self.new is not None:
             found.insert(0, WITH_NEW if any(self.new[sentence][start : end + 1]) else WITHOUT_NEW)
+        if self.same_segmentation is not None:
+            found.append(SAME_SEGMENTATION if self.same_segmentation[sentence] else DIFFERENT_SEGMENTATION)
         return tuple(found)
+
+    def has(self, split: str) -> bool:
+        """Whether this pair's facts can place a mention in ``split``'s strata."""
+        return {"new words": self.new is not None, "segmentations": self.same_segmentation is not None}.get(split, True)
 
 
 def word_facts(sentences: Sequence[Sequence[str]], general_model: Path, expanded_model: Path | None) -> WordFacts:
@@ -54,12 +68,15 @@ def word_facts(sentences: Sequence[Sequence[str]], general_model: Path, expanded
 
     general = load_tokenizers(general_model)
     pieces = word_pieces(word_backend(general.general), sentences, general.unk_id)
-    new = None
+    new = same = None
     expanded = load_tokenizers(expanded_model) if expanded_model is not None else None
-    if expanded is not None and expanded.domain is not None and len(expanded.domain) > expanded.general_vocab_size:  # (a second view adds no row)
+    if expanded is not None and expanded.domain is not None:
         domain = word_pieces(word_backend(expanded.domain), sentences, expanded.unk_id)
-        new = [[len(word) == 1 and word[0] >= expanded.general_vocab_size for word in sentence] for sentence in domain]
-    return WordFacts([[len(word) for word in sentence] for sentence in pieces], new)
+        if len(expanded.domain) > expanded.general_vocab_size:  # (a second view adds no row)
+            new = [[len(word) == 1 and word[0] >= expanded.general_vocab_size for word in sentence] for sentence in domain]
+        own = pieces if expanded_model == general_model else word_pieces(word_backend(expanded.general), sentences, expanded.unk_id)
+        same = [all(list(a) == list(b) for a, b in zip(g, d, strict=True)) for g, d in zip(own, domain, strict=True)]
+    return WordFacts([[len(word) for word in sentence] for sentence in pieces], new, same)
 
 
 def stratum_contributions(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], facts: WordFacts,
@@ -90,7 +107,7 @@ def stratified_differences(
     with compare's intervals. ``predicted[seed] = (variant's tags, baseline's tags)`` per sentence."""
     rows = []
     for split, strata in SPLITS.items():
-        if split == "new words" and facts.new is None:
+        if not facts.has(split):
             continue
         for stratum in strata:
             contributions = {s: (stratum_contributions(gold, v, facts, stratum), stratum_contributions(gold, b, facts, stratum))
@@ -126,7 +143,7 @@ def strata_lines(pair: Mapping[str, Any], scale: float = 100.0) -> list[str]:
         boot = row.get("bootstrap_interval95")
         interval = f" [{boot[0] * scale:+.2f}, {boot[1] * scale:+.2f}]" if boot else ""
         f1 = row["f1"]
-        lines.append(f"    {row['stratum']:<20} {row['mentions']:>6,} mentions  {f1[variant] * scale:6.2f} | {f1[baseline] * scale:6.2f} | "
+        lines.append(f"    {row['stratum']:<22} {row['mentions']:>6,} mentions  {f1[variant] * scale:6.2f} | {f1[baseline] * scale:6.2f} | "
                      f"{row['difference'] * scale:+.2f}{interval}{' *' if row.get('significant95') else ''}")
     return lines
 

@@ -47,31 +47,38 @@ class TrainConfig(TrainingConfig):
     mix: float | None = None
     # Views that agree (``--agreement W``): each unit in both views in the same step, the loss the mean of their
     # cross-entropies plus W x the symmetric KL between their label distributions (0: off, the paper's mixture).
+    # On a model with one tokenizer the two passes read the same pieces and differ by dropout alone: R-Drop.
     agreement: float = 0.0
+    # Both views every step without the KL (``--both-views``): what agreement does besides its KL term, as a control.
+    both_views: bool = False
 
     def recorded(self) -> dict[str, Any]:
         recorded = super().recorded()
-        if not self.agreement:  # runs made before the option keep their fingerprints
+        if not self.agreement:  # runs made before these options keep their fingerprints
             recorded.pop("agreement")
+        if not self.both_views or self.agreement:  # agreement implies both views: one run, one fingerprint
+            recorded.pop("both_views")
         return recorded
 
     @property
+    def two_passes(self) -> bool:
+        """Every unit in both views each step (with a one-tokenizer model: its one view twice, dropout apart)."""
+        return bool(self.agreement) or self.both_views
+
+    @property
     def views_per_example(self) -> int:
-        """Forward passes a training example costs per step (the cost of agreement: both views, every step)."""
-        return 2 if self.agreement else 1
+        """Forward passes a training example costs per step (agreement or --both-views: both views, every step)."""
+        return 2 if self.two_passes else 1
 
     def cost_figures(self) -> dict[str, Any] | None:
-        """What the cost block says beside the measured figures: what the time bought (views that agree: twice the passes)."""
-        return {"forward_passes_per_example": self.views_per_example} if self.agreement else None
+        """What the cost block says beside the measured figures: what the time bought (both views: twice the passes)."""
+        return {"forward_passes_per_example": self.views_per_example} if self.two_passes else None
 
 
-def check_agreement(agreement: float, has_domain: bool, model: Path) -> None:
-    """``--agreement`` is a weight, and needs two views to make agree."""
+def check_agreement(agreement: float) -> None:
+    """``--agreement`` is a finite weight (any model: with one tokenizer it is R-Drop, two passes of the same pieces)."""
     if not math.isfinite(agreement) or agreement < 0:
-        raise UsageError(f"--agreement must be 0 or more, not {agreement}")
-    if agreement and not has_domain:
-        raise UsageError(f"--agreement needs two views, but {model} has only one tokenizer (no {GENERAL_TOKENIZER_DIR}/)",
-                         hint="pass a folder of `greenadapt expand` or `greenadapt second-view`")
+        raise UsageError(f"--agreement must be a finite number, 0 or more, not {agreement}", hint="e.g. --agreement 1")
 
 
 def symmetric_kl(logits_a: Any, logits_b: Any) -> Any:
@@ -201,10 +208,19 @@ class FinetuneTask(TrainingTask):
     def agreement(self) -> float:
         return float(getattr(self.trainer.config, "agreement", 0.0))
 
+    @property
+    def two_passes(self) -> bool:
+        return bool(getattr(self.trainer.config, "two_passes", False))
+
+    @property
+    def pass_views(self) -> tuple[int, int]:
+        """The views of a unit's two passes: both tokenizers, or a one-tokenizer model's one view twice (R-Drop)."""
+        return (VIEW_GENERAL, VIEW_DOMAIN) if len(self.units[0].ids) > VIEW_DOMAIN else (VIEW_GENERAL, VIEW_GENERAL)
+
     def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
         config = self.trainer.config
-        if self.agreement:  # every unit in both views: batches grouped by the longer of the two
-            self.views = np.ones(len(self.units), dtype=np.int64)
+        if self.two_passes:  # every unit in both views: batches grouped by the longer of the two
+            self.views = np.full(len(self.units), self.pass_views[1], dtype=np.int64)
             self.lengths = np.array([max(len(ids) for ids in u.ids) for u in self.units])
         else:
             self.views = choose_views(len(self.units), self.mix, config.seed, epoch)
@@ -223,8 +239,8 @@ class FinetuneTask(TrainingTask):
         import torch
 
         trainer = self.trainer
-        if self.agreement:
-            return self._agreeing_loss(part)
+        if self.two_passes:
+            return self._two_pass_loss(part)
         longest = int(self.lengths[part].max())
         width = padded_width(longest, trainer.config.pad_to_multiple, self.widest)
         tensors = collate(self.units, part, self.views[part], self.pad_id, trainer.ctx.device, width)
@@ -232,30 +248,34 @@ class FinetuneTask(TrainingTask):
         loss = torch.nn.functional.cross_entropy(logits.float(), tensors.targets, reduction="sum", ignore_index=-100)
         return loss * (trainer.ctx.world / self.n_targets)  # see the runtime's docstring
 
-    def _agreeing_loss(self, part: np.ndarray) -> Any:
+    def _two_pass_loss(self, part: np.ndarray) -> Any:
         """Both views of every unit: the mean of their cross-entropies plus ``agreement`` x their symmetric KL, row by
-        row (the rows of a unit are its words under either view, in the same order)."""
+        row (the rows of a unit are its words under either view, in the same order). The two passes are separate
+        forward calls, so their dropout masks differ even where both views are the same pieces (R-Drop)."""
         import torch
 
         trainer = self.trainer
         logits = []
-        for view in (VIEW_GENERAL, VIEW_DOMAIN):
+        for view in self.pass_views:
             longest = max(len(self.units[i].ids[view]) for i in part)
             width = padded_width(longest, trainer.config.pad_to_multiple, self.widest)
             tensors = collate(self.units, part, np.full(len(part), view), self.pad_id, trainer.ctx.device, width)
             logits.append(output_rows(trainer.module, tensors))
         targets = tensors.targets
         cross = sum(torch.nn.functional.cross_entropy(rows.float(), targets, reduction="sum", ignore_index=-100) for rows in logits)
-        labelled = targets >= 0
-        kl = symmetric_kl(logits[0][labelled], logits[1][labelled]).sum()
-        return (cross / 2 + self.agreement * kl) * (trainer.ctx.world / self.n_targets)
+        loss = cross / 2
+        if self.agreement:
+            labelled = targets >= 0
+            loss = loss + self.agreement * symmetric_kl(logits[0][labelled], logits[1][labelled]).sum()
+        return loss * (trainer.ctx.world / self.n_targets)
 
     def record(self, batch: np.ndarray) -> dict[str, Any]:
         return {"units": len(batch), "domain_units": int(self.views[batch].sum()), "wordpieces": int(self.lengths[batch].sum())}
 
     def counts(self, batch: np.ndarray) -> dict[str, int]:
-        # with agreement each unit is seen twice, once in each view: the domain share of the passes is one half
-        return {"domain_units": int(self.views[batch].sum()), "seen_units": len(batch) * (2 if self.agreement else 1)}
+        # with two passes each unit is seen twice, once in each view: the domain share of the passes is one half
+        # (none on a one-tokenizer model, whose views are both the general one)
+        return {"domain_units": int(self.views[batch].sum()), "seen_units": len(batch) * (2 if self.two_passes else 1)}
 
     def weights(self) -> dict[str, Any]:
         return dict(self.trainer.model.state_dict())
@@ -308,8 +328,6 @@ def train(
     mix = config.mix or 0.0
     if mix > 0 and not has_domain:
         raise UsageError("--mix > 0 needs a model folder with a domain tokenizer")
-    if config.agreement and not has_domain:
-        raise UsageError("--agreement needs a model folder with two tokenizers")
     longest = max(len(ids) for u in units for ids in u.ids)
     trainer = prepare_trainer(model, config, ctx, n_examples=len(units), longest=longest, n_base_rows=n_base_rows)
     task = FinetuneTask(trainer, units, mix, pad_id=pad_id)

@@ -101,7 +101,7 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
     tokenizers = folder.tokenizers
     gmap = _prepare_gmap(options, ref, tokenizers.general)
     mix = resolve_mix(values.training.mix, tokenizers.has_domain, ref.path)
-    check_agreement(values.training.agreement, tokenizers.has_domain, ref.path)
+    check_agreement(values.training.agreement)
     pool = ensemble_mode(values.pool, tokenizers.has_domain, ref.path)
     positive = task.positive_label(labels, options.positive_label)
     metric = task.check_metric(options.metric, positive)
@@ -357,7 +357,9 @@ class _Job:
             "train_seconds": round(result.seconds, 2),
             "precision_used": precision_used(self.base.precision, self.ctx.device),
             "domain_fraction": round(result.domain_fraction, 4),
-            **({"agreement": config.agreement, "forward_passes_per_example": config.views_per_example} if config.agreement else {}),
+            **({"agreement": config.agreement} if config.agreement else {}),
+            **({"both_views": True} if config.both_views else {}),
+            **({"forward_passes_per_example": config.views_per_example} if config.two_passes else {}),
             "warnings": result.warnings,
         }
         if self.gmap is not None:

@@ -59,7 +59,11 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
     agreement: float = option(0.0, "--agreement", panel=TRAINING, metavar="W", minimum=0,
                               help="Views that agree: show each training example in both tokenizers' views in the same step and add W x the "
-                                   "symmetric KL between their label distributions (word-level for NER). Doubles the forward passes; 0: off.")
+                                   "symmetric KL between their label distributions (word-level for NER). Doubles the forward passes; 0: off. "
+                                   "On a model with one tokenizer: R-Drop (two passes of the same pieces, dropout apart).")
+    both_views: bool = option(False, "--both-views", panel=TRAINING,
+                              help="Show each training example in both views every step (the mean of their cross-entropies) without "
+                                   "--agreement's KL term: the control that tells the KL from the doubled exposure. Doubles the forward passes.")
     pool: str | None = option(None, "--pool", panel=EVALUATION, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
     epochs: int | None = option(None, "--epochs", panel=TRAINING, maximum=MAX_EPOCHS, help="Passes over the training data (default: the task's).")
     max_steps: int | None = option(None, "--max-steps", panel=TRAINING, maximum=MAX_STEPS, help="Stop after this many optimizer steps (overrides --epochs).")
@@ -125,6 +129,7 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
                 warmup=self.warmup, weight_decay=self.weight_decay, train_embeddings=self.train_embeddings, precision=self.precision,
                 compile=self.compile, eval_batch_size=self.eval_batch_size, pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs,
                 eval_every=self.eval_every, early_stopping=self.early_stopping, agreement=self.agreement,
+                both_views=self.both_views,
             ),
             pool=self.pool, seeds=list(self.seeds or (self.seed,)), train_on=self.train_on, max_length=self.max_length, max_words=self.max_words,
             metric=self.metric, positive_label=self.positive_label, device=self.device, force=run.force, wait=run.wait,

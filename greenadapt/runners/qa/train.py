@@ -95,8 +95,9 @@ class QaTrainOptions:
         config.check_schedule()
         if config.train_embeddings not in TRAIN_EMBEDDINGS:
             raise UsageError(f"unknown --train-embeddings {config.train_embeddings!r}", hint="all, new or none")
-        if config.agreement:
-            raise UsageError("--agreement does not apply to --task qa", hint="it is for NER and classification")
+        for flag, refused in (("--agreement", bool(config.agreement)), ("--both-views", config.both_views)):
+            if refused:
+                raise UsageError(f"{flag} does not apply to --task qa", hint="it is for NER and classification")
         for flag, count in (("--eval-every", config.eval_every), ("--early-stopping", config.early_stopping)):
             if count is not None:  # the QA loop scores dev once, after training
                 raise UsageError(f"{flag} does not apply to --task qa", hint="leave it out: qa scores --dev once, after training")
