@@ -19,6 +19,7 @@ so a runner starts from a valid configuration. What a run does with its outputs 
 from __future__ import annotations
 
 import dataclasses
+import math
 import json
 import os
 import re
@@ -145,8 +146,12 @@ class Run:
     progress: Progress = NULL_PROGRESS
 
     def __post_init__(self) -> None:
+        from greenadapt.redaction import refuse_remote_output
+
         for name in ("workdir", "out"):
             value = getattr(self, name)
+            if value is not None:
+                refuse_remote_output(os.fspath(value), f"--{name}")
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(os.fspath(value)))
 
@@ -428,6 +433,8 @@ def _checked(value: Any, declared: Declaration) -> Any:
         if declared.choices is not None and item not in declared.choices:
             raise UsageError(f"unknown {declared.flag} {item!r}", hint=f"choose one of {', '.join(declared.choices)}")
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value):  # nan passes every bound: refused whatever its source
+            raise UsageError(f"{declared.flag} must be a finite number, not {value}")
         if declared.minimum is not None and value < declared.minimum:
             raise UsageError(f"{declared.flag} must be at least {declared.minimum:g}, not {value:g}")
         if declared.maximum is not None and value > declared.maximum:

@@ -55,17 +55,50 @@ class RedactedUrl:
 
 # A URL inside free text (an error line, a library's message): up to the first space, quote or bracket.
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
+# Credentials in any other spelling: the one-slash form a path makes of a URL (``http:/bob:pw@host/t.tsv``: pathlib
+# keeps one slash) and a bare ``user:password@host:port`` (a Ray address). ``user:secret@`` right after the start, a
+# space, a slash, a colon, a quote, an equals sign or a bracket, before a host name or address.
+_CREDENTIALS_IN_TEXT = re.compile(r"(?P<lead>^|[\s/:'\"=(\[<,])(?P<user>[^\s/@:'\"<>()\[\]{},]+):(?P<password>[^\s/@'\"<>()\[\]{}]*)@"
+                                  r"(?=[A-Za-z0-9\[])")
+
+
+def _hide_credentials(match: re.Match[str]) -> str:
+    user, password = match.group("user"), match.group("password")
+    _register_log_secrets([s for s in (password, urllib.parse.unquote(password), f"{user}:{password}") if s])
+    return f"{match.group('lead')}***@"
 
 
 def scrub_secrets(text: str) -> str:
-    """``text`` with every URL in it as its public form (no ``user:password@``, no signature) and every secret seen in a
-    URL before (:func:`redact_url`) as ``***``: for lines greenadapt shows or writes that may quote a user's value."""
+    """``text`` with every URL in it as its public form (no ``user:password@``, no signature), credentials in any other
+    spelling (``scheme:/user:password@``, a bare ``user:password@host:port``) as ``***@``, and every secret seen
+    before as ``***``: the one scrubber of every line greenadapt shows or writes that may quote a user's value."""
     if "://" in text:
         text = _URL_IN_TEXT.sub(lambda match: redact_url(match.group(0)).public, text)
+    if "@" in text:
+        text = _CREDENTIALS_IN_TEXT.sub(_hide_credentials, text)
     if _LOG_SECRETS and any(secret in text for secret in _LOG_SECRETS):
         for secret in sorted(_LOG_SECRETS, key=len, reverse=True):
             text = text.replace(secret, "***")
     return text
+
+
+# An output path that names a remote place: a scheme followed by one slash or two (``s3://``, ``http:/`` as a path
+# keeps it), or credentials before a host. greenadapt writes only local files.
+_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+
+
+def looks_remote(path: Any) -> bool:
+    """Whether an output path is a URL or carries credentials, which no local folder name should."""
+    text = str(path)
+    return bool(_REMOTE.match(text)) or _CREDENTIALS_IN_TEXT.search(text) is not None
+
+
+def refuse_remote_output(path: Any, option: str) -> None:
+    """One line (the URL shown without its credentials) for an output option given a remote address."""
+    if looks_remote(path):
+        from greenadapt.errors import UsageError
+
+        raise UsageError(f"{option} {path}: remote outputs are not supported", hint=f"give {option} a local path; copy the result up afterwards")
 
 
 def public_specs(specs: Any) -> Any:
@@ -123,12 +156,18 @@ _previous_factory: Any = None
 
 
 def _register_log_secrets(values: list[str]) -> None:
-    global _previous_factory
     values = [v for v in values if v and len(v) >= 3]
     if not values:
         return
     with _LOG_LOCK:
         _LOG_SECRETS.update(values)
+    scrub_every_log_record()
+
+
+def scrub_every_log_record() -> None:
+    """Every log record, whatever logger, scrubbed (:func:`scrub_secrets`) before any handler sees it; idempotent."""
+    global _previous_factory
+    with _LOG_LOCK:
         if _previous_factory is None:
             _previous_factory = logging.getLogRecordFactory()
             logging.setLogRecordFactory(_scrubbing_record_factory)
@@ -140,10 +179,34 @@ def _scrubbing_record_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         message = record.getMessage()
     except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
         return record
-    if any(secret in message for secret in _LOG_SECRETS):
-        for secret in sorted(_LOG_SECRETS, key=len, reverse=True):
-            message = message.replace(secret, "***")
-        record.msg, record.args = message, ()
+    if "@" in message or "://" in message or any(secret in message for secret in _LOG_SECRETS):
+        scrubbed = scrub_secrets(message)
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, ()
     return record
+
+
+class ScrubbedLines:
+    """A text stream that writes ``stream``'s lines scrubbed (:func:`scrub_secrets`): what a command prints on stdout.
+    A line is held until its newline (or a flush), so a URL written in two pieces is still seen whole."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream, self._pending = stream, ""
+
+    def write(self, text: str) -> int:
+        pending = self._pending + text
+        whole, newline, self._pending = pending.rpartition("\n")
+        if newline:
+            self._stream.write(scrub_secrets(whole + newline) if ("@" in whole or ":/" in whole or _LOG_SECRETS) else whole + newline)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, ""
+            self._stream.write(scrub_secrets(pending))
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding...: the stream's own
+        return getattr(self._stream, name)
 
 

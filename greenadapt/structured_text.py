@@ -61,3 +61,25 @@ def check_depth(value: Any, max_depth: int = MAX_DEPTH) -> None:
         if depth > max_depth:
             raise NestedTooDeeply()
         stack.extend((child, depth + 1) for child in children)
+
+
+# A line longer than this is refused, not held: a document of 10,000 tokens is about 70,000 characters, and no
+# task file or JSON record comes near; a line without end (a decompression bomb, a file with no newline) would
+# otherwise be read whole into memory. The corpus readers cut such lines instead (greenadapt.corpus.lines).
+MAX_LINE_CHARS = 16 << 20
+
+
+def bounded_lines(handle: Any, path: Any, *, limit: int | None = None) -> Any:
+    """The lines of the text ``handle`` (newlines kept), each at most ``limit`` characters: memory stays bounded
+    whatever the input holds; a longer line is a :class:`~greenadapt.errors.DataError` naming ``path``, the line
+    and the bound."""
+    from greenadapt.errors import DataError
+
+    limit = MAX_LINE_CHARS if limit is None else limit
+    number = 0
+    while line := handle.readline(limit + 1):
+        number += 1
+        if len(line) > limit:
+            raise DataError(f"a line longer than {limit:,} characters (greenadapt reads a line whole, up to that bound)",
+                            path=path, line=number, hint="split it into documents of at most that size, one per line")
+        yield line

@@ -74,6 +74,7 @@ from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import ModelError, StageError, UsageError
 from greenadapt.progress import Progress
 from greenadapt.options import DEFAULT_RUN, Run
+from greenadapt.redaction import scrub_secrets
 
 if TYPE_CHECKING:
     from greenadapt.adaptation.settings import ExpandSettings
@@ -263,7 +264,7 @@ def _write_card(
         base_model=display_name(ref), base_model_hub_id=hub_id(ref), method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
         align_stats=align_manifest.stats, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
     )
-    (dest / CARD_FILE).write_text(card, encoding="utf-8")
+    (dest / CARD_FILE).write_text(scrub_secrets(card), encoding="utf-8")
 
 
 def _w2v_of(align_dir: Path, align_manifest: Manifest) -> tuple[Path, Manifest]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import glob
 import hashlib
@@ -122,41 +123,128 @@ def library_versions(*names: str) -> dict[str, str]:
 
 
 _TEMPORARY_TAG = ".greenadapt-"  # in the name of every temporary atomic_writer makes: .<name>.greenadapt-<hex>.tmp
+_TEMPORARY_NAME = r"\.{name}\.greenadapt-[0-9a-f]{{8}}\.tmp"
+# An extended attribute set on every temporary when it is created: a leftover is removed only when it carries it
+# (its name alone proves nothing: a user's file may look like one). Where the file system has no user attributes,
+# nothing is marked and a killed write's temporary stays until the user removes it.
+OWNER_ATTRIBUTE = "user.greenadapt"
+OWNER_MARK = b"temporary"
 
 
 PARTIAL_SUFFIX = ".partial"  # atomic_writer(sidecar=True): <path>.partial links to the file being written
 
 
+def refuse_planted(path: Path, what: str, *, kind: str = "file") -> None:
+    """``path`` is a name greenadapt writes or removes beside a user's files (a lock, a log, a checkpoints folder,
+    compare.json): whatever is there that greenadapt cannot have made (a symbolic link to anything, a pipe or device,
+    a file with other names, a file where a folder belongs or the reverse) is never written through, replaced or
+    removed: a :class:`~greenadapt.errors.ResourceError` (exit 5) naming it, the thing and its target untouched."""
+    from greenadapt.errors import ResourceError
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    found = _planted(st, kind)
+    if found is not None:
+        raise ResourceError(f"{what} is {found}, which greenadapt did not make: it neither writes through it nor replaces it",
+                            path=path, hint="move it away (greenadapt writes this name itself), then rerun")
+
+
+def _planted(st: os.stat_result, kind: str) -> str | None:
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if kind == "folder":
+        return None if stat.S_ISDIR(mode) else "not a folder"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if not stat.S_ISREG(mode):
+        return "a pipe, socket or device"
+    if st.st_nlink > 1:
+        return f"a file with {st.st_nlink - 1} other name(s) (hard links)"
+    return None
+
+
+def open_own(path: Path, what: str, *, append: bool = False, read: bool = False) -> IO[str]:
+    """A text file greenadapt names itself (a log), opened without following a link and without emptying anything that
+    is not a plain file of its own name: see :func:`refuse_planted`. ``append`` keeps what it holds, ``read`` opens it
+    for reading and writing from the start (a lock)."""
+    from greenadapt.errors import ResourceError
+
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_RDWR if read else os.O_WRONLY)
+    try:
+        descriptor = os.open(path, flags | (os.O_APPEND if append else 0), 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a folder, a FIFO nobody reads
+            refuse_planted(path, what)
+            raise ResourceError(f"{what} cannot be opened ({exc.strerror})", path=path, hint="move it away, then rerun") from None
+        raise
+    try:
+        found = _planted(os.fstat(descriptor), "file")
+        if found is not None:
+            raise ResourceError(f"{what} is {found}, which greenadapt did not make: it neither writes through it nor replaces it",
+                                path=path, hint="move it away (greenadapt writes this name itself), then rerun")
+        os.set_blocking(descriptor, True)
+        if not append and not read:
+            os.ftruncate(descriptor, 0)
+        return os.fdopen(descriptor, "r+" if read else ("a" if append else "w"), encoding="utf-8")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def mark_ours(descriptor: int) -> None:
+    """Record on an open temporary that greenadapt made it (see :data:`OWNER_ATTRIBUTE`)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setxattr(descriptor, OWNER_ATTRIBUTE, OWNER_MARK)
+
+
+def is_ours(descriptor: int) -> bool:
+    """Whether the open file carries greenadapt's mark of a temporary."""
+    try:
+        return os.getxattr(descriptor, OWNER_ATTRIBUTE) == OWNER_MARK
+    except (OSError, AttributeError):
+        return False
+
+
 @contextlib.contextmanager
-def atomic_writer(path: Path, *, sidecar: bool = False) -> Iterator[IO[str]]:
+def atomic_writer(path: Path, *, sidecar: bool = False, user_path: bool = False) -> Iterator[IO[str]]:
     """A text file written piece by piece that readers see whole at ``path`` when the block ends, or not at all.
 
-    What ``path`` already is stays what it is, as with a shell redirection: a symbolic link to a file is written
-    through (the file it points to is replaced, atomically, and the link stays); a pipe, a character device
-    (``/dev/stdout``, ``/dev/null``) or a link to one is opened and written, never replaced by a regular file.
-    The temporary is locked while it is written, so that a run killed halfway leaves a hidden file that the next
-    write to the same path removes. ``sidecar``: while it is written, ``<path>.partial`` is a link to it, so a long
-    write (a cron job's predictions) can be followed with ``tail -F <path>.partial``; the link goes when the file is
-    in place (a killed run's is removed by the next write).
+    ``user_path``: ``path`` is the user's own choice (predict's ``-o``, a report's file): what it already is stays
+    what it is, as with a shell redirection: a symbolic link to a file is written through (the file it points to is
+    replaced, atomically, and the link stays); a pipe, a character device (``/dev/stdout``, ``/dev/null``) or a link
+    to one is opened and written, never replaced by a regular file. Otherwise ``path`` is a name greenadapt chose
+    (compare.json, a manifest): a link or anything else greenadapt cannot have made there is refused
+    (:func:`refuse_planted`), never written through.
+    The temporary is locked while it is written and marked as greenadapt's, so that a run killed halfway leaves a
+    hidden file that the next write to the same path removes. ``sidecar``: while it is written, ``<path>.partial`` is
+    a link to it, so a long write (a cron job's predictions) can be followed with ``tail -F <path>.partial``; the link
+    goes when the file is in place (a killed run's, dangling, is removed by the next write).
     """
     path = Path(path)
-    if writes_through(path):
+    if not user_path:
+        refuse_planted(path, f"{path.name}, a file greenadapt writes,")
+    elif writes_through(path):
         with open(path, "w", encoding="utf-8") as handle:
             yield handle
         return
-    if path.is_symlink():
+    elif path.is_symlink():
         path = Path(os.path.realpath(path))
     _sweep_dead_temporaries(path)
     tmp = path.with_name(f".{path.name}{_TEMPORARY_TAG}{uuid.uuid4().hex[:8]}.tmp")
     partial = path.with_name(path.name + PARTIAL_SUFFIX)
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released by the kernel when this process dies
+        descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)  # released by the kernel when this process dies
+            mark_ours(descriptor)
             if sidecar:
-                _link_partial(partial, tmp)
+                _link_partial(partial, tmp, path)
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            os.fsync(descriptor)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -165,11 +253,21 @@ def atomic_writer(path: Path, *, sidecar: bool = False) -> Iterator[IO[str]]:
             partial.unlink()
 
 
-def _link_partial(partial: Path, tmp: Path) -> None:
-    """``partial`` -> ``tmp`` (relative), replacing only a link greenadapt made (one to a temporary of ours)."""
+def _is_dead_sidecar(partial: Path, path: Path) -> bool:
+    """Whether ``partial`` is a sidecar link a killed write left for ``path``: a link to nothing, named as greenadapt
+    names its temporaries of ``path`` (a dangling link holds no data; a user's link to a file is never one)."""
+    import re
+
+    if not partial.is_symlink() or partial.exists():
+        return False
+    return re.fullmatch(_TEMPORARY_NAME.format(name=re.escape(path.name)), os.readlink(partial)) is not None
+
+
+def _link_partial(partial: Path, tmp: Path, path: Path) -> None:
+    """``partial`` -> ``tmp`` (relative); a dead sidecar of ``path``'s is replaced, anything else of that name left alone."""
     if partial.exists() or partial.is_symlink():
-        if not (partial.is_symlink() and _TEMPORARY_TAG in os.readlink(partial)):
-            return  # a user's file of that name: left alone, no sidecar this time
+        if not _is_dead_sidecar(partial, path):
+            return  # a user's file or link of that name: left alone, no sidecar this time
         partial.unlink()
     with contextlib.suppress(OSError):
         partial.symlink_to(tmp.name)
@@ -186,13 +284,17 @@ def writes_through(path: Path) -> bool:
 
 
 def _sweep_dead_temporaries(path: Path) -> None:
-    """Remove the temporaries of ``path`` that a killed writer left (their lock is free); a live writer's stay."""
+    """Remove the temporaries of ``path`` that a killed writer left: plain files carrying greenadapt's mark whose lock
+    is free (a live writer's stay; a user's file or folder of such a name is never touched)."""
     for leftover in path.parent.glob(f".{glob.escape(path.name)}{_TEMPORARY_TAG}*.tmp"):
         try:
-            descriptor = os.open(leftover, os.O_RDONLY | os.O_NOFOLLOW)
+            descriptor = os.open(leftover, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue
         try:
+            st = os.fstat(descriptor)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or not is_ours(descriptor):
+                continue
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             continue  # a live writer holds it
@@ -203,15 +305,21 @@ def _sweep_dead_temporaries(path: Path) -> None:
         finally:
             os.close(descriptor)
     partial = path.with_name(path.name + PARTIAL_SUFFIX)
-    if partial.is_symlink() and _TEMPORARY_TAG in os.readlink(partial) and not partial.exists():
+    if _is_dead_sidecar(partial, path):
         partial.unlink()  # the sidecar of a killed write: it points at nothing now
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so readers see the old content or the new, never a part."""
-    with atomic_writer(path) as handle:
+def atomic_write_text(path: Path, text: str, *, user_path: bool = False) -> None:
+    """Write a file so readers see the old content or the new, never a part (``user_path``: see :func:`atomic_writer`)."""
+    with atomic_writer(path, user_path=user_path) as handle:
         handle.write(text)
 
 
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+def write_json(path: Path, obj: Any, *, scrub: bool = True) -> None:
+    """A JSON file at a name greenadapt chose (a manifest, compare.json), written atomically, never through a link, with
+    credentials in any spelling taken out (:func:`~greenadapt.redaction.scrub_secrets`). ``scrub=False`` for a file of
+    the user's own data (predictions, whose words are theirs to keep as they are)."""
+    from greenadapt.redaction import scrub_secrets
+
+    text = json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
+    atomic_write_text(path, scrub_secrets(text) if scrub else text)

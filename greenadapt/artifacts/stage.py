@@ -22,6 +22,7 @@ import re
 import resource
 import shutil
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -368,9 +369,12 @@ def sweep_stale_temporaries(folder: Path) -> int:
         if match is None or not written_by_greenadapt(leftover):
             continue
         try:
-            descriptor = os.open(folder / f".{match['out']}.lock", os.O_RDWR)
+            descriptor = os.open(folder / f".{match['out']}.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
-            continue  # no lock: not a temporary of a greenadapt run
+            continue  # no lock (or a link at its name): not a temporary of a greenadapt run
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            continue
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -395,27 +399,49 @@ def _through_links(out: Path) -> Path:
     return target
 
 
+LOCK_HOLDER = "greenadapt pid"  # what a held lock file says (empty when free): anything else there is not greenadapt's
+
+
 def take_output_lock(out: Path, kind: str, *, wait: bool, patience: Callable[[Any, str], bool] | None = None) -> Any:
     """The lock of the output ``out`` (``.<name>.lock`` beside it; the kernel lets it go when the holder dies): taken, or
     queued for with ``wait``, else a :class:`LockedError` naming the holder (exit 75). ``patience(handle, holder)`` may
-    still take a busy lock (True). Returns the open handle, for :func:`release_output_lock`."""
+    still take a busy lock (True). Returns the open handle, for :func:`release_output_lock`.
+
+    The lock file is opened without following a link and emptied only when it is greenadapt's: a link, folder, pipe
+    or hard-linked file planted at its name, or a file holding something else, is refused (exit 5) and left as it is.
+    """
+    from greenadapt.artifacts.files import open_own
+
     lock_path = out.parent / f".{out.name}.lock"
+    what = f"the lock of {out.name} ({lock_path.name})"
     try:
-        handle = open(lock_path, "a+")
+        handle = open_own(lock_path, what, read=True)
+    except ResourceError:
+        raise
     except OSError as exc:
         raise _resource_error(exc, out.parent) from exc
+    held = handle.read(256)
+    if held and not held.startswith(LOCK_HOLDER):
+        handle.close()
+        raise ResourceError(f"{what} holds something greenadapt did not write, so it is left as it is", path=lock_path,
+                            hint="move it away (greenadapt writes this name itself), then rerun")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
-        if patience is None or not patience(handle, holder):
+        if wait:
+            since = datetime.fromtimestamp(os.fstat(handle.fileno()).st_mtime).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+            log.warning("waiting for %s, which has been writing %s (%s) since %s; Ctrl-C stops waiting (nothing is written)",
+                        holder, out, kind, since)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        elif patience is None or not patience(handle, holder):
             handle.close()
             raise LockedError(f"{holder} is writing this {kind} output right now", path=out,
                               hint="wait for it to finish, or pass --wait to queue behind it") from None
     handle.seek(0)
     handle.truncate()
-    handle.write(f"greenadapt pid {os.getpid()} on {socket.gethostname()}")
+    handle.write(f"{LOCK_HOLDER} {os.getpid()} on {socket.gethostname()}")
     handle.flush()
     return handle
 

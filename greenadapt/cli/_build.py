@@ -87,12 +87,28 @@ def declared_command(
                 given[name] = False
         with progress_for(values["quiet"]) as progress:
             result = api_function(config=values["config"], progress=progress, **given)
-        show(result, values["as_json"])
+        show_scrubbed(show, result, values["as_json"])
 
     command.__name__ = f"{name}_command"
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     app.command(name, help=help, **command_settings)(command)
     return command
+
+
+def show_scrubbed(show: Callable[[Any, bool], None], result: Any, as_json: bool) -> None:
+    """A command's summary (or JSON) on stdout, every line scrubbed of credentials; a prediction's own lines, which are
+    the user's data, are written before this, as they are."""
+    import sys
+
+    from greenadapt.redaction import ScrubbedLines
+
+    stdout = sys.stdout
+    sys.stdout = ScrubbedLines(stdout)
+    try:
+        show(result, as_json)
+    finally:
+        sys.stdout.flush()
+        sys.stdout = stdout
 
 
 def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:

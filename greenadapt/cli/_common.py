@@ -37,6 +37,10 @@ _CONSOLE: Any = None
 def setup_logging(*, quiet: bool = False, verbose: bool = False) -> None:
     """Log lines to stderr: through the live display's console on a terminal (printed above the bars,
     never into them), as plain timestamped lines in a log (cron, CI, ``nohup``)."""
+    from greenadapt.redaction import scrub_every_log_record
+
+    scrub_every_log_record()
+    logging.captureWarnings(True)  # a library's warnings become log records: scrubbed, and shown as ours are
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -7,7 +7,6 @@ also bounds how long library threads may keep a finished process alive.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
@@ -23,13 +22,16 @@ def main() -> None:
     from greenadapt.errors import EXIT_INTERRUPTED, EXIT_RESOURCE, GreenAdaptError, Terminated
 
     global _EXITING
-    debug = os.environ.get("GREENADAPT_DEBUG", "") not in ("", "0")
+    from greenadapt.switches import check_switches, debugging
+
+    debug = debugging()
     stop_on_signals(_STOP_SIGNALS, lambda: _EXITING)
     try:
         # Without standalone mode click returns what it would have exited with,
         # e.g. 130 after it caught a KeyboardInterrupt itself.
         from greenadapt import cli
 
+        check_switches()
         tree = cli.command(sys.argv[1:])
         cli.refuse_repeated_options(tree, sys.argv[1:])
         returned = tree.main(prog_name="greenadapt", standalone_mode=False)

@@ -25,7 +25,9 @@ def info_command(
     from greenadapt.artifacts.info import describe_folder, render
 
     info = describe_folder(path, check_files=check)
-    sys.stdout.write((json.dumps(info, indent=2, default=str) if as_json else render(info)) + "\n")
+    from greenadapt.redaction import scrub_secrets
+
+    sys.stdout.write(scrub_secrets((json.dumps(info, indent=2, default=str) if as_json else render(info)) + "\n"))
     sys.stdout.flush()
     from greenadapt.errors import StageError
 

@@ -23,6 +23,7 @@ def report_command(
     """Summarise run folders: stage cost (time, energy, CO2) beside the paper's, alignment, results, curves."""
     setup_logging(quiet=quiet, verbose=verbose)
     from greenadapt.artifacts.destination import check_report_output
+    from greenadapt.redaction import scrub_secrets
     from greenadapt.report import collect, markdown, write_html
 
     if html is not None:
@@ -31,7 +32,7 @@ def report_command(
     if html is not None:
         write_html(data, html)
     if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.write(scrub_secrets(json.dumps(data, indent=2, default=str) + "\n"))
     else:
-        sys.stdout.write(markdown(data).rstrip("\n") + "\n")
+        sys.stdout.write(scrub_secrets(markdown(data).rstrip("\n") + "\n"))
     sys.stdout.flush()

@@ -26,7 +26,7 @@ def render(result: CompareResult) -> str:
     lines.append(f"(* headline: mean pooling for a model with a domain tokenizer; {metric} × 100, mean ± sd over seeds)")
     for pair in result.pairs:
         lines.append(pair.verdict(unit=verdict_unit(metric)))
-        lines.extend(f"  {note}" for note in pair.notes if note.startswith("not a verdict"))
+        lines.extend(f"  {note}" for note in pair.notes)
         lines.extend(strata_lines(pair.to_json()))
     for name, share in result.shares.items():
         lines.append(f"{name}: {share * 100:.0f}% of {result.options.comparator}'s gain" if share is not None

@@ -20,6 +20,8 @@ MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _RUN = r"seed-[0-9]+(-member-[0-9]+)?"
 _RUN_ENTRY = re.compile(rf"^\.?{_RUN}(\.log|\.checkpoint|\.lock|\.ensemble\.json|\.(tmp|old)-[0-9]+-[0-9a-f]{{8}}"
                         rf"|(\.log|\.ensemble\.json)\.greenadapt-[0-9a-f]{{8}}\.tmp)?$")
+_RUN_FOLDER = re.compile(rf"^{_RUN}$")
+_FOLDER_ENTRY = re.compile(r"\.checkpoint$|\.(tmp|old)-[0-9]+-[0-9a-f]{8}$")  # checkpoints, a stage's temporaries
 TRACKER_FOLDER = "tensorboard"  # compare --report-to tensorboard: <model>/tensorboard/seed-<s>/seed-<s>/events.out.tfevents.*
 
 
@@ -39,7 +41,11 @@ def check_compare_folder(out: Path) -> None:
         raise OutputExistsError(f"refusing to write a comparison here: {why}", path=what,
                                 hint="choose a new or empty folder for --out; compare never replaces files it did not write")
 
+    from greenadapt.artifacts.files import refuse_planted
+
     for entry in sorted(out.iterdir()):
+        if entry.is_symlink():  # compare writes every name it uses itself: a link in its folder is never followed
+            refuse_planted(entry, f"{entry.name} in the compare folder")
         if entry.name == RESULT_FILE:
             try:
                 ours = json.loads(entry.read_text(encoding="utf-8")).get("kind") == "compare"
@@ -53,6 +59,9 @@ def check_compare_folder(out: Path) -> None:
             continue  # adapt's folders (--adapt-methods); adapt checks what it replaces there itself
         elif entry.is_dir() and not entry.is_symlink() and MODEL_NAME.match(entry.name):
             for run in entry.iterdir():
+                if _RUN_ENTRY.match(run.name):  # a seed's run, log, lock, checkpoints: written only where nothing was planted
+                    refuse_planted(run, f"{entry.name}/{run.name} in the compare folder",
+                                   kind="folder" if _RUN_FOLDER.match(run.name) or _FOLDER_ENTRY.search(run.name) else "file")
                 if run.name == TRACKER_FOLDER and _tensorboard_events_only(run):
                     continue
                 is_run_folder = run.is_dir() and not run.is_symlink() and not run.name.endswith(".checkpoint")

@@ -7,13 +7,14 @@ and names such runs in the pair's notes, in compare.json and under the verdict l
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import StageError
 from greenadapt.tasks import get_task
+from greenadapt.switches import KEEP_GOING_ENV, switch
 
 if TYPE_CHECKING:
     from greenadapt.comparison.ensembles import Run
@@ -23,18 +24,55 @@ NER_OUTSIDE = "O"
 COLLAPSE_FIX = "train longer (--epochs), try another --lr, or check the training file's labels"
 
 
+@dataclass(frozen=True)
+class Floor:
+    """A run has learned nothing useful when its score is at or near what a model that learned nothing scores."""
+
+    task: str  # ner, or classify (every text-level task)
+    measure: str  # what is compared
+    threshold: float  # the bound, on the measure's 0-1 scale
+    rule: str  # how, in words (docs/compare.md shows this table)
+
+
+# The one table of "learned nothing" (docs/compare.md, "When a run learns nothing"): a pair holding such a run is no
+# verdict, and compare stops at the first one unless --keep-going.
+LEARNED_NOTHING = (
+    Floor("ner", "entity F1", 0.10, "under 10 (x 100): a handful of the gold entities found, whatever else it does"),
+    Floor("ner", "word accuracy", 0.005, "at or within half a point of tagging every word with the most frequent gold label"),
+    Floor("classify", "accuracy", 0.005, "at or within half a point of answering the majority label everywhere"),
+)
+_FLOOR = {(floor.task, floor.measure): floor.threshold for floor in LEARNED_NOTHING}
+
+
 def degenerate(task: str, gold: Sequence[Any], predicted: Sequence[Any]) -> str | None:
-    """What is wrong with a run's test predictions when it learned nothing (None: nothing is)."""
+    """What is wrong with a run's test predictions when it learned nothing useful (:data:`LEARNED_NOTHING`; None: nothing is)."""
+    from collections import Counter
+
+    from greenadapt.training.health import compared
+
     if task == "ner":
-        from greenadapt.training.health import below_majority
+        from greenadapt.data.metrics import entity_scores
 
         if not any(label != NER_OUTSIDE for sentence in predicted for label in sentence):
             return "tagged no entity"
-        worse = below_majority(gold, predicted)
-        return f"tagged words with {worse}" if worse else None
+        scores = entity_scores(gold, predicted)
+        if scores["f1"] < _FLOOR["ner", "entity F1"]:
+            return f"reached entity F1 {100 * scores['f1']:.1f} ({scores['correct_entities']:,} of {scores['gold_entities']:,} gold entities)"
+        words = [g for sentence in gold for g in sentence]
+        majority, count = Counter(words).most_common(1)[0] if words else (NER_OUTSIDE, 0)
+        rate = count / len(words) if words else 0.0
+        if words and scores["accuracy"] <= rate + _FLOOR["ner", "word accuracy"]:
+            return f"tagged words with accuracy {compared(scores['accuracy'], rate)} of tagging every word {majority!r}"
+        return None
     labels = set(map(str, predicted))
     if len(labels) == 1 and len(set(map(str, gold))) > 1:
         return f"gave every test example the label {labels.pop()!r}"
+    if gold:
+        majority, count = Counter(map(str, gold)).most_common(1)[0]
+        rate = count / len(gold)
+        accuracy = sum(str(g) == str(p) for g, p in zip(gold, predicted, strict=True)) / len(gold)
+        if accuracy <= rate + _FLOOR["classify", "accuracy"]:
+            return f"reached accuracy {compared(accuracy, rate)} of answering {majority!r} everywhere"
     return None
 
 
@@ -63,11 +101,10 @@ def learned_nothing(options: CompareOptions, run: Run) -> str | None:
     return degenerate(options.task, by_pool["gold"], pools["mean"] if "mean" in pools else pools["general"])
 
 
-KEEP_GOING_ENV = "GREENADAPT_KEEP_GOING"  # 1: every compare goes on past a run that learned nothing, as --keep-going
 
 
 def keeps_going(options: CompareOptions) -> bool:
-    return options.keep_going or os.environ.get(KEEP_GOING_ENV, "").strip() == "1"
+    return options.keep_going or bool(switch(KEEP_GOING_ENV))
 
 
 def stop_if_it_learned_nothing(options: CompareOptions, run: Run, *, queued: int) -> None:

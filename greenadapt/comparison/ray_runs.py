@@ -40,18 +40,55 @@ def ray_cluster(address: str) -> Iterator[Any]:
     problem = _unreachable(address)
     if problem:
         raise UsageError(f"cannot reach the Ray cluster at {address}: {problem}", hint=_START_HINT)
-    import ray
+    with console_to_log("ray"):  # Ray's C++ client and its Python warnings speak while it connects: the log's, not the user's
+        import ray
 
-    try:
-        ray.init(address=address, namespace="greenadapt", log_to_driver=False, logging_level=logging.WARNING,
-                 configure_logging=False, runtime_env={"env_vars": forwarded_environment()})
-    except Exception as error:  # ConnectionError, a version mismatch, an address that is not Ray's: one line each
-        raise UsageError(f"cannot reach the Ray cluster at {address}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
-                         hint=_START_HINT) from None
+        try:
+            ray.init(address=address, namespace="greenadapt", log_to_driver=False, logging_level=logging.WARNING,
+                     configure_logging=False, runtime_env={"env_vars": forwarded_environment()})
+        except Exception as error:  # ConnectionError, a version mismatch, an address that is not Ray's: one line each
+            first = str(error).splitlines()[0] if str(error) else ""
+            raise UsageError(f"cannot reach the Ray cluster at {address}: {type(error).__name__}: {first}", hint=_START_HINT) from None
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+@contextmanager
+def console_to_log(source: str) -> Iterator[None]:
+    """What a library prints on this process's stdout and stderr (its C++ parts included, which write the file
+    descriptors themselves) and the Python warnings it raises, while the block runs: into greenadapt's log at DEBUG
+    (``-v`` shows them), scrubbed of credentials, instead of the user's terminal."""
+    import sys
+    import tempfile
+    import warnings
+
+    from greenadapt.redaction import scrub_secrets
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for descriptor in saved:
+                os.close(descriptor)
+            sink.seek(0)
+            for line in sink.read().decode("utf-8", errors="replace").splitlines():
+                if line.strip():
+                    log.debug("%s: %s", source, scrub_secrets(line))
+            for warning in caught:
+                log.debug("%s: %s: %s", source, warning.category.__name__, scrub_secrets(str(warning.message)))
 
 
 # A run on a node must be the run compare would train here: greenadapt's own variables (the CPU precision, tracker
@@ -79,10 +116,34 @@ def _unreachable(address: str) -> str:
     if not sep or "://" in address or not port.isdigit():
         return ""  # auto, or a Ray client address: Ray's own answer is quick
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
-            return ""
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as connection:
+            return "" if os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true") else _not_grpc(connection)
     except OSError as error:
         return f"{type(error).__name__}: {error.strerror or error}"
+
+
+# HTTP/2's client preface and an empty SETTINGS frame: a Ray GCS (gRPC, plain HTTP/2) answers with its SETTINGS frame.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS_FRAME = 4
+
+
+def _not_grpc(connection: Any) -> str:
+    """Why what answers on ``connection`` is not a Ray cluster's GCS, else "": Ray retries such an address for minutes,
+    printing its C++ client's warnings, where a few bytes of HTTP/2 tell at once."""
+    try:
+        connection.sendall(_H2_PREFACE)
+        head = b""
+        while len(head) < 9:
+            chunk = connection.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except OSError as error:
+        return f"it does not answer as a Ray cluster ({type(error).__name__}: {error.strerror or error})"
+    if len(head) == 9 and head[3] == _SETTINGS_FRAME:
+        return ""
+    shown = head.decode("ascii", errors="replace").split("\r")[0][:40]
+    return f"something answers there, but not Ray's GCS (it said {shown!r})" if shown.strip() else "something answers there, but not Ray's GCS"
 
 
 def resources_on(ray: Any, placement: RayPlacement, device: str) -> RunResources:
@@ -102,11 +163,17 @@ def _probe_storage(marker: str, token: str, answer: str) -> str:
     try:
         if Path(marker).read_text(encoding="utf-8") != token:
             return f"{marker} holds something else than this compare wrote (another machine's folder of the same name?)"
-        Path(answer).write_text(token, encoding="utf-8")
+        _write_new(Path(answer), token)
         Path(answer).unlink()
         return ""
     except OSError as error:
         return f"{type(error).__name__}: {error.strerror or error}"
+
+
+def _write_new(path: Path, text: str) -> None:
+    """A probe file of a fresh random name: created here or not at all (never through something already there)."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def check_shared_storage(ray: Any, out: Path) -> None:
@@ -116,7 +183,7 @@ def check_shared_storage(ray: Any, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     marker = out / f".ray-probe-{token[:12]}.tmp"
-    marker.write_text(token, encoding="utf-8")
+    _write_new(marker, token)
     try:
         probe = ray.remote(_probe_storage)
         asked = {}

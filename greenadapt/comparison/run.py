@@ -186,8 +186,11 @@ def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progr
     pairs = [_pair(options, v, baseline, predictions) for v in variants if v.name != baseline.name]
     if predictions.gold:
         _stratify(options, pairs, predictions)
+    budget = budget_note(options)
     for pair in pairs:
         pair.notes.extend(collapse_notes(predictions.collapsed, pair.variant, pair.baseline))
+        if budget is not None:
+            pair.notes.append(budget)
         for note in pair.notes:
             if note.startswith("not a verdict"):
                 log.warning("%s vs %s: %s", pair.variant, pair.baseline, note)
@@ -313,6 +316,28 @@ def _pair(options: CompareOptions, variant: Variant, baseline: Variant, predicti
                      if (variant.name, s) in predictions.contributions and (baseline.name, s) in predictions.contributions}
     return compare_pair(variant.name, baseline.name, metric, scores, contributions or None,
                         replicates=options.replicates, seed=options.bootstrap_seed)
+
+
+BUDGET_SHARE = 0.25  # a comparison trained on less than this share of its task's recipe says so under every verdict
+
+
+def budget_note(options: CompareOptions) -> str | None:
+    """A note for a comparison whose training budget (examples seen per run) is under :data:`BUDGET_SHARE` of its task's
+    default recipe: its verdicts are about that budget, and README's measured gains about the recipe."""
+    from greenadapt.data.task_files import ReaderOptions
+
+    task = get_task(options.task)
+    if not isinstance(task, LabellingTask) or (options.max_steps is None and options.epochs is None):
+        return None
+    examples = len(task.read(options.train, ReaderOptions(entity_type=options.entity_type), require_labels=True).examples)
+    epochs, batch = options.epochs or task.defaults.epochs, options.batch_size or task.defaults.batch_size
+    seen = min(options.max_steps * batch, epochs * examples) if options.max_steps is not None else epochs * examples
+    recipe = task.defaults.epochs * examples
+    if seen >= BUDGET_SHARE * recipe:
+        return None
+    spent = f"{options.max_steps:,} steps × batch {batch}" if options.max_steps is not None else f"{epochs} epoch(s) × {examples:,}"
+    return (f"budget: {spent} = {seen:,} training examples per run, {100 * seen / recipe:.0f}% of the {task.name} recipe "
+            f"({task.defaults.epochs} epochs × {examples:,} = {recipe:,}); README's measured gains are for the recipe, not this budget")
 
 
 def _stratify(options: CompareOptions, pairs: Sequence[PairedResult], predictions: _Predictions) -> None:

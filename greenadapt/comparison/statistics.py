@@ -28,6 +28,7 @@ import numpy as np
 
 LEVEL = 0.95
 DEFAULT_REPLICATES = 1000
+NOT_A_VERDICT = "not a verdict"  # how a pair's note starts when a run of the pair learned nothing (comparison/health.py)
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,15 @@ class PairedResult:
             extra = f"; test-set bootstrap [{signed(self.bootstrap_interval[0])}, {signed(self.bootstrap_interval[1])}]"
         elif self.seed_interval is None and self.bootstrap_interval is not None:
             extra = " (test-set bootstrap: one seed says nothing of seed variance)"
+        if self.not_a_verdict:  # the figures stay for the record; no call is made on them
+            return f"{self.variant} vs {self.baseline}: not a verdict ({signed(self.mean)} {name}{where} {seeds}): a run learned nothing"
         call = "significant at 95%" if self.significant else "not significant at 95%"
         return f"{self.variant} vs {self.baseline}: {signed(self.mean)} {name}{where} {seeds}{extra}; {call}"
+
+    @property
+    def not_a_verdict(self) -> bool:
+        """Whether a run of either model learned nothing (a note says which): no call is made on the pair, nor on its strata."""
+        return any(note.startswith(NOT_A_VERDICT) for note in self.notes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,7 +101,8 @@ class PairedResult:
             "differences": self.differences, "mean": self.mean,
             "seed_interval95": list(self.seed_interval) if self.seed_interval else None,
             "bootstrap_interval95": list(self.bootstrap_interval) if self.bootstrap_interval else None,
-            "bootstrap_replicates": self.replicates, "significant95": self.significant, "notes": self.notes,
+            "bootstrap_replicates": self.replicates, "significant95": self.significant and not self.not_a_verdict, "notes": self.notes,
+            **({"not_a_verdict": True} if self.not_a_verdict else {}),
             **({"strata": self.strata} if self.strata else {}),
         }
 

@@ -136,6 +136,8 @@ def strata_lines(pair: Mapping[str, Any], scale: float = 100.0) -> list[str]:
     rows = pair.get("strata") or []
     if not rows:
         return []
+    if pair.get("not_a_verdict"):
+        return ["  where it lives: not shown (not a verdict: a run of this pair learned nothing)"]
     variant, baseline = pair["variant"], pair["baseline"]
     lines = [f"  where it lives: entity F1 x {scale:g} by test mention ({variant} | {baseline} | difference, "
              f"test-set bootstrap 95%; mentions: gold)"]

@@ -86,7 +86,13 @@ def train_one(finetune: Callable[..., Any], job: Job, parent: int | None = None)
     the API), its log lines (INFO and up) written to ``job.log_file``."""
     from greenadapt.errors import EXIT_INTERNAL, GreenAdaptError
 
-    handler = logging.FileHandler(job.log_file, mode="w", encoding="utf-8")
+    from greenadapt.artifacts.files import open_own
+
+    try:
+        stream = open_own(job.log_file, f"{job.log_file.name}, the run's log,")
+    except GreenAdaptError as error:  # a link or other planted thing at the log's name: this run is not started
+        return Outcome(job, error.exit_code, error.one_line(), os.getpid())
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s", "%H:%M:%S"))
     package = logging.getLogger("greenadapt")
     package.addHandler(handler)
@@ -106,6 +112,7 @@ def train_one(finetune: Callable[..., Any], job: Job, parent: int | None = None)
     finally:
         package.removeHandler(handler)
         handler.close()
+        stream.close()
         if parent is not None and _orphaned(parent):  # nobody will read the outcome or send another run
             os._exit(143)
 

@@ -51,7 +51,7 @@ def write_predictions(task_file: TaskFile, predictions: Sequence[Any], out: Path
             header_pending = False
         out_lines.append(line)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, "\n".join(out_lines) + "\n")
+    atomic_write_text(out, "\n".join(out_lines) + "\n", user_path=True)  # predict -o: the user's path
 
 
 def _write_dataset_predictions(task_file: TaskFile, predictions: Sequence[Any], out: Path) -> None:
@@ -66,7 +66,7 @@ def _write_dataset_predictions(task_file: TaskFile, predictions: Sequence[Any], 
             record.update({**({"label": example.label} if example.label is not None else {}), PRED_LABEL_KEY: predicted})
         lines.append(json.dumps(record, ensure_ascii=False))
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, "\n".join(lines) + "\n")
+    atomic_write_text(out, "\n".join(lines) + "\n", user_path=True)
 
 
 def _bare_gold(task_file: TaskFile) -> bool:

@@ -179,10 +179,12 @@ def _detect_format(path: Path, task: str, requested: str) -> Format:
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    from greenadapt.structured_text import bounded_lines
+
     """(1-based line number, line without its newline); a byte-order mark is dropped."""
     try:
         with open(path, encoding="utf-8-sig", newline="\n") as handle:  # a stray \r inside a text is no line break
-            for number, line in enumerate(handle, 1):
+            for number, line in enumerate(bounded_lines(handle, path), 1):
                 yield number, line.rstrip("\r\n")
     except UnicodeDecodeError as exc:
         raise DataError(

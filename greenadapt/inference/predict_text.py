@@ -148,14 +148,15 @@ def open_source(task: str, source: str | os.PathLike[str], *, file_format: str =
             raise UsageError(f"a folder input is read as .txt documents, not --format {file_format}", path=source)
         return Source("folder", documents=_folder_documents(Path(source)))
     handle, name = _open_text(source)
-    head = list(itertools.islice(_decoded(handle, name), _SNIFF_LINES))
+    lines = _decoded(handle, name)
+    head = list(itertools.islice(lines, _SNIFF_LINES))
     fmt = detect_format(task, head, file_format, text_field)
-    stream = itertools.chain(head, _decoded(handle, name))
+    stream = itertools.chain(head, lines)
     if fmt in TRAINING_FORMATS:
         if not is_stdio(source) and not _compressed(Path(source)):
             handle.close()
             return Source(fmt, path=Path(source))
-        return Source(fmt, path=_spool(stream, handle), spooled=True)  # (the readers of training files take a plain path)
+        return Source(fmt, path=_spool(stream, handle, name), spooled=True)  # (the readers of training files take a plain path)
     documents = _text_lines(stream, handle) if fmt == "text" else _json_lines(stream, handle, name, text_field)
     if isinstance(handle, _FileText):
         return Source(fmt, documents=documents, size=Path(source).stat().st_size, position=handle.bytes_read)
@@ -270,10 +271,10 @@ def _decoded(handle: IO[str], name: str) -> Iterator[str]:
     import lzma
     import zlib
 
+    from greenadapt.structured_text import bounded_lines
+
     try:
-        # Not `yield from`: closing this generator (the sniffing one is dropped early) would close the file.
-        for line in handle:  # noqa: UP028
-            yield line
+        yield from bounded_lines(handle, Path(name))
     except UnicodeDecodeError as exc:
         raise DataError(f"not UTF-8 text (byte {exc.start} of a line cannot be decoded)", path=Path(name), hint="convert the input to UTF-8") from None
     except (EOFError, lzma.LZMAError, zlib.error, OSError) as exc:  # a .gz/.bz2/.xz cut short or not compressed at all
@@ -284,7 +285,12 @@ def _folder_documents(folder: Path) -> Iterator[_Record]:
     files = sorted(p for p in folder.rglob("*.txt") if p.is_file())
     if not files:
         raise DataError("the folder holds no .txt files", path=folder, hint="one document per .txt file")
+    from greenadapt.structured_text import MAX_LINE_CHARS
+
     for path in files:
+        if path.stat().st_size > MAX_LINE_CHARS:  # a document is read whole: bounded as a line is
+            raise DataError(f"a document of {path.stat().st_size:,} bytes, past the {MAX_LINE_CHARS:,} greenadapt reads whole", path=path,
+                            hint="split it into smaller .txt files")
         try:
             text = path.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError:
@@ -312,17 +318,44 @@ def write_lines(lines: Iterator[str], output: str | os.PathLike[str]) -> None:
     target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     # readers never see half the predictions under the final name; <output>.partial follows them as they come
-    with atomic_writer(target, sidecar=True) as handle:
+    with atomic_writer(target, sidecar=True, user_path=True) as handle:
         for line in lines:
             handle.write(line)
             handle.flush()
 
 
-def _spool(lines: Iterator[str], handle: IO[str]) -> Path:
-    """Standard input (its sniffed first lines, then the rest) in a temporary file, for the readers that need a path."""
+MAX_SPOOL_ENV = "GREENADAPT_MAX_SPOOL_MB"
+DEFAULT_MAX_SPOOL_MB = 4096  # a compressed task file or stdin decompressed to disk: far past any labelled test set
+
+
+def spool_limit() -> int:
+    """Bytes a spooled input may take in $TMPDIR: ``$GREENADAPT_MAX_SPOOL_MB`` (default 4,096 MB)."""
+    raw = os.environ.get(MAX_SPOOL_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_SPOOL_MB << 20
+    if not raw.isdigit() or int(raw) < 1:
+        raise UsageError(f"${MAX_SPOOL_ENV}={raw!r} is not a size in MB", hint="a whole number of megabytes, e.g. 4096")
+    return int(raw) << 20
+
+
+def _spool(lines: Iterator[str], handle: IO[str], name: str = "<stdin>") -> Path:
+    """A compressed task file or standard input (its sniffed first lines, then the rest) in a temporary file, for the
+    readers that need a path: at most :func:`spool_limit` bytes, and removed again if anything stops it (a bomb, a
+    truncated archive, Ctrl-C, SIGTERM)."""
+    limit = spool_limit()
     fd, tmp = tempfile.mkstemp(prefix="greenadapt-stdin.", suffix=".txt")
-    with handle, os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-        out.writelines(lines)
+    try:
+        with handle, os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            written = 0
+            for line in lines:
+                written += len(line)
+                if written > limit:
+                    raise DataError(f"decompressed, the input passes the {limit >> 20:,} MB greenadapt spools to read it", path=Path(name),
+                                    hint=f"decompress it yourself and pass the file, or raise ${MAX_SPOOL_ENV}")
+                out.write(line)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return Path(tmp)
 
 
@@ -399,9 +432,9 @@ def predict_input(
             opened.path.unlink(missing_ok=True)
 
 
-def _stdin_lines() -> tuple[Iterator[str], IO[str]]:
+def _stdin_lines() -> tuple[Iterator[str], IO[str], str]:
     handle, name = _open_text(STDIO)
-    return _decoded(handle, name), handle
+    return _decoded(handle, name), handle, name
 
 
 def _temporary_output(near: Path) -> Path:

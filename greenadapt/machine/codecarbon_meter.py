@@ -7,16 +7,15 @@ subprocess) is imported on the tracker's thread.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
+from greenadapt.switches import CODECARBON_ENV, switch
 
 log = logging.getLogger(__name__)
 
 METHOD_CODECARBON = "codecarbon"
-CODECARBON_ENV = "GREENADAPT_CODECARBON"
 
 
 def codecarbon_wanted(environ: Mapping[str, str] | None = None, platform: str | None = None) -> bool:
@@ -24,12 +23,8 @@ def codecarbon_wanted(environ: Mapping[str, str] | None = None, platform: str | 
     0/false/no/off: never; 1/true/yes/on: always; unset or ``auto``: only where it may read a counter
     greenadapt does not read itself. Not on Linux: there greenadapt reads RAPL and NVML (codecarbon's own
     dependency) itself, so codecarbon could add only its TDP model, for a probe of about 1.3 CPU-seconds."""
-    raw = (os.environ if environ is None else environ).get(CODECARBON_ENV, "").strip().lower()
-    if raw in ("0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    return not (platform or sys.platform).startswith("linux")
+    wanted = switch(CODECARBON_ENV, default=None, environ=environ)
+    return wanted if wanted is not None else not (platform or sys.platform).startswith("linux")
 
 
 class CodecarbonMeter:

@@ -38,11 +38,12 @@ def write_html(data: Mapping[str, Any], path: Path) -> Path:
     """Render and write the page atomically (readers never see half a file)."""
     from greenadapt.artifacts.files import atomic_write_text
     from greenadapt.artifacts.stage import resource_errors
+    from greenadapt.redaction import scrub_secrets
 
     page = render_html(data)
     path = Path(path)
     with resource_errors(path.parent):
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, page)
+        atomic_write_text(path, scrub_secrets(page), user_path=True)
     log.info("report: %s (%d KiB)", path, len(page) // 1024)
     return path

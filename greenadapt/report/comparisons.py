@@ -25,7 +25,7 @@ def compare_strata_table(comparison: Mapping[str, Any]) -> tuple[list[str], list
     head = ["pair", "mentions", "gold mentions", "variant F1", "baseline F1", "Δ F1 (×100)", "test-set bootstrap 95%"]
     rows = [[f"{p['variant']} vs {p['baseline']}", row["stratum"], f"{row['mentions']:,}", f"{100 * row['f1'][p['variant']]:.2f}",
              f"{100 * row['f1'][p['baseline']]:.2f}", signed(row["difference"]), interval(row, "bootstrap_interval95")]
-            for p in comparison["pairs"] for row in p.get("strata") or []]
+            for p in comparison["pairs"] if not p.get("not_a_verdict") for row in p.get("strata") or []]
     return head, rows
 
 
@@ -54,7 +54,7 @@ def comparison_html(comparison: Mapping[str, Any], forest: bytes | None) -> list
             img(forest, f"paired differences in {metric} with 95% intervals"),
             html_table(*compare_pairs_table(comparison), numeric=lambda i: 1 <= i <= 4),
             html_table(*compare_variants_table(comparison), numeric=lambda i: i >= 2)]
-    if any(p.get("strata") for p in comparison["pairs"]):
+    if any(p.get("strata") and not p.get("not_a_verdict") for p in comparison["pairs"]):
         body += ["<h3>Where it lives</h3>", html_table(*compare_strata_table(comparison), numeric=lambda i: i >= 2)]
     shares = comparison.get("share_of_comparator_gain") or {}
     if shares:
@@ -77,6 +77,6 @@ def comparison_markdown(comparison: Mapping[str, Any]) -> list[str]:
     parts += [f"## Did it help? `{comparison['path']}`", ""]
     parts += [line for p in comparison["pairs"] for line in [f"- {p['verdict']}", *(f"  - {note}" for note in p.get("notes") or [])]]
     parts += ["", md_table(*compare_pairs_table(comparison)), "", md_table(*compare_variants_table(comparison)), ""]
-    if any(p.get("strata") for p in comparison["pairs"]):
+    if any(p.get("strata") and not p.get("not_a_verdict") for p in comparison["pairs"]):
         parts += ["### Where it lives", "", md_table(*compare_strata_table(comparison)), ""]
     return parts

@@ -245,13 +245,15 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
     next ``ckpt-NNNNNN`` and the rename made durable. Shared by ``finetune`` and
     ``pretrain``, whose checkpoints hold different state.
     """
-    from greenadapt.artifacts.files import sha256_file, write_json
+    from greenadapt.artifacts.files import refuse_planted, sha256_file, write_json
     from greenadapt.artifacts.stage import resource_errors
 
     folder = checkpoint.folder
+    for place in (folder.parent, folder):
+        refuse_planted(place, f"{place.name}, a checkpoints folder greenadapt writes,", kind="folder")
     with resource_errors(folder):
         folder.mkdir(parents=True, exist_ok=True)
-        older = sorted(folder.glob("ckpt-*"), key=_checkpoint_order)
+        older = sorted((c for c in folder.glob("ckpt-*") if c.is_dir() and not c.is_symlink()), key=_checkpoint_order)
         # Named by the step it holds (a second save of the same step, e.g. SIGTERM right after a periodic one, gets -2).
         final = folder / f"ckpt-{step:06d}"
         repeat = 1
@@ -270,7 +272,7 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        for stale in [*older, *folder.glob(".tmp-*")]:
+        for stale in [*older, *(t for t in folder.glob(".tmp-*") if t.is_dir() and not t.is_symlink())]:
             _remove_checkpoint(stale)
     log.info("checkpoint at step %d saved in %s", step, final)
     return final
@@ -307,7 +309,9 @@ def discard_checkpoints(folder: Path) -> None:
 def checkpoint_places(folder: Path) -> list[Path]:
     """The folders of a run's checkpoints folder that hold ``ckpt-*``: pretrain keeps them in the folder itself,
     finetune one subfolder per seed."""
-    return [folder, *sorted(folder.glob("seed-*"))] if folder.is_dir() else []
+    if folder.is_symlink() or not folder.is_dir():
+        return []  # a link at the name is never followed (the run refuses it before training: training/job.py)
+    return [folder, *sorted(place for place in folder.glob("seed-*") if place.is_dir() and not place.is_symlink())]
 
 
 def _remove_checkpoint(checkpoint: Path) -> None:

@@ -144,8 +144,18 @@ def below_majority(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[s
     majority, majority_n = Counter(g for g, _ in pairs).most_common(1)[0]
     accuracy = sum(g == p for g, p in pairs) / len(pairs)
     if accuracy < majority_n / len(pairs):
-        return f"accuracy {accuracy:.2f}, below the {majority_n / len(pairs):.2f} of tagging every word {majority!r}"
+        return f"accuracy {compared(accuracy, majority_n / len(pairs))} of tagging every word {majority!r}"
     return None
+
+
+def compared(value: float, reference: float) -> str:
+    """``value``, then "below"/"at"/"above" and ``reference``, with as many decimals as it takes for two different
+    numbers to read differently ("0.9368, below the 0.9426", never "0.94, below the 0.94")."""
+    digits = 2
+    while digits < 6 and round(value, digits) == round(reference, digits) and value != reference:
+        digits += 1
+    where = "below" if value < reference else "at" if value == reference else "above"
+    return f"{value:.{digits}f}, {where} the {reference:.{digits}f}"
 
 
 def _label_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[str]:
@@ -162,6 +172,6 @@ def _label_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[s
     accuracy = sum(g == p for g, p in zip(gold, predicted, strict=True)) / len(gold)
     rate = majority_n / len(gold)
     if accuracy <= rate:
-        return [f"{split} accuracy {100 * accuracy:.2f} is not above the majority-class rate {100 * rate:.2f} (always "
-                f"answering {majority!r}): the model has not learned the task; {CAUSES}"]
+        return [f"{split} accuracy {compared(accuracy, rate)} majority-class rate (always answering {majority!r}): the model has "
+                f"not learned the task; {CAUSES}"]
     return []

@@ -84,7 +84,10 @@ def training_stage(
     resume: bool,
 ) -> Iterator[TrainingStage]:
     """Open a training stage writing ``out``; its ``up_to_date`` is set when there is nothing to train."""
+    from greenadapt.artifacts.files import refuse_planted
+
     checkpoints = checkpoint_folder(out)
+    refuse_planted(checkpoints, f"{checkpoints.name}, the checkpoints folder greenadapt keeps beside {Path(out).name},", kind="folder")
     ctx = init_distributed(device)
     try:
         with contextlib.ExitStack() as stack:

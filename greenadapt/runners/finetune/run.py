@@ -55,6 +55,7 @@ from greenadapt.training.trackers import probe_trackers, report_scores, tracking
 from greenadapt.training.finetuning import TrainConfig, check_agreement, resolve_mix, train
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.job import training_stage
+from greenadapt.redaction import scrub_secrets
 
 if TYPE_CHECKING:
     from greenadapt.options import Run
@@ -287,7 +288,7 @@ class _Job:
         )
         with resource_errors(tmp):
             write_json(tmp / "metrics.json", metrics_doc)
-            (tmp / CARD_FILE).write_text(card, encoding="utf-8")
+            (tmp / CARD_FILE).write_text(scrub_secrets(card), encoding="utf-8")
         return _headline(metrics_doc, self.settings.metric or "", self.pool), per_type_headline(metrics_doc, self.pool)
 
     def _model(self) -> tuple[Any, int]:
@@ -398,7 +399,7 @@ class _Job:
             if folder is not None:
                 with resource_errors(folder):
                     write_predictions(task_file, predictions[self.pool], folder / "predictions" / prediction_file_name(task_file, split))
-                    write_json(folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name(split), self._by_pool(task_file, predictions))
+                    write_json(folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name(split), self._by_pool(task_file, predictions), scrub=False)
         return metrics
 
     def _scores(

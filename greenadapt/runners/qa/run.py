@@ -112,8 +112,8 @@ def _answer_all(settings: SettledQa, options: QaOptions, squad: Any, folder: Pat
     nbest = {qid: nbest[qid] for qid in order}
     predictions = {qid: (answers[0]["text"] if answers else "") for qid, answers in nbest.items()}
     metrics = _metrics(squad, predictions, pool)
-    write_json(folder / "predictions.json", predictions)
-    write_json(folder / "nbest.json", nbest)
+    write_json(folder / "predictions.json", predictions, scrub=False)
+    write_json(folder / "nbest.json", nbest, scrub=False)
     write_json(folder / "metrics.json", metrics)
     write_json(folder / "data_issues.json", _data_issues(squad))
     stats.update(

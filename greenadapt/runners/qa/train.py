@@ -301,7 +301,7 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
         stats["warnings"] += answer_warnings(split, data.answer_texts(), predictions)
         metrics[split] = scores
         (folder / "predictions").mkdir(exist_ok=True)
-        write_json(folder / "predictions" / f"{split}.json", predictions)
+        write_json(folder / "predictions" / f"{split}.json", predictions, scrub=False)
         stats[split] = {k: scores[k] for k in ("exact_match", "f1", "substring_match", "questions")} | {"pool": pool}
     if scored:
         write_json(folder / "metrics.json", metrics)
