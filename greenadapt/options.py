@@ -146,14 +146,21 @@ class Run:
     progress: Progress = NULL_PROGRESS
 
     def __post_init__(self) -> None:
-        from greenadapt.redaction import refuse_remote_output
-
         for name in ("workdir", "out"):
             value = getattr(self, name)
             if value is not None:
                 refuse_remote_output(os.fspath(value), f"--{name}")
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(os.fspath(value)))
+
+
+def refuse_remote_output(path: Any, option: str) -> None:
+    """One line (the URL shown without its credentials) for an output option given a remote address: greenadapt
+    writes only local files, and a URL taken for a folder name would carry its password onto the disk."""
+    from greenadapt.redaction import looks_remote
+
+    if looks_remote(path):
+        raise UsageError(f"{option} {path}: remote outputs are not supported", hint=f"give {option} a local path; copy the result up afterwards")
 
 
 DEFAULT_RUN = Run()  # outputs at their default places, nothing redone, no progress shown
@@ -184,6 +191,8 @@ class Settings:
     out_required: ClassVar[bool] = False
     # A stage's config key this command fills from an option of another name: {stage kind: {key: option}}.
     stage_names: ClassVar[Mapping[str, Mapping[str, str]]] = {}
+    # Options that say the same thing another way: given as an override, one replaces the other a --config file gave.
+    replaces: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def __post_init__(self) -> None:
         hints = _hints(type(self))
@@ -201,6 +210,10 @@ class Settings:
     def build(cls: type[S], config: str | os.PathLike[str] | Mapping[str, Any] | None = None, /, **values: Any) -> S:
         """The settings from ``config`` (a run folder or its options.json, a TOML file, or a mapping), ``values`` overriding it."""
         given = dict(read_config(config, cls)) if config is not None else {}
+        for name in values:  # an option given here replaces what the file says of the same thing (--seed for its seeds)
+            for other in cls.replaces.get(name, ()):
+                if other not in values:
+                    given.pop(other, None)
         from_file = set(given) - set(values)
         given.update(values)
         fields = {f.name: (f, d) for f, d in declared_fields(cls)}

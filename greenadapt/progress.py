@@ -19,6 +19,7 @@ from greenadapt.errors import UsageError
 
 HEARTBEAT_ENV = "GREENADAPT_HEARTBEAT"
 DEFAULT_HEARTBEAT_SECONDS = 30.0
+FIRST_LINE_SECONDS = 5.0  # a phase's first heartbeat line comes this soon, whatever the interval
 
 
 class Progress(Protocol):
@@ -63,16 +64,19 @@ class HeartbeatProgress:
         self._total: float | None = None
         self._unit = ""
         self._started = self._last = 0.0
+        self._said = False
 
     def start(self, description: str, total: float | None = None, unit: str = "") -> None:
         self._description, self._total, self._unit = description, total, unit
         self._started = self._last = self.clock()
+        self._said = False
 
     def update(self, completed: float, **info: float | str) -> None:
         now = self.clock()
-        if now - self._last < self.interval:
+        # a phase's first line within FIRST_LINE_SECONDS (a 30 s job is not silent for its whole life), then every interval
+        if now - self._last < (self.interval if self._said else min(self.interval, FIRST_LINE_SECONDS)):
             return
-        self._last = now
+        self._last, self._said = now, True
         self.stream.write(self.line(completed, now - self._started, info) + "\n")
         self.stream.flush()
 

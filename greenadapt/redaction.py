@@ -93,14 +93,6 @@ def looks_remote(path: Any) -> bool:
     return bool(_REMOTE.match(text)) or _CREDENTIALS_IN_TEXT.search(text) is not None
 
 
-def refuse_remote_output(path: Any, option: str) -> None:
-    """One line (the URL shown without its credentials) for an output option given a remote address."""
-    if looks_remote(path):
-        from greenadapt.errors import UsageError
-
-        raise UsageError(f"{option} {path}: remote outputs are not supported", hint=f"give {option} a local path; copy the result up afterwards")
-
-
 def public_specs(specs: Any) -> Any:
     """Corpus specs as they may be written down (options.json, a manifest): each URL without its credentials or signature."""
     if specs is None:

@@ -37,21 +37,40 @@ def test_failed_runs_are_reported_one_by_one_and_the_rest_still_run(tmp_path: Pa
 
 
 def test_the_time_left_follows_the_pace_of_the_finished_runs() -> None:
-    """Issue 57, point 6: `finished green seed 2 (3/4, about 40s left)`, for runs one at a time or several at once."""
+    """Issue 57, point 6: `finished green seed 2 (3/4, about 40s left)`, for runs one at a time or several at once;
+    issue 72: each run's own duration and the runs that really train at once, not elapsed time over finished runs."""
     from greenadapt.comparison.pace import RunsLeft
 
     now = [0.0]
-    left = RunsLeft(4, clock=lambda: now[0])
-    assert left.left() == ""  # nothing finished: no pace yet
+    alone = RunsLeft(4, clock=lambda: now[0])
+    assert alone.left() == ""  # nothing finished: no pace yet
     now[0] = 120.0
-    left.finished()
-    assert left.left() == ", about 6m00s left"  # 3 more at 120 s each
-    now[0] = 130.0  # two runs at once: the second finished 10 s after the first
-    left.finished()
-    assert left.left() == ", about 2m10s left"  # 65 s a run, 2 to go
-    left.finished()
-    left.finished()
-    assert left.left() == ""  # all done
+    alone.finished(120.0)
+    assert alone.left() == ", about 6m00s left"  # 3 more at 120 s each, one at a time
+    together = RunsLeft(12, at_once=4, clock=lambda: now[0])
+    together.finished(120.0)  # the first of 4 at once: 11 to go, 4 at a time, 120 s each
+    assert together.left() == ", about 5m30s left"  # the old pace (elapsed / finished) said 22m00s: four times too long
+    for _ in range(3):
+        together.finished(140.0)
+    assert together.left() == ", about 4m30s left"  # 8 to go at 135 s each, 4 at once
+    for _ in range(7):
+        together.finished(135.0)
+    assert together.left() == ", about 2m15s left"  # the last one alone
+    together.finished(135.0)
+    assert together.left() == ""  # all done
+
+
+def test_the_plan_line_states_the_concurrency_in_use(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from greenadapt.comparison.ensembles import Run
+    from greenadapt.comparison.pace import plan_line
+
+    runs = [Run("base", "m", seed) for seed in (1, 2, 3)]
+    local = SimpleNamespace(out=tmp_path, ray=None, parallel=1)
+    assert plan_line(local, runs, [], 1).endswith("3 to run here (1 at a time): time known after the first")
+    on_ray = SimpleNamespace(out=tmp_path, ray=object(), parallel=1)  # --parallel is not what a cluster runs at once
+    assert "3 to run on the Ray cluster (3 at a time)" in plan_line(on_ray, runs, [], 3)
 
 
 def test_a_process_tokenizes_the_same_files_once_and_trains_the_same(tmp_path: Path, monkeypatch: Any) -> None:

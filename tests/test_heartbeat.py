@@ -27,20 +27,26 @@ def test_one_line_per_interval_with_progress_rate_and_eta() -> None:
     clock, out = _Clock(), io.StringIO()
     beat = HeartbeatProgress(30, out, clock=clock)
     beat.start("finetune", total=600, unit="steps")
+    clock.now += 3
+    beat.update(18, loss=0.5, steps_per_s=6.0)
+    assert out.getvalue() == ""  # nothing in a phase's first seconds
+    clock.now += 2
+    beat.update(30, loss=0.41234, steps_per_s=6.0)  # the first line within 5 s (issue 72): a 30 s job is not silent
+    assert out.getvalue().strip().endswith("finetune: 30/600 steps (5%), 6 steps/s, ETA 1m35s, loss=0.4123")
     clock.now += 10
-    beat.update(60, loss=0.41234, steps_per_s=6.0)
-    assert out.getvalue() == ""  # nothing before the interval
-    clock.now += 30
+    beat.update(90, loss=0.35, steps_per_s=6.0)
+    assert len(out.getvalue().splitlines()) == 1  # then one a full interval after it
+    clock.now += 20
     beat.update(240, loss=0.31234, steps_per_s=6.0)
-    line = out.getvalue().strip()
+    line = out.getvalue().splitlines()[-1]
     assert line.endswith("finetune: 240/600 steps (40%), 6 steps/s, ETA 1m00s, loss=0.3123")
     clock.now += 5
     beat.update(270)
-    assert len(out.getvalue().splitlines()) == 1  # the next one waits a full interval
+    assert len(out.getvalue().splitlines()) == 2  # the next one waits a full interval
     beat.start("evaluating", total=None, unit="sentences")
     clock.now += 31
     beat.update(1500)
-    assert out.getvalue().splitlines()[1].endswith("evaluating: 1,500 sentences, 48.4 sentences/s")
+    assert out.getvalue().splitlines()[2].endswith("evaluating: 1,500 sentences, 48.4 sentences/s")
 
 
 def test_a_resumed_run_shows_the_rate_it_reports_not_steps_over_time_since_restart() -> None:

@@ -134,3 +134,22 @@ def _info_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
         main()
     captured = capsys.readouterr()
     return captured.out, captured.err, int(info.value.code or 0)
+
+
+def test_info_prints_no_none_for_any_folder_kind(chain: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 72: `info` of a second-view folder printed "second-view on None: None new rows from id None; predictions
+    pooled: None". Every kind of folder greenadapt writes is described without a None."""
+    import greenadapt
+    from finetune_helpers import write_ner_file
+
+    ner = write_ner_file(tmp_path / "ner.tsv", 12, seed=1)
+    view = greenadapt.second_view(model=str(chain["model"]), drop=0.3, out=tmp_path / "view", progress=False)
+    run = greenadapt.finetune("ner", ner, model=str(chain["expand"]), out=tmp_path / "run", max_steps=2, device="cpu", progress=False)
+    view_run = greenadapt.finetune("ner", ner, model=str(view.path), out=tmp_path / "view-run", max_steps=2, device="cpu", progress=False)
+    compared = greenadapt.compare("ner", ner, ner, {"base": str(chain["model"]), "view": str(view.path)}, out=tmp_path / "cmp", seeds=[1],
+                                  max_steps=2, device="cpu", bootstrap=100, keep_going=True, progress=False)
+    for folder in (chain["w2v"], chain["align"], chain["expand"], chain["model"], view.path, run.path, view_run.path, compared.path):
+        shown = render(describe_folder(folder))
+        assert "None" not in shown, (folder, shown)
+    shown = render(describe_folder(view.path))
+    assert "second view" in shown and "0.3 of its pieces dropped" in shown and "no new rows" in shown, shown

@@ -50,6 +50,9 @@ NOT_RUN = (
     ("sbatch ", "needs Slurm: tests/test_slurm_recipe.py runs the script with stand-ins for Slurm's and Ray's commands"),
 )
 
+ACTIVATE = "source .venv/bin/activate"  # README's line after its set-up: every later command runs where it took effect
+CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"  # a new shell's, with nothing of the test's own environment
+
 CORPUS_LINES = [
     f"patients with {d} and {o} were treated for {e} in the {o2} study ."
     for d, o, e, o2 in zip(DISEASE_WORDS * 40, OTHER_WORDS * 40, reversed(DISEASE_WORDS * 40), OTHER_WORDS[1:] * 40)
@@ -127,13 +130,15 @@ def build_sandbox(root: Path) -> dict[str, str]:
     with gzip.open(root / "pubmed" / "part-1.txt.gz", "wt", encoding="utf-8") as handle:
         handle.write("\n".join(CORPUS_LINES[:300]) + "\n")
     _saved_dataset(root / "ncbi_saved", ncbi)
-    venv_bin = str(Path(sys.executable).parent)
+    # README's set-up made .venv; here it is the environment running these tests (the same packages), reached the way
+    # a reader reaches theirs: through README's activation line, from a shell whose PATH has nothing of it.
+    (root / ".venv").symlink_to(sys.prefix, target_is_directory=True)
     return {
-        **os.environ,
+        "HOME": os.environ.get("HOME", str(root)), "LANG": os.environ.get("LANG", "C.UTF-8"), "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
         # the data files here are a few sentences: a README compare learns nothing from them in one epoch, which a
         # reader's real files do; going on past that is what $GREENADAPT_KEEP_GOING says (README: compare)
         "GREENADAPT_KEEP_GOING": "1",
-        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        "PATH": CLEAN_PATH,
         "PYTHONPATH": os.pathsep.join([str(root / "_site"), str(REPO)]),
         "HF_HUB_OFFLINE": "1",
         "HF_HOME": str(root / "_hf"),
@@ -163,19 +168,33 @@ def test_the_readme_lists_commands_and_every_exception_still_matches_one() -> No
         assert any(what in command for _, command in commands), what
 
 
+def test_the_readme_activates_its_environment_before_any_greenadapt_command() -> None:
+    commands = [command for _, command in readme_commands()]
+    assert ACTIVATE in commands, f"README never says `{ACTIVATE}`: its commands fail in a new shell"
+    first_use = next(i for i, c in enumerate(commands) if c.startswith("greenadapt ") and not why_not_run(c))
+    assert commands.index(ACTIVATE) < first_use
+
+
 @pytest.mark.slow
 def test_every_readme_example_runs_as_written(tmp_path: Path) -> None:
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the tests must run in a virtual environment, which stands for the .venv README's set-up makes")
     env = build_sandbox(tmp_path)
     ran = 0
+    activated = False
     for number, (language, command) in enumerate(readme_commands(), 1):
+        if command == ACTIVATE:
+            activated = True  # from here on, as in the reader's shell
+            continue
         if why_not_run(command):
             continue
+        setup = f"{ACTIVATE} && " if activated else ""
         if language == "python":
             script = tmp_path / f"_readme_block_{number}.py"
             script.write_text(command, encoding="utf-8")  # saved as a script, without a main guard, as a reader would
-            argv = [sys.executable, str(script)]
+            argv = ["bash", "-c", f"{setup}python {script}"]
         else:
-            argv = ["bash", "-o", "pipefail", "-c", command]
+            argv = ["bash", "-o", "pipefail", "-c", setup + command]
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S)
         assert done.returncode == 0, f"README command {number} failed ({done.returncode}):\n{command}\n{done.stderr[-3000:]}"
         assert "Traceback" not in done.stderr, f"README command {number}:\n{command}\n{done.stderr[-3000:]}"

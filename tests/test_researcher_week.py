@@ -104,7 +104,7 @@ class _Recorded:
         self.calls.append(("start", total, unit))
 
     def update(self, completed: float, **info: object) -> None:
-        self.calls.append(("update", completed, info.get("documents")))
+        self.calls.append(("update", completed, info.get("read")))
 
     def finish(self, **info: object) -> None:
         self.calls.append(("finish", None, None))
@@ -127,9 +127,13 @@ def test_predict_reads_gz_shows_a_total_and_writes_what_a_plain_file_gives(files
     assert (tmp_path / "from-gz.jsonl").read_text() == (tmp_path / "from-txt.jsonl").read_text()
     assert len((tmp_path / "from-gz.jsonl").read_text().splitlines()) == 600
     start = recorded.calls[0]
-    assert start[0] == "start" and start[1] == pytest.approx(packed.stat().st_size / 1e6) and start[2] == "MB"
+    assert start[0] == "start" and start[2] == "documents"  # issue 72: documents, not the compressed file's megabytes
     done = [c for c in recorded.calls if c[0] == "update"]
-    assert done and done[-1][1] == pytest.approx(packed.stat().st_size / 1e6) and done[-1][2] == 600
+    assert done and done[-1][1] == 600 and done[-1][2] == f"{len(text) / 1e6:.1f} MB of text"
+    plain_progress = _Recorded()
+    greenadapt.predict(plain, model=str(run), output=tmp_path / "again.jsonl", progress=plain_progress)
+    last = [c for c in plain_progress.calls if c[0] == "update"][-1]
+    assert last[1] == 600 and last[2].endswith("(100%)")  # an uncompressed file: its share read
     assert not (tmp_path / "from-gz.jsonl.partial").exists()
 
 

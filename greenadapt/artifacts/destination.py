@@ -168,7 +168,7 @@ def check_prediction_output(
     output: str | os.PathLike[str], *, force: bool, model: str | os.PathLike[str], input_path: str | os.PathLike[str]
 ) -> Path:
     """``predict --output``: a file, never the input or inside the model folder; an existing one only with --force."""
-    from greenadapt.redaction import refuse_remote_output
+    from greenadapt.options import refuse_remote_output
 
     refuse_remote_output(os.fspath(output), "--output")
     reads = [*protected("the --input file", input_path), *protected("the --model folder", model)]
@@ -177,7 +177,7 @@ def check_prediction_output(
 
 def check_report_output(path: str | os.PathLike[str]) -> Path:
     """``report --html FILE``: a new file, or a page greenadapt wrote (replaced); never a folder or someone else's file."""
-    from greenadapt.redaction import refuse_remote_output
+    from greenadapt.options import refuse_remote_output
 
     refuse_remote_output(os.fspath(path), "--html")
     target = _absolute(path)

@@ -225,10 +225,26 @@ def render(info: dict[str, Any]) -> str:
             lines.append(f"  labels      {', '.join(map(str, model['labels']))}")
         block = model.get("greenadapt")
         if block:
-            rows = block.get("new_rows") or {}
-            lines.append(f"  expanded    {block.get('method')} on {block.get('base_model')}: {_number(rows.get('count'))} new rows from id "
-                         f"{_number(rows.get('first'))}; predictions pooled: {block.get('pooling')}")
+            lines.append(_adapted_line(block))
     return "\n".join(lines)
+
+
+def _adapted_line(block: dict[str, Any]) -> str:
+    """What a model folder's ``greenadapt`` block says of how it was made: an expansion's new rows, a second view's
+    dropped pieces, or what is recorded (never a "None" for what an older or another kind of folder does not record)."""
+    if block.get("method") == "second-view":
+        return (f"  second view a second tokenizer over the model's own vocabulary, {_number(block.get('drop'))} of its pieces "
+                f"dropped (seed {_number(block.get('seed'))}); no new rows")
+    rows = block.get("new_rows") or {}
+    said = [f"{block['method']}" if block.get("method") else "expanded"]
+    if block.get("base_model"):
+        said.append(f"on {block['base_model']}")
+    head = " ".join(said)
+    if rows.get("count") is not None:
+        head += f": {_number(rows['count'])} new rows" + (f" from id {_number(rows['first'])}" if rows.get("first") is not None else "")
+    if block.get("pooling"):
+        head += f"; predictions pooled: {block['pooling']}"
+    return f"  expanded    {head}"
 
 
 def _spread(mean: float | None, sd: float | None, n: int | None) -> str:

@@ -62,6 +62,18 @@ class RunResources:
     cpus: int
     gpus: float
     device: str
+    slots: int = 1  # runs the cluster can train at once with these shares (its nodes' CPUs and GPUs)
+
+
+def cluster_slots(resources: RunResources, nodes: list[dict[str, float]]) -> int:
+    """How many runs of ``resources`` fit on the alive ``nodes`` at once (each node's CPUs, and GPUs where asked)."""
+    slots = 0
+    for node in nodes:
+        fit = int(float(node.get("CPU", 0)) // resources.cpus)
+        if resources.gpus > 0:
+            fit = min(fit, int(float(node.get("GPU", 0)) // resources.gpus))
+        slots += fit
+    return max(1, slots)
 
 
 def run_resources(placement: RayPlacement, device: str, cluster_gpus: float, largest_node_cpus: float) -> RunResources:

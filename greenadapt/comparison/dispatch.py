@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.comparison.ensembles import Run
-from greenadapt.comparison.pace import RunsLeft
+from greenadapt.comparison.pace import RunsLeft, wall_seconds
 from greenadapt.errors import StageError
 
 if TYPE_CHECKING:
@@ -53,6 +53,13 @@ def runs_elsewhere(options: CompareOptions, todo: Sequence[Run], cluster: Cluste
     return bool(todo) and (cluster is not None or (options.parallel > 1 and len(todo) > 1))
 
 
+def runs_at_once(options: CompareOptions, todo: Sequence[Run], cluster: Cluster | None) -> int:
+    """How many of ``todo`` train at the same time elsewhere: the workers (``--parallel``), or the slots the cluster's
+    nodes have for each run's share (``--run-cpus``, ``--run-gpus``)."""
+    slots = cluster.resources.slots if cluster is not None else options.parallel
+    return max(1, min(slots, len(todo)))
+
+
 def worker_devices(options: CompareOptions) -> list[str]:
     """The GPUs compare's workers are spread over: ``--devices``, else the one ``--device cuda:N`` names, else every
     visible GPU (``--device auto`` or ``cuda``); none on a machine without one, or with ``--device cpu``."""
@@ -87,12 +94,12 @@ def finetune_elsewhere(options: CompareOptions, todo: Sequence[Run], finetune: C
         if devices and options.device.startswith("cuda:"):
             arguments["device"] = "cuda"  # each worker sees its own GPU as the only one: cuda:N is its cuda:0
         jobs.append(Job(f"{run.name} seed {run.seed}{member}", arguments, out.parent / f"{out.name}.log"))
-    clock = RunsLeft(len(jobs))
+    clock = RunsLeft(len(jobs), runs_at_once(options, todo, cluster))
     by_label = {job.label: run for job, run in zip(jobs, todo, strict=True)}
     stopped: list[str] = []
 
     def done(outcome: Outcome) -> bool:
-        clock.finished()
+        clock.finished(wall_seconds(by_label[outcome.job.label].folder(options.out)) if outcome.exit_code == 0 else None)
         log.info("%s %s (%d/%d%s)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, clock.done, len(jobs), clock.left())
         run = by_label[outcome.job.label]
         why = learned_nothing(options, run) if outcome.exit_code == 0 and not keeps_going(options) and not stopped else None

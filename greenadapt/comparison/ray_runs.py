@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from greenadapt.comparison.cluster import TASK_RETRIES, RayPlacement, RunResources, run_resources
+from greenadapt.comparison.cluster import TASK_RETRIES, RayPlacement, RunResources, cluster_slots, run_resources
 from greenadapt.comparison.workers import STOPPED_EXIT_CODES, Job, Outcome, train_one
 from greenadapt.errors import StageError, UsageError
 
@@ -151,8 +151,9 @@ def resources_on(ray: Any, placement: RayPlacement, device: str) -> RunResources
     cpus = [float(node.get("CPU", 0)) for node in nodes]
     cluster_gpus = sum(float(node.get("GPU", 0)) for node in nodes)
     resources = run_resources(placement, device, cluster_gpus, max(cpus, default=0.0))
-    log.info("Ray cluster: %d node(s), %g CPU(s), %g GPU(s); each run asks for %d CPU(s)%s", len(nodes), sum(cpus), cluster_gpus,
-             resources.cpus, f" and {resources.gpus:g} GPU" if resources.gpus else "")
+    resources = replace(resources, slots=cluster_slots(resources, nodes))
+    log.info("Ray cluster: %d node(s), %g CPU(s), %g GPU(s); each run asks for %d CPU(s)%s: %d at once", len(nodes), sum(cpus), cluster_gpus,
+             resources.cpus, f" and {resources.gpus:g} GPU" if resources.gpus else "", resources.slots)
     return resources
 
 

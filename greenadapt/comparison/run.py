@@ -36,7 +36,7 @@ from greenadapt.comparison.ensembles import (
 )
 from greenadapt.comparison.recipe import CompareOptions, finetune_arguments
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
-from greenadapt.comparison.pace import RunsLeft, plan_line
+from greenadapt.comparison.pace import RunsLeft, plan_line, wall_seconds
 from greenadapt.comparison.health import collapse_notes, degenerate, stop_if_it_learned_nothing
 from greenadapt.comparison.folders import RESULT_FILE, recorded_base_model
 from greenadapt.comparison.statistics import Contributions, PairedResult, compare_pair, mean_sd
@@ -152,26 +152,27 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
 
 def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progress: Progress,
                     adapt: Callable[..., Any] | None, cluster: Cluster | None) -> CompareResult:
-    from greenadapt.comparison.dispatch import finetune_elsewhere, runs_elsewhere
+    from greenadapt.comparison.dispatch import finetune_elsewhere, runs_at_once, runs_elsewhere
 
     started = time.monotonic()
     if options.adapt_methods:
         options = _with_adapted_variants(options, adapt, progress)
     runs = plan_runs(options)
     done = [r for r in runs if _finished(r.folder(options.out))]
-    log.info("%s", plan_line(options, runs, done))
     # Finished runs go through finetune too: it skips a stage made with this recipe and refuses one made with
     # another (a changed --epochs must not be paired with runs of the old one). That check is quick: in process.
     todo = [r for r in runs if r not in done]
-    clock = RunsLeft(len(todo))
     elsewhere = runs_elsewhere(options, todo, cluster)
+    at_once = runs_at_once(options, todo, cluster) if elsewhere else 1
+    log.info("%s", plan_line(options, runs, done, at_once))
+    clock = RunsLeft(len(todo))
     for number, run in enumerate([*done, *([] if elsewhere else todo)], start=1):
         member = f", member {run.member + 1} of {options.members(run.name)}" if options.members(run.name) > 1 else ""
         log.info("%s %s, seed %d%s (%d/%d%s)", "checking the finished run of" if run in done else "fine-tuning", run.name, run.seed,
                  member, number, len(runs), clock.left() if run not in done else "")
         finetune(**finetune_arguments(options, run.spec, run.train_seed, run.folder(options.out), name=run.name), progress=progress)
         if run not in done:
-            clock.finished()
+            clock.finished(wall_seconds(run.folder(options.out)))
             stop_if_it_learned_nothing(options, run, queued=len(todo) - clock.done)
     if elsewhere:
         finetune_elsewhere(options, todo, finetune, cluster)

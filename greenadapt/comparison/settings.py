@@ -98,9 +98,9 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     ray: str | None = option(None, "--ray", panel=PERFORMANCE, metavar="ADDRESS",
                              help="Train every run as a task on this Ray cluster (host:port, or auto: the cluster of this node; "
                                   "needs greenadapt[cluster]). --out must be on storage every node sees, or pass --ray-storage local.")
-    ray_storage: str | None = option(None, "--ray-storage", panel=PERFORMANCE, choices=STORAGES,
-                                     help="With --ray: shared (the default: every node writes --out, checked up front) or local "
-                                          "(inputs are sent to the nodes, each run's folder and log come back here).")
+    ray_storage: str = option("shared", "--ray-storage", panel=PERFORMANCE, choices=STORAGES,
+                              help="With --ray: shared (every node writes --out, checked up front) or local (inputs are sent to the "
+                                   "nodes, each run's folder and log come back here).")
     run_cpus: int | None = option(None, "--run-cpus", panel=PERFORMANCE, minimum=1,
                                   help="With --ray: CPUs (threads) per run (default: 1 beside a GPU, else 4, at most a node's).")
     run_gpus: float | None = option(None, "--run-gpus", panel=PERFORMANCE, minimum=0,
@@ -136,7 +136,7 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
     def check(self) -> None:
         """The cluster's options are for ``--ray`` only (shared storage, the default, is what a run without Ray has)."""
         if self.ray is None:
-            given = [flag for flag, value in (("--ray-storage", self.ray_storage not in (None, "shared")),
+            given = [flag for flag, value in (("--ray-storage", self.ray_storage != "shared"),
                                               ("--run-cpus", self.run_cpus is not None), ("--run-gpus", self.run_gpus is not None)) if value]
             if given:
                 raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --ray, which was not given",
@@ -146,4 +146,4 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
         """``--ray`` and its options as one placement; None without ``--ray``."""
         if self.ray is None:
             return None
-        return RayPlacement(self.ray, storage=self.ray_storage or "shared", run_cpus=self.run_cpus, run_gpus=self.run_gpus)
+        return RayPlacement(self.ray, storage=self.ray_storage, run_cpus=self.run_cpus, run_gpus=self.run_gpus)

@@ -135,6 +135,7 @@ class Source:
     spooled: bool = False
     size: int | None = None  # bytes of the input file (compressed, for a .gz): the progress's total, where known
     position: Callable[[], int | None] | None = None  # how far into those bytes the reading is
+    compressed: bool = False  # the file's bytes are not its text's: no share of them is shown
 
 
 def open_source(task: str, source: str | os.PathLike[str], *, file_format: str = "auto", text_field: str | None = None) -> Source:
@@ -159,7 +160,8 @@ def open_source(task: str, source: str | os.PathLike[str], *, file_format: str =
         return Source(fmt, path=_spool(stream, handle, name), spooled=True)  # (the readers of training files take a plain path)
     documents = _text_lines(stream, handle) if fmt == "text" else _json_lines(stream, handle, name, text_field)
     if isinstance(handle, _FileText):
-        return Source(fmt, documents=documents, size=Path(source).stat().st_size, position=handle.bytes_read)
+        return Source(fmt, documents=documents, size=Path(source).stat().st_size, position=handle.bytes_read,
+                      compressed=_compressed(Path(source)))
     return Source(fmt, documents=documents)
 
 
@@ -176,30 +178,36 @@ def predict_text(
         raise ValueError("predict_text takes raw documents; a training-style file goes to run_predict")
     if docs_per_batch < 1:
         raise UsageError("docs_per_batch must be at least 1")
-    counts = {"documents": 0, "entities": 0}
-    # A file of known size: progress in MB of it, with a total and an ETA (compressed bytes for a .gz); else documents.
-    size, position = source.size, source.position
-    by_size = size is not None and position is not None
-    progress.start("predicting", total=size / 1e6 if size else None, unit="MB" if by_size else "documents")
+    counts = {"documents": 0, "entities": 0, "characters": 0}
+    # Progress in documents (a line of text, a JSON record, a file): what a user counts. Beside it the text read so
+    # far; for an uncompressed file of known size its share too (a compressed file's size is not its text's).
+    size, position = (source.size, source.position) if not source.compressed else (None, None)
+    progress.start("predicting", unit="documents")
 
     def lines() -> Iterator[str]:
         for batch in _batches(source.documents, docs_per_batch):  # type: ignore[arg-type]
             for record, prediction in zip(batch, _predict_batch(model, [r.text for r in batch]), strict=True):
                 counts["documents"] += 1
+                counts["characters"] += len(record.text) + 1
                 if model.finds_entities:
                     counts["entities"] += len(prediction["entities"])
                 yield json.dumps({**record.fields, **prediction}, ensure_ascii=False) + "\n"
-            if size is not None and position is not None:
-                read = position()
-                progress.update((read if read is not None else size) / 1e6, documents=counts["documents"])
-            else:
-                progress.update(counts["documents"], documents=counts["documents"])
+            progress.update(counts["documents"], read=_read_so_far(counts["characters"], size, position))
 
     with said_once():
         write_lines(lines(), output)
     progress.finish()
     entities = counts["entities"] if model.finds_entities else None
     return PredictSummary(str(output), counts["documents"], source.format, model.mode, None, entities)
+
+
+def _read_so_far(characters: int, size: int | None, position: Callable[[], int | None] | None) -> str:
+    """``3.1 MB of text``; for an uncompressed file of known size ``3.1/45.0 MB (7%)``."""
+    if size and position is not None:
+        read = position()
+        read = size if read is None else read  # None: the file is read to its end
+        return f"{read / 1e6:.1f}/{size / 1e6:.1f} MB ({100 * read / size:.0f}%)"
+    return f"{characters / 1e6:.1f} MB of text"
 
 
 @dataclass

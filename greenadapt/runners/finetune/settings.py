@@ -47,6 +47,7 @@ class FinetuneSettings(TrainingFileSettings, GmapSettings, ScheduleSettings, Dev
     command = "finetune"
     positional = ("task", "train")
     run_help = {"out": "Run folder (default: <workdir>/finetune/<data>/<model>)."}
+    replaces = {"seed": ("seeds",), "seeds": ("seed",)}  # a compare run records seeds = [s]: --config RUN --seed N trains seed N
 
     task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=task_name, help=f"{tasks_help()} (each with its own defaults, listed below).")
     train: Path = option(REQUIRED, "--train", panel=INPUT_OUTPUT, help="Training file.")
