@@ -29,9 +29,10 @@ PYTEST_WORKERS ?= 2
 test: setup lint $(VENV)/.cluster-installed
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
-# The tests of compare --ray start a local Ray cluster: the cluster extra, for `make test` only (the demo needs no Ray).
+# The tests of compare --ray start a local Ray cluster, those of --runtime onnx run ONNX Runtime: the cluster and onnx
+# extras, for `make test` only (the demo needs neither).
 $(VENV)/.cluster-installed: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[cluster]'
+	$(PY) -m pip install -q -e '.[cluster,onnx]'
 	touch $@
 
 # greenadapt as a user installs it without make: its wheel with the demo extra in a new venv outside the

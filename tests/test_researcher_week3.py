@@ -128,3 +128,21 @@ def test_a_compare_run_folder_replays_with_another_seed(data: dict[str, Path], t
         assert list(manifest["stats"]["training"]) == ["7"], manifest["stats"]["training"].keys()
         recorded = json.loads((run / "manifest.json").read_text())["config"]["train"]
         assert {k: v for k, v in manifest["config"]["train"].items() if k != "seed"} == {k: v for k, v in recorded.items() if k != "seed"}
+
+
+def test_the_new_users_run_that_learned_nothing_is_no_verdict(shared_data: Path, minilm_path: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 72's reproduction: 400 NCBI-disease training sentences, `--max-steps 60`, seed 1, MiniLM against itself: F1
+    about 4.5 on the test set. compare stops there (exit 4) and says why; with --keep-going it is not a verdict."""
+    sentences = (shared_data / "ner" / "NCBI-disease" / "train_dev.tsv").read_text(encoding="utf-8").split("\n\n")
+    train = tmp_path / "train-400.tsv"
+    train.write_text("\n\n".join(sentences[:400]) + "\n", encoding="utf-8")
+    test = shared_data / "ner" / "NCBI-disease" / "test.tsv"
+    args = ["compare", "--task", "ner", "--train", str(train), "--test", str(test), "--model", f"a={minilm_path}", "--model", f"b={minilm_path}",
+            "--seeds", "1", "--max-steps", "60", "--device", "cpu", "--bootstrap", "200", "--out", str(tmp_path / "cmp")]
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert code == 4 and "compare stopped" in err and "learned nothing" in err, err
+    code, err = run_cli([*args, "--keep-going"], monkeypatch, capsys)
+    assert code == 0, err
+    (pair,) = json.loads((tmp_path / "cmp" / "compare.json").read_text())["pairs"]
+    assert pair["not_a_verdict"] and pair["verdict"].startswith("b vs a: not a verdict")

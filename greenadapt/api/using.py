@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 from greenadapt.api.build import command_function
 from greenadapt.api.common import PathLike
 from greenadapt.inference.settings import EvaluateSettings, PredictSettings
+from greenadapt.inference.onnx_export import ExportSettings
 
 if TYPE_CHECKING:
     from greenadapt.inference.predictor import ClassifierModel, NerModel, QaModel
 
-__all__ = ["evaluate", "load", "pipeline", "predict"]
+__all__ = ["evaluate", "export", "load", "pipeline", "predict"]
 
 
 def load(
@@ -24,6 +25,8 @@ def load(
     precision: str = "auto",
     general_model: str | None = None,
     max_length: int | None = None,
+    runtime: str = "torch",
+    quantize: str = "none",
 ) -> NerModel | ClassifierModel | QaModel:
     """A fine-tuned model folder as an object: ``.predict(texts)`` (NER, classification) or ``.answer(q, context)`` (QA).
 
@@ -31,13 +34,16 @@ def load(
     them; NER entities carry character offsets into the given text.
     ``path``: a list of folders (fine-tuned on one task and label set) is an ensemble: one model whose label
     probabilities are the mean of its members'. ``max_length``: question answering's window (default: the model's).
+    ``runtime="onnx"``: ONNX Runtime on the CPU (``greenadapt[onnx]``), the model exported once and cached beside its
+    weights; ``quantize="int8"`` its int8 form.
     """
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
     from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predictor import open_ensemble
 
     founds = [find_model_folder(member) for member in ensemble_members(path)]
-    options = InferenceOptions(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model)
+    options = InferenceOptions(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model,
+                               runtime=runtime, quantize=quantize)
     return open_ensemble(founds, options=options, max_length=max_length)
 
 
@@ -71,4 +77,11 @@ Score a fine-tuned ``model`` folder (a list: an ensemble) on the labelled file `
 and without writing predictions: its metrics under each pooling mode (``pool`` limits them; default every
 mode the model has). Returns an :class:`~greenadapt.inference.evaluation.EvaluateResult` (``.scores[pool]``,
 ``.to_json()``); its repr shows the headline figure.
+""")
+
+export = command_function(ExportSettings, "greenadapt.inference.onnx_export:run_export", """\
+A fine-tuned NER or classification folder as a self-contained ONNX folder (``onnx=True``, ``out`` required): the
+ONNX file(s) (``quantize``: fp32, int8 or both), both tokenizers, the labels, ``pooling.json`` (the recipe written
+down) and ``serve_onnx.py``, which gives ``greenadapt predict``'s entities with onnxruntime and tokenizers alone.
+Needs ``greenadapt[onnx]``.
 """)

@@ -131,6 +131,29 @@ OWNER_ATTRIBUTE = "user.greenadapt"
 OWNER_MARK = b"temporary"
 
 
+# A model folder's cache of what is made from its weights (ONNX exports): greenadapt's own, tagged as a cache
+# directory (bford.info/cachedir: backup tools skip it), and passed over when the folder's files are checked.
+CACHE_FOLDER = ".greenadapt-cache"
+CACHE_TAG = "CACHEDIR.TAG"
+CACHE_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+
+
+def make_cache(root: Path) -> None:
+    """``root`` as a tagged cache folder (made if missing)."""
+    root.mkdir(parents=True, exist_ok=True)
+    tag = root / CACHE_TAG
+    if not tag.exists():
+        tag.write_text(f"{CACHE_SIGNATURE}\n# greenadapt's cache (ONNX exports of this folder's weights): safe to delete, made again when needed\n")
+
+
+def is_greenadapt_cache(folder: Path) -> bool:
+    """Whether ``folder`` is a cache greenadapt made (a real folder holding its tag)."""
+    tag = folder / CACHE_TAG
+    with contextlib.suppress(OSError):
+        return not folder.is_symlink() and folder.is_dir() and tag.is_file() and tag.read_text(encoding="utf-8").startswith(CACHE_SIGNATURE)
+    return False
+
+
 PARTIAL_SUFFIX = ".partial"  # atomic_writer(sidecar=True): <path>.partial links to the file being written
 
 

@@ -384,9 +384,14 @@ def check_ownership(out: Path, *, kind: str, force: bool, shown: Path | None = N
 
 def foreign_files(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
     """Files (and links) under ``folder`` that its manifest does not list, sorted."""
+    from greenadapt.artifacts.files import CACHE_FOLDER, is_greenadapt_cache
+
     listed = set(Manifest.of(manifest, folder).files) | {MANIFEST}
+    cache = folder / CACHE_FOLDER if is_greenadapt_cache(folder / CACHE_FOLDER) else None  # what greenadapt made from the weights
     found = []
     for path in folder.rglob("*"):
+        if cache is not None and (path == cache or cache in path.parents):
+            continue
         if path.is_symlink() or path.is_file():
             rel = path.relative_to(folder).as_posix()
             if rel not in listed:

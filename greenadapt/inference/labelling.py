@@ -87,11 +87,13 @@ def pooling_mode(pool: str, tokenizers: TokenizerPair, folder: Path) -> str:
     return ensemble_mode(pool, tokenizers.has_domain, folder)
 
 
-def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto", general_model: str | None = None) -> FinetunedModel:
+def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto", general_model: str | None = None,
+                   runtime: str = "torch", quantize: str = "none") -> FinetunedModel:
     """Open a fine-tuned NER or classification model folder (as :func:`find_model_folder` found it) for inference.
 
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
-    the one recorded at training, or ``options.general_model`` (checked by weights).
+    the one recorded at training, or ``options.general_model`` (checked by weights). ``runtime="onnx"``: the same
+    model run by ONNX Runtime (:mod:`greenadapt.inference.onnx_runtime`; ``quantize="int8"`` its int8 form).
     """
     import transformers
 
@@ -100,6 +102,8 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
     task = get_labelling_task(settings.task)
     tokenizers = load_tokenizers(folder)
     memory = None
+    if runtime == "onnx":
+        return _open_onnx(folder, settings, tokenizers, task, quantize)
     if gmap.is_gmap_folder(folder):
         loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=general_model)
         memory = (memory_tokenizer, memory_length)
@@ -115,6 +119,26 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
     loaded.to(ctx.device)
     loaded.eval()
     return FinetunedModel(folder, settings, tokenizers, loaded, ctx, memory)
+
+
+def _open_onnx(folder: Path, settings: TaskSettings, tokenizers: TokenizerPair, task: Any, quantize: str) -> FinetunedModel:
+    """The fine-tuned model run by ONNX Runtime on the CPU (exported on first use, from the cache after)."""
+    import transformers
+
+    from greenadapt.artifacts.model_weights import check_weights_load_safely
+    from greenadapt.inference.onnx_runtime import onnx_model
+    from greenadapt.modeling.gmap import wiring as gmap
+
+    if gmap.is_gmap_folder(folder):
+        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=folder,
+                         hint="use --runtime torch")
+
+    def load() -> Any:
+        check_weights_load_safely(folder)
+        with quiet_transformers():
+            return getattr(transformers, task.auto_model).from_pretrained(str(folder))
+
+    return FinetunedModel(folder, settings, tokenizers, onnx_model(folder, load, quantize=quantize), DistContext(device=pick_device("cpu")))
 
 
 @dataclass
@@ -254,7 +278,8 @@ def label_file_by_mode(
     request: PredictionRequest | None = None
     totals: dict[str, np.ndarray] = {}
     for folder, settings in founds:
-        opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model)
+        opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model, runtime=options.runtime,
+                                quantize=options.quantize)
         own = {mode: mode if opened.tokenizers.has_domain else "general" for mode in wanted}
         mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder, pool=headline if opened.tokenizers.has_domain else "general",
                                    ignore_labels=ignore_labels, reader_overrides=reader_overrides)

@@ -19,11 +19,16 @@ class InferenceOptions:
     device: str = "auto"  # auto: CUDA when available
     precision: str = "auto"  # auto: bf16/fp16 autocast on CUDA, fp32 elsewhere
     general_model: str | None = None  # G-MAP: its general model, if not the recorded one
+    runtime: str = "torch"  # torch, or onnx: ONNX Runtime on the CPU (greenadapt[onnx])
+    quantize: str = "none"  # with onnx: int8 (dynamic quantization)
 
     def check(self) -> None:
+        from greenadapt.inference.onnx_runtime import check_runtime
+
         check_pool(self.pool)
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1 (got {self.batch_size})")
+        check_runtime(self.runtime, self.quantize, self.device)
 
 
 DEFAULT_INFERENCE = InferenceOptions()

@@ -306,7 +306,8 @@ def open_ensemble(
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint="leave it out")
     options.check()
-    members = [open_finetuned(folder, settings, device=options.device, general_model=options.general_model) for folder, settings in founds]
+    members = [open_finetuned(folder, settings, device=options.device, general_model=options.general_model, runtime=options.runtime,
+                              quantize=options.quantize) for folder, settings in founds]
     kind = NerModel if get_task(founds[0][1].task).finds_entities else ClassifierModel
     return kind(members, pool=options.pool, batch_size=options.batch_size, precision=options.precision)
 
@@ -328,12 +329,13 @@ def open_model(
 
         # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
         qa = QaOptions(pool=None if options.pool == "mean" else options.pool, device=options.device, batch_size=options.batch_size,
-                       general_model=options.general_model, max_length=max_length)
+                       general_model=options.general_model, max_length=max_length, runtime=options.runtime, quantize=options.quantize)
         qa.check()
         return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), qa), qa), batch_size=options.batch_size)
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
     options.check()
-    opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model)
+    opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model, runtime=options.runtime,
+                            quantize=options.quantize)
     kind = NerModel if task.finds_entities else ClassifierModel
     return kind(opened, pool=options.pool, batch_size=options.batch_size, precision=options.precision)

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.errors import UsageError
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, model_paths, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, Settings, model_paths, option
+from greenadapt.inference.onnx_runtime import QUANTIZATIONS, RUNTIMES
 from greenadapt.training.settings import POOL_MODES, DeviceSettings
 
 if TYPE_CHECKING:
@@ -16,7 +17,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class InferenceSettings(FieldSettings, DeviceSettings):
+class RuntimeSettings(Settings):
+    """What runs a fine-tuned model's forward passes: torch, or ONNX Runtime on the CPU (predict, evaluate, qa)."""
+
+    runtime: str = option("torch", "--runtime", panel=PERFORMANCE, choices=RUNTIMES,
+                          help="torch, or onnx: ONNX Runtime on the CPU (exported once and cached beside the weights; needs greenadapt[onnx]).")
+    quantize: str = option("none", "--quantize", panel=PERFORMANCE, choices=QUANTIZATIONS,
+                           help="With --runtime onnx: int8 weights (dynamic quantization; docs/benchmarks.md has its speed and F1).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceSettings(FieldSettings, DeviceSettings, RuntimeSettings):
     """What every command that runs a fine-tuned model takes (predict, evaluate)."""
 
     run_options: ClassVar[tuple[str, ...]] = ()
@@ -32,7 +43,8 @@ class InferenceSettings(FieldSettings, DeviceSettings):
     def inference_options(self, pool: str) -> InferenceOptions:
         from greenadapt.inference.options import InferenceOptions
 
-        options = InferenceOptions(pool=pool, batch_size=self.batch_size, device=self.device, precision=self.precision, general_model=self.general_model)
+        options = InferenceOptions(pool=pool, batch_size=self.batch_size, device=self.device, precision=self.precision, general_model=self.general_model,
+                                   runtime=self.runtime, quantize=self.quantize)
         options.check()
         return options
 

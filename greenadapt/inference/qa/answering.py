@@ -40,8 +40,13 @@ class QaOptions:
     max_answer_chars: int = 500
     device: str | None = None  # None/"auto": CUDA when available
     general_model: str | None = None  # G-MAP model: its general model, if not the recorded one
+    runtime: str = "torch"  # or onnx: ONNX Runtime on the CPU (inference/onnx_runtime.py)
+    quantize: str = "none"  # with onnx: int8
 
     def check(self) -> None:
+        from greenadapt.inference.onnx_runtime import check_runtime
+
+        check_runtime(self.runtime, self.quantize, self.device or "auto")
         for name, value, least in (
             ("--batch-size", self.batch_size, 1),
             ("--n-best", self.n_best, 1),
@@ -293,6 +298,25 @@ def resolve_qa_settings(ref: Any, options: QaOptions) -> SettledQa:
     return SettledQa(folder, pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False))
 
 
+def _open_qa_onnx(settings: SettledQa, options: QaOptions) -> OpenedQa:
+    """A question-answering folder run by ONNX Runtime on the CPU: the same windows and views as the torch path."""
+    from greenadapt.inference.onnx_runtime import onnx_model
+    from greenadapt.inference.qa.infer import QaRunner
+    from greenadapt.inference.qa.model import load_qa_model
+    from greenadapt.modeling.gmap import wiring as gmap
+
+    folder = settings.folder
+    if gmap.is_gmap_folder(folder.path):
+        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=folder.path,
+                         hint="use --runtime torch")
+    from greenadapt.machine.devices import pick_device
+
+    cpu = pick_device("cpu", allow_mps=False)
+    model = onnx_model(folder.path, lambda: load_qa_model(folder.ref, cpu), quantize=options.quantize)
+    folder.check_rows(model.get_input_embeddings().num_embeddings)
+    return OpenedQa(QaRunner(model, cpu), folder.tokenizers.for_pool(settings.pool), settings.max_length)
+
+
 def open_qa(settings: SettledQa, options: QaOptions) -> OpenedQa:
     """Load a question-answering model folder (plain, expanded or G-MAP) for answering: the one opener
     ``greenadapt qa`` and the Python API share."""
@@ -302,6 +326,8 @@ def open_qa(settings: SettledQa, options: QaOptions) -> OpenedQa:
 
     folder, device = settings.folder, settings.device
     tokenizers = folder.tokenizers
+    if options.runtime == "onnx":
+        return _open_qa_onnx(settings, options)
     if gmap.is_gmap_folder(folder.path):
         qa_model, memory_tokenizer, memory_length = gmap.load_fused(folder.path, general_model=options.general_model)
         qa_model.to(device)

@@ -6,14 +6,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option
+from greenadapt.inference.settings import RuntimeSettings
 
 if TYPE_CHECKING:
     from greenadapt.inference.qa.answering import QaOptions
 
 
 @dataclass(frozen=True, kw_only=True)
-class QaSettings(Settings):
+class QaSettings(RuntimeSettings):
     """``greenadapt qa``: answer each question over its whole document with sliding windows (one or two tokenizers)."""
 
     command = "qa"
@@ -43,4 +44,5 @@ class QaSettings(Settings):
         from greenadapt.inference.qa.answering import QaOptions
 
         return QaOptions(pool=self.pool, max_length=self.max_length, batch_size=self.batch_size, limit=self.limit, n_best=self.n_best,
-                         max_answer_chars=self.max_answer_chars, device=self.device, general_model=self.general_model)
+                         max_answer_chars=self.max_answer_chars, device=self.device, general_model=self.general_model,
+                         runtime=self.runtime, quantize=self.quantize)

@@ -1,0 +1,144 @@
+"""Serving on a CPU: transformers' pipeline against greenadapt's torch (fp32, bf16) and ONNX Runtime (fp32, int8) runtimes.
+
+One run, side by side, each arm in fresh processes: predicting the same raw sentences (one per line) gives
+sentences/s and peak memory (``/usr/bin/time -v``'s maximum resident set), predicting one sentence gives the cold
+start; ``greenadapt evaluate`` on a labelled test set gives F1 (paired with torch fp32: the same words, the same
+model). transformers' pipeline is the field's baseline: fp32, one view (the folder's own tokenizer, the domain one),
+``aggregation_strategy="first"``.
+
+    python bench/bench_serving.py --run runs/ncbi-green --corpus ../shared/data/corpora/biomed-10m.txt.gz --sentences 5000 \\
+        --test ../shared/data/ner/NCBI-disease/test.tsv --out bench-serving
+    # a CPU without bf16, as far as greenadapt is concerned: auto precision stays fp32
+    GREENADAPT_CPU_AUTO_PRECISION=fp32 python bench/bench_serving.py ... --out bench-serving-fp32cpu
+
+Prints a Markdown table (and writes it with the raw figures to --out). The ONNX exports are made once, before the
+timed runs (the model folder's cache), so cold start is what a cron job pays every day after the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+ARMS = {
+    "transformers pipeline fp32 (one view)": None,
+    "greenadapt torch fp32": ["--precision", "fp32"],
+    "greenadapt torch auto (bf16 where the CPU has it)": [],
+    "greenadapt ONNX fp32": ["--runtime", "onnx"],
+    "greenadapt ONNX int8": ["--runtime", "onnx", "--quantize", "int8"],
+}
+
+PIPELINE = """
+import sys, json, time
+from transformers import TokenClassificationPipeline, pipeline
+folder, source, output = sys.argv[1:4]
+lines = [line.rstrip("\\n") for line in open(source, encoding="utf-8")]
+# pipeline_class: transformers' own, on the folder's own (domain) tokenizer alone: one view, on purpose
+tagger = pipeline("token-classification", model=folder, aggregation_strategy="first", device="cpu", pipeline_class=TokenClassificationPipeline)
+with open(output, "w", encoding="utf-8") as out:
+    for start in range(0, len(lines), 64):
+        for text, found in zip(lines[start:start + 64], tagger(lines[start:start + 64], batch_size=64)):
+            out.write(json.dumps({"text": text, "entities": [{"start": e["start"], "end": e["end"], "label": e["entity_group"]} for e in found]}) + "\\n")
+"""
+
+
+def sentences(corpus: Path, n: int, out: Path, longest: int) -> Path:
+    opener = gzip.open if corpus.suffix == ".gz" else open
+    taken = []
+    with opener(corpus, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
+        for line in handle:
+            line = line.strip()
+            if 40 <= len(line) <= longest:
+                taken.append(line)
+            if len(taken) == n:
+                break
+    out.write_text("\n".join(taken) + "\n", encoding="utf-8")
+    return out
+
+
+def timed(argv: list[str], env: dict[str, str]) -> dict[str, float]:
+    """Wall seconds and peak resident memory (MiB) of one process."""
+    report = Path(f"/tmp/bench-serving-time-{os.getpid()}.txt")
+    started = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-v", "-o", str(report), *argv], env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr[-2000:]}")
+    peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", report.read_text())[1]) / 1024  # type: ignore[index]
+    return {"wall_s": wall, "peak_mib": peak}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", type=Path, required=True, help="a fine-tuned NER run folder (two tokenizers)")
+    parser.add_argument("--corpus", type=Path, required=True)
+    parser.add_argument("--sentences", type=int, default=5000)
+    parser.add_argument("--test", type=Path, required=True, help="a labelled NER test file (F1)")
+    parser.add_argument("--out", type=Path, default=Path("bench-serving"))
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs per arm (the fastest is kept)")
+    parser.add_argument("--longest", type=int, default=400, help="corpus lines of 40 to this many characters are taken")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = sentences(args.corpus, args.sentences, args.out / "sentences.txt", args.longest)
+    one = args.out / "one.txt"
+    one.write_text(text.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(HERE), "GREENADAPT_HEARTBEAT": "0", "TOKENIZERS_PARALLELISM": "false"}
+    greenadapt = [sys.executable, "-m", "greenadapt"]
+    for extra in (["--runtime", "onnx"], ["--runtime", "onnx", "--quantize", "int8"]):  # the exports, made once before timing
+        subprocess.run([*greenadapt, "predict", "-m", str(args.run), str(one), "-o", str(args.out / "warm.jsonl"), "--force", "-q", *extra],
+                       env=env, check=True)
+    rows = {}
+    for arm, extra in ARMS.items():
+        slug = re.sub(r"[^a-z0-9]+", "-", arm.lower()).strip("-")
+        figures: dict[str, float] = {}
+        for what, source in (("cold", one), ("all", text)):
+            best = None
+            for _ in range(args.repeats):
+                output = args.out / f"{slug}-{what}.jsonl"
+                if extra is None:
+                    script = args.out / "pipeline.py"
+                    script.write_text(PIPELINE)
+                    argv = [sys.executable, str(script), str(args.run), str(source), str(output)]
+                else:
+                    argv = [*greenadapt, "predict", "-m", str(args.run), str(source), "-o", str(output), "--force", "-q", *extra]
+                got = timed(argv, env)
+                best = got if best is None or got["wall_s"] < best["wall_s"] else best
+            assert best is not None
+            figures[f"{what}_wall_s"], figures[f"{what}_peak_mib"] = best["wall_s"], best["peak_mib"]
+        figures["sentences_per_s"] = args.sentences / max(1e-9, figures["all_wall_s"] - figures["cold_wall_s"])
+        if extra is not None:
+            scored = subprocess.run([*greenadapt, "evaluate", "-m", str(args.run), str(args.test), "--json", "-q",
+                                     *[e for e in extra if e != "--force"]], env=env, capture_output=True, text=True, check=True)
+            result = json.loads(scored.stdout)
+            figures["f1"] = result["scores"][result["headline_pool"]]["f1"] * 100
+            figures["f1_general"] = result["scores"].get("general", {}).get("f1", float("nan")) * 100
+        rows[arm] = figures
+        print(f"{arm}: {figures}", file=sys.stderr, flush=True)
+    reference = rows["greenadapt torch fp32"]
+    lines = [f"{args.sentences:,} sentences of {args.corpus.name}; F1 on {args.test.parent.name}/{args.test.name}; "
+             f"GREENADAPT_CPU_AUTO_PRECISION={os.environ.get('GREENADAPT_CPU_AUTO_PRECISION', '(unset)')}",
+             "",
+             "| arm | sentences/s | × torch fp32 | × torch auto | peak MiB (all sentences) | cold start s | test F1 | Δ F1 vs torch fp32 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    auto = rows["greenadapt torch auto (bf16 where the CPU has it)"]
+    for arm, f in rows.items():
+        f1 = f"{f['f1']:.2f}" if "f1" in f else "—"
+        delta = f"{f['f1'] - reference['f1']:+.2f}" if "f1" in f else "—"
+        lines.append(f"| {arm} | {f['sentences_per_s']:.1f} | {f['sentences_per_s'] / reference['sentences_per_s']:.2f} | "
+                     f"{f['sentences_per_s'] / auto['sentences_per_s']:.2f} | {f['all_peak_mib']:.0f} | {f['cold_wall_s']:.1f} | {f1} | {delta} |")
+    table = "\n".join(lines)
+    print(table)
+    (args.out / "table.md").write_text(table + "\n")
+    (args.out / "figures.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

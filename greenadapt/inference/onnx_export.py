@@ -1,0 +1,155 @@
+"""``greenadapt export --onnx``: a fine-tuned NER or classification folder as a self-contained folder for serving.
+
+The folder holds what runs the model without greenadapt or torch: the ONNX file(s) (fp32 and/or int8, from the
+model folder's cache: :mod:`greenadapt.inference.onnx_runtime`), both views' ``tokenizer.json``, the labels, the
+pooling recipe written down (``pooling.json``: which tokenizers, which piece of a word is read, how the views are
+pooled, the special ids and the input length), a model card, and ``serve_onnx.py``: the recipe in 200 lines of
+numpy, onnxruntime and tokenizers that gives the entities ``greenadapt predict`` gives.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
+from greenadapt.errors import UsageError
+from greenadapt.options import INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, Settings, option
+
+if TYPE_CHECKING:
+    from greenadapt.options import Run
+
+log = logging.getLogger(__name__)
+
+KIND = "onnx-export"
+FORMATS = ("both", "fp32", "int8")
+MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
+SCRIPT = "serve_onnx.py"
+GENERAL_VIEW = "general/tokenizer.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportSettings(Settings):
+    """``greenadapt export``: a fine-tuned folder as a self-contained ONNX folder to serve without greenadapt."""
+
+    command = "export"
+    positional = ("model",)
+    run_options = ("out", "force", "wait")
+    out_required = True
+    run_help = {"out": "The folder to write (the ONNX files, both tokenizers, labels, pooling.json, serve_onnx.py, README.md)."}
+
+    model: str = option(REQUIRED, "--model", "-m", panel=MODEL, help="A `greenadapt finetune` run folder (NER or classification).")
+    onnx: bool = option(False, "--onnx", panel=INPUT_OUTPUT, help="Export to ONNX (the one format export writes today; required).")
+    quantize: str = option("both", "--quantize", panel=PERFORMANCE, choices=FORMATS,
+                           help="Which ONNX files: fp32, int8 (dynamic quantization) or both.")
+
+    def check(self) -> None:
+        if not self.onnx:
+            raise UsageError("export writes ONNX: pass --onnx", hint="greenadapt export --onnx --model RUN --out DIR")
+
+
+def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
+    """``greenadapt export --onnx``: see the module's docstring."""
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, load_tokenizers
+    from greenadapt.inference.labelling import find_model_folder
+    from greenadapt.inference.onnx_runtime import cache_key, require_onnxruntime
+    from greenadapt.tasks import get_task
+
+    require_onnxruntime()
+    folder, task_settings = find_model_folder(settings.model)
+    task = get_task(task_settings.task)
+    if task.answers_questions:
+        raise UsageError("export --onnx takes NER and classification folders (question answering: --runtime onnx of `greenadapt qa`)",
+                         path=folder, hint="pass a finetune run of --task ner or classify")
+    assert run.out is not None
+    tokenizers = load_tokenizers(folder)
+    formats = ("fp32", "int8") if settings.quantize == "both" else (settings.quantize,)
+    config = {"model": str(folder), "weights": {f: cache_key(folder, "none" if f == "fp32" else "int8") for f in formats}}
+    with StageRun(KIND, run.out, config, [{"path": str(folder), "kind": "finetune"}], force=run.force, wait=run.wait) as stage:
+        if stage.skipped:
+            assert stage.manifest is not None
+            return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
+        with resource_errors(stage.tmp):
+            files = _write(folder, task_settings, task, tokenizers, formats, stage.tmp, GENERAL_TOKENIZER_DIR)
+        manifest = stage.commit(stats={"task": task_settings.task, "formats": list(formats), "views": 2 if tokenizers.has_domain else 1,
+                                       "files": files})
+    log.info("export: %s -> %s", folder, stage.out)
+    return StageOutcome(stage.out, manifest, False)
+
+
+def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats: tuple[str, ...], dest: Path, general_dir: str) -> list[str]:
+    from importlib.resources import files
+
+    import transformers
+
+    from greenadapt.artifacts.model_weights import check_weights_load_safely
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.inference.onnx_runtime import cached_export, find_export
+
+    loaded: list[Any] = []
+
+    def model() -> Any:
+        if not loaded:
+            check_weights_load_safely(folder)
+            with quiet_transformers():
+                loaded.append(getattr(transformers, task.auto_model).from_pretrained(str(folder)))
+        return loaded[0]
+
+    for fmt in formats:
+        quantize = "none" if fmt == "fp32" else "int8"
+        made = find_export(folder, quantize) or cached_export(folder, model(), quantize=quantize)
+        shutil.copyfile(made, dest / MODEL_FILES[fmt])
+        for side in made.parent.glob(f"{made.name}*.data"):  # weights past 2 GB live beside the graph
+            shutil.copyfile(side, dest / side.name)
+    views = ["tokenizer.json"]
+    if tokenizers.has_domain:
+        (dest / "general").mkdir()
+        shutil.copyfile(folder / general_dir / "tokenizer.json", dest / GENERAL_VIEW)
+        views = [GENERAL_VIEW, "tokenizer.json"]
+    shutil.copyfile(folder / "tokenizer.json", dest / "tokenizer.json")
+    (dest / "labels.json").write_text(json.dumps({"task": task_settings.task, "labels": list(task_settings.labels)}, indent=2) + "\n")
+    recipe = {
+        "task": task_settings.task,
+        "views": views,
+        "words": views[0],  # the general tokenizer's pre-tokenizer makes the model's words from raw text
+        "rows": "NER: the logits of each word's first piece; classification: of the first position ([CLS])",
+        "pool": "mean of the views' logits (each word's, or each text's), then a softmax" if len(views) == 2 else "one view",
+        "max_length": task_settings.max_length,
+        "cls_id": tokenizers.cls_id, "sep_id": tokenizers.sep_id, "pad_id": tokenizers.pad_id, "unk_id": tokenizers.unk_id,
+        "models": {fmt: MODEL_FILES[fmt] for fmt in formats},
+        "inputs": ["input_ids", "attention_mask", "token_type_ids"],
+    }
+    (dest / "pooling.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    shutil.copyfile(Path(str(files("greenadapt.inference.standalone") / SCRIPT)), dest / SCRIPT)
+    (dest / "README.md").write_text(_card(folder, task_settings, views, formats), encoding="utf-8")
+    return sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+
+
+def _card(folder: Path, task_settings: Any, views: list[str], formats: tuple[str, ...]) -> str:
+    both = len(views) == 2
+    model_lines = "\n".join(f"- `{MODEL_FILES[f]}`: {'fp32' if f == 'fp32' else 'int8 weights (dynamic quantization)'}" for f in formats)
+    int8 = " --int8" if formats == ("int8",) else ""
+    return f"""# {folder.name}, exported for serving (ONNX)
+
+A {task_settings.task} model fine-tuned with greenadapt ({folder}), exported with `greenadapt export --onnx`.
+{"It reads text through two tokenizers (views) and averages their predictions: " + views[0] + " (the model's own) and " + views[1] + " (the domain tokenizer, which keeps the domain words whole)." if both else "It reads text through one tokenizer."}
+
+{model_lines}
+- `{"`, `".join(views)}`: the tokenizers (`tokenizers` loads them in Python, Rust, JavaScript and Java bindings)
+- `labels.json`: the labels, by output index
+- `pooling.json`: how a prediction is made: which tokenizers, which rows, how they are pooled, special ids, input length
+- `serve_onnx.py`: that recipe for NER, with onnxruntime, tokenizers and numpy alone (no greenadapt, no torch)
+
+```bash
+pip install onnxruntime tokenizers numpy
+echo "Patients with tachycardia were treated." | python serve_onnx.py .{int8} > entities.jsonl
+```
+
+Each line of `entities.jsonl` is what `greenadapt predict` writes for that line: the entities with character
+offsets, labels and scores. Labels: {", ".join(task_settings.labels)}. Inputs longer than {task_settings.max_length} pieces
+are read in windows, as greenadapt does.
+"""

@@ -1,0 +1,247 @@
+"""A fine-tuned model run by ONNX Runtime on the CPU, fp32 or dynamically quantized to int8 (``--runtime onnx``).
+
+The model of a fine-tuned folder is exported once (torch's ONNX exporter, dynamic batch and length), optionally
+quantized (ONNX Runtime's dynamic quantization: int8 weights per output channel, activations quantized at run
+time), and cached beside the weights it was made from: in the folder's ``.greenadapt-cache/onnx/<key>/`` (a
+cache-directory tag marks it as greenadapt's), or, when the folder cannot be written, in the user's cache
+(``$XDG_CACHE_HOME/greenadapt/onnx/<key>/``). The key is the SHA-256 of the weights and config, the quantization and
+this exporter's format: changed weights give another key, so a stale export is never used.
+
+What runs it is :class:`OnnxModel`, which answers the calls the torch model answered (``model(**inputs).logits``),
+so both views, their mean pooling, the inference batching and QA's windows are exactly the torch path's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from greenadapt.artifacts.files import CACHE_FOLDER, make_cache
+from greenadapt.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = ("torch", "onnx")
+QUANTIZATIONS = ("none", "int8")
+EXPORT_FORMAT = "greenadapt-onnx-1"  # bump when the export changes: every cached file is made again
+MODEL_FILE = "model.onnx"
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+ONNX_EXTRA = "pip install 'greenadapt[onnx]'"
+
+
+def require_onnxruntime() -> Any:
+    """ONNX Runtime, or one line naming the extra that brings it."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise UsageError("--runtime onnx needs ONNX Runtime, which is not installed", hint=ONNX_EXTRA) from None
+    return onnxruntime
+
+
+def check_runtime(runtime: str, quantize: str, device: str) -> None:
+    """The runtime's options, before any model is opened."""
+    if runtime not in RUNTIMES:
+        raise UsageError(f"unknown --runtime {runtime!r}", hint=f"choose from {', '.join(RUNTIMES)}")
+    if quantize not in QUANTIZATIONS:
+        raise UsageError(f"unknown --quantize {quantize!r}", hint=f"choose from {', '.join(QUANTIZATIONS)}")
+    if quantize != "none" and runtime != "onnx":
+        raise UsageError(f"--quantize {quantize} is for --runtime onnx", hint="add --runtime onnx")
+    if runtime == "onnx":
+        if device.partition(":")[0] not in ("auto", "cpu"):
+            raise UsageError(f"--runtime onnx runs on the CPU, not --device {device}", hint="leave --device out, or use --runtime torch on a GPU")
+        require_onnxruntime()
+
+
+class OnnxModel:
+    """An ONNX Runtime session that answers as the torch model did: ``model(**inputs)`` has the same outputs
+    (``.logits``, or ``.start_logits``/``.end_logits``) as torch tensors, and ``.config`` is the model's."""
+
+    training = False
+
+    def __init__(self, path: Path, config: Any, *, threads: int | None = None) -> None:
+        ort = require_onnxruntime()
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads:
+            options.intra_op_num_threads = threads
+        self.path, self.config = path, config
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def __call__(self, **inputs: Any) -> SimpleNamespace:
+        import torch
+
+        feed = {name: inputs[name].cpu().numpy() for name in self.inputs}
+        arrays = self.session.run(self.outputs, feed)
+        return SimpleNamespace(**{name: torch.from_numpy(array) for name, array in zip(self.outputs, arrays, strict=True)})
+
+    def eval(self) -> OnnxModel:
+        return self
+
+    def train(self, mode: bool = True) -> OnnxModel:
+        return self
+
+    def to(self, *args: Any, **kwargs: Any) -> OnnxModel:
+        return self
+
+    def get_input_embeddings(self) -> Any:
+        return SimpleNamespace(num_embeddings=int(self.config.vocab_size))
+
+
+def onnx_model(folder: Path, load: Any, *, quantize: str = "none") -> OnnxModel:
+    """``folder``'s model as ONNX Runtime runs it: from the cache (the torch weights are then never loaded), or
+    exported now from ``load()`` (the torch model)."""
+    found = find_export(folder, quantize)
+    if found is None:
+        found = cached_export(folder, load(), quantize=quantize)
+    from transformers import AutoConfig
+
+    return OnnxModel(found, AutoConfig.from_pretrained(str(folder)), threads=_torch_threads())
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()  # the same cores torch would use here (its affinity and cgroup view)
+
+
+def cache_key(folder: Path, quantize: str) -> str:
+    """What an export is made from: the weights and config (their SHA-256), the quantization, the exporter's format."""
+    from greenadapt.artifacts.files import sha256_file
+
+    digest = hashlib.sha256(f"{EXPORT_FORMAT}\n{quantize}\n".encode())
+    for name in sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json"):
+        digest.update(f"{name}\n{sha256_file(folder / name)}\n".encode())
+    return digest.hexdigest()[:24]
+
+
+def cache_root(folder: Path) -> Path:
+    """The folder's own cache where it can be written, else the user's (a read-only folder, a shared model)."""
+    own = folder / CACHE_FOLDER
+    if os.access(folder, os.W_OK) and (not own.exists() or os.access(own, os.W_OK)):
+        return own
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "greenadapt"
+
+
+def find_export(folder: Path, quantize: str) -> Path | None:
+    """The cached ONNX file of ``folder``'s weights at ``quantize``, in its own cache or the user's; None if not made yet."""
+    key = cache_key(folder, quantize)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "greenadapt"
+    for root in (folder / CACHE_FOLDER, base):
+        if (root / "onnx" / key / MODEL_FILE).is_file():
+            log.info("ONNX model from the cache: %s", root / "onnx" / key)
+            return root / "onnx" / key / MODEL_FILE
+    return None
+
+
+def cached_export(folder: Path, model: Any, *, quantize: str) -> Path:
+    """The ONNX file of ``folder``'s model at ``quantize``: found in the cache, else exported, quantized and put there
+    whole (written in a temporary folder and renamed into place, under a lock, so two processes make it once)."""
+    from greenadapt.artifacts.stage import release_output_lock, take_output_lock
+
+    root = cache_root(folder)
+    target = root / "onnx" / cache_key(folder, quantize)
+    if (target / MODEL_FILE).is_file():
+        return target / MODEL_FILE
+    make_cache(root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = take_output_lock(target, "ONNX export", wait=True)
+    try:
+        if (target / MODEL_FILE).is_file():  # another process made it while this one waited
+            return target / MODEL_FILE
+        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            export(model, tmp / MODEL_FILE, quantize=quantize)
+            (tmp / "export.json").write_text(json.dumps({"format": EXPORT_FORMAT, "quantize": quantize, "source": str(folder)}) + "\n")
+            os.rename(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        release_output_lock(lock)
+    log.info("ONNX model exported%s: %s", " and quantized to int8" if quantize == "int8" else "", target)
+    return target / MODEL_FILE
+
+
+def export(model: Any, path: Path, *, quantize: str = "none") -> None:
+    """``model`` to ONNX at ``path`` (dynamic batch and sequence length; weights in a side file past 2 GB), then, for
+    ``int8``, dynamically quantized (int8 weights per output channel, activations quantized as they come)."""
+    import inspect
+
+    import torch
+
+    model = model.eval()
+    taken = inspect.signature(model.forward).parameters
+    names = [name for name in INPUTS if name in taken]  # (a model without segment ids takes none)
+    example = {name: torch.zeros(2, 8, dtype=torch.long) if name == "token_type_ids" else torch.ones(2, 8, dtype=torch.long) for name in names}
+    with torch.no_grad():
+        outputs = model(**example)
+    output_names = [key for key in ("logits", "start_logits", "end_logits") if getattr(outputs, key, None) is not None]
+    axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "sequence"} for name in names}
+    for name in output_names:  # token logits [B, T, L] and answer logits [B, T] follow the length; a text's [B, L] does not
+        token_level = getattr(outputs, name).dim() == 3 or name != "logits"
+        axes[name] = {0: "batch", 1: "sequence"} if token_level else {0: "batch"}
+    fp32 = path if quantize == "none" else path.parent / "fp32" / path.name
+    fp32.parent.mkdir(parents=True, exist_ok=True)
+    with _quiet_export():
+        torch.onnx.export(_Outputs(model, names, output_names), tuple(example.values()), str(fp32), input_names=names,
+                          output_names=output_names, dynamic_axes=axes, opset_version=17, dynamo=False)
+    if quantize == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        large = sum(p.stat().st_size for p in fp32.parent.iterdir()) > (1 << 31) - (64 << 20)
+        with _quiet_export():
+            quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=True, use_external_data_format=large)
+        shutil.rmtree(fp32.parent)
+
+
+class _Outputs:
+    """The model with ``inputs`` in that order and its named ``outputs`` as a tuple: what the exporter traces."""
+
+    def __new__(cls, model: Any, inputs: list[str], outputs: list[str]) -> Any:
+        import torch
+
+        class Named(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, *tensors: Any) -> tuple[Any, ...]:
+                out = self.model(**dict(zip(inputs, tensors, strict=True)))
+                return tuple(getattr(out, name) for name in outputs)
+
+        return Named().eval()
+
+
+@contextlib.contextmanager
+def _quiet_export() -> Any:
+    """The exporter's tracer warnings (control flow it cannot see into) and the quantizer's advice, which it logs on
+    the root logger, are the libraries' notes, not the user's: into greenadapt's log at DEBUG."""
+    import warnings
+
+    class Libraries(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if "onnxruntime" in record.pathname or "torch" in record.pathname:
+                log.debug("%s", record.getMessage())
+                return False
+            return True
+
+    quiet = Libraries()
+    root = logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.removeFilter(quiet)

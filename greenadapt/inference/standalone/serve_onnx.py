@@ -1,0 +1,171 @@
+"""Entities from a model exported by ``greenadapt export --onnx``, with onnxruntime, tokenizers and numpy alone.
+
+    python serve_onnx.py EXPORT_FOLDER [--int8] < notes.txt > entities.jsonl      # one document per line
+
+Each output line is the JSON that ``greenadapt predict`` writes for the same line of text: ``{"line", "text",
+"entities": [{"start", "end", "text", "label", "score"}]}``. It follows the recipe in ``pooling.json``: the text cut into
+sentences, each sentence into the model's words (its general tokenizer's pre-tokenizer); every word tokenized by
+each view (the general tokenizer, and the domain tokenizer that keeps the domain words whole); the logits of each
+word's first piece taken from each view and averaged; a softmax; the best label of each word; entity spans from
+B-/I- tags as conlleval reads them, their score the mean of their words' probabilities. A sentence longer than the
+model's input is scored in consecutive windows that fit under every view, as greenadapt does.
+
+This file is written by greenadapt, and runs without it: copy the folder anywhere with Python, numpy, onnxruntime
+and tokenizers (or port these 200 lines to Java, C#, Rust or JavaScript: the same ONNX file and tokenizer.json).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+# Sentences: the rule greenadapt's predict uses (greenadapt.corpus.words.split_sentences).
+ABBREVIATIONS = frozenset(
+    "e.g i.e et al fig figs eq eqs ref refs vs cf ca approx no nos vol dr mr mrs ms prof st sp spp resp "
+    "incl dept univ jan feb mar apr jun jul aug sep sept oct nov dec".split()
+)
+_BOUNDARY = re.compile(r"[.!?][\"')\]]*(?=\s+[\"'(\[]?[A-Z0-9])")
+_LAST_WORD = re.compile(r"(\S+)$")
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    spans = []
+    for line in re.finditer(r"[^\n]+", text):
+        start = line.start()
+        for boundary in _BOUNDARY.finditer(line.group()):
+            end = line.start() + boundary.end()
+            if not _ends_sentence(text, start, line.start() + boundary.start()):
+                continue
+            spans.append((start, end))
+            start = end
+        spans.append((start, line.end()))
+    trimmed = []
+    for start, end in spans:
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if start < end:
+            trimmed.append((start, end))
+    return trimmed
+
+
+def _ends_sentence(text: str, start: int, period: int) -> bool:
+    if text[period] != ".":
+        return True
+    before = _LAST_WORD.search(text, start, period)
+    if before is None:
+        return True
+    word = before.group(1).lstrip("\"'([").lower()
+    return not (len(word) == 1 and word.isalpha()) and word not in ABBREVIATIONS
+
+
+def chunks(tags: list[str]) -> list[tuple[int, int, str]]:
+    """(first word, last word, type) of each entity, as conlleval reads the tags (greenadapt.data.metrics.chunks)."""
+    found: list[tuple[int, int, str]] = []
+    prev_tag, prev_type, start = "O", "", None
+    for position, label in enumerate([*tags, "O"]):
+        tag, _, kind = label.partition("-")
+        ends = prev_tag in ("E", "S") or (prev_tag in ("B", "I") and tag in ("B", "S", "O")) or (prev_tag != "O" and prev_type != kind)
+        if start is not None and ends:
+            found.append((start, position - 1, prev_type))
+            start = None
+        if tag in ("B", "S") or (prev_tag in ("E", "S", "O") and tag in ("E", "I")) or (tag != "O" and prev_type != kind):
+            start = position
+        prev_tag, prev_type = tag, kind
+    return found
+
+
+class Exported:
+    """A folder of ``greenadapt export --onnx``."""
+
+    def __init__(self, folder: Path, *, int8: bool = False) -> None:
+        recipe = json.loads((folder / "pooling.json").read_text(encoding="utf-8"))
+        self.recipe = recipe
+        self.labels = json.loads((folder / "labels.json").read_text(encoding="utf-8"))["labels"]
+        self.views = []
+        for name in recipe["views"]:
+            tokenizer = Tokenizer.from_file(str(folder / name))
+            tokenizer.no_padding()
+            tokenizer.no_truncation()
+            self.views.append(tokenizer)
+        self.words = Tokenizer.from_file(str(folder / recipe["words"])).pre_tokenizer
+        model = recipe["models"]["int8" if int8 else "fp32"]
+        self.session = ort.InferenceSession(str(folder / model), providers=["CPUExecutionProvider"])
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        self.budget = recipe["max_length"] - 2  # [CLS] and [SEP]
+
+    def entities(self, text: str) -> list[dict]:
+        found = []
+        for start, end in split_sentences(text):
+            spans = [(a + start, b + start) for _, (a, b) in self.words.pre_tokenize_str(text[start:end]) if b > a]
+            if not spans:
+                continue
+            words = [text[a:b] for a, b in spans]
+            probabilities = self.word_probabilities(words)
+            best = probabilities.argmax(axis=1)
+            tags = [self.labels[i] for i in best]
+            scores = probabilities[np.arange(len(words)), best]
+            for first, last, kind in chunks(tags):
+                a, b = spans[first][0], spans[last][1]
+                found.append({"start": a, "end": b, "text": text[a:b], "label": kind or "ENTITY",
+                              "score": float(np.mean(scores[first : last + 1]))})
+        return found
+
+    def word_probabilities(self, words: list[str]) -> np.ndarray:
+        """Each word's label probabilities: the views' first-piece logits averaged, then a softmax."""
+        pieces = [self._pieces(view, words) for view in self.views]
+        logits = np.zeros((len(words), len(self.labels)), dtype=np.float64)
+        for a, b in self._windows(pieces):
+            for view_pieces in pieces:
+                logits[a:b] += self._window_logits(view_pieces[a:b]) / len(pieces)
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return shifted / shifted.sum(axis=1, keepdims=True)
+
+    def _pieces(self, view: Tokenizer, words: list[str]) -> list[list[int]]:
+        encoding = view.encode(words, is_pretokenized=True, add_special_tokens=False)
+        pieces: list[list[int]] = [[] for _ in words]
+        for token, word in zip(encoding.ids, encoding.word_ids):
+            if word is not None:
+                pieces[word].append(token)
+        return [p if p else [self.recipe["unk_id"]] for p in pieces]
+
+    def _windows(self, pieces: list[list[list[int]]]) -> list[tuple[int, int]]:
+        """Consecutive ranges of words whose pieces fit the model under every view (a long word keeps its first pieces)."""
+        windows, start, n = [], 0, len(pieces[0])
+        while start < n:
+            end = start + 1
+            while end < n and all(sum(len(p) for p in view[start : end + 1]) <= self.budget for view in pieces):
+                end += 1
+            windows.append((start, end))
+            start = end
+        return windows
+
+    def _window_logits(self, words: list[list[int]]) -> np.ndarray:
+        ids, rows = [self.recipe["cls_id"]], []
+        for pieces in words:
+            rows.append(len(ids))
+            ids.extend(pieces[: self.budget])
+        ids.append(self.recipe["sep_id"])
+        feed = {"input_ids": np.array([ids], dtype=np.int64), "attention_mask": np.ones((1, len(ids)), dtype=np.int64),
+                "token_type_ids": np.zeros((1, len(ids)), dtype=np.int64)}
+        logits = self.session.run(["logits"], {k: v for k, v in feed.items() if k in self.inputs})[0][0]
+        return logits[rows].astype(np.float64)
+
+
+def main() -> None:
+    folder = Path(sys.argv[1])
+    exported = Exported(folder, int8="--int8" in sys.argv[2:])
+    for number, line in enumerate(sys.stdin, 1):
+        text = line.rstrip("\r\n")
+        print(json.dumps({"line": number, "text": text, "entities": exported.entities(text)}, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""Serving on CPU servers (issue 74): ``--runtime onnx`` (fp32, ``--quantize int8``) and ``greenadapt export --onnx``.
+
+Invariants: the ONNX model gives torch fp32's probabilities (to float rounding) for a tiny model of every tokenizer
+family, both views and their mean pooling included; int8 stays close; the export is made once, cached beside the
+weights it came from, and made again when they change (a read-only folder caches in the user's cache); the exported
+folder's ``serve_onnx.py``, with onnxruntime and tokenizers alone, gives ``greenadapt predict``'s entities; a folder
+with a million added rows exports and runs; without ONNX Runtime the option is one line naming the extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import HANG_S, REPO, build_tiny_bert
+from finetune_helpers import build_tiny_expanded, write_ner_file
+
+import greenadapt
+from greenadapt.errors import EXIT_USAGE
+
+pytest.importorskip("onnxruntime", reason="the onnx extra (pip install 'greenadapt[onnx]') is not installed")
+
+TEXTS = ["Patients with leukemia and sepsis were treated. The study of cancer began.", "no disease here",
+         "fever of unknown origin in the leukemia cohort", "cancer " * 60]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("onnx")
+    ner = write_ner_file(root / "ner.tsv", 40, seed=1)
+    made = {"root": root, "ner": ner, "test": write_ner_file(root / "test.tsv", 16, seed=2)}
+    for name, model in (("plain", build_tiny_bert(root / "plain", head="base")), ("green", build_tiny_expanded(root / "green"))):
+        greenadapt.finetune("ner", ner, model=str(model), out=root / f"run-{name}", epochs=3, lr=1e-2, batch_size=8, device="cpu",
+                            progress=False)
+        made[name] = root / f"run-{name}"
+    return made
+
+
+def _probabilities(model: object, texts: list[str]) -> np.ndarray:
+    from greenadapt.inference.predictor import _raw_sentences
+
+    sentences = _raw_sentences(texts, model._word_pre_tokenizer)  # type: ignore[attr-defined]
+    return model._probabilities([raw.sentence for raw in sentences])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["plain", "green"])
+def test_onnx_gives_torch_fp32s_probabilities_both_views_pooled(runs: dict[str, Path], name: str) -> None:
+    torch_model = greenadapt.load(runs[name], precision="fp32")
+    onnx_model = greenadapt.load(runs[name], runtime="onnx")
+    for mode in ("mean", "general", "domain") if name == "green" else ("general",):
+        torch_model.mode = onnx_model.mode = mode  # type: ignore[union-attr]
+        expected, got = _probabilities(torch_model, TEXTS), _probabilities(onnx_model, TEXTS)
+        assert got.shape == expected.shape and np.abs(got - expected).max() < 1e-5, (mode, np.abs(got - expected).max())
+    torch_model.mode = "mean" if name == "green" else "general"  # type: ignore[union-attr]
+    int8 = greenadapt.load(runs[name], runtime="onnx", quantize="int8")
+    quantized, reference = _probabilities(int8, TEXTS), _probabilities(torch_model, TEXTS)
+    # close, not equal (8-bit weights): most words keep their label; the F1 it costs is measured in docs/benchmarks.md
+    assert (quantized.argmax(axis=1) == reference.argmax(axis=1)).mean() >= 0.9 and np.abs(quantized - reference).mean() < 0.05
+
+
+def test_the_families_round_trip(tmp_path: Path) -> None:
+    from family_models import FAMILIES, build_family_model
+
+    ner = write_ner_file(tmp_path / "ner.tsv", 24, seed=1)
+    for family in FAMILIES:
+        model = build_family_model(family, tmp_path / family)
+        greenadapt.finetune("ner", ner, model=str(model), out=tmp_path / f"run-{family}", max_steps=3, device="cpu", progress=False)
+        expected = _probabilities(greenadapt.load(tmp_path / f"run-{family}", precision="fp32"), TEXTS)
+        got = _probabilities(greenadapt.load(tmp_path / f"run-{family}", runtime="onnx"), TEXTS)
+        assert np.abs(got - expected).max() < 1e-5, (family, np.abs(got - expected).max())
+
+
+def test_evaluate_and_predict_through_the_command_line_give_torchs_scores(runs: dict[str, Path], tmp_path: Path) -> None:
+    import greenadapt.api as api
+
+    torch_scores = api.evaluate(runs["test"], model=[str(runs["green"])], precision="fp32", progress=False).scores  # type: ignore[attr-defined]
+    onnx_scores = api.evaluate(runs["test"], model=[str(runs["green"])], runtime="onnx", progress=False).scores  # type: ignore[attr-defined]
+    for mode in ("mean", "general", "domain"):
+        assert onnx_scores[mode]["f1"] == pytest.approx(torch_scores[mode]["f1"], abs=1e-9), mode
+
+
+def test_the_export_is_cached_beside_the_weights_and_made_again_when_they_change(runs: dict[str, Path], tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from greenadapt.inference import onnx_runtime
+    from greenadapt.inference.onnx_runtime import MODEL_FILE, cache_key
+
+    run = tmp_path / "run"
+    shutil.copytree(runs["green"], run, ignore=shutil.ignore_patterns(".greenadapt-cache"))
+    greenadapt.load(run, runtime="onnx")
+    exports = sorted((run / ".greenadapt-cache" / "onnx").glob(f"*/{MODEL_FILE}"))
+    assert len(exports) == 1 and exports[0].parent.name == cache_key(run, "none")
+    made = exports[0].stat().st_mtime_ns
+    greenadapt.load(run, runtime="onnx")  # from the cache: not made again
+    assert exports[0].stat().st_mtime_ns == made
+    # the run folder's own check passes over the tagged cache (info --check; --force may replace the folder)
+    from greenadapt.artifacts.manifest import foreign_files, read_manifest
+
+    assert foreign_files(run, read_manifest(run) or {}) == []
+    # a cache that outlives the weights (a shared model's, in the user's cache): the run is trained again in place
+    shared = tmp_path / "user-cache"
+    monkeypatch.setattr(onnx_runtime, "cache_root", lambda folder: shared)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # (find_export's user cache: empty)
+    monkeypatch.setattr(onnx_runtime, "find_export", lambda folder, quantize: None)
+    greenadapt.load(run, runtime="onnx")
+    before = cache_key(run, "none")
+    greenadapt.finetune("ner", runs["ner"], model=str(runs["root"] / "green"), out=run, epochs=3, lr=1e-2, batch_size=8, seed=7, device="cpu",
+                        force=True, progress=False)
+    assert cache_key(run, "none") != before  # other weights, another key
+    changed = _probabilities(greenadapt.load(run, runtime="onnx"), TEXTS)
+    assert sorted(p.parent.name for p in (shared / "onnx").glob(f"*/{MODEL_FILE}")) == sorted([before, cache_key(run, "none")])
+    assert np.abs(changed - _probabilities(greenadapt.load(run, precision="fp32"), TEXTS)).max() < 1e-5  # the new weights'
+
+
+def test_a_read_only_folder_caches_in_the_users_cache(runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import stat
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    run = tmp_path / "run"
+    shutil.copytree(runs["plain"], run, ignore=shutil.ignore_patterns(".greenadapt-cache"))
+    run.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    try:
+        greenadapt.load(run, runtime="onnx")
+    finally:
+        run.chmod(stat.S_IRWXU)
+    assert list((tmp_path / "cache" / "greenadapt" / "onnx").glob("*/model.onnx")) and not (run / ".greenadapt-cache").exists()
+
+
+def test_the_cache_root_is_the_users_where_the_folder_cannot_be_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from greenadapt.inference import onnx_runtime
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert onnx_runtime.cache_root(tmp_path) == tmp_path / ".greenadapt-cache"
+    monkeypatch.setattr(onnx_runtime.os, "access", lambda path, mode: False)
+    assert onnx_runtime.cache_root(tmp_path) == tmp_path / "cache" / "greenadapt"
+
+
+def test_without_onnx_runtime_the_option_is_one_line_naming_the_extra(runs: dict[str, Path], tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_helpers import run_cli
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
+    text = tmp_path / "in.txt"
+    text.write_text("fever\n")
+    for argv in (["predict", "-m", str(runs["green"]), str(text), "--runtime", "onnx"], ["export", "--onnx", "-m", str(runs["green"]), "--out", str(tmp_path / "x")],
+                 ["evaluate", "-m", str(runs["green"]), str(runs["test"]), "--runtime", "onnx"]):
+        code, err = run_cli(argv, monkeypatch, capsys)
+        assert code == EXIT_USAGE and "greenadapt[onnx]" in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "x").exists()
+    for argv in (["predict", "-m", str(runs["green"]), str(text), "--quantize", "int8"], ["predict", "-m", str(runs["green"]), str(text),
+                                                                                           "--runtime", "onnx", "--device", "cuda"]):
+        code, err = run_cli(argv, monkeypatch, capsys)
+        assert code == EXIT_USAGE and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_exported_folder_serves_predicts_entities_without_greenadapt(runs: dict[str, Path], tmp_path: Path) -> None:
+    served = tmp_path / "served"
+    outcome = greenadapt.api.export(str(runs["green"]), onnx=True, out=served, progress=False)  # type: ignore[attr-defined]
+    assert {"model.onnx", "model.int8.onnx", "tokenizer.json", "general/tokenizer.json", "labels.json", "pooling.json", "serve_onnx.py",
+            "README.md"} <= set(outcome.manifest["stats"]["files"])
+    text = tmp_path / "docs.txt"
+    text.write_text("\n".join(TEXTS) + "\n")
+    expected_file = tmp_path / "expected.jsonl"
+    greenadapt.predict(text, model=str(runs["green"]), output=expected_file, precision="fp32", progress=False)
+    # a Python with numpy, onnxruntime and tokenizers but no greenadapt and no torch: both are made unimportable
+    blocker = tmp_path / "blocked"
+    for name in ("greenadapt", "torch", "transformers"):
+        (blocker / name).mkdir(parents=True)
+        (blocker / name / "__init__.py").write_text(f"raise ImportError('{name} is not on a serving machine')\n")
+    for flag, tolerance in (("", 1e-6), ("--int8", None)):
+        done = subprocess.run([sys.executable, str(served / "serve_onnx.py"), str(served), *([flag] if flag else [])], input=text.read_text(),
+                              capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "PYTHONPATH": str(blocker)}, cwd=tmp_path, check=False)
+        assert done.returncode == 0, done.stderr
+        got = [json.loads(line) for line in done.stdout.splitlines()]
+        expected = [json.loads(line) for line in expected_file.read_text().splitlines()]
+        assert len(got) == len(expected) == len(TEXTS)
+        if tolerance is None:
+            continue  # int8: served, not compared entity by entity (its F1 is measured in docs/benchmarks.md)
+        for mine, theirs in zip(got, expected, strict=True):
+            assert [(e["start"], e["end"], e["label"]) for e in mine["entities"]] == [(e["start"], e["end"], e["label"]) for e in theirs["entities"]]
+            assert all(abs(a["score"] - b["score"]) < tolerance for a, b in zip(mine["entities"], theirs["entities"], strict=True))
+        assert sum(len(line["entities"]) for line in got) > 0  # the tiny model found entities: the comparison compared something
+
+
+@pytest.mark.slow
+def test_a_folder_with_a_million_added_rows_exports_and_runs(tmp_path: Path) -> None:
+    model = build_tiny_expanded(tmp_path / "big", extra_rows=1_000_000)
+    ner = write_ner_file(tmp_path / "ner.tsv", 8, seed=1)
+    greenadapt.finetune("ner", ner, model=str(model), out=tmp_path / "run", max_steps=1, device="cpu", progress=False,
+                        train_embeddings="none")
+    expected = _probabilities(greenadapt.load(tmp_path / "run", precision="fp32"), TEXTS[:2])
+    for quantize, tolerance in (("none", 1e-5), ("int8", 0.05)):
+        got = _probabilities(greenadapt.load(tmp_path / "run", runtime="onnx", quantize=quantize), TEXTS[:2])
+        assert np.abs(got - expected).mean() < tolerance, (quantize, np.abs(got - expected).mean())
+
+
+def test_qa_answers_alike_through_onnx(tmp_path: Path) -> None:
+    """Question answering's windows and both views through ONNX Runtime: the same answers and scores as torch fp32,
+    through `greenadapt qa --runtime onnx` and `greenadapt.load(..., runtime="onnx")`."""
+    from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+    context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
+    data = squad_file(tmp_path / "train.json", [{"paragraphs": [paragraph(context, ("q1", "What was high?", [("Heart rate", 0)]),
+                                                                          ("q2", "What was the main treatment?", [("Ventilation", 36)]))]}])
+    run = greenadapt.finetune("qa", data, model=str(build_tiny_expanded_qa(tmp_path / "model")), out=tmp_path / "ft", max_length=32,
+                              doc_stride=8, batch_size=4, lr=3e-3, max_steps=30, device="cpu", progress=False)
+    answers = {}
+    for runtime in ("torch", "onnx"):
+        greenadapt.qa(data, tmp_path / f"qa-{runtime}", model=str(run.path), max_length=32, device="cpu", runtime=runtime, progress=False,
+                      **({"precision": "fp32"} if runtime == "torch" and "precision" in greenadapt.qa.__signature__.parameters else {}))  # type: ignore[attr-defined]
+        answers[runtime] = json.loads((tmp_path / f"qa-{runtime}" / "nbest.json").read_text())
+    for qid in ("q1", "q2"):
+        assert [a["text"] for a in answers["onnx"][qid][:3]] == [a["text"] for a in answers["torch"][qid][:3]]
+    torch_answer = greenadapt.load(run.path, device="cpu", max_length=32).answer("What was high?", context)  # type: ignore[union-attr]
+    onnx_answer = greenadapt.load(run.path, max_length=32, runtime="onnx").answer("What was high?", context)  # type: ignore[union-attr]
+    assert onnx_answer["text"] == torch_answer["text"] and onnx_answer["score"] == pytest.approx(torch_answer["score"], abs=1e-4)
+
+
+def test_help_stays_free_of_onnx_runtime() -> None:
+    done = subprocess.run([sys.executable, "-c", "import sys; from greenadapt.cli import main; sys.argv=['greenadapt','export','--help'];\n"
+                           "try: main()\nexcept SystemExit: pass\nprint('onnxruntime' in sys.modules, 'torch' in sys.modules)"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=HANG_S, check=False)
+    assert done.stdout.strip().splitlines()[-1] == "False False", done.stdout + done.stderr
