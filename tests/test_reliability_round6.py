@@ -550,7 +550,7 @@ def test_compare_wait_says_once_what_it_waits_for(data: dict[str, Path], tmp_pat
 
     from conftest import HANG_S, REPO
 
-    from greenadapt.artifacts.stage import release_output_lock, take_output_lock
+    from greenadapt.artifacts.locks import release_output_lock, take_output_lock
 
     out = tmp_path / "cmp"
     holder = take_output_lock(out, "compare", wait=False)

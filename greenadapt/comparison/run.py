@@ -135,7 +135,7 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
             log.info("the baseline: %s, the model %s was made from (its manifest says so)", base, options.models[0][0])
             options = replace(options, models=((name, base), *options.models))
     options.check()
-    from greenadapt.artifacts.stage import output_lock
+    from greenadapt.artifacts.locks import output_lock
 
     if options.report_to:
         from greenadapt.training.trackers import probe_trackers

@@ -75,6 +75,8 @@ def split_words(text: str) -> Words:
     return Words(run_starts[keep].astype(np.int64), run_ends[keep].astype(np.int64))
 
 
+# -- sentences: from here to its end marker this code is also copied into a served model's serve_onnx.py
+# (greenadapt/inference/onnx_export.py), which must cut sentences as predict does without importing greenadapt.
 # Abbreviations after which a period does not end a sentence (lower-cased, without the final period).
 ABBREVIATIONS = frozenset(
     "e.g i.e et al fig figs eq eqs ref refs vs cf ca approx no nos vol dr mr mrs ms prof st sp spp resp "
@@ -115,3 +117,4 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int] | None:
     while end > start and text[end - 1].isspace():
         end -= 1
     return (start, end) if start < end else None
+# -- end of sentences

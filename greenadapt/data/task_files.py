@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from greenadapt.errors import DataError, UsageError
-from greenadapt.structured_text import NestedTooDeeply, loads_json
+from greenadapt.structured_text import NestedTooDeeply, bounded_lines, loads_json
 from greenadapt.data.settings import HEADERS
 
 log = logging.getLogger(__name__)
@@ -179,8 +179,6 @@ def _detect_format(path: Path, task: str, requested: str) -> Format:
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    from greenadapt.structured_text import bounded_lines
-
     """(1-based line number, line without its newline); a byte-order mark is dropped."""
     try:
         with open(path, encoding="utf-8-sig", newline="\n") as handle:  # a stray \r inside a text is no line break

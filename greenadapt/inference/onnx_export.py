@@ -82,8 +82,6 @@ def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
 
 
 def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats: tuple[str, ...], dest: Path, general_dir: str) -> list[str]:
-    from importlib.resources import files
-
     import transformers
 
     from greenadapt.artifacts.model_weights import check_weights_load_safely
@@ -124,9 +122,25 @@ def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats
         "inputs": ["input_ids", "attention_mask", "token_type_ids"],
     }
     (dest / "pooling.json").write_text(json.dumps(recipe, indent=2) + "\n")
-    shutil.copyfile(Path(str(files("greenadapt.inference.standalone") / SCRIPT)), dest / SCRIPT)
+    (dest / SCRIPT).write_text(standalone_script(), encoding="utf-8")
     (dest / "README.md").write_text(_card(folder, task_settings, views, formats), encoding="utf-8")
     return sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+
+
+SENTENCES_PLACEHOLDER = "# @sentences@"
+
+
+def standalone_script() -> str:
+    """``serve_onnx.py`` as it is written into an export: its template with greenadapt's sentence splitter put in (the
+    one in :mod:`greenadapt.corpus.words`, between its markers), so that it cuts text as predict does without greenadapt."""
+    from importlib.resources import files
+
+    import greenadapt.corpus.words as words
+
+    source = Path(str(words.__file__)).read_text(encoding="utf-8")
+    body = source[source.index("# -- sentences:"):source.index("# -- end of sentences")]
+    template = (files("greenadapt.inference.standalone") / SCRIPT).read_text(encoding="utf-8")
+    return template.replace(SENTENCES_PLACEHOLDER, body.rstrip() + "\n")
 
 
 def _card(folder: Path, task_settings: Any, views: list[str], formats: tuple[str, ...]) -> str:

@@ -147,7 +147,7 @@ def find_export(folder: Path, quantize: str) -> Path | None:
 def cached_export(folder: Path, model: Any, *, quantize: str) -> Path:
     """The ONNX file of ``folder``'s model at ``quantize``: found in the cache, else exported, quantized and put there
     whole (written in a temporary folder and renamed into place, under a lock, so two processes make it once)."""
-    from greenadapt.artifacts.stage import release_output_lock, take_output_lock
+    from greenadapt.artifacts.locks import release_output_lock, take_output_lock
 
     root = cache_root(folder)
     target = root / "onnx" / cache_key(folder, quantize)

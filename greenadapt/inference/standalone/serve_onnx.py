@@ -17,7 +17,7 @@ and tokenizers (or port these 200 lines to Java, C#, Rust or JavaScript: the sam
 from __future__ import annotations
 
 import json
-import re
+import re  # noqa: F401  (the sentence splitter put in by the export uses it)
 import sys
 from pathlib import Path
 
@@ -25,45 +25,8 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-# Sentences: the rule greenadapt's predict uses (greenadapt.corpus.words.split_sentences).
-ABBREVIATIONS = frozenset(
-    "e.g i.e et al fig figs eq eqs ref refs vs cf ca approx no nos vol dr mr mrs ms prof st sp spp resp "
-    "incl dept univ jan feb mar apr jun jul aug sep sept oct nov dec".split()
-)
-_BOUNDARY = re.compile(r"[.!?][\"')\]]*(?=\s+[\"'(\[]?[A-Z0-9])")
-_LAST_WORD = re.compile(r"(\S+)$")
-
-
-def split_sentences(text: str) -> list[tuple[int, int]]:
-    spans = []
-    for line in re.finditer(r"[^\n]+", text):
-        start = line.start()
-        for boundary in _BOUNDARY.finditer(line.group()):
-            end = line.start() + boundary.end()
-            if not _ends_sentence(text, start, line.start() + boundary.start()):
-                continue
-            spans.append((start, end))
-            start = end
-        spans.append((start, line.end()))
-    trimmed = []
-    for start, end in spans:
-        while start < end and text[start].isspace():
-            start += 1
-        while end > start and text[end - 1].isspace():
-            end -= 1
-        if start < end:
-            trimmed.append((start, end))
-    return trimmed
-
-
-def _ends_sentence(text: str, start: int, period: int) -> bool:
-    if text[period] != ".":
-        return True
-    before = _LAST_WORD.search(text, start, period)
-    if before is None:
-        return True
-    word = before.group(1).lstrip("\"'([").lower()
-    return not (len(word) == 1 and word.isalpha()) and word not in ABBREVIATIONS
+# Sentences: the rule greenadapt's predict uses (greenadapt.corpus.words.split_sentences), put here by the export.
+# @sentences@
 
 
 def chunks(tags: list[str]) -> list[tuple[int, int, str]]:
@@ -103,7 +66,7 @@ class Exported:
 
     def entities(self, text: str) -> list[dict]:
         found = []
-        for start, end in split_sentences(text):
+        for start, end in split_sentences(text):  # type: ignore[name-defined]  # noqa: F821  (put in by the export)
             spans = [(a + start, b + start) for _, (a, b) in self.words.pre_tokenize_str(text[start:end]) if b > a]
             if not spans:
                 continue

@@ -144,11 +144,15 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
         )
         runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap,
                       _trackers_named(options.report_to), out, config, model_identity)
-        import torch
+        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp), cost=_cost_figures(base))
 
-        # the threads a CPU run's sums were split over: the same seed gives the same scores at the same count (docs/cluster.md)
-        cost = {**(base.cost_figures() or {}), "torch_threads": torch.get_num_threads()}
-        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp), cost=cost)
+
+def _cost_figures(base: TrainConfig) -> dict[str, Any]:
+    """What the cost block says beside the measured figures: the passes an example cost, and the threads a CPU run's
+    sums were split over (the same seed gives the same scores at the same count: docs/cluster.md)."""
+    import torch
+
+    return {**(base.cost_figures() or {}), "torch_threads": torch.get_num_threads()}
 
 
 def _trackers_named(report_to: Sequence[str]) -> tuple[str, ...]:
