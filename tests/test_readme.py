@@ -59,6 +59,39 @@ CORPUS_LINES = [
 ]
 
 
+# A verdict line as compare prints it (README's sample outputs must have its form): a call, or "not a verdict".
+VERDICT = re.compile(r"^\S+ vs \S+: (not a verdict \()?[+-]\d+\.\d\d F1( \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\])? over \d+ seeds?"
+                     r"(; test-set bootstrap \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\]; (not )?significant at 95%|\): a run learned nothing)$")
+
+
+def shape(line: str) -> str:
+    """A line with every number as N and runs of spaces as one: what a sample output shares with any real one."""
+    return re.sub(r"\s+", " ", re.sub(r"[+-]?\d[\d,]*(?:\.\d+)?", "N", line)).strip()
+
+
+def sample_outputs() -> list[tuple[str, str]]:
+    """(the command, its sample output) for every ```output block of README: the first command of the bash block before it."""
+    text = README.read_text(encoding="utf-8")
+    found = []
+    for match in re.finditer(r"^```output\n(.*?)^```", text, flags=re.M | re.S):
+        blocks = re.findall(r"^```bash\n(.*?)^```", text[: match.start()], flags=re.M | re.S)
+        lines = [line.strip() for line in re.sub(r"\\\n\s*", " ", blocks[-1]).splitlines()]
+        command = next(line for line in lines if line and not line.startswith("#"))
+        found.append((command, match.group(1)))
+    return found
+
+
+def check_sample_form(sample: str, printed: str) -> None:
+    """README's sample output has the form of what the command printed: each table line's shape is a printed line's,
+    and verdict lines are verdicts."""
+    shapes = {shape(line) for line in printed.splitlines()}
+    for line in sample.splitlines():
+        if " vs " in line and " F1 " in line:
+            assert VERDICT.match(line), f"README's sample verdict is not in compare's form: {line}"
+        elif line.startswith(("variant ", "(* headline")) or re.match(r"^[\w.-]+\s+\d+\s", line):
+            assert shape(line) in shapes, f"README's sample line has no counterpart in the command's output:\n{line}\n{printed}"
+
+
 def readme_commands() -> list[tuple[str, str]]:
     """(language, command) in README order: shell lines joined across ``\\``, each Python block whole."""
     text = README.read_text(encoding="utf-8")
@@ -190,6 +223,7 @@ def test_every_readme_example_runs_as_written(tmp_path: Path) -> None:
     env = build_sandbox(tmp_path)
     ran = 0
     activated = False
+    printed: dict[str, str] = {}
     for number, (language, command) in enumerate(readme_commands(), 1):
         if command == ACTIVATE:
             activated = True  # from here on, as in the reader's shell
@@ -206,5 +240,11 @@ def test_every_readme_example_runs_as_written(tmp_path: Path) -> None:
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S)
         assert done.returncode == 0, f"README command {number} failed ({done.returncode}):\n{command}\n{done.stderr[-3000:]}"
         assert "Traceback" not in done.stderr, f"README command {number}:\n{command}\n{done.stderr[-3000:]}"
+        printed[command] = done.stdout
         ran += 1
     assert ran >= 25  # everything but NOT_RUN
+    samples = sample_outputs()
+    assert samples, "README shows no ```output block"
+    for command, sample in samples:
+        assert command in printed, f"README's sample output follows a command this test did not run: {command}"
+        check_sample_form(sample, printed[command])

@@ -162,16 +162,20 @@ def refuse_planted(path: Path, what: str, *, kind: str = "file") -> None:
     compare.json): whatever is there that greenadapt cannot have made (a symbolic link to anything, a pipe or device,
     a file with other names, a file where a folder belongs or the reverse) is never written through, replaced or
     removed: a :class:`~greenadapt.errors.ResourceError` (exit 5) naming it, the thing and its target untouched."""
-    from greenadapt.errors import ResourceError
-
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
     found = _planted(st, kind)
     if found is not None:
-        raise ResourceError(f"{what} is {found}, which greenadapt did not make: it neither writes through it nor replaces it",
-                            path=path, hint="move it away (greenadapt writes this name itself), then rerun")
+        raise _refusal(path, what, found)
+
+
+def _refusal(path: Path, what: str, found: str) -> Exception:
+    from greenadapt.errors import ResourceError
+
+    return ResourceError(f"{what} is {found}, which greenadapt did not make: it neither writes through it nor replaces it",
+                         path=path, hint="move it away (greenadapt writes this name itself), then rerun")
 
 
 def _planted(st: os.stat_result, kind: str) -> str | None:
@@ -206,8 +210,7 @@ def open_own(path: Path, what: str, *, append: bool = False, read: bool = False)
     try:
         found = _planted(os.fstat(descriptor), "file")
         if found is not None:
-            raise ResourceError(f"{what} is {found}, which greenadapt did not make: it neither writes through it nor replaces it",
-                                path=path, hint="move it away (greenadapt writes this name itself), then rerun")
+            raise _refusal(path, what, found)
         os.set_blocking(descriptor, True)
         if not append and not read:
             os.ftruncate(descriptor, 0)

@@ -61,6 +61,7 @@ def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
 
     require_onnxruntime()
     folder, task_settings = find_model_folder(settings.model)
+    folder = folder.resolve()  # recorded whole: the same export from any working folder
     task = get_task(task_settings.task)
     if task.answers_questions:
         raise UsageError("export --onnx takes NER and classification folders (question answering: --runtime onnx of `greenadapt qa`)",
