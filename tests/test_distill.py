@@ -201,6 +201,20 @@ def test_a_foreign_folder_in_the_checkpoints_place_is_refused(adapted: dict[str,
     assert (foreign / "notes.txt").read_text(encoding="utf-8") == "mine" and not out.exists()
 
 
+def test_a_link_in_the_checkpoints_place_is_refused_and_left_alone(adapted: dict[str, Any], tmp_path: Path) -> None:
+    """Issue 71: a link planted where the fit keeps its checkpoints is never written through (a user's folder behind it)."""
+    from greenadapt.errors import ResourceError
+
+    out = tmp_path / "model"
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine", encoding="utf-8")
+    out.with_name(out.name + CHECKPOINT_SUFFIX).symlink_to(theirs, target_is_directory=True)
+    with pytest.raises(ResourceError, match="symbolic link"):
+        expand_stage(align=adapted["outcome"].align.path, min_count=1, run=Run(out=out))
+    assert [p.name for p in theirs.iterdir()] == ["notes.txt"] and not out.exists()
+
+
 @pytest.mark.parametrize("field", ["distill_per_word", "distill_sentences", "distill_epochs"])
 def test_budget_options_below_one_are_refused(field: str) -> None:
     with pytest.raises(UsageError, match=field.replace("_", "-")):

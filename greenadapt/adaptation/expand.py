@@ -196,6 +196,10 @@ def _destination(align_dir: Path, align_manifest: Manifest, w2v_dir: Path, fitte
         ],
     )
     checkpoint = out_dir.with_name(f"{out_dir.name}{CHECKPOINT_SUFFIX}")
+    if fitted.reads_corpus:
+        from greenadapt.artifacts.files import refuse_planted
+
+        refuse_planted(checkpoint, f"{checkpoint.name}, the checkpoints folder of the fit,", kind="folder")
     if fitted.reads_corpus and checkpoint.exists() and not fitted.owns_checkpoint(checkpoint):
         raise UsageError(f"{checkpoint} exists and is not a checkpoint greenadapt wrote", hint="move it away, or choose another --out")
     return config, draws, out_dir, checkpoint
