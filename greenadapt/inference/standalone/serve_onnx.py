@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from tokenizers import Tokenizer
 
 # Sentences: the rule greenadapt's predict uses (greenadapt.corpus.words.split_sentences), put here by the export.
@@ -49,6 +48,8 @@ class Exported:
     """A folder of ``greenadapt export --onnx``."""
 
     def __init__(self, folder: Path, *, int8: bool = False) -> None:
+        import onnxruntime as ort  # (here, not above: greenadapt imports this file where only the export needs it)
+
         recipe = json.loads((folder / "pooling.json").read_text(encoding="utf-8"))
         self.recipe = recipe
         self.labels = json.loads((folder / "labels.json").read_text(encoding="utf-8"))["labels"]
