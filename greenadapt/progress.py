@@ -9,15 +9,14 @@ it is not, and nothing with ``--quiet``.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TextIO
 
-from greenadapt.errors import UsageError
+from greenadapt.switches import HEARTBEAT_ENV, env_number
 
-HEARTBEAT_ENV = "GREENADAPT_HEARTBEAT"
+
 DEFAULT_HEARTBEAT_SECONDS = 30.0
 FIRST_LINE_SECONDS = 5.0  # a phase's first heartbeat line comes this soon, whatever the interval
 
@@ -115,16 +114,7 @@ def format_duration(seconds: float) -> str:
 
 def heartbeat_interval() -> float:
     """Seconds between heartbeat lines: ``$GREENADAPT_HEARTBEAT`` (0 switches them off), else 30."""
-    raw = os.environ.get(HEARTBEAT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_HEARTBEAT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        raise UsageError(f"${HEARTBEAT_ENV}={raw!r} is not a number of seconds", hint="e.g. GREENADAPT_HEARTBEAT=60, or 0 for none") from None
-    if value < 0:
-        raise UsageError(f"${HEARTBEAT_ENV} must be 0 or more, got {raw}")
-    return value
+    return float(env_number(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_SECONDS))
 
 
 class AnnouncingProgress(HeartbeatProgress):

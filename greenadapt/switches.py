@@ -1,14 +1,17 @@
-"""``GREENADAPT_*`` switches: one reader, one spelling of on and off, anything else refused in one line.
+"""``GREENADAPT_*`` variables: one reader for the switches and one for the numbers, anything else refused in one line.
 
 A cron line that sets ``GREENADAPT_KEEP_GOING=yes`` means it: every switch takes 1/true/yes/on and 0/false/no/off (any
-case), and a value that is neither is refused before any work rather than read as off. The CLI checks them all when
-it starts (:func:`check_switches`), so the reads deeper down never meet a bad value.
+case), and a value that is neither is refused before any work rather than read as off. A number
+(``GREENADAPT_WORKERS``, ``GREENADAPT_HEARTBEAT``, ...) goes through the checks its command-line counterpart has: a
+number of its kind, finite, in its bounds. The CLI checks them all when it starts (:func:`check_environment`), so the
+reads deeper down, where a command first needs one, never meet a bad value.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 ON = ("1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")
@@ -36,10 +39,54 @@ def switch(name: str, default: bool | None = False, environ: Mapping[str, str] |
     raise UsageError(f"${name}={raw!r} is neither on nor off", hint=f"set it to {takes}, or unset it")
 
 
+WORKERS_ENV = "GREENADAPT_WORKERS"  # processes/threads of every stage (default: the cores this process may use)
+HEARTBEAT_ENV = "GREENADAPT_HEARTBEAT"  # seconds between progress lines in a log (0: none)
+TRACKER_TIMEOUT_ENV = "GREENADAPT_TRACKER_TIMEOUT"  # seconds a tracker's store may take to answer
+WATTS_ENV = "GREENADAPT_CPU_WATTS_PER_CORE"  # the energy estimate's watts per busy core
+MAX_SPOOL_ENV = "GREENADAPT_MAX_SPOOL_MB"  # what predict may spool of a compressed task file or stdin
+# name: (kind, least value, unit and example for the one line)
+NUMBERS: dict[str, tuple[type, float, str]] = {
+    WORKERS_ENV: (int, 1, "a whole number of at least 1, e.g. GREENADAPT_WORKERS=4"),
+    HEARTBEAT_ENV: (float, 0, "a number of seconds, e.g. GREENADAPT_HEARTBEAT=60, or 0 for none"),
+    TRACKER_TIMEOUT_ENV: (int, 1, "a whole number of seconds, e.g. 10"),
+    WATTS_ENV: (float, 0, "watts per busy core, e.g. 10"),
+    MAX_SPOOL_ENV: (int, 1, "a whole number of megabytes, e.g. 4096"),
+}
+
+
+def env_number(name: str, default: float | None = None, environ: Mapping[str, str] | None = None) -> Any:
+    """``$name`` as its kind (:data:`NUMBERS`): ``default`` when unset or empty; a value that is not a finite number of
+    that kind at or above its least is refused in one line."""
+    import math
+
+    from greenadapt.errors import UsageError
+
+    kind, least, expected = NUMBERS[name]
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw) if kind is float else int(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise UsageError(f"${name}={raw!r} is not {expected.split(', e.g.')[0]}", hint=f"{expected}; or unset it")
+    if value < least:
+        raise UsageError(f"${name}={raw!r} is below {least:g}", hint=f"{expected}; or unset it")
+    return value
+
+
 def check_switches(environ: Mapping[str, str] | None = None) -> None:
     """Every switch read once, so a misspelt one is refused before the command starts."""
     for name in SWITCHES:
         switch(name, environ=environ)
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Every ``GREENADAPT_*`` switch and number read once, before the command starts."""
+    check_switches(environ)
+    for name in NUMBERS:
+        env_number(name, environ=environ)
 
 
 def debugging() -> bool:

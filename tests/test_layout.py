@@ -14,7 +14,7 @@ import greenadapt
 
 LAYERS = [
     "__main__", "cli", "api", "report", "comparison", "runners", "inference", "adaptation", "corpus",
-    "tasks", "training", "modeling", "data", "artifacts", "families", "machine", "options", "structured_text", "defaults", "switches", "progress", "errors", "redaction", "version",
+    "tasks", "training", "modeling", "data", "artifacts", "families", "machine", "options", "structured_text", "defaults", "progress", "switches", "errors", "redaction", "version",
 ]
 ROOT = Path(greenadapt.__file__).parent
 

@@ -597,3 +597,18 @@ def test_an_address_where_something_else_answers_is_one_line_at_once(data: dict[
         server.shutdown()
     _one_line(code, err, 2)
     assert "not Ray's GCS" in err and "gcs_client" not in err, err
+
+
+@pytest.mark.parametrize("name", ["GREENADAPT_WORKERS", "GREENADAPT_HEARTBEAT", "GREENADAPT_TRACKER_TIMEOUT", "GREENADAPT_CPU_WATTS_PER_CORE",
+                                  "GREENADAPT_MAX_SPOOL_MB"])
+def test_every_numeric_variable_is_checked_as_its_option_would_be_before_any_work(name: str, data: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 71, item 4: environment variables go through the command line's checks (nan, inf, type, bounds), before any
+    work, whether or not the command would have read them (finetune reads no $GREENADAPT_WORKERS: it is still checked)."""
+    for value in ("nan", "inf", "-1", "lots"):
+        code, err = _capped_greenadapt(_finetune_args(data, tmp_path / "run"), tmp_path, **{name: value})
+        _one_line(code, err, 2)
+        assert f"${name}='{value}'" in err, err
+    assert not (tmp_path / "run").exists()
+    from greenadapt.switches import env_number
+
+    assert env_number(name, 7, environ={}) == 7 and env_number(name, environ={name: " 12 "}) == 12

@@ -22,7 +22,7 @@ def main() -> None:
     from greenadapt.errors import EXIT_INTERRUPTED, EXIT_RESOURCE, GreenAdaptError, Terminated
 
     global _EXITING
-    from greenadapt.switches import check_switches, debugging
+    from greenadapt.switches import check_environment, debugging
 
     debug = debugging()
     stop_on_signals(_STOP_SIGNALS, lambda: _EXITING)
@@ -31,7 +31,7 @@ def main() -> None:
         # e.g. 130 after it caught a KeyboardInterrupt itself.
         from greenadapt import cli
 
-        check_switches()
+        check_environment()
         tree = cli.command(sys.argv[1:])
         cli.refuse_repeated_options(tree, sys.argv[1:])
         returned = tree.main(prog_name="greenadapt", standalone_mode=False)

@@ -48,6 +48,7 @@ from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, j
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress, said_once
 from greenadapt.structured_text import NestedTooDeeply, loads_json
+from greenadapt.switches import MAX_SPOOL_ENV, env_number
 
 if TYPE_CHECKING:
     from greenadapt.inference.settings import PredictSettings
@@ -332,18 +333,12 @@ def write_lines(lines: Iterator[str], output: str | os.PathLike[str]) -> None:
             handle.flush()
 
 
-MAX_SPOOL_ENV = "GREENADAPT_MAX_SPOOL_MB"
 DEFAULT_MAX_SPOOL_MB = 4096  # a compressed task file or stdin decompressed to disk: far past any labelled test set
 
 
 def spool_limit() -> int:
     """Bytes a spooled input may take in $TMPDIR: ``$GREENADAPT_MAX_SPOOL_MB`` (default 4,096 MB)."""
-    raw = os.environ.get(MAX_SPOOL_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_SPOOL_MB << 20
-    if not raw.isdigit() or int(raw) < 1:
-        raise UsageError(f"${MAX_SPOOL_ENV}={raw!r} is not a size in MB", hint="a whole number of megabytes, e.g. 4096")
-    return int(raw) << 20
+    return int(env_number(MAX_SPOOL_ENV, DEFAULT_MAX_SPOOL_MB)) << 20
 
 
 def _spool(lines: Iterator[str], handle: IO[str], name: str = "<stdin>") -> Path:

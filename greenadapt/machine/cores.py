@@ -24,12 +24,11 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from greenadapt.switches import WORKERS_ENV, env_number
 
-from greenadapt.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-WORKERS_ENV = "GREENADAPT_WORKERS"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
 
@@ -98,17 +97,8 @@ def _v1_limits(mount: Path, path: str) -> list[float]:
 
 def available_cores(*, environ: Mapping[str, str] | None = None, cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int:
     """The default worker count: ``$GREENADAPT_WORKERS``, else min(affinity mask, cgroup quota rounded up), at least 1."""
-    env = os.environ if environ is None else environ
-    raw = env.get(WORKERS_ENV, "").strip()
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise UsageError(f"${WORKERS_ENV}={raw!r} is not a whole number of at least 1", hint="e.g. GREENADAPT_WORKERS=4, or unset it")
-        return value
-    return usable_cores(cgroup_root=cgroup_root, proc_cgroup=proc_cgroup)
+    workers = env_number(WORKERS_ENV, environ=environ)
+    return int(workers) if workers is not None else usable_cores(cgroup_root=cgroup_root, proc_cgroup=proc_cgroup)
 
 
 def usable_cores(*, cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int:

@@ -74,11 +74,11 @@ from typing import Any
 
 from greenadapt.machine.codecarbon_meter import METHOD_CODECARBON, CodecarbonMeter, codecarbon_wanted
 from greenadapt.machine.intensity import Intensity, resolve_intensity
+from greenadapt.switches import WATTS_ENV, env_number
 
 log = logging.getLogger(__name__)
 
 RAPL_ROOT = Path("/sys/class/powercap")
-WATTS_ENV = "GREENADAPT_CPU_WATTS_PER_CORE"
 
 CPU_WATTS_PER_CORE = 10.0
 RAM_WATTS_PER_GIB = 0.3725
@@ -239,12 +239,7 @@ def read_nvml_mj() -> int | None:
 
 
 def cpu_watts_per_core(environ: Mapping[str, str] | None = None) -> float:
-    raw = (os.environ if environ is None else environ).get(WATTS_ENV, "").strip()
-    try:
-        return float(raw) if raw else CPU_WATTS_PER_CORE
-    except ValueError:
-        log.warning("ignoring $%s=%r: not a number", WATTS_ENV, raw)
-        return CPU_WATTS_PER_CORE
+    return float(env_number(WATTS_ENV, CPU_WATTS_PER_CORE, environ=environ))
 
 
 def tdp_estimate_kwh(

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from greenadapt.errors import UsageError
+from greenadapt.switches import TRACKER_TIMEOUT_ENV, env_number
 
 log = logging.getLogger(__name__)
 
 REPORT_TO = ("tensorboard", "mlflow")
-TRACKER_TIMEOUT_ENV = "GREENADAPT_TRACKER_TIMEOUT"
 DEFAULT_TRACKER_TIMEOUT_S = 10
 # MLflow's retries of one request once the store has answered the probe (its default, 7 with backoff, is minutes).
 MLFLOW_RETRIES = 2
@@ -66,12 +66,7 @@ def check_report_to(names: Iterable[str]) -> tuple[str, ...]:
 
 def tracker_timeout() -> int:
     """Seconds a tracker's store may take to answer (``$GREENADAPT_TRACKER_TIMEOUT``, default 10)."""
-    text = os.environ.get(TRACKER_TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_TRACKER_TIMEOUT_S
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"${TRACKER_TIMEOUT_ENV}={text!r} is not a whole number of seconds", hint="e.g. 10")
-    return int(text)
+    return int(env_number(TRACKER_TIMEOUT_ENV, DEFAULT_TRACKER_TIMEOUT_S))
 
 
 def probe_trackers(names: Sequence[str]) -> None:
