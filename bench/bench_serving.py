@@ -76,6 +76,21 @@ def timed(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     return {"wall_s": wall, "peak_mib": peak}
 
 
+def slug_of(arm: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", arm.lower()).strip("-")
+
+
+def same_entities(predicted: Path, reference: Path) -> float:
+    """The share of sentences whose entities (start, end, label) equal the reference run's, line by line."""
+    def entities(path: Path) -> list[list[tuple[int, int, str]]]:
+        with path.open(encoding="utf-8") as lines:
+            return [sorted((e["start"], e["end"], e["label"]) for e in json.loads(line)["entities"]) for line in lines]
+
+    got, wanted = entities(predicted), entities(reference)
+    assert len(got) == len(wanted), (predicted, reference)
+    return sum(a == b for a, b in zip(got, wanted, strict=True)) / max(1, len(wanted))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=Path, required=True, help="a fine-tuned NER run folder (two tokenizers)")
@@ -97,7 +112,7 @@ def main() -> None:
                        env=env, check=True)
     rows = {}
     for arm, extra in ARMS.items():
-        slug = re.sub(r"[^a-z0-9]+", "-", arm.lower()).strip("-")
+        slug = slug_of(arm)
         figures: dict[str, float] = {}
         for what, source in (("cold", one), ("all", text)):
             best = None
@@ -123,17 +138,22 @@ def main() -> None:
         rows[arm] = figures
         print(f"{arm}: {figures}", file=sys.stderr, flush=True)
     reference = rows["greenadapt torch fp32"]
+    for arm, figures in rows.items():  # the goal's measure: sentences given exactly torch fp32's entities
+        if ARMS[arm] is not None:
+            figures["same_entities"] = same_entities(args.out / f"{slug_of(arm)}-all.jsonl", args.out / f"{slug_of('greenadapt torch fp32')}-all.jsonl")
     lines = [f"{args.sentences:,} sentences of {args.corpus.name}; F1 on {args.test.parent.name}/{args.test.name}; "
              f"GREENADAPT_CPU_AUTO_PRECISION={os.environ.get('GREENADAPT_CPU_AUTO_PRECISION', '(unset)')}",
              "",
-             "| arm | sentences/s | × torch fp32 | × torch auto | peak MiB (all sentences) | cold start s | test F1 | Δ F1 vs torch fp32 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| arm | sentences/s | × torch fp32 | × torch auto | peak MiB (all sentences) | cold start s | test F1 | Δ F1 vs torch fp32 "
+             "| sentences with torch fp32's entities |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     auto = rows["greenadapt torch auto (bf16 where the CPU has it)"]
     for arm, f in rows.items():
         f1 = f"{f['f1']:.2f}" if "f1" in f else "—"
         delta = f"{f['f1'] - reference['f1']:+.2f}" if "f1" in f else "—"
+        same = f"{100 * f['same_entities']:.2f}%" if "same_entities" in f else "—"
         lines.append(f"| {arm} | {f['sentences_per_s']:.1f} | {f['sentences_per_s'] / reference['sentences_per_s']:.2f} | "
-                     f"{f['sentences_per_s'] / auto['sentences_per_s']:.2f} | {f['all_peak_mib']:.0f} | {f['cold_wall_s']:.1f} | {f1} | {delta} |")
+                     f"{f['sentences_per_s'] / auto['sentences_per_s']:.2f} | {f['all_peak_mib']:.0f} | {f['cold_wall_s']:.1f} | {f1} | {delta} | {same} |")
     table = "\n".join(lines)
     print(table)
     (args.out / "table.md").write_text(table + "\n")
