@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=1000)
     args = parser.parse_args()
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.transformers import optimizer
     from transformers import AutoConfig, AutoModelForTokenClassification
 
@@ -102,6 +102,21 @@ def main() -> None:
         rate, outs = run_all(target, feed)
         agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
         print(f"| {name} | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
+    for quant_format in (QuantFormat.QOperator, QuantFormat.QDQ):  # static: activations' ranges from 12 batches
+        target = work / f"static-{quant_format.name}.onnx"
+
+        class Batches(CalibrationDataReader):
+            def __init__(self, batches: list[dict[str, np.ndarray]]) -> None:
+                self.batches = iter(batches)
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                return next(self.batches, None)
+
+        quantize_static(str(fp32), str(target), Batches(feed[::8][:12]), quant_format=quant_format, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        rate, outs = run_all(target, feed)
+        agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
+        print(f"| static int8, {quant_format.name}, calibrated on 12 batches | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
     profiled = session(made["int8 (greenadapt's)"], profile=str(work / "profile"))
     for b in feed[:20]:
         profiled.run(None, b)
