@@ -16,7 +16,6 @@ from typing import Any, Protocol, TextIO
 
 from greenadapt.switches import HEARTBEAT_ENV, env_number
 
-
 DEFAULT_HEARTBEAT_SECONDS = 30.0
 FIRST_LINE_SECONDS = 5.0  # a phase's first heartbeat line comes this soon, whatever the interval
 

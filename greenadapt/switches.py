@@ -44,13 +44,13 @@ HEARTBEAT_ENV = "GREENADAPT_HEARTBEAT"  # seconds between progress lines in a lo
 TRACKER_TIMEOUT_ENV = "GREENADAPT_TRACKER_TIMEOUT"  # seconds a tracker's store may take to answer
 WATTS_ENV = "GREENADAPT_CPU_WATTS_PER_CORE"  # the energy estimate's watts per busy core
 MAX_SPOOL_ENV = "GREENADAPT_MAX_SPOOL_MB"  # what predict may spool of a compressed task file or stdin
-# name: (kind, least value, unit and example for the one line)
-NUMBERS: dict[str, tuple[type, float, str]] = {
-    WORKERS_ENV: (int, 1, "a whole number of at least 1, e.g. GREENADAPT_WORKERS=4"),
-    HEARTBEAT_ENV: (float, 0, "a number of seconds, e.g. GREENADAPT_HEARTBEAT=60, or 0 for none"),
-    TRACKER_TIMEOUT_ENV: (int, 1, "a whole number of seconds, e.g. 10"),
-    WATTS_ENV: (float, 0, "watts per busy core, e.g. 10"),
-    MAX_SPOOL_ENV: (int, 1, "a whole number of megabytes, e.g. 4096"),
+# name: (kind, least value, what it takes, an example) for the one line that refuses a bad value
+NUMBERS: dict[str, tuple[type, float, str, str]] = {
+    WORKERS_ENV: (int, 1, "a whole number of at least 1", "GREENADAPT_WORKERS=4"),
+    HEARTBEAT_ENV: (float, 0, "a number of seconds", "GREENADAPT_HEARTBEAT=60, or 0 for none"),
+    TRACKER_TIMEOUT_ENV: (int, 1, "a whole number of seconds", "10"),
+    WATTS_ENV: (float, 0, "watts per busy core", "10"),
+    MAX_SPOOL_ENV: (int, 1, "a whole number of megabytes", "4096"),
 }
 
 
@@ -61,7 +61,7 @@ def env_number(name: str, default: float | None = None, environ: Mapping[str, st
 
     from greenadapt.errors import UsageError
 
-    kind, least, expected = NUMBERS[name]
+    kind, least, what, example = NUMBERS[name]
     raw = (os.environ if environ is None else environ).get(name, "").strip()
     if not raw:
         return default
@@ -69,10 +69,11 @@ def env_number(name: str, default: float | None = None, environ: Mapping[str, st
         value = float(raw) if kind is float else int(raw)
     except ValueError:
         value = math.nan
+    hint = f"{what}, e.g. {example}; or unset it"
     if not math.isfinite(value):
-        raise UsageError(f"${name}={raw!r} is not {expected.split(', e.g.')[0]}", hint=f"{expected}; or unset it")
+        raise UsageError(f"${name}={raw!r} is not {what}", hint=hint)
     if value < least:
-        raise UsageError(f"${name}={raw!r} is below {least:g}", hint=f"{expected}; or unset it")
+        raise UsageError(f"${name}={raw!r} is below {least:g}", hint=hint)
     return value
 
 

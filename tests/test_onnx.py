@@ -107,7 +107,7 @@ def test_the_export_is_cached_beside_the_weights_and_made_again_when_they_change
     shared = tmp_path / "user-cache"
     monkeypatch.setattr(onnx_runtime, "cache_root", lambda folder: shared)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # (find_export's user cache: empty)
-    monkeypatch.setattr(onnx_runtime, "find_export", lambda folder, quantize: None)
+    monkeypatch.setattr(onnx_runtime, "find_export", lambda folder, key: None)
     greenadapt.load(run, runtime="onnx")
     before = cache_key(run, "none")
     greenadapt.finetune("ner", runs["ner"], model=str(runs["root"] / "green"), out=run, epochs=3, lr=1e-2, batch_size=8, seed=7, device="cpu",
@@ -215,8 +215,7 @@ def test_qa_answers_alike_through_onnx(tmp_path: Path) -> None:
                               doc_stride=8, batch_size=4, lr=3e-3, max_steps=30, device="cpu", progress=False)
     answers = {}
     for runtime in ("torch", "onnx"):
-        greenadapt.qa(data, tmp_path / f"qa-{runtime}", model=str(run.path), max_length=32, device="cpu", runtime=runtime, progress=False,
-                      **({"precision": "fp32"} if runtime == "torch" and "precision" in greenadapt.qa.__signature__.parameters else {}))  # type: ignore[attr-defined]
+        greenadapt.qa(data, tmp_path / f"qa-{runtime}", model=str(run.path), max_length=32, device="cpu", runtime=runtime, progress=False)
         answers[runtime] = json.loads((tmp_path / f"qa-{runtime}" / "nbest.json").read_text())
     for qid in ("q1", "q2"):
         assert [a["text"] for a in answers["onnx"][qid][:3]] == [a["text"] for a in answers["torch"][qid][:3]]
@@ -230,3 +229,15 @@ def test_help_stays_free_of_onnx_runtime() -> None:
                            "try: main()\nexcept SystemExit: pass\nprint('onnxruntime' in sys.modules, 'torch' in sys.modules)"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=HANG_S, check=False)
     assert done.stdout.strip().splitlines()[-1] == "False False", done.stdout + done.stderr
+
+
+def test_a_gmap_folder_is_refused_before_anything_is_loaded_or_exported(tmp_path: Path) -> None:
+    """One refusal, where every ONNX path (predict, evaluate, qa, load, export) opens its model."""
+    from greenadapt.errors import UsageError
+    from greenadapt.inference.onnx_runtime import onnx_model
+    from greenadapt.modeling.gmap.wiring import CONFIG_FILE
+
+    (tmp_path / CONFIG_FILE).write_text("{}")
+    with pytest.raises(UsageError, match="G-MAP"):
+        onnx_model(tmp_path, lambda: pytest.fail("the torch model was loaded"))
+    assert not (tmp_path / ".greenadapt-cache").exists()

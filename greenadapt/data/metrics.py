@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+# -- chunks: from here to its end marker this code is also copied into a served model's serve_onnx.py
+# (greenadapt/inference/onnx_export.py), which must read entities as predict does without importing greenadapt.
 Chunk = tuple[int, int, str]  # (first word, last word, type), inclusive
 
 
@@ -63,6 +65,7 @@ def chunks(tags: Sequence[str]) -> list[Chunk]:
             start = position
         prev_tag, prev_type = tag, kind
     return found
+# -- end of chunks
 
 
 def can_cut_before(tags: Sequence[str], position: int) -> bool:

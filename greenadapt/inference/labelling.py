@@ -95,7 +95,6 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
     the one recorded at training, or ``options.general_model`` (checked by weights). ``runtime="onnx"``: the same
     model run by ONNX Runtime (:mod:`greenadapt.inference.onnx_runtime`; ``quantize="int8"`` its int8 form).
     """
-    import transformers
 
     from greenadapt.modeling.gmap import wiring as gmap
 
@@ -110,35 +109,30 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
     else:
         if general_model is not None:
             raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=folder, hint="leave it out")
-        from greenadapt.artifacts.model_weights import check_weights_load_safely
-
-        check_weights_load_safely(folder)
-        with quiet_transformers():
-            loaded = getattr(transformers, task.auto_model).from_pretrained(str(folder))
+        loaded = load_finetuned_weights(folder, task)
     ctx = DistContext(device=pick_device(device))
     loaded.to(ctx.device)
     loaded.eval()
     return FinetunedModel(folder, settings, tokenizers, loaded, ctx, memory)
 
 
-def _open_onnx(folder: Path, settings: TaskSettings, tokenizers: TokenizerPair, task: Any, quantize: str) -> FinetunedModel:
-    """The fine-tuned model run by ONNX Runtime on the CPU (exported on first use, from the cache after)."""
+def load_finetuned_weights(folder: Path, task: Any) -> Any:
+    """The torch model of a fine-tuned NER or classification folder (its weights checked to load without code)."""
     import transformers
 
     from greenadapt.artifacts.model_weights import check_weights_load_safely
+
+    check_weights_load_safely(folder)
+    with quiet_transformers():
+        return getattr(transformers, task.auto_model).from_pretrained(str(folder))
+
+
+def _open_onnx(folder: Path, settings: TaskSettings, tokenizers: TokenizerPair, task: Any, quantize: str) -> FinetunedModel:
+    """The fine-tuned model run by ONNX Runtime on the CPU (exported on first use, from the cache after)."""
     from greenadapt.inference.onnx_runtime import onnx_model
-    from greenadapt.modeling.gmap import wiring as gmap
 
-    if gmap.is_gmap_folder(folder):
-        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=folder,
-                         hint="use --runtime torch")
-
-    def load() -> Any:
-        check_weights_load_safely(folder)
-        with quiet_transformers():
-            return getattr(transformers, task.auto_model).from_pretrained(str(folder))
-
-    return FinetunedModel(folder, settings, tokenizers, onnx_model(folder, load, quantize=quantize), DistContext(device=pick_device("cpu")))
+    model = onnx_model(folder, lambda: load_finetuned_weights(folder, task), quantize=quantize)
+    return FinetunedModel(folder, settings, tokenizers, model, DistContext(device=pick_device("cpu")))
 
 
 @dataclass

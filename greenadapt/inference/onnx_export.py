@@ -56,7 +56,7 @@ def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
     """``greenadapt export --onnx``: see the module's docstring."""
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, load_tokenizers
     from greenadapt.inference.labelling import find_model_folder
-    from greenadapt.inference.onnx_runtime import cache_key, require_onnxruntime
+    from greenadapt.inference.onnx_runtime import cache_key, require_onnxruntime, weights_digest
     from greenadapt.tasks import get_task
 
     require_onnxruntime()
@@ -69,38 +69,35 @@ def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
     assert run.out is not None
     tokenizers = load_tokenizers(folder)
     formats = ("fp32", "int8") if settings.quantize == "both" else (settings.quantize,)
-    config = {"model": str(folder), "weights": {f: cache_key(folder, "none" if f == "fp32" else "int8") for f in formats}}
+    weights = weights_digest(folder)  # hashed once, for every format
+    keys = {f: cache_key(folder, "none" if f == "fp32" else "int8", weights=weights) for f in formats}
+    config = {"model": str(folder), "weights": keys}
     with StageRun(KIND, run.out, config, [{"path": str(folder), "kind": "finetune"}], force=run.force, wait=run.wait) as stage:
         if stage.skipped:
             assert stage.manifest is not None
             return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
         with resource_errors(stage.tmp):
-            files = _write(folder, task_settings, task, tokenizers, formats, stage.tmp, GENERAL_TOKENIZER_DIR)
+            files = _write(folder, task_settings, task, tokenizers, formats, keys, stage.tmp, GENERAL_TOKENIZER_DIR)
         manifest = stage.commit(stats={"task": task_settings.task, "formats": list(formats), "views": 2 if tokenizers.has_domain else 1,
                                        "files": files})
     log.info("export: %s -> %s", folder, stage.out)
     return StageOutcome(stage.out, manifest, False)
 
 
-def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats: tuple[str, ...], dest: Path, general_dir: str) -> list[str]:
-    import transformers
-
-    from greenadapt.artifacts.model_weights import check_weights_load_safely
-    from greenadapt.artifacts.pretrained import quiet_transformers
-    from greenadapt.inference.onnx_runtime import cached_export, find_export
+def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats: tuple[str, ...], keys: dict[str, str], dest: Path,
+           general_dir: str) -> list[str]:
+    from greenadapt.inference.labelling import load_finetuned_weights
+    from greenadapt.inference.onnx_runtime import ensure_export
 
     loaded: list[Any] = []
 
-    def model() -> Any:
+    def model() -> Any:  # loaded once, and only if an export is not in the cache
         if not loaded:
-            check_weights_load_safely(folder)
-            with quiet_transformers():
-                loaded.append(getattr(transformers, task.auto_model).from_pretrained(str(folder)))
+            loaded.append(load_finetuned_weights(folder, task))
         return loaded[0]
 
     for fmt in formats:
-        quantize = "none" if fmt == "fp32" else "int8"
-        made = find_export(folder, quantize) or cached_export(folder, model(), quantize=quantize)
+        made = ensure_export(folder, "none" if fmt == "fp32" else "int8", model, key=keys[fmt])
         shutil.copyfile(made, dest / MODEL_FILES[fmt])
         for side in made.parent.glob(f"{made.name}*.data"):  # weights past 2 GB live beside the graph
             shutil.copyfile(side, dest / side.name)
@@ -128,20 +125,24 @@ def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats
     return sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
 
 
-SENTENCES_PLACEHOLDER = "# @sentences@"
+# What the export puts into serve_onnx.py's template: placeholder -> (module, block), the code between the module's
+# "# -- <block>:" and "# -- end of <block>" markers, so that the served model cuts sentences and reads entities with
+# greenadapt's own code, not a copy of it.
+SHARED_BLOCKS = {"# @sentences@": ("greenadapt.corpus.words", "sentences"), "# @chunks@": ("greenadapt.data.metrics", "chunks")}
 
 
 def standalone_script() -> str:
-    """``serve_onnx.py`` as it is written into an export: its template with greenadapt's sentence splitter put in (the
-    one in :mod:`greenadapt.corpus.words`, between its markers), so that it cuts text as predict does without greenadapt."""
+    """``serve_onnx.py`` as it is written into an export: its template with greenadapt's sentence splitter and entity
+    reader put in (:data:`SHARED_BLOCKS`), so that it gives predict's entities without greenadapt."""
+    import importlib
     from importlib.resources import files
 
-    import greenadapt.corpus.words as words
-
-    source = Path(str(words.__file__)).read_text(encoding="utf-8")
-    body = source[source.index("# -- sentences:"):source.index("# -- end of sentences")]
-    template = (files("greenadapt.inference.standalone") / SCRIPT).read_text(encoding="utf-8")
-    return template.replace(SENTENCES_PLACEHOLDER, body.rstrip() + "\n")
+    script = (files("greenadapt.inference.standalone") / SCRIPT).read_text(encoding="utf-8")
+    for placeholder, (module, block) in SHARED_BLOCKS.items():
+        source = Path(str(importlib.import_module(module).__file__)).read_text(encoding="utf-8")
+        body = source[source.index(f"# -- {block}:"):source.index(f"# -- end of {block}")]
+        script = script.replace(placeholder, body.rstrip() + "\n")
+    return script
 
 
 def _card(folder: Path, task_settings: Any, views: list[str], formats: tuple[str, ...]) -> str:

@@ -99,13 +99,15 @@ class OnnxModel:
 
 def onnx_model(folder: Path, load: Any, *, quantize: str = "none") -> OnnxModel:
     """``folder``'s model as ONNX Runtime runs it: from the cache (the torch weights are then never loaded), or
-    exported now from ``load()`` (the torch model)."""
-    found = find_export(folder, quantize)
-    if found is None:
-        found = cached_export(folder, load(), quantize=quantize)
+    exported now from ``load()`` (the torch model). A G-MAP folder is refused: its fusion reads a second model."""
     from transformers import AutoConfig
 
-    return OnnxModel(found, AutoConfig.from_pretrained(str(folder)), threads=_torch_threads())
+    from greenadapt.modeling.gmap import wiring as gmap
+
+    if gmap.is_gmap_folder(folder):
+        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=folder,
+                         hint="use --runtime torch")
+    return OnnxModel(ensure_export(folder, quantize, load), AutoConfig.from_pretrained(str(folder)), threads=_torch_threads())
 
 
 def _torch_threads() -> int:
@@ -114,14 +116,25 @@ def _torch_threads() -> int:
     return torch.get_num_threads()  # the same cores torch would use here (its affinity and cgroup view)
 
 
-def cache_key(folder: Path, quantize: str) -> str:
-    """What an export is made from: the weights and config (their SHA-256), the quantization, the exporter's format."""
+def weights_digest(folder: Path) -> str:
+    """The SHA-256 of ``folder``'s weights and config: what every export of the folder is made from."""
     from greenadapt.artifacts.files import sha256_file
 
-    digest = hashlib.sha256(f"{EXPORT_FORMAT}\n{quantize}\n".encode())
+    digest = hashlib.sha256()
     for name in sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json"):
         digest.update(f"{name}\n{sha256_file(folder / name)}\n".encode())
-    return digest.hexdigest()[:24]
+    return digest.hexdigest()
+
+
+def cache_key(folder: Path, quantize: str, *, weights: str | None = None) -> str:
+    """An export's name in the cache: the weights and config (:func:`weights_digest`, or ``weights`` where the caller
+    has it), the quantization, the exporter's format."""
+    weights = weights or weights_digest(folder)
+    return hashlib.sha256(f"{EXPORT_FORMAT}\n{quantize}\n{weights}\n".encode()).hexdigest()[:24]
+
+
+def _user_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "greenadapt"
 
 
 def cache_root(folder: Path) -> Path:
@@ -129,28 +142,32 @@ def cache_root(folder: Path) -> Path:
     own = folder / CACHE_FOLDER
     if os.access(folder, os.W_OK) and (not own.exists() or os.access(own, os.W_OK)):
         return own
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "greenadapt"
+    return _user_cache()
 
 
-def find_export(folder: Path, quantize: str) -> Path | None:
-    """The cached ONNX file of ``folder``'s weights at ``quantize``, in its own cache or the user's; None if not made yet."""
-    key = cache_key(folder, quantize)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "greenadapt"
-    for root in (folder / CACHE_FOLDER, base):
+def ensure_export(folder: Path, quantize: str, load: Any, *, key: str | None = None) -> Path:
+    """The ONNX file of ``folder``'s weights at ``quantize``: from its own cache or the user's, else exported from
+    ``load()`` (the torch model). ``key``: :func:`cache_key`, where the caller has it (the weights hashed once)."""
+    key = key or cache_key(folder, quantize)
+    return find_export(folder, key) or cached_export(folder, key, load(), quantize=quantize)
+
+
+def find_export(folder: Path, key: str) -> Path | None:
+    """The cached ONNX file of ``key`` (:func:`cache_key`), in ``folder``'s own cache or the user's; None if not made yet."""
+    for root in (folder / CACHE_FOLDER, _user_cache()):
         if (root / "onnx" / key / MODEL_FILE).is_file():
             log.info("ONNX model from the cache: %s", root / "onnx" / key)
             return root / "onnx" / key / MODEL_FILE
     return None
 
 
-def cached_export(folder: Path, model: Any, *, quantize: str) -> Path:
-    """The ONNX file of ``folder``'s model at ``quantize``: found in the cache, else exported, quantized and put there
+def cached_export(folder: Path, key: str, model: Any, *, quantize: str) -> Path:
+    """The ONNX file of ``folder``'s ``model`` at ``quantize`` under ``key``: exported, quantized and put in the cache
     whole (written in a temporary folder and renamed into place, under a lock, so two processes make it once)."""
     from greenadapt.artifacts.locks import release_output_lock, take_output_lock
 
     root = cache_root(folder)
-    target = root / "onnx" / cache_key(folder, quantize)
+    target = root / "onnx" / key
     if (target / MODEL_FILE).is_file():
         return target / MODEL_FILE
     make_cache(root)

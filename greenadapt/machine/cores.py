@@ -24,8 +24,8 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from greenadapt.switches import WORKERS_ENV, env_number
 
+from greenadapt.switches import WORKERS_ENV, env_number
 
 log = logging.getLogger(__name__)
 

@@ -303,14 +303,9 @@ def _open_qa_onnx(settings: SettledQa, options: QaOptions) -> OpenedQa:
     from greenadapt.inference.onnx_runtime import onnx_model
     from greenadapt.inference.qa.infer import QaRunner
     from greenadapt.inference.qa.model import load_qa_model
-    from greenadapt.modeling.gmap import wiring as gmap
-
-    folder = settings.folder
-    if gmap.is_gmap_folder(folder.path):
-        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=folder.path,
-                         hint="use --runtime torch")
     from greenadapt.machine.devices import pick_device
 
+    folder = settings.folder
     cpu = pick_device("cpu", allow_mps=False)
     model = onnx_model(folder.path, lambda: load_qa_model(folder.ref, cpu), quantize=options.quantize)
     folder.check_rows(model.get_input_embeddings().num_embeddings)

@@ -28,20 +28,8 @@ from tokenizers import Tokenizer
 # @sentences@
 
 
-def chunks(tags: list[str]) -> list[tuple[int, int, str]]:
-    """(first word, last word, type) of each entity, as conlleval reads the tags (greenadapt.data.metrics.chunks)."""
-    found: list[tuple[int, int, str]] = []
-    prev_tag, prev_type, start = "O", "", None
-    for position, label in enumerate([*tags, "O"]):
-        tag, _, kind = label.partition("-")
-        ends = prev_tag in ("E", "S") or (prev_tag in ("B", "I") and tag in ("B", "S", "O")) or (prev_tag != "O" and prev_type != kind)
-        if start is not None and ends:
-            found.append((start, position - 1, prev_type))
-            start = None
-        if tag in ("B", "S") or (prev_tag in ("E", "S", "O") and tag in ("E", "I")) or (tag != "O" and prev_type != kind):
-            start = position
-        prev_tag, prev_type = tag, kind
-    return found
+# Entities from tags: conlleval's rules as greenadapt reads them (greenadapt.data.metrics.chunks), put here by the export.
+# @chunks@
 
 
 class Exported:
@@ -76,7 +64,7 @@ class Exported:
             best = probabilities.argmax(axis=1)
             tags = [self.labels[i] for i in best]
             scores = probabilities[np.arange(len(words)), best]
-            for first, last, kind in chunks(tags):
+            for first, last, kind in chunks(tags):  # type: ignore[name-defined]  # noqa: F821  (put in by the export)
                 a, b = spans[first][0], spans[last][1]
                 found.append({"start": a, "end": b, "text": text[a:b], "label": kind or "ENTITY",
                               "score": float(np.mean(scores[first : last + 1]))})
