@@ -90,11 +90,10 @@ def make_expanded(base: Path, words: list[list[str]], n_new: int, folder: Path) 
 
 def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, device: str,
                    precision: str = "auto") -> dict[str, float]:
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
-    training = TrainConfig(mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5, precision=precision)
-    finetune_stage(FinetuneOptions(task="ner", train=data, model=str(model), out=out, training=training, device=device, force=True))
+    finetune(task="ner", train=data, model=str(model), out=out, mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5, precision=precision,
+             device=device, force=True)
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     log = [r for r in log if "event" not in r]
     seconds = (log[-1]["seconds"] - log[skip - 1]["seconds"]) / (len(log) - skip)
@@ -226,14 +225,16 @@ def same_sequences_run(base: Path, batches: list[dict[str, Any]], batch_size: in
     """The plain loop's exact batches through greenadapt's training runtime (Trainer.step inside run_training)."""
     import torch
 
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+    from greenadapt.tasks import get_task
     from greenadapt.training.distributed import DistContext
-    from greenadapt.training.finetuning import TrainConfig
     from greenadapt.training.runtime import TrainingTask, run_training
     from greenadapt.training.trainer import Trainer
 
     model = _token_model(base, device)
     steps = len(batches)
-    trainer = Trainer(model, TrainConfig(batch_size=batch_size, lr=5e-5, max_steps=steps, seed=0), DistContext(device=device), total_steps=steps)
+    settings = FinetuneSettings(task="ner", train=Path("train.tsv"), batch_size=batch_size, lr=5e-5, max_steps=steps, seed=0)
+    trainer = Trainer(model, get_task("ner").filled(settings), DistContext(device=device), total_steps=steps)
 
     class SameBatches(TrainingTask):
         def epoch_batches(self, epoch: int, step: int) -> list[int]:

@@ -3,7 +3,7 @@
 Domain model: an expanded MiniLM (a `greenadapt adapt`/`expand` output
 folder, T̂ + T_LM); general model: the MiniLM it was expanded from (the
 default: read from the expand manifest). Both parts call the same library
-function as `greenadapt finetune` (``finetune_stage``) in this process.
+function as `greenadapt finetune` (``greenadapt.finetune``) in this process.
 
 (a) ``step``: finetune's own optimizer step (the training runtime's ``Trainer.step`` on ``FinetuneTask``: collate,
 forward, loss, backward, AdamW, the row-wise added embeddings) on the same
@@ -66,17 +66,16 @@ def subset(source: Path, n: int, seed: int, folder: Path, labels: set[str] | Non
 
 def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path, *, gmap: str, seeds: list[int], **training: Any) -> dict[str, Any]:
     from greenadapt.modeling.gmap.options import GmapOptions
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
-    options = FinetuneOptions(
+    options = dict(
         task="classify",
         train=train,
         test=test,
         model=str(args.domain),
         out=out,
         workdir=args.out.parent / "work",
-        training=TrainConfig(batch_size=args.batch_size, lr=args.lr, eval_batch_size=64, **training),
+        **dict(batch_size=args.batch_size, lr=args.lr, eval_batch_size=64, **training),
         seeds=seeds,
         max_length=args.max_length,
         metric="micro_f1",
@@ -85,7 +84,7 @@ def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path
         gmap=GmapOptions(strategy=gmap, general_model=args.general),
     )
     started = time.perf_counter()
-    outcome = finetune_stage(options)
+    outcome = finetune(**options)
     manifest = outcome.manifest
     manifest["_wall_seconds"] = time.perf_counter() - started
     return manifest
@@ -102,7 +101,8 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     from greenadapt.modeling.gmap.options import GmapOptions
     from greenadapt.tasks import TaskSettings, get_task
     from greenadapt.training.distributed import DistContext
-    from greenadapt.training.finetuning import FinetuneTask, TrainConfig, prepare_trainer
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+    from greenadapt.training.finetuning import FinetuneTask, prepare_trainer
 
     train = subset(CHEMPROT / "train.txt", (args.steps + args.skip) * args.batch_size, 0, args.out.parent / "data")
     task = get_task("classify")
@@ -115,7 +115,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     setup = gmap.prepare(GmapOptions(strategy="chunk", general_model=args.general), ref, tokenizers.general)
     assert setup is not None
     gmap.attach_memory(units, task_file.examples, setup.tokenizer, setup.max_length)
-    config = TrainConfig(mix=0.5, batch_size=args.batch_size, lr=args.lr, epochs=1, seed=1)
+    config = task.filled(FinetuneSettings(task="classify", train=train, mix=0.5, batch_size=args.batch_size, lr=args.lr, epochs=1, seed=1))
     ctx = DistContext(device=args.device)
     steppers = {}
     for name in ("none", "chunk"):

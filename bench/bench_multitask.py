@@ -78,43 +78,32 @@ def prepare(root: Path, train_limit: int, dev_limit: int, seed: int) -> list[dic
 
 
 def run_separate(model: Path, tasks: list[dict], out: Path, args: argparse.Namespace) -> dict:
-    from greenadapt.data.task_files import ReaderOptions
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     scores, params, started = {}, 0, time.perf_counter()
     for task in tasks:
-        reader = ReaderOptions(**{k: task[k] for k in ("text_field", "label_field", "header") if k in task})
-        training = TrainConfig(mix=0.0, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, seed=args.seed)
-        outcome = finetune_stage(FinetuneOptions(
-            task=task["type"], train=task["train"], dev=task["dev"], model=str(model), out=out / task["name"],
-            reader=reader, training=training, metric=task["metric"], positive_label=task.get("positive_label"),
-            max_length=args.max_length, device="cpu", force=True,
-        ))
+        reader = {k: task[k] for k in ("text_field", "label_field", "header") if k in task}
+        outcome = finetune(
+            task=task["type"], train=task["train"], dev=task["dev"], model=str(model), out=out / task["name"], **reader,
+            mix=0.0, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, seed=args.seed, metric=task["metric"],
+            positive_label=task.get("positive_label"), max_length=args.max_length, device="cpu", force=True,
+        )
         scores[task["name"]] = outcome.manifest["stats"]["summary"]["dev"]["mean"]
         params += _count(out / task["name"] / "model.safetensors")
     return {"scores": scores, "parameters": params, "seconds": time.perf_counter() - started}
 
 
 def run_multi(model: Path, tasks: list[dict], out: Path, adapter: str, args: argparse.Namespace) -> dict:
-    from greenadapt.data.task_files import ReaderOptions
-    from greenadapt.modeling.pals.config import PalsConfig
-    from greenadapt.runners.multitask.run import MultitaskOptions, multitask_stage
-    from greenadapt.runners.multitask.spec import TaskSpec
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import multitask
 
-    specs = [
-        TaskSpec(t["name"], t["type"], t["train"], dev=t["dev"],
-                 reader=ReaderOptions(**{k: t[k] for k in ("text_field", "label_field", "header") if k in t}),
-                 metric=t["metric"], positive_label=t.get("positive_label"))
-        for t in tasks
-    ]
+    keys = ("name", "type", "train", "dev", "text_field", "label_field", "header", "metric", "positive_label")
+    specs = [",".join(f"{k}={t[k]}" for k in keys if t.get(k) is not None) for t in tasks]
     started = time.perf_counter()
-    outcome = multitask_stage(MultitaskOptions(
-        tasks=specs, model=str(model), out=out, pals=PalsConfig(adapter=adapter, size=args.pal_size, heads=args.pal_heads),
-        training=TrainConfig(mix=0.0, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, seed=args.seed),
+    outcome = multitask(
+        task=specs, model=str(model), out=out, adapter=adapter, pal_size=args.pal_size, pal_heads=args.pal_heads,
+        mix=0.0, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, seed=args.seed,
         sampling=args.sampling, freeze_base=args.freeze_base, max_length=args.max_length, device="cpu", force=True,
-    ))
+    )
     stats = outcome.manifest["stats"]
     return {
         "scores": {name: s["dev"] for name, s in stats["scores"].items()},

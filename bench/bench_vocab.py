@@ -69,8 +69,7 @@ def expanded_copy(base: Path, n_new: int, folder: Path) -> Path:
 
 
 def run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: int, *, dense: bool = False) -> dict[str, float]:
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     if dense:  # the whole table under plain dense AdamW (bench/dense_embeddings.py), the reference for the row-wise update
         from dense_embeddings import dense_install
@@ -79,8 +78,8 @@ def run(model: Path, data: Path, out: Path, steps: int, batch_size: int, skip: i
 
         embeddings.install = dense_install  # type: ignore[assignment]
 
-    training = TrainConfig(mix=0.0, max_steps=steps, batch_size=batch_size, lr=5e-5, train_embeddings="all")
-    outcome = finetune_stage(FinetuneOptions(task="ner", train=data, model=str(model), out=out, training=training, device="cpu", force=True))
+    outcome = finetune(task="ner", train=data, model=str(model), out=out, mix=0.0, max_steps=steps, batch_size=batch_size, lr=5e-5,
+                       train_embeddings="all", device="cpu", force=True)
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     log = [r for r in log if "event" not in r]
     return {

@@ -69,6 +69,9 @@ class Declaration:
     argument: bool = False  # a positional command-line argument (predict's INPUT)
     recorded: bool = True  # in options.json and the manifest (False: an alias whose value another option holds)
     public: Callable[[Any], Any] | None = None  # the value as it may be written down (a corpus URL without its credentials)
+    # In a training stage's fingerprint: "always", or "when set" for an option newer than the run folders that exist
+    # (left out at its default, so those stay up to date). None: speed only, or recorded elsewhere.
+    fingerprint: str | None = None
 
     @property
     def flag(self) -> str:
@@ -117,7 +120,7 @@ _FIELDS: dict[type, tuple[tuple[dataclasses.Field[Any], Declaration], ...]] = {}
 def _declared_fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Declaration], ...]:
     by_name = {f.name: f for f in dataclasses.fields(cls) if _META in f.metadata}
     # A command's own options first, then each mixin's (the order of --help's panels and of options.json).
-    order = [name for klass in cls.__mro__ for name in vars(klass).get("__annotations__", {}) if name in by_name]
+    order = [name for klass in cls.__mro__ if issubclass(klass, Settings) for name in vars(klass).get("__annotations__", {}) if name in by_name]
     twice = sorted({name for name in order if order.count(name) > 1})
     if twice:  # a subclass that declares a mixin's option again: two declarations, one silently winning
         raise TypeError(f"{cls.__name__}: {', '.join(twice)} declared twice (in the class and a mixin it takes): declare each option once")
@@ -205,6 +208,16 @@ class Settings:
 
     def check(self) -> None:
         """Checks between options (one option's own checks are in its declaration); raises UsageError."""
+
+    def replaced(self: S, **values: Any) -> S:
+        """A copy with ``values`` that are valid by construction (one of its own seeds, a task's defaults), not checked again:
+        every check runs once per run, when the settings are made."""
+        copy = object.__new__(type(self))
+        for field in dataclasses.fields(self):
+            object.__setattr__(copy, field.name, values.pop(field.name, getattr(self, field.name)))
+        if values:
+            raise TypeError(f"{type(self).__name__} has no option {', '.join(values)}")
+        return copy
 
     @classmethod
     def build(cls: type[S], config: str | os.PathLike[str] | Mapping[str, Any] | None = None, /, **values: Any) -> S:

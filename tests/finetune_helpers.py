@@ -12,6 +12,7 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from conftest import build_tiny_bert
 
@@ -131,3 +132,20 @@ def tiny_comparison(root: Path) -> dict[str, Path]:
         "train": write_ner_file(root / "train.tsv", 32, seed=1),
         "test": write_ner_file(root / "test.tsv", 40, seed=2),
     }
+
+
+def loop_settings(**values: Any) -> Any:
+    """What finetune's training loop receives: finetune's settings as made, the NER task's defaults filled in."""
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+    from greenadapt.tasks import get_task
+
+    return get_task("ner").filled(FinetuneSettings(task="ner", train=Path("train.tsv"), **values))
+
+
+def comparison(out: Path, **values: Any) -> Any:
+    """One comparison as compare runs it: its settings as made, its folder ``out``."""
+    from greenadapt.comparison.recipe import Comparison
+    from greenadapt.comparison.settings import CompareSettings
+    from greenadapt.options import Run
+
+    return Comparison(CompareSettings(**values), Run(out=out))

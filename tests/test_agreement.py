@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from cli_helpers import run_cli
 from conftest import build_tiny_bert
-from finetune_helpers import build_tiny_expanded, write_ner_file
+from finetune_helpers import build_tiny_expanded, comparison, write_ner_file
 
 from greenadapt.errors import EXIT_USAGE
 
@@ -188,28 +188,27 @@ def test_both_views_is_implied_by_agreement(files: dict[str, Path]) -> None:
 
 
 def test_compare_gives_the_agreement_to_the_variant_it_names_only(files: dict[str, Path]) -> None:
-    from greenadapt.comparison.recipe import CompareOptions
     from greenadapt.comparison.recipe import finetune_arguments
 
-    options = CompareOptions(task="ner", train=files["train"], test=files["test"], out=files["root"] / "cmp",
+    options = comparison(files["root"] / "cmp", task="ner", train=files["train"], test=files["test"],
                              models=(("green", str(files["model"])), ("green-agree", str(files["model"]))), agreements=(("green-agree", 1.0),))
     options.check()
     assert "agreement" not in finetune_arguments(options, str(files["model"]), 1, files["root"] / "x", name="green")
     assert finetune_arguments(options, str(files["model"]), 1, files["root"] / "y", name="green-agree")["agreement"] == 1.0
     with pytest.raises(Exception, match="names no --model"):
-        CompareOptions(task="ner", train=files["train"], test=files["test"], out=files["root"] / "cmp2",
+        comparison(files["root"] / "cmp2", task="ner", train=files["train"], test=files["test"],
                        models=(("green", str(files["model"])), ("base", str(files["model"]))), agreements=(("nope", 1.0),)).check()
 
 
 def test_compare_checks_each_variants_own_options_before_any_run(files: dict[str, Path], tmp_path: Path) -> None:
-    from greenadapt.comparison.recipe import CompareOptions, finetune_arguments
+    from greenadapt.comparison.recipe import finetune_arguments
     from greenadapt.errors import UsageError
 
     plain = build_tiny_bert(tmp_path / "plain", head="base")
     models = (("base", str(plain)), ("base-rdrop", str(plain)), ("green-both", str(files["model"])))
 
-    def options(**variant: object) -> CompareOptions:
-        return CompareOptions(task="ner", train=files["train"], test=files["test"], out=tmp_path / "cmp", models=models, **variant)  # type: ignore[arg-type]
+    def options(**variant: object) -> object:
+        return comparison(tmp_path / "cmp", task="ner", train=files["train"], test=files["test"], models=models, **variant)
 
     arms = options(agreements=(("base-rdrop", 1.0),), both_views=("green-both",))
     arms.check()  # R-Drop on the one-tokenizer model is a valid arm
@@ -223,5 +222,5 @@ def test_compare_checks_each_variants_own_options_before_any_run(files: dict[str
         ({"both_views": ("green-both", "green-both")}, "names one model twice"),
     ):
         with pytest.raises(UsageError, match=message):
-            options(**variant).check()
+            options(**variant).check()  # when the settings are made, or before the first run
     assert not (tmp_path / "cmp").exists()

@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -355,15 +354,14 @@ def test_qa_answer_equals_greenadapt_qa(tmp_path: Path, monkeypatch: pytest.Monk
     import transformers.dynamic_module_utils as dynamic
 
     from greenadapt.runners.qa.run import QaOptions, qa_stage
-    from greenadapt.runners.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
 
     context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
     data = squad_file(
         tmp_path / "train.json",
         [{"paragraphs": [paragraph(context, ("q1", "What was high?", [("Heart rate", 0)]), ("q2", "What was the main treatment?", [("Ventilation", 36)]))]}],
     )
-    options = QaTrainOptions(max_length=32, doc_stride=8, training=replace(QA_TRAINING, batch_size=4, lr=3e-3, max_steps=30, seed=3))
-    trained = run_finetune_qa(str(build_tiny_expanded_qa(tmp_path / "model")), data, tmp_path / "ft", options=options)
+    trained = greenadapt.finetune(task="qa", train=data, model=str(build_tiny_expanded_qa(tmp_path / "model")), out=tmp_path / "ft",
+                                  max_length=32, doc_stride=8, batch_size=4, lr=3e-3, max_steps=30, seed=3)
     answered = qa_stage(str(trained.path), data, options=QaOptions(max_length=32, device="cpu"), run=Run(out=tmp_path / "qa"))
     expected = json.loads((answered.path / "predictions.json").read_text())
     model = greenadapt.load(trained.path, device="cpu", max_length=32)  # the windows `greenadapt qa --max-length 32` used

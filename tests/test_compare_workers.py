@@ -133,12 +133,13 @@ def test_workers_are_spread_over_the_gpus_each_pinned_before_it_touches_cuda(tmp
 def test_compare_chooses_the_gpus_of_its_workers(tmp_path: Path) -> None:
     import pytest
 
-    from greenadapt.comparison.recipe import CompareOptions
+    from finetune_helpers import comparison
+
     from greenadapt.comparison.dispatch import worker_devices
     from greenadapt.errors import UsageError
 
-    def options(**values: Any) -> CompareOptions:
-        return CompareOptions(task="ner", train=tmp_path, test=tmp_path, models=(("a", "x"), ("b", "y")), out=tmp_path / "cmp", **values)
+    def options(**values: Any) -> Any:
+        return comparison(tmp_path / "cmp", task="ner", train=tmp_path, test=tmp_path, models=(("a", "x"), ("b", "y")), **values)
 
     assert worker_devices(options(devices=("2", "3"))) == ["2", "3"]
     assert worker_devices(options(device="cuda:3")) == ["3"]

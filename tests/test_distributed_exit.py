@@ -176,12 +176,11 @@ RUN_SCRIPT = textwrap.dedent(
             device="cpu", training=PretrainConfig(batch_size=8, max_steps=6, lr=3e-3, seed=5), save_every=3,
         ))
     else:
-        from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-        from greenadapt.training.finetuning import TrainConfig
+        from greenadapt import finetune
 
-        finetune_stage(FinetuneOptions(
+        finetune(**dict(
             task="ner", train=Path(data), model=model, out=Path(out), device="cpu", seeds=[5],
-            training=TrainConfig(batch_size=8, lr=3e-3, epochs=1, max_steps=6), save_every=3,
+            **dict(batch_size=8, lr=3e-3, epochs=1, max_steps=6), save_every=3,
         ))
     """
 )

@@ -104,17 +104,16 @@ def test_the_options_are_checked_before_training() -> None:
 def test_finetune_with_eval_every_and_early_stopping(tmp_path: Path) -> None:
     from finetune_helpers import build_tiny_expanded, write_ner_file
 
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     model = build_tiny_expanded(tmp_path / "model")
     train, dev = write_ner_file(tmp_path / "train.tsv", 40, seed=1), write_ner_file(tmp_path / "dev.tsv", 12, seed=2)
 
-    def options(out: str, **training: Any) -> FinetuneOptions:
-        return FinetuneOptions(task="ner", train=train, dev=dev, model=str(model), out=tmp_path / out, device="cpu",
-                               training=TrainConfig(batch_size=8, lr=3e-3, epochs=3, **training))
+    def options(out: str, **training: Any) -> dict[str, Any]:
+        return dict(task="ner", train=train, dev=dev, model=str(model), out=tmp_path / out, device="cpu",
+                               **dict(batch_size=8, lr=3e-3, epochs=3, **training))
 
-    outcome = finetune_stage(options("r", eval_every=2, early_stopping=2))
+    outcome = finetune(**options("r", eval_every=2, early_stopping=2))
     summary = outcome.manifest["stats"]["training"]["42"]
     history = summary["dev_history"]
     assert history and all(h["step"] % 2 == 0 or h["step"] % 5 == 0 for h in history)
@@ -124,6 +123,6 @@ def test_finetune_with_eval_every_and_early_stopping(tmp_path: Path) -> None:
     log = [json.loads(line) for line in (outcome.path / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if r.get("event") == "dev"] == [h["step"] for h in history]
     with pytest.raises(UsageError, match="needs --dev"):
-        finetune_stage(FinetuneOptions(task="ner", train=train, model=str(model), out=tmp_path / "x", device="cpu",
-                                     training=TrainConfig(batch_size=8, early_stopping=2)))
+        finetune(**dict(task="ner", train=train, model=str(model), out=tmp_path / "x", device="cpu",
+                                     **dict(batch_size=8, early_stopping=2)))
     assert not (tmp_path / "x").exists()

@@ -47,15 +47,14 @@ def test_a_typed_ner_run_shows_f1_by_entity_type_in_its_summary_info_and_report(
     from greenadapt.cli.finetune import _summary
     from greenadapt.report.collect import collect
     from greenadapt.report.render import html_page, markdown
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     model = build_tiny_expanded(tmp_path / "model")
     train = _two_type_file(tmp_path / "train.tsv", 30, seed=1)
     test = _two_type_file(tmp_path / "test.tsv", 12, seed=2)
     out = tmp_path / "runs" / "ner"
-    outcome = finetune_stage(FinetuneOptions(task="ner", model=str(model), train=train, test=test, out=out, device="cpu",
-                                           seeds=(1, 2), training=TrainConfig(epochs=2, batch_size=8, lr=5e-3)))
+    outcome = finetune(**dict(task="ner", model=str(model), train=train, test=test, out=out, device="cpu",
+                                           seeds=(1, 2), **dict(epochs=2, batch_size=8, lr=5e-3)))
     per_type = outcome.manifest["stats"]["per_type"]["test"]
     assert set(per_type) == {"Chemical", "Disease"}
     gold = {kind: sum(1 for line in test.read_text().splitlines() if line.endswith(f"B-{kind}")) for kind in per_type}

@@ -20,8 +20,7 @@ WORKER = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from greenadapt.runners.finetune import run as run_module
-    from greenadapt.runners.finetune.run import FinetuneOptions
-    from greenadapt.training.finetuning import TrainConfig
+    import greenadapt
 
     model, train, dev, out, snapshots = sys.argv[1:6]
     original = run_module.train
@@ -34,9 +33,9 @@ WORKER = textwrap.dedent(
         return result
 
     run_module.train = keep_weights
-    run_module.finetune_stage(FinetuneOptions(
+    greenadapt.finetune(**dict(
         task="ner", train=Path(train), dev=Path(dev), test=Path(dev), model=model, out=Path(out),
-        training=TrainConfig(batch_size=8, lr=3e-3, epochs=2, max_steps=6), device="cpu", seeds=[5],
+        **dict(batch_size=8, lr=3e-3, epochs=2, max_steps=6), device="cpu", seeds=[5],
     ))
     """
 )

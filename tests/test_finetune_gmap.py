@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import build_tiny_bert
-from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
+from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file, loop_settings
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 
@@ -152,7 +152,7 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
     from greenadapt.modeling.gmap import wiring as gmap
     from greenadapt.modeling.gmap.options import GmapOptions
     from greenadapt.training.distributed import DistContext
-    from greenadapt.training.finetuning import TrainConfig, train
+    from greenadapt.training.finetuning import train
 
     tokenizers, units = units_of
     ref = resolve_model(str(models["domain"]))
@@ -166,7 +166,7 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
     model = gmap.build_model(domain, setup)
     before = {k: v.detach().clone() for k, v in model.general.state_dict().items()}
     log = tmp_path / f"log-{unfrozen}-{cache}.jsonl"
-    config = TrainConfig(mix=0.5, batch_size=8, epochs=epochs, lr=1e-3, seed=3)
+    config = loop_settings(mix=0.5, batch_size=8, epochs=epochs, lr=1e-3, seed=3)
     train(model, units[1], config, DistContext(), pad_id=tokenizers.pad_id, n_base_rows=tokenizers.general_vocab_size,
           has_domain=True, log_path=log)
     return model, before, [json.loads(line) for line in log.read_text().splitlines()]

@@ -35,16 +35,15 @@ def test_a_learning_run_gets_no_warning() -> None:
 
 
 def test_finetune_records_the_warning_in_its_manifest(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     model = build_tiny_expanded(tmp_path / "model")
     train = write_ner_file(tmp_path / "train.tsv", 48, seed=1)
     dev = write_ner_file(tmp_path / "dev.tsv", 16, seed=2)
-    options = FinetuneOptions(task="ner", model=str(model), train=train, dev=dev, out=tmp_path / "run", device="cpu",
-                              training=TrainConfig(lr=1e-12, epochs=4, batch_size=4))
+    options = dict(task="ner", model=str(model), train=train, dev=dev, out=tmp_path / "run", device="cpu",
+                              **dict(lr=1e-12, epochs=4, batch_size=4))
     with caplog.at_level(logging.WARNING, logger="greenadapt"):
-        outcome = finetune_stage(options)
+        outcome = finetune(**options)
     warnings = next(iter(outcome.manifest["stats"]["training"].values()))["warnings"]
     assert any("training loss has not fallen" in w for w in warnings), warnings
     assert any("has not fallen" in r.getMessage() for r in caplog.records)
@@ -80,15 +79,14 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
     from greenadapt.artifacts.info import describe_folder, render
     from greenadapt.cli.finetune import _summary
     from greenadapt.inference.labelling import run_predict
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     model = build_tiny_expanded(tmp_path / "model")
     train = write_classify_file(tmp_path / "train.jsonl", 24, seed=1)
     test = write_classify_file(tmp_path / "test.jsonl", 16, seed=2)
-    options = FinetuneOptions(task="classify", model=str(model), train=train, test=test, out=tmp_path / "run", device="cpu",
-                              training=TrainConfig(lr=1e-12, epochs=1, batch_size=4))
-    outcome = finetune_stage(options)
+    options = dict(task="classify", model=str(model), train=train, test=test, out=tmp_path / "run", device="cpu",
+                              **dict(lr=1e-12, epochs=1, batch_size=4))
+    outcome = finetune(**options)
     warnings = outcome.manifest["stats"]["warnings"]
     assert any(w.startswith("seed 42: ") and "test" in w and "majority" in w for w in warnings), warnings
     assert "\nwarning: seed 42: " in _summary(outcome)
@@ -102,14 +100,13 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
 def test_the_report_shows_a_runs_warnings_beside_its_scores(tmp_path: Path) -> None:
     from greenadapt.report.collect import collect
     from greenadapt.report.render import html_page, markdown
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     model = build_tiny_expanded(tmp_path / "model")
     train = write_classify_file(tmp_path / "train.jsonl", 16, seed=1)
     run = tmp_path / "runs" / "chemprot"
-    finetune_stage(FinetuneOptions(task="classify", model=str(model), train=train, test=train, out=run, device="cpu",
-                                 training=TrainConfig(lr=1e-12, epochs=1, batch_size=4)))
+    finetune(**dict(task="classify", model=str(model), train=train, test=train, out=run, device="cpu",
+                                 **dict(lr=1e-12, epochs=1, batch_size=4)))
     data = collect([tmp_path / "runs"])
     assert [w["stage"] for w in data["warnings"]] == ["runs/chemprot"] and "majority" in data["warnings"][0]["warning"]
     assert "## Warnings" in markdown(data) and "majority-class" in markdown(data)
@@ -140,8 +137,7 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
     from greenadapt.artifacts.info import describe_folder, render
     from greenadapt.cli.finetune import _summary as finetune_summary
     from greenadapt.cli.qa import _summary as qa_summary
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     context = "The heart rate of patients with coronavirus infection was high; ventilation was the main treatment."
     data = squad_file(tmp_path / "qa.json", [{"paragraphs": [paragraph(
@@ -156,8 +152,8 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
     monkeypatch.setattr(answering, "answer_questions", answering_nothing)
     monkeypatch.setattr(qa_stage, "answer_questions", answering_nothing)
     model = build_tiny_expanded_qa(tmp_path / "model")
-    trained = finetune_stage(FinetuneOptions(task="qa", model=str(model), train=data, test=data, out=tmp_path / "run", device="cpu",
-                                           training=TrainConfig(epochs=1, batch_size=2, lr=1e-4)))
+    trained = finetune(**dict(task="qa", model=str(model), train=data, test=data, out=tmp_path / "run", device="cpu",
+                                           **dict(epochs=1, batch_size=2, lr=1e-4)))
     assert any("test" in w and "answers no question" in w for w in trained.manifest["stats"]["warnings"])
     assert "\nwarning: " in finetune_summary(trained) and "answers no question" in finetune_summary(trained)
 

@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 
 from greenadapt.inference.options import InferenceOptions
-from greenadapt.data.task_files import ReaderOptions
 from greenadapt.inference.labelling import run_predict
-from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-from greenadapt.training.finetuning import TrainConfig
+from greenadapt import finetune
 
 
 def _head(source: Path, target: Path, sentences: int) -> Path:
@@ -26,11 +24,11 @@ def test_minilm_ner_on_ncbi_slice(minilm_path: Path, shared_data: Path, tmp_path
     ncbi = shared_data / "ner" / "NCBI-disease"
     train = _head(ncbi / "train.tsv", tmp_path / "train.tsv", 64)
     test = _head(ncbi / "test.tsv", tmp_path / "test.tsv", 16)
-    options = FinetuneOptions(
+    options = dict(
         task="ner", train=train, test=test, model=str(minilm_path), out=tmp_path / "run",
-        training=TrainConfig(max_steps=2, batch_size=16), device="cpu",
+        **dict(max_steps=2, batch_size=16), device="cpu",
     )
-    outcome = finetune_stage(options)
+    outcome = finetune(**options)
     assert outcome.manifest["stats"]["mix"] == 0.0  # MiniLM alone has no domain tokenizer
     metrics = json.loads((outcome.path / "metrics.json").read_text())["per_seed"]["42"]["test"]["general"]
     assert 0.0 <= metrics["f1"] <= 1.0 and metrics["gold_entities"] > 0
@@ -43,12 +41,12 @@ def test_minilm_cola_numbered_columns(minilm_path: Path, shared_data: Path, tmp_
     cola = shared_data / "glue" / "CoLA"
     train = tmp_path / "train.tsv"
     train.write_text("".join(cola.joinpath("train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)[:48]))
-    options = FinetuneOptions(
+    options = dict(
         task="classify", train=train, test=cola / "dev.tsv", model=str(minilm_path), out=tmp_path / "run",
-        reader=ReaderOptions(text_field="3", label_field="1"), metric="mcc",
-        training=TrainConfig(max_steps=2, batch_size=16), device="cpu",
+        **dict(text_field="3", label_field="1"), metric="mcc",
+        **dict(max_steps=2, batch_size=16), device="cpu",
     )
-    outcome = finetune_stage(options)
+    outcome = finetune(**options)
     metrics = json.loads((outcome.path / "metrics.json").read_text())["per_seed"]["42"]["test"]["general"]
     assert -1.0 <= metrics["mcc"] <= 1.0 and metrics["examples"] == 527
     predictions = (outcome.path / "predictions" / "test.tsv").read_text().splitlines()

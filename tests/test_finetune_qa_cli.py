@@ -13,10 +13,8 @@ from conftest import HANG_S, REPO
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 from greenadapt.errors import UsageError
-from greenadapt.runners.finetune.run import FinetuneOptions
-from greenadapt.runners.qa.train import qa_train_options
+from greenadapt.runners.finetune.settings import FinetuneSettings
 from greenadapt.tasks import get_task
-from greenadapt.training.finetuning import TrainConfig
 
 CONTEXT = (
     "The heart rate of covid patients was high. Myocarditis was associated with tachycardias. "
@@ -125,37 +123,33 @@ def test_shared_options_map_onto_qa_options(squad: Path) -> None:
     qa = get_task("qa")
     base = {"task": "qa", "train": squad}
     # Options left unset (None) take QA's own defaults, not ner/classify's (3 epochs, batch 32, 5e-5).
-    options = qa_train_options(FinetuneOptions(**base, training=qa.training_config(lr=1e-4, epochs=None), pool="general"))
-    assert (options.training.lr, options.training.epochs, options.training.batch_size) == (1e-4, 2, 16)
-    assert options.pool == "general" and options.max_length is None and options.doc_stride is None
-    options = qa_train_options(FinetuneOptions(**base))
-    assert (options.training.lr, options.training.epochs, options.training.batch_size) == (3e-5, 2, 16)
-    assert options.pool is None  # the trainer picks by the model's tokenizers
-    # A complete TrainConfig from a library caller is taken as it is.
-    options = qa_train_options(FinetuneOptions(**base, training=TrainConfig(epochs=5, train_embeddings="new"), seeds=[9],
-                                               max_length=256, doc_stride=64))
-    assert (options.training.epochs, options.training.lr, options.training.seed) == (5, 5e-5, 9)
-    assert options.training.train_embeddings == "new" and (options.max_length, options.doc_stride) == (256, 64)
+    filled = qa.filled(FinetuneSettings(**base, lr=1e-4, pool="general"))
+    assert (filled.lr, filled.epochs, filled.batch_size) == (1e-4, 2, 16)
+    assert filled.pool == "general" and filled.max_length is None and filled.doc_stride is None
+    filled = qa.filled(FinetuneSettings(**base))
+    assert (filled.lr, filled.epochs, filled.batch_size) == (3e-5, 2, 16)
+    assert filled.pool is None  # the trainer picks by the model's tokenizers
+    filled = qa.filled(FinetuneSettings(**base, epochs=5, train_embeddings="new", seeds=(9,), max_length=256, doc_stride=64))
+    assert (filled.epochs, filled.lr, filled.seed_list) == (5, 3e-5, (9,))
+    assert filled.train_embeddings == "new" and (filled.max_length, filled.doc_stride) == (256, 64)
     with pytest.raises(UsageError, match="--metric does not apply to --task qa"):
-        qa_train_options(FinetuneOptions(**base, metric="f1"))
+        FinetuneSettings(**base, metric="f1")
     with pytest.raises(UsageError, match="one model, not one per seed"):
-        qa_train_options(FinetuneOptions(**base, seeds=[1, 2]))
+        FinetuneSettings(**base, seeds=(1, 2))
 
 
 def test_every_task_fills_in_its_own_defaults() -> None:
-    """The API leaves task-dependent options at None; each task's training_config fills them in, given values win."""
+    """The API leaves task-dependent options at None; each task's filled() puts its own in, given values win."""
     from greenadapt.tasks import TASKS
 
     for task in TASKS.values():
-        config = task.training_config(lr=None, batch_size=7)
-        assert (config.epochs, config.lr, config.batch_size) == (task.defaults.epochs, task.defaults.lr, 7)
+        filled = task.filled(FinetuneSettings(task=task.name, train=Path("x"), batch_size=7))
+        assert (filled.epochs, filled.lr, filled.batch_size) == (task.defaults.epochs, task.defaults.lr, 7)
     assert (TASKS["qa"].defaults.epochs, TASKS["ner"].defaults.epochs) == (2, 3)
 
 
-def test_doc_stride_is_for_qa_only(squad: Path, tmp_path: Path) -> None:
-    from greenadapt.runners.finetune.run import finetune_stage
-
+def test_doc_stride_is_for_qa_only(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--doc-stride does not apply to --task ner"):
-        finetune_stage(FinetuneOptions(task="ner", train=tmp_path / "x.tsv", doc_stride=32))
+        FinetuneSettings(task="ner", train=tmp_path / "x.tsv", doc_stride=32)
     with pytest.raises(UsageError, match="--max-words, --doc-stride do not apply to --task classify"):
-        finetune_stage(FinetuneOptions(task="classify", train=tmp_path / "x.tsv", max_words=30, doc_stride=32))
+        FinetuneSettings(task="classify", train=tmp_path / "x.tsv", max_words=30, doc_stride=32)

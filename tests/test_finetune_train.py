@@ -14,9 +14,8 @@ from greenadapt.inference.options import InferenceOptions
 from greenadapt.data.task_files import ReaderOptions
 from greenadapt.errors import DataError, OutputExistsError, UsageError
 from greenadapt.inference.labelling import find_model_folder, run_predict
-from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
+from greenadapt import finetune
 from greenadapt.training.batches import choose_views, length_grouped_batches
-from greenadapt.training.finetuning import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +41,9 @@ def deterministic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _options(model: Path, data: dict[str, Path], out: Path, **kw: Any) -> FinetuneOptions:
-    training = {"batch_size": 8, "lr": 3e-3, "epochs": 1}
-    for name in list(kw):
-        if name in TrainConfig.__dataclass_fields__:
-            training[name] = kw.pop(name)
-    base: dict[str, Any] = {"task": "ner", "train": data["train"], "model": str(model), "out": out, "device": "cpu"}
-    base.update(kw)
-    return FinetuneOptions(**base, training=TrainConfig(**training))
+def _options(model: Path, data: dict[str, Path], out: Path, **kw: Any) -> dict[str, Any]:
+    """greenadapt.finetune's keywords: the tests' recipe, ``kw`` overriding it."""
+    return {"batch_size": 8, "lr": 3e-3, "epochs": 1, "task": "ner", "train": data["train"], "model": str(model), "out": out, "device": "cpu", **kw}
 
 
 def _weights(folder: Path) -> dict[str, np.ndarray]:
@@ -66,7 +60,7 @@ def _log(folder: Path) -> list[dict[str, Any]]:
 def main_run(expanded: Path, data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """mix 0.5 with dev selection and a test set: shared by several tests."""
     out = tmp_path_factory.mktemp("runs") / "main"
-    finetune_stage(_options(expanded, data, out, dev=data["dev"], test=data["test"], epochs=4, seeds=[7]))
+    finetune(**_options(expanded, data, out, dev=data["dev"], test=data["test"], epochs=4, seeds=[7]))
     return out
 
 
@@ -105,7 +99,7 @@ def test_length_grouped_batches_cover_everything_once() -> None:
 
 
 def test_mix_zero_never_uses_domain_tokenizer(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    outcome = finetune_stage(_options(expanded, data, tmp_path / "r", mix=0.0, max_steps=3))
+    outcome = finetune(**_options(expanded, data, tmp_path / "r", mix=0.0, max_steps=3))
     log = [r for r in _log(outcome.path) if "step" in r and "event" not in r]
     assert len(log) == 3 and all(r["domain_units"] == 0 for r in log)
     before, after = _weights(expanded), _weights(outcome.path)
@@ -119,7 +113,7 @@ def test_mix_zero_never_uses_domain_tokenizer(expanded: Path, data: dict[str, Pa
 
 
 def test_mix_one_always_uses_domain_tokenizer(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    outcome = finetune_stage(_options(expanded, data, tmp_path / "r", mix=1.0, max_steps=3))
+    outcome = finetune(**_options(expanded, data, tmp_path / "r", mix=1.0, max_steps=3))
     log = [r for r in _log(outcome.path) if "event" not in r]
     assert all(r["domain_units"] == r["units"] for r in log)
     assert outcome.manifest["stats"]["training"]["42"]["domain_fraction"] == 1.0
@@ -137,30 +131,30 @@ def test_default_mix_is_half_with_two_tokenizers(main_run: Path) -> None:
 
 
 def test_same_seed_same_weights(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    a = finetune_stage(_options(expanded, data, tmp_path / "a", max_steps=4, seeds=[3])).path
-    b = finetune_stage(_options(expanded, data, tmp_path / "b", max_steps=4, seeds=[3])).path
-    c = finetune_stage(_options(expanded, data, tmp_path / "c", max_steps=4, seeds=[4])).path
+    a = finetune(**_options(expanded, data, tmp_path / "a", max_steps=4, seeds=[3])).path
+    b = finetune(**_options(expanded, data, tmp_path / "b", max_steps=4, seeds=[3])).path
+    c = finetune(**_options(expanded, data, tmp_path / "c", max_steps=4, seeds=[4])).path
     wa, wb, wc = _weights(a), _weights(b), _weights(c)
     assert all(np.array_equal(wa[k], wb[k]) for k in wa)
     assert not all(np.array_equal(wa[k], wc[k]) for k in wa)
 
 
 def test_gradient_accumulation_equals_one_big_batch(deterministic: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    one = finetune_stage(_options(deterministic, data, tmp_path / "one", max_steps=3)).path
-    two = finetune_stage(_options(deterministic, data, tmp_path / "two", max_steps=3, grad_accum=4)).path
+    one = finetune(**_options(deterministic, data, tmp_path / "one", max_steps=3)).path
+    two = finetune(**_options(deterministic, data, tmp_path / "two", max_steps=3, grad_accum=4)).path
     w1, w2 = _weights(one), _weights(two)
     for key in w1:
         np.testing.assert_allclose(w1[key], w2[key], atol=2e-5, err_msg=key)
 
 
 def test_train_embeddings_new_keeps_original_rows(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    out = finetune_stage(_options(expanded, data, tmp_path / "new", mix=1.0, max_steps=3, train_embeddings="new")).path
+    out = finetune(**_options(expanded, data, tmp_path / "new", mix=1.0, max_steps=3, train_embeddings="new")).path
     before, after = _weights(expanded), _weights(out)
     key = "embeddings.word_embeddings.weight"
     trained = after["bert." + key]
     assert np.array_equal(trained[:161], before[key][:161])
     assert not np.array_equal(trained[161:], before[key][161:])
-    out = finetune_stage(_options(expanded, data, tmp_path / "none", mix=1.0, max_steps=3, train_embeddings="none")).path
+    out = finetune(**_options(expanded, data, tmp_path / "none", mix=1.0, max_steps=3, train_embeddings="none")).path
     assert np.array_equal(_weights(out)["bert." + key], before[key])
 
 
@@ -245,18 +239,18 @@ def test_predict_unknown_label_and_ignore_labels(main_run: Path, tmp_path: Path)
 
 def test_rerun_is_skipped(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     options = _options(expanded, data, tmp_path / "r", max_steps=2)
-    assert not finetune_stage(options).skipped
-    assert finetune_stage(options).skipped
+    assert not finetune(**options).skipped
+    assert finetune(**options).skipped
 
 
 def test_speed_only_options_leave_a_finished_run_up_to_date(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     """--compile and --eval-batch-size change how fast a run goes, not what it computes: no stage records them."""
-    first = finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=2))
-    again = finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=2, compile=True, eval_batch_size=5))
+    first = finetune(**_options(expanded, data, tmp_path / "r", max_steps=2))
+    again = finetune(**_options(expanded, data, tmp_path / "r", max_steps=2, compile=True, eval_batch_size=5))
     assert again.skipped and again.manifest["fingerprint"] == first.manifest["fingerprint"]
     assert "compile" not in first.manifest["config"]["train"] and "eval_batch_size" not in first.manifest["config"]["train"]
     with pytest.raises(OutputExistsError, match="other inputs or options"):  # an option that changes the result does count
-        finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=3))
+        finetune(**_options(expanded, data, tmp_path / "r", max_steps=3))
 
 
 # --------------------------------------------------------------------------
@@ -265,8 +259,8 @@ def test_speed_only_options_leave_a_finished_run_up_to_date(expanded: Path, data
 
 def test_plain_model_defaults_to_mix_zero(tiny_bert: Path, data: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="needs a domain tokenizer"):
-        finetune_stage(_options(tiny_bert, data, tmp_path / "x", mix=0.5))
-    outcome = finetune_stage(_options(tiny_bert, data, tmp_path / "r", test=data["test"], max_steps=2))
+        finetune(**_options(tiny_bert, data, tmp_path / "x", mix=0.5))
+    outcome = finetune(**_options(tiny_bert, data, tmp_path / "r", test=data["test"], max_steps=2))
     assert outcome.manifest["stats"]["mix"] == 0.0
     metrics = json.loads((outcome.path / "metrics.json").read_text())
     assert set(metrics["per_seed"]["42"]["test"]) == {"general"}
@@ -274,7 +268,7 @@ def test_plain_model_defaults_to_mix_zero(tiny_bert: Path, data: dict[str, Path]
 
 
 def test_several_seeds(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
-    outcome = finetune_stage(_options(expanded, data, tmp_path / "r", test=data["test"], max_steps=2, seeds=[1, 2]))
+    outcome = finetune(**_options(expanded, data, tmp_path / "r", test=data["test"], max_steps=2, seeds=[1, 2]))
     assert (outcome.path / "seed-1" / "model.safetensors").is_file() and (outcome.path / "seed-2" / "train_log.jsonl").is_file()
     metrics = json.loads((outcome.path / "metrics.json").read_text())
     f1s = [metrics["per_seed"][s]["test"]["mean"]["f1"] for s in ("1", "2")]
@@ -289,9 +283,9 @@ def test_several_seeds(expanded: Path, data: dict[str, Path], tmp_path: Path) ->
 def test_classification_with_pairs_end_to_end(expanded: Path, tmp_path: Path) -> None:
     train = write_classify_file(tmp_path / "train.tsv", 40, seed=1, pairs=True, fmt="tsv")
     test = write_classify_file(tmp_path / "test.tsv", 12, seed=2, pairs=True, fmt="tsv")
-    options = FinetuneOptions(task="classify", train=train, test=test, dev=test, model=str(expanded), out=tmp_path / "run",
-                              training=TrainConfig(batch_size=8, epochs=2, lr=3e-3), device="cpu", metric="macro_f1")
-    outcome = finetune_stage(options)
+    options = dict(task="classify", train=train, test=test, dev=test, model=str(expanded), out=tmp_path / "run",
+                              **dict(batch_size=8, epochs=2, lr=3e-3), device="cpu", metric="macro_f1")
+    outcome = finetune(**options)
     metrics = json.loads((outcome.path / "metrics.json").read_text())["per_seed"]["42"]
     assert set(metrics["test"]) == {"mean", "general", "domain"}
     assert {"accuracy", "macro_f1", "micro_f1", "mcc"} <= set(metrics["test"]["mean"])
@@ -309,7 +303,7 @@ def test_classification_with_pairs_end_to_end(expanded: Path, tmp_path: Path) ->
     [
         ({"task": "qa"}, UsageError, "greenadapt qa"),
         ({"task": "pos"}, UsageError, "unknown --task"),
-        ({"mix": 1.5}, UsageError, "not a probability"),
+        ({"mix": 1.5}, UsageError, "--mix must be at most 1"),
         ({"train_on": "train+dev"}, UsageError, "needs --dev"),
         ({"pool": "max"}, UsageError, "--pool"),
         ({"batch_size": 2, "grad_accum": 4}, UsageError, "smaller than"),
@@ -317,14 +311,14 @@ def test_classification_with_pairs_end_to_end(expanded: Path, tmp_path: Path) ->
 )
 def test_option_errors(expanded: Path, data: dict[str, Path], tmp_path: Path, change: dict[str, Any], error: type, fragment: str) -> None:
     with pytest.raises(error, match=fragment):
-        finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=1, **change))
+        finetune(**_options(expanded, data, tmp_path / "r", max_steps=1, **change))
 
 
 def test_unknown_test_label_is_a_data_error(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     test = tmp_path / "test.tsv"
     test.write_text("the\tO\ncancer\tB-Gene\n")
     with pytest.raises(DataError, match="'B-Gene' does not occur in the training data"):
-        finetune_stage(_options(expanded, data, tmp_path / "r", test=test))
+        finetune(**_options(expanded, data, tmp_path / "r", test=test))
 
 
 def test_cli_errors_are_one_line(expanded: Path, data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -381,13 +375,13 @@ def test_entity_type_turns_bare_labels_into_typed_ones_exactly(deterministic: Pa
     typed = {"train": write_ner_file(tmp_path / "typed-train.tsv", 30, seed=1, typed=True),
              "test": write_ner_file(tmp_path / "typed-test.tsv", 10, seed=3, typed=True)}
     with caplog.at_level("WARNING"):
-        finetune_stage(_options(deterministic, bare, tmp_path / "untyped", test=bare["test"], epochs=1))
+        finetune(**_options(deterministic, bare, tmp_path / "untyped", test=bare["test"], epochs=1))
     assert any("name no entity type" in r.getMessage() and "--entity-type" in r.getMessage() for r in caplog.records)
 
     from_bare = tmp_path / "from-bare"
-    finetune_stage(_options(deterministic, bare, from_bare, test=bare["test"], epochs=6, reader=ReaderOptions(entity_type="Disease")))
+    finetune(**_options(deterministic, bare, from_bare, test=bare["test"], epochs=6, **dict(entity_type="Disease")))
     from_typed = tmp_path / "from-typed"
-    finetune_stage(_options(deterministic, typed, from_typed, test=typed["test"], epochs=6))
+    finetune(**_options(deterministic, typed, from_typed, test=typed["test"], epochs=6))
     config = json.loads((from_bare / "config.json").read_text())
     assert set(config["id2label"].values()) == {"O", "B-Disease", "I-Disease"}
     assert config["id2label"] == json.loads((from_typed / "config.json").read_text())["id2label"]
@@ -406,10 +400,10 @@ def test_entity_type_turns_bare_labels_into_typed_ones_exactly(deterministic: Pa
 
 def test_entity_type_errors(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="one word"):
-        finetune_stage(_options(expanded, data, tmp_path / "a", reader=ReaderOptions(entity_type="two words")))
+        finetune(**_options(expanded, data, tmp_path / "a", **dict(entity_type="two words")))
     classify = write_classify_file(tmp_path / "c.jsonl", 10, seed=1)
     with pytest.raises(UsageError, match="--entity-type does not apply to --task classify"):
-        finetune_stage(_options(expanded, {"train": classify}, tmp_path / "b", task="classify", reader=ReaderOptions(entity_type="Disease")))
+        finetune(**_options(expanded, {"train": classify}, tmp_path / "b", task="classify", **dict(entity_type="Disease")))
 
 
 def test_the_run_folder_has_a_model_card_with_its_scores(main_run: Path) -> None:
@@ -431,9 +425,9 @@ def test_the_run_folder_has_a_model_card_with_its_scores(main_run: Path) -> None
 
 def test_a_task_named_in_capitals_trains_that_task_and_records_its_one_spelling(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
     """Issue 57, point 4: `--task NER` is `--task ner`, and the run is the same stage as one made with `ner`."""
-    upper = finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=1, task="NER"))
+    upper = finetune(**_options(expanded, data, tmp_path / "r", max_steps=1, task="NER"))
     assert upper.manifest["config"]["task"]["task"] == "ner"
-    assert finetune_stage(_options(expanded, data, tmp_path / "r", max_steps=1, task="ner")).skipped
+    assert finetune(**_options(expanded, data, tmp_path / "r", max_steps=1, task="ner")).skipped
 
 
 def test_evaluate_scores_a_run_as_finetune_scored_its_test_file(main_run: Path, data: dict[str, Path], tmp_path: Path,

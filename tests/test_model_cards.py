@@ -50,8 +50,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from greenadapt.adaptation.align import align_stage
     from greenadapt.adaptation.expand import expand_stage
     from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     home = tmp_path_factory.mktemp("home-of-a-user")
     model = build_tiny_bert(home / "my-models" / "lab-bert", head="base")
@@ -66,8 +65,8 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     expanded = expand_stage(align=align_stage(w2v=w2v).path, run=Run(out=home / "models" / "green")).path
     train = write_classify_file(home / "train.jsonl", 16, seed=1)
     run = home / "runs" / "tuned"
-    finetune_stage(FinetuneOptions(task="classify", model=str(expanded), train=train, test=train, out=run, device="cpu",
-                                 training=TrainConfig(epochs=1, batch_size=4)))
+    finetune(**dict(task="classify", model=str(expanded), train=train, test=train, out=run, device="cpu",
+                                 **dict(epochs=1, batch_size=4)))
     return {"home": home, "expanded": expanded, "run": run}
 
 

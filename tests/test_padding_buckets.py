@@ -13,13 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
+from finetune_helpers import build_tiny_expanded, loop_settings, set_dropout, write_ner_file, comparison
 
 from greenadapt.errors import UsageError
-from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
+from greenadapt import finetune
 from greenadapt.training.batches import pad_rows, padded_width
-from greenadapt.training.config import MAX_PAD_MULTIPLE, SPEED_ONLY, TrainingConfig
-from greenadapt.training.finetuning import TrainConfig
+from greenadapt.training.config import MAX_PAD_MULTIPLE
 
 
 @pytest.mark.parametrize("multiple", [1, 2, 8, 16, 32, 512])
@@ -46,19 +45,19 @@ def test_pad_rows_pads_to_the_width_asked_and_masks_the_rest() -> None:
 
 
 def test_speed_options_are_checked_and_not_recorded() -> None:
-    assert {"pad_to_multiple", "cuda_graphs"} <= set(SPEED_ONLY)
-    recorded = TrainingConfig(pad_to_multiple=32, cuda_graphs=True).recorded()
-    assert "pad_to_multiple" not in recorded and "cuda_graphs" not in recorded
+    recorded = loop_settings(pad_to_multiple=32, compile=True, eval_batch_size=5).recorded()
+    assert not {"pad_to_multiple", "cuda_graphs", "compile", "eval_batch_size"} & set(recorded)
+    assert {"batch_size", "lr", "epochs", "seed", "mix", "max_grad_norm", "grad_accum"} <= set(recorded)
     for bad in (0, -1, MAX_PAD_MULTIPLE + 1):
         with pytest.raises(UsageError, match="--pad-to-multiple"):
-            TrainingConfig(pad_to_multiple=bad).check_speed("cpu")
+            loop_settings(pad_to_multiple=bad)
     with pytest.raises(UsageError, match="--cuda-graphs needs a CUDA device"):
-        TrainingConfig(cuda_graphs=True).check_speed("cpu")
-    TrainingConfig(pad_to_multiple=MAX_PAD_MULTIPLE).check_speed("cpu")
-    TrainingConfig(cuda_graphs=True).check_speed("cuda:0")  # a GPU is only known once opened: checked then
-    assert TrainingConfig().compile_mode() is None
-    assert TrainingConfig(compile=True).compile_mode() == "default"
-    assert TrainingConfig(cuda_graphs=True).compile_mode() == "reduce-overhead"
+        loop_settings(cuda_graphs=True, device="cpu")
+    loop_settings(pad_to_multiple=MAX_PAD_MULTIPLE)
+    loop_settings(cuda_graphs=True, device="cuda:0")  # a GPU is only known once opened: checked then
+    assert loop_settings().compile_mode() is None
+    assert loop_settings(compile=True).compile_mode() == "default"
+    assert loop_settings(cuda_graphs=True, device="cuda:0").compile_mode() == "reduce-overhead"
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +69,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _run(files: dict[str, Path], out: Path, **training: Any) -> Any:
-    config = TrainConfig(batch_size=8, lr=3e-3, epochs=1, max_steps=5, precision="fp32", **training)
-    return finetune_stage(FinetuneOptions(task="ner", train=files["train"], test=files["test"], model=str(files["model"]), out=out,
-                                        device="cpu", training=config))
+    return finetune(task="ner", train=files["train"], test=files["test"], model=str(files["model"]), out=out, device="cpu",
+                    **{"batch_size": 8, "lr": 3e-3, "epochs": 1, "max_steps": 5, "precision": "fp32", **training})
 
 
 def test_padded_batches_train_what_unpadded_ones_do_in_a_handful_of_shapes(files: dict[str, Path], tmp_path: Path,
@@ -131,14 +129,14 @@ def test_cuda_graphs_on_a_cpu_is_refused_in_one_line_before_reading(files: dict[
 
 
 def test_compare_passes_the_speed_and_precision_options_to_every_run(files: dict[str, Path], tmp_path: Path) -> None:
-    from greenadapt.comparison.recipe import CompareOptions, finetune_arguments
+    from greenadapt.comparison.recipe import finetune_arguments
 
-    options = CompareOptions(task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),),
-                             out=tmp_path, precision="fp32", pad_to_multiple=16, cuda_graphs=True)
+    options = comparison(tmp_path, task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),),
+                         precision="fp32", pad_to_multiple=16, cuda_graphs=True, device="cuda:0")
     arguments = finetune_arguments(options, str(files["model"]), 1, tmp_path / "a" / "seed-1")
     assert (arguments["precision"], arguments["pad_to_multiple"], arguments["cuda_graphs"]) == ("fp32", 16, True)
-    plain = finetune_arguments(CompareOptions(task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),),
-                                              out=tmp_path), str(files["model"]), 1, tmp_path / "a" / "seed-1")
+    plain = finetune_arguments(comparison(tmp_path, task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),)),
+                               str(files["model"]), 1, tmp_path / "a" / "seed-1")
     assert not {"precision", "pad_to_multiple", "cuda_graphs"} & set(plain)  # the runs of earlier comparisons stay valid
 
 

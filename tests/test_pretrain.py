@@ -261,11 +261,10 @@ def test_expanded_model_trains_new_rows_only(corpus: Path, tmp_path: Path) -> No
     # finetune reads the output as an expanded model (both tokenizers: --mix 0.5 by default)
     from finetune_helpers import write_ner_file
 
-    from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt import finetune
 
     ner = write_ner_file(tmp_path / "ner.tsv", 12, seed=1)
-    tuned = finetune_stage(FinetuneOptions(task="ner", train=ner, model=str(out), out=tmp_path / "ner", training=TrainConfig(batch_size=4, max_steps=2), device="cpu"))
+    tuned = finetune(**dict(task="ner", train=ner, model=str(out), out=tmp_path / "ner", **dict(batch_size=4, max_steps=2), device="cpu"))
     assert tuned.manifest["stats"]["mix"] == 0.5
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 from greenadapt.data.squad import read_squad
 from greenadapt.errors import UsageError
 from greenadapt.runners.qa.features import featurize
-from greenadapt.runners.qa.train import QA_TRAINING, QaTrainOptions, run_finetune_qa
+from greenadapt import finetune
 from greenadapt.options import Run
 
 CONTEXT = (
@@ -77,9 +76,9 @@ def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: 
 
     from greenadapt.runners.qa.run import QaOptions, qa_stage
 
-    training = replace(QA_TRAINING, batch_size=4, lr=3e-3, max_steps=40, warmup=0.1, seed=3)
-    options = QaTrainOptions(max_length=48, doc_stride=16, training=training)
-    outcome = run_finetune_qa(str(expanded), train_file, tmp_path / "ft", dev=train_file, options=options)
+    options = dict(task="qa", train=train_file, model=str(expanded), max_length=48, doc_stride=16, batch_size=4, lr=3e-3, max_steps=40,
+                   warmup=0.1, seed=3)
+    outcome = finetune(**options, out=tmp_path / "ft", dev=train_file)
     stats = outcome.manifest["stats"]
     assert stats["steps"] == 40 and stats["mix"] == 0.5 and stats["questions_left_out"] == 1
     assert stats["last_loss"] < 0.5 * stats["first_loss"]
@@ -92,7 +91,7 @@ def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: 
     answered = qa_stage(str(outcome.path), train_file, options=QaOptions(max_length=48), run=Run(out=tmp_path / "qa"))
     assert answered.manifest["config"]["pool"] == "mean"
 
-    again = run_finetune_qa(str(expanded), train_file, tmp_path / "ft2", options=options)
+    again = finetune(**options, out=tmp_path / "ft2")
     assert (again.path / "model.safetensors").read_bytes() == (outcome.path / "model.safetensors").read_bytes()
 
 
@@ -101,14 +100,14 @@ def test_mix_needs_a_domain_tokenizer(train_file: Path, tmp_path: Path) -> None:
 
     plain = build_tiny_bert(tmp_path / "plain", head="mlm")
     with pytest.raises(UsageError, match="domain tokenizer"):
-        run_finetune_qa(str(plain), train_file, tmp_path / "x", options=QaTrainOptions(training=replace(QA_TRAINING, mix=0.5)))
+        finetune(task="qa", train=train_file, model=str(plain), out=tmp_path / "x", mix=0.5)
     with pytest.raises(UsageError, match="doc-stride"):
-        run_finetune_qa(str(plain), train_file, tmp_path / "x", options=QaTrainOptions(doc_stride=400))
+        finetune(task="qa", train=train_file, model=str(plain), out=tmp_path / "x", doc_stride=400)
 
 
 def _run(model: Path, data: Path, out: Path, **training: object) -> tuple[dict, list[dict]]:
-    options = QaTrainOptions(max_length=48, doc_stride=16, training=replace(QA_TRAINING, batch_size=4, lr=3e-3, **training))
-    outcome = run_finetune_qa(str(model), data, out, options=options, force=True)
+    outcome = finetune(task="qa", train=data, model=str(model), out=out, max_length=48, doc_stride=16, batch_size=4, lr=3e-3, force=True,
+                       **training)
     return outcome.manifest["stats"], [json.loads(line) for line in (outcome.path / "train_log.jsonl").read_text().splitlines()]
 
 

@@ -28,9 +28,8 @@ from greenadapt.artifacts.manifest import load_stage
 from greenadapt.artifacts.files import sha256_file
 from greenadapt.errors import EXIT_PREEMPTED, StageError
 from greenadapt.modeling import embeddings
-from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
+from greenadapt import finetune
 from greenadapt.training.checkpoint import CHECKPOINT_MANIFEST, Preempted, latest_checkpoint
-from greenadapt.training.finetuning import TrainConfig
 from greenadapt.training.job import checkpoint_folder
 
 STEPS_PER_EPOCH = 5  # 40 training sentences, batches of 8
@@ -57,26 +56,21 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"train": write_ner_file(root / "train.tsv", 40, seed=1), "dev": write_ner_file(root / "dev.tsv", 12, seed=2)}
 
 
-def _options(model: Path, data: dict[str, Path], out: Path, **kw: Any) -> FinetuneOptions:
-    training = {"batch_size": 8, "lr": 3e-3, "epochs": 3}
-    for name in list(kw):
-        if name in TrainConfig.__dataclass_fields__:
-            training[name] = kw.pop(name)
-    base: dict[str, Any] = {"task": "ner", "train": data["train"], "dev": data["dev"], "test": data["dev"],
-                            "model": str(model), "out": out, "device": "cpu", "seeds": [7]}
-    base.update(kw)
-    return FinetuneOptions(**base, training=TrainConfig(**training))
+def _options(model: Path, data: dict[str, Path], out: Path, **kw: Any) -> dict[str, Any]:
+    """greenadapt.finetune's keywords: the tests' recipe, ``kw`` overriding it."""
+    return {"batch_size": 8, "lr": 3e-3, "epochs": 3, "task": "ner", "train": data["train"], "dev": data["dev"], "test": data["dev"],
+            "model": str(model), "out": out, "device": "cpu", "seeds": [7], **kw}
 
 
 @pytest.fixture(scope="module")
 def reference(model: Path, data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Never interrupted: 3 epochs, dev selection after each, mix 0.5 (row-wise trained added rows)."""
-    return finetune_stage(_options(model, data, tmp_path_factory.mktemp("ckpt-ref") / "run")).path
+    return finetune(**_options(model, data, tmp_path_factory.mktemp("ckpt-ref") / "run")).path
 
 
 @pytest.fixture(scope="module")
 def reference_seeds(model: Path, data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return finetune_stage(_options(model, data, tmp_path_factory.mktemp("ckpt-ref2") / "run", dev=None, max_steps=6, seeds=[1, 2])).path
+    return finetune(**_options(model, data, tmp_path_factory.mktemp("ckpt-ref2") / "run", dev=None, max_steps=6, seeds=[1, 2])).path
 
 
 class _Crash(Exception):
@@ -148,7 +142,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_matches(model: Path, data: dict[s
                                                        step: int) -> None:
     out = tmp_path / "run"
     with pytest.raises(Preempted) as info:
-        finetune_stage(_options(model, data, out), _AtStep(step, _sigterm))
+        finetune(**_options(model, data, out), progress=_AtStep(step, _sigterm))
     assert info.value.exit_code == EXIT_PREEMPTED == 99
     assert f"at step {step} of 15" in info.value.one_line() and "--resume" in info.value.one_line()
     assert not out.exists() and not list(tmp_path.glob(".run.tmp-*"))  # no half-written output
@@ -159,7 +153,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_matches(model: Path, data: dict[s
     # Stopped at an epoch's end: the dev evaluation ran before the save and is part of it.
     assert len(state["result"]["dev_history"]) == step // STEPS_PER_EPOCH
 
-    resumed = finetune_stage(_options(model, data, out, resume=True))
+    resumed = finetune(**_options(model, data, out, resume=True))
     assert not resumed.skipped
     assert_same_run(reference, resumed.path)
     assert not checkpoint_folder(out).exists()  # removed once the run is complete
@@ -169,11 +163,11 @@ def test_crash_resumes_from_the_newest_periodic_checkpoint(model: Path, data: di
                                                           tmp_path: Path) -> None:
     out = tmp_path / "run"
     with pytest.raises(_Crash):
-        finetune_stage(_options(model, data, out, save_every=4), _AtStep(11, _crash))
+        finetune(**_options(model, data, out, save_every=4), progress=_AtStep(11, _crash))
     folder = checkpoint_folder(out) / "seed-7"
     assert [p.name for p in folder.iterdir()] == ["ckpt-000008"]  # named by its step; the one of step 4 was dropped
     assert _checkpoints(out)["seed-7"][1]["step"] == 8
-    assert_same_run(reference, finetune_stage(_options(model, data, out, save_every=4, resume=True)).path)
+    assert_same_run(reference, finetune(**_options(model, data, out, save_every=4, resume=True)).path)
 
 
 def test_several_seeds_keep_finished_seeds(model: Path, data: dict[str, Path], reference_seeds: Path, tmp_path: Path,
@@ -183,7 +177,7 @@ def test_several_seeds_keep_finished_seeds(model: Path, data: dict[str, Path], r
     out = tmp_path / "run"
     options = {"dev": None, "max_steps": 6, "seeds": [1, 2], "save_every": 2}
     with pytest.raises(_Crash):
-        finetune_stage(_options(model, data, out, **options), _AtStep(3, _crash, nth=2))
+        finetune(**_options(model, data, out, **options), progress=_AtStep(3, _crash, nth=2))
     found = _checkpoints(out)
     assert found["seed-1"][1]["complete"] and found["seed-1"][1]["step"] == 6
     assert found["seed-2"][1]["step"] == 2
@@ -191,7 +185,7 @@ def test_several_seeds_keep_finished_seeds(model: Path, data: dict[str, Path], r
     steps: list[int] = []
     real_step = train_module.Trainer.step
     monkeypatch.setattr(train_module.Trainer, "step", lambda self, *a, **k: steps.append(self.config.seed) or real_step(self, *a, **k))
-    resumed = finetune_stage(_options(model, data, out, resume=True, **options))
+    resumed = finetune(**_options(model, data, out, resume=True, **options))
     assert steps == [2] * 4  # seed 1 is not trained again, seed 2 goes on from step 2
     assert_same_run(reference_seeds, resumed.path)
 
@@ -217,7 +211,7 @@ def test_sigterm_before_training_stops_at_once(model: Path, data: dict[str, Path
     monkeypatch.setattr(job_module, "_check_checkpoints", then_sigterm)
     handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Preempted, match="before training started; nothing to save yet") as info:
-        finetune_stage(_options(model, data, tmp_path / "run"))
+        finetune(**_options(model, data, tmp_path / "run"))
     assert info.value.exit_code == EXIT_PREEMPTED
     assert not (tmp_path / "run").exists() and not checkpoint_folder(tmp_path / "run").exists()
     assert not list(tmp_path.glob(".run.tmp-*"))
@@ -227,7 +221,7 @@ def test_sigterm_before_training_stops_at_once(model: Path, data: dict[str, Path
 def test_sigterm_after_the_last_step_lets_the_run_finish(model: Path, data: dict[str, Path], reference: Path, tmp_path: Path,
                                                          caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="greenadapt"):
-        outcome = finetune_stage(_options(model, data, tmp_path / "run"), _AtFinish(-1, _sigterm))
+        outcome = finetune(**_options(model, data, tmp_path / "run"), progress=_AtFinish(-1, _sigterm))
     assert any("SIGTERM arrived after the last training step" in r.getMessage() for r in caplog.records)
     assert_same_run(reference, outcome.path)
     assert not checkpoint_folder(outcome.path).exists()
@@ -241,12 +235,12 @@ def test_checkpoint_is_never_discarded_or_misused(model: Path, data: dict[str, P
                                                   caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "run"
     with pytest.raises(_Crash):
-        finetune_stage(_options(model, data, out, save_every=3), _AtStep(4, _crash))
+        finetune(**_options(model, data, out, save_every=3), progress=_AtStep(4, _crash))
     with pytest.raises(StageError, match="left checkpoints here") as info:
-        finetune_stage(_options(model, data, out))
+        finetune(**_options(model, data, out))
     assert "pass --resume" in info.value.one_line() and info.value.exit_code == 4
     with pytest.raises(StageError, match="other inputs or options"):
-        finetune_stage(_options(model, data, out, lr=1e-3, resume=True))
+        finetune(**_options(model, data, out, lr=1e-3, resume=True))
     assert _checkpoints(out)["seed-7"][1]["step"] == 3  # both refusals left it alone
 
     # A damaged checkpoint (bytes changed after its checksums were taken) is ignored, not trusted.
@@ -256,22 +250,22 @@ def test_checkpoint_is_never_discarded_or_misused(model: Path, data: dict[str, P
     blob[-1] ^= 0xFF
     weights.write_bytes(bytes(blob))
     with caplog.at_level(logging.WARNING, logger="greenadapt"):
-        resumed = finetune_stage(_options(model, data, out, resume=True))
+        resumed = finetune(**_options(model, data, out, resume=True))
     assert any("does not match its checksum" in r.getMessage() for r in caplog.records)
     assert_same_run(reference, resumed.path)  # trained from the start instead
 
 
 def test_resume_without_a_checkpoint_trains_from_the_start(model: Path, data: dict[str, Path], reference: Path,
                                                            tmp_path: Path) -> None:
-    outcome = finetune_stage(_options(model, data, tmp_path / "run", resume=True))
+    outcome = finetune(**_options(model, data, tmp_path / "run", resume=True))
     assert_same_run(reference, outcome.path)
-    assert finetune_stage(_options(model, data, tmp_path / "run", resume=True)).skipped
+    assert finetune(**_options(model, data, tmp_path / "run", resume=True)).skipped
 
 
 def test_a_checkpoint_is_never_unpickled(model: Path, data: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "run"
     with pytest.raises(_Crash):
-        finetune_stage(_options(model, data, out, save_every=2), _AtStep(3, _crash))
+        finetune(**_options(model, data, out, save_every=2), progress=_AtStep(3, _crash))
     (path, manifest), = _checkpoints(out).values()
     marker = tmp_path / "code-ran"
     torch.save({"optimizers": _Payload(str(marker))}, path / "optimizer.pt")
@@ -279,7 +273,7 @@ def test_a_checkpoint_is_never_unpickled(model: Path, data: dict[str, Path], tmp
     manifest["files"]["optimizer.pt"] = {"size": (path / "optimizer.pt").stat().st_size, "sha256": sha256_file(path / "optimizer.pt")}
     (path / "checkpoint.json").write_text(json.dumps(manifest))
     with pytest.raises(StageError, match="unreadable checkpoint"):
-        finetune_stage(_options(model, data, out, resume=True))
+        finetune(**_options(model, data, out, resume=True))
     assert not marker.exists()
 
 
@@ -357,7 +351,7 @@ def test_sigterm_to_the_command_exits_99_and_resume_finishes(model: Path, data: 
                            env=ENV)
     assert again.returncode == 0, again.stderr
     assert not checkpoint_folder(out).exists()
-    reference = finetune_stage(_options(model, data, tmp_path / "ref", dev=None, test=None, seeds=[42], lr=5e-5, max_steps=30))
+    reference = finetune(**_options(model, data, tmp_path / "ref", dev=None, test=None, seeds=[42], lr=5e-5, max_steps=30))
     assert_same_run(reference.path, out)
 
 

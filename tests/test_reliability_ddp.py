@@ -47,14 +47,13 @@ WORKER = textwrap.dedent(
     from pathlib import Path
     from greenadapt.runners.finetune import run as run_module
     from greenadapt.training import runtime as train_module
-    from greenadapt.runners.finetune.run import FinetuneOptions
-    from greenadapt.training.finetuning import TrainConfig
+    import greenadapt
 
     model, train, out, mode = sys.argv[1:5]
     {crash}
-    run_module.finetune_stage(FinetuneOptions(
+    greenadapt.finetune(**dict(
         task="ner", train=Path(train), model=model, out=Path(out), device="cpu", seeds=[5],
-        training=TrainConfig(batch_size=8, lr=3e-3, epochs=2, max_steps=8), save_every=3, resume=mode == "resume",
+        **dict(batch_size=8, lr=3e-3, epochs=2, max_steps=8), save_every=3, resume=mode == "resume",
     ))
     """
 ).replace("{crash}", CRASH_AT_STEP)

@@ -19,16 +19,17 @@ import greenadapt
 from greenadapt.data.task_files import NerSentence, ReaderOptions, TaskFile
 from greenadapt.errors import UsageError
 from greenadapt.tasks import TASKS, NerTask, TaskDefaults, TaskSettings, get_labelling_task, get_task
-from greenadapt.tasks.options import FinetuneOptions
+from greenadapt.runners.finetune.settings import FinetuneSettings
 
 
 def test_every_task_declares_what_the_cli_and_the_api_leave_to_it() -> None:
     assert list(TASKS) == ["ner", "classify", "qa"]
     for task in TASKS.values():
         assert task.summary and task.finetunes and task.defaults.epochs >= 1
-        config = task.training_config(lr=None, batch_size=7)
-        assert (config.epochs, config.lr, config.batch_size) == (task.defaults.epochs, task.defaults.lr, 7)
-    assert TASKS["qa"].defaults == TaskDefaults(epochs=2, batch_size=16, lr=3e-5, max_length=None)
+        filled = task.filled(FinetuneSettings(task=task.name, train=Path("x"), batch_size=7))
+        assert (filled.epochs, filled.lr, filled.batch_size) == (task.defaults.epochs, task.defaults.lr, 7)
+        assert type(filled) is FinetuneSettings and filled.max_words == task.defaults.max_words
+    assert TASKS["qa"].defaults == TaskDefaults(epochs=2, batch_size=16, lr=3e-5, max_length=None, pool=None)
     with pytest.raises(UsageError, match="unknown --task 'pos'"):
         get_task("pos")
     with pytest.raises(UsageError, match="it answers questions with `greenadapt qa`"):
@@ -45,14 +46,15 @@ def test_a_tasks_transformers_name_comes_from_the_registry() -> None:
 @pytest.mark.parametrize(("task", "options", "refused"), [
     ("ner", {"doc_stride": 32}, "--doc-stride"),
     ("ner", {"positive_label": "1"}, "--positive-label"),
-    ("classify", {"max_words": 30, "reader": ReaderOptions(entity_type="Disease")}, "--max-words, --entity-type"),
+    ("classify", {"max_words": 30, "entity_type": "Disease"}, "--max-words, --entity-type"),
     ("qa", {"metric": "f1", "resume": True}, "--metric, --resume"),
-    ("qa", {"reader": ReaderOptions(format="tsv")}, "--format"),
+    ("qa", {"file_format": "tsv"}, "--format"),
+    ("qa", {"agreement": 1.0}, "--agreement"),
 ])
 def test_options_a_task_cannot_use_are_refused(task: str, options: dict[str, Any], refused: str, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=f"{refused} (does|do) not apply to --task {task}"):
-        get_task(task).check_unused(FinetuneOptions(task=task, train=tmp_path / "x", **options))
-    get_task(task).check_unused(FinetuneOptions(task=task, train=tmp_path / "x"))  # unset: nothing refused
+        FinetuneSettings(task=task, train=tmp_path / "x", **options)  # refused when the settings are made
+    get_task(task).check_unused(FinetuneSettings(task=task, train=tmp_path / "x"))  # unset: nothing refused
 
 
 # --------------------------------------------------------------------------

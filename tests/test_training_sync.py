@@ -10,15 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
+from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file, loop_settings
 
 from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
-from greenadapt.runners.finetune.run import FinetuneOptions, finetune_stage
+from greenadapt import finetune
 from greenadapt.training import runtime
 from greenadapt.training.trainer import Trainer
-from greenadapt.training.config import TrainingConfig
-from greenadapt.training.finetuning import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +52,9 @@ def _run(model: Path, data: dict[str, Path], out: Path, monkeypatch: pytest.Monk
          progress: Seen | None = None, **training: Any) -> Path:
     # Never read before a boundary (an evaluation, a checkpoint, an epoch's end, the end): the furthest a GPU run defers.
     monkeypatch.setattr(runtime, "_sync_seconds", lambda ctx: math.inf if deferred else 0.0)
-    config = TrainConfig(**{"batch_size": 8, "lr": 3e-3, "epochs": 2, **training})
-    options = FinetuneOptions(task="ner", train=data["train"], dev=data["dev"], model=str(model), out=out, device="cpu",
-                              seeds=[5], save_every=3, training=config)
-    return finetune_stage(options, progress or Seen()).path
+    options = dict(task="ner", train=data["train"], dev=data["dev"], model=str(model), out=out, device="cpu",
+                   seeds=[5], save_every=3, **{"batch_size": 8, "lr": 3e-3, "epochs": 2, **training})
+    return finetune(**options, progress=progress or Seen()).path
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -108,7 +105,7 @@ def test_a_non_finite_loss_still_stops_the_run_at_its_step(model: Path, data: di
     messages = []
     for deferred in (False, True):
         with pytest.raises(UsageError, match="the training loss became") as caught:
-            _run(model, data, tmp_path / f"nan-{deferred}", monkeypatch, deferred=deferred, lr=1e12, max_grad_norm=0.0, weight_decay=0.0)
+            _run(model, data, tmp_path / f"nan-{deferred}", monkeypatch, deferred=deferred, lr=1e12, weight_decay=0.0)
         messages.append(str(caught.value))
     assert messages[0] == messages[1]  # the same step is named, however late it was read
 
@@ -119,19 +116,19 @@ def test_to_device_copies_the_array() -> None:
     assert tensor.dtype == torch.int64 and torch.equal(tensor, torch.arange(12).reshape(3, 4))
 
 
-@pytest.mark.parametrize(("lr", "decay", "fragment"), [(0.0, 0.01, "--lr must be positive"), (1e-3, -0.1, "--weight-decay must be 0 or more"),
+@pytest.mark.parametrize(("lr", "decay", "fragment"), [(0.0, 0.01, "--lr must be positive"), (1e-3, -0.1, "--weight-decay must be at least 0"),
                                                        (200.0, 0.01, "AdamW's decay would zero or flip")])
 def test_the_schedule_is_checked_before_training(lr: float, decay: float, fragment: str) -> None:
     with pytest.raises(UsageError, match=fragment):
-        TrainingConfig(lr=lr, weight_decay=decay).check_schedule()
-    TrainingConfig(lr=0.9, weight_decay=1.0).check_schedule()  # a product below 1 is allowed
+        loop_settings(lr=lr, weight_decay=decay)  # when the settings are made
+    loop_settings(lr=0.9, weight_decay=1.0)  # a product below 1 is allowed
 
 
 def test_finetune_refuses_a_decay_that_flips_the_weights_before_reading_the_model(data: dict[str, Path], tmp_path: Path) -> None:
-    options = FinetuneOptions(task="ner", train=data["train"], model=str(tmp_path / "no-such-model"), out=tmp_path / "out",
-                              device="cpu", training=TrainConfig(lr=100.0, weight_decay=0.1))
+    options = dict(task="ner", train=data["train"], model=str(tmp_path / "no-such-model"), out=tmp_path / "out",
+                              device="cpu", **dict(lr=100.0, weight_decay=0.1))
     with pytest.raises(UsageError, match="would zero or flip"):
-        finetune_stage(options)
+        finetune(**options)
     assert not (tmp_path / "out").exists()
 
 
@@ -158,7 +155,7 @@ def test_a_fine_tuning_step_never_waits_for_the_device(attention: str, monkeypat
         n = int(rng.integers(3, 9))
         views = [rng.integers(1, 30, n), rng.integers(1, 40, n)]  # general ids < 30 <= the 10 added rows
         units.append(Unit(index, 0, rng.integers(0, 3, n - 2), views, [None, None], [np.arange(1, n - 1)] * 2))
-    training = TrainConfig(batch_size=4, lr=1e-3, epochs=1, mix=0.5, weight_decay=0.01)
+    training = loop_settings(batch_size=4, lr=1e-3, epochs=1, mix=0.5, weight_decay=0.01)
     trainer = prepare_trainer(BertForTokenClassification(config), training, DistContext(device="meta"), n_examples=len(units),
                               longest=8, n_base_rows=30)
     task = FinetuneTask(trainer, units, 0.5, pad_id=0)

@@ -17,7 +17,7 @@ from greenadapt.errors import StageError
 
 if TYPE_CHECKING:
     from greenadapt.comparison.cluster import RunResources
-    from greenadapt.comparison.recipe import CompareOptions
+    from greenadapt.comparison.recipe import Comparison
     from greenadapt.comparison.workers import Job, Outcome
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class Cluster:
 
 
 @contextmanager
-def cluster_for(options: CompareOptions) -> Iterator[Cluster | None]:
+def cluster_for(options: Comparison) -> Iterator[Cluster | None]:
     """Connected to ``--ray``'s cluster for the block, its storage checked (None without ``--ray``): before any adaptation
     or fine-tuning, so a cluster that cannot take the runs costs a line, not an hour."""
     if options.ray is None:
@@ -48,19 +48,19 @@ def cluster_for(options: CompareOptions) -> Iterator[Cluster | None]:
         yield Cluster(ray, resources, options.ray.storage)
 
 
-def runs_elsewhere(options: CompareOptions, todo: Sequence[Run], cluster: Cluster | None) -> bool:
+def runs_elsewhere(options: Comparison, todo: Sequence[Run], cluster: Cluster | None) -> bool:
     """Whether the runs still to train go to workers or a cluster (else compare trains them itself, one by one)."""
     return bool(todo) and (cluster is not None or (options.parallel > 1 and len(todo) > 1))
 
 
-def runs_at_once(options: CompareOptions, todo: Sequence[Run], cluster: Cluster | None) -> int:
+def runs_at_once(options: Comparison, todo: Sequence[Run], cluster: Cluster | None) -> int:
     """How many of ``todo`` train at the same time elsewhere: the workers (``--parallel``), or the slots the cluster's
     nodes have for each run's share (``--run-cpus``, ``--run-gpus``)."""
     slots = cluster.resources.slots if cluster is not None else options.parallel
     return max(1, min(slots, len(todo)))
 
 
-def worker_devices(options: CompareOptions) -> list[str]:
+def worker_devices(options: Comparison) -> list[str]:
     """The GPUs compare's workers are spread over: ``--devices``, else the one ``--device cuda:N`` names, else every
     visible GPU (``--device auto`` or ``cuda``); none on a machine without one, or with ``--device cpu``."""
     if options.devices:
@@ -75,7 +75,7 @@ def worker_devices(options: CompareOptions) -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]  # counts without making a CUDA context
 
 
-def finetune_elsewhere(options: CompareOptions, todo: Sequence[Run], finetune: Callable[..., Any], cluster: Cluster | None) -> None:
+def finetune_elsewhere(options: Comparison, todo: Sequence[Run], finetune: Callable[..., Any], cluster: Cluster | None) -> None:
     """Every run of ``todo`` on worker processes (each with its share of the cores, training run after run, so the
     libraries' start-up is paid once per worker) or as tasks on ``cluster``."""
     from greenadapt.comparison.health import keeps_going, learned_nothing, stopped_error
@@ -118,7 +118,7 @@ def finetune_elsewhere(options: CompareOptions, todo: Sequence[Run], finetune: C
                          hint="read the logs named; rerun the same command to retry them (finished runs are kept)")
 
 
-def _run(options: CompareOptions, finetune: Callable[..., Any], jobs: Sequence[Job], devices: Sequence[str], cluster: Cluster | None,
+def _run(options: Comparison, finetune: Callable[..., Any], jobs: Sequence[Job], devices: Sequence[str], cluster: Cluster | None,
          done: Callable[[Outcome], bool]) -> list[Outcome]:
     if cluster is not None:
         from greenadapt.comparison.ray_runs import run_jobs_on_ray

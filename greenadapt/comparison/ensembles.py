@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.comparison.recipe import ENSEMBLE_SEED_STRIDE, CompareOptions
+from greenadapt.comparison.recipe import ENSEMBLE_SEED_STRIDE, Comparison
 
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class Run:
         return out / self.name / (f"seed-{self.seed}" if not self.member else f"seed-{self.seed}-member-{self.member}")
 
 
-def plan_runs(options: CompareOptions) -> list[Run]:
+def plan_runs(options: Comparison) -> list[Run]:
     """Every fine-tuning, seed by seed (so that a comparison cut short holds whole seeds)."""
     return [Run(name, spec, seed, member) for seed in options.seeds for name, spec in options.models
             for member in range(options.members(name))]
@@ -41,11 +41,11 @@ def plan_runs(options: CompareOptions) -> list[Run]:
 ENSEMBLE_SUFFIX = ".ensemble.json"
 
 
-def ensemble_file(options: CompareOptions, name: str, seed: int) -> Path:
+def ensemble_file(options: Comparison, name: str, seed: int) -> Path:
     return options.out / name / f"seed-{seed}{ENSEMBLE_SUFFIX}"
 
 
-def result_folder(options: CompareOptions, name: str, seed: int) -> Path:
+def result_folder(options: Comparison, name: str, seed: int) -> Path:
     """What holds a variant's test predictions for a seed: its run folder, or its ensemble's scores file."""
     return ensemble_file(options, name, seed) if options.members(name) > 1 else options.out / name / f"seed-{seed}"
 
@@ -58,7 +58,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
-def read_ensemble(options: CompareOptions, name: str, seed: int) -> dict[str, Any] | None:
+def read_ensemble(options: Comparison, name: str, seed: int) -> dict[str, Any] | None:
     """The ensemble's scores file, when it was made from the member runs that are there now."""
     document = read_json(ensemble_file(options, name, seed))
     if document is None or document.get("members") != member_fingerprints(options, name, seed):
@@ -66,14 +66,14 @@ def read_ensemble(options: CompareOptions, name: str, seed: int) -> dict[str, An
     return document
 
 
-def member_fingerprints(options: CompareOptions, name: str, seed: int) -> list[str | None]:
+def member_fingerprints(options: Comparison, name: str, seed: int) -> list[str | None]:
     from greenadapt.artifacts.manifest import read_manifest
 
     spec = dict(options.models)[name]
     return [(read_manifest(Run(name, spec, seed, m).folder(options.out)) or {}).get("fingerprint") for m in range(options.members(name))]
 
 
-def score_ensemble(options: CompareOptions, name: str, spec: str, seed: int) -> dict[str, Any]:
+def score_ensemble(options: Comparison, name: str, spec: str, seed: int) -> dict[str, Any]:
     """Score one seed's ensemble of ``name`` on the test file: the mean of its members' probabilities, under each
     member's headline pooling (mean over both tokenizers where a member has two). Kept beside the runs
     (``<name>/seed-<s>.ensemble.json``: scores, predictions for the paired bootstrap, the members' fingerprints)

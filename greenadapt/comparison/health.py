@@ -18,7 +18,7 @@ from greenadapt.switches import KEEP_GOING_ENV, switch
 
 if TYPE_CHECKING:
     from greenadapt.comparison.ensembles import Run
-    from greenadapt.comparison.recipe import CompareOptions
+    from greenadapt.comparison.recipe import Comparison
 
 NER_OUTSIDE = "O"
 COLLAPSE_FIX = "train longer (--epochs), try another --lr, or check the training file's labels"
@@ -90,7 +90,7 @@ def collapse_notes(collapsed: dict[str, dict[int, str]], variant: str, baseline:
     return notes
 
 
-def learned_nothing(options: CompareOptions, run: Run) -> str | None:
+def learned_nothing(options: Comparison, run: Run) -> str | None:
     """What is wrong with a finished run that learned nothing (its test predictions under its headline pool), else None."""
     from greenadapt.comparison.ensembles import read_by_pool
 
@@ -103,11 +103,11 @@ def learned_nothing(options: CompareOptions, run: Run) -> str | None:
 
 
 
-def keeps_going(options: CompareOptions) -> bool:
+def keeps_going(options: Comparison) -> bool:
     return options.keep_going or bool(switch(KEEP_GOING_ENV))
 
 
-def stop_if_it_learned_nothing(options: CompareOptions, run: Run, *, queued: int) -> None:
+def stop_if_it_learned_nothing(options: Comparison, run: Run, *, queued: int) -> None:
     """Fail fast: the first run that learned nothing stops the comparison (unless --keep-going): half an hour of
     fine-tunings on a recipe that teaches nothing is no verdict."""
     why = None if keeps_going(options) or not queued else learned_nothing(options, run)

@@ -5,80 +5,83 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.comparison.cluster import RayPlacement
 from greenadapt.comparison.folders import MODEL_NAME, check_compare_folder
-from greenadapt.comparison.statistics import DEFAULT_REPLICATES
 from greenadapt.errors import UsageError
 from greenadapt.tasks import TASKS as FINETUNE_TASKS
 from greenadapt.tasks import get_task
 
+if TYPE_CHECKING:
+    from greenadapt.comparison.settings import CompareSettings
+    from greenadapt.options import Run
+
 TASKS = tuple(name for name, task in FINETUNE_TASKS.items() if task.finetunes)
 MAX_ENSEMBLE = 16  # members of one ensemble at most
 # Member j > 0 of an ensemble trains with seed + j * stride: a seed of its own, never one of the comparison's seeds
-# (CompareOptions.check refuses seeds that would make one).
+# (Comparison.check refuses seeds that would make one).
 ENSEMBLE_SEED_STRIDE = 100_000
 
 
 @dataclass(frozen=True)
-class CompareOptions:
-    """One comparison: the task files, the models by name, the shared recipe and the seeds."""
+class Comparison:
+    """One comparison as it runs: compare's settings as they are (its options read as the comparison's own: ``.seeds``),
+    and the run's folders and flags."""
 
-    task: str
-    train: Path
-    test: Path
-    models: tuple[tuple[str, str], ...]  # (name, folder or Hub id), the baseline first unless ``against`` names it
-    out: Path
-    dev: Path | None = None
-    seeds: tuple[int, ...] = (1, 2, 3)
-    against: str | None = None  # the baseline every other variant is paired with (default: the first model)
-    comparator: str | None = None  # a variant whose gain over the baseline the others' gains are a share of (e.g. DAPT)
-    epochs: int | None = None  # None: the task's default, as in finetune
-    batch_size: int | None = None
-    lr: float | None = None
-    max_length: int | None = None
-    device: str = "auto"
-    parallel: int = 1
-    replicates: int = DEFAULT_REPLICATES
-    bootstrap_seed: int = 0
-    save_every: int | None = 100
-    force: bool = False
-    wait: bool = False  # another compare on the same out: queue behind it (else exit 75 at once)
-    keep_going: bool = False  # a run that learned nothing does not stop the queued ones
-    devices: tuple[str, ...] = ()  # GPUs the parallel workers are spread over (empty: every visible one)
-    corpus: tuple[str, ...] = ()  # with adapt_methods: adapt the baseline model to this corpus once per method
-    adapt_methods: tuple[str, ...] = ()  # each becomes a variant named after its method (adapt's stages, reused)
-    workdir: Path | None = None  # where adapt keeps its w2v and align stages
-    # (name, N): that --model is an ensemble of N fine-tunings per seed, scored on the mean of their probabilities
-    ensembles: tuple[tuple[str, int], ...] = ()
-    entity_type: str | None = None  # NER files with bare B/I labels: trained as B-TYPE/I-TYPE (finetune --entity-type)
-    max_steps: int | None = None  # every fine-tuning stops after this many optimizer steps (finetune --max-steps)
-    precision: str = "auto"  # finetune's, for every run
-    pad_to_multiple: int = 1  # finetune's speed options, for every run
-    cuda_graphs: bool = False
-    report_to: tuple[str, ...] = ()  # finetune's trackers, for every run
-    agreements: tuple[tuple[str, float], ...] = ()  # (name, W): that --model trains with views that agree (finetune --agreement W)
-    both_views: tuple[str, ...] = ()  # those --models train both views every step, no KL (finetune --both-views)
-    ray: RayPlacement | None = None  # every fine-tuning a task on this Ray cluster (compare --ray)
+    settings: CompareSettings
+    run: Run
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("settings", "run"):  # copying and unpickling look these up before they are set
+            raise AttributeError(name)
+        return getattr(self.settings, name)
+
+    def with_models(self, models: tuple[tuple[str, str], ...], **values: Any) -> Comparison:
+        """The same comparison over ``models`` (the baseline a model was made from, the variants adapt made)."""
+        return Comparison(self.settings.replaced(models=models, **values), self.run)
+
+    @property
+    def out(self) -> Path:
+        assert self.run.out is not None  # compare's --out is required
+        return self.run.out
+
+    @property
+    def force(self) -> bool:
+        return self.run.force
+
+    @property
+    def wait(self) -> bool:
+        return self.run.wait
+
+    @property
+    def workdir(self) -> Path | None:
+        return self.run.workdir
+
+    @property
+    def replicates(self) -> int:
+        return self.settings.bootstrap
+
+    @property
+    def ray(self) -> RayPlacement | None:
+        return self.settings.ray_placement()
 
     def members(self, name: str) -> int:
         """How many fine-tunings of ``name`` one seed's result is made of (1: a plain run)."""
-        return dict(self.ensembles).get(name, 1)
+        return dict(self.settings.ensembles).get(name, 1)
 
     @property
     def baseline(self) -> str:
-        return self.against or self.models[0][0]
+        return self.settings.against or self.settings.models[0][0]
 
     @property
     def names(self) -> list[str]:
-        return [name for name, _ in self.models] + list(self.adapt_methods)
+        return [name for name, _ in self.settings.models] + list(self.settings.adapt_methods)
 
     def check(self) -> None:
         """Every option, before the first fine-tuning."""
         from greenadapt.artifacts.pretrained import resolve_model
 
-        self._check_recipe()
         if self.task not in TASKS:
             raise UsageError(f"compare does not take --task {self.task!r} yet", hint=f"choose from {', '.join(TASKS)}")
         names = self.names
@@ -100,25 +103,15 @@ class CompareOptions:
         for role, value in (("--against", self.against), ("--comparator", self.comparator)):
             if value is not None and value not in names:
                 raise UsageError(f"{role} {value!r} names no --model", hint=f"one of {', '.join(names)}")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise UsageError("--seeds needs distinct integers, e.g. 1,2,3")
-        from greenadapt.defaults import check_seed
-
-        for seed in self.seeds:
-            check_seed(seed, option="--seeds")
         self._check_variants(names)
         if self.comparator is not None and self.comparator == self.baseline:
             raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
-        if self.parallel < 1:
-            raise UsageError("--parallel must be at least 1")
         if self.devices and (self.device.partition(":")[0] not in ("auto", "cuda") or not all(d.isdigit() for d in self.devices)):
             raise UsageError(f"--devices {','.join(self.devices)} spreads workers over CUDA GPUs by their ids, with --device auto or cuda",
                              hint="e.g. --devices 0,1,2,3; leave it out on a machine without GPUs")
         if self.ray is not None:
             self.ray.check(parallel=self.parallel, devices=self.devices)
-        if self.replicates < 100:
-            raise UsageError(f"--bootstrap {self.replicates} is too few replicates for a 95% interval", hint="use at least 1000")
         for flag, path in (("--train", self.train), ("--test", self.test), ("--dev", self.dev)):
             if path is not None and not Path(path).is_file():
                 from greenadapt.errors import InputError
@@ -175,36 +168,19 @@ class CompareOptions:
                                      hint=f"choose seeds below {ENSEMBLE_SEED_STRIDE:,}")
                 check_seed(train_seed, option=f"--seeds {seed} (member {member + 1} trains with {train_seed})")
 
-    def _check_recipe(self) -> None:
-        """finetune's options that compare passes to every run."""
-        from greenadapt.training.config import TrainingConfig
-        from greenadapt.training.distributed import check_precision
 
-        check_precision(self.precision, self.device)
-        TrainingConfig(pad_to_multiple=self.pad_to_multiple, cuda_graphs=self.cuda_graphs).check_speed(self.device)
-        if self.report_to:
-            from greenadapt.training.trackers import check_report_to
-
-            check_report_to(self.report_to)
-        if self.entity_type is not None:
-            from greenadapt.data.task_files import check_entity_type
-
-            if self.task != "ner":
-                raise UsageError("--entity-type is for --task ner")
-            check_entity_type(self.entity_type)
-        if self.max_steps is not None and self.max_steps < 1:
-            raise UsageError("--max-steps must be at least 1")
-
-
-def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path, *, name: str | None = None) -> dict[str, Any]:
+def finetune_arguments(options: Comparison, spec: str, seed: int, out: Path, *, name: str | None = None) -> dict[str, Any]:
     """The ``greenadapt.finetune`` call of one run: the same recipe for every model.
 
-    The mixture is spelled out as finetune's default would choose it (0.5 with a domain tokenizer, else 0;
+    Every option compare and finetune share (declared once, in the groups both take: training/settings.py) is passed
+    on when set. The mixture is spelled out as finetune's default would choose it (0.5 with a domain tokenizer, else 0;
     mean pooling), so a run folder made by an explicit ``finetune --mix ... --pool mean`` (the study script's)
     is the same stage and is reused.
     """
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
     from greenadapt.artifacts.pretrained import resolve_model
+    from greenadapt.options import declared_fields
+    from greenadapt.runners.finetune.settings import FinetuneSettings
 
     model = resolve_model(spec)
     mixed = (model.path / GENERAL_TOKENIZER_DIR).is_dir()
@@ -212,20 +188,14 @@ def finetune_arguments(options: CompareOptions, spec: str, seed: int, out: Path,
         spec = str(model.path)  # sent to the nodes and named back by this one path (artifacts/relocation.py)
     questions = get_task(options.task).answers_questions
     mixture = {"mix": 0.5 if mixed else 0.0, "pool": "mean"} if not questions else {}  # qa chooses its own pool
+    finetune_fields = {field for field, _ in declared_fields(FinetuneSettings)}
+    shared = {field.name: getattr(options.settings, field.name) for field, _ in declared_fields(options.settings)
+              if field in finetune_fields and getattr(options.settings, field.name) != field.default}
     return {
-        "task": options.task, "train": str(options.train), "test": str(options.test), **mixture,
-        "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed],
-        "epochs": options.epochs, "batch_size": options.batch_size, "lr": options.lr, "max_length": options.max_length,
-        "device": options.device, "force": options.force,
+        **shared, "task": options.task, "train": str(options.train), "test": str(options.test), **mixture,
+        "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed], "force": options.force,
         # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
         **({"save_every": options.save_every, "resume": True} if not questions else {}),
-        # passed only when set, so that the runs of earlier comparisons keep their fingerprints
-        **({"entity_type": options.entity_type} if options.entity_type is not None else {}),
-        **({"max_steps": options.max_steps} if options.max_steps is not None else {}),
-        **({"precision": options.precision} if options.precision != "auto" else {}),
-        **({"pad_to_multiple": options.pad_to_multiple} if options.pad_to_multiple != 1 else {}),
-        **({"cuda_graphs": True} if options.cuda_graphs else {}),
-        **({"report_to": list(options.report_to)} if options.report_to else {}),
         # the options a variant may have of its own: views that agree (--agreement NAME=W), both views (--both-views NAME)
         **({"agreement": dict(options.agreements)[name]} if name in dict(options.agreements) else {}),
         **({"both_views": True} if name in options.both_views else {}),

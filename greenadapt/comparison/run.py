@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from greenadapt.comparison.ensembles import (
     result_folder,
     score_ensemble,
 )
-from greenadapt.comparison.recipe import CompareOptions, finetune_arguments
+from greenadapt.comparison.recipe import Comparison, finetune_arguments
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
 from greenadapt.comparison.pace import RunsLeft, plan_line, wall_seconds
 from greenadapt.comparison.health import collapse_notes, degenerate, stop_if_it_learned_nothing
@@ -65,7 +65,7 @@ class Variant:
 
 @dataclass
 class CompareResult:
-    options: CompareOptions
+    options: Comparison
     metric: str
     variants: list[Variant]
     pairs: list[PairedResult]
@@ -81,7 +81,7 @@ class CompareResult:
             p.verdict() for p in self.pairs) + ")"
 
     def to_json(self) -> dict[str, Any]:
-        options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.options).items()}
+        options = {**self.options.settings.to_json(), "out": str(self.options.out), "force": self.options.force}
         return {
             "format": RESULT_FORMAT,
             "kind": "compare",
@@ -120,7 +120,7 @@ def summarize(variant: Variant, metric: str) -> dict[str, dict[str, float]]:
     return summary
 
 
-def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress: Progress = NULL_PROGRESS,
+def compare_runs(options: Comparison, finetune: Callable[..., Any], progress: Progress = NULL_PROGRESS,
                 adapt: Callable[..., Any] | None = None) -> CompareResult:
     """Adapt the baseline once per ``adapt_methods``, fine-tune every model on every seed (skipping finished runs),
     then compare each with the baseline.
@@ -133,7 +133,7 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
         if base is not None:
             name = "base" if options.models[0][0] != "base" else "base-model"
             log.info("the baseline: %s, the model %s was made from (its manifest says so)", base, options.models[0][0])
-            options = replace(options, models=((name, base), *options.models))
+            options = options.with_models(((name, base), *options.models))
     options.check()
     from greenadapt.artifacts.locks import output_lock
 
@@ -150,7 +150,7 @@ def compare_runs(options: CompareOptions, finetune: Callable[..., Any], progress
         return _compare_locked(options, finetune, progress, adapt, cluster)
 
 
-def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progress: Progress,
+def _compare_locked(options: Comparison, finetune: Callable[..., Any], progress: Progress,
                     adapt: Callable[..., Any] | None, cluster: Cluster | None) -> CompareResult:
     from greenadapt.comparison.dispatch import finetune_elsewhere, runs_at_once, runs_elsewhere
 
@@ -203,7 +203,7 @@ def _compare_locked(options: CompareOptions, finetune: Callable[..., Any], progr
     return result
 
 
-def _with_adapted_variants(options: CompareOptions, adapt: Callable[..., Any] | None, progress: Progress) -> CompareOptions:
+def _with_adapted_variants(options: Comparison, adapt: Callable[..., Any] | None, progress: Progress) -> Comparison:
     """The baseline adapted to the corpus once per method of ``adapt_methods``, each a variant named after its method."""
     if adapt is None:
         raise TypeError("adapt_methods need the adapt function")
@@ -214,7 +214,7 @@ def _with_adapted_variants(options: CompareOptions, adapt: Callable[..., Any] | 
         outcome = adapt(list(options.corpus), model=base_model, method=method, out=options.out / "adapted" / method,
                         workdir=options.workdir, progress=progress)
         made.append((method, str(outcome.expand.path)))
-    return replace(options, models=(*options.models, *made), adapt_methods=(), corpus=())
+    return options.with_models((*options.models, *made), adapt_methods=(), corpus=())
 
 
 def _finished(folder: Path) -> bool:
@@ -224,7 +224,7 @@ def _finished(folder: Path) -> bool:
     return manifest is not None and manifest.get("kind") == kinds.FINETUNE
 
 
-def _collect(options: CompareOptions, name: str, spec: str) -> Variant:
+def _collect(options: Comparison, name: str, spec: str) -> Variant:
     from greenadapt.artifacts.manifest import read_manifest
     from greenadapt.machine.energy import cost_of
 
@@ -272,7 +272,7 @@ class _Predictions:
     tags: dict[tuple[str, int], list[Any]] = field(default_factory=dict)  # NER: each run's predicted tags (headline pool)
 
 
-def _read_predictions(options: CompareOptions, variants: Sequence[Variant]) -> _Predictions:
+def _read_predictions(options: Comparison, variants: Sequence[Variant]) -> _Predictions:
     from greenadapt.comparison.examples import contributions_for, qa_contributions
 
     task = get_task(options.task)
@@ -307,7 +307,7 @@ def _read_predictions(options: CompareOptions, variants: Sequence[Variant]) -> _
     return found
 
 
-def _pair(options: CompareOptions, variant: Variant, baseline: Variant, predictions: _Predictions) -> PairedResult:
+def _pair(options: Comparison, variant: Variant, baseline: Variant, predictions: _Predictions) -> PairedResult:
     metric = predictions.metric
     seeds = [s for s in options.seeds if s in variant.scores and s in baseline.scores]
     scores = {
@@ -322,7 +322,7 @@ def _pair(options: CompareOptions, variant: Variant, baseline: Variant, predicti
 BUDGET_SHARE = 0.25  # a comparison trained on less than this share of its task's recipe says so under every verdict
 
 
-def budget_note(options: CompareOptions) -> str | None:
+def budget_note(options: Comparison) -> str | None:
     """A note for a comparison whose training budget (examples seen per run) is under :data:`BUDGET_SHARE` of its task's
     default recipe: its verdicts are about that budget, and README's measured gains about the recipe."""
     from greenadapt.data.task_files import ReaderOptions
@@ -341,7 +341,7 @@ def budget_note(options: CompareOptions) -> str | None:
             f"({task.defaults.epochs} epochs × {examples:,} = {recipe:,}); README's measured gains are for the recipe, not this budget")
 
 
-def _stratify(options: CompareOptions, pairs: Sequence[PairedResult], predictions: _Predictions) -> None:
+def _stratify(options: Comparison, pairs: Sequence[PairedResult], predictions: _Predictions) -> None:
     """NER: each pair's difference split by the kind of test mention (:mod:`greenadapt.comparison.strata`)."""
     from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.comparison.strata import stratified_differences, word_facts
@@ -365,7 +365,7 @@ def _stratify(options: CompareOptions, pairs: Sequence[PairedResult], prediction
                                              replicates=options.replicates, seed=options.bootstrap_seed)
 
 
-def _shares(options: CompareOptions, pairs: Sequence[PairedResult]) -> dict[str, float | None]:
+def _shares(options: Comparison, pairs: Sequence[PairedResult]) -> dict[str, float | None]:
     """Each variant's mean gain as a share of the comparator's (e.g. DAPT's), when one is named."""
     if options.comparator is None:
         return {}
@@ -386,20 +386,7 @@ def run_compare(settings: CompareSettings, run: RunContext) -> CompareResult:
 
     finetune = partial(call_command, FinetuneSettings, "greenadapt.runners.finetune.run:run_finetune")
     adapt = partial(call_command, AdaptSettings, "greenadapt.adaptation.pipeline:run_adapt")
-    options = _compare_options(settings, run)
+    options = Comparison(settings, run)
     result = compare_runs(options, finetune, run.progress, adapt=adapt)
     write_json(options.out / OPTIONS_FILE, settings.document())
     return result
-
-
-def _compare_options(settings: CompareSettings, run: RunContext) -> CompareOptions:
-    return CompareOptions(
-        task=settings.task, train=settings.train, test=settings.test, models=settings.models, out=run.out or Path(), dev=settings.dev, seeds=settings.seeds,
-        against=settings.against, comparator=settings.comparator, epochs=settings.epochs, batch_size=settings.batch_size, lr=settings.lr,
-        max_length=settings.max_length, device=settings.device, parallel=settings.parallel, replicates=settings.bootstrap, bootstrap_seed=settings.bootstrap_seed,
-        save_every=settings.save_every, force=run.force, wait=run.wait, corpus=settings.corpus, adapt_methods=settings.adapt_methods, workdir=run.workdir,
-        ensembles=settings.ensembles, entity_type=settings.entity_type, max_steps=settings.max_steps, precision=settings.precision,
-        pad_to_multiple=settings.pad_to_multiple, cuda_graphs=settings.cuda_graphs, report_to=settings.report_to, agreements=settings.agreements,
-        both_views=settings.both_views,
-        keep_going=settings.keep_going, devices=settings.devices, ray=settings.ray_placement(),
-    )

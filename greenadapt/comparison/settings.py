@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING
 from greenadapt.comparison.cluster import STORAGES, RayPlacement
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
-from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.tasks import task_name
-from greenadapt.training.settings import DeviceSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
+from greenadapt.training.settings import DeviceSettings, RecipeSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
 
 if TYPE_CHECKING:
     pass
@@ -60,7 +59,7 @@ def parse_ensembles(values: list[str]) -> tuple[tuple[str, int], ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
+class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSettings):
     """``greenadapt compare``: fine-tune several models with one recipe and the same seeds; say whether each beat the baseline."""
 
     command = "compare"
@@ -83,13 +82,6 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
                                  help="The baseline the others are paired with (default: the first --model).")
     comparator: str | None = option(None, "--comparator", panel=EVALUATION, metavar="NAME",
                                     help="A variant (e.g. DAPT) whose gain the others' gains are a share of.")
-    epochs: int | None = option(None, "--epochs", panel=TRAINING, maximum=MAX_EPOCHS, minimum=1, help="Epochs (default: the task's).")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, maximum=MAX_STEPS, minimum=1, help="Stop every fine-tuning after this many optimizer steps.")
-    entity_type: str | None = option(None, "--entity-type", panel=INPUT_OUTPUT, metavar="TYPE",
-                                     help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), as finetune does.")
-    batch_size: int | None = option(None, "--batch-size", panel=TRAINING, minimum=1, help="Examples per optimizer step (default: the task's).")
-    lr: float | None = option(None, "--lr", panel=TRAINING, help="Peak learning rate (default: the task's).")
-    max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Wordpieces per sequence (default: the task's).")
     devices: tuple[str, ...] = option(
         (), "--devices", panel=PERFORMANCE, metavar="IDS", cli_type=str | None,
         parse=lambda text: tuple(d.strip() for d in (text or "").split(",") if d.strip()),
@@ -107,7 +99,7 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
                                     help="With --ray: GPUs per run, a fraction to share one (default: 1 on a cluster with GPUs, else 0).")
     parallel: int = option(1, "--parallel", panel=PERFORMANCE, minimum=1,
                            help="Fine-tunings at once: N worker processes, each with its share of the cores, each training run after run.")
-    bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, maximum=MAX_BOOTSTRAP,
+    bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, minimum=100, maximum=MAX_BOOTSTRAP,
                             help="Paired bootstrap replicates over test examples (each holds a row per test example: memory grows with both).")
     bootstrap_seed: int = option(0, "--bootstrap-seed", panel=EVALUATION, help="Seed of the bootstrap's resampling.")
     keep_going: bool = option(False, "--keep-going", panel=RUN_CONTROL,
@@ -134,7 +126,15 @@ class CompareSettings(DeviceSettings, ShapeSettings, TrackerSettings):
              "(e.g. --model base-x2=MODEL --ensemble base-x2=2: the control for two-view inference).")
 
     def check(self) -> None:
-        """The cluster's options are for ``--ray`` only (shared storage, the default, is what a run without Ray has)."""
+        """Checks between options: the recipe's against the device and the task; the cluster's options are for ``--ray``
+        only (shared storage, the default, is what a run without Ray has)."""
+        from greenadapt.training.config import check_cuda_graphs
+        from greenadapt.training.distributed import check_precision
+
+        check_precision(self.precision, self.device)
+        check_cuda_graphs(self.cuda_graphs, self.device)
+        if self.entity_type is not None and self.task != "ner":
+            raise UsageError("--entity-type is for --task ner")
         if self.ray is None:
             given = [flag for flag, value in (("--ray-storage", self.ray_storage != "shared"),
                                               ("--run-cpus", self.run_cpus is not None), ("--run-gpus", self.run_gpus is not None)) if value]

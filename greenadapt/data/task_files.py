@@ -246,7 +246,7 @@ _SCHEME_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")
 MAX_ENTITY_TYPE = 64  # a type names a kind of thing (Disease); every label and prediction repeats it
 
 
-def check_entity_type(entity_type: str | None) -> None:
+def check_entity_type(entity_type: str | None) -> str | None:
     if entity_type is not None and (not entity_type or len(entity_type) > MAX_ENTITY_TYPE or any(c.isspace() for c in entity_type)):
         shown = repr(entity_type) if len(entity_type) <= MAX_ENTITY_TYPE else f"of {len(entity_type):,} characters"
         raise UsageError(f"--entity-type {shown} must be one word of at most {MAX_ENTITY_TYPE} characters", hint="e.g. --entity-type Disease")
@@ -254,6 +254,7 @@ def check_entity_type(entity_type: str | None) -> None:
         bare = entity_type[2:] if entity_type != "O" else "Disease"
         raise UsageError(f"--entity-type {entity_type!r} is a label, not a type: labels would read B-{entity_type}",
                          hint=f"name the type alone, e.g. --entity-type {bare or 'Disease'}")
+    return entity_type
 
 
 def typed_sentence(sentence: NerSentence, entity_type: str) -> NerSentence:

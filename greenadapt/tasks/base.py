@@ -19,9 +19,9 @@ task modules import torch, numpy and the data code inside their methods.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from greenadapt.defaults import DEFAULT_MAX_LENGTH
 from greenadapt.errors import UsageError
@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from greenadapt.artifacts.model_folder import TokenizerPair
     from greenadapt.data.task_files import ReaderOptions, TaskFile
     from greenadapt.modeling.units import Unit
-    from greenadapt.tasks.options import FinetuneOptions
-    from greenadapt.training.finetuning import TrainConfig
+    from greenadapt.options import Settings
+
+    S = TypeVar("S", bound=Settings)
 
 TASK_FILE = "greenadapt_task.json"  # written into each fine-tuned model folder
 
@@ -47,6 +48,7 @@ class TaskDefaults:
     lr: float = 5e-5
     max_length: int | None = DEFAULT_MAX_LENGTH  # wordpieces per sequence; None: the task derives it from the model
     max_words: int = 30  # NER: words per training chunk
+    pool: str | None = "mean"  # logits at test time (ensemble_mode resolves mean on a one-tokenizer model); None: the model decides
 
     def describe(self) -> str:
         length = "the model's limit" if self.max_length is None else str(self.max_length)
@@ -126,7 +128,7 @@ class Task:
     pipeline_tag: str = ""
     auto_model: str = ""  # the transformers Auto class of the model head
     defaults = TaskDefaults()
-    # FinetuneOptions (or ReaderOptions) fields this task has no use for: set to anything but their default, refused.
+    # finetune's options this task has no use for: set to anything but their default, refused.
     unused_options: tuple[str, ...] = ()
     # Trained by `greenadapt finetune` (the masked-LM objective is `pretrain`'s, not a --task).
     finetunes: bool = True
@@ -135,18 +137,18 @@ class Task:
     # SQuAD-style questions over documents: answered by `greenadapt qa`, scored in percent, trained without checkpoints.
     answers_questions: bool = False
 
-    def training_config(self, **values: Any) -> TrainConfig:
-        """A ``TrainConfig`` of the given values; those left None take this task's defaults (or TrainConfig's)."""
-        from greenadapt.training.finetuning import TrainConfig
+    def filled(self, settings: S) -> S:
+        """``settings`` with the options left unset (None) at this task's defaults: the object the runner and the loop receive."""
+        defaults = {name: getattr(self.defaults, name) for name in ("epochs", "batch_size", "lr", "max_length", "max_words", "pool")}
+        return settings.replaced(**{name: value for name, value in defaults.items() if getattr(settings, name) is None})
 
-        defaults = TrainConfig(epochs=self.defaults.epochs, batch_size=self.defaults.batch_size, lr=self.defaults.lr)
-        return replace(defaults, **{k: v for k, v in values.items() if v is not None})
-
-    def check_unused(self, options: FinetuneOptions) -> None:
+    def check_unused(self, settings: Settings) -> None:
         """Refuse the options this task has no use for, when they were set."""
-        defaults = {**_field_defaults(options.reader), **_field_defaults(options)}
-        values = {**vars(options.reader), **vars(options)}
-        refused = [flag(name) for name in self.unused_options if values[name] != defaults[name]]
+        from greenadapt.options import declared_fields
+
+        declared = {field.name: (field, declaration) for field, declaration in declared_fields(settings)}
+        refused = [declared[name][1].flag for name in self.unused_options
+                   if name in declared and getattr(settings, name) != declared[name][0].default]
         if refused:
             raise UsageError(
                 f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --task {self.name}",
@@ -219,18 +221,3 @@ class LabellingTask(Task):
 
 def argmax_labels(logits: np.ndarray, labels: Sequence[str]) -> list[str]:
     return [labels[i] for i in logits.argmax(axis=1)]
-
-
-def _field_defaults(options: Any) -> dict[str, Any]:
-    defaults: dict[str, Any] = {}
-    for f in fields(options):
-        if f.default is not MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not MISSING:
-            defaults[f.name] = f.default_factory()
-    return defaults
-
-
-def flag(name: str) -> str:
-    """The command-line flag of an option field: its name in kebab case (``batch_size`` → ``--batch-size``)."""
-    return "--" + name.replace("_", "-")

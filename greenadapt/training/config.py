@@ -1,4 +1,8 @@
-"""The knobs every training loop shares, and the plan they make of a run (steps per epoch, total)."""
+"""What every training loop reads of a command's settings, and the plan they make of a run (steps per epoch, total).
+
+A training command's settings class (``FinetuneSettings``, ``MultitaskSettings``, ...) takes :class:`TrainingRun`
+beside its option groups, and the loop, the trainer and the optimizers receive those settings as they are.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +20,96 @@ MAX_PAD_MULTIPLE = 512  # the position table of a BERT: a wider multiple pads ev
 SPEED_ONLY = ("eval_batch_size", "compile", "pad_to_multiple", "cuda_graphs")
 
 
+# What the loop, the trainer and the optimizers receive: a training command's settings as they are (TrainingRun and
+# the command's option groups), its task's defaults filled in. Typed loosely: each command has its own groups.
+LoopSettings = Any
+
+
+class TrainingRun:
+    """What a training loop reads of any command's settings. A command without one of these options trains at the value
+    here, and its fingerprint records that value (the runs made before the option existed stay up to date)."""
+
+    grad_accum = 1
+    max_grad_norm = 1.0
+    train_embeddings = "all"
+    eval_every: int | None = None
+    early_stopping: int | None = None
+    pad_to_multiple = 1
+    cuda_graphs = False
+    compile = False
+    mix: float | None = None
+    agreement = 0.0
+    both_views = False
+    label_smoothing = 0.0
+    # In every training fingerprint, whether the command has the option or not.
+    ALWAYS_RECORDED = ("grad_accum", "max_grad_norm", "train_embeddings", "eval_every", "early_stopping")
+
+    def recorded(self) -> dict[str, Any]:
+        """What a training stage's fingerprint holds of the recipe: the options marked for it (``fingerprint=`` in their
+        declaration), and :attr:`ALWAYS_RECORDED`."""
+        from greenadapt.options import declared_fields
+
+        recorded = {name: getattr(self, name) for name in self.ALWAYS_RECORDED}
+        for field, declared in declared_fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if declared.fingerprint == "always" or (declared.fingerprint == "when set" and value != field.default):
+                recorded[field.name] = value
+        if self.agreement:  # agreement implies both views: one run, one fingerprint
+            recorded.pop("both_views", None)
+        return recorded
+
+    @property
+    def two_passes(self) -> bool:
+        """Every unit in both views each step (with a one-tokenizer model: its one view twice, dropout apart)."""
+        return bool(self.agreement) or self.both_views
+
+    @property
+    def views_per_example(self) -> int:
+        """Forward passes a training example costs per step (agreement or --both-views: both views, every step)."""
+        return 2 if self.two_passes else 1
+
+    def cost_figures(self) -> dict[str, Any] | None:
+        """What the cost block says beside the measured figures: what the time bought (both views: twice the passes)."""
+        return {"forward_passes_per_example": self.views_per_example} if self.two_passes else None
+
+    def compile_mode(self) -> str | None:
+        """torch.compile's mode for this run (None: not compiled)."""
+        if self.cuda_graphs:
+            return "reduce-overhead"
+        return "default" if self.compile else None
+
+    def plan(self, n_examples: int) -> tuple[int, int]:
+        """(steps per epoch, total steps) for ``n_examples`` training examples."""
+        settings: LoopSettings = self  # each command declares these in its own groups
+        per_epoch = max(1, math.ceil(n_examples / settings.batch_size))
+        total = settings.max_steps if settings.max_steps is not None else per_epoch * settings.epochs
+        return per_epoch, max(1, total)
+
+
+def check_cuda_graphs(cuda_graphs: bool, device_spec: str | None) -> None:
+    """``--cuda-graphs`` needs a CUDA device (checked before any data is read)."""
+    if not cuda_graphs:
+        return
+    kind = (device_spec or "auto").split(":")[0]
+    if kind == "auto":
+        import torch
+
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind != "cuda":
+        raise UsageError(f"--cuda-graphs needs a CUDA device; this run is on the {kind.upper()}", hint="leave it out here")
+
+
+def check_decay(lr: float, weight_decay: float) -> None:
+    """AdamW multiplies every weight by (1 - lr x decay) each step: at 1 or more that zeroes or flips them."""
+    if lr * weight_decay >= 1:
+        raise UsageError(
+            f"--lr {lr:g} × --weight-decay {weight_decay:g} is {lr * weight_decay:g}: AdamW's decay would zero or flip every weight at each step",
+            hint="their product must be below 1 (typical: --lr 5e-5, --weight-decay 0.01)",
+        )
+
+
 @dataclass(frozen=True)
-class TrainingConfig:
+class TrainingConfig(TrainingRun):
     """One optimizer step's global batch, the schedule, precision and seed: the same meaning in every command.
 
     ``batch_size`` is the *global* batch of one optimizer step: under
@@ -42,34 +134,19 @@ class TrainingConfig:
     # recompiles (and CUDA graphs are captured) a handful of times; padding is masked, so only rounding changes.
     pad_to_multiple: int = 1
     cuda_graphs: bool = False
-    # With a dev file: also score it every N optimizer steps (not only at each epoch's end), and stop once N
-    # scorings in a row did not beat the best (the best scoring's weights are kept either way).
     eval_every: int | None = None
-    early_stopping: int | None = None  # compile with CUDA graphs (torch.compile's reduce-overhead): past a GPU's launch bound
+    early_stopping: int | None = None
+
+    def recorded(self) -> dict[str, Any]:
+        """The options a stage's manifest records, and its fingerprint hashes: all but the speed-only ones."""
+        return {k: v for k, v in asdict(self).items() if k not in SPEED_ONLY}
 
     def check_speed(self, device_spec: str | None) -> None:
         """The speed-only options, before any data is read."""
         if not 1 <= self.pad_to_multiple <= MAX_PAD_MULTIPLE:
             raise UsageError(f"--pad-to-multiple must be from 1 to {MAX_PAD_MULTIPLE}, not {self.pad_to_multiple}",
                              hint="e.g. 32: widths 32, 64, 96, 128")
-        if self.cuda_graphs:
-            kind = (device_spec or "auto").split(":")[0]
-            if kind == "auto":
-                import torch
-
-                kind = "cuda" if torch.cuda.is_available() else "cpu"
-            if kind != "cuda":
-                raise UsageError(f"--cuda-graphs needs a CUDA device; this run is on the {kind.upper()}", hint="leave it out here")
-
-    def compile_mode(self) -> str | None:
-        """torch.compile's mode for this run (None: not compiled)."""
-        if self.cuda_graphs:
-            return "reduce-overhead"
-        return "default" if self.compile else None
-
-    def recorded(self) -> dict[str, Any]:
-        """The options a stage's manifest records, and its fingerprint hashes: all but the speed-only ones."""
-        return {k: v for k, v in asdict(self).items() if k not in SPEED_ONLY}
+        check_cuda_graphs(self.cuda_graphs, device_spec)
 
     def check_schedule(self) -> None:
         """The learning rate, warm-up, weight decay and step limit every loop checks before its first expensive step."""
@@ -87,16 +164,4 @@ class TrainingConfig:
             raise UsageError("--lr must be positive and --warmup a fraction below 1")
         if self.weight_decay < 0:
             raise UsageError(f"--weight-decay must be 0 or more, not {self.weight_decay}")
-        if self.lr * self.weight_decay >= 1:
-            # AdamW multiplies every weight by (1 - lr x decay) each step: at 1 or more that zeroes or flips them.
-            raise UsageError(
-                f"--lr {self.lr:g} × --weight-decay {self.weight_decay:g} is {self.lr * self.weight_decay:g}: AdamW's decay "
-                "would zero or flip every weight at each step",
-                hint="their product must be below 1 (typical: --lr 5e-5, --weight-decay 0.01)",
-            )
-
-    def plan(self, n_examples: int) -> tuple[int, int]:
-        """(steps per epoch, total steps) for ``n_examples`` training examples."""
-        per_epoch = max(1, math.ceil(n_examples / self.batch_size))
-        total = self.max_steps if self.max_steps is not None else per_epoch * self.epochs
-        return per_epoch, max(1, total)
+        check_decay(self.lr, self.weight_decay)

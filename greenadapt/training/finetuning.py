@@ -13,7 +13,6 @@ the added embedding rows can be trained row-wise (``--train-embeddings``).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows, padded_width
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.config import TrainingConfig
+from greenadapt.training.config import LoopSettings
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
@@ -40,59 +39,12 @@ log = logging.getLogger(__name__)
 DEFAULT_MIX = 0.5
 
 
-@dataclass(frozen=True)
-class TrainConfig(TrainingConfig):
-    # Probability of the domain view. None: resolve_mix picks DEFAULT_MIX when the model has a
-    # domain tokenizer, else 0 (train() itself reads None as 0).
-    mix: float | None = None
-    # Views that agree (``--agreement W``): each unit in both views in the same step, the loss the mean of their
-    # cross-entropies plus W x the symmetric KL between their label distributions (0: off, the paper's mixture).
-    # On a model with one tokenizer the two passes read the same pieces and differ by dropout alone: R-Drop.
-    agreement: float = 0.0
-    # Both views every step without the KL (``--both-views``): what agreement does besides its KL term, as a control.
-    both_views: bool = False
-
-    def recorded(self) -> dict[str, Any]:
-        recorded = super().recorded()
-        if not self.agreement:  # runs made before these options keep their fingerprints
-            recorded.pop("agreement")
-        if not self.both_views or self.agreement:  # agreement implies both views: one run, one fingerprint
-            recorded.pop("both_views")
-        return recorded
-
-    @property
-    def two_passes(self) -> bool:
-        """Every unit in both views each step (with a one-tokenizer model: its one view twice, dropout apart)."""
-        return bool(self.agreement) or self.both_views
-
-    @property
-    def views_per_example(self) -> int:
-        """Forward passes a training example costs per step (agreement or --both-views: both views, every step)."""
-        return 2 if self.two_passes else 1
-
-    def cost_figures(self) -> dict[str, Any] | None:
-        """What the cost block says beside the measured figures: what the time bought (both views: twice the passes)."""
-        return {"forward_passes_per_example": self.views_per_example} if self.two_passes else None
-
-
-def check_agreement(agreement: float) -> None:
-    """``--agreement`` is a finite weight (any model: with one tokenizer it is R-Drop, two passes of the same pieces)."""
-    if not math.isfinite(agreement) or agreement < 0:
-        raise UsageError(f"--agreement must be a finite number, 0 or more, not {agreement}", hint="e.g. --agreement 1")
-
-
 def symmetric_kl(logits_a: Any, logits_b: Any) -> Any:
     """Per row, (KL(p_a || p_b) + KL(p_b || p_a)) / 2 of the label distributions of two views' logits (R-Drop's term)."""
     import torch
 
     log_a, log_b = torch.log_softmax(logits_a.float(), dim=-1), torch.log_softmax(logits_b.float(), dim=-1)
     return 0.5 * ((log_a.exp() * (log_a - log_b)).sum(-1) + (log_b.exp() * (log_b - log_a)).sum(-1))
-
-
-def check_mix(mix: float | None) -> None:
-    """``--mix`` is a probability (or None: the model decides, :func:`resolve_mix`)."""
-    if mix is not None and not 0.0 <= mix <= 1.0:
-        raise UsageError(f"--mix {mix} is not a probability", hint="use a value from 0 to 1")
 
 
 def resolve_mix(requested: float | None, has_domain: bool, model: Path) -> float:
@@ -206,11 +158,11 @@ class FinetuneTask(TrainingTask):
 
     @property
     def agreement(self) -> float:
-        return float(getattr(self.trainer.config, "agreement", 0.0))
+        return float(self.trainer.config.agreement)
 
     @property
     def two_passes(self) -> bool:
-        return bool(getattr(self.trainer.config, "two_passes", False))
+        return bool(self.trainer.config.two_passes)
 
     @property
     def pass_views(self) -> tuple[int, int]:
@@ -284,7 +236,7 @@ class FinetuneTask(TrainingTask):
         self.trainer.model.load_state_dict(state)
 
 
-def prepare_trainer(model: Any, config: TrainingConfig, ctx: DistContext, *, n_examples: int, longest: int, n_base_rows: int) -> Trainer:
+def prepare_trainer(model: Any, config: LoopSettings, ctx: DistContext, *, n_examples: int, longest: int, n_base_rows: int) -> Trainer:
     """A :class:`Trainer` for a classification or QA model whose added rows train per ``config.train_embeddings``."""
     from greenadapt.modeling import embeddings
 
@@ -308,7 +260,7 @@ def finish_model(model: Any) -> None:
 def train(
     model: Any,
     units: Sequence[Unit],
-    config: TrainConfig,
+    config: LoopSettings,
     ctx: DistContext,
     *,
     pad_id: int,
@@ -353,7 +305,6 @@ __all__ = [
     "VIEW_DOMAIN",
     "VIEW_GENERAL",
     "FinetuneTask",
-    "TrainConfig",
     "TrainResult",
     "collate",
     "finish_model",

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from greenadapt.training.config import TrainingConfig
+from greenadapt.training.config import LoopSettings
 
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 
 
-def build_optimizers(model: Any, split: Any, config: TrainingConfig, total: int) -> tuple[list[Any], list[Any]]:
+def build_optimizers(model: Any, split: Any, config: LoopSettings, total: int) -> tuple[list[Any], list[Any]]:
     """AdamW (norms and biases not decayed), RowAdamW for row-wise trained added rows, linear warm-up schedule."""
     import torch
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from greenadapt.defaults import check_seed
+from greenadapt.data.task_files import check_entity_type
+from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, check_max_length, check_seed
 from greenadapt.errors import UsageError
-from greenadapt.options import PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
+from greenadapt.options import INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
+from greenadapt.training.config import MAX_PAD_MULTIPLE
 from greenadapt.training.distributed import PRECISIONS
 
 POOL_MODES = ("mean", "general", "domain")  # --pool: the mean of both tokenizers' logits, or one tokenizer's
@@ -20,6 +22,26 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
         raise UsageError(f"--seeds {text!r} is not a comma-separated list of integers", hint="e.g. --seeds 1,2,3") from None
+
+
+def positive(value: float) -> float:
+    """A learning rate: above 0."""
+    if value <= 0:
+        raise UsageError(f"--lr must be positive, not {value:g}", hint="e.g. --lr 5e-5")
+    return value
+
+
+def below_one(value: float) -> float:
+    """A fraction of the steps (--warmup): from 0, below 1."""
+    if value >= 1:
+        raise UsageError(f"--warmup must be a fraction below 1, not {value:g}", hint="e.g. --warmup 0.1")
+    return value
+
+
+def tracker_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    from greenadapt.training.trackers import check_report_to
+
+    return check_report_to(names)
 
 
 def check_seeds(seeds: tuple[int, ...]) -> tuple[int, ...]:
@@ -36,8 +58,30 @@ def check_seeds(seeds: tuple[int, ...]) -> tuple[int, ...]:
 class ScheduleSettings(Settings):
     """AdamW's schedule beyond the learning rate."""
 
-    warmup: float = option(0.1, "--warmup", panel=TRAINING, help="Fraction of the steps spent warming up.")
-    weight_decay: float = option(0.01, "--weight-decay", panel=TRAINING, help="AdamW weight decay.")
+    warmup: float = option(0.1, "--warmup", panel=TRAINING, minimum=0, check=below_one, fingerprint="always",
+                           help="Fraction of the steps spent warming up.")
+    weight_decay: float = option(0.01, "--weight-decay", panel=TRAINING, minimum=0, fingerprint="always", help="AdamW weight decay.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeSettings(Settings):
+    """The fine-tuning recipe ``compare`` passes to every run as ``finetune`` takes it: an option declared here reaches
+    both commands, the API, options.json, every run compare starts and the object the training loop receives.
+    None: the task's default (greenadapt.tasks)."""
+
+    epochs: int | None = option(None, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always",
+                                help="Passes over the training data (default: the task's).")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always",
+                                   help="Stop after this many optimizer steps (overrides --epochs).")
+    batch_size: int | None = option(None, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always",
+                                    help="Examples (qa: windows) per optimizer step, over all processes (default: the task's).")
+    lr: float | None = option(None, "--lr", panel=TRAINING, check=positive, fingerprint="always",
+                              help="Peak learning rate (AdamW, linear schedule; default: the task's).")
+    max_length: int | None = option(None, "--max-length", panel=TRAINING, check=check_max_length,
+                                    help="Wordpieces per sequence; longer NER chunks are split (default: the task's).")
+    entity_type: str | None = option(
+        None, "--entity-type", panel=INPUT_OUTPUT, metavar="TYPE", check=check_entity_type,
+        help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +90,7 @@ class DeviceSettings(Settings):
 
     device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda, cuda:N or mps.")
     precision: str = option(
-        "auto", "--precision", panel=PERFORMANCE, choices=PRECISIONS,
+        "auto", "--precision", panel=PERFORMANCE, choices=PRECISIONS, fingerprint="always",
         help="auto (CUDA: bf16, else fp16; CPU: bf16 where the CPU has it natively (avx512_bf16, AMX), else fp32), fp32, bf16, fp16.")
 
 
@@ -62,7 +106,7 @@ class ShapeSettings(Settings):
     """Fewer batch shapes, for a compiled model (speed only: no stage records them)."""
 
     pad_to_multiple: int = option(
-        1, "--pad-to-multiple", panel=PERFORMANCE, metavar="N", minimum=1,
+        1, "--pad-to-multiple", panel=PERFORMANCE, metavar="N", minimum=1, maximum=MAX_PAD_MULTIPLE,
         help="Round each training batch's width up to a multiple of N wordpieces (e.g. 32): a handful of shapes, so a "
              "compiled model (--compile, --cuda-graphs) compiles a handful of times. Padding is masked: results change only by rounding.")
     cuda_graphs: bool = option(
@@ -74,6 +118,6 @@ class ShapeSettings(Settings):
 @dataclass(frozen=True, kw_only=True)
 class TrackerSettings(Settings):
     report_to: tuple[str, ...] = option(
-        (), "--report-to", panel=RUN_CONTROL, metavar="TRACKER",
+        (), "--report-to", panel=RUN_CONTROL, metavar="TRACKER", check=tracker_names,
         help="Experiment trackers: tensorboard, mlflow (repeat, or comma-separated): every step's loss, lr and gradient norm, "
              "dev and test scores, the run's options (the trackers extra: pip install tensorboard mlflow-skinny; docs/trackers.md).")

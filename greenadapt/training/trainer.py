@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from greenadapt.errors import UsageError
-from greenadapt.training.config import TrainingConfig
+from greenadapt.training.config import LoopSettings
 from greenadapt.training.distributed import DistContext, autocast, autocast_dtype, grad_scaler
 from greenadapt.training.optimizers import build_optimizers
 from greenadapt.training.step import optimizer_step
@@ -31,7 +31,7 @@ class Trainer:
     def __init__(
         self,
         model: Any,
-        config: TrainingConfig,
+        config: LoopSettings,
         ctx: DistContext,
         *,
         total_steps: int,

@@ -44,15 +44,14 @@ from greenadapt.data.predictions import prediction_file_name, write_predictions
 from greenadapt.data.task_files import TaskFile, check_known_labels, untyped_labels
 from greenadapt.errors import DataError, UsageError
 from greenadapt.modeling.units import Unit
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import Progress
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_task
-from greenadapt.runners.finetune.checks import TaskValues, check_options
-from greenadapt.tasks.options import FinetuneOptions, default_run_folder
+from greenadapt.runners.finetune.settings import default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.distributed import DistContext, precision_used
 from greenadapt.inference.labelling import ensemble_mode
 from greenadapt.training.trackers import probe_trackers, report_scores, tracking
-from greenadapt.training.finetuning import TrainConfig, check_agreement, resolve_mix, train
+from greenadapt.training.finetuning import resolve_mix, train
 from greenadapt.training.health import prediction_warnings
 from greenadapt.training.job import training_stage
 from greenadapt.redaction import scrub_secrets
@@ -71,67 +70,65 @@ KIND = kinds.FINETUNE
 # finetune
 
 
-def finetune_stage(options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
-    """Fine-tune ``options.model`` on ``options.task`` and write the run folder: a labelling task here, QA by its own loop."""
+def finetune_stage(settings: FinetuneSettings, run: Run) -> StageOutcome:
+    """Fine-tune ``settings.model`` on ``settings.task`` and write the run folder: a labelling task here, QA by its own loop."""
     from greenadapt.tasks.qa import QaTask
 
-    task = get_task(options.task)
+    task = get_task(settings.task)
     if isinstance(task, LabellingTask) and task.finetunes:
-        return run_labelling(task, options, progress)
+        return run_labelling(task, task.filled(settings), run)
     if isinstance(task, QaTask):
         from greenadapt.runners.qa.train import finetune_qa
 
-        return finetune_qa(task, options, progress)
+        return finetune_qa(task.filled(settings), run)
     raise UsageError(f"{task.name} is not trained by `greenadapt finetune`")
 
 
-def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
-    """Fine-tune a labelling task (one run per seed), evaluate under every pooling mode, write the run folder."""
-    task.check_unused(options)
-    values = TaskValues.of(task, options)
-    check_options(options, values)
-    probe_trackers(options.report_to)  # a store that does not answer is a line now, not a hang after the data is read
-    ref = resolve_model(options.model)
-    out = options.out or default_run_folder(options, ref)
-    check_run_destination(out, kind=KIND, force=options.force, model=ref.path, data=[options.train, options.dev, options.test], workdir=options.workdir)
+def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> StageOutcome:
+    """Fine-tune a labelling task (one run per seed), evaluate under every pooling mode, write the run folder.
+
+    ``settings``: checked when made, the task's defaults filled in (:meth:`Task.filled`)."""
+    probe_trackers(settings.report_to)  # a store that does not answer is a line now, not a hang after the data is read
+    ref = resolve_model(settings.model)
+    out = run.out or default_run_folder(settings, run, ref)
+    check_run_destination(out, kind=KIND, force=run.force, model=ref.path, data=[settings.train, settings.dev, settings.test], workdir=run.workdir)
     model_identity = identity_of_model(ref)
 
-    train_file, dev_file, test_file, labels = _read_splits(task, options)
+    train_file, dev_file, test_file, labels = _read_splits(task, settings)
 
     folder = ExpandedModel.open(ref)
     tokenizers = folder.tokenizers
-    gmap = _prepare_gmap(options, ref, tokenizers.general)
-    mix = resolve_mix(values.training.mix, tokenizers.has_domain, ref.path)
-    check_agreement(values.training.agreement)
-    pool = ensemble_mode(values.pool, tokenizers.has_domain, ref.path)
-    positive = task.positive_label(labels, options.positive_label)
-    metric = task.check_metric(options.metric, positive)
-    settings = TaskSettings(
+    gmap = _prepare_gmap(settings, run, ref, tokenizers.general)
+    base = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path))
+    assert settings.pool is not None and settings.max_words is not None  # filled: the task's defaults
+    pool = ensemble_mode(settings.pool, tokenizers.has_domain, ref.path)
+    positive = task.positive_label(labels, settings.positive_label)
+    metric = task.check_metric(settings.metric, positive)
+    task_settings = TaskSettings(
         task=task.name,
         labels=labels,
-        max_length=folder.length_limit if values.max_length is None else folder.capped_length(values.max_length),
-        max_words=values.max_words,
+        max_length=folder.length_limit if settings.max_length is None else folder.capped_length(settings.max_length),
+        max_words=settings.max_words,
         metric=metric,
         positive_label=positive,
-        reader=options.reader.as_config(),
+        reader=settings.reader.as_config(),
         has_domain_tokenizer=tokenizers.has_domain,
     )
-    base = replace(values.training, mix=mix)
     config: dict[str, Any] = {
-        "task": settings.to_json(),
+        "task": task_settings.to_json(),
         "train": {k: v for k, v in base.recorded().items() if k != "seed"},
-        "seeds": list(options.seeds),
-        "train_on": options.train_on,
+        "seeds": list(settings.seed_list),
+        "train_on": settings.train_on,
         "pool": pool,
         "model": ref.name,
     }
     inputs = [model_identity] + [{"role": role, **file_identity(f.path)} for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file)) if f is not None]
     if gmap is not None:
         # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
-        config["gmap"] = options.gmap.to_config(gmap.general)
+        config["gmap"] = settings.gmap_options().to_config(gmap.general)
         inputs.append({"role": "general", **identity_of_model(gmap.general)})
-    with training_stage(KIND, out, config, inputs, device=options.device, force=options.force, wait=options.wait,
-                        resume=options.resume) as job:
+    with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait,
+                        resume=settings.resume) as job:
         if job.up_to_date is not None:
             return job.up_to_date
         if job.stage is not None and task.finds_entities and untyped_labels(labels):  # said once training is sure to start
@@ -140,14 +137,14 @@ def run_labelling(task: LabellingTask, options: FinetuneOptions, progress: Progr
                 "entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels", train_file.path, ", ".join(untyped_labels(labels)),
             )
         checkpointing = job.checkpointing(
-            save_every=options.save_every, resume=options.resume, save_final=options.save_every is not None or len(options.seeds) > 1
+            save_every=settings.save_every, resume=settings.resume, save_final=settings.save_every is not None or len(settings.seed_list) > 1
         )
-        runner = _Job(task, settings, tokenizers, ref, base, job.ctx, pool, progress, checkpointing, job.stop, gmap,
-                      _trackers_named(options.report_to), out, config, model_identity)
-        return job.commit(runner.run(train_file, dev_file, test_file, options.seeds, options.train_on, job.tmp), cost=_cost_figures(base))
+        runner = _Job(task, task_settings, tokenizers, ref, base, job.ctx, pool, run.progress, checkpointing, job.stop, gmap,
+                      _trackers_named(settings.report_to), out, config, model_identity)
+        return job.commit(runner.run(train_file, dev_file, test_file, settings.seed_list, settings.train_on, job.tmp), cost=_cost_figures(base))
 
 
-def _cost_figures(base: TrainConfig) -> dict[str, Any]:
+def _cost_figures(base: FinetuneSettings) -> dict[str, Any]:
     """What the cost block says beside the measured figures: the passes an example cost, and the threads a CPU run's
     sums were split over (the same seed gives the same scores at the same count: docs/cluster.md)."""
     import torch
@@ -163,14 +160,15 @@ def _trackers_named(report_to: Sequence[str]) -> tuple[str, ...]:
     return check_report_to(report_to)
 
 
-def _read_splits(task: LabellingTask, options: FinetuneOptions) -> tuple[TaskFile, TaskFile | None, TaskFile | None, list[str]]:
+def _read_splits(task: LabellingTask, settings: FinetuneSettings) -> tuple[TaskFile, TaskFile | None, TaskFile | None, list[str]]:
     """The train, dev and test files, read and checked, and the labels of the training data (in the task's order)."""
-    train_file = task.read(options.train, options.reader, require_labels=True)
-    dev_file = task.read(options.dev, options.reader, require_labels=True) if options.dev else None
-    test_file = task.read(options.test, options.reader, require_labels=True) if options.test else None
-    if options.train_on == "train+dev" and dev_file is None:
+    reader = settings.reader
+    train_file = task.read(settings.train, reader, require_labels=True)
+    dev_file = task.read(settings.dev, reader, require_labels=True) if settings.dev else None
+    test_file = task.read(settings.test, reader, require_labels=True) if settings.test else None
+    if settings.train_on == "train+dev" and dev_file is None:
         raise UsageError("--train-on train+dev needs --dev")
-    training_files = [train_file] + ([dev_file] if options.train_on == "train+dev" and dev_file else [])
+    training_files = [train_file] + ([dev_file] if settings.train_on == "train+dev" and dev_file else [])
     labels = task.order_labels([label for f in training_files for label in f.labels()])
     if len(labels) < 2:
         raise DataError(f"the training data has only {len(labels)} label(s) ({', '.join(labels)})", path=train_file.path)
@@ -180,15 +178,14 @@ def _read_splits(task: LabellingTask, options: FinetuneOptions) -> tuple[TaskFil
     return train_file, dev_file, test_file, labels
 
 
-def _prepare_gmap(options: FinetuneOptions, ref: ModelRef, t_lm: Any) -> GmapSetup | None:
-    """Resolve and check ``--gmap`` and its general model before any data is tokenized."""
-    if not options.gmap.enabled:
-        options.gmap.check()  # refuses --gmap-* options without --gmap
+def _prepare_gmap(settings: FinetuneSettings, run: Run, ref: ModelRef, t_lm: Any) -> GmapSetup | None:
+    """Resolve ``--gmap``'s general model before any data is tokenized (its options were checked with the settings)."""
+    gmap = settings.gmap_options()
+    if not gmap.enabled:
         return None
     from greenadapt.modeling.gmap.wiring import prepare
 
-    options.gmap.check()
-    return prepare(options.gmap, ref, t_lm, cache_root=resolve_workdir(options.workdir) / "cache")
+    return prepare(gmap, ref, t_lm, cache_root=resolve_workdir(run.workdir) / "cache")
 
 
 def identity_of_model(ref: ModelRef) -> dict[str, Any]:
@@ -209,7 +206,7 @@ class _Job:
     settings: TaskSettings
     tokenizers: TokenizerPair
     ref: ModelRef
-    base: TrainConfig
+    base: FinetuneSettings  # the run's settings, the mixture resolved; each seed's are base.replaced(seed=seed)
     ctx: DistContext
     pool: str
     progress: Progress
@@ -325,7 +322,7 @@ class _Job:
 
         set_seed(seed)  # python, numpy, torch: the new head's initialisation and dropout
         model, n_base = self._model()
-        config = replace(self.base, seed=seed)
+        config = self.base.replaced(seed=seed)
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
 
@@ -480,4 +477,4 @@ def per_type_headline(metrics_doc: dict[str, Any], pool: str) -> dict[str, Any]:
 
 def run_finetune(settings: FinetuneSettings, run: Run) -> StageOutcome:
     """``greenadapt finetune``: the run folder from the command's settings."""
-    return finetune_stage(settings.resolved(run), run.progress)
+    return finetune_stage(settings, run)

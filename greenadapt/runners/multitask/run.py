@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,21 +30,17 @@ from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.predictions import prediction_file_name, write_predictions
 from greenadapt.data.task_files import TaskFile, check_known_labels
-from greenadapt.defaults import DEFAULT_MAX_LENGTH, check_max_length
 from greenadapt.errors import DataError, UsageError
 from greenadapt.machine.devices import pick_device
-from greenadapt.modeling.gmap.options import GmapOptions
 from greenadapt.modeling.pals.config import BASE_DIR, TASKS_DIR, PalsConfig
 from greenadapt.modeling.units import Unit
-from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.runners.multitask.sampling import check_sampling
+from greenadapt.progress import Progress
 from greenadapt.runners.multitask.spec import TaskSpec, check_unique
-from greenadapt.runners.multitask.train import MultitaskConfig, train_multitask
+from greenadapt.runners.multitask.train import train_multitask
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_labelling_task
 from greenadapt.training.distributed import DistContext
-from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix
+from greenadapt.training.finetuning import resolve_mix
 from greenadapt.training.health import prediction_warnings
-from greenadapt.training.pooling import check_pool
 
 if TYPE_CHECKING:
     from greenadapt.options import Run
@@ -56,26 +52,6 @@ KIND = kinds.MULTITASK
 
 
 @dataclass
-class MultitaskOptions:
-    tasks: list[TaskSpec]
-    model: str | None = None
-    out: Path | None = None
-    workdir: Path | None = None
-    pals: PalsConfig = field(default_factory=PalsConfig)
-    training: TrainConfig = field(default_factory=TrainConfig)  # mix None: 0.5 with a domain tokenizer, else 0
-    sampling: str = "annealed"
-    steps_per_epoch: int | None = None
-    freeze_base: bool = False
-    pool: str = "mean"
-    max_length: int = DEFAULT_MAX_LENGTH
-    max_words: int = 30
-    device: str = "auto"
-    force: bool = False
-    wait: bool = False
-    gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion of a frozen general model (strategy "none": off)
-
-
-@dataclass
 class _Prepared:
     spec: TaskSpec
     task: LabellingTask
@@ -83,38 +59,39 @@ class _Prepared:
     files: dict[str, TaskFile]  # train, and dev/test when given
 
 
-def multitask_stage(options: MultitaskOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
-    """Train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
+def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
+    """``greenadapt multitask``: train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
     from greenadapt.artifacts.destination import check_run_destination
     from greenadapt.artifacts.model_folder import ExpandedModel
     from greenadapt.runners.finetune.run import identity_of_model
+    from greenadapt.runners.multitask.spec import collect_specs
 
-    _check_options(options)
-    ref = resolve_model(options.model)
+    specs = collect_specs(list(settings.task), settings.tasks_file)
+    check_unique(specs)
+    ref = resolve_model(settings.model)
     model_identity = identity_of_model(ref)
     folder = ExpandedModel.open(ref)
     tokenizers = folder.tokenizers
-    options.gmap.check()
+    gmap_options = settings.gmap_options()
     gmap = None
-    if options.gmap.enabled:
+    if gmap_options.enabled:
         from greenadapt.modeling.gmap.wiring import prepare
 
-        gmap = prepare(options.gmap, ref, tokenizers.general, cache_root=resolve_workdir(options.workdir) / "cache")
-    mix = resolve_mix(options.training.mix, tokenizers.has_domain, ref.path)
-    if options.pool == "domain" and not tokenizers.has_domain:
+        gmap = prepare(gmap_options, ref, tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
+    if settings.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
-    pool = options.pool if tokenizers.has_domain else "general"
-    max_length = folder.capped_length(options.max_length)
-    prepared = [_prepare(spec, tokenizers, max_length, options.max_words) for spec in options.tasks]
+    pool = settings.pool if tokenizers.has_domain else "general"
+    max_length = folder.capped_length(settings.max_length)
+    prepared = [_prepare(spec, tokenizers, max_length, settings.max_words) for spec in specs]
 
-    training = replace(options.training, mix=mix)
+    training = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path))
     config = {
         "tasks": [{**p.spec.to_json(), "settings": p.settings.to_json()} for p in prepared],
-        "pals": options.pals.to_json(),
+        "pals": _pals(settings).to_json(),
         "train": training.recorded(),
-        "sampling": options.sampling,
-        "steps_per_epoch": options.steps_per_epoch,
-        "freeze_base": options.freeze_base,
+        "sampling": settings.sampling,
+        "steps_per_epoch": settings.steps_per_epoch,
+        "freeze_base": settings.freeze_base,
         "pool": pool,
         "model": ref.name,
     }
@@ -122,36 +99,25 @@ def multitask_stage(options: MultitaskOptions, progress: Progress = NULL_PROGRES
         {"role": f"{p.spec.name}:{role}", **file_identity(f.path)} for p in prepared for role, f in p.files.items()
     ]
     if gmap is not None:
-        config["gmap"] = options.gmap.to_config(gmap.general)
+        config["gmap"] = gmap_options.to_config(gmap.general)
         inputs.append({"role": "general", **identity_of_model(gmap.general)})
-    out = options.out or resolve_workdir(options.workdir) / "multitask" / slugify("-".join(p.spec.name for p in prepared)) / ref.slug
+    out = run.out or resolve_workdir(run.workdir) / "multitask" / slugify("-".join(p.spec.name for p in prepared)) / ref.slug
     check_run_destination(
-        out, kind=KIND, force=options.force, model=ref.path, data=[f.path for p in prepared for f in p.files.values()],
-        workdir=options.workdir,
+        out, kind=KIND, force=run.force, model=ref.path, data=[f.path for p in prepared for f in p.files.values()],
+        workdir=run.workdir,
     )
-    ctx = DistContext(device=pick_device(options.device))
-    with StageRun(KIND, out, config, inputs, force=options.force, wait=options.wait, libraries=("torch", "transformers", "tokenizers")) as stage:
+    ctx = DistContext(device=pick_device(settings.device))
+    with StageRun(KIND, out, config, inputs, force=run.force, wait=run.wait, libraries=("torch", "transformers", "tokenizers")) as stage:
         if stage.skipped:
             return StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
-        stats = _train_and_save(prepared, ref.path, tokenizers, options, training, pool, ctx, stage.tmp, progress, gmap)
+        stats = _train_and_save(prepared, ref.path, tokenizers, training, pool, ctx, stage.tmp, run.progress, gmap)
         manifest = stage.commit(stats=stats)
         return StageOutcome(stage.out, manifest, False)
 
 
-def _check_options(options: MultitaskOptions) -> None:
-    check_unique(options.tasks)
-    check_sampling(options.sampling)
-    training = options.training
-    check_mix(training.mix)
-    check_pool(options.pool)
-    for name, value in (("--batch-size", training.batch_size), ("--epochs", training.epochs),
-                        ("--max-words", options.max_words), ("--eval-batch-size", training.eval_batch_size)):
-        if value < 1:
-            raise UsageError(f"{name} must be at least 1")
-    check_max_length(options.max_length)
-    if options.steps_per_epoch is not None and options.steps_per_epoch < 1:
-        raise UsageError("--steps-per-epoch must be at least 1")
-    training.check_schedule()
+def _pals(settings: MultitaskSettings) -> PalsConfig:
+    """The adapters the run adds, as pals_config.json keeps them."""
+    return PalsConfig(adapter=settings.adapter, size=settings.pal_size, heads=settings.pal_heads)
 
 
 def _prepare(spec: TaskSpec, tokenizers: TokenizerPair, max_length: int, max_words: int) -> _Prepared:
@@ -205,7 +171,7 @@ def _units(prepared: list[_Prepared], tokenizers: TokenizerPair, gmap: Any) -> t
     return units, preprocessing
 
 
-def _build_model(prepared: list[_Prepared], model_path: Path, tokenizers: TokenizerPair, options: MultitaskOptions, gmap: Any) -> Any:
+def _build_model(prepared: list[_Prepared], model_path: Path, tokenizers: TokenizerPair, settings: MultitaskSettings, gmap: Any) -> Any:
     """The shared encoder with each task's adapter and head (and G-MAP's fusion)."""
     import torch
     from transformers import AutoModel
@@ -216,7 +182,7 @@ def _build_model(prepared: list[_Prepared], model_path: Path, tokenizers: Tokeni
     with quiet_transformers():
         base = AutoModel.from_pretrained(str(model_path), dtype=torch.float32)
     check_vocab_fits(tokenizers, base.get_input_embeddings().weight.shape[0], model_path)
-    model = MultiTaskModel(base, options.pals)
+    model = MultiTaskModel(base, _pals(settings))
     for p in prepared:
         model.add_task(p.spec.name, p.spec.type, len(p.settings.labels))
     if gmap is not None:
@@ -264,8 +230,7 @@ def _train_and_save(
     prepared: list[_Prepared],
     model_path: Path,
     tokenizers: TokenizerPair,
-    options: MultitaskOptions,
-    training: TrainConfig,
+    training: MultitaskSettings,
     pool: str,
     ctx: DistContext,
     tmp: Path,
@@ -276,7 +241,7 @@ def _train_and_save(
 
     units, preprocessing = _units(prepared, tokenizers, gmap)
     set_seed(training.seed)
-    model = _build_model(prepared, model_path, tokenizers, options, gmap)
+    model = _build_model(prepared, model_path, tokenizers, training, gmap)
     names = [p.spec.name for p in prepared]
 
     def scores(p: _Prepared, role: str, modes: Sequence[str]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -288,12 +253,11 @@ def _train_and_save(
         per_task = {p.spec.name: float(scores(p, "dev", (pool,))[0][pool][p.settings.metric]) for p in with_dev}
         return sum(per_task.values()) / len(per_task), {"tasks": per_task}
 
-    config = MultitaskConfig(training, options.sampling, options.steps_per_epoch, options.freeze_base)
     result = train_multitask(
         model,
         names,
         [units[n]["train"] for n in names],
-        config,
+        training,
         ctx,
         pad_id=tokenizers.pad_id,
         evaluate=evaluate if with_dev else None,
@@ -311,8 +275,8 @@ def _train_and_save(
     }
     return {
         "tasks": names,
-        "adapter": options.pals.adapter,
-        "gmap": None if gmap is None else {"strategy": options.gmap.strategy, **gmap.describe()},
+        "adapter": training.adapter,
+        "gmap": None if gmap is None else {"strategy": training.gmap_options().strategy, **gmap.describe()},
         "pool": pool,
         "mix": training.mix,
         "parameters": counts,
@@ -340,7 +304,7 @@ def _score(
     units: list[Unit],
     tokenizers: TokenizerPair,
     ctx: DistContext,
-    training: TrainConfig,
+    training: MultitaskSettings,
     modes: Sequence[str],
 ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     from greenadapt.training.pooling import pooled_logits
@@ -377,26 +341,4 @@ def _save_tokenizers(tokenizers: TokenizerPair, folder: Path) -> None:
 
 
 # --------------------------------------------------------------------------
-__all__ = ["KIND", "MultitaskOptions", "multitask_stage"]
-
-
-def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
-    """``greenadapt multitask``: the run folder from the command's settings."""
-    return multitask_stage(_multitask_options(settings, run), run.progress)
-
-
-def _multitask_options(settings: MultitaskSettings, run: Run) -> MultitaskOptions:
-    from greenadapt.modeling.pals.config import PalsConfig
-    from greenadapt.runners.multitask.spec import collect_specs
-    from greenadapt.training.finetuning import TrainConfig
-
-    return MultitaskOptions(
-        tasks=collect_specs(list(settings.task), settings.tasks_file), model=settings.model, out=run.out, workdir=run.workdir,
-        pals=PalsConfig(adapter=settings.adapter, size=settings.pal_size, heads=settings.pal_heads),
-        training=TrainConfig(
-            mix=settings.mix, batch_size=settings.batch_size, lr=settings.lr, epochs=settings.epochs, max_steps=settings.max_steps, warmup=settings.warmup,
-            weight_decay=settings.weight_decay, seed=settings.seed, precision=settings.precision, compile=settings.compile, eval_batch_size=settings.eval_batch_size,
-        ),
-        sampling=settings.sampling, steps_per_epoch=settings.steps_per_epoch, freeze_base=settings.freeze_base, pool=settings.pool,
-        max_length=settings.max_length, max_words=settings.max_words, device=settings.device, force=run.force, wait=run.wait, gmap=settings.gmap_options(),
-    )
+__all__ = ["KIND", "run_multitask"]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from greenadapt.errors import UsageError
+from greenadapt.runners.multitask.settings import SAMPLING
 
-SAMPLING = ("proportional", "sqrt", "annealed", "round-robin")
 _TASK_STREAM = 0x7461736B
 
 

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
+from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_max_length, check_seed
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option
-from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings
+from greenadapt.training.config import TrainingRun, check_decay
+from greenadapt.training.settings import POOL_MODES, CompileSettings, DeviceSettings, ScheduleSettings, positive
 
-if TYPE_CHECKING:
-    pass
+SAMPLING = ("proportional", "sqrt", "annealed", "round-robin")  # how each step's task is drawn (greenadapt.runners.multitask.sampling)
 
 
 @dataclass(frozen=True, kw_only=True)
-class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings):
+class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings, TrainingRun):
     """``greenadapt multitask``: multi-task fine-tuning with PALs: one shared encoder, an adapter and a head per task."""
 
     command = "multitask"
@@ -33,20 +32,24 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
     adapter: str = option("pals", "--adapter", panel=MODEL, help="pals (projected attention layers), low-rank, or none (shared encoder, task heads only).")
     pal_size: int = option(204, "--pal-size", panel=MODEL, help="Width s of the PAL space (V_E: d -> s; low-rank: the rank).")
     pal_heads: int = option(12, "--pal-heads", panel=MODEL, help="Attention heads in the PAL space (must divide --pal-size).")
-    sampling: str = option("annealed", "--sampling", panel=TRAINING,
+    sampling: str = option("annealed", "--sampling", panel=TRAINING, choices=SAMPLING,
                            help="Task of each step: annealed (the paper's best), proportional, sqrt or round-robin.")
-    steps_per_epoch: int | None = option(None, "--steps-per-epoch", panel=TRAINING,
+    steps_per_epoch: int | None = option(None, "--steps-per-epoch", panel=TRAINING, minimum=1,
                                          help="Steps per 'epoch' (default: one pass over all tasks' training data).")
     freeze_base: bool = option(False, "--freeze-base", panel=TRAINING, help="Train only the PALs, the heads and the encoder's layer norms.")
-    epochs: int = option(3, "--epochs", panel=TRAINING, maximum=MAX_EPOCHS, help="Epochs (of --steps-per-epoch steps).")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, maximum=MAX_STEPS, help="Stop after this many steps (overrides --epochs).")
-    batch_size: int = option(32, "--batch-size", panel=TRAINING, help="Examples per step (all from one task).")
-    lr: float = option(5e-5, "--lr", panel=TRAINING, help="Peak learning rate (AdamW, linear schedule).")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed.")
-    mix: float | None = option(None, "--mix", panel=TRAINING,
+    epochs: int = option(3, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always", help="Epochs (of --steps-per-epoch steps).")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always", help="Stop after this many steps (overrides --epochs).")
+    batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always", help="Examples per step (all from one task).")
+    lr: float = option(5e-5, "--lr", panel=TRAINING, check=positive, fingerprint="always", help="Peak learning rate (AdamW, linear schedule).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
+    mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
-    pool: str = option("mean", "--pool", panel=EVALUATION, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
-    max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING, help="Wordpieces per sequence.")
-    max_words: int = option(30, "--max-words", panel=TRAINING,
+    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING, check=check_max_length, help="Wordpieces per sequence.")
+    max_words: int = option(30, "--max-words", panel=TRAINING, minimum=1,
                             help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole where the window holds them.")
-    eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, help="Sequences per inference batch.")
+    eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
+
+    def check(self) -> None:
+        check_decay(self.lr, self.weight_decay)
+        self.gmap_options()  # refuses --gmap-* options without --gmap, and unknown strategies

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,21 +28,16 @@ from greenadapt.modeling.units import Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.multitask.sampling import alpha, sample_tasks
 from greenadapt.training.batches import choose_views
-from greenadapt.training.finetuning import TrainConfig, collate, output_rows
+from greenadapt.training.finetuning import collate, output_rows
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
+
+if TYPE_CHECKING:
+    from greenadapt.runners.multitask.settings import MultitaskSettings
 
 log = logging.getLogger(__name__)
 
 _STREAM = 0x6D7462
-
-
-@dataclass(frozen=True)
-class MultitaskConfig:
-    training: TrainConfig = field(default_factory=TrainConfig)
-    sampling: str = "annealed"
-    steps_per_epoch: int | None = None
-    freeze_base: bool = False
 
 
 @dataclass
@@ -79,10 +74,9 @@ class TaskStream:
         return batch, self.views
 
 
-def plan(sizes: Sequence[int], config: MultitaskConfig) -> tuple[int, int]:
+def plan(sizes: Sequence[int], training: MultitaskSettings) -> tuple[int, int]:
     """(steps per epoch, total steps)."""
-    training = config.training
-    per_epoch = config.steps_per_epoch or max(1, math.ceil(sum(sizes) / training.batch_size))
+    per_epoch = training.steps_per_epoch or max(1, math.ceil(sum(sizes) / training.batch_size))
     total = training.max_steps if training.max_steps is not None else per_epoch * training.epochs
     return per_epoch, max(1, total)
 
@@ -92,8 +86,8 @@ class MultitaskTask(TrainingTask):
 
     label = "multi-task fine-tuning"
 
-    def __init__(self, trainer: Trainer, model: Any, names: Sequence[str], units: Sequence[Sequence[Unit]], config: MultitaskConfig, *, pad_id: int) -> None:
-        training = config.training
+    def __init__(self, trainer: Trainer, model: Any, names: Sequence[str], units: Sequence[Sequence[Unit]], config: MultitaskSettings, *, pad_id: int) -> None:
+        training = config
         self.trainer, self.names, self.units, self.config, self.pad_id = trainer, names, units, config, pad_id
         self.sizes = [len(u) for u in units]
         self.per_epoch, total = plan(self.sizes, config)
@@ -107,7 +101,7 @@ class MultitaskTask(TrainingTask):
         """The task of each step of the epoch."""
         config, total = self.config, self.trainer.total_steps
         steps = min(self.per_epoch, total - step)
-        order = sample_tasks(self.sizes, config.sampling, steps=steps, epoch=epoch + 1, epochs=self.epochs, seed=config.training.seed)
+        order = sample_tasks(self.sizes, config.sampling, steps=steps, epoch=epoch + 1, epochs=self.epochs, seed=config.seed)
         log.info("epoch %d: sampling %s (alpha %.2f)", epoch + 1, config.sampling, alpha(config.sampling, epoch + 1, self.epochs))
         return [int(t) for t in order]
 
@@ -136,7 +130,7 @@ def train_multitask(
     model: Any,
     names: Sequence[str],
     units: Sequence[Sequence[Unit]],
-    config: MultitaskConfig,
+    config: MultitaskSettings,
     ctx: Any,
     *,
     pad_id: int,
@@ -153,7 +147,7 @@ def train_multitask(
     if config.freeze_base:
         kept = model.freeze_base()
         log.info("--freeze-base: the shared encoder is frozen except %d layer-norm tensors", len(kept))
-    trainer = Trainer(model, config.training, ctx, total_steps=total)
+    trainer = Trainer(model, config, ctx, total_steps=total)
     task = MultitaskTask(trainer, model, names, units, config, pad_id=pad_id)
     run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress)
     model.eval()
@@ -172,4 +166,4 @@ def train_multitask(
     )
 
 
-__all__ = ["MultitaskConfig", "MultitaskResult", "MultitaskTask", "TaskStream", "plan", "train_multitask"]
+__all__ = ["MultitaskResult", "MultitaskTask", "TaskStream", "plan", "train_multitask"]

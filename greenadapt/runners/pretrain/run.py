@@ -39,7 +39,6 @@ from greenadapt.machine.cores import available_cores
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.runners.pretrain.train import PretrainConfig
-from greenadapt.training.finetuning import check_mix
 from greenadapt.training.job import TrainingStage, training_stage
 
 if TYPE_CHECKING:
@@ -87,7 +86,6 @@ def _check(options: PretrainOptions) -> None:
         raise UsageError("--heldout must be at least 1")
     if options.tokenizer not in TOKENIZER_CHOICES:
         raise UsageError(f"unknown --tokenizer {options.tokenizer!r}", hint="auto, domain or general")
-    check_mix(options.mix)
     if options.mix is not None:
         if options.tokenizer != "auto":
             raise UsageError("--mix chooses the tokenizer per sequence; it cannot be combined with --tokenizer", hint="drop --tokenizer")

@@ -41,7 +41,7 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings):
     tokenizer: str = option("auto", "--tokenizer", panel=MODEL,
                             help="auto (the domain tokenizer of an expanded model, else the only one), domain or general.")
     mix: float | None = option(
-        None, "--mix", panel=TRAINING, minimum=0.0,
+        None, "--mix", panel=TRAINING, minimum=0.0, maximum=1.0,
         help="Expanded models: read this share of the sequences with the domain tokenizer and the rest with the general one (the fine-tuning's "
              "mixture; 0.5 is the recipe after `adapt`). Default: one tokenizer (--tokenizer).")
     epochs: int = option(1, "--epochs", panel=TRAINING, maximum=MAX_EPOCHS, help="Passes over the training sequences.")

@@ -18,7 +18,7 @@ from greenadapt.machine.devices import to_device
 from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import Features
 from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows, padded_width
-from greenadapt.training.finetuning import TrainConfig
+from greenadapt.training.config import LoopSettings
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 
@@ -36,8 +36,7 @@ class QaTask(TrainingTask):
 
     def __init__(self, trainer: Trainer, views: list[Features], n_questions: int, *, pad_id: int) -> None:
         self.trainer, self.views, self.n_questions, self.pad_id = trainer, views, n_questions, pad_id
-        mix = trainer.config.mix  # type: ignore[attr-defined]
-        self.mix = mix or 0.0
+        self.mix = trainer.config.mix or 0.0
         self.used = drawn_views(len(views), self.mix)
         self.rows: list[tuple[int, int]] = []
         self.lengths = np.zeros(0, np.int64)
@@ -83,7 +82,7 @@ def train_qa(
     views: list[Features],
     n_questions: int,
     n_base_rows: int,
-    config: TrainConfig,
+    config: LoopSettings,
     device: Any,
     log_path: Path,
     progress: Progress,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,113 +34,34 @@ from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import ExpandedModel
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.errors import DataError, UsageError
-from greenadapt.modeling.gmap.options import GmapOptions
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import featurize
 from greenadapt.runners.qa.loop import train_qa
-from greenadapt.tasks import TASKS
-from greenadapt.training.distributed import check_precision
-from greenadapt.training.finetuning import TrainConfig, check_mix, resolve_mix
+from greenadapt.training.finetuning import resolve_mix
 
 if TYPE_CHECKING:
     from greenadapt.data.squad import SquadData
-    from greenadapt.tasks import Task
-    from greenadapt.tasks.options import FinetuneOptions
+    from greenadapt.options import Run
+    from greenadapt.runners.finetune.settings import FinetuneSettings
 
 log = logging.getLogger(__name__)
 
 KIND = kinds.FINETUNE
 TASK = "qa"
-QA_TRAINING = TASKS["qa"].training_config()  # the SQuAD recipe (greenadapt/tasks/qa.py)
 DEFAULT_MAX_LENGTH = 384
 DEFAULT_DOC_STRIDE = 128
+MAX_QUESTION_TOKENS = 64
 # Line-based task files: given to --task qa they are a mix-up of tasks, not broken JSON.
 _NOT_SQUAD_SUFFIXES = (".tsv", ".csv", ".txt", ".conll", ".conllu", ".iob", ".iob2", ".bio", ".jsonl", ".ndjson")
 
 
-@dataclass(frozen=True)
-class QaTrainOptions:
-    training: TrainConfig = field(default_factory=lambda: QA_TRAINING)  # its mix None: 0.5 with a domain tokenizer, else 0
-    max_length: int | None = None  # None: 384, or the model's limit when that is smaller
-    doc_stride: int | None = None  # None: 128, or a third of max_length when that is smaller
-    max_question_tokens: int = 64
-    pool: str | None = None  # dev/test scoring; None: mean with a domain tokenizer, else general
-    limit: int | None = None  # only the first N training questions
-    device: str = "auto"
-    gmap: GmapOptions = field(default_factory=GmapOptions)  # G-MAP fusion (strategy "none": off)
-    workdir: Path | None = None  # where --gmap-cache keeps the general states (<workdir>/cache/gmap)
-
-    def check(self) -> None:
-        from greenadapt.modeling.embeddings import TRAIN_EMBEDDINGS
-
-        config = self.training
-        check_mix(config.mix)
-        for flag, value in (
-            ("--batch-size", config.batch_size),
-            ("--grad-accum", config.grad_accum),
-            ("--epochs", config.epochs),
-            ("--eval-batch-size", config.eval_batch_size),
-            ("--max-steps", config.max_steps if config.max_steps is not None else 1),
-            ("--doc-stride", self.doc_stride if self.doc_stride is not None else 1),
-            ("max_question_tokens", self.max_question_tokens),
-            ("--limit", self.limit if self.limit is not None else 1),
-        ):
-            if value < 1:
-                raise UsageError(f"{flag} must be at least 1 (got {value})")
-        if config.batch_size < config.grad_accum:
-            raise UsageError(
-                f"--batch-size {config.batch_size} is smaller than --grad-accum {config.grad_accum}",
-                hint="--batch-size is the number of windows of one optimizer step",
-            )
-        config.check_schedule()
-        if config.train_embeddings not in TRAIN_EMBEDDINGS:
-            raise UsageError(f"unknown --train-embeddings {config.train_embeddings!r}", hint="all, new or none")
-        for flag, refused in (("--agreement", bool(config.agreement)), ("--both-views", config.both_views)):
-            if refused:
-                raise UsageError(f"{flag} does not apply to --task qa", hint="it is for NER and classification")
-        for flag, count in (("--eval-every", config.eval_every), ("--early-stopping", config.early_stopping)):
-            if count is not None:  # the QA loop scores dev once, after training
-                raise UsageError(f"{flag} does not apply to --task qa", hint="leave it out: qa scores --dev once, after training")
-        check_precision(config.precision, self.device)
-        config.check_speed(self.device)
-
-
-def finetune_qa(task: Task, options: FinetuneOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
-    """``finetune --task qa`` (the QA task's runner): :func:`run_finetune_qa` with :func:`qa_train_options`."""
-    from greenadapt.artifacts.pretrained import resolve_model
-    from greenadapt.tasks.options import default_run_folder
-
-    qa_options = qa_train_options(options, task)
-    out = options.out or default_run_folder(options, resolve_model(options.model))
-    return run_finetune_qa(
-        options.model, options.train, out, dev=options.dev, test=options.test, options=qa_options,
-        force=options.force, wait=options.wait, progress=progress,
-    )
-
-
-def qa_train_options(options: FinetuneOptions, task: Task = TASKS["qa"]) -> QaTrainOptions:
-    """``finetune``'s options as :class:`QaTrainOptions`: unset (None) ones at QA's defaults, ones QA cannot use refused."""
-    task.check_unused(options)
-    if len(options.seeds) > 1:
-        raise UsageError("--task qa trains one model, not one per seed", hint="use --seed")
-    return QaTrainOptions(
-        training=replace(options.training or task.training_config(), seed=options.seeds[0]),
-        max_length=options.max_length,  # None: QA's default, from the model (window_lengths)
-        doc_stride=options.doc_stride,
-        pool=options.pool,
-        device=options.device,
-        gmap=options.gmap,
-        workdir=options.workdir,
-    )
-
-
-def window_lengths(options: QaTrainOptions, folder: ExpandedModel) -> tuple[int, int]:
+def window_lengths(settings: FinetuneSettings, folder: ExpandedModel) -> tuple[int, int]:
     """(max_length, doc_stride): the requested ones, checked against the model, or the defaults that fit it."""
-    if options.max_length is None:
+    if settings.max_length is None:
         max_length = min(DEFAULT_MAX_LENGTH, folder.length_limit)
     else:
-        max_length = folder.checked_length(options.max_length)
-    doc_stride = options.doc_stride if options.doc_stride is not None else min(DEFAULT_DOC_STRIDE, max_length // 3)
+        max_length = folder.checked_length(settings.max_length)
+    doc_stride = settings.doc_stride if settings.doc_stride is not None else min(DEFAULT_DOC_STRIDE, max_length // 3)
     # A window holds [CLS] q [SEP] c [SEP] with at least one question piece and doc_stride + 1 context
     # pieces; the tokenizers library aborts the process (a Rust panic) when the context part is shorter.
     if not 0 < doc_stride <= max_length - 5:
@@ -162,128 +83,118 @@ def check_squad_path(path: str | os.PathLike[str], flag: str) -> None:
         )
 
 
-def run_finetune_qa(
-    model: str | os.PathLike[str] | None,
-    train: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    dev: str | os.PathLike[str] | None = None,
-    test: str | os.PathLike[str] | None = None,
-    options: QaTrainOptions | None = None,
-    force: bool = False,
-    wait: bool = False,
-    progress: Progress = NULL_PROGRESS,
-) -> StageOutcome:
-    """Fine-tune ``model`` for extractive QA on SQuAD-style ``train``; score ``dev``/``test`` as ``greenadapt qa`` does."""
+def finetune_qa(settings: FinetuneSettings, run: Run) -> StageOutcome:
+    """``finetune --task qa``: fine-tune ``settings.model`` for extractive QA on SQuAD-style ``settings.train``; score
+    ``dev``/``test`` as ``greenadapt qa`` does. ``settings``: checked when made, QA's defaults filled in."""
     from greenadapt.artifacts.model_weights import check_weights_load_safely
     from greenadapt.artifacts.destination import check_run_destination
     from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.data.squad import read_squad
+    from greenadapt.runners.finetune.settings import default_run_folder
 
-    options = options or QaTrainOptions()
-    options.check()
-    splits = {"train": train, "dev": dev, "test": test}
+    splits = {"train": settings.train, "dev": settings.dev, "test": settings.test}
     for split, path in splits.items():
         if path is not None:
             check_squad_path(path, f"--{split}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError("--task qa trains in one process; it has no data-parallel path", hint="run it without torchrun")
-    ref = resolve_model(model)
-    check_run_destination(out, kind=KIND, force=force, model=ref.path, data=splits.values(), workdir=options.workdir)
+    ref = resolve_model(settings.model)
+    out = run.out or default_run_folder(settings, run, ref)
+    check_run_destination(out, kind=KIND, force=run.force, model=ref.path, data=splits.values(), workdir=run.workdir)
     check_weights_load_safely(ref.path)
-    plan = _plan(ref, options)
-    train_data = read_squad(train).limited(options.limit)
+    plan = _plan(ref, settings, run)
+    train_data = read_squad(settings.train)
     scored = {split: read_squad(path) for split, path in splits.items() if split != "train" and path is not None}
     config, inputs = plan.identity(train_data, scored)
-    with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=("torch", "transformers", "tokenizers")) as run:
-        if run.skipped:
-            assert run.manifest is not None
-            return StageOutcome(run.out, run.manifest, True, run.skip_reason)
-        with resource_errors(run.tmp):
-            stats = _train_and_score(plan, train_data, scored, run.tmp, progress)
-        manifest = run.commit(stats=stats, extra={"model": str(ref.path)})
-        return StageOutcome(run.out, manifest, False)
+    with StageRun(KIND, out, config, inputs, force=run.force, wait=run.wait, libraries=("torch", "transformers", "tokenizers")) as stage:
+        if stage.skipped:
+            assert stage.manifest is not None
+            return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
+        with resource_errors(stage.tmp):
+            stats = _train_and_score(plan, train_data, scored, stage.tmp, run.progress)
+        manifest = stage.commit(stats=stats, extra={"model": str(ref.path)})
+        return StageOutcome(stage.out, manifest, False)
 
 
 @dataclass
 class _QaPlan:
-    """What a QA fine-tuning resolved before any data is read: the model, its tokenizers, the options filled in."""
+    """What a QA fine-tuning resolved before any data is read: the model, its tokenizers, the settings filled in."""
 
     ref: Any
     tokenizers: Any
-    options: QaTrainOptions  # max_length, doc_stride and the mix resolved
+    settings: FinetuneSettings  # max_length, doc_stride and the mix resolved
     pool: str
     setup: Any  # G-MAP (None: off)
     device: Any
 
     def identity(self, train_data: SquadData, scored: dict[str, SquadData]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The stage's config and inputs: what its fingerprint covers."""
-        options = self.options
+        settings = self.settings
         config = {
             "task": {
                 "task": TASK,
-                "max_length": options.max_length,
-                "doc_stride": options.doc_stride,
-                "max_question_tokens": options.max_question_tokens,
+                "max_length": settings.max_length,
+                "doc_stride": settings.doc_stride,
+                "max_question_tokens": MAX_QUESTION_TOKENS,
                 "has_domain_tokenizer": self.tokenizers.domain is not None,
             },
-            "train": options.training.recorded(),
+            "train": settings.recorded(),
             "pool": self.pool,
-            "limit": options.limit,
+            "limit": None,  # the first N questions once; runs made then keep their fingerprints
             "model": self.ref.name,
         }
         inputs = [self.ref.identity(), {"role": "train", **file_identity(train_data.path)}]
         inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
         if self.setup is not None:
-            config["gmap"] = options.gmap.to_config(self.setup.general)
+            config["gmap"] = settings.gmap_options().to_config(self.setup.general)
             inputs.append({"role": "general", **self.setup.general.identity()})
         return config, inputs
 
 
-def _plan(ref: Any, options: QaTrainOptions) -> _QaPlan:
+def _plan(ref: Any, settings: FinetuneSettings, run: Run) -> _QaPlan:
     from greenadapt.machine.devices import pick_device
     from greenadapt.inference.qa.model import resolve_pool
 
     folder = ExpandedModel.open(ref)
     tokenizers = folder.tokenizers
-    mix = resolve_mix(options.training.mix, tokenizers.domain is not None, ref.path)
-    pool = resolve_pool(options.pool, tokenizers, ref.path)
-    options.gmap.check()
+    mix = resolve_mix(settings.mix, tokenizers.domain is not None, ref.path)
+    pool = resolve_pool(settings.pool, tokenizers, ref.path)
+    gmap = settings.gmap_options()
     setup = None
-    if options.gmap.enabled:
+    if gmap.enabled:
         from greenadapt.artifacts.workspace import workdir as resolve_workdir
         from greenadapt.modeling.gmap import wiring as finetune_gmap
 
-        setup = finetune_gmap.prepare(options.gmap, ref, tokenizers.general, cache_root=resolve_workdir(options.workdir) / "cache")
-    max_length, doc_stride = window_lengths(options, folder)
-    options = replace(options, max_length=max_length, doc_stride=doc_stride, training=replace(options.training, mix=mix))
-    return _QaPlan(ref, tokenizers, options, pool, setup, pick_device(options.device))
+        setup = finetune_gmap.prepare(gmap, ref, tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
+    max_length, doc_stride = window_lengths(settings, folder)
+    settings = settings.replaced(max_length=max_length, doc_stride=doc_stride, mix=mix, seed=settings.seed_list[0])
+    return _QaPlan(ref, tokenizers, settings, pool, setup, pick_device(settings.device))
 
 
 def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, SquadData], folder: Path, progress: Progress) -> dict[str, Any]:
     """Featurize, train, save the model and tokenizers into ``folder``, answer and score ``scored``: the manifest's stats."""
     from greenadapt.artifacts.pretrained import quiet_transformers
 
-    tokenizers, options, setup, device, pool = plan.tokenizers, plan.options, plan.setup, plan.device, plan.pool
-    mix = options.training.mix or 0.0
+    tokenizers, settings, setup, device, pool = plan.tokenizers, plan.settings, plan.setup, plan.device, plan.pool
+    mix = settings.mix or 0.0
     views = [tokenizers.general] + ([tokenizers.domain] if tokenizers.domain is not None and mix > 0 else [])
     memory_tokenizer = None if setup is None else (setup.tokenizer or tokenizers.general)
     memory_length = 512 if setup is None else setup.max_length
-    assert options.max_length is not None and options.doc_stride is not None  # _plan
-    windows = {"max_length": options.max_length, "doc_stride": options.doc_stride, "max_question_tokens": options.max_question_tokens}
+    assert settings.max_length is not None and settings.doc_stride is not None  # _plan
+    windows = {"max_length": settings.max_length, "doc_stride": settings.doc_stride, "max_question_tokens": MAX_QUESTION_TOKENS}
     featurized = [featurize(train_data, tokenizer, **windows, memory_tokenizer=memory_tokenizer, memory_length=memory_length) for tokenizer in views]
     dropped = featurized[0][1]
     if len(featurized[0][0].input_ids) == 0:
         raise DataError("no training question has a gold answer found in its context", path=train_data.path, hint="check the answers' text and answer_start")
     if dropped:
         log.warning("%d training question(s) left out: their gold answer text is not in the context", dropped)
-    qa_model = _load_for_training(plan.ref.path, tokenizers, options.training.seed, device)
+    qa_model = _load_for_training(plan.ref.path, tokenizers, settings.seed, device)
     if setup is not None:
         from greenadapt.modeling.gmap import wiring as finetune_gmap
 
         qa_model = finetune_gmap.build_model(qa_model, setup).to(device)
     stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
-    stats.update(train_qa(qa_model, [f for f, _ in featurized], train_data.n_questions, len(tokenizers.general), options.training, device,
+    stats.update(train_qa(qa_model, [f for f, _ in featurized], train_data.n_questions, len(tokenizers.general), settings, device,
                         folder / "train_log.jsonl", progress))
     stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
     if setup is not None:
@@ -294,10 +205,10 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     else:
         with quiet_transformers():
             qa_model.save_pretrained(folder)
-    _save_tokenizers(tokenizers, folder, options.max_length)
+    _save_tokenizers(tokenizers, folder, settings.max_length)
     metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
     for split, data in scored.items():
-        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, options.max_length, options.training.eval_batch_size, device, setup=setup)
+        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings.max_length, settings.eval_batch_size, device, setup=setup)
         stats["warnings"] += answer_warnings(split, data.answer_texts(), predictions)
         metrics[split] = scores
         (folder / "predictions").mkdir(exist_ok=True)
