@@ -40,7 +40,6 @@ class TrainingRun:
     mix: float | None = None
     agreement = 0.0
     both_views = False
-    label_smoothing = 0.0
     # In every training fingerprint, whether the command has the option or not.
     ALWAYS_RECORDED = ("grad_accum", "max_grad_norm", "train_embeddings", "eval_every", "early_stopping")
 

@@ -187,9 +187,13 @@ class FinetuneTask(TrainingTask):
             trainer.load_rows([units[i].ids[VIEW_DOMAIN] for i in batch if self.views[i] == VIEW_DOMAIN])  # (agreement: every unit)
         return parts
 
-    def loss(self, part: np.ndarray) -> Any:
+    def cross_entropy(self, logits: Any, targets: Any) -> Any:
+        """The summed cross-entropy of the labelled rows (both losses' term)."""
         import torch
 
+        return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum", ignore_index=-100)
+
+    def loss(self, part: np.ndarray) -> Any:
         trainer = self.trainer
         if self.two_passes:
             return self._two_pass_loss(part)
@@ -197,15 +201,12 @@ class FinetuneTask(TrainingTask):
         width = padded_width(longest, trainer.config.pad_to_multiple, self.widest)
         tensors = collate(self.units, part, self.views[part], self.pad_id, trainer.ctx.device, width)
         logits = output_rows(trainer.module, tensors)
-        loss = torch.nn.functional.cross_entropy(logits.float(), tensors.targets, reduction="sum", ignore_index=-100)
-        return loss * (trainer.ctx.world / self.n_targets)  # see the runtime's docstring
+        return self.cross_entropy(logits, tensors.targets) * (trainer.ctx.world / self.n_targets)  # see the runtime's docstring
 
     def _two_pass_loss(self, part: np.ndarray) -> Any:
         """Both views of every unit: the mean of their cross-entropies plus ``agreement`` x their symmetric KL, row by
         row (the rows of a unit are its words under either view, in the same order). The two passes are separate
         forward calls, so their dropout masks differ even where both views are the same pieces (R-Drop)."""
-        import torch
-
         trainer = self.trainer
         logits = []
         for view in self.pass_views:
@@ -214,8 +215,7 @@ class FinetuneTask(TrainingTask):
             tensors = collate(self.units, part, np.full(len(part), view), self.pad_id, trainer.ctx.device, width)
             logits.append(output_rows(trainer.module, tensors))
         targets = tensors.targets
-        cross = sum(torch.nn.functional.cross_entropy(rows.float(), targets, reduction="sum", ignore_index=-100) for rows in logits)
-        loss = cross / 2
+        loss = sum(self.cross_entropy(rows, targets) for rows in logits) / 2
         if self.agreement:
             labelled = targets >= 0
             loss = loss + self.agreement * symmetric_kl(logits[0][labelled], logits[1][labelled]).sum()
