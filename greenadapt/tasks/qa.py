@@ -28,7 +28,7 @@ class QaTask(Task):
         "max_words", "metric", "positive_label", "train_on",
         "text_field", "pair_field", "label_field", "file_format", "header", "entity_type",
         "save_every", "resume", "report_to",
-        "agreement", "both_views",  # two views a step are for NER and classification
+        "agreement", "both_views", "label_smoothing",  # two views a step and smoothed labels are for NER and classification
         "eval_every", "early_stopping",  # the QA loop scores --dev once, after training
     )
 

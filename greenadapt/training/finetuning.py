@@ -191,7 +191,8 @@ class FinetuneTask(TrainingTask):
         """The summed cross-entropy of the labelled rows (both losses' term)."""
         import torch
 
-        return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum", ignore_index=-100)
+        return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum", ignore_index=-100,
+                                                 label_smoothing=self.trainer.config.label_smoothing)
 
     def loss(self, part: np.ndarray) -> Any:
         trainer = self.trainer

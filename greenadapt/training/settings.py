@@ -82,6 +82,8 @@ class RecipeSettings(Settings):
     entity_type: str | None = option(
         None, "--entity-type", panel=INPUT_OUTPUT, metavar="TYPE", check=check_entity_type,
         help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.")
+    label_smoothing: float = option(0.0, "--label-smoothing", panel=TRAINING, metavar="EPS", minimum=0, maximum=1, fingerprint="when set",
+                                    help="Label smoothing of the cross-entropy: the target puts EPS on a uniform spread over the labels (e.g. 0.1; 0: off).")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,141 @@
+"""An option is one declaration plus its use (issue 73): ``--label-smoothing`` as shipped, and a throwaway option added to a
+copy of the package by one line, found in --help, the API, options.json, every run compare starts and the loop's object.
+
+CONTRIBUTING.md's "Adding an option" walks through the label-smoothing change these tests hold.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import HANG_S, REPO
+from finetune_helpers import build_tiny_expanded, comparison, set_dropout, write_ner_file
+
+import greenadapt
+from greenadapt.errors import UsageError
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("one-declaration")
+    model = build_tiny_expanded(root / "model")
+    set_dropout(model, 0.0)  # the first step's loss is then a function of the weights and the batch alone
+    return {"root": root, "model": model, "train": write_ner_file(root / "train.tsv", 24, seed=1),
+            "test": write_ner_file(root / "test.tsv", 8, seed=2)}
+
+
+def test_the_smoothed_loss_is_torchs_label_smoothing_of_the_labelled_rows() -> None:
+    from greenadapt.training.finetuning import FinetuneTask
+
+    logits = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    targets = torch.tensor([0, 3, -100, 1, 2, -100])
+    labelled = targets >= 0
+    for epsilon in (0.0, 0.1, 0.5):
+        task = FinetuneTask.__new__(FinetuneTask)
+        task.trainer = SimpleNamespace(config=SimpleNamespace(label_smoothing=epsilon))  # type: ignore[assignment]
+        log_p = torch.log_softmax(logits[labelled], dim=-1)
+        by_hand = -((1 - epsilon) * log_p.gather(1, targets[labelled][:, None]).squeeze(1) + epsilon * log_p.mean(-1)).sum()
+        assert torch.allclose(task.cross_entropy(logits, targets), by_hand, atol=1e-5)
+
+
+def _first_loss(run: Path) -> float:
+    return json.loads((run / "train_log.jsonl").read_text().splitlines()[0])["loss"]
+
+
+def test_label_smoothing_changes_the_loss_and_the_fingerprint_only_when_set(files: dict[str, Path]) -> None:
+    common = dict(task="ner", train=files["train"], model=str(files["model"]), max_steps=2, batch_size=8, seeds=[3], device="cpu")
+    plain = greenadapt.finetune(**common, out=files["root"] / "plain")
+    smoothed = greenadapt.finetune(**common, out=files["root"] / "smoothed", label_smoothing=0.2)
+    assert "label_smoothing" not in plain.manifest["config"]["train"]  # runs made before the option keep their fingerprints
+    assert smoothed.manifest["config"]["train"]["label_smoothing"] == 0.2
+    assert smoothed.manifest["fingerprint"] != plain.manifest["fingerprint"]
+    assert _first_loss(smoothed.path) != pytest.approx(_first_loss(plain.path), rel=1e-3)  # the same weights and batch, another loss
+    recorded = json.loads((smoothed.path / "options.json").read_text())["options"]
+    assert recorded["label_smoothing"] == 0.2
+    again = greenadapt.finetune(**common, out=files["root"] / "plain", label_smoothing=0.0)  # 0 is the default: the same stage
+    assert again.skipped
+
+
+def test_label_smoothing_is_in_both_commands_and_qa_refuses_it(files: dict[str, Path], tmp_path: Path) -> None:
+    for function in (greenadapt.finetune, greenadapt.compare):
+        assert inspect.signature(function).parameters["label_smoothing"].default == 0.0
+    for command in ("finetune", "compare"):
+        shown = subprocess.run([sys.executable, "-m", "greenadapt", command, "--help"], capture_output=True, text=True,
+                               env={**os.environ, "COLUMNS": "200"}, timeout=HANG_S)
+        assert "--label-smoothing" in shown.stdout, command
+    with pytest.raises(UsageError, match="--label-smoothing does not apply to --task qa"):
+        greenadapt.finetune(task="qa", train=tmp_path / "squad.json", label_smoothing=0.1)
+    with pytest.raises(UsageError, match="--label-smoothing must be at most 1"):
+        greenadapt.finetune(task="ner", train=files["train"], label_smoothing=1.5)
+    from greenadapt.comparison.recipe import finetune_arguments
+
+    models = (("a", str(files["model"])), ("b", str(files["model"])))
+    smoothed = comparison(tmp_path / "cmp", task="ner", train=files["train"], test=files["test"], models=models, label_smoothing=0.1)
+    assert finetune_arguments(smoothed, str(files["model"]), 1, tmp_path / "a", name="a")["label_smoothing"] == 0.1
+    plain = comparison(tmp_path / "cmp", task="ner", train=files["train"], test=files["test"], models=models)
+    assert "label_smoothing" not in finetune_arguments(plain, str(files["model"]), 1, tmp_path / "a", name="a")
+
+
+# The script run against a copy of greenadapt/ whose only change is one declared line.
+PROBE = textwrap.dedent(
+    """
+    import inspect, json, sys
+    from pathlib import Path
+
+    import greenadapt
+    from greenadapt.runners.finetune import run as finetune_run
+
+    source, model, train_file, test_file, out = sys.argv[1:6]
+    assert Path(greenadapt.__file__).resolve().is_relative_to(Path(source).resolve()), greenadapt.__file__
+    received = []
+    original = finetune_run.train
+
+    def watched(model, units, config, *args, **kwargs):
+        received.append(config.throwaway)
+        return original(model, units, config, *args, **kwargs)
+
+    finetune_run.train = watched
+    api = {name: inspect.signature(getattr(greenadapt, name)).parameters["throwaway"].default for name in ("finetune", "compare")}
+    greenadapt.compare("ner", train_file, test_file, models={"a": model, "b": model}, out=out, seeds=[1, 2], max_steps=1, batch_size=8,
+                       device="cpu", keep_going=True, throwaway=7)
+    print(json.dumps({"api": api, "received": received}))
+    """
+)
+
+
+def test_a_training_option_declared_in_one_line_reaches_every_place(files: dict[str, Path], tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(REPO / "greenadapt", source / "greenadapt", ignore=shutil.ignore_patterns("__pycache__"))
+    settings = source / "greenadapt" / "training" / "settings.py"
+    anchor = "    label_smoothing: float = option("
+    text = settings.read_text(encoding="utf-8")
+    assert text.count(anchor) == 1
+    settings.write_text(text.replace(anchor, '    throwaway: int = option(0, "--throwaway", panel=TRAINING, help="A test\'s option.")\n' + anchor),
+                        encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(source), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
+    for command in ("finetune", "compare"):
+        shown = subprocess.run([sys.executable, "-m", "greenadapt", command, "--help"], capture_output=True, text=True, env=env, timeout=HANG_S,
+                               cwd=tmp_path)  # not the checkout's folder, whose greenadapt/ python -m would find first
+        assert "--throwaway" in shown.stdout, (command, shown.stderr)
+    out = tmp_path / "cmp"
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    done = subprocess.run([sys.executable, str(script), str(source), str(files["model"]), str(files["train"]), str(files["test"]), str(out)],
+                          capture_output=True, text=True, env=env, timeout=HANG_S, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"api": {"finetune": 0, "compare": 0}, "received": [7, 7, 7, 7]}  # two models x two seeds, each loop saw it
+    runs = sorted(out.glob("*/seed-*/options.json"))
+    assert len(runs) == 4 and all(json.loads(run.read_text())["options"]["throwaway"] == 7 for run in runs)
+    assert json.loads((out / "options.json").read_text())["options"]["throwaway"] == 7
