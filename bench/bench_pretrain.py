@@ -170,7 +170,8 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
 
     from greenadapt.corpus import resolve_corpus
     from greenadapt.runners.pretrain.data import Masker, PackedCorpus, tokenize_corpus
-    from greenadapt.runners.pretrain.train import PretrainConfig, build_masked_lm, pretrain
+    from greenadapt.runners.pretrain.settings import PretrainSettings
+    from greenadapt.runners.pretrain.train import build_masked_lm, pretrain
     from greenadapt.training.distributed import DistContext
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
@@ -181,8 +182,8 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
     rows = model.get_input_embeddings().weight.shape[0]
     masker = Masker.for_tokenizer(tokenizer, rows)
     clock = _Clock()
-    config = PretrainConfig(batch_size=batch_size, max_steps=args.steps + args.skip, lr=5e-5, precision=args.precision, seed=1,
-                            compile=args.compile)
+    config = PretrainSettings(corpus=(str(corpus_path),), batch_size=batch_size, max_steps=args.steps + args.skip, lr=5e-5, precision=args.precision,
+                              seed=1, compile=args.compile)
     _reset_memory(args.device)
     began = time.perf_counter()
     pretrain(build_masked_lm(model), corpus, masker, config, DistContext(device=args.device), pad_id=tokenizer.pad_token_id,
@@ -326,22 +327,18 @@ def render_points(result: dict[str, object]) -> str:
 
 
 def heldout(args: argparse.Namespace) -> dict[str, object]:
-    from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
-    from greenadapt.runners.pretrain.train import PretrainConfig
+    from greenadapt import pretrain
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         corpus_path = corpus_prefix(args.lines, work) if args.lines > 0 else CORPUS
-        training = PretrainConfig(
-            batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, seed=1, eval_batch_size=32,
-            head_warmup_steps=args.head_warmup_steps, eval_every=args.eval_every,
-        )
-        options = PretrainOptions(
+        options = dict(
             corpus=[str(corpus_path)],
             model=str(minilm()),
             out=work / "dapt",
             workdir=work / "work",
-            training=training,
+            batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, seed=1, eval_batch_size=32,
+            head_warmup_steps=args.head_warmup_steps, eval_every=args.eval_every,
             max_length=args.max_length,
             heldout=args.heldout,
             general_corpus=[str(general_corpus(work))],
@@ -350,7 +347,7 @@ def heldout(args: argparse.Namespace) -> dict[str, object]:
             workers=2,
         )
         started = time.perf_counter()
-        outcome = pretrain_stage(options)
+        outcome = pretrain(**options)
         wall = time.perf_counter() - started
     stats, cost = outcome.manifest["stats"], outcome.manifest["cost"]
     return {

@@ -110,8 +110,7 @@ def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str
     import signal
 
     from greenadapt.progress import NullProgress
-    from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
-    from greenadapt.runners.pretrain.train import PretrainConfig
+    from greenadapt import pretrain
     from greenadapt.training.checkpoint import Preempted
 
     class AtStep(NullProgress):
@@ -124,15 +123,15 @@ def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str
                 self.sent = True
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    def options(out: Path, **more: Any) -> PretrainOptions:
-        training = PretrainConfig(max_steps=9, batch_size=8, lr=2e-3, seed=3, precision=precision, eval_batch_size=8)
-        return PretrainOptions(corpus=[str(files["corpus"])], model=str(files["expanded"]), out=out, workdir=tmp_path / "w",
-                               training=training, max_length=24, heldout=8, workers=1, device=DEVICE, save_every=4, **more)
+    def options(out: Path, **more: Any) -> dict[str, Any]:
+        return dict(corpus=[str(files["corpus"])], model=str(files["expanded"]), out=out, workdir=tmp_path / "w", max_steps=9, batch_size=8,
+                    lr=2e-3, seed=3, precision=precision, eval_batch_size=8, max_length=24, heldout=8, workers=1, device=DEVICE, save_every=4,
+                    **more)
 
-    reference = _floats(pretrain_stage(options(tmp_path / "reference")).path)
+    reference = _floats(pretrain(**options(tmp_path / "reference")).path)
     with pytest.raises(Preempted):
-        pretrain_stage(options(tmp_path / "run"), AtStep())
-    resumed = _floats(pretrain_stage(options(tmp_path / "run", resume=True)).path)
+        pretrain(**options(tmp_path / "run"), progress=AtStep())
+    resumed = _floats(pretrain(**options(tmp_path / "run", resume=True)).path)
     # GPU kernels are not bit-reproducible run to run; a resume that lost state (optimizer, scaler, order)
     # lands far outside reduced-precision noise.
     for key, value in reference.items():
@@ -195,10 +194,11 @@ def test_the_loop_queues_steps_on_the_gpu(files: dict[str, Path], tmp_path: Path
     assert tensor.device.type == ctx.device.type and np.array_equal(tensor.cpu().numpy(), array)
     assert runtime._sync_seconds(ctx) == (runtime.SYNC_SECONDS if DEVICE == "cuda" else 0.0)
     model = torch.nn.Linear(3, 2).to(ctx.device)
-    from greenadapt.training.config import TrainingConfig
+    from finetune_helpers import loop_settings
+
     from greenadapt.training.optimizers import build_optimizers
 
-    optimizers, _ = build_optimizers(model, None, TrainingConfig(), total=10)
+    optimizers, _ = build_optimizers(model, None, loop_settings(), total=10)
     assert bool(optimizers[0].defaults.get("fused")) == (DEVICE == "cuda")
 
     out = tmp_path / "ner"

@@ -60,10 +60,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     from greenadapt.data.task_files import ReaderOptions
     from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predict_text import predict_input
-    from greenadapt.runners.pretrain.run import EvalOptions, PretrainOptions
-    from greenadapt.runners.pretrain.train import PretrainConfig
     from greenadapt.inference.qa.answering import QaOptions
-    from greenadapt.tasks.mlm import MLM
 
     methods = Source(MethodOptions())
     context = Source(ContextOptions(), prefix="context_")
@@ -77,8 +74,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
         "finetune": (api.finetune, [], {}, {}),
         "qa": (api.qa, [Source(QaOptions())], {}, {}),
         "multitask": (api.multitask, [], {}, {}),
-        "pretrain": (api.pretrain, [Source(PretrainOptions(corpus=[])), Source(PretrainConfig()), Source(MLM.defaults), Source(EvalOptions(corpora=[]), {"eval_batch_size": "batch_size"})],
-                     {"text_field": "text_fields"}, {"eval_only": "chooses run_eval_only (EvalOptions) over pretrain_stage (PretrainOptions)"}),
+        "pretrain": (api.pretrain, [], {}, {}),
         "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(InferenceOptions()), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
                     {"output": "predict_input's STDIO is the same '-' (checked below)", "input_path": "INPUT given as an option: it becomes source", "source": "the input (INPUT), no setting", "header": "an override of the file's own header detection: None overrides nothing"}),
         "compare": (api.compare, [], {}, {}),
@@ -90,7 +86,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
 TASK_DEPENDENT = ("epochs", "batch_size", "lr", "max_length", "max_words", "pool", "device")
 
 COMMANDS = ["w2v", "align", "expand", "adapt", "finetune", "qa", "multitask", "pretrain", "predict", "compare"]
-MIRRORED = ["w2v", "align", "expand", "adapt", "qa", "pretrain", "predict"]  # commands whose library still keeps a config of its own
+MIRRORED = ["w2v", "align", "expand", "adapt", "qa", "predict"]  # commands whose library still keeps a config of its own
 
 
 def _cli_params(command: str) -> list[Any]:

@@ -168,12 +168,11 @@ RUN_SCRIPT = textwrap.dedent(
 
     kind, model, data, out = sys.argv[1:5]
     if kind == "pretrain":
-        from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
-        from greenadapt.runners.pretrain.train import PretrainConfig
+        from greenadapt import pretrain
 
-        pretrain_stage(PretrainOptions(
+        pretrain(**dict(
             corpus=[data], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4, workers=1,
-            device="cpu", training=PretrainConfig(batch_size=8, max_steps=6, lr=3e-3, seed=5), save_every=3,
+            device="cpu", **dict(batch_size=8, max_steps=6, lr=3e-3, seed=5), save_every=3,
         ))
     else:
         from greenadapt import finetune

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from finetune_helpers import loop_settings
 
 from greenadapt.errors import UsageError
-from greenadapt.training.config import TrainingConfig
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.runtime import TrainingTask, run_training, scorings_since_best
 from greenadapt.training.trainer import Trainer
@@ -46,7 +46,7 @@ class Toy(TrainingTask):
 def _train(scores: list[float], **config: Any) -> tuple[Any, list[tuple[int, float]], Any]:
     torch.manual_seed(0)
     model = torch.nn.Linear(1, 1, bias=False)
-    options = TrainingConfig(batch_size=2, lr=0.1, epochs=3, precision="fp32", **config)
+    options = loop_settings(batch_size=2, lr=0.1, epochs=3, precision="fp32", dev=Path("dev.tsv"), **config)  # dev: scored while training
     trainer = Trainer(model, options, DistContext(device=torch.device("cpu")), total_steps=options.plan(10)[1])
     seen: list[tuple[int, float]] = []  # (the step a scoring happened after, the weight then)
     script = iter(scores)
@@ -98,7 +98,7 @@ def test_scorings_since_best() -> None:
 def test_the_options_are_checked_before_training() -> None:
     for config, says in (({"eval_every": 0}, "--eval-every"), ({"early_stopping": 0}, "--early-stopping")):
         with pytest.raises(UsageError, match=says):
-            TrainingConfig(**config).check_schedule()  # type: ignore[arg-type]
+            loop_settings(**config)  # when the settings are made
 
 
 def test_finetune_with_eval_every_and_early_stopping(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,7 @@ from finetune_helpers import NEW_WORDS, build_tiny_expanded
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import EXIT_PREEMPTED, CorpusError, UsageError
 from greenadapt.progress import NullProgress
-from greenadapt.runners.pretrain.run import EvalOptions, PretrainOptions, run_eval_only, pretrain_stage
-from greenadapt.runners.pretrain.train import PretrainConfig
+from greenadapt import pretrain
 from greenadapt.training.checkpoint import Preempted
 
 from greenadapt.options import Run
@@ -38,14 +36,10 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _options(model: Path, corpus: Path, out: Path, **changes: Any) -> PretrainOptions:
-    training = PretrainConfig(max_steps=8, batch_size=8, lr=2e-3, seed=3, warmup=0.1, eval_batch_size=8)
-    training = replace(training, **{k: changes.pop(k) for k in list(changes) if hasattr(training, k)})
-    options = PretrainOptions(
-        corpus=[str(corpus)], model=str(model), out=out, workdir=out.parent / "work", training=training,
-        max_length=24, heldout=8, workers=1, device="cpu",
-    )
-    return replace(options, **changes)
+def _options(model: Path, corpus: Path, out: Path, **changes: Any) -> dict[str, Any]:
+    """greenadapt.pretrain's keywords: the tests' recipe, ``changes`` overriding it."""
+    return {"corpus": [str(corpus)], "model": str(model), "out": out, "workdir": out.parent / "work", "max_steps": 8, "batch_size": 8, "lr": 2e-3,
+            "seed": 3, "warmup": 0.1, "eval_batch_size": 8, "max_length": 24, "heldout": 8, "workers": 1, "device": "cpu", **changes}
 
 
 def _weights(folder: Path) -> dict[str, np.ndarray]:
@@ -69,7 +63,7 @@ def test_loss_decreases_output_loads_and_eval_only_reproduces(tiny_bert: Path, c
     out = tmp_path / "dapt"
     general = tmp_path / "general.txt"
     general.write_text("".join(f"a study of {w} and heart rate {i} risk\n" for i, w in enumerate(["blood", "virus", "sleep"] * 20)))
-    outcome = pretrain_stage(_options(tiny_bert, corpus, out, max_steps=30, eval_every=15, general_corpus=[str(general)]))
+    outcome = pretrain(**_options(tiny_bert, corpus, out, max_steps=30, eval_every=15, general_corpus=[str(general)]))
     manifest = load_stage(out, "pretrain")
     stats = manifest["stats"]
     evaluations = stats["evaluations"]
@@ -90,16 +84,16 @@ def test_loss_decreases_output_loads_and_eval_only_reproduces(tiny_bert: Path, c
     assert torch.isfinite(logits).all() and logits.shape[-1] == len(tokenizer)
 
     # rerun: up to date
-    assert pretrain_stage(_options(tiny_bert, corpus, out, max_steps=30, eval_every=15, general_corpus=[str(general)])).skipped
+    assert pretrain(**_options(tiny_bert, corpus, out, max_steps=30, eval_every=15, general_corpus=[str(general)])).skipped
     # --eval-only on the output reproduces the run's last held-out evaluation; twice the same numbers
-    eval_options = EvalOptions(corpora=[str(corpus), str(general)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8, device="cpu", batch_size=3, workers=1)
-    first, second = run_eval_only(eval_options), run_eval_only(eval_options)
+    eval_options = dict(eval_only=True, corpus=[str(corpus), str(general)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8, device="cpu", eval_batch_size=3, workers=1)
+    first, second = pretrain(**eval_options), pretrain(**eval_options)
     assert first == second
     scored = first["results"][str(corpus)]
     assert scored["loss"] == pytest.approx(after, abs=1e-4) and scored["targets"] == evaluations[-1]["domain"]["targets"]
     assert first["results"][str(general)]["loss"] == pytest.approx(evaluations[-1]["general"]["loss"], abs=1e-4)
     # and the base model scores worse on the same masked sequences
-    base = run_eval_only(replace(eval_options, model=str(tiny_bert)))["results"][str(corpus)]
+    base = pretrain(**{**eval_options, "model": str(tiny_bert)})["results"][str(corpus)]
     assert base["loss"] == pytest.approx(before, abs=1e-4) and base["targets"] == scored["targets"]
     assert outcome.path == out
 
@@ -110,7 +104,7 @@ def test_head_warmup_trains_the_head_alone_then_everything(tiny_bert: Path, corp
     assert head and any(k.startswith("bert.encoder.") for k in original)
 
     warm = tmp_path / "warm"
-    pretrain_stage(_options(tiny_bert, corpus, warm, max_steps=3, head_warmup_steps=3))
+    pretrain(**_options(tiny_bert, corpus, warm, max_steps=3, head_warmup_steps=3))
     after = _weights(warm)
     for key, value in original.items():
         if key in head:
@@ -122,13 +116,13 @@ def test_head_warmup_trains_the_head_alone_then_everything(tiny_bert: Path, corp
     assert losses[-1]["loss"] < losses[0]["loss"]  # the head alone learns
 
     full = tmp_path / "full"
-    pretrain_stage(_options(tiny_bert, corpus, full, max_steps=5, head_warmup_steps=3))
+    pretrain(**_options(tiny_bert, corpus, full, max_steps=5, head_warmup_steps=3))
     assert [r.get("head_only", False) for r in _log(full) if "loss" in r] == [True, True, True, False, False]
     trained = _weights(full)
     assert not np.array_equal(trained["bert.encoder.layer.0.attention.self.query.weight"], original["bert.encoder.layer.0.attention.self.query.weight"])
     # an option at its default does not enter the fingerprint: outputs of older versions stay up to date
     assert load_stage(warm, "pretrain")["config"]["train"]["head_warmup_steps"] == 3
-    pretrain_stage(_options(tiny_bert, corpus, tmp_path / "plain", max_steps=1))
+    pretrain(**_options(tiny_bert, corpus, tmp_path / "plain", max_steps=1))
     assert "head_warmup_steps" not in load_stage(tmp_path / "plain", "pretrain")["config"]["train"]
 
 
@@ -141,7 +135,7 @@ def test_a_pretrained_model_is_expanded_like_any_other(tiny_bert: Path, corpus: 
     from greenadapt.adaptation.expand import expand_stage
 
     dapt = tmp_path / "dapt"
-    pretrain_stage(_options(tiny_bert, corpus, dapt, max_steps=2))
+    pretrain(**_options(tiny_bert, corpus, dapt, max_steps=2))
     w2v, _ = linear_w2v(tmp_path / "w2v", dapt)
     expanded = expand_stage(align=align_stage(w2v=w2v, run=Run(out=tmp_path / "align")).path, run=Run(out=tmp_path / "expand"))
     before, after = _weights(dapt), _weights(expanded.path)
@@ -167,15 +161,15 @@ def test_sigterm_checkpoint_and_resume_equal_an_uninterrupted_run(tiny_bert: Pat
     small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
     # ~37 sequences, 4 held out: 5 batches of 8 (the last of 1) per epoch; 9 steps cross an epoch boundary
     settings = {"max_steps": 9, "batch_size": 8, "eval_every": 4, "heldout": 4}
-    reference = pretrain_stage(_options(tiny_bert, small, tmp_path / "reference", **settings)).path
+    reference = pretrain(**_options(tiny_bert, small, tmp_path / "reference", **settings)).path
     out = tmp_path / "run"
     with pytest.raises(Preempted) as info:
-        pretrain_stage(_options(tiny_bert, small, out, **settings), _AtStep(6))
+        pretrain(**_options(tiny_bert, small, out, **settings), progress=_AtStep(6))
     assert info.value.exit_code == EXIT_PREEMPTED == 99 and "--resume" in info.value.one_line()
     assert not out.exists()
     with pytest.raises(Exception, match="pass --resume"):
-        pretrain_stage(_options(tiny_bert, small, out, **settings))
-    resumed = pretrain_stage(_options(tiny_bert, small, out, resume=True, **settings))
+        pretrain(**_options(tiny_bert, small, out, **settings))
+    resumed = pretrain(**_options(tiny_bert, small, out, resume=True, **settings))
     assert not resumed.skipped and not (tmp_path / "run.checkpoint").exists()
     a, b = _weights(reference), _weights(out)
     assert a.keys() == b.keys()
@@ -204,7 +198,7 @@ def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_be
     small = tmp_path / "small.txt"
     small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
     settings = {"max_steps": 9, "batch_size": 8, "eval_every": 4, "heldout": 4, "save_every": 4}
-    reference = pretrain_stage(_options(tiny_bert, small, tmp_path / "reference", **settings)).path
+    reference = pretrain(**_options(tiny_bert, small, tmp_path / "reference", **settings)).path
     weights = _weights(reference)
     assert all(v.dtype == np.float32 for v in weights.values())
     evaluations = load_stage(reference, "pretrain")["stats"]["evaluations"]
@@ -213,7 +207,7 @@ def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_be
 
     out = tmp_path / "run"
     with pytest.raises(Preempted):
-        pretrain_stage(_options(tiny_bert, small, out, **settings), _AtStep(6))
+        pretrain(**_options(tiny_bert, small, out, **settings), progress=_AtStep(6))
     from greenadapt.training.checkpoint import latest_checkpoint
     from greenadapt.training.job import checkpoint_folder
 
@@ -221,7 +215,7 @@ def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_be
     assert saved is not None
     scaler = json.loads((saved[0] / "state.json").read_text())["scaler"]
     assert (scaler is not None and scaler["scale"] > 0) == (dtype_name == "float16")
-    pretrain_stage(_options(tiny_bert, small, out, resume=True, **settings))
+    pretrain(**_options(tiny_bert, small, out, resume=True, **settings))
     resumed = _weights(out)
     for key in weights:
         np.testing.assert_allclose(resumed[key], weights[key], rtol=0, atol=1e-6, err_msg=key)
@@ -244,7 +238,7 @@ def test_expanded_model_trains_new_rows_only(corpus: Path, tmp_path: Path) -> No
     key = "bert.embeddings.word_embeddings.weight"
     original = _weights(model)[key]
     out = tmp_path / "green-mlm"
-    pretrain_stage(_options(model, corpus, out, max_steps=6, train_embeddings="new"))
+    pretrain(**_options(model, corpus, out, max_steps=6, train_embeddings="new"))
     trained = _weights(out)[key]
     assert np.array_equal(trained[:general_size], original[:general_size])  # bit-identical
     assert all(not np.array_equal(trained[i], original[i]) for i in used)  # trained in context
@@ -255,7 +249,7 @@ def test_expanded_model_trains_new_rows_only(corpus: Path, tmp_path: Path) -> No
     assert loaded.get_output_embeddings().weight.shape[0] == trained.shape[0] == loaded.cls.predictions.bias.shape[0]
 
     frozen = tmp_path / "frozen"
-    pretrain_stage(_options(model, corpus, frozen, max_steps=3, train_embeddings="none"))
+    pretrain(**_options(model, corpus, frozen, max_steps=3, train_embeddings="none"))
     assert np.array_equal(_weights(frozen)[key], original)
 
     # finetune reads the output as an expanded model (both tokenizers: --mix 0.5 by default)
@@ -298,14 +292,14 @@ def test_gmap_memory_gets_no_gradient_and_the_output_reloads(tiny_bert: Path, ti
     assert not torch.allclose(plain, logits.detach())  # the memory changes the prediction
 
     out = tmp_path / "gmap"
-    outcome = pretrain_stage(_options(tiny_bert, corpus, out, max_steps=4, gmap="chunk", general_model=str(tiny_bert_base)))
+    outcome = pretrain(**_options(tiny_bert, corpus, out, max_steps=4, gmap="chunk", general_model=str(tiny_bert_base)))
     assert outcome.manifest["stats"]["gmap"] is not None
     assert (out / "gmap_config.json").is_file() and (out / "gmap_gates.safetensors").is_file()
     reloaded = GmapModel.from_pretrained(out)
     assert type(reloaded.domain).__name__ == "BertForMaskedLM" and weights_fingerprint(reloaded.general) == fingerprint
     AutoModelForMaskedLM.from_pretrained(str(out))  # plain transformers loads the domain model
     # --eval-only uses the recorded general model
-    report = run_eval_only(EvalOptions(corpora=[str(corpus)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8, device="cpu", workers=1))
+    report = pretrain(**dict(eval_only=True, corpus=[str(corpus)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8, device="cpu", workers=1))
     assert report["gmap"] is True
     assert report["results"][str(corpus)]["loss"] == pytest.approx(outcome.manifest["stats"]["heldout_after"]["domain"]["loss"], abs=1e-4)
 
@@ -313,7 +307,7 @@ def test_gmap_memory_gets_no_gradient_and_the_output_reloads(tiny_bert: Path, ti
 def test_gmap_refuses_a_general_model_with_another_vocabulary(corpus: Path, tmp_path: Path, tiny_bert_base: Path) -> None:
     model = build_tiny_expanded(tmp_path / "expanded", head="mlm")
     with pytest.raises(UsageError, match="another vocabulary"):
-        pretrain_stage(_options(model, corpus, tmp_path / "out", gmap="single", general_model=str(tiny_bert_base)))
+        pretrain(**_options(model, corpus, tmp_path / "out", gmap="single", general_model=str(tiny_bert_base)))
 
 
 # --------------------------------------------------------------------------
@@ -324,13 +318,13 @@ def test_library_errors(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("the\n")
     with pytest.raises(CorpusError, match="at least 2"):
-        pretrain_stage(_options(tiny_bert, tiny, tmp_path / "out"))
+        pretrain(**_options(tiny_bert, tiny, tmp_path / "out"))
     with pytest.raises(UsageError, match="--gmap needs --general-model"):
-        pretrain_stage(_options(tiny_bert, corpus, tmp_path / "out", gmap="chunk"))
+        pretrain(**_options(tiny_bert, corpus, tmp_path / "out", gmap="chunk"))
     with pytest.raises(UsageError, match="train-embeddings"):
-        pretrain_stage(_options(tiny_bert, corpus, tmp_path / "out", train_embeddings="some"))
+        pretrain(**_options(tiny_bert, corpus, tmp_path / "out", train_embeddings="some"))
     with pytest.raises(UsageError, match="--tokenizer domain"):
-        pretrain_stage(_options(tiny_bert, corpus, tmp_path / "out", tokenizer="domain"))
+        pretrain(**_options(tiny_bert, corpus, tmp_path / "out", tokenizer="domain"))
     assert not (tmp_path / "out").exists()
 
 
@@ -353,13 +347,12 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 WORKER = """
 import sys
 from pathlib import Path
-from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
-from greenadapt.runners.pretrain.train import PretrainConfig
+from greenadapt import pretrain
 
 model, corpus, out = sys.argv[1:4]
-pretrain_stage(PretrainOptions(
+pretrain(**dict(
     corpus=[corpus], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=6, workers=1,
-    training=PretrainConfig(batch_size=8, grad_accum=int(sys.argv[4]), max_steps=4, lr=2e-3, seed=3, eval_every=2, head_warmup_steps=2),
+    **dict(batch_size=8, grad_accum=int(sys.argv[4]), max_steps=4, lr=2e-3, seed=3, eval_every=2, head_warmup_steps=2),
     device="cpu",
 ))
 """
@@ -388,11 +381,10 @@ def test_two_gloo_processes_match_one_process(corpus: Path, tmp_path: Path) -> N
         _, err = proc.communicate(timeout=HANG_S)
         assert proc.returncode == 0, err[-3000:]
     # one process, grad-accum 1: the same global batches
-    from greenadapt.runners.pretrain.run import PretrainOptions
 
-    pretrain_stage(PretrainOptions(
+    pretrain(**dict(
         corpus=[str(small)], model=str(model), out=tmp_path / "single", workdir=tmp_path / "work", max_length=24, heldout=6, workers=1,
-        training=PretrainConfig(batch_size=8, grad_accum=1, max_steps=4, lr=2e-3, seed=3, eval_every=2, head_warmup_steps=2), device="cpu",
+        **dict(batch_size=8, grad_accum=1, max_steps=4, lr=2e-3, seed=3, eval_every=2, head_warmup_steps=2), device="cpu",
     ))
     a, b = _weights(tmp_path / "ddp"), _weights(tmp_path / "single")
     for key in a:
@@ -451,7 +443,7 @@ def test_minilm_on_the_biomed_corpus(minilm_path: Path, shared_data: Path, tmp_p
     with gzip.open(source, "rt", encoding="utf-8") as handle:
         text.write_text("".join(line for _, line in zip(range(300), handle, strict=False)))
     out = tmp_path / "dapt"
-    outcome = pretrain_stage(_options(minilm_path, text, out, max_steps=3, batch_size=4, lr=1e-4, max_length=64, heldout=4))
+    outcome = pretrain(**_options(minilm_path, text, out, max_steps=3, batch_size=4, lr=1e-4, max_length=64, heldout=4))
     before, after = outcome.manifest["stats"]["heldout_before"]["domain"], outcome.manifest["stats"]["heldout_after"]["domain"]
     assert np.isfinite(before["loss"]) and np.isfinite(after["loss"]) and before["targets"] == after["targets"] > 0
     model = AutoModelForMaskedLM.from_pretrained(str(out))
@@ -467,7 +459,7 @@ def test_train_new_rows_moves_the_added_rows_and_nothing_else(corpus: Path, tmp_
     key = "bert.embeddings.word_embeddings.weight"
     before = _weights(model)
     out = tmp_path / "new-rows"
-    pretrain_stage(_options(model, corpus, out, max_steps=6, train="new-rows", head_warmup_steps=warmup))
+    pretrain(**_options(model, corpus, out, max_steps=6, train="new-rows", head_warmup_steps=warmup))
     after = _weights(out)
     assert set(before) == set(after)
     assert not np.array_equal(after[key][general_size:], before[key][general_size:])  # the added rows learned
@@ -484,7 +476,7 @@ def test_train_new_rows_needs_added_rows(corpus: Path, tiny_bert: Path, tmp_path
     from greenadapt.errors import UsageError
 
     with pytest.raises(UsageError, match="needs a model with added rows"):
-        pretrain_stage(_options(tiny_bert, corpus, tmp_path / "out", max_steps=2, train="new-rows"))
+        pretrain(**_options(tiny_bert, corpus, tmp_path / "out", max_steps=2, train="new-rows"))
 
 
 def test_mix_trains_on_both_tokenizers_and_is_refused_where_it_cannot_work(corpus: Path, tiny_bert: Path, tmp_path: Path) -> None:
@@ -499,13 +491,13 @@ def test_mix_trains_on_both_tokenizers_and_is_refused_where_it_cannot_work(corpu
     runs = {}
     for share in (0.0, 0.5, 1.0):
         out = tmp_path / f"mix-{share}"
-        outcome = pretrain_stage(_options(model, corpus, out, max_steps=4, mix=share))
+        outcome = pretrain(**_options(model, corpus, out, max_steps=4, mix=share))
         assert outcome.manifest["config"]["mix"] == share
         assert outcome.manifest["stats"]["corpus"]["mix"] == share
         runs[share] = _weights(out)[key]
     # The domain-only mixture equals the plain domain-tokenizer run (same draws, same sequences).
     plain = tmp_path / "plain"
-    pretrain_stage(_options(model, corpus, plain, max_steps=4))
+    pretrain(**_options(model, corpus, plain, max_steps=4))
     assert np.allclose(runs[1.0], _weights(plain)[key], atol=1e-6)
     # Read with the general tokenizer only, the new words' pieces are the input: different training.
     assert not np.allclose(runs[0.0], runs[1.0])
@@ -513,11 +505,11 @@ def test_mix_trains_on_both_tokenizers_and_is_refused_where_it_cannot_work(corpu
     assert all(not np.array_equal(runs[0.5][i], original[i]) for i in new_ids)
 
     with pytest.raises(UsageError, match="domain tokenizer"):
-        pretrain_stage(_options(tiny_bert, corpus, tmp_path / "no-domain", mix=0.5))
+        pretrain(**_options(tiny_bert, corpus, tmp_path / "no-domain", mix=0.5))
     with pytest.raises(UsageError, match="--tokenizer"):
-        pretrain_stage(_options(model, corpus, tmp_path / "both", mix=0.5, tokenizer="general"))
-    with pytest.raises(UsageError, match="not a probability"):
-        pretrain_stage(_options(model, corpus, tmp_path / "bad", mix=1.5))
+        pretrain(**_options(model, corpus, tmp_path / "both", mix=0.5, tokenizer="general"))
+    with pytest.raises(UsageError, match="--mix must be at most 1"):
+        pretrain(**_options(model, corpus, tmp_path / "bad", mix=1.5))
 
 
 def test_the_sign_of_life_line_in_batch_logs_does_not_break_training(tiny_bert: Path, corpus: Path, tmp_path: Path,
@@ -529,7 +521,7 @@ def test_the_sign_of_life_line_in_batch_logs_does_not_break_training(tiny_bert: 
 
     monkeypatch.setattr(train_module, "_REPORT_SECONDS", 0.0)
     with caplog.at_level(logging.INFO, logger="greenadapt.runners.pretrain.train"):
-        outcome = pretrain_stage(_options(tiny_bert, corpus, tmp_path / "out", max_steps=4))
+        outcome = pretrain(**_options(tiny_bert, corpus, tmp_path / "out", max_steps=4))
     assert outcome.manifest["stats"]["steps"] == 4
     lines = [r.getMessage() for r in caplog.records if "tokens/s" in r.getMessage()]
     assert len(lines) == 4 and lines[-1].startswith("step 4 of 4:")

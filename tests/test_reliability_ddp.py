@@ -64,14 +64,13 @@ PRETRAIN_WORKER = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from greenadapt.training import runtime as train_module
-    from greenadapt.runners.pretrain.run import PretrainOptions, pretrain_stage
-    from greenadapt.runners.pretrain.train import PretrainConfig
+    from greenadapt import pretrain
 
     model, corpus, out, mode = sys.argv[1:5]
     {crash}
-    pretrain_stage(PretrainOptions(
+    pretrain(**dict(
         corpus=[corpus], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4, workers=1,
-        device="cpu", training=PretrainConfig(batch_size=8, max_steps=8, lr=3e-3, seed=5), save_every=3, resume=mode == "resume",
+        device="cpu", **dict(batch_size=8, max_steps=8, lr=3e-3, seed=5), save_every=3, resume=mode == "resume",
     ))
     """
 ).replace("{crash}", CRASH_AT_STEP)

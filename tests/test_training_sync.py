@@ -171,7 +171,8 @@ def test_a_masked_lm_step_never_waits_for_the_device(head_warmup: int, embedding
     from transformers import BertConfig, BertForMaskedLM, masking_utils
 
     from greenadapt.runners.pretrain.data import Masker, PackedCorpus
-    from greenadapt.runners.pretrain.train import PretrainConfig, PretrainTask, build_masked_lm, freeze_for
+    from greenadapt.runners.pretrain.settings import PretrainSettings
+    from greenadapt.runners.pretrain.train import PretrainTask, build_masked_lm, freeze_for
     from greenadapt.training.distributed import DistContext
 
     monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)  # see above
@@ -182,7 +183,8 @@ def test_a_masked_lm_step_never_waits_for_the_device(head_warmup: int, embedding
     special = np.zeros(40, bool)
     special[:5] = True
     masker = Masker(3, special, np.zeros(40, bool), np.arange(5, 40))
-    training = PretrainConfig(batch_size=4, lr=1e-3, epochs=1, head_warmup_steps=head_warmup, train_embeddings=embeddings, weight_decay=0.01)
+    training = PretrainSettings(corpus=("corpus.txt",), batch_size=4, lr=1e-3, epochs=1, head_warmup_steps=head_warmup, train_embeddings=embeddings,
+                                weight_decay=0.01)
     frozen, after_warmup = freeze_for(mlm, training, 30)
     trainer = Trainer(mlm, training, ctx, total_steps=training.plan(len(corpus.train_indices))[1])
     task = PretrainTask(trainer, training, corpus, masker, pad_id=0, frozen_rows=frozen, after_warmup_frozen=after_warmup, evaluate=None)

@@ -24,7 +24,7 @@ Under torchrun every process trains; only rank 0 writes.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,12 +33,10 @@ from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import write_json
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
-from greenadapt.defaults import DEFAULT_MAX_LENGTH, check_max_length
 from greenadapt.errors import ModelError, UsageError
 from greenadapt.machine.cores import available_cores
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import Progress
 from greenadapt.runners.pretrain.data import MixedCorpus, PackedCorpus
-from greenadapt.runners.pretrain.train import PretrainConfig
 from greenadapt.training.job import TrainingStage, training_stage
 
 if TYPE_CHECKING:
@@ -49,54 +47,7 @@ log = logging.getLogger(__name__)
 
 KIND = kinds.PRETRAIN
 LOG_FILE = "train_log.jsonl"
-TOKENIZER_CHOICES = ("auto", "domain", "general")
 _LATER_OPTIONS = {"head_warmup_steps": 0, "train": "all"}  # training options newer than the first pretrain outputs, with their defaults
-
-
-@dataclass
-class PretrainOptions:
-    corpus: list[str]
-    model: str | None = None
-    out: Path | None = None
-    workdir: Path | None = None
-    text_fields: list[str] | None = None
-    training: PretrainConfig = field(default_factory=PretrainConfig)
-    max_length: int = DEFAULT_MAX_LENGTH
-    heldout: int = 256
-    whole_word_masking: bool = False
-    mask_probability: float = 0.15
-    tokenizer: str = "auto"
-    mix: float | None = None  # share of sequences read with the domain tokenizer, the rest with the general one
-    general_corpus: list[str] | None = None  # held-out loss on a general corpus too (forgetting)
-    gmap: str | None = None
-    gmap_layers: tuple[int, ...] | None = None
-    general_model: str | None = None
-    device: str = "auto"
-    workers: int | None = None  # pre-tokenizing processes (default: greenadapt.machine.cores.available_cores)
-    force: bool = False
-    wait: bool = False
-    save_every: int | None = None
-    resume: bool = False
-
-
-def _check(options: PretrainOptions) -> None:
-    options.training.check()
-    check_max_length(options.max_length)
-    if options.heldout < 1:
-        raise UsageError("--heldout must be at least 1")
-    if options.tokenizer not in TOKENIZER_CHOICES:
-        raise UsageError(f"unknown --tokenizer {options.tokenizer!r}", hint="auto, domain or general")
-    if options.mix is not None:
-        if options.tokenizer != "auto":
-            raise UsageError("--mix chooses the tokenizer per sequence; it cannot be combined with --tokenizer", hint="drop --tokenizer")
-        if options.gmap is not None:
-            raise UsageError("--mix cannot be combined with --gmap", hint="G-MAP's general model reads one tokenizer's ids")
-    if options.gmap is not None and not options.general_model:
-        raise UsageError("--gmap needs --general-model", hint="pass the general model whose hidden states are the memory")
-    if options.general_model and options.gmap is None:
-        raise UsageError("--general-model is only used with --gmap", hint="add --gmap chunk (or single, multi, gated)")
-    if options.save_every is not None and options.save_every < 1:
-        raise UsageError("--save-every must be at least 1")
 
 
 # --------------------------------------------------------------------------
@@ -158,15 +109,19 @@ def _packed(
 
 
 def _training_corpus(
-    options: PretrainOptions, setup: _Setup, root: Path, workers: int, progress: Progress
+    settings: PretrainSettings, run: Run, setup: _Setup, root: Path, workers: int
 ) -> tuple[PackedCorpus | MixedCorpus, dict[str, Any]]:
     """The training corpus packed with the training tokenizer, or with both under ``--mix``."""
-    packed = partial(_packed, options.corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
+    packed = partial(_packed, list(settings.corpus), _text_fields(settings), setup, root, settings.heldout, workers, run.force, run.progress)
     corpus, stats = packed()
-    if options.mix is None:
+    if settings.mix is None:
         return corpus, stats
     general_view, general_stats = packed(tokenizer=setup.pair.general)
-    return MixedCorpus(corpus, general_view, options.mix, options.training.seed), {**stats, "mix": options.mix, "general_tokenizer": general_stats}
+    return MixedCorpus(corpus, general_view, settings.mix, settings.seed), {**stats, "mix": settings.mix, "general_tokenizer": general_stats}
+
+
+def _text_fields(settings: PretrainSettings) -> list[str] | None:
+    return list(settings.text_fields or ()) or None
 
 
 def _load_mlm(setup: _Setup) -> Any:
@@ -264,49 +219,54 @@ def _save_model(model: Any, gmap: Any, setup: _Setup, folder: Path) -> None:
 # pretrain
 
 
-def pretrain_stage(options: PretrainOptions, progress: Progress = NULL_PROGRESS) -> StageOutcome:
-    """Continue masked-LM training of ``options.model`` on ``options.corpus``; skip when an up-to-date output exists."""
+def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
+    """Continue masked-LM training of ``settings.model`` on ``settings.corpus``; skip when an up-to-date output exists."""
 
     from greenadapt.artifacts import workspace
     from greenadapt.artifacts.destination import check_destination, corpus_reads, protected
     from greenadapt.corpus import resolve_corpus, source_identities
     from greenadapt.runners.finetune.run import identity_of_model
 
-    _check(options)
-    corpus_sources = resolve_corpus(options.corpus, text_fields=options.text_fields)  # bad input fails before loading torch
-    general_sources = resolve_corpus(options.general_corpus, text_fields=options.text_fields) if options.general_corpus else []
-    setup = _setup(options.model, options.tokenizer, options.max_length, mix=options.mix)
-    root = workspace.workdir(options.workdir)
-    workers = options.workers or available_cores()
-    training = options.training
+    text_fields = _text_fields(settings)
+    corpus_sources = resolve_corpus(list(settings.corpus), text_fields=text_fields)  # bad input fails before loading torch
+    general_sources = resolve_corpus(list(settings.general_corpus), text_fields=text_fields) if settings.general_corpus else []
+    setup = _setup(settings.model, settings.tokenizer, settings.max_length, mix=settings.mix)
+    root = workspace.workdir(run.workdir)
+    workers = settings.workers or available_cores()
     config = {
-        # Options added later count only when used, so that outputs made before them stay up to date.
-        "train": {k: v for k, v in training.recorded().items() if not (k in _LATER_OPTIONS and v == _LATER_OPTIONS[k])},
+        "train": settings.recorded(),  # options added later count only when used: outputs made before them stay up to date
         "max_length": setup.max_length,
-        "heldout": options.heldout,
-        "masking": {"probability": options.mask_probability, "whole_word": options.whole_word_masking, "split": "80/10/10"},
+        "heldout": settings.heldout,
+        "masking": {"probability": settings.mask_probability, "whole_word": settings.whole_word_masking, "split": "80/10/10"},
         "tokenizer": setup.view,
-        **({"mix": options.mix} if options.mix is not None else {}),  # only when used: earlier outputs stay up to date
-        "text_fields": options.text_fields,
-        "gmap": None if options.gmap is None else {"strategy": options.gmap, "layers": options.gmap_layers, "general_model": options.general_model},
+        **({"mix": settings.mix} if settings.mix is not None else {}),  # only when used: earlier outputs stay up to date
+        "text_fields": text_fields,
+        "gmap": None if settings.gmap is None else {"strategy": settings.gmap, "layers": _layers(settings), "general_model": settings.general_model},
         "model": setup.ref.name,
     }
     inputs: list[dict[str, Any]] = [identity_of_model(setup.ref)]
     inputs += [{"role": "corpus", **i} for i in source_identities(corpus_sources)]
     inputs += [{"role": "general-corpus", **i} for i in source_identities(general_sources)]
-    out = Path(options.out) if options.out is not None else workspace.stage_dir(root, options.corpus, workspace.model_folder_name(root, options.corpus, setup.ref), KIND)
+    corpus = list(settings.corpus)
+    out = Path(run.out) if run.out is not None else workspace.stage_dir(root, corpus, workspace.model_folder_name(root, corpus, setup.ref), KIND)
     check_destination(
-        out, kind=KIND, force=options.force, workspace=root,
-        reads=[*protected("the --model", setup.ref.path), *corpus_reads(options.corpus), *corpus_reads(options.general_corpus or [])],
+        out, kind=KIND, force=run.force, workspace=root,
+        reads=[*protected("the --model", setup.ref.path), *corpus_reads(corpus), *corpus_reads(list(settings.general_corpus or []))],
     )
-    with training_stage(KIND, out, config, inputs, device=options.device, force=options.force, wait=options.wait,
-                        resume=options.resume) as job:
+    with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait,
+                        resume=settings.resume) as job:
         if job.up_to_date is not None:
             return job.up_to_date
-        return job.commit(_train(options, setup, root, workers, job, progress))
+        return job.commit(_train(settings, run, setup, root, workers, job))
 
 
-def _train(options: PretrainOptions, setup: Any, root: Path, workers: int, job: TrainingStage, progress: Progress) -> dict[str, Any]:
+def _layers(settings: PretrainSettings) -> tuple[int, ...] | None:
+    from greenadapt.modeling.gmap.config import parse_layers
+
+    return parse_layers(settings.gmap_layers) if settings.gmap_layers is not None else None
+
+
+def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers: int, job: TrainingStage) -> dict[str, Any]:
     """Pack the corpora, train, save the model into the stage folder (rank 0); the manifest's stats."""
     import torch
     from transformers import set_seed
@@ -314,33 +274,34 @@ def _train(options: PretrainOptions, setup: Any, root: Path, workers: int, job: 
     from greenadapt.runners.pretrain.data import Masker
     from greenadapt.runners.pretrain.train import build_masked_lm, heldout_loss, pretrain
 
-    ctx, training = job.ctx, options.training
-    corpus, corpus_stats = _training_corpus(options, setup, root, workers, progress)
+    ctx = job.ctx
+    corpus, corpus_stats = _training_corpus(settings, run, setup, root, workers)
     general, general_stats = None, None
-    if options.general_corpus:
-        general, general_stats = _packed(options.general_corpus, options.text_fields, setup, root, options.heldout, workers, options.force, progress)
-    set_seed(training.seed)
+    if settings.general_corpus:
+        general, general_stats = _packed(list(settings.general_corpus), _text_fields(settings), setup, root, settings.heldout, workers, run.force,
+                                         run.progress)
+    set_seed(settings.seed)
     model = _load_mlm(setup)
-    gmap = _gmap_model(model, setup, options.gmap, options.gmap_layers, options.general_model) if options.gmap else None  # type: ignore[arg-type]
+    gmap = _gmap_model(model, setup, settings.gmap, _layers(settings), settings.general_model) if settings.gmap else None  # type: ignore[arg-type]
     mlm = build_masked_lm(model, gmap)
     vocab_rows = model.get_input_embeddings().weight.shape[0]
-    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=options.whole_word_masking, probability=options.mask_probability)
+    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=settings.whole_word_masking, probability=settings.mask_probability)
 
     def evaluate(step: int) -> dict[str, Any]:
-        kwargs = {"pad_id": setup.pair.pad_id, "batch_size": training.eval_batch_size, "precision": training.precision}
+        kwargs = {"pad_id": setup.pair.pad_id, "batch_size": settings.eval_batch_size, "precision": settings.precision}
         result = {"domain": heldout_loss(mlm, corpus, masker, ctx, **kwargs)}
         if general is not None:
             result["general"] = heldout_loss(mlm, general, masker, ctx, **kwargs)
         return result
 
     result = pretrain(
-        mlm, corpus, masker, training, ctx,
+        mlm, corpus, masker, settings, ctx,
         pad_id=setup.pair.pad_id,
         n_base_rows=setup.pair.general_vocab_size if setup.pair.has_domain else vocab_rows,
         evaluate=evaluate,
         log_path=job.tmp / LOG_FILE if job.tmp is not None else None,
-        progress=progress,
-        checkpoint=job.checkpointing(save_every=options.save_every, resume=options.resume),
+        progress=run.progress,
+        checkpoint=job.checkpointing(save_every=settings.save_every, resume=settings.resume),
         stop=job.stop,
     )
     if job.tmp is not None:
@@ -371,25 +332,7 @@ def _train(options: PretrainOptions, setup: Any, root: Path, workers: int, job: 
 # --eval-only
 
 
-@dataclass
-class EvalOptions:
-    corpora: list[str]  # each evaluated on its own
-    model: str | None = None
-    workdir: Path | None = None
-    text_fields: list[str] | None = None
-    max_length: int = DEFAULT_MAX_LENGTH
-    heldout: int = 256
-    whole_word_masking: bool = False
-    mask_probability: float = 0.15
-    tokenizer: str = "auto"
-    general_model: str | None = None  # for a --gmap model: the general model (default: the recorded one)
-    device: str = "auto"
-    batch_size: int = 32
-    precision: str = "auto"
-    workers: int | None = None
-
-
-def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> dict[str, Any]:
+def run_eval_only(settings: PretrainSettings, run: Run) -> dict[str, Any]:
     """Held-out masked-LM loss and perplexity of a model on each corpus (the first ``heldout`` sequences)."""
     import json
 
@@ -400,16 +343,12 @@ def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> d
     from greenadapt.runners.pretrain.train import build_masked_lm, heldout_loss
     from greenadapt.training.distributed import DistContext
 
-    if not options.corpora:
-        raise UsageError("--eval-only needs at least one --corpus")
-    if options.heldout < 1 or options.batch_size < 1:
-        raise UsageError("--heldout and --eval-batch-size must be at least 1")
-    if options.tokenizer not in TOKENIZER_CHOICES:
-        raise UsageError(f"unknown --tokenizer {options.tokenizer!r}", hint="auto, domain or general")
-    setup = _setup(options.model, options.tokenizer, options.max_length)
-    root = workspace.workdir(options.workdir)
-    workers = options.workers or available_cores()
-    ctx = DistContext(device=pick_device(options.device))
+    if run.out is not None:
+        raise UsageError("--out does not apply to --eval-only", hint="pass each corpus to score as --corpus")
+    setup = _setup(settings.model, settings.tokenizer, settings.max_length)
+    root = workspace.workdir(run.workdir)
+    workers = settings.workers or available_cores()
+    ctx = DistContext(device=pick_device(settings.device))
     import torch
 
     torch.manual_seed(0)
@@ -422,25 +361,25 @@ def run_eval_only(options: EvalOptions, progress: Progress = NULL_PROGRESS) -> d
             gconfig = GmapConfig.from_dict(doc["gmap"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ModelError(f"malformed G-MAP configuration: {exc}", path=gmap_file) from None
-        general = options.general_model or gconfig.general_model
+        general = settings.general_model or gconfig.general_model
         if not general:
             raise UsageError("this G-MAP model does not record its general model", path=gmap_file, hint="pass --general-model")
         gates = setup.ref.path / GATES_FILE
         gmap = _gmap_model(model, setup, gconfig.strategy, gconfig.layers, general, gates if gates.is_file() else None)
     mlm = build_masked_lm(model, gmap).to(ctx.device).eval()
     vocab_rows = model.get_input_embeddings().weight.shape[0]
-    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=options.whole_word_masking, probability=options.mask_probability)
+    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=settings.whole_word_masking, probability=settings.mask_probability)
     results: dict[str, Any] = {}
-    for spec in options.corpora:
-        corpus, stats = _packed([spec], options.text_fields, setup, root, options.heldout, workers, False, progress)
-        scores = heldout_loss(mlm, corpus, masker, ctx, pad_id=setup.pair.pad_id, batch_size=options.batch_size, precision=options.precision)
+    for spec in settings.corpus:
+        corpus, stats = _packed([spec], _text_fields(settings), setup, root, settings.heldout, workers, False, run.progress)
+        scores = heldout_loss(mlm, corpus, masker, ctx, pad_id=setup.pair.pad_id, batch_size=settings.eval_batch_size, precision=settings.precision)
         results[spec] = {**scores, "corpus_tokens": stats["tokens"], "corpus_sequences": stats["sequences"]}
     return {
         "model": str(setup.ref.path),
         "tokenizer": setup.view,
         "max_length": setup.max_length,
-        "heldout": options.heldout,
-        "masking": {"probability": options.mask_probability, "whole_word": options.whole_word_masking, "seed": "fixed"},
+        "heldout": settings.heldout,
+        "masking": {"probability": settings.mask_probability, "whole_word": settings.whole_word_masking, "seed": "fixed"},
         "gmap": gmap is not None,
         "results": results,
     }
@@ -461,34 +400,4 @@ def summary_line(outcome: StageOutcome) -> str:
 
 def run_pretrain(settings: PretrainSettings, run: Run) -> Any:
     """``greenadapt pretrain``: the pretrained model folder (or, with ``eval_only``, the held-out scores) from the command's settings."""
-    if settings.eval_only:
-        return run_eval_only(_eval_options(settings, run), run.progress)
-    return pretrain_stage(_pretrain_options(settings, run), run.progress)
-
-
-def _eval_options(settings: PretrainSettings, run: Run) -> EvalOptions:
-    if run.out is not None:
-        raise UsageError("--out does not apply to --eval-only", hint="pass each corpus to score as --corpus")
-    return EvalOptions(
-        corpora=list(settings.corpus), model=settings.model, workdir=run.workdir, text_fields=list(settings.text_fields or ()) or None, max_length=settings.max_length,
-        heldout=settings.heldout, whole_word_masking=settings.whole_word_masking, mask_probability=settings.mask_probability, tokenizer=settings.tokenizer,
-        general_model=settings.general_model, device=settings.device, batch_size=settings.eval_batch_size, precision=settings.precision, workers=settings.workers,
-    )
-
-
-def _pretrain_options(settings: PretrainSettings, run: Run) -> PretrainOptions:
-    from greenadapt.modeling.gmap.config import parse_layers
-    from greenadapt.runners.pretrain.train import PretrainConfig
-
-    training = PretrainConfig(
-        batch_size=settings.batch_size, grad_accum=settings.grad_accum, lr=settings.lr, epochs=settings.epochs, max_steps=settings.max_steps, warmup=settings.warmup,
-        weight_decay=settings.weight_decay, seed=settings.seed, train_embeddings=settings.train_embeddings, precision=settings.precision, compile=settings.compile,
-        eval_batch_size=settings.eval_batch_size, eval_every=settings.eval_every, head_warmup_steps=settings.head_warmup_steps, train=settings.train,
-    )
-    return PretrainOptions(
-        corpus=list(settings.corpus), model=settings.model, out=run.out, workdir=run.workdir, text_fields=list(settings.text_fields or ()) or None, training=training,
-        max_length=settings.max_length, heldout=settings.heldout, whole_word_masking=settings.whole_word_masking, mask_probability=settings.mask_probability,
-        tokenizer=settings.tokenizer, mix=settings.mix, general_corpus=list(settings.general_corpus or ()) or None, gmap=settings.gmap,
-        gmap_layers=parse_layers(settings.gmap_layers) if settings.gmap_layers is not None else None, general_model=settings.general_model,
-        device=settings.device, workers=settings.workers, force=run.force, wait=run.wait, save_every=settings.save_every, resume=settings.resume,
-    )
+    return run_eval_only(settings, run) if settings.eval_only else pretrain_stage(settings, run)

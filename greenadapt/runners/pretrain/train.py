@@ -66,9 +66,8 @@ from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.pretrain.data import EVAL_SEED, IGNORE, Masker, TrainingCorpus, epoch_order, masked_batch
-from greenadapt.tasks.mlm import MLM
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.config import TrainingConfig
+from greenadapt.training.config import LoopSettings
 from greenadapt.training.distributed import DistContext, autocast, autocast_dtype
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
@@ -76,41 +75,6 @@ from greenadapt.training.trainer import Trainer
 log = logging.getLogger(__name__)
 
 _REPORT_SECONDS = 60.0
-
-
-TRAIN_CHOICES = ("all", "new-rows")
-
-
-@dataclass(frozen=True)
-class PretrainConfig(TrainingConfig):
-    # The masked-LM task's defaults (greenadapt/tasks/mlm.py).
-    epochs: int = MLM.defaults.epochs
-    batch_size: int = MLM.defaults.batch_size
-    lr: float = MLM.defaults.lr
-    eval_batch_size: int = 32
-    eval_every: int | None = None  # steps between held-out evaluations (besides before and after training)
-    head_warmup_steps: int = 0  # the first N steps train the masked-LM head alone
-    # "new-rows": only the rows expand added learn (after the head warm-up, if any); the encoder, the
-    # original rows and the head stay bit-identical. "all": every parameter.
-    train: str = "all"
-
-    def check(self) -> None:
-        for name in ("batch_size", "grad_accum", "epochs", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-        for name in ("max_steps", "eval_every"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-        self.check_schedule()
-        if self.train_embeddings not in ("all", "new", "none"):
-            raise UsageError(f"unknown --train-embeddings {self.train_embeddings!r}", hint="all, new or none")
-        if self.head_warmup_steps < 0:
-            raise UsageError("--head-warmup-steps must be 0 or more")
-        if self.train not in TRAIN_CHOICES:
-            raise UsageError(f"unknown --train {self.train!r}", hint=" or ".join(TRAIN_CHOICES))
-        if self.train == "new-rows" and self.train_embeddings != "all":
-            raise UsageError("--train new-rows decides which rows train; leave --train-embeddings at all")
 
 
 # --------------------------------------------------------------------------
@@ -235,7 +199,7 @@ class PretrainResult:
         return self.tokens / training if training > 0 else 0.0
 
 
-def freeze_for(mlm: Any, config: PretrainConfig, n_base_rows: int) -> tuple[Any, list[Any]]:
+def freeze_for(mlm: Any, config: LoopSettings, n_base_rows: int) -> tuple[Any, list[Any]]:
     """Set ``requires_grad`` per ``--train``/``--train-embeddings``; the original rows to hold fixed (or None),
     and the parameters whose gradients are dropped after the head warm-up (``--train new-rows``)."""
     embedding = mlm.model.get_input_embeddings().weight
@@ -266,7 +230,7 @@ class PretrainTask(TrainingTask):
     def __init__(
         self,
         trainer: Trainer,
-        config: PretrainConfig,
+        config: LoopSettings,
         corpus: TrainingCorpus,
         masker: Masker,
         *,
@@ -406,7 +370,7 @@ def pretrain(
     mlm: Any,
     corpus: TrainingCorpus,
     masker: Masker,
-    config: PretrainConfig,
+    config: LoopSettings,
     ctx: DistContext,
     *,
     pad_id: int,
@@ -422,7 +386,6 @@ def pretrain(
     ``evaluate(step)`` (held-out losses) runs before the first step, every
     ``eval_every`` steps and after the last one; its records go to the log.
     """
-    config.check()
     mlm.to(ctx.device)
     frozen_rows, after_warmup_frozen = freeze_for(mlm, config, n_base_rows)
     trainer = Trainer(mlm, config, ctx, total_steps=config.plan(len(corpus.train_indices))[1])
