@@ -1,19 +1,12 @@
 """One declaration per option: every command's options are the fields of one settings class.
 
-A command's settings class (``FinetuneSettings``, ``W2vSettings``, ... beside the code that runs it)
-declares each option once, as a dataclass field made by :func:`option`: its name, type, default,
-help, command-line flags, panel, bounds and check. Everything else is built from it:
-
-- the command line (``greenadapt/cli/_build.py`` makes each command's options from the fields),
-- the Python API (``greenadapt/api/build.py`` makes ``greenadapt.finetune(...)``'s keywords),
-- the config file every run folder keeps (``options.json``) and ``--config FILE`` replays,
-- the manifest's ``options`` section.
-
-A settings object is valid once built: :meth:`Settings.__post_init__` coerces each value to its
-declared type and runs its checks, each error one line naming the command-line option and the fix,
-so a runner starts from a valid configuration. What a run does with its outputs (``workdir``,
-``out``, ``force``, ``wait``, ``progress``) is not an option of the result: it travels as one
-:class:`Run`.
+A command's settings class (``FinetuneSettings``, ``W2vSettings``, ... beside the code that runs it) declares each option
+once, as a dataclass field made by :func:`option` (name, type, default, help, flags, panel, bounds, check, fingerprint).
+The command line (``cli/_build.py``), the Python API (``api/build.py``), the ``options.json`` every run folder keeps (and
+``--config FILE`` replays) and the manifest's ``options`` are built from it, and the library receives the settings object
+itself. It is valid once built: :meth:`Settings.__post_init__` coerces each value to its declared type and runs its checks,
+once, each error one line naming the option and the fix. Where a run's outputs go (``workdir``, ``out``, ``force``,
+``wait``, ``progress``) is not an option of the result: it travels as one :class:`Run`.
 """
 
 from __future__ import annotations
@@ -101,10 +94,6 @@ def option(default: Any = dataclasses.MISSING, *flags: str, help: str, **declare
     return dataclasses.field(default=default, metadata={_META: Declaration(tuple(flags), help, **declared)})
 
 
-def declaration(field: dataclasses.Field[Any]) -> Declaration:
-    return field.metadata[_META]
-
-
 def declared_fields(cls: type[Settings] | Settings) -> tuple[tuple[dataclasses.Field[Any], Declaration], ...]:
     """The options of a settings class (or of its instance's), own first; refuses an option declared twice."""
     kind: type = cls if isinstance(cls, type) else type(cls)
@@ -124,7 +113,7 @@ def _declared_fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Declarati
     twice = sorted({name for name in order if order.count(name) > 1})
     if twice:  # a subclass that declares a mixin's option again: two declarations, one silently winning
         raise TypeError(f"{cls.__name__}: {', '.join(twice)} declared twice (in the class and a mixin it takes): declare each option once")
-    found = tuple((by_name[name], declaration(by_name[name])) for name in order)
+    found = tuple((by_name[name], by_name[name].metadata[_META]) for name in order)
     seen: dict[str, str] = {}
     for field, declared in found:
         for flag in declared.flags:
@@ -210,8 +199,7 @@ class Settings:
         """Checks between options (one option's own checks are in its declaration); raises UsageError."""
 
     def replaced(self: S, **values: Any) -> S:
-        """A copy with ``values`` that are valid by construction (one of its own seeds, a task's defaults), not checked again:
-        every check runs once per run, when the settings are made."""
+        """A copy with ``values`` valid by construction (one of its seeds, a task's defaults), not checked again: once per run."""
         copy = object.__new__(type(self))
         for field in dataclasses.fields(self):
             object.__setattr__(copy, field.name, values.pop(field.name, getattr(self, field.name)))
