@@ -65,7 +65,6 @@ def subset(source: Path, n: int, seed: int, folder: Path, labels: set[str] | Non
 
 
 def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path, *, gmap: str, seeds: list[int], **training: Any) -> dict[str, Any]:
-    from greenadapt.modeling.gmap.options import GmapOptions
     from greenadapt import finetune
 
     options = dict(
@@ -81,7 +80,7 @@ def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path
         metric="micro_f1",
         device=args.device,
         force=True,
-        gmap=GmapOptions(strategy=gmap, general_model=args.general),
+        gmap=gmap, **({"general_model": args.general} if gmap != "none" else {}),
     )
     started = time.perf_counter()
     outcome = finetune(**options)
@@ -98,7 +97,6 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     from greenadapt.artifacts.model_folder import load_tokenizers
     from greenadapt.artifacts.pretrained import quiet_transformers, resolve_model
     from greenadapt.modeling.gmap import wiring as gmap
-    from greenadapt.modeling.gmap.options import GmapOptions
     from greenadapt.tasks import TaskSettings, get_task
     from greenadapt.training.distributed import DistContext
     from greenadapt.runners.finetune.settings import FinetuneSettings
@@ -112,7 +110,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     labels = task.order_labels([e.label for e in task_file.examples])
     settings = TaskSettings(task="classify", labels=labels, max_length=args.max_length)
     units, _ = task.units(task_file, settings, tokenizers)
-    setup = gmap.prepare(GmapOptions(strategy="chunk", general_model=args.general), ref, tokenizers.general)
+    setup = gmap.prepare(FinetuneSettings(task="classify", train=train, gmap="chunk", general_model=args.general), ref, tokenizers.general)
     assert setup is not None
     gmap.attach_memory(units, task_file.examples, setup.tokenizer, setup.max_length)
     config = task.filled(FinetuneSettings(task="classify", train=train, mix=0.5, batch_size=args.batch_size, lr=args.lr, epochs=1, seed=1))

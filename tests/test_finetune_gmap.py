@@ -150,14 +150,13 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
     """A real ``train()`` run with a fused model; returns (model, general weights before, train log)."""
     from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.modeling.gmap import wiring as gmap
-    from greenadapt.modeling.gmap.options import GmapOptions
     from greenadapt.training.distributed import DistContext
     from greenadapt.training.finetuning import train
 
     tokenizers, units = units_of
     ref = resolve_model(str(models["domain"]))
-    options = GmapOptions(strategy="chunk", general_model=str(models["general"]), unfrozen=unfrozen, cache=cache)
-    setup = gmap.prepare(options, ref, tokenizers.general, cache_root=tmp_path / "cache")
+    settings = loop_settings(gmap="chunk", general_model=str(models["general"]), gmap_unfrozen=unfrozen, gmap_cache=cache)
+    setup = gmap.prepare(settings, ref, tokenizers.general, cache_root=tmp_path / "cache")
     gmap.attach_memory(units[1], units[0], setup.tokenizer, setup.max_length)
     from transformers import AutoModelForTokenClassification, set_seed
 
@@ -274,15 +273,15 @@ def test_a_general_model_of_another_width_is_refused(models, data, tmp_path, mon
 
 def test_the_general_model_defaults_to_the_one_an_expanded_model_came_from(models, tmp_path) -> None:
     from greenadapt.artifacts.pretrained import resolve_model
-    from greenadapt.modeling.gmap.options import GmapOptions, resolve_general_model
+    from greenadapt.modeling.gmap.general_model import resolve_general_model
 
     folder = tmp_path / "expanded"
     build_tiny_expanded(folder)
     manifest = {"kind": "expand", "config": {"model": {"model": "tiny", "path": str(models["general"])}}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    ref = resolve_general_model(GmapOptions(strategy="chunk"), resolve_model(str(folder)))
+    ref = resolve_general_model(loop_settings(gmap="chunk"), resolve_model(str(folder)))
     assert ref.path == models["general"].resolve()
-    explicit = resolve_general_model(GmapOptions(strategy="chunk", general_model=str(models["own"])), resolve_model(str(folder)))
+    explicit = resolve_general_model(loop_settings(gmap="chunk", general_model=str(models["own"])), resolve_model(str(folder)))
     assert explicit.path == models["own"].resolve()
 
 

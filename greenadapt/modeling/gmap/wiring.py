@@ -23,7 +23,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,7 +31,10 @@ from greenadapt.artifacts.model_folder import position_limit
 from greenadapt.artifacts.pretrained import ModelRef
 from greenadapt.errors import ModelError
 from greenadapt.modeling.gmap.config import CONFIG_FILE
-from greenadapt.modeling.gmap.options import GmapOptions, check_models, resolve_general_model, same_tokenizer
+from greenadapt.modeling.gmap.general_model import check_models, resolve_general_model, same_tokenizer
+
+if TYPE_CHECKING:
+    from greenadapt.modeling.gmap.settings import GmapSettings
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ MEMORY_TOKENIZER_DIR = "gmap-tokenizer"  # the general model's tokenizer, when i
 class GmapSetup:
     """Everything a run needs to fuse a general model into the domain model."""
 
-    options: GmapOptions
+    settings: GmapSettings  # the command's settings (finetune's, multitask's), as they are
     general: ModelRef
     tokenizer: Any | None  # the general model's own tokenizer when it differs from T_LM; None: T_LM
     max_length: int  # the general model's input limit (its position embeddings)
@@ -59,23 +62,23 @@ def is_gmap_folder(folder: str | Path) -> bool:
     return (Path(folder) / CONFIG_FILE).is_file()
 
 
-def prepare(options: GmapOptions, domain: ModelRef, t_lm: Any, *, cache_root: Path | None = None) -> GmapSetup | None:
+def prepare(settings: GmapSettings, domain: ModelRef, t_lm: Any, *, cache_root: Path | None = None) -> GmapSetup | None:
     """Resolve and check the general model (before any data is read); None without ``--gmap``."""
-    if not options.enabled:
+    if not settings.fuses:
         return None
-    general = resolve_general_model(options, domain)
-    check_models(options, domain, general)
+    general = resolve_general_model(settings, domain)
+    check_models(settings, domain, general)
     tokenizer = general_tokenizer(general.path, t_lm)
     config = general.config()
     max_length = position_limit(config)
-    cache = cache_root / "gmap" if options.cache and cache_root is not None else None
+    cache = cache_root / "gmap" if settings.gmap_cache and cache_root is not None else None
     log.info(
         "G-MAP %s with general model %s (%s tokenizer)",
-        options.strategy,
+        settings.gmap,
         general.path,
         "its own" if tokenizer is not None else "the T_LM",
     )
-    return GmapSetup(options, general, tokenizer, max_length, cache)
+    return GmapSetup(settings, general, tokenizer, max_length, cache)
 
 
 def general_tokenizer(folder: Path, t_lm: Any) -> Any | None:
@@ -132,7 +135,7 @@ def build_model(domain_model: Any, setup: GmapSetup) -> Any:
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise ModelError(f"cannot load the general model: {type(exc).__name__}", path=setup.general.path) from None
     general.to(next(domain_model.parameters()).device)
-    model = GmapModel(domain_model, general, setup.options.config(str(setup.general.path)))
+    model = GmapModel(domain_model, general, setup.settings.gmap_config(str(setup.general.path)))
     if setup.cache_folder is not None:
         model.use_cache(setup.cache_folder)
     return model

@@ -125,7 +125,7 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
     inputs = [model_identity] + [{"role": role, **file_identity(f.path)} for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file)) if f is not None]
     if gmap is not None:
         # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
-        config["gmap"] = settings.gmap_options().to_config(gmap.general)
+        config["gmap"] = settings.gmap_record(gmap.general)
         inputs.append({"role": "general", **identity_of_model(gmap.general)})
     with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait,
                         resume=settings.resume) as job:
@@ -180,12 +180,11 @@ def _read_splits(task: LabellingTask, settings: FinetuneSettings) -> tuple[TaskF
 
 def _prepare_gmap(settings: FinetuneSettings, run: Run, ref: ModelRef, t_lm: Any) -> GmapSetup | None:
     """Resolve ``--gmap``'s general model before any data is tokenized (its options were checked with the settings)."""
-    gmap = settings.gmap_options()
-    if not gmap.enabled:
+    if not settings.fuses:
         return None
     from greenadapt.modeling.gmap.wiring import prepare
 
-    return prepare(gmap, ref, t_lm, cache_root=resolve_workdir(run.workdir) / "cache")
+    return prepare(settings, ref, t_lm, cache_root=resolve_workdir(run.workdir) / "cache")
 
 
 def identity_of_model(ref: ModelRef) -> dict[str, Any]:

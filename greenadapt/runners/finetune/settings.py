@@ -113,7 +113,7 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
         check_decay(filled.lr, filled.weight_decay)
         check_precision(self.precision, self.device)
         check_cuda_graphs(self.cuda_graphs, self.device)
-        self.gmap_options().check()
+        self.check_gmap()
         if task.answers_questions:
             _check_qa(filled)
         else:
@@ -165,7 +165,6 @@ def default_run_folder(settings: FinetuneSettings, run: Run, ref: ModelRef) -> P
         model_key = slugify(f"{ref.path.parent.name}-green{method}-{ref.path.parent.parent.name}")
     else:
         model_key = ref.slug
-    gmap = settings.gmap_options()
-    if gmap.enabled:
-        model_key += f"-gmap-{gmap.strategy}"
+    if settings.fuses:
+        model_key += f"-gmap-{settings.gmap}"
     return resolve_workdir(run.workdir) / "finetune" / data / model_key

@@ -72,12 +72,11 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
     model_identity = identity_of_model(ref)
     folder = ExpandedModel.open(ref)
     tokenizers = folder.tokenizers
-    gmap_options = settings.gmap_options()
     gmap = None
-    if gmap_options.enabled:
+    if settings.fuses:
         from greenadapt.modeling.gmap.wiring import prepare
 
-        gmap = prepare(gmap_options, ref, tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
+        gmap = prepare(settings, ref, tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
     if settings.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = settings.pool if tokenizers.has_domain else "general"
@@ -99,7 +98,7 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
         {"role": f"{p.spec.name}:{role}", **file_identity(f.path)} for p in prepared for role, f in p.files.items()
     ]
     if gmap is not None:
-        config["gmap"] = gmap_options.to_config(gmap.general)
+        config["gmap"] = settings.gmap_record(gmap.general)
         inputs.append({"role": "general", **identity_of_model(gmap.general)})
     out = run.out or resolve_workdir(run.workdir) / "multitask" / slugify("-".join(p.spec.name for p in prepared)) / ref.slug
     check_run_destination(
@@ -276,7 +275,7 @@ def _train_and_save(
     return {
         "tasks": names,
         "adapter": training.adapter,
-        "gmap": None if gmap is None else {"strategy": training.gmap_options().strategy, **gmap.describe()},
+        "gmap": None if gmap is None else {"strategy": training.gmap, **gmap.describe()},
         "pool": pool,
         "mix": training.mix,
         "parameters": counts,

@@ -52,4 +52,4 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
 
     def check(self) -> None:
         check_decay(self.lr, self.weight_decay)
-        self.gmap_options()  # refuses --gmap-* options without --gmap, and unknown strategies
+        self.check_gmap()

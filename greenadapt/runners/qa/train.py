@@ -146,7 +146,7 @@ class _QaPlan:
         inputs = [self.ref.identity(), {"role": "train", **file_identity(train_data.path)}]
         inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
         if self.setup is not None:
-            config["gmap"] = settings.gmap_options().to_config(self.setup.general)
+            config["gmap"] = settings.gmap_record(self.setup.general)
             inputs.append({"role": "general", **self.setup.general.identity()})
         return config, inputs
 
@@ -159,13 +159,12 @@ def _plan(ref: Any, settings: FinetuneSettings, run: Run) -> _QaPlan:
     tokenizers = folder.tokenizers
     mix = resolve_mix(settings.mix, tokenizers.domain is not None, ref.path)
     pool = resolve_pool(settings.pool, tokenizers, ref.path)
-    gmap = settings.gmap_options()
     setup = None
-    if gmap.enabled:
+    if settings.fuses:
         from greenadapt.artifacts.workspace import workdir as resolve_workdir
         from greenadapt.modeling.gmap import wiring as finetune_gmap
 
-        setup = finetune_gmap.prepare(gmap, ref, tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
+        setup = finetune_gmap.prepare(settings, ref, tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
     max_length, doc_stride = window_lengths(settings, folder)
     settings = settings.replaced(max_length=max_length, doc_stride=doc_stride, mix=mix, seed=settings.seed_list[0])
     return _QaPlan(ref, tokenizers, settings, pool, setup, pick_device(settings.device))
