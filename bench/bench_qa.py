@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from shared_data import SHARED_DATA as SHARED
+import greenadapt
 from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -170,18 +171,11 @@ def build_qa_model(folder: Path) -> Path:
 
 def build_expanded(qa_model: Path, papers: list[str], work: Path) -> tuple[Path, dict[str, Any]]:
     """w2v → align → expand on the Covid-QA papers, applied to the QA model (its head survives)."""
-    from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
-    from greenadapt.adaptation.w2v import W2VOptions
 
     corpus = work / "covid-papers.txt"
     corpus.write_text("\n".join(line for paper in papers for line in paper.splitlines() if line.strip()) + "\n", encoding="utf-8")
     began = time.perf_counter()
-    outcome = adapt_stages(
-        [str(corpus)],
-        model=str(qa_model),
-        options=AdaptOptions(w2v=W2VOptions(epochs=5, min_count=3, seed=1), seed=1),
-        run=Run(workdir=work / "workspace", out=work / "expanded"),
-    )
+    outcome = greenadapt.adapt([str(corpus)], model=str(qa_model), epochs=5, min_count=3, seed=1, workdir=work / "workspace", out=work / "expanded")
     stats = outcome.expand.manifest.get("stats", {})
     return outcome.expand.path, {"seconds": round(time.perf_counter() - began, 1), "new_words": stats.get("n_new")}
 

@@ -72,11 +72,11 @@ def main() -> None:
 
     # (a) greenadapt end to end
     started = time.perf_counter()
-    from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
-    from greenadapt.options import Run
+    import greenadapt
+    from greenadapt.adaptation import w2v as options  # CBOW's fixed window, negatives and sampling, as greenadapt trains them
 
-    options = W2VOptions(dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers, seed=args.seed)
-    outcome = w2v_stage([str(args.corpus)], model=args.model, options=options, run=Run(workdir=work))
+    outcome = greenadapt.w2v([str(args.corpus)], model=args.model, dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers,
+                             seed=args.seed, workdir=work)
     a_seconds = time.perf_counter() - started
     stats = outcome.manifest["stats"]
     pretokenized = Path(stats["pretok_cache"]) / "corpus.txt"
@@ -94,9 +94,9 @@ def main() -> None:
         seed=args.seed,
         sg=0,
         hs=0,
-        negative=options.negative,
-        window=options.window,
-        sample=options.sample,
+        negative=options.NEGATIVE,
+        window=options.WINDOW,
+        sample=options.SAMPLE,
     )
     b_seconds = time.perf_counter() - started
     b_train = raw.total_train_time
@@ -141,6 +141,7 @@ def main() -> None:
 RAW_GENSIM = """
 import sys
 from gensim.models import Word2Vec
+
 corpus, dim, epochs, min_count, workers, seed, negative, window, sample = sys.argv[1:]
 Word2Vec(corpus_file=corpus, vector_size=int(dim), epochs=int(epochs), min_count=int(min_count), workers=int(workers),
          seed=int(seed), sg=0, hs=0, negative=int(negative), window=int(window), sample=float(sample))
@@ -152,15 +153,14 @@ def cold(args: argparse.Namespace) -> None:
     import statistics
     import subprocess
 
-    from greenadapt.adaptation.w2v import W2VOptions
+    from greenadapt.adaptation import w2v as options  # CBOW's fixed window, negatives and sampling, as greenadapt trains them
 
-    options = W2VOptions(dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers, seed=args.seed)
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-w2v-cold-"))
     out.mkdir(parents=True, exist_ok=True)
     def raw_gensim(corpus: Path) -> float:
         """Seconds of a process that imports gensim and trains on ``corpus`` with the same options."""
         command = [sys.executable, "-c", RAW_GENSIM, str(corpus), str(args.dim), str(args.epochs), str(args.min_count),
-                   str(args.workers), str(args.seed), str(options.negative), str(options.window), str(options.sample)]
+                   str(args.workers), str(args.seed), str(options.NEGATIVE), str(options.WINDOW), str(options.SAMPLE)]
         started = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True)
         return time.perf_counter() - started

@@ -20,7 +20,8 @@ import json
 import sys
 import time
 from pathlib import Path
-from greenadapt.options import Run
+
+import greenadapt
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -41,11 +42,10 @@ def head(corpus: Path, lines: int, out: Path) -> Path:
 
 def measure(corpus: Path, lines: int, epochs: int, model: str | None, workdir: Path, dim: int | None = None) -> dict[str, object]:
     from greenadapt.adaptation.align import align_stage
-    from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
 
     text = head(corpus, lines, workdir / f"{corpus.name.split('.')[0]}-{lines}.txt")
     started = time.monotonic()
-    w2v = w2v_stage([str(text)], model=model, options=W2VOptions(epochs=epochs, dim=dim), run=Run(workdir=workdir))
+    w2v = greenadapt.w2v([str(text)], model=model, epochs=epochs, dim=dim, workdir=workdir)
     align = align_stage(w2v=w2v.path)
     stats, w2v_stats = align.manifest["stats"], w2v.manifest["stats"]
     return {

@@ -72,8 +72,9 @@ def test_the_environment_variable_is_an_explicit_choice() -> None:
 
 
 def test_stages_default_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from greenadapt.adaptation.w2v import W2VOptions
+    from greenadapt.adaptation.settings import W2vSettings
+    from greenadapt.adaptation.w2v import w2v_workers
 
     monkeypatch.setenv(cores.WORKERS_ENV, "3")
-    assert W2VOptions().resolved_workers() == 3
-    assert W2VOptions(workers=1).resolved_workers() == 1  # --workers wins
+    assert w2v_workers(W2vSettings(corpus=("x",))) == 3
+    assert w2v_workers(W2vSettings(corpus=("x",), workers=1)) == 1  # --workers wins

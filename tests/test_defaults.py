@@ -52,25 +52,20 @@ class Source:
 def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, str], dict[str, str]]:
     """The API function, its config sources, CLI→API name aliases and the API parameters no config holds (with why)."""
     from greenadapt.adaptation.align import align_stage
-    from greenadapt.adaptation.context_vectors import ContextOptions
     from greenadapt.adaptation.expand import expand_stage
     from greenadapt.adaptation.methods import MethodOptions
-    from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
-    from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
     from greenadapt.data.task_files import ReaderOptions
     from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predict_text import predict_input
     from greenadapt.inference.qa.answering import QaOptions
 
     methods = Source(MethodOptions())
-    context = Source(ContextOptions(), prefix="context_")
     table: dict[str, tuple[Callable[..., Any], list[Source], dict[str, str], dict[str, str]]] = {
-        "w2v": (api.w2v, [Source(W2VOptions()), context, Source(w2v_stage)], {"text_field": "text_fields"},
-                {"no_vectors": "W2VOptions.vectors is its negation (checked below)"}),
+        # these commands' libraries receive their settings objects as they are (no mirror to compare)
+        "w2v": (api.w2v, [], {}, {}),
         "align": (api.align, [Source(align_stage), methods], {}, {"probe": "what the report shows, not a setting"}),
         "expand": (api.expand, [Source(expand_stage)], {}, {}),
-        "adapt": (api.adapt, [Source(adapt_stages), Source(W2VOptions()), Source(AdaptOptions(), {"method": "align_method"}), methods, context], {"text_field": "text_fields"}, {}),
-        # finetune, multitask and compare: the library receives their settings objects as they are (no mirror to compare)
+        "adapt": (api.adapt, [], {}, {}),
         "finetune": (api.finetune, [], {}, {}),
         "qa": (api.qa, [Source(QaOptions())], {}, {}),
         "multitask": (api.multitask, [], {}, {}),
@@ -86,7 +81,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
 TASK_DEPENDENT = ("epochs", "batch_size", "lr", "max_length", "max_words", "pool", "device")
 
 COMMANDS = ["w2v", "align", "expand", "adapt", "finetune", "qa", "multitask", "pretrain", "predict", "compare"]
-MIRRORED = ["w2v", "align", "expand", "adapt", "qa", "predict"]  # commands whose library still keeps a config of its own
+MIRRORED = ["align", "expand", "qa", "predict"]  # commands whose library still keeps a config of its own
 
 
 def _cli_params(command: str) -> list[Any]:
@@ -153,13 +148,11 @@ def test_the_api_default_of_every_setting_is_the_library_configs(command: str) -
 
 
 def test_the_defaults_the_generic_walk_cannot_name_agree_too() -> None:
-    from greenadapt.adaptation.w2v import W2VOptions
     from greenadapt.inference.predict_text import STDIO
 
     def default_of(function: Callable[..., Any], name: str) -> Any:
         return inspect.signature(function).parameters[name].default
 
-    assert default_of(api.w2v, "no_vectors") is (not W2VOptions().vectors)
     assert default_of(api.predict, "output") == STDIO
 
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 from w2v_fixtures import listed_new_words, saved_tensors
 
+import greenadapt
 from greenadapt.adaptation.expand import CHECKPOINT_SUFFIX, expand_stage
 from greenadapt.adaptation.methods import MethodOptions, distill
 from greenadapt.artifacts.model_weights import read_input_embeddings
@@ -46,24 +47,16 @@ def _corpus(path: Path, seed: int, lines: int = 300, *, rare: bool = True) -> Pa
     return path
 
 
-def _options(**changes: Any) -> MethodOptions:
-    return MethodOptions(**{"distill_per_word": PER_WORD, "distill_sentences": BUDGET, "distill_epochs": EPOCHS, **changes})
+def _options(**changes: Any) -> dict[str, Any]:
+    return {"distill_per_word": PER_WORD, "distill_sentences": BUDGET, "distill_epochs": EPOCHS, **changes}
 
 
 @pytest.fixture(scope="module")
 def adapted(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[str, Any]:
-    from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
-    from greenadapt.adaptation.w2v import W2VOptions
 
     root = tmp_path_factory.mktemp("distill")
     corpus = _corpus(root / "corpus.txt", seed=1)
-    outcome = adapt_stages(
-        [str(corpus)],
-        model=str(tiny_bert),
-        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="distill",
-                                             method_options=_options(), min_count_new=1),
-        run=Run(workdir=root / "work", out=root / "model"),
-    )
+    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="distill", **_options(), min_count_new=1, workdir=root / "work", out=root / "model")
     return {"root": root, "corpus": corpus, "outcome": outcome, "model": tiny_bert}
 
 
@@ -102,18 +95,10 @@ def test_old_weights_bit_identical_and_only_seen_words_move(adapted: dict[str, A
 
 
 def test_a_word_never_seen_in_a_window_is_warned_about(tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
-    from greenadapt.adaptation.w2v import W2VOptions
 
     corpus = _corpus(tmp_path / "corpus.txt", seed=3)
     with caplog.at_level(logging.WARNING, logger="greenadapt.adaptation.methods.distill"):
-        adapt_stages(
-            [str(corpus)],
-            model=str(tiny_bert),
-            options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="distill",
-                                       method_options=_options(distill_epochs=1), min_count_new=1),
-            run=Run(workdir=tmp_path / "work", out=tmp_path / "model"),
-        )
+        greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="distill", **_options(distill_epochs=1), min_count_new=1, workdir=tmp_path / "work", out=tmp_path / "model")
     warnings = [r.getMessage() for r in caplog.records if "not seen in a corpus window" in r.getMessage()]
     assert len(warnings) == 1 and RARE in warnings[0]
 

@@ -18,6 +18,7 @@ import torch
 from safetensors import safe_open
 from w2v_fixtures import DOMAIN_WORDS, linear_w2v
 
+import greenadapt
 from greenadapt.adaptation.align import align_stage
 from greenadapt.adaptation.expand import expand_stage
 from greenadapt.adaptation.methods import METHODS, MethodOptions, get_method, method_help
@@ -184,18 +185,11 @@ def test_method_options_count_only_for_their_method(w2v: Path, tmp_path: Path) -
 
 
 def test_adapt_with_subword_mean_trains_no_word2vec(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
-    from greenadapt.adaptation.w2v import W2VOptions
 
     words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(300)) + "\n")
-    outcome = adapt_stages(
-        [str(corpus)],
-        model=str(tiny_bert),
-        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="subword-mean"),
-        run=Run(workdir=tmp_path / "work", out=tmp_path / "model"),
-    )
+    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="subword-mean", workdir=tmp_path / "work", out=tmp_path / "model")
     assert not (outcome.w2v.path / "vectors.bin").exists() and outcome.w2v.path.name == "w2v-counts"
     assert outcome.w2v.manifest["stats"]["word2vec_trained"] is False
     assert outcome.align.manifest["stats"]["word2vec_trained"] is False
@@ -207,11 +201,10 @@ def test_adapt_with_subword_mean_trains_no_word2vec(tiny_bert: Path, tmp_path: P
 
 
 def test_a_method_that_needs_vectors_refuses_a_counts_only_folder(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the heart rate of patients with tachycardia\n" * 20)
-    counts = w2v_stage([str(corpus)], model=str(tiny_bert), options=W2VOptions(min_count=1, vectors=False), run=Run(workdir=tmp_path / "w")).path
+    counts = greenadapt.w2v([str(corpus)], model=str(tiny_bert), min_count=1, no_vectors=True, workdir=tmp_path / "w").path
     with pytest.raises(InputError, match="--method focus needs word vectors.*holds word counts only"):
         align_stage(w2v=counts, method="focus")
 
@@ -242,20 +235,15 @@ def _context_corpus(path: Path) -> Path:
     return path
 
 
-def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny_bert: Path, tmp_path: Path) -> None:
+def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoModel, AutoTokenizer
 
-    from greenadapt.adaptation.context_vectors import ContextOptions
-    from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
+    from greenadapt.adaptation import context_vectors
 
+    monkeypatch.setattr(context_vectors, "LINES_PER_BATCH", 7)  # batches that end mid-corpus
     corpus = _context_corpus(tmp_path / "corpus.txt")
     cap, layer = 3, 1
-    out = w2v_stage(
-        [str(corpus)],
-        model=str(tiny_bert),
-        options=W2VOptions(min_count=2, source="context", context=ContextOptions(layer=layer, cap=cap, batch_lines=7)),
-        run=Run(workdir=tmp_path / "w"),
-    ).path
+    out = greenadapt.w2v([str(corpus)], model=str(tiny_bert), min_count=2, source="context", context_layer=layer, context_cap=cap, workdir=tmp_path / "w").path
     assert out.name == "w2v-context"
     words, vectors = read_word2vec_binary(out / "vectors.bin")
     assert words == [line.split("\t")[0] for line in (out / "counts.tsv").read_text().splitlines()]
@@ -281,16 +269,9 @@ def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny
 
 
 def test_adapt_with_context_mean_maps_contextual_vectors_by_least_squares(tiny_bert: Path, tmp_path: Path) -> None:
-    from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
-    from greenadapt.adaptation.w2v import W2VOptions
 
     corpus = _context_corpus(tmp_path / "corpus.txt")
-    outcome = adapt_stages(
-        [str(corpus)],
-        model=str(tiny_bert),
-        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1), align_method="context-mean"),
-        run=Run(workdir=tmp_path / "work", out=tmp_path / "model"),
-    )
+    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="context-mean", workdir=tmp_path / "work", out=tmp_path / "model")
     stats = outcome.align.manifest["stats"]
     assert stats["vector_source"] == "context" and stats["word2vec_trained"] is False and stats["map_file"] == "map.npy"
     words, vectors = read_word2vec_binary(outcome.w2v.path / "vectors.bin")
@@ -307,20 +288,13 @@ def test_adapt_with_context_mean_maps_contextual_vectors_by_least_squares(tiny_b
 
 def test_expand_method_picks_that_methods_align_folder_or_refuses_another(tiny_bert: Path, tmp_path: Path) -> None:
     from greenadapt.adaptation.expand import expand_stage
-    from greenadapt.adaptation.pipeline import AdaptOptions, adapt_stages
-    from greenadapt.adaptation.w2v import W2VOptions
     from greenadapt.errors import UsageError
 
     words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(300)) + "\n")
     work = tmp_path / "work"
-    adapt_stages(
-        [str(corpus)],
-        model=str(tiny_bert),
-        options=AdaptOptions(w2v=W2VOptions(min_count=2, workers=1, epochs=1)),
-        run=Run(workdir=work),
-    )
+    greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, epochs=1, workdir=work)
     focus_align = align_stage(corpus=[str(corpus)], method="focus", run=Run(workdir=work))
     assert focus_align.path.name == "align-focus"
 

@@ -32,6 +32,7 @@ import pytest
 from conftest import HANG_S
 from w2v_fixtures import linear_w2v
 
+import greenadapt
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import EXIT_INTERRUPTED, EXIT_STAGE_CONFLICT, EXIT_TERMINATED
 from greenadapt.options import Run
@@ -115,19 +116,13 @@ def _check(result: subprocess.CompletedProcess[str], sig: signal.Signals, out: P
 
 @pytest.fixture(scope="module")
 def w2v_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[list[str], Path]:
-    from greenadapt.adaptation.w2v import W2VOptions, w2v_stage
 
     root = tmp_path_factory.mktemp("sig-w2v")
     corpus = _corpus(root / "corpus.txt")
     out = root / "work" / "w2v"
     args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1", "--epochs", "1",
             "--dim", "8", "--workdir", str(root / "work"), "--out", str(out)]
-    w2v_stage(
-        [str(corpus)],
-        model=str(tiny_bert),
-        options=W2VOptions(dim=8, epochs=1, min_count=1, workers=1),
-        run=Run(workdir=root / "work", out=out),
-    )
+    greenadapt.w2v([str(corpus)], model=str(tiny_bert), dim=8, epochs=1, min_count=1, workers=1, workdir=root / "work", out=out)
     return args, out
 
 

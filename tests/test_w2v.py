@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from conftest import HANG_S, heavy_modules_after
 
+import greenadapt
 from greenadapt import errors
-from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, W2VOptions, _training_progress, w2v_stage, stable_hash
+from greenadapt.adaptation.w2v import COUNTS_FILE, VECTORS_FILE, _training_progress, stable_hash
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.errors import CorpusError, OutputExistsError, UsageError
-from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = (
@@ -58,9 +58,9 @@ class Recorder:
         self.calls.append(("finish",))
 
 
-def _run(corpus: Path, model: Path, work: Path, *, options: W2VOptions | None = None, **run: Any) -> Any:
-    """The w2v stage in the workspace ``work``; ``run``: the rest of the run context (out, force, progress)."""
-    return w2v_stage([str(corpus)], model=str(model), options=options or W2VOptions(workers=1, min_count=2), run=Run(workdir=work, **run))
+def _run(corpus: Path, model: Path, work: Path, *, options: dict[str, Any] | None = None, **run: Any) -> Any:
+    """The w2v command in the workspace ``work``; ``options`` its options (default: one worker, min-count 2); ``run``: out, force, progress."""
+    return greenadapt.w2v([str(corpus)], model=str(model), **(options or {"workers": 1, "min_count": 2}), workdir=work, **run)
 
 
 def test_outputs_and_manifest(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
@@ -115,7 +115,7 @@ def test_vectors_equal_plain_gensim_on_the_same_text(tmp_path: Path, corpus: Pat
     import numpy as np
     from gensim.models import KeyedVectors, Word2Vec
 
-    outcome = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=2, seed=7))
+    outcome = _run(corpus, tiny_bert, tmp_path / "work", options=dict(workers=1, min_count=2, seed=7))
     ours = KeyedVectors.load_word2vec_format(str(outcome.path / VECTORS_FILE), binary=True)
     pretokenized = Path(outcome.manifest["stats"]["pretok_cache"]) / "corpus.txt"
     plain = Word2Vec(
@@ -142,7 +142,7 @@ def test_rerun_skips_without_reading_the_corpus_and_force_redoes(
     assert second.manifest["fingerprint"] == first.manifest["fingerprint"]
 
     monkeypatch.setattr(w2v_module, "pretokenize_corpus", real)
-    other = W2VOptions(workers=1, min_count=2, epochs=2)
+    other = dict(workers=1, min_count=2, epochs=2)
     # Another configuration goes beside the first, named by what it changes; the first is untouched.
     beside = _run(corpus, tiny_bert, tmp_path / "work", options=other)
     assert beside.path.parent == first.path.parent and not beside.skipped
@@ -158,7 +158,7 @@ def test_rerun_skips_without_reading_the_corpus_and_force_redoes(
 
 def test_pretokenized_cache_is_shared_between_options(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
     a = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "a")
-    b = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "b", options=W2VOptions(workers=1, dim=8))
+    b = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "b", options=dict(workers=1, dim=8))
     assert a.manifest["stats"]["pretok_cached"] is False and b.manifest["stats"]["pretok_cached"] is True
     assert a.manifest["stats"]["pretok_cache"] == b.manifest["stats"]["pretok_cache"]
     assert b.manifest["config"]["dim"] == 8 and b.manifest["config"]["min_count"] == 5
@@ -166,9 +166,9 @@ def test_pretokenized_cache_is_shared_between_options(tmp_path: Path, corpus: Pa
 
 def test_bad_options_and_inputs(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
     with pytest.raises(UsageError, match="--epochs"):
-        _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(epochs=0))
+        _run(corpus, tiny_bert, tmp_path / "work", options=dict(epochs=0))
     with pytest.raises(CorpusError, match="no word occurs at least 100000 times"):
-        _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=100_000))
+        _run(corpus, tiny_bert, tmp_path / "work", options=dict(workers=1, min_count=100_000))
     assert not (tmp_path / "work" / "domain-").exists()
 
 
@@ -187,7 +187,7 @@ def test_long_documents_lose_no_words_in_gensim(tmp_path: Path, tiny_bert: Path)
     # Natural (Zipfian) text: frequent words are sub-sampled, so after the
     # cut at 1,000 words no gensim batch reaches its 10,000-word limit.
     corpus = _long_lines(tmp_path / "docs.txt", zipf=True)
-    options = W2VOptions(workers=1, min_count=1, dim=8, epochs=2)
+    options = dict(workers=1, min_count=1, dim=8, epochs=2)
     outcome = _run(corpus, tiny_bert, tmp_path / "w", options=options)
     stats = outcome.manifest["stats"]
     assert stats["tokens"] == 90_000 and stats["lines"] == 90  # 3 lines of 30,000 words, cut
@@ -203,7 +203,7 @@ def test_gensim_batch_losses_are_reported_not_silent(
     # overflow its 10,000-word limit and it skips their ends.
     corpus = _long_lines(tmp_path / "flat.txt", zipf=False)
     with caplog.at_level(logging.WARNING, logger="greenadapt"):
-        outcome = _run(corpus, tiny_bert, tmp_path / "w", options=W2VOptions(workers=1, min_count=1, dim=8, epochs=1))
+        outcome = _run(corpus, tiny_bert, tmp_path / "w", options=dict(workers=1, min_count=1, dim=8, epochs=1))
     dropped = outcome.manifest["stats"]["words_dropped_estimate"]
     assert 0.02 < dropped < 0.1  # at most one 1,000-word line per ~11,000-word batch
     assert any("fewer words than sub-sampling predicts" in r.getMessage() for r in caplog.records)
@@ -217,14 +217,15 @@ _DETERMINISM_SCRIPT = textwrap.dedent(
     from greenadapt.corpus.pretokenize import pretokenize_corpus
     from greenadapt.corpus import resolve_corpus
     from greenadapt.progress import NULL_PROGRESS
-    from greenadapt.adaptation.w2v import W2VOptions, _train
+    from greenadapt.adaptation.settings import W2vSettings
+    from greenadapt.adaptation.w2v import _train
 
     corpus, work = Path(sys.argv[1]), Path(sys.argv[2])
     tokenizer = Tokenizer(models.WordPiece({"[UNK]": 0}, unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     pretok = pretokenize_corpus(resolve_corpus([str(corpus)]), tokenizer, work / "cache", workers=1)
-    vectors, _ = _train(pretok, dim=24, options=W2VOptions(min_count=2, seed=3), workers=1, progress=NULL_PROGRESS)
+    vectors, _ = _train(pretok, dim=24, settings=W2vSettings(corpus=("corpus.txt",), min_count=2, seed=3), workers=1, progress=NULL_PROGRESS)
     vectors.save_word2vec_format(str(work / "vectors.bin"), binary=True)
     print(hashlib.sha256((work / "vectors.bin").read_bytes()).hexdigest())
     """
@@ -354,13 +355,7 @@ def test_minilm_on_cord19_abstracts(tmp_path: Path, minilm_path: Path, shared_da
     from gensim.models import KeyedVectors
 
     source = shared_data / "corpora" / "cord19-abstracts-sample.jsonl"
-    outcome = w2v_stage(
-        [str(source)],
-        model=str(minilm_path),
-        options=W2VOptions(epochs=1, workers=2),
-        text_fields=["abstract"],
-        run=Run(workdir=tmp_path / "w"),
-    )
+    outcome = greenadapt.w2v([str(source)], model=str(minilm_path), epochs=1, workers=2, text_fields=["abstract"], workdir=tmp_path / "w")
     manifest = outcome.manifest
     assert manifest["config"]["dim"] == 384 and manifest["config"]["lowercase"] is True
     assert manifest["config"]["text_fields"] == ["abstract"]
@@ -377,13 +372,13 @@ def test_max_vocab_keeps_the_most_frequent_words_as_gensim_does(tmp_path: Path, 
 
     from greenadapt.adaptation.w2v import effective_min_count
 
-    full = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, seed=7))
+    full = _run(corpus, tiny_bert, tmp_path / "work", options=dict(workers=1, min_count=1, seed=7))
     cap = full.manifest["stats"]["vocab_size"] // 3
     # Other options: a folder of their own beside, never a silent reuse or overwrite.
-    beside = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, seed=7, max_vocab=cap))
+    beside = _run(corpus, tiny_bert, tmp_path / "work", options=dict(workers=1, min_count=1, seed=7, max_vocab=cap))
     assert beside.path != full.path and f"max-vocab-{cap}" in beside.path.name and beside.manifest["config"]["max_vocab"] == cap
     assert load_stage(full.path, "w2v")["fingerprint"] == full.manifest["fingerprint"]
-    capped = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "capped", options=W2VOptions(workers=1, min_count=1, seed=7, max_vocab=cap))
+    capped = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "capped", options=dict(workers=1, min_count=1, seed=7, max_vocab=cap))
     assert capped.manifest["config"]["max_vocab"] == cap and "max_vocab" not in full.manifest["config"]
     ours = KeyedVectors.load_word2vec_format(str(capped.path / VECTORS_FILE), binary=True)
     assert 0 < len(ours) <= cap
@@ -399,7 +394,7 @@ def test_max_vocab_keeps_the_most_frequent_words_as_gensim_does(tmp_path: Path, 
     assert ours.index_to_key == plain.wv.index_to_key and np.array_equal(ours.vectors, plain.wv.vectors)
 
     # The counts-only path (no vectors) applies the same rule.
-    counted = _run(corpus, tiny_bert, tmp_path / "work", options=W2VOptions(workers=1, min_count=1, max_vocab=cap, vectors=False))
+    counted = _run(corpus, tiny_bert, tmp_path / "work", options=dict(workers=1, min_count=1, max_vocab=cap, no_vectors=True))
     rows = (counted.path / COUNTS_FILE).read_text(encoding="utf-8").splitlines()
     assert {row.split("\t")[0] for row in rows} == set(ours.index_to_key)
 
@@ -409,13 +404,13 @@ def test_gensim_is_imported_beside_pretokenization_only_when_word2vec_trains(tmp
     script = (
         "import json, sys\n"
         "from greenadapt.adaptation import w2v\n"
-        "from greenadapt.options import Run\n"
+        "import greenadapt\n"
         "events, beside, pretokenize = [], w2v._import_beside, w2v.pretokenize_corpus\n"
         "w2v._import_beside = lambda module: (events.append(module), beside(module))[1]\n"
         "w2v.pretokenize_corpus = lambda *a, **k: (events.append('pretokenize'), pretokenize(*a, **k))[1]\n"
-        "options = w2v.W2VOptions(workers=1, min_count=2, epochs=1, vectors=sys.argv[1] == 'vectors')\n"
         "for _ in range(int(sys.argv[5])):\n"
-        "    w2v.w2v_stage([sys.argv[2]], model=sys.argv[3], options=options, run=Run(workdir=sys.argv[4]))\n"
+        "    greenadapt.w2v(sys.argv[2], model=sys.argv[3], workers=1, min_count=2, epochs=1, no_vectors=sys.argv[1] != 'vectors',\n"
+        "                   workdir=sys.argv[4])\n"
         "print(json.dumps([events, 'gensim' in sys.modules]))\n"
     )
     for mode, expected in (("counts", [["pretokenize"], False]), ("vectors", [["gensim.models", "pretokenize"], True])):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,8 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from greenadapt.adaptation.settings import ContextSettings
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +40,13 @@ SORT_WINDOW = 64  # batches whose lines are sorted by length together
 HEARTBEAT_SECONDS = 60.0
 
 
-@dataclass(frozen=True)
-class ContextOptions:
-    layer: int = -1  # hidden layer; negative counts from the last (-1 = the last layer)
-    cap: int = 20  # occurrences averaged per word
-    max_tokens: int | None = None  # corpus tokens read at most (None: the whole corpus, or until every word has cap)
-    batch_lines: int = LINES_PER_BATCH
-
-
-def check_context_layer(options: ContextOptions, n_layers: int) -> int:
+def check_context_layer(given: int, n_layers: int) -> int:
     """The hidden-state index ``--context-layer`` names in an ``n_layers``-layer model (0: the embeddings), or the refusal."""
-    layer = options.layer if options.layer >= 0 else n_layers + 1 + options.layer
+    layer = given if given >= 0 else n_layers + 1 + given
     if not 0 <= layer <= n_layers:
         from greenadapt.errors import UsageError
 
-        raise UsageError(f"--context-layer {options.layer} is not a layer of this {n_layers}-layer model", hint=f"use 0..{n_layers} or -1 for the last")
+        raise UsageError(f"--context-layer {given} is not a layer of this {n_layers}-layer model", hint=f"use 0..{n_layers} or -1 for the last")
     return layer
 
 
@@ -62,7 +55,7 @@ def context_vectors(
     counts: dict[str, int],
     model_path: Path,
     *,
-    options: ContextOptions,
+    settings: ContextSettings,
     device: str = "cpu",
     progress: Progress = NULL_PROGRESS,
 ) -> tuple[list[str], np.ndarray, dict[str, Any]]:
@@ -78,7 +71,7 @@ def context_vectors(
     check_weights_load_safely(model_path)
     model = AutoModel.from_pretrained(str(model_path), dtype=torch.float32).to(device).eval()
     n_layers = int(model.config.num_hidden_layers)
-    layer = check_context_layer(options, n_layers)
+    layer = check_context_layer(settings.context_layer, n_layers)
     index = {w: i for i, w in enumerate(counts)}
     sums = np.zeros((len(index), model.config.hidden_size), dtype=np.float64)
     seen = np.zeros(len(index), dtype=np.int64)
@@ -86,9 +79,9 @@ def context_vectors(
     tokens_read = 0
     started = time.perf_counter()
     last_heartbeat = 0.0
-    progress.start("contextual vectors", total=options.max_tokens, unit="tokens")
+    progress.start("contextual vectors", total=settings.context_max_tokens, unit="tokens")
     with torch.inference_mode():
-        for lines in _batches(corpus_file, options.batch_lines):
+        for lines in _batches(corpus_file, LINES_PER_BATCH):
             words_per_line = [line.split() for line in lines]
             tokens_read += sum(len(w) for w in words_per_line)
             encoded = tokenizer(words_per_line, is_split_into_words=True, truncation=True, max_length=MAX_WORDPIECES,
@@ -96,14 +89,14 @@ def context_vectors(
             hidden = model(**{k: v.to(device) for k, v in encoded.items()}, output_hidden_states=True).hidden_states[layer]
             hidden = hidden.float().cpu().numpy()
             for row, words in enumerate(words_per_line):
-                todo -= _accumulate(hidden[row], encoded.word_ids(row), words, index, sums, seen, options.cap)
+                todo -= _accumulate(hidden[row], encoded.word_ids(row), words, index, sums, seen, settings.context_cap)
             elapsed = max(time.perf_counter() - started, 1e-9)
             progress.update(tokens_read, tokens_per_s=tokens_read / elapsed)
             if elapsed - last_heartbeat >= HEARTBEAT_SECONDS:  # a sign of life where no bar is shown (cron, nohup)
                 last_heartbeat = elapsed
                 log.info("contextual vectors: %s tokens read (%.0f/s), %s of %s words at cap", f"{tokens_read:,}",
-                         tokens_read / elapsed, f"{int((seen >= options.cap).sum()):,}", f"{len(index):,}")
-            if todo <= 0 or (options.max_tokens is not None and tokens_read >= options.max_tokens):
+                         tokens_read / elapsed, f"{int((seen >= settings.context_cap).sum()):,}", f"{len(index):,}")
+            if todo <= 0 or (settings.context_max_tokens is not None and tokens_read >= settings.context_max_tokens):
                 break
     progress.finish()
     found = np.flatnonzero(seen)
@@ -112,11 +105,11 @@ def context_vectors(
     stats = {
         "layer": layer,
         "n_layers": n_layers,
-        "cap": options.cap,
+        "cap": settings.context_cap,
         "tokens_read": tokens_read,
         "words_with_vectors": int(len(found)),
         "words_without_vectors": int(len(words) - len(found)),
-        "words_at_cap": int((seen >= options.cap).sum()),
+        "words_at_cap": int((seen >= settings.context_cap).sum()),
         "seconds": round(time.perf_counter() - started, 3),
     }
     log.info("contextual vectors: %s words from %s tokens (layer %d) in %.0f s", f"{len(found):,}", f"{tokens_read:,}", layer, stats["seconds"])

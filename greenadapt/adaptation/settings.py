@@ -18,8 +18,11 @@ from greenadapt.redaction import public_specs
 from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
 
 if TYPE_CHECKING:
-    from greenadapt.adaptation.context_vectors import ContextOptions
     from greenadapt.adaptation.methods import MethodOptions
+
+# gensim counts the words of all epochs in a C long and its workers die past it; no corpus needs more passes.
+MAX_W2V_EPOCHS = 10_000
+MAX_W2V_DRAWS = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,11 +33,6 @@ class ContextSettings(Settings):
     context_cap: int = option(20, "--context-cap", panel=ADAPTATION, minimum=1, help="context-mean: occurrences averaged per word at most.")
     context_max_tokens: int | None = option(None, "--context-max-tokens", panel=ADAPTATION, minimum=1,
                                             help="context-mean: read at most N corpus tokens (default: until every word has --context-cap).")
-
-    def context_options(self) -> ContextOptions:
-        from greenadapt.adaptation.context_vectors import ContextOptions
-
-        return ContextOptions(layer=self.context_layer, cap=self.context_cap, max_tokens=self.context_max_tokens)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +76,7 @@ class Word2vecSettings(Settings):
     text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT,
                                                  help="Field(s) holding the text in JSON lines/CSV sources (default: text). Repeatable.")
     dim: int | None = option(None, "--dim", panel=ADAPTATION, minimum=1, help="word2vec vector size (default: the model's hidden size).")
-    epochs: int = option(5, "--epochs", panel=TRAINING, minimum=1, help="word2vec passes over the corpus.")
+    epochs: int = option(5, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_W2V_EPOCHS, help="word2vec passes over the corpus.")
     min_count: int = option(5, "--min-count", panel=ADAPTATION, minimum=1, help="word2vec ignores words seen fewer times.")
     max_vocab: int | None = option(
         None, "--max-vocab", panel=ADAPTATION, metavar="N", minimum=1,
@@ -173,10 +171,15 @@ class AdaptSettings(Word2vecSettings, MethodSettings, ContextSettings):
     max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, help="At most this many new words (most frequent first).")
     min_count_new: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count-new", panel=ADAPTATION, minimum=1,
                                 help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
-    w2v_draws: int = option(1, "--w2v-draws", panel=ADAPTATION, metavar="K", minimum=1,
+    w2v_draws: int = option(1, "--w2v-draws", panel=ADAPTATION, metavar="K", minimum=1, maximum=MAX_W2V_DRAWS,
                             help="Train word2vec K times (seeds --seed, --seed+1, ...) and average each new word's aligned rows: "
                                  "a gain that depends less on one draw's luck (K times the word2vec cost).")
 
     def check(self) -> None:
+        from greenadapt.adaptation.methods import get_method
+
         self.method_options()
-        self.context_options()
+        if self.w2v_draws > 1 and get_method(self.method).vector_source != "word2vec":
+            raise UsageError(f"--method {self.method} uses no word2vec vectors, so there are no draws to average",
+                             hint="--w2v-draws is for lstsq, focus, hybrid and identity")
+        check_seed(self.seed + self.w2v_draws - 1, option="--seed")

@@ -52,26 +52,23 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.adaptation.context_vectors import ContextOptions
 from greenadapt.artifacts import workspace
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.artifacts.pretrained import hidden_size, load_backend_tokenizer, resolve_model
 from greenadapt.artifacts.stage import StageOutcome, StageRun, sweep_stale_temporaries
 from greenadapt.corpus.pretokenize import PRETOK_FORMAT, PretokenizedCorpus, pretokenize_corpus
 from greenadapt.corpus.word_splitter import TextRules
-from greenadapt.defaults import DEFAULT_SEED, check_seed
-from greenadapt.errors import CorpusError, StageError, UsageError
+from greenadapt.errors import CorpusError, StageError
 from greenadapt.machine.cores import available_cores
 from greenadapt.progress import Progress
 from greenadapt.options import DEFAULT_RUN, Run
 
 if TYPE_CHECKING:
-    from greenadapt.adaptation.settings import W2vSettings
+    from greenadapt.adaptation.settings import AdaptSettings, W2vSettings, Word2vecSettings
 
 log = logging.getLogger(__name__)
 
@@ -82,55 +79,17 @@ _GENSIM_LOGGER = "gensim.models.word2vec"
 _DROP_WARNING = 0.02  # beyond sampling noise on any corpus worth training on
 
 
-# gensim counts the words of all epochs in a C long and its workers die past it; no corpus needs more passes.
-MAX_W2V_EPOCHS = 10_000
 
 
-@dataclass
-class W2VOptions:
-    """word2vec options; None means "derive it" (dim: model hidden size, workers: greenadapt.machine.cores.available_cores)."""
+# CBOW's context window, negative samples and down-sampling threshold: the paper's, fixed (recorded in every fingerprint).
+WINDOW = 5
+NEGATIVE = 5
+SAMPLE = 1e-3
 
-    dim: int | None = None
-    epochs: int = 5
-    min_count: int = 5
-    # gensim's max_final_vocab: keep at most this many words by raising min_count as needed (a billion-token
-    # corpus has millions of words seen 5 times; their vectors are noise and their rows cost memory).
-    max_vocab: int | None = None
-    workers: int | None = None
-    seed: int = DEFAULT_SEED
-    window: int = 5
-    negative: int = 5
-    sample: float = 1e-3
-    # False: count the corpus words (min_count applied) and train no vectors, for methods that need
-    # none (subword-mean, random); `adapt` chooses this from the method.
-    vectors: bool = True
-    # "word2vec" (CBOW, the paper) or "context": the base model's own contextual representations
-    # (greenadapt.adaptation.context_vectors), for `--method context-mean`; chosen by `adapt` from the method.
-    source: str = "word2vec"
-    context: ContextOptions = field(default_factory=ContextOptions)
 
-    def resolved_workers(self) -> int:
-        return self.workers if self.workers is not None else available_cores()
-
-    def check(self) -> None:
-        for name in ("dim", "epochs", "min_count", "max_vocab", "workers", "window", "negative"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        if self.epochs > MAX_W2V_EPOCHS:
-            raise UsageError(f"--epochs {self.epochs} is more than word2vec can count", hint=f"use at most {MAX_W2V_EPOCHS} (the paper: 5)")
-        check_seed(self.seed)
-        if self.source not in VECTOR_SOURCES:
-            raise UsageError(f"unknown vector source {self.source!r}", hint=" or ".join(VECTOR_SOURCES))
-        if self.source == "context" and not self.vectors:
-            raise UsageError("--no-vectors counts words and makes no vectors, so --source context has nothing to do",
-                             hint="drop one of them: --source context makes the model's own vectors")
-        if self.context.cap < 1:
-            raise UsageError(f"--context-cap must be at least 1, got {self.context.cap}")
-        if self.context.max_tokens is not None and self.context.max_tokens < 1:
-            raise UsageError(f"--context-max-tokens must be at least 1, got {self.context.max_tokens}")
-        if not 0 <= self.sample < 1:
-            raise UsageError(f"sample must be in [0, 1), got {self.sample}")
+def w2v_workers(settings: Word2vecSettings) -> int:
+    """``--workers``, else the cores this process may use."""
+    return settings.workers if settings.workers is not None else available_cores()
 
 
 def stable_hash(text: str) -> int:
@@ -139,57 +98,54 @@ def stable_hash(text: str) -> int:
 
 
 def _write_vectors(
-    pretok: Any, model_path: Path, options: W2VOptions, dim: int, workers: int, dest: Path, progress: Progress
+    pretok: Any, model_path: Path, settings: W2vSettings | AdaptSettings, source: str, dim: int, workers: int, dest: Path, progress: Progress
 ) -> tuple[int, dict[str, Any]]:
-    """The stage's output by ``--source`` and ``--no-vectors``: word2vec vectors, the model's contextual ones, or counts only."""
-    if options.vectors and options.source == "context":
-        return _write_context_vectors(pretok, model_path, options, dest, progress)
-    if options.vectors:
-        vectors, train_stats = _train(pretok, dim=dim, options=options, workers=workers, progress=progress)
+    """The stage's output by its vector source: word2vec vectors, the model's contextual ones, or counts only ("none")."""
+    if source == "context":
+        return _write_context_vectors(pretok, model_path, settings, dest, progress)
+    if source == "word2vec":
+        vectors, train_stats = _train(pretok, dim=dim, settings=settings, workers=workers, progress=progress)
         vectors.save_word2vec_format(str(dest / VECTORS_FILE), binary=True)
         _write_counts(vectors, dest / COUNTS_FILE)
         return len(vectors), train_stats
-    vocab_size = _write_corpus_counts(pretok, options.min_count, dest / COUNTS_FILE, max_vocab=options.max_vocab)
+    vocab_size = _write_corpus_counts(pretok, settings.min_count, dest / COUNTS_FILE, max_vocab=settings.max_vocab)
     return vocab_size, {"word2vec_trained": False}
 
 
-def w2v_stage(
-    corpus: Sequence[str],
-    *,
-    model: str | None,
-    options: W2VOptions,
-    text_fields: Sequence[str] | None = None,
-    run: Run = DEFAULT_RUN,
-) -> StageOutcome:
-    """Train word2vec on ``corpus`` in ``model``'s words; skip when an up-to-date output exists."""
+def w2v_stage(settings: W2vSettings | AdaptSettings, run: Run = DEFAULT_RUN, *, source: str = "word2vec") -> StageOutcome:
+    """Train word2vec on ``settings.corpus`` in ``settings.model``'s words; skip when an up-to-date output exists.
+
+    ``source``: word2vec (CBOW, the paper), context (the model's own contextual vectors) or none (the corpus counts alone,
+    for methods that read no vectors); ``w2v`` takes it from ``--source``/``--no-vectors``, ``adapt`` from the method."""
     workdir, out, force, wait, progress = run.workdir, run.out, run.force, run.wait, run.progress
+    from greenadapt.adaptation.settings import W2vSettings
     from greenadapt.artifacts.destination import check_destination, corpus_reads, protected
     from greenadapt.corpus import resolve_corpus, source_identities
 
-    options.check()
-    corpus = list(corpus)
+    corpus, text_fields = list(settings.corpus), list(settings.text_fields or ()) or None
     sources = resolve_corpus(corpus, text_fields=text_fields)
-    model_ref = resolve_model(model)
-    if options.source == "context":  # a layer the model lacks, said before the corpus is read
+    model_ref = resolve_model(settings.model)
+    if source == "context":  # a layer the model lacks, said before the corpus is read
         from greenadapt.adaptation.context_vectors import check_context_layer
 
-        check_context_layer(options.context, int(model_ref.config().get("num_hidden_layers") or 0))
+        check_context_layer(settings.context_layer, int(model_ref.config().get("num_hidden_layers") or 0))
     tokenizer = load_backend_tokenizer(model_ref.path)
     rules = TextRules.from_tokenizer(tokenizer)
-    dim = options.dim or hidden_size(model_ref)
-    workers = options.resolved_workers()
+    dim = settings.dim or hidden_size(model_ref)
+    workers = w2v_workers(settings)
     root = workspace.workdir(workdir)
     # Counts alone are another output than trained vectors: they must not replace each other in the workspace.
-    default_name = "w2v-counts" if not options.vectors else "w2v-context" if options.source == "context" else "w2v"
-    config = _stage_config(options, dim, workers, text_fields, model_ref.identity(), rules.flags())
+    default_name = {"none": "w2v-counts", "context": "w2v-context"}.get(source, "w2v")
+    config = _stage_config(settings, source, dim, workers, text_fields, model_ref.identity(), rules.flags())
     if out is not None:
         out_dir = Path(out)
     else:  # a second configuration goes beside the first (w2v+epochs-10), never over it
         # The context options' own defaults: a second --context-layer must name its own folder, not "+defaults".
-        defaults = W2VOptions(vectors=options.vectors, source=options.source)
+        defaults = W2vSettings(corpus=settings.corpus)
         out_dir = workspace.stage_variant_dir(
             workspace.stage_dir(root, corpus, workspace.model_folder_name(root, corpus, model_ref), default_name), config, force=force,
-            defaults=lambda: _stage_config(defaults, hidden_size(model_ref), defaults.resolved_workers(), text_fields, model_ref.identity(), rules.flags()),
+            defaults=lambda: _stage_config(defaults, source, hidden_size(model_ref), w2v_workers(defaults), text_fields, model_ref.identity(),
+                                           rules.flags()),
         )
     check_destination(
         out_dir, kind="w2v", force=force, workspace=root,
@@ -198,17 +154,17 @@ def w2v_stage(
     inputs = source_identities(sources)
     # A killed pre-tokenization leaves its temporary in the shared cache; this run may never reach that stage.
     sweep_stale_temporaries(root / "cache" / "pretok")
-    with StageRun(kinds.W2V, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(options)) as stage:
+    with StageRun(kinds.W2V, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(source)) as stage:
         if stage.skipped:
             assert stage.manifest is not None
             return StageOutcome(stage.out, stage.manifest, skipped=True, skip_reason=stage.skip_reason)
-        _import_gensim_beside(options)  # after the skip: a run that is up to date never pays the import
+        _import_gensim_beside(source)  # after the skip: a run that is up to date never pays the import
         pretok = pretokenize_corpus(
             sources, tokenizer, root / "cache" / "pretok", workers=workers, progress=progress, force=force
         )
-        vocab_size, train_stats = _write_vectors(pretok, model_ref.path, options, dim, workers, stage.tmp, progress)
+        vocab_size, train_stats = _write_vectors(pretok, model_ref.path, settings, source, dim, workers, stage.tmp, progress)
         manifest = stage.commit(stats={**_corpus_stats(pretok), "vocab_size": vocab_size, **train_stats})
-    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({options.source})" if options.vectors else " counted (no vectors)", stage.out)
+    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({source})" if source != "none" else " counted (no vectors)", stage.out)
     return StageOutcome(stage.out, manifest, skipped=False)
 
 
@@ -222,17 +178,17 @@ def _corpus_stats(pretok: Any) -> dict[str, Any]:
     }
 
 
-def _libraries(options: W2VOptions) -> tuple[str, ...]:
+def _libraries(source: str) -> tuple[str, ...]:
     """The libraries the manifest records: word vectors from the model's own hidden states (``--source
     context``) run it with torch and transformers; word2vec reads the model's tokenizer with tokenizers alone."""
-    return ("gensim", "numpy", "tokenizers", *(("torch", "transformers") if options.source == "context" else ()))
+    return ("gensim", "numpy", "tokenizers", *(("torch", "transformers") if source == "context" else ()))
 
 
-def _import_gensim_beside(options: W2VOptions) -> None:
+def _import_gensim_beside(source: str) -> None:
     """Start importing gensim on a thread when word2vec will train: pre-tokenization's main thread mostly
     waits on its worker processes, and the import (about a second, scipy included) would otherwise follow
     it on the critical path."""
-    if options.vectors and options.source == "word2vec":
+    if source == "word2vec":
         _import_beside("gensim.models")
 
 
@@ -250,22 +206,22 @@ def _import_beside(module: str) -> None:
 
 
 def _train(
-    pretok: PretokenizedCorpus, *, dim: int, options: W2VOptions, workers: int, progress: Progress
+    pretok: PretokenizedCorpus, *, dim: int, settings: Word2vecSettings, workers: int, progress: Progress
 ) -> tuple[Any, dict[str, Any]]:
     from gensim.models import Word2Vec
 
     model = Word2Vec(
         vector_size=dim,
-        window=options.window,
-        min_count=options.min_count,
-        max_final_vocab=options.max_vocab,
+        window=WINDOW,
+        min_count=settings.min_count,
+        max_final_vocab=settings.max_vocab,
         workers=workers,
         sg=0,
         hs=0,
-        negative=options.negative,
-        sample=options.sample,
-        seed=options.seed,
-        epochs=options.epochs,
+        negative=NEGATIVE,
+        sample=SAMPLE,
+        seed=settings.seed,
+        epochs=settings.epochs,
         hashfxn=stable_hash,
     )
     started = time.perf_counter()
@@ -273,22 +229,22 @@ def _train(
     vocab_seconds = time.perf_counter() - started
     if len(model.wv) == 0:
         raise CorpusError(
-            f"no word occurs at least {options.min_count} times in the corpus ({pretok.tokens:,} tokens)",
+            f"no word occurs at least {settings.min_count} times in the corpus ({pretok.tokens:,} tokens)",
             hint="lower --min-count or use a larger corpus",
         )
     started = time.perf_counter()
-    with _training_progress(progress, pretok.tokens, options.epochs) as callbacks:
+    with _training_progress(progress, pretok.tokens, settings.epochs) as callbacks:
         trained, raw = model.train(
             corpus_file=str(pretok.path),
             total_examples=model.corpus_count,
             total_words=pretok.tokens,
-            epochs=options.epochs,
+            epochs=settings.epochs,
             start_alpha=model.alpha,
             end_alpha=model.min_alpha,
             callbacks=callbacks,
         )
     seconds = time.perf_counter() - started
-    expected = options.epochs * _expected_trained_words(model.wv)
+    expected = settings.epochs * _expected_trained_words(model.wv)
     dropped = max(0.0, 1.0 - trained / expected) if expected else 0.0
     if dropped > _DROP_WARNING:
         log.warning(
@@ -319,48 +275,52 @@ def _expected_trained_words(vectors: Any) -> float:
 
 
 def _stage_config(
-    options: W2VOptions, dim: int, workers: int, text_fields: Sequence[str] | None, model: dict[str, Any], rules: dict[str, Any]
+    settings: W2vSettings | AdaptSettings, source: str, dim: int, workers: int, text_fields: Sequence[str] | None, model: dict[str, Any],
+    rules: dict[str, Any],
 ) -> dict[str, Any]:
     """What the w2v stage's fingerprint records: every option that changes its output."""
     config: dict[str, Any] = {
         "algorithm": "cbow",
         "hs": 0,
         "dim": dim,
-        "epochs": options.epochs,
-        "min_count": options.min_count,
+        "epochs": settings.epochs,
+        "min_count": settings.min_count,
         "workers": workers,
-        "seed": options.seed,
-        "window": options.window,
-        "negative": options.negative,
-        "sample": options.sample,
+        "seed": settings.seed,
+        "window": WINDOW,
+        "negative": NEGATIVE,
+        "sample": SAMPLE,
         "text_fields": list(text_fields) if text_fields else None,
         "model": model,
         **rules,
         "pretok_format": PRETOK_FORMAT,
     }
-    if options.max_vocab is not None:  # recorded only when set, so earlier outputs keep their fingerprints
-        config["max_vocab"] = options.max_vocab
-    if not options.vectors or options.source == "context":
+    if settings.max_vocab is not None:  # recorded only when set, so earlier outputs keep their fingerprints
+        config["max_vocab"] = settings.max_vocab
+    if source != "word2vec":
         # Recorded only when not word2vec, so the outputs of word2vec runs keep their fingerprints.
         config.update(dim=None, epochs=None, workers=None, seed=None, window=None, negative=None, sample=None)
-        config["vectors"] = False if not options.vectors else "context"
-        if options.vectors:
-            config["context"] = asdict(options.context)
+        config["vectors"] = False if source == "none" else "context"
+        if source == "context":
+            from greenadapt.adaptation.context_vectors import LINES_PER_BATCH
+
+            config["context"] = {"layer": settings.context_layer, "cap": settings.context_cap, "max_tokens": settings.context_max_tokens,
+                                 "batch_lines": LINES_PER_BATCH}
     return config
 
 
 def _write_context_vectors(
-    pretok: PretokenizedCorpus, model_path: Path, options: W2VOptions, dest: Path, progress: Progress
+    pretok: PretokenizedCorpus, model_path: Path, settings: W2vSettings | AdaptSettings, dest: Path, progress: Progress
 ) -> tuple[int, dict[str, Any]]:
     """vectors.bin and counts.tsv from the base model's contextual representations (same words in both)."""
     from greenadapt.adaptation.context_vectors import context_vectors
     from greenadapt.adaptation.vectors import write_counts, write_word2vec_binary
 
-    _write_corpus_counts(pretok, options.min_count, dest / COUNTS_FILE, max_vocab=options.max_vocab)
+    _write_corpus_counts(pretok, settings.min_count, dest / COUNTS_FILE, max_vocab=settings.max_vocab)
     from greenadapt.adaptation.vectors import read_counts
 
     counts = read_counts(dest / COUNTS_FILE)
-    words, vectors, stats = context_vectors(pretok.path, counts, model_path, options=options.context, progress=progress)
+    words, vectors, stats = context_vectors(pretok.path, counts, model_path, settings=settings, progress=progress)
     write_word2vec_binary(dest / VECTORS_FILE, words, vectors)
     write_counts(dest / COUNTS_FILE, [(w, counts[w]) for w in words])
     return len(words), {"vector_source": "context", "context": stats}
@@ -492,6 +452,4 @@ def pretokenized_corpus_of(w2v_dir: Path, w2v_manifest: Manifest, corpus: list[s
 
 def run_w2v(settings: W2vSettings, run: Run) -> StageOutcome:
     """``greenadapt w2v``: the stage from its settings."""
-    options = W2VOptions(dim=settings.dim, epochs=settings.epochs, min_count=settings.min_count, max_vocab=settings.max_vocab, workers=settings.workers,
-                         seed=settings.seed, vectors=not settings.no_vectors, source=settings.source, context=settings.context_options())
-    return w2v_stage(list(settings.corpus), model=settings.model, options=options, text_fields=list(settings.text_fields or ()) or None, run=run)
+    return w2v_stage(settings, run, source="none" if settings.no_vectors else settings.source)
