@@ -53,17 +53,19 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     """The API function, its config sources, CLI→API name aliases and the API parameters no config holds (with why)."""
     from greenadapt.adaptation.align import align_stage
     from greenadapt.adaptation.expand import expand_stage
-    from greenadapt.adaptation.methods import MethodOptions
+    from greenadapt.adaptation.settings import MethodSettings
+    from greenadapt.options import declared_fields
     from greenadapt.data.task_files import ReaderOptions
     from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predict_text import predict_input
     from greenadapt.inference.qa.answering import QaOptions
 
-    methods = Source(MethodOptions())
+    # The method's options reach the methods as the MethodSettings object itself: no library default to compare.
+    method_options = {field.name: "received as the settings object itself" for field, _ in declared_fields(MethodSettings) if field.name != "method"}
     table: dict[str, tuple[Callable[..., Any], list[Source], dict[str, str], dict[str, str]]] = {
         # these commands' libraries receive their settings objects as they are (no mirror to compare)
         "w2v": (api.w2v, [], {}, {}),
-        "align": (api.align, [Source(align_stage), methods], {}, {"probe": "what the report shows, not a setting"}),
+        "align": (api.align, [Source(align_stage)], {}, {"probe": "what the report shows, not a setting", **method_options}),
         "expand": (api.expand, [Source(expand_stage)], {}, {}),
         "adapt": (api.adapt, [], {}, {}),
         "finetune": (api.finetune, [], {}, {}),

@@ -20,7 +20,8 @@ from w2v_fixtures import listed_new_words, saved_tensors
 
 import greenadapt
 from greenadapt.adaptation.expand import CHECKPOINT_SUFFIX, expand_stage
-from greenadapt.adaptation.methods import MethodOptions, distill
+from greenadapt.adaptation.methods import distill
+from greenadapt.adaptation.settings import AlignSettings
 from greenadapt.artifacts.model_weights import read_input_embeddings
 from greenadapt.errors import UsageError
 from greenadapt.options import Run
@@ -203,7 +204,7 @@ def test_a_link_in_the_checkpoints_place_is_refused_and_left_alone(adapted: dict
 @pytest.mark.parametrize("field", ["distill_per_word", "distill_sentences", "distill_epochs"])
 def test_budget_options_below_one_are_refused(field: str) -> None:
     with pytest.raises(UsageError, match=field.replace("_", "-")):
-        MethodOptions(**{field: 0}).check()
+        AlignSettings(**{field: 0})  # refused when the settings are made
 
 
 def test_info_says_what_the_fit_did(adapted: dict[str, Any]) -> None:

@@ -21,7 +21,9 @@ from w2v_fixtures import DOMAIN_WORDS, linear_w2v
 import greenadapt
 from greenadapt.adaptation.align import align_stage
 from greenadapt.adaptation.expand import expand_stage
-from greenadapt.adaptation.methods import METHODS, MethodOptions, get_method, method_help
+from greenadapt.adaptation.methods import METHODS, get_method, method_help
+from greenadapt.adaptation.settings import AlignSettings, MethodSettings
+from greenadapt.options import declared_fields
 from greenadapt.adaptation.methods.focus import focus_weights, sparsemax
 from greenadapt.adaptation.vectors import read_word2vec_binary
 from greenadapt.artifacts.model_weights import read_input_embeddings
@@ -47,7 +49,7 @@ def w2v(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
 
 
 def _expanded(w2v: Path, out: Path, method: str, **options: object) -> tuple[Path, Path]:
-    aligned = align_stage(w2v=w2v, method=method, method_options=MethodOptions(**options), run=Run(out=out / "align"))  # type: ignore[arg-type]
+    aligned = align_stage(w2v=w2v, method=method, method_options=AlignSettings(**options), run=Run(out=out / "align"))  # type: ignore[arg-type]
     return aligned.path, expand_stage(align=aligned.path, run=Run(out=out / "expand")).path
 
 
@@ -68,7 +70,7 @@ def test_the_registry_is_what_the_command_line_offers() -> None:
     assert list(METHODS) == ["lstsq", "identity", "random", "subword-mean", "focus", "hybrid", "context-mean", "distill"]
     for name, method in METHODS.items():
         assert method.name == name and method.summary and name in method_help()
-        assert set(method.options) <= set(MethodOptions.__dataclass_fields__)
+        assert set(method.options) <= {field.name for field, _ in declared_fields(MethodSettings)}
     with pytest.raises(UsageError, match="unknown --method 'foo'.*lstsq, identity"):
         get_method("foo")
     from typer.testing import CliRunner
@@ -176,12 +178,12 @@ def test_match_norm_keeps_the_direction_and_sets_the_whole_word_norm(method: str
 def test_method_options_count_only_for_their_method(w2v: Path, tmp_path: Path) -> None:
     first = align_stage(w2v=w2v, run=Run(out=tmp_path / "a"))
     # focus's options do not change lstsq's output, so it is up to date whatever they are.
-    assert align_stage(w2v=w2v, method_options=MethodOptions(focus_k=3), run=Run(out=tmp_path / "a")).skipped
+    assert align_stage(w2v=w2v, method_options=AlignSettings(focus_k=3), run=Run(out=tmp_path / "a")).skipped
     assert "method_options" not in first.manifest["config"]
     focus = align_stage(w2v=w2v, method="focus", run=Run(out=tmp_path / "f"))
     assert focus.manifest["config"]["method_options"] == {"focus_k": 10, "focus_temperature": 0.1}
     with pytest.raises(UsageError, match="--hybrid-weight"):
-        align_stage(w2v=w2v, method="hybrid", method_options=MethodOptions(hybrid_weight=1.5), run=Run(out=tmp_path / "h"))
+        align_stage(w2v=w2v, method="hybrid", method_options=AlignSettings(hybrid_weight=1.5), run=Run(out=tmp_path / "h"))
 
 
 def test_adapt_with_subword_mean_trains_no_word2vec(tiny_bert: Path, tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.workspace import VARIANT_MARK
-from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions, get_method
+from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, get_method
 from greenadapt.adaptation.methods.base import recorded_seed
 
 # Kept importable from here: the map's helpers and file names now live with their methods.
@@ -45,7 +45,7 @@ from greenadapt.progress import Progress
 from greenadapt.options import DEFAULT_RUN, Run
 
 if TYPE_CHECKING:
-    from greenadapt.adaptation.settings import AlignSettings
+    from greenadapt.adaptation.settings import AlignSettings, MethodSettings
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
@@ -68,7 +68,7 @@ def align_stage(
     corpus: Sequence[str] | None = None,
     model: str | None = None,
     method: str = DEFAULT_METHOD,
-    method_options: MethodOptions | None = None,
+    method_options: MethodSettings | None = None,
     seed: int = DEFAULT_SEED,
     probes: Sequence[str] = (),
     run: Run = DEFAULT_RUN,
@@ -84,8 +84,10 @@ def align_stage(
 
     check_seed(seed)
     chosen = get_method(method)
-    method_options = method_options or MethodOptions()
-    method_options.check()
+    if method_options is None:  # the methods' options at their declared defaults
+        from greenadapt.adaptation.settings import AlignSettings
+
+        method_options = AlignSettings()
     w2v_dir = locate_upstream("w2v", w2v, corpus, model, workdir)
     w2v_manifest = load_stage(w2v_dir, "w2v")
     ref = model_for_stage(model, w2v_manifest.section("config", "model") or None, w2v_dir)
@@ -207,7 +209,7 @@ def _align(
     general: GeneralTokenizer,
     *,
     method: InitMethod,
-    options: MethodOptions,
+    options: MethodSettings,
     seed: int,
     probes: Sequence[str],
     dest: Path,
@@ -371,4 +373,4 @@ def _round(value: float | None) -> float | None:
 def run_align(settings: AlignSettings, run: Run) -> StageOutcome:
     """``greenadapt align``: the stage from its settings."""
     return align_stage(w2v=settings.w2v, corpus=list(settings.corpus or ()) or None, model=settings.model, method=settings.method,
-                       method_options=settings.method_options(), seed=settings.seed, probes=settings.probe, run=run)
+                       method_options=settings, seed=settings.seed, probes=settings.probe, run=run)

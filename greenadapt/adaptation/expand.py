@@ -52,10 +52,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.adaptation.methods import DEFAULT_METHOD, CorpusAccess, InitMethod, MethodOptions, RowContext, get_method
+from greenadapt.adaptation.methods import DEFAULT_METHOD, CorpusAccess, InitMethod, RowContext, get_method
 from greenadapt.adaptation.methods.base import describe, recorded_seed
 from greenadapt.adaptation.model_files import copy_other_files
 from greenadapt.adaptation.new_words import NEW_WORDS_FILE, NewWords, select_new_words
+from greenadapt.adaptation.settings import AlignSettings
 from greenadapt.adaptation.w2v import pretokenized_corpus_of
 from greenadapt.adaptation.weights import grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
 from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
@@ -77,7 +78,7 @@ from greenadapt.options import DEFAULT_RUN, Run
 from greenadapt.redaction import scrub_secrets
 
 if TYPE_CHECKING:
-    from greenadapt.adaptation.settings import ExpandSettings
+    from greenadapt.adaptation.settings import ExpandSettings, MethodSettings
     import numpy as np
 
     from greenadapt.adaptation.domain_tokenizer import GeneralTokenizer
@@ -145,7 +146,7 @@ def expand_stage(
         raise UsageError(f"--min-count must be >= 1, got {min_count}")
     align_dir, align_manifest, fitted = _find_align(align, corpus, model, workdir, method)
     w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
-    method_options = MethodOptions.from_config(align_manifest.section("config", "method_options"))
+    method_options = _recorded_method_options(align_manifest)
     ref, general = _model_of(model, align_dir, align_manifest)
 
     config, draws, out_dir, checkpoint = _destination(align_dir, align_manifest, w2v_dir, fitted, ref, also_align, run,
@@ -171,6 +172,11 @@ def expand_stage(
         shutil.rmtree(checkpoint, ignore_errors=True)
     log.info("expand: %d new words (ids %d…) -> %s", stats["n_new"], stats["first_new_id"], stage.out)
     return StageOutcome(stage.out, manifest, False)
+
+
+def _recorded_method_options(align_manifest: Manifest) -> AlignSettings:
+    """The method's options as align recorded them (those it uses; the others at their defaults)."""
+    return AlignSettings.build(align_manifest.section("config", "method_options") or {})
 
 
 def _destination(align_dir: Path, align_manifest: Manifest, w2v_dir: Path, fitted: InitMethod, ref: ModelRef, also_align: Sequence[Path],
@@ -240,7 +246,7 @@ def _find_align(
     chosen = get_method(method) if method is not None else None  # an unknown name fails here, before any reading
     align_dir = locate_upstream("align", align, corpus, model, workdir)
     if chosen is not None and align is None:
-        align_dir = align_dir.with_name(f"align{stage_suffix(chosen, MethodOptions())}")
+        align_dir = align_dir.with_name(f"align{stage_suffix(chosen, AlignSettings())}")
     align_manifest = load_stage(align_dir, kinds.ALIGN)
     fitted = get_method(str(align_manifest.config.get("method", DEFAULT_METHOD)))
     if chosen is not None and chosen.name != fitted.name:
@@ -294,7 +300,7 @@ def _expand(
     general: GeneralTokenizer,
     *,
     method: InitMethod,
-    method_options: MethodOptions,
+    method_options: MethodSettings,
     max_new: int | None,
     min_count: int,
     seed: int,

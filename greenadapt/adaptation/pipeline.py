@@ -59,17 +59,16 @@ def run_adapt(settings: AdaptSettings, run: Run = DEFAULT_RUN) -> AdaptOutcome:
     source = get_method(settings.method).vector_source
     in_workspace, beside_w2v = replace(run, out=None), replace(run, out=None, workdir=None)  # only expand goes to ``out``
     w2v = w2v_stage(settings, in_workspace, source=source)
-    method_options = settings.method_options()
     # Downstream stages take the model the w2v manifest recorded, so the
     # three stages can never silently disagree about it. The vectors align reads whole are kept for expand,
     # which would otherwise parse the same file again.
     with keep_whole_reads():
-        align = align_stage(w2v=w2v.path, model=settings.model, method=settings.method, method_options=method_options, seed=settings.seed,
+        align = align_stage(w2v=w2v.path, model=settings.model, method=settings.method, method_options=settings, seed=settings.seed,
                             run=beside_w2v)
         others = []
         for draw in range(1, settings.w2v_draws):  # the same command with another seed, each in its own folders
             other = w2v_stage(settings.replaced(seed=settings.seed + draw), in_workspace, source=source)
-            others.append(align_stage(w2v=other.path, model=settings.model, method=settings.method, method_options=method_options,
+            others.append(align_stage(w2v=other.path, model=settings.model, method=settings.method, method_options=settings,
                                       seed=settings.seed, run=beside_w2v).path)
         expand = expand_stage(align=align.path, also_align=others, model=settings.model, max_new=settings.max_new,
                               min_count=settings.min_count_new, seed=settings.seed, run=replace(run, workdir=None))

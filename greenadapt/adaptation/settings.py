@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from greenadapt.artifacts import kinds
 from greenadapt.adaptation.methods import DEFAULT_METHOD, METHODS, method_help
@@ -17,8 +16,12 @@ from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
 
-if TYPE_CHECKING:
-    from greenadapt.adaptation.methods import MethodOptions
+def above_zero(value: float) -> float:
+    """focus's temperature: similarities are divided by it."""
+    if not value > 0:
+        raise UsageError(f"--focus-temperature must be positive, got {value}")
+    return value
+
 
 # gensim counts the words of all epochs in a C long and its workers die past it; no corpus needs more passes.
 MAX_W2V_EPOCHS = 10_000
@@ -41,7 +44,7 @@ class MethodSettings(Settings):
 
     method: str = option(DEFAULT_METHOD, "--method", panel=ADAPTATION, metavar="NAME", choices=tuple(METHODS), help=method_help())
     focus_k: int = option(10, "--focus-k", panel=ADAPTATION, minimum=1, help="focus: how many nearest shared words weigh into a row.")
-    focus_temperature: float = option(0.1, "--focus-temperature", panel=ADAPTATION,
+    focus_temperature: float = option(0.1, "--focus-temperature", panel=ADAPTATION, check=above_zero,
                                       help="focus: similarities are divided by this before sparsemax (smaller: sparser).")
     hybrid_weight: float = option(0.5, "--hybrid-weight", panel=ADAPTATION, minimum=0, maximum=1,
                                   help="hybrid: the weight of lstsq (the rest is subword-mean).")
@@ -51,16 +54,6 @@ class MethodSettings(Settings):
     distill_sentences: int = option(16_000, "--distill-sentences", panel=ADAPTATION, minimum=1,
                                     help="distill: corpus windows in all at most (the CPU cost grows with it).")
     distill_epochs: int = option(1, "--distill-epochs", panel=ADAPTATION, minimum=1, help="distill: passes over the windows.")
-
-    def method_options(self) -> MethodOptions:
-        from greenadapt.adaptation.methods import MethodOptions
-
-        options = MethodOptions(
-            focus_k=self.focus_k, focus_temperature=self.focus_temperature, hybrid_weight=self.hybrid_weight, match_norm=self.match_norm,
-            distill_per_word=self.distill_per_word, distill_sentences=self.distill_sentences, distill_epochs=self.distill_epochs,
-        )
-        options.check()
-        return options
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,8 +113,6 @@ class AlignSettings(MethodSettings):
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the held-out split (and of the random ablation).")
     probe: tuple[str, ...] = option((), "--probe", panel=ADAPTATION, help="Also show the neighbours of this word (repeatable).")
 
-    def check(self) -> None:
-        self.method_options()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,7 +169,6 @@ class AdaptSettings(Word2vecSettings, MethodSettings, ContextSettings):
     def check(self) -> None:
         from greenadapt.adaptation.methods import get_method
 
-        self.method_options()
         if self.w2v_draws > 1 and get_method(self.method).vector_source != "word2vec":
             raise UsageError(f"--method {self.method} uses no word2vec vectors, so there are no draws to average",
                              hint="--w2v-draws is for lstsq, focus, hybrid and identity")

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, MethodOptions
+from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, options_for
 from greenadapt.adaptation.methods.lstsq import MAP_FILE, fit_linear_map, mean_cosine  # noqa: E402,F401
 from greenadapt.adaptation.methods.random import COV_FILE, MEAN_FILE, gaussian_rows  # noqa: E402,F401
 from greenadapt.artifacts.manifest import Manifest
@@ -97,7 +97,7 @@ def vocab_digest(general: GeneralTokenizer) -> str:
     return hashlib.sha256("\n".join(f"{i}\t{t}" for i, t in entries).encode("utf-8")).hexdigest()[:16]
 
 
-def stage_suffix(method: InitMethod, options: MethodOptions) -> str:
+def stage_suffix(method: InitMethod, options: Any) -> str:
     """How the default align and expand folders of a method are told apart: "" for the paper's lstsq,
     ``-focus``, ``-lstsq-match-norm``, ``-focus-<hash of its options>`` when they differ from the defaults."""
     from greenadapt.artifacts.manifest import canonical_json
@@ -105,14 +105,17 @@ def stage_suffix(method: InitMethod, options: MethodOptions) -> str:
     chosen = recorded_options(method, options)
     norm = "-match-norm" if chosen.pop("match_norm", False) else ""
     name = "" if method.name == DEFAULT_METHOD and not norm else f"-{method.name}"
-    if chosen == recorded_options(method, MethodOptions()):
+    from greenadapt.adaptation.settings import AlignSettings
+
+    if chosen == recorded_options(method, AlignSettings()):  # the methods' options at their declared defaults
         return f"{name}{norm}"
     return f"{name}{norm}-{hashlib.sha256(canonical_json(chosen).encode()).hexdigest()[:8]}"
 
 
-def recorded_options(method: InitMethod, options: MethodOptions) -> dict[str, Any]:
-    """The method options align's config records: those the method uses, and --match-norm when on."""
-    chosen = options.for_method(method)
+def recorded_options(method: InitMethod, options: Any) -> dict[str, Any]:
+    """The method options align's config records: those the method uses, and --match-norm when on. ``options``: the command's
+    MethodSettings (align's, adapt's), as it is."""
+    chosen = options_for(method, options)
     if not chosen.get("match_norm"):
         chosen.pop("match_norm", None)
     return chosen

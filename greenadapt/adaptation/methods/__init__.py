@@ -12,7 +12,7 @@ This module imports no numpy: ``greenadapt --help`` reads the names from it.
 
 from __future__ import annotations
 
-from greenadapt.adaptation.methods.base import CorpusAccess, FitContext, InitMethod, MethodOptions, RowContext
+from greenadapt.adaptation.methods.base import CorpusAccess, FitContext, InitMethod, RowContext, options_for
 from greenadapt.adaptation.methods.context_mean import CONTEXT_MEAN
 from greenadapt.adaptation.methods.distill import DISTILL
 from greenadapt.adaptation.methods.focus import FOCUS
@@ -39,4 +39,4 @@ def method_help() -> str:
     return "How new rows are initialised: " + "; ".join(f"{m.name}: {m.summary}" for m in METHODS.values()) + "."
 
 
-__all__ = ["DEFAULT_METHOD", "METHODS", "CorpusAccess", "FitContext", "InitMethod", "MethodOptions", "RowContext", "get_method", "method_help"]
+__all__ = ["DEFAULT_METHOD", "METHODS", "CorpusAccess", "FitContext", "InitMethod", "RowContext", "options_for", "get_method", "method_help"]

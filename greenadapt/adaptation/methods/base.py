@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from greenadapt.errors import UsageError
 
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -20,39 +19,9 @@ if TYPE_CHECKING:
 ROW_CHUNK = 32768
 
 
-@dataclass(frozen=True)
-class MethodOptions:
-    """The options of every method (each uses the ones it names); recorded in align's config."""
-
-    focus_k: int = 10
-    focus_temperature: float = 0.1
-    hybrid_weight: float = 0.5
-    match_norm: bool = False
-    distill_per_word: int = 4
-    distill_sentences: int = 16_000
-    distill_epochs: int = 1
-
-    def check(self) -> None:
-        if self.focus_k < 1:
-            raise UsageError(f"--focus-k must be at least 1, got {self.focus_k}")
-        if not self.focus_temperature > 0:
-            raise UsageError(f"--focus-temperature must be positive, got {self.focus_temperature}")
-        if not 0.0 <= self.hybrid_weight <= 1.0:
-            raise UsageError(f"--hybrid-weight must be in [0, 1], got {self.hybrid_weight}")
-        for flag, value in (("--distill-per-word", self.distill_per_word), ("--distill-sentences", self.distill_sentences),
-                            ("--distill-epochs", self.distill_epochs)):
-            if value < 1:
-                raise UsageError(f"{flag} must be at least 1, got {value}")
-
-    def for_method(self, method: InitMethod) -> dict[str, Any]:
-        """Only the options that change ``method``'s rows, so other options never redo its stages."""
-        chosen = {k: v for k, v in asdict(self).items() if k in method.options or k == "match_norm"}
-        return dict(sorted(chosen.items()))
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> MethodOptions:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in config.items() if k in known})
+def options_for(method: InitMethod, settings: Any) -> dict[str, Any]:
+    """Only the options that change ``method``'s rows (its own, and --match-norm), so other options never redo its stages."""
+    return {name: getattr(settings, name) for name in sorted((*method.options, "match_norm"))}
 
 
 @dataclass
@@ -64,7 +33,7 @@ class FitContext:
     train: np.ndarray  # indices of X/Y rows to fit on
     held: np.ndarray  # indices held out for the reported cosine
     seed: int
-    options: MethodOptions
+    options: Any  # the command's MethodSettings (align's, adapt's), as it is: the fields the method's `options` names
     dest: Path
     embeddings: np.ndarray  # the whole input-embedding matrix (V, d_model)
 
@@ -90,7 +59,7 @@ class RowContext:
     shared_vectors: np.ndarray | None  # word2vec vectors of the shared words (methods that need them)
     shared_ids: np.ndarray | None  # their vocabulary ids, aligned with shared_vectors
     seed: int
-    options: MethodOptions
+    options: Any  # the command's MethodSettings (align's, adapt's, or read back from align's record), as it is
     match_norm_target: float | None = None  # set by expand under --match-norm, for the manifest
     corpus_access: CorpusAccess | None = None  # for a method that reads the corpus (``reads_corpus``)
     progress: Progress = NULL_PROGRESS
@@ -104,7 +73,7 @@ class InitMethod(Protocol):
     vector_source: str  # which vectors: "word2vec", "context" (the base model's own; context-mean) or "none"
     needs_shared_vectors: bool  # expand must read the shared words' vectors too
     vectors_are_rows: bool  # the vectors become rows as they are: word2vec's --dim must be the model's hidden size
-    options: tuple[str, ...]  # the MethodOptions fields it uses
+    options: tuple[str, ...]  # the MethodSettings fields it uses
     seeded: bool  # it draws random numbers, so its output depends on --seed
     reads_corpus: bool  # expand gives it the base model and the corpus, and computes its rows before writing
 
@@ -143,12 +112,12 @@ def recorded_seed(method: InitMethod, seed: int) -> int | None:
     return seed if method.seeded else None
 
 
-def describe(method: InitMethod, options: MethodOptions) -> dict[str, Any]:
+def describe(method: InitMethod, options: Any) -> dict[str, Any]:
     """How the manifest and the report name a method."""
     return {
         "name": method.name,
         "summary": method.summary,
-        "options": options.for_method(method),
+        "options": options_for(method, options),
         "word2vec_trained": method.vector_source == "word2vec",
         "vector_source": method.vector_source,
     }

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.adaptation.methods.base import ROW_CHUNK, RowContext
+from greenadapt.adaptation.methods.base import ROW_CHUNK, RowContext, options_for
 from greenadapt.adaptation.methods.lstsq import Lstsq
 from greenadapt.errors import StageError, UsageError
 
@@ -336,7 +336,7 @@ def _after_step(step: int) -> None:
 
 def _fingerprint(ctx: RowContext, windows: Windows, trained_ids: np.ndarray) -> str:
     """What a checkpoint must match to be resumed: the options, the seed, the rows' start and the windows."""
-    digest = hashlib.sha256(json.dumps({"options": ctx.options.for_method(DISTILL), "seed": ctx.seed, "words": list(ctx.words)}).encode())
+    digest = hashlib.sha256(json.dumps({"options": options_for(DISTILL, ctx.options), "seed": ctx.seed, "words": list(ctx.words)}).encode())
     for words in windows.words:
         digest.update(" ".join(words).encode() + b"\n")
     digest.update(trained_ids.tobytes())
