@@ -47,18 +47,6 @@ class Comparison:
         return self.run.out
 
     @property
-    def force(self) -> bool:
-        return self.run.force
-
-    @property
-    def wait(self) -> bool:
-        return self.run.wait
-
-    @property
-    def workdir(self) -> Path | None:
-        return self.run.workdir
-
-    @property
     def replicates(self) -> int:
         return self.settings.bootstrap
 
@@ -193,7 +181,7 @@ def finetune_arguments(options: Comparison, spec: str, seed: int, out: Path, *, 
               if field in finetune_fields and getattr(options.settings, field.name) != field.default}
     return {
         **shared, "task": options.task, "train": str(options.train), "test": str(options.test), **mixture,
-        "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed], "force": options.force,
+        "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed], "force": options.run.force,
         # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
         **({"save_every": options.save_every, "resume": True} if not questions else {}),
         # the options a variant may have of its own: views that agree (--agreement NAME=W), both views (--both-views NAME)

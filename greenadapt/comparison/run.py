@@ -81,7 +81,7 @@ class CompareResult:
             p.verdict() for p in self.pairs) + ")"
 
     def to_json(self) -> dict[str, Any]:
-        options = {**self.options.settings.to_json(), "out": str(self.options.out), "force": self.options.force}
+        options = {**self.options.settings.to_json(), "out": str(self.options.out), "force": self.options.run.force}
         return {
             "format": RESULT_FORMAT,
             "kind": "compare",
@@ -146,7 +146,7 @@ def compare_runs(options: Comparison, finetune: Callable[..., Any], progress: Pr
     from greenadapt.comparison.dispatch import cluster_for
 
     # one compare per folder: a second one's workers would take its runs
-    with output_lock(options.out, "compare", wait=options.wait), cluster_for(options) as cluster:
+    with output_lock(options.out, "compare", wait=options.run.wait), cluster_for(options) as cluster:
         return _compare_locked(options, finetune, progress, adapt, cluster)
 
 
@@ -212,7 +212,7 @@ def _with_adapted_variants(options: Comparison, adapt: Callable[..., Any] | None
     for method in options.adapt_methods:
         log.info("adapting %s to %s with --method %s", base_model, ", ".join(options.corpus), method)
         outcome = adapt(list(options.corpus), model=base_model, method=method, out=options.out / "adapted" / method,
-                        workdir=options.workdir, progress=progress)
+                        workdir=options.run.workdir, progress=progress)
         made.append((method, str(outcome.expand.path)))
     return options.with_models((*options.models, *made), adapt_methods=(), corpus=())
 
