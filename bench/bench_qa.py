@@ -49,7 +49,6 @@ import numpy as np
 
 from shared_data import SHARED_DATA as SHARED
 import greenadapt
-from greenadapt.options import Run
 
 REPO = Path(__file__).resolve().parent.parent
 COVID_QA = SHARED / "qa" / "covid-qa-200423.json"
@@ -197,11 +196,11 @@ class Timer:
 
 
 def run_ours(model: Path, data: Path, out: Path, pool: str, args: argparse.Namespace) -> tuple[Timer, dict[str, Any], dict[str, str]]:
-    from greenadapt.runners.qa.run import QaOptions, qa_stage
+    import greenadapt
 
-    options = QaOptions(pool=pool, max_length=args.max_length, batch_size=args.batch_size, limit=args.limit, device="cpu")
+    options = dict(pool=pool, max_length=args.max_length, batch_size=args.batch_size, limit=args.limit, device="cpu")
     with Timer() as timer:
-        outcome = qa_stage(str(model), data, options=options, run=Run(out=out, force=True))
+        outcome = greenadapt.qa(data, model=str(model), **options, out=out, force=True)
     predictions = json.loads((outcome.path / "predictions.json").read_text(encoding="utf-8"))
     nbest = json.loads((outcome.path / "nbest.json").read_text(encoding="utf-8"))
     spans = {qid: [(a["start"], a["end"]) for a in answers] or [(0, 0)] for qid, answers in nbest.items()}
@@ -266,7 +265,7 @@ def length_curve(args: argparse.Namespace, work: Path) -> None:
     """
     from transformers import AutoTokenizer
 
-    from greenadapt.runners.qa.run import QaOptions, qa_stage
+    import greenadapt
 
     squad = json.loads(COVID_QA.read_text(encoding="utf-8"))
     papers = [p["context"] for doc in squad["data"] for p in doc["paragraphs"]]
@@ -289,9 +288,9 @@ def length_curve(args: argparse.Namespace, work: Path) -> None:
                for k, q in enumerate(asked)]
         data = work / f"doc-{length}.json"
         data.write_text(json.dumps({"data": [{"title": f"{length}", "paragraphs": [{"context": context, "qas": qas}]}]}), encoding="utf-8")
-        options = QaOptions(pool="general", max_length=args.max_length, batch_size=args.batch_size, device="cpu")
+        options = dict(pool="general", max_length=args.max_length, batch_size=args.batch_size, device="cpu")
         with Timer() as ours:
-            outcome = qa_stage(str(qa_model), data, options=options, run=Run(out=work / f"out-{length}", force=True))
+            outcome = greenadapt.qa(data, model=str(qa_model), **options, out=work / f"out-{length}", force=True)
         theirs, _ = run_pipeline(qa_model, [(q["id"], q["question"], context) for q in qas], args.max_length, tokenizer_dir=qa_model)
         row = {"wordpieces": length, "questions": len(qas), "windows": outcome.manifest["stats"]["windows"],
                "greenadapt_s": round(ours.wall, 2), "pipeline_s": round(theirs.wall, 2),

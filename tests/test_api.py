@@ -23,7 +23,6 @@ from greenadapt.corpus.words import split_sentences, split_words
 from greenadapt.data.metrics import chunks
 from greenadapt.errors import StageError, UsageError
 from greenadapt.inference.labelling import run_predict
-from greenadapt.options import Run
 
 
 @pytest.fixture(scope="module")
@@ -353,7 +352,7 @@ def test_qa_answer_equals_greenadapt_qa(tmp_path: Path, monkeypatch: pytest.Monk
     import transformers
     import transformers.dynamic_module_utils as dynamic
 
-    from greenadapt.runners.qa.run import QaOptions, qa_stage
+    import greenadapt
 
     context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
     data = squad_file(
@@ -362,7 +361,7 @@ def test_qa_answer_equals_greenadapt_qa(tmp_path: Path, monkeypatch: pytest.Monk
     )
     trained = greenadapt.finetune(task="qa", train=data, model=str(build_tiny_expanded_qa(tmp_path / "model")), out=tmp_path / "ft",
                                   max_length=32, doc_stride=8, batch_size=4, lr=3e-3, max_steps=30, seed=3)
-    answered = qa_stage(str(trained.path), data, options=QaOptions(max_length=32, device="cpu"), run=Run(out=tmp_path / "qa"))
+    answered = greenadapt.qa(data, model=str(trained.path), max_length=32, device="cpu", out=tmp_path / "qa")
     expected = json.loads((answered.path / "predictions.json").read_text())
     model = greenadapt.load(trained.path, device="cpu", max_length=32)  # the windows `greenadapt qa --max-length 32` used
     for qid, question in (("q1", "What was high?"), ("q2", "What was the main treatment?")):

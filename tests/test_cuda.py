@@ -21,7 +21,6 @@ from cli_helpers import run_cli
 from conftest import HANG_S, build_tiny_bert
 from finetune_helpers import NEW_WORDS, build_tiny_expanded, write_classify_file, write_ner_file
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
-from greenadapt.options import Run
 
 torch = pytest.importorskip("torch")
 # GREENADAPT_TEST_DEVICE=cpu runs the same checks on the CPU (to try this file's own code without a GPU).
@@ -139,16 +138,11 @@ def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str
 
 
 def test_qa_inference_on_the_gpu_equals_the_cpu(files: dict[str, Path], tmp_path: Path) -> None:
-    from greenadapt.runners.qa.run import QaOptions, qa_stage
+    import greenadapt
 
     answers = {}
     for device in ("cpu", DEVICE):
-        outcome = qa_stage(
-            str(files["qa_model"]),
-            files["squad"],
-            options=QaOptions(max_length=48, n_best=5, device=device),
-            run=Run(out=tmp_path / device),
-        )
+        outcome = greenadapt.qa(files["squad"], model=str(files["qa_model"]), max_length=48, n_best=5, device=device, out=tmp_path / device)
         answers[device] = json.loads((outcome.path / "nbest.json").read_text())
     assert answers["cpu"].keys() == answers[DEVICE].keys()
     for qid, cpu_best in answers["cpu"].items():

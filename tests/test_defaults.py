@@ -58,7 +58,6 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     from greenadapt.data.task_files import ReaderOptions
     from greenadapt.inference.options import InferenceOptions
     from greenadapt.inference.predict_text import predict_input
-    from greenadapt.inference.qa.answering import QaOptions
 
     # The method's options reach the methods as the MethodSettings object itself: no library default to compare.
     method_options = {field.name: "received as the settings object itself" for field, _ in declared_fields(MethodSettings) if field.name != "method"}
@@ -69,7 +68,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
         "expand": (api.expand, [Source(expand_stage)], {}, {}),
         "adapt": (api.adapt, [], {}, {}),
         "finetune": (api.finetune, [], {}, {}),
-        "qa": (api.qa, [Source(QaOptions())], {}, {}),
+        "qa": (api.qa, [], {}, {}),
         "multitask": (api.multitask, [], {}, {}),
         "pretrain": (api.pretrain, [], {}, {}),
         "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(InferenceOptions()), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
@@ -83,7 +82,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
 TASK_DEPENDENT = ("epochs", "batch_size", "lr", "max_length", "max_words", "pool", "device")
 
 COMMANDS = ["w2v", "align", "expand", "adapt", "finetune", "qa", "multitask", "pretrain", "predict", "compare"]
-MIRRORED = ["align", "expand", "qa", "predict"]  # commands whose library still keeps a config of its own
+MIRRORED = ["align", "expand", "predict"]  # commands whose library still keeps a config of its own
 
 
 def _cli_params(command: str) -> list[Any]:

@@ -11,7 +11,6 @@ from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner
 
 from greenadapt.inference.options import InferenceOptions
 from greenadapt.training.health import PATIENCE, WINDOW, TrainingHealth
-from greenadapt.options import Run
 
 
 def test_a_flat_loss_and_a_zero_dev_score_are_warned_about_after_patience() -> None:
@@ -133,6 +132,7 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
     from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
     import greenadapt.inference.qa.answering as answering
+    import greenadapt
     import greenadapt.runners.qa.run as qa_stage
     from greenadapt.artifacts.info import describe_folder, render
     from greenadapt.cli.finetune import _summary as finetune_summary
@@ -157,7 +157,7 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
     assert any("test" in w and "answers no question" in w for w in trained.manifest["stats"]["warnings"])
     assert "\nwarning: " in finetune_summary(trained) and "answers no question" in finetune_summary(trained)
 
-    answered = qa_stage.qa_stage(trained.path, data, options=qa_stage.QaOptions(device="cpu"), run=Run(out=tmp_path / "answers"))
+    answered = greenadapt.qa(data, model=trained.path, device="cpu", out=tmp_path / "answers")
     assert any("answers no question" in w for w in answered.manifest["stats"]["warnings"])
     assert "answers no question" in qa_summary(answered)
     assert any(line.startswith("  warning") and "answers no question" in line for line in render(describe_folder(answered.path)).splitlines())

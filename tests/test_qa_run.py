@@ -12,8 +12,7 @@ from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 from greenadapt import errors
 from greenadapt.errors import ModelError, UsageError
-from greenadapt.runners.qa.run import QaOptions, qa_stage
-from greenadapt.options import Run
+import greenadapt
 
 PAPER = (
     "Tachycardias in covid patients. The heart rate of patients with coronavirus infection was high, "
@@ -60,8 +59,8 @@ def _read(folder: Path, name: str) -> dict:
 
 
 def test_outputs_are_exact_substrings_with_a_softmax_nbest(models: dict[str, Path], data: Path, tmp_path: Path) -> None:
-    options = QaOptions(max_length=48, batch_size=3, n_best=7, max_answer_chars=60)
-    outcome = qa_stage(str(models["expanded"]), data, options=options, run=Run(out=tmp_path / "out"))
+    options = dict(max_length=48, batch_size=3, n_best=7, max_answer_chars=60)
+    outcome = greenadapt.qa(data, model=str(models["expanded"]), **options, out=tmp_path / "out")
     assert not outcome.skipped and outcome.manifest["kind"] == "qa"
     assert outcome.manifest["config"]["pool"] == "mean"
     predictions = _read(outcome.path, "predictions.json")
@@ -82,7 +81,7 @@ def test_outputs_are_exact_substrings_with_a_softmax_nbest(models: dict[str, Pat
     stats = outcome.manifest["stats"]
     # T̂ keeps the domain words whole, so it needs fewer wordpieces for the same papers.
     assert stats["context_wordpieces"]["domain"] < stats["context_wordpieces"]["general"]
-    again = qa_stage(str(models["expanded"]), data, options=options, run=Run(out=tmp_path / "out"))
+    again = greenadapt.qa(data, model=str(models["expanded"]), **options, out=tmp_path / "out")
     assert again.skipped
 
 
@@ -129,16 +128,16 @@ def test_mean_pool_is_the_average_of_both_tokenizers(models: dict[str, Path]) ->
 
 
 def test_plain_model_defaults_to_general_and_refuses_mean(models: dict[str, Path], data: Path, tmp_path: Path) -> None:
-    outcome = qa_stage(str(models["plain"]), data, options=QaOptions(max_length=64, limit=1), run=Run(out=tmp_path / "plain"))
+    outcome = greenadapt.qa(data, model=str(models["plain"]), max_length=64, limit=1, out=tmp_path / "plain")
     assert outcome.manifest["config"]["pool"] == "general" and outcome.manifest["stats"]["questions"] == 1
     for pool in ("mean", "domain"):
         with pytest.raises(UsageError, match="only one"):
-            qa_stage(str(models["plain"]), data, options=QaOptions(pool=pool), run=Run(out=tmp_path / "x"))
+            greenadapt.qa(data, model=str(models["plain"]), pool=pool, out=tmp_path / "x")
 
 
 def test_model_without_qa_head_says_how_to_get_one(models: dict[str, Path], data: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelError) as caught:
-        qa_stage(str(models["base"]), data, run=Run(out=tmp_path / "x"))
+        greenadapt.qa(data, model=str(models["base"]), out=tmp_path / "x")
     assert "no question-answering head" in caught.value.message and "SQuAD" in (caught.value.hint or "")
 
 
@@ -151,7 +150,7 @@ def test_headless_checkpoint_without_architectures_is_detected(models: dict[str,
     config.pop("architectures")
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelError, match="qa_outputs"):
-        qa_stage(str(folder), data, run=Run(out=tmp_path / "x"))
+        greenadapt.qa(data, model=str(folder), out=tmp_path / "x")
 
 
 def _main(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
@@ -210,7 +209,7 @@ def test_minilm_with_a_fresh_qa_head_on_one_covid_question(shared_data: Path, mi
     model.save_pretrained(tmp_path / "minilm-qa")
     AutoTokenizer.from_pretrained(minilm_path).save_pretrained(tmp_path / "minilm-qa")
     covid = shared_data / "qa" / "covid-qa-200423.json"
-    outcome = qa_stage(str(tmp_path / "minilm-qa"), covid, options=QaOptions(limit=1, max_length=256), run=Run(out=tmp_path / "out"))
+    outcome = greenadapt.qa(covid, model=str(tmp_path / "minilm-qa"), limit=1, max_length=256, out=tmp_path / "out")
     nbest = _read(outcome.path, "nbest.json")
     [(qid, answers)] = nbest.items()
     assert len(answers) == 20 and all(len(a["text"]) <= 500 for a in answers)

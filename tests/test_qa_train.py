@@ -13,7 +13,6 @@ from greenadapt.data.squad import read_squad
 from greenadapt.errors import UsageError
 from greenadapt.runners.qa.features import featurize
 from greenadapt import finetune
-from greenadapt.options import Run
 
 CONTEXT = (
     "The heart rate of covid patients was high. Myocarditis was associated with tachycardias. "
@@ -74,7 +73,7 @@ def test_answer_positions_point_at_the_answer_or_cls(expanded: Path, train_file:
 def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from greenadapt.runners.qa.run import QaOptions, qa_stage
+    import greenadapt
 
     options = dict(task="qa", train=train_file, model=str(expanded), max_length=48, doc_stride=16, batch_size=4, lr=3e-3, max_steps=40,
                    warmup=0.1, seed=3)
@@ -88,7 +87,7 @@ def test_finetune_mixes_tokenizers_learns_and_loads(expanded: Path, train_file: 
     assert AutoModelForQuestionAnswering.from_pretrained(outcome.path) is not None
     assert len(AutoTokenizer.from_pretrained(outcome.path)) > len(AutoTokenizer.from_pretrained(outcome.path / "general-tokenizer"))
     assert stats["dev"]["pool"] == "mean" and 0.0 <= stats["dev"]["f1"] <= 100.0
-    answered = qa_stage(str(outcome.path), train_file, options=QaOptions(max_length=48), run=Run(out=tmp_path / "qa"))
+    answered = greenadapt.qa(train_file, model=str(outcome.path), max_length=48, out=tmp_path / "qa")
     assert answered.manifest["config"]["pool"] == "mean"
 
     again = finetune(**options, out=tmp_path / "ft2")

@@ -24,37 +24,11 @@ if TYPE_CHECKING:
     from greenadapt.corpus.words import Words
     from greenadapt.data.squad import Document, Question
     from greenadapt.inference.qa.infer import LogitJob, SpecialIds
+    from greenadapt.inference.qa.settings import AnswerSettings
 
 log = logging.getLogger(__name__)
 
 MEMORY_VIEW = "gmap-general"  # G-MAP: the general model's own tokenization of a document
-
-
-@dataclass(frozen=True)
-class QaOptions:
-    pool: str | None = None  # None: mean for an expanded model, general for a plain one
-    max_length: int | None = None  # None: the model's
-    batch_size: int = 16
-    limit: int | None = None
-    n_best: int = 20
-    max_answer_chars: int = 500
-    device: str | None = None  # None/"auto": CUDA when available
-    general_model: str | None = None  # G-MAP model: its general model, if not the recorded one
-    runtime: str = "torch"  # or onnx: ONNX Runtime on the CPU (inference/onnx_runtime.py)
-    quantize: str = "none"  # with onnx: int8
-
-    def check(self) -> None:
-        from greenadapt.inference.onnx_runtime import check_runtime
-
-        check_runtime(self.runtime, self.quantize, self.device or "auto")
-        for name, value, least in (
-            ("--batch-size", self.batch_size, 1),
-            ("--n-best", self.n_best, 1),
-            ("--max-answer-chars", self.max_answer_chars, 1),
-            ("--limit", self.limit if self.limit is not None else 1, 1),
-        ):
-            if value < least:
-                raise UsageError(f"{name} must be at least {least} (got {value})")
 
 
 @dataclass
@@ -267,7 +241,7 @@ def pool_word_logits(per_tokenizer: list[tuple[np.ndarray, np.ndarray]]) -> tupl
 
 @dataclass(frozen=True)
 class SettledQa:
-    """What ``QaOptions`` mean for one model folder, settled before any weights are loaded."""
+    """What the answer settings mean for one model folder, settled before any weights are loaded."""
 
     folder: Any  # greenadapt.artifacts.model_folder.ExpandedModel
     pool: str
@@ -284,7 +258,7 @@ class OpenedQa:
     max_length: int
 
 
-def resolve_qa_settings(ref: Any, options: QaOptions) -> SettledQa:
+def resolve_qa_settings(ref: Any, options: AnswerSettings) -> SettledQa:
     """The pooling mode, window length and device ``options`` mean for the model ``ref`` (its tokenizers read once)."""
     from greenadapt.artifacts.model_folder import ExpandedModel
     from greenadapt.machine.devices import pick_device
@@ -298,7 +272,7 @@ def resolve_qa_settings(ref: Any, options: QaOptions) -> SettledQa:
     return SettledQa(folder, pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False))
 
 
-def _open_qa_onnx(settings: SettledQa, options: QaOptions) -> OpenedQa:
+def _open_qa_onnx(settings: SettledQa, options: AnswerSettings) -> OpenedQa:
     """A question-answering folder run by ONNX Runtime on the CPU: the same windows and views as the torch path."""
     from greenadapt.inference.onnx_runtime import onnx_model
     from greenadapt.inference.qa.infer import QaRunner
@@ -312,7 +286,7 @@ def _open_qa_onnx(settings: SettledQa, options: QaOptions) -> OpenedQa:
     return OpenedQa(QaRunner(model, cpu), folder.tokenizers.for_pool(settings.pool), settings.max_length)
 
 
-def open_qa(settings: SettledQa, options: QaOptions) -> OpenedQa:
+def open_qa(settings: SettledQa, options: AnswerSettings) -> OpenedQa:
     """Load a question-answering model folder (plain, expanded or G-MAP) for answering: the one opener
     ``greenadapt qa`` and the Python API share."""
     from greenadapt.modeling.gmap import wiring as gmap

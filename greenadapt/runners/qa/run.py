@@ -7,7 +7,6 @@ tokenizers, span search) is :mod:`greenadapt.inference.qa.answering`.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,10 +15,10 @@ from greenadapt.training.health import answer_warnings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.stage import StageOutcome, StageRun
-from greenadapt.inference.qa.answering import QaOptions, SettledQa, answer_questions, open_qa, resolve_qa_settings
+from greenadapt.inference.qa.answering import SettledQa, answer_questions, open_qa, resolve_qa_settings
 from greenadapt.progress import Progress
 from greenadapt.errors import UsageError
-from greenadapt.options import DEFAULT_RUN, Run
+from greenadapt.options import Run
 
 if TYPE_CHECKING:
     from greenadapt.runners.qa.settings import QaSettings
@@ -30,14 +29,9 @@ log = logging.getLogger(__name__)
 KIND = kinds.QA
 
 
-def qa_stage(
-    model: str | os.PathLike[str] | None,
-    data: str | os.PathLike[str],
-    *,
-    options: QaOptions | None = None,
-    run: Run = DEFAULT_RUN,
-) -> StageOutcome:
-    """Answer the questions of ``data`` with ``model``; write predictions, n-best and metrics to ``run.out``."""
+def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
+    """``greenadapt qa``: answer the questions of ``settings.data`` with ``settings.model``; write predictions, n-best and
+    metrics to ``run.out``."""
     if run.out is None:
         raise UsageError("--out is required", hint="give the folder the answers go to")
     out, force, wait, progress = run.out, run.force, run.wait, run.progress
@@ -46,39 +40,37 @@ def qa_stage(
     from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.data.squad import read_squad
     from greenadapt.inference.qa.model import check_qa_head
-    options = options or QaOptions()
-    options.check()
-    ref = resolve_model(model)
-    check_run_destination(out, kind=KIND, force=force, model=ref.path, data=[data])
+    ref = resolve_model(settings.model)
+    check_run_destination(out, kind=KIND, force=force, model=ref.path, data=[settings.data])
     check_weights_load_safely(ref.path)
     check_qa_head(ref.path, ref.config())
-    settings = resolve_qa_settings(ref, options)
-    pool, max_length = settings.pool, settings.max_length
-    squad = read_squad(data).limited(options.limit)
-    config = {
+    settled = resolve_qa_settings(ref, settings)
+    pool, max_length = settled.pool, settled.max_length
+    squad = read_squad(settings.data).limited(settings.limit)
+    config: dict[str, Any] = {
         "pool": pool,
         "max_length": max_length,
-        "n_best": options.n_best,
-        "max_answer_chars": options.max_answer_chars,
-        "limit": options.limit,
+        "n_best": settings.n_best,
+        "max_answer_chars": settings.max_answer_chars,
+        "limit": settings.limit,
     }
     inputs = [ref.identity(), {"data": file_identity(squad.path)}]
     from greenadapt.modeling.gmap import wiring as gmap
 
     fused = gmap.is_gmap_folder(ref.path)
     if fused:
-        config["gmap"] = {"general_model": options.general_model}
+        config["gmap"] = {"general_model": settings.general_model}
     libraries = ("torch", "transformers", "tokenizers", "numpy")
     with StageRun(KIND, out, config, inputs, force=force, wait=wait, libraries=libraries) as stage:
         if stage.skipped:
             assert stage.manifest is not None
             return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
-        stats = _answer_all(settings, options, squad, stage.tmp, progress)
+        stats = _answer_all(settled, settings, squad, stage.tmp, progress)
         manifest = stage.commit(stats=stats, extra={"model": str(ref.path), "data": str(squad.path)})
         return StageOutcome(stage.out, manifest, False)
 
 
-def _answer_all(settings: SettledQa, options: QaOptions, squad: Any, folder: Path, progress: Progress) -> dict[str, Any]:
+def _answer_all(settings: SettledQa, options: QaSettings, squad: Any, folder: Path, progress: Progress) -> dict[str, Any]:
     """Answer every question of ``squad``; write predictions, n-best, metrics and data issues into ``folder``: the stats."""
     pool, max_length, device = settings.pool, settings.max_length, settings.device
     opened = open_qa(settings, options)
@@ -166,8 +158,3 @@ def _data_issues(squad: SquadData) -> dict[str, Any]:
         ],
         "empty_contexts": [{"where": doc.where, "questions": [q.id for q in doc.questions]} for doc in squad.empty_documents],
     }
-
-
-def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
-    """``greenadapt qa``: the answers folder from the command's settings."""
-    return qa_stage(settings.model, settings.data, options=settings.qa_options(), run=run)

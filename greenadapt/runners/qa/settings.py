@@ -1,20 +1,17 @@
-"""``greenadapt qa``'s options, each declared once (:mod:`greenadapt.options`)."""
+"""``greenadapt qa``'s options, each declared once (:mod:`greenadapt.options`): its data and model beside how it answers
+(:class:`~greenadapt.inference.qa.settings.AnswerSettings`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option
-from greenadapt.inference.settings import RuntimeSettings
-
-if TYPE_CHECKING:
-    from greenadapt.inference.qa.answering import QaOptions
+from greenadapt.inference.qa.settings import AnswerSettings
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, REQUIRED, model_paths, option
 
 
 @dataclass(frozen=True, kw_only=True)
-class QaSettings(RuntimeSettings):
+class QaSettings(AnswerSettings):
     """``greenadapt qa``: answer each question over its whole document with sliding windows (one or two tokenizers)."""
 
     command = "qa"
@@ -25,24 +22,4 @@ class QaSettings(RuntimeSettings):
 
     model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="QA model folder (plain or from `greenadapt expand`) or Hub id.")
     data: Path = option(REQUIRED, "--data", "-d", panel=INPUT_OUTPUT, help="SQuAD v1/v2-style JSON file (e.g. Covid-QA).")
-    pool: str | None = option(None, "--pool", panel=EVALUATION,
-                              help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "
-                                   "Default: mean for an expanded model, general for a plain one.")
-    max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Model input length. Default: the model's (512 for BERT).")
-    batch_size: int = option(16, "--batch-size", panel=PERFORMANCE, minimum=1, help="Windows per forward pass.")
     limit: int | None = option(None, "--limit", panel=EVALUATION, minimum=1, help="Only the first N questions (quick runs).")
-    n_best: int = option(20, "--n-best", panel=EVALUATION, minimum=1, help="Answers kept per question in nbest.json.")
-    max_answer_chars: int = option(500, "--max-answer-chars", panel=EVALUATION, minimum=1, help="Longest answer in characters.")
-    device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
-    general_model: str | None = option(None, "--general-model", panel=MODEL,
-                                       help="G-MAP model: its general model, if not where training found it (weights are checked).")
-
-    def check(self) -> None:
-        self.qa_options().check()
-
-    def qa_options(self) -> QaOptions:
-        from greenadapt.inference.qa.answering import QaOptions
-
-        return QaOptions(pool=self.pool, max_length=self.max_length, batch_size=self.batch_size, limit=self.limit, n_best=self.n_best,
-                         max_answer_chars=self.max_answer_chars, device=self.device, general_model=self.general_model,
-                         runtime=self.runtime, quantize=self.quantize)
