@@ -56,10 +56,10 @@ def _view_disagreement(run: Path, test: Path) -> float:
     import torch
 
     from greenadapt.inference.labelling import find_model_folder, label_file_by_mode
-    from greenadapt.inference.options import InferenceOptions
+    from greenadapt.inference.settings import LoadSettings
     from greenadapt.training.finetuning import symmetric_kl
 
-    _, by_mode = label_file_by_mode([find_model_folder(run)], test, options=InferenceOptions(device="cpu"), modes=("general", "domain"))
+    _, by_mode = label_file_by_mode([find_model_folder(run)], test, options=LoadSettings(device="cpu"), modes=("general", "domain"))
     return float(symmetric_kl(torch.tensor(np.asarray(by_mode["general"])), torch.tensor(np.asarray(by_mode["domain"]))).mean())
 
 

@@ -18,7 +18,7 @@ from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
 import greenadapt
-from greenadapt.inference.options import InferenceOptions
+from greenadapt.inference.settings import LoadSettings
 from greenadapt.corpus.words import split_sentences, split_words
 from greenadapt.data.metrics import chunks
 from greenadapt.errors import StageError, UsageError
@@ -74,7 +74,7 @@ def _predicted_tags(path: Path) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def cli_tags(ner_run: Path, ner_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> list[list[str]]:
     out = tmp_path_factory.mktemp("api-pred") / "pred.tsv"
-    run_predict(ner_run, ner_data["test"], out, ignore_labels=True, options=InferenceOptions(device="cpu"))
+    run_predict(ner_run, ner_data["test"], out, ignore_labels=True, options=LoadSettings(device="cpu"))
     return _predicted_tags(out)
 
 
@@ -335,7 +335,7 @@ def test_classifier_predict_equals_predict_and_the_pipeline(tmp_path: Path) -> N
     train = write_classify_file(tmp_path / "train.jsonl", 40, seed=1)
     test = write_classify_file(tmp_path / "test.jsonl", 12, seed=2)
     greenadapt.finetune("classify", train, model=str(model_folder), out=tmp_path / "run", epochs=3, batch_size=8, lr=3e-3, device="cpu")
-    run_predict(tmp_path / "run", test, tmp_path / "pred.jsonl", options=InferenceOptions(device="cpu"))
+    run_predict(tmp_path / "run", test, tmp_path / "pred.jsonl", options=LoadSettings(device="cpu"))
     expected = [json.loads(line)["pred_label"] for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
     texts = [json.loads(line)["text"] for line in test.read_text().splitlines()]
     model = greenadapt.load(tmp_path / "run", device="cpu")

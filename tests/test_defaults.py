@@ -56,7 +56,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     from greenadapt.adaptation.settings import MethodSettings
     from greenadapt.options import declared_fields
     from greenadapt.data.task_files import ReaderOptions
-    from greenadapt.inference.options import InferenceOptions
+    from greenadapt.inference.settings import LoadSettings
     from greenadapt.inference.predict_text import predict_input
 
     # The method's options reach the methods as the MethodSettings object itself: no library default to compare.
@@ -71,8 +71,9 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
         "qa": (api.qa, [], {}, {}),
         "multitask": (api.multitask, [], {}, {}),
         "pretrain": (api.pretrain, [], {}, {}),
-        "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(InferenceOptions()), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
-                    {"output": "predict_input's STDIO is the same '-' (checked below)", "input_path": "INPUT given as an option: it becomes source", "source": "the input (INPUT), no setting", "header": "an override of the file's own header detection: None overrides nothing"}),
+        "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
+                    {"output": "predict_input's STDIO is the same '-' (checked below)", "input_path": "INPUT given as an option: it becomes source", "source": "the input (INPUT), no setting", "header": "an override of the file's own header detection: None overrides nothing",
+                     **{field.name: "received as the settings object itself" for field, _ in declared_fields(LoadSettings)}}),
         "compare": (api.compare, [], {}, {}),
     }
     return table[command]

@@ -106,7 +106,7 @@ def test_ner_gmap_chunk_trains_saves_and_predict_reproduces_dev(models, data, tm
 def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkeypatch, capsys) -> None:
     """Reloaded G-MAP predictions differ from the bare domain model's: the memory is used at inference."""
     from greenadapt.inference.labelling import run_predict
-    from greenadapt.inference.options import InferenceOptions
+    from greenadapt.inference.settings import LoadSettings
 
     out = tmp_path / "run"
     code, _, err = cli(
@@ -118,7 +118,7 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stats"]["gmap"]["general_tokenizer"] == "own"
     assert (out / "gmap-tokenizer" / "tokenizer.json").is_file()
-    result = run_predict(out, data["cls_dev"], tmp_path / "p.jsonl", options=InferenceOptions(device="cpu"))
+    result = run_predict(out, data["cls_dev"], tmp_path / "p.jsonl", options=LoadSettings(device="cpu"))
     assert (tmp_path / "p.jsonl").read_text() == (out / "predictions" / "dev.jsonl").read_text()
     assert result.metrics is not None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
 
-from greenadapt.inference.options import InferenceOptions
+from greenadapt.inference.settings import LoadSettings
 from greenadapt.training.health import PATIENCE, WINDOW, TrainingHealth
 
 
@@ -92,7 +92,7 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
     info = describe_folder(outcome.path)
     assert any("majority" in w for w in info["warnings"])
     assert any(line.startswith("  warning") and "majority" in line for line in render(info).splitlines())
-    predicted = run_predict(outcome.path, test, tmp_path / "pred.jsonl", options=InferenceOptions(device="cpu"))
+    predicted = run_predict(outcome.path, test, tmp_path / "pred.jsonl", options=LoadSettings(device="cpu"))
     assert predicted.metrics is not None and any("majority" in w for w in predicted.metrics["warnings"])
 
 

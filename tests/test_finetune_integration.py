@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from greenadapt.inference.options import InferenceOptions
+from greenadapt.inference.settings import LoadSettings
 from greenadapt.inference.labelling import run_predict
 from greenadapt import finetune
 
@@ -32,7 +32,7 @@ def test_minilm_ner_on_ncbi_slice(minilm_path: Path, shared_data: Path, tmp_path
     assert outcome.manifest["stats"]["mix"] == 0.0  # MiniLM alone has no domain tokenizer
     metrics = json.loads((outcome.path / "metrics.json").read_text())["per_seed"]["42"]["test"]["general"]
     assert 0.0 <= metrics["f1"] <= 1.0 and metrics["gold_entities"] > 0
-    result = run_predict(outcome.path, test, tmp_path / "pred.tsv", options=InferenceOptions(device="cpu"))
+    result = run_predict(outcome.path, test, tmp_path / "pred.tsv", options=LoadSettings(device="cpu"))
     assert result.metrics is not None and result.metrics["f1"] == pytest.approx(metrics["f1"])
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from finetune_helpers import build_tiny_expanded, set_dropout, write_classify_file, write_ner_file
 
-from greenadapt.inference.options import InferenceOptions
+from greenadapt.inference.settings import LoadSettings
 from greenadapt.data.task_files import ReaderOptions
 from greenadapt.errors import DataError, OutputExistsError, UsageError
 from greenadapt.inference.labelling import find_model_folder, run_predict
@@ -220,7 +220,7 @@ def test_model_loads_with_transformers_and_pooled_logits_are_the_mean(main_run: 
 def test_predict_matches_finetune_evaluation(main_run: Path, data: dict[str, Path], tmp_path: Path) -> None:
     metrics = json.loads((main_run / "metrics.json").read_text())["per_seed"]["7"]["test"]
     for pool in ("mean", "general", "domain"):
-        result = run_predict(main_run, data["test"], tmp_path / f"{pool}.tsv", options=InferenceOptions(pool=pool, device="cpu"))
+        result = run_predict(main_run, data["test"], tmp_path / f"{pool}.tsv", options=LoadSettings(pool=pool, device="cpu"))
         assert result.metrics is not None
         assert result.metrics["f1"] == pytest.approx(metrics[pool]["f1"])
     mean_file = (tmp_path / "mean.tsv").read_text()
@@ -231,9 +231,9 @@ def test_predict_unknown_label_and_ignore_labels(main_run: Path, tmp_path: Path)
     odd = tmp_path / "odd.tsv"
     odd.write_text("the\tO\ncancer\tB-Gene\n")
     with pytest.raises(DataError, match="B-Gene") as info:
-        run_predict(main_run, odd, tmp_path / "p.tsv", options=InferenceOptions(device="cpu"))
+        run_predict(main_run, odd, tmp_path / "p.tsv", options=LoadSettings(device="cpu"))
     assert info.value.line == 2 and "--ignore-labels" in info.value.one_line()
-    result = run_predict(main_run, odd, tmp_path / "p.tsv", ignore_labels=True, options=InferenceOptions(device="cpu"))
+    result = run_predict(main_run, odd, tmp_path / "p.tsv", ignore_labels=True, options=LoadSettings(device="cpu"))
     assert result.metrics is None and len((tmp_path / "p.tsv").read_text().splitlines()[1].split("\t")) == 3
 
 
@@ -291,11 +291,11 @@ def test_classification_with_pairs_end_to_end(expanded: Path, tmp_path: Path) ->
     assert {"accuracy", "macro_f1", "micro_f1", "mcc"} <= set(metrics["test"]["mean"])
     lines = (outcome.path / "predictions" / "test.tsv").read_text().splitlines()
     assert lines[0].endswith("\tprediction") and all(line.split("\t")[-1] in ("disease", "other") for line in lines[1:])
-    result = run_predict(outcome.path, test, tmp_path / "p.tsv", options=InferenceOptions(device="cpu"))
+    result = run_predict(outcome.path, test, tmp_path / "p.tsv", options=LoadSettings(device="cpu"))
     assert result.metrics["accuracy"] == pytest.approx(metrics["test"]["mean"]["accuracy"])
     # Reader options can be overridden at prediction time: here a column that holds no known labels.
     with pytest.raises(DataError, match="does not occur in the training data"):
-        run_predict(outcome.path, test, tmp_path / "q.tsv", reader_overrides={"label_field": "sentence2"}, options=InferenceOptions(device="cpu"))
+        run_predict(outcome.path, test, tmp_path / "q.tsv", reader_overrides={"label_field": "sentence2"}, options=LoadSettings(device="cpu"))
 
 
 @pytest.mark.parametrize(
@@ -394,7 +394,7 @@ def test_entity_type_turns_bare_labels_into_typed_ones_exactly(deterministic: Pa
     assert predicted(from_bare) == [tag.split("-", 1)[0] for tag in predicted(from_typed)]
     # predict reads the run's reader settings: the bare test file is typed the same way
     f1 = json.loads((from_bare / "metrics.json").read_text())["summary"]["test"]["mean"]["f1"]["mean"]
-    result = run_predict(from_bare, bare["test"], tmp_path / "predicted.tsv", options=InferenceOptions(device="cpu"))
+    result = run_predict(from_bare, bare["test"], tmp_path / "predicted.tsv", options=LoadSettings(device="cpu"))
     assert result.metrics is not None and result.metrics["f1"] == pytest.approx(f1)
 
 

@@ -62,7 +62,7 @@ def test_finetune_reports_what_predict_gives_on_the_same_long_sentences(tmp_path
 
     import greenadapt
     from greenadapt.inference.labelling import run_predict
-    from greenadapt.inference.options import InferenceOptions
+    from greenadapt.inference.settings import LoadSettings
 
     rng = random.Random(3)
     lines = []
@@ -77,6 +77,6 @@ def test_finetune_reports_what_predict_gives_on_the_same_long_sentences(tmp_path
     run = greenadapt.finetune("ner", test, test=test, model=str(model), out=tmp_path / "run", epochs=3, batch_size=4, lr=3e-3,
                               device="cpu", seed=1)
     reported = json.loads((run.path / "metrics.json").read_text())["per_seed"]["1"]["test"]["mean"]["f1"]
-    predicted = run_predict(run.path, test, tmp_path / "pred.tsv", options=InferenceOptions(device="cpu"))
+    predicted = run_predict(run.path, test, tmp_path / "pred.tsv", options=LoadSettings(device="cpu"))
     assert predicted.metrics is not None and predicted.metrics["f1"] == pytest.approx(reported)
     assert reported > 0  # a model that learned something: equal scores of 0 would say nothing

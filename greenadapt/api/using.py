@@ -38,11 +38,11 @@ def load(
     weights; ``quantize="int8"`` its int8 form.
     """
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
-    from greenadapt.inference.options import InferenceOptions
+    from greenadapt.inference.settings import LoadSettings
     from greenadapt.inference.predictor import open_ensemble
 
     founds = [find_model_folder(member) for member in ensemble_members(path)]
-    options = InferenceOptions(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model,
+    options = LoadSettings(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model,
                                runtime=runtime, quantize=quantize)
     return open_ensemble(founds, options=options, max_length=max_length)
 

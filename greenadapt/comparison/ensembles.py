@@ -80,7 +80,7 @@ def score_ensemble(options: Comparison, name: str, spec: str, seed: int) -> dict
     and made again only when a member run changed."""
     from greenadapt.artifacts.files import write_json
     from greenadapt.inference.labelling import find_model_folder, label_file
-    from greenadapt.inference.options import InferenceOptions
+    from greenadapt.inference.settings import LoadSettings
 
     known = read_ensemble(options, name, seed)
     if known is not None:
@@ -88,7 +88,7 @@ def score_ensemble(options: Comparison, name: str, spec: str, seed: int) -> dict
     folders = [Run(name, spec, seed, m).folder(options.out) for m in range(options.members(name))]
     founds = [find_model_folder(folder) for folder in folders]
     log.info("scoring the ensemble of %d %s runs, seed %d", len(folders), name, seed)
-    request, logits = label_file(founds, options.test, options=InferenceOptions(device=options.device))
+    request, logits = label_file(founds, options.test, options=LoadSettings(device=options.device))
     settings = founds[0][1]
     scores, predictions = request.task.score_modes(request.task_file, {request.mode: logits}, settings)
     document = {

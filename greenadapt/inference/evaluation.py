@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import DataError
 from greenadapt.inference.labelling import ensemble_members, find_model_folder, label_file_by_mode
-from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
+from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings, pooled_as
 from greenadapt.tasks import argmax_labels
 from greenadapt.training.health import prediction_warnings
 
@@ -45,7 +45,7 @@ def evaluate_files(
     model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     data: Path,
     *,
-    options: InferenceOptions = DEFAULT_INFERENCE,
+    options: LoadSettings = DEFAULT_LOAD,
     pools: Sequence[str] = (),
     reader_overrides: dict[str, Any] | None = None,
 ) -> EvaluateResult:
@@ -70,5 +70,5 @@ def evaluate_files(
 
 def run_evaluate(settings: EvaluateSettings, run: Run) -> EvaluateResult:
     """``greenadapt evaluate`` from the command's settings (it writes nothing: ``run`` carries only its progress)."""
-    return evaluate_files(settings.members(), Path(settings.data), options=settings.inference_options(settings.pool[0] if settings.pool else "mean"),
+    return evaluate_files(settings.members(), Path(settings.data), options=pooled_as(settings, settings.pool[0] if settings.pool else "mean"),
                           pools=settings.pool, reader_overrides=settings.reader_overrides(settings.header))

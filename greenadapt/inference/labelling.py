@@ -32,7 +32,7 @@ from greenadapt.modeling.units import Unit
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task, get_task
 from greenadapt.training.distributed import DistContext
 from greenadapt.training.health import prediction_warnings
-from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
+from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.training.pooling import POOL_MODES, check_pool
 
 
@@ -184,7 +184,7 @@ def run_predict(
     input_path: Path,
     output_path: Path,
     *,
-    options: InferenceOptions = DEFAULT_INFERENCE,
+    options: LoadSettings = DEFAULT_LOAD,
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
     force: bool = False,
@@ -237,7 +237,7 @@ def label_file(
     founds: Sequence[tuple[Path, TaskSettings]],
     input_path: Path,
     *,
-    options: InferenceOptions = DEFAULT_INFERENCE,
+    options: LoadSettings = DEFAULT_LOAD,
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
 ) -> tuple[PredictionRequest, np.ndarray]:
@@ -255,7 +255,7 @@ def label_file_by_mode(
     founds: Sequence[tuple[Path, TaskSettings]],
     input_path: Path,
     *,
-    options: InferenceOptions = DEFAULT_INFERENCE,
+    options: LoadSettings = DEFAULT_LOAD,
     modes: Sequence[str] | None = None,
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,

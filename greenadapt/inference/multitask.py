@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
+from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.manifest import Manifest, load_stage, read_manifest
 from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
@@ -77,7 +77,7 @@ def predict_task(
     input_path: Path,
     output_path: Path,
     *,
-    options: InferenceOptions = DEFAULT_INFERENCE,
+    options: LoadSettings = DEFAULT_LOAD,
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
     force: bool = False,

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, IO, Any
 
 from greenadapt.tasks import get_task
-from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
+from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.artifacts.files import atomic_writer
 from greenadapt.data.settings import HEADERS
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
@@ -368,7 +368,7 @@ def predict_input(
     output: str | os.PathLike[str] = STDIO,
     *,
     task_name: str | None = None,
-    options: InferenceOptions = DEFAULT_INFERENCE,
+    options: LoadSettings = DEFAULT_LOAD,
     file_format: str = "auto",
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
@@ -449,7 +449,7 @@ def _temporary_output(near: Path) -> Path:
 def run_predict(settings: PredictSettings, run: Run) -> PredictSummary:
     """``greenadapt predict`` from the command's settings."""
     return predict_input(
-        settings.members(), str(settings.source), settings.output, task_name=settings.task, options=settings.inference_options(settings.pool),
+        settings.members(), str(settings.source), settings.output, task_name=settings.task, options=settings,
         file_format=settings.file_format, ignore_labels=settings.ignore_labels, reader_overrides=settings.reader_overrides(settings.header),
         force=run.force, progress=run.progress,
     )

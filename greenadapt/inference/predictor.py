@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from greenadapt.tasks import get_task
-from greenadapt.inference.options import DEFAULT_INFERENCE, InferenceOptions
+from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.data.metrics import chunks
 from greenadapt.errors import UsageError
 
@@ -294,7 +294,7 @@ def _entities(text: str, starts: Sequence[int], ends: Sequence[int], tags: Seque
 def open_ensemble(
     founds: Sequence[tuple[Path, Any]],
     *,
-    options: InferenceOptions = DEFAULT_INFERENCE,
+    options: LoadSettings = DEFAULT_LOAD,
     max_length: int | None = None,
 ) -> NerModel | ClassifierModel | QaModel:
     """One fine-tuned folder (as :func:`open_model`), or several as one model: the mean of their probabilities."""
@@ -316,7 +316,7 @@ def open_model(
     folder: Path,
     settings: Any,
     *,
-    options: InferenceOptions = DEFAULT_INFERENCE,
+    options: LoadSettings = DEFAULT_LOAD,
     max_length: int | None = None,
 ) -> NerModel | ClassifierModel | QaModel:
     """The object for a fine-tuned folder as :func:`greenadapt.inference.labelling.find_model_folder` found it."""

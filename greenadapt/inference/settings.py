@@ -1,18 +1,17 @@
-"""``greenadapt predict``'s and ``evaluate``'s options, each declared once (:mod:`greenadapt.options`)."""
+"""``greenadapt predict``'s and ``evaluate``'s options, each declared once (:mod:`greenadapt.options`), and how a fine-tuned
+model is run (:class:`LoadSettings`): the object the inference code receives from predict, evaluate, ``greenadapt.load``
+and ``greenadapt.pipeline`` alike."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.errors import UsageError
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, Settings, model_paths, option
 from greenadapt.inference.onnx_runtime import QUANTIZATIONS, RUNTIMES
 from greenadapt.training.settings import POOL_MODES, DeviceSettings
-
-if TYPE_CHECKING:
-    from greenadapt.inference.options import InferenceOptions
 
 
 
@@ -27,7 +26,35 @@ class RuntimeSettings(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class InferenceSettings(FieldSettings, DeviceSettings, RuntimeSettings):
+class ModelRunSettings(DeviceSettings, RuntimeSettings):
+    """How a fine-tuned model's forward passes run, whatever is pooled (predict, evaluate, greenadapt.load)."""
+
+    batch_size: int = option(64, "--batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
+    general_model: str | None = option(None, "--general-model", panel=MODEL,
+                                       help="G-MAP model: its general model, if not where training found it (weights are checked).")
+
+    def check(self) -> None:
+        from greenadapt.inference.onnx_runtime import check_runtime
+
+        check_runtime(self.runtime, self.quantize, self.device)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadSettings(ModelRunSettings):
+    """A fine-tuned model run and pooled: what the inference code receives."""
+
+    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+
+
+def pooled_as(settings: ModelRunSettings, pool: str) -> LoadSettings:
+    """``settings``' model-running options (the same declarations, as they are) pooled by ``pool``: evaluate's scorings."""
+    from greenadapt.options import declared_fields
+
+    return LoadSettings(pool=pool, **{field.name: getattr(settings, field.name) for field, _ in declared_fields(ModelRunSettings)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceSettings(FieldSettings, ModelRunSettings):
     """What every command that runs a fine-tuned model takes (predict, evaluate)."""
 
     run_options: ClassVar[tuple[str, ...]] = ()
@@ -36,17 +63,6 @@ class InferenceSettings(FieldSettings, DeviceSettings, RuntimeSettings):
                                     help="A `greenadapt finetune` run folder (or one of its seed-N folders); "
                                          "repeat it for an ensemble (the mean of the models' probabilities).")
     header: str | None = option(None, "--header", panel=INPUT_OUTPUT, choices=HEADERS, help="Override TSV header detection (auto, yes, no).")
-    batch_size: int = option(64, "--batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
-    general_model: str | None = option(None, "--general-model", panel=MODEL,
-                                       help="G-MAP model: its general model, if not where training found it (weights are checked).")
-
-    def inference_options(self, pool: str) -> InferenceOptions:
-        from greenadapt.inference.options import InferenceOptions
-
-        options = InferenceOptions(pool=pool, batch_size=self.batch_size, device=self.device, precision=self.precision, general_model=self.general_model,
-                                   runtime=self.runtime, quantize=self.quantize)
-        options.check()
-        return options
 
     def members(self) -> Any:
         """One folder, or the list of an ensemble's."""
@@ -54,7 +70,7 @@ class InferenceSettings(FieldSettings, DeviceSettings, RuntimeSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PredictSettings(InferenceSettings):
+class PredictSettings(InferenceSettings, LoadSettings):
     """``greenadapt predict``: entities with character offsets for raw text, labels for task files; both tokenizers."""
 
     command = "predict"
@@ -67,13 +83,13 @@ class PredictSettings(InferenceSettings):
     input_path: str | None = option(None, "--input", "-i", panel=INPUT_OUTPUT, recorded=False, help="The input, as an option (same as INPUT).")
     output: str = option("-", "--out", "--output", "-o", panel=INPUT_OUTPUT,
                          help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column.")
-    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
     task: str | None = option(None, "--task", panel=INPUT_OUTPUT, help="The task to run, when --model is a `greenadapt multitask` run folder.")
     ignore_labels: bool = option(False, "--ignore-labels", panel=EVALUATION, help="Do not read or score gold labels in the input.")
     file_format: str = option("auto", "--format", panel=INPUT_OUTPUT,
                               help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv.")
 
     def check(self) -> None:
+        super().check()
         if (self.source is None) == (self.input_path is None):
             raise UsageError("give the input once: as INPUT or as --input", hint="e.g. greenadapt predict -m MODEL notes.txt")
         if self.source is None:
@@ -92,3 +108,6 @@ class EvaluateSettings(InferenceSettings):
                        help="A labelled task file (NER columns, TSV or JSON lines), read as training read its files.")
     pool: tuple[str, ...] = option((), "--pool", panel=EVALUATION, choices=POOL_MODES,
                                    help="A pooling mode to score (mean, general, domain); repeat it (default: every mode the model has).")
+
+
+DEFAULT_LOAD = LoadSettings()  # a model run as greenadapt reports it: both tokenizers mean-pooled, torch, on the best device
