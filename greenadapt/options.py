@@ -169,12 +169,8 @@ RUN_OPTIONS: dict[str, tuple[Any, Declaration]] = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
-    """The base of every command's settings: a frozen dataclass whose fields are :func:`option` s.
-
-    Class attributes say how the command uses them: ``command`` (its name), ``positional`` (the API's
-    positional parameters, in order), ``run_options`` (which of :data:`RUN_OPTIONS` it takes) and
-    ``run_help`` (their help where it differs), ``out_required``, ``stage_names``.
-    """
+    """The base of every command's settings: a frozen dataclass whose fields are :func:`option` s; the class attributes
+    below say how the command uses them (``positional``: the API's positional parameters, in order)."""
 
     command: ClassVar[str] = ""
     positional: ClassVar[tuple[str, ...]] = ()
@@ -197,6 +193,12 @@ class Settings:
 
     def check(self) -> None:
         """Checks between options (one option's own checks are in its declaration); raises UsageError."""
+
+    def fingerprinted(self, group: type[Settings] | None = None) -> dict[str, Any]:
+        """The options (of ``group``, else all) a stage's fingerprint covers: those declared ``fingerprint="always"``, and
+        ``"when set"`` ones that differ from their default (so the outputs made before such an option stay up to date)."""
+        return {field.name: getattr(self, field.name) for field, declared in declared_fields(group or self) if declared.fingerprint == "always"
+                or (declared.fingerprint == "when set" and getattr(self, field.name) != field.default)}
 
     def replaced(self: S, **values: Any) -> S:
         """A copy with ``values`` valid by construction (one of its seeds, a task's defaults), not checked again: once per run."""

@@ -53,7 +53,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     """The API function, its config sources, CLI→API name aliases and the API parameters no config holds (with why)."""
     from greenadapt.adaptation.align import align_stage
     from greenadapt.adaptation.expand import expand_stage
-    from greenadapt.adaptation.settings import MethodSettings
+    from greenadapt.adaptation.settings import MethodSettings, NewRowsSettings
     from greenadapt.options import declared_fields
     from greenadapt.data.task_files import ReaderOptions
     from greenadapt.inference.settings import LoadSettings
@@ -65,7 +65,8 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
         # these commands' libraries receive their settings objects as they are (no mirror to compare)
         "w2v": (api.w2v, [], {}, {}),
         "align": (api.align, [Source(align_stage)], {}, {"probe": "what the report shows, not a setting", **method_options}),
-        "expand": (api.expand, [Source(expand_stage)], {}, {}),
+        "expand": (api.expand, [Source(expand_stage)], {},
+                   {field.name: "received as the settings group itself" for field, _ in declared_fields(NewRowsSettings)}),
         "adapt": (api.adapt, [], {}, {}),
         "finetune": (api.finetune, [], {}, {}),
         "qa": (api.qa, [], {}, {}),

@@ -23,6 +23,7 @@ from w2v_fixtures import DOMAIN_WORDS, linear_w2v, write_w2v_folder
 from greenadapt.adaptation.align import align_stage
 from greenadapt.adaptation.expand import expand_stage
 from greenadapt.adaptation.vectors import read_counts, read_word2vec_binary
+from greenadapt.adaptation.settings import NewRowsSettings
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.artifacts.workspace import corpus_key
 from greenadapt.errors import EXIT_STAGE_CONFLICT, ModelError, StageError
@@ -276,7 +277,7 @@ def test_max_new_and_min_count_order_and_exclusions(tiny_bert: Path, tmp_path: P
     # Counts 100, 99, … 91 for the domain words, then 9, 3, 3 (a tie, broken by the word) and 1.
     assert names == DOMAIN_WORDS + ["omega", "alpha", "zeta", "rare"]
 
-    capped = expand_stage(align=aligned.path, max_new=4, min_count=3, run=Run(out=tmp_path / "capped"))
+    capped = expand_stage(align=aligned.path, rows=NewRowsSettings(max_new=4), min_count=3, run=Run(out=tmp_path / "capped"))
     assert [w for w, _, _ in _new_words(capped.path)] == names[:4]
     assert capped.manifest["stats"]["n_new"] == 4
     assert _tensors(capped.path)[EMBEDDING].shape[0] == V + 4

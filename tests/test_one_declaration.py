@@ -87,6 +87,23 @@ def test_label_smoothing_is_in_both_commands_and_qa_refuses_it(files: dict[str, 
     assert "label_smoothing" not in finetune_arguments(plain, str(files["model"]), 1, tmp_path / "a", name="a")
 
 
+def _package_with_throwaway(tmp_path: Path, module: str, anchor: str, panel: str, commands: tuple[str, ...]) -> tuple[Path, dict[str, str]]:
+    """A copy of greenadapt/ whose one change is a ``--throwaway`` option declared before ``anchor`` in ``module``; each of
+    ``commands`` shows it in --help. Returns the copy's root and the environment that imports it."""
+    source = tmp_path / "src"
+    shutil.copytree(REPO / "greenadapt", source / "greenadapt", ignore=shutil.ignore_patterns("__pycache__"))
+    path = source / "greenadapt" / module
+    text = path.read_text(encoding="utf-8")
+    assert text.count(anchor) == 1
+    path.write_text(text.replace(anchor, f'    throwaway: int = option(0, "--throwaway", panel={panel}, help="A test\'s option.")\n' + anchor), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(source), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
+    for command in commands:
+        shown = subprocess.run([sys.executable, "-m", "greenadapt", command, "--help"], capture_output=True, text=True, env=env, timeout=HANG_S,
+                               cwd=tmp_path)  # not the checkout's folder, whose greenadapt/ python -m would find first
+        assert "--throwaway" in shown.stdout, (command, shown.stderr)
+    return source, env
+
+
 # The script run against a copy of greenadapt/ whose only change is one declared line.
 PROBE = textwrap.dedent(
     """
@@ -115,19 +132,7 @@ PROBE = textwrap.dedent(
 
 
 def test_a_training_option_declared_in_one_line_reaches_every_place(files: dict[str, Path], tmp_path: Path) -> None:
-    source = tmp_path / "src"
-    shutil.copytree(REPO / "greenadapt", source / "greenadapt", ignore=shutil.ignore_patterns("__pycache__"))
-    settings = source / "greenadapt" / "training" / "settings.py"
-    anchor = "    label_smoothing: float = option("
-    text = settings.read_text(encoding="utf-8")
-    assert text.count(anchor) == 1
-    settings.write_text(text.replace(anchor, '    throwaway: int = option(0, "--throwaway", panel=TRAINING, help="A test\'s option.")\n' + anchor),
-                        encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(source), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
-    for command in ("finetune", "compare"):
-        shown = subprocess.run([sys.executable, "-m", "greenadapt", command, "--help"], capture_output=True, text=True, env=env, timeout=HANG_S,
-                               cwd=tmp_path)  # not the checkout's folder, whose greenadapt/ python -m would find first
-        assert "--throwaway" in shown.stdout, (command, shown.stderr)
+    source, env = _package_with_throwaway(tmp_path, "training/settings.py", "    label_smoothing: float = option(", "TRAINING", ("finetune", "compare"))
     out = tmp_path / "cmp"
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
@@ -139,3 +144,44 @@ def test_a_training_option_declared_in_one_line_reaches_every_place(files: dict[
     runs = sorted(out.glob("*/seed-*/options.json"))
     assert len(runs) == 4 and all(json.loads(run.read_text())["options"]["throwaway"] == 7 for run in runs)
     assert json.loads((out / "options.json").read_text())["options"]["throwaway"] == 7
+
+
+# The same for an option of the new rows: added by one line to the group expand and adapt share.
+ROWS_PROBE = textwrap.dedent(
+    """
+    import inspect, json, sys
+    from pathlib import Path
+
+    import greenadapt
+    from greenadapt.adaptation import expand
+
+    source, model, corpus, work = sys.argv[1:5]
+    assert Path(greenadapt.__file__).resolve().is_relative_to(Path(source).resolve()), greenadapt.__file__
+    received = []
+    original = expand._expand
+
+    def watched(*args, **kwargs):
+        received.append(kwargs["rows"].throwaway)
+        return original(*args, **kwargs)
+
+    expand._expand = watched
+    api = {name: inspect.signature(getattr(greenadapt, name)).parameters["throwaway"].default for name in ("expand", "adapt")}
+    adapted = greenadapt.adapt(corpus, model=model, workdir=work, epochs=1, min_count=2, workers=1, throwaway=7)
+    print(json.dumps({"api": api, "received": received, "expand": str(adapted.expand.path)}))
+    """
+)
+
+
+def test_an_expand_option_declared_in_one_line_reaches_the_row_writer_through_adapt(tiny_bert: Path, tmp_path: Path) -> None:
+    source, env = _package_with_throwaway(tmp_path, "adaptation/settings.py", "    max_new: int | None = option(", "ADAPTATION", ("expand", "adapt"))
+    words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(200)) + "\n")
+    script = tmp_path / "rows_probe.py"
+    script.write_text(ROWS_PROBE)
+    done = subprocess.run([sys.executable, str(script), str(source), str(tiny_bert), str(corpus), str(tmp_path / "work")],
+                          capture_output=True, text=True, env=env, timeout=HANG_S, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["api"] == {"expand": 0, "adapt": 0} and report["received"] == [7]
+    assert json.loads((Path(report["expand"]) / "options.json").read_text())["options"]["throwaway"] == 7

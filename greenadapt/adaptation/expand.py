@@ -56,7 +56,7 @@ from greenadapt.adaptation.methods import DEFAULT_METHOD, CorpusAccess, InitMeth
 from greenadapt.adaptation.methods.base import describe, recorded_seed
 from greenadapt.adaptation.model_files import copy_other_files
 from greenadapt.adaptation.new_words import NEW_WORDS_FILE, NewWords, select_new_words
-from greenadapt.adaptation.settings import AlignSettings
+from greenadapt.adaptation.settings import AlignSettings, NewRowsSettings
 from greenadapt.adaptation.w2v import pretokenized_corpus_of
 from greenadapt.adaptation.weights import grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
 from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
@@ -117,7 +117,7 @@ def expand_stage(
     align: Path | None = None,
     corpus: Sequence[str] | None = None,
     model: str | None = None,
-    max_new: int | None = None,
+    rows: NewRowsSettings | None = None,
     min_count: int = DEFAULT_MIN_COUNT_NEW,
     seed: int = DEFAULT_SEED,
     method: str | None = None,
@@ -130,6 +130,8 @@ def expand_stage(
     row is then the mean of the draws' rows for that word, rescaled to their mean norm, so that one draw's luck
     weighs 1/k. Every draw must hold every new word and be fitted with the same method on the same model.
 
+    ``rows``: which new words get rows (``max_new``, ...): expand's or adapt's settings as they are (None: the defaults).
+
     ``method`` (optional): the initialisation method the rows come from. The
     method is chosen when aligning; here it picks that method's align folder
     in the workspace (with ``corpus``), or checks that ``align`` was fitted with it.
@@ -140,8 +142,7 @@ def expand_stage(
     """
     workdir, force, wait, progress = run.workdir, run.force, run.wait, run.progress
     check_seed(seed)
-    if max_new is not None and max_new < 0:
-        raise UsageError(f"--max-new must be >= 0, got {max_new}")
+    rows = rows or NewRowsSettings()
     if min_count < 1:
         raise UsageError(f"--min-count must be >= 1, got {min_count}")
     align_dir, align_manifest, fitted = _find_align(align, corpus, model, workdir, method)
@@ -150,7 +151,7 @@ def expand_stage(
     ref, general = _model_of(model, align_dir, align_manifest)
 
     config, draws, out_dir, checkpoint = _destination(align_dir, align_manifest, w2v_dir, fitted, ref, also_align, run,
-                                                      max_new=max_new, min_count=min_count, seed=seed)
+                                                      rows=rows, min_count=min_count, seed=seed)
     inputs = [config["align"], manifest_identity(w2v_dir, w2v_manifest), ref.identity(), *config.get("other_draws", [])]
     with StageRun(kinds.EXPAND, out_dir, config, inputs, force=force, wait=wait, libraries=_libraries(ref.path, fitted)) as stage:
         if stage.skipped:
@@ -159,7 +160,7 @@ def expand_stage(
         corpus, upstream = _upstream(align_manifest, w2v_manifest)
         with resource_errors(stage.tmp):
             stats = _expand(
-                align_dir, w2v_dir, ref, general, method=fitted, method_options=method_options, max_new=max_new,
+                align_dir, w2v_dir, ref, general, method=fitted, method_options=method_options, rows=rows,
                 min_count=min_count, seed=seed, dest=stage.tmp, progress=progress, other_draws=[(d, w) for d, _, w in draws],
                 corpus_access=_corpus_access(ref, w2v_dir, w2v_manifest, corpus, checkpoint) if fitted.reads_corpus else None,
                 # in config.json too: fine-tuned copies carry the block on, so their cards can say what they build on
@@ -180,18 +181,19 @@ def _recorded_method_options(align_manifest: Manifest) -> AlignSettings:
 
 
 def _destination(align_dir: Path, align_manifest: Manifest, w2v_dir: Path, fitted: InitMethod, ref: ModelRef, also_align: Sequence[Path],
-                 run: Run, *, max_new: int | None, min_count: int, seed: int) -> tuple[dict[str, Any], list[tuple[Path, Manifest, Path]], Path, Path]:
+                 run: Run, *, rows: NewRowsSettings, min_count: int, seed: int) -> tuple[dict[str, Any], list[tuple[Path, Manifest, Path]], Path, Path]:
     """The stage's config, the other draws, its output folder (checked: greenadapt replaces only what it wrote) and checkpoint."""
     from greenadapt.artifacts.destination import check_destination, protected
 
     # align-focus -> expand-focus: each method's model beside its own fit.
     suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
-    config = _config(ref, align_dir, align_manifest, fitted, max_new=max_new, min_count=min_count, seed=seed)
+    config = _config(ref, align_dir, align_manifest, fitted, rows=rows, min_count=min_count, seed=seed)
     draws = _other_draws(also_align, align_dir, fitted, ref)
     if draws:  # recorded only then, so single-draw outputs keep their fingerprints
         config["other_draws"] = [manifest_identity(d, m) for d, m, _ in draws]
-    own = inspect.signature(expand_stage).parameters  # the default options, from where they are defined
-    defaults = functools.partial(_config, ref, align_dir, align_manifest, fitted, **{k: own[k].default for k in ("max_new", "min_count", "seed")})
+    own = inspect.signature(expand_stage).parameters  # the defaults where declared: the group's, and this function's two
+    defaults = functools.partial(_config, ref, align_dir, align_manifest, fitted, rows=NewRowsSettings(),
+                                 **{k: own[k].default for k in ("min_count", "seed")})
     out_dir = Path(run.out) if run.out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults, force=run.force)
     check_destination(
         out_dir, kind="expand", force=run.force, workspace=run.workdir,
@@ -226,12 +228,13 @@ def _libraries(model_path: Path, method: InitMethod) -> tuple[str, ...]:
     return ("numpy", "safetensors", "tokenizers", *model)
 
 
-def _config(ref: Any, align_dir: Path, align_manifest: Manifest, fitted: InitMethod, *, max_new: int | None, min_count: int, seed: int) -> dict[str, Any]:
+def _config(ref: Any, align_dir: Path, align_manifest: Manifest, fitted: InitMethod, *, rows: NewRowsSettings, min_count: int,
+            seed: int) -> dict[str, Any]:
     """What expand's fingerprint records: every option that changes its output."""
     return {
         "model": ref.identity(),
         "align": manifest_identity(align_dir, align_manifest),
-        "max_new": max_new,
+        **rows.fingerprinted(NewRowsSettings),
         "min_count": min_count,
         "seed": recorded_seed(fitted, seed),
     }
@@ -301,7 +304,7 @@ def _expand(
     *,
     method: InitMethod,
     method_options: MethodSettings,
-    max_new: int | None,
+    rows: NewRowsSettings,
     min_count: int,
     seed: int,
     dest: Path,
@@ -316,7 +319,7 @@ def _expand(
 
     counts = read_counts(w2v_dir / "counts.tsv")
     listed = list(counts)
-    new = select_new_words(general, listed, counts, max_new=max_new, min_count=min_count)
+    new = select_new_words(general, listed, counts, max_new=rows.max_new, min_count=min_count)
     del counts  # the chosen words' counts are in ``new``; a million words' dict need not live through the writing
     vectors, shared_vectors, shared_ids = _method_vectors(method, w2v_dir, listed, new, general, progress)
     del listed
@@ -355,7 +358,7 @@ def _expand(
         "method_description": describe(method, method_options),
         "match_norm_target": match_norm_target,
         **method_stats,
-        "order": ORDER, "selection": {"min_count": min_count, "max_new": max_new},
+        "order": ORDER, "selection": {"min_count": min_count, "max_new": rows.max_new},
         "tokenization": tokenization_change(general, new.words),
         "domain_tokenizer": tokenizer_facts,
         "excluded": new.excluded,
@@ -492,5 +495,5 @@ def _method_vectors(
 
 def run_expand(settings: ExpandSettings, run: Run) -> StageOutcome:
     """``greenadapt expand``: the stage from its settings."""
-    return expand_stage(align=settings.align, corpus=list(settings.corpus or ()) or None, model=settings.model, max_new=settings.max_new,
+    return expand_stage(align=settings.align, corpus=list(settings.corpus or ()) or None, model=settings.model, rows=settings,
                         min_count=settings.min_count, seed=settings.seed, method=settings.method, also_align=list(settings.also_align), run=run)

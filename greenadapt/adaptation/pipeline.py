@@ -70,7 +70,7 @@ def run_adapt(settings: AdaptSettings, run: Run = DEFAULT_RUN) -> AdaptOutcome:
             other = w2v_stage(settings.replaced(seed=settings.seed + draw), in_workspace, source=source)
             others.append(align_stage(w2v=other.path, model=settings.model, method=settings.method, method_options=settings,
                                       seed=settings.seed, run=beside_w2v).path)
-        expand = expand_stage(align=align.path, also_align=others, model=settings.model, max_new=settings.max_new,
+        expand = expand_stage(align=align.path, also_align=others, model=settings.model, rows=settings,
                               min_count=settings.min_count_new, seed=settings.seed, run=replace(run, workdir=None))
     return AdaptOutcome(w2v=w2v, align=align, expand=expand)
 

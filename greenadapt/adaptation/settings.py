@@ -116,7 +116,15 @@ class AlignSettings(MethodSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExpandSettings(Settings):
+class NewRowsSettings(Settings):
+    """Which new words get rows, as expand writes them (``expand``, and ``adapt``, which passes the group on as it is)."""
+
+    max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, fingerprint="always",
+                                 help="Add at most this many new words, most frequent first.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpandSettings(NewRowsSettings):
     """``greenadapt expand``: the aligned rows of new words, and a domain tokenizer that keeps them whole."""
 
     command = "expand"
@@ -126,7 +134,6 @@ class ExpandSettings(Settings):
     corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                             help="Find the align output of this corpus in the workspace (repeatable).")
     model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder or Hub id (default: the model align was fitted on).")
-    max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, help="Add at most this many new words, most frequent first.")
     min_count: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count", panel=ADAPTATION, minimum=1,
                             help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the random ablation's draws (align --method random).")
@@ -152,14 +159,13 @@ class SecondViewSettings(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AdaptSettings(Word2vecSettings, MethodSettings, ContextSettings):
+class AdaptSettings(Word2vecSettings, MethodSettings, ContextSettings, NewRowsSettings):
     """``greenadapt adapt``: w2v, align and expand in one command."""
 
     command = "adapt"
     run_help = {"out": "Folder for the adapted model (default: in the workspace)."}
     stage_names = {kinds.EXPAND: {"min_count": "min_count_new"}}  # expand's --min-count; w2v's is adapt's --min-count
 
-    max_new: int | None = option(None, "--max-new", panel=ADAPTATION, minimum=0, help="At most this many new words (most frequent first).")
     min_count_new: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count-new", panel=ADAPTATION, minimum=1,
                                 help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
     w2v_draws: int = option(1, "--w2v-draws", panel=ADAPTATION, metavar="K", minimum=1, maximum=MAX_W2V_DRAWS,

@@ -40,13 +40,8 @@ class TrainingRun:
     def recorded(self) -> dict[str, Any]:
         """What a training stage's fingerprint holds of the recipe: the options marked for it (``fingerprint=`` in their
         declaration), and :attr:`ALWAYS_RECORDED`."""
-        from greenadapt.options import declared_fields
-
-        recorded = {name: getattr(self, name) for name in self.ALWAYS_RECORDED}
-        for field, declared in declared_fields(self):  # type: ignore[arg-type]
-            value = getattr(self, field.name)
-            if declared.fingerprint == "always" or (declared.fingerprint == "when set" and value != field.default):
-                recorded[field.name] = value
+        settings: LoopSettings = self  # a Settings class's, which takes this mixin
+        recorded = {name: getattr(self, name) for name in self.ALWAYS_RECORDED} | settings.fingerprinted()
         if self.agreement:  # agreement implies both views: one run, one fingerprint
             recorded.pop("both_views", None)
         return recorded
