@@ -3,10 +3,10 @@
 One run measures, on the same model and the same first ``--limit`` Covid-QA
 questions (whole papers as contexts):
 
-1. ``qa_stage(pool="general")`` vs the transformers QA pipeline at the same
+1. ``greenadapt.qa(pool="general")`` vs the transformers QA pipeline at the same
    maximum length and the same window stride: throughput ratio and how the
    two sets of answers agree;
-2. ``qa_stage(pool="mean")`` vs ``qa_stage(pool="general")`` wall time (goal ≤ 2.1×).
+2. ``greenadapt.qa(pool="mean")`` vs ``greenadapt.qa(pool="general")`` wall time (goal ≤ 2.1×).
 
 No SQuAD-trained model is available offline, so the model is
 all-MiniLM-L6-v2 with a freshly initialised QA head (fixed seed): answers

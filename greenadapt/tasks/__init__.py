@@ -3,7 +3,7 @@
 - ``ner`` (:mod:`greenadapt.tasks.ner`) and ``classify`` (:mod:`greenadapt.tasks.classify`):
   labelling tasks, trained by :func:`greenadapt.runners.finetune.run.run_labelling`;
 - ``qa`` (:mod:`greenadapt.tasks.qa`): extractive question answering, trained by
-  :func:`greenadapt.runners.qa.train.run_finetune_qa`;
+  :func:`greenadapt.runners.qa.train.finetune_qa`;
 - the masked-LM objective of ``pretrain`` (:mod:`greenadapt.tasks.mlm`), not a ``--task``.
 
 Each declares its reader, units, head, collator, metric and the defaults that

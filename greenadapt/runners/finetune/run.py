@@ -14,9 +14,9 @@ A finetune run folder (kind ``finetune``, written through StageRun)::
 
 Under torchrun every process trains; only rank 0 writes.
 
-:func:`finetune_stage` hands the run to its task (:mod:`greenadapt.tasks`):
+:func:`run_finetune` hands the run to its task (:mod:`greenadapt.tasks`):
 the labelling tasks come back to :func:`run_labelling`; ``qa`` trains in
-:func:`greenadapt.runners.qa.train.run_finetune_qa` (SQuAD windows, start/end loss;
+:func:`greenadapt.runners.qa.train.finetune_qa` (SQuAD windows, start/end loss;
 same folder kind, ``greenadapt_task.json`` says ``qa``). Options whose
 default depends on the task are None here until the task fills them in.
 """
@@ -70,8 +70,9 @@ KIND = kinds.FINETUNE
 # finetune
 
 
-def finetune_stage(settings: FinetuneSettings, run: Run) -> StageOutcome:
-    """Fine-tune ``settings.model`` on ``settings.task`` and write the run folder: a labelling task here, QA by its own loop."""
+def run_finetune(settings: FinetuneSettings, run: Run) -> StageOutcome:
+    """``greenadapt finetune``: fine-tune ``settings.model`` on ``settings.task`` and write the run folder: a labelling task
+    here, QA by its own loop."""
     from greenadapt.tasks.qa import QaTask
 
     task = get_task(settings.task)
@@ -473,7 +474,3 @@ def per_type_headline(metrics_doc: dict[str, Any], pool: str) -> dict[str, Any]:
         if "per_type" in pools.get(pool, {})
     }
 
-
-def run_finetune(settings: FinetuneSettings, run: Run) -> StageOutcome:
-    """``greenadapt finetune``: the run folder from the command's settings."""
-    return finetune_stage(settings, run)
