@@ -39,7 +39,7 @@ from greenadapt.adaptation.stages import check_normalization, locate_upstream, m
 from greenadapt.artifacts.files import write_json
 from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity
 from greenadapt.artifacts.stage import StageOutcome, StageRun
-from greenadapt.defaults import DEFAULT_SEED, check_seed
+from greenadapt.defaults import DEFAULT_SEED
 from greenadapt.errors import InputError
 from greenadapt.progress import Progress
 from greenadapt.options import DEFAULT_RUN, Run
@@ -82,7 +82,6 @@ def align_stage(
     from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer
     from greenadapt.artifacts.destination import check_destination, protected
 
-    check_seed(seed)
     chosen = get_method(method)
     if method_options is None:  # the methods' options at their declared defaults
         from greenadapt.adaptation.settings import AlignSettings

@@ -71,7 +71,7 @@ from greenadapt.artifacts.model_card import (
 from greenadapt.artifacts.pretrained import display_name, hub_id
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.artifacts.workspace import stage_variant_dir
-from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
+from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED
 from greenadapt.errors import ModelError, StageError, UsageError
 from greenadapt.progress import Progress
 from greenadapt.options import DEFAULT_RUN, Run
@@ -141,10 +141,7 @@ def expand_stage(
     The output folder defaults to the ``expand`` sibling of the align folder.
     """
     workdir, force, wait, progress = run.workdir, run.force, run.wait, run.progress
-    check_seed(seed)
     rows = rows or NewRowsSettings()
-    if min_count < 1:
-        raise UsageError(f"--min-count must be >= 1, got {min_count}")
     align_dir, align_manifest, fitted = _find_align(align, corpus, model, workdir, method)
     w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
     method_options = _recorded_method_options(align_manifest)

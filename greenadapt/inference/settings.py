@@ -50,7 +50,8 @@ def pooled_as(settings: ModelRunSettings, pool: str) -> LoadSettings:
     """``settings``' model-running options (the same declarations, as they are) pooled by ``pool``: evaluate's scorings."""
     from greenadapt.options import declared_fields
 
-    return LoadSettings(pool=pool, **{field.name: getattr(settings, field.name) for field, _ in declared_fields(ModelRunSettings)})
+    shared = {field.name: getattr(settings, field.name) for field, _ in declared_fields(ModelRunSettings)}
+    return DEFAULT_LOAD.replaced(pool=pool, **shared)  # checked when ``settings`` were made: not again
 
 
 @dataclass(frozen=True, kw_only=True)
