@@ -62,8 +62,8 @@ class Declaration:
     argument: bool = False  # a positional command-line argument (predict's INPUT)
     recorded: bool = True  # in options.json and the manifest (False: an alias whose value another option holds)
     public: Callable[[Any], Any] | None = None  # the value as it may be written down (a corpus URL without its credentials)
-    # In a training stage's fingerprint: "always", or "when set" for an option newer than the run folders that exist
-    # (left out at its default, so those stay up to date). None: speed only, or recorded elsewhere.
+    # In its stage's fingerprint (Settings.fingerprinted): "always", or "when set" for an option newer than the outputs
+    # that exist (left out at its default, so those stay up to date). None: speed only, or recorded elsewhere.
     fingerprint: str | None = None
 
     @property

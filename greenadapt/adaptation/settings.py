@@ -16,7 +16,7 @@ from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
 
-def above_zero(value: float) -> float:
+def check_focus_temperature(value: float) -> float:
     """focus's temperature: similarities are divided by it."""
     if not value > 0:
         raise UsageError(f"--focus-temperature must be positive, got {value}")
@@ -44,7 +44,7 @@ class MethodSettings(Settings):
 
     method: str = option(DEFAULT_METHOD, "--method", panel=ADAPTATION, metavar="NAME", choices=tuple(METHODS), help=method_help())
     focus_k: int = option(10, "--focus-k", panel=ADAPTATION, minimum=1, help="focus: how many nearest shared words weigh into a row.")
-    focus_temperature: float = option(0.1, "--focus-temperature", panel=ADAPTATION, check=above_zero,
+    focus_temperature: float = option(0.1, "--focus-temperature", panel=ADAPTATION, check=check_focus_temperature,
                                       help="focus: similarities are divided by this before sparsemax (smaller: sparser).")
     hybrid_weight: float = option(0.5, "--hybrid-weight", panel=ADAPTATION, minimum=0, maximum=1,
                                   help="hybrid: the weight of lstsq (the rest is subword-mean).")

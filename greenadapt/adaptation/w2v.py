@@ -73,7 +73,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VECTORS_FILE = "vectors.bin"
-VECTOR_SOURCES = ("word2vec", "context")
 COUNTS_FILE = "counts.tsv"
 _GENSIM_LOGGER = "gensim.models.word2vec"
 _DROP_WARNING = 0.02  # beyond sampling noise on any corpus worth training on

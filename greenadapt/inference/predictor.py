@@ -329,7 +329,7 @@ def open_model(
         from greenadapt.inference.qa.settings import AnswerSettings
 
         # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
-        qa = AnswerSettings(pool=None if options.pool == "mean" else options.pool, device=options.device or "auto", batch_size=options.batch_size,
+        qa = AnswerSettings(pool=None if options.pool == "mean" else options.pool, device=options.device, batch_size=options.batch_size,
                             general_model=options.general_model, max_length=max_length, runtime=options.runtime, quantize=options.quantize)
         return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), qa), qa), batch_size=options.batch_size)
     if max_length is not None:

@@ -24,6 +24,12 @@ class RuntimeSettings(Settings):
     quantize: str = option("none", "--quantize", panel=PERFORMANCE, choices=QUANTIZATIONS,
                            help="With --runtime onnx: int8 weights (dynamic quantization; docs/benchmarks.md has its speed and F1).")
 
+    def check(self) -> None:
+        """Every taker of these options declares a ``--device`` too (its own words for where the model runs)."""
+        from greenadapt.inference.onnx_runtime import check_runtime
+
+        check_runtime(self.runtime, self.quantize, getattr(self, "device", "auto"))
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelRunSettings(DeviceSettings, RuntimeSettings):
@@ -32,11 +38,6 @@ class ModelRunSettings(DeviceSettings, RuntimeSettings):
     batch_size: int = option(64, "--batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP model: its general model, if not where training found it (weights are checked).")
-
-    def check(self) -> None:
-        from greenadapt.inference.onnx_runtime import check_runtime
-
-        check_runtime(self.runtime, self.quantize, self.device)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -59,11 +59,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from greenadapt.defaults import TRAIN_EMBEDDINGS
 from greenadapt.machine.devices import to_device
 
 log = logging.getLogger(__name__)
 
-TRAIN_EMBEDDINGS = ("all", "new", "none")
 
 
 class SplitWordEmbedding(nn.Module):

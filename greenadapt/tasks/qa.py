@@ -31,4 +31,3 @@ class QaTask(Task):
         "agreement", "both_views", "label_smoothing",  # two views a step and smoothed labels are for NER and classification
         "eval_every", "early_stopping",  # the QA loop scores --dev once, after training
     )
-

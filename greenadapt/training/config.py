@@ -30,8 +30,6 @@ class TrainingRun:
     early_stopping: int | None = None
     pad_to_multiple = 1
     cuda_graphs = False
-    compile = False
-    mix: float | None = None
     agreement = 0.0
     both_views = False
     # In every training fingerprint, whether the command has the option or not.
@@ -62,9 +60,10 @@ class TrainingRun:
 
     def compile_mode(self) -> str | None:
         """torch.compile's mode for this run (None: not compiled)."""
+        settings: LoopSettings = self  # every training command declares --compile (CompileSettings)
         if self.cuda_graphs:
             return "reduce-overhead"
-        return "default" if self.compile else None
+        return "default" if settings.compile else None
 
     def plan(self, n_examples: int) -> tuple[int, int]:
         """(steps per epoch, total steps) for ``n_examples`` training examples."""

@@ -24,14 +24,14 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
         raise UsageError(f"--seeds {text!r} is not a comma-separated list of integers", hint="e.g. --seeds 1,2,3") from None
 
 
-def positive(value: float) -> float:
+def check_lr(value: float) -> float:
     """A learning rate: above 0."""
     if value <= 0:
         raise UsageError(f"--lr must be positive, not {value:g}", hint="e.g. --lr 5e-5")
     return value
 
 
-def below_one(value: float) -> float:
+def check_warmup(value: float) -> float:
     """A fraction of the steps (--warmup): from 0, below 1."""
     if value >= 1:
         raise UsageError(f"--warmup must be a fraction below 1, not {value:g}", hint="e.g. --warmup 0.1")
@@ -58,7 +58,7 @@ def check_seeds(seeds: tuple[int, ...]) -> tuple[int, ...]:
 class ScheduleSettings(Settings):
     """AdamW's schedule beyond the learning rate."""
 
-    warmup: float = option(0.1, "--warmup", panel=TRAINING, minimum=0, check=below_one, fingerprint="always",
+    warmup: float = option(0.1, "--warmup", panel=TRAINING, minimum=0, check=check_warmup, fingerprint="always",
                            help="Fraction of the steps spent warming up.")
     weight_decay: float = option(0.01, "--weight-decay", panel=TRAINING, minimum=0, fingerprint="always", help="AdamW weight decay.")
 
@@ -75,7 +75,7 @@ class RecipeSettings(Settings):
                                    help="Stop after this many optimizer steps (overrides --epochs).")
     batch_size: int | None = option(None, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always",
                                     help="Examples (qa: windows) per optimizer step, over all processes (default: the task's).")
-    lr: float | None = option(None, "--lr", panel=TRAINING, check=positive, fingerprint="always",
+    lr: float | None = option(None, "--lr", panel=TRAINING, check=check_lr, fingerprint="always",
                               help="Peak learning rate (AdamW, linear schedule; default: the task's).")
     max_length: int | None = option(None, "--max-length", panel=TRAINING, check=check_max_length,
                                     help="Wordpieces per sequence; longer NER chunks are split (default: the task's).")

@@ -22,8 +22,3 @@ class AnswerSettings(RuntimeSettings):
     device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP model: its general model, if not where training found it (weights are checked).")
-
-    def check(self) -> None:
-        from greenadapt.inference.onnx_runtime import check_runtime
-
-        check_runtime(self.runtime, self.quantize, self.device)

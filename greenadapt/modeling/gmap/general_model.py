@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 def resolve_general_model(settings: GmapSettings, domain: ModelRef) -> ModelRef:
     """``--general-model``, else the model an expanded domain model was expanded from."""
     from greenadapt.artifacts.manifest import Manifest, read_manifest

@@ -141,7 +141,7 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
             save_every=settings.save_every, resume=settings.resume, save_final=settings.save_every is not None or len(settings.seed_list) > 1
         )
         runner = _Job(task, task_settings, tokenizers, ref, base, job.ctx, pool, run.progress, checkpointing, job.stop, gmap,
-                      _trackers_named(settings.report_to), out, config, model_identity)
+                      settings.report_to, out, config, model_identity)
         return job.commit(runner.run(train_file, dev_file, test_file, settings.seed_list, settings.train_on, job.tmp), cost=_cost_figures(base))
 
 
@@ -153,22 +153,12 @@ def _cost_figures(base: FinetuneSettings) -> dict[str, Any]:
     return {**(base.cost_figures() or {}), "torch_threads": torch.get_num_threads()}
 
 
-def _trackers_named(report_to: Sequence[str]) -> tuple[str, ...]:
-    if not report_to:
-        return ()
-    from greenadapt.training.trackers import check_report_to
-
-    return check_report_to(report_to)
-
-
 def _read_splits(task: LabellingTask, settings: FinetuneSettings) -> tuple[TaskFile, TaskFile | None, TaskFile | None, list[str]]:
     """The train, dev and test files, read and checked, and the labels of the training data (in the task's order)."""
     reader = settings.reader
     train_file = task.read(settings.train, reader, require_labels=True)
     dev_file = task.read(settings.dev, reader, require_labels=True) if settings.dev else None
     test_file = task.read(settings.test, reader, require_labels=True) if settings.test else None
-    if settings.train_on == "train+dev" and dev_file is None:
-        raise UsageError("--train-on train+dev needs --dev")
     training_files = [train_file] + ([dev_file] if settings.train_on == "train+dev" and dev_file else [])
     labels = task.order_labels([label for f in training_files for label in f.labels()])
     if len(labels) < 2:

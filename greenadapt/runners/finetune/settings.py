@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from greenadapt.data.settings import HEADERS, FieldSettings
-from greenadapt.defaults import DEFAULT_SEED, check_seed
+from greenadapt.defaults import DEFAULT_SEED, TRAIN_EMBEDDINGS, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from greenadapt.options import Run
 
 TRAIN_ON = ("train", "train+dev")
-TRAIN_EMBEDDINGS = ("all", "new", "none")  # the word embeddings that train: every row, the added rows only, none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +116,7 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
         if task.answers_questions:
             _check_qa(filled)
         else:
-            _check_dev_scoring(filled)
+            _check_dev_use(filled)
 
     @property
     def seed_list(self) -> tuple[int, ...]:
@@ -132,7 +131,9 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
         return ReaderOptions(self.file_format, self.text_field, self.pair_field, self.label_field, self.header, self.entity_type)  # type: ignore[arg-type]
 
 
-def _check_dev_scoring(settings: FinetuneSettings) -> None:
+def _check_dev_use(settings: FinetuneSettings) -> None:
+    if settings.train_on == "train+dev" and settings.dev is None:
+        raise UsageError("--train-on train+dev needs --dev")
     for flag, count in (("--eval-every", settings.eval_every), ("--early-stopping", settings.early_stopping)):
         if count is not None and (settings.dev is None or settings.train_on != "train"):
             raise UsageError(f"{flag} scores the dev file while training: it needs --dev (and --train-on train)",

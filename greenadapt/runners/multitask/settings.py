@@ -9,7 +9,7 @@ from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAU
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option
 from greenadapt.training.config import TrainingRun, check_decay
-from greenadapt.training.settings import POOL_MODES, CompileSettings, DeviceSettings, ScheduleSettings, positive
+from greenadapt.training.settings import POOL_MODES, CompileSettings, DeviceSettings, ScheduleSettings, check_lr
 
 SAMPLING = ("proportional", "sqrt", "annealed", "round-robin")  # how each step's task is drawn (greenadapt.runners.multitask.sampling)
 
@@ -40,7 +40,7 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
     epochs: int = option(3, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always", help="Epochs (of --steps-per-epoch steps).")
     max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always", help="Stop after this many steps (overrides --epochs).")
     batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always", help="Examples per step (all from one task).")
-    lr: float = option(5e-5, "--lr", panel=TRAINING, check=positive, fingerprint="always", help="Peak learning rate (AdamW, linear schedule).")
+    lr: float = option(5e-5, "--lr", panel=TRAINING, check=check_lr, fingerprint="always", help="Peak learning rate (AdamW, linear schedule).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
     mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_max_length, check_seed
+from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, TRAIN_EMBEDDINGS, check_max_length, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.training.config import TrainingRun, check_decay
-from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings, positive
+from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings, check_lr
 
 TOKENIZER_CHOICES = ("auto", "domain", "general")
 TRAIN_CHOICES = ("all", "new-rows")
-TRAIN_EMBEDDINGS = ("all", "new", "none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +48,7 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Traini
     max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always", help="Stop after this many optimizer steps (overrides --epochs).")
     batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always", help="Sequences per optimizer step, over all processes.")
     grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always", help="Micro-batches per step and process (gradient accumulation).")
-    lr: float = option(5e-5, "--lr", panel=TRAINING, check=positive, fingerprint="always", help="Peak learning rate (AdamW, linear warm-up and decay).")
+    lr: float = option(5e-5, "--lr", panel=TRAINING, check=check_lr, fingerprint="always", help="Peak learning rate (AdamW, linear warm-up and decay).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed (order, masking, dropout).")
     train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, choices=TRAIN_EMBEDDINGS, fingerprint="always", help="Word embeddings to train: all, new (rows added by expand only) or none.")
     train: str = option("all", "--train", panel=TRAINING, metavar="WHAT", choices=TRAIN_CHOICES, fingerprint="when set",
