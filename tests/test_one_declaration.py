@@ -185,3 +185,17 @@ def test_an_expand_option_declared_in_one_line_reaches_the_row_writer_through_ad
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["api"] == {"expand": 0, "adapt": 0} and report["received"] == [7]
     assert json.loads((Path(report["expand"]) / "options.json").read_text())["options"]["throwaway"] == 7
+
+
+def test_the_training_loops_stand_ins_are_finetunes_declared_defaults() -> None:
+    """A command without one of finetune's training options (multitask, pretrain) trains at TrainingRun's value and records
+    it in its fingerprint: that value must be the one finetune declares, or the same recipe would read two ways."""
+    from greenadapt.options import declared_fields
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+    from greenadapt.training.config import TrainingRun
+
+    declared = {field.name: field.default for field, _ in declared_fields(FinetuneSettings)}
+    stand_ins = {name: value for name, value in vars(TrainingRun).items() if name in declared}
+    assert set(stand_ins) >= {"grad_accum", "train_embeddings", "eval_every", "early_stopping", "pad_to_multiple", "cuda_graphs", "agreement"}
+    assert stand_ins == {name: declared[name] for name in stand_ins}
+    assert set(TrainingRun.ALWAYS_RECORDED) - {"max_grad_norm"} <= set(stand_ins)  # each always-recorded value has its stand-in
