@@ -8,6 +8,8 @@ table gives it after a quarter, half and all of the run's wall time, the peak, a
 what a cron job needs.
 
     python bench/bench_predict_memory.py --run RUN_FOLDER --corpus ../shared/data/corpora/biomed-10m.txt.gz --sentences 60000
+    # greenadapt's other runtimes beside its default (the ONNX export made before, by a first predict):
+    python bench/bench_predict_memory.py ... --also="--runtime onnx --quantize int8" --no-pipeline
 
 RUN_FOLDER: a fine-tuned NER run (``greenadapt finetune --task ner``, e.g. compare's ``base/seed-1``).
 """
@@ -101,20 +103,24 @@ def main() -> None:
     parser.add_argument("--run", type=Path, required=True)
     parser.add_argument("--corpus", type=Path, required=True)
     parser.add_argument("--sentences", type=int, default=60_000)
+    parser.add_argument("--also", action="append", default=[], metavar="OPTIONS",
+                        help="another greenadapt predict with these options, e.g. '--runtime onnx --quantize int8' (repeatable)")
+    parser.add_argument("--no-pipeline", action="store_true", help="leave transformers' pipeline out")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         text = sentences(args.corpus, args.sentences, Path(tmp) / "sentences.txt")
         views = "2 views, mean-pooled" if (args.run / "general-tokenizer").is_dir() else "1 view: a plain model"
-        rows = {
-            f"greenadapt predict ({views})": measure([sys.executable, "-m", "greenadapt", "predict", str(text), "-m", str(args.run),
-                                                                  "--output", str(Path(tmp) / "greenadapt.jsonl"), "-q"]),
-            "transformers pipeline (1 view)": measure([sys.executable, "-c", PIPELINE, str(args.run), str(text), str(Path(tmp) / "pipeline.jsonl")]),
-        }
+        predict = [sys.executable, "-m", "greenadapt", "predict", str(text), "-m", str(args.run), "-q"]
+        rows = {f"greenadapt predict ({views})": measure([*predict, "--output", str(Path(tmp) / "greenadapt.jsonl")])}
+        for number, options in enumerate(args.also):
+            rows[f"greenadapt predict ({views}) {options}"] = measure([*predict, "--output", str(Path(tmp) / f"also-{number}.jsonl"), *options.split()])
+        if not args.no_pipeline:
+            rows["transformers pipeline (1 view)"] = measure([sys.executable, "-c", PIPELINE, str(args.run), str(text), str(Path(tmp) / "pipeline.jsonl")])
     print(f"{args.sentences:,} sentences of {args.corpus.name}; resident memory (MiB) by share of the run's wall time")
-    print(f"| {'program':<44} | {'1/4':>6} | {'1/2':>6} | {'end':>6} | {'peak':>6} | {'wall s':>7} |")
-    print(f"|{'-' * 46}|{'-' * 8}|{'-' * 8}|{'-' * 8}|{'-' * 8}|{'-' * 9}|")
+    print(f"| {'program':<70} | {'1/4':>6} | {'1/2':>6} | {'end':>6} | {'peak':>6} | {'wall s':>7} |")
+    print(f"|{'-' * 72}|{'-' * 8}|{'-' * 8}|{'-' * 8}|{'-' * 8}|{'-' * 9}|")
     for name, row in rows.items():
-        print(f"| {name:<44} | {row['quarter']:6.0f} | {row['half']:6.0f} | {row['end']:6.0f} | {row['peak']:6.0f} | {row['wall']:7.1f} |")
+        print(f"| {name:<70} | {row['quarter']:6.0f} | {row['half']:6.0f} | {row['end']:6.0f} | {row['peak']:6.0f} | {row['wall']:7.1f} |")
 
 
 if __name__ == "__main__":

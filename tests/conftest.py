@@ -160,6 +160,15 @@ def _offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _secrets_stay_in_their_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A secret seen in one test's URL (``https://user:pw@...`` registers "user") is scrubbed from everything its
+    process writes after: kept to that test, so no later test's paths turn into ``***`` by the order tests run in."""
+    from greenadapt import redaction
+
+    monkeypatch.setattr(redaction, "_LOG_SECRETS", set(redaction._LOG_SECRETS))
+
+
+@pytest.fixture(autouse=True)
 def _no_log_handler_outlives_its_test() -> Iterator[None]:
     """A CLI test's log handler writes to that test's captured stderr: gone with it, so no later test depends on the order."""
     import logging

@@ -63,6 +63,22 @@ def test_onnx_gives_torch_fp32s_probabilities_both_views_pooled(runs: dict[str, 
     assert (quantized.argmax(axis=1) == reference.argmax(axis=1)).mean() >= 0.9 and np.abs(quantized - reference).mean() < 0.05
 
 
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_a_batch_cut_into_slices_gives_the_whole_batchs_rows(runs: dict[str, Path], quantize: str) -> None:
+    served = greenadapt.load(runs["green"], runtime="onnx", quantize=quantize)
+    onnx_model = served.model  # type: ignore[attr-defined]
+    onnx_model.threads = 1
+    whole = _probabilities(served, TEXTS * 3)
+    calls = []
+    run = onnx_model.session.run
+    onnx_model.session = type("Counted", (), {"run": lambda _, *a: calls.append(len(a[1]["input_ids"])) or run(*a)})()
+    onnx_model.threads = 3
+    sliced = _probabilities(served, TEXTS * 3)
+    assert max(calls) < len(TEXTS) * 3 and len(calls) > 2  # the batches were cut
+    # fp32: the same rows to rounding; int8: each slice's activations take their own scale, so close, not equal
+    assert np.abs(sliced - whole).max() < (1e-5 if quantize == "none" else 0.05), np.abs(sliced - whole).max()
+
+
 def test_the_families_round_trip(tmp_path: Path) -> None:
     from family_models import FAMILIES, build_family_model
 

@@ -372,3 +372,19 @@ def test_a_changed_option_is_named_down_to_its_nested_key_with_both_values() -> 
     new = {"task": "ner", "train": {"lr": 0.0001, "epochs": 3}, "model": {"path": "/m"}}
     assert config_difference(old, new) == "changed: train.lr 5e-05 -> 0.0001"
     assert config_difference({"a": 1}, {"a": 2, "b": "x" * 40}) == "changed: a 1 -> 2, b"
+
+
+def test_a_secret_seen_in_a_url_and_part_of_a_path_leaves_the_manifest_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials seen in this process are scrubbed from every file greenadapt writes, a manifest included; its
+    checksum is over what is written, so the stage reads back whole and a rerun is up to date, not 'edited by hand'."""
+    from greenadapt import redaction
+
+    monkeypatch.setattr(redaction, "_LOG_SECRETS", set())  # this test's secrets stay this test's
+    redaction.redact_url("https://alice:tok12345@example.org/corpus.txt")  # a corpus URL: its user name is a secret now
+    out = tmp_path / "alice-runs" / "stage"
+    _make(out, {"corpus": str(tmp_path / "alice-corpus.txt")})
+    written = (out / "manifest.json").read_text()
+    assert "alice" not in written and "***" in written  # scrubbed, as every file greenadapt writes
+    load_stage(out, "demo")  # whole: no StageError
+    again = _make(out, {"corpus": str(tmp_path / "alice-corpus.txt")})
+    assert again.skipped and "up to date" in again.skip_reason

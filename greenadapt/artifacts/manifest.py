@@ -219,6 +219,19 @@ def manifest_checksum(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
+def sealed(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``manifest`` as it will be written and parsed back, with its checksum over exactly that: through JSON, and with
+    every credential seen in this process taken out (what ``write_json`` does to the file's text). A checksum taken
+    before that scrub did not match the written file wherever a secret, such as a URL's user name, was also part of
+    a path: the next run called the stage edited by hand."""
+    from greenadapt.redaction import scrub_secrets
+
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM}
+    written: dict[str, Any] = json.loads(scrub_secrets(json.dumps(body, default=str)))
+    written[MANIFEST_CHECKSUM] = manifest_checksum(written)
+    return written
+
+
 def read_manifest_checked(folder: Path) -> tuple[dict[str, Any] | None, str]:
     """A manifest greenadapt wrote, unedited; else None and why not ("" when there is none at all)."""
     manifest, damage = parse_manifest(folder)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.artifacts.files import write_json
-from greenadapt.artifacts.manifest import MANIFEST, MANIFEST_CHECKSUM, RECORD_ONLY, fingerprint, manifest_checksum
+from greenadapt.artifacts.manifest import MANIFEST, RECORD_ONLY, fingerprint, sealed
 
 
 def moved(value: Any, moves: Mapping[str, str]) -> Any:
@@ -48,9 +48,7 @@ def relocate_stage(folder: Path, final: Path, moves: Mapping[str, str], options_
     identities = [{k: v for k, v in entry.items() if k not in RECORD_ONLY} if isinstance(entry, dict) else entry
                   for entry in manifest.get("inputs") or []]
     manifest["fingerprint"] = fingerprint(str(manifest.get("kind")), manifest.get("config") or {}, identities)
-    manifest.pop(MANIFEST_CHECKSUM, None)
-    manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
-    write_json(folder / MANIFEST, manifest)
+    write_json(folder / MANIFEST, sealed(manifest))
     options = folder / options_file
     if options.is_file():
         write_json(options, moved(json.loads(options.read_text(encoding="utf-8")), moves))

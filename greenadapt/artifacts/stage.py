@@ -38,13 +38,12 @@ from greenadapt.artifacts.files import library_versions, sha256_file, write_json
 from greenadapt.artifacts.locks import lock_within, release_output_lock, take_output_lock
 from greenadapt.artifacts.manifest import (
     MANIFEST,
-    MANIFEST_CHECKSUM,
     MANIFEST_FORMAT,
     Manifest,
     check_ownership,
     fingerprint,
     legacy_fingerprint,
-    manifest_checksum,
+    sealed,
     parse_manifest,
     recorded_inputs,
     verify_files,
@@ -276,9 +275,7 @@ class StageRun:
             manifest["options"] = settings.document()
         if extra:
             manifest.update(extra)
-        # The checksum covers the fields as a reader will parse them back.
-        manifest = json.loads(json.dumps(manifest, default=str))
-        manifest[MANIFEST_CHECKSUM] = manifest_checksum(manifest)
+        manifest = sealed(manifest)  # the checksum covers the fields as a reader will parse them back
         try:
             write_json(self.tmp / MANIFEST, manifest)  # from here on the manifest is the proof
             (self.tmp / TEMPORARY_MARKER).unlink(missing_ok=True)

@@ -62,26 +62,48 @@ def check_runtime(runtime: str, quantize: str, device: str) -> None:
 
 class OnnxModel:
     """An ONNX Runtime session that answers as the torch model did: ``model(**inputs)`` has the same outputs
-    (``.logits``, or ``.start_logits``/``.end_logits``) as torch tensors, and ``.config`` is the model's."""
+    (``.logits``, or ``.start_logits``/``.end_logits``) as torch tensors, and ``.config`` is the model's.
+
+    A batch is cut into ``threads`` slices run side by side, each by one thread: the layer norms, transposes and
+    softmax between the int8 products parallelise poorly inside one run, so two slices on their own cores served the
+    benchmark's sentences 1.25x faster than the whole batch on a session of two threads (bench/onnx_batching.py,
+    docs/benchmarks.md "Serving on a CPU"). Rows never see each other, so a slice's outputs are the whole batch's
+    rows; at int8 an activation's scale is taken over its slice."""
 
     training = False
+    runs_any_shape = True  # nothing is compiled per input shape: batches need no padding to a few shapes
 
     def __init__(self, path: Path, config: Any, *, threads: int | None = None) -> None:
         ort = require_onnxruntime()
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if threads:
-            options.intra_op_num_threads = threads
-        self.path, self.config = path, config
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.path, self.config, self.threads = path, config, max(1, threads or 1)
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
+        self._slices: Any = None  # the threads that run a batch's slices, started on the first batch of two rows or more
 
     def __call__(self, **inputs: Any) -> SimpleNamespace:
+        import numpy as np
         import torch
 
         feed = {name: inputs[name].cpu().numpy() for name in self.inputs}
-        arrays = self.session.run(self.outputs, feed)
+        rows = len(next(iter(feed.values())))
+        parts = min(self.threads, rows)
+        if parts <= 1:
+            arrays = self.session.run(self.outputs, feed)
+        else:
+            if self._slices is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._slices = ThreadPoolExecutor(self.threads, thread_name_prefix="greenadapt-onnx")
+            bounds = np.linspace(0, rows, parts + 1).astype(int)
+            runs = [self._slices.submit(self.session.run, self.outputs, {name: array[a:b] for name, array in feed.items()})
+                    for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            sliced = [run.result() for run in runs]
+            arrays = [np.concatenate(parts_of_one) for parts_of_one in zip(*sliced, strict=True)]
         return SimpleNamespace(**{name: torch.from_numpy(array) for name, array in zip(self.outputs, arrays, strict=True)})
 
     def eval(self) -> OnnxModel:

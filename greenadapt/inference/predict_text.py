@@ -22,8 +22,8 @@ Output: JSON lines — NER ``{"text", "entities": [{start, end, text, label,
 score}]}`` with character offsets into the text, classification ``{"text",
 "label", "score", "scores"}`` — to a file (written atomically) or ``-``
 (stdout, streamed in batches so a pipe sees results as they are ready).
-Documents are predicted ``docs_per_batch`` at a time, so memory does not grow
-with the input.
+Documents are predicted a window at a time (up to ``docs_per_batch`` documents
+and ``chars_per_batch`` characters), so memory does not grow with the input.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, IO, Any
 
 from greenadapt.tasks import get_task
 from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
+from greenadapt.inference.windows import CHARS_PER_WINDOW, DOCS_PER_WINDOW, STALL_SECONDS, flushed_on_stalls, windows
 from greenadapt.artifacts.files import atomic_writer
 from greenadapt.data.settings import HEADERS
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 STDIO = "-"
 RAW_FORMATS = ("auto", "text", "jsonl", "columns", "tsv")  # what --format accepts
 _SNIFF_LINES = 50
-
 
 def is_stdio(value: str | os.PathLike[str] | None) -> bool:
     return value is not None and str(value) == STDIO
@@ -137,6 +137,7 @@ class Source:
     size: int | None = None  # bytes of the input file (compressed, for a .gz): the progress's total, where known
     position: Callable[[], int | None] | None = None  # how far into those bytes the reading is
     compressed: bool = False  # the file's bytes are not its text's: no share of them is shown
+    live: bool = False  # standard input: a feed may pause, and what it gave is predicted when it does
 
 
 def open_source(task: str, source: str | os.PathLike[str], *, file_format: str = "auto", text_field: str | None = None) -> Source:
@@ -151,7 +152,8 @@ def open_source(task: str, source: str | os.PathLike[str], *, file_format: str =
         return Source("folder", documents=_folder_documents(Path(source)))
     handle, name = _open_text(source)
     lines = _decoded(handle, name)
-    head = list(itertools.islice(lines, _SNIFF_LINES))
+    # (a named text format needs no sniffing: a live feed's first lines are predicted without waiting for 50 of them)
+    head = [] if file_format in ("text", "columns", "tsv") else list(itertools.islice(lines, _SNIFF_LINES))
     fmt = detect_format(task, head, file_format, text_field)
     stream = itertools.chain(head, lines)
     if fmt in TRAINING_FORMATS:
@@ -163,7 +165,7 @@ def open_source(task: str, source: str | os.PathLike[str], *, file_format: str =
     if isinstance(handle, _FileText):
         return Source(fmt, documents=documents, size=Path(source).stat().st_size, position=handle.bytes_read,
                       compressed=_compressed(Path(source)))
-    return Source(fmt, documents=documents)
+    return Source(fmt, documents=documents, live=is_stdio(source))
 
 
 def predict_text(
@@ -171,22 +173,28 @@ def predict_text(
     source: Source,
     output: str | os.PathLike[str],
     *,
-    docs_per_batch: int = 256,
+    docs_per_batch: int = DOCS_PER_WINDOW,
+    chars_per_batch: int = CHARS_PER_WINDOW,
     progress: Progress = NULL_PROGRESS,
 ) -> PredictSummary:
-    """Predict every document of a raw ``source`` with ``model`` (a :func:`greenadapt.load` object); JSON lines to ``output``."""
+    """Predict every document of a raw ``source`` with ``model`` (a :func:`greenadapt.load` object); JSON lines to ``output``.
+
+    Documents are predicted in windows of up to ``docs_per_batch`` documents and ``chars_per_batch`` characters
+    (a longer document is a window alone)."""
     if source.documents is None:
         raise ValueError("predict_text takes raw documents; a training-style file goes to run_predict")
-    if docs_per_batch < 1:
-        raise UsageError("docs_per_batch must be at least 1")
+    if docs_per_batch < 1 or chars_per_batch < 1:
+        raise UsageError("docs_per_batch and chars_per_batch must be at least 1")
     counts = {"documents": 0, "entities": 0, "characters": 0}
     # Progress in documents (a line of text, a JSON record, a file): what a user counts. Beside it the text read so
     # far; for an uncompressed file of known size its share too (a compressed file's size is not its text's).
     size, position = (source.size, source.position) if not source.compressed else (None, None)
     progress.start("predicting", unit="documents")
 
+    documents = flushed_on_stalls(source.documents, STALL_SECONDS) if source.live else source.documents
+
     def lines() -> Iterator[str]:
-        for batch in _batches(source.documents, docs_per_batch):  # type: ignore[arg-type]
+        for batch in windows(documents, docs_per_batch, chars_per_batch):
             for record, prediction in zip(batch, _predict_batch(model, [r.text for r in batch]), strict=True):
                 counts["documents"] += 1
                 counts["characters"] += len(record.text) + 1
@@ -305,11 +313,6 @@ def _folder_documents(folder: Path) -> Iterator[_Record]:
         except UnicodeDecodeError:
             raise DataError("not UTF-8 text", path=path, hint="convert the file to UTF-8") from None
         yield _Record(text, {"file": str(path.relative_to(folder)), "text": text})
-
-
-def _batches(items: Iterator[_Record], size: int) -> Iterator[list[_Record]]:
-    while batch := list(itertools.islice(items, size)):
-        yield batch
 
 
 def _predict_batch(model: Any, texts: list[str]) -> list[dict[str, Any]]:
