@@ -65,11 +65,7 @@ def main() -> None:
         order = np.argsort([-len(u.ids[view]) for u in units], kind="stable")
         made = []
         for start in range(0, len(order), 64):
-            chunk = order[start : start + 64]
-            if padded:
-                chunk, width = inference_shape(units, chunk, view, 512, 64)
-            else:
-                width = max(len(units[int(i)].ids[view]) for i in chunk)
+            chunk, width = inference_shape(units, order[start : start + 64], view, 512 if padded else None, 64)  # (None: unpadded)
             ids = np.full((len(chunk), width), pad, dtype=np.int64)
             mask = np.zeros_like(ids)
             for row, i in enumerate(chunk):

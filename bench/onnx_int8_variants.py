@@ -122,14 +122,14 @@ def main() -> None:
     except ImportError:
         print("| MatMulNBits, 8-bit blocks | skipped: pip install onnx-ir | |")
     else:
-        for block in (32, 128):
-            quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32)), bits=8, block_size=block, is_symmetric=True, accuracy_level=4)
+        for bits, block in ((8, 32), (8, 128), (4, 32)):
+            quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32)), bits=bits, block_size=block, is_symmetric=True, accuracy_level=4)
             quantizer.process()
-            target = work / f"nbits-{block}.onnx"
+            target = work / f"nbits-{bits}-{block}.onnx"
             quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
             rate, outs = run_all(target, feed)
             agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
-            print(f"| MatMulNBits, 8-bit blocks of {block}, int8 compute | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
+            print(f"| MatMulNBits, {bits}-bit blocks of {block}, int8 compute | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
     profiled = session(made["int8 (greenadapt's)"], profile=str(work / "profile"))
     for b in feed[:20]:
         profiled.run(None, b)

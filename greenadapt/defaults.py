@@ -28,11 +28,11 @@ def check_max_length(value: int) -> int:
     return value
 
 
-# Bounds of a training command's length: far past any real run (a fine-tuning is 2-10 epochs, a pretraining
-# thousands to a million steps), low enough that a typo (--epochs 1e18) is refused instead of trained for ever.
 # --train-embeddings: which word-embedding rows train (every row, the rows expand added, none).
 TRAIN_EMBEDDINGS = ("all", "new", "none")
 
+# Bounds of a training command's length: far past any real run (a fine-tuning is 2-10 epochs, a pretraining
+# thousands to a million steps), low enough that a typo (--epochs 1e18) is refused instead of trained for ever.
 MAX_EPOCHS = 10_000
 MAX_STEPS = 1_000_000_000
 

@@ -43,9 +43,9 @@ from greenadapt.artifacts.manifest import (
     check_ownership,
     fingerprint,
     legacy_fingerprint,
-    sealed,
     parse_manifest,
     recorded_inputs,
+    sealed,
     verify_files,
 )
 from greenadapt.errors import (

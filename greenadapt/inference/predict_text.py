@@ -22,8 +22,8 @@ Output: JSON lines — NER ``{"text", "entities": [{start, end, text, label,
 score}]}`` with character offsets into the text, classification ``{"text",
 "label", "score", "scores"}`` — to a file (written atomically) or ``-``
 (stdout, streamed in batches so a pipe sees results as they are ready).
-Documents are predicted a window at a time (up to ``docs_per_batch`` documents
-and ``chars_per_batch`` characters), so memory does not grow with the input.
+Documents are predicted a window at a time (up to ``docs_per_window`` documents
+and ``chars_per_window`` characters), so memory does not grow with the input.
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ if TYPE_CHECKING:
 
 STDIO = "-"
 RAW_FORMATS = ("auto", "text", "jsonl", "columns", "tsv")  # what --format accepts
+TAKEN_AS_NAMED = ("columns", "tsv", "text")  # --format values used as given: no line is read to decide
 _SNIFF_LINES = 50
+
 
 def is_stdio(value: str | os.PathLike[str] | None) -> bool:
     return value is not None and str(value) == STDIO
@@ -93,7 +95,7 @@ def detect_format(task: str, head: list[str], requested: str = "auto", text_fiel
     if requested not in RAW_FORMATS:
         raise UsageError(f"unknown --format {requested!r}", hint=f"choose from {', '.join(RAW_FORMATS)}")
     lines = [line for line in head if line.strip()]
-    if requested in ("columns", "tsv", "text"):
+    if requested in TAKEN_AS_NAMED:
         return requested
     first = lines[0].lstrip() if lines else ""
     if requested == "jsonl" or first.startswith("{"):
@@ -152,8 +154,8 @@ def open_source(task: str, source: str | os.PathLike[str], *, file_format: str =
         return Source("folder", documents=_folder_documents(Path(source)))
     handle, name = _open_text(source)
     lines = _decoded(handle, name)
-    # (a named text format needs no sniffing: a live feed's first lines are predicted without waiting for 50 of them)
-    head = [] if file_format in ("text", "columns", "tsv") else list(itertools.islice(lines, _SNIFF_LINES))
+    # (a live feed's first lines are predicted without waiting for 50 of them where the format is named)
+    head = [] if file_format in TAKEN_AS_NAMED else list(itertools.islice(lines, _SNIFF_LINES))
     fmt = detect_format(task, head, file_format, text_field)
     stream = itertools.chain(head, lines)
     if fmt in TRAINING_FORMATS:
@@ -173,18 +175,18 @@ def predict_text(
     source: Source,
     output: str | os.PathLike[str],
     *,
-    docs_per_batch: int = DOCS_PER_WINDOW,
-    chars_per_batch: int = CHARS_PER_WINDOW,
+    docs_per_window: int = DOCS_PER_WINDOW,
+    chars_per_window: int = CHARS_PER_WINDOW,
     progress: Progress = NULL_PROGRESS,
 ) -> PredictSummary:
     """Predict every document of a raw ``source`` with ``model`` (a :func:`greenadapt.load` object); JSON lines to ``output``.
 
-    Documents are predicted in windows of up to ``docs_per_batch`` documents and ``chars_per_batch`` characters
+    Documents are predicted in windows of up to ``docs_per_window`` documents and ``chars_per_window`` characters
     (a longer document is a window alone)."""
     if source.documents is None:
         raise ValueError("predict_text takes raw documents; a training-style file goes to run_predict")
-    if docs_per_batch < 1 or chars_per_batch < 1:
-        raise UsageError("docs_per_batch and chars_per_batch must be at least 1")
+    if docs_per_window < 1 or chars_per_window < 1:
+        raise UsageError("docs_per_window and chars_per_window must be at least 1")
     counts = {"documents": 0, "entities": 0, "characters": 0}
     # Progress in documents (a line of text, a JSON record, a file): what a user counts. Beside it the text read so
     # far; for an uncompressed file of known size its share too (a compressed file's size is not its text's).
@@ -194,8 +196,8 @@ def predict_text(
     documents = flushed_on_stalls(source.documents, STALL_SECONDS) if source.live else source.documents
 
     def lines() -> Iterator[str]:
-        for batch in windows(documents, docs_per_batch, chars_per_batch):
-            for record, prediction in zip(batch, _predict_batch(model, [r.text for r in batch]), strict=True):
+        for window in windows(documents, docs_per_window, chars_per_window):
+            for record, prediction in zip(window, _predict_batch(model, [r.text for r in window]), strict=True):
                 counts["documents"] += 1
                 counts["characters"] += len(record.text) + 1
                 if model.finds_entities:

@@ -65,7 +65,6 @@ from greenadapt.machine.devices import to_device
 log = logging.getLogger(__name__)
 
 
-
 class SplitWordEmbedding(nn.Module):
     """Word embeddings as dense original rows plus row-wise trained added rows."""
 

@@ -42,11 +42,12 @@ def view_logits(
     import torch
 
     n_rows = np.array([u.n_rows for u in units], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(n_rows)])
+    offsets = _row_offsets(units)
     mine = np.arange(ctx.rank, len(units), ctx.world)
     mine = mine[np.argsort([-len(units[int(i)].ids[view]) for i in mine], kind="stable")]
     dtype = autocast_dtype(precision, ctx.device)
-    widest = _widest(model, units, view)
+    # ONNX Runtime compiles nothing per shape: its batches are run unpadded (1.03x at int8, bench/onnx_batching.py)
+    widest = None if getattr(model, "runs_any_shape", False) else _widest(model, units, view)
     was_training = model.training
     model.eval()
     out: Any = None
@@ -54,16 +55,13 @@ def view_logits(
         with torch.inference_mode():
             for start in range(0, len(mine), batch_size):
                 chunk = mine[start : start + batch_size]
-                if getattr(model, "runs_any_shape", False):  # ONNX Runtime: the unpadded batch (1.03x at int8, bench/onnx_batching.py)
-                    shaped, width = chunk, max(len(units[int(i)].ids[view]) for i in chunk)
-                else:
-                    shaped, width = inference_shape(units, chunk, view, widest, batch_size)
+                shaped, width = inference_shape(units, chunk, view, widest, batch_size)
                 batch = collate(units, shaped, [view] * len(shaped), pad_id, ctx.device, width)
                 with autocast(ctx.device, dtype):
                     rows = output_rows(model, batch).float()[: int(n_rows[chunk].sum())]  # the real units' rows come first
                 if out is None:
                     out = torch.zeros(int(offsets[-1]), rows.shape[-1], device=ctx.device)
-                where = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in chunk])
+                where = _rows_of(offsets, chunk)
                 out[to_device(where, ctx.device)] = rows  # a pageable copy would wait for this batch's forward
             if out is None:  # this process had no units (more processes than units)
                 out = torch.zeros(int(offsets[-1]), model.config.num_labels, device=ctx.device)
@@ -81,9 +79,12 @@ def view_logits(
 INFERENCE_WIDTH_MULTIPLE = 8
 
 
-def inference_shape(units: Sequence[Unit], chunk: np.ndarray, view: int, widest: int, batch_size: int) -> tuple[np.ndarray, int]:
+def inference_shape(units: Sequence[Unit], chunk: np.ndarray, view: int, widest: int | None, batch_size: int) -> tuple[np.ndarray, int]:
     """The units of one inference batch as it is run (``chunk`` then repeats of its last, to a power of two, never past
-    ``batch_size``: a full batch is run as it is) and its width."""
+    ``batch_size``: a full batch is run as it is) and its width. ``widest`` None: a model that takes any shape, whose
+    batch is ``chunk`` as it is, as wide as its longest unit."""
+    if widest is None:
+        return chunk, max(len(units[int(i)].ids[view]) for i in chunk)
     size = min(1 << (len(chunk) - 1).bit_length(), batch_size)  # chunks are at most batch_size long
     shaped = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk))])
     longest = max(len(units[int(i)].ids[view]) for i in chunk)
@@ -141,14 +142,20 @@ def domain_view_logits(model: Any, units: Sequence[Unit], general: np.ndarray, c
     it; a fifth of the sentences of the serving benchmark) is the same model input, so its rows are the general
     view's and only the others are run again."""
     differ = [i for i, unit in enumerate(units) if not same_in_both_views(unit)]
-    if len(differ) == len(units):
-        return view_logits(model, units, VIEW_DOMAIN, ctx, **kwargs)
     domain = general.copy()
     if differ:
-        offsets = np.concatenate([[0], np.cumsum([u.n_rows for u in units])])
-        where = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in differ])
-        domain[where] = view_logits(model, [units[i] for i in differ], VIEW_DOMAIN, ctx, **kwargs)
+        domain[_rows_of(_row_offsets(units), differ)] = view_logits(model, [units[i] for i in differ], VIEW_DOMAIN, ctx, **kwargs)
     return domain
+
+
+def _row_offsets(units: Sequence[Unit]) -> np.ndarray:
+    """Where each unit's output rows start in the row arrays (and, last, their total)."""
+    return np.concatenate([[0], np.cumsum([u.n_rows for u in units], dtype=np.int64)])
+
+
+def _rows_of(offsets: np.ndarray, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The positions of the output rows of the units ``indices`` in the row arrays, unit by unit."""
+    return np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in indices])
 
 
 def same_in_both_views(unit: Unit) -> bool:
