@@ -10,6 +10,8 @@ model). transformers' pipeline is the field's baseline: fp32, one view (the fold
         --test ../shared/data/ner/NCBI-disease/test.tsv --out bench-serving
     # a CPU without bf16, as far as greenadapt is concerned: auto precision stays fp32
     GREENADAPT_CPU_AUTO_PRECISION=fp32 python bench/bench_serving.py ... --out bench-serving-fp32cpu
+    # and torch as an earlier greenadapt ran it, in the same run: a checkout of that commit
+    git worktree add ../greenadapt-before COMMIT && python bench/bench_serving.py ... --before ../greenadapt-before
 
 Prints a Markdown table (and writes it with the raw figures to --out). The ONNX exports are made once, before the
 timed runs (the model folder's cache), so cold start is what a cron job pays every day after the first.
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+TORCH_ARMS = ("greenadapt torch fp32", "greenadapt torch auto (bf16 where the CPU has it)")  # what --before times again
 ARMS = {
     "transformers pipeline fp32 (one view)": None,
     "greenadapt torch fp32": ["--precision", "fp32"],
@@ -64,11 +67,11 @@ def sentences(corpus: Path, n: int, out: Path, longest: int) -> Path:
     return out
 
 
-def timed(argv: list[str], env: dict[str, str]) -> dict[str, float]:
-    """Wall seconds and peak resident memory (MiB) of one process."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, float]:
+    """Wall seconds and peak resident memory (MiB) of one process, started in ``cwd`` (``python -m`` imports from there first)."""
     report = Path(f"/tmp/bench-serving-time-{os.getpid()}.txt")
     started = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-v", "-o", str(report), *argv], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(["/usr/bin/time", "-v", "-o", str(report), *argv], env=env, capture_output=True, text=True, check=False, cwd=cwd)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr[-2000:]}")
@@ -100,7 +103,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-serving"))
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per arm (the fastest is kept)")
     parser.add_argument("--longest", type=int, default=400, help="corpus lines of 40 to this many characters are taken")
+    parser.add_argument("--before", type=Path, help="a checkout of an earlier greenadapt: its torch arms are timed too, in this run")
     args = parser.parse_args()
+    args.run, args.corpus, args.test, args.out = (path.resolve() for path in (args.run, args.corpus, args.test, args.out))
+    arms: dict[str, tuple[list[str] | None, Path]] = {arm: (extra, HERE) for arm, extra in ARMS.items()}
+    if args.before:
+        arms.update({f"{arm}, code of {args.before.name}": (ARMS[arm], args.before.resolve()) for arm in TORCH_ARMS})
     args.out.mkdir(parents=True, exist_ok=True)
     text = sentences(args.corpus, args.sentences, args.out / "sentences.txt", args.longest)
     one = args.out / "one.txt"
@@ -111,8 +119,9 @@ def main() -> None:
         subprocess.run([*greenadapt, "predict", "-m", str(args.run), str(one), "-o", str(args.out / "warm.jsonl"), "--force", "-q", *extra],
                        env=env, check=True)
     rows = {}
-    for arm, extra in ARMS.items():
+    for arm, (extra, code) in arms.items():
         slug = slug_of(arm)
+        arm_env = {**env, "PYTHONPATH": str(code)}
         figures: dict[str, float] = {}
         for what, source in (("cold", one), ("all", text)):
             best = None
@@ -124,12 +133,12 @@ def main() -> None:
                     argv = [sys.executable, str(script), str(args.run), str(source), str(output)]
                 else:
                     argv = [*greenadapt, "predict", "-m", str(args.run), str(source), "-o", str(output), "--force", "-q", *extra]
-                got = timed(argv, env)
+                got = timed(argv, arm_env, code)
                 best = got if best is None or got["wall_s"] < best["wall_s"] else best
             assert best is not None
             figures[f"{what}_wall_s"], figures[f"{what}_peak_mib"] = best["wall_s"], best["peak_mib"]
         figures["sentences_per_s"] = args.sentences / max(1e-9, figures["all_wall_s"] - figures["cold_wall_s"])
-        if extra is not None:
+        if extra is not None and code == HERE:
             scored = subprocess.run([*greenadapt, "evaluate", "-m", str(args.run), str(args.test), "--json", "-q",
                                      *[e for e in extra if e != "--force"]], env=env, capture_output=True, text=True, check=True)
             result = json.loads(scored.stdout)
@@ -139,7 +148,7 @@ def main() -> None:
         print(f"{arm}: {figures}", file=sys.stderr, flush=True)
     reference = rows["greenadapt torch fp32"]
     for arm, figures in rows.items():  # the goal's measure: sentences given exactly torch fp32's entities
-        if ARMS[arm] is not None:
+        if arms[arm][0] is not None and arms[arm][1] == HERE:
             figures["same_entities"] = same_entities(args.out / f"{slug_of(arm)}-all.jsonl", args.out / f"{slug_of('greenadapt torch fp32')}-all.jsonl")
     lines = [f"{args.sentences:,} sentences of {args.corpus.name}; F1 on {args.test.parent.name}/{args.test.name}; "
              f"GREENADAPT_CPU_AUTO_PRECISION={os.environ.get('GREENADAPT_CPU_AUTO_PRECISION', '(unset)')}",
@@ -154,6 +163,10 @@ def main() -> None:
         same = f"{100 * f['same_entities']:.2f}%" if "same_entities" in f else "—"
         lines.append(f"| {arm} | {f['sentences_per_s']:.1f} | {f['sentences_per_s'] / reference['sentences_per_s']:.2f} | "
                      f"{f['sentences_per_s'] / auto['sentences_per_s']:.2f} | {f['all_peak_mib']:.0f} | {f['cold_wall_s']:.1f} | {f1} | {delta} | {same} |")
+    if args.before:
+        old_fp32, old_auto = (rows[f"{arm}, code of {args.before.name}"]["sentences_per_s"] for arm in TORCH_ARMS)
+        lines += ["", f"| arm | × torch fp32, code of {args.before.name} | × torch auto, code of {args.before.name} |", "|---|---:|---:|"]
+        lines += [f"| {arm} | {f['sentences_per_s'] / old_fp32:.2f} | {f['sentences_per_s'] / old_auto:.2f} |" for arm, f in rows.items()]
     table = "\n".join(lines)
     print(table)
     (args.out / "table.md").write_text(table + "\n")

@@ -68,16 +68,21 @@ def _hide_credentials(match: re.Match[str]) -> str:
     return f"{match.group('lead')}***@"
 
 
-def scrub_secrets(text: str) -> str:
+def scrub_secrets(text: str, *, record: bool = False) -> str:
     """``text`` with every URL in it as its public form (no ``user:password@``, no signature), credentials in any other
     spelling (``scheme:/user:password@``, a bare ``user:password@host:port``) as ``***@``, and every secret seen
-    before as ``***``: the one scrubber of every line greenadapt shows or writes that may quote a user's value."""
+    before as ``***``: the one scrubber of every line greenadapt shows or writes that may quote a user's value.
+
+    ``record``: a file greenadapt reads back (a manifest, options.json), whose paths must stay as they are: a URL's
+    user name seen beside a password is left there (a path under /home/alice is the user's own name, not the URL's
+    secret); every other secret, and any URL's credentials, are taken out as everywhere."""
     if "://" in text:
         text = _URL_IN_TEXT.sub(lambda match: redact_url(match.group(0)).public, text)
     if "@" in text:
         text = _CREDENTIALS_IN_TEXT.sub(_hide_credentials, text)
-    if _LOG_SECRETS and any(secret in text for secret in _LOG_SECRETS):
-        for secret in sorted(_LOG_SECRETS, key=len, reverse=True):
+    hidden = _LOG_SECRETS if record else _LOG_SECRETS | _IDENTITIES
+    if hidden and any(secret in text for secret in hidden):
+        for secret in sorted(hidden, key=len, reverse=True):
             text = text.replace(secret, "***")
     return text
 
@@ -116,9 +121,12 @@ def redact_url(url: str) -> RedactedUrl:
         user, _, password = userinfo.partition(":")
         secrets += [userinfo, urllib.parse.unquote(userinfo)]
         secrets += [s for s in (password, urllib.parse.unquote(password)) if s]
-        # A bare user (no password) is often the whole secret, e.g. a token as user name.
-        secrets += [s for s in (user, urllib.parse.unquote(user)) if s]
         _register_log_secrets(list(secrets))
+        names = [s for s in (user, urllib.parse.unquote(user)) if s]
+        secrets += names
+        # A bare user (no password) is often the whole secret, e.g. a token as user name; beside a password it is an
+        # identity, which may also name the user's folders (/home/alice): kept in records that are read back.
+        _register_log_secrets(names, identity=bool(password))
         netloc = hostport
     pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     signed = any(_SECRET_PARAM.search(name) for name, _ in pairs)
@@ -142,17 +150,18 @@ def redact_url(url: str) -> RedactedUrl:
 # Log records: libraries log request lines (urllib3 at DEBUG: "GET /path?query"),
 # so every secret seen in a URL is scrubbed from every record, whatever logger.
 
-_LOG_SECRETS: set[str] = set()
+_LOG_SECRETS: set[str] = set()  # scrubbed from every line greenadapt shows, logs or writes
+_IDENTITIES: set[str] = set()  # a URL's user name beside a password: scrubbed from what is shown and logged, not from records
 _LOG_LOCK = threading.Lock()
 _previous_factory: Any = None
 
 
-def _register_log_secrets(values: list[str]) -> None:
+def _register_log_secrets(values: list[str], *, identity: bool = False) -> None:
     values = [v for v in values if v and len(v) >= 3]
     if not values:
         return
     with _LOG_LOCK:
-        _LOG_SECRETS.update(values)
+        (_IDENTITIES if identity else _LOG_SECRETS).update(values)
     scrub_every_log_record()
 
 
@@ -171,7 +180,7 @@ def _scrubbing_record_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         message = record.getMessage()
     except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
         return record
-    if "@" in message or "://" in message or any(secret in message for secret in _LOG_SECRETS):
+    if "@" in message or "://" in message or any(secret in message for secret in (*_LOG_SECRETS, *_IDENTITIES)):
         scrubbed = scrub_secrets(message)
         if scrubbed != message:
             record.msg, record.args = scrubbed, ()
@@ -189,7 +198,7 @@ class ScrubbedLines:
         pending = self._pending + text
         whole, newline, self._pending = pending.rpartition("\n")
         if newline:
-            self._stream.write(scrub_secrets(whole + newline) if ("@" in whole or ":/" in whole or _LOG_SECRETS) else whole + newline)
+            self._stream.write(scrub_secrets(whole + newline) if ("@" in whole or ":/" in whole or _LOG_SECRETS or _IDENTITIES) else whole + newline)
         return len(text)
 
     def flush(self) -> None:

@@ -166,6 +166,7 @@ def _secrets_stay_in_their_test(monkeypatch: pytest.MonkeyPatch) -> None:
     from greenadapt import redaction
 
     monkeypatch.setattr(redaction, "_LOG_SECRETS", set(redaction._LOG_SECRETS))
+    monkeypatch.setattr(redaction, "_IDENTITIES", set(redaction._IDENTITIES))
 
 
 @pytest.fixture(autouse=True)

@@ -158,6 +158,26 @@ def test_word_split_input_gets_the_new_tokens(adapted: dict[str, Any]) -> None:
         assert ids == [adapted["new"][word]], (word, encoding.tokens)
 
 
+def test_a_words_pieces_are_its_pieces_wherever_it_stands(adapted: dict[str, Any]) -> None:
+    """word_pieces tokenizes each distinct word once, alone: right only if a word's pieces in a sentence, first or
+    later, are its pieces alone. Held against the sentences encoded whole, for T_LM and T̂ of every family."""
+    from transformers import AutoTokenizer
+
+    from greenadapt.modeling.units import word_backend, word_pieces
+
+    rng = random.Random(3)
+    vocabulary = [*GENERAL_WORDS[:40], *DOMAIN_WORDS, "APC2,", "(IL-6)", "don't", "Ünïcode", "x"]
+    sentences = [rng.sample(vocabulary, 12) for _ in range(30)] + [[word, *vocabulary[:3], word] for word in vocabulary]
+    for folder in (adapted["model"], adapted["expand"]):
+        backend = word_backend(AutoTokenizer.from_pretrained(folder))
+        whole = backend.encode_batch(sentences, is_pretokenized=True, add_special_tokens=False)
+        got = word_pieces(backend, sentences, unk_id=0)
+        for sentence, encoding, pieces in zip(sentences, whole, got, strict=True):
+            expected = [tuple(i for i, w in zip(encoding.ids, encoding.word_ids, strict=True) if w == index) or (0,)
+                        for index in range(len(sentence))]
+            assert pieces == expected, (adapted["family"], folder.name, sentence)
+
+
 def test_the_whole_chain_finetune_predict_pipeline(adapted: dict[str, Any]) -> None:
     from finetune_helpers import write_classify_file, write_ner_file
 

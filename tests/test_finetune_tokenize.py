@@ -63,10 +63,11 @@ def test_word_pieces_align_every_word(pair: TokenizerPair, sentence: list[str]) 
         (pieces,) = word_pieces(backend, [sentence], pair.unk_id)
         assert len(pieces) == len(sentence)
         assert all(len(p) >= 1 for p in pieces)
-        # The concatenation equals tokenizing each word alone: alignment never shifts pieces between words.
-        for word, word_ids in zip(sentence, pieces, strict=True):
-            alone = backend.encode([word], is_pretokenized=True, add_special_tokens=False).ids
-            assert word_ids == (alone or [pair.unk_id])
+        # Each word's pieces are the sentence's, encoded whole, at that word: alignment never shifts pieces between
+        # words, and a word tokenized once, alone (as word_pieces does), is what it is in the sentence.
+        whole = backend.encode(sentence, is_pretokenized=True, add_special_tokens=False)
+        assert pieces == [tuple(i for i, w in zip(whole.ids, whole.word_ids, strict=True) if w == k) or (pair.unk_id,)
+                          for k in range(len(sentence))]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -156,3 +157,27 @@ def test_text_units_pairs_and_truncation(pair: TokenizerPair) -> None:
         assert first.rows[view].tolist() == [0]
         assert len(units[1].ids[view]) == 24 and units[1].type_ids[view] is None
     assert len(first.ids[VIEW_DOMAIN]) < len(first.ids[VIEW_GENERAL])
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_units_are_built_with_the_cycle_collector_held_off_and_left_as_found(pair: TokenizerPair, enabled_before: bool,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Units hold no reference cycles; the collector's full passes over a loaded model's objects took a third of the
+    time to build them (docs/benchmarks.md). Its state afterwards is the caller's, whatever happened inside."""
+    import gc
+
+    from greenadapt.modeling import units as units_module
+
+    seen = []
+    word_pieces = units_module.word_pieces
+    monkeypatch.setattr(units_module, "word_pieces", lambda *a: seen.append(gc.isenabled()) or word_pieces(*a))
+    sentence = NerSentence(("tachycardia", "in", "leukemia"), ("B", "O", "B"), (1, 2, 3))
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        ner_units([sentence], {"O": 0, "B": 1, "I": 2}, pair, max_words=30, max_length=64)
+        assert seen == [False, False] and gc.isenabled() is enabled_before  # one call per view
+        with pytest.raises(KeyError):
+            ner_units([sentence], {"O": 0}, pair, max_words=30, max_length=64)  # a label the map lacks
+        assert gc.isenabled() is enabled_before
+    finally:
+        gc.enable()

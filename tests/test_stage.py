@@ -376,15 +376,25 @@ def test_a_changed_option_is_named_down_to_its_nested_key_with_both_values() -> 
 
 def test_a_secret_seen_in_a_url_and_part_of_a_path_leaves_the_manifest_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Credentials seen in this process are scrubbed from every file greenadapt writes, a manifest included; its
-    checksum is over what is written, so the stage reads back whole and a rerun is up to date, not 'edited by hand'."""
+    checksum is over what is written, so the stage reads back whole and a rerun is up to date, not 'edited by hand'.
+    A URL's user name beside a password is an identity, not the secret: a path that holds it stays readable in the
+    record (later stages read paths back from it); a bare user name, often a token, is scrubbed even there."""
     from greenadapt import redaction
 
     monkeypatch.setattr(redaction, "_LOG_SECRETS", set())  # this test's secrets stay this test's
-    redaction.redact_url("https://alice:tok12345@example.org/corpus.txt")  # a corpus URL: its user name is a secret now
-    out = tmp_path / "alice-runs" / "stage"
-    _make(out, {"corpus": str(tmp_path / "alice-corpus.txt")})
-    written = (out / "manifest.json").read_text()
-    assert "alice" not in written and "***" in written  # scrubbed, as every file greenadapt writes
-    load_stage(out, "demo")  # whole: no StageError
-    again = _make(out, {"corpus": str(tmp_path / "alice-corpus.txt")})
-    assert again.skipped and "up to date" in again.skip_reason
+    monkeypatch.setattr(redaction, "_IDENTITIES", set())
+    redaction.redact_url("https://alice:tok12345@example.org/corpus.txt")  # a corpus URL: alice is an identity, tok12345 a secret
+    redaction.redact_url("https://ghp_bare987@example.org/corpus.txt")  # a bare user: the token itself
+    for holder in ("alice", "tok12345", "ghp_bare987"):
+        out = tmp_path / f"{holder}-runs" / "stage"
+        corpus = str(tmp_path / f"{holder}-corpus.txt")
+        _make(out, {"corpus": corpus})
+        written = (out / "manifest.json").read_text()
+        if holder == "alice":
+            assert corpus in written  # the path as it is: a later stage finds it
+        else:
+            assert holder not in written and "***" in written  # scrubbed, as every file greenadapt writes
+        load_stage(out, "demo")  # whole: no StageError
+        again = _make(out, {"corpus": corpus})
+        assert again.skipped and "up to date" in again.skip_reason
+    assert redaction.scrub_secrets("read for alice") == "read for ***"  # what is shown and logged hides the identity too

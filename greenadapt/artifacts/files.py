@@ -343,9 +343,9 @@ def atomic_write_text(path: Path, text: str, *, user_path: bool = False) -> None
 
 def write_json(path: Path, obj: Any, *, scrub: bool = True) -> None:
     """A JSON file at a name greenadapt chose (a manifest, compare.json), written atomically, never through a link, with
-    credentials in any spelling taken out (:func:`~greenadapt.redaction.scrub_secrets`). ``scrub=False`` for a file of
-    the user's own data (predictions, whose words are theirs to keep as they are)."""
+    credentials in any spelling taken out (:func:`~greenadapt.redaction.scrub_secrets`, as a record: its paths stay
+    readable). ``scrub=False`` for a file of the user's own data (predictions, whose words are theirs to keep as they are)."""
     from greenadapt.redaction import scrub_secrets
 
     text = json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
-    atomic_write_text(path, scrub_secrets(text) if scrub else text)
+    atomic_write_text(path, scrub_secrets(text, record=True) if scrub else text)

@@ -227,7 +227,7 @@ def sealed(manifest: Mapping[str, Any]) -> dict[str, Any]:
     from greenadapt.redaction import scrub_secrets
 
     body = {k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM}
-    written: dict[str, Any] = json.loads(scrub_secrets(json.dumps(body, default=str)))
+    written: dict[str, Any] = json.loads(scrub_secrets(json.dumps(body, default=str), record=True))
     written[MANIFEST_CHECKSUM] = manifest_checksum(written)
     return written
 

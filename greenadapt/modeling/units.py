@@ -20,8 +20,10 @@ first piece, which carries the label, is kept).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,24 +92,20 @@ class Unit:
 # NER
 
 
-def word_pieces(backend: Any, sentences: Sequence[Sequence[str]], unk_id: int) -> list[list[list[int]]]:
+def word_pieces(backend: Any, sentences: Sequence[Sequence[str]], unk_id: int) -> list[list[tuple[int, ...]]]:
     """``[sentence][word] -> wordpiece ids``; never empty: a word the tokenizer drops becomes [UNK].
 
     The backend's normalizer and pre-tokenizer run per word, so a word such as
-    ``"APC2,"`` may become several pieces; they all belong to that word.
+    ``"APC2,"`` may become several pieces; they all belong to that word. A word's
+    pieces do not depend on its neighbours (:func:`word_backend` encodes each word as
+    in running text), so each distinct word is tokenized once: the serving benchmark's
+    5,000 sentences hold 135,000 words, 12,500 of them distinct. Words of one spelling
+    share one tuple of pieces.
     """
-    encodings = backend.encode_batch([list(s) for s in sentences], is_pretokenized=True, add_special_tokens=False)
-    result = []
-    for sentence, encoding in zip(sentences, encodings, strict=True):
-        pieces: list[list[int]] = [[] for _ in sentence]
-        for token_id, word in zip(encoding.ids, encoding.word_ids, strict=True):
-            if word is not None:
-                pieces[word].append(token_id)
-        for word_pieces_ in pieces:
-            if not word_pieces_:
-                word_pieces_.append(unk_id)
-        result.append(pieces)
-    return result
+    distinct = list(dict.fromkeys(word for sentence in sentences for word in sentence))
+    encodings = backend.encode_batch([[word] for word in distinct], is_pretokenized=True, add_special_tokens=False)
+    pieces_of = {word: tuple(encoding.ids) or (unk_id,) for word, encoding in zip(distinct, encodings, strict=True)}
+    return [[pieces_of[word] for word in sentence] for sentence in sentences]
 
 
 def split_ranges(
@@ -127,6 +125,9 @@ def split_ranges(
     """
     ranges = []
     while start < end:
+        if fits(start, end):  # (fits is monotone: every shorter range fits too) the common case, asked once
+            ranges.append((start, end))
+            break
         limit = start + 1
         while limit < end and fits(start, limit + 1):
             limit += 1
@@ -141,6 +142,21 @@ def split_ranges(
     return ranges
 
 
+@contextlib.contextmanager
+def _cycle_collector_paused() -> Iterator[None]:
+    """Python's cycle collector held off while units are built: they hold no reference cycles (counting frees them),
+    and the collector's full passes over every object of the process, a loaded model's included, took a third of the
+    time to build the units of 5,000 sentences (1.35 -> 0.85 s, bench/bench_serving.py's sentences)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@_cycle_collector_paused()
 def ner_units(
     sentences: Sequence[NerSentence],
     label2id: dict[str, int] | None,
@@ -207,7 +223,7 @@ def ner_units(
     return units, stats
 
 
-def _assemble(words: Sequence[list[int]], tokenizers: TokenizerPair, budget: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _assemble(words: Sequence[Sequence[int]], tokenizers: TokenizerPair, budget: int) -> tuple[np.ndarray, np.ndarray, int]:
     ids = [tokenizers.cls_id]
     rows = []
     truncated = 0
