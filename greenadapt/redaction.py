@@ -180,7 +180,7 @@ def _scrubbing_record_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         message = record.getMessage()
     except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
         return record
-    if "@" in message or "://" in message or any(secret in message for secret in (*_LOG_SECRETS, *_IDENTITIES)):
+    if "@" in message or "://" in message or any(secret in message for secrets in (_LOG_SECRETS, _IDENTITIES) for secret in secrets):
         scrubbed = scrub_secrets(message)
         if scrubbed != message:
             record.msg, record.args = scrubbed, ()

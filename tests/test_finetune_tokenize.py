@@ -162,8 +162,8 @@ def test_text_units_pairs_and_truncation(pair: TokenizerPair) -> None:
 @pytest.mark.parametrize("enabled_before", [True, False])
 def test_units_are_built_with_the_cycle_collector_held_off_and_left_as_found(pair: TokenizerPair, enabled_before: bool,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Units hold no reference cycles; the collector's full passes over a loaded model's objects took a third of the
-    time to build them (docs/benchmarks.md). Its state afterwards is the caller's, whatever happened inside."""
+    """Units hold no reference cycles; the collector's full passes over a loaded model's objects took up to a third of
+    the time to build them (docs/benchmarks.md). Its state afterwards is the caller's, whatever happened inside."""
     import gc
 
     from greenadapt.modeling import units as units_module
