@@ -61,7 +61,7 @@ def test_units_align_arbitrary_words(pair: TokenizerPair, sentence: list[str], m
                 own = pieces[first + k]
                 assert len(own) >= 1  # every word has a piece
                 got = list(ids[rows[k] : ends[k]])
-                assert got == own[:budget]  # its own pieces, in order; cut only past the budget
+                assert got == list(own[:budget])  # its own pieces, in order; cut only past the budget
                 expected_truncated += len(own) > budget
     assert covered == list(range(n))  # every word exactly once, in order
     assert stats["truncated_words"] == expected_truncated  # every cut word is reported
