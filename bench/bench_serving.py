@@ -13,7 +13,10 @@ model). transformers' pipeline is the field's baseline: fp32, one view (the fold
     # and torch as an earlier greenadapt ran it, in the same run: a checkout of that commit
     git worktree add ../greenadapt-before COMMIT && python bench/bench_serving.py ... --before ../greenadapt-before
 
-Prints a Markdown table (and writes it with the raw figures to --out). The ONNX exports are made once, before the
+``--repeats N`` runs N rounds, each timing every arm once in turn: the table gives each arm's median, and a second
+table each ONNX arm's sentences/s over each torch arm's, paired round by round (mean ± sd, lowest).
+
+Prints the Markdown tables (and writes them with the raw figures to --out). The ONNX exports are made once, before the
 timed runs (the model folder's cache), so cold start is what a cron job pays every day after the first.
 """
 
@@ -24,10 +27,12 @@ import gzip
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 TORCH_ARMS = ("greenadapt torch fp32", "greenadapt torch auto (bf16 where the CPU has it)")  # what --before times again
@@ -94,6 +99,16 @@ def same_entities(predicted: Path, reference: Path) -> float:
     return sum(a == b for a, b in zip(got, wanted, strict=True)) / max(1, len(wanted))
 
 
+def paired_ratios(rows: dict[str, dict[str, Any]], arms: list[str], anchors: list[str]) -> str:
+    """Each arm's sentences/s over each anchor's, round by round (the same round's two runs): mean ± sd and the lowest."""
+    lines = [f"| arm / anchor, paired by round ({len(rows[arms[0]]['rounds'])} rounds) | mean ± sd | lowest |", "|---|---:|---:|"]
+    for arm in arms:
+        for anchor in anchors:
+            ratios = [a / b for a, b in zip(rows[arm]["rounds"], rows[anchor]["rounds"], strict=True)]
+            lines.append(f"| {arm} / {anchor} | {statistics.mean(ratios):.2f} ± {statistics.stdev(ratios):.2f} | {min(ratios):.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=Path, required=True, help="a fine-tuned NER run folder (two tokenizers)")
@@ -101,7 +116,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=5000)
     parser.add_argument("--test", type=Path, required=True, help="a labelled NER test file (F1)")
     parser.add_argument("--out", type=Path, default=Path("bench-serving"))
-    parser.add_argument("--repeats", type=int, default=1, help="timed runs per arm (the fastest is kept)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds: each times every arm once, in turn; the table gives each arm's median, and the paired ratios per round")
     parser.add_argument("--longest", type=int, default=400, help="corpus lines of 40 to this many characters are taken")
     parser.add_argument("--before", type=Path, help="a checkout of an earlier greenadapt: its torch arms are timed too, in this run")
     args = parser.parse_args()
@@ -115,37 +131,42 @@ def main() -> None:
     one.write_text(text.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(HERE), "GREENADAPT_HEARTBEAT": "0", "TOKENIZERS_PARALLELISM": "false"}
     greenadapt = [sys.executable, "-m", "greenadapt"]
-    for extra in (["--runtime", "onnx"], ["--runtime", "onnx", "--quantize", "int8"]):  # the exports, made once before timing
-        subprocess.run([*greenadapt, "predict", "-m", str(args.run), str(one), "-o", str(args.out / "warm.jsonl"), "--force", "-q", *extra],
+    for runtime in (["--runtime", "onnx"], ["--runtime", "onnx", "--quantize", "int8"]):  # the exports, made once before timing
+        subprocess.run([*greenadapt, "predict", "-m", str(args.run), str(one), "-o", str(args.out / "warm.jsonl"), "--force", "-q", *runtime],
                        env=env, check=True)
-    rows = {}
+    script = args.out / "pipeline.py"
+    script.write_text(PIPELINE)
+
+    def argv_of(extra: list[str] | None, source: Path, output: Path) -> list[str]:
+        if extra is None:
+            return [sys.executable, str(script), str(args.run), str(source), str(output)]
+        return [*greenadapt, "predict", "-m", str(args.run), str(source), "-o", str(output), "--force", "-q", *extra]
+
+    # Rounds, not repeats in a row: each round times every arm once, in turn, so a machine that slows for a while
+    # slows every arm of that round alike, and each round gives its own paired ratios.
+    timings: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
+    for round_number in range(1, args.repeats + 1):
+        for arm, (extra, code) in arms.items():
+            arm_env = {**env, "PYTHONPATH": str(code)}
+            cold = timed(argv_of(extra, one, args.out / f"{slug_of(arm)}-cold.jsonl"), arm_env, code)
+            whole = timed(argv_of(extra, text, args.out / f"{slug_of(arm)}-all.jsonl"), arm_env, code)
+            timings[arm].append({"cold_wall_s": cold["wall_s"], "all_wall_s": whole["wall_s"], "all_peak_mib": whole["peak_mib"],
+                                 "sentences_per_s": args.sentences / max(1e-9, whole["wall_s"] - cold["wall_s"])})
+            print(f"round {round_number}, {arm}: {timings[arm][-1]}", file=sys.stderr, flush=True)
+    rows: dict[str, dict[str, Any]] = {}
     for arm, (extra, code) in arms.items():
-        slug = slug_of(arm)
-        arm_env = {**env, "PYTHONPATH": str(code)}
-        figures: dict[str, float] = {}
-        for what, source in (("cold", one), ("all", text)):
-            best = None
-            for _ in range(args.repeats):
-                output = args.out / f"{slug}-{what}.jsonl"
-                if extra is None:
-                    script = args.out / "pipeline.py"
-                    script.write_text(PIPELINE)
-                    argv = [sys.executable, str(script), str(args.run), str(source), str(output)]
-                else:
-                    argv = [*greenadapt, "predict", "-m", str(args.run), str(source), "-o", str(output), "--force", "-q", *extra]
-                got = timed(argv, arm_env, code)
-                best = got if best is None or got["wall_s"] < best["wall_s"] else best
-            assert best is not None
-            figures[f"{what}_wall_s"], figures[f"{what}_peak_mib"] = best["wall_s"], best["peak_mib"]
-        figures["sentences_per_s"] = args.sentences / max(1e-9, figures["all_wall_s"] - figures["cold_wall_s"])
+        runs = timings[arm]
+        figures: dict[str, Any] = {"sentences_per_s": statistics.median(r["sentences_per_s"] for r in runs),
+                   "cold_wall_s": statistics.median(r["cold_wall_s"] for r in runs),
+                   "all_peak_mib": max(r["all_peak_mib"] for r in runs),
+                   "rounds": [r["sentences_per_s"] for r in runs]}
         if extra is not None and code == HERE:
-            scored = subprocess.run([*greenadapt, "evaluate", "-m", str(args.run), str(args.test), "--json", "-q",
-                                     *[e for e in extra if e != "--force"]], env=env, capture_output=True, text=True, check=True)
+            scored = subprocess.run([*greenadapt, "evaluate", "-m", str(args.run), str(args.test), "--json", "-q", *extra],
+                                    env=env, capture_output=True, text=True, check=True)
             result = json.loads(scored.stdout)
             figures["f1"] = result["scores"][result["headline_pool"]]["f1"] * 100
             figures["f1_general"] = result["scores"].get("general", {}).get("f1", float("nan")) * 100
         rows[arm] = figures
-        print(f"{arm}: {figures}", file=sys.stderr, flush=True)
     reference = rows["greenadapt torch fp32"]
     for arm, figures in rows.items():  # the goal's measure: sentences given exactly torch fp32's entities
         if arms[arm][0] is not None and arms[arm][1] == HERE:
@@ -167,6 +188,9 @@ def main() -> None:
         old_fp32, old_auto = (rows[f"{arm}, code of {args.before.name}"]["sentences_per_s"] for arm in TORCH_ARMS)
         lines += ["", f"| arm | × torch fp32, code of {args.before.name} | × torch auto, code of {args.before.name} |", "|---|---:|---:|"]
         lines += [f"| {arm} | {f['sentences_per_s'] / old_fp32:.2f} | {f['sentences_per_s'] / old_auto:.2f} |" for arm, f in rows.items()]
+    if args.repeats > 1:
+        lines += ["", paired_ratios(rows, [arm for arm in rows if arm.startswith("greenadapt ONNX")],
+                                    [arm for arm in rows if arm.startswith("greenadapt torch")])]
     table = "\n".join(lines)
     print(table)
     (args.out / "table.md").write_text(table + "\n")
