@@ -153,15 +153,18 @@ def main() -> None:
             timings[arm].append({"cold_wall_s": cold["wall_s"], "all_wall_s": whole["wall_s"], "all_peak_mib": whole["peak_mib"],
                                  "sentences_per_s": args.sentences / max(1e-9, whole["wall_s"] - cold["wall_s"])})
             print(f"round {round_number}, {arm}: {timings[arm][-1]}", file=sys.stderr, flush=True)
+    onnx_arms = [arm for arm, (extra, _) in arms.items() if extra and "onnx" in extra]
+    torch_arms = [arm for arm, (extra, _) in arms.items() if extra is not None and "onnx" not in extra]  # --before's too
+    scored_arms = {arm: extra for arm, (extra, code) in arms.items() if extra is not None and code == HERE}  # this checkout's greenadapt
     rows: dict[str, dict[str, Any]] = {}
-    for arm, (extra, code) in arms.items():
+    for arm in arms:
         runs = timings[arm]
         figures: dict[str, Any] = {"sentences_per_s": statistics.median(r["sentences_per_s"] for r in runs),
                    "cold_wall_s": statistics.median(r["cold_wall_s"] for r in runs),
                    "all_peak_mib": max(r["all_peak_mib"] for r in runs),
                    "rounds": [r["sentences_per_s"] for r in runs]}
-        if extra is not None and code == HERE:
-            scored = subprocess.run([*greenadapt, "evaluate", "-m", str(args.run), str(args.test), "--json", "-q", *extra],
+        if arm in scored_arms:
+            scored = subprocess.run([*greenadapt, "evaluate", "-m", str(args.run), str(args.test), "--json", "-q", *scored_arms[arm]],
                                     env=env, capture_output=True, text=True, check=True)
             result = json.loads(scored.stdout)
             figures["f1"] = result["scores"][result["headline_pool"]]["f1"] * 100
@@ -169,7 +172,7 @@ def main() -> None:
         rows[arm] = figures
     reference = rows["greenadapt torch fp32"]
     for arm, figures in rows.items():  # the goal's measure: sentences given exactly torch fp32's entities
-        if arms[arm][0] is not None and arms[arm][1] == HERE:
+        if arm in scored_arms:
             figures["same_entities"] = same_entities(args.out / f"{slug_of(arm)}-all.jsonl", args.out / f"{slug_of('greenadapt torch fp32')}-all.jsonl")
     lines = [f"{args.sentences:,} sentences of {args.corpus.name}; F1 on {args.test.parent.name}/{args.test.name}; "
              f"GREENADAPT_CPU_AUTO_PRECISION={os.environ.get('GREENADAPT_CPU_AUTO_PRECISION', '(unset)')}",
@@ -189,8 +192,7 @@ def main() -> None:
         lines += ["", f"| arm | × torch fp32, code of {args.before.name} | × torch auto, code of {args.before.name} |", "|---|---:|---:|"]
         lines += [f"| {arm} | {f['sentences_per_s'] / old_fp32:.2f} | {f['sentences_per_s'] / old_auto:.2f} |" for arm, f in rows.items()]
     if args.repeats > 1:
-        lines += ["", paired_ratios(rows, [arm for arm in rows if arm.startswith("greenadapt ONNX")],
-                                    [arm for arm in rows if arm.startswith("greenadapt torch")])]
+        lines += ["", paired_ratios(rows, onnx_arms, torch_arms)]
     table = "\n".join(lines)
     print(table)
     (args.out / "table.md").write_text(table + "\n")

@@ -80,7 +80,7 @@ def scrub_secrets(text: str, *, record: bool = False) -> str:
         text = _URL_IN_TEXT.sub(lambda match: redact_url(match.group(0)).public, text)
     if "@" in text:
         text = _CREDENTIALS_IN_TEXT.sub(_hide_credentials, text)
-    hidden = _LOG_SECRETS if record else _LOG_SECRETS | _IDENTITIES
+    hidden = _LOG_SECRETS | _IDENTITIES if _IDENTITIES and not record else _LOG_SECRETS
     if hidden and any(secret in text for secret in hidden):
         for secret in sorted(hidden, key=len, reverse=True):
             text = text.replace(secret, "***")
