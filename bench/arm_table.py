@@ -9,7 +9,9 @@ so any two of them pair by seed: the per-seed differences get the same Student-t
 
 Prints Markdown: per set, each arm's T_LM / T̂ / headline mean ± sd over its seeds (× 100), its difference to the
 baseline (compare's own ``--against``) with the seed interval and the seeds above; then each ``--pair``'s
-difference per set. Only seeds both arms finished count.
+difference per set. Only seeds both arms finished count. Several files of one set (the CPU study writes one per arm
+and seed, bench/cpu_study.py) are merged by arm and seed when their recipe is the same. ``--rule`` applies
+docs/study.md's rule once every arm has 10 seeds on the four NER sets, and says that a partial table decides nothing.
 """
 
 from __future__ import annotations
@@ -53,16 +55,85 @@ def difference(arm: dict[str, Any], other: dict[str, Any], metric: str) -> str:
     return f"{strong}{pair.mean * 100:+.2f}{interval}{strong}; {above}/{len(seeds)} above ({each})"
 
 
+RECIPE_KEYS = ("task", "epochs", "batch_size", "lr", "max_length", "precision", "max_steps")
+RULE_SETS = ("NCBI-disease", "BC5CDR-disease", "BC5CDR-chem", "BC2GM")
+RULE_ARMS = ("base", "base-both", "base-rdrop", "green-min20", "green-both", "green-agree")
+RULE_SEEDS = 10
+
+
+def merge(results: dict[str, dict[str, Any]], name: str, result: dict[str, Any], path: Path) -> None:
+    """Add one compare.json to its set's table: files of one set (the CPU study writes one per arm and seed) pair by
+    seed when their recipe is the same; an arm's seed found twice keeps the first score."""
+    if name not in results:
+        results[name] = {**result, "variants": [dict(v, scores=dict(v["scores"])) for v in result["variants"]]}
+        return
+    held = results[name]
+    for key in RECIPE_KEYS:
+        if held["options"].get(key) != result["options"].get(key):
+            raise SystemExit(f"{path}: {key} is {result['options'].get(key)!r}, another file of {name} has "
+                             f"{held['options'].get(key)!r}: only runs of one recipe pair")
+    arms = {v["name"]: v for v in held["variants"]}
+    for variant in result["variants"]:
+        if variant["name"] not in arms:
+            arms[variant["name"]] = dict(variant, scores=dict(variant["scores"]))
+            held["variants"].append(arms[variant["name"]])
+        else:
+            for seed, pools in variant["scores"].items():
+                arms[variant["name"]]["scores"].setdefault(seed, pools)
+
+
+def paired(arm: dict[str, Any], other: dict[str, Any], metric: str) -> Any:
+    mine, theirs = headline(arm, metric), headline(other, metric)
+    seeds = sorted(set(mine) & set(theirs))
+    return compare_pair(arm["name"], other["name"], metric, {s: (mine[s], theirs[s]) for s in seeds}, None) if seeds else None
+
+
+def apply_rule(results: dict[str, dict[str, Any]]) -> list[str]:
+    """docs/study.md's rule, "Views or R-Drop?" (written 2026-11-27), applied as written: nothing is decided until
+    every arm has 10 seeds on each of the four sets."""
+    arms = {name: {v["name"]: v for v in result["variants"]} for name, result in results.items()}
+    missing = [f"{name} {arm} ({len(arms.get(name, {}).get(arm, {}).get('scores', {}))} seeds)"
+               for name in RULE_SETS for arm in RULE_ARMS
+               if len(arms.get(name, {}).get(arm, {}).get("scores", {})) < RULE_SEEDS]
+    lines = ["**The rule** (docs/study.md, \"The rule\"), applied by `bench/arm_table.py --rule`:", ""]
+    if missing:
+        return [*lines, f"Not applied: {len(missing)} of {len(RULE_SETS) * len(RULE_ARMS)} set-and-arm cells have fewer than "
+                        f"{RULE_SEEDS} seeds (first: {', '.join(missing[:3])}). A partial table decides nothing."]
+
+    def diff(name: str, arm: str, other: str) -> Any:
+        return paired(arms[name][arm], arms[name][other], results[name]["metric"])
+
+    def count(test: Any) -> int:
+        return sum(1 for name in RULE_SETS if test(name))
+
+    agree_above_both = count(lambda n: diff(n, "green-agree", "green-both").mean > 0)
+    candidate = "green-agree" if agree_above_both >= 3 else "green-both"
+    lines.append(f"1. green-agree's mean is above green-both's on {agree_above_both} of 4 sets: the candidate is {candidate}.")
+    above = count(lambda n: diff(n, candidate, "green-min20").seed_interval[0] > 0)
+    below = count(lambda n: diff(n, candidate, "green-min20").seed_interval[1] < 0)
+    over_rdrop = count(lambda n: diff(n, candidate, "base-rdrop").mean > 0)
+    becomes = above >= 3 and below == 0 and over_rdrop >= 3
+    lines.append(f"2. (a) {candidate} − green-min20: seed interval above 0 on {above} of 4 sets, below 0 on {below}; "
+                 f"(b) {candidate} above base-rdrop on {over_rdrop} of 4: "
+                 + (f"**{candidate} becomes the default**." if becomes else "**the default stays `--agreement 0`**."))
+    regularizer = count(lambda n: diff(n, "base-rdrop", "green-agree").mean >= 0)
+    lines.append(f"3. base-rdrop at or above green-agree on {regularizer} of 4 sets: "
+                 + ("**the gain is the regularizer's**; compare recommends R-Drop on the base model." if regularizer >= 3
+                    else "the gain is not shown to be the regularizer's."))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("compare_json", nargs="+", type=Path)
     parser.add_argument("--pair", action="append", default=[], metavar="ARM:OTHER", help="a paired difference to print per set")
+    parser.add_argument("--rule", action="store_true", help="apply docs/study.md's rule (10 seeds, four NER sets) when complete")
     args = parser.parse_args()
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for path in args.compare_json:
         result = json.loads(path.read_text())
         name = Path(result["options"]["test"]).parent.name or path.stem
-        results[name] = result
+        merge(results, name, result, path)
     print("| set | arm | seeds | T_LM | T̂ | headline | Δ vs baseline (95% over seeds); seeds above |")
     print("|---|---|---:|---:|---:|---:|---|")
     for name, result in results.items():
@@ -84,6 +155,9 @@ def main() -> None:
                 arms = {v["name"]: v for v in result["variants"]}
                 cells.append(difference(arms[arm_name], arms[other_name], result["metric"]) if arm_name in arms and other_name in arms else "—")
             print(f"| {arm_name} − {other_name} | " + " | ".join(cells) + " |")
+    if args.rule:
+        print()
+        print("\n".join(apply_rule(results)))
 
 
 if __name__ == "__main__":

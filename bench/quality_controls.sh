@@ -31,8 +31,12 @@
 # SEEDS=1,2,...,10, then the same for BC5CDR-disease; a compare given more seeds keeps the finished ones, and the
 # adaptation is reused while WORK is kept; every command is resumable if cut). The machine has neither ../shared nor the MiniLM package: carry the two NER sets and the
 # corpus, and MiniLM's folder split into parts under 40 MB (split -b 40M; cat and sha256sum there), then MINILM=.
+#   bench/quality_controls.sh cpu-study [start|status|collect|stop]   # issue 82's CPU study: bench/cpu_study.py
 set -euo pipefail
 mode=${1:-screen}
+if [[ $mode == cpu-study ]]; then
+  exec "${PY:-python3}" "$(dirname "$0")/cpu_study.py" "${2:-start}" "${@:3}"
+fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 DATA=${DATA:-$here/../shared/data}
 WORK=${WORK:-study-controls}
