@@ -122,8 +122,7 @@ def test_the_export_is_cached_beside_the_weights_and_made_again_when_they_change
     # a cache that outlives the weights (a shared model's, in the user's cache): the run is trained again in place
     shared = tmp_path / "user-cache"
     monkeypatch.setattr(onnx_runtime, "cache_root", lambda folder: shared)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # (find_export's user cache: empty)
-    monkeypatch.setattr(onnx_runtime, "find_export", lambda folder, key: None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     greenadapt.load(run, runtime="onnx")
     before = cache_key(run, "none")
     greenadapt.finetune("ner", runs["ner"], model=str(runs["root"] / "green"), out=run, epochs=3, lr=1e-2, batch_size=8, seed=7, device="cpu",

@@ -84,14 +84,7 @@ def check_destination(
                 path=out,
                 hint=f"choose an {option} outside {cache}",
             )
-    for item in reads:
-        relation = _overlap(target, _absolute(item.path))
-        if relation:
-            raise UsageError(
-                f"{option} {relation} {item.role} ({item.path})",
-                path=out,
-                hint=f"choose an {option} outside what this command reads",
-            )
+    check_destination_apart(out, reads, option=option)
     if is_file:
         from greenadapt.artifacts.files import writes_through
 
@@ -107,6 +100,24 @@ def check_destination(
         check_ownership(target, kind=kind, force=force, shown=Path(out))
     _check_writable(target, shown=Path(out))
     return target
+
+
+def check_destination_apart(out: str | os.PathLike[str], reads: Iterable[Protected], *, option: str = "--out") -> None:
+    """Refuse an ``out`` that is, contains or lies inside anything the command reads (whatever the flags)."""
+    target = _absolute(out)
+    for item in reads:
+        relation = _overlap(target, _absolute(item.path))
+        if relation:
+            raise UsageError(
+                f"{option} {relation} {item.role} ({item.path})",
+                path=out,
+                hint=f"choose an {option} outside what this command reads",
+            )
+
+
+def overlap_of(target: str | os.PathLike[str], other: str | os.PathLike[str]) -> str:
+    """How ``target`` stands to ``other``, links resolved: "is", "contains", "lies inside" or "" (apart)."""
+    return _overlap(_absolute(target), _absolute(other))
 
 
 def _overlap(target: Path, other: Path) -> str:

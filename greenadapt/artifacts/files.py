@@ -139,11 +139,20 @@ CACHE_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
 
 
 def make_cache(root: Path) -> None:
-    """``root`` as a tagged cache folder (made if missing)."""
-    root.mkdir(parents=True, exist_ok=True)
-    tag = root / CACHE_TAG
-    if not tag.exists():
-        tag.write_text(f"{CACHE_SIGNATURE}\n# greenadapt's cache (ONNX exports of this folder's weights): safe to delete, made again when needed\n")
+    """``root`` as a tagged cache folder (made if missing). The tag is created, never written through a link (a link
+    at its name, even one to nothing, is refused by the caller before this)."""
+    from greenadapt.errors import ResourceError
+
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(root / CACHE_TAG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise ResourceError(f"cannot make greenadapt's cache here: {exc.strerror or exc}", path=root,
+                            hint="check the path (and $XDG_CACHE_HOME), or make the model's folder writable") from None
+    with os.fdopen(descriptor, "w", encoding="utf-8") as tag:
+        tag.write(f"{CACHE_SIGNATURE}\n# greenadapt's cache (ONNX exports of this folder's weights): safe to delete, made again when needed\n")
 
 
 def is_greenadapt_cache(folder: Path) -> bool:

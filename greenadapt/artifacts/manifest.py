@@ -355,7 +355,7 @@ def check_ownership(out: Path, *, kind: str, force: bool, shown: Path | None = N
 
     Raises for a destination greenadapt must not replace: greenadapt replaces
     only a folder whose manifest it wrote and that holds no file the manifest
-    does not list; a greenadapt folder of another kind needs ``force``.
+    does not list; a greenadapt folder of another kind is refused, ``force`` or not (``force`` redoes the same kind).
     """
     name = shown if shown is not None else out
     if not out.exists() and not out.is_symlink():
@@ -386,11 +386,11 @@ def check_ownership(out: Path, *, kind: str, force: bool, shown: Path | None = N
             path=name,
             hint="move those files elsewhere, or choose a new or empty folder",
         )
-    if manifest.get("kind") != kind and not force:
+    if manifest.get("kind") != kind:  # --force redoes this command's own output, never another command's (a run, a model)
         raise OutputExistsError(
-            f"output folder exists and is a {manifest.get('kind')!r} folder",
+            f"output folder exists and is a {manifest.get('kind')!r} folder, which this command ({kind}) did not write",
             path=name,
-            hint="choose another --out, or pass --force to replace it",
+            hint="choose another --out; --force replaces only a folder the same command wrote (remove this one yourself if it is to go)",
         )
     return manifest
 

@@ -178,6 +178,7 @@ class StageRun:
 
     # -- lifecycle ----------------------------------------------------------
     def __enter__(self) -> StageRun:
+        self._refuse_overlapping_inputs()
         try:
             self.out.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -210,6 +211,24 @@ class StageRun:
             raise _resource_error(exc, self.out) from exc
 
     # -- decisions ----------------------------------------------------------
+    def _refuse_overlapping_inputs(self) -> None:
+        """An output that is, holds or lies inside what the stage reads is refused whatever the flags: replacing it
+        (``--force``, an option change) would destroy the input. Every command checks this before its work
+        (artifacts/destination.py); here it holds for every stage, whichever command or API call reached it."""
+        from greenadapt.artifacts.destination import overlap_of
+
+        for item in self.inputs:
+            path = item.get("path") if isinstance(item, Mapping) else None
+            if not isinstance(path, str) or "://" in path or not Path(path).exists():
+                continue
+            relation = overlap_of(self.out, Path(path))
+            if relation:
+                role = item.get("role") or item.get("kind") or "input"
+                from greenadapt.errors import UsageError
+
+                raise UsageError(f"--out {relation} this command's {role} ({path}); writing there could destroy it",
+                                 path=self.out, hint="choose an --out outside what this command reads")
+
     def _existing_is_current(self) -> bool:
         # Under the lock: the folder may have changed since the command's check_destination.
         manifest = check_ownership(self.out, kind=self.kind, force=self.force)
@@ -392,6 +411,9 @@ def _through_links(out: Path) -> Path:
     if not out.is_symlink():
         return out
     target = out.resolve()
+    if not target.exists():  # a link to nothing: writing would make a folder wherever it points, unasked
+        raise OutputExistsError(f"is a link to {os.readlink(out)}, which does not exist", path=out,
+                                hint="make the folder it points to first, or choose another --out")
     log.info("%s is a link: writing into %s, the folder it points to", out, target)
     return target
 

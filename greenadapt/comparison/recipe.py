@@ -105,9 +105,14 @@ class Comparison:
                 from greenadapt.errors import InputError
 
                 raise InputError("no such file", path=path, hint=f"{flag} takes a task file")
+        from greenadapt.artifacts.destination import check_destination_apart, protected
+
+        reads = [item for flag, path in (("--train", self.train), ("--test", self.test), ("--dev", self.dev))
+                 for item in protected(f"the {flag} file", path)]
+        for name, spec in self.models:
+            reads += protected(f"--model {name}", resolve_model(spec).path)
+        check_destination_apart(self.out, reads)
         check_compare_folder(self.out)
-        for _, spec in self.models:
-            resolve_model(spec)
         if self.adapt_methods:
             from greenadapt.corpus.resolve import resolve_corpus
 

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import shutil
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,6 +32,7 @@ RUNTIMES = ("torch", "onnx")
 QUANTIZATIONS = ("none", "int8")
 EXPORT_FORMAT = "greenadapt-onnx-2"  # bump when the export changes: every cached file is made again
 MODEL_FILE = "model.onnx"
+EXPORT_RECORD = "export.json"  # beside each cached export: its key, format and each file's SHA-256
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_EXTRA = "pip install 'greenadapt[onnx]'"
 
@@ -156,7 +156,12 @@ def cache_key(folder: Path, quantize: str, *, weights: str | None = None) -> str
 
 
 def _user_cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "greenadapt"
+    """``$XDG_CACHE_HOME/greenadapt``; a relative ``$XDG_CACHE_HOME`` is ignored, as the XDG spec says (``~/.cache``)."""
+    configured = os.environ.get("XDG_CACHE_HOME") or ""
+    if configured and not os.path.isabs(configured):
+        log.warning("XDG_CACHE_HOME=%s is not an absolute path, so it is ignored (the XDG rule): using ~/.cache", configured)
+        configured = ""
+    return Path(configured or Path.home() / ".cache") / "greenadapt"
 
 
 def cache_root(folder: Path) -> Path:
@@ -168,41 +173,115 @@ def cache_root(folder: Path) -> Path:
 
 
 def ensure_export(folder: Path, quantize: str, load: Any, *, key: str | None = None) -> Path:
-    """The ONNX file of ``folder``'s weights at ``quantize``: from its own cache or the user's, else exported from
-    ``load()`` (the torch model). ``key``: :func:`cache_key`, where the caller has it (the weights hashed once)."""
+    """The ONNX file of ``folder``'s weights at ``quantize``: from its cache (:func:`cache_root`) when the export there
+    is whole and verified, else exported now from ``load()`` (the torch model). ``key``: :func:`cache_key`, where the
+    caller has it (the weights hashed once)."""
     key = key or cache_key(folder, quantize)
-    return find_export(folder, key) or cached_export(folder, key, load(), quantize=quantize)
+    root = cache_root(folder)
+    found = find_export(folder, key, root=root)
+    return found or cached_export(folder, key, load(), quantize=quantize, root=root)
 
 
-def find_export(folder: Path, key: str) -> Path | None:
-    """The cached ONNX file of ``key`` (:func:`cache_key`), in ``folder``'s own cache or the user's; None if not made yet."""
-    for root in (folder / CACHE_FOLDER, _user_cache()):
-        if (root / "onnx" / key / MODEL_FILE).is_file():
-            log.info("ONNX model from the cache: %s", root / "onnx" / key)
-            return root / "onnx" / key / MODEL_FILE
+def find_export(folder: Path, key: str, *, root: Path | None = None) -> Path | None:
+    """The cached ONNX file of ``key`` (:func:`cache_key`) in ``folder``'s cache, verified against the SHA-256 of each
+    file recorded when it was written; None if not made yet. A damaged or replaced export is made again (said once), or,
+    where the cache cannot be written, refused in one line: a graph that merely loads is never served unchecked."""
+    root = root or cache_root(folder)
+    _check_cache_path(root)
+    target = root / "onnx" / key
+    if not target.exists() and not target.is_symlink():
+        return None
+    problem = _export_problem(target, key)
+    if problem is None:
+        log.info("ONNX model from the cache: %s", target)
+        return target / MODEL_FILE
+    if not os.access(root / "onnx", os.W_OK):
+        from greenadapt.errors import ResourceError
+
+        raise ResourceError(f"the cached ONNX export does not match what was written ({problem}) and its cache cannot be "
+                            "written to make it again", path=target, hint=f"remove {target} (a cache: safe to delete)")
+    log.warning("the cached ONNX export at %s does not match what was written (%s): making it again", target, problem)
     return None
 
 
-def cached_export(folder: Path, key: str, model: Any, *, quantize: str) -> Path:
-    """The ONNX file of ``folder``'s ``model`` at ``quantize`` under ``key``: exported, quantized and put in the cache
-    whole (written in a temporary folder and renamed into place, under a lock, so two processes make it once)."""
-    from greenadapt.artifacts.locks import release_output_lock, take_output_lock
+def _export_problem(target: Path, key: str) -> str | None:
+    """Why the export at ``target`` cannot be used as ``key``'s, or None: its record (export.json) names this key and
+    format, and each file's SHA-256 is the one recorded when it was written."""
+    from greenadapt.artifacts.files import sha256_file
 
-    root = cache_root(folder)
+    if target.is_symlink() or not target.is_dir():
+        return "not a folder greenadapt wrote"
+    try:
+        record = json.loads((target / EXPORT_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return f"{EXPORT_RECORD} missing or unreadable"
+    if not isinstance(record, dict) or record.get("format") != EXPORT_FORMAT or record.get("key") != key:
+        return f"{EXPORT_RECORD} is of another export"
+    files = record.get("files")
+    if not isinstance(files, dict) or MODEL_FILE not in files:
+        return f"{EXPORT_RECORD} lists no files"
+    present = {p.name for p in target.iterdir() if p.name != EXPORT_RECORD}
+    if present != set(files):
+        return "its files are not the ones it listed"
+    for name, digest in files.items():
+        path = target / name
+        if path.is_symlink() or not path.is_file():
+            return f"{name} is not a plain file"
+        if sha256_file(path) != digest:
+            return f"{name}'s SHA-256 differs"
+    return None
+
+
+def _check_cache_path(root: Path) -> None:
+    """The cache is written only through folders greenadapt made: a link at its root, at ``onnx/`` or at the tag, or a
+    folder of the user's at the cache's name, is refused in one line (never adopted, written through or removed)."""
+    from greenadapt.artifacts.files import CACHE_TAG, is_greenadapt_cache
+    from greenadapt.errors import ResourceError
+
+    for path in (root, root / "onnx", root / CACHE_TAG):
+        if path.is_symlink():
+            raise ResourceError("is a symbolic link where greenadapt keeps its ONNX cache; the cache never writes through a link",
+                                path=path, hint="remove the link (greenadapt makes the folder itself)")
+        if path == root / CACHE_TAG:
+            break
+        if path.exists() and not path.is_dir():
+            raise ResourceError("is not a folder, where greenadapt keeps its ONNX cache", path=path, hint="move it away")
+    if root.name == CACHE_FOLDER and root.exists() and not is_greenadapt_cache(root):
+        raise ResourceError(f"is a folder greenadapt did not make (it has no {CACHE_TAG} of greenadapt's), at the name of its "
+                            "ONNX cache: it is never adopted", path=root, hint="rename or move that folder")
+
+
+def cached_export(folder: Path, key: str, model: Any, *, quantize: str, root: Path | None = None) -> Path:
+    """The ONNX file of ``folder``'s ``model`` at ``quantize`` under ``key``: exported, quantized and put in the cache
+    whole (written in a temporary folder and renamed into place, under a lock, so two processes make it once), with
+    each file's SHA-256 recorded for :func:`find_export` to check. A killed export's temporary is removed by the next."""
+    from greenadapt.artifacts.locks import release_output_lock, take_output_lock
+    from greenadapt.artifacts.stage import TEMPORARY_MARKER, beside, sweep_stale_temporaries
+
+    root = root or cache_root(folder)
+    _check_cache_path(root)
     target = root / "onnx" / key
-    if (target / MODEL_FILE).is_file():
-        return target / MODEL_FILE
     make_cache(root)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(exist_ok=True)
+    _check_cache_path(root)  # (made now: nothing was planted between the check and the folders)
+    sweep_stale_temporaries(target.parent)  # before the lock: a temporary whose lock can be taken is a dead export's
     lock = take_output_lock(target, "ONNX export", wait=True)
     try:
-        if (target / MODEL_FILE).is_file():  # another process made it while this one waited
+        if target.is_dir() and _export_problem(target, key) is None:  # another process made it while this one waited
             return target / MODEL_FILE
-        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp = beside(target, "tmp")
         tmp.mkdir()
         try:
+            (tmp / TEMPORARY_MARKER).write_text(f"greenadapt ONNX export {target}\n", encoding="utf-8")
             export(model, tmp / MODEL_FILE, quantize=quantize)
-            (tmp / "export.json").write_text(json.dumps({"format": EXPORT_FORMAT, "quantize": quantize, "source": str(folder)}) + "\n")
+            (tmp / TEMPORARY_MARKER).unlink()
+            files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+            (tmp / EXPORT_RECORD).write_text(json.dumps({"format": EXPORT_FORMAT, "key": key, "quantize": quantize, "source": str(folder),
+                                                         "files": files}) + "\n")
+            if target.exists() or target.is_symlink():  # a damaged export (find_export said so): replaced whole
+                old = beside(target, "old")
+                os.rename(target, old)
+                shutil.rmtree(old, ignore_errors=True)
             os.rename(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -210,6 +289,12 @@ def cached_export(folder: Path, key: str, model: Any, *, quantize: str) -> Path:
         release_output_lock(lock)
     log.info("ONNX model exported%s: %s", " and quantized to int8" if quantize == "int8" else "", target)
     return target / MODEL_FILE
+
+
+def _sha256(path: Path) -> str:
+    from greenadapt.artifacts.files import sha256_file
+
+    return sha256_file(path)
 
 
 def export(model: Any, path: Path, *, quantize: str = "none") -> None:

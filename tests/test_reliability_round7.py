@@ -1,0 +1,271 @@
+"""The seventh reliability round (issue 81): ``--force`` never replaces another command's folder or what a command
+reads, a cached ONNX export is verified before it is used, and what cannot be served is refused in one line.
+
+Every case is run as a user would (the command line, in process) on tiny models; each asserts the one-line refusal
+and that every file the user had is byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+from conftest import build_tiny_bert
+from finetune_helpers import build_tiny_expanded, write_ner_file
+
+from greenadapt.errors import EXIT_RESOURCE, EXIT_STAGE_CONFLICT, EXIT_USAGE
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import greenadapt
+
+    root = tmp_path_factory.mktemp("round7")
+    made = {"root": root, "plain": build_tiny_bert(root / "plain", head="base"), "expanded": build_tiny_expanded(root / "expanded"),
+            "ner": write_ner_file(root / "ner.tsv", 16, seed=1), "text": root / "in.txt"}
+    made["text"].write_text("the patients with tachycardia\nfever and covid\n")
+    for name, model in (("run", made["plain"]), ("other", made["plain"])):
+        greenadapt.finetune("ner", made["ner"], model=str(model), out=root / name, max_steps=2, seed=1 if name == "run" else 2,
+                            device="cpu", progress=False)
+        made[name] = root / name
+    return made
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def _one_line(code: int, err: str, expected: int) -> None:
+    assert code == expected, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+
+
+def _copy_run(data: dict[str, Path], tmp_path: Path, name: str = "run") -> Path:
+    import shutil
+
+    return Path(shutil.copytree(data[name], tmp_path / name, ignore=shutil.ignore_patterns(".greenadapt-cache")))
+
+
+# -- 1. data loss -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["the run itself", "inside the run", "inside the run's cache"])
+def test_export_never_writes_over_or_into_the_run_it_reads(data: dict[str, Path], tmp_path: Path, where: str,
+                                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy_run(data, tmp_path)
+    out = {"the run itself": run, "inside the run": run / "served", "inside the run's cache": run / ".greenadapt-cache" / "served"}[where]
+    before = _tree(run)
+    code, err = run_cli(["export", "--onnx", "-m", str(run), "--out", str(out), "--force", "--quantize", "fp32"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert "outside what this command reads" in err, err
+    assert _tree(run) == before
+
+
+def test_force_replaces_only_a_folder_the_same_command_wrote(data: dict[str, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    run, other = _copy_run(data, tmp_path), _copy_run(data, tmp_path, "other")
+    before = _tree(other)
+    # an export over another fine-tuned run, and a fine-tuning over an adapted model folder: refused, --force or not
+    code, err = run_cli(["export", "--onnx", "-m", str(run), "--out", str(other), "--force", "--quantize", "fp32"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_STAGE_CONFLICT)
+    assert "'finetune' folder, which this command (onnx-export) did not write" in err and "--force replaces only" in err, err
+    assert _tree(other) == before
+    import shutil
+
+    expanded = Path(shutil.copytree(data["expanded"], tmp_path / "expanded"))
+    kept = _tree(expanded)
+    code, err = run_cli(["finetune", "--task", "ner", "--train", str(data["ner"]), "--model", str(data["plain"]), "--max-steps", "1",
+                         "--device", "cpu", "--out", str(expanded), "--force"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_STAGE_CONFLICT)
+    assert _tree(expanded) == kept
+    # the same command's own output is still redone by --force
+    served = tmp_path / "served"
+    assert run_cli(["export", "--onnx", "-m", str(run), "--out", str(served), "--quantize", "fp32"], monkeypatch, capsys)[0] == 0
+    assert run_cli(["export", "--onnx", "-m", str(run), "--out", str(served), "--quantize", "fp32", "--force"], monkeypatch, capsys)[0] == 0
+
+
+def test_second_view_never_writes_inside_the_model_it_reads(data: dict[str, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    model = Path(shutil.copytree(data["plain"], tmp_path / "plain"))
+    before = _tree(model)
+    code, err = run_cli(["second-view", "--model", str(model), "--out", str(model / "view"), "--force"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert "outside what this command reads" in err, err
+    assert _tree(model) == before and not (model / "view").exists()
+
+
+def test_compare_never_writes_inside_a_model_it_fine_tunes(data: dict[str, Path], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    model = Path(shutil.copytree(data["plain"], tmp_path / "plain"))
+    before = _tree(model)
+    code, err = run_cli(["compare", "--task", "ner", "--train", str(data["ner"]), "--test", str(data["ner"]), "--model", f"base={model}",
+                         "--model", f"green={data['expanded']}", "--seeds", "1", "--max-steps", "1", "--device", "cpu",
+                         "--out", str(model / "cmp")], monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert "outside what this command reads" in err, err
+    assert _tree(model) == before and not (model / "cmp").exists()
+
+
+def test_a_users_folder_at_the_caches_name_is_never_adopted(data: dict[str, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy_run(data, tmp_path)
+    mine = run / ".greenadapt-cache"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    code, err = run_cli(["predict", "-m", str(run), str(data["text"]), "--runtime", "onnx"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_RESOURCE)
+    assert "never adopted" in err and ".greenadapt-cache" in err, err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    # and so a later --force of the run still refuses to replace a folder holding the user's file
+    code, err = run_cli(["finetune", "--task", "ner", "--train", str(data["ner"]), "--model", str(data["plain"]), "--max-steps", "2",
+                         "--device", "cpu", "--out", str(run), "--force"], monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT and (mine / "notes.txt").read_text() == "mine", err
+
+
+# -- 2. a cached export is verified before it is used -----------------------------------------------------------------
+
+
+def _cached(run: Path) -> Path:
+    [model] = sorted((run / ".greenadapt-cache" / "onnx").glob("*/model.onnx"))
+    return model
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "truncated", "another graph", "a link to a text file"])
+def test_a_damaged_or_replaced_export_is_made_again_and_said_once(data: dict[str, Path], tmp_path: Path, damage: str,
+                                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import greenadapt
+
+    run = _copy_run(data, tmp_path)
+    good = greenadapt.load(run, runtime="onnx").predict(["fever and tachycardia"])
+    model = _cached(run)
+    wanted = model.read_bytes()
+    if damage == "another graph":  # the int8 graph of the same run under the fp32 key: it loads, and answers otherwise
+        greenadapt.load(run, runtime="onnx", quantize="int8")
+        [int8] = [p for p in (run / ".greenadapt-cache" / "onnx").glob("*/model.onnx") if p != model]
+        model.write_bytes(int8.read_bytes())
+    elif damage == "a link to a text file":
+        model.unlink()
+        (tmp_path / "text.txt").write_text("not a graph")
+        model.symlink_to(tmp_path / "text.txt")
+    else:
+        model.write_bytes({"garbage": b"\x00garbage" * 100, "empty": b"", "truncated": wanted[: len(wanted) // 2]}[damage])
+    import logging
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("greenadapt").addHandler(handler)
+    try:
+        again = greenadapt.load(run, runtime="onnx").predict(["fever and tachycardia"])
+    finally:
+        logging.getLogger("greenadapt").removeHandler(handler)
+    assert again == good
+    assert sum("does not match what was written" in r for r in records) == 1, records
+    assert not model.is_symlink() and model.read_bytes() == wanted
+    if damage == "a link to a text file":
+        assert (tmp_path / "text.txt").read_text() == "not a graph"
+
+
+def test_a_damaged_export_in_a_cache_that_cannot_be_written_is_one_line(data: dict[str, Path], tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import greenadapt
+    from greenadapt.inference import onnx_runtime
+
+    run = _copy_run(data, tmp_path)
+    greenadapt.load(run, runtime="onnx")
+    model = _cached(run)
+    model.write_bytes(b"garbage")
+    real_access = os.access
+    monkeypatch.setattr(onnx_runtime.os, "access", lambda path, mode: Path(path).name != "onnx" and real_access(path, mode))
+    code, err = run_cli(["predict", "-m", str(run), str(data["text"]), "--runtime", "onnx"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_RESOURCE)
+    assert "does not match what was written" in err and "safe to delete" in err, err
+
+
+@pytest.mark.parametrize("where", [".greenadapt-cache", ".greenadapt-cache/onnx", ".greenadapt-cache/CACHEDIR.TAG"])
+def test_the_cache_never_writes_through_a_link_it_did_not_make(data: dict[str, Path], tmp_path: Path, where: str,
+                                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy_run(data, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "mine.txt").write_text("mine")
+    link = run / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if where.endswith("CACHEDIR.TAG"):
+        link.symlink_to(tmp_path / "nothing-here")  # dangling: writing the tag would create a file outside
+    else:
+        link.symlink_to(outside)
+    code, err = run_cli(["predict", "-m", str(run), str(data["text"]), "--runtime", "onnx"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_RESOURCE)
+    assert "symbolic link" in err, err
+    assert sorted(p.name for p in outside.iterdir()) == ["mine.txt"] and not (tmp_path / "nothing-here").exists()
+
+
+def test_the_users_cache_is_only_for_folders_that_cannot_be_written(data: dict[str, Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph planted in $XDG_CACHE_HOME/greenadapt under the run's key is not consulted for a writable run."""
+    import greenadapt
+    from greenadapt.inference.onnx_runtime import cache_key
+
+    run = _copy_run(data, tmp_path)
+    xdg = tmp_path / "xdg"
+    planted = xdg / "greenadapt" / "onnx" / cache_key(run, "none")
+    planted.mkdir(parents=True)
+    (planted / "model.onnx").write_bytes(b"planted")
+    (planted / "export.json").write_text(json.dumps({"format": "x"}))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    greenadapt.load(run, runtime="onnx").predict(["fever"])
+    assert _cached(run).is_file() and (planted / "model.onnx").read_bytes() == b"planted"
+
+
+def test_a_relative_xdg_cache_home_is_ignored_as_the_spec_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from greenadapt.inference import onnx_runtime
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert onnx_runtime._user_cache() == tmp_path / ".cache" / "greenadapt"
+
+
+def test_a_killed_exports_temporary_is_removed_by_the_next(data: dict[str, Path], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import greenadapt
+    from greenadapt.inference.onnx_runtime import cache_key
+
+    run = _copy_run(data, tmp_path)
+    onnx = run / ".greenadapt-cache" / "onnx"
+    # a real process killed mid-export: its temporary has greenadapt's marker and the dead PID in its name
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    from greenadapt.artifacts.files import make_cache
+    from greenadapt.artifacts.stage import TEMPORARY_MARKER
+
+    make_cache(onnx.parent)
+    key = cache_key(run, "none")
+    left = onnx / f".{key}.tmp-{dead.pid}-0123abcd"
+    (left / "fp32").mkdir(parents=True)
+    (left / TEMPORARY_MARKER).write_text("greenadapt ONNX export\n")
+    (left / "fp32" / "model.onnx").write_bytes(b"half")
+    (onnx / f".{key}.lock").write_text("")
+    greenadapt.load(run, runtime="onnx")
+    assert not left.exists() and _cached(run).is_file()
+
+
+def test_a_dangling_out_link_is_refused(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "served"
+    out.symlink_to(tmp_path / "elsewhere")
+    code, err = run_cli(["export", "--onnx", "-m", str(data["run"]), "--out", str(out), "--quantize", "fp32"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_STAGE_CONFLICT)
+    assert "does not exist" in err and not (tmp_path / "elsewhere").exists(), err
