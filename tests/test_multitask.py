@@ -158,6 +158,10 @@ def test_predict_task_reproduces_the_runs_predictions(
     assert code == EXIT_USAGE and "--task" in stderr and "ncbi, pair" in stderr
     code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(data["pair_dev"]), "--output", str(tmp_path / "x.tsv"))
     assert code == EXIT_USAGE and "no task 'rte'" in stderr
+    # a runtime that cannot run PALs is refused, never silently replaced by torch (issue 81)
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "ncbi", "--input", str(data["ner_dev"]),
+                          "--output", str(tmp_path / "y.tsv"), "--runtime", "onnx", "--quantize", "int8")
+    assert code == EXIT_USAGE and "does not run multitask" in stderr and not (tmp_path / "y.tsv").exists(), stderr
 
 
 def test_load_task_gives_one_task(frozen_run: dict) -> None:

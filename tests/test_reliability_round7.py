@@ -269,3 +269,125 @@ def test_a_dangling_out_link_is_refused(data: dict[str, Path], tmp_path: Path, m
     code, err = run_cli(["export", "--onnx", "-m", str(data["run"]), "--out", str(out), "--quantize", "fp32"], monkeypatch, capsys)
     _one_line(code, err, EXIT_STAGE_CONFLICT)
     assert "does not exist" in err and not (tmp_path / "elsewhere").exists(), err
+
+
+# -- 3. what cannot be exported or served is refused, never half-served -------------------------------------------------
+
+
+def test_a_gmap_run_is_not_exported_without_its_fusion(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from greenadapt.modeling.gmap import wiring
+
+    run = _copy_run(data, tmp_path)
+    monkeypatch.setattr(wiring, "is_gmap_folder", lambda folder: Path(folder).resolve() == run.resolve())
+    code, err = run_cli(["export", "--onnx", "-m", str(run), "--out", str(tmp_path / "served")], monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert "does not export G-MAP" in err and not (tmp_path / "served").exists(), err
+
+
+@pytest.mark.parametrize("device", ["cpu:junk", "cpu:", "cuda:0"])
+def test_onnx_refuses_a_device_it_cannot_run_on(device: str, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(["predict", "-m", str(data["run"]), str(data["text"]), "--runtime", "onnx", "--device", device], monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert f"not --device {device}" in err, err
+
+
+def test_onnx_says_a_precision_is_unused(data: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
+    import greenadapt
+
+    with caplog.at_level("WARNING"):
+        greenadapt.load(data["run"], runtime="onnx", precision="bf16")
+    assert any("--precision bf16 is not used with --runtime onnx" in r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture(scope="module")
+def served(data: dict[str, Path]) -> dict[str, Path]:
+    import greenadapt
+
+    root = data["root"]
+    greenadapt.export(data["run"], onnx=True, quantize="both", out=root / "served-both")
+    greenadapt.export(data["run"], onnx=True, quantize="int8", out=root / "served-int8")
+    greenadapt.export(data["run"], onnx=True, quantize="fp32", out=root / "served-fp32")
+    return {"both": root / "served-both", "int8": root / "served-int8", "fp32": root / "served-fp32"}
+
+
+def _serve(folder: Path | None, *flags: str, stdin: bytes = b"fever and covid\n", edit: dict[str, bytes] | None = None,
+           tmp: Path | None = None) -> tuple[int, str, str]:
+    import shutil
+    import subprocess
+    import sys
+
+    if folder is not None and edit:
+        assert tmp is not None
+        folder = Path(shutil.copytree(folder, tmp / "edited"))
+        for name, content in edit.items():
+            (folder / name).unlink() if content is None else (folder / name).write_bytes(content)  # type: ignore[func-returns-value]
+    script = (folder or tmp or Path(".")) / "serve_onnx.py"
+    if folder is None:
+        assert tmp is not None
+        script = tmp / "serve_onnx.py"
+    args = [sys.executable, str(script), *([str(folder)] if folder is not None else []), *flags]
+    done = subprocess.run(args, input=stdin, capture_output=True, timeout=120, check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.mark.parametrize(("case", "code"), [("no arguments", 2), ("a missing folder", 3), ("--int8 on an fp32-only export", 2),
+                                            ("a mistyped flag", 2), ("no labels.json", 3), ("a bad pooling.json", 3),
+                                            ("input that is not UTF-8", 3)])
+def test_serve_onnx_fails_in_one_line_of_its_own(case: str, code: int, served: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copyfile(served["both"] / "serve_onnx.py", tmp_path / "serve_onnx.py")
+    runs = {
+        "no arguments": lambda: _serve(None, tmp=tmp_path),
+        "a missing folder": lambda: _missing(tmp_path),
+        "--int8 on an fp32-only export": lambda: _serve(served["fp32"], "--int8"),
+        "a mistyped flag": lambda: _serve(served["both"], "--in8"),
+        "no labels.json": lambda: _serve(served["both"], edit={"labels.json": None}, tmp=tmp_path),  # type: ignore[dict-item]
+        "a bad pooling.json": lambda: _serve(served["both"], edit={"pooling.json": b"{not json"}, tmp=tmp_path),
+        "input that is not UTF-8": lambda: _serve(served["both"], stdin=b"fever\n\xff\xfe caf\xe9\n"),
+    }
+    returncode, stdout, stderr = runs[case]()
+    assert returncode == code, (case, stderr)
+    assert len(stderr.strip().splitlines()) == 1 and stderr.startswith("serve_onnx.py: ") and "Traceback" not in stderr, stderr
+    if case == "input that is not UTF-8":
+        assert "line 2" in stderr and len(stdout.splitlines()) == 1  # the lines before it were answered
+
+
+def _missing(tmp_path: Path) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(tmp_path / "serve_onnx.py"), str(tmp_path / "absent")], input=b"", capture_output=True,
+                          timeout=120, check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def test_serve_onnx_runs_the_one_graph_of_an_int8_only_export(served: dict[str, Path]) -> None:
+    code, stdout, stderr = _serve(served["int8"])
+    assert code == 0 and json.loads(stdout.splitlines()[0])["line"] == 1, stderr
+
+
+# -- 4. a QA run that learned nothing is no verdict either --------------------------------------------------------------
+
+
+def test_compare_of_qa_runs_that_learned_nothing_stops_and_is_no_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+    # a long context: an untrained model's span shares a word with the one-word answer by chance only
+    filler = " ".join(["the study of cells in the"] * 12)
+    context = f"{filler} patients with covid and myocarditis needed ventilation {filler} coronavirus"
+    squad = squad_file(tmp_path / "squad.json", [{"paragraphs": [paragraph(context, (f"q{i}", "who needed ventilation ?", [("patients", context.index("patients"))]),
+                                                                            (f"r{i}", "what virus ?", [("coronavirus", context.index("coronavirus"))]))]}
+                                                 for i in range(4)])
+    models = [f"green={build_tiny_expanded_qa(tmp_path / 'green')}", f"base={build_tiny_expanded_qa(tmp_path / 'base', new_words=(), seed=1)}"]
+    args = ["compare", "--task", "qa", "--train", str(squad), "--test", str(squad), "--model", models[1], "--model", models[0],
+            "--seeds", "1,2", "--max-steps", "1", "--lr", "1e-9", "--device", "cpu", "--bootstrap", "100", "--out", str(tmp_path / "cmp")]
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert code == EXIT_STAGE_CONFLICT and "compare stopped" in err and "answer F1" in err and "learned nothing" in err, err
+    code, err = run_cli([*args, "--keep-going"], monkeypatch, capsys)
+    assert code == 0, err
+    (pair,) = json.loads((tmp_path / "cmp" / "compare.json").read_text())["pairs"]
+    assert pair["not_a_verdict"] and "not a verdict" in pair["verdict"], pair["verdict"]

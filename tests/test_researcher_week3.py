@@ -21,7 +21,7 @@ def test_the_learned_nothing_table_takes_runs_near_the_floor_not_only_below_it()
     from greenadapt.comparison.health import LEARNED_NOTHING, degenerate
 
     assert {(floor.task, floor.measure) for floor in LEARNED_NOTHING} == {("ner", "entity F1"), ("ner", "word accuracy"),
-                                                                         ("classify", "accuracy")}
+                                                                         ("classify", "accuracy"), ("qa", "answer F1")}
     entity = ["B-D", "I-D", "O", "O", "O", "O", "O", "O", "O", "O"]
     gold = _sentences(100, entity)
     # 5 of the 100 entities found and every other word right: F1 under 10, though word accuracy beats all-O

@@ -40,6 +40,8 @@ LEARNED_NOTHING = (
     Floor("ner", "entity F1", 0.10, "under 10 (x 100): a handful of the gold entities found, whatever else it does"),
     Floor("ner", "word accuracy", 0.005, "at or within half a point of tagging every word with the most frequent gold label"),
     Floor("classify", "accuracy", 0.005, "at or within half a point of answering the majority label everywhere"),
+    Floor("qa", "answer F1", 0.10, "under 10 (x 100): its answers share almost no word with the gold answers (a QA model that "
+                                   "learned nothing answers spans at random, about 5)"),
 )
 _FLOOR = {(floor.task, floor.measure): floor.threshold for floor in LEARNED_NOTHING}
 
@@ -76,6 +78,15 @@ def degenerate(task: str, gold: Sequence[Any], predicted: Sequence[Any]) -> str 
     return None
 
 
+def degenerate_answers(test_scores: dict[str, float]) -> str | None:
+    """What is wrong with a question-answering run's test scores (fractions) when it learned nothing (None: nothing is)."""
+    f1 = test_scores.get("f1")
+    if f1 is None or f1 >= _FLOOR["qa", "answer F1"]:
+        return None
+    exact = test_scores.get("exact_match")
+    return f"reached answer F1 {100 * f1:.1f}" + (f" (EM {100 * exact:.1f})" if exact is not None else "")
+
+
 def collapse_notes(collapsed: dict[str, dict[int, str]], variant: str, baseline: str) -> list[str]:
     """The notes of the pair ``variant`` vs ``baseline`` for the runs of either that learned nothing."""
     notes = []
@@ -94,8 +105,16 @@ def learned_nothing(options: Comparison, run: Run) -> str | None:
     """What is wrong with a finished run that learned nothing (its test predictions under its headline pool), else None."""
     from greenadapt.comparison.ensembles import read_by_pool
 
+    if get_task(options.task).answers_questions:
+        import json
+
+        try:
+            test = json.loads((run.folder(options.out) / "metrics.json").read_text(encoding="utf-8")).get("test") or {}
+        except (OSError, ValueError, AttributeError, RecursionError):
+            return None
+        return degenerate_answers({k: float(v) / 100 for k, v in test.items() if isinstance(v, int | float)})
     by_pool = read_by_pool(run.folder(options.out))
-    if by_pool is None or get_task(options.task).answers_questions:
+    if by_pool is None:
         return None
     pools = by_pool["pools"]
     return degenerate(options.task, by_pool["gold"], pools["mean"] if "mean" in pools else pools["general"])

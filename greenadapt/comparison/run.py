@@ -37,7 +37,7 @@ from greenadapt.comparison.ensembles import (
 from greenadapt.comparison.recipe import Comparison, finetune_arguments
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
 from greenadapt.comparison.pace import RunsLeft, plan_line, wall_seconds
-from greenadapt.comparison.health import collapse_notes, degenerate, stop_if_it_learned_nothing
+from greenadapt.comparison.health import collapse_notes, degenerate, degenerate_answers, stop_if_it_learned_nothing
 from greenadapt.comparison.folders import RESULT_FILE, recorded_base_model
 from greenadapt.comparison.statistics import Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.comparison.strata import strata_lines
@@ -286,6 +286,9 @@ def _read_predictions(options: Comparison, variants: Sequence[Variant]) -> _Pred
                 path = options.out / variant.name / f"seed-{seed}" / "predictions" / "test.json"
                 if path.is_file():
                     found.contributions[(variant.name, seed)] = qa_contributions(json.loads(path.read_text(encoding="utf-8")), golds)
+                reason = degenerate_answers(next(iter(variant.scores[seed].values()), {}))
+                if reason is not None:
+                    found.collapsed.setdefault(variant.name, {})[seed] = reason
         return found
     found = _Predictions(task.default_metric if isinstance(task, LabellingTask) else "f1")
     metric: str | None = None  # the first run's says what they were all scored by: one task, one recipe

@@ -59,9 +59,14 @@ def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
     from greenadapt.inference.onnx_runtime import cache_key, require_onnxruntime, weights_digest
     from greenadapt.tasks import get_task
 
+    from greenadapt.modeling.gmap import wiring as gmap
+
     require_onnxruntime()
     folder, task_settings = find_model_folder(settings.model)
     folder = folder.resolve()  # recorded whole: the same export from any working folder
+    if gmap.is_gmap_folder(folder):  # the graph would be the domain model without its fusion: never half a model
+        raise UsageError("export --onnx does not export G-MAP runs (their fusion reads a second model's states)", path=folder,
+                         hint="serve it with `greenadapt predict` (torch)")
     task = get_task(task_settings.task)
     if task.answers_questions:
         raise UsageError("export --onnx takes NER and classification folders (question answering: --runtime onnx of `greenadapt qa`)",
@@ -120,7 +125,8 @@ def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats
         "inputs": ["input_ids", "attention_mask", "token_type_ids"],
     }
     (dest / "pooling.json").write_text(json.dumps(recipe, indent=2) + "\n")
-    (dest / SCRIPT).write_text(standalone_script(), encoding="utf-8")
+    if task_settings.task == "ner":  # the script serves NER; a classification export is served by predict, or by the card's recipe
+        (dest / SCRIPT).write_text(standalone_script(), encoding="utf-8")
     (dest / "README.md").write_text(_card(folder, task_settings, views, formats), encoding="utf-8")
     return sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
 
@@ -151,14 +157,24 @@ def _card(folder: Path, task_settings: Any, views: list[str], formats: tuple[str
     int8 = " --int8" if formats == ("int8",) else ""
     return f"""# {folder.name}, exported for serving (ONNX)
 
-A {task_settings.task} model fine-tuned with greenadapt ({folder}), exported with `greenadapt export --onnx`.
+A {task_settings.task} model fine-tuned with greenadapt (run `{folder.name}`), exported with `greenadapt export --onnx`.
 {"It reads text through two tokenizers (views) and averages their predictions: " + views[0] + " (the model's own) and " + views[1] + " (the domain tokenizer, which keeps the domain words whole)." if both else "It reads text through one tokenizer."}
 
 {model_lines}
 - `{"`, `".join(views)}`: the tokenizers (`tokenizers` loads them in Python, Rust, JavaScript and Java bindings)
 - `labels.json`: the labels, by output index
 - `pooling.json`: how a prediction is made: which tokenizers, which rows, how they are pooled, special ids, input length
-- `serve_onnx.py`: that recipe for NER, with onnxruntime, tokenizers and numpy alone (no greenadapt, no torch)
+{_usage(task_settings, int8)}
+"""
+
+
+def _usage(task_settings: Any, int8: str) -> str:
+    """The card's way to run it: serve_onnx.py for NER; a classification export is run by greenadapt predict."""
+    if task_settings.task != "ner":
+        return ("No `serve_onnx.py`: it serves NER. Run this classification model with `greenadapt predict --runtime onnx`, or feed\n"
+                "the ONNX file the first view's ids and read the first position's logits (pooling.json). Labels: "
+                + ", ".join(task_settings.labels) + ".\n")
+    return f"""- `serve_onnx.py`: that recipe for NER, with onnxruntime, tokenizers and numpy alone (no greenadapt, no torch)
 
 ```bash
 pip install onnxruntime tokenizers numpy

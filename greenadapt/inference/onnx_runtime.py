@@ -55,8 +55,9 @@ def check_runtime(runtime: str, quantize: str, device: str) -> None:
     if quantize != "none" and runtime != "onnx":
         raise UsageError(f"--quantize {quantize} is for --runtime onnx", hint="add --runtime onnx")
     if runtime == "onnx":
-        if device.partition(":")[0] not in ("auto", "cpu"):
-            raise UsageError(f"--runtime onnx runs on the CPU, not --device {device}", hint="leave --device out, or use --runtime torch on a GPU")
+        kind, colon, index = device.partition(":")
+        if kind not in ("auto", "cpu") or (colon and not index.isdigit()):
+            raise UsageError(f"--runtime onnx runs on the CPU, not --device {device}", hint="leave --device out (or cpu), or use --runtime torch on a GPU")
         require_onnxruntime()
 
 

@@ -29,6 +29,12 @@ class RuntimeSettings(Settings):
         from greenadapt.inference.onnx_runtime import check_runtime
 
         check_runtime(self.runtime, self.quantize, getattr(self, "device", "auto"))
+        precision = getattr(self, "precision", "auto")
+        if self.runtime == "onnx" and precision not in ("auto", "fp32"):
+            import logging
+
+            logging.getLogger(__name__).warning("--precision %s is not used with --runtime onnx: ONNX Runtime runs the fp32 graph%s",
+                                                precision, " quantized to int8" if self.quantize == "int8" else " (--quantize int8 for int8)")
 
 
 @dataclass(frozen=True, kw_only=True)

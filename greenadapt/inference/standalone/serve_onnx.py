@@ -16,10 +16,12 @@ and tokenizers (or port these 200 lines to Java, C#, Rust or JavaScript: the sam
 
 from __future__ import annotations
 
+import argparse
 import json
 import re  # noqa: F401  (the sentence splitter put in by the export uses it)
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -32,26 +34,55 @@ from tokenizers import Tokenizer
 # @chunks@
 
 
+class ServeError(Exception):
+    """What serve_onnx.py tells its user in one line (exit 2: the command line; 3: the folder or the input)."""
+
+    def __init__(self, message: str, code: int = 3) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class Exported:
     """A folder of ``greenadapt export --onnx``."""
 
-    def __init__(self, folder: Path, *, int8: bool = False) -> None:
+    def __init__(self, folder: Path, *, int8: bool | None = None) -> None:
         import onnxruntime as ort  # (here, not above: greenadapt imports this file where only the export needs it)
 
-        recipe = json.loads((folder / "pooling.json").read_text(encoding="utf-8"))
+        if not folder.is_dir():
+            raise ServeError(f"{folder}: no such folder (pass the folder `greenadapt export --onnx` wrote)")
+        recipe, labels = _json(folder / "pooling.json"), _json(folder / "labels.json")
+        try:
+            self.labels = list(labels["labels"])
+            views, models = list(recipe["views"]), dict(recipe["models"])
+            self.budget = int(recipe["max_length"]) - 2  # [CLS] and [SEP]
+            for key in ("words", "cls_id", "sep_id", "unk_id", "task"):
+                recipe[key]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ServeError(f"{folder}: pooling.json or labels.json lacks {exc} (export the run again with greenadapt export --onnx)") from None
+        if recipe["task"] != "ner" or not self.labels:
+            raise ServeError(f"{folder}: this script serves NER exports; this one is {recipe['task']!r} (run it with greenadapt predict)")
         self.recipe = recipe
-        self.labels = json.loads((folder / "labels.json").read_text(encoding="utf-8"))["labels"]
         self.views = []
-        for name in recipe["views"]:
-            tokenizer = Tokenizer.from_file(str(folder / name))
+        for name in views:
+            try:
+                tokenizer = Tokenizer.from_file(str(folder / name))
+            except Exception as exc:  # tokenizers raises its own exception type
+                raise ServeError(f"{folder / name}: cannot read this tokenizer ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
             tokenizer.no_padding()
             tokenizer.no_truncation()
             self.views.append(tokenizer)
         self.words = Tokenizer.from_file(str(folder / recipe["words"])).pre_tokenizer
-        model = recipe["models"]["int8" if int8 else "fp32"]
-        self.session = ort.InferenceSession(str(folder / model), providers=["CPUExecutionProvider"])
+        if int8 is None:  # no flag: the fp32 graph, or the one graph an int8-only export has
+            int8 = "fp32" not in models
+        fmt = "int8" if int8 else "fp32"
+        if fmt not in models:
+            raise ServeError(f"{folder}: this export has no {fmt} model (it has {', '.join(models)}); "
+                             + ("leave out --int8" if int8 else "pass --int8"), code=2)
+        try:
+            self.session = ort.InferenceSession(str(folder / models[fmt]), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise ServeError(f"{folder / models[fmt]}: ONNX Runtime cannot load it ({str(exc).splitlines()[0][:200]})") from None
         self.inputs = {i.name for i in self.session.get_inputs()}
-        self.budget = recipe["max_length"] - 2  # [CLS] and [SEP]
 
     def entities(self, text: str) -> list[dict]:
         found = []
@@ -111,13 +142,46 @@ class Exported:
         return logits[rows].astype(np.float64)
 
 
-def main() -> None:
-    folder = Path(sys.argv[1])
-    exported = Exported(folder, int8="--int8" in sys.argv[2:])
-    for number, line in enumerate(sys.stdin, 1):
-        text = line.rstrip("\r\n")
-        print(json.dumps({"line": number, "text": text, "entities": exported.entities(text)}, ensure_ascii=False))
+def _json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ServeError(f"{path}: missing (the folder is not a whole export of greenadapt export --onnx)") from None
+    except (OSError, ValueError) as exc:
+        raise ServeError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ServeError(f"{path}: not the JSON object an export writes")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, ours: not argparse's usage block
+        raise ServeError(f"{message} (usage: python serve_onnx.py FOLDER [--int8] < text.txt)", code=2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="serve_onnx.py", description="Entities of each input line (UTF-8), one JSON line each.", allow_abbrev=False)
+    parser.add_argument("folder", type=Path, help="the folder greenadapt export --onnx wrote")
+    parser.add_argument("--int8", action="store_true", default=None, help="run the int8 model (default: fp32 where the export has it)")
+    number = 0
+    try:
+        args = parser.parse_args(argv)
+        exported = Exported(args.folder, int8=args.int8)
+        for number, raw in enumerate(sys.stdin.buffer, 1):  # bytes, decoded line by line: a bad line is named by its number
+            text = raw.decode("utf-8").rstrip("\r\n")
+            print(json.dumps({"line": number, "text": text, "entities": exported.entities(text)}, ensure_ascii=False))
+    except ServeError as exc:
+        print(f"serve_onnx.py: {exc}", file=sys.stderr)
+        return exc.code
+    except UnicodeDecodeError:
+        print(f"serve_onnx.py: line {number} of the input is not UTF-8 (convert it: iconv -f LATIN1 -t UTF-8)", file=sys.stderr)
+        return 3
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
