@@ -38,6 +38,14 @@ MAX_STEPS = 1_000_000_000
 
 # The largest seed every random generator greenadapt seeds accepts (numpy's: 32 bits).
 MAX_SEED = 2**32 - 1
+# Bounds of options that no recipe comes near, so that a typo or a 400-digit number is refused in one line before any
+# arithmetic turns it into an overflow: the agreement's weight (W x the KL: 1 is the studied value), label smoothing
+# (1 puts every label at the same target: nothing left to learn), an inference batch.
+MAX_AGREEMENT = 100.0
+MAX_LABEL_SMOOTHING = 0.99
+MAX_BATCH = 65_536
+# Any integer option without a bound of its own: beyond it, a value cannot be a count the machine holds.
+MAX_OPTION_INT = 2**53
 
 
 def check_seed(value: int, *, option: str = "--seed") -> int:

@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from greenadapt.defaults import MAX_OPTION_INT
 from greenadapt.errors import UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
 
@@ -138,6 +139,9 @@ class Run:
     progress: Progress = NULL_PROGRESS
 
     def __post_init__(self) -> None:
+        for name in ("force", "wait"):  # force=1 or "yes" from Python is a slip, not a choice
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name}={getattr(self, name)!r}: True or False", hint=f"greenadapt.<command>(..., {name}=True)")
         for name in ("workdir", "out"):
             value = getattr(self, name)
             if value is not None:
@@ -283,6 +287,8 @@ def read_config(config: str | os.PathLike[str] | Mapping[str, Any], cls: type[Se
     else:
         path = Path(where)
         try:
+            if path.exists() and not path.is_file():  # a FIFO nothing writes would wait for ever; a device, for ever more
+                raise UsageError(f"--config {path}: not a regular file", hint="give a run folder's options.json or a TOML file")
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--config {path}: {exc.strerror or exc}", hint="give a run folder's options.json or a TOML file") from None
@@ -322,12 +328,16 @@ def _parse_config(text: str, path: Path) -> dict[str, Any]:
             raise UsageError(f"{path}: not valid TOML ({exc})", hint="fix the file, or give a run folder's options.json") from None
         except NestedTooDeeply as exc:
             raise UsageError(f"{path}: {exc}", hint="options are plain values and lists") from None
+        except ValueError as exc:  # an integer past Python's digit limit
+            raise UsageError(f"{path}: a value cannot be read ({exc})", hint="options are plain values of ordinary size") from None
     try:
         document = loads_json(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", hint="fix the file, or write it as TOML (.toml)") from None
     except NestedTooDeeply as exc:
         raise UsageError(f"{path}: {exc}", hint="options are plain values and lists") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise UsageError(f"{path}: a value cannot be read ({exc})", hint="options are plain values of ordinary size") from None
     if not isinstance(document, dict):
         raise UsageError(f"{path}: a config file holds an object of options, not {type(document).__name__}")
     return document
@@ -418,7 +428,10 @@ def _as(value: Any, kind: Any) -> Any:
         raise TypeError("an integer")
     if kind is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer past float's range (300-odd digits)
+                raise ValueError("a number within range") from None
         raise TypeError("a number")
     if kind is str:
         if isinstance(value, str | os.PathLike):  # a model folder given as a Path
@@ -452,10 +465,20 @@ def _checked(value: Any, declared: Declaration) -> Any:
         if isinstance(value, float) and not math.isfinite(value):  # nan passes every bound: refused whatever its source
             raise UsageError(f"{declared.flag} must be a finite number, not {value}")
         if declared.minimum is not None and value < declared.minimum:
-            raise UsageError(f"{declared.flag} must be at least {declared.minimum:g}, not {value:g}")
+            raise UsageError(f"{declared.flag} must be at least {declared.minimum:g}, not {_shown(value)}")
         if declared.maximum is not None and value > declared.maximum:
-            raise UsageError(f"{declared.flag} must be at most {declared.maximum:g}, not {value:g}")
+            raise UsageError(f"{declared.flag} must be at most {declared.maximum:g}, not {_shown(value)}")
+        if isinstance(value, int) and abs(value) > MAX_OPTION_INT:  # (an option with no bound of its own)
+            raise UsageError(f"{declared.flag} must be at most {MAX_OPTION_INT:,}, not {_shown(value)}")
     return declared.check(value) if declared.check is not None else value
+
+
+def _shown(value: int | float) -> str:
+    """A number for a message: a huge integer by its size (formatting it as a float overflows, as text may exceed
+    Python's digit limit)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+    return f"{value:g}"
 
 
 def _plain(value: Any) -> Any:

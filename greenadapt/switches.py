@@ -67,9 +67,11 @@ def env_number(name: str, default: float | None = None, environ: Mapping[str, st
         return default
     try:
         value = float(raw) if kind is float else int(raw)
-    except ValueError:
+    except ValueError:  # (also an integer past Python's digit limit)
         value = math.nan
     hint = f"{what}, e.g. {example}; or unset it"
+    if isinstance(value, int) and value.bit_length() > 31:  # no count of workers or seconds is this large
+        raise UsageError(f"${name} is {len(raw):,} characters long, not {what}", hint=hint)
     if not math.isfinite(value):
         raise UsageError(f"${name}={raw!r} is not {what}", hint=hint)
     if value < least:

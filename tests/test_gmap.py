@@ -520,3 +520,18 @@ def test_mismatched_or_unsupported_models_raise_model_errors() -> None:
     _, general = build_pair()
     with pytest.raises(ModelError, match="BERT-style"):
         GmapModel(distil, general, GmapConfig("single"))
+
+
+def test_a_general_model_without_pooler_weights_has_one_fingerprint(tmp_path: Path) -> None:
+    """A checkpoint without pooler weights (RoBERTa-style) gets a random pooler on every AutoModel load; G-MAP never runs
+    the pooler, so its fingerprint leaves it out and two loads of one folder are the same general model (issue 81)."""
+    from transformers import AutoModel, BertConfig, BertModel
+
+    config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    BertModel(config, add_pooling_layer=False).save_pretrained(tmp_path / "nopooler")
+    first, second = (AutoModel.from_pretrained(str(tmp_path / "nopooler")) for _ in range(2))
+    assert not torch.equal(first.pooler.dense.weight, second.pooler.dense.weight)  # (drawn anew on each load)
+    assert weights_fingerprint(first) == weights_fingerprint(second)
+    assert weights_fingerprint(first, used_only=False) != weights_fingerprint(second, used_only=False)
+    second.encoder.layer[0].attention.self.query.weight.data.add_(1.0)  # a weight G-MAP does read: another model
+    assert weights_fingerprint(first) != weights_fingerprint(second)

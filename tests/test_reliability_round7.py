@@ -391,3 +391,92 @@ def test_compare_of_qa_runs_that_learned_nothing_stops_and_is_no_verdict(tmp_pat
     assert code == 0, err
     (pair,) = json.loads((tmp_path / "cmp" / "compare.json").read_text())["pairs"]
     assert pair["not_a_verdict"] and "not a verdict" in pair["verdict"], pair["verdict"]
+
+
+# -- 5. inputs that crashed, hung or passed ------------------------------------------------------------------------------
+
+HUGE = "1" + "0" * 400
+
+
+def _finetune(data: dict[str, Path], tmp_path: Path, *extra: str) -> list[str]:
+    return ["finetune", "--task", "ner", "--train", str(data["ner"]), "--model", str(data["plain"]), "--max-steps", "1",
+            "--device", "cpu", "--out", str(tmp_path / "run"), *extra]
+
+
+@pytest.mark.parametrize("config", [f'{{"epochs": {HUGE}}}', '{"epochs": 1' + "0" * 5001 + "}", f"epochs = {HUGE}\n", f'{{"lr": {HUGE}}}'])
+def test_a_huge_number_in_a_config_file_is_one_line(config: str, data: dict[str, Path], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / ("c.toml" if config.startswith("epochs =") else "c.json")
+    path.write_text(config)
+    code, err = run_cli([*_finetune(data, tmp_path), "--config", str(path)], monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert not (tmp_path / "run").exists()
+
+
+def test_huge_numbers_from_python_and_the_environment_are_one_line(data: dict[str, Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import greenadapt
+    from greenadapt.errors import UsageError
+
+    with pytest.raises(UsageError, match="--epochs must be at most"):
+        greenadapt.finetune("ner", data["ner"], model=str(data["plain"]), epochs=10**400, out=tmp_path / "a", device="cpu")
+    with pytest.raises(UsageError, match="--lr"):
+        greenadapt.finetune("ner", data["ner"], model=str(data["plain"]), lr=10**400, out=tmp_path / "a", device="cpu")
+    with pytest.raises(UsageError, match="force=1"):
+        greenadapt.finetune("ner", data["ner"], model=str(data["plain"]), out=tmp_path / "a", device="cpu", force=1)  # type: ignore[arg-type]
+    code, err = run_cli(["predict", "-m", str(data["run"]), str(data["text"]), "--batch-size", HUGE], monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    monkeypatch.setenv("GREENADAPT_WORKERS", HUGE)
+    code, err = run_cli(_finetune(data, tmp_path), monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert "GREENADAPT_WORKERS" in err, err
+
+
+def test_a_config_that_is_not_a_regular_file_is_refused_not_waited_on(data: dict[str, Path], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "c.json"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "greenadapt", *_finetune(data, tmp_path), "--config", str(fifo)],
+                          capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+    assert done.returncode == EXIT_USAGE and "not a regular file" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(("extra", "says"), [(["--label-smoothing", "1"], "less than or equal to 0.99"),
+                                             (["--agreement", "1e308"], "less than or equal to 100")])
+def test_finetune_bounds_weights_that_leave_nothing_to_learn(extra: list[str], says: str, data: dict[str, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(_finetune(data, tmp_path, *extra), monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert says in err, err
+
+
+def test_a_mix_that_both_views_would_ignore_is_refused(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["finetune", "--task", "ner", "--train", str(data["ner"]), "--model", str(data["expanded"]), "--max-steps", "1", "--device", "cpu",
+            "--out", str(tmp_path / "run")]
+    code, err = run_cli([*args, "--both-views", "--mix", "0.3"], monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert "--mix 0.3 does nothing with --both-views" in err and not (tmp_path / "run").exists(), err
+
+
+@pytest.mark.parametrize(("extra", "says"), [(["--agreement", "green=1e308"], "a positive weight of at most"), (["--devices", ",,,"], "--devices")])
+def test_compare_refuses_a_weight_or_devices_that_say_nothing(extra: list[str], says: str, data: dict[str, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(["compare", "--task", "ner", "--train", str(data["ner"]), "--test", str(data["ner"]), "--model", f"base={data['plain']}",
+                         "--model", f"green={data['expanded']}", "--seeds", "1", "--max-steps", "1", "--out", str(tmp_path / "cmp"), *extra],
+                        monkeypatch, capsys)
+    _one_line(code, err, EXIT_USAGE)
+    assert says in err and not (tmp_path / "cmp").exists(), err
+
+
+def test_an_xdg_cache_home_that_is_a_file_is_our_one_line(data: dict[str, Path], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "xdg").write_text("a file")
+    done = subprocess.run([sys.executable, "-m", "greenadapt", "predict", "-m", str(data["run"]), str(data["text"]), "--runtime", "onnx"],
+                          capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert done.returncode == EXIT_USAGE and done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
+    assert "XDG_CACHE_HOME" in done.stderr and "onnxruntime" not in done.stderr, done.stderr

@@ -84,7 +84,7 @@ class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSett
                                     help="A variant (e.g. DAPT) whose gain the others' gains are a share of.")
     devices: tuple[str, ...] = option(
         (), "--devices", panel=PERFORMANCE, metavar="IDS", cli_type=str | None,
-        parse=lambda text: tuple(d.strip() for d in (text or "").split(",") if d.strip()),
+        parse=lambda text: tuple(d.strip() for d in (text or "").split(",")) if text is not None and text.strip() else (),
         help="With --parallel: the CUDA GPUs the workers are spread over, comma-separated ids (default: every visible GPU); "
              "each worker is pinned to one before it touches CUDA, several per GPU when --parallel is larger.")
     ray: str | None = option(None, "--ray", panel=PERFORMANCE, metavar="ADDRESS",

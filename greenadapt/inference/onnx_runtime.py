@@ -58,6 +58,10 @@ def check_runtime(runtime: str, quantize: str, device: str) -> None:
         kind, colon, index = device.partition(":")
         if kind not in ("auto", "cpu") or (colon and not index.isdigit()):
             raise UsageError(f"--runtime onnx runs on the CPU, not --device {device}", hint="leave --device out (or cpu), or use --runtime torch on a GPU")
+        configured = os.environ.get("XDG_CACHE_HOME") or ""
+        if configured and os.path.isabs(configured) and os.path.exists(configured) and not os.path.isdir(configured):
+            # (checked before ONNX Runtime is imported: it writes there too, and warns in lines of its own)
+            raise UsageError(f"$XDG_CACHE_HOME={configured} is not a folder", hint="point it at a folder, or unset it")
         require_onnxruntime()
 
 

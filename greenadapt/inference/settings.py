@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from greenadapt.data.settings import HEADERS, FieldSettings
+from greenadapt.defaults import MAX_BATCH
 from greenadapt.errors import UsageError
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, Settings, model_paths, option
 from greenadapt.inference.onnx_runtime import QUANTIZATIONS, RUNTIMES
@@ -41,7 +42,7 @@ class RuntimeSettings(Settings):
 class ModelRunSettings(DeviceSettings, RuntimeSettings):
     """How a fine-tuned model's forward passes run, whatever is pooled (predict, evaluate, greenadapt.load)."""
 
-    batch_size: int = option(64, "--batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
+    batch_size: int = option(64, "--batch-size", panel=PERFORMANCE, minimum=1, maximum=MAX_BATCH, help="Sequences per inference batch.")
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP model: its general model, if not where training found it (weights are checked).")
 

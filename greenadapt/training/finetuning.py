@@ -47,9 +47,15 @@ def symmetric_kl(logits_a: Any, logits_b: Any) -> Any:
     return 0.5 * ((log_a.exp() * (log_a - log_b)).sum(-1) + (log_b.exp() * (log_b - log_a)).sum(-1))
 
 
-def resolve_mix(requested: float | None, has_domain: bool, model: Path) -> float:
-    """The mixture a run trains with: ``requested``, else :data:`DEFAULT_MIX` with a domain tokenizer and 0 without."""
-    mix = requested if requested is not None else (DEFAULT_MIX if has_domain else 0.0)
+def resolve_mix(requested: float | None, has_domain: bool, model: Path, *, two_passes: bool = False) -> float:
+    """The mixture a run trains with: ``requested``, else :data:`DEFAULT_MIX` with a domain tokenizer and 0 without.
+    With ``two_passes`` (--both-views, --agreement) every example is shown in both views: a mixture other than the
+    default would do nothing, so it is refused rather than recorded as if it had."""
+    default = DEFAULT_MIX if has_domain else 0.0
+    if two_passes and requested is not None and requested != default:
+        raise UsageError(f"--mix {requested:g} does nothing with --both-views or --agreement: every example is shown in both views",
+                         hint="leave --mix out")
+    mix = requested if requested is not None else default
     if mix > 0 and not has_domain:
         raise UsageError(
             f"--mix {mix:g} needs a domain tokenizer, but {model} has only one tokenizer (no {GENERAL_TOKENIZER_DIR}/)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from greenadapt.data.task_files import check_entity_type
-from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, check_max_length, check_seed
+from greenadapt.defaults import MAX_EPOCHS, MAX_LABEL_SMOOTHING, MAX_STEPS, check_max_length, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.options import INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
 from greenadapt.training.config import MAX_PAD_MULTIPLE
@@ -82,7 +82,7 @@ class RecipeSettings(Settings):
     entity_type: str | None = option(
         None, "--entity-type", panel=INPUT_OUTPUT, metavar="TYPE", check=check_entity_type,
         help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.")
-    label_smoothing: float = option(0.0, "--label-smoothing", panel=TRAINING, metavar="EPS", minimum=0, maximum=1, fingerprint="when set",
+    label_smoothing: float = option(0.0, "--label-smoothing", panel=TRAINING, metavar="EPS", minimum=0, maximum=MAX_LABEL_SMOOTHING, fingerprint="when set",
                                     help="Label smoothing of the cross-entropy: the target puts EPS on a uniform spread over the labels (e.g. 0.1; 0: off).")
 
 

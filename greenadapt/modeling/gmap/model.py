@@ -330,8 +330,7 @@ class GmapModel(nn.Module):
                 raise ModelError("the G-MAP model does not record its general model", path=config_path, hint="pass --general-model")
             general = _load(transformers.AutoModel, source, load_kwargs, role="general")
         if verify_general and recorded.get("fingerprint"):
-            found = weights_fingerprint(general)
-            if found != recorded["fingerprint"]:
+            if recorded["fingerprint"] not in (weights_fingerprint(general), weights_fingerprint(general, used_only=False)):
                 raise ModelError(
                     f"the general model {source} is not the one this G-MAP model was trained with (weights differ)",
                     path=config_path,
@@ -394,10 +393,14 @@ def encoder_layers(model: nn.Module, role: str) -> Any:
     return layers
 
 
-def weights_fingerprint(model: nn.Module) -> str:
-    """sha256 over every state-dict entry's name, dtype, shape and bytes."""
+def weights_fingerprint(model: nn.Module, *, used_only: bool = True) -> str:
+    """sha256 over the state-dict entries' names, dtypes, shapes and bytes: of those G-MAP reads (``used_only``: every
+    entry but the pooler's, which G-MAP never runs, and which ``AutoModel`` draws at random on every load of a
+    checkpoint without one, as RoBERTa-style checkpoints are), or of every entry (the fingerprint runs recorded before)."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
+        if used_only and (name.startswith("pooler.") or ".pooler." in name):
+            continue
         flat = tensor.detach().to("cpu").contiguous().reshape(-1)
         digest.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}\n".encode())
         digest.update(flat.view(torch.uint8).numpy())

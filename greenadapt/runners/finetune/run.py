@@ -100,7 +100,7 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
     folder = ExpandedModel.open(ref)
     tokenizers = folder.tokenizers
     gmap = _prepare_gmap(settings, run, ref, tokenizers.general)
-    base = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path))
+    base = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path, two_passes=settings.two_passes))
     assert settings.pool is not None and settings.max_words is not None  # filled: the task's defaults
     pool = ensemble_mode(settings.pool, tokenizers.has_domain, ref.path)
     positive = task.positive_label(labels, settings.positive_label)

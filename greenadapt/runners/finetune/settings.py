@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from greenadapt.data.settings import HEADERS, FieldSettings
-from greenadapt.defaults import DEFAULT_SEED, TRAIN_EMBEDDINGS, check_seed
+from greenadapt.defaults import DEFAULT_SEED, MAX_AGREEMENT, TRAIN_EMBEDDINGS, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
@@ -61,7 +61,7 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
     model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
     mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
-    agreement: float = option(0.0, "--agreement", panel=TRAINING, metavar="W", minimum=0, fingerprint="when set",
+    agreement: float = option(0.0, "--agreement", panel=TRAINING, metavar="W", minimum=0, maximum=MAX_AGREEMENT, fingerprint="when set",
                               help="Views that agree: show each training example in both tokenizers' views in the same step and add W x the "
                                    "symmetric KL between their label distributions (word-level for NER). Doubles the forward passes; 0: off. "
                                    "On a model with one tokenizer: R-Drop (two passes of the same pieces, dropout apart).")
