@@ -322,26 +322,22 @@ def _pair(options: Comparison, variant: Variant, baseline: Variant, predictions:
                         replicates=options.replicates, seed=options.bootstrap_seed)
 
 
-BUDGET_SHARE = 0.25  # a comparison trained on less than this share of its task's recipe says so under every verdict
-
-
 def budget_note(options: Comparison) -> str | None:
-    """A note for a comparison whose training budget (examples seen per run) is under :data:`BUDGET_SHARE` of its task's
-    default recipe: its verdicts are about that budget, and README's measured gains about the recipe."""
+    """A note for a comparison whose training budget (examples seen per run) is under a quarter of its task's default
+    recipe (training/health.py, the judgement finetune's warning makes of one run): its verdicts are about that budget,
+    and README's measured gains about the recipe."""
     from greenadapt.data.task_files import ReaderOptions
+    from greenadapt.training.health import training_budget
 
     task = get_task(options.task)
     if not isinstance(task, LabellingTask) or (options.max_steps is None and options.epochs is None):
         return None
     examples = len(task.read(options.train, ReaderOptions(entity_type=options.entity_type), require_labels=True).examples)
-    epochs, batch = options.epochs or task.defaults.epochs, options.batch_size or task.defaults.batch_size
-    seen = min(options.max_steps * batch, epochs * examples) if options.max_steps is not None else epochs * examples
-    recipe = task.defaults.epochs * examples
-    if seen >= BUDGET_SHARE * recipe:
+    budget = training_budget(task.name, examples, recipe_epochs=task.defaults.epochs, epochs=options.epochs, max_steps=options.max_steps,
+                             batch=options.batch_size or task.defaults.batch_size)
+    if not budget.short:
         return None
-    spent = f"{options.max_steps:,} steps × batch {batch}" if options.max_steps is not None else f"{epochs} epoch(s) × {examples:,}"
-    return (f"budget: {spent} = {seen:,} training examples per run, {100 * seen / recipe:.0f}% of the {task.name} recipe "
-            f"({task.defaults.epochs} epochs × {examples:,} = {recipe:,}); README's measured gains are for the recipe, not this budget")
+    return f"budget: {budget.words()} per run; README's measured gains are for the recipe, not this budget"
 
 
 def _stratify(options: Comparison, pairs: Sequence[PairedResult], predictions: _Predictions) -> None:

@@ -175,3 +175,120 @@ def _label_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[s
         return [f"{split} accuracy {compared(accuracy, rate)} majority-class rate (always answering {majority!r}): the model has "
                 f"not learned the task; {CAUSES}"]
     return []
+
+
+# -- a run that learned nothing, or barely trained: one judgement for finetune, info, report and compare ------------
+
+NER_OUTSIDE = "O"
+COLLAPSE_FIX = "train longer (--epochs), try another --lr, or check the training file's labels"
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A run has learned nothing useful when its score is at or near what a model that learned nothing scores."""
+
+    task: str  # ner, or classify (every text-level task)
+    measure: str  # what is compared
+    threshold: float  # the bound, on the measure's 0-1 scale
+    rule: str  # how, in words (docs/compare.md shows this table)
+
+
+# The one table of "learned nothing" (docs/compare.md, "When a run learns nothing"): a pair holding such a run is no
+# verdict, and compare stops at the first one unless --keep-going.
+LEARNED_NOTHING = (
+    Floor("ner", "entity F1", 0.10, "under 10 (x 100): a handful of the gold entities found, whatever else it does"),
+    Floor("ner", "word accuracy", 0.005, "at or within half a point of tagging every word with the most frequent gold label"),
+    Floor("classify", "accuracy", 0.005, "at or within half a point of answering the majority label everywhere"),
+    Floor("qa", "answer F1", 0.10, "under 10 (x 100): its answers share almost no word with the gold answers (a QA model that "
+                                   "learned nothing answers spans at random, about 5)"),
+)
+_FLOOR = {(floor.task, floor.measure): floor.threshold for floor in LEARNED_NOTHING}
+
+
+def degenerate(task: str, gold: Sequence[Any], predicted: Sequence[Any]) -> str | None:
+    """What is wrong with a run's test predictions when it learned nothing useful (:data:`LEARNED_NOTHING`; None: nothing is)."""
+    from collections import Counter
+
+    if task == "ner":
+        from greenadapt.data.metrics import entity_scores
+
+        if not any(label != NER_OUTSIDE for sentence in predicted for label in sentence):
+            return "tagged no entity"
+        scores = entity_scores(gold, predicted)
+        if scores["f1"] < _FLOOR["ner", "entity F1"]:
+            return f"reached entity F1 {100 * scores['f1']:.1f} ({scores['correct_entities']:,} of {scores['gold_entities']:,} gold entities)"
+        words = [g for sentence in gold for g in sentence]
+        majority, count = Counter(words).most_common(1)[0] if words else (NER_OUTSIDE, 0)
+        rate = count / len(words) if words else 0.0
+        if words and scores["accuracy"] <= rate + _FLOOR["ner", "word accuracy"]:
+            return f"tagged words with accuracy {compared(scores['accuracy'], rate)} of tagging every word {majority!r}"
+        return None
+    labels = set(map(str, predicted))
+    if len(labels) == 1 and len(set(map(str, gold))) > 1:
+        return f"gave every test example the label {labels.pop()!r}"
+    if len(set(map(str, gold))) > 1:  # (with one gold label, answering it everywhere is right, not a floor)
+        majority, count = Counter(map(str, gold)).most_common(1)[0]
+        rate = count / len(gold)
+        accuracy = sum(str(g) == str(p) for g, p in zip(gold, predicted, strict=True)) / len(gold)
+        if accuracy <= rate + _FLOOR["classify", "accuracy"]:
+            return f"reached accuracy {compared(accuracy, rate)} of answering {majority!r} everywhere"
+    return None
+
+
+def degenerate_answers(test_scores: dict[str, float]) -> str | None:
+    """What is wrong with a question-answering run's test scores (fractions) when it learned nothing (None: nothing is)."""
+    f1 = test_scores.get("f1")
+    if f1 is None or f1 >= _FLOOR["qa", "answer F1"]:
+        return None
+    exact = test_scores.get("exact_match")
+    return f"reached answer F1 {100 * f1:.1f}" + (f" (EM {100 * exact:.1f})" if exact is not None else "")
+
+
+BUDGET_SHARE = 0.25  # a run trained on less than this share of its task's recipe is said to be barely trained
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a run trained on, against its task's recipe (the task's default epochs over the same examples)."""
+
+    seen: int  # training examples shown (steps x batch, at most epochs x examples)
+    recipe: int  # the recipe's: its epochs x the examples
+    spent: str  # how, in words: "60 steps × batch 32"
+    recipe_words: str  # "3 epochs × 6,347"
+    task: str
+
+    @property
+    def share(self) -> float:
+        return self.seen / self.recipe if self.recipe else 1.0
+
+    @property
+    def short(self) -> bool:
+        return self.share < BUDGET_SHARE
+
+    def words(self) -> str:
+        return (f"{self.spent} = {self.seen:,} training examples, {100 * self.share:.0f}% of the {self.task} recipe "
+                f"({self.recipe_words} = {self.recipe:,})")
+
+
+def training_budget(task: str, examples: int, *, recipe_epochs: int, epochs: int | None, max_steps: int | None, batch: int) -> Budget:
+    """The budget of a run of ``examples`` training examples against its task's recipe of ``recipe_epochs`` epochs."""
+    epochs = epochs or recipe_epochs
+    seen = min(max_steps * batch, epochs * examples) if max_steps is not None else epochs * examples
+    spent = f"{max_steps:,} steps × batch {batch}" if max_steps is not None else f"{epochs} epoch(s) × {examples:,}"
+    return Budget(seen, recipe_epochs * examples, spent, f"{recipe_epochs} epochs × {examples:,}", task)
+
+
+BARELY_TRAINED_FIX = "train longer (--epochs, or more --max-steps) or try another --lr"
+
+
+def barely_trained_warning(budget: Budget) -> str | None:
+    """finetune's warning for a run under :data:`BUDGET_SHARE` of its recipe (in its summary, ``info`` and ``report``)."""
+    if not budget.short:
+        return None
+    return f"barely trained: {budget.words()}; its scores are not what the recipe reaches: {BARELY_TRAINED_FIX}"
+
+
+def learned_nothing_warning(task: str, split: str, gold: Sequence[Any], predicted: Sequence[Any]) -> str | None:
+    """finetune's warning for a run whose ``split`` predictions are at compare's floor (:data:`LEARNED_NOTHING`)."""
+    why = degenerate(task, gold, predicted)
+    return f"learned nothing on {split}: it {why}; {COLLAPSE_FIX}" if why else None

@@ -52,7 +52,7 @@ from greenadapt.training.distributed import DistContext, precision_used
 from greenadapt.inference.labelling import ensemble_mode
 from greenadapt.training.trackers import probe_trackers, report_scores, tracking
 from greenadapt.training.finetuning import resolve_mix, train
-from greenadapt.training.health import prediction_warnings
+from greenadapt.training.health import learned_nothing_warning, prediction_warnings
 from greenadapt.training.job import training_stage
 from greenadapt.redaction import scrub_secrets
 
@@ -252,8 +252,9 @@ class _Job:
             "preprocessing": train_stats,
             "models": {str(s): "." if len(seeds) == 1 else f"seed-{s}" for s in seeds},
             "training": trained,
-            # Every seed's warnings in one list, as info and the report read them from any stage.
-            "warnings": [f"seed {seed}: {w}" for seed, summary in trained.items() for w in summary["warnings"]],
+            # Every seed's warnings in one list, as info and the report read them from any stage; the run's budget first.
+            "warnings": [*self._budget_warnings(len(train_file.examples) + (len(dev_file.examples) if train_on == "train+dev" and dev_file else 0)),
+                         *(f"seed {seed}: {w}" for seed, summary in trained.items() for w in summary["warnings"])],
         }
         if self.gmap is not None:
             result["gmap"] = {**trained[str(seeds[0])].pop("gmap", {}), **self.gmap.describe()}
@@ -367,6 +368,17 @@ class _Job:
             torch.cuda.empty_cache()
         return metrics, summary
 
+    def _budget_warnings(self, examples: int) -> list[str]:
+        """A run trained on under a quarter of its task's recipe is barely trained (training/health.py), said once."""
+        from greenadapt.training.health import barely_trained_warning, training_budget
+
+        budget = training_budget(self.task.name, examples, recipe_epochs=self.task.defaults.epochs, epochs=self.base.epochs,
+                                 max_steps=self.base.max_steps, batch=self.base.batch_size or self.task.defaults.batch_size)
+        warning = barely_trained_warning(budget)
+        if warning:
+            log.warning("%s", warning)
+        return [warning] if warning else []
+
     def _units(self, task_file: TaskFile, *, training: bool = False) -> tuple[list[Unit], dict[str, int]]:
         """The file's units, tokenized once per process for the same examples, settings and tokenizers."""
         from greenadapt.runners.finetune.units_cache import cached_units, units_key
@@ -390,7 +402,11 @@ class _Job:
             scores, predictions = self._scores(model, task_file, units, _report_modes(self.tokenizers))
             metrics[split] = scores
             if task_file.labelled:
-                warnings.extend(prediction_warnings(split, task_file.gold(), predictions[self.pool]))
+                said = prediction_warnings(split, task_file.gold(), predictions[self.pool])
+                floor = learned_nothing_warning(self.task.name, split, task_file.gold(), predictions[self.pool]) if not said else None
+                if floor:
+                    log.warning("%s", floor)
+                warnings.extend([*said, *([floor] if floor else [])])
             if folder is not None:
                 with resource_errors(folder):
                     write_predictions(task_file, predictions[self.pool], folder / "predictions" / prediction_file_name(task_file, split))
