@@ -78,3 +78,60 @@ def test_the_floor_is_compares_judgement_in_finetunes_words() -> None:
     assert warning == f"learned nothing on test: it {degenerate('ner', gold, few)}; {COLLAPSE_FIX}", warning
     assert "entity F1 9.5 (5 of 100 gold entities)" in warning
     assert learned_nothing_warning("ner", "test", gold, gold) is None
+
+
+def _pair(variant: str, mean: float, significant: bool, *, seeds: int = 3, with_new: float | None = None, without: float | None = None,
+          not_a_verdict: bool = False) -> dict:
+    pair = {"variant": variant, "baseline": "base", "mean": mean, "significant95": significant, "seeds": list(range(1, seeds + 1))}
+    if with_new is not None:
+        pair["strata"] = [{"split": "new words", "stratum": "with a new word", "mentions": 100, "difference": with_new},
+                          {"split": "new words", "stratum": "without a new word", "mentions": 800, "difference": without}]
+    return pair | ({"not_a_verdict": True} if not_a_verdict else {})
+
+
+def test_compare_recommends_one_plain_thing_by_its_documented_rule() -> None:
+    from greenadapt.comparison.advice import recommend
+
+    assert recommend([_pair("green", 0.02, False, not_a_verdict=True)]).startswith("no recommendation: a run learned nothing")
+    assert recommend([_pair("green", 0.012, True), _pair("green-agree", 0.015, True, with_new=0.03, without=0.01)]) == (
+        "use green-agree: +1.50 F1 over base, significant over seeds and test sentences")
+    regular = recommend([_pair("green", 0.012, True, with_new=0.005, without=0.013)])
+    assert regular.startswith("use green: +1.20 F1") and "R-Drop (`--agreement 1`) or `--both-views` on base" in regular, regular
+    assert recommend([_pair("green", -0.01, True)]) == "keep base: green is -1.00 F1 below it, significant over seeds and test sentences"
+    noise = recommend([_pair("green", 0.004, False, seeds=2, with_new=0.0, without=0.006)])
+    assert noise.startswith("keep base, the simpler model: no variant is significantly better (over 2 seeds: run at least 3")
+    assert "the gain is as large without new words: try R-Drop" in noise, noise
+    assert "R-Drop" not in recommend([_pair("green", 0.004, False, with_new=0.02, without=0.0)])
+
+
+def test_a_stopped_compare_writes_why_and_info_report_and_keep_going_recommend(
+        data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from greenadapt.cli import main
+
+    out = tmp_path / "cmp"
+    args = ["compare", "--task", "ner", "--train", str(data["train"]), "--test", str(data["test"]), "--model", f"base={data['plain']}",
+            "--model", f"other={data['plain']}", "--seeds", "1,2", "--max-steps", "2", "--device", "cpu", "--bootstrap", "100", "--out", str(out)]
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert code == 4 and "compare stopped" in err, err
+    result = json.loads((out / "compare.json").read_text())
+    assert result["kind"] == "compare" and result["stopped"]["not_started"] == 3 and result["stopped"]["finished_runs"] == ["base seed 1"]
+    monkeypatch.setattr(sys, "argv", ["greenadapt", "info", str(out)])
+    with pytest.raises(SystemExit) as done:
+        main()
+    shown = capsys.readouterr().out
+    assert not done.value.code and "stopped     base seed 1" in shown and "finished    base seed 1" in shown, shown
+    page = tmp_path / "report.html"
+    monkeypatch.setattr(sys, "argv", ["greenadapt", "report", str(out), "--html", str(page), "--quiet"])
+    with pytest.raises(SystemExit):
+        main()
+    assert "Stopped: base seed 1" in page.read_text()
+    # --keep-going: every run, no verdict, and the recommendation says why there is none
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *args, "--keep-going"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    shown = capsys.readouterr()
+    assert not done.value.code and "recommendation: no recommendation: a run learned nothing" in shown.out + shown.err
+    result = json.loads((out / "compare.json").read_text())
+    assert "stopped" not in result and result["recommendation"].startswith("no recommendation")

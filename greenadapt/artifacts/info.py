@@ -96,6 +96,8 @@ def _comparison(path: Path) -> dict[str, Any]:
     return {"kind": "compare", "manifest": f"none (a compare folder: {kinds.COMPARE_RESULT})", "metric": result.get("metric"),
             "task": (result.get("options") or {}).get("task"), "variants": variants,
             "verdicts": [pair.get("verdict") for pair in result.get("pairs") or []],
+            "recommendation": result.get("recommendation"),
+            "stopped": result.get("stopped") if isinstance(result.get("stopped"), dict) else None,
             "where_it_lives": [line for pair in result.get("pairs") or [] for line in pair.get("strata_table") or []],
             "notes": [note for pair in result.get("pairs") or [] for note in pair.get("notes") or []],
             "seconds": result.get("seconds")}
@@ -185,10 +187,17 @@ def render(info: dict[str, Any]) -> str:
     lines.append(f"  kind        {kind or '-'}   (manifest: {info['manifest']})")
     if kind == "compare":
         lines.append(f"  task        {info.get('task')}, metric {info.get('metric')}")
+        stopped = info.get("stopped")
+        if stopped:
+            lines.append(f"  stopped     {stopped.get('why')}; {stopped.get('not_started')} fine-tuning(s) not started")
+            lines.append(f"  finished    {', '.join(stopped.get('finished_runs') or []) or 'none'}")
+            lines.append(f"  fix         {stopped.get('fix')}")
         for variant in info.get("variants") or []:
             lines.append(f"  variant     {variant['name']:<16} {_spread(variant.get('mean'), variant.get('sd'), variant.get('n'))} "
                          f"({variant.get('pool')} pooling)   {variant.get('model')}")
         lines += [f"  verdict     {verdict}" for verdict in info.get("verdicts") or []]
+        if info.get("recommendation"):
+            lines.append(f"  recommends  {info['recommendation']}")
         lines += [f"  {line}" for line in info.get("where_it_lives") or []]
         lines += [f"  note        {note}" for note in info.get("notes") or []]
         return "\n".join(lines)

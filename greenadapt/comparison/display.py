@@ -28,6 +28,7 @@ def render(result: CompareResult) -> str:
         lines.append(pair.verdict(unit=verdict_unit(metric)))
         lines.extend(f"  {note}" for note in pair.notes)
         lines.extend(strata_lines(pair.to_json()))
+    lines.append(f"recommendation: {result.recommendation()}")
     for name, share in result.shares.items():
         lines.append(f"{name}: {share * 100:.0f}% of {result.options.comparator}'s gain" if share is not None
                      else f"{name}: {result.options.comparator} gained nothing to take a share of")

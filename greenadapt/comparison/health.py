@@ -72,7 +72,15 @@ def stop_if_it_learned_nothing(options: Comparison, run: Run, *, queued: int) ->
         raise stopped_error(f"{run.name} seed {run.seed} {why}", queued, run.folder(options.out))
 
 
-def stopped_error(what: str, not_started: int, path: Path) -> StageError:
+class CompareStopped(StageError):
+    """A comparison stopped by a run that learned nothing: what it did, and how many fine-tunings were not started."""
+
+    def __init__(self, what: str, not_started: int, path: Path) -> None:
+        super().__init__(f"compare stopped: {what}, a run that learned nothing; {not_started} fine-tuning(s) not started",
+                         path=path, hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
+        self.what, self.not_started = what, not_started
+
+
+def stopped_error(what: str, not_started: int, path: Path) -> CompareStopped:
     """The one line of a comparison stopped by a run that learned nothing (sequential or on workers)."""
-    return StageError(f"compare stopped: {what}, a run that learned nothing; {not_started} fine-tuning(s) not started",
-                      path=path, hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
+    return CompareStopped(what, not_started, path)

@@ -37,7 +37,7 @@ from greenadapt.comparison.ensembles import (
 from greenadapt.comparison.recipe import Comparison, finetune_arguments
 from greenadapt.comparison.costs import adaptation_cost, cost_figures
 from greenadapt.comparison.pace import RunsLeft, plan_line, wall_seconds
-from greenadapt.comparison.health import collapse_notes, degenerate, degenerate_answers, stop_if_it_learned_nothing
+from greenadapt.comparison.health import CompareStopped, collapse_notes, degenerate, degenerate_answers, stop_if_it_learned_nothing
 from greenadapt.comparison.folders import RESULT_FILE, recorded_base_model
 from greenadapt.comparison.statistics import Contributions, PairedResult, compare_pair, mean_sd
 from greenadapt.comparison.strata import strata_lines
@@ -99,8 +99,15 @@ class CompareResult:
             "pairs": [pair | {"verdict": p.verdict(unit=verdict_unit(self.metric)), "strata_table": strata_lines(pair)}
                       for p in self.pairs for pair in [p.to_json()]],
             "share_of_comparator_gain": self.shares,
+            "recommendation": self.recommendation(),
             "seconds": round(self.seconds, 1),
         }
+
+    def recommendation(self) -> str:
+        """What to do next, one line (comparison/advice.py)."""
+        from greenadapt.comparison.advice import recommend
+
+        return recommend([p.to_json() for p in self.pairs], unit=verdict_unit(self.metric))
 
 
 def verdict_unit(metric: str) -> str:
@@ -147,7 +154,27 @@ def compare_runs(options: Comparison, finetune: Callable[..., Any], progress: Pr
 
     # one compare per folder: a second one's workers would take its runs
     with output_lock(options.out, "compare", wait=options.run.wait), cluster_for(options) as cluster:
-        return _compare_locked(options, finetune, progress, adapt, cluster)
+        try:
+            return _compare_locked(options, finetune, progress, adapt, cluster)
+        except CompareStopped as stop:
+            _write_stopped(options, stop)
+            raise
+
+
+def _write_stopped(options: Comparison, stop: CompareStopped) -> None:
+    """A stopped comparison's compare.json: why it stopped and which runs had finished, for ``info`` and ``report``
+    (a finished compare replaces it)."""
+    from greenadapt.artifacts.files import write_json
+    from greenadapt.training.health import COLLAPSE_FIX
+
+    finished = [f"{r.name} seed {r.seed}" for r in plan_runs(options) if _finished(r.folder(options.out))]
+    options_doc = {**options.settings.to_json(), "out": str(options.out), "force": options.run.force}
+    write_json(options.out / RESULT_FILE, {
+        "format": RESULT_FORMAT, "kind": "compare", "options": options_doc, "metric": None, "variants": [], "pairs": [],
+        "stopped": {"why": f"{stop.what}, a run that learned nothing", "not_started": stop.not_started, "finished_runs": finished,
+                    "fix": f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway"},
+        "recommendation": f"no recommendation: compare stopped ({stop.what}); {COLLAPSE_FIX}",
+    })
 
 
 def _compare_locked(options: Comparison, finetune: Callable[..., Any], progress: Progress,

@@ -115,7 +115,8 @@ class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSett
     agreements: tuple[tuple[str, float], ...] = option(
         (), "--agreement", panel=MODEL, metavar="NAME=W", parse=parse_agreements, cli_type=list[str],
         help="That --model trains with views that agree at weight W (finetune --agreement; e.g. --model green-agree=MODEL "
-             "--agreement green-agree=1): both views each step, twice the forward passes.")
+             "--agreement green-agree=1): both views each step, twice the forward passes. On a one-tokenizer model it is "
+             "R-Drop (two passes of the same pieces, dropout apart): --model base-rdrop=BASE --agreement base-rdrop=1.")
     both_views: tuple[str, ...] = option(
         (), "--both-views", panel=MODEL, metavar="NAME", cli_type=list[str], parse=lambda names: tuple(n.strip() for n in names),
         help="That --model trains every example in both views each step without the KL (finetune --both-views; the control "

@@ -46,11 +46,23 @@ def compare_variants_table(comparison: Mapping[str, Any]) -> tuple[list[str], li
     return head, rows
 
 
+def stopped_lines(comparison: Mapping[str, Any]) -> list[str]:
+    """A stopped comparison (its compare.json says why): what stopped it, what had finished, the fix."""
+    stopped = comparison.get("stopped") or {}
+    return [f"Stopped: {stopped.get('why')}; {stopped.get('not_started')} fine-tuning(s) not started.",
+            f"Finished runs: {', '.join(stopped.get('finished_runs') or []) or 'none'}.", f"Fix: {stopped.get('fix')}."]
+
+
 def comparison_html(comparison: Mapping[str, Any], forest: bytes | None) -> list[str]:
+    if comparison.get("stopped"):
+        return [f"<h2>Did it help? <code>{html.escape(str(comparison['path']))}</code></h2>",
+                *(f"<p>{html.escape(line)}</p>" for line in stopped_lines(comparison))]
     metric = comparison["metric"]
     body = [f"<h2>Did it help? <code>{html.escape(str(comparison['path']))}</code></h2>",
             "<ul>" + "".join(f"<li>{html.escape(p['verdict'])}" + "".join(f"<br><em>{html.escape(note)}</em>" for note in p.get("notes") or [])
                              + "</li>" for p in comparison["pairs"]) + "</ul>",
+            *([f'<p class="recommendation"><strong>Recommendation:</strong> {html.escape(comparison["recommendation"])}</p>']
+              if comparison.get("recommendation") else []),
             img(forest, f"paired differences in {metric} with 95% intervals"),
             html_table(*compare_pairs_table(comparison), numeric=lambda i: 1 <= i <= 4),
             html_table(*compare_variants_table(comparison), numeric=lambda i: i >= 2)]
@@ -75,7 +87,11 @@ def comparison_markdown(comparison: Mapping[str, Any]) -> list[str]:
     """The Markdown of one compare folder: verdicts with their notes, the pairs' and variants' tables, where it lives."""
     parts: list[str] = []
     parts += [f"## Did it help? `{comparison['path']}`", ""]
+    if comparison.get("stopped"):
+        return [*parts, *(f"{line}\n" for line in stopped_lines(comparison))]
     parts += [line for p in comparison["pairs"] for line in [f"- {p['verdict']}", *(f"  - {note}" for note in p.get("notes") or [])]]
+    if comparison.get("recommendation"):
+        parts += ["", f"**Recommendation:** {comparison['recommendation']}"]
     parts += ["", md_table(*compare_pairs_table(comparison)), "", md_table(*compare_variants_table(comparison)), ""]
     if any(p.get("strata") and not p.get("not_a_verdict") for p in comparison["pairs"]):
         parts += ["### Where it lives", "", md_table(*compare_strata_table(comparison)), ""]

@@ -372,7 +372,8 @@ def figure_specs(data: Mapping[str, Any]) -> dict[str, Callable[[], bytes | None
         curves = [c for c in data["training"] if _curve_family(c["group"]) == family]
         specs[key] = functools.partial(plots.curve_chart, curves, family)
     for index, comparison in enumerate(data.get("comparisons") or []):
-        specs[f"forest:{index}"] = functools.partial(plots.forest_plot, comparison["pairs"], comparison["metric"])
+        if comparison.get("pairs"):  # (a stopped comparison has none to plot)
+            specs[f"forest:{index}"] = functools.partial(plots.forest_plot, comparison["pairs"], comparison["metric"])
     return specs
 
 
