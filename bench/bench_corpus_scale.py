@@ -83,7 +83,7 @@ def run_point(corpus: Path, out: Path, *, workers: int, epochs: int, max_vocab: 
     shutil.rmtree(work, ignore_errors=True)  # a fresh pre-tokenization cache
     command = [
         sys.executable, "-m", "greenadapt", "w2v", "--corpus", str(corpus), "--workdir", str(work), "--out", str(work / "w2v"),
-        "--epochs", str(epochs), "--workers", str(workers), "--min-count", str(min_count), "--seed", "1", "--json", "--quiet",
+        "--epochs", str(epochs), "--workers", str(workers), "--w2v-min-count", str(min_count), "--seed", "1", "--json", "--quiet",
     ]
     if max_vocab:
         command += ["--max-vocab", str(max_vocab)]
@@ -163,7 +163,7 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--workers", type=int, nargs="+", default=[2])
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--min-count", type=int, default=5)
+    parser.add_argument("--w2v-min-count", type=int, default=5)
     parser.add_argument("--max-vocab", type=int, default=100_000, help="0: none")
     parser.add_argument("--plot", type=Path, default=None, help="write the curves to this PNG from the results so far")
     parser.add_argument("--markdown", action="store_true", help="print the results so far as a markdown table")

@@ -170,7 +170,7 @@ def cold(args: argparse.Namespace) -> None:
         work = out / f"work-{run}"
         shutil.rmtree(work, ignore_errors=True)  # a fresh workspace: pre-tokenization is paid every time
         command = [sys.executable, "-m", "greenadapt", "w2v", "--corpus", str(args.corpus), "--workdir", str(work), "--dim", str(args.dim),
-                   "--epochs", str(args.epochs), "--min-count", str(args.min_count), "--workers", str(args.workers), "--seed", str(args.seed),
+                   "--epochs", str(args.epochs), "--w2v-min-count", str(args.min_count), "--workers", str(args.workers), "--seed", str(args.seed),
                    "--quiet", "--json"] + (["--model", args.model] if args.model else [])
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=True)

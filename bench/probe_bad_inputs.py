@@ -84,7 +84,7 @@ def probes(data: dict[str, Path], here: Path) -> list[Probe]:
     """The probe table. ``here`` is the probe's own folder (a fresh copy of the user's files per probe)."""
     m, c, e, ner, squad = (str(data[k]) for k in ("model", "corpus", "expanded", "ner", "squad"))
     def small(epochs: str = "1", dim: str = "8") -> list[str]:
-        return ["--workers", "1", "--min-count", "1", "--epochs", epochs, "--dim", dim, "--workdir", str(here / "work")]
+        return ["--workers", "1", "--w2v-min-count", "1", "--epochs", epochs, "--dim", dim, "--workdir", str(here / "work")]
 
     train = ["--max-steps", "1", "--device", "cpu", "--workdir", str(here / "work")]
     out = ["--out", str(here / "out")]
@@ -180,9 +180,9 @@ def probes(data: dict[str, Path], here: Path) -> list[Probe]:
                                                 "--seeds", "1,2", *out], USAGE),
         Probe("finetune --entity-type B-X", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--entity-type", "B-X", *out],
               USAGE),
-        Probe("w2v --no-vectors --source context", ["w2v", "-c", c, "-m", m, "--min-count", "1", "--no-vectors", "--source", "context",
+        Probe("w2v --no-vectors --source context", ["w2v", "-c", c, "-m", m, "--w2v-min-count", "1", "--no-vectors", "--source", "context",
                                                      "--workdir", str(here / "work")], USAGE),
-        Probe("w2v --context-layer 99", ["w2v", "-c", c, "-m", m, "--min-count", "1", "--source", "context", "--context-layer", "99",
+        Probe("w2v --context-layer 99", ["w2v", "-c", c, "-m", m, "--w2v-min-count", "1", "--source", "context", "--context-layer", "99",
                                          "--workdir", str(here / "work")], USAGE),
         Probe("predict --header maybe", ["predict", "-m", run, "--input", ner, "--header", "maybe"], USAGE),
         Probe("compare --comparator the baseline", [*compare, "--comparator", "base", "--out", str(here / "cmp3")], USAGE),
@@ -232,7 +232,7 @@ def earlier_probes(data: dict[str, Path], here: Path, made: dict[str, object]) -
         Probe("finetune on a truncated model.safetensors", ["finetune", "--task", "ner", "--train", ner, "--model", str(truncated), *train, *out],
               BAD_INPUT),
         Probe("pretrain on a truncated model.safetensors", ["pretrain", "-c", c, "-m", str(truncated), *train, *out], BAD_INPUT),
-        Probe("w2v --source context on a truncated model", ["w2v", "-c", c, "-m", str(truncated), "--source", "context", "--min-count", "1",
+        Probe("w2v --source context on a truncated model", ["w2v", "-c", c, "-m", str(truncated), "--source", "context", "--w2v-min-count", "1",
                                                              "--workdir", str(here / "work")], BAD_INPUT),
         # task files
         Probe("finetune: NER lines of 3 and 2 columns", ["finetune", "--task", "ner", "--train", str(mixed), "--model", e, *train, *out], BAD_INPUT),

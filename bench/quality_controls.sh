@@ -58,7 +58,7 @@ else
   # The adaptation, on the CPU as a user runs it: word2vec + lstsq + the default expansion (min-count 20).
   # --workers 1: one thread, so the same command remakes the same rows on any machine (a lost draw can be remade)
   model=$($GREENADAPT adapt --corpus "$DATA/corpora/biomed-10m.txt.gz" --model "$MINILM" --workdir "$WORK/work" \
-      --epochs 5 --min-count 5 --seed 1 --workers 1 --json -q | $PY -c 'import json,sys; print(json.load(sys.stdin)["model"])')
+      --epochs 5 --w2v-min-count 5 --seed 1 --workers 1 --json -q | $PY -c 'import json,sys; print(json.load(sys.stdin)["model"])')
   A=$(dirname "$model")
 fi
 read -r -a arms <<< "${ARMS:-base base-x2 green-min20 base-view green-agree base-rdrop base-view-agree green-both}"

@@ -114,7 +114,7 @@ def selection_options(variant: str) -> tuple[str, ...] | None:
         return None
     # Without -min<N> the cap applies to green's words, not to expand's default selection (green-max20k would
     # otherwise be green-min20's 7,816 words).
-    options: tuple[str, ...] = ("--min-count", match["min"] or GREEN_MIN_COUNT)
+    options: tuple[str, ...] = ("--min-count-new", match["min"] or GREEN_MIN_COUNT)
     if match["max"]:
         options += ("--max-new", str(int(match["max"]) * 1000))
     return options
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ner", type=Path, default=SHARED / "ner", help="Folder of NER sets (<set>/train_dev.tsv, test.tsv).")
     parser.add_argument("--sets", default="NCBI-disease,BC5CDR-disease")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"Any of {','.join(VARIANTS)}, or a new-word selection of green: "
-                             "green-min<N> (expand --min-count N), green-max<K>k (--max-new K*1000), green-min<N>-max<K>k.")
+                             "green-min<N> (expand --min-count-new N), green-max<K>k (--max-new K*1000), green-min<N>-max<K>k.")
     parser.add_argument("--dapt-steps", type=int, default=1000, help="Masked-LM steps of the DAPT comparator.")
     parser.add_argument("--green-mlm-steps", type=int, default=100, help="Masked-LM steps over the adapted model.")
     parser.add_argument("--green-mlm-mix", type=float, default=0.5,
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     # 1. adapt (w2v -> align -> expand); its JSON output names the adapted model folder.
     adapted = runner.run(
         ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"),
-         "--epochs", str(args.w2v_epochs), "--min-count", str(args.min_count), "--min-count-new", GREEN_MIN_COUNT, "--seed", "1", "--json"],
+         "--epochs", str(args.w2v_epochs), "--w2v-min-count", str(args.min_count), "--min-count-new", GREEN_MIN_COUNT, "--seed", "1", "--json"],
         capture=True,
     )
     expand_dir = Path(json.loads(adapted)["model"]) if adapted else work / "work" / "CORPUS" / "MODEL" / "expand"
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         runner.run(["align", "--w2v", str(run_dir / "w2v"), "--model", model, "--method", method, *extra, "--seed", "1",
                     "--out", str(run_dir / f"align-{variant}")])
-        words = () if variant in DEFAULT_WORDS else ("--min-count", GREEN_MIN_COUNT)
+        words = () if variant in DEFAULT_WORDS else ("--min-count-new", GREEN_MIN_COUNT)
         runner.run(["expand", "--align", str(run_dir / f"align-{variant}"), "--model", model, *words, "--seed", "1",
                     "--out", str(run_dir / f"expand-{variant}")])
         models[variant] = str(run_dir / f"expand-{variant}")
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "context-mean" in variants:  # its own vectors: the base model's, not word2vec's
         adapted = runner.run(
-            ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"), "--min-count", str(args.min_count),
+            ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"), "--w2v-min-count", str(args.min_count),
              "--method", "context-mean", "--context-max-tokens", str(args.context_max_tokens), "--seed", "1", "--json"],
             capture=True,
         )

@@ -9,7 +9,7 @@ DEFAULT_SEED = 42
 # A corpus word becomes a new token only if the corpus has it at least this often (`expand --min-count`,
 # `adapt --min-count-new`). Rare words get the noisiest word2vec vectors: in the CPU study (docs/study.md,
 # issue 38) 20 matched the paper's setting (1, every word2vec word) on NCBI-disease and BC5CDR-disease with a
-# third of the new rows, and cleared +0.5 F1 over the base model on both. `--min-count 1` is the paper's setting.
+# third of the new rows, and cleared +0.5 F1 over the base model on both. `--min-count-new 1` is the paper's setting.
 DEFAULT_MIN_COUNT_NEW = 20
 
 # Wordpieces per training sequence, [CLS] and [SEP] included, for every task that does not derive it from the model.

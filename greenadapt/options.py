@@ -195,6 +195,23 @@ class Settings:
             object.__setattr__(self, field.name, value)
         self.check()
 
+    def take_deprecated(self, alias: str, field: str, meaning: str) -> None:
+        """An option's old spelling (``alias``, a field not recorded) given: its value moves to ``field``, with one
+        warning naming both spellings and what the option means; both given with different values is refused."""
+        value = getattr(self, alias)
+        if value is None:
+            return
+        declared = dict((f.name, d) for f, d in declared_fields(self))
+        old, new = declared[alias].flags[0], declared[field].flags[0]
+        default = next(f.default for f, _ in declared_fields(self) if f.name == field)
+        if getattr(self, field) not in (default, value):
+            raise UsageError(f"{old} and {new} were both given: {old} is the old spelling of {new}", hint=f"give {new} alone")
+        import logging
+
+        logging.getLogger(__name__).warning("%s is deprecated: it is %s here (%s)", old, new, meaning)
+        object.__setattr__(self, field, value)
+        object.__setattr__(self, alias, None)
+
     def check(self) -> None:
         """Checks between options (one option's own checks are in its declaration); raises UsageError."""
 

@@ -255,7 +255,7 @@ def test_one_corpus_spelled_three_ways_is_one_workspace_folder_and_trained_once(
     work = tmp_path / "work"
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    common = ["--model", str(model), "--workdir", str(work), "--epochs", "1", "--min-count", "1", "--workers", "1"]
+    common = ["--model", str(model), "--workdir", str(work), "--epochs", "1", "--w2v-min-count", "1", "--workers", "1"]
     code, err = run_cli(["w2v", "--corpus", "../data/slice.txt", *common], monkeypatch, capsys)
     assert code == 0, err
 

@@ -72,7 +72,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[st
 
 def _writers(inputs: dict[str, Path], work: Path) -> dict[str, list[str]]:
     """Every command that writes a folder, with its --out left for the caller to add."""
-    small = ["--workers", "1", "--min-count", "1", "--epochs", "1", "--dim", "8"]
+    small = ["--workers", "1", "--w2v-min-count", "1", "--epochs", "1", "--dim", "8"]
     return {
         "w2v": ["w2v", "-c", str(inputs["corpus"]), "-m", str(inputs["model"]), *small, "--workdir", str(work)],
         "align": ["align", "--w2v", str(inputs["w2v"])],
@@ -87,7 +87,7 @@ def _writers(inputs: dict[str, Path], work: Path) -> dict[str, list[str]]:
                      "--device", "cpu", "--workdir", str(work)],
         "multitask": ["multitask", "--model", str(inputs["expanded"]), "--task", f"name=ner,type=ner,train={inputs['ner']}",
                       "--max-steps", "1", "--device", "cpu", "--workdir", str(work)],
-        "w2v-context": ["w2v", "-c", str(inputs["corpus"]), "-m", str(inputs["model"]), "--source", "context", "--min-count", "1",
+        "w2v-context": ["w2v", "-c", str(inputs["corpus"]), "-m", str(inputs["model"]), "--source", "context", "--w2v-min-count", "1",
                         "--workdir", str(work)],
     }
 
@@ -218,7 +218,7 @@ def test_one_default_seed_lets_the_documented_flow_reuse_each_stage(inputs: dict
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """`w2v --corpus X` → `align --corpus X` → `adapt --corpus X` with every default: adapt reuses both stages."""
-    small = ["--workers", "1", "--min-count", "1", "--epochs", "1", "--dim", "8"]
+    small = ["--workers", "1", "--w2v-min-count", "1", "--epochs", "1", "--dim", "8"]
     common = ["-m", str(inputs["model"]), "--workdir", str(tmp_path / "work")]
     corpus = ["-c", str(inputs["corpus"])]
     assert run_cli(["w2v", *corpus, *common, *small], monkeypatch, capsys)[0] == 0
@@ -346,7 +346,7 @@ def test_a_latin1_corpus_is_read_with_one_warning_per_file(tiny_bert: Path, tmp_
     good = _corpus(tmp_path / "utf8.txt")
     latin = tmp_path / "latin1.txt"
     latin.write_bytes(("caf\u00e9 na\u00efve r\u00e9sum\u00e9 heart rate\n" * 50).encode("latin-1"))
-    args = ["w2v", "-c", str(good), "-c", str(latin), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1",
+    args = ["w2v", "-c", str(good), "-c", str(latin), "-m", str(tiny_bert), "--workers", "1", "--w2v-min-count", "1",
             "--epochs", "1", "--dim", "8", "--workdir", str(tmp_path / "work"), "--json"]
     from greenadapt.cli import main
 
@@ -364,7 +364,7 @@ def test_a_latin1_corpus_is_read_with_one_warning_per_file(tiny_bert: Path, tmp_
 
 def test_a_moved_workspace_stays_up_to_date(inputs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    small = ["--workers", "1", "--min-count", "1", "--epochs", "1", "--dim", "8"]
+    small = ["--workers", "1", "--w2v-min-count", "1", "--epochs", "1", "--dim", "8"]
     corpus = ["-c", str(inputs["corpus"]), "-m", str(inputs["model"])]
     code, err = run_cli(["adapt", *corpus, *small, "--workdir", str(tmp_path / "before"), "--json"], monkeypatch, capsys)
     assert code == 0, err

@@ -292,7 +292,7 @@ def test_max_new_and_min_count_order_and_exclusions(tiny_bert: Path, tmp_path: P
     assert default.manifest["stats"]["excluded"]["below_min_count"] == 4
     assert default.manifest["stats"]["selection"] == {"min_count": 20, "max_new": None}
     card = (default.path / "README.md").read_text(encoding="utf-8")
-    assert "seen at least 20 times (4 rarer left out)" in card and "`expand --min-count 1`" in card
+    assert "seen at least 20 times (4 rarer left out)" in card and "`expand --min-count-new 1`" in card
 
 
 def test_random_ablation_is_seeded(pipeline: dict[str, Path], tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ def test_log_lines_print_above_the_bars_and_each_stage_is_a_row(tiny_bert: Path,
     words = ["the", "patients", "with", "tachycardia", "and", "leukemia", "were", "in", "study", "of", "cells"]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(9)) for i in range(300)) + "\n")
-    text = _on_a_terminal(["adapt", "--corpus", str(corpus), "--model", str(tiny_bert), "--workers", "1", "--min-count", "1",
+    text = _on_a_terminal(["adapt", "--corpus", str(corpus), "--model", str(tiny_bert), "--workers", "1", "--w2v-min-count", "1",
                            "--workdir", str(tmp_path / "work")], tmp_path)
     # align warns that a few shared words underdetermine a 32-dimensional map, while the bars are live.
     warning = next((line for line in re.split(r"[\r\n]", text) if "shared words for" in line), None)

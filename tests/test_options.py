@@ -53,7 +53,7 @@ def test_an_option_added_once_is_in_the_help_the_api_and_the_manifest(tmp_path: 
     assert kept["options"]["throwaway_knob"] == 3 and kept["options"]["epochs"] == 1
     # and on the command line, through the same builder
     ran = CliRunner().invoke(app, ["w2v", "-c", str(corpus), "-m", str(model), "--workdir", str(tmp_path / "cli"), "--epochs", "1",
-                                   "--min-count", "1", "--workers", "1", "--throwaway-knob", "5", "-q"])
+                                   "--w2v-min-count", "1", "--workers", "1", "--throwaway-knob", "5", "-q"])
     assert ran.exit_code == 0, ran.output
     (folder,) = (tmp_path / "cli").rglob(OPTIONS_FILE)
     assert json.loads(folder.read_text(encoding="utf-8"))["options"]["throwaway_knob"] == 5

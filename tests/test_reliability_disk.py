@@ -65,7 +65,7 @@ def test_disk_full_while_w2v_writes_vectors(tmp_path: Path, tiny_bert: Path, mon
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join("heart rate of patients with tachycardia after covid" for _ in range(50)) + "\n")
     out = tmp_path / "work" / "w2v"
-    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1", "--epochs", "1",
+    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--w2v-min-count", "1", "--epochs", "1",
             "--dim", "8", "--workdir", str(tmp_path / "work"), "--out", str(out)]
     code, err = _cli(args, monkeypatch, capsys)
     assert code == 0, err

@@ -281,7 +281,7 @@ def sequences(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict
     root = tmp_path_factory.mktemp("kills")
     w2v_work = root / "w2v-work"
     corpus = _corpus(root / "corpus.txt")
-    w2v = Plan("w2v", ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "2", "--seed", "3",
+    w2v = Plan("w2v", ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--w2v-min-count", "2", "--seed", "3",
                        "--epochs", "3", "--workdir", str(w2v_work), "--out", str(w2v_work / "w2v"), "--quiet"],
                w2v_work / "w2v", w2v_work, scratch=[w2v_work / "cache"])
 

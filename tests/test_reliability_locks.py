@@ -58,7 +58,7 @@ def _go(process: subprocess.Popen[str]) -> None:
 
 def test_second_writer_fails_fast_or_waits_and_the_folder_stays_whole(tmp_path: Path, tiny_bert: Path) -> None:
     out = tmp_path / "w2v"
-    args = ["w2v", "-c", str(_corpus(tmp_path / "corpus.txt")), "-m", str(tiny_bert), "--workers", "1", "--min-count", "2",
+    args = ["w2v", "-c", str(_corpus(tmp_path / "corpus.txt")), "-m", str(tiny_bert), "--workers", "1", "--w2v-min-count", "2",
             "--epochs", "20", "--workdir", str(tmp_path / "work"), "--out", str(out), "--quiet"]
     fail_fast, waiting = _held(args, tiny_bert), _held([*args, "--wait"], tiny_bert)
     processes = [fail_fast, waiting]

@@ -261,7 +261,7 @@ def test_url_credentials_never_reach_a_folder_name_or_the_error_line(url: str, s
     assert not any(s in redacted.scrub(f"failed to read {url}") for s in secrets)
     done = subprocess.run(
         [sys.executable, "-m", "greenadapt", "w2v", "--corpus", url, "--model", str(tiny_bert), "--workdir", str(tmp_path / "w"),
-         "--min-count", "1", "-v"],
+         "--w2v-min-count", "1", "-v"],
         capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "GREENADAPT_DEBUG": "", "AWS_ACCESS_KEY_ID": "",
                                                          "AWS_SECRET_ACCESS_KEY": "", "AWS_EC2_METADATA_DISABLED": "true"},
     )
@@ -350,7 +350,7 @@ def test_a_model_that_cannot_load_its_weights_is_refused_before_any_work(broken:
     args = {
         "finetune": ["finetune", "--task", "ner", "--train", str(run["train"]), "--model", str(model), "--max-steps", "1",
                      "--device", "cpu", "--out", str(tmp_path / "out")],
-        "adapt": ["adapt", "-c", str(corpus), "-m", str(model), "--dim", "8", "--min-count", "1", "--epochs", "1",
+        "adapt": ["adapt", "-c", str(corpus), "-m", str(model), "--dim", "8", "--w2v-min-count", "1", "--epochs", "1",
                   "--workers", "1", "--workdir", str(tmp_path / "w")],
     }[command]
     code, err = run_cli(args, monkeypatch, capsys)
@@ -389,7 +389,7 @@ def test_bad_options_get_one_line_and_exit_2_before_any_work(args: list[str], ru
     corpus.write_text("the heart rate of patients\n" * 20)
     command, rest = args[0], [str(run["run"]) if a == "MODEL" else a for a in args[1:]]
     base = {
-        "w2v": ["-c", str(corpus), "-m", str(tiny_bert), "--min-count", "1", "--workdir", str(tmp_path / "w")],
+        "w2v": ["-c", str(corpus), "-m", str(tiny_bert), "--w2v-min-count", "1", "--workdir", str(tmp_path / "w")],
         "align": ["--w2v", str(tmp_path / "no-w2v-needed-before-the-seed-check")],
         "finetune": ["--task", "ner", "--train", str(run["train"]), "--model", str(run["model"]), "--max-steps", "1",
                      "--device", "cpu", "--out", str(tmp_path / "out")],
@@ -453,7 +453,7 @@ def test_a_jsonl_corpus_whose_records_lack_the_text_field_is_refused(tmp_path: P
     corpus = tmp_path / "mostly.jsonl"
     corpus.write_text(json.dumps({"text": "the heart rate of patients"}) + "\n"
                       + "".join(json.dumps({"title": f"x {i}"}) + "\n" for i in range(200)))
-    code, err = run_cli(["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--min-count", "1", "--workdir", str(tmp_path / "w")],
+    code, err = run_cli(["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--w2v-min-count", "1", "--workdir", str(tmp_path / "w")],
                         monkeypatch, capsys)
     assert code == EXIT_BAD_INPUT, err
     assert "no 'text' key" in err and err.strip().splitlines()[-1].startswith("error: "), err
@@ -495,7 +495,7 @@ def test_a_bad_context_layer_prints_only_its_line(tmp_path: Path, tiny_bert: Pat
     corpus.write_text("the heart rate of patients\n" * 20)
     done = subprocess.run(
         [sys.executable, "-m", "greenadapt", "w2v", "-c", str(corpus), "-m", str(tiny_bert), "--source", "context",
-         "--context-layer", "99", "--min-count", "1", "--workdir", str(tmp_path / "w"), "-q"],
+         "--context-layer", "99", "--w2v-min-count", "1", "--workdir", str(tmp_path / "w"), "-q"],
         capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "GREENADAPT_DEBUG": ""},
     )
     assert done.returncode == EXIT_USAGE
@@ -512,7 +512,7 @@ def test_adapt_refuses_a_model_without_weights_before_word2vec(run: dict[str, Pa
     (model / "model.safetensors").unlink()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the heart rate of patients\n" * 20)
-    code, err = run_cli(["adapt", "-c", str(corpus), "-m", str(model), "--dim", "8", "--min-count", "1", "--workdir", str(tmp_path / "w")],
+    code, err = run_cli(["adapt", "-c", str(corpus), "-m", str(model), "--dim", "8", "--w2v-min-count", "1", "--workdir", str(tmp_path / "w")],
                         monkeypatch, capsys)
     assert code == EXIT_BAD_INPUT and "no model.safetensors" in err, err
     assert not (tmp_path / "w").exists()

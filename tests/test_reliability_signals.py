@@ -120,7 +120,7 @@ def w2v_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[
     root = tmp_path_factory.mktemp("sig-w2v")
     corpus = _corpus(root / "corpus.txt")
     out = root / "work" / "w2v"
-    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1", "--epochs", "1",
+    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--w2v-min-count", "1", "--epochs", "1",
             "--dim", "8", "--workdir", str(root / "work"), "--out", str(out)]
     greenadapt.w2v([str(corpus)], model=str(tiny_bert), dim=8, epochs=1, min_count=1, workers=1, workdir=root / "work", out=out)
     return args, out
@@ -158,7 +158,7 @@ def test_adapt_sigterm_in_its_last_stage(tmp_path: Path, tiny_bert: Path) -> Non
 
     corpus = _corpus(tmp_path / "corpus.txt")
     out = tmp_path / "adapted"
-    args = ["adapt", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--min-count", "1", "--epochs", "1",
+    args = ["adapt", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "1", "--w2v-min-count", "1", "--epochs", "1",
             "--dim", "8", "--workdir", str(tmp_path / "work"), "--out", str(out)]
     done = CliRunner().invoke(app, [*args, "--quiet"])
     assert done.exit_code == 0, done.output
@@ -222,7 +222,7 @@ def test_one_sigint_stops_word2vec_training(tmp_path: Path, tiny_bert: Path) -> 
     corpus.write_text("\n".join(" ".join(rng.choice(words, 40)) for _ in range(20000)) + "\n", encoding="utf-8")
     out = tmp_path / "work" / "w2v"
     # 10,000 epochs of 800,000 tokens: hours, so ending at all is stopping on the signal
-    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "2", "--min-count", "1", "--epochs", "10000",
+    args = ["w2v", "-c", str(corpus), "-m", str(tiny_bert), "--workers", "2", "--w2v-min-count", "1", "--epochs", "10000",
             "--dim", "32", "--workdir", str(tmp_path / "work"), "--out", str(out)]
     result = _interrupt_mid_work(tmp_path, "gensim.models.word2vec:Word2Vec.train", args, delay=1.0)
     assert result.returncode == EXIT_INTERRUPTED, result.stderr

@@ -49,10 +49,10 @@ def test_selection_variants_expand_fewer_words_on_greens_map(tmp_path: Path) -> 
     expands = [line for line in plan if line.startswith("expand")]
     assert len(expands) == 3 and all("/align " in line for line in expands)  # green's own align folder: the same map
     options = {line.split("--out ")[1].rsplit("/", 1)[1]: line for line in expands}
-    assert "--min-count 20 " in options["expand-green-min20"] and "--max-new" not in options["expand-green-min20"]
+    assert "--min-count-new 20 " in options["expand-green-min20"] and "--max-new" not in options["expand-green-min20"]
     # A cap alone selects among green's own words (min-count 1), not among expand's default (min-count 20).
-    assert "--min-count 1 --max-new 5000 " in options["expand-green-max5k"]
-    assert "--min-count 100 --max-new 20000 " in options["expand-green-min100-max20k"]
+    assert "--min-count-new 1 --max-new 5000 " in options["expand-green-max5k"]
+    assert "--min-count-new 100 --max-new 20000 " in options["expand-green-min100-max20k"]
     compares = [line for line in plan if line.startswith("compare")]
     assert len(compares) == 2 and all(line.count("--model ") == 4 for line in compares)
     assert all("--model green-min20=" + str(tmp_path / "study") in line and "expand-green-min20 " in line for line in compares)

@@ -135,3 +135,40 @@ def test_a_stopped_compare_writes_why_and_info_report_and_keep_going_recommend(
     assert not done.value.code and "recommendation: no recommendation: a run learned nothing" in shown.out + shown.err
     result = json.loads((out / "compare.json").read_text())
     assert "stopped" not in result and result["recommendation"].startswith("no recommendation")
+
+
+def test_a_replay_into_the_run_it_came_from_is_the_same_stage_however_the_model_was_spelled(
+        data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import shutil
+
+    shutil.copytree(data["plain"], tmp_path / "plain")
+    shutil.copyfile(data["train"], tmp_path / "train.tsv")
+    monkeypatch.chdir(tmp_path)
+    args = ["finetune", "--task", "ner", "--train", "train.tsv", "--max-steps", "2", "--device", "cpu", "--out", "runs/a"]
+    assert run_cli([*args, "--model", "plain"], monkeypatch, capsys)[0] == 0
+    made = (tmp_path / "runs" / "a" / "model.safetensors").stat().st_mtime_ns
+    code, err = run_cli(["finetune", "--config", "runs/a", "--out", "runs/a"], monkeypatch, capsys)  # options.json: absolute paths
+    assert code == 0, err
+    assert run_cli([*args, "--model", f"{os.getcwd()}/plain/"], monkeypatch, capsys)[0] == 0
+    assert (tmp_path / "runs" / "a" / "model.safetensors").stat().st_mtime_ns == made  # skipped both times, not trained again
+    code, err = run_cli([*args, "--model", "plain", "--lr", "1e-3"], monkeypatch, capsys)  # a real change is still one
+    assert code == 4 and "changed: train.lr" in err, err
+
+
+def test_min_count_has_one_meaning_per_name_and_the_old_spelling_says_what_it_is_now(caplog: pytest.LogCaptureFixture) -> None:
+    from greenadapt.adaptation.settings import AdaptSettings, ExpandSettings, W2vSettings
+    from greenadapt.errors import UsageError
+
+    assert AdaptSettings(corpus=("c",), min_count=3).min_count == 3  # the API's names are unchanged
+    with caplog.at_level("WARNING"):
+        adapt = AdaptSettings(corpus=("c",), min_count_spelled=3)
+        expand = ExpandSettings(min_count_spelled=7)
+        w2v = W2vSettings(corpus=("c",), min_count_spelled=2)
+    assert (adapt.min_count, adapt.min_count_new, expand.min_count, w2v.min_count) == (3, 20, 7, 2)
+    said = [r.getMessage() for r in caplog.records]
+    assert "--min-count is deprecated: it is --w2v-min-count here (word2vec's threshold; the new-word threshold is --min-count-new)" in said
+    assert "--min-count is deprecated: it is --min-count-new here (the new-word threshold, as in adapt)" in said
+    assert "min_count_spelled" not in adapt.document()["options"] and adapt.document()["options"]["min_count"] == 3
+    with pytest.raises(UsageError, match="--min-count and --w2v-min-count were both given"):
+        AdaptSettings(corpus=("c",), min_count=4, min_count_spelled=3)

@@ -89,7 +89,7 @@ def _leaks(root: Path, *texts: str) -> list[str]:
 def _w2v(url: str, tiny_bert: Path, work: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **ENV_SECRETS, "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "greenadapt", "w2v", "-c", url, "-m", str(tiny_bert), "--workers", "1", "--min-count", "1",
+        [sys.executable, "-m", "greenadapt", "w2v", "-c", url, "-m", str(tiny_bert), "--workers", "1", "--w2v-min-count", "1",
          "--epochs", "1", "--dim", "8", "--workdir", str(work), "--out", str(work / "w2v"), "--json", "--verbose"],
         capture_output=True, text=True, env=env, timeout=HANG_S,
     )

@@ -312,17 +312,17 @@ def cli() -> Any:
 
 def test_command_summary_skip_force_and_json(tmp_path: Path, corpus: Path, tiny_bert: Path, cli: Any) -> None:
     args = ["w2v", "--corpus", str(corpus), "--model", str(tiny_bert), "--workdir", str(tmp_path / "w"), "--workers", "1"]
-    first = cli(*args, "--min-count", "2", "-q")
+    first = cli(*args, "--w2v-min-count", "2", "-q")
     assert first.exit_code == 0, first.output
     line = first.stdout.strip()
     assert line.startswith("w2v: ") and " words x 32 dims from " in line and " tokens in " in line
     folder = Path(line.rsplit(" -> ", 1)[1])
     assert (folder / VECTORS_FILE).is_file()
 
-    again = cli(*args, "--min-count", "2", "-q")
+    again = cli(*args, "--w2v-min-count", "2", "-q")
     assert again.exit_code == 0 and again.stdout.startswith("w2v: up to date (") and str(folder) in again.stdout
 
-    forced = cli(*args, "--min-count", "2", "--force", "--json", "-q")
+    forced = cli(*args, "--w2v-min-count", "2", "--force", "--json", "-q")
     assert forced.exit_code == 0
     manifest = json.loads(forced.stdout)
     assert manifest["kind"] == "w2v" and manifest["config"]["min_count"] == 2
@@ -437,7 +437,7 @@ def test_a_corpus_copied_back_with_a_new_time_is_not_trained_again(tmp_path: Pat
 
     local = tmp_path / "corpus.txt"
     shutil.copyfile(corpus, local)
-    args = ["w2v", "--corpus", str(local), "--model", str(tiny_bert), "--workdir", str(tmp_path / "w"), "--workers", "1", "--min-count", "2", "-q"]
+    args = ["w2v", "--corpus", str(local), "--model", str(tiny_bert), "--workdir", str(tmp_path / "w"), "--workers", "1", "--w2v-min-count", "2", "-q"]
     assert cli(*args).exit_code == 0
     shutil.copyfile(corpus, local)  # `cp` without -p: same bytes, a new modification time
     os.utime(local, ns=(local.stat().st_mtime_ns + 5 * 10**9,) * 2)

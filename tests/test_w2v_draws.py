@@ -89,7 +89,7 @@ def test_draws_are_refused_where_nothing_can_be_averaged(tmp_path: Path, tiny_be
     for extra, says in ((["--method", "subword-mean", "--w2v-draws", "2"], "no word2vec vectors"),
                         (["--w2v-draws", "17"], "less than or equal to 16"),  # the bound at the declaration
                         (["--seed", "4294967295", "--w2v-draws", "2"], "out of range")):
-        code, err = run_cli(["adapt", "-c", str(corpus), "-m", str(tiny_bert), "--dim", "8", "--min-count", "2", "--workdir",
+        code, err = run_cli(["adapt", "-c", str(corpus), "-m", str(tiny_bert), "--dim", "8", "--w2v-min-count", "2", "--workdir",
                              str(tmp_path / "w"), *extra], monkeypatch, capsys)
         assert code == 2 and says in err, err
     assert not (tmp_path / "w").exists()

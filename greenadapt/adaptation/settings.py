@@ -70,7 +70,10 @@ class Word2vecSettings(Settings):
                                                  help="Field(s) holding the text in JSON lines/CSV sources (default: text). Repeatable.")
     dim: int | None = option(None, "--dim", panel=ADAPTATION, minimum=1, help="word2vec vector size (default: the model's hidden size).")
     epochs: int = option(5, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_W2V_EPOCHS, help="word2vec passes over the corpus.")
-    min_count: int = option(5, "--min-count", panel=ADAPTATION, minimum=1, help="word2vec ignores words seen fewer times.")
+    min_count: int = option(5, "--w2v-min-count", panel=ADAPTATION, minimum=1,
+                            help="word2vec ignores words seen fewer times (the new-word threshold is --min-count-new).")
+    min_count_spelled: int | None = option(None, "--min-count", panel=ADAPTATION, minimum=1, recorded=False,
+                                           help="Deprecated: the old spelling of --w2v-min-count.")
     max_vocab: int | None = option(
         None, "--max-vocab", panel=ADAPTATION, metavar="N", minimum=1,
         help="Keep at most N words, the most frequent (gensim's max_final_vocab: min-count is raised as needed); bounds a huge corpus's vocabulary.")
@@ -78,6 +81,10 @@ class Word2vecSettings(Settings):
         None, "--workers", panel=PERFORMANCE, minimum=1,
         help="Processes/threads (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS); with 1, runs are reproducible.")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed (adapt: of every stage).")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.take_deprecated("min_count_spelled", "min_count", "word2vec's threshold; the new-word threshold is --min-count-new")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,14 +141,20 @@ class ExpandSettings(NewRowsSettings):
     corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                             help="Find the align output of this corpus in the workspace (repeatable).")
     model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder or Hub id (default: the model align was fitted on).")
-    min_count: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count", panel=ADAPTATION, minimum=1,
+    min_count: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count-new", panel=ADAPTATION, minimum=1,
                             help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
+    min_count_spelled: int | None = option(None, "--min-count", panel=ADAPTATION, minimum=1, recorded=False,
+                                           help="Deprecated: the old spelling of --min-count-new.")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the random ablation's draws (align --method random).")
     method: str | None = option(None, "--method", panel=ADAPTATION, metavar="NAME", choices=tuple(METHODS),
                                 help="The initialisation method (chosen at align): with --corpus, use its align folder; with --align, check it. "
                                      + method_help())
     also_align: tuple[Path, ...] = option((), "--also-align", panel=ADAPTATION, metavar="DIR",
                                           help="The align folder of another word2vec draw (repeat): each new row is the mean of the draws' rows.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.take_deprecated("min_count_spelled", "min_count", "the new-word threshold, as in adapt")
 
 
 @dataclass(frozen=True, kw_only=True)

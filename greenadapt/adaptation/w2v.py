@@ -229,7 +229,7 @@ def _train(
     if len(model.wv) == 0:
         raise CorpusError(
             f"no word occurs at least {settings.min_count} times in the corpus ({pretok.tokens:,} tokens)",
-            hint="lower --min-count or use a larger corpus",
+            hint="lower --w2v-min-count or use a larger corpus",
         )
     started = time.perf_counter()
     with _training_progress(progress, pretok.tokens, settings.epochs) as callbacks:
@@ -342,7 +342,7 @@ def _write_corpus_counts(pretok: PretokenizedCorpus, min_count: int, path: Path,
     if not counts:
         raise CorpusError(
             f"no word occurs at least {min_count} times in the corpus ({pretok.tokens:,} tokens)",
-            hint="lower --min-count or use a larger corpus",
+            hint="lower --w2v-min-count or use a larger corpus",
         )
     counts.sort(key=lambda wc: (-wc[1], wc[0]))
     with open(path, "w", encoding="utf-8", newline="\n") as handle:

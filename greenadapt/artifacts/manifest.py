@@ -33,15 +33,29 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def fingerprint(kind: str, config: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]]) -> str:
+def fingerprint(kind: str, config: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]], *, spelled: bool = False) -> str:
     """What names a stage's output: its kind, options and inputs.
 
     Upstream stages are named by their content (fingerprint and file checksums), not
     by where they lie, so a workspace moved or copied (``mv``, ``cp -a``) stays up to
-    date; corpus files, data files and models keep their paths.
+    date; corpus files, data files and models keep their paths. A model is named by its
+    identity (its resolved path and files), not by how the command spelled it (``runs/../m``,
+    ``m``, ``/abs/m``): a replay of options.json, which keeps paths absolute, is the same
+    stage. ``spelled``: the fingerprint written before that (outputs made then stay up to date).
     """
+    if not spelled:
+        config, inputs = _without_model_spelling(config, inputs)
     payload = canonical_json({"kind": kind, "config": _without_paths(config), "inputs": _without_paths(inputs)})
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _without_model_spelling(config: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+    """The config and inputs without the model as it was typed, where an input identifies the model by its path."""
+    identified = [isinstance(item, Mapping) and "model" in item and "path" in item for item in inputs]
+    if not any(identified):
+        return dict(config), list(inputs)
+    return ({k: v for k, v in config.items() if k != "model"},
+            [{k: v for k, v in item.items() if k != "model"} if named else item for item, named in zip(inputs, identified, strict=True)])
 
 
 def legacy_fingerprint(kind: str, config: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]]) -> str:

@@ -143,7 +143,7 @@ def _selection_text(stats: Mapping[str, Any]) -> str:
     if max_new is not None:
         text += f", the {max_new:,} most frequent"
     if min_count > 1:
-        text += "; the paper adds every word2vec word: `expand --min-count 1`"
+        text += "; the paper adds every word2vec word: `expand --min-count-new 1`"
     return text
 
 

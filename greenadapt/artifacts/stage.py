@@ -330,7 +330,8 @@ class StageRun:
         return manifest is not None and self._same_fingerprint(manifest)
 
     def _same_fingerprint(self, manifest: Mapping[str, Any]) -> bool:
-        return manifest.get("fingerprint") in (self.fingerprint, legacy_fingerprint(self.kind, self.config, self.inputs))
+        return manifest.get("fingerprint") in (self.fingerprint, fingerprint(self.kind, self.config, self.inputs, spelled=True),
+                                               legacy_fingerprint(self.kind, self.config, self.inputs))
 
     def _release_lock(self) -> None:
         release_output_lock(self._lock_handle)
