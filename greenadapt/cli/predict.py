@@ -38,5 +38,4 @@ def _show(result: Any, as_json: bool) -> None:
 
 
 declared_command(PredictSettings, api.predict, _show, check=_check,
-                 help="Predict with both tokenizers: entities with character offsets for raw text, labels for task files.\n\n"
-                      "Example: cat notes.txt | greenadapt predict -m runs/ncbi - > entities.jsonl")
+                 help="Predict with both tokenizers: entities with character offsets for raw text, labels for task files.")

@@ -101,7 +101,7 @@ def training_stage(
                     _drop_finished_checkpoints(checkpoints, stage.fingerprint)
                     job.up_to_date = StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
             elif stage is not None:
-                _check_checkpoints(checkpoints, job.fingerprint, resume=resume)
+                _check_checkpoints(checkpoints, job.fingerprint, resume=resume, force=force)
             yield job
     finally:
         ctx.close()
@@ -111,8 +111,9 @@ def _latest_checkpoints(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     return [found for found in (latest_checkpoint(place) for place in checkpoint_places(folder)) if found is not None]
 
 
-def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool) -> None:
-    """Never discard an interrupted run's checkpoints unasked, nor resume from another run's."""
+def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool, force: bool = False) -> None:
+    """Never discard an interrupted run's checkpoints unasked, nor resume from another run's; ``--force`` asks: it starts
+    over (saying so), unless ``--resume`` asks to continue from checkpoints of this very run."""
     if not folder.is_dir():
         return
     found = _latest_checkpoints(folder)
@@ -120,19 +121,26 @@ def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool) -> N
         log.info("removing %s: it holds no complete checkpoint", folder)
         discard_checkpoints(folder)
         return
+    same = all(manifest.get("fingerprint") == run_fingerprint for _, manifest in found)
+    if force and not (resume and same):
+        steps = ", ".join(str(manifest.get("step")) for _, manifest in found)
+        log.warning("--force: starting over; removing the checkpoints an interrupted run left in %s (step %s%s)", folder, steps,
+                    "" if same else ", made with other inputs or options")
+        discard_checkpoints(folder)
+        return
     if not resume:
         steps = ", ".join(str(manifest.get("step")) for _, manifest in found)
         raise StageError(
             f"an interrupted run left checkpoints here (step {steps})",
             path=folder,
-            hint="pass --resume to continue from them, or delete this folder to start over",
+            hint="pass --resume to continue from them, or --force to start over",
         )
     for path, manifest in found:
         if manifest.get("fingerprint") != run_fingerprint:
             raise StageError(
                 "this checkpoint was made with other inputs or options",
                 path=path,
-                hint=f"rerun with the options of the interrupted run, or delete {folder} to start over",
+                hint="rerun with the options of the interrupted run, or pass --force to start over",
             )
 
 
