@@ -172,3 +172,18 @@ def test_min_count_has_one_meaning_per_name_and_the_old_spelling_says_what_it_is
     assert "min_count_spelled" not in adapt.document()["options"] and adapt.document()["options"]["min_count"] == 3
     with pytest.raises(UsageError, match="--min-count and --w2v-min-count were both given"):
         AdaptSettings(corpus=("c",), min_count=4, min_count_spelled=3)
+
+
+def test_long_phases_say_when_they_start_and_how_large_they_are(data: dict[str, Path], tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("onnxruntime")
+    import greenadapt
+
+    with caplog.at_level("INFO", logger="greenadapt"):
+        greenadapt.finetune("ner", data["train"], test=data["test"], model=str(data["plain"]), out=tmp_path / "run", max_steps=2,
+                            device="cpu", progress=False)
+        greenadapt.export(tmp_path / "run", onnx=True, quantize="int8", out=tmp_path / "served")
+    said = [r.getMessage() for r in caplog.records]
+    assert "scoring test: 16 examples, 16 sequences" in said, said
+    assert any(m.startswith("scored test in ") for m in said)
+    assert any(m.startswith(f"exporting {tmp_path / 'run'} to ONNX and quantizing it to int8, once") for m in said), said

@@ -278,6 +278,8 @@ def cached_export(folder: Path, key: str, model: Any, *, quantize: str, root: Pa
         tmp.mkdir()
         try:
             (tmp / TEMPORARY_MARKER).write_text(f"greenadapt ONNX export {target}\n", encoding="utf-8")
+            log.info("exporting %s to ONNX%s, once (then cached in %s)", folder,
+                     " and quantizing it to int8" if quantize == "int8" else "", root)
             export(model, tmp / MODEL_FILE, quantize=quantize)
             (tmp / TEMPORARY_MARKER).unlink()
             files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}

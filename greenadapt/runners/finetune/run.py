@@ -24,6 +24,7 @@ default depends on the task are None here until the task fills them in.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -399,7 +400,12 @@ class _Job:
         for split, (task_file, units) in splits:
             if task_file is None or units is None:
                 continue
+            # a phase of minutes on a CPU: said when it starts, with its size, and when it ends (README's promise of a line)
+            started = time.perf_counter()
+            log.info("scoring %s: %s examples, %s sequences%s", split, f"{len(task_file.examples):,}", f"{len(units):,}",
+                     " under both views" if self.tokenizers.has_domain else "")
             scores, predictions = self._scores(model, task_file, units, _report_modes(self.tokenizers))
+            log.info("scored %s in %.1f s", split, time.perf_counter() - started)
             metrics[split] = scores
             if task_file.labelled:
                 said = prediction_warnings(split, task_file.gold(), predictions[self.pool])
