@@ -318,8 +318,10 @@ def read_config(config: str | os.PathLike[str] | Mapping[str, Any], cls: type[Se
             raise UsageError(f"{where} holds the options of `greenadapt {command}`, not of {cls.command}",
                              hint=f"replay it with greenadapt {command} --config {where}")
         document = dict(document["options"])
-    names = {f.name: f.name for f, _ in declared_fields(cls)}
-    names |= {flag.lstrip("-").replace("-", "_"): f.name for f, d in declared_fields(cls) for flag in d.flags if flag.startswith("--")}
+    # a field's own name wins over a flag spelled like it (options.json keeps field names: min_count is --w2v-min-count's
+    # field, though --min-count, its deprecated spelling, reads "min_count" too)
+    names = {flag.lstrip("-").replace("-", "_"): f.name for f, d in declared_fields(cls) for flag in d.flags if flag.startswith("--")}
+    names |= {f.name: f.name for f, _ in declared_fields(cls)}
     options: dict[str, Any] = {}
     spelled: dict[str, str] = {}
     for key, value in document.items():

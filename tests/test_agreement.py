@@ -92,7 +92,7 @@ def test_agreement_is_a_finite_weight_for_a_labelling_task(files: dict[str, Path
         {"id": "1", "question": "what origin", "answers": [{"text": "unknown", "answer_start": 9}]}]}]}]}))
     for argv, expected in (
         (["--agreement", "-1"], "--agreement"),
-        (["--agreement", "inf"], "--agreement must be a finite number"),
+        (["--agreement", "inf"], "less than or equal to 100"),
         (["--agreement", "nan"], "--agreement"),
         (["--task", "qa", "--train", str(qa_train), "--agreement", "1"], "--agreement does not apply to --task qa"),
         (["--task", "qa", "--train", str(qa_train), "--both-views"], "--both-views does not apply to --task qa"),
@@ -216,8 +216,8 @@ def test_compare_checks_each_variants_own_options_before_any_run(files: dict[str
     assert finetune_arguments(arms, str(files["model"]), 1, tmp_path / "b", name="green-both")["both_views"] is True
     assert "both_views" not in finetune_arguments(arms, str(plain), 1, tmp_path / "c", name="base")
     for variant, message in (
-        ({"agreements": (("base-rdrop", float("inf")),)}, "finite positive weight"),
-        ({"agreements": (("base-rdrop", float("nan")),)}, "finite positive weight"),
+        ({"agreements": (("base-rdrop", float("inf")),)}, "a positive weight of at most"),
+        ({"agreements": (("base-rdrop", float("nan")),)}, "a positive weight of at most"),
         ({"both_views": ("nope",)}, "--both-views nope names no --model"),
         ({"both_views": ("green-both", "green-both")}, "names one model twice"),
     ):

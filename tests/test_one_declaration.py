@@ -76,7 +76,7 @@ def test_label_smoothing_is_in_both_commands_and_qa_refuses_it(files: dict[str, 
         assert "--label-smoothing" in shown.stdout, command
     with pytest.raises(UsageError, match="--label-smoothing does not apply to --task qa"):
         greenadapt.finetune(task="qa", train=tmp_path / "squad.json", label_smoothing=0.1)
-    with pytest.raises(UsageError, match="--label-smoothing must be at most 1"):
+    with pytest.raises(UsageError, match="--label-smoothing must be at most 0.99"):
         greenadapt.finetune(task="ner", train=files["train"], label_smoothing=1.5)
     from greenadapt.comparison.recipe import finetune_arguments
 
