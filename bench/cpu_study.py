@@ -210,6 +210,7 @@ def maybe_repin(code: Path) -> None:
 
 
 def run(repo: Path) -> None:
+    background(os.getpid())
     code, commit = pinned()
     code = ensure_worktree(commit)
     base = minilm()
@@ -257,7 +258,18 @@ def start(repo: Path, commit: str | None) -> None:
                                    stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                    env={**os.environ, "GREENADAPT_STUDY": str(STUDY), "DATA": str(DATA)})
     (STUDY / "study.pid").write_text(str(process.pid))
+    background(process.pid)
     print(f"started (pid {process.pid}, nice 19, code {pin[:12]}); log: {STUDY / 'study.log'}")
+
+
+def background(pid: int) -> None:
+    """Make the study yield the CPU to any other work: ``nice`` alone does not where the kernel groups processes by
+    session (autogroup, the default on many Linux machines: the study's new session would share the CPU half and half
+    with the user's), so its autogroup is niced too."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text("19")
+    except OSError:
+        pass  # no autogroup here: nice -n 19 is enough
 
 
 def running() -> int | None:

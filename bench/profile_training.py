@@ -149,7 +149,8 @@ def restore(saved: list[tuple[Any, str, Any]]) -> None:
         setattr(owner, name, value)
 
 
-def run(model: Path, data: Path, out: Path, *, steps: int, skip: int, precision: str, batch_size: int, profile: bool) -> dict[str, Any]:
+def run(model: Path, data: Path, out: Path, *, steps: int, skip: int, precision: str, batch_size: int, profile: bool,
+        adamw: str = "foreach") -> dict[str, Any]:
     import torch
 
     from greenadapt import finetune
@@ -170,7 +171,7 @@ def run(model: Path, data: Path, out: Path, *, steps: int, skip: int, precision:
         runtime._Loop.step = profiled_step
     try:
         finetune(task="ner", train=data, model=str(model), out=out, mix=0.5, max_steps=skip + steps, batch_size=batch_size, lr=5e-5,
-                 precision=precision, device="cpu", force=True, progress=False)
+                 precision=precision, device="cpu", force=True, progress=False, adamw=adamw)
     finally:
         if profiler is not None:
             profiler.__exit__(None, None, None)
@@ -205,6 +206,7 @@ def main() -> None:
     parser.add_argument("--new-words", type=int, default=5000)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--peak-gflops", default="", help="e.g. fp32=166,bf16=332 (default: from the CPU's flags)")
+    parser.add_argument("--adamw", default="foreach", help="finetune --adamw: foreach, fused, or both (two rows per precision)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -228,14 +230,15 @@ def main() -> None:
                               "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": args.batch_size, "precisions": {}}
     with tempfile.TemporaryDirectory() as tmp:
         expanded = make_expanded(base, [w for w, _ in sentences], args.new_words, Path(tmp) / "expanded")
-        for precision in args.precisions.split(","):
-            timed = run(expanded, args.data, Path(tmp) / f"{precision}-t", steps=args.steps, skip=args.skip, precision=precision,
-                        batch_size=args.batch_size, profile=False)
-            ops = run(expanded, args.data, Path(tmp) / f"{precision}-p", steps=args.steps, skip=args.skip, precision=precision,
-                      batch_size=args.batch_size, profile=True)
+        kernels = ["foreach", "fused"] if args.adamw == "both" else [args.adamw]
+        for precision, kernel in [(p, k) for p in args.precisions.split(",") for k in kernels]:
+            timed = run(expanded, args.data, Path(tmp) / f"{precision}-{kernel}-t", steps=args.steps, skip=args.skip, precision=precision,
+                        batch_size=args.batch_size, profile=False, adamw=kernel)
+            ops = run(expanded, args.data, Path(tmp) / f"{precision}-{kernel}-p", steps=args.steps, skip=args.skip, precision=precision,
+                      batch_size=args.batch_size, profile=True, adamw=kernel)
             length = timed["wordpieces_per_step"] / args.batch_size
             gflops = timed["wordpieces_per_step"] * training_flops_per_token(config, round(length), masked_share=0.0) / timed["seconds_per_step"] / 1e9
-            report["precisions"][precision] = {**timed, "steps_per_second": 1 / timed["seconds_per_step"], "achieved_gflops": gflops,
+            report["precisions"][precision if len(kernels) == 1 else f"{precision}, adamw {kernel}"] = {**timed, "steps_per_second": 1 / timed["seconds_per_step"], "achieved_gflops": gflops,
                                                "peak_gflops": peaks[precision], "share_of_peak": gflops / peaks[precision],
                                                "operators_seconds_per_step": ops["operators_seconds_per_step"],
                                                "top_operators": ops["top_operators"]}
