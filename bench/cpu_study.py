@@ -299,30 +299,22 @@ def records(repo: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
     return found
 
 
+PASSES = {"base": 1, "green-min20": 1, "base-both": 2, "base-rdrop": 2, "green-both": 2, "green-agree": 2}  # forward passes an example
+
+
 def status(repo: Path) -> None:
     finished = records(repo)
     order = units()
     left = [key for key in order if key not in finished]
-    # seconds per unit by arm and set (a unit that trained base too is counted as it ran: the ETA is of what runs)
-    walls: dict[tuple[str, str], list[float]] = {}
-    for (name, _, arm), record in finished.items():
-        wall = record.get("study", {}).get("wall_s")
-        if wall:
-            walls.setdefault((name, arm), []).append(float(wall))
     sizes = {name: sum(1 for line in (DATA / "ner" / name / "train_dev.tsv").open() if not line.strip()) if (DATA / "ner" / name / "train_dev.tsv").is_file() else 1
              for name in (*FIRST_SETS, *LATER_SETS)}
-
-    def estimate(name: str, arm: str) -> float | None:
-        if walls.get((name, arm)):
-            return statistics.median(walls[(name, arm)])
-        per_sentence = [statistics.median(v) / sizes[n] for (n, a), v in walls.items() if a == arm]
-        if per_sentence:
-            return statistics.median(per_sentence) * sizes[name]
-        return None
-
-    estimates = [estimate(name, arm) for name, _, arm in left]
-    known = [e for e in estimates if e is not None]
-    eta = sum(known) * len(left) / max(1, len(known)) if known else None
+    # CPU-seconds per forward pass of one training example, from every fine-tuning finished (compare's finetune_cost):
+    # the CPU time a run took does not depend on what else shared the machine, as its wall time does
+    rates = [float(v["finetune_cost"]["cpu_seconds"]) / (PASSES.get(v["name"], 1) * sizes[name])
+             for (name, _, _), record in finished.items() for v in record.get("variants", [])
+             if (v.get("finetune_cost") or {}).get("cpu_seconds")]
+    based = {(name, seed) for name, seed, _ in finished}
+    work = sum(PASSES[arm] * sizes[name] for name, _, arm in left) + sum(sizes[name] for name, seed in {(n, s) for n, s, _ in left} - based)
     pid = running()
     print(f"study folder {STUDY}; {'running, pid ' + str(pid) if pid else 'not running'}")
     print(f"units done {len(finished)} of {len(order)} (one arm, one set, one seed each; base trained with the first of a seed)")
@@ -331,9 +323,13 @@ def status(repo: Path) -> None:
         print(f"  {name}: " + ", ".join(f"{arm} {count}" for arm, count in per_arm.items()))
     if left:
         print(f"next: {left[0][0]} seed {left[0][1]} {left[0][2]}")
-    if eta is not None:
-        print(f"ETA {eta / 3600:.1f} h of this machine at the measured pace (median wall per unit, by arm and set; "
-              f"{len(known)} of {len(left)} units estimated from measured runs)")
+    if rates:
+        rate, cores = statistics.median(rates), os.cpu_count() or 1
+        seed_work = sum(PASSES[arm] * sizes[name] for arm in ("base", *ARMS) for name in FIRST_SETS) * rate / cores
+        print(f"measured: {rate * 1000:.0f} CPU-ms per training sentence per forward pass, the recipe's 3 epochs (median of {len(rates)} fine-tunings); "
+              f"one seed of the six arms on both first sets is {seed_work / 3600:.1f} h of an idle {cores}-core machine")
+        print(f"ETA {work * rate / cores / 3600:.0f} h of an idle {cores}-core machine for the {len(left)} units left "
+              "(more while other work shares it: the study runs niced)")
     try:
         tail = (STUDY / "study.log").read_text().splitlines()[-1]
         print(f"log: {tail}")
