@@ -480,3 +480,31 @@ def test_an_xdg_cache_home_that_is_a_file_is_our_one_line(data: dict[str, Path],
                           capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert done.returncode == EXIT_USAGE and done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
     assert "XDG_CACHE_HOME" in done.stderr and "onnxruntime" not in done.stderr, done.stderr
+
+
+def test_serve_onnx_batches_and_answers_a_live_pipe_when_it_pauses(served: dict[str, Path]) -> None:
+    """serve_onnx.py reads lines in groups and runs their windows in batches (issue 85, item 5), but a live input that
+    pauses is answered at once: the first line's answer arrives before the input ends."""
+    import subprocess
+    import sys
+
+    import threading
+
+    process = subprocess.Popen([sys.executable, str(served["both"] / "serve_onnx.py"), str(served["both"])], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watchdog = threading.Timer(120, process.kill)  # a script that waits for the end of its input never answers: killed, and fails
+    watchdog.start()
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(b"fever and covid\n")
+        process.stdin.flush()
+        first = json.loads(process.stdout.readline())  # blocks until answered: the input is still open
+        assert first["line"] == 1 and first["text"] == "fever and covid"
+        process.stdin.write(b"the patients\n" * 300)  # more than one group of lines
+        process.stdin.close()
+        rest = [json.loads(line) for line in process.stdout.read().splitlines()]
+        assert [r["line"] for r in rest] == list(range(2, 302))
+    finally:
+        watchdog.cancel()
+        process.kill()
+        process.wait(timeout=30)

@@ -21,7 +21,7 @@ import json
 import re  # noqa: F401  (the sentence splitter put in by the export uses it)
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -32,6 +32,11 @@ from tokenizers import Tokenizer
 
 # Entities from tags: conlleval's rules as greenadapt reads them (greenadapt.data.metrics.chunks), put here by the export.
 # @chunks@
+
+
+BATCH = 64  # windows per ONNX call, sorted by length within a group of lines (greenadapt predict's batch)
+LINES = 256  # input lines read before they are answered (a pipe gets its answers in groups of this many)
+PAUSE = 1.0  # seconds a live input may pause before what it gave is answered
 
 
 class ServeError(Exception):
@@ -85,31 +90,50 @@ class Exported:
         self.inputs = {i.name for i in self.session.get_inputs()}
 
     def entities(self, text: str) -> list[dict]:
-        found = []
-        for start, end in split_sentences(text):  # type: ignore[name-defined]  # noqa: F821  (put in by the export)
-            spans = [(a + start, b + start) for _, (a, b) in self.words.pre_tokenize_str(text[start:end]) if b > a]
-            if not spans:
-                continue
-            words = [text[a:b] for a, b in spans]
-            probabilities = self.word_probabilities(words)
-            best = probabilities.argmax(axis=1)
+        """The entities of one document."""
+        return self.entities_of([text])[0]
+
+    def entities_of(self, texts: list[str]) -> list[list[dict]]:
+        """The entities of each document: every window of every sentence of the documents, under each view, run in
+        batches of similar length (one ONNX call per batch, as greenadapt predict runs them)."""
+        sentences = []  # (document, spans of its words)
+        for number, text in enumerate(texts):
+            for start, end in split_sentences(text):  # type: ignore[name-defined]  # noqa: F821  (put in by the export)
+                spans = [(a + start, b + start) for _, (a, b) in self.words.pre_tokenize_str(text[start:end]) if b > a]
+                if spans:
+                    sentences.append((number, spans))
+        probabilities = self.word_probabilities_of([[texts[n][a:b] for a, b in spans] for n, spans in sentences])
+        found: list[list[dict]] = [[] for _ in texts]
+        for (number, spans), words_probabilities in zip(sentences, probabilities):
+            text = texts[number]
+            best = words_probabilities.argmax(axis=1)
             tags = [self.labels[i] for i in best]
-            scores = probabilities[np.arange(len(words)), best]
+            scores = words_probabilities[np.arange(len(spans)), best]
             for first, last, kind in chunks(tags):  # type: ignore[name-defined]  # noqa: F821  (put in by the export)
                 a, b = spans[first][0], spans[last][1]
-                found.append({"start": a, "end": b, "text": text[a:b], "label": kind or "ENTITY",
-                              "score": float(np.mean(scores[first : last + 1]))})
+                found[number].append({"start": a, "end": b, "text": text[a:b], "label": kind or "ENTITY",
+                                      "score": float(np.mean(scores[first : last + 1]))})
         return found
 
     def word_probabilities(self, words: list[str]) -> np.ndarray:
         """Each word's label probabilities: the views' first-piece logits averaged, then a softmax."""
-        pieces = [self._pieces(view, words) for view in self.views]
-        logits = np.zeros((len(words), len(self.labels)), dtype=np.float64)
-        for a, b in self._windows(pieces):
-            for view_pieces in pieces:
-                logits[a:b] += self._window_logits(view_pieces[a:b]) / len(pieces)
-        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return shifted / shifted.sum(axis=1, keepdims=True)
+        return self.word_probabilities_of([words])[0]
+
+    def word_probabilities_of(self, sentences: list[list[str]]) -> list[np.ndarray]:
+        """:meth:`word_probabilities` of many sentences, their windows batched across sentences."""
+        pieces = [[self._pieces(view, words) for view in self.views] for words in sentences]
+        logits = [np.zeros((len(words), len(self.labels)), dtype=np.float64) for words in sentences]
+        windows = [(s, a, b) for s, views in enumerate(pieces) for a, b in self._windows(views)]
+        for v in range(len(self.views)):
+            for batch in self._batches([pieces[s][v][a:b] for s, a, b in windows]):
+                for index, rows in batch:
+                    s, a, b = windows[index]
+                    logits[s][a:b] += rows / len(self.views)
+        probabilities = []
+        for sentence_logits in logits:
+            shifted = np.exp(sentence_logits - sentence_logits.max(axis=1, keepdims=True))
+            probabilities.append(shifted / shifted.sum(axis=1, keepdims=True))
+        return probabilities
 
     def _pieces(self, view: Tokenizer, words: list[str]) -> list[list[int]]:
         encoding = view.encode(words, is_pretokenized=True, add_special_tokens=False)
@@ -130,16 +154,59 @@ class Exported:
             start = end
         return windows
 
-    def _window_logits(self, words: list[list[int]]) -> np.ndarray:
-        ids, rows = [self.recipe["cls_id"]], []
-        for pieces in words:
-            rows.append(len(ids))
-            ids.extend(pieces[: self.budget])
-        ids.append(self.recipe["sep_id"])
-        feed = {"input_ids": np.array([ids], dtype=np.int64), "attention_mask": np.ones((1, len(ids)), dtype=np.int64),
-                "token_type_ids": np.zeros((1, len(ids)), dtype=np.int64)}
-        logits = self.session.run(["logits"], {k: v for k, v in feed.items() if k in self.inputs})[0][0]
-        return logits[rows].astype(np.float64)
+    def _batches(self, windows: list[list[list[int]]]) -> Any:
+        """Each window's first-piece logits, in batches of up to ``BATCH`` windows of similar length: yields lists of
+        (window's index, its rows)."""
+        sequences = []
+        for words in windows:
+            ids, rows = [self.recipe["cls_id"]], []
+            for word_pieces in words:
+                rows.append(len(ids))
+                ids.extend(word_pieces[: self.budget])
+            ids.append(self.recipe["sep_id"])
+            sequences.append((ids, rows))
+        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
+        for start in range(0, len(order), BATCH):
+            members = order[start : start + BATCH]
+            width = max(len(sequences[i][0]) for i in members)
+            ids = np.full((len(members), width), self.recipe["pad_id"], dtype=np.int64)
+            mask = np.zeros((len(members), width), dtype=np.int64)
+            for row, i in enumerate(members):
+                ids[row, : len(sequences[i][0])] = sequences[i][0]
+                mask[row, : len(sequences[i][0])] = 1
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            logits = self.session.run(["logits"], {k: v for k, v in feed.items() if k in self.inputs})[0]
+            yield [(i, logits[row][sequences[i][1]].astype(np.float64)) for row, i in enumerate(members)]
+
+
+def _lines(stream: Any) -> Any:
+    """(number, line) of ``stream``, read on a thread of its own; (number, None) when a live input has paused for
+    ``PAUSE`` seconds, so that what it gave is answered at once instead of waiting for ``LINES`` lines."""
+    import queue
+    import threading
+
+    lines: queue.Queue = queue.Queue(maxsize=4 * LINES)
+    end = object()
+
+    def read() -> None:
+        try:
+            for line in stream:
+                lines.put(line)
+        finally:
+            lines.put(end)
+
+    threading.Thread(target=read, daemon=True).start()
+    number = 0
+    while True:
+        try:
+            line = lines.get(timeout=PAUSE)
+        except queue.Empty:
+            yield number, None
+            continue
+        if line is end:
+            return
+        number += 1
+        yield number, line
 
 
 def _json(path: Path) -> dict:
@@ -167,9 +234,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         exported = Exported(args.folder, int8=args.int8)
-        for number, raw in enumerate(sys.stdin.buffer, 1):  # bytes, decoded line by line: a bad line is named by its number
-            text = raw.decode("utf-8").rstrip("\r\n")
-            print(json.dumps({"line": number, "text": text, "entities": exported.entities(text)}, ensure_ascii=False))
+        waiting: list[str] = []
+
+        def flush() -> None:
+            first = number - len(waiting) + 1
+            for offset, (text, entities) in enumerate(zip(waiting, exported.entities_of(waiting))):
+                print(json.dumps({"line": first + offset, "text": text, "entities": entities}, ensure_ascii=False))
+            sys.stdout.flush()
+            waiting.clear()
+
+        for number, raw in _lines(sys.stdin.buffer):
+            if raw is None:  # a live input paused: answer what it gave
+                if waiting:
+                    flush()
+                continue
+            try:
+                text = raw.decode("utf-8").rstrip("\r\n")  # decoded line by line: a bad line is named by its number
+            except UnicodeDecodeError:
+                number -= 1
+                flush()  # the lines before it are answered
+                number += 1
+                raise
+            waiting.append(text)
+            if len(waiting) == LINES:
+                flush()
+        flush()
     except ServeError as exc:
         print(f"serve_onnx.py: {exc}", file=sys.stderr)
         return exc.code
