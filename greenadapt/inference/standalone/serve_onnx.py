@@ -157,14 +157,14 @@ class Exported:
     def _batches(self, windows: list[list[list[int]]]) -> Any:
         """Each window's first-piece logits, in batches of up to ``BATCH`` windows of similar length: yields lists of
         (window's index, its rows)."""
-        sequences = []
+        sequences: list[tuple[list[int], list[int]]] = []
         for words in windows:
-            ids, rows = [self.recipe["cls_id"]], []
+            window_ids, rows = [self.recipe["cls_id"]], []
             for word_pieces in words:
-                rows.append(len(ids))
-                ids.extend(word_pieces[: self.budget])
-            ids.append(self.recipe["sep_id"])
-            sequences.append((ids, rows))
+                rows.append(len(window_ids))
+                window_ids.extend(word_pieces[: self.budget])
+            window_ids.append(self.recipe["sep_id"])
+            sequences.append((window_ids, rows))
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
         for start in range(0, len(order), BATCH):
             members = order[start : start + BATCH]
