@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import json
 import os
 import re
 import types
@@ -195,23 +194,6 @@ class Settings:
             object.__setattr__(self, field.name, value)
         self.check()
 
-    def take_deprecated(self, alias: str, field: str, meaning: str) -> None:
-        """An option's old spelling (``alias``, a field not recorded) given: its value moves to ``field``, with one
-        warning naming both spellings and what the option means; both given with different values is refused."""
-        value = getattr(self, alias)
-        if value is None:
-            return
-        declared = dict((f.name, d) for f, d in declared_fields(self))
-        old, new = declared[alias].flags[0], declared[field].flags[0]
-        default = next(f.default for f, _ in declared_fields(self) if f.name == field)
-        if getattr(self, field) not in (default, value):
-            raise UsageError(f"{old} and {new} were both given: {old} is the old spelling of {new}", hint=f"give {new} alone")
-        import logging
-
-        logging.getLogger(__name__).warning("%s is deprecated: it is %s here (%s)", old, new, meaning)
-        object.__setattr__(self, field, value)
-        object.__setattr__(self, alias, None)
-
     def check(self) -> None:
         """Checks between options (one option's own checks are in its declaration); raises UsageError."""
 
@@ -311,7 +293,9 @@ def read_config(config: str | os.PathLike[str] | Mapping[str, Any], cls: type[Se
             raise UsageError(f"--config {path}: {exc.strerror or exc}", hint="give a run folder's options.json or a TOML file") from None
         except UnicodeDecodeError:
             raise UsageError(f"{path}: not UTF-8 text", hint="give a run folder's options.json or a TOML file saved as UTF-8") from None
-        document = _parse_config(text, path)
+        from greenadapt.structured_text import options_document
+
+        document = options_document(text, path)
     if "options" in document and isinstance(document["options"], Mapping):
         command = document.get("command")
         if command and command != cls.command:
@@ -333,33 +317,6 @@ def read_config(config: str | os.PathLike[str] | Mapping[str, Any], cls: type[Se
             raise UsageError(f"{where}: {spelled[name]!r} and {key!r} both set {name}", hint="give each option once")
         options[name], spelled[name] = value, str(key)
     return options
-
-
-def _parse_config(text: str, path: Path) -> dict[str, Any]:
-    from greenadapt.structured_text import NestedTooDeeply, loads_json, loads_toml
-
-    if path.suffix == ".toml":
-        import tomllib
-
-        try:
-            return loads_toml(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: not valid TOML ({exc})", hint="fix the file, or give a run folder's options.json") from None
-        except NestedTooDeeply as exc:
-            raise UsageError(f"{path}: {exc}", hint="options are plain values and lists") from None
-        except ValueError as exc:  # an integer past Python's digit limit
-            raise UsageError(f"{path}: a value cannot be read ({exc})", hint="options are plain values of ordinary size") from None
-    try:
-        document = loads_json(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", hint="fix the file, or write it as TOML (.toml)") from None
-    except NestedTooDeeply as exc:
-        raise UsageError(f"{path}: {exc}", hint="options are plain values and lists") from None
-    except ValueError as exc:  # an integer past Python's digit limit
-        raise UsageError(f"{path}: a value cannot be read ({exc})", hint="options are plain values of ordinary size") from None
-    if not isinstance(document, dict):
-        raise UsageError(f"{path}: a config file holds an object of options, not {type(document).__name__}")
-    return document
 
 
 # The settings of the command being run: stages write them into the folders they make (options.json).

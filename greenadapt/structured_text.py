@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 # Deeper than any options file, task record or recipe greenadapt reads (they nest 2 to 4 levels).
@@ -83,3 +84,26 @@ def bounded_lines(handle: Any, path: Any, *, limit: int | None = None) -> Any:
             raise DataError(f"a line longer than {limit:,} characters (greenadapt reads a line whole, up to that bound)",
                             path=path, line=number, hint="split it into documents of at most that size, one per line")
         yield line
+
+
+def options_document(text: str, path: Path) -> dict[str, Any]:
+    """A config file's text (``--config``: TOML by its ``.toml`` name, else JSON) as its object of options; anything
+    else, a syntax error, nesting past the bound or a number past Python's digit limit, is one line naming the file."""
+    import tomllib
+
+    from greenadapt.errors import UsageError
+
+    toml = path.suffix == ".toml"
+    try:
+        document = loads_toml(text) if toml else loads_json(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", hint="fix the file, or write it as TOML (.toml)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})", hint="fix the file, or give a run folder's options.json") from None
+    except NestedTooDeeply as exc:
+        raise UsageError(f"{path}: {exc}", hint="options are plain values and lists") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise UsageError(f"{path}: a value cannot be read ({exc})", hint="options are plain values of ordinary size") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{path}: a config file holds an object of options, not {type(document).__name__}")
+    return document

@@ -28,6 +28,25 @@ MAX_W2V_EPOCHS = 10_000
 MAX_W2V_DRAWS = 16
 
 
+def take_deprecated(settings: Settings, alias: str, field: str, meaning: str) -> None:
+    """An option's old spelling (``alias``, a field not recorded) given: its value moves to ``field``, with one warning
+    naming both spellings and what the option means in this command; both given with different values is refused."""
+    import logging
+
+    from greenadapt.options import declared_fields
+
+    value = getattr(settings, alias)
+    if value is None:
+        return
+    declared = {f.name: (f, d) for f, d in declared_fields(settings)}
+    old, new = declared[alias][1].flags[0], declared[field][1].flags[0]
+    if getattr(settings, field) not in (declared[field][0].default, value):
+        raise UsageError(f"{old} and {new} were both given: {old} is the old spelling of {new}", hint=f"give {new} alone")
+    logging.getLogger(__name__).warning("%s is deprecated: it is %s here (%s)", old, new, meaning)
+    object.__setattr__(settings, field, value)
+    object.__setattr__(settings, alias, None)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ContextSettings(Settings):
     """context-mean's vectors (``w2v --source context``, ``adapt --method context-mean``)."""
@@ -84,7 +103,7 @@ class Word2vecSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.take_deprecated("min_count_spelled", "min_count", "word2vec's threshold; the new-word threshold is --min-count-new")
+        take_deprecated(self, "min_count_spelled", "min_count", "word2vec's threshold; the new-word threshold is --min-count-new")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +173,7 @@ class ExpandSettings(NewRowsSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.take_deprecated("min_count_spelled", "min_count", "the new-word threshold, as in adapt")
+        take_deprecated(self, "min_count_spelled", "min_count", "the new-word threshold, as in adapt")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -405,8 +405,7 @@ def predict_input(
     multitask = len(members) == 1 and (task_name is not None or is_multitask(members[0]))
     founds = []
     if multitask and options.runtime != "torch":  # its tasks' PALs run in torch only: never silently in torch
-        raise UsageError(f"--runtime {options.runtime} does not run multitask (PALs) runs", path=str(members[0]),
-                         hint="leave --runtime and --quantize out (torch runs it)")
+        raise UsageError(f"--runtime {options.runtime} does not run multitask (PALs) runs", path=str(members[0]), hint="leave --runtime out")
     if multitask:  # its tasks read training-style files only
         opened = Source("training", path=_spool(*_stdin_lines()), spooled=True) if is_stdio(source) else Source("training", path=Path(source))
     else:
