@@ -354,7 +354,7 @@ def fit_warnings(heldout_cosine: float | None, n_shared: int, d_w2v: int, model:
     if 0 < n_shared < d_w2v:
         warnings.append(
             f"only {n_shared} shared words for {d_w2v} dimensions: the map is underdetermined (a larger corpus, "
-            "a lower --min-count or a smaller --dim)"
+            "a lower --w2v-min-count or a smaller --dim)"
         )
     if shared_direction is not None and shared_direction > SHARED_DIRECTION_COSINE:
         warnings.append(
