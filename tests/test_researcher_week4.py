@@ -187,3 +187,22 @@ def test_long_phases_say_when_they_start_and_how_large_they_are(data: dict[str, 
     assert "scoring test: 16 examples, 16 sequences" in said, said
     assert any(m.startswith("scored test in ") for m in said)
     assert any(m.startswith(f"exporting {tmp_path / 'run'} to ONNX and quantizing it to int8, once") for m in said), said
+
+
+def test_small_things_predict_help_shows_its_example_once_and_an_exports_card_names_no_machine_path(
+        data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnxruntime")
+    import sys
+
+    import greenadapt
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", "predict", "--help"])
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        main()
+    assert capsys.readouterr().out.count("Example:") == 1
+    greenadapt.finetune("ner", data["train"], model=str(data["plain"]), out=tmp_path / "run", max_steps=1, device="cpu", progress=False)
+    greenadapt.export(tmp_path / "run", onnx=True, quantize="fp32", out=tmp_path / "served")
+    card = (tmp_path / "served" / "README.md").read_text()
+    assert str(tmp_path) not in card and "run `run`" in card, card
