@@ -243,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
             waiting.clear()
 
-        for number, raw in _lines(sys.stdin.buffer):
+        # a reader of its own over stdin's descriptor: the thread that reads it may still be waiting in it when the
+        # script ends early (a bad line), and the interpreter's shutdown then takes sys.stdin's lock, not this one's
+        for number, raw in _lines(open(sys.stdin.fileno(), "rb", closefd=False)):  # noqa: SIM115
             if raw is None:  # a live input paused: answer what it gave
                 if waiting:
                     flush()
