@@ -71,8 +71,13 @@ def units() -> list[tuple[str, int, str]]:
     return order
 
 
+# A set's folder among the runs copied into the repository: a short key, never a data set's own name (the data sets
+# stay out of the repository, and so does anything named like them).
+SET_KEYS = {"NCBI-disease": "ncbi", "BC5CDR-disease": "cdr-disease", "BC5CDR-chem": "cdr-chem", "BC2GM": "gm"}
+
+
 def unit_path(root: Path, name: str, seed: int, arm: str) -> Path:
-    return root / name / f"seed-{seed}" / f"{arm}.json"
+    return root / SET_KEYS[name] / f"seed-{seed}" / f"{arm}.json"
 
 
 def done(name: str, seed: int, arm: str, repo: Path) -> Path | None:
