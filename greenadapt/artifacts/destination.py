@@ -115,11 +115,6 @@ def check_destination_apart(out: str | os.PathLike[str], reads: Iterable[Protect
             )
 
 
-def overlap_of(target: str | os.PathLike[str], other: str | os.PathLike[str]) -> str:
-    """How ``target`` stands to ``other``, links resolved: "is", "contains", "lies inside" or "" (apart)."""
-    return _overlap(_absolute(target), _absolute(other))
-
-
 def _overlap(target: Path, other: Path) -> str:
     if target == other:
         return "is"

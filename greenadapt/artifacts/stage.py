@@ -215,19 +215,11 @@ class StageRun:
         """An output that is, holds or lies inside what the stage reads is refused whatever the flags: replacing it
         (``--force``, an option change) would destroy the input. Every command checks this before its work
         (artifacts/destination.py); here it holds for every stage, whichever command or API call reached it."""
-        from greenadapt.artifacts.destination import overlap_of
+        from greenadapt.artifacts.destination import check_destination_apart, protected
 
-        for item in self.inputs:
-            path = item.get("path") if isinstance(item, Mapping) else None
-            if not isinstance(path, str) or "://" in path or not Path(path).exists():
-                continue
-            relation = overlap_of(self.out, Path(path))
-            if relation:
-                role = item.get("role") or item.get("kind") or "input"
-                from greenadapt.errors import UsageError
-
-                raise UsageError(f"--out {relation} this command's {role} ({path}); writing there could destroy it",
-                                 path=self.out, hint="choose an --out outside what this command reads")
+        reads = [read for item in self.inputs if isinstance(item, Mapping) and isinstance(item.get("path"), str) and "://" not in item["path"]
+                 for read in protected(f"this command's {item.get('role') or item.get('kind') or 'input'}", item["path"])]
+        check_destination_apart(self.out, reads)
 
     def _existing_is_current(self) -> bool:
         # Under the lock: the folder may have changed since the command's check_destination.

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from greenadapt.artifacts.files import CACHE_FOLDER, make_cache
+from greenadapt.artifacts.files import CACHE_FOLDER, CACHE_TAG, is_greenadapt_cache, make_cache, sha256_file
 from greenadapt.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -212,8 +212,6 @@ def find_export(folder: Path, key: str, *, root: Path | None = None) -> Path | N
 def _export_problem(target: Path, key: str) -> str | None:
     """Why the export at ``target`` cannot be used as ``key``'s, or None: its record (export.json) names this key and
     format, and each file's SHA-256 is the one recorded when it was written."""
-    from greenadapt.artifacts.files import sha256_file
-
     if target.is_symlink() or not target.is_dir():
         return "not a folder greenadapt wrote"
     try:
@@ -240,15 +238,13 @@ def _export_problem(target: Path, key: str) -> str | None:
 def _check_cache_path(root: Path) -> None:
     """The cache is written only through folders greenadapt made: a link at its root, at ``onnx/`` or at the tag, or a
     folder of the user's at the cache's name, is refused in one line (never adopted, written through or removed)."""
-    from greenadapt.artifacts.files import CACHE_TAG, is_greenadapt_cache
     from greenadapt.errors import ResourceError
 
     for path in (root, root / "onnx", root / CACHE_TAG):
         if path.is_symlink():
             raise ResourceError("is a symbolic link where greenadapt keeps its ONNX cache; the cache never writes through a link",
                                 path=path, hint="remove the link (greenadapt makes the folder itself)")
-        if path == root / CACHE_TAG:
-            break
+    for path in (root, root / "onnx"):
         if path.exists() and not path.is_dir():
             raise ResourceError("is not a folder, where greenadapt keeps its ONNX cache", path=path, hint="move it away")
     if root.name == CACHE_FOLDER and root.exists() and not is_greenadapt_cache(root):
@@ -261,7 +257,7 @@ def cached_export(folder: Path, key: str, model: Any, *, quantize: str, root: Pa
     whole (written in a temporary folder and renamed into place, under a lock, so two processes make it once), with
     each file's SHA-256 recorded for :func:`find_export` to check. A killed export's temporary is removed by the next."""
     from greenadapt.artifacts.locks import release_output_lock, take_output_lock
-    from greenadapt.artifacts.stage import TEMPORARY_MARKER, beside, sweep_stale_temporaries
+    from greenadapt.artifacts.stage import TEMPORARY_MARKER, beside, swap_into_place, sweep_stale_temporaries
 
     root = root or cache_root(folder)
     _check_cache_path(root)
@@ -282,26 +278,16 @@ def cached_export(folder: Path, key: str, model: Any, *, quantize: str, root: Pa
                      " and quantizing it to int8" if quantize == "int8" else "", root)
             export(model, tmp / MODEL_FILE, quantize=quantize)
             (tmp / TEMPORARY_MARKER).unlink()
-            files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+            files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
             (tmp / EXPORT_RECORD).write_text(json.dumps({"format": EXPORT_FORMAT, "key": key, "quantize": quantize, "source": str(folder),
                                                          "files": files}) + "\n")
-            if target.exists() or target.is_symlink():  # a damaged export (find_export said so): replaced whole
-                old = beside(target, "old")
-                os.rename(target, old)
-                shutil.rmtree(old, ignore_errors=True)
-            os.rename(tmp, target)
+            swap_into_place(tmp, target)  # a damaged export there (find_export said so) is replaced whole
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     finally:
         release_output_lock(lock)
     log.info("ONNX model exported%s: %s", " and quantized to int8" if quantize == "int8" else "", target)
     return target / MODEL_FILE
-
-
-def _sha256(path: Path) -> str:
-    from greenadapt.artifacts.files import sha256_file
-
-    return sha256_file(path)
 
 
 def export(model: Any, path: Path, *, quantize: str = "none") -> None:
