@@ -115,12 +115,9 @@ class Exported:
                                       "score": float(np.mean(scores[first : last + 1]))})
         return found
 
-    def word_probabilities(self, words: list[str]) -> np.ndarray:
-        """Each word's label probabilities: the views' first-piece logits averaged, then a softmax."""
-        return self.word_probabilities_of([words])[0]
-
     def word_probabilities_of(self, sentences: list[list[str]]) -> list[np.ndarray]:
-        """:meth:`word_probabilities` of many sentences, their windows batched across sentences."""
+        """Each sentence's words' label probabilities (the views' first-piece logits averaged, then a softmax), the
+        windows of every sentence batched together."""
         pieces = [[self._pieces(view, words) for view in self.views] for words in sentences]
         logits = [np.zeros((len(words), len(self.labels)), dtype=np.float64) for words in sentences]
         windows = [(s, a, b) for s, views in enumerate(pieces) for a, b in self._windows(views)]
@@ -180,7 +177,7 @@ class Exported:
 
 
 def _lines(stream: Any) -> Any:
-    """(number, line) of ``stream``, read on a thread of its own; (number, None) when a live input has paused for
+    """The lines of ``stream``, read on a thread of its own; None when a live input has paused for
     ``PAUSE`` seconds, so that what it gave is answered at once instead of waiting for ``LINES`` lines."""
     import queue
     import threading
@@ -196,17 +193,15 @@ def _lines(stream: Any) -> Any:
             lines.put(end)
 
     threading.Thread(target=read, daemon=True).start()
-    number = 0
     while True:
         try:
             line = lines.get(timeout=PAUSE)
         except queue.Empty:
-            yield number, None
+            yield None
             continue
         if line is end:
             return
-        number += 1
-        yield number, line
+        yield line
 
 
 def _json(path: Path) -> dict:
@@ -230,22 +225,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="serve_onnx.py", description="Entities of each input line (UTF-8), one JSON line each.", allow_abbrev=False)
     parser.add_argument("folder", type=Path, help="the folder greenadapt export --onnx wrote")
     parser.add_argument("--int8", action="store_true", default=None, help="run the int8 model (default: fp32 where the export has it)")
-    number = 0
+    answered = 0
     try:
         args = parser.parse_args(argv)
         exported = Exported(args.folder, int8=args.int8)
         waiting: list[str] = []
 
         def flush() -> None:
-            first = number - len(waiting) + 1
-            for offset, (text, entities) in enumerate(zip(waiting, exported.entities_of(waiting))):
-                print(json.dumps({"line": first + offset, "text": text, "entities": entities}, ensure_ascii=False))
+            nonlocal answered
+            for text, entities in zip(waiting, exported.entities_of(waiting)):
+                answered += 1
+                print(json.dumps({"line": answered, "text": text, "entities": entities}, ensure_ascii=False))
             sys.stdout.flush()
             waiting.clear()
 
         # a reader of its own over stdin's descriptor: the thread that reads it may still be waiting in it when the
         # script ends early (a bad line), and the interpreter's shutdown then takes sys.stdin's lock, not this one's
-        for number, raw in _lines(open(sys.stdin.fileno(), "rb", closefd=False)):  # noqa: SIM115
+        for raw in _lines(open(sys.stdin.fileno(), "rb", closefd=False)):  # noqa: SIM115
             if raw is None:  # a live input paused: answer what it gave
                 if waiting:
                     flush()
@@ -253,9 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 text = raw.decode("utf-8").rstrip("\r\n")  # decoded line by line: a bad line is named by its number
             except UnicodeDecodeError:
-                number -= 1
                 flush()  # the lines before it are answered
-                number += 1
                 raise
             waiting.append(text)
             if len(waiting) == LINES:
@@ -265,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve_onnx.py: {exc}", file=sys.stderr)
         return exc.code
     except UnicodeDecodeError:
-        print(f"serve_onnx.py: line {number} of the input is not UTF-8 (convert it: iconv -f LATIN1 -t UTF-8)", file=sys.stderr)
+        print(f"serve_onnx.py: line {answered + 1} of the input is not UTF-8 (convert it: iconv -f LATIN1 -t UTF-8)", file=sys.stderr)
         return 3
     except BrokenPipeError:
         return 0
