@@ -43,11 +43,10 @@ def pool_cell(variant: dict[str, Any], pool: str, metric: str) -> str:
 
 def difference(arm: dict[str, Any], other: dict[str, Any], metric: str) -> str:
     """``arm − other`` over the seeds both finished: mean [95% over seeds]; seeds above; per-seed values."""
-    mine, theirs = headline(arm, metric), headline(other, metric)
-    seeds = sorted(set(mine) & set(theirs))
-    if not seeds:
+    pair = paired(arm, other, metric)
+    if pair is None:
         return "no common seed"
-    pair = compare_pair(arm["name"], other["name"], metric, {s: (mine[s], theirs[s]) for s in seeds}, None)
+    seeds = pair.seeds
     interval = f" [{pair.seed_interval[0] * 100:+.2f}, {pair.seed_interval[1] * 100:+.2f}]" if pair.seed_interval else ""
     above = sum(d > 0 for d in pair.differences)
     each = ", ".join(f"{d * 100:+.2f}" for d in pair.differences)

@@ -97,8 +97,6 @@ class PhaseClock:
     def __init__(self, skip: int) -> None:
         self.skip, self.step = skip, 0
         self.totals: dict[str, float] = defaultdict(float)
-        self.step_started: float | None = None
-        self.loop_started: float | None = None
 
     def counting(self) -> bool:
         return self.step > self.skip
