@@ -213,19 +213,22 @@ def test_the_cache_never_writes_through_a_link_it_did_not_make(data: dict[str, P
 
 def test_the_users_cache_is_only_for_folders_that_cannot_be_written(data: dict[str, Path], tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """A graph planted in $XDG_CACHE_HOME/greenadapt under the run's key is not consulted for a writable run."""
+    """A whole, valid export in $XDG_CACHE_HOME/greenadapt under the run's key (one that would pass every check) is not
+    consulted for a writable run: the run's own cache is made."""
+    import shutil
+
     import greenadapt
     from greenadapt.inference.onnx_runtime import cache_key
 
+    donor = _copy_run(data, tmp_path / "donor")
+    greenadapt.load(donor, runtime="onnx")
     run = _copy_run(data, tmp_path)
+    assert cache_key(run, "none") == cache_key(donor, "none")  # the same weights: the same key
     xdg = tmp_path / "xdg"
-    planted = xdg / "greenadapt" / "onnx" / cache_key(run, "none")
-    planted.mkdir(parents=True)
-    (planted / "model.onnx").write_bytes(b"planted")
-    (planted / "export.json").write_text(json.dumps({"format": "x"}))
+    shutil.copytree(_cached(donor).parent, xdg / "greenadapt" / "onnx" / cache_key(run, "none"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
     greenadapt.load(run, runtime="onnx").predict(["fever"])
-    assert _cached(run).is_file() and (planted / "model.onnx").read_bytes() == b"planted"
+    assert (run / ".greenadapt-cache" / "onnx" / cache_key(run, "none") / "model.onnx").is_file()
 
 
 def test_a_relative_xdg_cache_home_is_ignored_as_the_spec_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
