@@ -101,3 +101,17 @@ def stop(head: subprocess.Popen[str]) -> None:
         head.wait()
     left = _session_members(head.pid)
     assert not left, f"the Ray cluster left processes running: {left}"
+
+
+def gcs_server_of(address: str) -> list[int]:
+    """The process id of the GCS of the head at ``address`` (the cluster's one process that, killed, loses the head)."""
+    port = address.rpartition(":")[2]
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "gcs_server":
+                if f"--gcs_server_port={port}" in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0"):
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

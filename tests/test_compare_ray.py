@@ -259,3 +259,77 @@ def test_without_ray_compare_ray_names_the_extra_and_nothing_imports_ray(tmp_pat
                          "--out", str(tmp_path / "o"), "--ray", "auto"], monkeypatch, capsys)
     assert code == 2 and "pip install 'greenadapt[cluster]'" in err, err
     assert "ray" not in heavy_modules_after(["--help"], ["compare", "--help"])
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_head_whose_gcs_dies_mid_run_ends_compare_in_one_line_of_ours(setup: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 81: `--ray auto` finds the head, the runs start, then the head's GCS is killed. Ray's client would retry
+    for a minute and end the process from C++ (exit 1, its lines only); compare ends first, in one line, exit 5."""
+    pytest.importorskip("ray", reason="compare --ray needs Ray: pip install 'greenadapt[cluster]'")
+    from ray_helpers import gcs_server_of, local_ray_cluster
+
+    from greenadapt.comparison.ray_runs import HEAD_LOST_S
+
+    with local_ray_cluster() as address:
+        out = tmp_path / "lost"
+        compare = subprocess.Popen(_cli(*_slow_args(setup, out, "auto")), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env={**os.environ, "RAY_ADDRESS": address})
+        try:
+            _training_worker(out)
+            gcs = gcs_server_of(address)
+            assert len(gcs) == 1, gcs
+            os.kill(gcs[0], signal.SIGKILL)
+            killed = time.monotonic()
+            _, stderr = compare.communicate(timeout=HANG_S)
+            took = time.monotonic() - killed
+        finally:
+            if compare.poll() is None:
+                compare.kill()
+    assert compare.returncode == 5, stderr
+    assert len(stderr.strip().splitlines()) == 1 and "stopped answering" in stderr and "rerun the same compare" in stderr, stderr
+    assert took < 60 + HEAD_LOST_S, "Ray's own client ended it, not compare"
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+def test_rays_own_lines_on_stderr_go_to_the_log_and_ours_pass_as_written(terminal: bool, tmp_path: Path) -> None:
+    """What Ray's C++ core writes on fd 2 during a session (the lines of a lost head) is the log's; greenadapt's own
+    lines, a bar's unfinished "\\r" line and a line that only starts with "[" reach the user's stderr as written, and a
+    terminal stays a terminal (the bars ask)."""
+    import pty
+
+    script = ("import logging, os, sys\n"
+              "logging.basicConfig(level=logging.DEBUG, stream=open(sys.argv[1], 'w'), format='%(message)s')\n"
+              "from greenadapt.comparison.ray_console import ray_lines_to_log\n"
+              "with ray_lines_to_log():\n"
+              "    os.write(2, b'[2026-11-28 16:24:52,091 E 11296 11313] task_manager.cc:1545: Failed to push error\\n')\n"
+              "    sys.stderr.write('ours: one\\n[not ray] two\\n'); sys.stderr.flush()\n"
+              "    os.write(2, b'[2026-11-28 16:25:52,421 E 11296 11373] rpc_client.h:204: Failed to connect to GCS')\n"
+              "    os.write(2, b' within 60 seconds\\nbar 50%\\r')\n"
+              "    print('tty' if sys.stderr.isatty() else 'pipe', flush=True)\n"
+              "sys.stderr.write('after\\n')\n")
+    logged = tmp_path / "log.txt"
+    command = [sys.executable, "-c", script, str(logged)]
+    if terminal:
+        leader, follower = pty.openpty()
+        done = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, stderr=follower, timeout=HANG_S)
+        os.close(follower)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            said += chunk
+        os.close(leader)
+        stderr = said.decode().replace("\r\n", "\n")  # the test's own pseudo-terminal translates; the relay's does not
+    else:
+        done = subprocess.run(command, cwd=REPO, capture_output=True, timeout=HANG_S)
+        stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert done.stdout.decode().strip() == ("tty" if terminal else "pipe")
+    assert stderr == "ours: one\n[not ray] two\nbar 50%\rafter\n", repr(stderr)
+    assert logged.read_text().splitlines() == ["ray: [2026-11-28 16:24:52,091 E 11296 11313] task_manager.cc:1545: Failed to push error",
+                                               "ray: [2026-11-28 16:25:52,421 E 11296 11373] rpc_client.h:204: Failed to connect to GCS within 60 seconds"]

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -23,13 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.comparison.cluster import TASK_RETRIES, RayPlacement, RunResources, cluster_slots, run_resources
+from greenadapt.comparison.ray_console import console_to_log, ray_lines_to_log
 from greenadapt.comparison.workers import STOPPED_EXIT_CODES, Job, Outcome, train_one
-from greenadapt.errors import StageError, UsageError
+from greenadapt.errors import ResourceError, StageError, UsageError
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 60.0  # how long the storage check waits for every node
 CANCEL_GRACE_S = 30.0  # how long Ctrl-C waits for the cancelled tasks to end before leaving
+HEAD_LOOK_S = 1.0  # how often the driver looks whether the cluster's head still answers
+HEAD_LOST_S = 10.0  # how long it may not answer before compare gives up (Ray's own client gives up after 60 s)
 POLL_S = 0.5  # how often the driver looks up from waiting (so Ctrl-C is taken at once)
 _INPUT_KEYS = ("train", "dev", "test", "model")
 
@@ -50,45 +54,13 @@ def ray_cluster(address: str) -> Iterator[Any]:
             first = str(error).splitlines()[0] if str(error) else ""
             raise UsageError(f"cannot reach the Ray cluster at {address}: {type(error).__name__}: {first}", hint=_START_HINT) from None
     try:
-        yield ray
+        with ray_lines_to_log():  # its C++ core goes on speaking on fd 2 for the whole session (a head lost mid-run)
+            try:
+                yield ray
+            finally:
+                ray.shutdown()
     finally:
-        ray.shutdown()
-
-
-@contextmanager
-def console_to_log(source: str) -> Iterator[None]:
-    """What a library prints on this process's stdout and stderr (its C++ parts included, which write the file
-    descriptors themselves) and the Python warnings it raises, while the block runs: into greenadapt's log at DEBUG
-    (``-v`` shows them), scrubbed of credentials, instead of the user's terminal."""
-    import sys
-    import tempfile
-    import warnings
-
-    from greenadapt.redaction import scrub_secrets
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for descriptor in saved:
-                os.close(descriptor)
-            sink.seek(0)
-            for line in sink.read().decode("utf-8", errors="replace").splitlines():
-                if line.strip():
-                    log.debug("%s: %s", source, scrub_secrets(line))
-            for warning in caught:
-                log.debug("%s: %s: %s", source, warning.category.__name__, scrub_secrets(str(warning.message)))
+        ray.shutdown()  # a no-op once done above; here when the filter itself could not start
 
 
 # A run on a node must be the run compare would train here: greenadapt's own variables (the CPU precision, tracker
@@ -110,8 +82,6 @@ CONNECT_TIMEOUT_S = 10.0
 
 def _unreachable(address: str) -> str:
     """Why nothing answers at a ``host:port`` address, else "" (Ray itself retries an unanswered address for minutes)."""
-    import socket
-
     host, sep, port = address.rpartition(":")
     if not sep or "://" in address or not port.isdigit():
         return ""  # auto, or a Ray client address: Ray's own answer is quick
@@ -357,6 +327,38 @@ def _failure(ray: Any, error: BaseException) -> tuple[int, str]:
     return 1, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
+class ClusterLostError(ResourceError):
+    """The cluster's head stopped answering while runs were out: the driver cannot get them back."""
+
+
+@dataclass
+class HeadWatch:
+    """Whether the cluster's head (its GCS) still answers, looked at as the driver waits. Ray's own client, once the GCS
+    is gone, retries for a minute and then ends the process from C++ (exit 1, its lines only): compare sees it first and
+    ends with one line of its own."""
+
+    address: str
+    answered: float = field(default_factory=time.monotonic)
+    looked: float = 0.0
+
+    def check(self, outstanding: int) -> None:
+        now = time.monotonic()
+        if now - self.looked < HEAD_LOOK_S:
+            return
+        self.looked = now
+        host, _, port = self.address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=HEAD_LOOK_S):
+                self.answered = now
+                return
+        except OSError:
+            if now - self.answered < HEAD_LOST_S:
+                return
+        raise ClusterLostError(f"the Ray cluster's head at {self.address} stopped answering ({HEAD_LOST_S:.0f} s without its GCS) "
+                               f"with {outstanding} run(s) not finished",
+                               hint="the finished runs are kept: start the cluster again and rerun the same compare to train the rest")
+
+
 def run_jobs_on_ray(ray: Any, finetune: Callable[..., Any], jobs: Sequence[Job], resources: RunResources, *, storage: str,
                     on_done: Callable[[Outcome], bool | None] | None = None) -> list[Outcome]:
     """Every job as a Ray task; their outcomes in the order they finished. A stopped run, or ``on_done`` returning True,
@@ -367,8 +369,10 @@ def run_jobs_on_ray(ray: Any, finetune: Callable[..., Any], jobs: Sequence[Job],
     pending = {task.remote(finetune, replace(job, arguments={**job.arguments, "device": resources.device}), resources.cpus, shipped): job
                for job in jobs}
     outcomes: list[Outcome] = []
+    head = HeadWatch(ray.get_runtime_context().gcs_address)
     try:
         while pending:
+            head.check(len(pending))
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
             for ref in ready:
                 job = pending.pop(ref)
@@ -388,6 +392,8 @@ def run_jobs_on_ray(ray: Any, finetune: Callable[..., Any], jobs: Sequence[Job],
                     _cancel(ray, pending)
                     pending.clear()
         return outcomes
+    except ClusterLostError:
+        raise  # nothing left to cancel them with: the driver's end ends them (their owner gone)
     except BaseException:
         _cancel(ray, pending)
         raise
