@@ -32,7 +32,7 @@ class TrainingRun:
     cuda_graphs = False
     agreement = 0.0
     both_views = False
-    adamw = "foreach"
+    adamw = "fused"
     # In every training fingerprint, whether the command has the option or not.
     ALWAYS_RECORDED = ("grad_accum", "max_grad_norm", "train_embeddings", "eval_every", "early_stopping")
 

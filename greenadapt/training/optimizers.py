@@ -23,7 +23,7 @@ def build_optimizers(model: Any, split: Any, config: LoopSettings, total: int) -
     active = split.active if split is not None else None
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not active]
     # One fused kernel per step instead of several passes per parameter group (the same update up to rounding): always
-    # on a GPU; on a CPU with --adamw fused (a fifth of a MiniLM step there; bench/profile_training.py).
+    # on a GPU; on a CPU unless --adamw foreach (a fifth of a MiniLM step there; bench/profile_training.py).
     devices = {p.device.type for _, p in named}
     fused = bool(named) and (devices == {"cuda"} or (devices == {"cpu"} and config.adamw == "fused"))
     optimizers: list[Any] = [
