@@ -73,15 +73,18 @@ def sentences(corpus: Path, n: int, out: Path, longest: int) -> Path:
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, float]:
-    """Wall seconds and peak resident memory (MiB) of one process, started in ``cwd`` (``python -m`` imports from there first)."""
+    """Wall and CPU (user + system) seconds and peak resident memory (MiB) of one process, started in ``cwd`` (``python -m``
+    imports from there first)."""
     report = Path(f"/tmp/bench-serving-time-{os.getpid()}.txt")
     started = time.perf_counter()
     done = subprocess.run(["/usr/bin/time", "-v", "-o", str(report), *argv], env=env, capture_output=True, text=True, check=False, cwd=cwd)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr[-2000:]}")
-    peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", report.read_text())[1]) / 1024  # type: ignore[index]
-    return {"wall_s": wall, "peak_mib": peak}
+    said = report.read_text()
+    cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", said)[1]) for kind in ("User", "System"))  # type: ignore[index]
+    peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", said)[1]) / 1024  # type: ignore[index]
+    return {"wall_s": wall, "cpu_s": cpu, "peak_mib": peak}
 
 
 def slug_of(arm: str) -> str:
@@ -193,10 +196,15 @@ def main() -> None:
         lines += [f"| {arm} | {f['sentences_per_s'] / old_fp32:.2f} | {f['sentences_per_s'] / old_auto:.2f} |" for arm, f in rows.items()]
     if args.repeats > 1:
         lines += ["", paired_ratios(rows, onnx_arms, torch_arms)]
+    write_table(args.out, lines, rows)
+
+
+def write_table(out: Path, lines: list[str], figures: Any) -> None:
+    """The Markdown table printed, and written with the raw figures to ``out``."""
     table = "\n".join(lines)
     print(table)
-    (args.out / "table.md").write_text(table + "\n")
-    (args.out / "figures.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / "table.md").write_text(table + "\n")
+    (out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -57,9 +57,6 @@ def test_a_dataset_dict_folder_is_refused_with_its_splits(tmp_path: Path) -> Non
 
 def test_finetune_and_predict_take_a_saved_split(tmp_path: Path) -> None:
     import greenadapt
-    from greenadapt.inference.predict_text import predict_input
-    from greenadapt.inference.settings import LoadSettings
-
     model = build_tiny_expanded(tmp_path / "model")
     _columns_to_dataset(write_ner_file(tmp_path / "train.tsv", 30, seed=1, typed=True)).save_to_disk(str(tmp_path / "train"))
     _columns_to_dataset(write_ner_file(tmp_path / "test.tsv", 8, seed=2, typed=True)).save_to_disk(str(tmp_path / "test"))
@@ -68,7 +65,7 @@ def test_finetune_and_predict_take_a_saved_split(tmp_path: Path) -> None:
     metrics = json.loads((run.path / "metrics.json").read_text())["per_seed"]["42"]["test"]["mean"]
     written = [json.loads(line) for line in (run.path / "predictions" / "test.jsonl").read_text().splitlines()]
     assert len(written) == 8 and all(len(r["pred_tags"]) == len(r["tokens"]) for r in written)
-    summary = predict_input(run.path, tmp_path / "test", tmp_path / "pred.jsonl", options=LoadSettings(device="cpu"))
+    summary = greenadapt.predict(tmp_path / "test", model=str(run.path), output=tmp_path / "pred.jsonl", device="cpu", progress=False)
     assert summary.format == "dataset" and summary.metrics is not None and summary.metrics["f1"] == metrics["f1"]
     again = greenadapt.finetune("ner", tmp_path / "train", test=tmp_path / "test", model=str(model), out=tmp_path / "run",
                                 epochs=1, batch_size=8, device="cpu")

@@ -55,9 +55,6 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     from greenadapt.adaptation.expand import expand_stage
     from greenadapt.adaptation.settings import MethodSettings, NewRowsSettings
     from greenadapt.options import declared_fields
-    from greenadapt.data.task_files import ReaderOptions
-    from greenadapt.inference.settings import LoadSettings
-    from greenadapt.inference.predict_text import predict_input
 
     # The method's options reach the methods as the MethodSettings object itself: no library default to compare.
     method_options = {field.name: "received as the settings object itself" for field, _ in declared_fields(MethodSettings) if field.name != "method"}
@@ -73,9 +70,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
         "qa": (api.qa, [], {}, {}),
         "multitask": (api.multitask, [], {}, {}),
         "pretrain": (api.pretrain, [], {}, {}),
-        "predict": (api.predict, [Source(predict_input, {"task": "task_name"}), Source(ReaderOptions(), {"file_format": "format", "header": None})], {"task_name": "task"},
-                    {"output": "predict_input's STDIO is the same '-' (checked below)", "input_path": "INPUT given as an option: it becomes source", "source": "the input (INPUT), no setting", "header": "an override of the file's own header detection: None overrides nothing",
-                     **{field.name: "received as the settings object itself" for field, _ in declared_fields(LoadSettings)}}),
+        "predict": (api.predict, [], {}, {}),  # predict_input receives the settings object itself (issue 85, item 6)
         "compare": (api.compare, [], {}, {}),
     }
     return table[command]
@@ -85,7 +80,7 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
 TASK_DEPENDENT = ("epochs", "batch_size", "lr", "max_length", "max_words", "pool", "device")
 
 COMMANDS = ["w2v", "align", "expand", "adapt", "finetune", "qa", "multitask", "pretrain", "predict", "compare"]
-MIRRORED = ["align", "expand", "predict"]  # commands whose library still keeps a config of its own
+MIRRORED = ["align", "expand"]  # commands whose library still keeps a config of its own
 
 
 def _cli_params(command: str) -> list[Any]:
@@ -158,6 +153,9 @@ def test_the_defaults_the_generic_walk_cannot_name_agree_too() -> None:
         return inspect.signature(function).parameters[name].default
 
     assert default_of(api.predict, "output") == STDIO
+    from greenadapt.data.task_files import ReaderOptions
+
+    assert default_of(api.predict, "file_format") == ReaderOptions().format  # --format is the reader's format when a task file is read
 
 
 def test_the_walk_fails_when_one_default_changes_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,3 +167,14 @@ def test_the_walk_fails_when_one_default_changes_in_one_place(monkeypatch: pytes
         test_the_cli_default_of_every_option_is_the_api_default("w2v")
     with pytest.raises(AssertionError, match="min_count"):
         test_the_api_default_of_every_setting_is_the_library_configs("w2v")
+
+
+def test_load_takes_every_option_of_a_loaded_model_with_its_default() -> None:
+    """greenadapt.load's keywords are LoadSettings' options, each with the declared default: a new inference option
+    is declared once and reaches load (which passes the settings object on whole) or this fails."""
+    from greenadapt.inference.settings import LoadSettings
+    from greenadapt.options import declared_fields
+
+    keywords = {name: p.default for name, p in inspect.signature(api.load).parameters.items() if name not in ("path", "max_length")}
+    declared = {field.name: getattr(LoadSettings(), field.name) for field, _ in declared_fields(LoadSettings)}
+    assert keywords == declared

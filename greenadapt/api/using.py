@@ -41,9 +41,12 @@ def load(
     from greenadapt.inference.settings import LoadSettings
     from greenadapt.inference.predictor import open_ensemble
 
+    from greenadapt.options import declared_fields
+
+    given = locals()
     founds = [find_model_folder(member) for member in ensemble_members(path)]
-    options = LoadSettings(pool=pool, batch_size=batch_size, device=device, precision=precision, general_model=general_model,
-                               runtime=runtime, quantize=quantize)
+    # every LoadSettings option is a keyword here, with its default (tests/test_defaults.py holds them equal)
+    options = LoadSettings(**{field.name: given[field.name] for field, _ in declared_fields(LoadSettings)})
     return open_ensemble(founds, options=options, max_length=max_length)
 
 

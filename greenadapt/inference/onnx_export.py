@@ -45,7 +45,7 @@ class ExportSettings(Settings):
     model: str = option(REQUIRED, "--model", "-m", panel=MODEL, help="A `greenadapt finetune` run folder (NER or classification).")
     onnx: bool = option(False, "--onnx", panel=INPUT_OUTPUT, help="Export to ONNX (the one format export writes today; required).")
     quantize: str = option("both", "--quantize", panel=PERFORMANCE, choices=FORMATS,
-                           help="Which ONNX files: fp32, int8 (dynamic quantization) or both.")
+                           help="Which ONNX files: fp32, int8 (int8 weights; each token's activations quantized on their own) or both.")
 
     def check(self) -> None:
         if not self.onnx:
@@ -153,7 +153,8 @@ def standalone_script() -> str:
 
 def _card(folder: Path, task_settings: Any, views: list[str], formats: tuple[str, ...]) -> str:
     both = len(views) == 2
-    model_lines = "\n".join(f"- `{MODEL_FILES[f]}`: {'fp32' if f == 'fp32' else 'int8 weights (dynamic quantization)'}" for f in formats)
+    int8_line = "int8 (int8 weights per channel; each token's activations quantized with its own scale, so an answer never depends on the batch)"
+    model_lines = "\n".join(f"- `{MODEL_FILES[f]}`: {'fp32' if f == 'fp32' else int8_line}" for f in formats)
     int8 = " --int8" if formats == ("int8",) else ""
     return f"""# {folder.name}, exported for serving (ONNX)
 

@@ -1,8 +1,8 @@
-"""A fine-tuned model run by ONNX Runtime on the CPU, fp32 or dynamically quantized to int8 (``--runtime onnx``).
+"""A fine-tuned model run by ONNX Runtime on the CPU, fp32 or quantized to int8 (``--runtime onnx``).
 
 The model of a fine-tuned folder is exported once (torch's ONNX exporter, dynamic batch and length), optionally
-quantized (ONNX Runtime's dynamic quantization: int8 weights per output channel, activations quantized at run
-time), and cached beside the weights it was made from: in the folder's ``.greenadapt-cache/onnx/<key>/`` (a
+quantized (int8 weights per output channel; each token's activations quantized at run time with its own scale, so a
+sentence gets the same answer in any batch: :mod:`~greenadapt.inference.onnx_quantize`), and cached beside the weights it was made from: in the folder's ``.greenadapt-cache/onnx/<key>/`` (a
 cache-directory tag marks it as greenadapt's), or, when the folder cannot be written, in the user's cache
 (``$XDG_CACHE_HOME/greenadapt/onnx/<key>/``). The key is the SHA-256 of the weights and config, the quantization and
 this exporter's format: changed weights give another key, so a stale export is never used.
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 RUNTIMES = ("torch", "onnx")
 QUANTIZATIONS = ("none", "int8")
-EXPORT_FORMAT = "greenadapt-onnx-2"  # bump when the export changes: every cached file is made again
+EXPORT_FORMAT = "greenadapt-onnx-3"  # bump when the export changes: every cached file is made again (3: int8 per row)
 MODEL_FILE = "model.onnx"
 EXPORT_RECORD = "export.json"  # beside each cached export: its key, format and each file's SHA-256
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -73,7 +73,7 @@ class OnnxModel:
     softmax between the int8 products parallelise poorly inside one run, so two slices on their own cores served the
     benchmark's sentences 1.25x faster than the whole batch on a session of two threads (bench/onnx_batching.py,
     docs/benchmarks.md "Serving on a CPU"). Rows never see each other, so a slice's outputs are the whole batch's
-    rows; at int8 an activation's scale is taken over its slice."""
+    rows, at int8 too (each token's activations have their own scale)."""
 
     training = False
     runs_any_shape = True  # nothing is compiled per input shape: batches need no padding to a few shapes
@@ -292,7 +292,8 @@ def cached_export(folder: Path, key: str, model: Any, *, quantize: str, root: Pa
 
 def export(model: Any, path: Path, *, quantize: str = "none") -> None:
     """``model`` to ONNX at ``path`` (dynamic batch and sequence length; weights in a side file past 2 GB), then, for
-    ``int8``, dynamically quantized (int8 weights per output channel, activations quantized as they come)."""
+    ``int8``, quantized: int8 weights per output channel, each token's activations quantized on their own as they come
+    (:mod:`~greenadapt.inference.onnx_quantize`), so a sentence's answer never depends on its batch."""
     import inspect
 
     import torch
@@ -314,11 +315,11 @@ def export(model: Any, path: Path, *, quantize: str = "none") -> None:
         torch.onnx.export(_Outputs(model, names, output_names), tuple(example.values()), str(fp32), input_names=names,
                           output_names=output_names, dynamic_axes=axes, opset_version=17, dynamo=False)
     if quantize == "int8":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from greenadapt.inference.onnx_quantize import quantize_per_row
 
         large = sum(p.stat().st_size for p in fp32.parent.iterdir()) > (1 << 31) - (64 << 20)
         with _quiet_export():
-            quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=True, use_external_data_format=large)
+            quantize_per_row(fp32, path, large=large)
         shutil.rmtree(fp32.parent)
 
 

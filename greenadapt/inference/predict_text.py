@@ -34,17 +34,15 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, IO, Any
 
 from greenadapt.tasks import get_task
-from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.inference.windows import CHARS_PER_WINDOW, DOCS_PER_WINDOW, STALL_SECONDS, flushed_on_stalls, windows
 from greenadapt.artifacts.files import atomic_writer
-from greenadapt.data.settings import HEADERS
 from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress, said_once
@@ -367,41 +365,28 @@ def _spool(lines: Iterator[str], handle: IO[str], name: str = "<stdin>") -> Path
     return Path(tmp)
 
 
-def predict_input(
-    model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    source: str | os.PathLike[str],
-    output: str | os.PathLike[str] = STDIO,
-    *,
-    task_name: str | None = None,
-    options: LoadSettings = DEFAULT_LOAD,
-    file_format: str = "auto",
-    ignore_labels: bool = False,
-    reader_overrides: dict[str, Any] | None = None,
-    force: bool = False,
-    progress: Progress = NULL_PROGRESS,
-) -> PredictSummary:
+def predict_input(settings: PredictSettings, *, force: bool = False, progress: Progress = NULL_PROGRESS) -> PredictSummary:
     """``greenadapt predict``: raw text, JSON lines, a folder or stdin → JSON lines; training-style files → labelled back.
 
-    Every option and the output are checked before the model is loaded.
+    ``settings`` is the command's, whole: the model-running part (:class:`LoadSettings`) reaches the models as it is, so
+    an option is its declaration and its use. Every option and the output are checked before the model is loaded.
     """
     from greenadapt.artifacts.destination import check_prediction_output
     from greenadapt.inference.labelling import ensemble_members, find_model_folder, run_predict
     from greenadapt.inference.multitask import is_multitask, multitask_predictor
 
+    model, source, output, task_name, options = settings.members(), str(settings.source), settings.output, settings.task, settings
+    file_format, ignore_labels = settings.file_format, settings.ignore_labels
     members = ensemble_members(model)
     if len(members) == 1:
         model = members[0]
     elif task_name is not None or any(is_multitask(m) for m in members):
         raise UsageError("an ensemble of multitask runs is not supported", hint="pass one multitask run with --task")
-
-    options.check()
-    header = (reader_overrides or {}).get("header")
-    if header is not None and header not in HEADERS:
-        raise UsageError(f"unknown --header {header!r}", hint="auto, yes or no")
+    # (the settings were checked when they were made: --header's choices, the runtime's options)
     if not is_stdio(output):
         for member in members:
             check_prediction_output(output, force=force, model=member, input_path=os.devnull if is_stdio(source) else source)
-    overrides = {k: v for k, v in (reader_overrides or {}).items() if v is not None}
+    overrides = {k: v for k, v in settings.reader_overrides(settings.header).items() if v is not None}
     multitask = len(members) == 1 and (task_name is not None or is_multitask(members[0]))
     founds = []
     if multitask and options.runtime != "torch":  # its tasks' PALs run in torch only: never silently in torch
@@ -455,8 +440,4 @@ def _temporary_output(near: Path) -> Path:
 
 def run_predict(settings: PredictSettings, run: Run) -> PredictSummary:
     """``greenadapt predict`` from the command's settings."""
-    return predict_input(
-        settings.members(), str(settings.source), settings.output, task_name=settings.task, options=settings,
-        file_format=settings.file_format, ignore_labels=settings.ignore_labels, reader_overrides=settings.reader_overrides(settings.header),
-        force=run.force, progress=run.progress,
-    )
+    return predict_input(settings, force=run.force, progress=run.progress)

@@ -23,7 +23,8 @@ class RuntimeSettings(Settings):
     runtime: str = option("torch", "--runtime", panel=PERFORMANCE, choices=RUNTIMES,
                           help="torch, or onnx: ONNX Runtime on the CPU (exported once and cached beside the weights; needs greenadapt[onnx]).")
     quantize: str = option("none", "--quantize", panel=PERFORMANCE, choices=QUANTIZATIONS,
-                           help="With --runtime onnx: int8 weights (dynamic quantization; docs/benchmarks.md has its speed and F1).")
+                           help="With --runtime onnx: int8 weights and activations, each token's with its own scale (a sentence's "
+                                "answer never depends on its batch; docs/benchmarks.md has its speed and F1).")
 
     def check(self) -> None:
         """Every taker of these options declares a ``--device`` too (its own words for where the model runs)."""
