@@ -58,7 +58,8 @@ with open(output, "w", encoding="utf-8") as out:
 """
 
 
-def sentences(corpus: Path, n: int, out: Path, longest: int) -> Path:
+def corpus_lines(corpus: Path, n: int, longest: int = 400) -> list[str]:
+    """The first ``n`` corpus lines of 40 to ``longest`` characters: the benchmarks' sentences of raw text."""
     opener = gzip.open if corpus.suffix == ".gz" else open
     taken = []
     with opener(corpus, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
@@ -68,7 +69,11 @@ def sentences(corpus: Path, n: int, out: Path, longest: int) -> Path:
                 taken.append(line)
             if len(taken) == n:
                 break
-    out.write_text("\n".join(taken) + "\n", encoding="utf-8")
+    return taken
+
+
+def sentences(corpus: Path, n: int, out: Path, longest: int) -> Path:
+    out.write_text("\n".join(corpus_lines(corpus, n, longest)) + "\n", encoding="utf-8")
     return out
 
 

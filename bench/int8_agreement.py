@@ -12,8 +12,6 @@ entities and scores alone, in shuffled batches of 7 and at predict's default bat
 from __future__ import annotations
 
 import argparse
-import gzip
-import itertools
 import json
 import random
 import subprocess
@@ -23,14 +21,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "bench"))
 
-
-def corpus_sentences(corpus: Path, count: int, longest: int = 400) -> list[str]:
-    """The first ``count`` corpus lines of 40 to ``longest`` characters (serving's sentences, bench_serving.py's rule)."""
-    opener = gzip.open if corpus.suffix == ".gz" else open
-    with opener(corpus, "rt", encoding="utf-8") as lines:
-        kept = (line.strip() for line in lines)
-        return list(itertools.islice((line for line in kept if 40 <= len(line) <= longest), count))
+from bench_serving import corpus_lines  # noqa: E402
 
 
 def entities(model: Any, texts: list[str], batch: int, order: list[int] | None = None) -> list[list[tuple[Any, ...]]]:
@@ -71,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     import greenadapt
 
-    texts = corpus_sentences(args.corpus, args.sentences)
+    texts = corpus_lines(args.corpus, args.sentences)
     fp32 = entities(greenadapt.load(args.run, runtime="onnx"), texts, 64)
     int8_model = greenadapt.load(args.run, runtime="onnx", quantize="int8")
     int8 = entities(int8_model, texts, 64)

@@ -12,7 +12,8 @@ are counted apart: they run in fp32 in every arm). A sentence costs them once pe
 but once where both tokenizers cut it alike, which greenadapt runs once), counted from the tokenizers themselves.
 The int8 peak from the CPU's flags: AMX-INT8 (``amx_int8``) 1,024 int8 MAC/cycle/core; AVX-512 VNNI (``avx512_vnni``)
 64 (one 512-bit VNNI product a cycle, as Zen 4 runs them; 128 on a core with two 512-bit FMA ports); AVX-VNNI 32;
-else 16 (AVX2); the clock is /proc/cpuinfo's (``--ghz`` to give the all-core clock you know).
+else 16 (AVX2); an fp32 arm against 16 fp32 FMA a cycle a core (profile_training.py's assumption); the clock is
+/proc/cpuinfo's (``--ghz`` to give the all-core clock you know: a core that boosts above it makes every share lower).
 
     git worktree add /tmp/before COMMIT
     python bench/int8_speed.py --run RUN --corpus ../shared/data/corpora/biomed-10m.txt.gz --sentences 5000 \\
@@ -60,7 +61,9 @@ def model_macs(run: Path, text: Path) -> dict[str, float]:
     labels = len(config.get("id2label", {})) or 2
     linear = layers * (4 * hidden * hidden + 2 * hidden * inner) + hidden * labels
     lines = text.read_text(encoding="utf-8").splitlines()
-    views = [run / "tokenizer.json"] + [path for path in (run / "general-tokenizer" / "tokenizer.json",) if path.is_file()]
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+
+    views = [run / "tokenizer.json"] + [path for path in (run / GENERAL_TOKENIZER_DIR / "tokenizer.json",) if path.is_file()]
     def tokenizer(path: Path) -> Tokenizer:
         loaded = Tokenizer.from_file(str(path))
         loaded.no_padding()  # a saved tokenizer may pad or cut to the training length: the pieces a sentence has

@@ -58,7 +58,7 @@ def test_a_stalled_live_input_hands_on_what_it_gave() -> None:
         resume.wait(30)  # a feed that goes quiet: no fourth line, no end of input
         yield from _records(["four"])
 
-    made = windows(flushed_on_stalls(three_then_pause(), 0.2), 2048, 10**6)
+    made = windows(flushed_on_stalls(three_then_pause(), 0.2, 2048), 2048, 10**6)
     assert [r.text for r in next(made)] == ["one", "two", "three"]  # not waiting for 2,048 documents or the end
     resume.set()
     assert [[r.text for r in w] for w in made] == [["four"]]
@@ -70,7 +70,7 @@ def test_a_reading_error_of_a_live_input_is_raised_where_it_is_predicted() -> No
         raise DataError("not UTF-8 text", path=Path("<stdin>"), line=2)
 
     with pytest.raises(DataError, match="not UTF-8"):
-        list(windows(flushed_on_stalls(one_then_bad(), 0.2), 2048, 10**6))
+        list(windows(flushed_on_stalls(one_then_bad(), 0.2, 2048), 2048, 10**6))
 
 
 class _Counting:

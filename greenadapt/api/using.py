@@ -40,7 +40,6 @@ def load(
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
     from greenadapt.inference.settings import LoadSettings
     from greenadapt.inference.predictor import open_ensemble
-
     from greenadapt.options import declared_fields
 
     given = locals()

@@ -64,20 +64,7 @@ def ray_lines_to_log() -> Iterator[None]:
     import threading
 
     sys.stderr.flush()
-    terminal = os.isatty(2)
-    if terminal:
-        import fcntl
-        import termios
-        import tty
-
-        reader, writer = os.openpty()
-        tty.setraw(writer)  # no newline translation: the bytes reach the terminal as written
-        try:
-            fcntl.ioctl(writer, termios.TIOCSWINSZ, fcntl.ioctl(2, termios.TIOCGWINSZ, b"\0" * 8))
-        except OSError:
-            pass
-    else:
-        reader, writer = os.pipe()
+    reader, writer = _terminal_like_stderr() if os.isatty(2) else os.pipe()
     saved = os.dup(2)
     os.dup2(writer, 2)
     os.close(writer)
@@ -92,6 +79,24 @@ def ray_lines_to_log() -> Iterator[None]:
         if not relay.is_alive():  # else a child process still holds it: the daemon thread goes with the process
             os.close(reader)
         os.close(saved)
+
+
+def _terminal_like_stderr() -> tuple[int, int]:
+    """A pseudo-terminal of stderr's size, raw (the bytes reach the terminal as written); a pipe where none can be had."""
+    import fcntl
+    import termios
+    import tty
+
+    try:
+        reader, writer = os.openpty()
+    except OSError:  # no pseudo-terminals here: the bars see a pipe, the lines are relayed all the same
+        return os.pipe()
+    tty.setraw(writer)
+    try:
+        fcntl.ioctl(writer, termios.TIOCSWINSZ, fcntl.ioctl(2, termios.TIOCGWINSZ, b"\0" * 8))
+    except OSError:
+        pass
+    return reader, writer
 
 
 def _relay_stderr(reader: int, terminal: int) -> None:

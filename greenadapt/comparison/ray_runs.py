@@ -53,14 +53,11 @@ def ray_cluster(address: str) -> Iterator[Any]:
         except Exception as error:  # ConnectionError, a version mismatch, an address that is not Ray's: one line each
             first = str(error).splitlines()[0] if str(error) else ""
             raise UsageError(f"cannot reach the Ray cluster at {address}: {type(error).__name__}: {first}", hint=_START_HINT) from None
-    try:
-        with ray_lines_to_log():  # its C++ core goes on speaking on fd 2 for the whole session (a head lost mid-run)
-            try:
-                yield ray
-            finally:
-                ray.shutdown()
-    finally:
-        ray.shutdown()  # a no-op once done above; here when the filter itself could not start
+    with ray_lines_to_log():  # its C++ core goes on speaking on fd 2 for the whole session (a head lost mid-run)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
 
 
 # A run on a node must be the run compare would train here: greenadapt's own variables (the CPU precision, tracker
@@ -86,10 +83,16 @@ def _unreachable(address: str) -> str:
     if not sep or "://" in address or not port.isdigit():
         return ""  # auto, or a Ray client address: Ray's own answer is quick
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as connection:
+        with _connect(address, CONNECT_TIMEOUT_S) as connection:
             return "" if os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true") else _not_grpc(connection)
     except OSError as error:
         return f"{type(error).__name__}: {error.strerror or error}"
+
+
+def _connect(address: str, timeout: float) -> socket.socket:
+    """A TCP connection to a ``host:port`` address (an IPv6 host in brackets or not)."""
+    host, _, port = address.rpartition(":")
+    return socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
 
 
 # HTTP/2's client preface and an empty SETTINGS frame: a Ray GCS (gRPC, plain HTTP/2) answers with its SETTINGS frame.
@@ -346,9 +349,8 @@ class HeadWatch:
         if now - self.looked < HEAD_LOOK_S:
             return
         self.looked = now
-        host, _, port = self.address.rpartition(":")
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=HEAD_LOOK_S):
+            with _connect(self.address, HEAD_LOOK_S):
                 self.answered = now
                 return
         except OSError:

@@ -134,7 +134,8 @@ def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats
 # What the export puts into serve_onnx.py's template: placeholder -> (module, block), the code between the module's
 # "# -- <block>:" and "# -- end of <block>" markers, so that the served model cuts sentences and reads entities with
 # greenadapt's own code, not a copy of it.
-SHARED_BLOCKS = {"# @sentences@": ("greenadapt.corpus.words", "sentences"), "# @chunks@": ("greenadapt.data.metrics", "chunks")}
+SHARED_BLOCKS = {"# @sentences@": ("greenadapt.corpus.words", "sentences"), "# @chunks@": ("greenadapt.data.metrics", "chunks"),
+                 "# @stalls@": ("greenadapt.inference.windows", "stalls")}
 
 
 def standalone_script() -> str:

@@ -5,8 +5,9 @@ hidden]`` (``DynamicQuantizeLinear``): a token's int8 values then depend on ever
 included, so a sentence's entities changed with its neighbours and with the entry point (issue 85: 89% of sentences
 the same between two entry points). Here each ``DynamicQuantizeLinear`` of the quantized graph is replaced by a
 per-row symmetric quantization: a token's scale is its own largest magnitude over 127, its zero point the constant
-128 (uint8, what the CPU's VNNI/AMX int8 products take). ``MatMulInteger`` takes a scalar zero point and a
-broadcasting scale, so the weights' side (int8 per output channel) and the products are ONNX Runtime's own.
+128 (uint8, what the CPU's VNNI/AMX int8 products take). The weights stay ONNX Runtime's (int8 per output channel); each
+product is ONNX Runtime's ``MatMulIntegerToFloat`` (a ``com.microsoft`` operator, which every ONNX Runtime has, the
+exported serve_onnx.py's included), followed by the rows' scales.
 """
 
 from __future__ import annotations
@@ -14,22 +15,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-QUANTIZED_DOMAIN = ""  # the standard ops only: any ONNX Runtime (and the exported serve_onnx.py) runs the graph
 ROW_LIMIT = 127.0  # symmetric: -127..127 around the zero point, so the row's largest magnitude is exact
 ZERO_POINT = 128  # uint8: the operand type of the CPU's u8 x s8 int8 products
 SMALLEST_SCALE = 1e-12  # a row of zeros (never one of a real sentence): any scale gives it zeros
 
 
-def quantize_per_row(fp32: Path, out: Path, *, large: bool = False) -> int:
+def quantize_per_row(fp32: Path, out: Path, *, large: bool = False) -> None:
     """``fp32``'s graph quantized to int8 at ``out``: weights int8 per output channel (ONNX Runtime's dynamic
-    quantization), activations per row. Returns how many activation quantizations were made per row."""
+    quantization), activations per row."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True, use_external_data_format=large)
     model = onnx.load(str(out))
     try:
-        made = per_row_activations(model)
+        per_row_activations(model)
     except ValueError as error:  # another ONNX Runtime's quantizer wrote another graph: never served per tensor instead
         import onnxruntime
 
@@ -38,7 +38,6 @@ def quantize_per_row(fp32: Path, out: Path, *, large: bool = False) -> int:
         raise UsageError(f"ONNX Runtime {onnxruntime.__version__}'s quantizer wrote a graph greenadapt cannot quantize per token "
                          f"({error})", hint="use --quantize none, or the ONNX Runtime of greenadapt[onnx]") from None
     onnx.save(model, str(out), save_as_external_data=large, all_tensors_to_one_file=True, location=out.name + ".data")
-    return made
 
 
 def per_row_activations(model: Any) -> int:

@@ -2,8 +2,9 @@
 
 The model of a fine-tuned folder is exported once (torch's ONNX exporter, dynamic batch and length), optionally
 quantized (int8 weights per output channel; each token's activations quantized at run time with its own scale, so a
-sentence gets the same answer in any batch: :mod:`~greenadapt.inference.onnx_quantize`), and cached beside the weights it was made from: in the folder's ``.greenadapt-cache/onnx/<key>/`` (a
-cache-directory tag marks it as greenadapt's), or, when the folder cannot be written, in the user's cache
+sentence gets the same answer in any batch: :mod:`~greenadapt.inference.onnx_quantize`), and cached beside the
+weights it was made from: in the folder's ``.greenadapt-cache/onnx/<key>/`` (a cache-directory tag marks it as
+greenadapt's), or, when the folder cannot be written, in the user's cache
 (``$XDG_CACHE_HOME/greenadapt/onnx/<key>/``). The key is the SHA-256 of the weights and config, the quantization and
 this exporter's format: changed weights give another key, so a stale export is never used.
 

@@ -191,7 +191,7 @@ def predict_text(
     size, position = (source.size, source.position) if not source.compressed else (None, None)
     progress.start("predicting", unit="documents")
 
-    documents = flushed_on_stalls(source.documents, STALL_SECONDS) if source.live else source.documents
+    documents = flushed_on_stalls(source.documents, STALL_SECONDS, DOCS_PER_WINDOW) if source.live else source.documents
 
     def lines() -> Iterator[str]:
         for window in windows(documents, docs_per_window, chars_per_window):
@@ -390,7 +390,8 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     multitask = len(members) == 1 and (task_name is not None or is_multitask(members[0]))
     founds = []
     if multitask and options.runtime != "torch":  # its tasks' PALs run in torch only: never silently in torch
-        raise UsageError(f"--runtime {options.runtime} does not run multitask (PALs) runs", path=str(members[0]), hint="leave --runtime out")
+        raise UsageError(f"--runtime {options.runtime} does not run multitask (PALs) runs", path=str(members[0]),
+                         hint="leave --runtime and --quantize out (torch runs it)")
     if multitask:  # its tasks read training-style files only
         opened = Source("training", path=_spool(*_stdin_lines()), spooled=True) if is_stdio(source) else Source("training", path=Path(source))
     else:

@@ -5,7 +5,6 @@ is full, and, for a live input, as soon as the input pauses."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 
@@ -25,6 +24,7 @@ CHARS_PER_WINDOW = 1_000_000
 STALL_SECONDS = 1.0  # standard input quiet this long: what it gave so far is predicted now, not when a window fills
 
 
+# -- stalls: from here to its end marker this code is also copied into a served model's serve_onnx.py
 class _Stalled:
     """Between two documents of a live input: none came for a while."""
 
@@ -32,24 +32,25 @@ class _Stalled:
 STALLED = _Stalled()
 
 
-@dataclass
 class _ReadFailed:
-    error: BaseException
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
-def flushed_on_stalls(items: Iterator[D], seconds: float) -> Iterator[D | _Stalled]:
-    """``items``, read on a thread of their own, with :data:`STALLED` wherever none came for ``seconds``: a slow feed's
-    documents are predicted when it pauses, not when a window of them fills. An error of the reading is raised here."""
+def flushed_on_stalls(items: Iterator[D], seconds: float, most_waiting: int) -> Iterator[D | _Stalled]:
+    """``items``, read on a thread of their own (at most ``most_waiting`` ahead), with :data:`STALLED` wherever none
+    came for ``seconds``: a slow feed's documents are answered when it pauses, not when a window of them fills. An
+    error of the reading is raised here."""
     import queue
     import threading
 
-    handoff: queue.Queue[D | _ReadFailed | None] = queue.Queue(maxsize=DOCS_PER_WINDOW)
+    handoff: queue.Queue[D | _ReadFailed | None] = queue.Queue(maxsize=most_waiting)
 
     def read() -> None:
         try:
             for item in items:
                 handoff.put(item)
-        except BaseException as exc:  # (raised again in the predicting thread, which reports it)
+        except BaseException as exc:  # (raised again in the answering thread, which reports it)
             handoff.put(_ReadFailed(exc))
         else:
             handoff.put(None)
@@ -66,6 +67,7 @@ def flushed_on_stalls(items: Iterator[D], seconds: float) -> Iterator[D | _Stall
         if isinstance(got, _ReadFailed):
             raise got.error
         yield got
+# -- end of stalls
 
 
 def windows(items: Iterator[D | _Stalled], most_documents: int, most_characters: int) -> Iterator[list[D]]:

@@ -34,6 +34,10 @@ from tokenizers import Tokenizer
 # @chunks@
 
 
+# A live input's pauses: greenadapt predict's reader (greenadapt.inference.windows.flushed_on_stalls), put here by the export.
+# @stalls@
+
+
 BATCH = 64  # windows per ONNX call, sorted by length within a group of lines (greenadapt predict's batch)
 LINES = 256  # input lines read before they are answered (a pipe gets its answers in groups of this many)
 PAUSE = 1.0  # seconds a live input may pause before what it gave is answered
@@ -176,34 +180,6 @@ class Exported:
             yield [(i, logits[row][sequences[i][1]].astype(np.float64)) for row, i in enumerate(members)]
 
 
-def _lines(stream: Any) -> Any:
-    """The lines of ``stream``, read on a thread of its own; None when a live input has paused for
-    ``PAUSE`` seconds, so that what it gave is answered at once instead of waiting for ``LINES`` lines."""
-    import queue
-    import threading
-
-    lines: queue.Queue = queue.Queue(maxsize=4 * LINES)
-    end = object()
-
-    def read() -> None:
-        try:
-            for line in stream:
-                lines.put(line)
-        finally:
-            lines.put(end)
-
-    threading.Thread(target=read, daemon=True).start()
-    while True:
-        try:
-            line = lines.get(timeout=PAUSE)
-        except queue.Empty:
-            yield None
-            continue
-        if line is end:
-            return
-        yield line
-
-
 def _json(path: Path) -> dict:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
@@ -241,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
 
         # a reader of its own over stdin's descriptor: the thread that reads it may still be waiting in it when the
         # script ends early (a bad line), and the interpreter's shutdown then takes sys.stdin's lock, not this one's
-        for raw in _lines(open(sys.stdin.fileno(), "rb", closefd=False)):  # noqa: SIM115
-            if raw is None:  # a live input paused: answer what it gave
+        for raw in flushed_on_stalls(open(sys.stdin.fileno(), "rb", closefd=False), PAUSE, 4 * LINES):  # type: ignore[name-defined]  # noqa: F821, SIM115
+            if raw is STALLED:  # type: ignore[name-defined]  # noqa: F821  (a live input paused: answer what it gave)
                 if waiting:
                     flush()
                 continue
