@@ -16,8 +16,16 @@ model). transformers' pipeline is the field's baseline: fp32, one view (the fold
 ``--repeats N`` runs N rounds, each timing every arm once in turn: the table gives each arm's median, and a second
 table each ONNX arm's sentences/s over each torch arm's, paired round by round (mean ± sd, lowest).
 
-Prints the Markdown tables (and writes them with the raw figures to --out). The ONNX exports are made once, before the
-timed runs (the model folder's cache), so cold start is what a cron job pays every day after the first.
+The CPU int8 runtimes a user would pick instead (issue 85) are arms too, where installed (``pip install ctranslate2
+openvino nncf``; skipped with a note where not): CTranslate2 int8 and OpenVINO + NNCF static int8, each converted and
+quantized by script (bench/serving_anchors.py) and run where ONNX Runtime runs in greenadapt's own predict and evaluate,
+so tokenizing, views, pooling and batching are the same in every arm. ``--arms`` keeps the arms whose names contain one
+of its words (``--arms int8`` times the three int8 runtimes and the fp32 reference).
+
+Prints the Markdown tables (and writes them with the raw figures to --out). The ONNX exports, conversions and
+quantizations are made once, before the timed runs (the model folder's cache, --out/anchors), so cold start is what a
+cron job pays every day after the first. Each arm's sentences per CPU-second (user + system) and, for the int8 and
+fp32 arms, its share of this CPU's peak (from its flags, bench/int8_speed.py's assumptions) are in the table.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
+REFERENCE = "greenadapt torch fp32"  # every arm's entities and F1 are compared with this one's
 TORCH_ARMS = ("greenadapt torch fp32", "greenadapt torch auto (bf16 where the CPU has it)")  # what --before times again
 ARMS = {
     "transformers pipeline fp32 (one view)": None,
@@ -43,6 +52,7 @@ ARMS = {
     "greenadapt ONNX fp32": ["--runtime", "onnx"],
     "greenadapt ONNX int8": ["--runtime", "onnx", "--quantize", "int8"],
 }
+ANCHOR_ARMS = {"CTranslate2 int8": "ctranslate2-int8", "OpenVINO + NNCF static int8": "openvino-int8"}  # serving_anchors.py's
 
 PIPELINE = """
 import sys, json, time
@@ -107,19 +117,42 @@ def same_entities(predicted: Path, reference: Path) -> float:
     return sum(a == b for a, b in zip(got, wanted, strict=True)) / max(1, len(wanted))
 
 
-def paired_ratios(rows: dict[str, dict[str, Any]], arms: list[str], anchors: list[str]) -> str:
-    """Each arm's sentences/s over each anchor's, round by round (the same round's two runs): mean ± sd and the lowest."""
-    lines = [f"| arm / anchor, paired by round ({len(rows[arms[0]]['rounds'])} rounds) | mean ± sd | lowest |", "|---|---:|---:|"]
+def paired_ratios(rows: dict[str, dict[str, Any]], arms: list[str], anchors: list[str], figure: str = "sentences_per_s") -> str:
+    """Each arm's ``figure`` (sentences/s, or sentences per CPU-second) over each anchor's, round by round (the same
+    round's two runs): mean ± sd and the lowest."""
+    rounds = "rounds" if figure == "sentences_per_s" else "rounds_per_cpu_s"
+    lines = [f"| arm / anchor, {figure.replace('_', ' ')}, paired by round ({len(rows[arms[0]][rounds])} rounds) | mean ± sd | lowest |",
+             "|---|---:|---:|"]
     for arm in arms:
         for anchor in anchors:
-            ratios = [a / b for a, b in zip(rows[arm]["rounds"], rows[anchor]["rounds"], strict=True)]
+            ratios = [a / b for a, b in zip(rows[arm][rounds], rows[anchor][rounds], strict=True)]
             lines.append(f"| {arm} / {anchor} | {statistics.mean(ratios):.2f} ± {statistics.stdev(ratios):.2f} | {min(ratios):.2f} |")
     return "\n".join(lines)
 
 
+def arms_of(args: argparse.Namespace) -> tuple[dict[str, tuple[list[str] | None, Path, str | None]], list[str]]:
+    """The arms to time: name -> (greenadapt's extra arguments, or None for transformers' pipeline; the code; the
+    anchor runtime or None), and a note for each anchor not installed."""
+    sys.path.insert(0, str(HERE / "bench"))
+    from serving_anchors import installed
+
+    arms: dict[str, tuple[list[str] | None, Path, str | None]] = {arm: (extra, HERE, None) for arm, extra in ARMS.items()}
+    if args.before:
+        arms.update({f"{arm}, code of {args.before.name}": (ARMS[arm], args.before.resolve(), None) for arm in TORCH_ARMS})
+    notes = []
+    for arm, anchor in ANCHOR_ARMS.items():
+        if installed(anchor):
+            arms[arm] = (["--runtime", "onnx"], HERE, anchor)
+        else:
+            notes.append(f"{arm}: skipped, not installed (pip install {'ctranslate2' if 'ctranslate2' in anchor else 'openvino nncf'})")
+    if args.arms:
+        arms = {arm: spec for arm, spec in arms.items() if arm == REFERENCE or any(word in arm for word in args.arms)}
+    return arms, notes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", type=Path, required=True, help="a fine-tuned NER run folder (two tokenizers)")
+    parser.add_argument("--run", type=Path, required=True, help="a fine-tuned NER run folder (one tokenizer: one view; two: both views)")
     parser.add_argument("--corpus", type=Path, required=True)
     parser.add_argument("--sentences", type=int, default=5000)
     parser.add_argument("--test", type=Path, required=True, help="a labelled NER test file (F1)")
@@ -128,80 +161,145 @@ def main() -> None:
                         help="rounds: each times every arm once, in turn; the table gives each arm's median, and the paired ratios per round")
     parser.add_argument("--longest", type=int, default=400, help="corpus lines of 40 to this many characters are taken")
     parser.add_argument("--before", type=Path, help="a checkout of an earlier greenadapt: its torch arms are timed too, in this run")
+    parser.add_argument("--arms", nargs="+", help="only the arms whose names contain one of these words (torch fp32, the reference, always)")
+    parser.add_argument("--alone", type=int, default=200, help="this many of the sentences are tagged again one a call (batch invariance)")
+    parser.add_argument("--ghz", type=float, help="the all-core clock for the peak shares (default: /proc/cpuinfo's)")
     args = parser.parse_args()
     args.run, args.corpus, args.test, args.out = (path.resolve() for path in (args.run, args.corpus, args.test, args.out))
-    arms: dict[str, tuple[list[str] | None, Path]] = {arm: (extra, HERE) for arm, extra in ARMS.items()}
-    if args.before:
-        arms.update({f"{arm}, code of {args.before.name}": (ARMS[arm], args.before.resolve()) for arm in TORCH_ARMS})
+    arms, notes = arms_of(args)
     args.out.mkdir(parents=True, exist_ok=True)
     text = sentences(args.corpus, args.sentences, args.out / "sentences.txt", args.longest)
     one = args.out / "one.txt"
     one.write_text(text.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(HERE), "GREENADAPT_HEARTBEAT": "0", "TOKENIZERS_PARALLELISM": "false"}
-    greenadapt = [sys.executable, "-m", "greenadapt"]
-    for runtime in (["--runtime", "onnx"], ["--runtime", "onnx", "--quantize", "int8"]):  # the exports, made once before timing
-        subprocess.run([*greenadapt, "predict", "-m", str(args.run), str(one), "-o", str(args.out / "warm.jsonl"), "--force", "-q", *runtime],
-                       env=env, check=True)
     script = args.out / "pipeline.py"
     script.write_text(PIPELINE)
 
-    def argv_of(extra: list[str] | None, source: Path, output: Path) -> list[str]:
+    def argv_of(arm: str, command: list[str]) -> list[str]:
+        """The arm's process: ``command`` (a greenadapt command line without the arm's options) as the arm runs it."""
+        extra, _, anchor = arms[arm]
         if extra is None:
-            return [sys.executable, str(script), str(args.run), str(source), str(output)]
-        return [*greenadapt, "predict", "-m", str(args.run), str(source), "-o", str(output), "--force", "-q", *extra]
+            source, output = command[3], command[5]
+            return [sys.executable, str(script), str(args.run), source, output]
+        if anchor:
+            return [sys.executable, str(HERE / "bench" / "serving_anchors.py"), anchor, "--store", str(args.out / "anchors"), "--", *command]
+        return [sys.executable, "-m", "greenadapt", *command, *extra]
 
+    def predict(arm: str, source: Path, output: Path) -> list[str]:
+        return argv_of(arm, ["predict", "-m", str(args.run), str(source), "-o", str(output), "--force", "-q"])
+
+    for arm, (extra, code, _) in arms.items():  # exports, conversions and quantizations, made once before timing
+        if extra is not None and code == HERE and extra != ARMS[REFERENCE]:
+            subprocess.run(predict(arm, one, args.out / "warm.jsonl"), env=env, check=True, capture_output=True)
     # Rounds, not repeats in a row: each round times every arm once, in turn, so a machine that slows for a while
     # slows every arm of that round alike, and each round gives its own paired ratios.
     timings: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
     for round_number in range(1, args.repeats + 1):
-        for arm, (extra, code) in arms.items():
+        for arm, (_, code, _) in arms.items():
             arm_env = {**env, "PYTHONPATH": str(code)}
-            cold = timed(argv_of(extra, one, args.out / f"{slug_of(arm)}-cold.jsonl"), arm_env, code)
-            whole = timed(argv_of(extra, text, args.out / f"{slug_of(arm)}-all.jsonl"), arm_env, code)
+            cold = timed(predict(arm, one, args.out / f"{slug_of(arm)}-cold.jsonl"), arm_env, code)
+            whole = timed(predict(arm, text, args.out / f"{slug_of(arm)}-all.jsonl"), arm_env, code)
             timings[arm].append({"cold_wall_s": cold["wall_s"], "all_wall_s": whole["wall_s"], "all_peak_mib": whole["peak_mib"],
-                                 "sentences_per_s": args.sentences / max(1e-9, whole["wall_s"] - cold["wall_s"])})
+                                 "sentences_per_s": args.sentences / max(1e-9, whole["wall_s"] - cold["wall_s"]),
+                                 "sentences_per_cpu_s": args.sentences / max(1e-9, whole["cpu_s"] - cold["cpu_s"])})
             print(f"round {round_number}, {arm}: {timings[arm][-1]}", file=sys.stderr, flush=True)
-    onnx_arms = [arm for arm, (extra, _) in arms.items() if extra and "onnx" in extra]
-    torch_arms = [arm for arm, (extra, _) in arms.items() if extra is not None and "onnx" not in extra]  # --before's too
-    scored_arms = {arm: extra for arm, (extra, code) in arms.items() if extra is not None and code == HERE}  # this checkout's greenadapt
-    rows: dict[str, dict[str, Any]] = {}
-    for arm in arms:
-        runs = timings[arm]
-        figures: dict[str, Any] = {"sentences_per_s": statistics.median(r["sentences_per_s"] for r in runs),
-                   "cold_wall_s": statistics.median(r["cold_wall_s"] for r in runs),
-                   "all_peak_mib": max(r["all_peak_mib"] for r in runs),
-                   "rounds": [r["sentences_per_s"] for r in runs]}
-        if arm in scored_arms:
-            scored = subprocess.run([*greenadapt, "evaluate", "-m", str(args.run), str(args.test), "--json", "-q", *scored_arms[arm]],
+    rows = {arm: summary(timings[arm]) for arm in arms}
+    first = args.out / "first.txt"  # batch invariance: the first sentences again, each alone, against the whole run's answers
+    first.write_text("\n".join(text.read_text(encoding="utf-8").splitlines()[:args.alone]) + "\n", encoding="utf-8")
+    for arm, (extra, code, _) in arms.items():
+        if extra is not None and code == HERE:
+            alone = args.out / f"{slug_of(arm)}-alone.jsonl"
+            command = ["predict", "-m", str(args.run), str(first), "-o", str(alone), "--force", "-q", "--batch-size", "1"]
+            subprocess.run(argv_of(arm, command), env=env, check=True, capture_output=True)
+            rows[arm].update(batch_invariance(alone, args.out / f"{slug_of(arm)}-all.jsonl"))
+    for arm, (extra, code, _) in arms.items():  # F1 through the arm's own runtime; the same words, the same model
+        if extra is not None and code == HERE:
+            scored = subprocess.run(argv_of(arm, ["evaluate", "-m", str(args.run), str(args.test), "--json", "-q"]),
                                     env=env, capture_output=True, text=True, check=True)
             result = json.loads(scored.stdout)
-            figures["f1"] = result["scores"][result["headline_pool"]]["f1"] * 100
-            figures["f1_general"] = result["scores"].get("general", {}).get("f1", float("nan")) * 100
-        rows[arm] = figures
-    reference = rows["greenadapt torch fp32"]
-    for arm, figures in rows.items():  # the goal's measure: sentences given exactly torch fp32's entities
-        if arm in scored_arms:
-            figures["same_entities"] = same_entities(args.out / f"{slug_of(arm)}-all.jsonl", args.out / f"{slug_of('greenadapt torch fp32')}-all.jsonl")
-    lines = [f"{args.sentences:,} sentences of {args.corpus.name}; F1 on {args.test.parent.name}/{args.test.name}; "
-             f"GREENADAPT_CPU_AUTO_PRECISION={os.environ.get('GREENADAPT_CPU_AUTO_PRECISION', '(unset)')}",
-             "",
-             "| arm | sentences/s | × torch fp32 | × torch auto | peak MiB (all sentences) | cold start s | test F1 | Δ F1 vs torch fp32 "
-             "| sentences with torch fp32's entities |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    auto = rows["greenadapt torch auto (bf16 where the CPU has it)"]
-    for arm, f in rows.items():
-        f1 = f"{f['f1']:.2f}" if "f1" in f else "—"
-        delta = f"{f['f1'] - reference['f1']:+.2f}" if "f1" in f else "—"
-        same = f"{100 * f['same_entities']:.2f}%" if "same_entities" in f else "—"
-        lines.append(f"| {arm} | {f['sentences_per_s']:.1f} | {f['sentences_per_s'] / reference['sentences_per_s']:.2f} | "
-                     f"{f['sentences_per_s'] / auto['sentences_per_s']:.2f} | {f['all_peak_mib']:.0f} | {f['cold_wall_s']:.1f} | {f1} | {delta} | {same} |")
+            rows[arm]["f1"] = result["scores"][result["headline_pool"]]["f1"] * 100
+            rows[arm]["same_entities"] = same_entities(args.out / f"{slug_of(arm)}-all.jsonl", args.out / f"{slug_of(REFERENCE)}-all.jsonl")
+    lines = table(args, arms, rows, text) + [f"\n{note}" for note in notes]
     if args.before:
         old_fp32, old_auto = (rows[f"{arm}, code of {args.before.name}"]["sentences_per_s"] for arm in TORCH_ARMS)
         lines += ["", f"| arm | × torch fp32, code of {args.before.name} | × torch auto, code of {args.before.name} |", "|---|---:|---:|"]
         lines += [f"| {arm} | {f['sentences_per_s'] / old_fp32:.2f} | {f['sentences_per_s'] / old_auto:.2f} |" for arm, f in rows.items()]
     if args.repeats > 1:
-        lines += ["", paired_ratios(rows, onnx_arms, torch_arms)]
+        lines += ["", paired_ratios(rows, *paired_arms(arms))]
+        if "greenadapt ONNX int8" in rows and any(arm in rows for arm in ANCHOR_ARMS):
+            lines += ["", paired_ratios(rows, ["greenadapt ONNX int8"], [arm for arm in ANCHOR_ARMS if arm in rows], "sentences_per_cpu_s")]
     write_table(args.out, lines, rows)
+
+
+def summary(runs: list[dict[str, float]]) -> dict[str, Any]:
+    return {"sentences_per_s": statistics.median(r["sentences_per_s"] for r in runs),
+            "sentences_per_cpu_s": statistics.median(r["sentences_per_cpu_s"] for r in runs),
+            "cold_wall_s": statistics.median(r["cold_wall_s"] for r in runs),
+            "all_peak_mib": max(r["all_peak_mib"] for r in runs),
+            "rounds": [r["sentences_per_s"] for r in runs], "rounds_per_cpu_s": [r["sentences_per_cpu_s"] for r in runs]}
+
+
+def batch_invariance(alone: Path, batched: Path) -> dict[str, float]:
+    """Sentences tagged one a call against the same sentences in the whole run's batches: the share with the same
+    entities, and the largest difference of an entity's score where they are the same."""
+    def read(path: Path, count: int | None = None) -> list[list[tuple[int, int, str, float]]]:
+        with path.open(encoding="utf-8") as lines:
+            rows = [[(e["start"], e["end"], e["label"], e.get("score", 0.0)) for e in json.loads(line)["entities"]] for line in lines]
+        return rows[:count]
+
+    single = read(alone)
+    together = read(batched, len(single))
+    same = [(a, b) for a, b in zip(single, together, strict=True) if [e[:3] for e in a] == [e[:3] for e in b]]
+    gap = max((abs(x[3] - y[3]) for a, b in same for x, y in zip(a, b, strict=True)), default=0.0)
+    return {"alone_same_entities": len(same) / max(1, len(single)), "alone_largest_score_gap": gap}
+
+
+def paired_arms(arms: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The arms paired against others: greenadapt's ONNX arms against the torch arms and the anchors."""
+    onnx = [arm for arm, (extra, _, anchor) in arms.items() if extra and "onnx" in extra and not anchor]
+    others = [arm for arm, (extra, _, anchor) in arms.items() if extra is not None and ("onnx" not in extra or anchor)]
+    return onnx, others
+
+
+def table(args: argparse.Namespace, arms: dict[str, Any], rows: dict[str, dict[str, Any]], text: Path) -> list[str]:
+    """The main table: speed, memory, cold start, F1 and agreement, and each arm's share of this CPU's peak."""
+    from int8_speed import int8_peak, model_macs
+    from profile_training import cpu_facts, cpu_peaks
+
+    flags, mhz, model_name = cpu_facts()
+    cores = len(os.sched_getaffinity(0))
+    ghz = args.ghz or mhz / 1000
+    int8, assumption = int8_peak(flags, cores, ghz)
+    fp32 = cores * ghz * 16
+    # torch auto runs bf16 where the CPU has it (and greenadapt is not told otherwise): against bf16's peak, in MACs
+    bf16_peaks, bf16_words = cpu_peaks(flags, cores, ghz * 1000)
+    auto_is_bf16 = ("avx512_bf16" in flags or "amx_bf16" in flags) and os.environ.get("GREENADAPT_CPU_AUTO_PRECISION", "") != "fp32"
+    bf16 = bf16_peaks["bf16"] / 2 if auto_is_bf16 else fp32
+    macs = model_macs(args.run, text)
+    lines = [f"{args.sentences:,} sentences of {args.corpus.name}; F1 on {args.test.parent.name}/{args.test.name}; "
+             f"GREENADAPT_CPU_AUTO_PRECISION={os.environ.get('GREENADAPT_CPU_AUTO_PRECISION', '(unset)')}; {model_name}, {cores} cores; "
+             f"{macs['linear_macs_per_token'] / 1e6:.1f} M linear MACs a token, {macs['tokens_per_sentence']:.1f} tokens a sentence "
+             f"(all views); peaks: int8 {int8:.0f} GMAC/s ({assumption}), fp32 {fp32:.0f} GMAC/s (16 FMA/cycle/core)"
+             + (f", bf16 {bf16:.0f} GMAC/s ({bf16_words.split('bf16 by ')[-1]})" if auto_is_bf16 else ""),
+             "",
+             "| arm | sentences/s | sentences per CPU-s | × torch fp32 | × torch auto | share of peak | peak MiB (all sentences) | cold start s "
+             "| test F1 | Δ F1 vs torch fp32 | sentences with torch fp32's entities | alone = in its batch (entities) | largest score gap, alone vs batch |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    reference = rows[REFERENCE]
+    auto = rows.get("greenadapt torch auto (bf16 where the CPU has it)")
+    for arm, f in rows.items():
+        extra, _, anchor = arms[arm]
+        precision_peak = int8 if anchor or (extra and "int8" in extra) else fp32 if extra is None or "fp32" in arm else bf16
+        share = f"{100 * f['sentences_per_s'] * macs['tokens_per_sentence'] * macs['linear_macs_per_token'] / 1e9 / precision_peak:.1f}%" \
+            if precision_peak else "—"
+        f1 = f"{f['f1']:.2f}" if "f1" in f else "—"
+        delta = f"{f['f1'] - reference['f1']:+.2f}" if "f1" in f else "—"
+        same = f"{100 * f['same_entities']:.2f}%" if "same_entities" in f else "—"
+        versus_auto = f"{f['sentences_per_s'] / auto['sentences_per_s']:.2f}" if auto else "—"
+        alone = f"{100 * f['alone_same_entities']:.1f}% | {f['alone_largest_score_gap']:.1e}" if "alone_same_entities" in f else "— | —"
+        lines.append(f"| {arm} | {f['sentences_per_s']:.1f} | {f['sentences_per_cpu_s']:.1f} | {f['sentences_per_s'] / reference['sentences_per_s']:.2f} | "
+                     f"{versus_auto} | {share} | {f['all_peak_mib']:.0f} | {f['cold_wall_s']:.1f} | {f1} | {delta} | {same} | {alone} |")
+    return lines
 
 
 def write_table(out: Path, lines: list[str], figures: Any) -> None:

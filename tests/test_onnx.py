@@ -309,3 +309,67 @@ def test_a_quantized_graph_of_another_shape_is_refused_not_served_per_tensor() -
                               [helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 4])])
     with pytest.raises(ValueError, match="not MatMulInteger"):
         per_row_activations(helper.make_model(graph))
+
+
+def test_a_gelus_output_is_quantized_around_a_low_zero_point_with_finer_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GELU's output (never below -0.17) gets most of uint8's steps above zero: its product's int8 error is well under
+    the symmetric form's, on the same rows, and a row's result is still its own (the same alone as in the batch)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    from greenadapt.inference import onnx_quantize
+
+    rng = np.random.default_rng(0)
+    whole = rng.integers(-127, 128, size=(64, 32))
+    whole[0] = 127  # each column's largest magnitude 127: its per-channel int8 weights are exact, so the error is the activations'
+    weights = numpy_helper.from_array((whole / 64).astype(np.float32), "w")
+    constant = {name: numpy_helper.from_array(np.array(value, dtype=np.float32), name) for name, value in
+                (("root2", 2 ** 0.5), ("one", 1.0), ("half", 0.5))}
+    nodes = [helper.make_node("Div", ["x", "root2"], ["scaled"]), helper.make_node("Erf", ["scaled"], ["erf"]),
+             helper.make_node("Add", ["erf", "one"], ["shifted"]), helper.make_node("Mul", ["x", "shifted"], ["product"]),
+             helper.make_node("Mul", ["product", "half"], ["gelu"]), helper.make_node("MatMul", ["gelu", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 32])], [weights, *constant.values()])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "fp32.onnx"))
+    rows = (rng.normal(size=(256, 64)) * 2).astype(np.float32)
+
+    def outputs(path: Path, feed: np.ndarray) -> np.ndarray:
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
+
+    exact = outputs(tmp_path / "fp32.onnx", rows)
+    onnx_quantize.quantize_per_row(tmp_path / "fp32.onnx", tmp_path / "one-sided.onnx")
+    monkeypatch.setattr(onnx_quantize, "_after_gelu", lambda *args, **kwargs: False)
+    onnx_quantize.quantize_per_row(tmp_path / "fp32.onnx", tmp_path / "symmetric.onnx")
+    one_sided = outputs(tmp_path / "one-sided.onnx", rows)
+    symmetric = outputs(tmp_path / "symmetric.onnx", rows)
+    assert np.abs(one_sided - exact).mean() < 0.7 * np.abs(symmetric - exact).mean()  # steps of max/223, not max/127
+    alone = np.concatenate([outputs(tmp_path / "one-sided.onnx", rows[i:i + 1]) for i in range(0, 256, 37)])
+    assert np.array_equal(alone, one_sided[::37])
+
+
+@pytest.mark.parametrize(("activation", "zero_point"), [("gelu", 32), ("tanh", 128), ("gated gelu", 128)])
+def test_only_a_gelus_own_output_is_quantized_one_sided(tmp_path: Path, activation: str, zero_point: int) -> None:
+    """x·Φ(x) is never below -0.17; a bare tanh (a pooler's, before a classifier) or a gated GELU, gelu(a)·b, can be
+    far below zero, so they keep the symmetric zero point."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from greenadapt.inference.onnx_quantize import quantize_per_row
+
+    constants = [numpy_helper.from_array(np.array(value, dtype=np.float32), name) for name, value in
+                 (("root2", 2 ** 0.5), ("one", 1.0), ("half", 0.5))]
+    constants.append(numpy_helper.from_array(np.ones((8, 4), dtype=np.float32), "w"))
+    gelu = [helper.make_node("Div", ["x", "root2"], ["scaled"]), helper.make_node("Erf", ["scaled"], ["erf"]),
+            helper.make_node("Add", ["erf", "one"], ["shifted"]), helper.make_node("Mul", ["x", "shifted"], ["product"]),
+            helper.make_node("Mul", ["product", "half"], ["gelu"])]
+    nodes = {"gelu": [*gelu, helper.make_node("MatMul", ["gelu", "w"], ["y"])],
+             "tanh": [helper.make_node("Tanh", ["x"], ["tanh"]), helper.make_node("MatMul", ["tanh", "w"], ["y"])],
+             "gated gelu": [*gelu, helper.make_node("Mul", ["gelu", "gate"], ["gated"]), helper.make_node("MatMul", ["gated", "w"], ["y"])]}[activation]
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["rows", 8]) for name in ("x", "gate")]
+    graph = helper.make_graph(nodes, activation, inputs if activation == "gated gelu" else inputs[:1],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 4])], constants)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "fp32.onnx"))
+    quantize_per_row(tmp_path / "fp32.onnx", tmp_path / "int8.onnx")
+    quantized = onnx.load(str(tmp_path / "int8.onnx"))
+    points = [numpy_helper.to_array(t).item() for t in quantized.graph.initializer if t.data_type == TensorProto.UINT8 and not t.dims]
+    assert points == [zero_point]

@@ -5,7 +5,9 @@ hidden]`` (``DynamicQuantizeLinear``): a token's int8 values then depend on ever
 included, so a sentence's entities changed with its neighbours and with the entry point (issue 85: 89% of sentences
 the same between two entry points). Here each ``DynamicQuantizeLinear`` of the quantized graph is replaced by a
 per-row symmetric quantization: a token's scale is its own largest magnitude over 127, its zero point the constant
-128 (uint8, what the CPU's VNNI/AMX int8 products take). The weights stay ONNX Runtime's (int8 per output channel); each
+128 (uint8, what the CPU's VNNI/AMX int8 products take); a GELU's output, never below -0.17, is quantized around a zero
+point of 32 instead, its scale the larger of the row's max/223 and -min/32 (finer steps where the feed-forward's
+outliers are). The weights stay ONNX Runtime's (int8 per output channel); each
 product is ONNX Runtime's ``MatMulIntegerToFloat`` (a ``com.microsoft`` operator, which every ONNX Runtime has, the
 exported serve_onnx.py's included), followed by the rows' scales.
 """
@@ -17,6 +19,11 @@ from typing import Any
 
 ROW_LIMIT = 127.0  # symmetric: -127..127 around the zero point, so the row's largest magnitude is exact
 ZERO_POINT = 128  # uint8: the operand type of the CPU's u8 x s8 int8 products
+# A GELU's output is never below -0.17 and has a long positive tail in a few channels (the outliers): around a
+# zero point of 32 it gets 223 steps above zero and 32 below, each row's scale the larger of max/223 and -min/32, where
+# the symmetric form spends half its 255 steps on the short negative side. A row whose largest value is over 0.67 gets
+# finer steps; the rows' scales stay their own, so the batch still never matters.
+GELU_ZERO_POINT = 32
 SMALLEST_SCALE = 1e-12  # a row of zeros (never one of a real sentence): any scale gives it zeros
 
 
@@ -50,6 +57,8 @@ def per_row_activations(model: Any) -> int:
 
     graph = model.graph
     readers: dict[str, list[Any]] = {}
+    producers = {name: node for node in graph.node for name in node.output if node.op_type != "Constant"}
+    initializers = {tensor.name for tensor in graph.initializer} | {name for node in graph.node if node.op_type == "Constant" for name in node.output}
     for node in graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node)
@@ -66,22 +75,27 @@ def per_row_activations(model: Any) -> int:
         def step(suffix: str, name: str = name) -> str:
             return f"{name}/per_row/{suffix}"
 
+        # steps above and below the zero point: symmetric, or one-sided after a GELU
+        zero, above, below = (GELU_ZERO_POINT, 255.0 - GELU_ZERO_POINT, float(GELU_ZERO_POINT)) if _after_gelu(x, producers, initializers) \
+            else (ZERO_POINT, ROW_LIMIT, ROW_LIMIT)
         replaced[id(node)] = [
             helper.make_node("ReduceMax", [x], [step("max")], name=step("ReduceMax"), axes=[-1], keepdims=1),
             helper.make_node("ReduceMin", [x], [step("min")], name=step("ReduceMin"), axes=[-1], keepdims=1),
-            helper.make_node("Neg", [step("min")], [step("negated")], name=step("Neg")),
-            helper.make_node("Max", [step("max"), step("negated"), step("smallest")], [step("largest")], name=step("Max")),
-            helper.make_node("Div", [step("largest"), step("limit")], [step("scale")], name=step("Scale")),
-            helper.make_node("Div", [step("limit"), step("largest")], [step("inverse")], name=step("Inverse")),
+            helper.make_node("Div", [step("max"), step("above")], [step("upper")], name=step("Upper")),
+            helper.make_node("Div", [step("min"), step("below")], [step("lower")], name=step("Lower")),
+            helper.make_node("Neg", [step("lower")], [step("negated")], name=step("Neg")),
+            helper.make_node("Max", [step("upper"), step("negated"), step("smallest")], [step("scale")], name=step("Scale")),
+            helper.make_node("Reciprocal", [step("scale")], [step("inverse")], name=step("Inverse")),
             # a product by the row's inverse, not a division by its scale: a division is several times slower on a CPU
             helper.make_node("Mul", [x, step("inverse")], [step("scaled")], name=step("Mul")),
             helper.make_node("QuantizeLinear", [step("scaled"), step("one"), zero_point], [quantized], name=step("Quantize")),
         ]
         graph.initializer.extend([
-            helper.make_tensor(step("smallest"), TensorProto.FLOAT, [], [SMALLEST_SCALE * ROW_LIMIT]),
-            helper.make_tensor(step("limit"), TensorProto.FLOAT, [], [ROW_LIMIT]),
+            helper.make_tensor(step("smallest"), TensorProto.FLOAT, [], [SMALLEST_SCALE]),
+            helper.make_tensor(step("above"), TensorProto.FLOAT, [], [above]),
+            helper.make_tensor(step("below"), TensorProto.FLOAT, [], [below]),
             helper.make_tensor(step("one"), TensorProto.FLOAT, [], [1.0]),
-            helper.make_tensor(zero_point, TensorProto.UINT8, [], [ZERO_POINT]),
+            helper.make_tensor(zero_point, TensorProto.UINT8, [], [zero]),
         ])
         for product in readers.get(quantized, []):
             cast, rescale, scales = _rescaling_of(product, readers, activation_scale)
@@ -98,6 +112,45 @@ def per_row_activations(model: Any) -> int:
     if count and not any(entry.domain == "com.microsoft" for entry in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return count
+
+
+def _after_gelu(name: str, producers: dict[str, Any], initializers: set[str]) -> bool:
+    """Whether ``name`` is a GELU's output, x·Φ(x): a ``Gelu`` node's, or a ``Mul`` whose chain of products and sums
+    (three deep: the exporter writes x·½·(1 + erf(x/√2))) reaches an ``Erf`` or ``Tanh`` whose argument is made from a
+    tensor those products also take. A bare tanh (a pooler's) or a gated GELU, gelu(a)·b, which can be far below zero,
+    keeps the symmetric form."""
+    node = producers.get(name)
+    if node is None:
+        return False
+    if node.op_type in ("Gelu", "FastGelu"):
+        return True
+    if node.op_type != "Mul":
+        return False
+    taken: set[str] = set()  # what the products on the way take
+    frontier = [(node, 3)]
+    while frontier:
+        current, depth = frontier.pop()
+        if current.op_type in ("Erf", "Tanh"):
+            if _argument_sources(current.input[0], producers, initializers) & taken:
+                return True
+            continue
+        if depth == 0 or current.op_type not in ("Mul", "Add"):
+            continue
+        if current.op_type == "Mul":
+            taken.update(source for source in current.input if source not in initializers)
+        frontier.extend((producers[source], depth - 1) for source in current.input if source in producers)
+    return False
+
+
+def _argument_sources(name: str, producers: dict[str, Any], initializers: set[str], depth: int = 4) -> set[str]:
+    """The tensors an argument is made of through a few divisions, products, sums and powers (x/√2; k(x + 0.044715x³))."""
+    found = {name}
+    node = producers.get(name)
+    if node is not None and depth > 0 and node.op_type in ("Div", "Mul", "Add", "Pow"):
+        for source in node.input:
+            if source not in initializers:
+                found |= _argument_sources(source, producers, initializers, depth - 1)
+    return found
 
 
 def _rescaling_of(product: Any, readers: dict[str, list[Any]], activation_scale: str) -> tuple[Any, Any, Any]:

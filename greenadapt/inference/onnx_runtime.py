@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 RUNTIMES = ("torch", "onnx")
 QUANTIZATIONS = ("none", "int8")
-EXPORT_FORMAT = "greenadapt-onnx-3"  # bump when the export changes: every cached file is made again (3: int8 per row)
+EXPORT_FORMAT = "greenadapt-onnx-4"  # bump when the export changes: every cached file is made again (3: int8 per row; 4: one-sided after GELU)
 MODEL_FILE = "model.onnx"
 EXPORT_RECORD = "export.json"  # beside each cached export: its key, format and each file's SHA-256
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
