@@ -75,7 +75,7 @@ def model_macs(run: Path, text: Path) -> dict[str, float]:
     tokens = [len(ids[0]) if len(set(ids)) == 1 else sum(map(len, ids)) for ids in zip(*cut, strict=True)]
     mean_length = statistics.mean(len(ids) for view in cut for ids in view)
     return {"linear_macs_per_token": linear, "attention_macs_per_token": 2 * mean_length * hidden * layers,
-            "tokens_per_sentence": statistics.mean(tokens)}
+            "tokens_per_sentence": statistics.mean(tokens), "folder_view_tokens_per_sentence": statistics.mean(map(len, cut[0]))}
 
 
 def main() -> None:
