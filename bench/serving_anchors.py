@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import shutil
 import sys
@@ -41,7 +40,6 @@ from greenadapt.inference.onnx_runtime import OnnxModel  # noqa: E402
 
 ANCHORS = {"ctranslate2-int8": "ctranslate2", "openvino-int8": "openvino"}  # arm: the module it needs
 CALIBRATION_SENTENCES = 300  # NNCF's default subset size
-log = logging.getLogger("serving_anchors")
 
 
 def installed(anchor: str) -> bool:
