@@ -276,6 +276,8 @@ def test_qa_answers_alike_through_onnx(tmp_path: Path) -> None:
     torch_answer = greenadapt.load(run.path, device="cpu", max_length=32).answer("What was high?", context)  # type: ignore[union-attr]
     onnx_answer = greenadapt.load(run.path, max_length=32, runtime="onnx").answer("What was high?", context)  # type: ignore[union-attr]
     assert onnx_answer["text"] == torch_answer["text"] and onnx_answer["score"] == pytest.approx(torch_answer["score"], abs=1e-4)
+    piped = greenadapt.pipeline("qa", run.path, max_length=32, runtime="onnx")(question="What was high?", context=context)
+    assert piped["answer"] == onnx_answer["text"] and piped["score"] == pytest.approx(onnx_answer["score"], abs=1e-6)
 
 
 def test_help_stays_free_of_onnx_runtime() -> None:
@@ -373,3 +375,27 @@ def test_only_a_gelus_own_output_is_quantized_one_sided(tmp_path: Path, activati
     quantized = onnx.load(str(tmp_path / "int8.onnx"))
     points = [numpy_helper.to_array(t).item() for t in quantized.graph.initializer if t.data_type == TensorProto.UINT8 and not t.dims]
     assert points == [zero_point]
+
+
+def test_the_pipeline_and_evaluate_give_an_int8_sentence_the_same_answer_in_any_batch(runs: dict[str, Path]) -> None:
+    """Issue 85, item 1, through ``greenadapt.pipeline`` (transformers' Pipeline over the same model) and ``evaluate``:
+    100 sentences alone, then shuffled in batches of 64: the same entities and scores; evaluate's F1 at batch 1 and 64
+    the same under every pooling mode."""
+    import random
+
+    import greenadapt.api as api
+
+    texts = _sentences(100, seed=5)
+    order = list(range(100))
+    random.Random(5).shuffle(order)
+    alone = greenadapt.pipeline("ner", runs["green"], runtime="onnx", quantize="int8", batch_size=1)
+    together = greenadapt.pipeline("ner", runs["green"], runtime="onnx", quantize="int8", batch_size=64)
+    single = [alone(texts[i]) for i in range(100)]
+    batched = dict(zip(order, together([texts[i] for i in order]), strict=True))
+    assert sum(map(len, single)) > 10  # entities to compare
+    for index, found in enumerate(single):
+        assert [(e["start"], e["end"], e["entity_group"]) for e in found] == [(e["start"], e["end"], e["entity_group"]) for e in batched[index]]
+        assert all(abs(a["score"] - b["score"]) <= 1e-6 for a, b in zip(found, batched[index], strict=True))
+    scores = [api.evaluate(runs["test"], model=[str(runs["green"])], runtime="onnx", quantize="int8", batch_size=size,  # type: ignore[attr-defined]
+                           progress=False).scores for size in (1, 64)]
+    assert scores[0] == scores[1]

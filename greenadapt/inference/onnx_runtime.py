@@ -112,6 +112,13 @@ class OnnxModel:
             arrays = [np.concatenate(parts_of_one) for parts_of_one in zip(*sliced, strict=True)]
         return SimpleNamespace(**{name: torch.from_numpy(array) for name, array in zip(self.outputs, arrays, strict=True)})
 
+    @property
+    def device(self) -> Any:
+        """The CPU, as a torch model says where it runs (transformers' Pipeline asks)."""
+        import torch
+
+        return torch.device("cpu")
+
     def eval(self) -> OnnxModel:
         return self
 
