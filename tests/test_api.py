@@ -346,6 +346,8 @@ def test_classifier_predict_equals_predict_and_the_pipeline(tmp_path: Path) -> N
     pipe = greenadapt.pipeline("text-classification", model=tmp_path / "run", device="cpu")
     assert [d["label"] for d in pipe(texts)] == expected
     assert len(pipe(texts[0], top_k=None)) == 2
+    onnx_pipe = greenadapt.pipeline("text-classification", model=tmp_path / "run", runtime="onnx")  # the CPU runtime too
+    assert [d["label"] for d in onnx_pipe(texts)] == expected
 
 
 def test_qa_answer_equals_greenadapt_qa(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
