@@ -258,6 +258,7 @@ def start(repo: Path, commit: str | None) -> None:
         state_file.write_text(json.dumps({"commit": full, "started": time.strftime("%FT%T"), **cpu_identity()}, indent=1) + "\n")
     code, pin = pinned()
     ensure_worktree(pin)
+    drop_stale_checkpoints()
     with (STUDY / "study.log").open("a") as logfile:
         process = subprocess.Popen(["nice", "-n", "19", sys.executable, str(code / "bench" / "cpu_study.py"), "run", "--repo", str(repo)],
                                    stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -265,6 +266,32 @@ def start(repo: Path, commit: str | None) -> None:
     (STUDY / "study.pid").write_text(str(process.pid))
     background(process.pid)
     print(f"started (pid {process.pid}, nice 19, code {pin[:12]}); log: {STUDY / 'study.log'}")
+
+
+def drop_stale_checkpoints() -> list[Path]:
+    """Remove each unfinished run's checkpoint that predates a change of its inputs' modification times.
+
+    greenadapt names a data file and a model by path, size and modification time, so a checkpoint made before the data
+    sets were copied anew (a new machine, a re-provisioned shared folder: the same bytes, new times) is refused as
+    "made with other inputs or options", and the study's runner, after two tries, leaves the unit and every later arm
+    of its seed. Such a checkpoint can never be resumed: removing it lets the unit run again from the start."""
+    removed = []
+    for checkpoint in sorted((STUDY / "finetune").glob("*/*/seed-*.checkpoint")):
+        name, arm = checkpoint.parent.parent.name, checkpoint.parent.name
+        written = max((f.stat().st_mtime_ns for f in checkpoint.rglob("*") if f.is_file()), default=0)
+        model = Path(minilm()) if arm.startswith("base") else None
+        inputs = [DATA / "ner" / name / "train_dev.tsv", DATA / "ner" / name / "test.tsv"]
+        inputs += [f for f in model.rglob("*") if f.is_file()] if model and model.is_dir() else []
+        newer = [f for f in inputs if f.is_file() and f.stat().st_mtime_ns > written]
+        if written and newer:
+            shutil.rmtree(checkpoint)
+            said = (f"removed {checkpoint}: written before {newer[0]} got a new modification time (greenadapt would refuse it); "
+                    "the unit runs again from the start")
+            log(said)
+            with (STUDY / "study.log").open("a") as record:
+                record.write(f"{datetime.datetime.now().isoformat(timespec='seconds')} {said}\n")
+            removed.append(checkpoint)
+    return removed
 
 
 def background(pid: int) -> None:

@@ -89,3 +89,32 @@ def test_the_rule_decides_nothing_until_it_is_complete_and_then_as_written(tmp_p
     rows = _table(tmp_path / "rows", {**arms, "base-rdrop": 0.002, "green-agree": 0.020})
     assert "the candidate is green-agree" in rows and "**green-agree becomes the default**" in rows
     assert "the gain is not shown to be the regularizer's" in rows
+
+
+def test_a_checkpoint_older_than_its_inputs_new_times_is_dropped_the_others_kept(study, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """greenadapt refuses a checkpoint whose inputs' modification times changed (the same bytes copied anew), and the
+    runner then leaves its unit for good: `start` removes such a checkpoint first, and only such a one."""
+    import os
+
+    monkeypatch.setattr(study, "STUDY", tmp_path / "study")
+    monkeypatch.setattr(study, "DATA", tmp_path / "data")
+    monkeypatch.setattr(study, "minilm", lambda: str(tmp_path / "minilm"))
+    (tmp_path / "minilm").mkdir()
+    (tmp_path / "minilm" / "model.safetensors").write_text("weights")
+    for name in ("NCBI-disease", "BC5CDR-disease"):
+        (tmp_path / "data" / "ner" / name).mkdir(parents=True)
+        for file in ("train_dev.tsv", "test.tsv"):
+            (tmp_path / "data" / "ner" / name / file).write_text("word\tO\n")
+    checkpoints = {}
+    for name, arm in (("NCBI-disease", "base-both"), ("BC5CDR-disease", "green-both")):
+        checkpoint = tmp_path / "study" / "finetune" / name / arm / "seed-2.checkpoint" / "seed-2" / "ckpt-000500"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "model.safetensors").write_text("partial")
+        os.utime(checkpoint / "model.safetensors", ns=(10**18, 10**18))
+        checkpoints[name] = checkpoint.parent.parent
+    for file in (tmp_path / "data" / "ner" / "BC5CDR-disease").iterdir():  # this set's inputs are older than its checkpoint
+        os.utime(file, ns=(10**18 - 10**9, 10**18 - 10**9))
+    os.utime(tmp_path / "minilm" / "model.safetensors", ns=(10**18 - 10**9, 10**18 - 10**9))
+    assert study.drop_stale_checkpoints() == [checkpoints["NCBI-disease"]]  # its data files were written after it (now)
+    assert not checkpoints["NCBI-disease"].exists() and checkpoints["BC5CDR-disease"].is_dir()
