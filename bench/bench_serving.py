@@ -134,7 +134,7 @@ def arms_of(args: argparse.Namespace) -> tuple[dict[str, tuple[list[str] | None,
     """The arms to time: name -> (greenadapt's extra arguments, or None for transformers' pipeline; the code; the
     anchor runtime or None), and a note for each anchor not installed."""
     sys.path.insert(0, str(HERE / "bench"))
-    from serving_anchors import installed
+    from serving_anchors import ANCHORS, installed
 
     arms: dict[str, tuple[list[str] | None, Path, str | None]] = {arm: (extra, HERE, None) for arm, extra in ARMS.items()}
     if args.before:
@@ -144,7 +144,7 @@ def arms_of(args: argparse.Namespace) -> tuple[dict[str, tuple[list[str] | None,
         if installed(anchor):
             arms[arm] = (["--runtime", "onnx"], HERE, anchor)
         else:
-            notes.append(f"{arm}: skipped, not installed (pip install {'ctranslate2' if 'ctranslate2' in anchor else 'openvino nncf'})")
+            notes.append(f"{arm}: skipped, not installed (pip install {' '.join(ANCHORS[anchor])})")
     if args.arms:
         arms = {arm: spec for arm, spec in arms.items() if arm == REFERENCE or any(word in arm for word in args.arms)}
     return arms, notes

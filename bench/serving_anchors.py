@@ -38,15 +38,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from greenadapt.inference.onnx_runtime import OnnxModel  # noqa: E402
 
-ANCHORS = {"ctranslate2-int8": "ctranslate2", "openvino-int8": "openvino"}  # arm: the module it needs
+ANCHORS = {"ctranslate2-int8": ("ctranslate2",), "openvino-int8": ("openvino", "nncf")}  # anchor: the modules it needs
 CALIBRATION_SENTENCES = 300  # NNCF's default subset size
 
 
 def installed(anchor: str) -> bool:
     import importlib.util
 
-    needs = ["ctranslate2"] if anchor == "ctranslate2-int8" else ["openvino", "nncf"]
-    return all(importlib.util.find_spec(name) is not None for name in needs)
+    return all(importlib.util.find_spec(name) is not None for name in ANCHORS[anchor])
 
 
 class SlicedModel(OnnxModel):

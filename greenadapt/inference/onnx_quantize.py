@@ -53,7 +53,7 @@ def per_row_activations(model: Any) -> int:
     Each product it fed (``MatMulInteger``, then ``Cast`` and the ``Mul`` by the two scales) becomes ONNX Runtime's
     ``MatMulIntegerToFloat`` with the weights' scales and an activation scale of 1, then a ``Mul`` by the rows' scales,
     under the old ``Mul``'s output name: the fused kernel takes one activation scale, so the rows' are applied after it."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     graph = model.graph
     readers: dict[str, list[Any]] = {}
@@ -75,28 +75,9 @@ def per_row_activations(model: Any) -> int:
         def step(suffix: str, name: str = name) -> str:
             return f"{name}/per_row/{suffix}"
 
-        # steps above and below the zero point: symmetric, or one-sided after a GELU
-        zero, above, below = (GELU_ZERO_POINT, 255.0 - GELU_ZERO_POINT, float(GELU_ZERO_POINT)) if _after_gelu(x, producers, initializers) \
-            else (ZERO_POINT, ROW_LIMIT, ROW_LIMIT)
-        replaced[id(node)] = [
-            helper.make_node("ReduceMax", [x], [step("max")], name=step("ReduceMax"), axes=[-1], keepdims=1),
-            helper.make_node("ReduceMin", [x], [step("min")], name=step("ReduceMin"), axes=[-1], keepdims=1),
-            helper.make_node("Div", [step("max"), step("above")], [step("upper")], name=step("Upper")),
-            helper.make_node("Div", [step("min"), step("below")], [step("lower")], name=step("Lower")),
-            helper.make_node("Neg", [step("lower")], [step("negated")], name=step("Neg")),
-            helper.make_node("Max", [step("upper"), step("negated"), step("smallest")], [step("scale")], name=step("Scale")),
-            helper.make_node("Reciprocal", [step("scale")], [step("inverse")], name=step("Inverse")),
-            # a product by the row's inverse, not a division by its scale: a division is several times slower on a CPU
-            helper.make_node("Mul", [x, step("inverse")], [step("scaled")], name=step("Mul")),
-            helper.make_node("QuantizeLinear", [step("scaled"), step("one"), zero_point], [quantized], name=step("Quantize")),
-        ]
-        graph.initializer.extend([
-            helper.make_tensor(step("smallest"), TensorProto.FLOAT, [], [SMALLEST_SCALE]),
-            helper.make_tensor(step("above"), TensorProto.FLOAT, [], [above]),
-            helper.make_tensor(step("below"), TensorProto.FLOAT, [], [below]),
-            helper.make_tensor(step("one"), TensorProto.FLOAT, [], [1.0]),
-            helper.make_tensor(zero_point, TensorProto.UINT8, [], [zero]),
-        ])
+        nodes, constants = _row_quantization(x, quantized, zero_point, step, one_sided=_after_gelu(x, producers, initializers))
+        replaced[id(node)] = nodes
+        graph.initializer.extend(constants)
         for product in readers.get(quantized, []):
             cast, rescale, scales = _rescaling_of(product, readers, activation_scale)
             weights_scale = next(name for name in scales.input if name != activation_scale)
@@ -112,6 +93,34 @@ def per_row_activations(model: Any) -> int:
     if count and not any(entry.domain == "com.microsoft" for entry in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return count
+
+
+def _row_quantization(x: str, quantized: str, zero_point: str, step: Any, *, one_sided: bool) -> tuple[list[Any], list[Any]]:
+    """The nodes that quantize ``x`` into ``quantized`` row by row (each row's scale from its own max and min), and
+    their constants; ``one_sided``: around :data:`GELU_ZERO_POINT` (a GELU's output), else symmetric around 128."""
+    from onnx import TensorProto, helper
+
+    zero, above, below = (GELU_ZERO_POINT, 255.0 - GELU_ZERO_POINT, float(GELU_ZERO_POINT)) if one_sided else (ZERO_POINT, ROW_LIMIT, ROW_LIMIT)
+    nodes = [
+        helper.make_node("ReduceMax", [x], [step("max")], name=step("ReduceMax"), axes=[-1], keepdims=1),
+        helper.make_node("ReduceMin", [x], [step("min")], name=step("ReduceMin"), axes=[-1], keepdims=1),
+        helper.make_node("Div", [step("max"), step("above")], [step("upper")], name=step("Upper")),
+        helper.make_node("Div", [step("min"), step("below")], [step("lower")], name=step("Lower")),
+        helper.make_node("Neg", [step("lower")], [step("negated")], name=step("Neg")),
+        helper.make_node("Max", [step("upper"), step("negated"), step("smallest")], [step("scale")], name=step("Scale")),
+        helper.make_node("Reciprocal", [step("scale")], [step("inverse")], name=step("Inverse")),
+        # a product by the row's inverse, not a division by its scale: a division is several times slower on a CPU
+        helper.make_node("Mul", [x, step("inverse")], [step("scaled")], name=step("Mul")),
+        helper.make_node("QuantizeLinear", [step("scaled"), step("one"), zero_point], [quantized], name=step("Quantize")),
+    ]
+    constants = [
+        helper.make_tensor(step("smallest"), TensorProto.FLOAT, [], [SMALLEST_SCALE]),
+        helper.make_tensor(step("above"), TensorProto.FLOAT, [], [above]),
+        helper.make_tensor(step("below"), TensorProto.FLOAT, [], [below]),
+        helper.make_tensor(step("one"), TensorProto.FLOAT, [], [1.0]),
+        helper.make_tensor(zero_point, TensorProto.UINT8, [], [zero]),
+    ]
+    return nodes, constants
 
 
 def _after_gelu(name: str, producers: dict[str, Any], initializers: set[str]) -> bool:
