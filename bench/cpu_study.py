@@ -271,10 +271,12 @@ def start(repo: Path, commit: str | None) -> None:
 def drop_stale_checkpoints() -> list[Path]:
     """Remove each unfinished run's checkpoint that predates a change of its inputs' modification times.
 
-    greenadapt names a data file and a model by path, size and modification time, so a checkpoint made before the data
-    sets were copied anew (a new machine, a re-provisioned shared folder: the same bytes, new times) is refused as
-    "made with other inputs or options", and the study's runner, after two tries, leaves the unit and every later arm
-    of its seed. Such a checkpoint can never be resumed: removing it lets the unit run again from the start."""
+    The study's pinned greenadapt (ab95d39) names a data file and a model by path, size and modification time, so a
+    checkpoint made before the data sets were copied anew (a new machine, a re-provisioned shared folder: the same
+    bytes, new times) is refused as "made with other inputs or options", and the study's runner, after two tries, leaves
+    the unit and every later arm of its seed. Such a checkpoint can never be resumed by that code: removing it lets the
+    unit run again from the start. (greenadapt since resumes when a data file's time alone changed; a model's files
+    with new times still make a new run.)"""
     removed = []
     for checkpoint in sorted((STUDY / "finetune").glob("*/*/seed-*.checkpoint")):
         name, arm = checkpoint.parent.parent.name, checkpoint.parent.name

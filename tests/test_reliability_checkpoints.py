@@ -255,6 +255,38 @@ def test_checkpoint_is_never_discarded_or_misused(model: Path, data: dict[str, P
     assert_same_run(reference, resumed.path)  # trained from the start instead
 
 
+def test_a_checkpoint_resumes_when_its_data_got_only_a_new_modification_time(model: Path, data: dict[str, Path], reference: Path,
+                                                                            tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A copy, a checkout or a refreshed data folder gives a file a new time and the same bytes: the interrupted run is
+    still the same run and resumes (the CPU study lost every unit in progress to this, session after session)."""
+    out, train = tmp_path / "run", data["train"]
+    now = train.stat()
+    os.utime(train, ns=(now.st_atime_ns, now.st_mtime_ns - 86_400 * 10**9))  # the interrupted run saw yesterday's time
+    try:
+        with pytest.raises(_Crash):
+            finetune(**_options(model, data, out, save_every=4), progress=_AtStep(5, _crash))
+    finally:
+        os.utime(train, ns=(now.st_atime_ns, now.st_mtime_ns))
+    with caplog.at_level(logging.INFO, logger="greenadapt"):
+        resumed = finetune(**_options(model, data, out, save_every=4, resume=True))
+    assert any("changed only in modification time" in r.getMessage() and str(train) in r.getMessage() for r in caplog.records)
+    assert_same_run(reference, resumed.path)
+
+
+def test_a_checkpoint_tells_a_file_whose_time_alone_changed_from_an_edited_one(tmp_path: Path) -> None:
+    from greenadapt.artifacts.files import file_identity
+    from greenadapt.training.checkpoint import RunIdentity
+
+    train = tmp_path / "train.tsv"
+    train.write_text("a\tO\n")
+    saved = RunIdentity("finetune", {"lr": 1e-3}, [file_identity(train)]).recorded(tmp_path)
+    os.utime(train, ns=(0, 10**18))
+    assert RunIdentity("finetune", {"lr": 1e-3}, [file_identity(train)]).difference(saved) == ("", [str(train.resolve())])
+    assert RunIdentity("finetune", {"lr": 2e-3}, [file_identity(train)]).difference(saved)[0] == "other inputs or options"
+    train.write_text("b\tO\n")  # the same size, other bytes
+    assert "its content differs" in RunIdentity("finetune", {"lr": 1e-3}, [file_identity(train)]).difference(saved)[0]
+
+
 def test_resume_without_a_checkpoint_trains_from_the_start(model: Path, data: dict[str, Path], reference: Path,
                                                            tmp_path: Path) -> None:
     outcome = finetune(**_options(model, data, tmp_path / "run", resume=True))
@@ -357,9 +389,9 @@ def test_sigterm_to_the_command_exits_99_and_resume_finishes(model: Path, data: 
 
 def test_checkpoint_folders_are_named_by_their_step_and_the_newest_wins(tmp_path: Path) -> None:
     """Issue 36.12: ``ckpt-000003`` held ``"step": 2``; names now say the step, in numeric order."""
-    from greenadapt.training.checkpoint import Checkpointing, latest_checkpoint, write_checkpoint
+    from greenadapt.training.checkpoint import Checkpointing, RunIdentity, latest_checkpoint, write_checkpoint
 
-    checkpoint = Checkpointing(tmp_path / "seed-1", "fp")
+    checkpoint = Checkpointing(tmp_path / "seed-1", RunIdentity("finetune", {}, []))
 
     def save(step: int, marker: str) -> Path:
         return write_checkpoint(checkpoint, step, lambda tmp: (tmp / "x.txt").write_text(marker), complete=False)
@@ -403,12 +435,12 @@ def _each_visible_checkpoint_is_whole(folder: Path) -> list[str]:
 
 def test_a_kill_while_checkpoints_are_removed_leaves_each_one_whole_or_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Seen in the kill test: a finetune killed while it removed its checkpoints left ``ckpt-000008`` without a manifest."""
-    from greenadapt.training.checkpoint import Checkpointing, discard_checkpoints, write_checkpoint
+    from greenadapt.training.checkpoint import Checkpointing, RunIdentity, discard_checkpoints, write_checkpoint
 
     folder = tmp_path / "run.checkpoint"
 
     def save(seed: int, step: int) -> Path:
-        checkpoint = Checkpointing(folder / f"seed-{seed}", "fp")
+        checkpoint = Checkpointing(folder / f"seed-{seed}", RunIdentity("finetune", {}, []))
         return write_checkpoint(checkpoint, step, lambda tmp: (tmp / "state.bin").write_bytes(os.urandom(4096)), complete=False)
 
     save(1, 2)

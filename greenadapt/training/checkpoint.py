@@ -10,6 +10,7 @@ checkpoint before the next step, then raise :class:`Preempted`".
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ import shutil
 import signal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,19 +114,66 @@ class StopSignal:
         return Preempted(f"stopped by SIGTERM {when}; nothing to save yet", hint="rerun the same command")
 
 
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a checkpoint must share with the run that resumes it.
+
+    ``fingerprint`` is the run's stage fingerprint, which names a data file by
+    path, size and modification time. A copy, a checkout or a refreshed data
+    folder gives a file a new time and the same bytes: such a run is still the
+    one that saved the checkpoint, as an output made from it is still up to
+    date (:func:`greenadapt.artifacts.differences.input_difference`). So a
+    checkpoint also records the fingerprint without the files' times and each
+    file's SHA-256, and a run whose fingerprint differs only there resumes.
+    """
+
+    kind: str
+    config: Mapping[str, Any]
+    inputs: Sequence[Mapping[str, Any]]
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        from greenadapt.artifacts.manifest import fingerprint
+
+        return fingerprint(self.kind, self.config, self.inputs)
+
+    @functools.cached_property
+    def timeless(self) -> str:
+        """The fingerprint with every local file's modification time left out (paths and sizes stay)."""
+        from greenadapt.artifacts.manifest import fingerprint, names_local_file
+
+        untimed = [{k: v for k, v in item.items() if k != "mtime_ns"} if names_local_file(item) else item for item in self.inputs]
+        return fingerprint(self.kind, self.config, untimed)
+
+    def recorded(self, folder: Path) -> dict[str, Any]:
+        """The fields a checkpoint's manifest holds about the run (the files' digests: one read per file per process)."""
+        from greenadapt.artifacts.manifest import recorded_inputs
+
+        return {"fingerprint": self.fingerprint, "timeless_fingerprint": self.timeless, "inputs": recorded_inputs(self.inputs, folder)}
+
+    def difference(self, manifest: Mapping[str, Any]) -> tuple[str, list[str]]:
+        """Why a checkpoint is not this run's ('' when it is) and the files whose modification time alone changed."""
+        from greenadapt.artifacts.differences import input_difference
+
+        if manifest.get("fingerprint") == self.fingerprint:
+            return "", []
+        if manifest.get("timeless_fingerprint") != self.timeless or not isinstance(manifest.get("inputs"), list):
+            return "other inputs or options", []
+        return input_difference(manifest["inputs"], self.inputs)
+
+
 @dataclass
 class Checkpointing:
     """Where and when :func:`train` saves its state, and whether it resumes from it.
 
     ``folder`` (one per seed) holds ``ckpt-<n>/`` folders; one counts only
     once its ``checkpoint.json`` (written last, with checksums of the other
-    files) is there, and only the newest is kept. ``fingerprint`` is the
-    run's stage fingerprint: a checkpoint of other inputs or options is
-    never resumed.
+    files) is there, and only the newest is kept. ``run`` says which run
+    saved it: a checkpoint of other inputs or options is never resumed.
     """
 
     folder: Path
-    fingerprint: str
+    run: RunIdentity
     save_every: int | None = None
     resume: bool = False
     save_final: bool = False  # after the last step too: several seeds, so a finished seed survives an interruption
@@ -265,7 +313,7 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
         try:
             fill(tmp)
             files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
-            manifest = {"format": CHECKPOINT_FORMAT, "fingerprint": checkpoint.fingerprint, "step": step}
+            manifest = {"format": CHECKPOINT_FORMAT, **checkpoint.run.recorded(folder), "step": step}
             write_json(tmp / CHECKPOINT_MANIFEST, {**manifest, "complete": complete, "files": files})
             os.rename(tmp, final)
             _fsync_directory(folder)
@@ -353,8 +401,11 @@ def matching_checkpoint(checkpoint: Checkpointing) -> Path | None:
         log.info("no checkpoint in %s: training from the start", checkpoint.folder)
         return None
     path, manifest = found
-    if manifest.get("fingerprint") != checkpoint.fingerprint:
+    changed, retimed = checkpoint.run.difference(manifest)
+    if changed:
         raise StageError(
-            "this checkpoint was made with other inputs or options", path=path, hint=f"delete {path.parent} to start over"
+            f"this checkpoint was made with other inputs or options ({changed})", path=path, hint=f"delete {path.parent} to start over"
         )
+    if retimed:
+        log.info("resuming %s: %s changed only in modification time (the same SHA-256 as when it was saved)", path, ", ".join(retimed))
     return path

@@ -20,10 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from greenadapt.artifacts.manifest import fingerprint
 from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.errors import StageError
-from greenadapt.training.checkpoint import Checkpointing, StopSignal, checkpoint_places, discard_checkpoints, latest_checkpoint
+from greenadapt.training.checkpoint import (
+    Checkpointing,
+    RunIdentity,
+    StopSignal,
+    checkpoint_places,
+    discard_checkpoints,
+    latest_checkpoint,
+)
 from greenadapt.training.distributed import DistContext, init_distributed
 
 log = logging.getLogger(__name__)
@@ -45,7 +51,7 @@ class TrainingStage:
     stop: StopSignal
     stage: StageRun | None  # rank 0 only
     out: Path
-    fingerprint: str  # of the run's options and inputs: a checkpoint of another run is never resumed
+    run: RunIdentity  # the run's options and inputs: a checkpoint of another run is never resumed
     checkpoints: Path
     up_to_date: StageOutcome | None = None  # set when the output is up to date: nothing to train
 
@@ -56,7 +62,7 @@ class TrainingStage:
 
     def checkpointing(self, *, save_every: int | None, resume: bool, save_final: bool = False) -> Checkpointing:
         return Checkpointing(
-            self.checkpoints, self.fingerprint, save_every=save_every, resume=resume, save_final=save_final, writer=self.ctx.is_main
+            self.checkpoints, self.run, save_every=save_every, resume=resume, save_final=save_final, writer=self.ctx.is_main
         )
 
     def commit(self, stats: dict[str, Any], cost: dict[str, Any] | None = None) -> StageOutcome:
@@ -93,15 +99,16 @@ def training_stage(
         with contextlib.ExitStack() as stack:
             stop = stack.enter_context(StopSignal(checkpoints))
             stage = stack.enter_context(StageRun(kind, out, config, inputs, force=force, wait=wait, libraries=LIBRARIES)) if ctx.is_main else None
-            job = TrainingStage(ctx, stop, stage, Path(out), fingerprint(kind, config, inputs), checkpoints)
+            run = RunIdentity(kind, config, inputs)
+            job = TrainingStage(ctx, stop, stage, Path(out), run, checkpoints)
             if ctx.broadcast_int(int(stage.skipped) if stage is not None else 0):
                 if stage is None:
                     job.up_to_date = StageOutcome(Path(out), {}, True)
                 else:
-                    _drop_finished_checkpoints(checkpoints, stage.fingerprint)
+                    _drop_finished_checkpoints(checkpoints, run)
                     job.up_to_date = StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
             elif stage is not None:
-                _check_checkpoints(checkpoints, job.fingerprint, resume=resume, force=force)
+                _check_checkpoints(checkpoints, run, resume=resume, force=force)
             yield job
     finally:
         ctx.close()
@@ -111,7 +118,7 @@ def _latest_checkpoints(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     return [found for found in (latest_checkpoint(place) for place in checkpoint_places(folder)) if found is not None]
 
 
-def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool, force: bool = False) -> None:
+def _check_checkpoints(folder: Path, run: RunIdentity, *, resume: bool, force: bool = False) -> None:
     """Never discard an interrupted run's checkpoints unasked, nor resume from another run's; ``--force`` asks: it starts
     over (saying so), unless ``--resume`` asks to continue from checkpoints of this very run."""
     if not folder.is_dir():
@@ -121,7 +128,8 @@ def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool, forc
         log.info("removing %s: it holds no complete checkpoint", folder)
         discard_checkpoints(folder)
         return
-    same = all(manifest.get("fingerprint") == run_fingerprint for _, manifest in found)
+    differences = [run.difference(manifest)[0] for _, manifest in found]
+    same = not any(differences)
     if force and not (resume and same):
         steps = ", ".join(str(manifest.get("step")) for _, manifest in found)
         log.warning("--force: starting over; removing the checkpoints an interrupted run left in %s (step %s%s)", folder, steps,
@@ -135,17 +143,17 @@ def _check_checkpoints(folder: Path, run_fingerprint: str, *, resume: bool, forc
             path=folder,
             hint="pass --resume to continue from them, or --force to start over",
         )
-    for path, manifest in found:
-        if manifest.get("fingerprint") != run_fingerprint:
+    for (path, _), changed in zip(found, differences, strict=True):
+        if changed:
             raise StageError(
-                "this checkpoint was made with other inputs or options",
+                f"this checkpoint was made with other inputs or options ({changed})",
                 path=path,
                 hint="rerun with the options of the interrupted run, or pass --force to start over",
             )
 
 
-def _drop_finished_checkpoints(folder: Path, run_fingerprint: str) -> None:
+def _drop_finished_checkpoints(folder: Path, run: RunIdentity) -> None:
     # A run killed between its commit and removing its checkpoints leaves them behind; the output supersedes them.
     found = _latest_checkpoints(folder)
-    if folder.is_dir() and all(manifest.get("fingerprint") == run_fingerprint for _, manifest in found):
+    if folder.is_dir() and not any(run.difference(manifest)[0] for _, manifest in found):
         discard_checkpoints(folder)

@@ -451,7 +451,7 @@ def _save_checkpoint(loop: _Loop, rank_rng: list[dict[str, Any]] | None, *, comp
         state.update(
             {
                 "format": CHECKPOINT_FORMAT,
-                "fingerprint": checkpoint.fingerprint,
+                "fingerprint": checkpoint.run.fingerprint,
                 "seed": trainer.config.seed,
                 "complete": complete,
                 "position": loop.at.to_json(),
