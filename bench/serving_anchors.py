@@ -109,7 +109,7 @@ class CTranslate2Tagger(SlicedModel):
 class OpenVinoTagger(SlicedModel):
     """OpenVINO's CPU plugin on NNCF's static int8 form of greenadapt's fp32 ONNX export."""
 
-    def __init__(self, folder: Path, store: Path, config: Any, threads: int) -> None:
+    def __init__(self, folder: Path, store: Path, config: Any, threads: int, precision: str | None = None) -> None:
         import openvino as ov
 
         super().__init__(config, threads)
@@ -119,7 +119,10 @@ class OpenVinoTagger(SlicedModel):
                 quantize_openvino(folder, tmp / quantized.name, calibration_samples(folder))
         core = ov.Core()
         # throughput streams, one thread each: the slices run side by side, as greenadapt's ONNX Runtime slices do
-        self.compiled = core.compile_model(str(quantized), "CPU", {"NUM_STREAMS": str(self.threads), "INFERENCE_NUM_THREADS": str(self.threads)})
+        settings = {"NUM_STREAMS": str(self.threads), "INFERENCE_NUM_THREADS": str(self.threads)}
+        if precision is not None:  # what it does not quantize: bf16 by default where the CPU has it
+            settings["INFERENCE_PRECISION_HINT"] = precision
+        self.compiled = core.compile_model(str(quantized), "CPU", settings)
         self.requests = [self.compiled.create_infer_request() for _ in range(self.threads)]
         self.names = [port.any_name for port in self.compiled.inputs]
 
@@ -185,7 +188,9 @@ def calibration_samples(folder: Path, limit: int = CALIBRATION_SENTENCES) -> lis
     return samples
 
 
-def anchor_model(anchor: str, folder: Path, store: Path) -> SlicedModel:
+def anchor_model(anchor: str, folder: Path, store: Path, *, precision: str | None = None) -> SlicedModel:
+    """``anchor``'s model of ``folder``, converted once into ``store``; ``precision``: OpenVINO's inference precision
+    hint (its default where None)."""
     import torch
     from transformers import AutoConfig
 
@@ -196,7 +201,7 @@ def anchor_model(anchor: str, folder: Path, store: Path) -> SlicedModel:
     config, threads = AutoConfig.from_pretrained(str(folder)), torch.get_num_threads()
     if anchor == "ctranslate2-int8":
         return CTranslate2Tagger(folder, store, config, threads)
-    return OpenVinoTagger(folder, store, config, threads)
+    return OpenVinoTagger(folder, store, config, threads, precision)
 
 
 def main() -> None:
