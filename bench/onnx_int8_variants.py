@@ -3,9 +3,11 @@
 Exports the folder's model (the plain-attention trace greenadapt's `--runtime onnx` uses), makes the variants
 docs/benchmarks.md ("Serving on a CPU") weighs, and runs each on the same batches of corpus lines (one view: the
 folder's own tokenizer; batches of 32 sorted by length, up to 128 wordpieces): sentences/s and the share of
-wordpieces whose argmax label equals the fp32 graph's. Also prints ONNX Runtime's per-operator time of the int8 graph.
+wordpieces whose argmax label equals the fp32 graph's. Also prints ONNX Runtime's per-operator time of greenadapt's
+int8 graph (activations per row), one thread as each of its session's slices runs, with what the per-row steps cost.
 
     python bench/onnx_int8_variants.py --run RUN_FOLDER --corpus ../shared/data/corpora/biomed-10m.txt.gz --lines 1000
+    python bench/onnx_int8_variants.py --run RUN_FOLDER --corpus ... --lines 640 --profile-only
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def session(path: Path, *, profile: str | None = None) -> object:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if profile:
         options.enable_profiling, options.profile_file_prefix = True, profile
+        options.intra_op_num_threads = 1
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -67,17 +70,25 @@ def main() -> None:
     parser.add_argument("--run", type=Path, required=True)
     parser.add_argument("--corpus", type=Path, required=True)
     parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--profile-only", action="store_true", help="only the per-operator time of greenadapt's int8 graph")
     args = parser.parse_args()
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.transformers import optimizer
     from transformers import AutoConfig, AutoModelForTokenClassification
 
+    from greenadapt.inference.onnx_quantize import quantize_per_row
     from greenadapt.inference.onnx_runtime import export
 
     work = Path(tempfile.mkdtemp(prefix="onnx-variants-"))
     fp32 = work / "fp32" / "model.onnx"
     export(AutoModelForTokenClassification.from_pretrained(str(args.run)), fp32)
+    per_row = work / "per-row.onnx"
+    quantize_per_row(fp32, per_row)
+    feed = batches(args.run, args.corpus, args.lines)
+    if args.profile_only:
+        print_profile(per_row, feed, work)
+        return
     matmuls = [n.name for n in onnx.load(str(fp32), load_external_data=False).graph.node if n.op_type == "MatMul"]
     ffn_out = [n for n in matmuls if n.endswith("/output/dense/MatMul") and "attention" not in n]
     config = AutoConfig.from_pretrained(str(args.run))
@@ -85,16 +96,18 @@ def main() -> None:
     fused.save_model_to_file(str(work / "fused.onnx"))
     float_default = {"DefaultTensorType": onnx.TensorProto.FLOAT}
     variants = {
-        "int8 (greenadapt's)": (fp32, {}),
+        "int8 per tensor (ONNX Runtime's dynamic)": (fp32, {}),
         "int8, activation products too": (fp32, {"op_types_to_quantize": ["MatMul"], "extra_options": {"MatMulConstBOnly": False}}),
         "int8, FFN output projections fp32": (fp32, {"nodes_to_exclude": ffn_out}),
         "uint8 weights": (fp32, {"weight_type": QuantType.QUInt8}),
         "int8 of the fused graph (QAttention)": (work / "fused.onnx", {"op_types_to_quantize": ["MatMul", "Attention"], "extra_options": float_default}),
     }
-    feed = batches(args.run, args.corpus, args.lines)
     rate, reference = run_all(fp32, feed)
     print("| graph | sentences/s (one view) | wordpieces with fp32's label |\n|---|---:|---:|")
     print(f"| fp32 | {rate:.1f} | 100.000% |")
+    rate, outs = run_all(per_row, feed)
+    agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
+    print(f"| int8 per row (greenadapt's) | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
     made = {}
     for number, (name, (source, extra)) in enumerate(variants.items()):
         target = made[name] = work / f"variant-{number}.onnx"
@@ -130,17 +143,33 @@ def main() -> None:
             rate, outs = run_all(target, feed)
             agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
             print(f"| MatMulNBits, {bits}-bit blocks of {block}, int8 compute | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
-    profiled = session(made["int8 (greenadapt's)"], profile=str(work / "profile"))
+    print_profile(per_row, feed, work)
+
+
+# The per-row steps' operators: the rows' largest and smallest values, their scales, the quantization itself.
+PER_ROW_STEPS = ("ReduceMax", "ReduceMin", "Max", "Div", "Neg", "Reciprocal", "QuantizeLinear")
+
+
+def print_profile(graph: Path, feed: list[dict[str, np.ndarray]], work: Path) -> None:
+    """ONNX Runtime's kernel time per operator kind over the first 20 batches, one thread, and the per-row steps' share:
+    their own operators, and the ``Mul`` nodes they add (the rows' inverse scales before the quantization and the rows'
+    scales after each product), counted by node name."""
+    profiled = session(graph, profile=str(work / "profile"))
     for b in feed[:20]:
         profiled.run(None, b)
     spent: collections.Counter[str] = collections.Counter()
+    per_row = 0.0
     for event in json.loads(Path(profiled.end_profiling()).read_text()):
         if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
-            spent[event["args"]["op_name"]] += event["dur"]
+            op = event["args"]["op_name"]
+            spent[op] += event["dur"]
+            if op in PER_ROW_STEPS or "/per_row/" in event["name"] or "/RowScale" in event["name"]:
+                per_row += event["dur"]
     total = sum(spent.values())
-    print("\n| operator (int8 graph, first 20 batches) | share of kernel time |\n|---|---:|")
-    for op, us in spent.most_common(12):
+    print("\n| operator (greenadapt's int8 graph, first 20 batches, one thread) | share of kernel time |\n|---|---:|")
+    for op, us in spent.most_common(14):
         print(f"| {op} | {100 * us / total:.1f}% |")
+    print(f"| of which the per-row steps (their operators and Mul nodes) | {100 * per_row / total:.1f}% |")
 
 
 if __name__ == "__main__":
