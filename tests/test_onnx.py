@@ -349,7 +349,8 @@ def test_a_gelus_output_is_quantized_around_a_low_zero_point_with_finer_steps(tm
     assert np.array_equal(alone, one_sided[::37])
 
 
-@pytest.mark.parametrize(("activation", "zero_point"), [("gelu", 32), ("tanh", 128), ("gated gelu", 128)])
+@pytest.mark.parametrize(("activation", "zero_point"), [("gelu", 32), ("gelu, half folded", 32), ("tanh", 128), ("gated gelu", 128),
+                                                         ("gated gelu, half folded", 128)])
 def test_only_a_gelus_own_output_is_quantized_one_sided(tmp_path: Path, activation: str, zero_point: int) -> None:
     """x·Φ(x) is never below -0.17; a bare tanh (a pooler's, before a classifier) or a gated GELU, gelu(a)·b, can be
     far below zero, so they keep the symmetric zero point."""
@@ -366,9 +367,13 @@ def test_only_a_gelus_own_output_is_quantized_one_sided(tmp_path: Path, activati
             helper.make_node("Mul", ["product", "half"], ["gelu"])]
     nodes = {"gelu": [*gelu, helper.make_node("MatMul", ["gelu", "w"], ["y"])],
              "tanh": [helper.make_node("Tanh", ["x"], ["tanh"]), helper.make_node("MatMul", ["tanh", "w"], ["y"])],
-             "gated gelu": [*gelu, helper.make_node("Mul", ["gelu", "gate"], ["gated"]), helper.make_node("MatMul", ["gated", "w"], ["y"])]}[activation]
+             "gelu, half folded": [*gelu[:4], helper.make_node("MatMul", ["product", "w"], ["y"])],  # x·(1 + erf): ½ in the weights
+             "gated gelu": [*gelu, helper.make_node("Mul", ["gelu", "gate"], ["gated"]), helper.make_node("MatMul", ["gated", "w"], ["y"])],
+             # as shallow as a GELU: only the gate, a factor that is neither x nor 1 + erf(x/√2), tells it apart
+             "gated gelu, half folded": [*gelu[:4], helper.make_node("Mul", ["product", "gate"], ["gated"]),
+                                         helper.make_node("MatMul", ["gated", "w"], ["y"])]}[activation]
     inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["rows", 8]) for name in ("x", "gate")]
-    graph = helper.make_graph(nodes, activation, inputs if activation == "gated gelu" else inputs[:1],
+    graph = helper.make_graph(nodes, activation, inputs if activation.startswith("gated") else inputs[:1],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 4])], constants)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "fp32.onnx"))
     quantize_per_row(tmp_path / "fp32.onnx", tmp_path / "int8.onnx")

@@ -124,10 +124,10 @@ def _row_quantization(x: str, quantized: str, zero_point: str, step: Any, *, one
 
 
 def _after_gelu(name: str, producers: dict[str, Any], initializers: set[str]) -> bool:
-    """Whether ``name`` is a GELU's output, x·Φ(x): a ``Gelu`` node's, or a ``Mul`` whose chain of products and sums
-    (three deep: the exporter writes x·½·(1 + erf(x/√2))) reaches an ``Erf`` or ``Tanh`` whose argument is made from a
-    tensor those products also take. A bare tanh (a pooler's) or a gated GELU, gelu(a)·b, which can be far below zero,
-    keeps the symmetric form."""
+    """Whether ``name`` is a GELU's output, x·Φ(x): a ``Gelu`` node's, or a tree of products (three deep: the exporter
+    writes x·½·(1 + erf(x/√2))) whose factors are constants, one 1 + erf(·) or 1 + tanh(·), and the one tensor that
+    function's argument is made from. Any other factor (a gated GELU's gate, gelu(a)·b, which can be far below zero) or a
+    bare tanh (a pooler's) keeps the symmetric form."""
     node = producers.get(name)
     if node is None:
         return False
@@ -135,20 +135,30 @@ def _after_gelu(name: str, producers: dict[str, Any], initializers: set[str]) ->
         return True
     if node.op_type != "Mul":
         return False
-    taken: set[str] = set()  # what the products on the way take
-    frontier = [(node, 3)]
-    while frontier:
-        current, depth = frontier.pop()
-        if current.op_type in ("Erf", "Tanh"):
-            if _argument_sources(current.input[0], producers, initializers) & taken:
-                return True
-            continue
-        if depth == 0 or current.op_type not in ("Mul", "Add"):
-            continue
-        if current.op_type == "Mul":
-            taken.update(source for source in current.input if source not in initializers)
-        frontier.extend((producers[source], depth - 1) for source in current.input if source in producers)
-    return False
+    factors = [factor for factor in _factors(name, producers, depth=3) if factor not in initializers]
+    squashed = [_one_plus_squashing(factor, producers, initializers) for factor in factors]
+    if len(factors) != 2 or sum(found is not None for found in squashed) != 1:
+        return False
+    squashing, x = (squashed[0], factors[1]) if squashed[0] is not None else (squashed[1], factors[0])
+    return x in _argument_sources(squashing.input[0], producers, initializers)
+
+
+def _factors(name: str, producers: dict[str, Any], depth: int) -> list[str]:
+    """The tensors whose product ``name`` is, through up to ``depth`` ``Mul`` nodes."""
+    node = producers.get(name)
+    if node is None or node.op_type != "Mul" or depth == 0:
+        return [name]
+    return [factor for source in node.input for factor in _factors(source, producers, depth - 1)]
+
+
+def _one_plus_squashing(name: str, producers: dict[str, Any], initializers: set[str]) -> Any:
+    """The ``Erf`` or ``Tanh`` node when ``name`` is a constant plus its output (1 + erf(·)), else None."""
+    node = producers.get(name)
+    if node is None or node.op_type != "Add" or sum(source in initializers for source in node.input) != 1:
+        return None
+    (other,) = [source for source in node.input if source not in initializers]
+    squashing = producers.get(other)
+    return squashing if squashing is not None and squashing.op_type in ("Erf", "Tanh") else None
 
 
 def _argument_sources(name: str, producers: dict[str, Any], initializers: set[str], depth: int = 4) -> set[str]:
