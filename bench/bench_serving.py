@@ -10,8 +10,10 @@ model). transformers' pipeline is the field's baseline: fp32, one view (the fold
         --test ../shared/data/ner/NCBI-disease/test.tsv --out bench-serving
     # a CPU without bf16, as far as greenadapt is concerned: auto precision stays fp32
     GREENADAPT_CPU_AUTO_PRECISION=fp32 python bench/bench_serving.py ... --out bench-serving-fp32cpu
-    # and torch as an earlier greenadapt ran it, in the same run: a checkout of that commit
+    # and each of greenadapt's arms as an earlier greenadapt ran it, in the same rounds: a checkout of that commit
     git worktree add ../greenadapt-before COMMIT && python bench/bench_serving.py ... --before ../greenadapt-before
+    # e.g. int8 now against int8 then (and fp32, the reference, always there)
+    python bench/bench_serving.py ... --arms ONNX --before ../greenadapt-before --repeats 3
 
 ``--repeats N`` runs N rounds, each timing every arm once in turn: the table gives each arm's median, and a second
 table each ONNX arm's sentences/s over each torch arm's, paired round by round (mean ± sd, lowest).
@@ -25,7 +27,7 @@ of its words (``--arms int8`` times the three int8 runtimes and the fp32 referen
 Prints the Markdown tables (and writes them with the raw figures to --out). The ONNX exports, conversions and
 quantizations are made once, before the timed runs (the model folder's cache, --out/anchors), so cold start is what a
 cron job pays every day after the first. Each arm's sentences per CPU-second (user + system) and, for the int8 and
-fp32 arms, its share of this CPU's peak (from its flags, bench/int8_speed.py's assumptions) are in the table.
+fp32 arms, its share of this CPU's peak (from its flags, bench/cpu_peaks.py's assumptions) are in the table.
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 REFERENCE = "greenadapt torch fp32"  # every arm's entities and F1 are compared with this one's
-TORCH_ARMS = ("greenadapt torch fp32", "greenadapt torch auto (bf16 where the CPU has it)")  # what --before times again
 ARMS = {
     "transformers pipeline fp32 (one view)": None,
     "greenadapt torch fp32": ["--precision", "fp32"],
@@ -117,16 +118,45 @@ def same_entities(predicted: Path, reference: Path) -> float:
     return sum(a == b for a, b in zip(got, wanted, strict=True)) / max(1, len(wanted))
 
 
+def model_macs(run: Path, text: Path) -> dict[str, float]:
+    """Linear-layer MACs per token, attention MACs per token at the mean length, and the tokens a sentence costs."""
+    from tokenizers import Tokenizer
+
+    config = json.loads((run / "config.json").read_text())
+    hidden, inner, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    labels = len(config.get("id2label", {})) or 2
+    linear = layers * (4 * hidden * hidden + 2 * hidden * inner) + hidden * labels
+    lines = text.read_text(encoding="utf-8").splitlines()
+    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
+
+    views = [run / "tokenizer.json"] + [path for path in (run / GENERAL_TOKENIZER_DIR / "tokenizer.json",) if path.is_file()]
+    def tokenizer(path: Path) -> Tokenizer:
+        loaded = Tokenizer.from_file(str(path))
+        loaded.no_padding()  # a saved tokenizer may pad or cut to the training length: the pieces a sentence has
+        loaded.no_truncation()
+        return loaded
+
+    cut = [[tuple(e.ids) for e in tokenizer(v).encode_batch(lines)] for v in views]
+    # a sentence both tokenizers cut alike is run once; else once per view
+    tokens = [len(ids[0]) if len(set(ids)) == 1 else sum(map(len, ids)) for ids in zip(*cut, strict=True)]
+    mean_length = statistics.mean(len(ids) for view in cut for ids in view)
+    return {"linear_macs_per_token": linear, "attention_macs_per_token": 2 * mean_length * hidden * layers,
+            "tokens_per_sentence": statistics.mean(tokens), "folder_view_tokens_per_sentence": statistics.mean(map(len, cut[0]))}
+
+
 def paired_ratios(rows: dict[str, dict[str, Any]], arms: list[str], anchors: list[str], figure: str = "sentences_per_s") -> str:
     """Each arm's ``figure`` (sentences/s, or sentences per CPU-second) over each anchor's, round by round (the same
     round's two runs): mean ± sd and the lowest."""
+    return paired_table(rows, [(arm, anchor) for arm in arms for anchor in anchors], figure)
+
+
+def paired_table(rows: dict[str, dict[str, Any]], pairs: list[tuple[str, str]], figure: str = "sentences_per_s") -> str:
     rounds = "rounds" if figure == "sentences_per_s" else "rounds_per_cpu_s"
-    lines = [f"| arm / anchor, {figure.replace('_', ' ')}, paired by round ({len(rows[arms[0]][rounds])} rounds) | mean ± sd | lowest |",
+    lines = [f"| arm / anchor, {figure.replace('_', ' ')}, paired by round ({len(rows[pairs[0][0]][rounds])} rounds) | mean ± sd | lowest |",
              "|---|---:|---:|"]
-    for arm in arms:
-        for anchor in anchors:
-            ratios = [a / b for a, b in zip(rows[arm][rounds], rows[anchor][rounds], strict=True)]
-            lines.append(f"| {arm} / {anchor} | {statistics.mean(ratios):.2f} ± {statistics.stdev(ratios):.2f} | {min(ratios):.2f} |")
+    for arm, anchor in pairs:
+        ratios = [a / b for a, b in zip(rows[arm][rounds], rows[anchor][rounds], strict=True)]
+        lines.append(f"| {arm} / {anchor} | {statistics.mean(ratios):.2f} ± {statistics.stdev(ratios):.2f} | {min(ratios):.2f} |")
     return "\n".join(lines)
 
 
@@ -137,8 +167,6 @@ def arms_of(args: argparse.Namespace) -> tuple[dict[str, tuple[list[str] | None,
     from serving_anchors import ANCHORS, installed
 
     arms: dict[str, tuple[list[str] | None, Path, str | None]] = {arm: (extra, HERE, None) for arm, extra in ARMS.items()}
-    if args.before:
-        arms.update({f"{arm}, code of {args.before.name}": (ARMS[arm], args.before.resolve(), None) for arm in TORCH_ARMS})
     notes = []
     for arm, anchor in ANCHOR_ARMS.items():
         if installed(anchor):
@@ -147,7 +175,13 @@ def arms_of(args: argparse.Namespace) -> tuple[dict[str, tuple[list[str] | None,
             notes.append(f"{arm}: skipped, not installed (pip install {' '.join(ANCHORS[anchor])})")
     if args.arms:
         arms = {arm: spec for arm, spec in arms.items() if arm == REFERENCE or any(word in arm for word in args.arms)}
+    if args.before:  # each of greenadapt's own arms again, on the earlier code, in the same rounds
+        arms.update({before_arm(arm, args.before): (ARMS[arm], args.before.resolve(), None) for arm in list(arms) if arm in ARMS and ARMS[arm]})
     return arms, notes
+
+
+def before_arm(arm: str, before: Path) -> str:
+    return f"{arm}, code of {before.name}"
 
 
 def main() -> None:
@@ -160,7 +194,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds: each times every arm once, in turn; the table gives each arm's median, and the paired ratios per round")
     parser.add_argument("--longest", type=int, default=400, help="corpus lines of 40 to this many characters are taken")
-    parser.add_argument("--before", type=Path, help="a checkout of an earlier greenadapt: its torch arms are timed too, in this run")
+    parser.add_argument("--before", type=Path, help="a checkout of an earlier greenadapt: each of greenadapt's arms is timed on it too, "
+                        "in the same rounds, and set against it")
     parser.add_argument("--arms", nargs="+", help="only the arms whose names contain one of these words (torch fp32, the reference, always)")
     parser.add_argument("--alone", type=int, default=200, help="this many of the sentences are tagged again one a call (batch invariance)")
     parser.add_argument("--ghz", type=float, help="the all-core clock for the peak shares (default: /proc/cpuinfo's)")
@@ -220,12 +255,14 @@ def main() -> None:
             rows[arm]["f1"] = result["scores"][result["headline_pool"]]["f1"] * 100
             rows[arm]["same_entities"] = same_entities(args.out / f"{slug_of(arm)}-all.jsonl", args.out / f"{slug_of(REFERENCE)}-all.jsonl")
     lines = table(args, arms, rows, text) + [f"\n{note}" for note in notes]
-    if args.before:
-        old_fp32, old_auto = (rows[f"{arm}, code of {args.before.name}"]["sentences_per_s"] for arm in TORCH_ARMS)
-        lines += ["", f"| arm | × torch fp32, code of {args.before.name} | × torch auto, code of {args.before.name} |", "|---|---:|---:|"]
-        lines += [f"| {arm} | {f['sentences_per_s'] / old_fp32:.2f} | {f['sentences_per_s'] / old_auto:.2f} |" for arm, f in rows.items()]
+    then = {arm: before_arm(arm, args.before) for arm in rows if args.before and before_arm(arm, args.before) in rows}
+    if then:
+        lines += ["", f"| arm | × the same arm, code of {args.before.name} |", "|---|---:|"]
+        lines += [f"| {arm} | {rows[arm]['sentences_per_s'] / rows[old]['sentences_per_s']:.2f} |" for arm, old in then.items()]
     if args.repeats > 1:
         lines += ["", paired_ratios(rows, *paired_arms(arms))]
+        if then:
+            lines += ["", paired_table(rows, list(then.items()))]
         if "greenadapt ONNX int8" in rows and any(arm in rows for arm in ANCHOR_ARMS):
             lines += ["", paired_ratios(rows, ["greenadapt ONNX int8"], [arm for arm in ANCHOR_ARMS if arm in rows], "sentences_per_cpu_s")]
     write_table(args.out, lines, rows)
@@ -256,31 +293,30 @@ def batch_invariance(alone: Path, batched: Path) -> dict[str, float]:
 
 def paired_arms(arms: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The arms paired against others: greenadapt's ONNX arms against the torch arms and the anchors."""
-    onnx = [arm for arm, (extra, _, anchor) in arms.items() if extra and "onnx" in extra and not anchor]
-    others = [arm for arm, (extra, _, anchor) in arms.items() if extra is not None and ("onnx" not in extra or anchor)]
+    onnx = [arm for arm, (extra, code, anchor) in arms.items() if extra and "onnx" in extra and not anchor and code == HERE]
+    others = [arm for arm, (extra, code, anchor) in arms.items() if extra is not None and ("onnx" not in extra or anchor) and code == HERE]
     return onnx, others
 
 
 def table(args: argparse.Namespace, arms: dict[str, Any], rows: dict[str, dict[str, Any]], text: Path) -> list[str]:
     """The main table: speed, memory, cold start, F1 and agreement, and each arm's share of this CPU's peak."""
-    from int8_speed import int8_peak, model_macs
-    from profile_training import cpu_facts, cpu_peaks
+    from cpu_peaks import cpu_facts, cpu_peaks, int8_peak
 
     flags, mhz, model_name = cpu_facts()
     cores = len(os.sched_getaffinity(0))
     ghz = args.ghz or mhz / 1000
     int8, assumption = int8_peak(flags, cores, ghz)
-    fp32 = cores * ghz * 16
-    # torch auto runs bf16 where the CPU has it (and greenadapt is not told otherwise): against bf16's peak, in MACs
-    bf16_peaks, bf16_words = cpu_peaks(flags, cores, ghz * 1000)
+    flops, units = cpu_peaks(flags, cores, ghz * 1000)
+    fp32 = flops["fp32"] / 2  # in multiply-accumulates, as the model's work is counted
+    # torch auto runs bf16 where the CPU has it (and greenadapt is not told otherwise): against bf16's peak
     auto_is_bf16 = ("avx512_bf16" in flags or "amx_bf16" in flags) and os.environ.get("GREENADAPT_CPU_AUTO_PRECISION", "") != "fp32"
-    bf16 = bf16_peaks["bf16"] / 2 if auto_is_bf16 else fp32
+    bf16 = flops["bf16"] / 2 if auto_is_bf16 else fp32
     macs = model_macs(args.run, text)
     lines = [f"{args.sentences:,} sentences of {args.corpus.name}; F1 on {args.test.parent.name}/{args.test.name}; "
              f"GREENADAPT_CPU_AUTO_PRECISION={os.environ.get('GREENADAPT_CPU_AUTO_PRECISION', '(unset)')}; {model_name}, {cores} cores; "
              f"{macs['linear_macs_per_token'] / 1e6:.1f} M linear MACs a token, {macs['tokens_per_sentence']:.1f} tokens a sentence "
-             f"(all views); peaks: int8 {int8:.0f} GMAC/s ({assumption}), fp32 {fp32:.0f} GMAC/s (16 FMA/cycle/core)"
-             + (f", bf16 {bf16:.0f} GMAC/s ({bf16_words.split('bf16 by ')[-1]})" if auto_is_bf16 else ""),
+             f"(all views); peaks: int8 {int8:.0f} GMAC/s ({assumption}), fp32 {fp32:.0f} GMAC/s ({units['fp32']})"
+             + (f", bf16 {bf16:.0f} GMAC/s ({units['bf16']})" if auto_is_bf16 else ""),
              "",
              "| arm | sentences/s | sentences per CPU-s | × torch fp32 | × torch auto | share of peak | peak MiB (all sentences) | cold start s "
              "| test F1 | Δ F1 vs torch fp32 | sentences with torch fp32's entities | alone = in its batch (entities) | largest score gap, alone vs batch |",

@@ -35,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cpu_peaks import cpu_facts, cpu_peaks  # noqa: E402
 from shared_data import SHARED_DATA  # noqa: E402
 
 DEFAULT_DATA = SHARED_DATA / "ner" / "NCBI-disease" / "train.tsv"
@@ -60,35 +61,6 @@ def kind_of(name: str) -> str:
         if any(key.lower() in lowered for key in keys):
             return kind
     return "other"
-
-
-def cpu_peaks(flags: set[str], cores: int, mhz: float) -> tuple[dict[str, float], str]:
-    """Peak GFLOP/s per precision from the CPU's own flags, and the assumption in words."""
-    ghz = mhz / 1000
-    fp32 = 32 if "avx512f" in flags or "avx2" in flags else 16
-    if "amx_bf16" in flags:
-        bf16, unit = 1024, "AMX tiles (1,024 bf16 FLOP/cycle/core)"
-    elif "avx512_bf16" in flags:
-        bf16, unit = 64, "AVX-512 BF16 (64 bf16 FLOP/cycle/core)"
-    else:
-        bf16, unit = fp32, "no native bf16 (bf16 runs at fp32's rate)"
-    words = f"{cores} cores × {ghz:.2f} GHz; fp32 {fp32} FLOP/cycle/core (FMA), bf16 by {unit}"
-    return {"fp32": cores * ghz * fp32, "bf16": cores * ghz * bf16}, words
-
-
-def cpu_facts() -> tuple[set[str], float, str]:
-    flags: set[str] = set()
-    mhz, model = 0.0, "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "flags" and not flags:
-            flags = set(value.split())
-        elif key == "cpu MHz" and not mhz:
-            mhz = float(value)
-        elif key == "model name":
-            model = value.strip()
-    return flags, mhz, model
 
 
 class PhaseClock:
@@ -220,11 +192,11 @@ def main() -> None:
     sentences = [(list(s.words), list(s.labels)) for s in read_task_file(args.data, "ner", ReaderOptions(), require_labels=True).examples]
     flags, mhz, model_name = cpu_facts()
     cores = len(os.sched_getaffinity(0))
-    peaks, assumption = cpu_peaks(flags, cores, mhz)
+    peaks, units = cpu_peaks(flags, cores, mhz)
     peaks.update({k: float(v) for k, v in (item.split("=") for item in args.peak_gflops.split(",") if item)})
     config = AutoConfig.from_pretrained(str(base))
     report: dict[str, Any] = {"cpu": model_name, "flags": sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2", "fma"))),
-                              "cores": cores, "mhz": mhz, "peak_assumption": assumption, "torch": torch.__version__,
+                              "cores": cores, "mhz": mhz, "peak_assumption": units["assumption"], "torch": torch.__version__,
                               "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": args.batch_size, "precisions": {}}
     with tempfile.TemporaryDirectory() as tmp:
         expanded = make_expanded(base, [w for w, _ in sentences], args.new_words, Path(tmp) / "expanded")
