@@ -300,7 +300,7 @@ def paired_arms(arms: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 def table(args: argparse.Namespace, arms: dict[str, Any], rows: dict[str, dict[str, Any]], text: Path) -> list[str]:
     """The main table: speed, memory, cold start, F1 and agreement, and each arm's share of this CPU's peak."""
-    from cpu_peaks import cpu_facts, cpu_peaks, int8_peak
+    from cpu_peaks import cpu_facts, cpu_peaks, int8_peak, native_bf16
 
     flags, mhz, model_name = cpu_facts()
     cores = len(os.sched_getaffinity(0))
@@ -309,7 +309,7 @@ def table(args: argparse.Namespace, arms: dict[str, Any], rows: dict[str, dict[s
     flops, units = cpu_peaks(flags, cores, ghz * 1000)
     fp32 = flops["fp32"] / 2  # in multiply-accumulates, as the model's work is counted
     # torch auto runs bf16 where the CPU has it (and greenadapt is not told otherwise): against bf16's peak
-    auto_is_bf16 = ("avx512_bf16" in flags or "amx_bf16" in flags) and os.environ.get("GREENADAPT_CPU_AUTO_PRECISION", "") != "fp32"
+    auto_is_bf16 = native_bf16(flags) and os.environ.get("GREENADAPT_CPU_AUTO_PRECISION", "") != "fp32"
     bf16 = flops["bf16"] / 2 if auto_is_bf16 else fp32
     macs = model_macs(args.run, text)
     lines = [f"{args.sentences:,} sentences of {args.corpus.name}; F1 on {args.test.parent.name}/{args.test.name}; "

@@ -28,12 +28,25 @@ def cpu_facts() -> tuple[set[str], float, str]:
     return flags, mhz, model
 
 
+def native_bf16(flags: set[str]) -> bool:
+    """Whether the CPU multiplies bf16 itself (AVX-512 BF16 or AMX): where greenadapt's ``--precision auto`` picks bf16,
+    and where a bf16 measurement means anything (elsewhere torch converts to fp32 and back around every product)."""
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def runnable_precisions(requested: list[str], flags: set[str]) -> tuple[list[str], list[str]]:
+    """The precisions of ``requested`` this CPU runs natively, and a note for each skipped."""
+    skipped = [p for p in requested if p == "bf16" and not native_bf16(flags)]
+    notes = [f"{p}: skipped, this CPU has no native bf16 (no avx512_bf16 or amx_bf16 flag)" for p in skipped]
+    return [p for p in requested if p not in skipped], notes
+
+
 def cpu_peaks(flags: set[str], cores: int, mhz: float) -> tuple[dict[str, float], dict[str, str]]:
     """Peak GFLOP/s per precision from the CPU's own flags, and what each peak assumes, in words (``"assumption"``: the
     whole sentence, cores and clock included)."""
     ghz = mhz / 1000
     fp32 = 32 if "avx512f" in flags or "avx2" in flags else 16
-    if "amx_bf16" in flags:
+    if "amx_bf16" in flags:  # fp32 stays on AVX-512: AMX multiplies bf16 and int8 only
         bf16, unit = 1024, "AMX tiles (1,024 bf16 FLOP/cycle/core)"
     elif "avx512_bf16" in flags:
         bf16, unit = 64, "AVX-512 BF16 (64 bf16 FLOP/cycle/core)"

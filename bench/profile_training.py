@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cpu_peaks import cpu_facts, cpu_peaks  # noqa: E402
+from cpu_peaks import cpu_facts, cpu_peaks, runnable_precisions  # noqa: E402
 from shared_data import SHARED_DATA  # noqa: E402
 
 DEFAULT_DATA = SHARED_DATA / "ner" / "NCBI-disease" / "train.tsv"
@@ -194,14 +194,18 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     peaks, units = cpu_peaks(flags, cores, mhz)
     peaks.update({k: float(v) for k, v in (item.split("=") for item in args.peak_gflops.split(",") if item)})
+    precisions, skipped = runnable_precisions(args.precisions.split(","), flags)
+    for note in skipped:
+        print(note, file=sys.stderr)
     config = AutoConfig.from_pretrained(str(base))
     report: dict[str, Any] = {"cpu": model_name, "flags": sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2", "fma"))),
                               "cores": cores, "mhz": mhz, "peak_assumption": units["assumption"], "torch": torch.__version__,
-                              "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": args.batch_size, "precisions": {}}
+                              "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": args.batch_size, "precisions": {},
+                              "skipped": skipped}
     with tempfile.TemporaryDirectory() as tmp:
         expanded = make_expanded(base, [w for w, _ in sentences], args.new_words, Path(tmp) / "expanded")
         kernels = ["foreach", "fused"] if args.adamw == "both" else [args.adamw]
-        for precision, kernel in [(p, k) for p in args.precisions.split(",") for k in kernels]:
+        for precision, kernel in [(p, k) for p in precisions for k in kernels]:
             timed = run(expanded, args.data, Path(tmp) / f"{precision}-{kernel}-t", steps=args.steps, skip=args.skip, precision=precision,
                         batch_size=args.batch_size, profile=False, adamw=kernel)
             ops = run(expanded, args.data, Path(tmp) / f"{precision}-{kernel}-p", steps=args.steps, skip=args.skip, precision=precision,
