@@ -211,21 +211,24 @@ def main() -> None:
     script.write_text(PIPELINE)
 
     def argv_of(arm: str, command: list[str]) -> list[str]:
-        """The arm's process: ``command`` (a greenadapt command line without the arm's options) as the arm runs it."""
+        """The greenadapt arm's process: ``command`` (a greenadapt command line without the arm's options) as it runs it."""
         extra, _, anchor = arms[arm]
-        if extra is None:
-            source, output = command[3], command[5]
-            return [sys.executable, str(script), str(args.run), source, output]
+        assert extra is not None, "transformers' pipeline runs predict only"
         if anchor:
             return [sys.executable, str(HERE / "bench" / "serving_anchors.py"), anchor, "--store", str(args.out / "anchors"), "--", *command]
         return [sys.executable, "-m", "greenadapt", *command, *extra]
 
     def predict(arm: str, source: Path, output: Path) -> list[str]:
+        if arms[arm][0] is None:
+            return [sys.executable, str(script), str(args.run), str(source), str(output)]
         return argv_of(arm, ["predict", "-m", str(args.run), str(source), "-o", str(output), "--force", "-q"])
 
-    for arm, (extra, code, _) in arms.items():  # exports, conversions and quantizations, made once before timing
-        if extra is not None and code == HERE and extra != ARMS[REFERENCE]:
-            subprocess.run(predict(arm, one, args.out / "warm.jsonl"), env=env, check=True, capture_output=True)
+    # Exports, conversions and quantizations, made once before timing by each arm's own code (an earlier checkout's
+    # export format is its own): otherwise the first round's cold start would hold them and inflate its sentences/s.
+    for arm, (extra, code, _) in arms.items():
+        if extra is not None and extra != ARMS[REFERENCE]:
+            subprocess.run(predict(arm, one, args.out / "warm.jsonl"), env={**env, "PYTHONPATH": str(code)}, cwd=code, check=True,
+                           capture_output=True)
     # Rounds, not repeats in a row: each round times every arm once, in turn, so a machine that slows for a while
     # slows every arm of that round alike, and each round gives its own paired ratios.
     timings: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}

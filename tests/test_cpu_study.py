@@ -93,8 +93,9 @@ def test_the_rule_decides_nothing_until_it_is_complete_and_then_as_written(tmp_p
 
 def test_a_checkpoint_older_than_its_inputs_new_times_is_dropped_the_others_kept(study, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """greenadapt refuses a checkpoint whose inputs' modification times changed (the same bytes copied anew), and the
-    runner then leaves its unit for good: `start` removes such a checkpoint first, and only such a one."""
+    """The study's pinned greenadapt (ab95d39, older than the resume fix) refuses a checkpoint whose inputs' modification
+    times changed (the same bytes copied anew), and the runner then leaves its unit for good: `start` removes such a
+    checkpoint first, and only such a one."""
     import os
 
     monkeypatch.setattr(study, "STUDY", tmp_path / "study")

@@ -282,7 +282,7 @@ def test_a_checkpoint_tells_a_file_whose_time_alone_changed_from_an_edited_one(t
     saved = RunIdentity("finetune", {"lr": 1e-3}, [file_identity(train)]).recorded(tmp_path)
     os.utime(train, ns=(0, 10**18))
     assert RunIdentity("finetune", {"lr": 1e-3}, [file_identity(train)]).difference(saved) == ("", [str(train.resolve())])
-    assert RunIdentity("finetune", {"lr": 2e-3}, [file_identity(train)]).difference(saved)[0] == "other inputs or options"
+    assert RunIdentity("finetune", {"lr": 2e-3}, [file_identity(train)]).difference(saved)[0] == "changed: lr 0.001 -> 0.002"
     train.write_text("b\tO\n")  # the same size, other bytes
     assert "its content differs" in RunIdentity("finetune", {"lr": 1e-3}, [file_identity(train)]).difference(saved)[0]
 

@@ -10,11 +10,23 @@ from typing import Any
 
 from greenadapt.artifacts.files import sha256_file
 from greenadapt.artifacts.manifest import RECORD_ONLY, names_local_file
+from greenadapt.options import recorded_settings
 
 
 def canonical(value: Any) -> Any:
     """``value`` as a manifest reads back: JSON's types, paths and other objects as text."""
     return json.loads(json.dumps(value, default=str))
+
+
+def run_difference(kind: str, recorded_config: Mapping[str, Any], recorded_inputs: Sequence[Mapping[str, Any]],
+                   config: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """Why what a ``kind`` run made from ``recorded_config`` and ``recorded_inputs`` (a stage output, a checkpoint) is
+    not this run's ('' when it is: the same options, inputs whose files at most got a new modification time), and the
+    files whose time alone changed."""
+    if canonical(recorded_config) != canonical(config):
+        settings = recorded_settings()  # the command that runs this stage, to name its options as it spells them
+        return config_difference(recorded_config, config, settings.names_in(kind) if settings is not None else None), []
+    return input_difference(recorded_inputs, inputs)
 
 
 def input_difference(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from greenadapt.version import __version__
 from greenadapt.artifacts import kinds
-from greenadapt.artifacts.differences import canonical, config_difference, input_difference
+from greenadapt.artifacts.differences import run_difference
 from greenadapt.artifacts.files import library_versions, sha256_file, write_json
 from greenadapt.artifacts.locks import lock_within, release_output_lock, take_output_lock
 from greenadapt.artifacts.manifest import (
@@ -227,13 +227,8 @@ class StageRun:
         if manifest is None or manifest.get("kind") != self.kind or self.force:
             return False
         if not self._same_fingerprint(manifest):
-            old_config = Manifest.of(manifest, self.out).config
-            retimed: list[str] = []
-            if canonical(old_config) != canonical(self.config):
-                settings = recorded_settings()  # the command that runs this stage, to name its options as it spells them
-                changed = config_difference(old_config, self.config, settings.names_in(self.kind) if settings is not None else None)
-            else:
-                changed, retimed = input_difference(manifest.get("inputs") or [], self.inputs)
+            changed, retimed = run_difference(self.kind, Manifest.of(manifest, self.out).config, manifest.get("inputs") or [],
+                                              self.config, self.inputs)
             if changed:
                 raise OutputExistsError(
                     f"{self.kind} output exists but was made with other inputs or options ({changed})",

@@ -121,10 +121,10 @@ class RunIdentity:
     ``fingerprint`` is the run's stage fingerprint, which names a data file by
     path, size and modification time. A copy, a checkout or a refreshed data
     folder gives a file a new time and the same bytes: such a run is still the
-    one that saved the checkpoint, as an output made from it is still up to
-    date (:func:`greenadapt.artifacts.differences.input_difference`). So a
-    checkpoint also records the fingerprint without the files' times and each
-    file's SHA-256, and a run whose fingerprint differs only there resumes.
+    one that saved the checkpoint. So a checkpoint records the run's options
+    and inputs (each local file with its SHA-256) as a stage's manifest does,
+    and is judged as a finished stage is
+    (:func:`greenadapt.artifacts.differences.run_difference`).
     """
 
     kind: str
@@ -137,29 +137,22 @@ class RunIdentity:
 
         return fingerprint(self.kind, self.config, self.inputs)
 
-    @functools.cached_property
-    def timeless(self) -> str:
-        """The fingerprint with every local file's modification time left out (paths and sizes stay)."""
-        from greenadapt.artifacts.manifest import fingerprint, names_local_file
-
-        untimed = [{k: v for k, v in item.items() if k != "mtime_ns"} if names_local_file(item) else item for item in self.inputs]
-        return fingerprint(self.kind, self.config, untimed)
-
     def recorded(self, folder: Path) -> dict[str, Any]:
         """The fields a checkpoint's manifest holds about the run (the files' digests: one read per file per process)."""
+        from greenadapt.artifacts.differences import canonical
         from greenadapt.artifacts.manifest import recorded_inputs
 
-        return {"fingerprint": self.fingerprint, "timeless_fingerprint": self.timeless, "inputs": recorded_inputs(self.inputs, folder)}
+        return {"fingerprint": self.fingerprint, "config": canonical(self.config), "inputs": recorded_inputs(self.inputs, folder)}
 
     def difference(self, manifest: Mapping[str, Any]) -> tuple[str, list[str]]:
         """Why a checkpoint is not this run's ('' when it is) and the files whose modification time alone changed."""
-        from greenadapt.artifacts.differences import input_difference
+        from greenadapt.artifacts.differences import run_difference
 
         if manifest.get("fingerprint") == self.fingerprint:
             return "", []
-        if manifest.get("timeless_fingerprint") != self.timeless or not isinstance(manifest.get("inputs"), list):
-            return "other inputs or options", []
-        return input_difference(manifest["inputs"], self.inputs)
+        if not isinstance(manifest.get("config"), dict) or not isinstance(manifest.get("inputs"), list):
+            return "other inputs or options", []  # an older greenadapt's checkpoint: its fingerprint alone
+        return run_difference(self.kind, manifest["config"], manifest["inputs"], self.config, self.inputs)
 
 
 @dataclass
