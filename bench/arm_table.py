@@ -17,12 +17,14 @@ docs/study.md's rule once every arm has 10 seeds on the four NER sets, and says 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import study_rule  # noqa: E402  (beside this file)
 
 from greenadapt.comparison.statistics import compare_pair, mean_sd  # noqa: E402
 
@@ -55,9 +57,6 @@ def difference(arm: dict[str, Any], other: dict[str, Any], metric: str) -> str:
 
 
 RECIPE_KEYS = ("task", "epochs", "batch_size", "lr", "max_length", "precision", "max_steps")
-RULE_SETS = ("NCBI-disease", "BC5CDR-disease", "BC5CDR-chem", "BC2GM")
-RULE_ARMS = ("base", "base-both", "base-rdrop", "green-min20", "green-both", "green-agree")
-RULE_SEEDS = 10
 
 
 def merge(results: dict[str, dict[str, Any]], name: str, result: dict[str, Any], path: Path) -> None:
@@ -87,52 +86,25 @@ def paired(arm: dict[str, Any], other: dict[str, Any], metric: str) -> Any:
     return compare_pair(arm["name"], other["name"], metric, {s: (mine[s], theirs[s]) for s in seeds}, None) if seeds else None
 
 
-def apply_rule(results: dict[str, dict[str, Any]]) -> list[str]:
-    """docs/study.md's rule, "Views or R-Drop?" (written 2026-11-27), applied as written: nothing is decided until
-    every arm has 10 seeds on each of the four sets."""
-    arms = {name: {v["name"]: v for v in result["variants"]} for name, result in results.items()}
-    missing = [f"{name} {arm} ({len(arms.get(name, {}).get(arm, {}).get('scores', {}))} seeds)"
-               for name in RULE_SETS for arm in RULE_ARMS
-               if len(arms.get(name, {}).get(arm, {}).get("scores", {})) < RULE_SEEDS]
-    lines = ["**The rule** (docs/study.md, \"The rule\"), applied by `bench/arm_table.py --rule`:", ""]
-    if missing:
-        return [*lines, f"Not applied: {len(missing)} of {len(RULE_SETS) * len(RULE_ARMS)} set-and-arm cells have fewer than "
-                        f"{RULE_SEEDS} seeds (first: {', '.join(missing[:3])}). A partial table decides nothing."]
-
-    def diff(name: str, arm: str, other: str) -> Any:
-        return paired(arms[name][arm], arms[name][other], results[name]["metric"])
-
-    def count(test: Any) -> int:
-        return sum(1 for name in RULE_SETS if test(name))
-
-    agree_above_both = count(lambda n: diff(n, "green-agree", "green-both").mean > 0)
-    candidate = "green-agree" if agree_above_both >= 3 else "green-both"
-    lines.append(f"1. green-agree's mean is above green-both's on {agree_above_both} of 4 sets: the candidate is {candidate}.")
-    above = count(lambda n: diff(n, candidate, "green-min20").seed_interval[0] > 0)
-    below = count(lambda n: diff(n, candidate, "green-min20").seed_interval[1] < 0)
-    over_rdrop = count(lambda n: diff(n, candidate, "base-rdrop").mean > 0)
-    becomes = above >= 3 and below == 0 and over_rdrop >= 3
-    lines.append(f"2. (a) {candidate} − green-min20: seed interval above 0 on {above} of 4 sets, below 0 on {below}; "
-                 f"(b) {candidate} above base-rdrop on {over_rdrop} of 4: "
-                 + (f"**{candidate} becomes the default**." if becomes else "**the default stays `--agreement 0`**."))
-    regularizer = count(lambda n: diff(n, "base-rdrop", "green-agree").mean >= 0)
-    lines.append(f"3. base-rdrop at or above green-agree on {regularizer} of 4 sets: "
-                 + ("**the gain is the regularizer's**; compare recommends R-Drop on the base model." if regularizer >= 3
-                    else "the gain is not shown to be the regularizer's."))
-    return lines
+def apply_rule(paths: list[Path]) -> list[str]:
+    """docs/study.md's rule as amended on 2026-11-29, on every seed the files hold."""
+    return study_rule.report(study_rule.apply(study_rule.unit_scores(paths)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("compare_json", nargs="+", type=Path)
     parser.add_argument("--pair", action="append", default=[], metavar="ARM:OTHER", help="a paired difference to print per set")
-    parser.add_argument("--rule", action="store_true", help="apply docs/study.md's rule (10 seeds, four NER sets) when complete")
+    parser.add_argument("--rule", action="store_true", help="apply docs/study.md's rule as amended on 2026-11-29 (bench/study_rule.py)")
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}
-    for path in args.compare_json:
-        result = json.loads(path.read_text())
-        name = Path(result["options"]["test"]).parent.name or path.stem
-        merge(results, name, result, path)
+    try:
+        study_rule.unit_scores(args.compare_json)  # every file readable, and the files of one set and seed pair
+        for path in args.compare_json:
+            name, result = study_rule.read_unit(path)
+            merge(results, name or path.stem, result, path)
+    except study_rule.UnitFileError as error:
+        raise SystemExit(str(error)) from None
     print("| set | arm | seeds | T_LM | T̂ | headline | Δ vs baseline (95% over seeds); seeds above |")
     print("|---|---|---:|---:|---:|---:|---|")
     for name, result in results.items():
@@ -156,7 +128,7 @@ def main() -> None:
             print(f"| {arm_name} − {other_name} | " + " | ".join(cells) + " |")
     if args.rule:
         print()
-        print("\n".join(apply_rule(results)))
+        print("\n".join(apply_rule(args.compare_json)))
 
 
 if __name__ == "__main__":

