@@ -160,6 +160,15 @@ def test_compare_fine_tunes_every_model_on_every_seed_and_pairs_them(setup: dict
         assert difference == pytest.approx(green["scores"][str(seed)]["mean"]["f1"] - base["scores"][str(seed)]["general"]["f1"])
     assert pair["bootstrap_replicates"] == 200 and pair["seed_interval95"] is not None
     assert green["finetune_cost"]["cpu_seconds"] > 0
+    # What proves a pair (issue 91): the data files' and models' SHA-256, the precision each run used, the versions
+    import hashlib
+
+    provenance = result["provenance"]
+    assert provenance["data_sha256"] == {role: hashlib.sha256(setup[role].read_bytes()).hexdigest() for role in ("train", "test")}
+    assert provenance["precision_used"] == {"base": "fp32", "green": "fp32"}  # auto on a CPU test run: resolved, not "auto"
+    digests = provenance["models_sha256"]
+    assert len(digests["base"]) == 64 and digests["base"] != digests["green"]
+    assert provenance["libraries"]["torch"] and provenance["libraries"]["greenadapt"]
     # The run folders are finetune stages: a rerun trains nothing and gives the same result.
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/seed-*/manifest.json")}
     assert len(stamps) == 4

@@ -71,6 +71,7 @@ class CompareResult:
     pairs: list[PairedResult]
     shares: dict[str, float | None]
     seconds: float
+    provenance: dict[str, Any] = field(default_factory=dict)  # comparison/provenance.py: what proves a pair
 
     @property
     def path(self) -> Path:
@@ -101,6 +102,7 @@ class CompareResult:
             "share_of_comparator_gain": self.shares,
             "recommendation": self.recommendation(),
             "seconds": round(self.seconds, 1),
+            "provenance": self.provenance,
         }
 
     def recommendation(self) -> str:
@@ -223,8 +225,12 @@ def _compare_locked(options: Comparison, finetune: Callable[..., Any], progress:
             if note.startswith("not a verdict"):
                 log.warning("%s vs %s: %s", pair.variant, pair.baseline, note)
     shares = _shares(options, pairs)
-    result = CompareResult(options, metric, variants, pairs, shares, time.monotonic() - started)
     from greenadapt.artifacts.files import write_json
+    from greenadapt.comparison.provenance import provenance
+
+    folders = {name: [r.folder(options.out) for r in runs if r.name == name] for name, _ in options.models}
+    result = CompareResult(options, metric, variants, pairs, shares, time.monotonic() - started,
+                           provenance(options, folders, dict(options.models)))
 
     write_json(options.out / RESULT_FILE, result.to_json())
     return result
