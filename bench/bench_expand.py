@@ -217,9 +217,11 @@ def write_synthetic_w2v(folder: Path, config: dict, shared: list[str], shared_ve
     with StageRun("w2v", folder, config, [], force=True) as run:
         vectors = np.empty((len(words), dim), dtype=np.float32)
         vectors[: len(shared)] = shared_vectors
+        # (no shared word, as with a byte-level vocabulary of few whole words: the spread of a unit normal, not NaN)
+        spread = float(shared_vectors.std()) if shared_vectors.size else 1.0
         for start in range(len(shared), len(words), 65536):
             stop = min(start + 65536, len(words))
-            vectors[start:stop] = rng.standard_normal((stop - start, dim)).astype(np.float32) * shared_vectors.std()
+            vectors[start:stop] = rng.standard_normal((stop - start, dim)).astype(np.float32) * spread
         write_word2vec_binary(run.tmp / "vectors.bin", words, vectors)
         write_counts(run.tmp / "counts.tsv", list(zip(words, counts)))
         run.commit(stats={"n_words": len(words)})

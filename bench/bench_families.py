@@ -198,4 +198,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from shared_data import run_bench
+
+    run_bench(main)

@@ -220,4 +220,6 @@ def plot_curve(rows: list[dict[str, Any]], dest: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from shared_data import run_bench
+
+    run_bench(main)

@@ -92,7 +92,15 @@ def digest(path: Path) -> str:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="an empty or new folder for the probe's data and runs")
+    out = parser.parse_args().out
+    if out.exists() and not out.is_dir():
+        parser.error(f"{out} is not a folder")
+    # the tests' model builders (tests/finetune_helpers.py): on the path whether or not PYTHONPATH names tests/
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     if not (out / "data").exists():
         make_data(out / "data")
     run_all(out)

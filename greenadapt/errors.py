@@ -56,7 +56,9 @@ class GreenAdaptError(Exception):
         text = f"{where}{self.message}"
         if self.hint:
             text += f" ({self.hint})"
-        return " ".join(text.split())  # one line, whatever the parts held
+        from greenadapt.structured_text import escape_controls
+
+        return escape_controls(" ".join(text.split()))  # one line, whatever the parts held; no terminal controls
 
     def __str__(self) -> str:
         return self.one_line()

@@ -29,6 +29,22 @@ def run_difference(kind: str, recorded_config: Mapping[str, Any], recorded_input
     return input_difference(recorded_inputs, inputs)
 
 
+def _moved_file(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """An input now read from another path (the same argument now a link, or a file moved): "=" and the words for the
+    log when its bytes are the ones recorded, else why it is not the same input, naming both paths."""
+    then, now = old["path"], new["path"]
+    digest = old.get("sha256")
+    if not digest:
+        return f"{then} is now read from {now}; its content was not recorded, so it cannot be compared"
+    if old.get("size") != new.get("size"):
+        return f"{then} is now read from {now}, of {new.get('size')} bytes, not {old.get('size')}"
+    try:
+        same = sha256_file(Path(now)) == digest
+    except OSError as exc:
+        return f"{now} cannot be read: {exc.strerror or exc}"
+    return f"={then} (now read from {now}, the same bytes)" if same else f"{then} is now read from {now}, and its content differs"
+
+
 def input_difference(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
     """What changed between the inputs an output was made from and this run's ('' if only the modification time of
     some files, their content the same), and those files."""
@@ -40,6 +56,12 @@ def input_difference(recorded: Sequence[Mapping[str, Any]], current: Sequence[Ma
         new = {k: v for k, v in now_recorded.items() if k not in RECORD_ONLY}
         if old_identity == new:
             continue
+        if names_local_file(new) and names_local_file(old_identity) and old_identity.get("path") != new["path"]:
+            moved = _moved_file(old, new)  # a link (or a move) to a file: the same input if its bytes are
+            if moved.startswith("="):
+                retimed.append(moved[1:])
+                continue
+            return moved, []
         if not (names_local_file(new) and old_identity.get("path") == new["path"]):
             return "inputs changed", []
         name = new["path"]

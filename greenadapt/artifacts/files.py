@@ -85,9 +85,45 @@ class HashedWriter:
             _DIGESTS[file_key(self.path)] = self._digest.hexdigest()
 
 
+class NotARegularFile(OSError):
+    """greenadapt's own file is a FIFO, device, socket or folder: opening it to read could wait forever."""
+
+    def __init__(self, path: str | os.PathLike[str], mode: int) -> None:
+        kind = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}.get(stat.S_IFMT(mode), "not a regular file")
+        super().__init__(errno.EINVAL, f"{kind}, not a file greenadapt wrote (not read: it could block)", str(path))
+        self.kind = kind
+
+
+def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``path`` opened to read only if it is a regular file (a link to one counts): opened without blocking, checked on
+    the open descriptor, then read as usual, so a FIFO or device put where greenadapt reads back its own file raises
+    :class:`NotARegularFile` at once instead of waiting forever."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(path, mode)
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def read_own_text(path: str | os.PathLike[str], limit: int = 256 << 20) -> str:
+    """A text file greenadapt wrote (a manifest, checkpoint record, cache record, compare.json): regular files only,
+    UTF-8, at most ``limit`` bytes (a larger one is damaged: ValueError)."""
+    with open_regular(path) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path}: over {limit} bytes, larger than any file greenadapt writes there")
+    return data.decode("utf-8")
+
+
 def _sha256_contents(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while chunk := handle.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()

@@ -82,12 +82,9 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
 
 def _comparison(path: Path) -> dict[str, Any]:
     """A compare folder: its variants' headline scores and its verdicts, from compare.json."""
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise StageError(f"unreadable {kinds.COMPARE_RESULT}: {error}", path=path, hint="rerun the compare command that wrote it") from None
-    if not isinstance(result, dict) or result.get("kind") != "compare":
-        raise StageError(f"this {kinds.COMPARE_RESULT} was not written by greenadapt compare", path=path)
+    from greenadapt.comparison.result_file import read_compare_result
+
+    result = read_compare_result(path)
     variants = []
     for variant in result.get("variants") or []:
         headline = (variant.get("summary") or {}).get(variant.get("headline_pool")) or {}
@@ -181,7 +178,13 @@ def per_type_cells(kinds: dict[str, Any]) -> str:
 
 
 def render(info: dict[str, Any]) -> str:
-    """The description as aligned text lines for a person."""
+    """The description as aligned text lines for a person, with no terminal control character from the files."""
+    from greenadapt.structured_text import escape_controls
+
+    return "\n".join(escape_controls(line) for line in _lines(info))
+
+
+def _lines(info: dict[str, Any]) -> list[str]:
     lines = [f"{info['path']}"]
     kind = info.get("kind")
     lines.append(f"  kind        {kind or '-'}   (manifest: {info['manifest']})")
@@ -200,7 +203,7 @@ def render(info: dict[str, Any]) -> str:
             lines.append(f"  recommends  {info['recommendation']}")
         lines += [f"  {line}" for line in info.get("where_it_lives") or []]
         lines += [f"  note        {note}" for note in info.get("notes") or []]
-        return "\n".join(lines)
+        return lines
     if kind:
         lines.append(f"  written     {info.get('created')} by greenadapt {info.get('greenadapt_version')}")
         for key, value in (info.get("figures") or {}).items():
@@ -235,7 +238,7 @@ def render(info: dict[str, Any]) -> str:
         block = model.get("greenadapt")
         if block:
             lines.append(_adapted_line(block))
-    return "\n".join(lines)
+    return lines
 
 
 def _adapted_line(block: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from typing import Any
 
 import typer
@@ -107,6 +108,13 @@ def refuse_repeated_options(root: Any, argv: list[str]) -> None:
     for flags in seen.values():
         if len(flags) > 1:
             raise UsageError(f"{flags[0]} was given {len(flags)} times", hint=f"give {flags[0]} once: only one value is used")
+    given = {flag for flags in seen.values() for flag in flags}
+    for param in sub.params:  # an old spelling and its new one together: even an explicit default is a second value
+        renamed = re.match(r"Deprecated: the old spelling of (--[\w-]+)", getattr(param, "help", None) or "")
+        old = [flag for flag in getattr(param, "opts", ()) if flag in given]
+        if renamed and old and renamed.group(1) in given:
+            raise UsageError(f"{old[0]} and {renamed.group(1)} were both given: {old[0]} is the old spelling of {renamed.group(1)}",
+                             hint=f"give {renamed.group(1)} alone")
 
 
 def _register(argv: list[str] | None = None) -> None:

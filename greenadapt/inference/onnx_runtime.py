@@ -204,7 +204,7 @@ def find_export(folder: Path, key: str, *, root: Path | None = None) -> Path | N
     target = root / "onnx" / key
     if not target.exists() and not target.is_symlink():
         return None
-    problem = _export_problem(target, key)
+    problem = _export_problem(target, key, folder)
     if problem is None:
         log.info("ONNX model from the cache: %s", target)
         return target / MODEL_FILE
@@ -217,13 +217,19 @@ def find_export(folder: Path, key: str, *, root: Path | None = None) -> Path | N
     return None
 
 
-def _export_problem(target: Path, key: str) -> str | None:
+def _export_problem(target: Path, key: str, folder: Path) -> str | None:
     """Why the export at ``target`` cannot be used as ``key``'s, or None: its record (export.json) names this key and
-    format, and each file's SHA-256 is the one recorded when it was written."""
+    format and the weights of ``folder`` it was made from, each file's SHA-256 is the one recorded when it was
+    written, and the graph itself fits ``folder``'s model (:func:`graph_problem`): a record can be rewritten to vouch
+    for another model's graph, the graph's own shapes cannot."""
     if target.is_symlink() or not target.is_dir():
         return "not a folder greenadapt wrote"
+    from greenadapt.artifacts.files import NotARegularFile, read_own_text
+
     try:
-        record = json.loads((target / EXPORT_RECORD).read_text(encoding="utf-8"))
+        record = json.loads(read_own_text(target / EXPORT_RECORD, limit=1 << 20))
+    except NotARegularFile as exc:
+        return f"{EXPORT_RECORD} is {exc.kind}"
     except (OSError, ValueError, RecursionError):
         return f"{EXPORT_RECORD} missing or unreadable"
     if not isinstance(record, dict) or record.get("format") != EXPORT_FORMAT or record.get("key") != key:
@@ -240,6 +246,34 @@ def _export_problem(target: Path, key: str) -> str | None:
             return f"{name} is not a plain file"
         if sha256_file(path) != digest:
             return f"{name}'s SHA-256 differs"
+    if record.get("weights") not in (None, weights_digest(folder)):
+        return f"{EXPORT_RECORD} names other weights than {folder}'s"
+    return graph_problem(target / MODEL_FILE, folder)
+
+
+def graph_problem(graph_file: Path, folder: Path) -> str | None:
+    """Why an ONNX graph is not an export of ``folder``'s model, or None: it must hold an embedding table of the
+    model's vocabulary size (config.json's ``vocab_size``) and, for a model with labels, give one score per label."""
+    import onnx
+
+    from greenadapt.artifacts.files import read_own_text
+
+    try:
+        config = json.loads(read_own_text(folder / "config.json", limit=16 << 20))
+        graph = onnx.load(str(graph_file), load_external_data=False).graph
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"its graph or the model's config.json cannot be read ({' '.join(str(exc).split())[:120]})"
+    except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and its kin: a damaged graph, whatever its class)
+        return f"its graph cannot be parsed ({type(exc).__name__})"
+    vocabulary = config.get("vocab_size") if isinstance(config, dict) else None
+    tables = {int(init.dims[0]) for init in graph.initializer if len(init.dims) == 2}
+    if isinstance(vocabulary, int) and vocabulary not in tables:
+        return f"its graph has no embedding table of {vocabulary} rows (the model's vocabulary): another model's graph"
+    labels = config.get("id2label") if isinstance(config, dict) else None
+    dims = graph.output[0].type.tensor_type.shape.dim if graph.output else []
+    scores = dims[-1].dim_value if dims else 0
+    if isinstance(labels, dict) and len(labels) > 1 and scores and scores != len(labels):
+        return f"its graph scores {scores} labels, the model has {len(labels)}: another model's graph"
     return None
 
 
@@ -276,7 +310,7 @@ def cached_export(folder: Path, key: str, model: Any, *, quantize: str, root: Pa
     sweep_stale_temporaries(target.parent)  # before the lock: a temporary whose lock can be taken is a dead export's
     lock = take_output_lock(target, "ONNX export", wait=True)
     try:
-        if target.is_dir() and _export_problem(target, key) is None:  # another process made it while this one waited
+        if target.is_dir() and _export_problem(target, key, folder) is None:  # another process made it while this one waited
             return target / MODEL_FILE
         tmp = beside(target, "tmp")
         tmp.mkdir()
@@ -288,7 +322,7 @@ def cached_export(folder: Path, key: str, model: Any, *, quantize: str, root: Pa
             (tmp / TEMPORARY_MARKER).unlink()
             files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
             (tmp / EXPORT_RECORD).write_text(json.dumps({"format": EXPORT_FORMAT, "key": key, "quantize": quantize, "source": str(folder),
-                                                         "files": files}) + "\n")
+                                                         "weights": weights_digest(folder), "files": files}) + "\n")
             swap_into_place(tmp, target)  # a damaged export there (find_export said so) is replaced whole
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -114,6 +114,7 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
 
 def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
     """The ``compare.json`` of every compare folder given (``greenadapt compare --out``), with where it is."""
+    from greenadapt.comparison.result_file import read_compare_result
     from greenadapt.comparison.run import RESULT_FILE
 
     found = []
@@ -121,7 +122,7 @@ def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
         for path in sorted(Path(run).rglob(RESULT_FILE)):  # at the run folder, or below it (the study's finetune/<set>/)
             document = read_json_file(path, "compare result")
             if isinstance(document, dict) and document.get("kind") == "compare":
-                found.append({**document, "path": str(path.parent)})
+                found.append({**read_compare_result(path), "path": str(path.parent)})
     return found
 
 

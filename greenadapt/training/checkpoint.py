@@ -175,12 +175,16 @@ class Checkpointing:
 
 def latest_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest complete checkpoint in ``folder`` and its manifest; damaged ones are skipped with a warning."""
+    from greenadapt.artifacts.files import NotARegularFile, read_own_text
     from greenadapt.artifacts.manifest import verify_files
 
     for candidate in sorted(folder.glob("ckpt-*"), key=_checkpoint_order, reverse=True):
         try:
-            manifest = json.loads((candidate / CHECKPOINT_MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            manifest = json.loads(read_own_text(candidate / CHECKPOINT_MANIFEST))
+        except NotARegularFile as exc:
+            log.warning("ignoring checkpoint %s: its %s is %s", candidate, CHECKPOINT_MANIFEST, exc.kind)
+            continue
+        except (OSError, ValueError, RecursionError):
             continue  # no manifest: a save that was interrupted before its last write
         problem = verify_files(candidate, manifest) if isinstance(manifest, dict) else "unreadable manifest"
         if problem is None and manifest.get("format") == CHECKPOINT_FORMAT:
@@ -400,5 +404,6 @@ def matching_checkpoint(checkpoint: Checkpointing) -> Path | None:
             f"this checkpoint was made with other inputs or options ({changed})", path=path, hint=f"delete {path.parent} to start over"
         )
     if retimed:
-        log.info("resuming %s: %s changed only in modification time (the same SHA-256 as when it was saved)", path, ", ".join(retimed))
+        log.info("resuming %s: its inputs have the SHA-256 they had when it was saved (%s: a new modification time or path)",
+                 path, ", ".join(retimed))
     return path

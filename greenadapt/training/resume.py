@@ -32,6 +32,11 @@ class Resumable(Protocol):
 WEIGHTS_FILE, BEST_FILE, TENSORS_FILE, STATE_FILE, LOG_FILE = "model.safetensors", "best.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
 
 
+# What a checkpoint's position may hold: a step, epoch or batch count, and the seconds trained (ten years).
+MAX_COUNT = 1 << 40
+MAX_SECONDS = 3.2e8
+
+
 @dataclass
 class Position:
     """Where training stands: what a resumed run continues from."""
@@ -49,7 +54,13 @@ class Position:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Position:
         rest = {k: v for k, v in data.items() if k not in ("step", "epoch", "batch", "seconds")}
-        return cls(int(data["step"]), int(data["epoch"]), int(data["batch"]), float(data["seconds"]), rest)
+        counts = [data["step"], data["epoch"], data["batch"]]
+        if not all(type(n) is int and 0 <= n < MAX_COUNT for n in counts):
+            raise ValueError(f"position's step, epoch and batch are not three counts in [0, 2**40) (step {str(counts[0])[:20]})")
+        seconds = data["seconds"]
+        if type(seconds) not in (int, float) or not 0 <= seconds < MAX_SECONDS:
+            raise ValueError(f"position.seconds {str(seconds)[:40]} is not a duration in [0, {MAX_SECONDS:g}) s")
+        return cls(counts[0], counts[1], counts[2], float(seconds), rest)
 
 
 @dataclass
@@ -65,8 +76,11 @@ class Restored:
 def load_checkpoint(checkpoint: Checkpointing, trainer: Trainer, task: Resumable, log_path: Path | None) -> Restored | None:
     """Put the newest checkpoint's state into ``trainer``, ``task`` and the random generators; None when there is none."""
     import pickle
+    import warnings
 
     import torch
+
+    from greenadapt.artifacts.files import read_own_text
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -76,11 +90,15 @@ def load_checkpoint(checkpoint: Checkpointing, trainer: Trainer, task: Resumable
     hint = f"delete {path.parent} to start over"
     seed = trainer.config.seed
     try:
-        state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+        state = json.loads(read_own_text(path / STATE_FILE))
+        if not isinstance(state, dict):
+            raise TypeError(f"{STATE_FILE} is not a JSON object")
         if state.get("seed", seed) != seed:
             raise StageError(f"this checkpoint is of seed {state.get('seed')}, not {seed}", path=path, hint=hint)
         # weights_only: a checkpoint folder is an input like any other and must not run code.
-        tensors = torch.load(path / TENSORS_FILE, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on a file's pickle protocol: the refusal below says what matters
+            warnings.simplefilter("ignore", UserWarning)
+            tensors = torch.load(path / TENSORS_FILE, map_location="cpu", weights_only=True)
         task.load_weights(load_file(str(path / WEIGHTS_FILE), device=str(trainer.ctx.device)))
         best = load_file(str(path / BEST_FILE)) if (path / BEST_FILE).is_file() else None
         position = Position.from_json(state["position"])
@@ -88,7 +106,11 @@ def load_checkpoint(checkpoint: Checkpointing, trainer: Trainer, task: Resumable
         task.load_extra_state(state)
         restore_rng_states(tensors, state, trainer.ctx, path, seed=seed, step=position.step)
         result = state.get("result") or {"best_epoch": None, "best_score": None, "dev_history": []}
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
+    except pickle.UnpicklingError:
+        # weights_only refused an object that is not a tensor: nothing of it ran, and no advice to load it otherwise
+        raise StageError(f"unreadable checkpoint: {TENSORS_FILE} holds objects other than tensors (refused, not run)",
+                         path=path, hint=hint) from None
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, OverflowError, RecursionError, SafetensorError) as exc:
         # UnpicklingError: weights_only refused an object; RuntimeError: tensors that do not fit this model.
         raise StageError(f"unreadable checkpoint: {' '.join(str(exc).split())[:300]}", path=path, hint=hint) from None
     if log_path is not None and (path / LOG_FILE).is_file():
