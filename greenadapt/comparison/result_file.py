@@ -105,7 +105,9 @@ VARIANT = record({"name": text, "model": optional(text), "headline_pool": option
                   "finetune_cost": COST, "adaptation_cost": COST}, required=("name", "scores"))
 STOPPED = record({"why": text, "not_started": optional(count), "finished_runs": optional(listing(text)), "fix": optional(text)},
                  required=("why",))
-RESULT = record({"kind": text, "metric": optional(text),
+PLANNED_RUN = record({"name": text, "seed": count, "folder": text}, required=("name", "seed", "folder"))
+IN_PROGRESS = record({"runs": listing(PLANNED_RUN), "started": optional(text), "how_to_finish": optional(text)}, required=("runs",))
+RESULT = record({"kind": text, "metric": optional(text), "in_progress": optional(IN_PROGRESS),
                  "options": optional(record({"task": optional(text), "comparator": optional(text)})),
                  "variants": listing(VARIANT), "pairs": listing(PAIR), "recommendation": optional(text),
                  "stopped": optional(STOPPED), "seconds": optional(number),
@@ -131,3 +133,23 @@ def read_compare_result(path: Path) -> dict[str, Any]:
         raise StageError(f"damaged {path.name}: {error}", path=path, hint=hint) from None
     checked["options"] = checked.get("options") or {}
     return checked
+
+
+def progress_line(document: dict[str, Any], folder: Path) -> str | None:
+    """For a compare still running or cut short (its compare.json holds the plan, not a result): how many of its
+    fine-tunings have finished, counted from their folders now, and how to finish it."""
+    planned = (document.get("in_progress") or {}).get("runs")
+    if planned is None:
+        return None
+    finished = sum(1 for run in planned if _finished_run(folder, run["folder"]))
+    how = document["in_progress"].get("how_to_finish") or "rerun the same command to continue"
+    return f"not finished: {finished} of {len(planned)} fine-tunings done; {how}"
+
+
+def _finished_run(folder: Path, relative: str) -> bool:
+    """A planned run's folder holds a finished finetune stage (its manifest); a path that leaves the compare folder
+    (an edited plan) counts as not finished."""
+    if relative.startswith("/") or ".." in Path(relative).parts:
+        return False
+    manifest = folder / relative / "manifest.json"
+    return manifest.is_file() and not manifest.is_symlink()

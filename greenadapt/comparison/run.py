@@ -163,19 +163,35 @@ def compare_runs(options: Comparison, finetune: Callable[..., Any], progress: Pr
             raise
 
 
+IN_PROGRESS_HINT = "rerun the same command to continue: finished fine-tunings are kept, a cut one resumes from its checkpoint"
+
+
+def _write_in_progress(options: Comparison, runs: Sequence[Run]) -> None:
+    """compare.json from the start: the plan of fine-tunings, so a compare killed by Ctrl-C or ``kill -9`` is still a
+    compare folder that ``info`` and ``report`` read ("1 of 4 finished; rerun ..."); the result replaces it at the end."""
+    from greenadapt.artifacts.files import write_json
+
+    options_doc = {**options.settings.to_json(), "out": str(options.out), "force": options.run.force}
+    options.out.mkdir(exist_ok=True)
+    planned = [{"name": r.name, "seed": r.seed, "folder": r.folder(options.out).relative_to(options.out).as_posix()} for r in runs]
+    write_json(options.out / RESULT_FILE, {
+        "format": RESULT_FORMAT, "kind": "compare", "options": options_doc, "metric": None, "variants": [], "pairs": [],
+        "in_progress": {"runs": planned, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how_to_finish": IN_PROGRESS_HINT},
+    })
+
+
 def _write_stopped(options: Comparison, stop: CompareStopped) -> None:
     """A stopped comparison's compare.json: why it stopped and which runs had finished, for ``info`` and ``report``
     (a finished compare replaces it)."""
     from greenadapt.artifacts.files import write_json
-    from greenadapt.training.health import COLLAPSE_FIX
 
     finished = [f"{r.name} seed {r.seed}" for r in plan_runs(options) if _finished(r.folder(options.out))]
     options_doc = {**options.settings.to_json(), "out": str(options.out), "force": options.run.force}
     write_json(options.out / RESULT_FILE, {
         "format": RESULT_FORMAT, "kind": "compare", "options": options_doc, "metric": None, "variants": [], "pairs": [],
         "stopped": {"why": f"{stop.what}, a run that learned nothing", "not_started": stop.not_started, "finished_runs": finished,
-                    "fix": f"{COLLAPSE_FIX}, then rerun with --force; or --keep-going to train them anyway"},
-        "recommendation": f"no recommendation: compare stopped ({stop.what}); {COLLAPSE_FIX}",
+                    "fix": f"{stop.fix}, then rerun with --force; or --keep-going to train them anyway"},
+        "recommendation": f"no recommendation: compare stopped ({stop.what}); {stop.fix}",
     })
 
 
@@ -187,6 +203,7 @@ def _compare_locked(options: Comparison, finetune: Callable[..., Any], progress:
     if options.adapt_methods:
         options = _with_adapted_variants(options, adapt, progress)
     runs = plan_runs(options)
+    _write_in_progress(options, runs)
     done = [r for r in runs if _finished(r.folder(options.out))]
     # Finished runs go through finetune too: it skips a stage made with this recipe and refuses one made with
     # another (a changed --epochs must not be paired with runs of the old one). That check is quick: in process.

@@ -114,7 +114,7 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
 
 def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
     """The ``compare.json`` of every compare folder given (``greenadapt compare --out``), with where it is."""
-    from greenadapt.comparison.result_file import read_compare_result
+    from greenadapt.comparison.result_file import progress_line, read_compare_result
     from greenadapt.comparison.run import RESULT_FILE
 
     found = []
@@ -122,7 +122,8 @@ def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
         for path in sorted(Path(run).rglob(RESULT_FILE)):  # at the run folder, or below it (the study's finetune/<set>/)
             document = read_json_file(path, "compare result")
             if isinstance(document, dict) and document.get("kind") == "compare":
-                found.append({**read_compare_result(path), "path": str(path.parent)})
+                result = read_compare_result(path)
+                found.append({**result, "path": str(path.parent), "progress": progress_line(result, path.parent)})
     return found
 
 

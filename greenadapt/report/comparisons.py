@@ -37,7 +37,9 @@ def compare_variants_table(comparison: Mapping[str, Any]) -> tuple[list[str], li
 
         def cell(pool: str, summary: Mapping[str, Any] = summary) -> str:
             found = summary.get(pool)
-            return f"{100 * found['mean']:.2f} ± {100 * found['sd']:.2f}" if found else "-"
+            if not found:
+                return "-"
+            return f"{100 * found['mean']:.2f}" + (f" ± {100 * (found.get('sd') or 0):.2f}" if (found.get("n") or 1) > 1 else "")
 
         tune, adapt = v.get("finetune_cost") or {}, v.get("adaptation_cost") or {}
         rows.append([v["name"], v["headline_pool"], str(len(v["scores"])), cell("mean"), cell("general"), cell("domain"),
@@ -54,6 +56,9 @@ def stopped_lines(comparison: Mapping[str, Any]) -> list[str]:
 
 
 def comparison_html(comparison: Mapping[str, Any], forest: bytes | None) -> list[str]:
+    if comparison.get("progress"):
+        return [f"<h2>Did it help? <code>{html.escape(str(comparison['path']))}</code></h2>",
+                f"<p><strong>{html.escape(comparison['progress'])}</strong></p>"]
     if comparison.get("stopped"):
         return [f"<h2>Did it help? <code>{html.escape(str(comparison['path']))}</code></h2>",
                 *(f"<p>{html.escape(line)}</p>" for line in stopped_lines(comparison))]
@@ -87,6 +92,8 @@ def comparison_markdown(comparison: Mapping[str, Any]) -> list[str]:
     """The Markdown of one compare folder: verdicts with their notes, the pairs' and variants' tables, where it lives."""
     parts: list[str] = []
     parts += [f"## Did it help? `{comparison['path']}`", ""]
+    if comparison.get("progress"):
+        return [*parts, f"**{comparison['progress'].capitalize()}**", ""]
     if comparison.get("stopped"):
         return [*parts, *(f"{line}\n" for line in stopped_lines(comparison))]
     parts += [line for p in comparison["pairs"] for line in [f"- {p['verdict']}", *(f"  - {note}" for note in p.get("notes") or [])]]

@@ -176,17 +176,24 @@ def neighbour_table(alignment: Mapping[str, Any]) -> tuple[list[str], list[list[
 
 def results_table(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["configuration", "task", "mix", "split", "pooling", "metric", "mean ± sd (%)", "seeds"]
+    # a row made by a run that barely trained carries the mark in the row itself, not only in the warnings below
+    barely = {w["stage"] for w in data.get("warnings") or [] if str(w.get("warning", "")).startswith("barely trained")}
     rows = [
-        [r["group"], str(r["task"]), _num(r["mix"]), r["split"], r["pool"], r["metric"], _mean_std(r), ",".join(r["seeds"])]
+        [r["group"] + (f" {BARELY_MARK}" if barely & set(r.get("runs") or []) else ""), str(r["task"]), _num(r["mix"]), r["split"],
+         r["pool"], r["metric"], _mean_std(r), ",".join(r["seeds"])]
         for r in data["results"]
     ]
     return head, rows
 
 
+BARELY_MARK = "(barely trained: see the warnings)"
+
+
 def entity_type_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["run", "split", "entity type", "F1 mean ± sd (%)", "seeds", "gold entities"]
     rows = [
-        [r["run"], r["split"], r["type"], f"{100 * r['f1']['mean']:.2f} ± {100 * r['f1']['std']:.2f}", str(r["f1"].get("n", 1)), str(r["gold"])]
+        [r["run"], r["split"], r["type"], f"{100 * r['f1']['mean']:.2f}" + (f" ± {100 * r['f1']['std']:.2f}" if r["f1"].get("n", 1) > 1 else ""),
+         str(r["f1"].get("n", 1)), str(r["gold"])]
         for r in data.get("entity_types") or []
     ]
     return head, rows

@@ -183,6 +183,15 @@ NER_OUTSIDE = "O"
 COLLAPSE_FIX = "train longer (--epochs), try another --lr, or check the training file's labels"
 
 
+def collapse_fix(max_steps: int | None = None) -> str:
+    """What to change after a run that learned nothing, naming the limit that was set: ``--max-steps`` when it cut the
+    recipe short (raising ``--epochs`` would change nothing then), else the epochs."""
+    if max_steps:
+        return (f"train longer (--max-steps {max_steps} stopped it: raise it or leave it out), try another --lr, "
+                "or check the training file's labels")
+    return COLLAPSE_FIX
+
+
 @dataclass(frozen=True)
 class Floor:
     """A run has learned nothing useful when its score is at or near what a model that learned nothing scores."""
