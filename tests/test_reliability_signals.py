@@ -492,11 +492,18 @@ def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("argv,advice", [
-    (["finetune", "--task", "ner", "--save-every", "50", "--out", "r"], "rerun with --resume to continue from its last checkpoint"),
+    (["finetune", "--task", "ner", "--save-every", "50", "--out", "r"], "rerun with --resume to continue from its last checkpoint (one "
+                                                                        "every --save-minutes, 10 by default, and every --save-every steps)"),
     (["pretrain", "-c", "x", "--save-every=100"], "rerun with --resume to continue from its last checkpoint"),
     (["finetune", "--task", "ner", "--save-every", "50", "--resume"], "rerun to continue"),
-    (["finetune", "--task", "ner"], "rerun to continue"),
-    (["w2v", "-c", "x"], "rerun to continue"),
+    (["finetune", "--task", "ner"], "rerun with --resume to continue from its last checkpoint (one every --save-minutes, 10 by "
+                                    "default, and every --save-every steps)"),
+    (["pretrain", "-c", "x"], "rerun to continue"),
+    # issue 95, item 5: what a rerun of word2vec keeps, exactly
+    (["w2v", "-c", "x"], "rerun to continue: finished stages and the corpus's pre-tokenization (cached) are kept; a cut word2vec "
+                         "training starts again from its first epoch"),
+    (["compare", "--task", "ner"], "rerun the same command to continue: finished fine-tunings are kept, a cut one resumes from its "
+                                   "checkpoint"),
 ])
 def test_the_stop_line_says_how_to_continue(argv: list[str], advice: str) -> None:
     """A training run with checkpoints is refused on a plain rerun until --resume: its stop line says so."""

@@ -78,3 +78,74 @@ def test_the_api_imports_from_the_clones_parent_folder(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     where, callable_ = done.stdout.split()
     assert Path(where).name == "__init__.py" and callable_ == "True"
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashAt:
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        pass
+
+    def update(self, completed: float, **info: float | str) -> None:
+        if completed == self.step and info:
+            raise _Crash  # as kill -9: no handler runs, only what is on disk survives
+
+    def finish(self) -> None:
+        pass
+
+
+def test_a_kill_after_the_save_interval_resumes_from_the_checkpoint_taken_by_time(data: dict[str, Path], tmp_path: Path,
+                                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """No --save-every: the checkpoint comes from --save-minutes alone (here a tiny interval, so every step is due)."""
+    import greenadapt
+    from greenadapt.training.checkpoint import latest_checkpoint
+    from greenadapt.training.job import checkpoint_folder
+
+    options = {"task": "ner", "train": data["train"], "model": str(data["plain"]), "out": tmp_path / "run", "max_steps": 6,
+               "batch_size": 4, "seed": 1, "device": "cpu", "entity_type": "Disease", "save_minutes": 1e-6}
+    with pytest.raises(_Crash):
+        greenadapt.finetune(**options, progress=_CrashAt(4))
+    found = latest_checkpoint(checkpoint_folder(tmp_path / "run") / "seed-1")
+    assert found is not None and 1 <= found[1]["step"] < 4
+    with caplog.at_level("INFO", logger="greenadapt"):
+        done = greenadapt.finetune(**options, resume=True, progress=False)
+    assert any(f"step {found[1]['step']}" in r.getMessage() and "resuming from" in r.getMessage() for r in caplog.records)
+    assert done.manifest["stats"]["training"]["1"]["steps"] == 6  # type: ignore[attr-defined]
+    with pytest.raises(_Crash):  # the interval off: by steps alone, and no step was due
+        greenadapt.finetune(**{**options, "out": tmp_path / "off", "save_minutes": 0}, progress=_CrashAt(4))
+    assert latest_checkpoint(checkpoint_folder(tmp_path / "off") / "seed-1") is None
+
+
+def test_predict_speaks_while_a_slow_window_runs(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A cron log hears from predict at its heartbeat interval even while one window of documents takes long (issue
+    95, item 4): here the window is made slow by hand and the interval short."""
+    import time
+
+    import greenadapt
+    from greenadapt.inference import predict_text
+
+    run = tmp_path / "run"
+    greenadapt.finetune("ner", data["train"], model=str(data["plain"]), out=run, max_steps=2, seed=1, device="cpu", progress=False,
+                        entity_type="Disease")
+    (tmp_path / "in.txt").write_text("the patients with tachycardia\nfever and covid\n" * 5)
+    real = predict_text._predict_batch
+
+    def slow(model: object, texts: list[str]) -> list[dict[str, object]]:
+        time.sleep(1.5)
+        return real(model, texts)
+
+    monkeypatch.setattr(predict_text, "_predict_batch", slow)
+    monkeypatch.setattr(predict_text, "HEARTBEAT_CHECK_SECONDS", 0.05)
+    monkeypatch.setattr("greenadapt.progress.FIRST_LINE_SECONDS", 0.2)
+    monkeypatch.setenv("GREENADAPT_HEARTBEAT", "0.3")
+    code, out, err = _cli(["predict", str(tmp_path / "in.txt"), "-m", str(run), "-o", str(tmp_path / "out.jsonl")], monkeypatch, capsys)
+    assert code == 0, err
+    beats = [line for line in err.splitlines() if "predicting a window of 10 documents" in line]
+    assert len(beats) >= 2, err  # within the one window: ~1.5 s at 0.3 s
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 10

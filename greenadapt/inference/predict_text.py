@@ -28,12 +28,14 @@ and ``chars_per_window`` characters), so memory does not grow with the input.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -193,21 +195,60 @@ def predict_text(
 
     documents = flushed_on_stalls(source.documents, STALL_SECONDS, DOCS_PER_WINDOW) if source.live else source.documents
 
+    beating = _Heartbeat(progress, lambda: (counts["documents"], _read_so_far(counts["characters"], size, position)))
+
     def lines() -> Iterator[str]:
         for window in windows(documents, docs_per_window, chars_per_window):
-            for record, prediction in zip(window, _predict_batch(model, [r.text for r in window]), strict=True):
+            with beating.during(f"a window of {len(window):,} documents"):
+                predicted = _predict_batch(model, [r.text for r in window])
+            for record, prediction in zip(window, predicted, strict=True):
                 counts["documents"] += 1
                 counts["characters"] += len(record.text) + 1
                 if model.finds_entities:
                     counts["entities"] += len(prediction["entities"])
                 yield json.dumps({**record.fields, **prediction}, ensure_ascii=False) + "\n"
-            progress.update(counts["documents"], read=_read_so_far(counts["characters"], size, position))
+            beating.update(counts["documents"], read=_read_so_far(counts["characters"], size, position))
 
     with said_once():
         write_lines(lines(), output)
     progress.finish()
     entities = counts["entities"] if model.finds_entities else None
     return PredictSummary(str(output), counts["documents"], source.format, model.mode, None, entities)
+
+
+HEARTBEAT_CHECK_SECONDS = 5.0  # how often a window in progress tells the progress (which prints at its own interval)
+
+
+class _Heartbeat:
+    """Progress that speaks while a window is predicted: a window of 2,048 documents can take minutes on a busy CPU,
+    and a cron log silent for minutes reads as a hang. A thread tells the progress every few seconds that the window
+    is still running (the progress prints at its own interval, 30 s in a log); predictions are untouched (the same
+    windows and batches: the same output on any machine, fast or slow)."""
+
+    def __init__(self, progress: Progress, where: Callable[[], tuple[int, str]]) -> None:
+        self.progress, self.where = progress, where
+        self.lock = threading.Lock()
+
+    def update(self, completed: float, **info: float | str) -> None:
+        with self.lock:
+            self.progress.update(completed, **info)
+
+    @contextlib.contextmanager
+    def during(self, what: str) -> Iterator[None]:
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(HEARTBEAT_CHECK_SECONDS):
+                completed, read = self.where()
+                self.update(completed, read=read, now=f"predicting {what}")
+
+        thread = threading.Thread(target=beat, name="greenadapt-predict-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
 
 def _read_so_far(characters: int, size: int | None, position: Callable[[], int | None] | None) -> str:

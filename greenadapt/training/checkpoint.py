@@ -168,6 +168,9 @@ class Checkpointing:
     folder: Path
     run: RunIdentity
     save_every: int | None = None
+    # and by time: a kill on a slow CPU then costs at most these seconds, not the run (one process only: the ranks of a
+    # distributed run would each read their own clock and could disagree on when to save)
+    save_seconds: float | None = None
     resume: bool = False
     save_final: bool = False  # after the last step too: several seeds, so a finished seed survives an interruption
     writer: bool = True  # under torchrun only rank 0 writes; every rank reads

@@ -60,9 +60,11 @@ class TrainingStage:
         """The folder rank 0 writes the output into; None on the other ranks."""
         return self.stage.tmp if self.stage is not None else None
 
-    def checkpointing(self, *, save_every: int | None, resume: bool, save_final: bool = False) -> Checkpointing:
+    def checkpointing(self, *, save_every: int | None, resume: bool, save_final: bool = False,
+                      save_minutes: float | None = None) -> Checkpointing:
         return Checkpointing(
-            self.checkpoints, self.run, save_every=save_every, resume=resume, save_final=save_final, writer=self.ctx.is_main
+            self.checkpoints, self.run, save_every=save_every, resume=resume, save_final=save_final, writer=self.ctx.is_main,
+            save_seconds=save_minutes * 60 if save_minutes and self.ctx.world == 1 else None,
         )
 
     def commit(self, stats: dict[str, Any], cost: dict[str, Any] | None = None) -> StageOutcome:

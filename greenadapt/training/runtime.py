@@ -285,6 +285,7 @@ class _Loop:
         self.writes = checkpoint is not None and checkpoint.writer
         self.handle = open(log_path, "a" if self.restored else "w", encoding="utf-8") if log_path is not None else None  # noqa: SIM115
         self.started = time.perf_counter() - self.at.seconds
+        self.last_save = time.perf_counter()
         self.rate = StepRate(self.at.step)
 
     def step(self, batch: Any, index: int) -> bool:
@@ -310,7 +311,8 @@ class _Loop:
         if self.evaluate is not None and eval_every and at.step % eval_every == 0 and at.batch < self.epoch_size:
             self.score_dev(epoch=at.epoch + 1)  # within the epoch; its end scores it anyway
         every = self.checkpoint.save_every if self.checkpoint is not None else None
-        if every and at.step % every == 0 and at.step < trainer.total_steps:
+        seconds = self.checkpoint.save_seconds if self.checkpoint is not None else None
+        if ((every and at.step % every == 0) or (seconds and now - self.last_save >= seconds)) and at.step < trainer.total_steps:
             self.save()
         return True
 
@@ -399,6 +401,7 @@ class _Loop:
                 self.handle.flush()
             self.at.seconds = time.perf_counter() - self.started
             saved = _save_checkpoint(self, rank_rng, complete=complete)
+        self.last_save = time.perf_counter()
         ctx.barrier()  # no process may exit (and have torchrun stop the others) before rank 0 has saved
         return saved
 

@@ -139,7 +139,8 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
                 "entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels", train_file.path, ", ".join(untyped_labels(labels)),
             )
         checkpointing = job.checkpointing(
-            save_every=settings.save_every, resume=settings.resume, save_final=settings.save_every is not None or len(settings.seed_list) > 1
+            save_every=settings.save_every, resume=settings.resume, save_final=settings.save_every is not None or len(settings.seed_list) > 1,
+            save_minutes=settings.save_minutes,
         )
         runner = _Job(task, task_settings, tokenizers, ref, base, job.ctx, pool, run.progress, checkpointing, job.stop, gmap,
                       settings.report_to, out, config, model_identity)

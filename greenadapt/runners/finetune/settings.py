@@ -94,6 +94,9 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
                                         help="With --dev: stop once N dev scorings in a row did not beat the best (the best's weights are kept).")
     save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1,
                                     help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes).")
+    save_minutes: float | None = option(10.0, "--save-minutes", panel=RUN_CONTROL, minimum=0, maximum=1e6,
+                                        help="Also save one every M minutes of training (one process; only the newest is kept): a kill "
+                                             "costs minutes, not the run. 0 or none: by steps alone.")
     resume: bool = option(False, "--resume", panel=RUN_CONTROL,
                           help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99).")
 
