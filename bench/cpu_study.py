@@ -192,7 +192,7 @@ def adapted_model(code: Path, base: str) -> str:
 
 def versions(code: Path) -> dict[str, str]:
     """The libraries a unit ran with, as the pinned code's interpreter sees them, and OpenBLAS's kernel."""
-    probe = ("import json, importlib.metadata as m, threadpoolctl\n"
+    probe = ("import json, importlib.metadata as m, threadpoolctl, numpy, scipy.linalg\n"  # (loaded: threadpoolctl sees them)
              "names = ('torch', 'transformers', 'tokenizers', 'numpy', 'scipy', 'gensim', 'safetensors')\n"
              "found = {n: m.version(n) for n in names}\n"
              "blas = [i for i in threadpoolctl.threadpool_info() if i.get('internal_api') == 'openblas']\n"
