@@ -149,3 +149,25 @@ def test_predict_speaks_while_a_slow_window_runs(data: dict[str, Path], tmp_path
     beats = [line for line in err.splitlines() if "predicting a window of 10 documents" in line]
     assert len(beats) >= 2, err  # within the one window: ~1.5 s at 0.3 s
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 10
+
+
+def test_a_changed_general_tokenizer_makes_a_qa_run_out_of_date(tmp_path: Path) -> None:
+    """QA training names its model by every file, the general tokenizer's too (issue 93): a run made before the
+    second view changed is not taken as up to date."""
+    import json
+
+    import greenadapt
+    from greenadapt.errors import GreenAdaptError
+    from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+
+    context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
+    data = squad_file(tmp_path / "train.json", [{"paragraphs": [paragraph(context, ("q1", "What was high?", [("Heart rate", 0)]))]}])
+    model = build_tiny_expanded_qa(tmp_path / "model")
+    options = {"task": "qa", "train": data, "model": str(model), "out": tmp_path / "ft", "max_length": 32, "doc_stride": 8,
+               "batch_size": 4, "max_steps": 2, "seed": 3, "device": "cpu", "progress": False}
+    greenadapt.finetune(**options)
+    assert greenadapt.finetune(**options).skipped  # unchanged: up to date
+    config = model / "general-tokenizer" / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_max_length": 64}))
+    with pytest.raises(GreenAdaptError, match="made with other inputs or options"):
+        greenadapt.finetune(**options)

@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.destination import check_run_destination
 from greenadapt.artifacts.files import file_identity, write_json
-from greenadapt.artifacts.manifest import load_stage, manifest_identity, read_manifest
 from greenadapt.artifacts.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
 from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits
 from greenadapt.artifacts.pipeline_entry import write_pipeline_entry
-from greenadapt.artifacts.pretrained import ModelRef, display_name, hub_id, quiet_transformers, resolve_model
+from greenadapt.artifacts.pretrained import ModelRef, display_name, hub_id, identity_of_model, quiet_transformers, resolve_model
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.metrics import summarize_seeds
@@ -178,16 +177,6 @@ def _prepare_gmap(settings: FinetuneSettings, run: Run, ref: ModelRef, t_lm: Any
     from greenadapt.modeling.gmap.wiring import prepare
 
     return prepare(settings, ref, t_lm, cache_root=resolve_workdir(run.workdir) / "cache")
-
-
-def identity_of_model(ref: ModelRef) -> dict[str, Any]:
-    from greenadapt.artifacts.model_weights import check_weights_load_safely
-
-    check_weights_load_safely(ref.path)
-    manifest = read_manifest(ref.path)
-    if manifest is not None and manifest.get("kind") == "expand":
-        return manifest_identity(ref.path, load_stage(ref.path, kinds.EXPAND))
-    return ref.identity()
 
 
 @dataclass

@@ -32,6 +32,7 @@ from greenadapt.training.health import answer_warnings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import ExpandedModel
+from greenadapt.artifacts.pretrained import identity_of_model
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import Progress
@@ -143,7 +144,7 @@ class _QaPlan:
             "limit": None,  # the first N questions once; runs made then keep their fingerprints
             "model": self.ref.name,
         }
-        inputs = [self.ref.identity(), {"role": "train", **file_identity(train_data.path)}]
+        inputs = [identity_of_model(self.ref), {"role": "train", **file_identity(train_data.path)}]
         inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
         if self.setup is not None:
             config["gmap"] = settings.gmap_record(self.setup.general)
