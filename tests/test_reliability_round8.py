@@ -337,3 +337,21 @@ def test_the_old_and_new_spelling_of_w2v_min_count_together_are_refused(values: 
                         monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     assert "--min-count" in err and "--w2v-min-count" in err and not (tmp_path / "w2v").exists()
+
+
+def test_a_models_files_are_as_readable_as_the_umask_says(made: dict[str, Path], tmp_path: Path) -> None:
+    """transformers writes model.safetensors 0600: a stage gives its files the mode a plain write would, so a colleague
+    on a shared server (or a cron job under another account) can read the model the umask lets them read."""
+    import stat
+
+    import greenadapt
+
+    previous = os.umask(0o027)
+    try:
+        greenadapt.finetune("ner", made["ner"], model=str(made["plain"]), out=tmp_path / "run", max_steps=1, seed=1, device="cpu",
+                            progress=False, entity_type="Disease")
+    finally:
+        os.umask(previous)
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "run", *(tmp_path / "run").rglob("*")]}
+    assert modes["run/model.safetensors"] == 0o640, modes
+    assert all(mode in (0o640, 0o750) for mode in modes.values()), modes

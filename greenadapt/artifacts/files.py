@@ -121,6 +121,33 @@ def read_own_text(path: str | os.PathLike[str], limit: int = 256 << 20) -> str:
     return data.decode("utf-8")
 
 
+def process_umask() -> int:
+    """This process's umask, read without changing it (Linux's /proc; elsewhere set and restored at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def readable_as_the_umask_says(folder: Path) -> None:
+    """Give every file and folder under ``folder`` the mode a plain write would (0666/0777 less the umask): libraries
+    that write through a private temporary (transformers' ``save_pretrained`` writes model.safetensors 0600) would
+    otherwise leave a model that another user of a shared server, or a cron job under another account, cannot read."""
+    mask = process_umask()
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = stat.S_IMODE(path.stat().st_mode)
+        wanted = (0o777 if path.is_dir() or mode & 0o111 else 0o666) & ~mask  # an executable (serve_onnx.py) stays one
+        if mode != wanted:
+            os.chmod(path, wanted)
+
+
 def _sha256_contents(path: Path) -> str:
     digest = hashlib.sha256()
     with open_regular(path) as handle:

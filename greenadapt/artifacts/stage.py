@@ -34,7 +34,7 @@ from typing import Any
 from greenadapt.version import __version__
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.differences import run_difference
-from greenadapt.artifacts.files import library_versions, sha256_file, write_json
+from greenadapt.artifacts.files import library_versions, readable_as_the_umask_says, sha256_file, write_json
 from greenadapt.artifacts.locks import lock_within, release_output_lock, take_output_lock
 from greenadapt.artifacts.manifest import (
     MANIFEST,
@@ -260,6 +260,7 @@ class StageRun:
         if settings is not None and self.kind not in kinds.CACHES:  # the command's options, as --config replays them
             write_json(self.tmp / OPTIONS_FILE, settings.document())
         files: dict[str, dict[str, Any]] = {}
+        readable_as_the_umask_says(self.tmp)
         for path in sorted(self.tmp.rglob("*")):
             if path.is_file() and path.name != MANIFEST and path.relative_to(self.tmp).as_posix() != TEMPORARY_MARKER:
                 rel = path.relative_to(self.tmp).as_posix()
