@@ -541,3 +541,51 @@ def test_an_epoch_whose_last_batch_is_too_small_to_split_still_ends(tiny_bert: P
     train = stats["corpus"]["sequences"] - stats["corpus"]["heldout_sequences"]
     assert train % 4 != 0  # there is a short last batch to skip
     assert stats["steps"] == 2 * -(-train // 4)  # the planned steps (partial batches counted), then it stops
+
+
+def pathlib_path_of_a_pickle() -> object:
+    """An object weights_only refuses (a class from outside its allow list)."""
+    from pathlib import PurePosixPath
+
+    return PurePosixPath("/planted")
+
+
+@pytest.mark.parametrize("tamper", ["a 400-digit position", "a planted pickle", "a FIFO record"])
+def test_pretrain_resume_after_a_tampered_checkpoint_is_one_line_or_skips_it(tamper: str, tiny_bert: Path, corpus: Path,
+                                                                            tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 92, section 5: pretrain reads its checkpoints through the code finetune does; each tamper of round 8 ends
+    in one line (or, for a FIFO record, the checkpoint is skipped with a warning), never a hang or a traceback."""
+    import hashlib
+    import os
+    import pickle
+
+    from greenadapt.errors import StageError
+
+    out = tmp_path / "run"
+    with pytest.raises(Preempted):
+        pretrain(**_options(tiny_bert, corpus, out, max_steps=6), progress=_AtStep(3))
+    [ckpt] = (tmp_path / "run.checkpoint").rglob("ckpt-*")
+
+    def rewrite(name: str, data: bytes) -> None:
+        (ckpt / name).write_bytes(data)
+        manifest = json.loads((ckpt / "checkpoint.json").read_text())
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        (ckpt / "checkpoint.json").write_text(json.dumps(manifest))
+
+    if tamper == "a FIFO record":
+        (ckpt / "checkpoint.json").unlink()
+        os.mkfifo(ckpt / "checkpoint.json")
+        with caplog.at_level("WARNING", logger="greenadapt"):
+            done = pretrain(**_options(tiny_bert, corpus, out, max_steps=6, resume=True))
+        assert not done.skipped and any("a FIFO" in r.getMessage() for r in caplog.records)
+        return
+    if tamper == "a 400-digit position":
+        state = json.loads((ckpt / "state.json").read_text())
+        state["position"]["seconds"] = 10**400
+        rewrite("state.json", json.dumps(state).encode())
+    else:
+        rewrite("optimizer.pt", pickle.dumps({"not": "tensors", "but": pathlib_path_of_a_pickle()}))
+    with pytest.raises(StageError) as refused:
+        pretrain(**_options(tiny_bert, corpus, out, max_steps=6, resume=True))
+    line = refused.value.one_line()
+    assert "unreadable checkpoint" in line and "\n" not in line and len(line) < 500, line
