@@ -28,7 +28,8 @@ demo: setup
 	$(VENV)/bin/greenadapt adapt --corpus go-text --dim 100 --epochs 15 --workdir greenadapt-work
 
 # Two workers (pytest-xdist), one thread each: the suite's tests are mostly process start-ups and tiny models, which
-# leave a core idle when run one by one (8 min 17 s to 11 min 9 s in six runs on 2 idle cores; README states them all).
+# leave a core idle when run one by one. Its time, measured run by run with the conditions: docs/benchmarks.md, "The
+# test suite" (the one place those figures live).
 PYTEST_WORKERS ?= 2
 test: setup lint $(VENV)/.cluster-installed
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)

@@ -248,3 +248,16 @@ def test_every_readme_example_runs_as_written(tmp_path: Path) -> None:
     for command, sample in samples:
         assert command in printed, f"README's sample output follows a command this test did not run: {command}"
         check_sample_form(sample, printed[command])
+
+
+def test_a_figure_of_the_suites_time_lives_in_one_place() -> None:
+    """Issue 95, item 6: README's first screen and the Makefile had disagreeing test-suite times. The Makefile states
+    none and points to docs/benchmarks.md's "The test suite", which the README's first screen names too."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    makefile = (root / "Makefile").read_text()
+    assert not re.search(r"\d+ min", makefile), "the Makefile states a time: keep it in docs/benchmarks.md"
+    assert '"The' in makefile and "test suite" in makefile and "docs/benchmarks.md" in makefile
+    first_screen = (root / "README.md").read_text().split("```", 2)[1]
+    assert 'docs/benchmarks.md, "The test suite"' in first_screen and "## The test suite" in (root / "docs/benchmarks.md").read_text()
