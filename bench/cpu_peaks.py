@@ -1,5 +1,10 @@
-"""This CPU's peak per precision, read from its own flags, with the assumption in words: what the benches' "share of
-peak" columns divide by (bench/profile_training.py for training, bench/bench_serving.py for serving).
+"""This CPU's peak per precision: read from its own flags (with the assumption in words), and measured (issue 94): a
+large matrix product per dtype, timed in CPU-seconds as well as wall seconds, so a share is per CPU-second and holds
+on a shared machine; and the instruction set oneDNN really runs (its own verbose line, not the flags: with AMX turned
+off by ONEDNN_MAX_CPU_ISA the flags still say AMX). What the benches' "share of peak" columns divide by
+(bench/profile_training.py for training, bench/bench_serving.py for serving).
+
+    python bench/cpu_peaks.py --threads 1,2          # flags' peaks beside measured ones, per CPU-second and per wall second
 
 fp32: 32 FLOP (16 FMA) a cycle a core with AVX2 or AVX-512, else 16. bf16: AMX tiles 1,024 FLOP a cycle a core,
 AVX-512 BF16 64, else fp32's rate. int8: AMX-INT8 1,024 MAC a cycle a core; AVX-512 VNNI 64 (one 512-bit VNNI
@@ -9,6 +14,7 @@ is /proc/cpuinfo's unless a bench is given the all-core clock (a core that boost
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -68,3 +74,120 @@ def int8_peak(flags: set[str], cores: int, ghz: float) -> tuple[float, str]:
     else:
         per_cycle, unit = 16, "AVX2 (16 int8 MAC/cycle/core)"
     return cores * ghz * per_cycle, f"{cores} cores × {ghz:.2f} GHz × {unit}"
+
+
+# --- measured: what this machine reaches, per CPU-second ---
+
+
+def measured_peak(dtype: str, threads: int, *, size: int = 2048, repeats: int = 5,
+                  clocks: tuple[Callable[[], float], Callable[[], float]] | None = None) -> dict[str, float]:
+    """GFLOP per CPU-second and per wall second of ``size``×``size`` matrix products in ``dtype`` (torch: fp32, bf16;
+    ONNX Runtime's MatMulInteger: int8, GMAC) on ``threads`` threads: the best of ``repeats`` timed products after one
+    warm-up. CPU-seconds are the process's own (user + system), so other work on the machine does not lower the
+    figure; wall time is shown beside it."""
+    import time
+
+    cpu_clock, wall_clock = clocks or (time.process_time, time.perf_counter)
+    product = _product(dtype, size, threads)
+    product()
+    best_cpu = best_wall = float("inf")
+    for _ in range(repeats):
+        cpu, wall = cpu_clock(), wall_clock()
+        product()
+        best_cpu, best_wall = min(best_cpu, cpu_clock() - cpu), min(best_wall, wall_clock() - wall)
+    work = size**3 * (1 if dtype == "int8" else 2) / 1e9  # int8 in MACs, as int8_peak counts them
+    return {"per_cpu_second": work / max(best_cpu, 1e-9), "per_wall_second": work / max(best_wall, 1e-9),
+            "cpu_seconds": best_cpu, "wall_seconds": best_wall}
+
+
+def _product(dtype: str, size: int, threads: int) -> Callable[[], object]:
+    if dtype == "int8":
+        import numpy as np
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["c"])], "int8",
+                                  [helper.make_tensor_value_info("a", TensorProto.UINT8, [size, size]),
+                                   helper.make_tensor_value_info("b", TensorProto.INT8, [size, size])],
+                                  [helper.make_tensor_value_info("c", TensorProto.INT32, [size, size])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        session = ort.InferenceSession(onnx._serialize(model) if hasattr(onnx, "_serialize") else model.SerializeToString(),
+                                       options, providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feed = {"a": rng.integers(0, 255, (size, size), dtype=np.uint8), "b": rng.integers(-127, 127, (size, size), dtype=np.int8)}
+        return lambda: session.run(None, feed)
+    import torch
+
+    torch.set_num_threads(threads)
+    kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a, b = torch.randn(size, size).to(kind), torch.randn(size, size).to(kind)
+    return lambda: torch.mm(a, b)
+
+
+def onednn_isa(verbose_output: str) -> str | None:
+    """The instruction set oneDNN dispatches to, from its verbose lines (``ONEDNN_VERBOSE=1``): the ISA a primitive
+    ran with (``brg_matmul:avx10_1_512_amx``), else the ``isa:`` info line; None when oneDNN said nothing."""
+    import re
+
+    ran = re.findall(r"(?:brg|gemm|jit)[\w]*:([a-z0-9_]+)", verbose_output)
+    if ran:
+        return max(set(ran), key=ran.count)
+    said = re.search(r"onednn_verbose,[^\n]*info,cpu,isa:([^\n]+)", verbose_output)
+    return said.group(1).strip() if said else None
+
+
+def onednn_isa_of_bf16() -> str | None:
+    """Run one bf16 linear layer in a fresh process with ONEDNN_VERBOSE=1 and read which ISA oneDNN used."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; x = torch.randn(64, 256, dtype=torch.bfloat16); w = torch.nn.Linear(256, 256).to(torch.bfloat16)\n"
+            "with torch.no_grad(): w(x); w(x)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "ONEDNN_VERBOSE": "1"},
+                          timeout=120, check=False)
+    return onednn_isa(done.stdout + done.stderr)
+
+
+def table(threads: list[int], dtypes: list[str]) -> list[str]:
+    import os
+
+    flags, mhz, model = cpu_facts()
+    cores = os.cpu_count() or 1
+    flops, words = cpu_peaks(flags, cores, mhz)
+    int8, int8_words = int8_peak(flags, cores, mhz / 1000)
+    per_core = {**{k: v / cores for k, v in flops.items()}, "int8": int8 / cores}
+    rows = [f"CPU: {model}, {cores} cores, {mhz:.0f} MHz; oneDNN runs bf16 on: {onednn_isa_of_bf16() or 'unknown (no verbose line)'}",
+            f"flags' peaks: {words['assumption']}; int8 {int8_words}", "",
+            "| dtype | threads | measured per CPU-second | per wall second | flags' peak a core | measured / flags' (a core) |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for dtype in dtypes:
+        for count in threads:
+            try:
+                got = measured_peak(dtype, count)
+            except ImportError as missing:
+                rows.append(f"| {dtype} | {count} | skipped: {missing.name} is not installed | | | |")
+                continue
+            unit = "GMAC" if dtype == "int8" else "GFLOP"
+            rows.append(f"| {dtype} | {count} | {got['per_cpu_second']:.0f} {unit} | {got['per_wall_second']:.0f} {unit} | "
+                        f"{per_core[dtype]:.0f} {unit} | {got['per_cpu_second'] / per_core[dtype]:.0%} |")
+    return rows
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", default="1,2", help="thread counts to measure at, comma-separated")
+    parser.add_argument("--dtypes", default="fp32,bf16,int8")
+    args = parser.parse_args()
+    flags = cpu_facts()[0]
+    dtypes, notes = runnable_precisions(args.dtypes.split(","), flags)
+    print("\n".join([*table([int(t) for t in args.threads.split(",")], dtypes), *notes]))
+
+
+if __name__ == "__main__":
+    main()

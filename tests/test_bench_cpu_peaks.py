@@ -43,3 +43,43 @@ def test_bf16_is_skipped_with_a_note_where_the_cpu_does_not_run_it(peaks) -> Non
     assert peaks.runnable_precisions(["fp32", "bf16"], SAPPHIRE_RAPIDS) == (["fp32", "bf16"], [])
     runs, notes = peaks.runnable_precisions(["fp32", "bf16"], HASWELL)
     assert runs == ["fp32"] and len(notes) == 1 and "no native bf16" in notes[0]
+
+
+def test_a_measured_peak_is_work_over_the_best_cpu_time_and_wall_beside_it(peaks, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 94, item 2: a share per CPU-second holds on a shared machine; wall time is shown beside it, not used."""
+    ticks = {"cpu": 0.0, "wall": 0.0}
+    spent = iter([(0.5, 2.0), (0.25, 1.0), (0.4, 0.5), (0.3, 3.0), (0.9, 0.9), (0.6, 0.6)])  # warm-up, then 5 timed
+
+    def product() -> None:
+        cpu, wall = next(spent)
+        ticks["cpu"] += cpu
+        ticks["wall"] += wall
+
+    monkeypatch.setattr(peaks, "_product", lambda dtype, size, threads: product)
+    got = peaks.measured_peak("fp32", 2, size=1000, repeats=5, clocks=(lambda: ticks["cpu"], lambda: ticks["wall"]))
+    assert got["cpu_seconds"] == pytest.approx(0.25) and got["wall_seconds"] == pytest.approx(0.5)  # each the best
+    assert got["per_cpu_second"] == pytest.approx(2 * 1000**3 / 1e9 / 0.25)  # 2 FLOP a multiply-add
+    monkeypatch.setattr(peaks, "_product", lambda dtype, size, threads: product)
+    spent = iter([(1.0, 1.0)] * 6)
+    assert peaks.measured_peak("int8", 1, size=1000, repeats=5, clocks=(lambda: ticks["cpu"], lambda: ticks["wall"]))["per_cpu_second"] \
+        == pytest.approx(1.0)  # int8 in MACs, as int8_peak counts them
+
+
+def test_the_isa_is_what_onednn_ran_not_what_the_flags_say(peaks) -> None:  # type: ignore[no-untyped-def]
+    amx = ("onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with float16, Intel DL Boost and bfloat16 support and Intel AMX\n"
+           "onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx10_1_512_amx,undef,src:bf16::blocked:ab::f0\n") * 3
+    assert peaks.onednn_isa(amx) == "avx10_1_512_amx"
+    capped = ("onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with Intel DL Boost and bfloat16 support\n"
+              "onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core_bf16,undef,src:bf16\n")
+    assert peaks.onednn_isa(capped) == "avx512_core_bf16"  # ONEDNN_MAX_CPU_ISA took AMX away: the flags would still say it
+    assert peaks.onednn_isa("onednn_verbose,v1,info,cpu,isa:Intel AVX2\n") == "Intel AVX2"
+    assert peaks.onednn_isa("") is None
+
+
+def test_the_bench_prints_measured_peaks_beside_the_flags(peaks, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(peaks, "onednn_isa_of_bf16", lambda: "avx512_core_bf16")
+    monkeypatch.setattr(peaks, "measured_peak", lambda dtype, threads: {"per_cpu_second": 50.0, "per_wall_second": 25.0})
+    rows = peaks.table([1], ["fp32"])
+    assert "oneDNN runs bf16 on: avx512_core_bf16" in rows[0]
+    [row] = [r for r in rows if r.startswith("| fp32 | 1 |")]
+    assert "| 50 GFLOP | 25 GFLOP |" in row and row.endswith("% |")
