@@ -56,12 +56,20 @@ class GreenAdaptError(Exception):
         text = f"{where}{self.message}"
         if self.hint:
             text += f" ({self.hint})"
-        from greenadapt.structured_text import escape_controls
-
         return escape_controls(" ".join(text.split()))  # one line, whatever the parts held; no terminal controls
 
     def __str__(self) -> str:
         return self.one_line()
+
+
+# Control characters (C0 but the tab, DEL, C1) as visible escapes: text read from a file and shown in a terminal must
+# not move its cursor, clear it or set its title (an edited compare.json's recommendation, a quoted value).
+_CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if code != 0x09}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character but the tab written as ``\\xNN``."""
+    return text.translate(_CONTROL_ESCAPES)
 
 
 def scrubbed(text: str) -> str:

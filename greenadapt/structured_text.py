@@ -24,16 +24,6 @@ class NestedTooDeeply(ValueError):
         super().__init__(f"nested more than {MAX_DEPTH} levels deep")
 
 
-# Control characters (C0 but the tab, DEL, C1) as visible escapes: text read from a file and shown in a terminal must
-# not move its cursor, clear it or set its title (an edited compare.json's recommendation, a quoted value).
-_CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if code != 0x09}
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every control character but the tab written as ``\\xNN``."""
-    return text.translate(_CONTROL_ESCAPES)
-
-
 def loads_json(text: str | bytes, *, max_depth: int | None = MAX_DEPTH) -> Any:
     """``json.loads(text)``; raises :class:`NestedTooDeeply` instead of a ``RecursionError``, and past ``max_depth``
     (None: only what the parser itself cannot take)."""

@@ -269,7 +269,7 @@ def test_a_checkpoint_resumes_when_its_data_got_only_a_new_modification_time(mod
         os.utime(train, ns=(now.st_atime_ns, now.st_mtime_ns))
     with caplog.at_level(logging.INFO, logger="greenadapt"):
         resumed = finetune(**_options(model, data, out, save_every=4, resume=True))
-    assert any("changed only in modification time" in r.getMessage() and str(train) in r.getMessage() for r in caplog.records)
+    assert any("have the SHA-256 they had when it was saved" in r.getMessage() and str(train) in r.getMessage() for r in caplog.records)
     assert_same_run(reference, resumed.path)
 
 

@@ -95,7 +95,7 @@ def test_a_missing_model_or_a_non_ner_run_is_one_line(tmp_path: Path) -> None:
 
 def test_without_spacy_the_module_names_the_extra_in_one_line() -> None:
     code = ("import sys; sys.modules['spacy'] = None\n"
-            "try:\n    import greenadapt.inference.spacy_component\n"
+            "try:\n    import greenadapt.api.spacy_component\n"
             "except ModuleNotFoundError as error:\n    print(error)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "greenadapt's spaCy component needs spaCy: pip install 'greenadapt[spacy]'", done.stderr
@@ -104,7 +104,7 @@ def test_without_spacy_the_module_names_the_extra_in_one_line() -> None:
 def test_an_entity_inside_a_spacy_token_widens_to_it_and_overlaps_keep_the_longer() -> None:
     spacy = pytest.importorskip("spacy")
     from greenadapt.inference.predictor import Entity
-    from greenadapt.inference.spacy_component import entity_spans
+    from greenadapt.api.spacy_component import entity_spans
 
     doc = spacy.blank("en").make_doc("no tachycardias or sepsis here")
     inside = [Entity(3, 14, "tachycardia", "Disease", 0.9), Entity(8, 15, "cardias", "Disease", 0.8),  # one token, twice

@@ -82,7 +82,7 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
 
 def _comparison(path: Path) -> dict[str, Any]:
     """A compare folder: its variants' headline scores and its verdicts, from compare.json."""
-    from greenadapt.comparison.result_file import progress_line, read_compare_result
+    from greenadapt.artifacts.compare_result import progress_line, read_compare_result
 
     result = read_compare_result(path)
     variants = []
@@ -180,7 +180,7 @@ def per_type_cells(kinds: dict[str, Any]) -> str:
 
 def render(info: dict[str, Any]) -> str:
     """The description as aligned text lines for a person, with no terminal control character from the files."""
-    from greenadapt.structured_text import escape_controls
+    from greenadapt.errors import escape_controls
 
     return "\n".join(escape_controls(line) for line in _lines(info))
 

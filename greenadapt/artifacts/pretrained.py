@@ -46,32 +46,14 @@ class ModelRef:
         return read_config(self.path)
 
     def identity(self) -> dict[str, Any]:
-        """What a stage fingerprint records about this model: its config and files, the general tokenizer's too (a
-        two-tokenizer folder's second view: a changed one makes the runs made from it out of date)."""
-        from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
-
+        """What a stage fingerprint records about this model: its config and files."""
         files = {}
-        children = [*sorted(self.path.iterdir()), *sorted((self.path / GENERAL_TOKENIZER_DIR).glob("*"))]
-        for child in children:
+        for child in sorted(self.path.iterdir()):
             if child.is_file():
                 st = child.stat()
-                files[child.relative_to(self.path).as_posix()] = [st.st_size, st.st_mtime_ns]
+                files[child.name] = [st.st_size, st.st_mtime_ns]
         digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
         return {"model": self.name, "path": str(self.path), "files_digest": digest}
-
-
-def identity_of_model(ref: ModelRef) -> dict[str, Any]:
-    """What a run records of the model it trains from, the same for every runner: an expanded folder by its expand
-    manifest (its files' SHA-256, the general tokenizer's included), any other by its files' sizes and times."""
-    from greenadapt.artifacts import kinds
-    from greenadapt.artifacts.manifest import load_stage, manifest_identity, read_manifest
-    from greenadapt.artifacts.model_weights import check_weights_load_safely
-
-    check_weights_load_safely(ref.path)
-    manifest = read_manifest(ref.path)
-    if manifest is not None and manifest.get("kind") == kinds.EXPAND:
-        return manifest_identity(ref.path, load_stage(ref.path, kinds.EXPAND))
-    return ref.identity()
 
 
 def hub_id(ref: ModelRef) -> str | None:

@@ -114,7 +114,7 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
 
 def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
     """The ``compare.json`` of every compare folder given (``greenadapt compare --out``), with where it is."""
-    from greenadapt.comparison.result_file import progress_line, read_compare_result
+    from greenadapt.artifacts.compare_result import progress_line, read_compare_result
     from greenadapt.comparison.run import RESULT_FILE
 
     found = []

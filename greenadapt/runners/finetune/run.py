@@ -36,7 +36,8 @@ from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
 from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits
 from greenadapt.artifacts.pipeline_entry import write_pipeline_entry
-from greenadapt.artifacts.pretrained import ModelRef, display_name, hub_id, identity_of_model, quiet_transformers, resolve_model
+from greenadapt.artifacts.model_identity import identity_of_model
+from greenadapt.artifacts.pretrained import ModelRef, display_name, hub_id, quiet_transformers, resolve_model
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.metrics import summarize_seeds

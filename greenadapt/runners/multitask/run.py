@@ -63,7 +63,7 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
     """``greenadapt multitask``: train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
     from greenadapt.artifacts.destination import check_run_destination
     from greenadapt.artifacts.model_folder import ExpandedModel
-    from greenadapt.artifacts.pretrained import identity_of_model
+    from greenadapt.artifacts.model_identity import identity_of_model
     from greenadapt.runners.multitask.spec import collect_specs
 
     specs = collect_specs(list(settings.task), settings.tasks_file)

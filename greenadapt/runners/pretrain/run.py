@@ -225,7 +225,7 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
     from greenadapt.artifacts import workspace
     from greenadapt.artifacts.destination import check_destination, corpus_reads, protected
     from greenadapt.corpus import resolve_corpus, source_identities
-    from greenadapt.artifacts.pretrained import identity_of_model
+    from greenadapt.artifacts.model_identity import identity_of_model
 
     text_fields = _text_fields(settings)
     corpus_sources = resolve_corpus(list(settings.corpus), text_fields=text_fields)  # bad input fails before loading torch

@@ -32,7 +32,7 @@ from greenadapt.training.health import answer_warnings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import ExpandedModel
-from greenadapt.artifacts.pretrained import identity_of_model
+from greenadapt.artifacts.model_identity import identity_of_model
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import Progress

@@ -39,16 +39,17 @@ class GreenadaptNer:
 
     def __init__(self, nlp: Language, name: str, *, model: str | None, runtime: str, quantize: str, pool: str, batch_size: int,
                  device: str, precision: str) -> None:
-        import greenadapt
+        from greenadapt.api.using import load
         from greenadapt.errors import UsageError
+        from greenadapt.inference.predictor import NerModel
 
         if not model:
             raise UsageError(f'{FACTORY} needs its model: nlp.add_pipe("{FACTORY}", config={{"model": "RUN_FOLDER"}})')
         self.name, self.batch_size = name, batch_size
-        self.model = greenadapt.load(model, runtime=runtime, quantize=quantize, pool=pool, batch_size=batch_size, device=device,
-                                     precision=precision)
-        if not getattr(self.model, "finds_entities", False):
+        loaded = load(model, runtime=runtime, quantize=quantize, pool=pool, batch_size=batch_size, device=device, precision=precision)
+        if not isinstance(loaded, NerModel):
             raise UsageError(f"{model} is not an NER run (its task finds no entities)", hint=f"{FACTORY} takes a finetune --task ner folder")
+        self.model = loaded
 
     def __call__(self, doc: Doc) -> Doc:
         return next(iter(self.pipe([doc])))

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from greenadapt.errors import StageError
-from greenadapt.structured_text import escape_controls
+from greenadapt.errors import StageError, escape_controls
 
 Check = Callable[[Any, str], Any]
 LARGEST = 1e15  # no figure compare writes comes near it: scores are fractions, costs seconds and kWh
