@@ -117,7 +117,9 @@ class ShapeSettings(Settings):
     pad_to_multiple: int = option(
         1, "--pad-to-multiple", panel=PERFORMANCE, metavar="N", minimum=1, maximum=MAX_PAD_MULTIPLE,
         help="Round each training batch's width up to a multiple of N wordpieces (e.g. 32): a handful of shapes, so a "
-             "compiled model (--compile, --cuda-graphs) compiles a handful of times. Padding is masked: results change only by rounding.")
+             "compiled model (--compile, --cuda-graphs) compiles a handful of times. Padding is masked, but its rounding compounds "
+             "over a run like another seed's (docs/reliability.md, round 8: 2.0 F1 on a short NCBI-disease run); a recipe is "
+             "compared at one setting.")
     cuda_graphs: bool = option(
         False, "--cuda-graphs", panel=PERFORMANCE,
         help="GPU: compile with CUDA graphs (torch.compile's reduce-overhead mode), for small batches whose steps are bound "
