@@ -177,6 +177,8 @@ def test_an_intact_compare_json_reads_and_its_text_reaches_the_terminal_escaped(
     assert code == 0, err
     assert "recommends  use \\x1b[2Jgreen\\x0d\\x0anow" in out and "\x1b" not in out and "\r" not in out
     assert "green vs base: +2.50 F1" in out
+    code, markdown, err = _cli(["report", str(folder)], monkeypatch, capsys)  # the report's text on the terminal
+    assert code == 0 and "use \\x1b[2Jgreen" in markdown and "\x1b" not in markdown and "\r" not in markdown, markdown
     code, _, err = _cli(["report", str(folder), "--html", str(tmp_path / "r.html")], monkeypatch, capsys)
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()

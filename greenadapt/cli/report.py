@@ -34,5 +34,9 @@ def report_command(
     if as_json:
         sys.stdout.write(scrub_secrets(json.dumps(data, indent=2, default=str) + "\n"))
     else:
-        sys.stdout.write(scrub_secrets(markdown(data).rstrip("\n") + "\n"))
+        from greenadapt.errors import escape_controls
+
+        # text read from run folders reaches the terminal without its control characters (line breaks kept)
+        page = "\n".join(escape_controls(line) for line in markdown(data).rstrip("\n").split("\n"))
+        sys.stdout.write(scrub_secrets(page + "\n"))
     sys.stdout.flush()
