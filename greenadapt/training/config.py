@@ -74,15 +74,28 @@ class TrainingRun:
         return per_epoch, max(1, total)
 
 
-def check_cuda_graphs(cuda_graphs: bool, device_spec: str | None) -> None:
-    """``--cuda-graphs`` needs a CUDA device (checked before any data is read)."""
-    if not cuda_graphs:
-        return
+def _device_kind(device_spec: str | None) -> str:
     kind = (device_spec or "auto").split(":")[0]
     if kind == "auto":
         import torch
 
         kind = "cuda" if torch.cuda.is_available() else "cpu"
+    return kind
+
+
+def check_compile(compile_: bool, device_spec: str | None) -> None:
+    """``--compile`` on a CPU costs minutes and gives nothing back (measured: docs/benchmarks.md, "torch.compile on
+    the CPU"): refused there in one line, before any data is read; a CUDA run keeps it."""
+    if compile_ and _device_kind(device_spec) == "cpu":
+        raise UsageError("--compile makes CPU training slower: compiled MiniLM steps ran at 0.89x the eager steps/s after 57 s "
+                         "of compiling (docs/benchmarks.md, \"torch.compile on the CPU\")", hint="leave it out on a CPU; it is for CUDA GPUs")
+
+
+def check_cuda_graphs(cuda_graphs: bool, device_spec: str | None) -> None:
+    """``--cuda-graphs`` needs a CUDA device (checked before any data is read)."""
+    if not cuda_graphs:
+        return
+    kind = _device_kind(device_spec)
     if kind != "cuda":
         raise UsageError(f"--cuda-graphs needs a CUDA device; this run is on the {kind.upper()}", hint="leave it out here")
 

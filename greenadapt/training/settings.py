@@ -102,8 +102,8 @@ ADAMW_KERNELS = ("foreach", "fused")
 @dataclass(frozen=True, kw_only=True)
 class CompileSettings(Settings):
     compile: bool = option(False, "--compile", panel=PERFORMANCE,
-                           help="Compile the training forward and backward with torch.compile (the first steps pay the compilation; "
-                                "docs/benchmarks.md says where it pays).")
+                           help="Compile the training forward and backward with torch.compile, on a CUDA GPU (the first steps pay the "
+                                "compilation). Refused on a CPU, where it measured slower (docs/benchmarks.md, \"torch.compile on the CPU\").")
     adamw: str = option("fused", "--adamw", panel=PERFORMANCE, choices=ADAMW_KERNELS,
                         help="AdamW's kernel on a CPU: fused (one pass over the weights: 5x faster than foreach, 1.29x the steps/s of a "
                              "bf16 MiniLM fine-tune; F1 checked over 3 paired seeds, docs/benchmarks.md) or foreach (before 2026-11; the "

@@ -103,7 +103,7 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
     def check(self) -> None:
         """The checks between options, once, when the settings are made (each option's own are in its declaration)."""
         from greenadapt.tasks import get_task
-        from greenadapt.training.config import check_cuda_graphs, check_decay
+        from greenadapt.training.config import check_compile, check_cuda_graphs, check_decay
         from greenadapt.training.distributed import check_precision
 
         if self.seeds is not None and self.seed != DEFAULT_SEED:
@@ -115,6 +115,7 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
         check_decay(filled.lr, filled.weight_decay)
         check_precision(self.precision, self.device)
         check_cuda_graphs(self.cuda_graphs, self.device)
+        check_compile(self.compile, self.device)
         self.check_gmap()
         if task.answers_questions:
             _check_qa(filled)

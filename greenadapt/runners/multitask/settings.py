@@ -8,7 +8,7 @@ from pathlib import Path
 from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_max_length, check_seed
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option
-from greenadapt.training.config import TrainingRun, check_decay
+from greenadapt.training.config import TrainingRun, check_compile, check_decay
 from greenadapt.training.settings import POOL_MODES, CompileSettings, DeviceSettings, ScheduleSettings, check_lr
 
 SAMPLING = ("proportional", "sqrt", "annealed", "round-robin")  # how each step's task is drawn (greenadapt.runners.multitask.sampling)
@@ -52,4 +52,5 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
 
     def check(self) -> None:
         check_decay(self.lr, self.weight_decay)
+        check_compile(self.compile, self.device)
         self.check_gmap()

@@ -8,7 +8,7 @@ from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAU
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
-from greenadapt.training.config import TrainingRun, check_decay
+from greenadapt.training.config import TrainingRun, check_compile, check_decay
 from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings, check_lr
 
 TOKENIZER_CHOICES = ("auto", "domain", "general")
@@ -77,6 +77,7 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Traini
                 raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --eval-only",
                                  hint="pass each corpus to score as --corpus")
         check_decay(self.lr, self.weight_decay)
+        check_compile(self.compile, self.device)
         if self.train == "new-rows" and self.train_embeddings != "all":
             raise UsageError("--train new-rows decides which rows train; leave --train-embeddings at all")
         if self.mix is not None:
