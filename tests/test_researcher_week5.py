@@ -171,3 +171,32 @@ def test_a_changed_general_tokenizer_makes_a_qa_run_out_of_date(tmp_path: Path) 
     config.write_text(json.dumps({**json.loads(config.read_text()), "model_max_length": 64}))
     with pytest.raises(GreenAdaptError, match="made with other inputs or options"):
         greenadapt.finetune(**options)
+
+
+def test_a_killed_qa_training_resumes_to_the_uninterrupted_runs_weights_and_scores(tmp_path: Path) -> None:
+    """QA training runs in the training stage every runner uses (issue 93): checkpoints, --resume, SIGTERM."""
+    import json
+
+    import greenadapt
+    import numpy as np
+    from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+    from safetensors.numpy import load_file
+
+    context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
+    qas = [(f"q{i}", "What was high?" if i % 2 else "What was the main treatment?",
+            [("Heart rate", 0)] if i % 2 else [("Ventilation", 36)]) for i in range(12)]
+    data = squad_file(tmp_path / "train.json", [{"paragraphs": [paragraph(context, *qas)]}])
+    model = build_tiny_expanded_qa(tmp_path / "model")
+    options = {"task": "qa", "train": data, "test": data, "model": str(model), "max_length": 32, "doc_stride": 8, "batch_size": 4,
+               "max_steps": 8, "seed": 3, "device": "cpu", "save_every": 2, "save_minutes": 0}
+    reference = greenadapt.finetune(**options, out=tmp_path / "reference", progress=False)
+    with pytest.raises(_Crash):
+        greenadapt.finetune(**options, out=tmp_path / "run", progress=_CrashAt(5))
+    assert (tmp_path / "run.checkpoint").is_dir() and not (tmp_path / "run").exists()
+    resumed = greenadapt.finetune(**options, out=tmp_path / "run", resume=True, progress=False)
+    a, b = load_file(str(reference.path / "model.safetensors")), load_file(str(resumed.path / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-6, err_msg=key)
+    assert json.loads((reference.path / "metrics.json").read_text()) == json.loads((resumed.path / "metrics.json").read_text())
+    assert not (tmp_path / "run.checkpoint").exists()  # removed once the run is complete

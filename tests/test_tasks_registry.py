@@ -47,7 +47,7 @@ def test_a_tasks_transformers_name_comes_from_the_registry() -> None:
     ("ner", {"doc_stride": 32}, "--doc-stride"),
     ("ner", {"positive_label": "1"}, "--positive-label"),
     ("classify", {"max_words": 30, "entity_type": "Disease"}, "--max-words, --entity-type"),
-    ("qa", {"metric": "f1", "resume": True}, "--metric, --resume"),
+    ("qa", {"metric": "f1", "report_to": ("tensorboard",)}, "--metric, --report-to"),
     ("qa", {"file_format": "tsv"}, "--format"),
     ("qa", {"agreement": 1.0}, "--agreement"),
 ])

@@ -23,11 +23,12 @@ class QaTask(Task):
     answers_questions = True
     summary = "extractive question answering: SQuAD-style JSON (answer with `greenadapt qa`); exact match and F1"
     defaults = TaskDefaults(epochs=2, batch_size=16, lr=3e-5, max_length=None, pool=None)  # max length: 384, or the model's limit
-    # Reader options, label options and per-seed runs belong to the labelling tasks; the QA loop keeps no checkpoints yet.
+    # Reader options, label options and per-seed runs belong to the labelling tasks (the QA loop keeps checkpoints as
+    # finetune's does: --save-every, --save-minutes, --resume).
     unused_options = (
         "max_words", "metric", "positive_label", "train_on",
         "text_field", "pair_field", "label_field", "file_format", "header", "entity_type",
-        "save_every", "resume", "report_to",
+        "report_to",
         "agreement", "both_views", "label_smoothing",  # two views a step and smoothed labels are for NER and classification
         "eval_every", "early_stopping",  # the QA loop scores --dev once, after training
     )

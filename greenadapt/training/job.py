@@ -67,12 +67,12 @@ class TrainingStage:
             save_seconds=save_minutes * 60 if save_minutes and self.ctx.world == 1 else None,
         )
 
-    def commit(self, stats: dict[str, Any], cost: dict[str, Any] | None = None) -> StageOutcome:
+    def commit(self, stats: dict[str, Any], cost: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> StageOutcome:
         """Rank 0: write the manifest (the output is complete from here on), then drop the checkpoints; ``cost``: figures
         for the manifest's cost block beside the measured ones."""
         if self.stage is None:
             return StageOutcome(self.out, {}, False)
-        manifest = self.stage.commit(stats=stats, cost=cost)
+        manifest = self.stage.commit(stats=stats, cost=cost, extra=extra)
         discard_checkpoints(self.checkpoints)
         if self.stop.received:
             log.warning("SIGTERM arrived after the last training step; the run was finished and saved first")

@@ -18,6 +18,7 @@ from greenadapt.machine.devices import to_device
 from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import Features
 from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows, padded_width
+from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import LoopSettings
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
@@ -76,6 +77,12 @@ class QaTask(TrainingTask):
     def counts(self, batch: np.ndarray) -> dict[str, int]:
         return {"domain_windows": sum(v for v, _ in self.batch_rows), "seen_windows": len(batch)}
 
+    def weights(self) -> dict[str, Any]:
+        return dict(self.trainer.model.state_dict())
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        self.trainer.model.load_state_dict(state)
+
 
 def train_qa(
     model: Any,
@@ -86,7 +93,11 @@ def train_qa(
     device: Any,
     log_path: Path,
     progress: Progress,
+    checkpoint: Checkpointing | None = None,
+    stop: StopSignal | None = None,
 ) -> dict[str, Any]:
+    """Train ``model`` on the windows of ``views``; with ``checkpoint``, resumable as finetune is (``--save-every``,
+    ``--save-minutes``, SIGTERM, ``--resume``)."""
     import numpy as np
 
     from greenadapt.training.distributed import DistContext
@@ -98,7 +109,8 @@ def train_qa(
     n_windows = max(len(views[v].input_ids) for v in used)
     trainer = prepare_trainer(model, config, DistContext(device=device), n_examples=n_windows, longest=longest, n_base_rows=n_base_rows)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    run = run_training(trainer, QaTask(trainer, views, n_questions, pad_id=pad_id), log_path=log_path, progress=progress)
+    run = run_training(trainer, QaTask(trainer, views, n_questions, pad_id=pad_id), log_path=log_path, progress=progress,
+                       checkpoint=checkpoint, stop=stop)
     finish_model(model)
     seen = run.counts.get("seen_windows", 0)
     return {

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,9 @@ from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import ExpandedModel
 from greenadapt.artifacts.model_identity import identity_of_model
-from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
+from greenadapt.artifacts.stage import StageOutcome, resource_errors
+from greenadapt.training.checkpoint import Checkpointing, StopSignal
+from greenadapt.training.job import training_stage
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import featurize
@@ -107,14 +109,16 @@ def finetune_qa(settings: FinetuneSettings, run: Run) -> StageOutcome:
     train_data = read_squad(settings.train)
     scored = {split: read_squad(path) for split, path in splits.items() if split != "train" and path is not None}
     config, inputs = plan.identity(train_data, scored)
-    with StageRun(KIND, out, config, inputs, force=run.force, wait=run.wait, libraries=("torch", "transformers", "tokenizers")) as stage:
-        if stage.skipped:
-            assert stage.manifest is not None
-            return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
-        with resource_errors(stage.tmp):
-            stats = _train_and_score(plan, train_data, scored, stage.tmp, run.progress)
-        manifest = stage.commit(stats=stats, extra={"model": str(ref.path)})
-        return StageOutcome(stage.out, manifest, False)
+    # the training stage every runner uses: checkpoints (--save-every, --save-minutes), SIGTERM, --resume
+    with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait, resume=settings.resume) as job:
+        if job.up_to_date is not None:
+            return job.up_to_date
+        assert job.tmp is not None  # one process: --task qa has no data-parallel path
+        checkpointing = job.checkpointing(save_every=settings.save_every, resume=settings.resume, save_minutes=settings.save_minutes)
+        checkpointing = replace(checkpointing, folder=checkpointing.folder / f"seed-{plan.settings.seed}")
+        with resource_errors(job.tmp):
+            stats = _train_and_score(plan, train_data, scored, job.tmp, run.progress, checkpointing, job.stop)
+        return job.commit(stats, extra={"model": str(ref.path)})
 
 
 @dataclass
@@ -171,7 +175,8 @@ def _plan(ref: Any, settings: FinetuneSettings, run: Run) -> _QaPlan:
     return _QaPlan(ref, tokenizers, settings, pool, setup, pick_device(settings.device))
 
 
-def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, SquadData], folder: Path, progress: Progress) -> dict[str, Any]:
+def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, SquadData], folder: Path, progress: Progress,
+                     checkpoint: Checkpointing | None = None, stop: StopSignal | None = None) -> dict[str, Any]:
     """Featurize, train, save the model and tokenizers into ``folder``, answer and score ``scored``: the manifest's stats."""
     from greenadapt.artifacts.pretrained import quiet_transformers
 
@@ -195,7 +200,7 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
         qa_model = finetune_gmap.build_model(qa_model, setup).to(device)
     stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
     stats.update(train_qa(qa_model, [f for f, _ in featurized], train_data.n_questions, len(tokenizers.general), settings, device,
-                        folder / "train_log.jsonl", progress))
+                        folder / "train_log.jsonl", progress, checkpoint, stop))
     stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
     if setup is not None:
         finetune_gmap.save(qa_model, folder, setup)
