@@ -274,3 +274,49 @@ def test_minilm_on_rte_and_ncbi_subsets(minilm_path: Path, shared_data: Path, tm
     code, stdout, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(rte), "--output", str(tmp_path / "p.tsv"), "--json")
     assert code == 0, stderr
     assert json.loads(stdout)["examples"] == 64
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashAt:
+    """A Progress that crashes the run at ``step`` (as kill -9: no handler runs, only checkpoints on disk survive)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        pass
+
+    def update(self, completed: float, **info: float | str) -> None:
+        if completed == self.step and info:
+            raise _Crash
+
+    def finish(self) -> None:
+        pass
+
+
+def test_a_killed_multitask_run_resumes_to_the_uninterrupted_runs_weights_and_scores(data: dict[str, Path], tmp_path: Path) -> None:
+    """multitask runs in the training stage every runner uses (issue 93): a kill inside an epoch resumes from the last
+    checkpoint, each task's batch stream where it was, and ends where the uninterrupted run ends."""
+    import greenadapt
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    tasks = [f"name=ncbi,type=ner,train={data['ner_train']},dev={data['ner_dev']},test={data['ner_dev']}",
+             f"name=pair,type=classify,train={data['pair_train']},dev={data['pair_dev']}"]
+    options = {"model": str(data["model"]), "task": tasks, "pal_size": 12, "pal_heads": 3, "batch_size": 8, "epochs": 2,
+               "steps_per_epoch": 4, "device": "cpu", "lr": 1e-2, "save_every": 3, "save_minutes": 0}
+    reference = greenadapt.multitask(**options, out=tmp_path / "reference", progress=False)
+    with pytest.raises(_Crash):
+        greenadapt.multitask(**options, out=tmp_path / "run", progress=_CrashAt(7))  # inside epoch 2: the checkpoint of step 6
+    resumed = greenadapt.multitask(**options, out=tmp_path / "run", resume=True, progress=False)
+    files = sorted(p.relative_to(reference.path) for p in reference.path.rglob("*.safetensors"))
+    assert files and files == sorted(p.relative_to(resumed.path) for p in resumed.path.rglob("*.safetensors"))
+    for name in files:  # the shared encoder and each task's adapter and head
+        a, b = load_file(str(reference.path / name)), load_file(str(resumed.path / name))
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-6, err_msg=f"{name}: {key}")
+    assert json.loads((reference.path / "metrics.json").read_text()) == json.loads((resumed.path / "metrics.json").read_text())

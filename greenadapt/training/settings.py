@@ -132,3 +132,17 @@ class TrackerSettings(Settings):
         (), "--report-to", panel=RUN_CONTROL, metavar="TRACKER", check=tracker_names,
         help="Experiment trackers: tensorboard, mlflow (repeat, or comma-separated): every step's loss, lr and gradient norm, "
              "dev and test scores, the run's options (the trackers extra: pip install tensorboard mlflow-skinny; docs/trackers.md).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSettings(Settings):
+    """Checkpoints of a training run that resumes after a kill (finetune, QA, multitask): the training stage reads them."""
+
+    save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1,
+                                    help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes).")
+    save_minutes: float | None = option(10.0, "--save-minutes", panel=RUN_CONTROL, minimum=0, maximum=1e6,
+                                        help="Also save one every M minutes of training (one process; only the newest is kept): a kill "
+                                             "costs minutes, not the run. 0 or none: by steps alone.")
+    resume: bool = option(False, "--resume", panel=RUN_CONTROL,
+                          help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99).")
+

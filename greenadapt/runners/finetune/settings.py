@@ -11,11 +11,12 @@ from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.defaults import DEFAULT_SEED, MAX_AGREEMENT, TRAIN_EMBEDDINGS, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.modeling.gmap.settings import GmapSettings
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option
 from greenadapt.tasks import task_name, tasks_help
 from greenadapt.training.config import TrainingRun
 from greenadapt.training.settings import (
     POOL_MODES,
+    CheckpointSettings,
     CompileSettings,
     DeviceSettings,
     RecipeSettings,
@@ -44,7 +45,7 @@ class TrainingFileSettings(FieldSettings):
 
 @dataclass(frozen=True, kw_only=True)
 class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings, ShapeSettings,
-                       TrackerSettings, TrainingRun):
+                       TrackerSettings, CheckpointSettings, TrainingRun):
     """``greenadapt finetune``: fine-tune with a 50/50 mixture of the general and domain tokenizers; evaluate mean-pooled."""
 
     command = "finetune"
@@ -92,13 +93,6 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
                                     help="With --dev: also score dev every N optimizer steps, not only at each epoch's end; the best scoring's weights are kept.")
     early_stopping: int | None = option(None, "--early-stopping", panel=EVALUATION, metavar="N", minimum=1, fingerprint="always",
                                         help="With --dev: stop once N dev scorings in a row did not beat the best (the best's weights are kept).")
-    save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1,
-                                    help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes).")
-    save_minutes: float | None = option(10.0, "--save-minutes", panel=RUN_CONTROL, minimum=0, maximum=1e6,
-                                        help="Also save one every M minutes of training (one process; only the newest is kept): a kill "
-                                             "costs minutes, not the run. 0 or none: by steps alone.")
-    resume: bool = option(False, "--resume", panel=RUN_CONTROL,
-                          help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99).")
 
     def check(self) -> None:
         """The checks between options, once, when the settings are made (each option's own are in its declaration)."""

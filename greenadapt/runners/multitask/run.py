@@ -26,7 +26,9 @@ from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, TokenizerPair, check_vocab_fits
 from greenadapt.artifacts.pretrained import resolve_model, slugify
-from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
+from greenadapt.artifacts.stage import StageOutcome, resource_errors
+from greenadapt.training.checkpoint import Checkpointing, StopSignal
+from greenadapt.training.job import training_stage
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.predictions import prediction_file_name, write_predictions
 from greenadapt.data.task_files import TaskFile, check_known_labels
@@ -105,13 +107,15 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
         out, kind=KIND, force=run.force, model=ref.path, data=[f.path for p in prepared for f in p.files.values()],
         workdir=run.workdir,
     )
-    ctx = DistContext(device=pick_device(settings.device))
-    with StageRun(KIND, out, config, inputs, force=run.force, wait=run.wait, libraries=("torch", "transformers", "tokenizers")) as stage:
-        if stage.skipped:
-            return StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
-        stats = _train_and_save(prepared, ref.path, tokenizers, training, pool, ctx, stage.tmp, run.progress, gmap)
-        manifest = stage.commit(stats=stats)
-        return StageOutcome(stage.out, manifest, False)
+    # the training stage every runner uses: checkpoints (--save-every, --save-minutes), SIGTERM, --resume
+    with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait, resume=settings.resume) as job:
+        if job.up_to_date is not None:
+            return job.up_to_date
+        assert job.tmp is not None  # one process: multitask has no data-parallel path
+        checkpoint = job.checkpointing(save_every=settings.save_every, resume=settings.resume, save_minutes=settings.save_minutes)
+        ctx = DistContext(device=pick_device(settings.device))
+        stats = _train_and_save(prepared, ref.path, tokenizers, training, pool, ctx, job.tmp, run.progress, gmap, checkpoint, job.stop)
+        return job.commit(stats)
 
 
 def _pals(settings: MultitaskSettings) -> PalsConfig:
@@ -235,6 +239,8 @@ def _train_and_save(
     tmp: Path,
     progress: Progress,
     gmap: Any = None,
+    checkpoint: Checkpointing | None = None,
+    stop: StopSignal | None = None,
 ) -> dict[str, Any]:
     from transformers import set_seed
 
@@ -262,6 +268,8 @@ def _train_and_save(
         evaluate=evaluate if with_dev else None,
         log_path=tmp / "train_log.jsonl",
         progress=progress,
+        checkpoint=checkpoint,
+        stop=stop,
     )
     with resource_errors(tmp):
         metrics = _score_and_save(prepared, model, scores, tokenizers, pool, tmp, gmap)

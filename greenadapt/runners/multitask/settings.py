@@ -9,13 +9,13 @@ from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAU
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import POOL_MODES, CompileSettings, DeviceSettings, ScheduleSettings, check_lr
+from greenadapt.training.settings import POOL_MODES, CheckpointSettings, CompileSettings, DeviceSettings, ScheduleSettings, check_lr
 
 SAMPLING = ("proportional", "sqrt", "annealed", "round-robin")  # how each step's task is drawn (greenadapt.runners.multitask.sampling)
 
 
 @dataclass(frozen=True, kw_only=True)
-class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings, TrainingRun):
+class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings, CheckpointSettings, TrainingRun):
     """``greenadapt multitask``: multi-task fine-tuning with PALs: one shared encoder, an adapter and a head per task."""
 
     command = "multitask"

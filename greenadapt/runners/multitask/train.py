@@ -29,6 +29,7 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.multitask.sampling import alpha, sample_tasks
 from greenadapt.training.batches import choose_views
 from greenadapt.training.finetuning import collate, output_rows
+from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 
@@ -66,12 +67,24 @@ class TaskStream:
         """(unit indices, the view of every unit of the task) of the next batch."""
         if self.position >= self.n:
             self.passes += 1
-            self.order = np.random.default_rng([self.seed, self.passes, _STREAM]).permutation(self.n)
-            self.views = choose_views(self.n, self.mix, self.seed, self.passes)
+            self._draw()
             self.position = 0
         batch = self.order[self.position : self.position + self.batch_size]
         self.position += self.batch_size
         return batch, self.views
+
+    def _draw(self) -> None:
+        self.order = np.random.default_rng([self.seed, self.passes, _STREAM]).permutation(self.n)
+        self.views = choose_views(self.n, self.mix, self.seed, self.passes)
+
+    def state(self) -> list[int]:
+        return [self.passes, self.position]
+
+    def restore(self, state: Sequence[int]) -> None:
+        """Where a checkpoint left the stream: the same pass (its order and views drawn again from the seed) and place."""
+        self.passes, self.position = int(state[0]), int(state[1])
+        if self.passes >= 0:
+            self._draw()
 
 
 def plan(sizes: Sequence[int], training: MultitaskSettings) -> tuple[int, int]:
@@ -98,9 +111,10 @@ class MultitaskTask(TrainingTask):
         self.current: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def epoch_batches(self, epoch: int, step: int) -> list[int]:
-        """The task of each step of the epoch."""
+        """The task of each step of the epoch (counted from the epoch's start, so a run resumed inside an epoch draws
+        the same order as the uninterrupted run)."""
         config, total = self.config, self.trainer.total_steps
-        steps = min(self.per_epoch, total - step)
+        steps = min(self.per_epoch, total - epoch * self.per_epoch)
         order = sample_tasks(self.sizes, config.sampling, steps=steps, epoch=epoch + 1, epochs=self.epochs, seed=config.seed)
         log.info("epoch %d: sampling %s (alpha %.2f)", epoch + 1, config.sampling, alpha(config.sampling, epoch + 1, self.epochs))
         return [int(t) for t in order]
@@ -109,6 +123,19 @@ class MultitaskTask(TrainingTask):
         indices, views = self.streams[batch].next()
         self.current = (batch, indices, views)
         return [self.current]
+
+    def weights(self) -> dict[str, Any]:
+        return dict(self.trainer.model.state_dict())
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        self.trainer.model.load_state_dict(state)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"streams": [stream.state() for stream in self.streams]}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        for stream, saved in zip(self.streams, state.get("streams") or [], strict=False):
+            stream.restore(saved)
 
     def loss(self, part: tuple[int, np.ndarray, np.ndarray]) -> Any:
         import torch
@@ -137,6 +164,8 @@ def train_multitask(
     evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None,
     log_path: Path | None = None,
     progress: Progress = NULL_PROGRESS,
+    checkpoint: Checkpointing | None = None,
+    stop: StopSignal | None = None,
 ) -> MultitaskResult:
     """Train ``model`` (a :class:`~greenadapt.modeling.pals.model.MultiTaskModel`) in place on every task."""
     sizes = [len(u) for u in units]
@@ -149,7 +178,7 @@ def train_multitask(
         log.info("--freeze-base: the shared encoder is frozen except %d layer-norm tensors", len(kept))
     trainer = Trainer(model, config, ctx, total_steps=total)
     task = MultitaskTask(trainer, model, names, units, config, pad_id=pad_id)
-    run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress)
+    run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress, checkpoint=checkpoint, stop=stop)
     model.eval()
     seen = run.counts.get("seen_units", 0)
     return MultitaskResult(
