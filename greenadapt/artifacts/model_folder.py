@@ -56,6 +56,15 @@ class TokenizerPair:
     def has_domain(self) -> bool:
         return self.domain is not None
 
+    def save(self, folder: Path, *, domain: bool = True) -> None:
+        """The tokenizers as a model folder keeps them (every runner writes them so): with a domain tokenizer (and
+        ``domain``), it at the folder's top and the general one in ``general-tokenizer/``; else the general one at the top."""
+        if domain and self.domain is not None:
+            self.domain.save_pretrained(str(folder))
+            self.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
+        else:
+            self.general.save_pretrained(str(folder))
+
     def for_pool(self, pool: str) -> dict[str, Any]:
         """The tokenizers pooling mode ``pool`` runs, by name (``mean``: both)."""
         if pool == "mean" and self.domain is not None:

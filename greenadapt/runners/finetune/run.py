@@ -443,11 +443,7 @@ class _Job:
         else:
             with quiet_transformers():
                 model.save_pretrained(str(folder))
-        if self.tokenizers.domain is not None:
-            self.tokenizers.domain.save_pretrained(str(folder))
-            self.tokenizers.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
-        else:
-            self.tokenizers.general.save_pretrained(str(folder))
+        self.tokenizers.save(folder)
         write_json(folder / TASK_FILE, self.settings.to_json())
         write_pipeline_entry(folder, pipeline_tag=self.task.pipeline_tag, auto_model=self.task.auto_model,
                              two_tokenizers=self.tokenizers.domain is not None)

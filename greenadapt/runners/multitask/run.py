@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
-from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, TokenizerPair, check_vocab_fits
+from greenadapt.artifacts.model_folder import TokenizerPair, check_vocab_fits
 from greenadapt.artifacts.pretrained import resolve_model, slugify
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
@@ -222,7 +222,7 @@ def _score_and_save(
         from greenadapt.modeling.gmap.wiring import save as save_fused
 
         save_fused(model.fusion, tmp / BASE_DIR, gmap)  # the encoder, gates and gmap_config.json
-    _save_tokenizers(tokenizers, tmp / BASE_DIR)
+    tokenizers.save(tmp / BASE_DIR)
     for p in prepared:
         write_json(tmp / TASKS_DIR / p.spec.name / TASK_FILE, p.settings.to_json())
     write_json(tmp / "metrics.json", {"pool": pool, "tasks": metrics, "average": _averages(metrics, pool)})
@@ -337,14 +337,6 @@ def _averages(metrics: dict[str, Any], pool: str) -> dict[str, float]:
         if values and len(values) == len(metrics):
             averages[role] = sum(values) / len(values)
     return averages
-
-
-def _save_tokenizers(tokenizers: TokenizerPair, folder: Path) -> None:
-    if tokenizers.domain is not None:
-        tokenizers.domain.save_pretrained(str(folder))
-        tokenizers.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
-    else:
-        tokenizers.general.save_pretrained(str(folder))
 
 
 # --------------------------------------------------------------------------

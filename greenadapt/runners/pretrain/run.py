@@ -191,7 +191,6 @@ def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...
 def _save_model(model: Any, gmap: Any, setup: _Setup, folder: Path) -> None:
     from safetensors.torch import save_file
 
-    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
     from greenadapt.artifacts.pretrained import quiet_transformers
     from greenadapt.modeling.gmap.config import CONFIG_FILE, GATES_FILE
 
@@ -204,11 +203,7 @@ def _save_model(model: Any, gmap: Any, setup: _Setup, folder: Path) -> None:
     with resource_errors(folder):
         with quiet_transformers():
             model.save_pretrained(str(folder))
-        if setup.view == "domain":
-            setup.pair.domain.save_pretrained(str(folder))
-            setup.pair.general.save_pretrained(str(folder / GENERAL_TOKENIZER_DIR))
-        else:
-            setup.pair.general.save_pretrained(str(folder))
+        setup.pair.save(folder, domain=setup.view == "domain")
         if describe is not None:
             if gates:
                 save_file(gates, str(folder / GATES_FILE), metadata={"format": "pt"})

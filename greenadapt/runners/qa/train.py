@@ -255,15 +255,10 @@ def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
 
 
 def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
-    from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
     from greenadapt.artifacts.pipeline_entry import write_pipeline_entry
     from greenadapt.tasks import TASK_FILE, TaskSettings, get_task
 
-    if tokenizers.domain is None:
-        tokenizers.general.save_pretrained(folder)
-    else:
-        tokenizers.domain.save_pretrained(folder)
-        tokenizers.general.save_pretrained(folder / GENERAL_TOKENIZER_DIR)
+    tokenizers.save(folder)
     settings = TaskSettings(task=TASK, labels=[], max_length=max_length, metric="f1", has_domain_tokenizer=tokenizers.domain is not None)
     write_json(folder / TASK_FILE, settings.to_json())
     task = get_task(TASK)
