@@ -241,7 +241,9 @@ def run_unit(code: Path, commit: str, models: dict[str, str], name: str, seed: i
     with partial.open("w") as stdout:
         result = greenadapt(code, "compare", "--task", "ner", "--train", str(data["train"]), "--test", str(data["test"]),
                             *compare_models(models, (partner, arm)), "--against", partner, "--seeds", str(seed),
-                            *RECIPE, *os.environ.get("STUDY_EXTRA", "").split(), "--out", str(STUDY / "finetune" / name), "--json", stdout=stdout)
+                            *RECIPE, *os.environ.get("STUDY_EXTRA", "").split(), "--out", str(STUDY / "finetune" / name),
+                            "--wait",  # behind a compare still saving its checkpoint after a stop, never "failed"
+                            "--json", stdout=stdout)
     if result.returncode:
         log(f"{name} seed {seed} {arm}: compare exited {result.returncode}")
         return False
@@ -419,6 +421,21 @@ def write_pid_file(pid: int) -> None:
     temporary.replace(STUDY / "study.pid")
 
 
+STOP_WAIT_S = 120
+
+
+def group_alive(group: int) -> bool:
+    """Whether a process of ``group`` still runs (a zombie, ended but not yet reaped by its parent, does not count)."""
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == group:
+            return True
+    return False
+
+
 class PidFileError(SystemExit):
     pass
 
@@ -458,7 +475,15 @@ def stop() -> None:
         print("not running")
         return
     os.killpg(pid, signal.SIGTERM)
-    print(f"stopped (process group {pid}); start resumes it")
+    # the runner's compare saves a checkpoint on SIGTERM before it ends: wait for the whole group, so that a start right
+    # after this finds no compare of the old runner still holding the study's folders
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        if not group_alive(pid):
+            print(f"stopped (process group {pid}); start resumes it")
+            return
+        time.sleep(0.5)
+    print(f"asked to stop (process group {pid}); it is still saving after {STOP_WAIT_S} s: start waits for it")
 
 
 def distinct_runs(paths: Sequence[Path]) -> dict[tuple[str, int, str], float]:
