@@ -45,7 +45,7 @@ def test_pad_rows_pads_to_the_width_asked_and_masks_the_rest() -> None:
 
 
 def test_speed_options_are_checked_and_not_recorded() -> None:
-    recorded = loop_settings(pad_to_multiple=32, compile=True, eval_batch_size=5).recorded()
+    recorded = loop_settings(pad_to_multiple=32, compile=True, eval_batch_size=5, device="cuda:0").recorded()
     assert not {"pad_to_multiple", "cuda_graphs", "compile", "eval_batch_size"} & set(recorded)
     assert {"batch_size", "lr", "epochs", "seed", "mix", "max_grad_norm", "grad_accum"} <= set(recorded)
     for bad in (0, -1, MAX_PAD_MULTIPLE + 1):
@@ -56,7 +56,9 @@ def test_speed_options_are_checked_and_not_recorded() -> None:
     loop_settings(pad_to_multiple=MAX_PAD_MULTIPLE)
     loop_settings(cuda_graphs=True, device="cuda:0")  # a GPU is only known once opened: checked then
     assert loop_settings().compile_mode() is None
-    assert loop_settings(compile=True).compile_mode() == "default"
+    assert loop_settings(compile=True, device="cuda:0").compile_mode() == "default"
+    with pytest.raises(UsageError, match="--compile makes CPU training slower"):  # measured slower there (issue 94)
+        loop_settings(compile=True, device="cpu")
     assert loop_settings(cuda_graphs=True, device="cuda:0").compile_mode() == "reduce-overhead"
 
 
