@@ -357,3 +357,37 @@ def test_a_models_files_are_as_readable_as_the_umask_says(made: dict[str, Path],
     modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "run", *(tmp_path / "run").rglob("*")]}
     assert modes["run/model.safetensors"] == 0o640, modes
     assert all(mode in (0o640, 0o750) for mode in modes.values()), modes
+
+
+def test_a_temporary_cut_while_it_is_removed_still_proves_itself_greenadapts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C to a compare's process group, then its workers' SIGTERM, could cut the removal of a run's temporary
+    after its marker was gone: the rerun then refused the compare folder ("holds files greenadapt did not write"), one
+    run in a few of tests/test_reliability_round5_compare.py. The marker now goes last, and an empty folder of a
+    temporary's name (cut before its marker was written) is greenadapt's too."""
+    import shutil as real_shutil
+
+    real_rmtree = real_shutil.rmtree
+    from greenadapt.artifacts import stage
+    from greenadapt.artifacts.stage import TEMPORARY_MARKER, remove_temporary, written_by_greenadapt
+
+    tmp = tmp_path / ".seed-1.tmp-4782-f49cb8e3"
+    (tmp / "predictions").mkdir(parents=True)
+    (tmp / TEMPORARY_MARKER).write_text("greenadapt finetune output\n")
+    (tmp / "model.safetensors").write_bytes(b"weights")
+
+    def second_signal(path: object, *args: object, **kwargs: object) -> None:
+        if Path(str(path)) == tmp:  # the whole folder: as rmtree may, its marker goes first, then the second signal
+            (tmp / TEMPORARY_MARKER).unlink(missing_ok=True)
+            raise KeyboardInterrupt
+        real_rmtree(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stage.shutil, "rmtree", second_signal)
+    with pytest.raises(KeyboardInterrupt):
+        remove_temporary(tmp)
+    assert written_by_greenadapt(tmp)  # what is left still proves itself greenadapt's (here: nothing but the folder)
+    monkeypatch.setattr(stage.shutil, "rmtree", real_rmtree)
+    remove_temporary(tmp)
+    assert not tmp.exists()
+    empty = tmp_path / ".seed-2.tmp-4782-0123abcd"
+    empty.mkdir()
+    assert written_by_greenadapt(empty) and not written_by_greenadapt(tmp_path)  # (a user's folder still is not)

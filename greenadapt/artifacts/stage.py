@@ -202,7 +202,7 @@ class StageRun:
         try:
             self._meter.probe.close()
             if self.tmp != self.out and self.tmp.exists():
-                shutil.rmtree(self.tmp, ignore_errors=True)
+                remove_temporary(self.tmp)
         finally:
             self._release_lock()
         # A full disk while the stage wrote its own files (vectors, weights): one clear line, not
@@ -353,10 +353,33 @@ def swap_into_place(tmp: Path, out: Path) -> None:
 
 
 def written_by_greenadapt(folder: Path) -> bool:
-    """Whether ``folder`` (a real folder, not a link) carries greenadapt's proof: a temporary's marker or a manifest."""
+    """Whether ``folder`` (a real folder, not a link) carries greenadapt's proof: a temporary's marker or a manifest; or
+    is an empty folder of a temporary's name (a run stopped between making it and writing its marker: it holds nothing)."""
     if folder.is_symlink() or not folder.is_dir():
         return False
+    if _LEFTOVER.match(folder.name) and not any(folder.iterdir()):
+        return True
     return (folder / TEMPORARY_MARKER).is_file() or parse_manifest(folder)[0] is not None
+
+
+def remove_temporary(tmp: Path) -> None:
+    """Remove a stage's temporary folder, its marker last: a second stop signal in the middle (Ctrl-C to a process
+    group, then the workers' SIGTERM) leaves a folder that still proves itself greenadapt's, which the next run
+    sweeps, never one that a compare folder's check would take for the user's."""
+    marker = tmp / TEMPORARY_MARKER
+    try:
+        children = list(tmp.iterdir())
+    except OSError:
+        children = []
+    for child in children:
+        if child == marker:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+    marker.unlink(missing_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def sweep_stale_temporaries(folder: Path) -> int:
