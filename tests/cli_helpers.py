@@ -19,3 +19,18 @@ def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     code = int(info.value.code or 0)
     assert code == 0 or captured.out == ""
     return code, captured.err
+
+
+def cli_output(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``greenadapt ARGS`` in process, as written (no ``--quiet`` added)."""
+    from greenadapt.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["greenadapt", *args])
+    monkeypatch.delenv("GREENADAPT_DEBUG", raising=False)
+    code = 0
+    try:
+        main()
+    except SystemExit as done:
+        code = int(done.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from interrupt_helpers import Crash, CrashAt
 from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
 
 from greenadapt.errors import EXIT_BAD_INPUT, EXIT_USAGE, UsageError
@@ -276,26 +277,6 @@ def test_minilm_on_rte_and_ncbi_subsets(minilm_path: Path, shared_data: Path, tm
     assert json.loads(stdout)["examples"] == 64
 
 
-class _Crash(Exception):
-    pass
-
-
-class _CrashAt:
-    """A Progress that crashes the run at ``step`` (as kill -9: no handler runs, only checkpoints on disk survive)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
-        pass
-
-    def update(self, completed: float, **info: float | str) -> None:
-        if completed == self.step and info:
-            raise _Crash
-
-    def finish(self) -> None:
-        pass
-
 
 def test_a_killed_multitask_run_resumes_to_the_uninterrupted_runs_weights_and_scores(data: dict[str, Path], tmp_path: Path) -> None:
     """multitask runs in the training stage every runner uses (issue 93): a kill inside an epoch resumes from the last
@@ -309,8 +290,8 @@ def test_a_killed_multitask_run_resumes_to_the_uninterrupted_runs_weights_and_sc
     options = {"model": str(data["model"]), "task": tasks, "pal_size": 12, "pal_heads": 3, "batch_size": 8, "epochs": 2,
                "steps_per_epoch": 4, "device": "cpu", "lr": 1e-2, "save_every": 3, "save_minutes": 0}
     reference = greenadapt.multitask(**options, out=tmp_path / "reference", progress=False)
-    with pytest.raises(_Crash):
-        greenadapt.multitask(**options, out=tmp_path / "run", progress=_CrashAt(7))  # inside epoch 2: the checkpoint of step 6
+    with pytest.raises(Crash):
+        greenadapt.multitask(**options, out=tmp_path / "run", progress=CrashAt(7))  # inside epoch 2: the checkpoint of step 6
     resumed = greenadapt.multitask(**options, out=tmp_path / "run", resume=True, progress=False)
     files = sorted(p.relative_to(reference.path) for p in reference.path.rglob("*.safetensors"))
     assert files and files == sorted(p.relative_to(resumed.path) for p in resumed.path.rglob("*.safetensors"))

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import cli_output
+from interrupt_helpers import Crash, CrashAt
 from conftest import build_tiny_bert
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
@@ -44,21 +46,6 @@ def _within(seconds: float, action: Callable[[], Any]) -> Any:
     return outcome.get("value")
 
 
-def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``greenadapt ARGS``, in process."""
-    import sys
-
-    from greenadapt.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["greenadapt", *args])
-    monkeypatch.delenv("GREENADAPT_DEBUG", raising=False)
-    code = 0
-    try:
-        main()
-    except SystemExit as done:
-        code = int(done.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _one_line(code: int, err: str, expected: int | None = None) -> None:
@@ -114,7 +101,7 @@ def test_a_fifo_as_a_manifest_or_compare_json_is_one_line(made: dict[str, Path],
     os.mkfifo(tmp_path / "compare.json")
     with pytest.raises(NotARegularFile, match="a FIFO"):
         _within(10, lambda: read_own_text(tmp_path / "compare.json"))
-    code, _, err = _within(30, lambda: _cli(["info", str(tmp_path)], monkeypatch, capsys))
+    code, _, err = _within(30, lambda: cli_output(["info", str(tmp_path)], monkeypatch, capsys))
     _one_line(code, err)
 
 
@@ -161,7 +148,7 @@ def test_an_edited_compare_json_is_one_line_naming_the_field_in_info_and_the_rep
     folder.mkdir()
     (folder / "compare.json").write_text(json.dumps(document))
     for args in (["info", str(folder)], ["report", str(folder), "--html", str(tmp_path / "r.html")]):
-        code, _, err = _cli(args, monkeypatch, capsys)
+        code, _, err = cli_output(args, monkeypatch, capsys)
         _one_line(code, err)
         assert "compare.json" in err and "field compare.json." in err, err
 
@@ -173,13 +160,13 @@ def test_an_intact_compare_json_reads_and_its_text_reaches_the_terminal_escaped(
     folder = tmp_path / "cmp"
     folder.mkdir()
     (folder / "compare.json").write_text(json.dumps(document))
-    code, out, err = _cli(["info", str(folder)], monkeypatch, capsys)
+    code, out, err = cli_output(["info", str(folder)], monkeypatch, capsys)
     assert code == 0, err
     assert "recommends  use \\x1b[2Jgreen\\x0d\\x0anow" in out and "\x1b" not in out and "\r" not in out
     assert "green vs base: +2.50 F1" in out
-    code, markdown, err = _cli(["report", str(folder)], monkeypatch, capsys)  # the report's text on the terminal
+    code, markdown, err = cli_output(["report", str(folder)], monkeypatch, capsys)  # the report's text on the terminal
     assert code == 0 and "use \\x1b[2Jgreen" in markdown and "\x1b" not in markdown and "\r" not in markdown, markdown
-    code, _, err = _cli(["report", str(folder), "--html", str(tmp_path / "r.html")], monkeypatch, capsys)
+    code, _, err = cli_output(["report", str(folder), "--html", str(tmp_path / "r.html")], monkeypatch, capsys)
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
     assert "green vs base" in page and "\x1b" not in page and "2Jgreen" in page
@@ -187,26 +174,6 @@ def test_an_intact_compare_json_reads_and_its_text_reaches_the_terminal_escaped(
 
 # -- 3. a checkpoint's state: absurd numbers, a planted pickle ---------------------------------------------------------------
 
-
-class _Crash(Exception):
-    pass
-
-
-class _CrashAt:
-    """A Progress that crashes the run when training reports ``step`` (a kill -9 after the checkpoint of that step)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
-        pass
-
-    def update(self, completed: float, **info: float | str) -> None:
-        if completed == self.step and info:
-            raise _Crash
-
-    def finish(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -217,8 +184,8 @@ def interrupted(made: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     out = tmp_path_factory.mktemp("interrupted") / "run"
     options = {"task": "ner", "train": made["ner"], "model": str(made["plain"]), "out": out, "max_steps": 4, "save_every": 2,
                "seed": 1, "device": "cpu", "batch_size": 4, "entity_type": "Disease"}
-    with pytest.raises(_Crash):
-        greenadapt.finetune(**options, progress=_CrashAt(3))
+    with pytest.raises(Crash):
+        greenadapt.finetune(**options, progress=CrashAt(3))
     return {"options": options, "out": out}
 
 
@@ -269,7 +236,7 @@ def test_a_pickle_planted_as_the_optimizer_state_is_refused_in_one_line_and_neve
     args = ["finetune", "--task", "ner", "--train", str(interrupted["options"]["train"]), "--model", interrupted["options"]["model"],
             "--out", str(out), "--max-steps", "4", "--save-every", "2", "--seed", "1", "--device", "cpu", "--batch-size", "4", "--resume",
             "--entity-type", "Disease", "--quiet"]
-    code, _, err = _cli(args, monkeypatch, capsys)
+    code, _, err = cli_output(args, monkeypatch, capsys)
     _one_line(code, err)
     assert "holds objects other than tensors" in err and "weights_only" not in err and not planted.exists()
 
@@ -284,8 +251,8 @@ def test_a_data_file_replaced_by_a_link_resumes_when_its_bytes_are_the_same_else
     shutil.copyfile(made["ner"], train)
     options = {"task": "ner", "train": train, "model": str(made["plain"]), "out": tmp_path / "run", "max_steps": 4, "save_every": 2,
                "seed": 1, "device": "cpu", "batch_size": 4, "entity_type": "Disease"}
-    with pytest.raises(_Crash):
-        greenadapt.finetune(**options, progress=_CrashAt(3))
+    with pytest.raises(Crash):
+        greenadapt.finetune(**options, progress=CrashAt(3))
     elsewhere = tmp_path / "data" / "train.tsv"
     elsewhere.parent.mkdir()
     shutil.copyfile(made["ner"], elsewhere)
@@ -334,7 +301,7 @@ def test_the_old_and_new_spelling_of_w2v_min_count_together_are_refused(values: 
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the patients with fever\n" * 20)
-    code, _, err = _cli(["w2v", "--corpus", str(corpus), "--model", "bert-base-uncased", "--min-count", values[0],
+    code, _, err = cli_output(["w2v", "--corpus", str(corpus), "--model", "bert-base-uncased", "--min-count", values[0],
                             "--w2v-min-count", values[1], "--out", str(tmp_path / "w2v")],
                         monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
@@ -359,18 +326,21 @@ def test_a_models_files_are_as_readable_as_the_umask_says(made: dict[str, Path],
     assert all(mode in (0o640, 0o750) for mode in modes.values()), modes
 
 
-def test_a_temporary_cut_while_it_is_removed_still_proves_itself_greenadapts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_temporary_cut_while_it_is_removed_never_blocks_the_compares_rerun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Ctrl-C to a compare's process group, then its workers' SIGTERM, could cut the removal of a run's temporary
-    after its marker was gone: the rerun then refused the compare folder ("holds files greenadapt did not write"), one
-    run in a few of tests/test_reliability_round5_compare.py. The marker now goes last, and an empty folder of a
-    temporary's name (cut before its marker was written) is greenadapt's too."""
+    after its marker was gone: the rerun refused the compare folder ("holds files greenadapt did not write"), one run in
+    a few of tests/test_reliability_round5_compare.py. The marker now goes last, so what a cut can leave is either still
+    proven greenadapt's or an empty folder of a temporary's name, which compare passes over (a user's folder of that name
+    with anything in it is still refused, and an empty one is still not taken for greenadapt's)."""
     import shutil as real_shutil
 
-    real_rmtree = real_shutil.rmtree
     from greenadapt.artifacts import stage
-    from greenadapt.artifacts.stage import TEMPORARY_MARKER, remove_temporary, written_by_greenadapt
+    from greenadapt.artifacts.stage import TEMPORARY_MARKER, empty_temporary, remove_temporary, written_by_greenadapt
+    from greenadapt.comparison.folders import check_compare_folder
 
-    tmp = tmp_path / ".seed-1.tmp-4782-f49cb8e3"
+    real_rmtree = real_shutil.rmtree
+    cmp = tmp_path / "cmp"
+    tmp = cmp / "green" / ".seed-1.tmp-4782-f49cb8e3"
     (tmp / "predictions").mkdir(parents=True)
     (tmp / TEMPORARY_MARKER).write_text("greenadapt finetune output\n")
     (tmp / "model.safetensors").write_bytes(b"weights")
@@ -384,10 +354,12 @@ def test_a_temporary_cut_while_it_is_removed_still_proves_itself_greenadapts(tmp
     monkeypatch.setattr(stage.shutil, "rmtree", second_signal)
     with pytest.raises(KeyboardInterrupt):
         remove_temporary(tmp)
-    assert written_by_greenadapt(tmp)  # what is left still proves itself greenadapt's (here: nothing but the folder)
     monkeypatch.setattr(stage.shutil, "rmtree", real_rmtree)
-    remove_temporary(tmp)
-    assert not tmp.exists()
-    empty = tmp_path / ".seed-2.tmp-4782-0123abcd"
-    empty.mkdir()
-    assert written_by_greenadapt(empty) and not written_by_greenadapt(tmp_path)  # (a user's folder still is not)
+    assert written_by_greenadapt(tmp) or empty_temporary(tmp)  # never a folder of files without the marker
+    check_compare_folder(cmp)  # the rerun's check passes over it
+    (tmp / "notes.txt").write_text("a user's file")
+    from greenadapt.errors import OutputExistsError
+
+    with pytest.raises(OutputExistsError, match="did not write"):
+        check_compare_folder(cmp)
+    assert not written_by_greenadapt(tmp_path / "cmp")

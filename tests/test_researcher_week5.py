@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_output
+from interrupt_helpers import Crash, CrashAt
 from conftest import build_tiny_bert
 from finetune_helpers import write_ner_file
 
@@ -21,18 +23,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "train": write_ner_file(root / "train.tsv", 24, seed=1), "test": write_ner_file(root / "test.tsv", 8, seed=2)}
 
 
-def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from greenadapt.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["greenadapt", *args])
-    monkeypatch.delenv("GREENADAPT_DEBUG", raising=False)
-    code = 0
-    try:
-        main()
-    except SystemExit as done:
-        code = int(done.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_a_compare_cut_after_its_first_run_is_read_by_info_and_the_report_and_finished_by_a_rerun(
@@ -53,17 +43,17 @@ def test_a_compare_cut_after_its_first_run_is_read_by_info_and_the_report_and_fi
         return real(*args, **kwargs)
 
     monkeypatch.setattr(finetune_module, "run_finetune", cut)
-    code, _, err = _cli(args, monkeypatch, capsys)
+    code, _, err = cli_output(args, monkeypatch, capsys)
     assert code == 130, err
     monkeypatch.setattr(finetune_module, "run_finetune", real)
     said = "not finished: 1 of 4 fine-tunings done; rerun the same command to continue"
-    code, shown, err = _cli(["info", str(out)], monkeypatch, capsys)
+    code, shown, err = cli_output(["info", str(out)], monkeypatch, capsys)
     assert code == 0 and said in shown, (shown, err)
-    code, _, err = _cli(["report", str(out), "--html", str(tmp_path / "r.html")], monkeypatch, capsys)
+    code, _, err = cli_output(["report", str(out), "--html", str(tmp_path / "r.html")], monkeypatch, capsys)
     assert code == 0 and said in (tmp_path / "r.html").read_text(), err
-    code, _, err = _cli(args, monkeypatch, capsys)  # the same command finishes it
+    code, _, err = cli_output(args, monkeypatch, capsys)  # the same command finishes it
     assert code == 0, err
-    code, shown, _ = _cli(["info", str(out)], monkeypatch, capsys)
+    code, shown, _ = cli_output(["info", str(out)], monkeypatch, capsys)
     assert "not finished" not in shown and "verdict" in shown
 
 
@@ -80,24 +70,6 @@ def test_the_api_imports_from_the_clones_parent_folder(tmp_path: Path) -> None:
     assert Path(where).name == "__init__.py" and callable_ == "True"
 
 
-class _Crash(Exception):
-    pass
-
-
-class _CrashAt:
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
-        pass
-
-    def update(self, completed: float, **info: float | str) -> None:
-        if completed == self.step and info:
-            raise _Crash  # as kill -9: no handler runs, only what is on disk survives
-
-    def finish(self) -> None:
-        pass
-
 
 def test_a_kill_after_the_save_interval_resumes_from_the_checkpoint_taken_by_time(data: dict[str, Path], tmp_path: Path,
                                                                                  caplog: pytest.LogCaptureFixture) -> None:
@@ -108,16 +80,16 @@ def test_a_kill_after_the_save_interval_resumes_from_the_checkpoint_taken_by_tim
 
     options = {"task": "ner", "train": data["train"], "model": str(data["plain"]), "out": tmp_path / "run", "max_steps": 6,
                "batch_size": 4, "seed": 1, "device": "cpu", "entity_type": "Disease", "save_minutes": 1e-6}
-    with pytest.raises(_Crash):
-        greenadapt.finetune(**options, progress=_CrashAt(4))
+    with pytest.raises(Crash):
+        greenadapt.finetune(**options, progress=CrashAt(4))
     found = latest_checkpoint(checkpoint_folder(tmp_path / "run") / "seed-1")
     assert found is not None and 1 <= found[1]["step"] < 4
     with caplog.at_level("INFO", logger="greenadapt"):
         done = greenadapt.finetune(**options, resume=True, progress=False)
     assert any(f"step {found[1]['step']}" in r.getMessage() and "resuming from" in r.getMessage() for r in caplog.records)
     assert done.manifest["stats"]["training"]["1"]["steps"] == 6  # type: ignore[attr-defined]
-    with pytest.raises(_Crash):  # the interval off: by steps alone, and no step was due
-        greenadapt.finetune(**{**options, "out": tmp_path / "off", "save_minutes": 0}, progress=_CrashAt(4))
+    with pytest.raises(Crash):  # the interval off: by steps alone, and no step was due
+        greenadapt.finetune(**{**options, "out": tmp_path / "off", "save_minutes": 0}, progress=CrashAt(4))
     assert latest_checkpoint(checkpoint_folder(tmp_path / "off") / "seed-1") is None
 
 
@@ -144,7 +116,7 @@ def test_predict_speaks_while_a_slow_window_runs(data: dict[str, Path], tmp_path
     monkeypatch.setattr(predict_text, "HEARTBEAT_CHECK_SECONDS", 0.05)
     monkeypatch.setattr("greenadapt.progress.FIRST_LINE_SECONDS", 0.2)
     monkeypatch.setenv("GREENADAPT_HEARTBEAT", "0.3")
-    code, out, err = _cli(["predict", str(tmp_path / "in.txt"), "-m", str(run), "-o", str(tmp_path / "out.jsonl")], monkeypatch, capsys)
+    code, out, err = cli_output(["predict", str(tmp_path / "in.txt"), "-m", str(run), "-o", str(tmp_path / "out.jsonl")], monkeypatch, capsys)
     assert code == 0, err
     beats = [line for line in err.splitlines() if "predicting a window of 10 documents" in line]
     assert len(beats) >= 2, err  # within the one window: ~1.5 s at 0.3 s
@@ -190,8 +162,8 @@ def test_a_killed_qa_training_resumes_to_the_uninterrupted_runs_weights_and_scor
     options = {"task": "qa", "train": data, "test": data, "model": str(model), "max_length": 32, "doc_stride": 8, "batch_size": 4,
                "max_steps": 8, "seed": 3, "device": "cpu", "save_every": 2, "save_minutes": 0}
     reference = greenadapt.finetune(**options, out=tmp_path / "reference", progress=False)
-    with pytest.raises(_Crash):
-        greenadapt.finetune(**options, out=tmp_path / "run", progress=_CrashAt(5))
+    with pytest.raises(Crash):
+        greenadapt.finetune(**options, out=tmp_path / "run", progress=CrashAt(5))
     assert (tmp_path / "run.checkpoint").is_dir() and not (tmp_path / "run").exists()
     resumed = greenadapt.finetune(**options, out=tmp_path / "run", resume=True, progress=False)
     a, b = load_file(str(reference.path / "model.safetensors")), load_file(str(resumed.path / "model.safetensors"))

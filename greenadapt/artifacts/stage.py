@@ -194,6 +194,9 @@ class StageRun:
             # Written first: a later run removes a dead run's temporary only on this proof that greenadapt made it.
             (self.tmp / TEMPORARY_MARKER).write_text(f"greenadapt {self.kind} output {self.out}\n", encoding="utf-8")
         except BaseException:
+            if self.tmp != self.out:  # stopped before its marker: nothing of it is left behind
+                with contextlib.suppress(OSError):
+                    remove_temporary(self.tmp)
             self._release_lock()
             raise
         return self
@@ -353,13 +356,16 @@ def swap_into_place(tmp: Path, out: Path) -> None:
 
 
 def written_by_greenadapt(folder: Path) -> bool:
-    """Whether ``folder`` (a real folder, not a link) carries greenadapt's proof: a temporary's marker or a manifest; or
-    is an empty folder of a temporary's name (a run stopped between making it and writing its marker: it holds nothing)."""
+    """Whether ``folder`` (a real folder, not a link) carries greenadapt's proof: a temporary's marker or a manifest."""
     if folder.is_symlink() or not folder.is_dir():
         return False
-    if _LEFTOVER.match(folder.name) and not any(folder.iterdir()):
-        return True
     return (folder / TEMPORARY_MARKER).is_file() or parse_manifest(folder)[0] is not None
+
+
+def empty_temporary(folder: Path) -> bool:
+    """An empty folder of a temporary's name: what a run stopped between making its temporary and writing the marker
+    (or between removing the marker and the folder) leaves. It holds nothing of anyone's."""
+    return bool(_LEFTOVER.match(folder.name)) and folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir())
 
 
 def remove_temporary(tmp: Path) -> None:

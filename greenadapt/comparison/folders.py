@@ -28,7 +28,7 @@ TRACKER_FOLDER = "tensorboard"  # compare --report-to tensorboard: <model>/tenso
 def check_compare_folder(out: Path) -> None:
     """Refuse, before any training, a compare folder greenadapt did not write: compare writes ``compare.json`` and a
     folder of runs per model there, so only a new or empty folder, or one compare made, may take them."""
-    from greenadapt.artifacts.stage import written_by_greenadapt
+    from greenadapt.artifacts.stage import empty_temporary, written_by_greenadapt
     from greenadapt.errors import OutputExistsError
 
     out = Path(out)
@@ -67,7 +67,7 @@ def check_compare_folder(out: Path) -> None:
                 if run.name == TRACKER_FOLDER and _tensorboard_events_only(run):
                     continue
                 is_run_folder = run.is_dir() and not run.is_symlink() and not run.name.endswith(".checkpoint")
-                if not _RUN_ENTRY.match(run.name) or (is_run_folder and not written_by_greenadapt(run)):
+                if not _RUN_ENTRY.match(run.name) or (is_run_folder and not written_by_greenadapt(run) and not empty_temporary(run)):
                     refuse(run, "it holds files greenadapt did not write")
         elif not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".lock"))):
             refuse(entry, "it holds files greenadapt did not write")

@@ -1,0 +1,24 @@
+"""A run cut at a given training step, as ``kill -9`` would cut it: no handler runs, only what is on disk survives."""
+
+from __future__ import annotations
+
+
+class Crash(Exception):
+    """Stands in for SIGKILL."""
+
+
+class CrashAt:
+    """A Progress that raises :class:`Crash` when training reports step ``step``."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+        pass
+
+    def update(self, completed: float, **info: float | str) -> None:
+        if completed == self.step and info:
+            raise Crash
+
+    def finish(self) -> None:
+        pass
