@@ -86,16 +86,8 @@ def unit_files(repo: Path) -> list[Path]:
 def finished_scores(repo: Path, expected: dict[str, Any] | None = None) -> study_rule.Scores:
     """The scores of every finished unit whose provenance matches ``expected`` (a file made with another commit,
     model or precision is left out here and named in the log: its set and seed run again under the study's own)."""
-    usable = []
-    for path in unit_files(repo):
-        if expected is not None:
-            _, record = study_rule.read_unit(path)
-            conflict = study_rule.pairing_conflict(expected, study_rule.provenance(record))
-            if conflict:
-                log(f"{path}: made with another {conflict}; not counted")
-                continue
-        usable.append(path)
-    return study_rule.unit_scores(usable)
+    return study_rule.unit_scores(unit_files(repo), expected=expected,
+                                  skipped=lambda path, key: log(f"{path}: made with another {key}; not counted"))
 
 
 def is_done(scores: study_rule.Scores, name: str, seed: int, arm: str) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -362,14 +362,21 @@ def pairing_conflict(held: Mapping[str, Any], new: Mapping[str, Any]) -> str | N
     return None
 
 
-def unit_scores(paths: Iterable[Path], headline_scale: float = 100.0) -> Scores:
+def unit_scores(paths: Iterable[Path], headline_scale: float = 100.0, *, expected: Mapping[str, Any] | None = None,
+                skipped: Callable[[Path, str], None] | None = None) -> Scores:
     """Every unit file's headline scores by set, arm and seed; the files of one set and seed must pair (the same
-    commit, models, precision used and data: ``PAIRING_KEYS``), else UnitFileError names both."""
+    commit, models, precision used and data: ``PAIRING_KEYS``), else UnitFileError names both. With ``expected``, a
+    file made with another value of a pairing key is left out (``skipped`` is told which file and key)."""
     scores: dict[str, dict[str, dict[int, float]]] = {}
     held: dict[tuple[str, int], dict[str, tuple[Any, Path]]] = {}  # per set and seed: each key's value, and whose
     for path in paths:
         name, record = read_unit(path)
         mine = provenance(record)
+        conflict = pairing_conflict(expected, mine) if expected is not None else None
+        if conflict:
+            if skipped is not None:
+                skipped(path, conflict)
+            continue
         for variant in record["variants"]:
             for seed_text, pools in variant["scores"].items():
                 seed = int(seed_text)

@@ -3,11 +3,10 @@ each read right, and a precision the CPU does not run natively is skipped with a
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import bench_module
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 ZEN4 = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"}
@@ -17,12 +16,7 @@ HASWELL = {"avx2", "fma"}
 
 @pytest.fixture(scope="module")
 def peaks():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("cpu_peaks", BENCH / "cpu_peaks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cpu_peaks"] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("cpu_peaks")
 
 
 @pytest.mark.parametrize(("flags", "fp32", "bf16", "int8", "unit"), [

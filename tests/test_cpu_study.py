@@ -4,29 +4,20 @@ every arm has 10 seeds on the four sets."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import bench_module
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _module(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def study():  # type: ignore[no-untyped-def]
     sys.path.insert(0, str(BENCH))
-    return _module("cpu_study")
+    return bench_module("cpu_study")
 
 
 def test_the_plan_runs_the_selection_first_then_only_what_the_open_questions_use(study) -> None:  # type: ignore[no-untyped-def]

@@ -4,7 +4,6 @@ refused by `bench/arm_table.py --rule` in one line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_helpers import bench_module
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 SETS = ("NCBI-disease", "BC5CDR-disease", "BC5CDR-chem", "BC2GM")
@@ -20,12 +20,7 @@ SETS = ("NCBI-disease", "BC5CDR-disease", "BC5CDR-chem", "BC2GM")
 
 @pytest.fixture(scope="module")
 def rule():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("study_rule", BENCH / "study_rule.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["study_rule"] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("study_rule")
 
 
 def scores(gains: dict[str, float], *, seeds: int = 10, sd: float = 0.3, noisy: dict[str, float] | None = None,

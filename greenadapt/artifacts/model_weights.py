@@ -147,3 +147,16 @@ def _embeddings_via_transformers(model_path: Path) -> Any:
         raise ModelError(f"cannot load the model's weights: {type(exc).__name__}", path=model_path,
                          hint="the folder needs model.safetensors or pytorch_model.bin") from None
     return model.get_input_embeddings().weight
+
+
+def weights_digest(folder: Path) -> str:
+    """The SHA-256 of ``folder``'s weights and config (each file's digest, by name): what an ONNX export of the folder
+    is made from (its cache key), and what compare.json's provenance records of each model."""
+    import hashlib
+
+    from greenadapt.artifacts.files import sha256_file
+
+    digest = hashlib.sha256()
+    for name in sorted(p.name for p in folder.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".bin") or p.name == "config.json")):
+        digest.update(f"{name}\n{sha256_file(folder / name)}\n".encode())
+    return digest.hexdigest()

@@ -6,7 +6,6 @@ compare.json carries it as ``provenance``; bench/study_rule.py refuses to pair u
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,20 +30,10 @@ def library_versions() -> dict[str, str | None]:
 
 
 def model_digest(spec: str) -> str | None:
-    """The SHA-256 of a model folder's weights and config (each file's digest, by name); None for a hub name or a
-    folder without weights here."""
-    from greenadapt.artifacts.files import sha256_file
+    """A model folder's :func:`~greenadapt.artifacts.model_weights.weights_digest`; None for a Hub name."""
+    from greenadapt.artifacts.model_weights import weights_digest
 
-    folder = Path(spec)
-    if not folder.is_dir():
-        return None
-    files = sorted(p.name for p in folder.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".bin") or p.name == "config.json"))
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for name in files:
-        digest.update(f"{name}\n{sha256_file(folder / name)}\n".encode())
-    return digest.hexdigest()
+    return weights_digest(Path(spec)) if Path(spec).is_dir() else None
 
 
 def data_digests(options: Comparison) -> dict[str, str]:

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from greenadapt.artifacts.files import CACHE_FOLDER, CACHE_TAG, is_greenadapt_cache, make_cache, sha256_file
+from greenadapt.artifacts.model_weights import weights_digest  # (onnx_export and the serving bench take it from here)
 from greenadapt.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -151,16 +152,6 @@ def _torch_threads() -> int:
     return torch.get_num_threads()  # the same cores torch would use here (its affinity and cgroup view)
 
 
-def weights_digest(folder: Path) -> str:
-    """The SHA-256 of ``folder``'s weights and config: what every export of the folder is made from."""
-    from greenadapt.artifacts.files import sha256_file
-
-    digest = hashlib.sha256()
-    for name in sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json"):
-        digest.update(f"{name}\n{sha256_file(folder / name)}\n".encode())
-    return digest.hexdigest()
-
-
 def cache_key(folder: Path, quantize: str, *, weights: str | None = None) -> str:
     """An export's name in the cache: the weights and config (:func:`weights_digest`, or ``weights`` where the caller
     has it), the quantization, the exporter's format."""
@@ -246,8 +237,6 @@ def _export_problem(target: Path, key: str, folder: Path) -> str | None:
             return f"{name} is not a plain file"
         if sha256_file(path) != digest:
             return f"{name}'s SHA-256 differs"
-    if record.get("weights") not in (None, weights_digest(folder)):
-        return f"{EXPORT_RECORD} names other weights than {folder}'s"
     return graph_problem(target / MODEL_FILE, folder)
 
 
