@@ -50,7 +50,7 @@ wheel-demo:
 	$(WHEEL_VENV)/bin/python -m pip install -q "$(TORCH)"
 	$(WHEEL_VENV)/bin/python -m pip wheel -q --no-deps -w dist .
 	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls dist/greenadapt-*.whl)[demo]"
-	cd $(WHEEL_VENV) && ./bin/python -c "import importlib, pkgutil, greenadapt; assert 'site-packages' in greenadapt.__file__, greenadapt.__file__; [importlib.import_module(m.name) for m in pkgutil.walk_packages(greenadapt.__path__, 'greenadapt.') if not m.name.endswith('__main__')]"
+	cd $(WHEEL_VENV) && ./bin/python $(CURDIR)/.ci/import_every_module.py
 	cd $(WHEEL_VENV) && ./bin/greenadapt adapt --corpus go-text --dim 100 --epochs 15 --workdir greenadapt-work
 
 # The rule sets are in pyproject.toml ([tool.ruff], [tool.mypy]); part of `make test`, so CI runs them.
