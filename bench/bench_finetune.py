@@ -227,7 +227,7 @@ def same_sequences_run(base: Path, batches: list[dict[str, Any]], batch_size: in
 
     from greenadapt.runners.finetune.settings import FinetuneSettings
     from greenadapt.tasks import get_task
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
     from greenadapt.training.runtime import TrainingTask, run_training
     from greenadapt.training.trainer import Trainer
 

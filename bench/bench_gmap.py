@@ -98,7 +98,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     from greenadapt.artifacts.pretrained import quiet_transformers, resolve_model
     from greenadapt.modeling.gmap import wiring as gmap
     from greenadapt.tasks import TaskSettings, get_task
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
     from greenadapt.runners.finetune.settings import FinetuneSettings
     from greenadapt.training.finetuning import FinetuneTask, prepare_trainer
 

@@ -172,7 +172,7 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
     from greenadapt.runners.pretrain.data import Masker, PackedCorpus, tokenize_corpus
     from greenadapt.runners.pretrain.settings import PretrainSettings
     from greenadapt.runners.pretrain.train import build_masked_lm, pretrain
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     cache = tokenize_corpus(resolve_corpus([str(corpus_path)]), tokenizer, work / "cache", workers=1)

@@ -41,7 +41,7 @@ def main() -> None:
     import greenadapt
     from greenadapt.data.task_files import TaskFile
     from greenadapt.inference.predictor import _raw_sentences
-    from greenadapt.training.pooling import inference_shape
+    from greenadapt.compute.pooling import inference_shape
 
     served = greenadapt.load(args.run, runtime="onnx", quantize=args.quantize)
     member = served.members[0]  # type: ignore[attr-defined]

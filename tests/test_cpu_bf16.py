@@ -75,7 +75,7 @@ def test_auto_is_bf16_on_a_cpu_only_where_it_is_native_and_not_pinned_to_fp32(mo
     import torch
 
     import greenadapt.machine.devices
-    from greenadapt.training.distributed import autocast_dtype, precision_used
+    from greenadapt.compute.distributed import autocast_dtype, precision_used
 
     cpu = torch.device("cpu")
     monkeypatch.delenv("GREENADAPT_CPU_AUTO_PRECISION")

@@ -180,7 +180,7 @@ def test_the_loop_queues_steps_on_the_gpu(files: dict[str, Path], tmp_path: Path
     """Pinned, non-blocking input copies, fused AdamW and batched loss reads on CUDA; every step still logged."""
     from greenadapt.machine.devices import to_device
     from greenadapt.training import runtime
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
 
     ctx = DistContext(device=DEVICE)
     array = np.arange(24, dtype=np.int64).reshape(4, 6)

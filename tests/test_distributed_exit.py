@@ -30,7 +30,7 @@ RANK_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import torch
-    from greenadapt.training.distributed import init_distributed
+    from greenadapt.compute.distributed import init_distributed
 
     ctx = init_distributed("cpu")
     held_at_return = unprotected = 0
@@ -122,7 +122,7 @@ class _SlowBackend:
 
 
 def test_the_context_holds_what_the_backend_holds_and_lets_go_only_after_it() -> None:
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
 
     ctx = DistContext(world=2)
     backend = _SlowBackend(release_after=None)
@@ -137,7 +137,7 @@ def test_the_context_holds_what_the_backend_holds_and_lets_go_only_after_it() ->
 
 def test_a_tensor_the_backend_never_lets_go_is_never_freed() -> None:
     """Past the wait, the context keeps one reference for the process's lifetime: no backend thread frees it at exit."""
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
 
     ctx = DistContext(world=2)
     backend = _SlowBackend(release_after=60)
@@ -149,7 +149,7 @@ def test_a_tensor_the_backend_never_lets_go_is_never_freed() -> None:
 
 
 def test_tensors_the_backend_released_are_not_kept() -> None:
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
 
     ctx = DistContext(world=2)
     backend = _SlowBackend(release_after=0.0)

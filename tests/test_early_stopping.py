@@ -17,7 +17,7 @@ import pytest
 from finetune_helpers import loop_settings
 
 from greenadapt.errors import UsageError
-from greenadapt.training.distributed import DistContext
+from greenadapt.compute.distributed import DistContext
 from greenadapt.training.runtime import TrainingTask, run_training, scorings_since_best
 from greenadapt.training.trainer import Trainer
 

@@ -127,8 +127,8 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     from greenadapt.inference.labelling import find_model_folder
     from greenadapt.modeling.gmap import wiring as gmap
     from greenadapt.tasks import get_task
-    from greenadapt.training.distributed import DistContext
-    from greenadapt.training.pooling import pooled_logits
+    from greenadapt.compute.distributed import DistContext
+    from greenadapt.compute.pooling import pooled_logits
 
     folder, settings = find_model_folder(out)
     task = get_task("classify")
@@ -150,7 +150,7 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
     """A real ``train()`` run with a fused model; returns (model, general weights before, train log)."""
     from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.modeling.gmap import wiring as gmap
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
     from greenadapt.training.finetuning import train
 
     tokenizers, units = units_of

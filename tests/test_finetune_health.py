@@ -10,7 +10,7 @@ import pytest
 from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
 
 from greenadapt.inference.settings import LoadSettings
-from greenadapt.training.health import PATIENCE, WINDOW, TrainingHealth
+from greenadapt.compute.health import PATIENCE, WINDOW, TrainingHealth
 
 
 def test_a_flat_loss_and_a_zero_dev_score_are_warned_about_after_patience() -> None:
@@ -50,7 +50,7 @@ def test_finetune_records_the_warning_in_its_manifest(tmp_path: Path, caplog: py
 
 
 def test_a_constant_classifier_is_named_whatever_its_accuracy() -> None:
-    from greenadapt.training.health import prediction_warnings
+    from greenadapt.compute.health import prediction_warnings
 
     gold = ["neg"] * 7 + ["pos"] * 3
     constant = prediction_warnings("test", gold, ["neg"] * 10)
@@ -63,7 +63,7 @@ def test_a_constant_classifier_is_named_whatever_its_accuracy() -> None:
 
 
 def test_an_ner_model_that_tags_nothing_or_one_tag_is_named() -> None:
-    from greenadapt.training.health import prediction_warnings
+    from greenadapt.compute.health import prediction_warnings
 
     gold = [["O", "B-Disease", "I-Disease"], ["B-Disease", "O"]]
     nothing = prediction_warnings("dev", gold, [["O", "O", "O"], ["O", "O"]])
@@ -113,7 +113,7 @@ def test_the_report_shows_a_runs_warnings_beside_its_scores(tmp_path: Path) -> N
 
 
 def test_a_question_answering_model_that_learned_nothing_is_named() -> None:
-    from greenadapt.training.health import answer_warnings
+    from greenadapt.compute.health import answer_warnings
 
     golds = {"q1": ["the heart rate"], "q2": ["ventilation"], "q3": ["fever"]}
     assert "answers no question" in answer_warnings("test", golds, {"q1": "", "q2": "", "q3": ""})[0]
@@ -133,7 +133,7 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
 
     import greenadapt.inference.qa.answering as answering
     import greenadapt
-    import greenadapt.runners.qa.run as qa_stage
+    import greenadapt.inference.qa.run as qa_stage
     from greenadapt.artifacts.info import describe_folder, render
     from greenadapt.cli.finetune import _summary as finetune_summary
     from greenadapt.cli.qa import _summary as qa_summary

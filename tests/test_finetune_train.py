@@ -15,7 +15,7 @@ from greenadapt.data.task_files import ReaderOptions
 from greenadapt.errors import DataError, OutputExistsError, UsageError
 from greenadapt.inference.labelling import find_model_folder, run_predict
 from greenadapt import finetune
-from greenadapt.training.batches import choose_views, length_grouped_batches
+from greenadapt.compute.batches import choose_views, length_grouped_batches
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +194,8 @@ def test_model_loads_with_transformers_and_pooled_logits_are_the_mean(main_run: 
     from greenadapt.data.task_files import read_task_file
     from greenadapt.modeling.units import ner_units
     from greenadapt.tasks import TaskSettings
-    from greenadapt.training.distributed import DistContext
-    from greenadapt.training.pooling import pooled_logits
+    from greenadapt.compute.distributed import DistContext
+    from greenadapt.compute.pooling import pooled_logits
 
     model = AutoModelForTokenClassification.from_pretrained(str(main_run)).eval()
     pair = load_tokenizers(main_run)

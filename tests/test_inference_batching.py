@@ -103,8 +103,8 @@ def test_a_unit_both_tokenizers_read_alike_runs_once_and_pools_as_before(expande
     from greenadapt.artifacts.model_folder import load_tokenizers
     from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, ner_units
     from greenadapt.data.task_files import NerSentence
-    from greenadapt.training.distributed import DistContext
-    from greenadapt.training.pooling import pooled_logits, same_in_both_views, view_logits
+    from greenadapt.compute.distributed import DistContext
+    from greenadapt.compute.pooling import pooled_logits, same_in_both_views, view_logits
 
     torch.manual_seed(0)
     model = AutoModelForTokenClassification.from_pretrained(str(expanded), num_labels=3).eval()

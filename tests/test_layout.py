@@ -14,7 +14,7 @@ import greenadapt
 
 LAYERS = [
     "__main__", "cli", "api", "report", "comparison", "runners", "inference", "adaptation", "corpus",
-    "tasks", "training", "modeling", "data", "artifacts", "families", "machine", "options", "structured_text", "defaults", "progress", "switches", "errors", "redaction", "version",
+    "tasks", "training", "compute", "modeling", "data", "artifacts", "families", "machine", "options", "structured_text", "defaults", "progress", "switches", "errors", "redaction", "version",
 ]
 ROOT = Path(greenadapt.__file__).parent
 
@@ -83,6 +83,13 @@ def test_prediction_and_the_runners_read_weights_without_the_adaptation_stages()
     """inference/ and runners/ import nothing from adaptation/: the weight readers are artifacts' (issue 56, item 4)."""
     edges = sorted(f"{file}" for source, target, file in _imports_between_folders()
                    if source in ("inference", "runners") and target == "adaptation")
+    assert not edges, edges
+
+
+def test_using_a_model_imports_no_training_code() -> None:
+    """inference/ imports nothing from training/ (issue 93, item 4): what both use (devices and precision, batches,
+    the views' pooling, output health) is compute/'s, below both."""
+    edges = sorted(file for source, target, file in _imports_between_folders() if source == "inference" and target == "training")
     assert not edges, edges
 
 

@@ -17,7 +17,7 @@ from finetune_helpers import build_tiny_expanded, loop_settings, set_dropout, wr
 
 from greenadapt.errors import UsageError
 from greenadapt import finetune
-from greenadapt.training.batches import pad_rows, padded_width
+from greenadapt.compute.batches import pad_rows, padded_width
 from greenadapt.training.config import MAX_PAD_MULTIPLE
 
 
@@ -149,7 +149,7 @@ def test_inference_batches_take_a_handful_of_shapes_and_keep_their_units_first(b
     of 8 within the model's positions."""
     from types import SimpleNamespace
 
-    from greenadapt.training.pooling import INFERENCE_WIDTH_MULTIPLE, inference_shape
+    from greenadapt.compute.pooling import INFERENCE_WIDTH_MULTIPLE, inference_shape
 
     rng = np.random.default_rng(0)
     widest = 130

@@ -15,7 +15,7 @@ from finetune_helpers import build_tiny_expanded, write_ner_file
 
 def test_a_warning_about_training_health_does_not_outlive_its_cause() -> None:
     """Point 4: a dev score that stayed 0 for two evaluations and then rose is no warning of the finished run."""
-    from greenadapt.training.health import PATIENCE, WINDOW, TrainingHealth
+    from greenadapt.compute.health import PATIENCE, WINDOW, TrainingHealth
 
     health = TrainingHealth()
     for score in [0.0] * PATIENCE:

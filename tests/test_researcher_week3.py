@@ -41,7 +41,7 @@ def test_the_learned_nothing_table_takes_runs_near_the_floor_not_only_below_it()
 
 
 def test_two_close_numbers_never_read_x_below_x() -> None:
-    from greenadapt.training.health import compared
+    from greenadapt.compute.health import compared
 
     assert compared(0.9368, 0.9426) == "0.937, below the 0.943"  # issue 72 saw "0.94, below the 0.94"
     assert compared(0.25, 0.75) == "0.25, below the 0.75"

@@ -75,7 +75,7 @@ def test_the_floor_is_compares_judgement_in_finetunes_words() -> None:
     """A run that finds 5 of 100 entities and tags every other word right passes the older warnings (it beats all-O)
     but is at compare's floor (entity F1 under 10): finetune says so, in compare's words and with its fix."""
     from greenadapt.comparison.health import COLLAPSE_FIX, degenerate
-    from greenadapt.training.health import learned_nothing_warning, prediction_warnings
+    from greenadapt.compute.health import learned_nothing_warning, prediction_warnings
 
     entity = ["B-D", "I-D", "O", "O", "O", "O", "O", "O", "O", "O"]
     gold = [list(entity) for _ in range(100)]

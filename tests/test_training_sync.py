@@ -141,7 +141,7 @@ def test_a_fine_tuning_step_never_waits_for_the_device(attention: str, monkeypat
     from transformers import BertConfig, BertForTokenClassification, masking_utils
 
     from greenadapt.modeling.units import Unit
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
     from greenadapt.training.finetuning import FinetuneTask, prepare_trainer
 
     # Not ours: transformers 5 reads the padding mask back (padding_mask.all()) in every forward to skip it for
@@ -173,7 +173,7 @@ def test_a_masked_lm_step_never_waits_for_the_device(head_warmup: int, embedding
     from greenadapt.runners.pretrain.data import Masker, PackedCorpus
     from greenadapt.runners.pretrain.settings import PretrainSettings
     from greenadapt.runners.pretrain.train import PretrainTask, build_masked_lm, freeze_for
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
 
     monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)  # see above
     config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)

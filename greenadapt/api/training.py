@@ -10,7 +10,7 @@ from greenadapt.comparison.settings import CompareSettings
 from greenadapt.runners.finetune.settings import FinetuneSettings
 from greenadapt.runners.multitask.settings import MultitaskSettings
 from greenadapt.runners.pretrain.settings import PretrainSettings
-from greenadapt.runners.qa.settings import QaSettings
+from greenadapt.inference.qa.settings import QaSettings
 
 __all__ = ["compare", "finetune", "multitask", "pretrain", "qa"]
 
@@ -25,7 +25,7 @@ ner and classify 3 epochs, batch 32, lr 5e-5, 128 wordpieces; qa 2, 16,
 The result's ``.path`` is the run folder to :func:`load`.
 """)
 
-qa = command_function(QaSettings, "greenadapt.runners.qa.run:run_qa", """\
+qa = command_function(QaSettings, "greenadapt.inference.qa.run:run_qa", """\
 Answer every question of a SQuAD-style file over its whole document; predictions and metrics go to ``out``.
 
 ``pool`` ``None``: mean of both tokenizers for an expanded model, the

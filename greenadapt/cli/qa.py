@@ -8,7 +8,7 @@ from greenadapt import api
 from greenadapt.artifacts.manifest import Manifest
 from greenadapt.cli._build import declared_command
 from greenadapt.cli._common import show_stage
-from greenadapt.runners.qa.settings import QaSettings
+from greenadapt.inference.qa.settings import QaSettings
 
 
 def _summary(outcome: Any) -> str:

@@ -28,7 +28,7 @@ def recommend(pairs: Sequence[Mapping[str, Any]], *, scale: float = 100.0, unit:
     if not pairs:
         return "nothing to recommend: no pair was compared"
     if any(pair.get("not_a_verdict") for pair in pairs):
-        from greenadapt.training.health import COLLAPSE_FIX
+        from greenadapt.compute.health import COLLAPSE_FIX
 
         return f"no recommendation: a run learned nothing ({COLLAPSE_FIX}), then compare again"
     baseline = pairs[0]["baseline"]

@@ -15,8 +15,8 @@ from greenadapt.tasks import get_task
 from greenadapt.switches import KEEP_GOING_ENV, switch
 
 # The judgement itself (the floors, what a run that learned nothing did) is the training's: finetune's summary, info
-# and report say it of a single run in the same words (training/health.py); compare stops on it and withholds verdicts.
-from greenadapt.training.health import COLLAPSE_FIX, LEARNED_NOTHING, Floor, collapse_fix, degenerate, degenerate_answers
+# and report say it of a single run in the same words (compute/health.py); compare stops on it and withholds verdicts.
+from greenadapt.compute.health import COLLAPSE_FIX, LEARNED_NOTHING, Floor, collapse_fix, degenerate, degenerate_answers
 
 if TYPE_CHECKING:
     from greenadapt.comparison.ensembles import Run

@@ -374,10 +374,10 @@ def _pair(options: Comparison, variant: Variant, baseline: Variant, predictions:
 
 def budget_note(options: Comparison) -> str | None:
     """A note for a comparison whose training budget (examples seen per run) is under a quarter of its task's default
-    recipe (training/health.py, the judgement finetune's warning makes of one run): its verdicts are about that budget,
+    recipe (compute/health.py, the judgement finetune's warning makes of one run): its verdicts are about that budget,
     and README's measured gains about the recipe."""
     from greenadapt.data.task_files import ReaderOptions
-    from greenadapt.training.health import training_budget
+    from greenadapt.compute.health import training_budget
 
     task = get_task(options.task)
     if not isinstance(task, LabellingTask) or (options.max_steps is None and options.epochs is None):

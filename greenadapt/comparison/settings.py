@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from greenadapt.compute.settings import DeviceSettings
 from greenadapt.comparison.cluster import STORAGES, RayPlacement
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.tasks import task_name
-from greenadapt.training.settings import DeviceSettings, RecipeSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
+from greenadapt.training.settings import RecipeSettings, ShapeSettings, TrackerSettings, check_seeds, parse_seeds
 
 if TYPE_CHECKING:
     pass
@@ -130,7 +131,7 @@ class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSett
         """Checks between options: the recipe's against the device and the task; the cluster's options are for ``--ray``
         only (shared storage, the default, is what a run without Ray has)."""
         from greenadapt.training.config import check_cuda_graphs
-        from greenadapt.training.distributed import check_precision
+        from greenadapt.compute.distributed import check_precision
 
         check_precision(self.precision, self.device)
         check_cuda_graphs(self.cuda_graphs, self.device)

@@ -14,7 +14,7 @@ from greenadapt.errors import DataError
 from greenadapt.inference.labelling import ensemble_members, find_model_folder, label_file_by_mode
 from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings, pooled_as
 from greenadapt.tasks import argmax_labels
-from greenadapt.training.health import prediction_warnings
+from greenadapt.compute.health import prediction_warnings
 
 if TYPE_CHECKING:
     from greenadapt.inference.settings import EvaluateSettings

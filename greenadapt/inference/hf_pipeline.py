@@ -243,7 +243,7 @@ def _device_spec(device: Any) -> str:
 
 def _precision_of(dtype: Any) -> str:
     """transformers' ``dtype`` (None, "auto" or a torch dtype) as greenadapt's ``--precision``."""
-    from greenadapt.training.distributed import PRECISION_OF_DTYPE
+    from greenadapt.compute.distributed import PRECISION_OF_DTYPE
 
     name = "auto" if dtype is None else str(dtype).removeprefix("torch.")
     if name == "auto":

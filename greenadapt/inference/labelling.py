@@ -30,10 +30,10 @@ from greenadapt.errors import DataError, StageError, UsageError
 from greenadapt.machine.devices import pick_device
 from greenadapt.modeling.units import Unit
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task, get_task
-from greenadapt.training.distributed import DistContext
-from greenadapt.training.health import prediction_warnings
+from greenadapt.compute.distributed import DistContext
+from greenadapt.compute.health import prediction_warnings
 from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
-from greenadapt.training.pooling import POOL_MODES, check_pool
+from greenadapt.compute.pooling import POOL_MODES, check_pool
 
 
 @dataclass
@@ -64,7 +64,7 @@ class FinetunedModel:
         self, units: Sequence[Unit], examples: Sequence[Any], modes: Sequence[str], *, batch_size: int = 64, precision: str = "auto"
     ) -> dict[str, np.ndarray]:
         """The logits under each pooling mode of ``modes``, from one pass per tokenizer."""
-        from greenadapt.training.pooling import pooled_logits
+        from greenadapt.compute.pooling import pooled_logits
 
         if self.memory is not None:
             from greenadapt.modeling.gmap import wiring as gmap

@@ -16,7 +16,7 @@ from greenadapt.errors import UsageError
 from greenadapt.machine.devices import pick_device
 from greenadapt.modeling.pals.config import BASE_DIR, TASKS_DIR
 from greenadapt.tasks import TASK_FILE, TaskSettings
-from greenadapt.training.distributed import DistContext
+from greenadapt.compute.distributed import DistContext
 
 
 @dataclass
@@ -85,7 +85,7 @@ def predict_task(
     """``greenadapt predict --model RUN --task NAME``: label (and score) a file with one task of a multitask run."""
     from greenadapt.artifacts.destination import check_prediction_output
     from greenadapt.inference.labelling import read_for_prediction
-    from greenadapt.training.pooling import pooled_logits
+    from greenadapt.compute.pooling import pooled_logits
 
     options.check()
     check_prediction_output(output_path, force=force, model=folder, input_path=input_path)

@@ -12,7 +12,7 @@ from greenadapt.defaults import MAX_BATCH
 from greenadapt.errors import UsageError
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, Settings, model_paths, option
 from greenadapt.inference.onnx_runtime import QUANTIZATIONS, RUNTIMES
-from greenadapt.training.settings import POOL_MODES, DeviceSettings
+from greenadapt.compute.settings import POOL_MODES, DeviceSettings
 
 
 

@@ -4,7 +4,7 @@ Reader: :func:`greenadapt.data.task_files.read_task_file` (JSON lines, TSV with
 or without a header). Units: the text (or the pair) as one sequence
 (:func:`greenadapt.modeling.units.text_units`). Head:
 ``AutoModelForSequenceClassification``. Collator:
-:func:`greenadapt.training.finetuning.collate`. Metrics:
+:func:`greenadapt.compute.batches.collate`. Metrics:
 :func:`greenadapt.data.metrics.classification_scores`.
 """
 

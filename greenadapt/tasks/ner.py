@@ -7,7 +7,7 @@ predicted are kept whole wherever the window holds them, as the paper scores
 them, and only what does not fit is cut, at the window, without looking at the
 labels (:func:`greenadapt.modeling.units.ner_units`); labels on word-initial
 wordpieces. Head: ``AutoModelForTokenClassification``.
-Collator: :func:`greenadapt.training.finetuning.collate`. Metric: seqeval-style
+Collator: :func:`greenadapt.compute.batches.collate`. Metric: seqeval-style
 entity F1 (:func:`greenadapt.data.metrics.entity_scores`).
 """
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from greenadapt.errors import EXIT_PREEMPTED, GreenAdaptError, StageError
 from greenadapt.machine.stop_signals import raise_when_safe
-from greenadapt.training.distributed import DistContext
+from greenadapt.compute.distributed import DistContext
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The loop, the optimizer step, checkpoints and SIGTERM are
 :mod:`greenadapt.training.runtime`'s (its docstring has the batch arithmetic).
 What is fine-tuning's own: each unit (a sentence chunk or a text) is fed
 through the domain tokenizer in an epoch with probability ``mix``
-(:func:`~greenadapt.training.batches.choose_views`), batches are
+(:func:`~greenadapt.compute.batches.choose_views`), batches are
 length-grouped, the loss of a micro-batch is its summed cross-entropy over
 labelled rows divided by the labelled rows of the whole global batch, and
 the added embedding rows can be trained row-wise (``--train-embeddings``).
@@ -22,13 +22,12 @@ import numpy as np
 
 from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
 from greenadapt.errors import UsageError
-from greenadapt.machine.devices import to_device
 from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
-from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows, padded_width
+from greenadapt.compute.batches import choose_views, collate, length_grouped_batches, output_rows, padded_width
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import LoopSettings
-from greenadapt.training.distributed import DistContext
+from greenadapt.compute.distributed import DistContext
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 
@@ -65,73 +64,6 @@ def resolve_mix(requested: float | None, has_domain: bool, model: Path, *, two_p
 
 
 # --------------------------------------------------------------------------
-# Views, batches, tensors
-
-
-@dataclass
-class Batch:
-    input_ids: Any
-    attention_mask: Any
-    token_type_ids: Any
-    rows: Any  # flat positions (b * T + t) of the output rows
-    targets: Any
-    memory: dict[str, Any] | None = None  # G-MAP: general_input_ids / general_attention_mask / general_token_type_ids
-
-    def model_inputs(self) -> dict[str, Any]:
-        inputs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "token_type_ids": self.token_type_ids}
-        return inputs if self.memory is None else {**inputs, **self.memory}
-
-
-def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: Sequence[int] | np.ndarray, pad_id: int, device: Any,
-            width: int | None = None) -> Batch:
-    """The batch of ``units[indices]``, each in its view, padded to ``width`` (default: the longest's length)."""
-    seqs = [units[i].ids[v] for i, v in zip(indices, views, strict=True)]
-    width = max(width or 0, max(len(s) for s in seqs))
-    input_ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
-    attention = np.zeros((len(seqs), width), dtype=np.int64)
-    type_ids = np.zeros((len(seqs), width), dtype=np.int64)
-    rows, targets = [], []
-    for b, (i, v) in enumerate(zip(indices, views, strict=True)):
-        unit = units[i]
-        n = len(unit.ids[v])
-        input_ids[b, :n] = unit.ids[v]
-        attention[b, :n] = 1
-        unit_types = unit.type_ids[v]
-        if unit_types is not None:
-            type_ids[b, :n] = unit_types
-        rows.append(unit.rows[v] + b * width)
-        targets.append(unit.targets)
-
-    def to(array: np.ndarray) -> Any:
-        return to_device(array, device)
-
-    memory = None
-    if units[indices[0]].memory_ids is not None:
-        memory = {k: to(v) for k, v in memory_arrays([units[i] for i in indices], pad_id).items()}
-    return Batch(to(input_ids), to(attention), to(type_ids), to(np.concatenate(rows)), to(np.concatenate(targets)), memory)
-
-
-def memory_arrays(units: Sequence[Unit], pad_id: int) -> dict[str, np.ndarray]:
-    """G-MAP: the general model's padded inputs (its own length, independent of the domain view's)."""
-    rows = []
-    for unit in units:
-        if unit.memory_ids is None:
-            raise ValueError("some units of a batch have a G-MAP memory input and some do not")
-        rows.append((unit.memory_ids, unit.memory_type_ids))
-    ids, types, mask = pad_rows(rows, pad_id)
-    return {"general_input_ids": ids, "general_attention_mask": mask, "general_token_type_ids": types}
-
-
-def output_rows(model: Any, batch: Batch) -> Any:
-    """Logits of the output rows: word-initial pieces (token models) or sequences ([B, L] heads)."""
-    logits = model(**batch.model_inputs()).logits
-    if logits.dim() == 2:  # sequence classification: one row per sequence, at position 0
-        return logits
-    return logits.reshape(-1, logits.shape[-1]).index_select(0, batch.rows)
-
-
-
-# --------------------------------------------------------------------------
 # The task
 
 
@@ -146,7 +78,7 @@ class TrainResult:
     stopped_early: bool = False
     seconds: float = 0.0
     domain_fraction: float = 0.0
-    warnings: list[str] = field(default_factory=list)  # from greenadapt.training.health
+    warnings: list[str] = field(default_factory=list)  # from greenadapt.compute.health
 
 
 class FinetuneTask(TrainingTask):
@@ -313,9 +245,7 @@ __all__ = [
     "VIEW_GENERAL",
     "FinetuneTask",
     "TrainResult",
-    "collate",
     "finish_model",
-    "output_rows",
     "prepare_trainer",
     "train",
 ]

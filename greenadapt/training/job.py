@@ -30,7 +30,7 @@ from greenadapt.training.checkpoint import (
     discard_checkpoints,
     latest_checkpoint,
 )
-from greenadapt.training.distributed import DistContext, init_distributed
+from greenadapt.compute.distributed import DistContext, init_distributed
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ optimizer state of sparsely trained added rows, and checkpoints that hold the
 best-on-dev weights, the position in the epoch and every rank's random states
 in safetensors and JSON so a resumed run takes the same steps with the same
 numbers. ``accelerate launch`` still starts the processes (its environment is
-torchrun's, read by :func:`~greenadapt.training.distributed.init_distributed`).
+torchrun's, read by :func:`~greenadapt.compute.distributed.init_distributed`).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ from greenadapt.training.checkpoint import (
     rng_checkpoint_entries,
     write_checkpoint,
 )
-from greenadapt.training.distributed import DistContext
-from greenadapt.training.health import TrainingHealth
+from greenadapt.compute.distributed import DistContext
+from greenadapt.compute.health import TrainingHealth
 from greenadapt.training.resume import BEST_FILE, LOG_FILE, STATE_FILE, TENSORS_FILE, WEIGHTS_FILE, Position, load_checkpoint
 from greenadapt.training.trainer import Trainer
 

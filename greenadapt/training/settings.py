@@ -9,9 +9,6 @@ from greenadapt.defaults import MAX_EPOCHS, MAX_LABEL_SMOOTHING, MAX_STEPS, chec
 from greenadapt.errors import UsageError
 from greenadapt.options import INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
 from greenadapt.training.config import MAX_PAD_MULTIPLE
-from greenadapt.training.distributed import PRECISIONS
-
-POOL_MODES = ("mean", "general", "domain")  # --pool: the mean of both tokenizers' logits, or one tokenizer's
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:
@@ -84,16 +81,6 @@ class RecipeSettings(Settings):
         help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.")
     label_smoothing: float = option(0.0, "--label-smoothing", panel=TRAINING, metavar="EPS", minimum=0, maximum=MAX_LABEL_SMOOTHING, fingerprint="when set",
                                     help="Label smoothing of the cross-entropy: the target puts EPS on a uniform spread over the labels (e.g. 0.1; 0: off).")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeviceSettings(Settings):
-    """Where a command computes, and in which precision."""
-
-    device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda, cuda:N or mps.")
-    precision: str = option(
-        "auto", "--precision", panel=PERFORMANCE, choices=PRECISIONS, fingerprint="always",
-        help="auto (CUDA: bf16, else fp16; CPU: bf16 where the CPU has it natively (avx512_bf16, AMX), else fp32), fp32, bf16, fp16.")
 
 
 ADAMW_KERNELS = ("foreach", "fused")

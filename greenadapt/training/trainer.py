@@ -11,7 +11,7 @@ import numpy as np
 
 from greenadapt.errors import UsageError
 from greenadapt.training.config import LoopSettings
-from greenadapt.training.distributed import DistContext, autocast, autocast_dtype, grad_scaler
+from greenadapt.compute.distributed import DistContext, autocast, autocast_dtype, grad_scaler
 from greenadapt.training.optimizers import build_optimizers
 from greenadapt.training.step import optimizer_step
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.machine.devices import to_device
 from greenadapt.inference.qa.windows import Window, plan_windows
-from greenadapt.training.batches import pad_rows
-from greenadapt.training.distributed import autocast, autocast_dtype
+from greenadapt.compute.batches import pad_rows
+from greenadapt.compute.distributed import autocast, autocast_dtype
 
 if TYPE_CHECKING:
     import numpy as np

@@ -1,13 +1,14 @@
-"""How a question-answering model answers, declared once: what ``greenadapt qa`` takes (beside its data), and the object
-the answering code receives (``greenadapt.load`` of a QA folder builds one from its own keywords)."""
+"""How a question-answering model answers, declared once (the object the answering code receives; ``greenadapt.load`` of
+a QA folder builds one from its own keywords), and ``greenadapt qa``'s options: its data and model beside it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from greenadapt.inference.settings import RuntimeSettings
-from greenadapt.options import EVALUATION, MODEL, PERFORMANCE, TRAINING, option
-from greenadapt.training.settings import POOL_MODES
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option
+from greenadapt.compute.settings import POOL_MODES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,3 +23,18 @@ class AnswerSettings(RuntimeSettings):
     device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP model: its general model, if not where training found it (weights are checked).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QaSettings(AnswerSettings):
+    """``greenadapt qa``: answer each question over its whole document with sliding windows (one or two tokenizers)."""
+
+    command = "qa"
+    positional = ("data", "out")
+    run_options = ("out", "force", "wait")
+    run_help = {"out": "Folder for predictions.json, nbest.json, metrics.json."}
+    out_required = True
+
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="QA model folder (plain or from `greenadapt expand`) or Hub id.")
+    data: Path = option(REQUIRED, "--data", "-d", panel=INPUT_OUTPUT, help="SQuAD v1/v2-style JSON file (e.g. Covid-QA).")
+    limit: int | None = option(None, "--limit", panel=EVALUATION, minimum=1, help="Only the first N questions (quick runs).")

@@ -49,11 +49,11 @@ from greenadapt.progress import Progress
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_task
 from greenadapt.runners.finetune.settings import default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.distributed import DistContext, precision_used
+from greenadapt.compute.distributed import DistContext, precision_used
 from greenadapt.inference.labelling import ensemble_mode
 from greenadapt.training.trackers import probe_trackers, report_scores, tracking
 from greenadapt.training.finetuning import resolve_mix, train
-from greenadapt.training.health import learned_nothing_warning, prediction_warnings
+from greenadapt.compute.health import learned_nothing_warning, prediction_warnings
 from greenadapt.training.job import training_stage
 from greenadapt.redaction import scrub_secrets
 
@@ -361,8 +361,8 @@ class _Job:
         return metrics, summary
 
     def _budget_warnings(self, examples: int) -> list[str]:
-        """A run trained on under a quarter of its task's recipe is barely trained (training/health.py), said once."""
-        from greenadapt.training.health import barely_trained_warning, training_budget
+        """A run trained on under a quarter of its task's recipe is barely trained (compute/health.py), said once."""
+        from greenadapt.compute.health import barely_trained_warning, training_budget
 
         budget = training_budget(self.task.name, examples, recipe_epochs=self.task.defaults.epochs, epochs=self.base.epochs,
                                  max_steps=self.base.max_steps, batch=self.base.batch_size or self.task.defaults.batch_size)
@@ -413,7 +413,7 @@ class _Job:
     def _scores(
         self, model: Any, task_file: TaskFile, units: list[Unit], modes: Sequence[str]
     ) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
-        from greenadapt.training.pooling import pooled_logits
+        from greenadapt.compute.pooling import pooled_logits
 
         logits = pooled_logits(
             model,
@@ -450,7 +450,7 @@ class _Job:
 
 
 def _report_modes(tokenizers: TokenizerPair) -> tuple[str, ...]:
-    from greenadapt.training.pooling import report_modes
+    from greenadapt.compute.pooling import report_modes
 
     return report_modes(tokenizers.has_domain)
 

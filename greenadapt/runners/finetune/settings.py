@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from greenadapt.compute.settings import POOL_MODES, DeviceSettings
 from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.defaults import DEFAULT_SEED, MAX_AGREEMENT, TRAIN_EMBEDDINGS, check_seed
 from greenadapt.errors import UsageError
@@ -15,10 +16,8 @@ from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQ
 from greenadapt.tasks import task_name, tasks_help
 from greenadapt.training.config import TrainingRun
 from greenadapt.training.settings import (
-    POOL_MODES,
     CheckpointSettings,
     CompileSettings,
-    DeviceSettings,
     RecipeSettings,
     ScheduleSettings,
     ShapeSettings,
@@ -98,7 +97,7 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
         """The checks between options, once, when the settings are made (each option's own are in its declaration)."""
         from greenadapt.tasks import get_task
         from greenadapt.training.config import check_compile, check_cuda_graphs, check_decay
-        from greenadapt.training.distributed import check_precision
+        from greenadapt.compute.distributed import check_precision
 
         if self.seeds is not None and self.seed != DEFAULT_SEED:
             raise UsageError("--seed and --seeds were both given", hint="pass one: --seeds 1,2,3 trains once per seed")

@@ -40,9 +40,9 @@ from greenadapt.progress import Progress
 from greenadapt.runners.multitask.spec import TaskSpec, check_unique
 from greenadapt.runners.multitask.train import train_multitask
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_labelling_task
-from greenadapt.training.distributed import DistContext
+from greenadapt.compute.distributed import DistContext
 from greenadapt.training.finetuning import resolve_mix
-from greenadapt.training.health import prediction_warnings
+from greenadapt.compute.health import prediction_warnings
 
 if TYPE_CHECKING:
     from greenadapt.options import Run
@@ -200,7 +200,7 @@ def _score_and_save(
 ) -> dict[str, Any]:
     """Score dev and test under every pooling mode, write predictions, the model, tokenizers and metrics.json."""
     from greenadapt.artifacts.pretrained import quiet_transformers
-    from greenadapt.training.pooling import report_modes
+    from greenadapt.compute.pooling import report_modes
 
     metrics: dict[str, Any] = {}
     modes = report_modes(tokenizers.has_domain)
@@ -314,7 +314,7 @@ def _score(
     training: MultitaskSettings,
     modes: Sequence[str],
 ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    from greenadapt.training.pooling import pooled_logits
+    from greenadapt.compute.pooling import pooled_logits
 
     logits = pooled_logits(
         view,

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from greenadapt.compute.settings import POOL_MODES, DeviceSettings
 from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_max_length, check_seed
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import POOL_MODES, CheckpointSettings, CompileSettings, DeviceSettings, ScheduleSettings, check_lr
+from greenadapt.training.settings import CheckpointSettings, CompileSettings, ScheduleSettings, check_lr
 
 SAMPLING = ("proportional", "sqrt", "annealed", "round-robin")  # how each step's task is drawn (greenadapt.runners.multitask.sampling)
 

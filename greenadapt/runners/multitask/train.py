@@ -3,7 +3,7 @@
 Each step draws a task (``sampling``), then the next batch of that task from
 a per-task stream that reshuffles at the end of every pass over the task's
 data; with two tokenizers, each unit's view is drawn afresh per pass
-(:func:`greenadapt.training.batches.choose_views`, probability ``mix`` of the
+(:func:`greenadapt.compute.batches.choose_views`, probability ``mix`` of the
 domain view). Batches, the output rows, the optimizers (AdamW, linear
 warm-up and decay) and the autocast choice are ``greenadapt.finetune``'s.
 The loss of a step is the mean cross-entropy over the batch's labelled rows.
@@ -27,8 +27,8 @@ from greenadapt.errors import UsageError
 from greenadapt.modeling.units import Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.multitask.sampling import alpha, sample_tasks
-from greenadapt.training.batches import choose_views
-from greenadapt.training.finetuning import collate, output_rows
+from greenadapt.compute.batches import choose_views
+from greenadapt.compute.batches import collate, output_rows
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer

@@ -336,7 +336,7 @@ def run_eval_only(settings: PretrainSettings, run: Run) -> dict[str, Any]:
     from greenadapt.modeling.gmap.config import CONFIG_FILE, GATES_FILE, GmapConfig
     from greenadapt.runners.pretrain.data import Masker
     from greenadapt.runners.pretrain.train import build_masked_lm, heldout_loss
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
 
     if run.out is not None:
         raise UsageError("--out does not apply to --eval-only", hint="pass each corpus to score as --corpus")

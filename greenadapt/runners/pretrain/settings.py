@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from greenadapt.compute.settings import DeviceSettings
 from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, TRAIN_EMBEDDINGS, check_max_length, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import CompileSettings, DeviceSettings, ScheduleSettings, check_lr
+from greenadapt.training.settings import CompileSettings, ScheduleSettings, check_lr
 
 TOKENIZER_CHOICES = ("auto", "domain", "general")
 TRAIN_CHOICES = ("all", "new-rows")

@@ -68,7 +68,7 @@ from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.pretrain.data import EVAL_SEED, IGNORE, Masker, TrainingCorpus, epoch_order, masked_batch
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import LoopSettings
-from greenadapt.training.distributed import DistContext, autocast, autocast_dtype
+from greenadapt.compute.distributed import DistContext, autocast, autocast_dtype
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 

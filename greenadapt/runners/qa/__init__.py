@@ -1,10 +1,7 @@
-"""Extractive question answering over whole documents with one or two tokenizers.
-
-``data`` reads SQuAD v1/v2 JSON, ``windows`` plans the centred sliding
-windows, ``words`` maps wordpieces to whitespace/punctuation words,
-``infer`` runs the model over batched windows, ``answer`` finds the best
-spans, ``metrics`` scores them, ``run`` is the ``greenadapt qa`` stage and
-``train`` fine-tunes a model on SQuAD-style data.
+"""Fine-tuning a question-answering model on SQuAD-style data (``greenadapt finetune --task qa``) with one or two
+tokenizers: ``features`` cuts the training windows, ``loop`` is QA's task of the one training runtime, ``train`` the
+stage. Answering questions (``greenadapt qa``, QA training's dev evaluation, ``greenadapt.load``) is
+:mod:`greenadapt.inference.qa`'s.
 
 Kept import-free so ``greenadapt --help`` does not load numpy or torch.
 """

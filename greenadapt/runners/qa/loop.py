@@ -17,7 +17,7 @@ import numpy as np
 from greenadapt.machine.devices import to_device
 from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import Features
-from greenadapt.training.batches import choose_views, length_grouped_batches, pad_rows, padded_width
+from greenadapt.compute.batches import choose_views, length_grouped_batches, pad_rows, padded_width
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import LoopSettings
 from greenadapt.training.runtime import TrainingTask, run_training
@@ -100,7 +100,7 @@ def train_qa(
     ``--save-minutes``, SIGTERM, ``--resume``)."""
     import numpy as np
 
-    from greenadapt.training.distributed import DistContext
+    from greenadapt.compute.distributed import DistContext
     from greenadapt.training.finetuning import finish_model, prepare_trainer
 
     mix = config.mix or 0.0

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.training.health import answer_warnings
+from greenadapt.compute.health import answer_warnings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import ExpandedModel

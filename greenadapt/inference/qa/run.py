@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greenadapt.training.health import answer_warnings
+from greenadapt.compute.health import answer_warnings
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.stage import StageOutcome, StageRun
@@ -21,7 +21,7 @@ from greenadapt.errors import UsageError
 from greenadapt.options import Run
 
 if TYPE_CHECKING:
-    from greenadapt.runners.qa.settings import QaSettings
+    from greenadapt.inference.qa.settings import QaSettings
     from greenadapt.data.squad import SquadData
 
 log = logging.getLogger(__name__)

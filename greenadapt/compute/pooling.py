@@ -16,14 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from greenadapt.artifacts.model_folder import position_limit
+from greenadapt.compute.batches import collate, output_rows, padded_width
+from greenadapt.compute.distributed import DistContext, autocast, autocast_dtype
+from greenadapt.compute.settings import POOL_MODES
 from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
 from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
-from greenadapt.artifacts.model_folder import position_limit
-from greenadapt.training.batches import padded_width
-from greenadapt.training.distributed import DistContext, autocast, autocast_dtype
-from greenadapt.training.finetuning import collate, output_rows
-from greenadapt.training.settings import POOL_MODES
 
 # Which tokenizers' predictions are pooled: both (the method), or one of them alone.
 
