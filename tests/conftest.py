@@ -3,8 +3,8 @@
 Unit tests never touch a real checkpoint; they build a 2-layer, 32-wide
 BERT with a few hundred WordPiece entries, which loads and runs in
 milliseconds. Tests marked ``integration`` use the real MiniLM model; those
-that read ``../shared/data`` are also marked ``data`` (`pytest -m data`), and
-fail rather than skip when it is absent and asked for.
+that read ``../shared/data`` are also marked ``data`` and are opt-in (`pytest -m data`):
+skipped otherwise, and failing rather than skipping when the folder is absent and asked for.
 """
 
 from __future__ import annotations
@@ -195,12 +195,22 @@ def minilm_path() -> Path:
 LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_example_runs_as_written",)
 
 
+def asks_for_data(config: pytest.Config) -> bool:
+    """Whether this run selects the ``data`` tests by name (`-m data`, `-m "data or ..."`); they are opt-in."""
+    return "data" in (config.getoption("markexpr") or "").replace("not data", "")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test that reads ``../shared/data`` carries the ``data`` marker: `pytest -m data` selects them. The
-    longest tests run first (their own fixtures only: moving them splits no module's shared setup)."""
+    """Every test that reads ``../shared/data`` carries the ``data`` marker and is opt-in: it runs under `pytest -m
+    data` (or any -m expression that names ``data`` without ``not``) and is skipped, with that reason, otherwise;
+    they are the real-data reproductions and minutes of the suite on a machine that holds the data. The longest
+    tests run first (their own fixtures only: moving them splits no module's shared setup)."""
+    opted_in = asks_for_data(config)
     for item in items:
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.data)
+            if not opted_in:
+                item.add_marker(pytest.mark.skip(reason="a test on ../shared/data: opt-in, `pytest -m data` runs it"))
     items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # stable: the rest keep their order
 
 
@@ -208,7 +218,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def shared_data(request: pytest.FixtureRequest) -> Path:
     """``../shared/data`` (tests marked ``data``). Absent: skipped in a plain run, an error under `pytest -m data`."""
     if not SHARED_DATA.is_dir():
-        if "data" in (request.config.getoption("markexpr") or ""):
+        if asks_for_data(request.config):
             pytest.fail(f"`-m data` asks for the real datasets, but {SHARED_DATA} is absent (set GREENADAPT_SHARED_DATA)")
         pytest.skip(f"{SHARED_DATA} is absent (these tests run with `pytest -m data` where it exists)")
     return SHARED_DATA
