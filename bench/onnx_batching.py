@@ -51,12 +51,12 @@ def main() -> None:
     print(f"{len(texts):,} sentences ({len(units):,} model sequences); ONNX {args.quantize}; {args.run}\n")
 
     print("| window (model sequences sorted together) | sentences/s (both views, greenadapt's pooled path) |\n|---|---:|")
-    member.logits(units[:64], examples, "mean", batch_size=64)
+    member.logits(units[:64], examples, "mean")
     for window in [int(w) for w in args.windows.split(",")]:
         size = window or len(units)
         started = time.perf_counter()
         for start in range(0, len(units), size):
-            member.logits(units[start : start + size], examples, "mean", batch_size=64)
+            member.logits(units[start : start + size], examples, "mean")
         print(f"| {window or 'all'} | {len(texts) / (time.perf_counter() - started):.1f} |", flush=True)
 
     pad = member.tokenizers.pad_id

@@ -213,17 +213,17 @@ def test_parallel_runs_give_the_same_results_as_one_by_one(tiny_bert: Path, tmp_
             (["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", str(tiny_bert), "--seed", str(seed),
               "--epochs", "2", "--batch-size", "4", "--lr", "1e-3", "--device", "cpu", "--workdir", str(root / "w"),
               "--out", str(root / f"seed-{seed}"), "--quiet"], root / f"seed-{seed}", None)
-            for seed in (1, 2, 3)
+            for seed in (1, 2)
         ]
 
     runner = reproduce_ner.Runner(dry=False)
     runner.run_all(jobs(tmp_path / "one"), parallel=1)
-    runner.run_all(jobs(tmp_path / "three"), parallel=3)
-    for seed in (1, 2, 3):
+    runner.run_all(jobs(tmp_path / "two"), parallel=2)
+    for seed in (1, 2):
         one = json.loads((tmp_path / "one" / f"seed-{seed}" / "metrics.json").read_text())
-        three = json.loads((tmp_path / "three" / f"seed-{seed}" / "metrics.json").read_text())
-        assert one == three
-        assert (tmp_path / "three" / f"seed-{seed}.log").is_file()  # side by side, each run logs to its own file
+        two = json.loads((tmp_path / "two" / f"seed-{seed}" / "metrics.json").read_text())
+        assert one == two
+        assert (tmp_path / "two" / f"seed-{seed}.log").is_file()  # side by side, each run logs to its own file
     assert json.loads((tmp_path / "one" / "seed-1" / "metrics.json").read_text()) != json.loads(
         (tmp_path / "one" / "seed-2" / "metrics.json").read_text()
     )  # the seeds differ, so equality above is not vacuous

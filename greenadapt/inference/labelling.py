@@ -32,7 +32,7 @@ from greenadapt.modeling.units import Unit
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labels, get_labelling_task, get_task
 from greenadapt.compute.distributed import DistContext
 from greenadapt.compute.health import prediction_warnings
-from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
+from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings, ModelRunSettings
 from greenadapt.compute.pooling import POOL_MODES, check_pool
 
 
@@ -46,6 +46,7 @@ class FinetunedModel:
     model: Any
     ctx: DistContext
     memory: tuple[Any, int] | None = None  # G-MAP: the general model's tokenizer and input length
+    run: ModelRunSettings = DEFAULT_LOAD  # how its forward passes run (batch size, precision): the options it was opened with
 
     @property
     def task(self) -> LabellingTask:
@@ -54,15 +55,11 @@ class FinetunedModel:
     def default_mode(self, pool: str) -> str:
         return pooling_mode(pool, self.tokenizers, self.folder)
 
-    def logits(
-        self, units: Sequence[Unit], examples: Sequence[Any], mode: str, *, batch_size: int = 64, precision: str = "auto"
-    ) -> np.ndarray:
+    def logits(self, units: Sequence[Unit], examples: Sequence[Any], mode: str) -> np.ndarray:
         """``[rows, labels]`` logits of ``units`` (built from ``examples``) under pooling ``mode``."""
-        return self.logits_by_mode(units, examples, (mode,), batch_size=batch_size, precision=precision)[mode]
+        return self.logits_by_mode(units, examples, (mode,))[mode]
 
-    def logits_by_mode(
-        self, units: Sequence[Unit], examples: Sequence[Any], modes: Sequence[str], *, batch_size: int = 64, precision: str = "auto"
-    ) -> dict[str, np.ndarray]:
+    def logits_by_mode(self, units: Sequence[Unit], examples: Sequence[Any], modes: Sequence[str]) -> dict[str, np.ndarray]:
         """The logits under each pooling mode of ``modes``, from one pass per tokenizer."""
         from greenadapt.compute.pooling import pooled_logits
 
@@ -76,8 +73,8 @@ class FinetunedModel:
             self.ctx,
             has_domain=self.tokenizers.has_domain,
             pad_id=self.tokenizers.pad_id,
-            batch_size=batch_size,
-            precision=precision,
+            batch_size=self.run.batch_size,
+            precision=self.run.precision,
             modes=modes,
         )
 
@@ -87,13 +84,13 @@ def pooling_mode(pool: str, tokenizers: TokenizerPair, folder: Path) -> str:
     return ensemble_mode(pool, tokenizers.has_domain, folder)
 
 
-def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto", general_model: str | None = None,
-                   runtime: str = "torch", quantize: str = "none") -> FinetunedModel:
+def open_finetuned(folder: Path, settings: TaskSettings, run: ModelRunSettings = DEFAULT_LOAD) -> FinetunedModel:
     """Open a fine-tuned NER or classification model folder (as :func:`find_model_folder` found it) for inference.
 
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
-    the one recorded at training, or ``options.general_model`` (checked by weights). ``runtime="onnx"``: the same
-    model run by ONNX Runtime (:mod:`greenadapt.inference.onnx_runtime`; ``quantize="int8"`` its int8 form).
+    the one recorded at training, or ``run.general_model`` (checked by weights). ``run.runtime == "onnx"``: the same
+    model run by ONNX Runtime (:mod:`greenadapt.inference.onnx_runtime`; ``run.quantize == "int8"`` its int8 form).
+    ``run`` stays with the model: its batch size and precision are those of every later forward pass.
     """
 
     from greenadapt.modeling.gmap import wiring as gmap
@@ -101,19 +98,19 @@ def open_finetuned(folder: Path, settings: TaskSettings, *, device: str = "auto"
     task = get_labelling_task(settings.task)
     tokenizers = load_tokenizers(folder)
     memory = None
-    if runtime == "onnx":
-        return _open_onnx(folder, settings, tokenizers, task, quantize)
+    if run.runtime == "onnx":
+        return _open_onnx(folder, settings, tokenizers, task, run)
     if gmap.is_gmap_folder(folder):
-        loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=general_model)
+        loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=run.general_model)
         memory = (memory_tokenizer, memory_length)
     else:
-        if general_model is not None:
+        if run.general_model is not None:
             raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=folder, hint="leave it out")
         loaded = load_finetuned_weights(folder, task)
-    ctx = DistContext(device=pick_device(device))
+    ctx = DistContext(device=pick_device(run.device))
     loaded.to(ctx.device)
     loaded.eval()
-    return FinetunedModel(folder, settings, tokenizers, loaded, ctx, memory)
+    return FinetunedModel(folder, settings, tokenizers, loaded, ctx, memory, run)
 
 
 def load_finetuned_weights(folder: Path, task: Any) -> Any:
@@ -127,12 +124,12 @@ def load_finetuned_weights(folder: Path, task: Any) -> Any:
         return getattr(transformers, task.auto_model).from_pretrained(str(folder))
 
 
-def _open_onnx(folder: Path, settings: TaskSettings, tokenizers: TokenizerPair, task: Any, quantize: str) -> FinetunedModel:
+def _open_onnx(folder: Path, settings: TaskSettings, tokenizers: TokenizerPair, task: Any, run: ModelRunSettings) -> FinetunedModel:
     """The fine-tuned model run by ONNX Runtime on the CPU (exported on first use, from the cache after)."""
     from greenadapt.inference.onnx_runtime import onnx_model
 
-    model = onnx_model(folder, lambda: load_finetuned_weights(folder, task), quantize=quantize)
-    return FinetunedModel(folder, settings, tokenizers, model, DistContext(device=pick_device("cpu")))
+    model = onnx_model(folder, lambda: load_finetuned_weights(folder, task), quantize=run.quantize)
+    return FinetunedModel(folder, settings, tokenizers, model, DistContext(device=pick_device("cpu")), run=run)
 
 
 @dataclass
@@ -272,13 +269,11 @@ def label_file_by_mode(
     request: PredictionRequest | None = None
     totals: dict[str, np.ndarray] = {}
     for folder, settings in founds:
-        opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model, runtime=options.runtime,
-                                quantize=options.quantize)
+        opened = open_finetuned(folder, settings, options)
         own = {mode: mode if opened.tokenizers.has_domain else "general" for mode in wanted}
         mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder, pool=headline if opened.tokenizers.has_domain else "general",
                                    ignore_labels=ignore_labels, reader_overrides=reader_overrides)
-        computed = opened.logits_by_mode(mine.units, mine.task_file.examples, sorted(set(own.values())), batch_size=options.batch_size,
-                                         precision=options.precision)
+        computed = opened.logits_by_mode(mine.units, mine.task_file.examples, sorted(set(own.values())))
         logits = {mode: computed[own[mode]] for mode in wanted}
         if len(founds) == 1:
             return mine, logits

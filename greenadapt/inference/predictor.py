@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from greenadapt.tasks import get_task
+from greenadapt.inference.qa.settings import AnswerSettings
 from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.data.metrics import chunks
 from greenadapt.errors import UsageError
@@ -58,19 +59,16 @@ class _Labeller:
     ``opened``: one opened folder, or the members of an ensemble (a list), whose label probabilities are averaged.
     """
 
-    def __init__(self, opened: Any, *, pool: str, batch_size: int, precision: str) -> None:
+    def __init__(self, opened: Any, options: LoadSettings = DEFAULT_LOAD) -> None:
         from greenadapt.inference.labelling import ensemble_mode
 
-        if batch_size < 1:
-            raise UsageError(f"batch_size must be at least 1, got {batch_size}")
         self.members: list[Any] = list(opened) if isinstance(opened, list | tuple) else [opened]
         opened = self.members[0]
         self.opened = opened
-        self.pool = pool
+        self.options = options
+        self.pool = options.pool
         # the ensemble's mode, whichever member comes first: a plain member pools every mode with its one view
-        self.mode = ensemble_mode(pool, any(m.tokenizers.has_domain for m in self.members), opened.folder)
-        self.batch_size = batch_size
-        self.precision = precision
+        self.mode = ensemble_mode(options.pool, any(m.tokenizers.has_domain for m in self.members), opened.folder)
         self.labels: list[str] = list(opened.settings.labels)
         self.folder: Path = opened.folder
         self.task = str(opened.settings.task)
@@ -90,7 +88,7 @@ class _Labeller:
         for member in self.members:  # an ensemble's output is the mean of its members' probabilities
             units, _ = member.task.units(task_file, member.settings, member.tokenizers)
             mode = self.mode if member.tokenizers.has_domain else "general"
-            logits = member.logits(units, examples, mode, batch_size=self.batch_size, precision=self.precision)
+            logits = member.logits(units, examples, mode)
             probabilities = softmax(logits.astype(np.float64))
             total = probabilities if total is None else total + probabilities
         assert total is not None
@@ -184,10 +182,9 @@ class QaModel:
 
     task = "qa"
 
-    def __init__(self, opened: Any, *, batch_size: int, max_answer_chars: int = 500) -> None:
+    def __init__(self, opened: Any, answering: AnswerSettings) -> None:
         self.opened = opened
-        self.batch_size = batch_size
-        self.max_answer_chars = max_answer_chars
+        self.answering = answering
 
     @property
     def model(self) -> Any:
@@ -222,9 +219,9 @@ class QaModel:
             documents,
             self.opened.tokenizers,
             max_length=self.opened.max_length,
-            batch_size=self.batch_size,
+            batch_size=self.answering.batch_size,
             n_best=n_best,
-            max_answer_chars=self.max_answer_chars,
+            max_answer_chars=self.answering.max_answer_chars,
         ):
             results[int(answered.id)] = [
                 {"text": a["text"], "start": a["start"], "end": a["end"], "score": a["probability"]} for a in answers
@@ -306,10 +303,9 @@ def open_ensemble(
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint="leave it out")
     options.check()
-    members = [open_finetuned(folder, settings, device=options.device, general_model=options.general_model, runtime=options.runtime,
-                              quantize=options.quantize) for folder, settings in founds]
+    members = [open_finetuned(folder, settings, options) for folder, settings in founds]
     kind = NerModel if get_task(founds[0][1].task).finds_entities else ClassifierModel
-    return kind(members, pool=options.pool, batch_size=options.batch_size, precision=options.precision)
+    return kind(members, options)
 
 
 def open_model(
@@ -326,16 +322,14 @@ def open_model(
     if task.answers_questions:
         from greenadapt.artifacts.pretrained import resolve_model
         from greenadapt.inference.qa.answering import open_qa, resolve_qa_settings
-        from greenadapt.inference.qa.settings import AnswerSettings
 
         # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
         qa = AnswerSettings(pool=None if options.pool == "mean" else options.pool, device=options.device, batch_size=options.batch_size,
                             general_model=options.general_model, max_length=max_length, runtime=options.runtime, quantize=options.quantize)
-        return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), qa), qa), batch_size=options.batch_size)
+        return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), qa), qa), qa)
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
     options.check()
-    opened = open_finetuned(folder, settings, device=options.device, general_model=options.general_model, runtime=options.runtime,
-                            quantize=options.quantize)
+    opened = open_finetuned(folder, settings, options)
     kind = NerModel if task.finds_entities else ClassifierModel
-    return kind(opened, pool=options.pool, batch_size=options.batch_size, precision=options.precision)
+    return kind(opened, options)
