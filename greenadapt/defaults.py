@@ -44,6 +44,7 @@ MAX_SEED = 2**32 - 1
 MAX_AGREEMENT = 100.0
 MAX_LABEL_SMOOTHING = 0.99
 MAX_BATCH = 65_536
+MAX_THREADS = 4_096  # --threads: more than any machine's cores; a typo of 10^6 would start a million threads
 # Any integer option without a bound of its own: beyond it, a value cannot be a count the machine holds.
 MAX_OPTION_INT = 2**53
 

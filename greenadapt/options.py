@@ -197,6 +197,10 @@ class Settings:
     def check(self) -> None:
         """Checks between options (one option's own checks are in its declaration); raises UsageError."""
 
+    def configure_process(self) -> None:
+        """What these options set in this process before the command runs (a device group: torch's CPU threads);
+        nothing by default. Called once per command, after :meth:`check`."""
+
     def fingerprinted(self, group: type[Settings] | None = None) -> dict[str, Any]:
         """The options (of ``group``, else all) a stage's fingerprint covers: those declared ``fingerprint="always"``, and
         ``"when set"`` ones that differ from their default (so the outputs made before such an option stay up to date)."""
@@ -494,5 +498,6 @@ def call_command(settings_class: type[Settings], runner: str, *args: Any, config
     if settings_class.out_required and run.out is None:
         raise UsageError("--out is required", hint=f"give the folder greenadapt {settings_class.command} writes")
     module_name, _, function_name = runner.partition(":")
+    settings.configure_process()
     with recording(settings):
         return getattr(importlib.import_module(module_name), function_name)(settings, run)

@@ -78,3 +78,48 @@ def test_stages_default_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cores.WORKERS_ENV, "3")
     assert w2v_workers(W2vSettings(corpus=("x",))) == 3
     assert w2v_workers(W2vSettings(corpus=("x",), workers=1)) == 1  # --workers wins
+
+
+# -- torch's CPU threads (issue 94, item 3) ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def torch_threads() -> object:
+    """torch's thread count, restored after the test (the tests here change it in this worker's process)."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield torch
+    torch.set_num_threads(before)
+
+
+def test_torch_threads_stay_within_the_usable_cores_and_below_a_lower_choice(torch_threads: object,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from greenadapt.machine.devices import use_cpu_threads
+
+    torch = torch_threads
+    torch.set_num_threads(4)  # torch's own default on a 4-core host (it reads neither cpu.max nor cpu.cfs_quota_us)
+    monkeypatch.setattr(cores, "usable_cores", lambda: 1)  # a container of 1 CPU (the quota's reading: the tests above)
+    assert use_cpu_threads(0) == 1 and torch.get_num_threads() == 1  # the quota, not the host's 4
+    assert use_cpu_threads(3) == 3 and torch.get_num_threads() == 3  # --threads 3: the user's choice
+    torch.set_num_threads(1)  # OMP_NUM_THREADS=1, or a compare worker's share
+    monkeypatch.setattr(cores, "usable_cores", lambda: 4)
+    assert use_cpu_threads(0) == 1  # never raised above a lower count set before
+
+
+def test_threads_reach_torch_from_the_command_line_and_the_api(torch_threads: object, tiny_bert: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import greenadapt
+    from finetune_helpers import write_ner_file
+
+    torch = torch_threads
+    train = write_ner_file(tmp_path / "train.tsv", 8, seed=1)
+    torch.set_num_threads(2)
+    run = greenadapt.finetune("ner", train, model=str(tiny_bert), out=tmp_path / "run", max_steps=1, device="cpu", progress=False,
+                              threads=1)
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(2)
+    greenadapt.load(run.path, device="cpu", threads=1)
+    assert torch.get_num_threads() == 1
+    with pytest.raises(UsageError, match="--threads"):
+        greenadapt.load(run.path, threads=-1)

@@ -27,6 +27,7 @@ def load(
     max_length: int | None = None,
     runtime: str = "torch",
     quantize: str = "none",
+    threads: int = 0,
 ) -> NerModel | ClassifierModel | QaModel:
     """A fine-tuned model folder as an object: ``.predict(texts)`` (NER, classification) or ``.answer(q, context)`` (QA).
 
@@ -35,7 +36,8 @@ def load(
     ``path``: a list of folders (fine-tuned on one task and label set) is an ensemble: one model whose label
     probabilities are the mean of its members'. ``max_length``: question answering's window (default: the model's).
     ``runtime="onnx"``: ONNX Runtime on the CPU (``greenadapt[onnx]``), the model exported once and cached beside its
-    weights; ``quantize="int8"`` its int8 form.
+    weights; ``quantize="int8"`` its int8 form. ``threads``: torch's CPU threads (0: at most the cores this process
+    may use, cgroup quota included).
     """
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
     from greenadapt.inference.settings import LoadSettings

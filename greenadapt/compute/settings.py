@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from greenadapt.compute.distributed import PRECISIONS
+from greenadapt.defaults import MAX_THREADS
 from greenadapt.options import PERFORMANCE, Settings, option
 
 POOL_MODES = ("mean", "general", "domain")  # --pool: the mean of both tokenizers' logits, or one tokenizer's
@@ -18,3 +19,12 @@ class DeviceSettings(Settings):
     precision: str = option(
         "auto", "--precision", panel=PERFORMANCE, choices=PRECISIONS, fingerprint="always",
         help="auto (CUDA: bf16, else fp16; CPU: bf16 where the CPU has it natively (avx512_bf16, AMX), else fp32), fp32, bf16, fp16.")
+    threads: int = option(0, "--threads", panel=PERFORMANCE, minimum=0, maximum=MAX_THREADS, metavar="N",
+                          help="CPU threads of torch's kernels. 0 (the default): at most the cores this process may use "
+                               "(its CPU affinity and cgroup quota, which torch's own default ignores), and never more "
+                               "than OMP_NUM_THREADS or a compare worker's share.")
+
+    def configure_process(self) -> None:
+        from greenadapt.machine.devices import use_cpu_threads
+
+        use_cpu_threads(self.threads)

@@ -303,6 +303,7 @@ def open_ensemble(
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint="leave it out")
     options.check()
+    options.configure_process()
     members = [open_finetuned(folder, settings, options) for folder, settings in founds]
     kind = NerModel if get_task(founds[0][1].task).finds_entities else ClassifierModel
     return kind(members, options)
@@ -330,6 +331,7 @@ def open_model(
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
     options.check()
+    options.configure_process()
     opened = open_finetuned(folder, settings, options)
     kind = NerModel if task.finds_entities else ClassifierModel
     return kind(opened, options)

@@ -1,10 +1,13 @@
-"""Where tensors live: the one reading of ``--device`` and the one way batches reach it."""
+"""Where tensors live: the one reading of ``--device``, the one way batches reach it, and torch's CPU threads."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from greenadapt.errors import UsageError
+
+log = logging.getLogger(__name__)
 
 
 def pick_device(spec: str | None = "auto", local_rank: int = 0, *, allow_mps: bool = True) -> Any:
@@ -76,3 +79,19 @@ def to_device(array: Any, device: Any) -> Any:
     if torch.device(device).type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)
+
+
+def use_cpu_threads(requested: int = 0) -> int:
+    """Set torch's CPU threads: ``requested``, or (0) the lower of torch's current count and the cores this process
+    may use. torch counts the machine's cores (or its affinity mask) and not a cgroup's CPU quota, so in a container
+    limited to 2 CPUs of a 64-core host it starts 64 threads that share 2 cores; OMP_NUM_THREADS and a compare
+    worker's share (set lower before) are kept. Returns the count in effect."""
+    import torch
+
+    from greenadapt.machine.cores import usable_cores
+
+    threads = requested or min(torch.get_num_threads(), usable_cores())
+    if threads != torch.get_num_threads():
+        log.info("torch CPU threads: %d (was %d)", threads, torch.get_num_threads())
+        torch.set_num_threads(threads)
+    return threads
