@@ -1,12 +1,11 @@
 """One declaration per option: every command's options are the fields of one settings class.
 
-A command's settings class (``FinetuneSettings``, ``W2vSettings``, ... beside the code that runs it) declares each option
-once, as a dataclass field made by :func:`option` (name, type, default, help, flags, panel, bounds, check, fingerprint).
-The command line (``cli/_build.py``), the Python API (``api/build.py``), the ``options.json`` every run folder keeps (and
-``--config FILE`` replays) and the manifest's ``options`` are built from it, and the library receives the settings object
-itself. It is valid once built: :meth:`Settings.__post_init__` coerces each value to its declared type and runs its checks,
-once, each error one line naming the option and the fix. Where a run's outputs go (``workdir``, ``out``, ``force``,
-``wait``, ``progress``) is not an option of the result: it travels as one :class:`Run`.
+A command's settings class (``FinetuneSettings``, ``W2vSettings``, ... beside the code that runs it) declares each option once,
+as a dataclass field made by :func:`option` (name, type, default, help, flags, panel, bounds, check, fingerprint). The command
+line (``cli/_build.py``), the Python API (``api/build.py``), the ``options.json`` every run folder keeps (and ``--config FILE``
+replays) and the manifest's ``options`` are built from it, and the library receives the settings object itself. It is valid
+once built: :meth:`Settings.__post_init__` coerces each value to its declared type and runs its checks, once, each error one
+line naming the option and the fix. Where a run's outputs go (``workdir``, ``out``, ``force``, ``wait``, ``progress``): one :class:`Run`.
 """
 
 from __future__ import annotations
@@ -198,8 +197,7 @@ class Settings:
         """Checks between options (one option's own checks are in its declaration); raises UsageError."""
 
     def configure_process(self) -> None:
-        """What these options set in this process before the command runs (a device group: torch's CPU threads);
-        nothing by default. Called once per command, after :meth:`check`."""
+        """What these options set in this process before the command runs (DeviceSettings: torch's CPU threads)."""
 
     def fingerprinted(self, group: type[Settings] | None = None) -> dict[str, Any]:
         """The options (of ``group``, else all) a stage's fingerprint covers: those declared ``fingerprint="always"``, and
@@ -454,8 +452,7 @@ def _checked(value: Any, declared: Declaration) -> Any:
 
 
 def _shown(value: int | float) -> str:
-    """A number for a message: a huge integer by its size (formatting it as a float overflows, as text may exceed
-    Python's digit limit)."""
+    """A number for a message: a huge integer by its size (as a float it overflows, as text it may pass Python's digit limit)."""
     if isinstance(value, int) and value.bit_length() > 64:
         return f"a number of about {int(value.bit_length() * 0.30103) + 1:,} digits"
     return f"{value:g}"
