@@ -42,10 +42,12 @@ $(VENV)/.cluster-installed: $(VENV)/.installed
 	touch $@
 
 # greenadapt as a user installs it without make: its wheel with the demo extra in a new venv outside the
-# checkout (so nothing is imported from the source tree), then the demo. README's "Without make" lines.
+# checkout (so nothing is imported from the source tree), then the demo. README's "Without make" lines. build/ goes
+# too: setuptools copies the package through build/lib and keeps what is there, so a module moved since the last
+# build would ship in the wheel beside its new place.
 WHEEL_VENV ?= /tmp/greenadapt-wheel-venv
 wheel-demo:
-	rm -rf dist $(WHEEL_VENV)
+	rm -rf dist build $(WHEEL_VENV)
 	python3 -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/python -m pip install -q --upgrade pip
 	$(WHEEL_VENV)/bin/python -m pip install -q "$(TORCH)"
