@@ -48,10 +48,10 @@ def rule_units(rule: str, task_file: Any, settings: Any, tokenizers: Any) -> lis
 def rescore(run: Path, test: Path, *, batch_size: int = 64) -> dict[str, dict[str, float]]:
     """``{rule: {pool: f1}}`` for one fine-tuned run on ``test`` (entity F1 x 100)."""
     from greenadapt.inference.labelling import find_model_folder, open_finetuned
-    from greenadapt.inference.settings import DEFAULT_LOAD
+    from greenadapt.inference.settings import LoadSettings
     from greenadapt.tasks.base import argmax_labels
 
-    opened = open_finetuned(*find_model_folder(run), DEFAULT_LOAD.replaced(device="cpu", batch_size=batch_size))
+    opened = open_finetuned(*find_model_folder(run), LoadSettings(device="cpu", batch_size=batch_size))
     task = opened.task
     task_file = task.read(test, opened.settings, require_labels=True)
     pools = ("mean", "general", "domain") if opened.tokenizers.has_domain else ("general",)

@@ -1,11 +1,12 @@
 """One declaration per option: every command's options are the fields of one settings class.
 
-A command's settings class (``FinetuneSettings``, ``W2vSettings``, ... beside the code that runs it) declares each option once,
-as a dataclass field made by :func:`option` (name, type, default, help, flags, panel, bounds, check, fingerprint). The command
-line (``cli/_build.py``), the Python API (``api/build.py``), the ``options.json`` every run folder keeps (and ``--config FILE``
-replays) and the manifest's ``options`` are built from it, and the library receives the settings object itself. It is valid
-once built: :meth:`Settings.__post_init__` coerces each value to its declared type and runs its checks, once, each error one
-line naming the option and the fix. Where a run's outputs go (``workdir``, ``out``, ``force``, ``wait``, ``progress``): one :class:`Run`.
+A command's settings class (``FinetuneSettings``, ``W2vSettings``, ... beside the code that runs it) declares each option
+once, as a dataclass field made by :func:`option` (name, type, default, help, flags, panel, bounds, check, fingerprint).
+The command line (``cli/_build.py``), the Python API (``api/build.py``), the ``options.json`` every run folder keeps (and
+``--config FILE`` replays) and the manifest's ``options`` are built from it, and the library receives the settings object
+itself. It is valid once built: :meth:`Settings.__post_init__` coerces each value to its declared type and runs its checks,
+once, each error one line naming the option and the fix. Where a run's outputs go (``workdir``, ``out``, ``force``,
+``wait``, ``progress``) is not an option of the result: it travels as one :class:`Run`.
 """
 
 from __future__ import annotations
@@ -187,10 +188,8 @@ class Settings:
     def __post_init__(self) -> None:
         hints = _hints(type(self))
         for field, declared in declared_fields(self):
-            value = getattr(self, field.name)
-            value = _coerced(value, hints[field.name], declared)
-            value = _checked(value, declared)
-            object.__setattr__(self, field.name, value)
+            value = _coerced(getattr(self, field.name), hints[field.name], declared)
+            object.__setattr__(self, field.name, _checked(value, declared))
         self.check()
 
     def check(self) -> None:

@@ -10,6 +10,7 @@ skipped otherwise, and failing rather than skipping when the folder is absent an
 from __future__ import annotations
 
 import os
+import re
 import string
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -197,7 +198,7 @@ LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_example_runs_as_writte
 
 def asks_for_data(config: pytest.Config) -> bool:
     """Whether this run selects the ``data`` tests by name (`-m data`, `-m "data or ..."`); they are opt-in."""
-    return "data" in (config.getoption("markexpr") or "").replace("not data", "")
+    return re.search(r"(?<!not )\bdata\b", config.getoption("markexpr") or "") is not None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

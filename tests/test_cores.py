@@ -107,8 +107,7 @@ def test_torch_threads_stay_within_the_usable_cores_and_below_a_lower_choice(tor
     assert use_cpu_threads(0) == 1  # never raised above a lower count set before
 
 
-def test_threads_reach_torch_from_the_command_line_and_the_api(torch_threads: object, tiny_bert: Path, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_threads_reach_torch_from_a_command_and_from_load(torch_threads: object, tiny_bert: Path, tmp_path: Path) -> None:
     import greenadapt
     from finetune_helpers import write_ner_file
 
@@ -120,6 +119,11 @@ def test_threads_reach_torch_from_the_command_line_and_the_api(torch_threads: ob
     assert torch.get_num_threads() == 1
     torch.set_num_threads(2)
     greenadapt.load(run.path, device="cpu", threads=1)
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(2)  # qa declares its own --device: --threads is its too (the group, not DeviceSettings)
+    from greenadapt.inference.qa.settings import QaSettings
+
+    QaSettings(data=train, threads=1).configure_process()
     assert torch.get_num_threads() == 1
     with pytest.raises(UsageError, match="--threads"):
         greenadapt.load(run.path, threads=-1)

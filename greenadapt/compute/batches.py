@@ -90,22 +90,11 @@ class Batch:
 def collate(units: Sequence[Unit], indices: Sequence[int] | np.ndarray, views: Sequence[int] | np.ndarray, pad_id: int, device: Any,
             width: int | None = None) -> Batch:
     """The batch of ``units[indices]``, each in its view, padded to ``width`` (default: the longest's length)."""
-    seqs = [units[i].ids[v] for i, v in zip(indices, views, strict=True)]
-    width = max(width or 0, max(len(s) for s in seqs))
-    input_ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
-    attention = np.zeros((len(seqs), width), dtype=np.int64)
-    type_ids = np.zeros((len(seqs), width), dtype=np.int64)
-    rows, targets = [], []
-    for b, (i, v) in enumerate(zip(indices, views, strict=True)):
-        unit = units[i]
-        n = len(unit.ids[v])
-        input_ids[b, :n] = unit.ids[v]
-        attention[b, :n] = 1
-        unit_types = unit.type_ids[v]
-        if unit_types is not None:
-            type_ids[b, :n] = unit_types
-        rows.append(unit.rows[v] + b * width)
-        targets.append(unit.targets)
+    chosen = list(zip(indices, views, strict=True))
+    input_ids, type_ids, attention = pad_rows([(units[i].ids[v], units[i].type_ids[v]) for i, v in chosen], pad_id, width)
+    width = input_ids.shape[1]
+    rows = [units[i].rows[v] + b * width for b, (i, v) in enumerate(chosen)]
+    targets = [units[i].targets for i, _ in chosen]
 
     def to(array: np.ndarray) -> Any:
         return to_device(array, device)

@@ -24,8 +24,6 @@ from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
 from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
 
-# Which tokenizers' predictions are pooled: both (the method), or one of them alone.
-
 
 def view_logits(
     model: Any,

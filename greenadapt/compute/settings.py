@@ -1,4 +1,5 @@
-"""The options of computing that training and inference share: where and in which precision, and which views are pooled."""
+"""The options of computing that training and inference share: where, in which precision, on how many CPU threads, and
+which views are pooled."""
 
 from __future__ import annotations
 
@@ -12,13 +13,10 @@ POOL_MODES = ("mean", "general", "domain")  # --pool: the mean of both tokenizer
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeviceSettings(Settings):
-    """Where a command computes, and in which precision."""
+class ThreadSettings(Settings):
+    """How many CPU threads torch's kernels use, set in the process before the command runs (every command that runs a
+    model: the device group's, and ``qa``'s, which declares its own ``--device``)."""
 
-    device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda, cuda:N or mps.")
-    precision: str = option(
-        "auto", "--precision", panel=PERFORMANCE, choices=PRECISIONS, fingerprint="always",
-        help="auto (CUDA: bf16, else fp16; CPU: bf16 where the CPU has it natively (avx512_bf16, AMX), else fp32), fp32, bf16, fp16.")
     threads: int = option(0, "--threads", panel=PERFORMANCE, minimum=0, maximum=MAX_THREADS, metavar="N",
                           help="CPU threads of torch's kernels. 0 (the default): at most the cores this process may use "
                                "(its CPU affinity and cgroup quota, which torch's own default ignores), and never more "
@@ -28,3 +26,13 @@ class DeviceSettings(Settings):
         from greenadapt.machine.devices import use_cpu_threads
 
         use_cpu_threads(self.threads)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceSettings(ThreadSettings):
+    """Where a command computes, in which precision, on how many CPU threads."""
+
+    device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda, cuda:N or mps.")
+    precision: str = option(
+        "auto", "--precision", panel=PERFORMANCE, choices=PRECISIONS, fingerprint="always",
+        help="auto (CUDA: bf16, else fp16; CPU: bf16 where the CPU has it natively (avx512_bf16, AMX), else fp32), fp32, bf16, fp16.")

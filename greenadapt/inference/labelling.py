@@ -33,7 +33,7 @@ from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, argmax_labe
 from greenadapt.compute.distributed import DistContext
 from greenadapt.compute.health import prediction_warnings
 from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings, ModelRunSettings
-from greenadapt.compute.pooling import POOL_MODES, check_pool
+from greenadapt.compute.pooling import check_pool, report_modes
 
 
 @dataclass
@@ -264,7 +264,7 @@ def label_file_by_mode(
     # model's one view serves every mode): the answer never depends on the order the members are named in.
     any_domain = any(has_domain_tokenizer(folder) for folder, _ in founds)
     headline = ensemble_mode(options.pool, any_domain, founds[0][0])
-    every = POOL_MODES if any_domain else ("general",)
+    every = report_modes(any_domain)
     wanted = [headline] if modes is None else [ensemble_mode(m, any_domain, founds[0][0]) for m in modes or every]
     request: PredictionRequest | None = None
     totals: dict[str, np.ndarray] = {}

@@ -297,13 +297,13 @@ def open_ensemble(
     """One fine-tuned folder (as :func:`open_model`), or several as one model: the mean of their probabilities."""
     from greenadapt.inference.labelling import check_ensemble, open_finetuned
 
+    options.configure_process()  # once, for every kind of model (QA's too)
     if len(founds) == 1:
         return open_model(*founds[0], options=options, max_length=max_length)
     check_ensemble(founds)
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint="leave it out")
     options.check()
-    options.configure_process()
     members = [open_finetuned(folder, settings, options) for folder, settings in founds]
     kind = NerModel if get_task(founds[0][1].task).finds_entities else ClassifierModel
     return kind(members, options)
@@ -331,7 +331,6 @@ def open_model(
     if max_length is not None:
         raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
     options.check()
-    options.configure_process()
     opened = open_finetuned(folder, settings, options)
     kind = NerModel if task.finds_entities else ClassifierModel
     return kind(opened, options)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from greenadapt.inference.settings import RuntimeSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option
-from greenadapt.compute.settings import POOL_MODES
+from greenadapt.compute.settings import POOL_MODES, ThreadSettings
 
 
 @dataclass(frozen=True, kw_only=True)
-class AnswerSettings(RuntimeSettings):
+class AnswerSettings(RuntimeSettings, ThreadSettings):
     pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
                               help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "
                                    "Default: mean for an expanded model, general for a plain one.")
