@@ -156,7 +156,7 @@ def run(model: Path, data: Path, out: Path, *, steps: int, skip: int, precision:
             kinds[kind_of(event.key)] += event.self_cpu_time_total / 1e6
         result["operators_seconds_per_step"] = {k: v / steps for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}
         result["top_operators"] = [(e.key, round(e.self_cpu_time_total / 1e6 / steps, 4))
-                                   for e in sorted(profiler.key_averages(), key=lambda e: -e.self_cpu_time_total)[:15]]
+                                   for e in sorted(profiler.key_averages(), key=lambda e: -e.self_cpu_time_total)[:30]]
     else:
         totals = clock.totals
         per = {k: v / steps for k, v in totals.items()}

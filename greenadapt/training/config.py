@@ -12,6 +12,7 @@ from typing import Any
 from greenadapt.errors import UsageError
 
 MAX_PAD_MULTIPLE = 512  # the position table of a BERT: a wider multiple pads every batch to it
+DROPOUT_MASKS = ("fast", "torch")  # --dropout-masks: greenadapt.training.cpu_kernels
 
 
 # What the loop, the trainer and the optimizers receive: a training command's settings as they are (TrainingRun and
@@ -33,6 +34,7 @@ class TrainingRun:
     agreement = 0.0
     both_views = False
     adamw = "fused"
+    dropout_masks = "fast"
     # In every training fingerprint, whether the command has the option or not.
     ALWAYS_RECORDED = ("grad_accum", "max_grad_norm", "train_embeddings", "eval_every", "early_stopping")
 

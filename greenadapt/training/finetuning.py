@@ -191,8 +191,10 @@ def prepare_trainer(model: Any, config: LoopSettings, ctx: DistContext, *, n_exa
 def finish_model(model: Any) -> None:
     """Back to a plain, saveable transformers model in eval mode (the row-wise trained rows merged back)."""
     from greenadapt.modeling import embeddings
+    from greenadapt.training.cpu_kernels import plain_modules
 
     embeddings.merge_back(getattr(model, "domain", model))
+    plain_modules(model)
     model.eval()
 
 

@@ -8,7 +8,7 @@ from greenadapt.data.task_files import check_entity_type
 from greenadapt.defaults import MAX_EPOCHS, MAX_LABEL_SMOOTHING, MAX_STEPS, check_max_length, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.options import INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
-from greenadapt.training.config import MAX_PAD_MULTIPLE
+from greenadapt.training.config import DROPOUT_MASKS, MAX_PAD_MULTIPLE
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:
@@ -95,6 +95,10 @@ class CompileSettings(Settings):
                         help="AdamW's kernel on a CPU: fused (one pass over the weights: 5x faster than foreach, 1.29x the steps/s of a "
                              "bf16 MiniLM fine-tune; F1 checked over 3 paired seeds, docs/benchmarks.md) or foreach (before 2026-11; the "
                              "same update up to rounding). A CUDA GPU always runs fused.")
+    dropout_masks: str = option("fast", "--dropout-masks", panel=PERFORMANCE, choices=DROPOUT_MASKS,
+                                help="Dropout's masks on a CPU: fast (two elements' masks from one 32-bit draw, on every thread: "
+                                     "docs/benchmarks.md, \"The elementwise half of a CPU step\") or torch (torch's own, as before "
+                                     "2026-11-29: the same distribution, other draws). A GPU always uses torch's.")
 
 
 @dataclass(frozen=True, kw_only=True)

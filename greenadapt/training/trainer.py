@@ -50,6 +50,10 @@ class Trainer:
         torch.manual_seed(config.seed + ctx.rank)  # dropout differs per process, the weights do not (DDP)
         model.to(ctx.device)
         model.train()
+        if ctx.device.type == "cpu":
+            from greenadapt.training.cpu_kernels import use_cpu_kernels
+
+            use_cpu_kernels(model, dropout_masks=config.dropout_masks, world=ctx.world)
         self.module = model  # what the forward pass goes through: the model, or DDP around it
         if ctx.world > 1:
             from torch.nn.parallel import DistributedDataParallel
