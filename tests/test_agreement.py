@@ -159,7 +159,9 @@ def test_r_drop_on_a_one_tokenizer_model_is_two_passes_of_the_same_pieces(files:
     finetune("dropout-r-drop", agreement=5.0)
     assert not _same_weights(tmp_path / "dropout-r-drop", tmp_path / "dropout-two-passes")
     regularized, unregularized = _dropout_disagreement(tmp_path / "dropout-r-drop"), _dropout_disagreement(tmp_path / "dropout-two-passes")
-    assert regularized < unregularized / 2, (regularized, unregularized)
+    # Measured ratios 0.49-0.56 over seeds 42, 1, 2 with torch's masks and with --dropout-masks fast alike (one draw of
+    # masks measures it: "/ 2" passed by 0.01 on seed 42); without the KL the two runs are the same computation: 1.
+    assert regularized < 0.7 * unregularized, (regularized, unregularized)
 
 
 def test_both_views_is_agreement_without_its_kl(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:

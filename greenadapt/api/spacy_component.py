@@ -30,7 +30,7 @@ except ModuleNotFoundError as missing:  # one line that names the extra, not a t
 log = logging.getLogger(__name__)
 
 FACTORY = "greenadapt_ner"
-DEFAULT_CONFIG: dict[str, Any] = {"model": None, "runtime": "torch", "quantize": "none", "pool": "mean", "batch_size": 64,
+DEFAULT_CONFIG: dict[str, Any] = {"model": None, "runtime": "auto", "quantize": "none", "pool": "mean", "batch_size": 64,
                                   "device": "auto", "precision": "auto"}
 
 

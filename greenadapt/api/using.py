@@ -25,7 +25,7 @@ def load(
     precision: str = "auto",
     general_model: str | None = None,
     max_length: int | None = None,
-    runtime: str = "torch",
+    runtime: str = "auto",
     quantize: str = "none",
     threads: int = 0,
 ) -> NerModel | ClassifierModel | QaModel:

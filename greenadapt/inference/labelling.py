@@ -88,7 +88,8 @@ def open_finetuned(folder: Path, settings: TaskSettings, run: ModelRunSettings =
     """Open a fine-tuned NER or classification model folder (as :func:`find_model_folder` found it) for inference.
 
     A G-MAP model (``gmap_config.json``) is reloaded with its general model:
-    the one recorded at training, or ``run.general_model`` (checked by weights). ``run.runtime == "onnx"``: the same
+    the one recorded at training, or ``run.general_model`` (checked by weights). ``run.runtime`` ``onnx`` (or ``auto``, where
+    :mod:`~greenadapt.inference.default_runtime` picks it): the same
     model run by ONNX Runtime (:mod:`greenadapt.inference.onnx_runtime`; ``run.quantize == "int8"`` its int8 form).
     ``run`` stays with the model: its batch size and precision are those of every later forward pass.
     """
@@ -98,7 +99,9 @@ def open_finetuned(folder: Path, settings: TaskSettings, run: ModelRunSettings =
     task = get_labelling_task(settings.task)
     tokenizers = load_tokenizers(folder)
     memory = None
-    if run.runtime == "onnx":
+    from greenadapt.inference.default_runtime import chosen_runtime
+
+    if chosen_runtime(run.runtime, run.quantize, run.device, exportable=not gmap.is_gmap_folder(folder)) == "onnx":
         return _open_onnx(folder, settings, tokenizers, task, run)
     if gmap.is_gmap_folder(folder):
         loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=run.general_model)

@@ -30,7 +30,7 @@ from greenadapt.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-RUNTIMES = ("torch", "onnx")
+RUNTIMES = ("auto", "torch", "onnx")  # auto: greenadapt.inference.default_runtime
 QUANTIZATIONS = ("none", "int8")
 EXPORT_FORMAT = "greenadapt-onnx-4"  # bump when the export changes: every cached file is made again (3: int8 per row; 4: one-sided after GELU)
 MODEL_FILE = "model.onnx"
@@ -54,9 +54,9 @@ def check_runtime(runtime: str, quantize: str, device: str) -> None:
         raise UsageError(f"unknown --runtime {runtime!r}", hint=f"choose from {', '.join(RUNTIMES)}")
     if quantize not in QUANTIZATIONS:
         raise UsageError(f"unknown --quantize {quantize!r}", hint=f"choose from {', '.join(QUANTIZATIONS)}")
-    if quantize != "none" and runtime != "onnx":
-        raise UsageError(f"--quantize {quantize} is for --runtime onnx", hint="add --runtime onnx")
-    if runtime == "onnx":
+    if quantize != "none" and runtime == "torch":
+        raise UsageError(f"--quantize {quantize} is for --runtime onnx", hint="leave --runtime out, or give --runtime onnx")
+    if runtime == "onnx" or quantize != "none":
         kind, colon, index = device.partition(":")
         if kind not in ("auto", "cpu") or (colon and not index.isdigit()):
             raise UsageError(f"--runtime onnx runs on the CPU, not --device {device}", hint="leave --device out (or cpu), or use --runtime torch on a GPU")

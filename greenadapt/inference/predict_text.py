@@ -430,8 +430,8 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     overrides = {k: v for k, v in settings.reader_overrides(settings.header).items() if v is not None}
     multitask = len(members) == 1 and (task_name is not None or is_multitask(members[0]))
     founds = []
-    if multitask and options.runtime != "torch":  # its tasks' PALs run in torch only: never silently in torch
-        raise UsageError(f"--runtime {options.runtime} does not run multitask (PALs) runs", path=str(members[0]),
+    if multitask and (options.runtime == "onnx" or options.quantize != "none"):  # PALs run in torch only: never silently in torch
+        raise UsageError("ONNX Runtime (--runtime onnx, --quantize) does not run multitask (PALs) runs", path=str(members[0]),
                          hint="leave --runtime and --quantize out (torch runs it)")
     if multitask:  # its tasks read training-style files only
         opened = Source("training", path=_spool(*_stdin_lines()), spooled=True) if is_stdio(source) else Source("training", path=Path(source))

@@ -20,8 +20,11 @@ from greenadapt.compute.settings import POOL_MODES, DeviceSettings
 class RuntimeSettings(Settings):
     """What runs a fine-tuned model's forward passes: torch, or ONNX Runtime on the CPU (predict, evaluate, qa)."""
 
-    runtime: str = option("torch", "--runtime", panel=PERFORMANCE, choices=RUNTIMES,
-                          help="torch, or onnx: ONNX Runtime on the CPU (exported once and cached beside the weights; needs greenadapt[onnx]).")
+    runtime: str = option("auto", "--runtime", panel=PERFORMANCE, choices=RUNTIMES,
+                          help="auto (the fastest measured for this CPU kind among runtimes that give fp32's answers, the same in any "
+                               "batch: torch where the CPU has native bf16, else ONNX Runtime fp32 when installed; docs/benchmarks.md, "
+                               "\"The default runtime by CPU\"), torch, or onnx: ONNX Runtime on the CPU (exported once and cached "
+                               "beside the weights; needs greenadapt[onnx]).")
     quantize: str = option("none", "--quantize", panel=PERFORMANCE, choices=QUANTIZATIONS,
                            help="With --runtime onnx: int8 weights and activations, each token's with its own scale (a sentence's "
                                 "answer never depends on its batch; docs/benchmarks.md has its speed and F1).")

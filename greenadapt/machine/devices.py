@@ -48,21 +48,28 @@ def pick_device(spec: str | None = "auto", local_rank: int = 0, *, allow_mps: bo
 
 
 
-# CPU features that run bfloat16 matrix products natively (x86: AVX-512 BF16, AMX; Arm: the BF16 extension).
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+# CPU features that run bfloat16 matrix products natively (x86: AMX, AVX-512 BF16; Arm: the BF16 extension), fastest first.
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 
 
-def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this CPU multiplies bfloat16 natively; without it torch emulates bf16, slower than fp32."""
+def cpu_bf16_unit(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """What multiplies bfloat16 natively on this CPU: ``amx_bf16`` (AMX tiles), ``avx512_bf16``, ``bf16`` (Arm), or None
+    (torch would emulate bf16, slower than fp32)."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 key, _, value = line.partition(":")
                 if key.strip() in ("flags", "Features"):
-                    return bool(NATIVE_BF16_FLAGS & set(value.split()))
+                    flags = set(value.split())
+                    return next((unit for unit in NATIVE_BF16_FLAGS if unit in flags), None)
     except OSError:
-        return False
-    return False
+        return None
+    return None
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bfloat16 natively; without it torch emulates bf16, slower than fp32."""
+    return cpu_bf16_unit(cpuinfo) is not None
 
 
 def to_device(array: Any, device: Any) -> Any:

@@ -295,7 +295,9 @@ def open_qa(settings: SettledQa, options: AnswerSettings) -> OpenedQa:
 
     folder, device = settings.folder, settings.device
     tokenizers = folder.tokenizers
-    if options.runtime == "onnx":
+    from greenadapt.inference.default_runtime import chosen_runtime
+
+    if chosen_runtime(options.runtime, options.quantize, options.device, exportable=not gmap.is_gmap_folder(folder.path)) == "onnx":
         return _open_qa_onnx(settings, options)
     if gmap.is_gmap_folder(folder.path):
         qa_model, memory_tokenizer, memory_length = gmap.load_fused(folder.path, general_model=options.general_model)

@@ -1,0 +1,66 @@
+"""``--runtime auto`` (the default): the runtime measured fastest on this kind of CPU among those whose answers are
+fp32's and do not depend on the batch (issue 94, item 4).
+
+The rule: the most sentences per second on the serving benchmark (docs/benchmarks.md, "The default runtime by CPU")
+among the runtimes that give at least 99% of the sentences fp32's exact entities and give a sentence the same logits
+alone and in any batch (torch: batches of one padded width, tests/test_padding_buckets.py; ONNX Runtime:
+tests/test_onnx.py). ONNX int8 is the fastest everywhere it was measured, but gives fp32's entities on 93-97% of
+the sentences: it is chosen only by ``--runtime onnx --quantize int8``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    runtime: str  # torch (at --precision auto: bf16 where the CPU has it) or onnx (fp32)
+    measured: str  # the figures it rests on, for --help readers and docs/benchmarks.md
+
+
+# Keyed by what multiplies bf16 on the CPU (greenadapt.machine.devices.cpu_bf16_unit; None: nothing native).
+BY_CPU: dict[str | None, RuntimeChoice] = {
+    "amx_bf16": RuntimeChoice("torch", "Xeon with AMX, one thread: torch bf16 ~170 sentences per CPU-s (99.70% fp32's), "
+                                       "ONNX int8 136 (96.90%); ONNX fp32 runs no AMX kernel"),
+    "avx512_bf16": RuntimeChoice("torch", "EPYC, 2 cores: torch bf16 146.5 sentences/s (99.72% fp32's), ONNX fp32 110.1 "
+                                          "(100%), ONNX int8 250.5 (93.32%)"),
+    "bf16": RuntimeChoice("torch", "Arm with BF16: not measured; torch bf16 as on the x86 CPUs with native bf16"),
+    None: RuntimeChoice("onnx", "EPYC with bf16 off (fp32 everywhere): ONNX fp32 109.4 sentences/s (100% fp32's), torch "
+                                "fp32 86.6: 1.29 ± 0.06x paired by round"),
+}
+
+
+def onnx_runtime_installed() -> bool:
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def chosen_runtime(runtime: str, quantize: str, device: str, *, exportable: bool = True, bf16_unit: str | None | bool = True,
+                   onnx_installed: bool | None = None) -> str:
+    """``torch`` or ``onnx`` for ``--runtime`` (``auto``: the table above) on ``device``.
+
+    ``exportable``: whether this model folder can run in ONNX Runtime (a G-MAP model, a multitask run: no).
+    ``bf16_unit``: this CPU's (True: read it); ``onnx_installed``: whether ONNX Runtime imports (None: look).
+    An ``auto`` that would pick ONNX Runtime where it is not installed, or for a folder it cannot run, is torch.
+    """
+    if runtime != "auto":
+        return runtime
+    if quantize != "none":
+        return "onnx"  # int8 is ONNX Runtime's
+    kind = device.split(":")[0]
+    if kind not in ("auto", "cpu"):
+        return "torch"
+    if kind == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            return "torch"
+    if bf16_unit is True:
+        from greenadapt.machine.devices import cpu_bf16_unit
+
+        bf16_unit = cpu_bf16_unit()
+    choice = BY_CPU.get(bf16_unit if isinstance(bf16_unit, str) else None, BY_CPU[None]).runtime
+    if choice == "onnx" and not (exportable and (onnx_runtime_installed() if onnx_installed is None else onnx_installed)):
+        return "torch"
+    return choice

@@ -1,0 +1,50 @@
+"""``--runtime auto`` (issue 94, item 4): the documented table by CPU kind, each kind faked; explicit choices kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from greenadapt.inference.default_runtime import BY_CPU, chosen_runtime
+from greenadapt.machine.devices import cpu_bf16_unit
+
+
+@pytest.mark.parametrize(("flags", "unit", "runtime"), [
+    ("fpu sse2 avx2 avx512f avx512bw amx_bf16 amx_tile amx_int8 avx512_bf16", "amx_bf16", "torch"),  # Xeon with AMX
+    ("fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni", "avx512_bf16", "torch"),  # EPYC (Zen 4)
+    ("fpu sse2 avx2 avx512f avx512_vnni", None, "onnx"),  # AVX-512 without bf16 (Ice Lake, Zen 3 has no AVX-512 at all)
+    ("fpu sse2 avx2 fma", None, "onnx"),
+])
+def test_each_cpu_kind_gets_its_documented_runtime(tmp_path: Path, flags: str, unit: str | None, runtime: str) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert cpu_bf16_unit(str(cpuinfo)) == unit
+    assert chosen_runtime("auto", "none", "cpu", bf16_unit=unit, onnx_installed=True) == runtime == BY_CPU[unit].runtime
+    # ONNX Runtime not installed, or a folder it cannot run (G-MAP): torch, never a refusal
+    assert chosen_runtime("auto", "none", "cpu", bf16_unit=unit, onnx_installed=False) == "torch"
+    assert chosen_runtime("auto", "none", "cpu", bf16_unit=unit, onnx_installed=True, exportable=False) == "torch"
+
+
+def test_an_explicit_runtime_a_quantization_or_a_gpu_decide_before_the_table() -> None:
+    for unit in BY_CPU:
+        assert chosen_runtime("torch", "none", "cpu", bf16_unit=unit, onnx_installed=True) == "torch"
+        assert chosen_runtime("onnx", "none", "cpu", bf16_unit=unit, onnx_installed=True) == "onnx"
+        assert chosen_runtime("auto", "int8", "cpu", bf16_unit=unit, onnx_installed=True) == "onnx"
+        assert chosen_runtime("auto", "none", "cuda:1", bf16_unit=unit, onnx_installed=True) == "torch"
+
+
+def test_the_table_is_documented_with_its_measurements() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    section = doc.split("## The default runtime by CPU", 1)[1].split("\n## ", 1)[0]
+    for unit, choice in BY_CPU.items():
+        assert f"| {unit or 'none'} |" in section and choice.runtime in section
+
+
+def test_quantize_without_a_runtime_is_onnx_and_with_torch_is_refused() -> None:
+    from greenadapt.errors import UsageError
+    from greenadapt.inference.settings import LoadSettings
+
+    assert LoadSettings().runtime == "auto"
+    with pytest.raises(UsageError, match="--quantize int8 is for --runtime onnx"):
+        LoadSettings(runtime="torch", quantize="int8")
