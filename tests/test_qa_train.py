@@ -139,3 +139,26 @@ def test_gradient_accumulation_gives_the_same_gradient(train_file: Path, tmp_pat
     # The loss is the mean over the global batch and the gradient its gradient, however many micro-batches.
     assert split["loss"] == pytest.approx(whole["loss"], rel=1e-5)
     assert split["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
+
+
+def test_the_answer_length_is_declared_once_and_reaches_qa_training_its_scoring_and_compare(expanded: Path, train_file: Path,
+                                                                                         tmp_path: Path) -> None:
+    """Issue 93, item 1: --max-answer-chars was qa's alone while QA training scored with a fixed 500."""
+    from finetune_helpers import comparison
+
+    from greenadapt.comparison.recipe import finetune_arguments
+
+    options = dict(task="qa", train=train_file, test=train_file, model=str(expanded), max_length=48, doc_stride=16, batch_size=4, lr=3e-3,
+                   max_steps=30, seed=3)
+    short = finetune(**options, out=tmp_path / "short", max_answer_chars=4)
+    plain = finetune(**options, out=tmp_path / "plain")
+    answers = [json.loads((run.path / "predictions" / "test.json").read_text()) for run in (short, plain)]
+    assert all(len(answer) <= 4 for answer in answers[0].values()) and max(len(answer) for answer in answers[1].values()) > 4
+    # the stage records it when set: a run scored with another length is not the same stage (and runs made before keep theirs)
+    assert short.manifest["config"]["train"]["max_answer_chars"] == 4 and "max_answer_chars" not in plain.manifest["config"]["train"]
+    assert short.manifest["fingerprint"] != plain.manifest["fingerprint"]
+    plan = comparison(tmp_path / "cmp", task="qa", train=train_file, test=train_file, models=(("a", str(expanded)), ("b", str(expanded))), max_answer_chars=40)
+    plan.check()
+    assert finetune_arguments(plan, str(expanded), 1, tmp_path / "run")["max_answer_chars"] == 40
+    with pytest.raises(UsageError, match="--max-answer-chars does not apply to --task ner"):
+        finetune(task="ner", train=train_file, model=str(expanded), max_answer_chars=40, out=tmp_path / "ner")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from greenadapt.compute.settings import DeviceSettings
 from greenadapt.comparison.cluster import STORAGES, RayPlacement
 from greenadapt.errors import UsageError
+from greenadapt.inference.qa.settings import AnswerLengthSettings
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.tasks import task_name
@@ -60,7 +61,7 @@ def parse_ensembles(values: list[str]) -> tuple[tuple[str, int], ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSettings):
+class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSettings, AnswerLengthSettings):
     """``greenadapt compare``: fine-tune several models with one recipe and the same seeds; say whether each beat the baseline."""
 
     command = "compare"

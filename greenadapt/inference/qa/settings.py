@@ -7,19 +7,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from greenadapt.inference.settings import RuntimeSettings
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
 from greenadapt.compute.settings import POOL_MODES, ThreadSettings
 
 
 @dataclass(frozen=True, kw_only=True)
-class AnswerSettings(RuntimeSettings, ThreadSettings):
+class AnswerLengthSettings(Settings):
+    """How long an extracted answer may be: declared once for answering (``qa``, ``greenadapt.load``) and for the scoring
+    that ends QA training (``finetune --task qa``, and each run ``compare`` starts)."""
+
+    max_answer_chars: int = option(500, "--max-answer-chars", panel=EVALUATION, minimum=1, fingerprint="when set",
+                                   help="qa: the longest answer in characters.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerSettings(RuntimeSettings, ThreadSettings, AnswerLengthSettings):
     pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
                               help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "
                                    "Default: mean for an expanded model, general for a plain one.")
     max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Model input length. Default: the model's (512 for BERT).")
     batch_size: int = option(16, "--batch-size", panel=PERFORMANCE, minimum=1, help="Windows per forward pass.")
     n_best: int = option(20, "--n-best", panel=EVALUATION, minimum=1, help="Answers kept per question in nbest.json.")
-    max_answer_chars: int = option(500, "--max-answer-chars", panel=EVALUATION, minimum=1, help="Longest answer in characters.")
     device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP model: its general model, if not where training found it (weights are checked).")

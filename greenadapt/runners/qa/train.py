@@ -213,7 +213,7 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     _save_tokenizers(tokenizers, folder, settings.max_length)
     metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
     for split, data in scored.items():
-        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings.max_length, settings.eval_batch_size, device, setup=setup)
+        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings, device, setup=setup)
         stats["warnings"] += answer_warnings(split, data.answer_texts(), predictions)
         metrics[split] = scores
         (folder / "predictions").mkdir(exist_ok=True)
@@ -266,17 +266,18 @@ def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
 
 
 def _evaluate(
-    model: Any, tokenizers: Any, data: SquadData, pool: str, max_length: int, batch_size: int, device: Any, *, setup: Any = None
+    model: Any, tokenizers: Any, data: SquadData, pool: str, settings: FinetuneSettings, device: Any, *, setup: Any = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``greenadapt qa``'s whole-document answers and scores; also the predictions, id → answer."""
     from greenadapt.data.squad_metrics import evaluate
     from greenadapt.inference.qa.answering import answer_questions
 
+    assert settings.max_length is not None  # resolved by window_lengths before training
     answered = {
         question.id: (answers[0]["text"] if answers else "")
         for question, answers in answer_questions(
-            _runner(model, device, tokenizers, setup), data.documents, tokenizers.for_pool(pool), max_length=max_length,
-            batch_size=batch_size, n_best=1, max_answer_chars=500,
+            _runner(model, device, tokenizers, setup), data.documents, tokenizers.for_pool(pool), max_length=settings.max_length,
+            batch_size=settings.eval_batch_size, n_best=1, max_answer_chars=settings.max_answer_chars,
         )
     }
     predictions = {q.id: answered.get(q.id, "") for q in data.questions}
