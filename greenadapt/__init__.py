@@ -8,9 +8,12 @@ with an API function, so ``greenadapt.finetune`` is always the function.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.version import __version__ as __version__
+
+if TYPE_CHECKING:  # what type checkers and editors see of the lazily loaded functions whose signatures are typed
+    from greenadapt.api.using import load as load
 
 
 def __getattr__(name: str) -> Any:

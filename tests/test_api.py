@@ -7,6 +7,7 @@ The invariant throughout: the API gives exactly what ``greenadapt predict``
 from __future__ import annotations
 
 import json
+import shutil
 import re
 import subprocess
 import sys
@@ -317,6 +318,19 @@ def test_results_print_short_and_progress_is_there_when_asked(
 
     adapted = AdaptOutcome(again, again, again)
     assert repr(adapted).startswith(f"<adapted model at {str(again.path)!r} (w2v skipped") and adapted.path == again.path
+
+
+def test_load_refuses_a_question_answering_option_for_a_labelling_model(ner_run: Path, tmp_path: Path) -> None:
+    from greenadapt.errors import UsageError
+
+    twin = tmp_path / "twin"
+    shutil.copytree(ner_run, twin)  # an ensemble of two folders
+    for keyword in ({"max_length": 64}, {"max_answer_chars": 30}):
+        with pytest.raises(UsageError, match=f"{next(iter(keyword))} is for question-answering models, not ner models"):
+            greenadapt.load(ner_run, device="cpu", **keyword)
+        with pytest.raises(UsageError, match="for question-answering models, not an ensemble"):
+            greenadapt.load([ner_run, twin], device="cpu", **keyword)
+    assert greenadapt.load(ner_run, device="cpu", max_answer_chars=500) is not None  # at its default: not set
 
 
 def test_load_refuses_what_is_not_a_finetuned_model(tmp_path: Path) -> None:

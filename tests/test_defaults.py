@@ -170,11 +170,13 @@ def test_the_walk_fails_when_one_default_changes_in_one_place(monkeypatch: pytes
 
 
 def test_load_takes_every_option_of_a_loaded_model_with_its_default() -> None:
-    """greenadapt.load's keywords are LoadSettings' options, each with the declared default: a new inference option
-    is declared once and reaches load (which passes the settings object on whole) or this fails."""
+    """greenadapt.load's keywords are LoadOptions' options (LoadSettings' and a QA folder's window and answer length),
+    each with the declared default: made from the declaration, with no copy of it to keep in step."""
+    from greenadapt.inference.qa.settings import LoadOptions
     from greenadapt.inference.settings import LoadSettings
     from greenadapt.options import declared_fields
 
-    keywords = {name: p.default for name, p in inspect.signature(api.load).parameters.items() if name not in ("path", "max_length")}
-    declared = {field.name: getattr(LoadSettings(), field.name) for field, _ in declared_fields(LoadSettings)}
-    assert keywords == declared
+    keywords = {name: p.default for name, p in inspect.signature(api.load).parameters.items() if name != "path"}
+    declared = {field.name: getattr(LoadOptions(), field.name) for field, _ in declared_fields(LoadOptions)}
+    assert keywords == declared and {"max_length", "max_answer_chars", "runtime", "threads"} <= set(keywords)
+    assert {field.name for field, _ in declared_fields(LoadSettings)} < set(keywords)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from greenadapt.api.build import command_function
 from greenadapt.api.common import PathLike
 from greenadapt.inference.settings import EvaluateSettings, PredictSettings
 from greenadapt.inference.onnx_export import ExportSettings
+from greenadapt.inference.qa.settings import LoadOptions
 
 if TYPE_CHECKING:
     from greenadapt.inference.predictor import ClassifierModel, NerModel, QaModel
@@ -16,39 +17,50 @@ if TYPE_CHECKING:
 __all__ = ["evaluate", "export", "load", "pipeline", "predict"]
 
 
-def load(
-    path: PathLike | Sequence[PathLike],
-    *,
-    device: str = "auto",
-    pool: str = "mean",
-    batch_size: int = 64,
-    precision: str = "auto",
-    general_model: str | None = None,
-    max_length: int | None = None,
-    runtime: str = "auto",
-    quantize: str = "none",
-    threads: int = 0,
-) -> NerModel | ClassifierModel | QaModel:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _keywords_of(settings_class: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[Concatenate[PathLike | Sequence[PathLike], P], R]]:
+    """``function(path, **keywords)`` typed with ``settings_class``' fields as its keywords, for type checkers and
+    editors (the dataclass's own signature), and the same as its runtime signature, for ``help()``: one declaration."""
+
+    def typed(function: Callable[..., R]) -> Callable[Concatenate[PathLike | Sequence[PathLike], P], R]:
+        import dataclasses
+        import inspect
+
+        from greenadapt.options import declared_fields
+
+        hints = {f.name: f.type for f in dataclasses.fields(settings_class)}  # type: ignore[arg-type]
+        keywords = [inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=hints[field.name])
+                    for field, _ in declared_fields(settings_class)]  # type: ignore[arg-type]
+        path = inspect.Parameter("path", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="PathLike | Sequence[PathLike]")
+        function.__signature__ = inspect.Signature([path, *keywords], return_annotation=inspect.signature(function).return_annotation)  # type: ignore[attr-defined]
+        return function
+
+    return typed
+
+
+@_keywords_of(LoadOptions)
+def load(path: PathLike | Sequence[PathLike], **keywords: Any) -> NerModel | ClassifierModel | QaModel:
     """A fine-tuned model folder as an object: ``.predict(texts)`` (NER, classification) or ``.answer(q, context)`` (QA).
 
     Predictions are mean-pooled over both tokenizers, as greenadapt reports
     them; NER entities carry character offsets into the given text.
     ``path``: a list of folders (fine-tuned on one task and label set) is an ensemble: one model whose label
-    probabilities are the mean of its members'. ``max_length``: question answering's window (default: the model's).
-    ``runtime="onnx"``: ONNX Runtime on the CPU (``greenadapt[onnx]``), the model exported once and cached beside its
-    weights; ``quantize="int8"`` its int8 form. ``threads``: torch's CPU threads (0: at most the cores this process
-    may use, cgroup quota included).
+    probabilities are the mean of its members'. The keywords are :class:`~greenadapt.inference.qa.settings.LoadOptions`'
+    (each declared once, with the command line's defaults): ``runtime`` auto (the fastest for this CPU kind with fp32's
+    answers, the same in any batch), torch or onnx (ONNX Runtime on the CPU, ``greenadapt[onnx]``, the model exported
+    once and cached beside its weights; ``quantize="int8"`` its int8 form); ``threads``: torch's CPU threads (0: at
+    most the cores this process may use, cgroup quota included); ``max_length`` and ``max_answer_chars``: a
+    question-answering model's window (default: the model's) and longest answer.
     """
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
-    from greenadapt.inference.settings import LoadSettings
     from greenadapt.inference.predictor import open_ensemble
-    from greenadapt.options import declared_fields
 
-    given = locals()
+    options = LoadOptions(**keywords)
     founds = [find_model_folder(member) for member in ensemble_members(path)]
-    # every LoadSettings option is a keyword here, with its default (tests/test_defaults.py holds them equal)
-    options = LoadSettings(**{field.name: given[field.name] for field, _ in declared_fields(LoadSettings)})
-    return open_ensemble(founds, options=options, max_length=max_length)
+    return open_ensemble(founds, options=options)
 
 
 def pipeline(task: str, model: PathLike | Sequence[PathLike], **options: Any) -> Any:

@@ -169,13 +169,13 @@ PIPELINES = {
 def open_pipeline(task: str, model: Any, **options: Any) -> Pipeline:
     """``greenadapt.pipeline``: the pipeline of ``task`` over a fine-tuned folder (or a list of them: an ensemble).
 
-    ``options``: :class:`~greenadapt.inference.settings.LoadSettings`' fields and ``max_length`` open the model;
+    ``options``: :class:`~greenadapt.inference.qa.settings.LoadOptions`' fields (``greenadapt.load``'s) open the model;
     the rest are call options of transformers' pipeline of the task, which every call then uses.
     """
     from greenadapt.options import declared_fields
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
-    from greenadapt.inference.settings import LoadSettings
     from greenadapt.inference.predictor import open_ensemble
+    from greenadapt.inference.qa.settings import LoadOptions
 
     if task not in TASK_ALIASES:
         raise UsageError(f"unknown pipeline task {task!r}", hint=f"choose from {', '.join(HF_TASK.values())}")
@@ -187,10 +187,10 @@ def open_pipeline(task: str, model: Any, **options: Any) -> Pipeline:
             f"{model} is a {settings.task} model, not {HF_TASK[wanted]}",
             hint=f"use greenadapt.pipeline({HF_TASK[settings.task]!r}, model=...)",
         )
-    load_names = {field.name for field, _ in declared_fields(LoadSettings)}
+    load_names = {field.name for field, _ in declared_fields(LoadOptions)}
     load_options = {k: v for k, v in options.items() if k in load_names}
-    call_defaults = {k: v for k, v in options.items() if k not in load_names and k != "max_length"}
-    opened = open_ensemble(founds, options=LoadSettings(**load_options), max_length=options.get("max_length"))
+    call_defaults = {k: v for k, v in options.items() if k not in load_names}
+    opened = open_ensemble(founds, options=LoadOptions(**load_options))
     return PIPELINES[wanted](opened, call_defaults, task=HF_TASK[wanted])
 
 

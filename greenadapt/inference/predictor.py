@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from greenadapt.tasks import get_task
-from greenadapt.inference.qa.settings import AnswerSettings
+from greenadapt.inference.qa.settings import AnswerSettings, answering_as, qa_options_set
 from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.data.metrics import chunks
 from greenadapt.errors import UsageError
@@ -288,35 +288,26 @@ def _entities(text: str, starts: Sequence[int], ends: Sequence[int], tags: Seque
     ]
 
 
-def open_ensemble(
-    founds: Sequence[tuple[Path, Any]],
-    *,
-    options: LoadSettings = DEFAULT_LOAD,
-    max_length: int | None = None,
-) -> NerModel | ClassifierModel | QaModel:
+def open_ensemble(founds: Sequence[tuple[Path, Any]], *, options: LoadSettings = DEFAULT_LOAD) -> NerModel | ClassifierModel | QaModel:
     """One fine-tuned folder (as :func:`open_model`), or several as one model: the mean of their probabilities."""
     from greenadapt.inference.labelling import check_ensemble, open_finetuned
 
     options.configure_process()  # once, for every kind of model (QA's too)
     if len(founds) == 1:
-        return open_model(*founds[0], options=options, max_length=max_length)
+        return open_model(*founds[0], options=options)
     check_ensemble(founds)
-    if max_length is not None:
-        raise UsageError("max_length is for question-answering models", hint="leave it out")
+    _refuse_qa_options(options, "an ensemble")
     options.check()
     members = [open_finetuned(folder, settings, options) for folder, settings in founds]
     kind = NerModel if get_task(founds[0][1].task).finds_entities else ClassifierModel
     return kind(members, options)
 
 
-def open_model(
-    folder: Path,
-    settings: Any,
-    *,
-    options: LoadSettings = DEFAULT_LOAD,
-    max_length: int | None = None,
-) -> NerModel | ClassifierModel | QaModel:
-    """The object for a fine-tuned folder as :func:`greenadapt.inference.labelling.find_model_folder` found it."""
+def open_model(folder: Path, settings: Any, *, options: LoadSettings = DEFAULT_LOAD) -> NerModel | ClassifierModel | QaModel:
+    """The object for a fine-tuned folder as :func:`greenadapt.inference.labelling.find_model_folder` found it.
+
+    ``options``: :class:`~greenadapt.inference.qa.settings.LoadOptions` (``greenadapt.load``'s) or any command's
+    :class:`LoadSettings`; a QA folder answers by what they declare alike (:func:`answering_as`)."""
     from greenadapt.inference.labelling import open_finetuned
 
     task = get_task(settings.task)
@@ -324,13 +315,17 @@ def open_model(
         from greenadapt.artifacts.pretrained import resolve_model
         from greenadapt.inference.qa.answering import open_qa, resolve_qa_settings
 
-        # "mean" is the default: both tokenizers where there are two, the one otherwise (as for labelling models).
-        qa = AnswerSettings(pool=None if options.pool == "mean" else options.pool, device=options.device, batch_size=options.batch_size,
-                            general_model=options.general_model, max_length=max_length, runtime=options.runtime, quantize=options.quantize)
+        qa = answering_as(options)
         return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), qa), qa), qa)
-    if max_length is not None:
-        raise UsageError("max_length is for question-answering models", hint=f"{settings.task} models keep their training length")
+    _refuse_qa_options(options, f"{settings.task} models")
     options.check()
     opened = open_finetuned(folder, settings, options)
     kind = NerModel if task.finds_entities else ClassifierModel
     return kind(opened, options)
+
+
+def _refuse_qa_options(options: LoadSettings, what: str) -> None:
+    given = qa_options_set(options)
+    if given:
+        raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for question-answering models, not {what}",
+                         hint="leave it out" if len(given) == 1 else "leave them out")

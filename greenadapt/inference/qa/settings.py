@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from greenadapt.inference.settings import RuntimeSettings
+from greenadapt.inference.settings import LoadSettings, RuntimeSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
 from greenadapt.compute.settings import POOL_MODES, ThreadSettings
 
@@ -21,11 +21,17 @@ class AnswerLengthSettings(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AnswerSettings(RuntimeSettings, ThreadSettings, AnswerLengthSettings):
+class WindowSettings(Settings):
+    """A question-answering model's window: ``qa``'s and ``greenadapt.load``'s of a QA folder."""
+
+    max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Model input length. Default: the model's (512 for BERT).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerSettings(RuntimeSettings, ThreadSettings, WindowSettings, AnswerLengthSettings):
     pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
                               help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "
                                    "Default: mean for an expanded model, general for a plain one.")
-    max_length: int | None = option(None, "--max-length", panel=TRAINING, help="Model input length. Default: the model's (512 for BERT).")
     batch_size: int = option(16, "--batch-size", panel=PERFORMANCE, minimum=1, help="Windows per forward pass.")
     n_best: int = option(20, "--n-best", panel=EVALUATION, minimum=1, help="Answers kept per question in nbest.json.")
     device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
@@ -46,3 +52,32 @@ class QaSettings(AnswerSettings):
     model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="QA model folder (plain or from `greenadapt expand`) or Hub id.")
     data: Path = option(REQUIRED, "--data", "-d", panel=INPUT_OUTPUT, help="SQuAD v1/v2-style JSON file (e.g. Covid-QA).")
     limit: int | None = option(None, "--limit", panel=EVALUATION, minimum=1, help="Only the first N questions (quick runs).")
+
+
+QA_ONLY = (WindowSettings, AnswerLengthSettings)  # what a labelling model has no use for
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadOptions(LoadSettings, WindowSettings, AnswerLengthSettings):
+    """``greenadapt.load``'s keywords (and ``greenadapt.pipeline``'s that open the model): how any fine-tuned folder runs,
+    and a question-answering folder's window and answer length (refused, when set, for a labelling folder)."""
+
+
+def answering_as(options: Settings) -> AnswerSettings:
+    """A QA model's answering settings from another command's or ``greenadapt.load``'s: every option both declare, as it
+    is; ``pool`` "mean" is QA's own default (both tokenizers where there are two, the one otherwise)."""
+    from greenadapt.options import declared_fields
+
+    answering = {field.name for field, _ in declared_fields(AnswerSettings)} - {"pool"}
+    shared = {field.name: getattr(options, field.name) for field, _ in declared_fields(options) if field.name in answering}
+    pool = getattr(options, "pool", None)
+    return AnswerSettings(pool=None if pool == "mean" else pool, **shared)
+
+
+def qa_options_set(options: Settings) -> list[str]:
+    """The QA-only options ``options`` sets away from their defaults, by keyword (only ``greenadapt.load`` and
+    ``greenadapt.pipeline`` take them with a labelling model's; a labelling model refuses them)."""
+    from greenadapt.options import declared_fields
+
+    qa_only = {field.name for group in QA_ONLY for field, _ in declared_fields(group)}
+    return [field.name for field, _ in declared_fields(options) if field.name in qa_only and getattr(options, field.name) != field.default]
