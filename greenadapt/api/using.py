@@ -21,7 +21,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _keywords_of(settings_class: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[Concatenate[PathLike | Sequence[PathLike], P], R]]:
+def _keywords_of(
+    settings_class: Callable[P, Any],
+) -> Callable[[Callable[..., R]], Callable[Concatenate[PathLike | Sequence[PathLike], P], R]]:
     """``function(path, **keywords)`` typed with ``settings_class``' fields as its keywords, for type checkers and
     editors (the dataclass's own signature), and the same as its runtime signature, for ``help()``: one declaration."""
 
@@ -35,7 +37,8 @@ def _keywords_of(settings_class: Callable[P, Any]) -> Callable[[Callable[..., R]
         keywords = [inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=hints[field.name])
                     for field, _ in declared_fields(settings_class)]  # type: ignore[arg-type]
         path = inspect.Parameter("path", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="PathLike | Sequence[PathLike]")
-        function.__signature__ = inspect.Signature([path, *keywords], return_annotation=inspect.signature(function).return_annotation)  # type: ignore[attr-defined]
+        returns = inspect.signature(function).return_annotation
+        function.__signature__ = inspect.Signature([path, *keywords], return_annotation=returns)  # type: ignore[attr-defined]
         return function
 
     return typed

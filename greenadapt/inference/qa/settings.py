@@ -49,7 +49,8 @@ class QaSettings(AnswerSettings):
     run_help = {"out": "Folder for predictions.json, nbest.json, metrics.json."}
     out_required = True
 
-    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="QA model folder (plain or from `greenadapt expand`) or Hub id.")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
+                               help="QA model folder (plain or from `greenadapt expand`) or Hub id.")
     data: Path = option(REQUIRED, "--data", "-d", panel=INPUT_OUTPUT, help="SQuAD v1/v2-style JSON file (e.g. Covid-QA).")
     limit: int | None = option(None, "--limit", panel=EVALUATION, minimum=1, help="Only the first N questions (quick runs).")
 
