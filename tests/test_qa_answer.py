@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from greenadapt.corpus.words import Words, split_words
 from greenadapt.inference.qa.answer import nbest_answers, softmax, top_spans
+from greenadapt.inference.qa.settings import AnswerSpanSettings
 
 CONTEXT = "Fever is common. The main cause is mother-to-child transmission of HIV."
 
@@ -22,7 +23,7 @@ def test_hand_built_logits_give_the_expected_span() -> None:
     start[texts.index("mother")] = 4.0
     end[texts.index("transmission")] = 3.0
     end[texts.index("Fever")] = 9.0  # before the best start: never paired with it
-    answers = nbest_answers(CONTEXT, words, start, end, max_chars=500, n_best=5)
+    answers = nbest_answers(CONTEXT, words, start, end, spans=AnswerSpanSettings(max_answer_chars=500), n_best=5)
     assert answers[0]["text"] == "mother-to-child transmission"
     assert answers[0]["score"] == 7.0 and answers[0]["start_logit"] == 4.0 and answers[0]["end_logit"] == 3.0
     assert CONTEXT[answers[0]["start"] : answers[0]["end"]] == answers[0]["text"]
@@ -36,17 +37,17 @@ def test_character_limit_excludes_longer_spans() -> None:
     start[texts.index("The")] = 10.0
     end[texts.index("HIV")] = 10.0  # "The main ... HIV" is 54 characters
     end[texts.index("cause")] = 6.0
-    best = nbest_answers(CONTEXT, words, start, end, max_chars=30, n_best=3)[0]
+    best = nbest_answers(CONTEXT, words, start, end, spans=AnswerSpanSettings(max_answer_chars=30), n_best=3)[0]
     assert best["text"] == "The main cause"
-    assert all(len(a["text"]) <= 30 for a in nbest_answers(CONTEXT, words, start, end, max_chars=30, n_best=20))
-    assert nbest_answers(CONTEXT, words, start, end, max_chars=60, n_best=1)[0]["text"] == CONTEXT[17:-1]
+    assert all(len(a["text"]) <= 30 for a in nbest_answers(CONTEXT, words, start, end, spans=AnswerSpanSettings(max_answer_chars=30), n_best=20))
+    assert nbest_answers(CONTEXT, words, start, end, spans=AnswerSpanSettings(max_answer_chars=60), n_best=1)[0]["text"] == CONTEXT[17:-1]
 
 
 def test_nbest_probabilities_are_a_softmax_over_sorted_scores() -> None:
     rng = np.random.default_rng(1)
     words = split_words(CONTEXT)
     start, end = rng.normal(size=(2, len(words)))
-    answers = nbest_answers(CONTEXT, words, start, end, max_chars=40, n_best=20)
+    answers = nbest_answers(CONTEXT, words, start, end, spans=AnswerSpanSettings(max_answer_chars=40), n_best=20)
     assert len(answers) == 20
     scores = [a["score"] for a in answers]
     assert scores == sorted(scores, reverse=True)
@@ -128,9 +129,9 @@ def test_long_document_search_is_vectorised() -> None:
         return text, words, start, end
 
     small = document(3_000)
-    _, short = _python_lines(lambda: nbest_answers(*small, max_chars=500, n_best=20))
+    _, short = _python_lines(lambda: nbest_answers(*small, spans=AnswerSpanSettings(max_answer_chars=500), n_best=20))
     text, words, start, end = document(12_000)
-    answers, long = _python_lines(lambda: nbest_answers(text, words, start, end, max_chars=500, n_best=20))
+    answers, long = _python_lines(lambda: nbest_answers(text, words, start, end, spans=AnswerSpanSettings(max_answer_chars=500), n_best=20))
     assert long <= 2 * short + 100, (short, long)  # four times the words, not four (or sixteen) times the Python
     best = max(
         (start[k] + end[k2], k, k2)

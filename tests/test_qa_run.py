@@ -13,6 +13,7 @@ from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 from greenadapt import errors
 from greenadapt.errors import ModelError, UsageError
 import greenadapt
+from greenadapt.inference.qa.settings import AnswerSpanSettings
 
 PAPER = (
     "Tachycardias in covid patients. The heart rate of patients with coronavirus infection was high, "
@@ -105,7 +106,7 @@ def test_mean_pool_is_the_average_of_both_tokenizers(models: dict[str, Path]) ->
     def best(pool: str, n_best: int) -> list[dict]:
         chosen = tokenizers.for_pool(pool)
         [(_, answers)] = answer_questions(
-            runner, [document], chosen, max_length=40, batch_size=4, n_best=n_best, max_answer_chars=10_000
+            runner, [document], chosen, max_length=40, batch_size=4, n_best=n_best, spans=AnswerSpanSettings(max_answer_chars=10_000)
         )
         return answers
 

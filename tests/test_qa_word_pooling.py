@@ -10,6 +10,7 @@ from conftest import build_tiny_bert
 from greenadapt.artifacts.model_folder import load_tokenizers
 from greenadapt.data.squad import Document, Question
 from greenadapt.inference.qa.answering import answer_questions
+from greenadapt.inference.qa.settings import AnswerSpanSettings
 
 
 class _PeakAt:
@@ -40,6 +41,6 @@ def test_the_answer_word_is_found_by_a_piece_that_is_not_its_first(tmp_path: Pat
     question = Question("q", "what was seen?", None, False, "q")
     [(_, answers)] = list(
         answer_questions(_PeakAt(target), [Document(context, None, "d", (question,))], {"general": tokenizer},
-                         max_length=32, batch_size=2, n_best=3, max_answer_chars=100)
+                         max_length=32, batch_size=2, n_best=3, spans=AnswerSpanSettings(max_answer_chars=100))
     )
     assert answers[0]["text"] == "tachycardias"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from greenadapt.compute.settings import DeviceSettings
 from greenadapt.comparison.cluster import STORAGES, RayPlacement
 from greenadapt.errors import UsageError
-from greenadapt.inference.qa.settings import AnswerLengthSettings
+from greenadapt.inference.qa.settings import AnswerSpanSettings
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
 from greenadapt.tasks import task_name
@@ -61,7 +61,7 @@ def parse_ensembles(values: list[str]) -> tuple[tuple[str, int], ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSettings, AnswerLengthSettings):
+class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSettings, AnswerSpanSettings):
     """``greenadapt compare``: fine-tune several models with one recipe and the same seeds; say whether each beat the baseline."""
 
     command = "compare"

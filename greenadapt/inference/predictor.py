@@ -221,7 +221,7 @@ class QaModel:
             max_length=self.opened.max_length,
             batch_size=self.answering.batch_size,
             n_best=n_best,
-            max_answer_chars=self.answering.max_answer_chars,
+            spans=self.answering,
         ):
             results[int(answered.id)] = [
                 {"text": a["text"], "start": a["start"], "end": a["end"], "score": a["probability"]} for a in answers

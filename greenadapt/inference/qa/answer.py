@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from greenadapt.inference.qa.settings import AnswerSpanSettings
     import numpy as np
 
     from greenadapt.corpus.words import Words
@@ -99,14 +100,15 @@ def nbest_answers(
     start: np.ndarray,
     end: np.ndarray,
     *,
-    max_chars: int,
+    spans: AnswerSpanSettings,
     n_best: int,
 ) -> list[dict[str, Any]]:
-    """The n-best answers as exact context substrings, with softmax probabilities over the n-best scores."""
-    spans = top_spans(start, end, words, max_chars=max_chars, n_best=n_best)
-    probabilities = softmax([span.score for span in spans])
+    """The n-best answers as exact context substrings, with softmax probabilities over the n-best scores; ``spans``:
+    which spans may be answers (``qa``'s options, or ``finetune --task qa``'s)."""
+    best = top_spans(start, end, words, max_chars=spans.max_answer_chars, n_best=n_best)
+    probabilities = softmax([span.score for span in best])
     answers = []
-    for span, probability in zip(spans, probabilities, strict=True):
+    for span, probability in zip(best, probabilities, strict=True):
         char_start = int(words.starts[span.first_word])
         char_end = int(words.ends[span.last_word])
         answers.append(

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from greenadapt.corpus.words import Words
     from greenadapt.data.squad import Document, Question
     from greenadapt.inference.qa.infer import LogitJob, SpecialIds
-    from greenadapt.inference.qa.settings import AnswerSettings
+    from greenadapt.inference.qa.settings import AnswerSettings, AnswerSpanSettings
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def answer_questions(
     max_length: int,
     batch_size: int,
     n_best: int,
-    max_answer_chars: int,
+    spans: AnswerSpanSettings,
     progress: Progress = NULL_PROGRESS,
     stats: dict[str, Any] | None = None,
 ) -> Iterator[tuple[Question, list[dict[str, Any]]]]:
@@ -181,7 +181,7 @@ def answer_questions(
         del open_questions[qid]
         word_start, word_end = pool_word_logits(list(entry.word_logits.values()))
         answers = nbest_answers(
-            entry.prepared.document.context, words, word_start, word_end, max_chars=max_answer_chars, n_best=n_best
+            entry.prepared.document.context, words, word_start, word_end, spans=spans, n_best=n_best
         )
         yield finished(entry.question, answers)
     while skipped:

@@ -94,7 +94,7 @@ def _answer_all(settings: SettledQa, options: QaSettings, squad: Any, folder: Pa
         max_length=max_length,
         batch_size=options.batch_size,
         n_best=options.n_best,
-        max_answer_chars=options.max_answer_chars,
+        spans=options,
         progress=progress,
         stats=stats,
     ):

@@ -12,9 +12,10 @@ from greenadapt.compute.settings import POOL_MODES, ThreadSettings
 
 
 @dataclass(frozen=True, kw_only=True)
-class AnswerLengthSettings(Settings):
-    """How long an extracted answer may be: declared once for answering (``qa``, ``greenadapt.load``) and for the scoring
-    that ends QA training (``finetune --task qa``, and each run ``compare`` starts)."""
+class AnswerSpanSettings(Settings):
+    """Which spans of a context can be answers: declared once for answering (``qa``, ``greenadapt.load``) and for the
+    scoring that ends QA training (``finetune --task qa``, and each run ``compare`` starts); the answer extraction
+    (:func:`greenadapt.inference.qa.answer.nbest_answers`) receives the object whole."""
 
     max_answer_chars: int = option(500, "--max-answer-chars", panel=EVALUATION, minimum=1, fingerprint="when set",
                                    help="qa: the longest answer in characters.")
@@ -28,7 +29,7 @@ class WindowSettings(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AnswerSettings(RuntimeSettings, ThreadSettings, WindowSettings, AnswerLengthSettings):
+class AnswerSettings(RuntimeSettings, ThreadSettings, WindowSettings, AnswerSpanSettings):
     pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
                               help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "
                                    "Default: mean for an expanded model, general for a plain one.")
@@ -55,11 +56,11 @@ class QaSettings(AnswerSettings):
     limit: int | None = option(None, "--limit", panel=EVALUATION, minimum=1, help="Only the first N questions (quick runs).")
 
 
-QA_ONLY = (WindowSettings, AnswerLengthSettings)  # what a labelling model has no use for
+QA_ONLY = (WindowSettings, AnswerSpanSettings)  # what a labelling model has no use for
 
 
 @dataclass(frozen=True, kw_only=True)
-class LoadOptions(LoadSettings, WindowSettings, AnswerLengthSettings):
+class LoadOptions(LoadSettings, WindowSettings, AnswerSpanSettings):
     """``greenadapt.load``'s keywords (and ``greenadapt.pipeline``'s that open the model): how any fine-tuned folder runs,
     and a question-answering folder's window and answer length (refused, when set, for a labelling folder)."""
 

@@ -11,7 +11,7 @@ from greenadapt.compute.settings import POOL_MODES, DeviceSettings
 from greenadapt.data.settings import HEADERS, FieldSettings
 from greenadapt.defaults import DEFAULT_SEED, MAX_AGREEMENT, TRAIN_EMBEDDINGS, check_seed
 from greenadapt.errors import UsageError
-from greenadapt.inference.qa.settings import AnswerLengthSettings
+from greenadapt.inference.qa.settings import AnswerSpanSettings
 from greenadapt.modeling.gmap.settings import GmapSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option
 from greenadapt.tasks import task_name, tasks_help
@@ -45,7 +45,7 @@ class TrainingFileSettings(FieldSettings):
 
 @dataclass(frozen=True, kw_only=True)
 class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings, ShapeSettings,
-                       TrackerSettings, CheckpointSettings, AnswerLengthSettings, TrainingRun):
+                       TrackerSettings, CheckpointSettings, AnswerSpanSettings, TrainingRun):
     """``greenadapt finetune``: fine-tune with a 50/50 mixture of the general and domain tokenizers; evaluate mean-pooled."""
 
     command = "finetune"

@@ -277,7 +277,7 @@ def _evaluate(
         question.id: (answers[0]["text"] if answers else "")
         for question, answers in answer_questions(
             _runner(model, device, tokenizers, setup), data.documents, tokenizers.for_pool(pool), max_length=settings.max_length,
-            batch_size=settings.eval_batch_size, n_best=1, max_answer_chars=settings.max_answer_chars,
+            batch_size=settings.eval_batch_size, n_best=1, spans=settings,
         )
     }
     predictions = {q.id: answered.get(q.id, "") for q in data.questions}
