@@ -7,7 +7,7 @@ beside its option groups, and the loop, the trainer and the optimizers receive t
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from greenadapt.errors import UsageError
 
@@ -15,9 +15,54 @@ MAX_PAD_MULTIPLE = 512  # the position table of a BERT: a wider multiple pads ev
 DROPOUT_MASKS = ("fast", "torch")  # --dropout-masks: greenadapt.training.cpu_kernels
 
 
-# What the loop, the trainer and the optimizers receive: a training command's settings as they are (TrainingRun and
-# the command's option groups), its task's defaults filled in. Typed loosely: each command has its own groups.
-LoopSettings = Any
+class LoopSettings(Protocol):
+    """What the training runtime, the trainer and the optimizers read of a command's settings, which they receive as
+    they are (TrainingRun and the command's option groups, the task's defaults filled in). mypy checks every read
+    against these members, and every training command's settings class against the whole (a task's own reads go
+    through its own settings class: ``Trainer[FinetuneSettings]``, ``Trainer[PretrainSettings]``)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def batch_size(self) -> int | None: ...  # None until the task's defaults are filled in: read it through filled()
+    @property
+    def lr(self) -> float | None: ...
+    @property
+    def warmup(self) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def grad_accum(self) -> int: ...
+    @property
+    def max_grad_norm(self) -> float: ...
+    @property
+    def train_embeddings(self) -> str: ...
+    @property
+    def eval_every(self) -> int | None: ...
+    @property
+    def early_stopping(self) -> int | None: ...
+    @property
+    def pad_to_multiple(self) -> int: ...
+    @property
+    def cuda_graphs(self) -> bool: ...
+    @property
+    def adamw(self) -> str: ...
+    @property
+    def dropout_masks(self) -> str: ...
+    def compile_mode(self) -> str | None: ...
+    def plan(self, n_examples: int) -> tuple[int, int]: ...
+
+
+T = TypeVar("T")
+
+
+def filled(value: T | None) -> T:
+    """A recipe value the task's defaults filled in before training (``batch_size``, ``lr``): None here is a bug."""
+    if value is None:
+        raise AssertionError("a training option reached the loop without the task's default filled in")
+    return value
 
 
 class TrainingRun:
@@ -41,7 +86,7 @@ class TrainingRun:
     def recorded(self) -> dict[str, Any]:
         """What a training stage's fingerprint holds of the recipe: the options marked for it (``fingerprint=`` in their
         declaration), and :attr:`ALWAYS_RECORDED`."""
-        settings: LoopSettings = self  # a Settings class's, which takes this mixin
+        settings: Any = self  # a Settings class's, which takes this mixin
         recorded = {name: getattr(self, name) for name in self.ALWAYS_RECORDED} | settings.fingerprinted()
         if self.agreement:  # agreement implies both views: one run, one fingerprint
             recorded.pop("both_views", None)
@@ -63,14 +108,14 @@ class TrainingRun:
 
     def compile_mode(self) -> str | None:
         """torch.compile's mode for this run (None: not compiled)."""
-        settings: LoopSettings = self  # every training command declares --compile (CompileSettings)
+        settings: Any = self  # every training command declares --compile (CompileSettings)
         if self.cuda_graphs:
             return "reduce-overhead"
         return "default" if settings.compile else None
 
     def plan(self, n_examples: int) -> tuple[int, int]:
         """(steps per epoch, total steps) for ``n_examples`` training examples."""
-        settings: LoopSettings = self  # each command declares these in its own groups
+        settings: Any = self  # each command declares these in its own groups
         per_epoch = max(1, math.ceil(n_examples / settings.batch_size))
         total = settings.max_steps if settings.max_steps is not None else per_epoch * settings.epochs
         return per_epoch, max(1, total)

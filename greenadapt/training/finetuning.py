@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
 from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.compute.batches import choose_views, collate, length_grouped_batches, output_rows, padded_width
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.config import LoopSettings
+from greenadapt.training.config import LoopSettings, filled
 from greenadapt.compute.distributed import DistContext
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
@@ -36,6 +36,19 @@ log = logging.getLogger(__name__)
 
 # The paper's recipe: each training example is read with the domain tokenizer T̂ with this probability.
 DEFAULT_MIX = 0.5
+
+
+class FinetuneLoopSettings(LoopSettings, Protocol):
+    """What finetune's loop reads besides every loop's (``FinetuneSettings``: NER, classification and QA training)."""
+
+    @property
+    def mix(self) -> float | None: ...
+    @property
+    def agreement(self) -> float: ...
+    @property
+    def label_smoothing(self) -> float: ...
+    @property
+    def two_passes(self) -> bool: ...
 
 
 def symmetric_kl(logits_a: Any, logits_b: Any) -> Any:
@@ -84,7 +97,7 @@ class TrainResult:
 class FinetuneTask(TrainingTask):
     """Token or sequence classification on pre-tokenized units, each in the view its epoch drew."""
 
-    def __init__(self, trainer: Trainer, units: Sequence[Unit], mix: float, *, pad_id: int) -> None:
+    def __init__(self, trainer: Trainer[FinetuneLoopSettings], units: Sequence[Unit], mix: float, *, pad_id: int) -> None:
         self.trainer, self.units, self.mix, self.pad_id = trainer, units, mix, pad_id
         seed = trainer.config.seed
         self.label, self.where = f"fine-tuning (seed {seed})", f" (seed {seed})"
@@ -115,9 +128,9 @@ class FinetuneTask(TrainingTask):
         else:
             self.views = choose_views(len(self.units), self.mix, config.seed, epoch)
             self.lengths = np.array([len(u.ids[v]) for u, v in zip(self.units, self.views, strict=True)])
-        return length_grouped_batches(self.lengths, config.batch_size, config.seed, epoch)
+        return length_grouped_batches(self.lengths, filled(config.batch_size), config.seed, epoch)
 
-    def parts(self, trainer: Trainer, batch: np.ndarray) -> list[np.ndarray] | None:
+    def parts(self, trainer: Trainer[FinetuneLoopSettings], batch: np.ndarray) -> list[np.ndarray] | None:
         parts = super().parts(trainer, batch)
         if parts is not None:
             units = self.units
@@ -175,14 +188,17 @@ class FinetuneTask(TrainingTask):
         self.trainer.model.load_state_dict(state)
 
 
-def prepare_trainer(model: Any, config: LoopSettings, ctx: DistContext, *, n_examples: int, longest: int, n_base_rows: int) -> Trainer:
+Settings_ = TypeVar("Settings_", bound=LoopSettings)
+
+
+def prepare_trainer(model: Any, config: Settings_, ctx: DistContext, *, n_examples: int, longest: int, n_base_rows: int) -> Trainer[Settings_]:
     """A :class:`Trainer` for a classification or QA model whose added rows train per ``config.train_embeddings``."""
     from greenadapt.modeling import embeddings
 
     model.to(ctx.device)
     # A G-MAP model's word embeddings are its domain model's; the general model keeps its own.
     split = embeddings.install(
-        getattr(model, "domain", model), n_base=n_base_rows, mode=config.train_embeddings, capacity=config.batch_size * longest
+        getattr(model, "domain", model), n_base=n_base_rows, mode=config.train_embeddings, capacity=filled(config.batch_size) * longest
     )
     # broadcast_buffers=False: the added-row table is a buffer; every process updates it identically.
     return Trainer(model, config, ctx, total_steps=config.plan(n_examples)[1], split=split, broadcast_buffers=False)
@@ -201,7 +217,7 @@ def finish_model(model: Any) -> None:
 def train(
     model: Any,
     units: Sequence[Unit],
-    config: LoopSettings,
+    config: FinetuneLoopSettings,
     ctx: DistContext,
     *,
     pad_id: int,

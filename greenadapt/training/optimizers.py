@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from greenadapt.training.config import LoopSettings
+from greenadapt.training.config import LoopSettings, filled
 
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 
@@ -32,12 +32,12 @@ def build_optimizers(model: Any, split: Any, config: LoopSettings, total: int) -
                 {"params": [p for n, p in named if not n.endswith(NO_DECAY)], "weight_decay": config.weight_decay},
                 {"params": [p for n, p in named if n.endswith(NO_DECAY)], "weight_decay": 0.0},
             ],
-            lr=config.lr,
+            lr=filled(config.lr),
             fused=fused or None,  # None: torch's own choice (the CPU's for-each update)
         )
     ]
     if split is not None:
-        optimizers.append(embeddings.RowAdamW(split, lr=config.lr, weight_decay=config.weight_decay))
+        optimizers.append(embeddings.RowAdamW(split, lr=filled(config.lr), weight_decay=config.weight_decay))
     warmup = int(round(config.warmup * total))
 
     def schedule(step: int) -> float:

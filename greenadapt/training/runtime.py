@@ -63,6 +63,7 @@ from greenadapt.training.checkpoint import (
 from greenadapt.compute.distributed import DistContext
 from greenadapt.compute.health import TrainingHealth
 from greenadapt.training.resume import BEST_FILE, LOG_FILE, STATE_FILE, TENSORS_FILE, WEIGHTS_FILE, Position, load_checkpoint
+from greenadapt.training.config import LoopSettings
 from greenadapt.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class TrainingTask:
         """The global batches of ``epoch`` (0-based); ``step``: the steps done before it."""
         raise NotImplementedError
 
-    def parts(self, trainer: Trainer, batch: Any) -> list[Any] | None:
+    def parts(self, trainer: Trainer[Any], batch: Any) -> list[Any] | None:  # each task its own Trainer[settings]
         """This process's micro-batches of ``batch``; None to skip it (an epoch's last batch too small to split)."""
         if len(batch) < trainer.micro_per_step:
             return None
@@ -151,7 +152,7 @@ class TrainingRun:
 
 
 def run_training(
-    trainer: Trainer,
+    trainer: Trainer[LoopSettings],
     task: TrainingTask,
     *,
     evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None,
@@ -258,7 +259,7 @@ class _Loop:
 
     def __init__(
         self,
-        trainer: Trainer,
+        trainer: Trainer[LoopSettings],
         task: TrainingTask,
         evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None,
         checkpoint: Checkpointing | None,

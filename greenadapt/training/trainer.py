@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from greenadapt.errors import UsageError
-from greenadapt.training.config import LoopSettings
+from greenadapt.training.config import LoopSettings, filled
 from greenadapt.compute.distributed import DistContext, autocast, autocast_dtype, grad_scaler
 from greenadapt.training.optimizers import build_optimizers
 from greenadapt.training.step import optimizer_step
@@ -20,7 +20,10 @@ log = logging.getLogger(__name__)
 SHAPES_AT_MOST = 64  # batch shapes a --cuda-graphs run may capture a graph for (--pad-to-multiple keeps them few)
 
 
-class Trainer:
+C = TypeVar("C", bound=LoopSettings, covariant=True)  # the command's settings: its task reads its own options there
+
+
+class Trainer(Generic[C]):
     """Optimizers, schedule, mixed precision and DDP around one model: one :meth:`step` per optimizer step.
 
     ``split``: the row-wise trained added rows (:func:`greenadapt.modeling.embeddings.install`),
@@ -31,7 +34,7 @@ class Trainer:
     def __init__(
         self,
         model: Any,
-        config: LoopSettings,
+        config: C,
         ctx: DistContext,
         *,
         total_steps: int,
@@ -42,7 +45,7 @@ class Trainer:
 
         self.model, self.config, self.ctx, self.split = model, config, ctx, split
         self.micro_per_step = ctx.world * config.grad_accum
-        if config.batch_size < self.micro_per_step:
+        if filled(config.batch_size) < self.micro_per_step:
             raise UsageError(
                 f"--batch-size {config.batch_size} is smaller than processes × --grad-accum ({self.micro_per_step})",
                 hint="--batch-size is the global batch of one optimizer step",

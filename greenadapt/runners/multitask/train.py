@@ -99,7 +99,7 @@ class MultitaskTask(TrainingTask):
 
     label = "multi-task fine-tuning"
 
-    def __init__(self, trainer: Trainer, model: Any, names: Sequence[str], units: Sequence[Sequence[Unit]], config: MultitaskSettings, *, pad_id: int) -> None:
+    def __init__(self, trainer: Trainer[MultitaskSettings], model: Any, names: Sequence[str], units: Sequence[Sequence[Unit]], config: MultitaskSettings, *, pad_id: int) -> None:
         training = config
         self.trainer, self.names, self.units, self.config, self.pad_id = trainer, names, units, config, pad_id
         self.sizes = [len(u) for u in units]
@@ -119,7 +119,7 @@ class MultitaskTask(TrainingTask):
         log.info("epoch %d: sampling %s (alpha %.2f)", epoch + 1, config.sampling, alpha(config.sampling, epoch + 1, self.epochs))
         return [int(t) for t in order]
 
-    def parts(self, trainer: Trainer, batch: int) -> list[Any] | None:
+    def parts(self, trainer: Trainer[MultitaskSettings], batch: int) -> list[Any] | None:
         indices, views = self.streams[batch].next()
         self.current = (batch, indices, views)
         return [self.current]

@@ -65,9 +65,10 @@ import numpy as np
 from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
 from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.runners.pretrain.settings import PretrainSettings
 from greenadapt.runners.pretrain.data import EVAL_SEED, IGNORE, Masker, TrainingCorpus, epoch_order, masked_batch
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.config import LoopSettings
+from greenadapt.training.config import filled
 from greenadapt.compute.distributed import DistContext, autocast, autocast_dtype
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
@@ -199,7 +200,7 @@ class PretrainResult:
         return self.tokens / training if training > 0 else 0.0
 
 
-def freeze_for(mlm: Any, config: LoopSettings, n_base_rows: int) -> tuple[Any, list[Any]]:
+def freeze_for(mlm: Any, config: PretrainSettings, n_base_rows: int) -> tuple[Any, list[Any]]:
     """Set ``requires_grad`` per ``--train``/``--train-embeddings``; the original rows to hold fixed (or None),
     and the parameters whose gradients are dropped after the head warm-up (``--train new-rows``)."""
     embedding = mlm.model.get_input_embeddings().weight
@@ -229,8 +230,8 @@ class PretrainTask(TrainingTask):
 
     def __init__(
         self,
-        trainer: Trainer,
-        config: LoopSettings,
+        trainer: Trainer[PretrainSettings],
+        config: PretrainSettings,
         corpus: TrainingCorpus,
         masker: Masker,
         *,
@@ -262,12 +263,12 @@ class PretrainTask(TrainingTask):
         self.tokens_here = 0  # trained on by this call (the sign-of-life rate)
 
     def epoch_batches(self, epoch: int, step: int) -> list[np.ndarray]:
-        size = self.trainer.config.batch_size
+        size = filled(self.trainer.config.batch_size)
         order = epoch_order(self.corpus.train_indices, self.trainer.config.seed, epoch)
         self.epoch = epoch
         return [order[i : i + size] for i in range(0, len(order), size)]
 
-    def parts(self, trainer: Trainer, batch: np.ndarray) -> list[Any] | None:
+    def parts(self, trainer: Trainer[PretrainSettings], batch: np.ndarray) -> list[Any] | None:
         import torch
 
         parts = super().parts(trainer, batch)
@@ -370,7 +371,7 @@ def pretrain(
     mlm: Any,
     corpus: TrainingCorpus,
     masker: Masker,
-    config: LoopSettings,
+    config: PretrainSettings,
     ctx: DistContext,
     *,
     pad_id: int,

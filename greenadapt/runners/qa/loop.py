@@ -19,7 +19,8 @@ from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import Features
 from greenadapt.compute.batches import choose_views, length_grouped_batches, pad_rows, padded_width
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.config import LoopSettings
+from greenadapt.training.config import filled
+from greenadapt.training.finetuning import FinetuneLoopSettings
 from greenadapt.training.runtime import TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 
@@ -35,7 +36,7 @@ class QaTask(TrainingTask):
 
     label = "fine-tuning (qa)"
 
-    def __init__(self, trainer: Trainer, views: list[Features], n_questions: int, *, pad_id: int) -> None:
+    def __init__(self, trainer: Trainer[FinetuneLoopSettings], views: list[Features], n_questions: int, *, pad_id: int) -> None:
         self.trainer, self.views, self.n_questions, self.pad_id = trainer, views, n_questions, pad_id
         self.mix = trainer.config.mix or 0.0
         self.used = drawn_views(len(views), self.mix)
@@ -49,9 +50,9 @@ class QaTask(TrainingTask):
         chosen = choose_views(self.n_questions, self.mix, config.seed, epoch)
         self.rows = [(v, int(r)) for v in self.used for r in np.flatnonzero(chosen[views[v].question_index] == v)]
         self.lengths = np.array([len(views[v].input_ids[r]) for v, r in self.rows])
-        return length_grouped_batches(self.lengths, config.batch_size, config.seed, epoch)
+        return length_grouped_batches(self.lengths, filled(config.batch_size), config.seed, epoch)
 
-    def parts(self, trainer: Trainer, batch: np.ndarray) -> list[Any] | None:
+    def parts(self, trainer: Trainer[FinetuneLoopSettings], batch: np.ndarray) -> list[Any] | None:
         parts = super().parts(trainer, batch)
         if parts is not None:
             self.batch_rows = [self.rows[i] for i in batch]
@@ -89,7 +90,7 @@ def train_qa(
     views: list[Features],
     n_questions: int,
     n_base_rows: int,
-    config: LoopSettings,
+    config: FinetuneLoopSettings,
     device: Any,
     log_path: Path,
     progress: Progress,
