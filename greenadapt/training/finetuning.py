@@ -191,7 +191,9 @@ class FinetuneTask(TrainingTask):
 Settings_ = TypeVar("Settings_", bound=LoopSettings)
 
 
-def prepare_trainer(model: Any, config: Settings_, ctx: DistContext, *, n_examples: int, longest: int, n_base_rows: int) -> Trainer[Settings_]:
+def prepare_trainer(
+    model: Any, config: Settings_, ctx: DistContext, *, n_examples: int, longest: int, n_base_rows: int
+) -> Trainer[Settings_]:
     """A :class:`Trainer` for a classification or QA model whose added rows train per ``config.train_embeddings``."""
     from greenadapt.modeling import embeddings
 
