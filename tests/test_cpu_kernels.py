@@ -11,12 +11,12 @@ from greenadapt.training.cpu_kernels import CpuDropout, RowGradientEmbedding, pl
 from greenadapt.training.step import optimizer_step
 
 
-def _tiny_tagger(seed: int = 0) -> nn.Module:
+def _tiny_tagger(seed: int = 0, attention: str = "eager") -> nn.Module:
     from transformers import BertConfig, BertForTokenClassification
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=64, num_labels=3, pad_token_id=0, attn_implementation="eager")
+                        max_position_embeddings=64, num_labels=3, pad_token_id=0, attn_implementation=attention)
     return BertForTokenClassification(config)
 
 
@@ -136,3 +136,33 @@ def test_the_clip_is_torchs_whether_or_not_the_norm_is_over_the_bound(max_grad_n
     expected = torch.nn.utils.clip_grad_norm_(theirs, max_grad_norm)
     assert torch.equal(_clip(ours, max_grad_norm), expected)
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(theirs, ours, strict=True))
+
+
+def test_attention_dropout_draws_packed_masks_in_training_and_is_torchs_attention_otherwise() -> None:
+    from greenadapt.training.cpu_kernels import ATTENTION, _attention_with_packed_dropout
+
+    model = _tiny_tagger(attention="sdpa")
+    model.config.attention_probs_dropout_prob = 0.1
+    for layer in model.bert.encoder.layer:
+        layer.attention.self.dropout.p = 0.1
+    ids = torch.randint(1, 40, (3, 9), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0
+    model.eval()
+    reference = model(input_ids=ids, attention_mask=mask).logits
+    use_cpu_kernels(model, dropout_masks="fast", world=1)
+    assert model.config._attn_implementation == ATTENTION
+    model.eval()
+    assert torch.equal(model(input_ids=ids, attention_mask=mask).logits, reference)  # no dropout: torch's own attention
+    model.train()
+    torch.manual_seed(8)
+    first = model(input_ids=ids, attention_mask=mask).logits
+    torch.manual_seed(8)
+    assert torch.equal(model(input_ids=ids, attention_mask=mask).logits, first) and not torch.equal(first, reference)
+    plain_modules(model)
+    assert model.config._attn_implementation == "sdpa"
+    # uniform attention over 64 keys of ones: each output is the kept probabilities' sum, scaled: 1 on average
+    module = nn.Module()
+    query = torch.zeros(8, 4, 64, 16)
+    out, _ = _attention_with_packed_dropout(module.train(), query, query, torch.ones(8, 4, 64, 16), None, dropout=0.3)
+    assert abs(out.mean().item() - 1.0) < 0.01 and out.std().item() > 0.05

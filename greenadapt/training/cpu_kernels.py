@@ -82,6 +82,49 @@ class CpuDropout(nn.Dropout):
         return _MaskedScale.apply(values, _keep_bits(values.shape, dropped), _LEVELS / (_LEVELS - dropped))
 
 
+ATTENTION = "greenadapt_cpu_dropout"  # the attention function below, registered with transformers under this name
+
+
+def _attention_with_packed_dropout(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                   attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                                   **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention with the attention probabilities' dropout drawn as :class:`CpuDropout` draws it: in
+    training, torch's scaled-dot-product attention with dropout leaves its fused kernel for the same product, softmax,
+    dropout and product, but with a float per element for its masks. Elsewhere (evaluation, no dropout) it is torch's."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    dropped = round(dropout * _LEVELS)
+    if not module.training or query.device.type != "cpu" or not 0 < dropped < _LEVELS or query.element_size() not in _BITS_OF:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    weights = torch.matmul(query, key.transpose(2, 3)) * (scaling if scaling is not None else query.size(-1) ** -0.5)
+    if attention_mask is not None:
+        weights = weights + attention_mask  # transformers' additive mask (0, or the dtype's lowest)
+    weights = torch.softmax(weights, dim=-1)
+    weights = _MaskedScale.apply(weights, _keep_bits(weights.shape, dropped), _LEVELS / (_LEVELS - dropped))
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), None
+
+
+def _use_packed_attention_dropout(model: nn.Module) -> bool:
+    """Run the model's attention through :func:`_attention_with_packed_dropout` when it is torch's scaled-dot-product
+    attention with a dropout (a transformers model that can switch: BERT-style encoders)."""
+    config: Any = getattr(model, "config", None)
+    dropout = getattr(config, "attention_probs_dropout_prob", getattr(config, "attention_dropout", 0.0))
+    switch: Any = getattr(model, "set_attn_implementation", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa" or not dropout or switch is None:
+        return False
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(ATTENTION, _attention_with_packed_dropout)
+    AttentionMaskInterface.register(ATTENTION, eager_mask)  # the additive float mask it adds
+    try:
+        switch(ATTENTION)
+    except (ValueError, TypeError, AttributeError) as error:  # a model whose attention cannot switch: torch's masks there
+        log.debug("attention keeps torch's dropout masks: %s", error)
+        return False
+    return True
+
+
 class _RowGradientLookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, ids: torch.Tensor, weight: torch.Tensor, embedding: RowGradientEmbedding) -> torch.Tensor:
@@ -164,22 +207,27 @@ def use_cpu_kernels(model: nn.Module, *, dropout_masks: str, world: int) -> None
     kept gradient. Call before the optimizers are built, on a model that trains on the CPU."""
     if dropout_masks not in DROPOUT_MASKS:
         raise ValueError(dropout_masks)
-    swapped = 0
+    swapped, attention = 0, False
     if dropout_masks == "fast":
         for module in model.modules():
             if type(module) is nn.Dropout:
                 module.__class__ = CpuDropout  # the same module and settings, this forward
                 swapped += 1
+        attention = _use_packed_attention_dropout(model)
     table = _word_embedding_table(model) if world == 1 else None
     if table is not None:
         RowGradientEmbedding.replacing(table)
-    log.debug("CPU kernels: %d dropout layers with packed masks; word embeddings' gradient %s", swapped,
-              "kept across steps" if table is not None else "dense (autograd's)")
+    log.debug("CPU kernels: %d dropout layers with packed masks%s; word embeddings' gradient %s", swapped,
+              ", attention's too" if attention else "", "kept across steps" if table is not None else "dense (autograd's)")
 
 
 def plain_modules(model: nn.Module) -> None:
     """Undo :func:`use_cpu_kernels`: plain ``nn.Dropout`` and ``nn.Embedding`` again (after training), the kept
     gradient freed."""
+    config: Any = getattr(model, "config", None)
+    switch: Any = getattr(model, "set_attn_implementation", None)
+    if getattr(config, "_attn_implementation", None) == ATTENTION and switch is not None:
+        switch("sdpa")
     for module in model.modules():
         if type(module) is CpuDropout:
             module.__class__ = nn.Dropout  # type: ignore[assignment]
