@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,48 @@ def test_threads_reach_torch_from_a_command_and_from_load(torch_threads: object,
     assert torch.get_num_threads() == 1
     with pytest.raises(UsageError, match="--threads"):
         greenadapt.load(run.path, threads=-1)
+
+
+def test_busy_share_counts_full_priority_work_and_not_niced_or_idle_time(tmp_path: Path) -> None:
+    from greenadapt.machine.load import busy_share, cpu_times
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 50 20 800 10 5 5 3 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    assert cpu_times(stat) == (130, 993)
+    readings = iter([(100, 1000), (160, 1200)])  # 60 busy ticks of 200: 30% at full priority
+    assert busy_share(0.0, read=lambda: next(readings), sleep=lambda s: None) == pytest.approx(0.3)
+    assert busy_share(0.0, read=lambda: None, sleep=lambda s: None) is None
+    (tmp_path / "bad").write_text("intr 1 2 3\n")
+    assert cpu_times(tmp_path / "bad") is None and cpu_times(tmp_path / "missing") is None
+
+
+def test_torch_threads_wait_passively_only_on_a_machine_busy_with_other_work() -> None:
+    from greenadapt.machine.load import BUSY_SHARE, choose_wait_policy
+
+    for share, expected in ((0.9, "PASSIVE"), (BUSY_SHARE, "PASSIVE"), (0.1, None), (None, None)):
+        environ: dict[str, str] = {}
+        assert choose_wait_policy(environ, modules={}, share=lambda share=share: share) == expected
+        assert environ.get("OMP_WAIT_POLICY") == expected
+    kept = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert choose_wait_policy(kept, modules={}, share=lambda: 0.9) is None and kept == {"OMP_WAIT_POLICY": "ACTIVE"}
+    environ = {}
+    assert choose_wait_policy(environ, modules={"torch": object()}, share=lambda: 0.9) is None and not environ  # too late
+
+
+def test_a_command_chooses_before_its_checks_import_torch(tmp_path: Path) -> None:
+    """The policy must be in the environment before torch loads its OpenMP runtime: finetune's settings import torch
+    in their checks, so the choice is made when the settings are built."""
+    from finetune_helpers import write_ner_file
+
+    train = write_ner_file(tmp_path / "train.tsv", 8, seed=1)
+    code = ("import os, sys\nimport greenadapt.machine.load as load\nload.busy_share = lambda *a, **k: 0.9\n"
+            "seen = []\nreal = load.choose_wait_policy\n"
+            "def spy(*a, **k):\n    seen.append('torch' in sys.modules)\n    return real(*a, **k)\n"
+            "load.choose_wait_policy = spy\n"
+            "from greenadapt.runners.finetune.settings import FinetuneSettings\n"
+            "FinetuneSettings.build(task='ner', train=sys.argv[1], device='cpu')\n"
+            "print(os.environ.get('OMP_WAIT_POLICY'), seen[0], 'torch' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run([sys.executable, "-c", code, str(train)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["PASSIVE", "False", "True"], done.stdout  # chosen with torch not yet loaded; loaded after

@@ -4,10 +4,13 @@ which views are pooled."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from greenadapt.compute.distributed import PRECISIONS
 from greenadapt.defaults import MAX_THREADS
 from greenadapt.options import PERFORMANCE, Settings, option
+
+T = TypeVar("T", bound="ThreadSettings")
 
 POOL_MODES = ("mean", "general", "domain")  # --pool: the mean of both tokenizers' logits, or one tokenizer's
 
@@ -22,9 +25,18 @@ class ThreadSettings(Settings):
                                "(its CPU affinity and cgroup quota, which torch's own default ignores), and never more "
                                "than OMP_NUM_THREADS or a compare worker's share.")
 
+    @classmethod
+    def build(cls: type[T], config: Any = None, /, **values: Any) -> T:
+        from greenadapt.machine.load import choose_wait_policy
+
+        choose_wait_policy()  # before the checks import torch: threads that wait passively on a busy machine
+        return super().build(config, **values)
+
     def configure_process(self) -> None:
         from greenadapt.machine.devices import use_cpu_threads
+        from greenadapt.machine.load import choose_wait_policy
 
+        choose_wait_policy()  # (settings made without build: still before torch, where it is not imported yet)
         use_cpu_threads(self.threads)
 
 
