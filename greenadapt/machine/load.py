@@ -70,5 +70,6 @@ def choose_wait_policy(environ: MutableMapping[str, str] | None = None, modules:
     if measured is None or measured < BUSY_SHARE:
         return None
     environ[WAIT_POLICY_ENV] = "PASSIVE"
-    log.info("other work keeps %.0f%% of the CPU busy: torch's threads wait passively (OMP_WAIT_POLICY=PASSIVE)", 100 * measured)
+    # debug, not info: a command that then refuses its options says one line, whatever the machine is doing
+    log.debug("other work keeps %.0f%% of the CPU busy: torch's threads wait passively (OMP_WAIT_POLICY=PASSIVE)", 100 * measured)
     return "PASSIVE"
