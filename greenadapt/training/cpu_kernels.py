@@ -34,11 +34,12 @@ log = logging.getLogger(__name__)
 _LEVELS = 32768  # a 16-bit draw, compared as a signed number: the rate in steps of 1/32768
 
 
-_BITS_OF = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # an element's bytes: the integer type of its bits
+_BITS_OF = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # an element's bytes: the integer type of its bits (-1 sign-extends)
 
 
 def _keep_bits(shape: torch.Size, dropped_levels: int) -> torch.Tensor:
-    """An int16 tensor of ``shape``: all ones (-1) where an element is kept, 0 where it is dropped.
+    """An int8 tensor of ``shape`` (what a bool mask would take of memory; the backward keeps it): all ones (-1) where an
+    element is kept, 0 where it is dropped.
 
     Each 31-bit draw, doubled so both of its 16-bit halves are uniform over the signed range (the low half over its
     even values), gives two elements. A half ``v`` is kept when ``v >= 2k - 32768`` (``k``: the dropped levels), that
@@ -47,7 +48,8 @@ def _keep_bits(shape: torch.Size, dropped_levels: int) -> torch.Tensor:
     slower than these on the CPU."""
     count = shape.numel()
     halves = torch.empty((count + 1) // 2, dtype=torch.int32).random_().mul_(2).view(torch.int16)[:count]
-    return halves.bitwise_right_shift(1).neg_().add_(dropped_levels - _LEVELS // 2 - 1).bitwise_right_shift_(15).view(shape)
+    signs = halves.bitwise_right_shift(1).neg_().add_(dropped_levels - _LEVELS // 2 - 1).bitwise_right_shift_(15)
+    return signs.to(torch.int8).view(shape)
 
 
 def _masked(values: torch.Tensor, keep_bits: torch.Tensor, scale: float) -> torch.Tensor:
