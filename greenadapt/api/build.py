@@ -36,6 +36,14 @@ def command_function(settings_class: type[Settings], runner: str, doc: str) -> C
     return function
 
 
+def keyword_parameters(settings_class: type[Settings], skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:
+    """Every option of ``settings_class`` (but ``skip``) as a keyword-only parameter with its declared default."""
+    hints = {f.name: f.type for f in dataclasses.fields(settings_class)}
+    return [inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY,
+                              default=inspect.Parameter.empty if required(field) else field.default, annotation=hints[field.name])
+            for field, _ in declared_fields(settings_class) if field.name not in skip]
+
+
 def signature_of(settings_class: type[Settings]) -> inspect.Signature:
     """What ``help(greenadapt.<command>)`` shows: the positional options, then every option with its default."""
     hints = {f.name: f.type for f in dataclasses.fields(settings_class)}
@@ -45,11 +53,7 @@ def signature_of(settings_class: type[Settings]) -> inspect.Signature:
         annotation = RUN_OPTIONS[name][0] if name in RUN_OPTIONS else hints[name]
         default = inspect.Parameter.empty if name not in fields or required(fields[name]) else fields[name].default
         parameters.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
-    for name, field in fields.items():
-        if name in settings_class.positional:
-            continue
-        default = inspect.Parameter.empty if required(field) else field.default
-        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hints[name]))
+    parameters += keyword_parameters(settings_class, skip=settings_class.positional)
     for name in settings_class.run_options:
         if name not in settings_class.positional:
             kind, _ = RUN_OPTIONS[name]

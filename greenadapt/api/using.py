@@ -28,14 +28,12 @@ def _keywords_of(
     editors (the dataclass's own signature), and the same as its runtime signature, for ``help()``: one declaration."""
 
     def typed(function: Callable[..., R]) -> Callable[Concatenate[PathLike | Sequence[PathLike], P], R]:
-        import dataclasses
         import inspect
 
-        from greenadapt.options import declared_fields
+        from greenadapt.api.build import keyword_parameters
 
-        hints = {f.name: f.type for f in dataclasses.fields(settings_class)}  # type: ignore[arg-type]
-        keywords = [inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=hints[field.name])
-                    for field, _ in declared_fields(settings_class)]  # type: ignore[arg-type]
+        # (a Settings class, typed above as its constructor so that P is its keywords)
+        keywords = keyword_parameters(settings_class)  # type: ignore[arg-type]
         path = inspect.Parameter("path", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="PathLike | Sequence[PathLike]")
         returns = inspect.signature(function).return_annotation
         function.__signature__ = inspect.Signature([path, *keywords], return_annotation=returns)  # type: ignore[attr-defined]

@@ -101,9 +101,10 @@ def open_finetuned(folder: Path, settings: TaskSettings, run: ModelRunSettings =
     memory = None
     from greenadapt.inference.default_runtime import chosen_runtime
 
-    if chosen_runtime(run.runtime, run.quantize, run.device, exportable=not gmap.is_gmap_folder(folder)) == "onnx":
+    fused = gmap.is_gmap_folder(folder)
+    if chosen_runtime(run.runtime, run.quantize, run.device, exportable=not fused) == "onnx":
         return _open_onnx(folder, settings, tokenizers, task, run)
-    if gmap.is_gmap_folder(folder):
+    if fused:
         loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=run.general_model)
         memory = (memory_tokenizer, memory_length)
     else:

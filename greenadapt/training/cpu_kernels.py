@@ -10,7 +10,8 @@ model trained on the CPU, installed by :func:`use_cpu_kernels` before the optimi
   by the rounded rate, so the layer still keeps the expected value), and the compare and the scaling run on every
   thread. The masks come from torch's default generator, so a seed fixes them and a checkpoint's saved generator
   state resumes them. Other masks than torch's: a different draw of the same distribution, checked for F1 over
-  paired seeds; ``--dropout-masks torch`` keeps torch's own.
+  paired seeds; ``--dropout-masks torch`` keeps torch's own. The attention probabilities' dropout too, through a
+  registered transformers attention function (with dropout, torch's fused attention fell back to its math path).
 - **The word embeddings' gradient**: autograd builds it dense every step, zero-filling the whole table (30,522 ×
   384 for a BERT vocabulary: 7-10% of a step) to add the few hundred rows the batch used. Here the rows are added
   into one gradient kept across steps, and only the rows the last step wrote are zeroed before the next: the same
@@ -71,17 +72,27 @@ class _MaskedScale(torch.autograd.Function):
         return _masked(grad, keep_bits, ctx.scale), None, None
 
 
+def _packable(values: torch.Tensor, p: float) -> int | None:
+    """The dropped levels of rate ``p`` where packed masks apply to ``values``; None where they do not (not a CPU tensor,
+    a rate that rounds to 0 or 1 in steps of 1/32768, an element size without an integer twin): torch's dropout then."""
+    dropped = round(p * _LEVELS)
+    usable = values.device.type == "cpu" and 0 < dropped < _LEVELS and values.element_size() in _BITS_OF
+    return dropped if usable else None
+
+
+def _packed_dropout(values: torch.Tensor, dropped: int) -> torch.Tensor:
+    return _MaskedScale.apply(values, _keep_bits(values.shape, dropped), _LEVELS / (_LEVELS - dropped))
+
+
 class CpuDropout(nn.Dropout):
     """``nn.Dropout`` with masks drawn two elements to a 32-bit number (see the module docstring); the same module
     otherwise (``p``, eval mode), so code that looks for dropout layers still finds it."""
 
     def forward(self, values: torch.Tensor) -> torch.Tensor:
-        dropped = round(self.p * _LEVELS)
         if not self.training:
             return values
-        if values.device.type != "cpu" or self.inplace or not 0 < dropped < _LEVELS or values.element_size() not in _BITS_OF:
-            return super().forward(values)
-        return _MaskedScale.apply(values, _keep_bits(values.shape, dropped), _LEVELS / (_LEVELS - dropped))
+        dropped = None if self.inplace else _packable(values, self.p)
+        return super().forward(values) if dropped is None else _packed_dropout(values, dropped)
 
 
 ATTENTION = "greenadapt_cpu_dropout"  # the attention function below, registered with transformers under this name
@@ -95,14 +106,13 @@ def _attention_with_packed_dropout(module: nn.Module, query: torch.Tensor, key: 
     dropout and product, but with a float per element for its masks. Elsewhere (evaluation, no dropout) it is torch's."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    dropped = round(dropout * _LEVELS)
-    if not module.training or query.device.type != "cpu" or not 0 < dropped < _LEVELS or query.element_size() not in _BITS_OF:
+    dropped = _packable(query, dropout) if module.training else None
+    if dropped is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     weights = torch.matmul(query, key.transpose(2, 3)) * (scaling if scaling is not None else query.size(-1) ** -0.5)
     if attention_mask is not None:
         weights = weights + attention_mask  # transformers' additive mask (0, or the dtype's lowest)
-    weights = torch.softmax(weights, dim=-1)
-    weights = _MaskedScale.apply(weights, _keep_bits(weights.shape, dropped), _LEVELS / (_LEVELS - dropped))
+    weights = _packed_dropout(torch.softmax(weights, dim=-1), dropped)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), None
 
 
