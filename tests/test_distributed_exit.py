@@ -184,7 +184,10 @@ RUN_SCRIPT = textwrap.dedent(
     """
 )
 
-LAUNCHES = 6  # per runner; today's code aborted in about 1 launch of 14 (either rank)
+# Per runner and suite run. The code before the fix aborted in about 1 launch of 14 (either rank): the suite's two a run
+# are a smoke check (the mechanism is pinned deterministically above); the hunt is `make loop-tests
+# TESTS=tests/test_distributed_exit.py N=10`, twenty launches a runner.
+LAUNCHES = 2
 
 
 @pytest.mark.slow

@@ -188,6 +188,9 @@ def build_sandbox(root: Path) -> dict[str, str]:
         "HF_HUB_CACHE": str(root / "_hf" / "hub"),
         "GREENADAPT_CORPORA": str(recipes),
         "GREENADAPT_HEARTBEAT": "0",
+        # The suite's own thread setting (make test: one per worker), as HOME and LANG: without it each example ran
+        # two OpenMP threads against the suite's other workers and cost ~1.8x its CPU time alone (330 against 180 s).
+        **{name: os.environ[name] for name in ("OMP_NUM_THREADS",) if name in os.environ},
     }
 
 
