@@ -157,6 +157,20 @@ def test_torch_threads_wait_passively_only_on_a_machine_busy_with_other_work() -
     assert choose_wait_policy(environ, modules={"torch": object()}, share=lambda: 0.9) is None and not environ  # too late
 
 
+def test_the_machine_is_sampled_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command's settings and its process set-up both ask: the tenth of a second is spent once."""
+    import greenadapt.machine.load as load
+
+    calls: list[float] = []
+    monkeypatch.setattr(load, "busy_share", lambda *a, **k: calls.append(1) or 0.1)
+    load.busy_share_once.cache_clear()
+    try:
+        assert load.choose_wait_policy({}, modules={}) is None and load.choose_wait_policy({}, modules={}) is None
+    finally:
+        load.busy_share_once.cache_clear()
+    assert calls == [1]
+
+
 def test_the_choice_says_nothing_a_user_sees(caplog: pytest.LogCaptureFixture) -> None:
     """A command that then refuses its options must say one line (round 5-7's tests caught an INFO line before it)."""
     import logging

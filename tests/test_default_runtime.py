@@ -20,18 +20,18 @@ def test_each_cpu_kind_gets_its_documented_runtime(tmp_path: Path, flags: str, u
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
     assert cpu_bf16_unit(str(cpuinfo)) == unit
-    assert chosen_runtime("auto", "none", "cpu", bf16_unit=unit, onnx_installed=True) == runtime == BY_CPU[unit].runtime
+    assert chosen_runtime("auto", "none", "cpu", bf16_unit=lambda: unit, onnx_installed=lambda: True) == runtime == BY_CPU[unit].runtime
     # ONNX Runtime not installed, or a folder it cannot run (G-MAP): torch, never a refusal
-    assert chosen_runtime("auto", "none", "cpu", bf16_unit=unit, onnx_installed=False) == "torch"
-    assert chosen_runtime("auto", "none", "cpu", bf16_unit=unit, onnx_installed=True, exportable=False) == "torch"
+    assert chosen_runtime("auto", "none", "cpu", bf16_unit=lambda: unit, onnx_installed=lambda: False) == "torch"
+    assert chosen_runtime("auto", "none", "cpu", bf16_unit=lambda: unit, onnx_installed=lambda: True, exportable=False) == "torch"
 
 
 def test_an_explicit_runtime_a_quantization_or_a_gpu_decide_before_the_table() -> None:
     for unit in BY_CPU:
-        assert chosen_runtime("torch", "none", "cpu", bf16_unit=unit, onnx_installed=True) == "torch"
-        assert chosen_runtime("onnx", "none", "cpu", bf16_unit=unit, onnx_installed=True) == "onnx"
-        assert chosen_runtime("auto", "int8", "cpu", bf16_unit=unit, onnx_installed=True) == "onnx"
-        assert chosen_runtime("auto", "none", "cuda:1", bf16_unit=unit, onnx_installed=True) == "torch"
+        assert chosen_runtime("torch", "none", "cpu", bf16_unit=lambda: unit, onnx_installed=lambda: True) == "torch"
+        assert chosen_runtime("onnx", "none", "cpu", bf16_unit=lambda: unit, onnx_installed=lambda: True) == "onnx"
+        assert chosen_runtime("auto", "int8", "cpu", bf16_unit=lambda: unit, onnx_installed=lambda: True) == "onnx"
+        assert chosen_runtime("auto", "none", "cuda:1", bf16_unit=lambda: unit, onnx_installed=lambda: True) == "torch"
 
 
 def test_the_table_is_documented_with_its_measurements() -> None:

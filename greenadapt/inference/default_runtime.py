@@ -11,7 +11,10 @@ the sentences: it is chosen only by ``--runtime onnx --quantize int8``.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from greenadapt.machine.devices import cpu_bf16_unit
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,12 @@ def onnx_runtime_installed() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-def chosen_runtime(runtime: str, quantize: str, device: str, *, exportable: bool = True, bf16_unit: str | None | bool = True,
-                   onnx_installed: bool | None = None) -> str:
+def chosen_runtime(runtime: str, quantize: str, device: str, *, exportable: bool = True,
+                   bf16_unit: Callable[[], str | None] = cpu_bf16_unit, onnx_installed: Callable[[], bool] = onnx_runtime_installed) -> str:
     """``torch`` or ``onnx`` for ``--runtime`` (``auto``: the table above) on ``device``.
 
     ``exportable``: whether this model folder can run in ONNX Runtime (a G-MAP model, a multitask run: no).
-    ``bf16_unit``: this CPU's (True: read it); ``onnx_installed``: whether ONNX Runtime imports (None: look).
+    ``bf16_unit`` reads this CPU's unit, ``onnx_installed`` whether ONNX Runtime imports (tests give other machines').
     An ``auto`` that would pick ONNX Runtime where it is not installed, or for a folder it cannot run, is torch.
     """
     if runtime != "auto":
@@ -56,11 +59,7 @@ def chosen_runtime(runtime: str, quantize: str, device: str, *, exportable: bool
 
         if torch.cuda.is_available():
             return "torch"
-    if bf16_unit is True:
-        from greenadapt.machine.devices import cpu_bf16_unit
-
-        bf16_unit = cpu_bf16_unit()
-    choice = BY_CPU.get(bf16_unit if isinstance(bf16_unit, str) else None, BY_CPU[None]).runtime
-    if choice == "onnx" and not (exportable and (onnx_runtime_installed() if onnx_installed is None else onnx_installed)):
+    choice = BY_CPU.get(bf16_unit(), BY_CPU[None]).runtime
+    if choice == "onnx" and not (exportable and onnx_installed()):
         return "torch"
     return choice

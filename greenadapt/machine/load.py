@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, MutableMapping
+from functools import cache
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,6 @@ PROC_STAT = Path("/proc/stat")
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 BUSY_SHARE = 0.25  # other full-priority work's share of the machine's CPU time above which threads wait passively
 SAMPLE_S = 0.1
-_looked = False
 
 
 def cpu_times(stat: Path = PROC_STAT) -> tuple[int, int] | None:
@@ -56,17 +56,21 @@ def busy_share(sample_s: float = SAMPLE_S, read: Callable[[], tuple[int, int] | 
     return (second[0] - first[0]) / (second[1] - first[1])
 
 
+@cache
+def busy_share_once() -> float | None:
+    """:func:`busy_share`, sampled once a process: a command's settings and its process set-up both ask."""
+    return busy_share()
+
+
 def choose_wait_policy(environ: MutableMapping[str, str] | None = None, modules: Mapping[str, object] | None = None,
-                       share: Callable[[], float | None] | None = None) -> str | None:
+                       share: Callable[[], float | None] = busy_share_once) -> str | None:
     """Set ``OMP_WAIT_POLICY=PASSIVE`` in ``environ`` (the process's) before torch is imported, when the machine is busy
     with other full-priority work; returns what was set (None: nothing). See the module docstring."""
-    global _looked
     environ = os.environ if environ is None else environ
     loaded: Mapping[str, object] = sys.modules if modules is None else modules
-    if WAIT_POLICY_ENV in environ or "torch" in loaded or (_looked and environ is os.environ):
+    if WAIT_POLICY_ENV in environ or "torch" in loaded:
         return None
-    _looked = True  # once a process: the command's settings and its process set-up both ask
-    measured = (share or busy_share)()
+    measured = share()
     if measured is None or measured < BUSY_SHARE:
         return None
     environ[WAIT_POLICY_ENV] = "PASSIVE"
