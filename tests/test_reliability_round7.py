@@ -176,6 +176,34 @@ def test_a_damaged_or_replaced_export_is_made_again_and_said_once(data: dict[str
         assert (tmp_path / "text.txt").read_text() == "not a graph"
 
 
+def test_the_cached_export_is_a_stage_folder_that_a_copy_keeps_and_a_stray_file_remakes(data: dict[str, Path], tmp_path: Path,
+                                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 93, item 5: the ONNX cache's entries are made by StageRun (a manifest of kind onnx-export with each file's
+    SHA-256, no options.json); a copied run folder keeps its cache (named by the weights, not the path); a file the
+    manifest does not list makes the entry again, said once."""
+    import shutil
+
+    import greenadapt
+
+    run = _copy_run(data, tmp_path)
+    greenadapt.load(run, runtime="onnx")
+    entry = _cached(run).parent
+    manifest = json.loads((entry / "manifest.json").read_text())
+    assert manifest["kind"] == "onnx-export" and manifest["config"]["quantize"] == "none" and manifest["source"] == str(run)
+    assert "model.onnx" in manifest["files"] and not (entry / "options.json").exists()
+    copy = Path(shutil.copytree(run, tmp_path / "copy"))
+    with caplog.at_level("INFO", logger="greenadapt"):
+        greenadapt.load(copy, runtime="onnx")
+    assert any("ONNX model from the cache" in r.getMessage() for r in caplog.records)
+    assert not any("exporting" in r.getMessage() for r in caplog.records)
+    (entry / "stray.txt").write_text("not the cache's")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="greenadapt"):
+        greenadapt.load(run, runtime="onnx")
+    assert sum("does not match what was written" in r.getMessage() for r in caplog.records) == 1
+    assert not (entry / "stray.txt").exists() and (entry / "manifest.json").is_file()
+
+
 def test_a_damaged_export_in_a_cache_that_cannot_be_written_is_one_line(data: dict[str, Path], tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import greenadapt

@@ -87,7 +87,7 @@ def test_a_fifo_as_the_onnx_cache_record_is_made_again_not_waited_on(made: dict[
 
     run = Path(shutil.copytree(made["run"], tmp_path / "run", ignore=shutil.ignore_patterns(".greenadapt-cache")))
     good = greenadapt.load(run, runtime="onnx").predict(["fever and tachycardia"])
-    [record] = (run / ".greenadapt-cache" / "onnx").glob("*/export.json")
+    [record] = (run / ".greenadapt-cache" / "onnx").glob("*/manifest.json")
     record.unlink()
     os.mkfifo(record)
     again = _within(60, lambda: greenadapt.load(run, runtime="onnx").predict(["fever and tachycardia"]))
@@ -284,9 +284,11 @@ def test_another_models_graph_under_the_cache_key_with_its_record_rewritten_is_n
     [model] = (run / ".greenadapt-cache" / "onnx").glob("*/model.onnx")
     [foreign] = (other / ".greenadapt-cache" / "onnx").glob("*/model.onnx")
     model.write_bytes(foreign.read_bytes())
-    record = json.loads((model.parent / "export.json").read_text())
-    record["files"]["model.onnx"] = hashlib.sha256(model.read_bytes()).hexdigest()  # the record vouches for it
-    (model.parent / "export.json").write_text(json.dumps(record))
+    from greenadapt.artifacts.manifest import sealed
+
+    record = json.loads((model.parent / "manifest.json").read_text())
+    record["files"]["model.onnx"] = {"size": model.stat().st_size, "sha256": hashlib.sha256(model.read_bytes()).hexdigest()}
+    (model.parent / "manifest.json").write_text(json.dumps(sealed(record)))  # the manifest vouches for it, sealed anew
     with caplog.at_level("WARNING", logger="greenadapt"):
         again = greenadapt.load(run, runtime="onnx").predict(["fever and tachycardia"])
     assert again == good

@@ -195,7 +195,7 @@ def test_long_phases_say_when_they_start_and_how_large_they_are(data: dict[str, 
     said = [r.getMessage() for r in caplog.records]
     assert "scoring test: 16 examples, 16 sequences" in said, said
     assert any(m.startswith("scored test in ") for m in said)
-    assert any(m.startswith(f"exporting {tmp_path / 'run'} to ONNX and quantizing it to int8, once") for m in said), said
+    assert any(m.startswith(f"exporting {tmp_path / 'run'} to ONNX (quantized to int8), once") for m in said), said
 
 
 def test_small_things_predict_help_shows_its_example_once_and_an_exports_card_names_no_machine_path(

@@ -15,10 +15,11 @@ PRETRAIN = "pretrain"
 FINETUNE = "finetune"  # every fine-tuned run folder, QA's included
 QA = "qa"  # answers to a SQuAD-style file
 MULTITASK = "multitask"
+ONNX_EXPORT = "onnx-export"  # an entry of a model folder's cache: its weights exported (and quantized) for ONNX Runtime
 SECOND_VIEW = "second-view"  # a model's two-tokenizer folder with a second view of its own vocabulary (no new rows)
 
 ADAPTATION = (W2V, ALIGN, EXPAND)
-CACHES = (PRETOKENIZED, MLM_TOKENS)  # stages no command is run for: they keep no options.json
+CACHES = (PRETOKENIZED, MLM_TOKENS, ONNX_EXPORT)  # stages no command is run for: they keep no options.json
 TRAINED = (FINETUNE, PRETRAIN)
 PREDICTIONS_DIR = "predictions"
 COMPARE_RESULT = "compare.json"  # a compare folder's result (it has no manifest of its own)

@@ -82,14 +82,14 @@ def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
             assert stage.manifest is not None
             return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
         with resource_errors(stage.tmp):
-            files = _write(folder, task_settings, task, tokenizers, formats, keys, stage.tmp, GENERAL_TOKENIZER_DIR)
+            files = _write(folder, task_settings, task, tokenizers, formats, weights, stage.tmp, GENERAL_TOKENIZER_DIR)
         manifest = stage.commit(stats={"task": task_settings.task, "formats": list(formats), "views": 2 if tokenizers.has_domain else 1,
                                        "files": files})
     log.info("export: %s -> %s", folder, stage.out)
     return StageOutcome(stage.out, manifest, False)
 
 
-def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats: tuple[str, ...], keys: dict[str, str], dest: Path,
+def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats: tuple[str, ...], weights: str, dest: Path,
            general_dir: str) -> list[str]:
     from greenadapt.inference.labelling import load_finetuned_weights
     from greenadapt.inference.onnx_runtime import ensure_export
@@ -102,7 +102,7 @@ def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats
         return loaded[0]
 
     for fmt in formats:
-        made = ensure_export(folder, "none" if fmt == "fp32" else "int8", model, key=keys[fmt])
+        made = ensure_export(folder, "none" if fmt == "fp32" else "int8", model, weights=weights)
         shutil.copyfile(made, dest / MODEL_FILES[fmt])
         for side in made.parent.glob(f"{made.name}*.data"):  # weights past 2 GB live beside the graph
             shutil.copyfile(side, dest / side.name)

@@ -24,7 +24,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from greenadapt.artifacts.files import CACHE_FOLDER, CACHE_TAG, is_greenadapt_cache, make_cache, sha256_file
+from greenadapt.artifacts import kinds
+from greenadapt.artifacts.cache import entry_problem
+from greenadapt.artifacts.files import CACHE_FOLDER, CACHE_TAG, is_greenadapt_cache, make_cache
 from greenadapt.artifacts.model_weights import weights_digest  # (onnx_export and the serving bench take it from here)
 from greenadapt.errors import UsageError
 
@@ -32,9 +34,10 @@ log = logging.getLogger(__name__)
 
 RUNTIMES = ("auto", "torch", "onnx")  # auto: greenadapt.inference.default_runtime
 QUANTIZATIONS = ("none", "int8")
-EXPORT_FORMAT = "greenadapt-onnx-4"  # bump when the export changes: every cached file is made again (3: int8 per row; 4: one-sided after GELU)
+# bump when the export changes: every cached file is made again (3: int8 per row; 4: one-sided after GELU; 5: a stage
+# folder with a manifest, was export.json)
+EXPORT_FORMAT = "greenadapt-onnx-5"
 MODEL_FILE = "model.onnx"
-EXPORT_RECORD = "export.json"  # beside each cached export: its key, format and each file's SHA-256
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_EXTRA = "pip install 'greenadapt[onnx]'"
 
@@ -152,11 +155,19 @@ def _torch_threads() -> int:
     return torch.get_num_threads()  # the same cores torch would use here (its affinity and cgroup view)
 
 
+def export_config(quantize: str, weights: str) -> dict[str, str]:
+    """What an export is made from: this exporter's format, the quantization, the weights and config
+    (:func:`weights_digest`). Its manifest's fingerprint and its name in the cache (:func:`cache_key`) are of this."""
+    return {"format": EXPORT_FORMAT, "quantize": quantize, "weights": weights}
+
+
 def cache_key(folder: Path, quantize: str, *, weights: str | None = None) -> str:
-    """An export's name in the cache: the weights and config (:func:`weights_digest`, or ``weights`` where the caller
-    has it), the quantization, the exporter's format."""
-    weights = weights or weights_digest(folder)
-    return hashlib.sha256(f"{EXPORT_FORMAT}\n{quantize}\n{weights}\n".encode()).hexdigest()[:24]
+    """An export's name in the cache (``weights``: :func:`weights_digest`, where the caller has it)."""
+    return _key(export_config(quantize, weights or weights_digest(folder)))
+
+
+def _key(config: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _user_cache() -> Path:
@@ -176,26 +187,34 @@ def cache_root(folder: Path) -> Path:
     return _user_cache()
 
 
-def ensure_export(folder: Path, quantize: str, load: Any, *, key: str | None = None) -> Path:
+def ensure_export(folder: Path, quantize: str, load: Any, *, weights: str | None = None) -> Path:
     """The ONNX file of ``folder``'s weights at ``quantize``: from its cache (:func:`cache_root`) when the export there
-    is whole and verified, else exported now from ``load()`` (the torch model). ``key``: :func:`cache_key`, where the
-    caller has it (the weights hashed once)."""
-    key = key or cache_key(folder, quantize)
+    is whole and verified, else exported now from ``load()`` (the torch model). ``weights``: :func:`weights_digest`,
+    where the caller has it (hashed once)."""
+    config = export_config(quantize, weights or weights_digest(folder))
     root = cache_root(folder)
-    found = find_export(folder, key, root=root)
-    return found or cached_export(folder, key, load(), quantize=quantize, root=root)
+    return find_export(folder, config, root=root) or cached_export(folder, config, load, root=root)
 
 
-def find_export(folder: Path, key: str, *, root: Path | None = None) -> Path | None:
-    """The cached ONNX file of ``key`` (:func:`cache_key`) in ``folder``'s cache, verified against the SHA-256 of each
-    file recorded when it was written; None if not made yet. A damaged or replaced export is made again (said once), or,
-    where the cache cannot be written, refused in one line: a graph that merely loads is never served unchecked."""
+def _entry(root: Path, config: dict[str, str]) -> Path:
+    return root / "onnx" / _key(config)
+
+
+def _fits(folder: Path) -> Any:
+    return lambda entry: graph_problem(entry / MODEL_FILE, folder)
+
+
+def find_export(folder: Path, config: dict[str, str], *, root: Path | None = None) -> Path | None:
+    """The cached ONNX file of ``config`` (:func:`export_config`) in ``folder``'s cache, verified (a stage folder: each
+    file's SHA-256 as its manifest recorded, and a graph that fits ``folder``'s model); None if not made yet. A damaged
+    or replaced export is made again (said once), or, where the cache cannot be written, refused in one line: a graph
+    that merely loads is never served unchecked."""
     root = root or cache_root(folder)
     _check_cache_path(root)
-    target = root / "onnx" / key
+    target = _entry(root, config)
     if not target.exists() and not target.is_symlink():
         return None
-    problem = _export_problem(target, key, folder)
+    problem = entry_problem(target, kinds.ONNX_EXPORT, config, _fits(folder))
     if problem is None:
         log.info("ONNX model from the cache: %s", target)
         return target / MODEL_FILE
@@ -206,38 +225,6 @@ def find_export(folder: Path, key: str, *, root: Path | None = None) -> Path | N
                             "written to make it again", path=target, hint=f"remove {target} (a cache: safe to delete)")
     log.warning("the cached ONNX export at %s does not match what was written (%s): making it again", target, problem)
     return None
-
-
-def _export_problem(target: Path, key: str, folder: Path) -> str | None:
-    """Why the export at ``target`` cannot be used as ``key``'s, or None: its record (export.json) names this key and
-    format and the weights of ``folder`` it was made from, each file's SHA-256 is the one recorded when it was
-    written, and the graph itself fits ``folder``'s model (:func:`graph_problem`): a record can be rewritten to vouch
-    for another model's graph, the graph's own shapes cannot."""
-    if target.is_symlink() or not target.is_dir():
-        return "not a folder greenadapt wrote"
-    from greenadapt.artifacts.files import NotARegularFile, read_own_text
-
-    try:
-        record = json.loads(read_own_text(target / EXPORT_RECORD, limit=1 << 20))
-    except NotARegularFile as exc:
-        return f"{EXPORT_RECORD} is {exc.kind}"
-    except (OSError, ValueError, RecursionError):
-        return f"{EXPORT_RECORD} missing or unreadable"
-    if not isinstance(record, dict) or record.get("format") != EXPORT_FORMAT or record.get("key") != key:
-        return f"{EXPORT_RECORD} is of another export"
-    files = record.get("files")
-    if not isinstance(files, dict) or MODEL_FILE not in files:
-        return f"{EXPORT_RECORD} lists no files"
-    present = {p.name for p in target.iterdir() if p.name != EXPORT_RECORD}
-    if present != set(files):
-        return "its files are not the ones it listed"
-    for name, digest in files.items():
-        path = target / name
-        if path.is_symlink() or not path.is_file():
-            return f"{name} is not a plain file"
-        if sha256_file(path) != digest:
-            return f"{name}'s SHA-256 differs"
-    return graph_problem(target / MODEL_FILE, folder)
 
 
 def graph_problem(graph_file: Path, folder: Path) -> str | None:
@@ -283,42 +270,29 @@ def _check_cache_path(root: Path) -> None:
                             "ONNX cache: it is never adopted", path=root, hint="rename or move that folder")
 
 
-def cached_export(folder: Path, key: str, model: Any, *, quantize: str, root: Path | None = None) -> Path:
-    """The ONNX file of ``folder``'s ``model`` at ``quantize`` under ``key``: exported, quantized and put in the cache
-    whole (written in a temporary folder and renamed into place, under a lock, so two processes make it once), with
-    each file's SHA-256 recorded for :func:`find_export` to check. A killed export's temporary is removed by the next."""
-    from greenadapt.artifacts.locks import release_output_lock, take_output_lock
-    from greenadapt.artifacts.stage import TEMPORARY_MARKER, beside, swap_into_place, sweep_stale_temporaries
+def cached_export(folder: Path, config: dict[str, str], load: Any, *, root: Path | None = None) -> Path:
+    """The ONNX file of ``folder``'s model (``load()``) as ``config`` says: exported, quantized and put in the cache as a
+    stage (:class:`~greenadapt.artifacts.cache.CacheEntryRun`: under a lock, so two processes make it once; written
+    in a temporary folder with its manifest and renamed into place; a killed export's temporary removed by the next)."""
+    from greenadapt.artifacts.cache import CacheEntryRun
+    from greenadapt.artifacts.stage import sweep_stale_temporaries
 
     root = root or cache_root(folder)
     _check_cache_path(root)
-    target = root / "onnx" / key
     make_cache(root)
-    target.parent.mkdir(exist_ok=True)
+    (root / "onnx").mkdir(exist_ok=True)
     _check_cache_path(root)  # (made now: nothing was planted between the check and the folders)
-    sweep_stale_temporaries(target.parent)  # before the lock: a temporary whose lock can be taken is a dead export's
-    lock = take_output_lock(target, "ONNX export", wait=True)
-    try:
-        if target.is_dir() and _export_problem(target, key, folder) is None:  # another process made it while this one waited
-            return target / MODEL_FILE
-        tmp = beside(target, "tmp")
-        tmp.mkdir()
-        try:
-            (tmp / TEMPORARY_MARKER).write_text(f"greenadapt ONNX export {target}\n", encoding="utf-8")
-            log.info("exporting %s to ONNX%s, once (then cached in %s)", folder,
-                     " and quantizing it to int8" if quantize == "int8" else "", root)
-            export(model, tmp / MODEL_FILE, quantize=quantize)
-            (tmp / TEMPORARY_MARKER).unlink()
-            files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-            (tmp / EXPORT_RECORD).write_text(json.dumps({"format": EXPORT_FORMAT, "key": key, "quantize": quantize, "source": str(folder),
-                                                         "weights": weights_digest(folder), "files": files}) + "\n")
-            swap_into_place(tmp, target)  # a damaged export there (find_export said so) is replaced whole
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        release_output_lock(lock)
-    log.info("ONNX model exported%s: %s", " and quantized to int8" if quantize == "int8" else "", target)
-    return target / MODEL_FILE
+    sweep_stale_temporaries(root / "onnx")  # other keys' dead exports too (a key's own: by its stage)
+    quantize = config["quantize"]
+    int8 = " (quantized to int8)" if quantize == "int8" else ""
+    with CacheEntryRun(kinds.ONNX_EXPORT, _entry(root, config), config, check=_fits(folder), libraries=("onnx", "onnxruntime")) as entry:
+        if entry.skipped:  # another process made it while this one waited
+            return entry.out / MODEL_FILE
+        log.info("exporting %s to ONNX%s, once (then cached in %s)", folder, int8, root)
+        export(load(), entry.tmp / MODEL_FILE, quantize=quantize)
+        entry.commit(extra={"source": str(folder)})
+    log.info("ONNX model exported%s: %s", int8, entry.out)
+    return entry.out / MODEL_FILE
 
 
 def export(model: Any, path: Path, *, quantize: str = "none") -> None:
