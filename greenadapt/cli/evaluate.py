@@ -22,11 +22,12 @@ def _show(result: Any, as_json: bool) -> None:
         shown = ", ".join(f"{name} {100 * float(scores[name]):.2f}" for name in SHOWN if isinstance(scores.get(name), int | float))
         lines.append(f"  {mode:<8}{'*' if mode == result.headline else ' '} {shown}")
     lines.append(f"(* headline: {result.headline} pooling; scores × 100)")
-    per_type = (result.scores.get(result.headline) or {}).get("per_type") or {}
-    if per_type:  # seqeval's report: each entity type's precision, recall and F1 under the headline pooling
-        lines.append(f"  {'entity type':<20} {'precision':>9} {'recall':>9} {'f1':>9} {'gold':>7}")
-        lines += [f"  {kind:<20} {100 * float(s['precision']):9.2f} {100 * float(s['recall']):9.2f} {100 * float(s['f1']):9.2f} {int(s['gold']):7,}"
-                  for kind, s in sorted(per_type.items())]
+    for key, table in (result.scores.get(result.headline) or {}).items():
+        # each breakdown the task's scorer gives under the headline pooling (NER: seqeval's per-type report), as a table
+        if key.startswith("per_") and isinstance(table, dict) and table:
+            lines.append(f"  {'entity ' + key[4:].replace('_', ' '):<20} {'precision':>9} {'recall':>9} {'f1':>9} {'gold':>7}")
+            lines += [f"  {row:<20} {100 * float(s['precision']):9.2f} {100 * float(s['recall']):9.2f} {100 * float(s['f1']):9.2f} "
+                      f"{int(s['gold']):7,}" for row, s in table.items()]
     lines += [f"warning: {w}" for w in result.warnings]
     sys.stdout.write("\n".join(lines) + "\n")
 
