@@ -113,7 +113,8 @@ def main() -> None:
         baseline = result["options"].get("against") or result["variants"][0]["name"]
         for arm_name, arm in arms.items():
             delta = "—" if arm_name == baseline else difference(arm, arms[baseline], metric)
-            print(f"| {name} | {arm_name} | {len(arm['scores'])} | {pool_cell(arm, 'general', metric)} | {pool_cell(arm, 'domain', metric)} | "
+            print(f"| {name} | {arm_name} | {len(arm['scores'])} | {pool_cell(arm, 'general', metric)} | "
+                  f"{pool_cell(arm, 'domain', metric)} | "
                   f"{pool_cell(arm, arm['headline_pool'], metric)} | {delta} |")
     if args.pair:
         print()
@@ -124,7 +125,8 @@ def main() -> None:
             cells = []
             for result in results.values():
                 arms = {v["name"]: v for v in result["variants"]}
-                cells.append(difference(arms[arm_name], arms[other_name], result["metric"]) if arm_name in arms and other_name in arms else "—")
+                cells.append(difference(arms[arm_name], arms[other_name], result["metric"]) if arm_name in arms
+                             and other_name in arms else "—")
             print(f"| {arm_name} − {other_name} | " + " | ".join(cells) + " |")
     if args.rule:
         print()

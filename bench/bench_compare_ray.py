@@ -69,19 +69,22 @@ def main() -> None:
                           "--ray --ray-storage local": ["--ray", address, "--run-cpus", "1", "--ray-storage", "local"]}
             for repeat in range(args.repeats):
                 for name, placement in placements.items():
-                    seconds, scores[name] = compare(args, files, work / f"{len(times.get(name, []))}-{placement[0][2:]}-{len(placement)}", placement)
+                    seconds, scores[name] = compare(args, files, work / f"{len(times.get(name, []))}-{placement[0][2:]}-{len(placement)}",
+                                                    placement)
                     times.setdefault(name, []).append(seconds)
                     print(f"repeat {repeat + 1}: {name}: {seconds:.1f} s", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     runs = len(args.seeds.split(",")) * 2
     print(f"compare of 2 models × {len(args.seeds.split(','))} seeds ({runs} fine-tunings of {args.max_steps} steps, MiniLM), "
-          f"{os.cpu_count()} cores, {args.repeats} repeats alternating; a local Ray cluster took {cluster_start:.1f} s to start (not counted)")
+          f"{os.cpu_count()} cores, {args.repeats} repeats alternating; a local Ray cluster took {cluster_start:.1f} s to start (not "
+          f"counted)")
     print("| where the runs train | wall s (min / median / max) | vs --parallel 2 |")
     print("|---|---|---|")
     reference = statistics.median(times["--parallel 2"])
     for name, values in times.items():
-        print(f"| {name} | {min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f} | {statistics.median(values) / reference:.2f}× |")
+        print(f"| {name} | {min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f} | "
+              f"{statistics.median(values) / reference:.2f}× |")
     same = all(scores[name] == scores["--parallel 2"] for name in scores)
     print(f"\nscores identical: {same}")
 

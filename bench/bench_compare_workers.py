@@ -49,7 +49,8 @@ def compare_runs(code: Path, args: argparse.Namespace, files: dict[str, Path], o
     env = dict(os.environ, PYTHONPATH=str(code), GREENADAPT_CPU_AUTO_PRECISION="fp32")
     command = [sys.executable, "-m", "greenadapt", "compare", "--task", "ner", "--train", str(files["train"]), "--test", str(files["test"]),
                "--model", f"base={args.base}", "--model", f"green={args.green or args.base}", "--seeds", args.seeds,
-               "--max-steps", str(args.max_steps), "--batch-size", "16", "--lr", str(args.lr), "--device", "cpu", "--parallel", str(args.parallel),
+               "--max-steps", str(args.max_steps), "--batch-size", "16", "--lr", str(args.lr), "--device", "cpu", "--parallel",
+               str(args.parallel),
                "--bootstrap", "100", "--out", str(out), "--json", "-q"]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -97,7 +98,8 @@ def main() -> None:
         print(f"| {name} | {min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f} |")
     ratio = statistics.median(times["process per run"]) / statistics.median(times["workers"])
     print(f"\nspeed of workers vs a process per run (medians): {ratio:.2f}×")
-    shown = {name: {seed: round(100 * pools.get("mean", pools.get("general", {})).get("f1", float("nan")), 2) for seed, pools in by_seed.items()}
+    shown = {name: {seed: round(100 * pools.get("mean", pools.get("general", {})).get("f1", float("nan")), 2)
+                    for seed, pools in by_seed.items()}
              for name, by_seed in scores["workers"].items()}  # type: ignore[union-attr]
     print(f"scores identical: {scores['process per run'] == scores['workers']} (test F1 by model and seed: {shown})")
 

@@ -123,7 +123,8 @@ def plot(rows: list[dict], dest: Path) -> None:
     rows = sorted((r for r in rows if r["workers"] == max(r["workers"] for r in rows)), key=lambda r: r["tokens"])
     fig, (time_ax, mem_ax) = plt.subplots(1, 2, figsize=(9, 3.4), layout="constrained")
     tokens = [r["tokens"] for r in rows]
-    for key, label in (("ns_per_token_pretok", "pre-tokenization"), ("ns_per_token_train", "word2vec (per epoch)"), ("ns_per_token_total", "w2v stage, all")):
+    for key, label in (("ns_per_token_pretok", "pre-tokenization"), ("ns_per_token_train", "word2vec (per epoch)"),
+                       ("ns_per_token_total", "w2v stage, all")):
         time_ax.plot(tokens, [r[key] for r in rows], marker="o", label=label)
     time_ax.set_xscale("log")
     time_ax.set_xlabel("corpus tokens")
@@ -183,7 +184,8 @@ def main() -> None:
         words = build_corpus(args.corpus, SIZES[size], corpus)
         print(f"{size}: corpus of {words:,} words ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
         for workers in args.workers:
-            key = {"size": size, "workers": workers, "epochs": args.epochs, "max_vocab": args.max_vocab or None, "min_count": args.min_count}
+            key = {"size": size, "workers": workers, "epochs": args.epochs, "max_vocab": args.max_vocab or None,
+                   "min_count": args.min_count}
             if any(all(r.get(k) == v for k, v in key.items()) for r in rows):
                 continue
             row = {**key, "raw_words": words, **run_point(corpus, args.out, workers=workers, epochs=args.epochs,

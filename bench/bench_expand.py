@@ -148,7 +148,8 @@ def bench_tokenizers(args: argparse.Namespace, minilm: Path, work: Path) -> list
 
 
 # align then expand in one fresh process, as `greenadapt adapt` runs them (imports paid once, each file hashed
-# once, the vectors parsed once). VmHWM is the child's own high-water mark; getrusage's maxrss would also count the parent it was forked from.
+# once, the vectors parsed once). VmHWM is the child's own high-water mark; getrusage's maxrss would also count the parent it was forked
+# from.
 ALIGN_EXPAND_CHILD = """
 import json, re, sys, time
 from pathlib import Path
@@ -315,7 +316,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-tokenizers", action="store_true")
     parser.add_argument("--skip-expand", action="store_true")
-    parser.add_argument("--workdir", type=Path, default=None, help="Scratch folder (default: a temporary one; kept when given, so the synthetic w2v folders are reused).")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="Scratch folder (default: a temporary one; kept when given, so the synthetic w2v folders are reused).")
     parser.add_argument("--library", type=Path, default=None, help="greenadapt checkout whose align/expand are timed (default: this one).")
     parser.add_argument("--plot", type=Path, default=None, help="draw time and memory against new words into this PNG")
     args = parser.parse_args()

@@ -36,7 +36,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_expand import ALIGN_EXPAND_CHILD, SAMPLE_CORPUS, SHARED_CORPUS, pronounceable_words, read_sentences, write_synthetic_w2v  # noqa: E402
+from bench_expand import (  # noqa: E402
+    ALIGN_EXPAND_CHILD,
+    SAMPLE_CORPUS,
+    SHARED_CORPUS,
+    pronounceable_words,
+    read_sentences,
+    write_synthetic_w2v,
+)
 
 
 def train_model(family: str, lines: list[str], vocab_size: int, folder: Path) -> Path:
@@ -159,7 +166,8 @@ def bench_expand(args: argparse.Namespace, model: Path, work: Path) -> list[dict
         done = subprocess.run([sys.executable, "-c", ALIGN_EXPAND_CHILD, str(w2v), str(align), str(out)],
                               stdout=subprocess.PIPE, env=env, check=True, cwd="/")
         result = json.loads(done.stdout)
-        rows.append({"new_words": result["stats"]["n_new"], "align_s": round(result["align_s"], 2), "expand_s": round(result["expand_s"], 2),
+        rows.append({"new_words": result["stats"]["n_new"], "align_s": round(result["align_s"], 2),
+                     "expand_s": round(result["expand_s"], 2),
                      "peak_rss_mib": round(result["peak_rss_mib"]),
                      "model_safetensors_mib": round((out / "model.safetensors").stat().st_size / 2**20)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

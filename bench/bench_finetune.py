@@ -92,7 +92,8 @@ def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: i
                    precision: str = "auto") -> dict[str, float]:
     from greenadapt import finetune
 
-    finetune(task="ner", train=data, model=str(model), out=out, mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5, precision=precision,
+    finetune(task="ner", train=data, model=str(model), out=out, mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5,
+             precision=precision,
              device=device, force=True)
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     log = [r for r in log if "event" not in r]
@@ -189,7 +190,8 @@ def plain_batches(base: Path, sentences: list[tuple[list[str], list[str]]], batc
                                        generator=torch.Generator().manual_seed(0))
 
 
-def plain_run(base: Path, sentences: list[tuple[list[str], list[str]]], steps: int, batch_size: int, skip: int, device: str) -> dict[str, float]:
+def plain_run(base: Path, sentences: list[tuple[list[str], list[str]]], steps: int, batch_size: int, skip: int,
+              device: str) -> dict[str, float]:
     import torch
     from transformers import get_linear_schedule_with_warmup
 
@@ -246,7 +248,8 @@ def same_sequences_run(base: Path, batches: list[dict[str, Any]], batch_size: in
         def loss(self, part: dict[str, Any]) -> Any:
             logits = trainer.module(**{k: v for k, v in part.items() if k != "labels"}).logits
             labels = part["labels"].reshape(-1)
-            summed = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, reduction="sum", ignore_index=-100)
+            summed = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, reduction="sum",
+                                                       ignore_index=-100)
             return summed / max(1, int((labels >= 0).sum()))  # greenadapt's normalisation: labelled rows of the global batch
 
         def record(self, batch: int) -> dict[str, Any]:

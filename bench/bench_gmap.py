@@ -64,7 +64,8 @@ def subset(source: Path, n: int, seed: int, folder: Path, labels: set[str] | Non
     return path
 
 
-def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path, *, gmap: str, seeds: list[int], **training: Any) -> dict[str, Any]:
+def finetune(args: argparse.Namespace, train: Path, test: Path | None, out: Path, *, gmap: str, seeds: list[int],
+             **training: Any) -> dict[str, Any]:
     from greenadapt import finetune
 
     options = dict(
@@ -160,7 +161,8 @@ def bench_f1(args: argparse.Namespace) -> dict[str, Any]:
         per_seed = {
             seed: {k: metrics["per_seed"][seed]["test"]["mean"][k] for k in ("micro_f1", "macro_f1")} for seed in metrics["per_seed"]
         }
-        rows[gmap] = {"per_seed": per_seed, "wall_seconds": round(manifest["_wall_seconds"], 1), "gmap": manifest["stats"].get("gmap", {}).get("plan")}
+        rows[gmap] = {"per_seed": per_seed, "wall_seconds": round(manifest["_wall_seconds"], 1),
+                      "gmap": manifest["stats"].get("gmap", {}).get("plan")}
         micro = [v["micro_f1"] for v in per_seed.values()]
         macro = [v["macro_f1"] for v in per_seed.values()]
         rows[gmap]["micro_f1_mean"], rows[gmap]["macro_f1_mean"] = statistics.mean(micro), statistics.mean(macro)

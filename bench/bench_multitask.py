@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 TASKS = [
     ("rte", "classify", "glue/RTE/train.tsv", "glue/RTE/dev.tsv", {"metric": "accuracy"}),
     ("mrpc", "classify", "glue/MRPC/train.tsv", "glue/MRPC/dev.tsv", {"metric": "f1", "positive_label": "1"}),
-    ("cola", "classify", "glue/CoLA/train.tsv", "glue/CoLA/dev.tsv", {"metric": "mcc", "text_field": "3", "label_field": "1", "header": "no"}),
+    ("cola", "classify", "glue/CoLA/train.tsv", "glue/CoLA/dev.tsv", {"metric": "mcc", "text_field": "3", "label_field": "1",
+                                                                      "header": "no"}),
     ("ncbi", "ner", "ner/NCBI-disease/train.tsv", "ner/NCBI-disease/devel.tsv", {"metric": "f1"}),
 ]
 

@@ -35,11 +35,13 @@ with open(sys.argv[2], encoding="utf-8") as source, open(sys.argv[3], "w", encod
         batch.append(line.rstrip("\n"))
         if len(batch) == 256:
             for text, found in zip(batch, tagger(batch, batch_size=64)):
-                out.write(json.dumps({"text": text, "entities": [{k: (float(v) if k == "score" else v) for k, v in e.items()} for e in found]}) + "\n")
+                entities = [{k: (float(v) if k == "score" else v) for k, v in e.items()} for e in found]
+                out.write(json.dumps({"text": text, "entities": entities}) + "\n")
             batch = []
     if batch:
         for text, found in zip(batch, tagger(batch, batch_size=64)):
-            out.write(json.dumps({"text": text, "entities": [{k: (float(v) if k == "score" else v) for k, v in e.items()} for e in found]}) + "\n")
+            entities = [{k: (float(v) if k == "score" else v) for k, v in e.items()} for e in found]
+            out.write(json.dumps({"text": text, "entities": entities}) + "\n")
 """
 
 
@@ -113,9 +115,11 @@ def main() -> None:
         predict = [sys.executable, "-m", "greenadapt", "predict", str(text), "-m", str(args.run), "-q"]
         rows = {f"greenadapt predict ({views})": measure([*predict, "--output", str(Path(tmp) / "greenadapt.jsonl")])}
         for number, options in enumerate(args.also):
-            rows[f"greenadapt predict ({views}) {options}"] = measure([*predict, "--output", str(Path(tmp) / f"also-{number}.jsonl"), *options.split()])
+            rows[f"greenadapt predict ({views}) {options}"] = measure([*predict, "--output", str(Path(tmp) / f"also-{number}.jsonl"),
+                                                                       *options.split()])
         if not args.no_pipeline:
-            rows["transformers pipeline (1 view)"] = measure([sys.executable, "-c", PIPELINE, str(args.run), str(text), str(Path(tmp) / "pipeline.jsonl")])
+            rows["transformers pipeline (1 view)"] = measure([sys.executable, "-c", PIPELINE, str(args.run), str(text),
+                                                              str(Path(tmp) / "pipeline.jsonl")])
     print(f"{args.sentences:,} sentences of {args.corpus.name}; resident memory (MiB) by share of the run's wall time")
     print(f"| {'program':<70} | {'1/4':>6} | {'1/2':>6} | {'end':>6} | {'peak':>6} | {'wall s':>7} |")
     print(f"|{'-' * 72}|{'-' * 8}|{'-' * 8}|{'-' * 8}|{'-' * 8}|{'-' * 9}|")

@@ -117,7 +117,8 @@ def training_flops_per_token(config: object, length: int, masked_share: float = 
     head (transform H^2, decoder H V) runs on the masked share only, as greenadapt's loop runs it.
     The same count is used for both loops, so utilisation compares useful work.
     """
-    hidden, ffn, layers, vocab = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size  # type: ignore[attr-defined]
+    hidden, ffn = config.hidden_size, config.intermediate_size  # type: ignore[attr-defined]
+    layers, vocab = config.num_hidden_layers, config.vocab_size  # type: ignore[attr-defined]
     per_layer = 2 * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * length * hidden
     head = 2 * (hidden * hidden + hidden * vocab) * masked_share
     return 3.0 * (layers * per_layer + head)
@@ -162,7 +163,8 @@ def _peak_memory_mib(device: str) -> float | None:
     return round(torch.cuda.max_memory_allocated() / 2**20, 1) if device == "cuda" else None
 
 
-def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Path, batch_size: int, length: int) -> dict[str, float | None]:
+def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Path, batch_size: int,
+         length: int) -> dict[str, float | None]:
     """greenadapt's loop (the library call `greenadapt pretrain` makes); steps/s between its first report past
     the untimed steps and its last."""
     import torch
@@ -182,7 +184,8 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
     rows = model.get_input_embeddings().weight.shape[0]
     masker = Masker.for_tokenizer(tokenizer, rows)
     clock = _Clock()
-    config = PretrainSettings(corpus=(str(corpus_path),), batch_size=batch_size, max_steps=args.steps + args.skip, lr=5e-5, precision=args.precision,
+    config = PretrainSettings(corpus=(str(corpus_path),), batch_size=batch_size, max_steps=args.steps + args.skip, lr=5e-5,
+                              precision=args.precision,
                               seed=1, compile=args.compile)
     _reset_memory(args.device)
     began = time.perf_counter()
@@ -309,7 +312,8 @@ def _driver() -> str | None:
 
 
 def render_points(result: dict[str, object]) -> str:
-    lines = ["| batch × length | greenadapt tokens/s | transformers tokens/s | ratio | greenadapt TFLOP/s (share of peak) | GPU MiB (ours / plain) |",
+    lines = ["| batch × length | greenadapt tokens/s | transformers tokens/s | ratio | greenadapt TFLOP/s (share of peak) | GPU MiB (ours "
+             "/ plain) |",
              "|---|---|---|---|---|---|"]
     for p in result["points"]:  # type: ignore[attr-defined]
         if p.get("out_of_memory"):
@@ -318,7 +322,8 @@ def render_points(result: dict[str, object]) -> str:
         g, t = p["greenadapt"], p["transformers"]
         share = f" ({g['share_of_peak']:.1%})" if g["share_of_peak"] is not None else ""
         lines.append(f"| {p['batch_size']} × {p['length']} | {g['tokens_per_s']:,} | {t['tokens_per_s']:,} | "
-                     f"{p['ratio_greenadapt_over_transformers']:.2f} | {g['achieved_tflops']:.3g}{share} | {g['peak_mib']} / {t['peak_mib']} |")
+                     f"{p['ratio_greenadapt_over_transformers']:.2f} | {g['achieved_tflops']:.3g}{share} | {g['peak_mib']} / "
+                     f"{t['peak_mib']} |")
     return "\n".join(lines)
 
 

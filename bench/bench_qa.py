@@ -80,7 +80,8 @@ def _decode_spans(start: np.ndarray, end: np.ndarray, topk: int, max_answer_len:
     return starts, ends, candidates[0, starts, ends]
 
 
-def _select_starts_ends(start: np.ndarray, end: np.ndarray, p_mask: np.ndarray, attention: np.ndarray, top_k: int, max_answer_len: int) -> tuple:
+def _select_starts_ends(start: np.ndarray, end: np.ndarray, p_mask: np.ndarray, attention: np.ndarray, top_k: int,
+                        max_answer_len: int) -> tuple:
     undesired = np.abs(np.array(p_mask) - 1) & attention
     mask = undesired == 0.0
     start = np.where(mask, -10000.0, start)
@@ -93,7 +94,8 @@ def _select_starts_ends(start: np.ndarray, end: np.ndarray, p_mask: np.ndarray, 
     return _decode_spans(start, end, top_k, max_answer_len, undesired)
 
 
-def pipeline_answer(model: Any, tokenizer: Any, question: str, context: str, *, max_seq_len: int, doc_stride: int, max_answer_len: int, top_k: int = 1) -> dict[str, Any]:
+def pipeline_answer(model: Any, tokenizer: Any, question: str, context: str, *, max_seq_len: int, doc_stride: int, max_answer_len: int,
+                    top_k: int = 1) -> dict[str, Any]:
     import torch
 
     encoded = tokenizer(
@@ -174,7 +176,8 @@ def build_expanded(qa_model: Path, papers: list[str], work: Path) -> tuple[Path,
     corpus = work / "covid-papers.txt"
     corpus.write_text("\n".join(line for paper in papers for line in paper.splitlines() if line.strip()) + "\n", encoding="utf-8")
     began = time.perf_counter()
-    outcome = greenadapt.adapt([str(corpus)], model=str(qa_model), epochs=5, min_count=3, seed=1, workdir=work / "workspace", out=work / "expanded")
+    outcome = greenadapt.adapt([str(corpus)], model=str(qa_model), epochs=5, min_count=3, seed=1, workdir=work / "workspace",
+                               out=work / "expanded")
     stats = outcome.expand.manifest.get("stats", {})
     return outcome.expand.path, {"seconds": round(time.perf_counter() - began, 1), "new_words": stats.get("n_new")}
 
@@ -386,7 +389,8 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
         "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "expand": expand_info,
-        "seconds_wall": {"greenadapt_general": round(general.wall, 2), "pipeline": round(pipe.wall, 2), "greenadapt_mean": round(mean.wall, 2)},
+        "seconds_wall": {"greenadapt_general": round(general.wall, 2), "pipeline": round(pipe.wall, 2),
+                         "greenadapt_mean": round(mean.wall, 2)},
         "seconds_cpu": {"greenadapt_general": round(general.cpu, 2), "pipeline": round(pipe.cpu, 2), "greenadapt_mean": round(mean.cpu, 2)},
         "throughput_ratio_general_vs_pipeline": {"wall": round(pipe.wall / general.wall, 3), "cpu": round(pipe.cpu / general.cpu, 3)},
         "mean_over_general_time": {"wall": round(mean.wall / general.wall, 3), "cpu": round(mean.cpu / general.cpu, 3)},

@@ -61,11 +61,13 @@ from transformers import TokenClassificationPipeline, pipeline
 folder, source, output = sys.argv[1:4]
 lines = [line.rstrip("\\n") for line in open(source, encoding="utf-8")]
 # pipeline_class: transformers' own, on the folder's own (domain) tokenizer alone: one view, on purpose
-tagger = pipeline("token-classification", model=folder, aggregation_strategy="first", device="cpu", pipeline_class=TokenClassificationPipeline)
+tagger = pipeline("token-classification", model=folder, aggregation_strategy="first", device="cpu",
+                  pipeline_class=TokenClassificationPipeline)
 with open(output, "w", encoding="utf-8") as out:
     for start in range(0, len(lines), 64):
         for text, found in zip(lines[start:start + 64], tagger(lines[start:start + 64], batch_size=64)):
-            out.write(json.dumps({"text": text, "entities": [{"start": e["start"], "end": e["end"], "label": e["entity_group"]} for e in found]}) + "\\n")
+            entities = [{"start": e["start"], "end": e["end"], "label": e["entity_group"]} for e in found]
+            out.write(json.dumps({"text": text, "entities": entities}) + "\\n")
 """
 
 
@@ -152,7 +154,8 @@ def paired_ratios(rows: dict[str, dict[str, Any]], arms: list[str], anchors: lis
 
 def paired_table(rows: dict[str, dict[str, Any]], pairs: list[tuple[str, str]], figure: str = "sentences_per_s") -> str:
     rounds = "rounds" if figure == "sentences_per_s" else "rounds_per_cpu_s"
-    lines = [f"| arm / anchor, {figure.replace('_', ' ')}, paired by round ({len(rows[pairs[0][0]][rounds])} rounds) | mean ± sd | lowest |",
+    paired = len(rows[pairs[0][0]][rounds])
+    lines = [f"| arm / anchor, {figure.replace('_', ' ')}, paired by round ({paired} rounds) | mean ± sd | lowest |",
              "|---|---:|---:|"]
     for arm, anchor in pairs:
         ratios = [a / b for a, b in zip(rows[arm][rounds], rows[anchor][rounds], strict=True)]
@@ -176,7 +179,8 @@ def arms_of(args: argparse.Namespace) -> tuple[dict[str, tuple[list[str] | None,
     if args.arms:
         arms = {arm: spec for arm, spec in arms.items() if arm == REFERENCE or any(word in arm for word in args.arms)}
     if args.before:  # each of greenadapt's own arms again, on the earlier code, in the same rounds
-        arms.update({before_arm(arm, args.before): (ARMS[arm], args.before.resolve(), None) for arm in list(arms) if arm in ARMS and ARMS[arm]})
+        arms.update({before_arm(arm, args.before): (ARMS[arm], args.before.resolve(), None) for arm in list(arms)
+                     if arm in ARMS and ARMS[arm]})
     return arms, notes
 
 
@@ -192,11 +196,13 @@ def main() -> None:
     parser.add_argument("--test", type=Path, required=True, help="a labelled NER test file (F1)")
     parser.add_argument("--out", type=Path, default=Path("bench-serving"))
     parser.add_argument("--repeats", type=int, default=1,
-                        help="rounds: each times every arm once, in turn; the table gives each arm's median, and the paired ratios per round")
+                        help="rounds: each times every arm once, in turn; the table gives each arm's median, and the paired ratios per "
+                             "round")
     parser.add_argument("--longest", type=int, default=400, help="corpus lines of 40 to this many characters are taken")
     parser.add_argument("--before", type=Path, help="a checkout of an earlier greenadapt: each of greenadapt's arms is timed on it too, "
                         "in the same rounds, and set against it")
-    parser.add_argument("--arms", nargs="+", help="only the arms whose names contain one of these words (torch fp32, the reference, always)")
+    parser.add_argument("--arms", nargs="+",
+                        help="only the arms whose names contain one of these words (torch fp32, the reference, always)")
     parser.add_argument("--alone", type=int, default=200, help="this many of the sentences are tagged again one a call (batch invariance)")
     parser.add_argument("--ghz", type=float, help="the all-core clock for the peak shares (default: /proc/cpuinfo's)")
     args = parser.parse_args()
@@ -215,7 +221,8 @@ def main() -> None:
         extra, _, anchor = arms[arm]
         assert extra is not None, "transformers' pipeline runs predict only"
         if anchor:
-            return [sys.executable, str(HERE / "bench" / "serving_anchors.py"), anchor, "--store", str(args.out / "anchors"), "--", *command]
+            return [sys.executable, str(HERE / "bench" / "serving_anchors.py"), anchor, "--store",
+                    str(args.out / "anchors"), "--", *command]
         return [sys.executable, "-m", "greenadapt", *command, *extra]
 
     def predict(arm: str, source: Path, output: Path) -> list[str]:
@@ -321,8 +328,10 @@ def table(args: argparse.Namespace, arms: dict[str, Any], rows: dict[str, dict[s
              f"(all views); peaks: int8 {int8:.0f} GMAC/s ({assumption}), fp32 {fp32:.0f} GMAC/s ({units['fp32']})"
              + (f", bf16 {bf16:.0f} GMAC/s ({units['bf16']})" if auto_is_bf16 else ""),
              "",
-             "| arm | sentences/s | sentences per CPU-s | × torch fp32 | × torch auto | share of peak | peak MiB (all sentences) | cold start s "
-             "| test F1 | Δ F1 vs torch fp32 | sentences with torch fp32's entities | alone = in its batch (entities) | largest score gap, alone vs batch |",
+             "| arm | sentences/s | sentences per CPU-s | × torch fp32 | × torch auto | share of peak | peak MiB (all sentences) | cold "
+             "start s "
+             "| test F1 | Δ F1 vs torch fp32 | sentences with torch fp32's entities | alone = in its batch (entities) | largest score gap, "
+             "alone vs batch |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     reference = rows[REFERENCE]
     auto = rows.get("greenadapt torch auto (bf16 where the CPU has it)")
@@ -331,13 +340,15 @@ def table(args: argparse.Namespace, arms: dict[str, Any], rows: dict[str, dict[s
         precision_peak = int8 if anchor or (extra and "int8" in extra) else fp32 if extra is None or "fp32" in arm else bf16
         # transformers' pipeline reads the folder's own tokenizer alone: its pieces, not every view's
         tokens = macs["folder_view_tokens_per_sentence"] if extra is None else macs["tokens_per_sentence"]
-        share = f"{100 * f['sentences_per_s'] * tokens * macs['linear_macs_per_token'] / 1e9 / precision_peak:.1f}%" if precision_peak else "—"
+        gmacs = f["sentences_per_s"] * tokens * macs["linear_macs_per_token"] / 1e9
+        share = f"{100 * gmacs / precision_peak:.1f}%" if precision_peak else "—"
         f1 = f"{f['f1']:.2f}" if "f1" in f else "—"
         delta = f"{f['f1'] - reference['f1']:+.2f}" if "f1" in f else "—"
         same = f"{100 * f['same_entities']:.2f}%" if "same_entities" in f else "—"
         versus_auto = f"{f['sentences_per_s'] / auto['sentences_per_s']:.2f}" if auto else "—"
         alone = f"{100 * f['alone_same_entities']:.1f}% | {f['alone_largest_score_gap']:.1e}" if "alone_same_entities" in f else "— | —"
-        lines.append(f"| {arm} | {f['sentences_per_s']:.1f} | {f['sentences_per_cpu_s']:.1f} | {f['sentences_per_s'] / reference['sentences_per_s']:.2f} | "
+        lines.append(f"| {arm} | {f['sentences_per_s']:.1f} | {f['sentences_per_cpu_s']:.1f} | "
+                     f"{f['sentences_per_s'] / reference['sentences_per_s']:.2f} | "
                      f"{versus_auto} | {share} | {f['all_peak_mib']:.0f} | {f['cold_wall_s']:.1f} | {f1} | {delta} | {same} | {alone} |")
     return lines
 

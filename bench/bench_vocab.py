@@ -147,7 +147,8 @@ def main() -> None:
             for name, model in (("base", base), ("expanded", expanded)):
                 out = Path(tmp) / f"{name}{repeat}"
                 if args.processes:
-                    results[name].append(run_in_process(args.library or REPO, model, args.data, out, args.steps, args.batch_size, args.skip))
+                    results[name].append(run_in_process(args.library or REPO, model, args.data, out, args.steps,
+                                                        args.batch_size, args.skip))
                 else:
                     results[name].append(run(model, args.data, out, args.steps, args.batch_size, args.skip))
     medians = {name: statistics.median(r["seconds_per_step"] for r in runs) for name, runs in results.items()}

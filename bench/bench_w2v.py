@@ -75,7 +75,8 @@ def main() -> None:
     import greenadapt
     from greenadapt.adaptation import w2v as options  # CBOW's fixed window, negatives and sampling, as greenadapt trains them
 
-    outcome = greenadapt.w2v([str(args.corpus)], model=args.model, dim=args.dim, epochs=args.epochs, min_count=args.min_count, workers=args.workers,
+    outcome = greenadapt.w2v([str(args.corpus)], model=args.model, dim=args.dim, epochs=args.epochs, min_count=args.min_count,
+                             workers=args.workers,
                              seed=args.seed, workdir=work)
     a_seconds = time.perf_counter() - started
     stats = outcome.manifest["stats"]
@@ -170,7 +171,8 @@ def cold(args: argparse.Namespace) -> None:
         work = out / f"work-{run}"
         shutil.rmtree(work, ignore_errors=True)  # a fresh workspace: pre-tokenization is paid every time
         command = [sys.executable, "-m", "greenadapt", "w2v", "--corpus", str(args.corpus), "--workdir", str(work), "--dim", str(args.dim),
-                   "--epochs", str(args.epochs), "--w2v-min-count", str(args.min_count), "--workers", str(args.workers), "--seed", str(args.seed),
+                   "--epochs", str(args.epochs), "--w2v-min-count", str(args.min_count), "--workers", str(args.workers),
+                   "--seed", str(args.seed),
                    "--quiet", "--json"] + (["--model", args.model] if args.model else [])
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -180,14 +182,16 @@ def cold(args: argparse.Namespace) -> None:
         if args.corpus.suffix not in (".gz", ".bz2", ".xz"):  # gensim's corpus_file reads plain text only
             on_raw_text.append(raw_gensim(args.corpus))
     result = {
-        "corpus": str(args.corpus), "tokens": sum(len(line.split()) for line in open(pretokenized, encoding="utf-8")) if pretokenized else None,
+        "corpus": str(args.corpus), "tokens": sum(len(line.split()) for line in open(pretokenized, encoding="utf-8"))
+        if pretokenized else None,
         "epochs": args.epochs, "workers": args.workers, "runs": args.cold,
         "greenadapt_cli_seconds": [round(t, 2) for t in ours], "raw_gensim_seconds": [round(t, 2) for t in theirs],
         "ratios": [round(a / b, 3) for a, b in zip(ours, theirs, strict=True)],
         "median_ratio": round(statistics.median(a / b for a, b in zip(ours, theirs, strict=True)), 3), "goal": 1.05,
         "raw_gensim_on_the_corpus_file_seconds": [round(t, 2) for t in on_raw_text],
         "ratios_to_the_corpus_file": [round(a / b, 3) for a, b in zip(ours, on_raw_text, strict=False)],
-        "median_ratio_to_the_corpus_file": round(statistics.median(a / b for a, b in zip(ours, on_raw_text, strict=False)), 3) if on_raw_text else None,
+        "median_ratio_to_the_corpus_file": round(statistics.median(a / b for a, b in zip(ours, on_raw_text, strict=False)), 3)
+        if on_raw_text else None,
         "cpu_count": os.cpu_count(), "load_average": os.getloadavg(),
     }
     (out / "bench_w2v_cold.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {row['lines']:,} | {row['tokens'] or 0:,} | {row['words']:,} | {row['shared']:,} | {row['new']:,} | "
               f"{row['heldout_cosine']:.3f} | {row['w2v_mean_cosine']:.3f} |", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"corpus": str(args.corpus), "epochs": args.epochs, "dim": args.dim, "rows": rows}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"corpus": str(args.corpus), "epochs": args.epochs, "dim": args.dim, "rows": rows},
+                                        indent=2) + "\n")
     return 0
 
 

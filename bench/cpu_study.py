@@ -66,7 +66,8 @@ ARMS: dict[str, tuple[str, list[str]]] = {
 # The study's recipe (docs/study.md "Recipe"); --precision auto trains in bf16 on a CPU that has it.
 RECIPE = ["--epochs", "3", "--batch-size", "32", "--lr", "5e-05", "--max-length", "128", "--device", "cpu",
           "--precision", "auto", "--parallel", "1"]
-ADAPT = ["--epochs", "5", "--min-count", "5", "--seed", "1", "--workers", "1"]  # the one-thread word2vec draw, in the pinned code's spelling (--w2v-min-count came later)
+ADAPT = ["--epochs", "5", "--min-count", "5", "--seed", "1", "--workers",
+         "1"]  # the one-thread word2vec draw, in the pinned code's spelling (--w2v-min-count came later)
 MAX_TRIES = 2  # a unit that fails twice is left (noted in the log and in status) and the study goes on
 
 

@@ -78,7 +78,8 @@ def run_all(out: Path) -> None:
     cli("multitask", "--model", model, "--task", f"name=ner,type=ner,train={d / 'ner_train.tsv'},dev={d / 'ner_dev.tsv'}",
         "--task", f"name=cls,type=classify,train={d / 'cls_train.jsonl'},dev={d / 'cls_dev.jsonl'}", "--pal-size", "12", "--pal-heads", "3",
         "--batch-size", "8", "--epochs", "2", "--steps-per-epoch", "4", "--out", str(runs / "pals"), "--device", "cpu", "-q")
-    cli("adapt", "--corpus", str(d / "corpus.txt"), "--model", model, "--workers", "1", "--min-count", "1", "--min-count-new", "1", "--workdir", str(out / "adapt"), "-q")
+    cli("adapt", "--corpus", str(d / "corpus.txt"), "--model", model, "--workers", "1", "--min-count", "1", "--min-count-new", "1",
+        "--workdir", str(out / "adapt"), "-q")
 
 
 def digest(path: Path) -> str:

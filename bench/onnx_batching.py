@@ -89,7 +89,8 @@ def main() -> None:
     def sliced(feed: list[dict[str, np.ndarray]]) -> None:
         for batch in feed:
             half = (len(batch["input_ids"]) + 1) // 2
-            list(pool.map(lambda part: one.run(None, part), [{k: v[:half] for k, v in batch.items()}, {k: v[half:] for k, v in batch.items()}]))
+            list(pool.map(lambda part: one.run(None, part), [{k: v[:half] for k, v in batch.items()},
+                                                             {k: v[half:] for k, v in batch.items()}]))
 
     padded, exact = batches(0, True) + batches(1, True), batches(0, False) + batches(1, False)
     ways = {"padded to torch's shapes, one run on 2 threads": (whole, padded), "unpadded, one run on 2 threads": (whole, exact),

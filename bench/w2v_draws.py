@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         made[label] = adapt([args.corpus], seed=seed, w2v_draws=draws, out=out, **common).expand.path
         print(f"{label}: {made[label]} ({time.perf_counter() - started:.0f} s so far)", file=sys.stderr)
     labels = list(made)
-    rows = {"one draw": agreement(made[labels[0]], made[labels[1]]), f"{args.draws} draws averaged": agreement(made[labels[2]], made[labels[3]])}
+    rows = {"one draw": agreement(made[labels[0]], made[labels[1]]),
+            f"{args.draws} draws averaged": agreement(made[labels[2]], made[labels[3]])}
     (args.workdir / "agreement.json").write_text(json.dumps(rows, indent=1) + "\n")
     print("| rows | words | cosine between two runs (mean) | 10th percentile | distance / norm |")
     print("|---|---:|---:|---:|---:|")

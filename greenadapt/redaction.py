@@ -198,7 +198,8 @@ class ScrubbedLines:
         pending = self._pending + text
         whole, newline, self._pending = pending.rpartition("\n")
         if newline:
-            self._stream.write(scrub_secrets(whole + newline) if ("@" in whole or ":/" in whole or _LOG_SECRETS or _IDENTITIES) else whole + newline)
+            self._stream.write(scrub_secrets(whole + newline) if ("@" in whole or ":/" in whole or _LOG_SECRETS or _IDENTITIES)
+                               else whole + newline)
         return len(text)
 
     def flush(self) -> None:

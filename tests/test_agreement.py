@@ -193,7 +193,8 @@ def test_compare_gives_the_agreement_to_the_variant_it_names_only(files: dict[st
     from greenadapt.comparison.recipe import finetune_arguments
 
     options = comparison(files["root"] / "cmp", task="ner", train=files["train"], test=files["test"],
-                             models=(("green", str(files["model"])), ("green-agree", str(files["model"]))), agreements=(("green-agree", 1.0),))
+                             models=(("green", str(files["model"])), ("green-agree", str(files["model"]))),
+                         agreements=(("green-agree", 1.0),))
     options.check()
     assert "agreement" not in finetune_arguments(options, str(files["model"]), 1, files["root"] / "x", name="green")
     assert finetune_arguments(options, str(files["model"]), 1, files["root"] / "y", name="green-agree")["agreement"] == 1.0

@@ -84,7 +84,8 @@ def cli_tags(ner_run: Path, ner_data: dict[str, Path], tmp_path_factory: pytest.
 
 
 def test_importing_greenadapt_loads_no_heavy_library() -> None:
-    code = "import sys, greenadapt, greenadapt.api; greenadapt.load; print(sorted(m for m in ('torch', 'transformers', 'gensim') if m in sys.modules))"
+    code = ("import sys, greenadapt, greenadapt.api; greenadapt.load; print(sorted(m for m in ('torch', 'transformers', 'gensim') if m in "
+            "sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
     from greenadapt import api
@@ -220,7 +221,8 @@ def test_token_classification_pipeline_is_a_transformers_pipeline_with_the_same_
     expected = greenadapt.load(ner_run, device="cpu").predict(texts)
     batched = pipe(texts)
     assert batched == [
-        [{"entity_group": e.label, "score": e.score, "word": e.text, "start": e.start, "end": e.end} for e in entities] for entities in expected
+        [{"entity_group": e.label, "score": e.score, "word": e.text, "start": e.start, "end": e.end} for e in entities]
+        for entities in expected
     ]
     assert pipe(texts[0]) == batched[0]  # one input runs through preprocess -> _forward -> postprocess
     words = [t.rstrip(".").split() for t in texts]
@@ -259,8 +261,10 @@ def test_transformers_device_and_dtype_become_greenadapts_options() -> None:
 
     from greenadapt.inference.hf_pipeline import _device_spec, _precision_of
 
-    assert [_device_spec(d) for d in (None, -1, 0, 1, "cpu", torch.device("cuda", 2))] == ["auto", "cpu", "cuda:0", "cuda:1", "cpu", "cuda:2"]
-    assert [_precision_of(t) for t in (None, "auto", torch.float32, torch.bfloat16, torch.float16)] == ["auto", "auto", "fp32", "bf16", "fp16"]
+    assert [_device_spec(d) for d in (None, -1, 0, 1, "cpu", torch.device("cuda",
+                                                                          2))] == ["auto", "cpu", "cuda:0", "cuda:1", "cpu", "cuda:2"]
+    assert [_precision_of(t) for t in (None, "auto", torch.float32, torch.bfloat16,
+                                       torch.float16)] == ["auto", "auto", "fp32", "bf16", "fp16"]
     with pytest.raises(UsageError, match="float32, bfloat16 or float16"):
         _precision_of(torch.int8)
 
@@ -272,7 +276,8 @@ def test_a_one_tokenizer_folder_stays_transformers_own(ner_data: dict[str, Path]
     from greenadapt.artifacts.pipeline_entry import CUSTOM_PIPELINES, ENTRY_FILE, write_pipeline_entry
 
     run = tmp_path / "run"
-    greenadapt.finetune("ner", ner_data["train"], model=str(build_tiny_bert(tmp_path / "bert")), out=run, epochs=1, batch_size=8, device="cpu")
+    greenadapt.finetune("ner", ner_data["train"], model=str(build_tiny_bert(tmp_path / "bert")), out=run, epochs=1,
+                        batch_size=8, device="cpu")
     assert not (run / ENTRY_FILE).exists() and CUSTOM_PIPELINES not in json.loads((run / "config.json").read_text())
     assert type(transformers.pipeline("token-classification", model=str(run))) is transformers.TokenClassificationPipeline
     # A one-tokenizer model trained from a two-tokenizer folder does not inherit its entry.
@@ -373,7 +378,8 @@ def test_qa_answer_equals_greenadapt_qa(tmp_path: Path, monkeypatch: pytest.Monk
     context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
     data = squad_file(
         tmp_path / "train.json",
-        [{"paragraphs": [paragraph(context, ("q1", "What was high?", [("Heart rate", 0)]), ("q2", "What was the main treatment?", [("Ventilation", 36)]))]}],
+        [{"paragraphs": [paragraph(context, ("q1", "What was high?", [("Heart rate", 0)]),
+                                   ("q2", "What was the main treatment?", [("Ventilation", 36)]))]}],
     )
     trained = greenadapt.finetune(task="qa", train=data, model=str(build_tiny_expanded_qa(tmp_path / "model")), out=tmp_path / "ft",
                                   max_length=32, doc_stride=8, batch_size=4, lr=3e-3, max_steps=30, seed=3)
@@ -395,7 +401,8 @@ def test_qa_answer_equals_greenadapt_qa(tmp_path: Path, monkeypatch: pytest.Monk
 # `greenadapt predict` on raw text, JSON lines, folders and stdin
 
 
-def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stdin: str | None = None) -> tuple[int, str, str]:
+def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+         stdin: str | None = None) -> tuple[int, str, str]:
     import io
 
     from greenadapt.cli import main
@@ -486,9 +493,11 @@ def test_predict_labels_a_column_file_from_stdin_like_the_file_itself(
     ner_run: Path, ner_data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     file_out = tmp_path / "pred.tsv"
-    code, _, err = _cli(["predict", "-m", str(ner_run), "--input", str(ner_data["test"]), "-o", str(file_out), "--device", "cpu"], monkeypatch, capsys)
+    code, _, err = _cli(["predict", "-m", str(ner_run), "--input", str(ner_data["test"]), "-o", str(file_out), "--device", "cpu"],
+                        monkeypatch, capsys)
     assert code == 0, err
-    code, stdout, err = _cli(["predict", "-m", str(ner_run), "-", "--device", "cpu"], monkeypatch, capsys, stdin=ner_data["test"].read_text())
+    code, stdout, err = _cli(["predict", "-m", str(ner_run), "-", "--device", "cpu"], monkeypatch, capsys,
+                             stdin=ner_data["test"].read_text())
     assert code == 0, err
     assert stdout == file_out.read_text()
     assert "f1" in err  # the scores of a labelled input, on stderr beside the predictions on stdout
@@ -517,7 +526,8 @@ def test_predict_classifies_raw_lines(tmp_path: Path, monkeypatch: pytest.Monkey
     train = write_classify_file(tmp_path / "train.jsonl", 30, seed=1)
     greenadapt.finetune("classify", train, model=str(model_folder), out=tmp_path / "run", epochs=2, batch_size=8, lr=3e-3, device="cpu")
     texts = ["patients with melanoma", "the study of cells"]
-    code, out, err = _cli(["predict", "-m", str(tmp_path / "run"), "-", "--device", "cpu"], monkeypatch, capsys, stdin="\n".join(texts) + "\n")
+    code, out, err = _cli(["predict", "-m", str(tmp_path / "run"), "-", "--device", "cpu"], monkeypatch, capsys,
+                          stdin="\n".join(texts) + "\n")
     assert code == 0, err
     records = [json.loads(line) for line in out.splitlines()]
     expected = greenadapt.load(tmp_path / "run", device="cpu").predict(texts)
@@ -566,14 +576,16 @@ def test_pipeline_f1_on_ncbi_disease_equals_finetunes_reported_mean_pooled_f1(mi
     assert scores["f1"] == reported["f1"] and scores["predicted_entities"] == reported["predicted_entities"]
 
 
-def test_the_readmes_plain_transformers_recipe_gives_the_pooled_tags(ner_run: Path, ner_data: dict[str, Path], cli_tags: list[list[str]]) -> None:
+def test_the_readmes_plain_transformers_recipe_gives_the_pooled_tags(ner_run: Path, ner_data: dict[str, Path],
+                                                                     cli_tags: list[list[str]]) -> None:
     """The README's code for users without greenadapt: both tokenizers, first wordpiece, mean of the logits."""
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     path = str(ner_run)
     model = AutoModelForTokenClassification.from_pretrained(path).eval()
-    tokenizers = [AutoTokenizer.from_pretrained(path), AutoTokenizer.from_pretrained(f"{path}/{model.config.greenadapt['general_tokenizer']}")]
+    tokenizers = [AutoTokenizer.from_pretrained(path),
+                  AutoTokenizer.from_pretrained(f"{path}/{model.config.greenadapt['general_tokenizer']}")]
     for words, expected in zip(_sentences(ner_data["test"]), cli_tags, strict=True):
         logits = []
         for tok in tokenizers:

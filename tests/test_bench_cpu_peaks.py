@@ -24,8 +24,8 @@ def peaks():  # type: ignore[no-untyped-def]
     (SAPPHIRE_RAPIDS, 32, 1024, 1024, "AMX-INT8"),
     (HASWELL, 32, 32, 16, "AVX2"),
 ])
-def test_each_precisions_peak_comes_from_the_widest_unit_the_flags_show(peaks, flags: set[str], fp32: int, bf16: int,  # type: ignore[no-untyped-def]
-                                                                        int8: int, unit: str) -> None:
+def test_each_precisions_peak_comes_from_the_widest_unit_the_flags_show(  # type: ignore[no-untyped-def]
+        peaks, flags: set[str], fp32: int, bf16: int, int8: int, unit: str) -> None:
     flops, words = peaks.cpu_peaks(flags, 2, 2000.0)
     assert flops == {"fp32": 2 * 2.0 * fp32, "bf16": 2 * 2.0 * bf16}  # fp32 never on AMX: it multiplies bf16 and int8 only
     macs, said = peaks.int8_peak(flags, 2, 2.0)
@@ -39,7 +39,8 @@ def test_bf16_is_skipped_with_a_note_where_the_cpu_does_not_run_it(peaks) -> Non
     assert runs == ["fp32"] and len(notes) == 1 and "no native bf16" in notes[0]
 
 
-def test_a_measured_peak_is_work_over_the_best_cpu_time_and_wall_beside_it(peaks, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_measured_peak_is_work_over_the_best_cpu_time_and_wall_beside_it(  # type: ignore[no-untyped-def]
+        peaks, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 94, item 2: a share per CPU-second holds on a shared machine; wall time is shown beside it, not used."""
     ticks = {"cpu": 0.0, "wall": 0.0}
     spent = iter([(0.5, 2.0), (0.25, 1.0), (0.4, 0.5), (0.3, 3.0), (0.9, 0.9), (0.6, 0.6)])  # warm-up, then 5 timed
@@ -70,7 +71,8 @@ def test_the_isa_is_what_onednn_ran_not_what_the_flags_say(peaks) -> None:  # ty
     assert peaks.onednn_isa("") is None
 
 
-def test_the_bench_prints_measured_peaks_beside_the_flags(peaks, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_the_bench_prints_measured_peaks_beside_the_flags(peaks, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(peaks, "onednn_isa_of_bf16", lambda: "avx512_core_bf16")
     monkeypatch.setattr(peaks, "measured_peak", lambda dtype, threads: {"per_cpu_second": 50.0, "per_wall_second": 25.0})
     rows = peaks.table([1], ["fp32"])

@@ -188,7 +188,8 @@ def test_compare_fine_tunes_every_model_on_every_seed_and_pairs_them(setup: dict
 def test_parallel_runs_give_the_same_scores_as_one_at_a_time(setup: dict[str, Path], tmp_path: Path) -> None:
     import greenadapt
 
-    common = {"task": "ner", "train": setup["train"], "test": setup["test"], "models": {"base": str(setup["base"]), "green": str(setup["green"])},
+    common = {"task": "ner", "train": setup["train"], "test": setup["test"], "models": {"base": str(setup["base"]),
+                                                                                        "green": str(setup["green"])},
               "seeds": [3, 4], "epochs": 1, "batch_size": 8, "device": "cpu", "bootstrap": 200, "keep_going": True}
     one = greenadapt.compare(**common, out=tmp_path / "one")  # type: ignore[arg-type]
     two = greenadapt.compare(**common, out=tmp_path / "two", parallel=2)  # type: ignore[arg-type]
@@ -209,7 +210,8 @@ def test_bad_options_are_refused_before_any_training(setup: dict[str, Path], tmp
     for extra, says in [
         (["--model", f"base={setup['base']}"], "at least two"),
         (["--model", f"a={setup['base']}", "--model", f"a={setup['green']}"], "share a name"),
-        (["--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--against", "dapt"], "--against 'dapt' names no --model"),
+        (["--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--against", "dapt"],
+         "--against 'dapt' names no --model"),
         (["--model", f"base={setup['base']}", "--model", f"green={setup['green']}", "--seeds", "1,1"], "distinct"),
         (["--model", f"base={setup['base']}", "--model", str(setup["green"])], "is not NAME=MODEL"),
         (["--model", f"base={setup['base']}", "--model", f"green={tmp_path / 'nothing'}"], "nothing"),
@@ -287,7 +289,8 @@ def test_qa_models_are_compared_too(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     data = squad_file(tmp_path / "squad.json", [{"paragraphs": [paragraph("tachycardia is a fast heart rate .", *qas)]}])
     out = tmp_path / "cmp"
     code, stdout, err = _cli(["compare", "--task", "qa", "--train", str(data), "--test", str(data), "--model", f"base={base}",
-                              "--model", f"green={green}", "--seeds", "1,2", "--epochs", "15", "--lr", "0.01", "--batch-size", "4", "--device", "cpu",
+                              "--model", f"green={green}", "--seeds", "1,2", "--epochs", "15", "--lr", "0.01", "--batch-size", "4",
+                              "--device", "cpu",
                               "--bootstrap", "200", "--out", str(out)], monkeypatch, capsys)
     assert code == 0, err
     result = json.loads((out / "compare.json").read_text())
@@ -322,7 +325,8 @@ def test_compare_passes_entity_type_and_max_steps_to_every_run(setup: dict[str, 
 
 
 def test_one_adapted_model_is_compared_with_the_model_it_was_made_from(setup: dict[str, Path], tmp_path: Path, tiny_bert: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from greenadapt.api import adapt
     from greenadapt.comparison.folders import recorded_base_model
 
@@ -354,7 +358,8 @@ def test_runs_that_learned_nothing_are_named_and_no_verdict_is_given() -> None:
     # issue 65, point 1: entities predicted at random (a random head): none of them right (issue 72: F1 under 10 is no verdict)
     assert degenerate("ner", [["B-D", "O", "O", "O"]], [["O", "B-D", "B-D", "O"]]) == "reached entity F1 0.0 (0 of 1 gold entities)"
     # an entity found among words tagged no better than all-O (issue 72: at the floor, not only below it)
-    assert degenerate("ner", [["B-D", "O", "O"]], [["B-D", "O", "I-D"]]) == "tagged words with accuracy 0.67, at the 0.67 of tagging every word 'O'"
+    assert degenerate("ner", [["B-D", "O", "O"]],
+                      [["B-D", "O", "I-D"]]) == "tagged words with accuracy 0.67, at the 0.67 of tagging every word 'O'"
     assert degenerate("classify", ["a", "b", "a"], ["a", "a", "a"]) == "gave every test example the label 'a'"
     assert degenerate("classify", ["a", "a"], ["a", "a"]) is None  # one gold label: one predicted label is right
     assert degenerate("classify", ["a", "b"], ["a", "b"]) is None
@@ -426,7 +431,8 @@ def test_compare_stops_at_the_first_run_that_learned_nothing_unless_asked_to_go_
     with pytest.raises(SystemExit) as done:
         main()
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert done.value.code == 4 and "compare stopped: base seed 1" in err and "learned nothing" in err and "3 fine-tuning(s) not started" in err
+    assert done.value.code == 4 and "compare stopped: base seed 1" in err and "learned nothing" in err
+    assert "3 fine-tuning(s) not started" in err
     assert "--keep-going" in err and "--lr" in err
     assert sorted(p.name for p in (tmp_path / "cmp").glob("*/seed-*") if p.is_dir()) == ["seed-1"]  # one run, the rest never started
     code, stdout, err = _cli([*args, "--keep-going"], monkeypatch, capsys)

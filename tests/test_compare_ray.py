@@ -39,7 +39,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _common(setup: dict[str, Path], **more: Any) -> dict[str, Any]:
-    return {"task": "ner", "train": setup["train"], "test": setup["test"], "models": {"base": str(setup["base"]), "green": str(setup["green"])},
+    return {"task": "ner", "train": setup["train"], "test": setup["test"], "models": {"base": str(setup["base"]),
+                                                                                      "green": str(setup["green"])},
             "seeds": [3, 4], "epochs": 1, "batch_size": 8, "device": "cpu", "bootstrap": 200, "keep_going": True, **more}
 
 
@@ -56,7 +57,8 @@ def _same_result(one: Any, other: Any) -> None:
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_compare_on_the_cluster_scores_as_one_here_and_a_rerun_trains_nothing(cluster: str, setup: dict[str, Path], tmp_path: Path) -> None:
+def test_a_compare_on_the_cluster_scores_as_one_here_and_a_rerun_trains_nothing(cluster: str, setup: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
     import greenadapt
 
     here = greenadapt.compare(**_common(setup), out=tmp_path / "here")  # type: ignore[arg-type]
@@ -73,7 +75,8 @@ def test_a_compare_on_the_cluster_scores_as_one_here_and_a_rerun_trains_nothing(
     assert _stamps(tmp_path / "shared") == stamps  # finished runs are skipped
 
     # Storage the nodes do not share: inputs go out through the object store, run folders and logs come back.
-    local = greenadapt.compare(**_common(setup), out=tmp_path / "local", ray=cluster, ray_storage="local", run_cpus=1)  # type: ignore[arg-type]
+    local = greenadapt.compare(**_common(setup), out=tmp_path / "local", ray=cluster, ray_storage="local",
+                               run_cpus=1)  # type: ignore[arg-type]
     _same_result(here, local)
     came_back = tmp_path / "local"
     assert all((came_back / v / f"seed-{s}" / "manifest.json").is_file() and (came_back / v / f"seed-{s}.log").is_file()
@@ -332,4 +335,5 @@ def test_rays_own_lines_on_stderr_go_to_the_log_and_ours_pass_as_written(termina
     assert done.stdout.decode().strip() == ("tty" if terminal else "pipe")
     assert stderr == "ours: one\n[not ray] two\nbar 50%\rafter\n", repr(stderr)
     assert logged.read_text().splitlines() == ["ray: [2026-11-28 16:24:52,091 E 11296 11313] task_manager.cc:1545: Failed to push error",
-                                               "ray: [2026-11-28 16:25:52,421 E 11296 11373] rpc_client.h:204: Failed to connect to GCS within 60 seconds"]
+                                               "ray: [2026-11-28 16:25:52,421 E 11296 11373] rpc_client.h:204: Failed to connect to GCS "
+                                               "within 60 seconds"]

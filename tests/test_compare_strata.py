@@ -125,9 +125,12 @@ def test_compare_reports_the_split_in_json_the_terminal_and_info(tmp_path: Path,
 
     from greenadapt.comparison.display import render
 
-    result = greenadapt.compare("ner", write_ner_file(tmp_path / "train.tsv", 24, seed=1), write_ner_file(tmp_path / "test.tsv", 16, seed=2),
-                                {"base": str(build_tiny_bert(tmp_path / "base", head="base")), "green": str(build_tiny_expanded(tmp_path / "green"))},
-                                out=tmp_path / "cmp", seeds=[1, 2], epochs=3, lr=1e-2, batch_size=8, device="cpu", bootstrap=200, progress=False)  # type: ignore[arg-type]
+    result = greenadapt.compare("ner", write_ner_file(tmp_path / "train.tsv", 24, seed=1),
+                                write_ner_file(tmp_path / "test.tsv", 16, seed=2),
+                                {"base": str(build_tiny_bert(tmp_path / "base", head="base")),
+                                 "green": str(build_tiny_expanded(tmp_path / "green"))},
+                                out=tmp_path / "cmp", seeds=[1, 2], epochs=3, lr=1e-2, batch_size=8, device="cpu", bootstrap=200,
+                                progress=False)  # type: ignore[arg-type]
     (pair,) = json.loads((tmp_path / "cmp" / "compare.json").read_text())["pairs"]
     assert [row["stratum"] for row in pair["strata"]] == [WITH_NEW, WITHOUT_NEW, ONE_PIECE, FEW_PIECES, MANY_PIECES,
                                                           SAME_SEGMENTATION, DIFFERENT_SEGMENTATION]

@@ -202,7 +202,8 @@ def test_jsonl_mostly_malformed_is_an_error(tmp_path: Path) -> None:
 def test_csv_and_tsv_columns(tmp_path: Path) -> None:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerows([["id", "text", "label"], ["1", "Glioblastoma is aggressive.\nTemozolomide helps.", "x"], ["2", "", "y"], ["3", "Short"]])
+    writer.writerows([["id", "text", "label"], ["1", "Glioblastoma is aggressive.\nTemozolomide helps.", "x"], ["2", "", "y"],
+                      ["3", "Short"]])
     path = write(tmp_path / "d.csv.bz2", ("\ufeff" + buffer.getvalue()).encode())
     assert read_all(str(path))[0] == ["Glioblastoma is aggressive.\nTemozolomide helps.", "Short"]
     # TSV is unquoted: a quote character is text, not a field delimiter.
@@ -235,7 +236,8 @@ def make_cord19(path: Path, *, metadata_first: bool = True) -> Path:
     metadata = io.StringIO()
     writer = csv.writer(metadata)
     writer.writerow(["cord_uid", "title", "abstract", "pdf_json_files", "pmc_json_files"])
-    writer.writerow(["u1", "Remdesivir in COVID-19", "An antiviral,\nstudied.", "document_parses/pdf_json/aaa.json", "document_parses/pmc_json/PMC1.xml.json"])
+    writer.writerow(["u1", "Remdesivir in COVID-19", "An antiviral,\nstudied.", "document_parses/pdf_json/aaa.json",
+                     "document_parses/pmc_json/PMC1.xml.json"])
     writer.writerow(["u2", "Pneumonitis", "", "document_parses/pdf_json/bbb.json", ""])
     parses = _tar_bytes(
         {
@@ -274,15 +276,18 @@ def test_cord19_parses_before_metadata_read_all(tmp_path: Path) -> None:
 
 PUBMED_ARTICLE = """<PubmedArticle><MedlineCitation><PMID>{i}</PMID><Article>
 <ArticleTitle>Hydroxychloroquine and <i>thrombocytopenia</i> {i}.</ArticleTitle>
-<Abstract><AbstractText Label="BACKGROUND">Background {i}.</AbstractText><AbstractText Label="RESULTS">Results<sup>2</sup> {i}.</AbstractText></Abstract>
+<Abstract><AbstractText Label="BACKGROUND">Background {i}.</AbstractText>\
+<AbstractText Label="RESULTS">Results<sup>2</sup> {i}.</AbstractText></Abstract>
 </Article></MedlineCitation></PubmedArticle>
 """
 
 
 def make_pubmed(path: Path, n: int) -> Path:
-    head = '<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE PubmedArticleSet PUBLIC "-//NLM//DTD PubMedArticle, 1st January 2025//EN" "https://dtd.nlm.nih.gov/ncbi/pubmed/out/pubmed_250101.dtd">\n<PubmedArticleSet>\n'
+    head = ('<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE PubmedArticleSet PUBLIC "-//NLM//DTD PubMedArticle, 1st January 2025//EN" '
+            '"https://dtd.nlm.nih.gov/ncbi/pubmed/out/pubmed_250101.dtd">\n<PubmedArticleSet>\n')
     body = "".join(PUBMED_ARTICLE.format(i=i) for i in range(n))
-    no_abstract = "<PubmedArticle><MedlineCitation><Article><ArticleTitle>Title only.</ArticleTitle></Article></MedlineCitation></PubmedArticle>"
+    no_abstract = ("<PubmedArticle><MedlineCitation><Article><ArticleTitle>Title "
+                   "only.</ArticleTitle></Article></MedlineCitation></PubmedArticle>")
     deleted = "<DeleteCitation><PMID>1</PMID></DeleteCitation>"
     path.write_bytes(gzip.compress((head + body + no_abstract + deleted + "</PubmedArticleSet>\n").encode()))
     return path
@@ -615,7 +620,8 @@ def test_url_unreachable(fast_retries: None) -> None:
 
 def test_redact_url_forms() -> None:
     cases = {
-        "https://bucket.s3.amazonaws.com/k.gz?X-Amz-Algorithm=A&X-Amz-Credential=AKIA%2F1&X-Amz-Signature=abc123": "https://bucket.s3.amazonaws.com/k.gz",
+        "https://bucket.s3.amazonaws.com/k.gz?X-Amz-Algorithm=A&X-Amz-Credential=AKIA%2F1&X-Amz-Signature=abc123":
+            "https://bucket.s3.amazonaws.com/k.gz",
         "https://host/x.txt?token=t0ps3cret&page=2": "https://host/x.txt?page=2",
         "https://acct.blob.core.windows.net/c/x.txt?sv=2020&se=2030&sp=r&sig=s1gnature": "https://acct.blob.core.windows.net/c/x.txt",
         "s3://KEYID:SECRETKEY@bucket/k.txt": "s3://bucket/k.txt",

@@ -55,7 +55,8 @@ def test_the_kept_embedding_gradient_and_the_clip_train_the_same_weights_bit_for
     assert plain.keys() == kept.keys()
     different = [name for name in plain if not torch.equal(plain[name], kept[name])]
     assert not different, different
-    assert not torch.equal(plain["bert.embeddings.word_embeddings.weight"], _tiny_tagger().state_dict()["bert.embeddings.word_embeddings.weight"])
+    assert not torch.equal(plain["bert.embeddings.word_embeddings.weight"],
+                           _tiny_tagger().state_dict()["bert.embeddings.word_embeddings.weight"])
 
 
 def test_the_kept_gradient_is_the_dense_one_after_each_step_and_zero_where_the_step_wrote_nothing() -> None:
@@ -76,7 +77,8 @@ def test_the_kept_gradient_is_the_dense_one_after_each_step_and_zero_where_the_s
 def test_a_tied_or_distributed_table_keeps_autograds_gradient() -> None:
     from transformers import BertConfig, BertForMaskedLM
 
-    masked_lm = BertForMaskedLM(BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32))
+    masked_lm = BertForMaskedLM(BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=32))
     use_cpu_kernels(masked_lm, dropout_masks="fast", world=1)  # the decoder shares the table
     assert type(masked_lm.get_input_embeddings()) is nn.Embedding
     tagger = _tiny_tagger()

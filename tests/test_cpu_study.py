@@ -40,7 +40,8 @@ def test_the_plan_runs_the_selection_first_then_only_what_the_open_questions_use
     assert {arm for _, seed, arm in study.units(decided) if seed > 5} == {"green-both", "base-rdrop"}
 
 
-def test_a_unit_is_done_in_the_study_folder_or_in_the_repository(study, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_unit_is_done_in_the_study_folder_or_in_the_repository(study, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(study, "STUDY", tmp_path / "study")
     repo = tmp_path / "repo"
     assert study.unit_files(repo) == []
@@ -140,7 +141,8 @@ def test_stop_signals_the_study_and_never_a_program_that_took_its_pid(study, tmp
             process.wait()
 
 
-def test_the_studys_own_files_damaged_or_not_regular_are_one_line_never_a_hang(study, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_studys_own_files_damaged_or_not_regular_are_one_line_never_a_hang(study,
+                                                                               tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import os
     import subprocess
 

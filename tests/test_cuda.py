@@ -27,7 +27,8 @@ torch = pytest.importorskip("torch")
 DEVICE = os.environ.get("GREENADAPT_TEST_DEVICE", "cuda")
 pytestmark = [
     pytest.mark.cuda,
-    pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(), reason="no CUDA GPU on this machine (run `pytest -m cuda` on one)"),
+    pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(),
+                       reason="no CUDA GPU on this machine (run `pytest -m cuda` on one)"),
 ]
 PRECISIONS = ["bf16", "fp16"]
 WORDS = "the patients were treated with the protein and the gene expression of cancer cells was increased in the tumor".split()
@@ -86,14 +87,18 @@ def test_every_training_command_runs_on_the_gpu(precision: str, files: dict[str,
 
     _ok([*ner, "--gmap", "chunk", "--general-model", str(files["general"]), "--out", str(tmp_path / "gmap")], monkeypatch, capsys)
 
-    _ok(["finetune", "--task", "classify", "--train", str(files["cls_train"]), "--dev", str(files["cls_dev"]), "--model", str(files["expanded"]),
+    _ok(["finetune", "--task", "classify", "--train", str(files["cls_train"]), "--dev", str(files["cls_dev"]), "--model",
+         str(files["expanded"]),
          "--epochs", "1", "--batch-size", "8", "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "cls"), *gpu], monkeypatch, capsys)
 
     _ok(["finetune", "--task", "qa", "--train", str(files["squad"]), "--model", str(files["qa_model"]), "--epochs", "1",
-         "--batch-size", "4", "--max-length", "48", "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "qa-tuned"), *gpu], monkeypatch, capsys)
+         "--batch-size", "4", "--max-length", "48", "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "qa-tuned"), *gpu],
+        monkeypatch, capsys)
 
-    pretrained = _ok(["pretrain", "--corpus", str(files["corpus"]), "--model", str(files["expanded"]), "--max-steps", "6", "--batch-size", "8",
-                      "--max-length", "24", "--heldout", "8", "--mix", "0.5", "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "mlm"), *gpu],
+    pretrained = _ok(["pretrain", "--corpus", str(files["corpus"]), "--model", str(files["expanded"]), "--max-steps", "6", "--batch-size",
+                      "8",
+                      "--max-length", "24", "--heldout", "8", "--mix", "0.5", "--workdir", str(tmp_path / "w"), "--out",
+                      str(tmp_path / "mlm"), *gpu],
                      monkeypatch, capsys)
     assert np.isfinite(pretrained["stats"]["heldout_after"]["domain"]["loss"])
 
@@ -124,7 +129,8 @@ def test_pretrain_resumed_on_the_gpu_matches_an_uninterrupted_run(precision: str
 
     def options(out: Path, **more: Any) -> dict[str, Any]:
         return dict(corpus=[str(files["corpus"])], model=str(files["expanded"]), out=out, workdir=tmp_path / "w", max_steps=9, batch_size=8,
-                    lr=2e-3, seed=3, precision=precision, eval_batch_size=8, max_length=24, heldout=8, workers=1, device=DEVICE, save_every=4,
+                    lr=2e-3, seed=3, precision=precision, eval_batch_size=8, max_length=24, heldout=8, workers=1,
+                    device=DEVICE, save_every=4,
                     **more)
 
     reference = _floats(pretrain(**options(tmp_path / "reference")).path)

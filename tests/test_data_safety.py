@@ -57,7 +57,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[st
     from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
     qa_model = build_tiny_expanded_qa(root / "qa-model")
-    squad = squad_file(root / "squad.json", [{"paragraphs": [paragraph("tachycardia is a fast heart rate .", ("q1", "what is tachycardia ?", [("a fast heart rate", 15)]))]}])
+    squad = squad_file(root / "squad.json", [{"paragraphs": [paragraph("tachycardia is a fast heart rate .",
+                                                                       ("q1", "what is tachycardia ?", [("a fast heart rate", 15)]))]}])
     return {
         "model": tiny_bert,
         "w2v": w2v,
@@ -492,7 +493,8 @@ def test_a_symlinked_out_is_written_through_and_stays_a_link(inputs: dict[str, P
 
 @pytest.mark.parametrize("command", ["finetune", "pretrain", "multitask", "qa", "adapt", "w2v-context"])
 def test_a_truncated_safetensors_file_gets_the_one_line_refusal(command: str, inputs: dict[str, Path], tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 36.3: a truncated model.safetensors is bad input (exit 3) on every path that loads weights, never an internal error."""
     source = {"finetune": "expanded", "multitask": "expanded", "qa": "qa_model"}.get(command, "model")
     model = shutil.copytree(inputs[source], tmp_path / "model")
@@ -538,7 +540,8 @@ def test_a_model_folder_without_tokenizer_files_is_refused_up_front(command: str
 
 @pytest.mark.parametrize("command", ["finetune", "finetune-classify", "finetune-qa", "qa", "pretrain", "multitask"])
 def test_one_max_length_minimum_and_one_message_for_every_command(command: str, inputs: dict[str, Path], tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 36.7: 2 was refused ("use at least 16") while 3 trained for NER and classification; pretrain took 3, QA 8."""
     from finetune_helpers import write_classify_file
 

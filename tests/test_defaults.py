@@ -57,7 +57,8 @@ def _sources(command: str) -> tuple[Callable[..., Any], list[Source], dict[str, 
     from greenadapt.options import declared_fields
 
     # The method's options reach the methods as the MethodSettings object itself: no library default to compare.
-    method_options = {field.name: "received as the settings object itself" for field, _ in declared_fields(MethodSettings) if field.name != "method"}
+    method_options = {field.name: "received as the settings object itself" for field, _ in declared_fields(MethodSettings)
+                      if field.name != "method"}
     table: dict[str, tuple[Callable[..., Any], list[Source], dict[str, str], dict[str, str]]] = {
         # these commands' libraries receive their settings objects as they are (no mirror to compare)
         "w2v": (api.w2v, [], {}, {}),
@@ -114,7 +115,8 @@ def test_the_cli_default_of_every_option_is_the_api_default(command: str) -> Non
         if signature[name].default is inspect.Parameter.empty:  # required: checked when the settings are built (--config may hold it)
             continue
         api_default = signature[name].default
-        assert api_default is not inspect.Parameter.empty, f"{command} --{param.name} has a CLI default but greenadapt.{command}({name}) has none"
+        assert api_default is not inspect.Parameter.empty, \
+            f"{command} --{param.name} has a CLI default but greenadapt.{command}({name}) has none"
         shown = param.show_default if isinstance(param.show_default, str) else param.default  # a parsed option shows its text
         assert _same(shown, api_default), f"{command} --{param.name}: CLI {shown!r}, API {api_default!r}"
         compared += 1
@@ -138,7 +140,8 @@ def test_the_api_default_of_every_setting_is_the_library_configs(command: str) -
             if None in (default, param.default) and name in TASK_DEPENDENT:
                 continue  # None on one side: "the task's (or the model's)" value, which the other side spells out
 
-            assert _same(default, param.default), f"greenadapt.{command}({name}={param.default!r}) but {type(source.config).__name__ if dataclasses.is_dataclass(source.config) else source.config.__name__} says {default!r}"
+            declared_by = type(source.config).__name__ if dataclasses.is_dataclass(source.config) else source.config.__name__
+            assert _same(default, param.default), f"greenadapt.{command}({name}={param.default!r}) but {declared_by} says {default!r}"
             compared += 1
         if not matched:
             unmatched.append(name)
@@ -162,7 +165,8 @@ def test_the_walk_fails_when_one_default_changes_in_one_place(monkeypatch: pytes
     # The guard itself: change one API default and the walk must notice, in both directions.
     signature = inspect.signature(api.w2v)
     changed = signature.parameters["min_count"].replace(default=signature.parameters["min_count"].default + 1)
-    monkeypatch.setattr(api.w2v, "__signature__", signature.replace(parameters=[changed if p.name == "min_count" else p for p in signature.parameters.values()]))
+    monkeypatch.setattr(api.w2v, "__signature__", signature.replace(parameters=[changed if p.name == "min_count" else p
+                                                                                for p in signature.parameters.values()]))
     with pytest.raises(AssertionError, match="min_count"):
         test_the_cli_default_of_every_option_is_the_api_default("w2v")
     with pytest.raises(AssertionError, match="min_count"):

@@ -57,7 +57,8 @@ def adapted(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[s
 
     root = tmp_path_factory.mktemp("distill")
     corpus = _corpus(root / "corpus.txt", seed=1)
-    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="distill", **_options(), min_count_new=1, workdir=root / "work", out=root / "model")
+    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="distill", **_options(),
+                               min_count_new=1, workdir=root / "work", out=root / "model")
     return {"root": root, "corpus": corpus, "outcome": outcome, "model": tiny_bert}
 
 
@@ -99,7 +100,8 @@ def test_a_word_never_seen_in_a_window_is_warned_about(tiny_bert: Path, tmp_path
 
     corpus = _corpus(tmp_path / "corpus.txt", seed=3)
     with caplog.at_level(logging.WARNING, logger="greenadapt.adaptation.methods.distill"):
-        greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="distill", **_options(distill_epochs=1), min_count_new=1, workdir=tmp_path / "work", out=tmp_path / "model")
+        greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="distill", **_options(distill_epochs=1),
+                         min_count_new=1, workdir=tmp_path / "work", out=tmp_path / "model")
     warnings = [r.getMessage() for r in caplog.records if "not seen in a corpus window" in r.getMessage()]
     assert len(warnings) == 1 and RARE in warnings[0]
 
@@ -132,7 +134,8 @@ def test_fitted_rows_lower_the_matching_loss_on_unseen_text(adapted: dict[str, A
     words = listed_new_words(expanded)
     V = read_input_embeddings(adapted["model"]).shape[0]
     held = distill.collect_windows(_corpus(tmp_path / "other.txt", seed=99, lines=80, rare=False), words, per_word=4, budget=64)
-    encoded = distill.encode_windows(AutoTokenizer.from_pretrained(str(adapted["model"])), held.words, {w: i for i, w in enumerate(words)}, V)
+    encoded = distill.encode_windows(AutoTokenizer.from_pretrained(str(adapted["model"])), held.words,
+                                     {w: i for i, w in enumerate(words)}, V)
     batch = [e for e in encoded if e is not None]
     ids = np.arange(len(words))
     model = AutoModel.from_pretrained(str(adapted["model"])).eval()

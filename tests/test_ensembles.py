@@ -105,7 +105,8 @@ def test_predict_takes_several_models_as_one(runs: dict[str, Path], tmp_path: Pa
     assert written == list(expected)
     code, err = run_cli(["predict", "-m", str(runs["ner-1"]), "-m", str(runs["ner-1"]), "--input", str(runs["test"])], monkeypatch, capsys)
     assert code == EXIT_USAGE and "same model twice" in err
-    code, err = run_cli(["predict", "-m", str(runs["ner-1"]), "-m", str(runs["classify"]), "--input", str(runs["test"])], monkeypatch, capsys)
+    code, err = run_cli(["predict", "-m", str(runs["ner-1"]), "-m", str(runs["classify"]), "--input", str(runs["test"])],
+                        monkeypatch, capsys)
     assert code == EXIT_USAGE and "ensemble members differ" in err, err
 
 

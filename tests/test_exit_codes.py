@@ -53,7 +53,8 @@ def _args(template: list[str], folder: Path, tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize("kind", ["missing", "empty", "someone else's"])
 @pytest.mark.parametrize("command", list(STAGE_READERS))
 def test_a_missing_or_foreign_output_folder_is_exit_4_everywhere(command: str, kind: str, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     folder = _folder(tmp_path, kind)
     code, err = run_cli(_args(STAGE_READERS[command], folder, tmp_path), monkeypatch, capsys)
     assert code == EXIT_STAGE_CONFLICT, err
@@ -63,7 +64,8 @@ def test_a_missing_or_foreign_output_folder_is_exit_4_everywhere(command: str, k
 @pytest.mark.parametrize("kind", ["missing", "empty", "someone else's"])
 @pytest.mark.parametrize("command", list(MODEL_READERS))
 def test_a_missing_or_foreign_model_folder_is_exit_3_everywhere(command: str, kind: str, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # "missing" is also a Hub id greenadapt would try
     folder = _folder(tmp_path, kind)
     code, err = run_cli(_args(MODEL_READERS[command], folder, tmp_path), monkeypatch, capsys)

@@ -94,7 +94,8 @@ def test_inside_adapt_the_vectors_are_parsed_once_and_the_model_is_the_same(
     import greenadapt.adaptation.vectors as vectors_module
     from greenadapt.adaptation.vectors import keep_whole_reads
 
-    alone = expand_stage(align=align_stage(w2v=pipeline["w2v"], method=method, run=Run(out=tmp_path / "a1")).path, run=Run(out=tmp_path / "e1"))
+    alone = expand_stage(align=align_stage(w2v=pipeline["w2v"], method=method, run=Run(out=tmp_path / "a1")).path,
+                         run=Run(out=tmp_path / "e1"))
     parses: list[object] = []
     real = vectors_module.read_word2vec_binary
     monkeypatch.setattr(vectors_module, "read_word2vec_binary", lambda *a, **k: parses.append(k.get("rows")) or real(*a, **k))
@@ -409,7 +410,8 @@ def test_the_folder_describes_itself_in_config_and_model_card(tmp_path: Path) ->
     # ...and a card written for a model fine-tuned from it says what it starts from.
     from greenadapt.artifacts.model_card import finetuned_card
 
-    tuned = finetuned_card(base_model="m", base_model_hub_id=None, task="ner", pipeline_tag="token-classification", labels=["O", "B-X"], metric="f1", summary={}, seeds=[1], mix=0.5,
+    tuned = finetuned_card(base_model="m", base_model_hub_id=None, task="ner", pipeline_tag="token-classification", labels=["O", "B-X"],
+                           metric="f1", summary={}, seeds=[1], mix=0.5,
                            pool="mean", two_tokenizers=True, general_tokenizer="general-tokenizer", adaptation=block)
     assert "## Adaptation" in tuned and f"{stats['n_new']} new words" in tuned and "`lstsq`" in tuned
     assert 'greenadapt.pipeline("token-classification"' in tuned
@@ -523,7 +525,8 @@ def test_finds_align_by_corpus_and_skips_when_unchanged(tiny_bert: Path, tmp_pat
 def test_cli_summary_and_error_exit_code(pipeline: dict[str, Path], tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "greenadapt", "expand", "--align", str(pipeline["align"])]
-    done = subprocess.run([*command, "--out", str(tmp_path / "e"), "--max-new", "3", "-q"], capture_output=True, text=True, env=env, timeout=HANG_S)
+    done = subprocess.run([*command, "--out", str(tmp_path / "e"), "--max-new", "3", "-q"], capture_output=True, text=True,
+                          env=env, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("expand done: 3 new rows (vocabulary 161 -> 164)") and str(tmp_path / "e") in done.stdout
     wrong = subprocess.run(

@@ -95,7 +95,8 @@ _TEXT = st.lists(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=_TEXT)
-def test_text_is_tokenized_as_by_the_general_tokenizer_except_where_a_piece_starts_with_a_new_word(adapted: dict[str, Any], text: str) -> None:
+def test_text_is_tokenized_as_by_the_general_tokenizer_except_where_a_piece_starts_with_a_new_word(adapted: dict[str, Any],
+                                                                                                    text: str) -> None:
     lm, domain = adapted["lm"], adapted["domain"]
     new = _new_tokens(adapted)
     pieces = _pieces(lm, text)
@@ -290,7 +291,8 @@ def test_subword_mean_rows_are_the_mean_of_the_pieces_in_running_text(adapted: d
     root = adapted["root"]
     outcome = greenadapt.adapt(corpus=str(root / "corpus.txt"), model=str(adapted["model"]), workdir=root / "work-sm",
                                method="subword-mean", min_count=5)
-    rows = next(v for k, v in load_file(str(Path(outcome.path) / "model.safetensors")).items() if k.endswith(("word_embeddings.weight", "tok_embeddings.weight")))
+    rows = next(v for k, v in load_file(str(Path(outcome.path) / "model.safetensors")).items()
+                if k.endswith(("word_embeddings.weight", "tok_embeddings.weight")))
     new = dict(line.split("\t")[:2] for line in (Path(outcome.path) / "new_words.tsv").read_text(encoding="utf-8").splitlines())
     lm = adapted["lm"]
     lm.no_padding()

@@ -29,7 +29,8 @@ def test_biobert_columns(tmp_path: Path) -> None:
 
 
 def test_conll_with_docstart_and_bioes(tmp_path: Path) -> None:
-    text = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP S-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP B-MISC\ncall NN I-NP E-MISC\n\n-DOCSTART- -X- O\nPeter NNP B-NP S-PER\n"
+    text = ("-DOCSTART- -X- -X- O\n\nEU NNP B-NP S-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP B-MISC\ncall NN I-NP E-MISC\n\n-DOCSTART- -X- "
+            "O\nPeter NNP B-NP S-PER\n")
     task_file = read_task_file(_write(tmp_path / "c.txt", text), "ner", AUTO, require_labels=True)
     assert len(task_file.examples) == 2
     assert task_file.examples[0].labels == ("S-ORG", "O", "B-MISC", "E-MISC")

@@ -92,7 +92,8 @@ def test_ner_gmap_chunk_trains_saves_and_predict_reproduces_dev(models, data, tm
     assert code == 0, err
     assert predicted.read_text() == (out / "predictions" / "dev.tsv").read_text()
     doc = json.loads(stdout)
-    assert doc["metrics"]["f1"] == pytest.approx(manifest["stats"]["summary"]["dev"]["mean"] if "mean" in manifest["stats"]["summary"]["dev"] else manifest["stats"]["summary"]["dev"])
+    assert doc["metrics"]["f1"] == pytest.approx(manifest["stats"]["summary"]["dev"]["mean"]
+                                                 if "mean" in manifest["stats"]["summary"]["dev"] else manifest["stats"]["summary"]["dev"])
 
     # The same run again is up to date; a changed G-MAP option is not skipped as up to date.
     base = ["finetune", "--task", "ner", "--train", str(data["ner_train"]), "--dev", str(data["ner_dev"]),

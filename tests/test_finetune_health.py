@@ -141,7 +141,8 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
 
     context = "The heart rate of patients with coronavirus infection was high; ventilation was the main treatment."
     data = squad_file(tmp_path / "qa.json", [{"paragraphs": [paragraph(
-        context, ("q1", "What was high?", [("The heart rate", 0)]), ("q2", "What was the treatment?", [("ventilation", context.index("ventilation"))]),
+        context, ("q1", "What was high?", [("The heart rate", 0)]), ("q2", "What was the treatment?",
+                                                                     [("ventilation", context.index("ventilation"))]),
     )]}])
     real = answering.answer_questions
 
@@ -160,4 +161,5 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
     answered = greenadapt.qa(data, model=trained.path, device="cpu", out=tmp_path / "answers")
     assert any("answers no question" in w for w in answered.manifest["stats"]["warnings"])
     assert "answers no question" in qa_summary(answered)
-    assert any(line.startswith("  warning") and "answers no question" in line for line in render(describe_folder(answered.path)).splitlines())
+    assert any(line.startswith("  warning") and "answers no question" in line
+               for line in render(describe_folder(answered.path)).splitlines())

@@ -43,7 +43,8 @@ def deterministic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _options(model: Path, data: dict[str, Path], out: Path, **kw: Any) -> dict[str, Any]:
     """greenadapt.finetune's keywords: the tests' recipe, ``kw`` overriding it."""
-    return {"batch_size": 8, "lr": 3e-3, "epochs": 1, "task": "ner", "train": data["train"], "model": str(model), "out": out, "device": "cpu", **kw}
+    return {"batch_size": 8, "lr": 3e-3, "epochs": 1, "task": "ner", "train": data["train"], "model": str(model), "out": out,
+            "device": "cpu", **kw}
 
 
 def _weights(folder: Path) -> dict[str, np.ndarray]:
@@ -300,7 +301,8 @@ def test_classification_with_pairs_end_to_end(expanded: Path, tmp_path: Path) ->
     assert result.metrics["accuracy"] == pytest.approx(metrics["test"]["mean"]["accuracy"])
     # Reader options can be overridden at prediction time: here a column that holds no known labels.
     with pytest.raises(DataError, match="does not occur in the training data"):
-        run_predict(outcome.path, test, tmp_path / "q.tsv", reader_overrides={"label_field": "sentence2"}, options=LoadSettings(device="cpu"))
+        run_predict(outcome.path, test, tmp_path / "q.tsv", reader_overrides={"label_field": "sentence2"},
+                    options=LoadSettings(device="cpu"))
 
 
 @pytest.mark.parametrize(
@@ -336,7 +338,8 @@ def test_cli_errors_are_one_line(expanded: Path, data: dict[str, Path], tmp_path
         (["finetune", "--task", "ner", "--train", str(tmp_path / "missing.tsv"), "--model", str(expanded)], 3, "task file not found"),
         (["finetune", "--task", "qa", "--train", str(data["train"]), "--model", str(expanded)], 2, "greenadapt qa"),
         (["finetune", "--task", "ner", "--train", str(data["train"]), "--model", str(expanded), "--seeds", "1,x"], 2, "--seeds"),
-        (["predict", "--model", str(tmp_path), "--input", str(data["test"]), "--output", str(tmp_path.parent / f"{tmp_path.name}-o")], 4, "not a fine-tuned"),
+        (["predict", "--model", str(tmp_path), "--input", str(data["test"]), "--output", str(tmp_path.parent / f"{tmp_path.name}-o")], 4,
+         "not a fine-tuned"),
     ]
     for argv, code, fragment in cases:
         monkeypatch.setattr(sys, "argv", ["greenadapt", *argv])
@@ -372,11 +375,13 @@ def test_cli_finetune_and_predict(expanded: Path, data: dict[str, Path], tmp_pat
     assert doc["pool"] == "general" and 0.0 <= doc["metrics"]["f1"] <= 1.0
 
 
-def test_entity_type_turns_bare_labels_into_typed_ones_exactly(deterministic: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_entity_type_turns_bare_labels_into_typed_ones_exactly(deterministic: Path, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     """Bare B/I files with --entity-type Disease train exactly what the same file typed B-Disease/I-Disease trains;
     the saved label map and predict on the bare file carry the type; the tagged test file writes its predictions in the
     form of its own gold column (bare B beside bare B, issue 65 point 7)."""
-    bare = {"train": write_ner_file(tmp_path / "bare-train.tsv", 30, seed=1), "test": write_ner_file(tmp_path / "bare-test.tsv", 10, seed=3)}
+    bare = {"train": write_ner_file(tmp_path / "bare-train.tsv", 30, seed=1),
+            "test": write_ner_file(tmp_path / "bare-test.tsv", 10, seed=3)}
     typed = {"train": write_ner_file(tmp_path / "typed-train.tsv", 30, seed=1, typed=True),
              "test": write_ner_file(tmp_path / "typed-test.tsv", 10, seed=3, typed=True)}
     with caplog.at_level("WARNING"):
@@ -428,7 +433,8 @@ def test_the_run_folder_has_a_model_card_with_its_scores(main_run: Path) -> None
     assert "--entity-type" in card  # the synthetic files carry bare B/I labels
 
 
-def test_a_task_named_in_capitals_trains_that_task_and_records_its_one_spelling(expanded: Path, data: dict[str, Path], tmp_path: Path) -> None:
+def test_a_task_named_in_capitals_trains_that_task_and_records_its_one_spelling(expanded: Path, data: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
     """Issue 57, point 4: `--task NER` is `--task ner`, and the run is the same stage as one made with `ner`."""
     upper = finetune(**_options(expanded, data, tmp_path / "r", max_steps=1, task="NER"))
     assert upper.manifest["config"]["task"]["task"] == "ner"
@@ -436,7 +442,8 @@ def test_a_task_named_in_capitals_trains_that_task_and_records_its_one_spelling(
 
 
 def test_evaluate_scores_a_run_as_finetune_scored_its_test_file(main_run: Path, data: dict[str, Path], tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 57, point 7: `evaluate` scores a run on a file without training: on the run's own test file, the very
     figures finetune reported, under every pooling mode; an unlabelled file is refused in one line."""
     import greenadapt

@@ -156,7 +156,8 @@ def test_multi_and_gated_read_the_states_of_the_chosen_indexing(
     inputs = batch()
     memory = model.run_general(inputs["general_input_ids"], inputs["general_attention_mask"])
     with torch.no_grad():
-        hidden = general(input_ids=inputs["general_input_ids"], attention_mask=inputs["general_attention_mask"], output_hidden_states=True).hidden_states
+        hidden = general(input_ids=inputs["general_input_ids"], attention_mask=inputs["general_attention_mask"],
+                         output_hidden_states=True).hidden_states
     expected = sorted(set(GmapConfig("multi", indexing=indexing).plan(LAYERS, LAYERS).state_indices))
     assert list(memory.state_indices) == expected
     for slot, state in enumerate(memory.state_indices):
@@ -283,7 +284,8 @@ def test_padded_general_tokens_change_nothing(impl: str) -> None:
     assert torch.equal(a, b)
 
 
-def reference_memory_attention(module: torch.nn.Module, hidden: torch.Tensor, own: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor) -> torch.Tensor:
+def reference_memory_attention(module: torch.nn.Module, hidden: torch.Tensor, own: torch.Tensor, memory: torch.Tensor,
+                               memory_mask: torch.Tensor) -> torch.Tensor:
     """The G-MAP formula written out per example and head, independently of MemoryAttention."""
     heads, size = module.num_attention_heads, module.attention_head_size
     out = torch.zeros(hidden.shape[0], hidden.shape[1], heads * size)
@@ -513,7 +515,8 @@ def test_the_memory_cache_reads_back_what_the_general_model_computes(tmp_path: P
 
 def test_mismatched_or_unsupported_models_raise_model_errors() -> None:
     domain, _ = build_pair()
-    wide = transformers.BertModel(transformers.BertConfig(vocab_size=50, hidden_size=48, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64))
+    wide = transformers.BertModel(transformers.BertConfig(vocab_size=50, hidden_size=48, num_hidden_layers=2, num_attention_heads=2,
+                                                          intermediate_size=64))
     with pytest.raises(ModelError, match="hidden size"):
         GmapModel(domain, wide, GmapConfig("single"))
     distil = transformers.DistilBertModel(transformers.DistilBertConfig(vocab_size=50, dim=32, n_layers=2, n_heads=2, hidden_dim=64))

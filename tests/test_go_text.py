@@ -76,7 +76,9 @@ def test_the_bundled_go_text_is_the_registered_cc_by_corpus() -> None:
     with gzip.open(source.uri, "rt", encoding="utf-8") as text:
         lines = text.read().splitlines()
     assert len(lines) == 196_682 and 1_600_000 < sum(len(line.split()) for line in lines) < 1_700_000
-    assert lines[4084:4086] == ["regulation of protein phosphorylation", "Any process that modulates the frequency, rate or extent of addition of phosphate groups into an amino acid in a protein."]
+    assert lines[4084:4086] == ["regulation of protein phosphorylation",
+                                "Any process that modulates the frequency, rate or extent of addition of phosphate groups into an amino "
+                                "acid in a protein."]
     assert all(line == " ".join(line.split()) and line for line in lines)
 
 

@@ -119,7 +119,8 @@ def test_a_unit_both_tokenizers_read_alike_runs_once_and_pools_as_before(expande
     counting = _Counting(model)  # batches of one: no batch is filled up with repeats of its last unit
     pooled = pooled_logits(counting, units, DistContext(), has_domain=True, pad_id=pair.pad_id, batch_size=1)
     assert len(counting.seen) == len(units) + sum(not a for a in alike)
-    assert sorted(counting.seen[len(units):]) == sorted(tuple(u.ids[VIEW_DOMAIN].tolist()) for u, a in zip(units, alike, strict=True) if not a)
+    assert sorted(counting.seen[len(units):]) == sorted(tuple(u.ids[VIEW_DOMAIN].tolist())
+                                                        for u, a in zip(units, alike, strict=True) if not a)
 
     # the same logits as running every unit under both views
     both = {view: view_logits(model, units, view, DistContext(), pad_id=pair.pad_id, batch_size=4) for view in (VIEW_GENERAL, VIEW_DOMAIN)}

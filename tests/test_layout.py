@@ -14,7 +14,8 @@ import greenadapt
 
 LAYERS = [
     "__main__", "cli", "api", "report", "comparison", "runners", "inference", "adaptation", "corpus",
-    "tasks", "training", "compute", "modeling", "data", "artifacts", "families", "machine", "options", "structured_text", "defaults", "progress", "switches", "errors", "redaction", "version",
+    "tasks", "training", "compute", "modeling", "data", "artifacts", "families", "machine", "options", "structured_text", "defaults",
+    "progress", "switches", "errors", "redaction", "version",
 ]
 ROOT = Path(greenadapt.__file__).parent
 
@@ -57,7 +58,8 @@ def test_imports_only_go_down() -> None:
 def test_the_check_sees_imports() -> None:
     # Guards the guard: the scan must find the imports it judges, or the test above passes on nothing.
     edges = {(source, target) for source, target, _ in _imports_between_folders()}
-    assert ("cli", "runners") in edges and ("api", "options") in edges and ("runners", "training") in edges and ("inference", "tasks") in edges
+    assert ("cli", "runners") in edges and ("api", "options") in edges and ("runners",
+                                                                            "training") in edges and ("inference", "tasks") in edges
 
 
 def _root_imports() -> list[str]:

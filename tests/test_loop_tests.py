@@ -29,7 +29,8 @@ def looped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-
     return run
 
 
-def test_each_run_is_counted_and_a_failed_run_keeps_its_output(looped, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_each_run_is_counted_and_a_failed_run_keeps_its_output(looped, capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     assert looped(["PASSED", "FAILED", "PASSED", "PASSED"], runs=4) == 1
     captured = capsys.readouterr()
     assert captured.out == f"{TEST}: 3 passed, 1 failed\n"
@@ -50,7 +51,8 @@ def test_every_run_passing_exits_0(looped, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out == f"{TEST}: 3 passed, 0 failed\n"
 
 
-def test_a_loop_cut_short_says_what_the_finished_runs_found(looped, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_a_loop_cut_short_says_what_the_finished_runs_found(looped,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     try:
         status = looped(["PASSED", "FAILED", "STOP"], runs=30)
     except KeyboardInterrupt:

@@ -49,7 +49,8 @@ def w2v(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
 
 
 def _expanded(w2v: Path, out: Path, method: str, **options: object) -> tuple[Path, Path]:
-    aligned = align_stage(w2v=w2v, method=method, method_options=AlignSettings(**options), run=Run(out=out / "align"))  # type: ignore[arg-type]
+    aligned = align_stage(w2v=w2v, method=method, method_options=AlignSettings(**options),
+                          run=Run(out=out / "align"))  # type: ignore[arg-type]
     return aligned.path, expand_stage(align=aligned.path, run=Run(out=out / "expand")).path
 
 
@@ -191,7 +192,8 @@ def test_adapt_with_subword_mean_trains_no_word2vec(tiny_bert: Path, tmp_path: P
     words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(300)) + "\n")
-    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="subword-mean", workdir=tmp_path / "work", out=tmp_path / "model")
+    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="subword-mean",
+                               workdir=tmp_path / "work", out=tmp_path / "model")
     assert not (outcome.w2v.path / "vectors.bin").exists() and outcome.w2v.path.name == "w2v-counts"
     assert outcome.w2v.manifest["stats"]["word2vec_trained"] is False
     assert outcome.align.manifest["stats"]["word2vec_trained"] is False
@@ -237,7 +239,8 @@ def _context_corpus(path: Path) -> Path:
     return path
 
 
-def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny_bert: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoModel, AutoTokenizer
 
     from greenadapt.adaptation import context_vectors
@@ -245,7 +248,8 @@ def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny
     monkeypatch.setattr(context_vectors, "LINES_PER_BATCH", 7)  # batches that end mid-corpus
     corpus = _context_corpus(tmp_path / "corpus.txt")
     cap, layer = 3, 1
-    out = greenadapt.w2v([str(corpus)], model=str(tiny_bert), min_count=2, source="context", context_layer=layer, context_cap=cap, workdir=tmp_path / "w").path
+    out = greenadapt.w2v([str(corpus)], model=str(tiny_bert), min_count=2, source="context", context_layer=layer, context_cap=cap,
+                         workdir=tmp_path / "w").path
     assert out.name == "w2v-context"
     words, vectors = read_word2vec_binary(out / "vectors.bin")
     assert words == [line.split("\t")[0] for line in (out / "counts.tsv").read_text().splitlines()]
@@ -273,7 +277,8 @@ def test_context_vectors_are_the_mean_hidden_state_of_the_first_occurrences(tiny
 def test_adapt_with_context_mean_maps_contextual_vectors_by_least_squares(tiny_bert: Path, tmp_path: Path) -> None:
 
     corpus = _context_corpus(tmp_path / "corpus.txt")
-    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="context-mean", workdir=tmp_path / "work", out=tmp_path / "model")
+    outcome = greenadapt.adapt([str(corpus)], model=str(tiny_bert), min_count=2, workers=1, method="context-mean",
+                               workdir=tmp_path / "work", out=tmp_path / "model")
     stats = outcome.align.manifest["stats"]
     assert stats["vector_source"] == "context" and stats["word2vec_trained"] is False and stats["map_file"] == "map.npy"
     words, vectors = read_word2vec_binary(outcome.w2v.path / "vectors.bin")

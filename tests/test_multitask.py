@@ -58,7 +58,8 @@ def test_bad_task_options(text: str, message: str) -> None:
 def test_toml_tasks_resolve_paths_relative_to_the_file(tmp_path: Path) -> None:
     toml = tmp_path / "sub" / "tasks.toml"
     toml.parent.mkdir()
-    toml.write_text('[[task]]\nname = "rte"\ntype = "classify"\ntrain = "rte/train.tsv"\n\n[[task]]\nname = "ncbi"\ntype = "ner"\ntrain = "/abs/train.tsv"\n')
+    toml.write_text('[[task]]\nname = "rte"\ntype = "classify"\ntrain = "rte/train.tsv"\n\n[[task]]\nname = "ncbi"\ntype = "ner"\ntrain = '
+                    '"/abs/train.tsv"\n')
     specs = read_tasks_toml(toml)
     assert [s.name for s in specs] == ["rte", "ncbi"]
     assert specs[0].train == toml.parent / "rte" / "train.tsv"
@@ -101,7 +102,8 @@ def frozen_run(data: dict[str, Path]) -> dict:
     from greenadapt.cli import main
 
     out = data["root"] / "run"
-    argv = ["greenadapt", "multitask", "--model", str(data["model"]), *_tasks(data), "--out", str(out), "--freeze-base", "--lr", "1e-2", *COMMON, "--json"]
+    argv = ["greenadapt", "multitask", "--model", str(data["model"]), *_tasks(data), "--out", str(out), "--freeze-base", "--lr", "1e-2",
+            *COMMON, "--json"]
     buffer = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buffer):
         mp.setattr(sys, "argv", argv)
@@ -151,13 +153,16 @@ def test_predict_task_reproduces_the_runs_predictions(
     out = frozen_run["out"]
     for name, dev in (("ncbi", data["ner_dev"]), ("pair", data["pair_dev"])):
         target = tmp_path / f"{name}.tsv"
-        code, stdout, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", name, "--input", str(dev), "--output", str(target), "--device", "cpu", "--json")
+        code, stdout, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", name, "--input", str(dev), "--output",
+                                   str(target), "--device", "cpu", "--json")
         assert code == 0, stderr
         assert json.loads(stdout)["pool"] == "mean"
         assert target.read_text() == (out / "tasks" / name / "predictions" / "dev.tsv").read_text()
-    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--input", str(data["pair_dev"]), "--output", str(tmp_path / "x.tsv"))
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--input", str(data["pair_dev"]), "--output",
+                          str(tmp_path / "x.tsv"))
     assert code == EXIT_USAGE and "--task" in stderr and "ncbi, pair" in stderr
-    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(data["pair_dev"]), "--output", str(tmp_path / "x.tsv"))
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(data["pair_dev"]),
+                          "--output", str(tmp_path / "x.tsv"))
     assert code == EXIT_USAGE and "no task 'rte'" in stderr
     # a runtime that cannot run PALs is refused, never silently replaced by torch (issue 81)
     code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "ncbi", "--input", str(data["ner_dev"]),
@@ -177,8 +182,10 @@ def test_load_task_gives_one_task(frozen_run: dict) -> None:
     assert loaded.model(ids).logits.shape == (1, len(loaded.settings.labels))
 
 
-def test_rerun_is_skipped(frozen_run: dict, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["multitask", "--model", str(data["model"]), *_tasks(data), "--out", str(frozen_run["out"]), "--freeze-base", "--lr", "1e-2", *COMMON]
+def test_rerun_is_skipped(frozen_run: dict, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["multitask", "--model", str(data["model"]), *_tasks(data), "--out", str(frozen_run["out"]), "--freeze-base", "--lr", "1e-2",
+            *COMMON]
     code, stdout, stderr = cli(monkeypatch, capsys, *argv)
     assert code == 0, stderr
     assert stdout.startswith("up to date 2-task pals model") and "average dev" in stdout and "x the base" in stdout
@@ -197,15 +204,18 @@ def test_duplicate_task_names(data: dict[str, Path], monkeypatch: pytest.MonkeyP
 
 def test_missing_task_file(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     missing = data["root"] / "nope.tsv"
-    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task", f"name=x,type=ner,train={data['ner_train']},test={missing}", "-q")
+    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task",
+                          f"name=x,type=ner,train={data['ner_train']},test={missing}", "-q")
     assert code == EXIT_BAD_INPUT
     assert stderr.strip().count("\n") == 0 and str(missing) in stderr and "not found" in stderr
 
 
-def test_label_set_differs_between_train_and_test(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_label_set_differs_between_train_and_test(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     test_file = data["root"] / "typed_test.tsv"
     write_ner_file(test_file, 5, seed=9, typed=True)  # B-Disease where training has untyped B
-    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task", f"name=x,type=ner,train={data['ner_train']},test={test_file}", "-q")
+    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task",
+                          f"name=x,type=ner,train={data['ner_train']},test={test_file}", "-q")
     assert code == EXIT_BAD_INPUT
     line = stderr.strip()
     assert line.count("\n") == 0 and f"{test_file}:" in line and "does not occur in the training (x) data" in line
@@ -240,7 +250,8 @@ def test_multitask_with_gmap_trains_saves_and_predicts(
     assert counts["trainable"] < counts["total"] - general_size + 1  # the general model is frozen
     assert (out / "base" / "gmap_config.json").is_file()
     target = tmp_path / "pair.tsv"
-    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "pair", "--input", str(data["pair_dev"]), "--output", str(target), "--device", "cpu")
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "pair", "--input", str(data["pair_dev"]),
+                          "--output", str(target), "--device", "cpu")
     assert code == 0, stderr
     assert target.read_text() == (out / "tasks" / "pair" / "predictions" / "dev.tsv").read_text()
 
@@ -255,7 +266,8 @@ def test_multitask_with_gmap_trains_saves_and_predicts(
 
 
 @pytest.mark.integration
-def test_minilm_on_rte_and_ncbi_subsets(minilm_path: Path, shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_minilm_on_rte_and_ncbi_subsets(minilm_path: Path, shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     """MiniLM with PALs on 64 RTE pairs and 64 NCBI-disease sentences: trains, reports, predicts."""
     rte = tmp_path / "rte.tsv"
     rte.write_text("\n".join((shared_data / "glue" / "RTE" / "train.tsv").read_text(encoding="utf-8").splitlines()[:65]) + "\n")
@@ -272,7 +284,8 @@ def test_minilm_on_rte_and_ncbi_subsets(minilm_path: Path, shared_data: Path, tm
     # MiniLM: d = 384, 6 layers; PALs at 204 with 12 heads.
     assert counts["per_task"]["rte"]["adapter"] == 2 * 384 * 204 + 384 + 204 + 6 * 3 * (204 * 204 + 204)
     assert 1.0 < counts["relative_to_base"] < 1.1
-    code, stdout, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(rte), "--output", str(tmp_path / "p.tsv"), "--json")
+    code, stdout, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(rte), "--output",
+                               str(tmp_path / "p.tsv"), "--json")
     assert code == 0, stderr
     assert json.loads(stdout)["examples"] == 64
 

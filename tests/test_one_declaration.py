@@ -95,10 +95,12 @@ def _package_with_throwaway(tmp_path: Path, module: str, anchor: str, panel: str
     path = source / "greenadapt" / module
     text = path.read_text(encoding="utf-8")
     assert text.count(anchor) == 1
-    path.write_text(text.replace(anchor, f'    throwaway: int = option(0, "--throwaway", panel={panel}, help="A test\'s option.")\n' + anchor), encoding="utf-8")
+    path.write_text(text.replace(anchor, f'    throwaway: int = option(0, "--throwaway", panel={panel}, help="A test\'s option.")\n'
+                                 + anchor), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(source), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
     for command in commands:
-        shown = subprocess.run([sys.executable, "-m", "greenadapt", command, "--help"], capture_output=True, text=True, env=env, timeout=HANG_S,
+        shown = subprocess.run([sys.executable, "-m", "greenadapt", command, "--help"], capture_output=True, text=True,
+                               env=env, timeout=HANG_S,
                                cwd=tmp_path)  # not the checkout's folder, whose greenadapt/ python -m would find first
         assert "--throwaway" in shown.stdout, (command, shown.stderr)
     return source, env
@@ -132,11 +134,13 @@ PROBE = textwrap.dedent(
 
 
 def test_a_training_option_declared_in_one_line_reaches_every_place(files: dict[str, Path], tmp_path: Path) -> None:
-    source, env = _package_with_throwaway(tmp_path, "training/settings.py", "    label_smoothing: float = option(", "TRAINING", ("finetune", "compare"))
+    source, env = _package_with_throwaway(tmp_path, "training/settings.py", "    label_smoothing: float = option(", "TRAINING",
+                                          ("finetune", "compare"))
     out = tmp_path / "cmp"
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
-    done = subprocess.run([sys.executable, str(script), str(source), str(files["model"]), str(files["train"]), str(files["test"]), str(out)],
+    done = subprocess.run([sys.executable, str(script), str(source), str(files["model"]), str(files["train"]),
+                           str(files["test"]), str(out)],
                           capture_output=True, text=True, env=env, timeout=HANG_S, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -173,7 +177,8 @@ ROWS_PROBE = textwrap.dedent(
 
 
 def test_an_expand_option_declared_in_one_line_reaches_the_row_writer_through_adapt(tiny_bert: Path, tmp_path: Path) -> None:
-    source, env = _package_with_throwaway(tmp_path, "adaptation/settings.py", "    max_new: int | None = option(", "ADAPTATION", ("expand", "adapt"))
+    source, env = _package_with_throwaway(tmp_path, "adaptation/settings.py", "    max_new: int | None = option(", "ADAPTATION",
+                                          ("expand", "adapt"))
     words = "the heart rate of patients with tachycardia rose after covid infection and sleeplessness".split()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(200)) + "\n")
@@ -196,6 +201,7 @@ def test_the_training_loops_stand_ins_are_finetunes_declared_defaults() -> None:
 
     declared = {field.name: field.default for field, _ in declared_fields(FinetuneSettings)}
     stand_ins = {name: value for name, value in vars(TrainingRun).items() if name in declared}
-    assert set(stand_ins) >= {"grad_accum", "train_embeddings", "eval_every", "early_stopping", "pad_to_multiple", "cuda_graphs", "agreement"}
+    assert set(stand_ins) >= {"grad_accum", "train_embeddings", "eval_every", "early_stopping", "pad_to_multiple", "cuda_graphs",
+                              "agreement"}
     assert stand_ins == {name: declared[name] for name in stand_ins}
     assert set(TrainingRun.ALWAYS_RECORDED) - {"max_grad_norm"} <= set(stand_ins)  # each always-recorded value has its stand-in

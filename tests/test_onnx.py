@@ -132,8 +132,10 @@ def test_the_families_round_trip(tmp_path: Path) -> None:
 def test_evaluate_and_predict_through_the_command_line_give_torchs_scores(runs: dict[str, Path], tmp_path: Path) -> None:
     import greenadapt.api as api
 
-    torch_scores = api.evaluate(runs["test"], model=[str(runs["green"])], precision="fp32", progress=False).scores  # type: ignore[attr-defined]
-    onnx_scores = api.evaluate(runs["test"], model=[str(runs["green"])], runtime="onnx", progress=False).scores  # type: ignore[attr-defined]
+    torch_scores = api.evaluate(runs["test"], model=[str(runs["green"])], precision="fp32",
+                                progress=False).scores  # type: ignore[attr-defined]
+    onnx_scores = api.evaluate(runs["test"], model=[str(runs["green"])], runtime="onnx",
+                               progress=False).scores  # type: ignore[attr-defined]
     for mode in ("mean", "general", "domain"):
         assert onnx_scores[mode]["f1"] == pytest.approx(torch_scores[mode]["f1"], abs=1e-9), mode
 
@@ -163,7 +165,8 @@ def test_the_export_is_cached_beside_the_weights_and_made_again_when_they_change
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     greenadapt.load(run, runtime="onnx")
     before = cache_key(run, "none")
-    greenadapt.finetune("ner", runs["ner"], model=str(runs["root"] / "green"), out=run, epochs=3, lr=1e-2, batch_size=8, seed=7, device="cpu",
+    greenadapt.finetune("ner", runs["ner"], model=str(runs["root"] / "green"), out=run, epochs=3, lr=1e-2, batch_size=8,
+                        seed=7, device="cpu",
                         force=True, progress=False)
     assert cache_key(run, "none") != before  # other weights, another key
     changed = _probabilities(greenadapt.load(run, runtime="onnx"), TEXTS)
@@ -198,13 +201,15 @@ def test_the_cache_root_is_the_users_where_the_folder_cannot_be_written(tmp_path
 
 
 def test_without_onnx_runtime_the_option_is_one_line_naming_the_extra(runs: dict[str, Path], tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     from cli_helpers import run_cli
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
     text = tmp_path / "in.txt"
     text.write_text("fever\n")
-    for argv in (["predict", "-m", str(runs["green"]), str(text), "--runtime", "onnx"], ["export", "--onnx", "-m", str(runs["green"]), "--out", str(tmp_path / "x")],
+    for argv in (["predict", "-m", str(runs["green"]), str(text), "--runtime", "onnx"],
+                 ["export", "--onnx", "-m", str(runs["green"]), "--out", str(tmp_path / "x")],
                  ["evaluate", "-m", str(runs["green"]), str(runs["test"]), "--runtime", "onnx"]):
         code, err = run_cli(argv, monkeypatch, capsys)
         assert code == EXIT_USAGE and "greenadapt[onnx]" in err and len(err.strip().splitlines()) == 1, (argv, err)
@@ -232,15 +237,18 @@ def test_the_exported_folder_serves_predicts_entities_without_greenadapt(runs: d
     int8_file = tmp_path / "int8.jsonl"
     greenadapt.predict(text, model=str(runs["green"]), output=int8_file, runtime="onnx", quantize="int8", progress=False)
     for flag, reference in (("", expected_file), ("--int8", int8_file)):
-        done = subprocess.run([sys.executable, str(served / "serve_onnx.py"), str(served), *([flag] if flag else [])], input=text.read_text(),
-                              capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "PYTHONPATH": str(blocker)}, cwd=tmp_path, check=False)
+        done = subprocess.run([sys.executable, str(served / "serve_onnx.py"), str(served), *([flag] if flag else [])],
+                              input=text.read_text(),
+                              capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "PYTHONPATH": str(blocker)}, cwd=tmp_path,
+                              check=False)
         assert done.returncode == 0, done.stderr
         got = [json.loads(line) for line in done.stdout.splitlines()]
         expected = [json.loads(line) for line in reference.read_text().splitlines()]
         assert len(got) == len(expected) == len(TEXTS)
         # fp32 against torch fp32; int8 against predict's int8 (one sentence a call there, batches here: the same answer)
         for mine, theirs in zip(got, expected, strict=True):
-            assert [(e["start"], e["end"], e["label"]) for e in mine["entities"]] == [(e["start"], e["end"], e["label"]) for e in theirs["entities"]]
+            assert [(e["start"], e["end"], e["label"]) for e in mine["entities"]] == [(e["start"], e["end"], e["label"])
+                                                                                      for e in theirs["entities"]]
             assert all(abs(a["score"] - b["score"]) < 1e-6 for a, b in zip(mine["entities"], theirs["entities"], strict=True))
         assert sum(len(line["entities"]) for line in got) > 0  # the tiny model found entities: the comparison compared something
 
@@ -399,8 +407,10 @@ def test_the_pipeline_and_evaluate_give_an_int8_sentence_the_same_answer_in_any_
     batched = dict(zip(order, together([texts[i] for i in order]), strict=True))
     assert sum(map(len, single)) > 10  # entities to compare
     for index, found in enumerate(single):
-        assert [(e["start"], e["end"], e["entity_group"]) for e in found] == [(e["start"], e["end"], e["entity_group"]) for e in batched[index]]
+        assert [(e["start"], e["end"], e["entity_group"]) for e in found] == [(e["start"], e["end"], e["entity_group"])
+                                                                              for e in batched[index]]
         assert all(abs(a["score"] - b["score"]) <= 1e-6 for a, b in zip(found, batched[index], strict=True))
-    scores = [api.evaluate(runs["test"], model=[str(runs["green"])], runtime="onnx", quantize="int8", batch_size=size,  # type: ignore[attr-defined]
-                           progress=False).scores for size in (1, 64)]
+    evaluate = api.evaluate  # type: ignore[attr-defined]
+    scores = [evaluate(runs["test"], model=[str(runs["green"])], runtime="onnx", quantize="int8", batch_size=size, progress=False).scores
+              for size in (1, 64)]
     assert scores[0] == scores[1]

@@ -47,7 +47,8 @@ def test_an_option_added_once_is_in_the_help_the_api_and_the_manifest(tmp_path: 
     parameter = inspect.signature(function).parameters["throwaway_knob"]
     assert parameter.default == 7 and parameter.kind is inspect.Parameter.KEYWORD_ONLY
     corpus, model = _corpus_and_model(tmp_path)
-    outcome = function(str(corpus), model=str(model), workdir=tmp_path / "work", epochs=1, min_count=1, workers=1, throwaway_knob=3, progress=False)
+    outcome = function(str(corpus), model=str(model), workdir=tmp_path / "work", epochs=1, min_count=1, workers=1,
+                       throwaway_knob=3, progress=False)
     assert outcome.manifest["options"]["command"] == "w2v" and outcome.manifest["options"]["options"]["throwaway_knob"] == 3
     kept = json.loads((outcome.path / OPTIONS_FILE).read_text(encoding="utf-8"))
     assert kept["options"]["throwaway_knob"] == 3 and kept["options"]["epochs"] == 1
@@ -126,7 +127,8 @@ def test_a_finetune_run_replays_from_its_folder_with_overrides(tmp_path: Path, m
     assert code == 0, err
     assert _recorded(tmp_path / "again") == recorded
     # Options on the command line override the file's.
-    code, err = run_cli(["finetune", "--config", str(first / OPTIONS_FILE), "--seed", "7", "--out", str(tmp_path / "seed7")], monkeypatch, capsys)
+    code, err = run_cli(["finetune", "--config", str(first / OPTIONS_FILE), "--seed", "7", "--out", str(tmp_path / "seed7")],
+                        monkeypatch, capsys)
     assert code == 0, err
     assert _recorded(tmp_path / "seed7") == {**recorded, "seed": 7}
     # The Python API takes the same file, keywords overriding it.
@@ -134,7 +136,8 @@ def test_a_finetune_run_replays_from_its_folder_with_overrides(tmp_path: Path, m
     assert _recorded(outcome.path) == {**recorded, "lr": 2e-4}
 
 
-def test_a_config_file_by_hand_and_its_mistakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_config_file_by_hand_and_its_mistakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     from greenadapt.runners.finetune.settings import FinetuneSettings
 
     toml = tmp_path / "recipe.toml"
@@ -150,7 +153,8 @@ def test_a_config_file_by_hand_and_its_mistakes(tmp_path: Path, monkeypatch: pyt
 
     toml.write_text('task = "ner"\ntrain = "x"\nlearning_rate = 3\n', encoding="utf-8")
     code, err = run_cli(["finetune", "--config", str(toml)], monkeypatch, capsys)
-    assert code == 2 and len(err.strip().splitlines()) == 1 and f"{toml}: 'learning_rate' is not an option of greenadapt finetune" in err, err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{toml}: 'learning_rate' is not an option of greenadapt finetune" in err, err
 
     other = tmp_path / "w2v.json"
     other.write_text(json.dumps({"command": "w2v", "options": {"corpus": ["c.txt"]}}), encoding="utf-8")

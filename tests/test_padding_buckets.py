@@ -119,7 +119,8 @@ def test_cuda_graphs_on_a_cpu_is_refused_in_one_line_before_reading(files: dict[
 
     missing = tmp_path / "no-such-train.tsv"  # refused before it is read
     for extra, says in ((["--cuda-graphs"], "--cuda-graphs needs a CUDA device"), (["--pad-to-multiple", "0"], "--pad-to-multiple")):
-        for command in (["finetune", "--task", "ner", "--train", str(missing), "--model", str(files["model"]), "--out", str(tmp_path / "r")],
+        for command in (["finetune", "--task", "ner", "--train", str(missing), "--model", str(files["model"]), "--out",
+                         str(tmp_path / "r")],
                         ["compare", "--task", "ner", "--train", str(missing), "--test", str(missing), "--model", f"a={files['model']}",
                          "--model", f"b={files['model']}", "--out", str(tmp_path / "c")]):
             monkeypatch.setattr("sys.argv", ["greenadapt", *command, "--device", "cpu", *extra])
@@ -137,7 +138,8 @@ def test_compare_passes_the_speed_and_precision_options_to_every_run(files: dict
                          precision="fp32", pad_to_multiple=16, cuda_graphs=True, device="cuda:0")
     arguments = finetune_arguments(options, str(files["model"]), 1, tmp_path / "a" / "seed-1")
     assert (arguments["precision"], arguments["pad_to_multiple"], arguments["cuda_graphs"]) == ("fp32", 16, True)
-    plain = finetune_arguments(comparison(tmp_path, task="ner", train=files["train"], test=files["test"], models=(("a", str(files["model"])),)),
+    plain = finetune_arguments(comparison(tmp_path, task="ner", train=files["train"], test=files["test"],
+                                          models=(("a", str(files["model"])),)),
                                str(files["model"]), 1, tmp_path / "a" / "seed-1")
     assert not {"precision", "pad_to_multiple", "cuda_graphs"} & set(plain)  # the runs of earlier comparisons stay valid
 
@@ -199,5 +201,6 @@ def test_a_units_logits_are_the_same_alone_and_in_any_batch(precision: str) -> N
     start = 0
     for unit in units:
         alone = view_logits(model, [unit], 0, ctx, pad_id=0, batch_size=16, precision=precision)
-        assert np.array_equal(alone, together[start : start + unit.n_rows]), (unit.example, np.abs(alone - together[start : start + unit.n_rows]).max())
+        assert np.array_equal(alone, together[start : start + unit.n_rows]), (unit.example,
+                                                                              np.abs(alone - together[start : start + unit.n_rows]).max())
         start += unit.n_rows

@@ -38,7 +38,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _options(model: Path, corpus: Path, out: Path, **changes: Any) -> dict[str, Any]:
     """greenadapt.pretrain's keywords: the tests' recipe, ``changes`` overriding it."""
-    return {"corpus": [str(corpus)], "model": str(model), "out": out, "workdir": out.parent / "work", "max_steps": 8, "batch_size": 8, "lr": 2e-3,
+    return {"corpus": [str(corpus)], "model": str(model), "out": out, "workdir": out.parent / "work", "max_steps": 8, "batch_size": 8,
+            "lr": 2e-3,
             "seed": 3, "warmup": 0.1, "eval_batch_size": 8, "max_length": 24, "heldout": 8, "workers": 1, "device": "cpu", **changes}
 
 
@@ -86,7 +87,8 @@ def test_loss_decreases_output_loads_and_eval_only_reproduces(tiny_bert: Path, c
     # rerun: up to date
     assert pretrain(**_options(tiny_bert, corpus, out, max_steps=30, eval_every=15, general_corpus=[str(general)])).skipped
     # --eval-only on the output reproduces the run's last held-out evaluation; twice the same numbers
-    eval_options = dict(eval_only=True, corpus=[str(corpus), str(general)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8, device="cpu", eval_batch_size=3, workers=1)
+    eval_options = dict(eval_only=True, corpus=[str(corpus), str(general)], model=str(out), workdir=tmp_path / "work", max_length=24,
+                        heldout=8, device="cpu", eval_batch_size=3, workers=1)
     first, second = pretrain(**eval_options), pretrain(**eval_options)
     assert first == second
     scored = first["results"][str(corpus)]
@@ -119,7 +121,8 @@ def test_head_warmup_trains_the_head_alone_then_everything(tiny_bert: Path, corp
     pretrain(**_options(tiny_bert, corpus, full, max_steps=5, head_warmup_steps=3))
     assert [r.get("head_only", False) for r in _log(full) if "loss" in r] == [True, True, True, False, False]
     trained = _weights(full)
-    assert not np.array_equal(trained["bert.encoder.layer.0.attention.self.query.weight"], original["bert.encoder.layer.0.attention.self.query.weight"])
+    assert not np.array_equal(trained["bert.encoder.layer.0.attention.self.query.weight"],
+                              original["bert.encoder.layer.0.attention.self.query.weight"])
     # an option at its default does not enter the fingerprint: outputs of older versions stay up to date
     assert load_stage(warm, "pretrain")["config"]["train"]["head_warmup_steps"] == 3
     pretrain(**_options(tiny_bert, corpus, tmp_path / "plain", max_steps=1))
@@ -180,7 +183,8 @@ def test_sigterm_checkpoint_and_resume_equal_an_uninterrupted_run(tiny_bert: Pat
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
-def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_bert: Path, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mixed_precision_trains_checkpoints_and_resumes(dtype_name: str, tiny_bert: Path, corpus: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The autocast path (the CUDA default) run on CPU: fp32 weights saved, fp16's loss scaler checkpointed, resume exact.
 
     CPU autocast stands in for CUDA here (this machine has no GPU): it runs our
@@ -299,7 +303,8 @@ def test_gmap_memory_gets_no_gradient_and_the_output_reloads(tiny_bert: Path, ti
     assert type(reloaded.domain).__name__ == "BertForMaskedLM" and weights_fingerprint(reloaded.general) == fingerprint
     AutoModelForMaskedLM.from_pretrained(str(out))  # plain transformers loads the domain model
     # --eval-only uses the recorded general model
-    report = pretrain(**dict(eval_only=True, corpus=[str(corpus)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8, device="cpu", workers=1))
+    report = pretrain(**dict(eval_only=True, corpus=[str(corpus)], model=str(out), workdir=tmp_path / "work", max_length=24, heldout=8,
+                             device="cpu", workers=1))
     assert report["gmap"] is True
     assert report["results"][str(corpus)]["loss"] == pytest.approx(outcome.manifest["stats"]["heldout_after"]["domain"]["loss"], abs=1e-4)
 
@@ -334,7 +339,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     missing = _cli("--corpus", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "o"))
-    assert missing.returncode == 3 and missing.stderr.count("\n") == 1 and "nope.txt" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == 3 and missing.stderr.count("\n") == 1
+    assert "nope.txt" in missing.stderr and "Traceback" not in missing.stderr
     bad = _cli("--corpus", str(tmp_path), "--eval-only", "--out", str(tmp_path / "o"))
     assert bad.returncode == 2 and "--out does not apply to --eval-only" in bad.stderr and bad.stderr.count("\n") == 1
     strategy = _cli("--corpus", str(tmp_path), "--gmap", "chunk")
@@ -375,8 +381,10 @@ def test_two_gloo_processes_match_one_process(corpus: Path, tmp_path: Path) -> N
         port = s.getsockname()[1]
     procs = []
     for rank in range(2):
-        env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, str(script), str(model), str(small), str(tmp_path / "ddp"), "2"], env=env, stderr=subprocess.PIPE, text=True))
+        env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
+                   LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, str(script), str(model), str(small), str(tmp_path / "ddp"), "2"], env=env,
+                                      stderr=subprocess.PIPE, text=True))
     for proc in procs:
         _, err = proc.communicate(timeout=HANG_S)
         assert proc.returncode == 0, err[-3000:]
@@ -513,7 +521,8 @@ def test_mix_trains_on_both_tokenizers_and_is_refused_where_it_cannot_work(corpu
 
 
 def test_the_sign_of_life_line_in_batch_logs_does_not_break_training(tiny_bert: Path, corpus: Path, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     """Every step reports a sign of life here (interval 0); 19b11cf crashed on its first one (a rate variable reused)."""
     import logging
 

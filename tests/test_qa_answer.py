@@ -39,7 +39,8 @@ def test_character_limit_excludes_longer_spans() -> None:
     end[texts.index("cause")] = 6.0
     best = nbest_answers(CONTEXT, words, start, end, spans=AnswerSpanSettings(max_answer_chars=30), n_best=3)[0]
     assert best["text"] == "The main cause"
-    assert all(len(a["text"]) <= 30 for a in nbest_answers(CONTEXT, words, start, end, spans=AnswerSpanSettings(max_answer_chars=30), n_best=20))
+    assert all(len(a["text"]) <= 30 for a in nbest_answers(CONTEXT, words, start, end,
+                                                           spans=AnswerSpanSettings(max_answer_chars=30), n_best=20))
     assert nbest_answers(CONTEXT, words, start, end, spans=AnswerSpanSettings(max_answer_chars=60), n_best=1)[0]["text"] == CONTEXT[17:-1]
 
 

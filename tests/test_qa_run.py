@@ -175,7 +175,8 @@ def test_cli_success_and_typed_errors(
     models: dict[str, Path], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "cli"
-    code = _main(["qa", "--model", str(models["plain"]), "--data", str(data), "--out", str(out), "--limit", "2", "-q", "--max-length", "64"], monkeypatch)
+    code = _main(["qa", "--model", str(models["plain"]), "--data", str(data), "--out", str(out), "--limit", "2", "-q", "--max-length",
+                  "64"], monkeypatch)
     captured = capsys.readouterr()
     assert code == 0 and captured.out.startswith("qa: 2 questions, pool general; EM ")
     assert (out / "predictions.json").is_file()

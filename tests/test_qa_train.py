@@ -157,7 +157,8 @@ def test_the_answer_length_is_declared_once_and_reaches_qa_training_its_scoring_
     # the stage records it when set: a run scored with another length is not the same stage (and runs made before keep theirs)
     assert short.manifest["config"]["train"]["max_answer_chars"] == 4 and "max_answer_chars" not in plain.manifest["config"]["train"]
     assert short.manifest["fingerprint"] != plain.manifest["fingerprint"]
-    plan = comparison(tmp_path / "cmp", task="qa", train=train_file, test=train_file, models=(("a", str(expanded)), ("b", str(expanded))), max_answer_chars=40)
+    plan = comparison(tmp_path / "cmp", task="qa", train=train_file, test=train_file, models=(("a", str(expanded)), ("b", str(expanded))),
+                      max_answer_chars=40)
     plan.check()
     assert finetune_arguments(plan, str(expanded), 1, tmp_path / "run")["max_answer_chars"] == 40
     with pytest.raises(UsageError, match="--max-answer-chars does not apply to --task ner"):

@@ -153,7 +153,8 @@ def _kill(plan: Plan, extra: list[str], log: Path, sig: signal.Signals, delay: f
     except subprocess.TimeoutExpired:
         process.kill()  # not left running after the test
         process.wait()
-        raise AssertionError(f"{plan.kind} {' '.join(extra)} still ran 300 s after {sig.name}: {log.read_text(errors='replace')[-1500:]}") from None
+        said = log.read_text(errors="replace")[-1500:]
+        raise AssertionError(f"{plan.kind} {' '.join(extra)} still ran 300 s after {sig.name}: {said}") from None
     ended = time.monotonic()
     moment = "in stage" if after_stage_start else "anytime"
     return Attempt(sig.name, moment, round(delay, 3), delivered, returncode, in_stage, ended - watch.started, watch.window(ended))

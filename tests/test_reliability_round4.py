@@ -170,7 +170,8 @@ def test_predict_to_a_link_to_its_own_stdout_reaches_the_pipe(run: dict[str, Pat
 
 
 def test_a_killed_predict_leaves_no_temporary_after_the_next_run(run: dict[str, Path], tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """kill -9 while predict writes: its hidden temporary stays; the next write to the same file removes it."""
     out = tmp_path / "tagged.tsv"
     script = (
@@ -334,7 +335,8 @@ def _module_prefixed(source: Path, dest: Path) -> Path:
 @pytest.mark.parametrize("broken", ["gpt2", "module-prefix", "hidden-0", "five-heads", "unparseable"])
 @pytest.mark.parametrize("command", ["finetune", "adapt"])
 def test_a_model_that_cannot_load_its_weights_is_refused_before_any_work(broken: str, command: str, run: dict[str, Path], tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     source = run["model"]
     model = {
         "gpt2": lambda: _edited_model(source, tmp_path / "m", model_type="gpt2"),
@@ -512,7 +514,8 @@ def test_adapt_refuses_a_model_without_weights_before_word2vec(run: dict[str, Pa
     (model / "model.safetensors").unlink()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the heart rate of patients\n" * 20)
-    code, err = run_cli(["adapt", "-c", str(corpus), "-m", str(model), "--dim", "8", "--w2v-min-count", "1", "--workdir", str(tmp_path / "w")],
+    code, err = run_cli(["adapt", "-c", str(corpus), "-m", str(model), "--dim", "8", "--w2v-min-count", "1", "--workdir",
+                         str(tmp_path / "w")],
                         monkeypatch, capsys)
     assert code == EXIT_BAD_INPUT and "no model.safetensors" in err, err
     assert not (tmp_path / "w").exists()

@@ -213,7 +213,8 @@ def _deep_config(path: Path, kind: str) -> Path:
 @pytest.mark.parametrize("kind", ["json-document", "json-value", "json-shallow-enough-to-parse", "toml-array", "toml-inline-table",
                                   "latin-1-toml", "latin-1-json", "binary"])
 def test_a_config_file_that_cannot_be_read_is_one_line_naming_it(kind: str, data: dict[str, Path], tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     suffix = ".toml" if kind.startswith("toml") or kind == "latin-1-toml" else ".json"
     config = _deep_config(tmp_path / f"config{suffix}", kind)
     code, err = run_cli(["finetune", "--config", str(config), "--task", "ner", "--train", str(data["ner"])], monkeypatch, capsys)
@@ -228,11 +229,14 @@ def _deep_json_line(path: Path, first: str) -> Path:
 
 @pytest.mark.parametrize("command", ["finetune-classify", "finetune-ner", "evaluate", "predict"])
 def test_a_json_line_nested_too_deeply_in_a_task_file_is_one_line(command: str, data: dict[str, Path], tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     if command == "finetune-ner":
         bad = tmp_path / "ner.jsonl"
-        bad.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O", "O"]}) + "\n" + '{"tokens": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
-        args = ["finetune", "--task", "ner", "--train", str(bad), "--model", str(data["expanded"]), "--out", str(tmp_path / "run"), "--device", "cpu"]
+        bad.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O", "O"]}) + "\n" + '{"tokens": ' + "[" * 100_000 + "]" * 100_000
+                       + "}\n")
+        args = ["finetune", "--task", "ner", "--train", str(bad), "--model", str(data["expanded"]), "--out", str(tmp_path / "run"),
+                "--device", "cpu"]
     else:
         bad = _deep_json_line(tmp_path / "texts.jsonl", json.dumps({"text": "the disease", "label": "disease"}))
         if command == "finetune-classify":
@@ -243,7 +247,8 @@ def test_a_json_line_nested_too_deeply_in_a_task_file_is_one_line(command: str, 
             if not classify_run.exists():
                 from greenadapt.api import finetune
 
-                finetune(task="classify", train=data["classify"], model=data["expanded"], out=classify_run, max_steps=2, device="cpu", progress=False)
+                finetune(task="classify", train=data["classify"], model=data["expanded"], out=classify_run, max_steps=2,
+                         device="cpu", progress=False)
             args = (["evaluate", str(bad), "--model", str(classify_run)] if command == "evaluate"
                     else ["predict", str(bad), "--model", str(classify_run), "--output", str(tmp_path / "out.jsonl")])
     code, err = run_cli(args, monkeypatch, capsys)
@@ -255,7 +260,8 @@ def test_a_multitask_tasks_file_nested_too_deeply_is_one_line(data: dict[str, Pa
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     tasks = tmp_path / "tasks.toml"
     tasks.write_text("[[task]]\nname = " + "[" * 5000 + "]" * 5000 + "\n")
-    code, err = run_cli(["multitask", "--model", str(data["expanded"]), "--tasks", str(tasks), "--out", str(tmp_path / "mt")], monkeypatch, capsys)
+    code, err = run_cli(["multitask", "--model", str(data["expanded"]), "--tasks", str(tasks), "--out", str(tmp_path / "mt")],
+                        monkeypatch, capsys)
     _one_line(code, err, EXIT_BAD_INPUT)
     assert str(tasks) in err
 
@@ -266,12 +272,14 @@ def test_a_corpus_recipe_nested_too_deeply_is_one_line(data: dict[str, Path], tm
     recipes.mkdir()
     (recipes / "deep.toml").write_text("description = " + "[" * 5000 + "]" * 5000 + "\n")
     monkeypatch.setenv("GREENADAPT_CORPORA", str(recipes))
-    code, err = run_cli(["w2v", "--corpus", "deep", "--model", str(data["expanded"]), "--workdir", str(tmp_path / "work")], monkeypatch, capsys)
+    code, err = run_cli(["w2v", "--corpus", "deep", "--model", str(data["expanded"]), "--workdir", str(tmp_path / "work")],
+                        monkeypatch, capsys)
     _one_line(code, err, EXIT_BAD_INPUT)
     assert "deep.toml" in err
 
 
-@pytest.mark.parametrize("where", ["config-value", "train", "test", "model", "predict-input", "evaluate-input", "qa-data", "multitask-train"])
+@pytest.mark.parametrize("where", ["config-value", "train", "test", "model", "predict-input", "evaluate-input", "qa-data",
+                                   "multitask-train"])
 def test_no_message_shows_a_credential(where: str, data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     url = f"http://bob:{PASSWORD}@127.0.0.1:9/data.tsv"
@@ -288,7 +296,8 @@ def test_no_message_shows_a_credential(where: str, data: dict[str, Path], tmp_pa
             "predict-input": ["predict", url, "--model", run],
             "evaluate-input": ["evaluate", url, "--model", run],
             "qa-data": ["qa", "--data", url, "--model", str(data["expanded"]), "--out", str(tmp_path / "qa")],
-            "multitask-train": ["multitask", "--model", str(data["expanded"]), "--task", f"name=x,type=ner,train={url}", "--out", str(tmp_path / "mt")],
+            "multitask-train": ["multitask", "--model", str(data["expanded"]), "--task", f"name=x,type=ner,train={url}", "--out",
+                                str(tmp_path / "mt")],
         }[where]
     code, err = run_cli(args, monkeypatch, capsys)
     assert code in (EXIT_USAGE, EXIT_BAD_INPUT), err
@@ -310,7 +319,8 @@ def test_predicts_output_and_out_in_one_config_are_refused(data: dict[str, Path]
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "predict.toml"
     config.write_text(f'output = "{tmp_path / "a.tsv"}"\nout = "{tmp_path / "b.tsv"}"\n')
-    code, err = run_cli(["predict", str(data["ner_test"]), "--model", str(data["run-expanded"]), "--config", str(config)], monkeypatch, capsys)
+    code, err = run_cli(["predict", str(data["ner_test"]), "--model", str(data["run-expanded"]), "--config", str(config)],
+                        monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     assert not (tmp_path / "a.tsv").exists() and not (tmp_path / "b.tsv").exists()
 
@@ -348,9 +358,11 @@ def test_editing_a_runs_options_json_keeps_the_model_usable_and_is_what_a_replay
 
 
 def test_a_replayed_boolean_option_can_be_turned_off_on_the_command_line(data: dict[str, Path], tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "gpu.toml"
-    config.write_text(f'task = "ner"\ntrain = "{data["ner"]}"\nmodel = "{data["expanded"]}"\ncuda_graphs = true\nmax_steps = 2\ndevice = "cpu"\n')
+    config.write_text(f'task = "ner"\ntrain = "{data["ner"]}"\nmodel = "{data["expanded"]}"\ncuda_graphs = true\nmax_steps = 2\ndevice = '
+                      f'"cpu"\n')
     code, err = run_cli(["finetune", "--config", str(config), "--out", str(tmp_path / "on")], monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)  # the GPU run's option, on a CPU
     assert "--cuda-graphs" in err
@@ -364,10 +376,12 @@ def test_a_replayed_boolean_option_can_be_turned_off_on_the_command_line(data: d
 
 @pytest.mark.parametrize("option", [("--epochs", str(10**18)), ("--max-steps", str(2**63 - 1)), ("--entity-type", "D" * 1_000_000)])
 def test_training_lengths_and_entity_types_past_any_real_run_are_refused(option: tuple[str, str], data: dict[str, Path], tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "run.json"  # (a megabyte does not fit a command line: the config file carries it)
     config.write_text(json.dumps({option[0].lstrip("-").replace("-", "_"): option[1] if option[0] == "--entity-type" else int(option[1])}))
-    code, err = run_cli(["finetune", "--task", "ner", "--train", str(data["ner"]), "--model", str(data["expanded"]), "--config", str(config),
+    code, err = run_cli(["finetune", "--task", "ner", "--train", str(data["ner"]), "--model", str(data["expanded"]),
+                         "--config", str(config),
                          "--out", str(tmp_path / "run")], monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     assert option[0] in err and len(err) < 500
@@ -379,13 +393,15 @@ def test_compare_refuses_a_bootstrap_past_memory_before_training(data: dict[str,
     config = tmp_path / "compare.toml"
     config.write_text("bootstrap = 1000000000\n")
     code, err = run_cli(["compare", "--config", str(config), "--task", "ner", "--train", str(data["ner"]), "--test", str(data["ner_test"]),
-                         "--model", f"a={data['plain']}", "--model", f"b={data['expanded']}", "--out", str(tmp_path / "cmp")], monkeypatch, capsys)
+                         "--model", f"a={data['plain']}", "--model", f"b={data['expanded']}", "--out", str(tmp_path / "cmp")],
+                        monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     assert "--bootstrap" in err and not (tmp_path / "cmp").exists()
 
 
 def test_an_ensembles_answer_does_not_depend_on_the_order_of_its_members(data: dict[str, Path], tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     import greenadapt
 
     plain, expanded = str(data["run-plain"]), str(data["run-expanded"])
@@ -403,9 +419,12 @@ def test_an_ensembles_answer_does_not_depend_on_the_order_of_its_members(data: d
 
 
 def test_ensemble_member_seeds_never_collide_with_the_seeds_asked_for(data: dict[str, Path], tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run_cli(["compare", "--task", "ner", "--train", str(data["ner"]), "--test", str(data["ner_test"]), "--model", f"base={data['plain']}",
-                         "--model", f"green={data['expanded']}", "--ensemble", "green=2", "--seeds", "1,100001", "--out", str(tmp_path / "cmp")],
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(["compare", "--task", "ner", "--train", str(data["ner"]), "--test", str(data["ner_test"]), "--model",
+                         f"base={data['plain']}",
+                         "--model", f"green={data['expanded']}", "--ensemble", "green=2", "--seeds", "1,100001", "--out",
+                         str(tmp_path / "cmp")],
                         monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     assert "100001" in err and not (tmp_path / "cmp").exists()
@@ -415,7 +434,8 @@ def test_compares_models_may_be_a_list_in_a_toml_config(data: dict[str, Path], t
     from greenadapt.comparison.settings import CompareSettings
 
     config = tmp_path / "compare.toml"
-    config.write_text(f'task = "ner"\ntrain = "{data["ner"]}"\ntest = "{data["ner_test"]}"\nmodels = ["base={data["plain"]}", "green={data["expanded"]}"]\n')
+    config.write_text(f'task = "ner"\ntrain = "{data["ner"]}"\ntest = "{data["ner_test"]}"\nmodels = ["base={data["plain"]}", '
+                      f'"green={data["expanded"]}"]\n')
     assert CompareSettings.build(config).models == (("base", str(data["plain"])), ("green", str(data["expanded"])))
     config.write_text(f'task = "ner"\ntrain = "{data["ner"]}"\ntest = "{data["ner_test"]}"\nmodels = ["base"]\n')
     with pytest.raises(Exception, match="is not NAME=MODEL"):

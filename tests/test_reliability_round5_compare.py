@@ -46,7 +46,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
-_RECIPE = {"seeds": [1, 2], "max_steps": int(STEPS), "batch_size": 4, "device": "cpu", "bootstrap": 200, "save_every": 3, "keep_going": True}
+_RECIPE = {"seeds": [1, 2], "max_steps": int(STEPS), "batch_size": 4, "device": "cpu", "bootstrap": 200, "save_every": 3,
+           "keep_going": True}
 
 
 def _args(setup: dict[str, Path], out: Path, *extra: str) -> list[str]:
@@ -105,7 +106,8 @@ def _rerun(setup: dict[str, Path], out: Path) -> dict[str, object]:
 def _same_verdict(result: dict[str, object], setup: dict[str, Path]) -> None:
     reference = json.loads((setup["reference"] / "compare.json").read_text())
     assert [v["scores"] for v in result["variants"]] == [v["scores"] for v in reference["variants"]]  # type: ignore[index]
-    assert [(p["differences"], p["verdict"]) for p in result["pairs"]] == [(p["differences"], p["verdict"]) for p in reference["pairs"]]  # type: ignore[index]
+    assert [(p["differences"], p["verdict"]) for p in result["pairs"]] == [(p["differences"], p["verdict"])
+                                                                           for p in reference["pairs"]]  # type: ignore[index]
 
 
 def test_a_rerun_after_kill_9_of_a_worker_resumes_and_gives_the_same_verdict(setup: dict[str, Path], tmp_path: Path) -> None:

@@ -85,7 +85,8 @@ COMPARE_NAMES = [".{out}.lock", "{out}/compare.json", "{out}/options.json", "{ou
 @pytest.mark.parametrize("pointing_at", ["file", "folder"])
 @pytest.mark.parametrize("name", FINETUNE_NAMES)
 def test_a_link_planted_where_finetune_writes_is_refused_and_left_alone(data: dict[str, Path], tmp_path: Path, name: str, pointing_at: str,
-                                                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     canary = _canary(tmp_path / "user")
     target = canary if pointing_at == "file" else canary.parent
     planted = tmp_path / name.format(out="run")
@@ -99,7 +100,8 @@ def test_a_link_planted_where_finetune_writes_is_refused_and_left_alone(data: di
 
 @pytest.mark.parametrize("name", COMPARE_NAMES)
 def test_a_link_planted_where_compare_writes_is_refused_before_any_run(data: dict[str, Path], tmp_path: Path, name: str,
-                                                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     canary = _canary(tmp_path / "user")
     target = canary.parent if name.endswith(("checkpoint", "seed-1")) else canary
     planted = tmp_path / name.format(out="cmp")
@@ -142,7 +144,8 @@ def test_the_lock_is_never_emptied_when_it_is_not_greenadapts(data: dict[str, Pa
     assert lock.read_text() == ""
 
 
-def test_predict_leaves_a_users_partial_link_and_temporary_lookalikes_alone(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_predict_leaves_a_users_partial_link_and_temporary_lookalikes_alone(data: dict[str, Path], tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     text = tmp_path / "in.txt"
     text.write_text("fever of unknown origin\nno disease here\n")
@@ -264,7 +267,8 @@ def test_every_numeric_option_is_checked_alike_from_the_command_line_and_a_confi
                                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     cls, numeric = _command_fields()[command]
     assert numeric or command in ("evaluate", "predict"), command
-    base = [command, *_required(tmp_path / "missing.txt")[command], *(["--out", str(tmp_path / "out")] if command not in ("evaluate", "predict") else [])]
+    base = [command, *_required(tmp_path / "missing.txt")[command], *(["--out", str(tmp_path / "out")]
+                                                                      if command not in ("evaluate", "predict") else [])]
     mismatches = []
     for name, flag, kind in numeric:
         for label, text in HOSTILE.items():
@@ -279,7 +283,8 @@ def test_every_numeric_option_is_checked_alike_from_the_command_line_and_a_confi
                 # a refusal is about this option (or the missing input the checks let through), never the command line itself
                 assert code != 2 or flag in err or "no such file" in err, (flag, label, err)
             if cli_code != file_code:
-                mismatches.append(f"{flag} {label}: command line {cli_code} ({cli_err.strip()[:90]}), config {file_code} ({file_err.strip()[:90]})")
+                mismatches.append(f"{flag} {label}: command line {cli_code} ({cli_err.strip()[:90]}), config {file_code} "
+                                  f"({file_err.strip()[:90]})")
             if label in ("nan", "inf") and kind is float:
                 assert cli_code == file_code == 2, (name, label, cli_err, file_err)
     assert not mismatches, "\n".join(mismatches)
@@ -515,7 +520,8 @@ def test_compare_refuses_a_variants_option_before_any_run(data: dict[str, Path],
 
 
 def test_r_drop_on_a_one_tokenizer_model_is_a_valid_arm_of_compare(data: dict[str, Path], tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run_cli([*_compare_args(data, tmp_path / "cmp"), "--agreement", "base=1", "--json"], monkeypatch, capsys)
     assert code == 0, err
     manifest = json.loads((tmp_path / "cmp" / "base" / "seed-1" / "manifest.json").read_text())
@@ -577,7 +583,8 @@ def test_compare_wait_says_once_what_it_waits_for(data: dict[str, Path], tmp_pat
 
 
 def test_an_address_where_something_else_answers_is_one_line_at_once(data: dict[str, Path], tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """A port where an HTTP server (not Ray's GCS) answers: Ray alone retried it for minutes, printing its C++ client's
     warnings; now one line, nothing of Ray's."""
     import threading
@@ -599,7 +606,8 @@ def test_an_address_where_something_else_answers_is_one_line_at_once(data: dict[
     assert "not Ray's GCS" in err and "gcs_client" not in err, err
 
 
-@pytest.mark.parametrize("name", ["GREENADAPT_WORKERS", "GREENADAPT_HEARTBEAT", "GREENADAPT_TRACKER_TIMEOUT", "GREENADAPT_CPU_WATTS_PER_CORE",
+@pytest.mark.parametrize("name", ["GREENADAPT_WORKERS", "GREENADAPT_HEARTBEAT", "GREENADAPT_TRACKER_TIMEOUT",
+                                  "GREENADAPT_CPU_WATTS_PER_CORE",
                                   "GREENADAPT_MAX_SPOOL_MB"])
 def test_every_numeric_variable_is_checked_as_its_option_would_be_before_any_work(name: str, data: dict[str, Path], tmp_path: Path) -> None:
     """Issue 71, item 4: environment variables go through the command line's checks (nan, inf, type, bounds), before any

@@ -142,7 +142,8 @@ def _cached(run: Path) -> Path:
 
 @pytest.mark.parametrize("damage", ["garbage", "empty", "truncated", "another graph", "a link to a text file"])
 def test_a_damaged_or_replaced_export_is_made_again_and_said_once(data: dict[str, Path], tmp_path: Path, damage: str,
-                                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     import greenadapt
 
     run = _copy_run(data, tmp_path)
@@ -205,7 +206,8 @@ def test_the_cached_export_is_a_stage_folder_that_a_copy_keeps_and_a_stray_file_
 
 
 def test_a_damaged_export_in_a_cache_that_cannot_be_written_is_one_line(data: dict[str, Path], tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     import greenadapt
     from greenadapt.inference import onnx_runtime
 
@@ -222,7 +224,8 @@ def test_a_damaged_export_in_a_cache_that_cannot_be_written_is_one_line(data: di
 
 @pytest.mark.parametrize("where", [".greenadapt-cache", ".greenadapt-cache/onnx", ".greenadapt-cache/CACHEDIR.TAG"])
 def test_the_cache_never_writes_through_a_link_it_did_not_make(data: dict[str, Path], tmp_path: Path, where: str,
-                                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     run = _copy_run(data, tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -319,7 +322,8 @@ def test_a_gmap_run_is_not_exported_without_its_fusion(data: dict[str, Path], tm
 @pytest.mark.parametrize("device", ["cpu:junk", "cpu:", "cuda:0"])
 def test_onnx_refuses_a_device_it_cannot_run_on(device: str, data: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run_cli(["predict", "-m", str(data["run"]), str(data["text"]), "--runtime", "onnx", "--device", device], monkeypatch, capsys)
+    code, err = run_cli(["predict", "-m", str(data["run"]), str(data["text"]), "--runtime", "onnx", "--device", device],
+                        monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     assert f"not --device {device}" in err, err
 
@@ -410,10 +414,14 @@ def test_compare_of_qa_runs_that_learned_nothing_stops_and_is_no_verdict(tmp_pat
     # a long context: an untrained model's span shares a word with the one-word answer by chance only
     filler = " ".join(["the study of cells in the"] * 12)
     context = f"{filler} patients with covid and myocarditis needed ventilation {filler} coronavirus"
-    squad = squad_file(tmp_path / "squad.json", [{"paragraphs": [paragraph(context, (f"q{i}", "who needed ventilation ?", [("patients", context.index("patients"))]),
-                                                                            (f"r{i}", "what virus ?", [("coronavirus", context.index("coronavirus"))]))]}
+    squad = squad_file(tmp_path / "squad.json", [{"paragraphs": [paragraph(context,
+                                                                           (f"q{i}", "who needed ventilation ?",
+                                                                            [("patients", context.index("patients"))]),
+                                                                            (f"r{i}", "what virus ?",
+                                                                             [("coronavirus", context.index("coronavirus"))]))]}
                                                  for i in range(4)])
-    models = [f"green={build_tiny_expanded_qa(tmp_path / 'green')}", f"base={build_tiny_expanded_qa(tmp_path / 'base', new_words=(), seed=1)}"]
+    models = [f"green={build_tiny_expanded_qa(tmp_path / 'green')}",
+              f"base={build_tiny_expanded_qa(tmp_path / 'base', new_words=(), seed=1)}"]
     args = ["compare", "--task", "qa", "--train", str(squad), "--test", str(squad), "--model", models[1], "--model", models[0],
             "--seeds", "1,2", "--max-steps", "1", "--lr", "1e-9", "--device", "cpu", "--bootstrap", "100", "--out", str(tmp_path / "cmp")]
     code, err = run_cli(args, monkeypatch, capsys)
@@ -445,7 +453,8 @@ def test_a_huge_number_in_a_config_file_is_one_line(config: str, data: dict[str,
 
 
 def test_huge_numbers_from_python_and_the_environment_are_one_line(data: dict[str, Path], tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     import greenadapt
     from greenadapt.errors import UsageError
 
@@ -454,7 +463,8 @@ def test_huge_numbers_from_python_and_the_environment_are_one_line(data: dict[st
     with pytest.raises(UsageError, match="--lr"):
         greenadapt.finetune("ner", data["ner"], model=str(data["plain"]), lr=10**400, out=tmp_path / "a", device="cpu")
     with pytest.raises(UsageError, match="force=1"):
-        greenadapt.finetune("ner", data["ner"], model=str(data["plain"]), out=tmp_path / "a", device="cpu", force=1)  # type: ignore[arg-type]
+        greenadapt.finetune("ner", data["ner"], model=str(data["plain"]), out=tmp_path / "a", device="cpu",
+                            force=1)  # type: ignore[arg-type]
     code, err = run_cli(["predict", "-m", str(data["run"]), str(data["text"]), "--batch-size", HUGE], monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     monkeypatch.setenv("GREENADAPT_WORKERS", HUGE)
@@ -485,18 +495,22 @@ def test_finetune_bounds_weights_that_leave_nothing_to_learn(extra: list[str], s
 
 def test_a_mix_that_both_views_would_ignore_is_refused(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["finetune", "--task", "ner", "--train", str(data["ner"]), "--model", str(data["expanded"]), "--max-steps", "1", "--device", "cpu",
+    args = ["finetune", "--task", "ner", "--train", str(data["ner"]), "--model", str(data["expanded"]), "--max-steps", "1", "--device",
+            "cpu",
             "--out", str(tmp_path / "run")]
     code, err = run_cli([*args, "--both-views", "--mix", "0.3"], monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     assert "--mix 0.3 does nothing with --both-views" in err and not (tmp_path / "run").exists(), err
 
 
-@pytest.mark.parametrize(("extra", "says"), [(["--agreement", "green=1e308"], "a positive weight of at most"), (["--devices", ",,,"], "--devices")])
+@pytest.mark.parametrize(("extra", "says"), [(["--agreement", "green=1e308"], "a positive weight of at most"),
+                                             (["--devices", ",,,"], "--devices")])
 def test_compare_refuses_a_weight_or_devices_that_say_nothing(extra: list[str], says: str, data: dict[str, Path], tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run_cli(["compare", "--task", "ner", "--train", str(data["ner"]), "--test", str(data["ner"]), "--model", f"base={data['plain']}",
-                         "--model", f"green={data['expanded']}", "--seeds", "1", "--max-steps", "1", "--out", str(tmp_path / "cmp"), *extra],
+    code, err = run_cli(["compare", "--task", "ner", "--train", str(data["ner"]), "--test", str(data["ner"]), "--model",
+                         f"base={data['plain']}",
+                         "--model", f"green={data['expanded']}", "--seeds", "1", "--max-steps", "1", "--out", str(tmp_path / "cmp"),
+                         *extra],
                         monkeypatch, capsys)
     _one_line(code, err, EXIT_USAGE)
     assert says in err and not (tmp_path / "cmp").exists(), err
@@ -508,7 +522,8 @@ def test_an_xdg_cache_home_that_is_a_file_is_our_one_line(data: dict[str, Path],
 
     (tmp_path / "xdg").write_text("a file")
     done = subprocess.run([sys.executable, "-m", "greenadapt", "predict", "-m", str(data["run"]), str(data["text"]), "--runtime", "onnx"],
-                          capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert done.returncode == EXIT_USAGE and done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
     assert "XDG_CACHE_HOME" in done.stderr and "onnxruntime" not in done.stderr, done.stderr
 

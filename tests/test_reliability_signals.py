@@ -245,7 +245,8 @@ def test_one_sigint_stops_finetuning(tmp_path: Path) -> None:
     assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))
 
 
-@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, EXIT_INTERRUPTED, "interrupted"), (signal.SIGTERM, EXIT_TERMINATED, "terminated")])
+@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, EXIT_INTERRUPTED, "interrupted"),
+                                                   (signal.SIGTERM, EXIT_TERMINATED, "terminated")])
 def test_a_signal_mangled_by_a_c_extension_still_ends_as_that_signal(
     sig: signal.Signals, code: int, word: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -494,8 +495,8 @@ def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("argv,advice", [
-    (["finetune", "--task", "ner", "--save-every", "50", "--out", "r"], "rerun with --resume to continue from its last checkpoint (one "
-                                                                        "every --save-minutes, 10 by default, and every --save-every steps)"),
+    (["finetune", "--task", "ner", "--save-every", "50", "--out", "r"],
+     "rerun with --resume to continue from its last checkpoint (one every --save-minutes, 10 by default, and every --save-every steps)"),
     (["pretrain", "-c", "x", "--save-every=100"], "rerun with --resume to continue from its last checkpoint"),
     (["finetune", "--task", "ner", "--save-every", "50", "--resume"], "rerun to continue"),
     (["finetune", "--task", "ner"], "rerun with --resume to continue from its last checkpoint (one every --save-minutes, 10 by "

@@ -31,7 +31,8 @@ SCORES = {
 }
 
 
-def _stage(kind: str, out: Path, config: dict[str, Any], inputs: list[dict[str, Any]], files: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+def _stage(kind: str, out: Path, config: dict[str, Any], inputs: list[dict[str, Any]], files: dict[str, Any],
+           stats: dict[str, Any]) -> dict[str, Any]:
     with StageRun(kind, out, config, inputs) as run:
         for name, content in files.items():
             path = run.tmp / name
@@ -215,7 +216,8 @@ def test_pretrain_stages_get_their_held_out_losses_a_curve_and_a_row_beside_the_
         {"step": 0, "domain": {"loss": 10.94, "perplexity": 56410.3}, "general": {"loss": 10.5, "perplexity": 36315.5}},
         {"step": 300, "domain": {"loss": 5.4714, "perplexity": 237.8}, "general": {"loss": 6.25, "perplexity": 518.0}},
     ]
-    log = "".join(json.dumps({"step": s, "epoch": 1, "loss": 10.0 / s, **({"head_only": True} if s <= 30 else {})}) + "\n" for s in range(1, 301))
+    log = "".join(json.dumps({"step": s, "epoch": 1, "loss": 10.0 / s, **({"head_only": True} if s <= 30 else {})}) + "\n"
+                  for s in range(1, 301))
     log += json.dumps({"event": "eval", **evaluations[-1]}) + "\n"
     _stage(
         "pretrain", run / "pretrain-dapt",
@@ -237,7 +239,8 @@ def test_pretrain_stages_get_their_held_out_losses_a_curve_and_a_row_beside_the_
     assert len(curve["loss"]) == 300 and curve["loss"][-1] == [300, pytest.approx(10.0 / 300)]
     text = markdown(data)
     assert "## Masked-LM pretraining" in text
-    assert "| minilm/pretrain-dapt | minilm (tokenizer general, head warm-up 30) | 300 | 1,228,800 | 10.94 → 5.471 | 56,410 → 238 | 10.5 → 6.25 |" in text
+    assert ("| minilm/pretrain-dapt | minilm (tokenizer general, head warm-up 30) | 300 | 1,228,800 | 10.94 → 5.471 "
+            "| 56,410 → 238 | 10.5 → 6.25 |") in text
     page = write_html(data, tmp_path / "report.html").read_text(encoding="utf-8")
     assert "<h2>Masked-LM pretraining</h2>" in page and "10.94 → 5.471" in page
 
@@ -298,7 +301,8 @@ def test_durations_and_chart_axes_take_the_unit_their_size_reads_best_in() -> No
     from greenadapt.report.plots import ENERGY_UNITS, TIME_UNITS, axis_unit
     from greenadapt.report.render import _duration
 
-    assert [_duration(v) for v in (0.0031, 4.25, 45, 600, 3 * 3600, 5 * 86400)] == ["0.0031 s", "4.2 s", "45 s", "10.0 min", "3.0 h", "5.0 days"]
+    assert [_duration(v) for v in (0.0031, 4.25, 45, 600, 3 * 3600, 5 * 86400)] == ["0.0031 s", "4.2 s", "45 s", "10.0 min", "3.0 h",
+                                                                                    "5.0 days"]
     assert axis_unit([0.00001, 0.000017], ENERGY_UNITS) == ("mWh", 1e6)  # 17 mWh, not 1.7e-5 kWh
     assert axis_unit([0.2, 3.0], ENERGY_UNITS) == ("kWh", 1.0)
     assert axis_unit([0.004], TIME_UNITS) == ("ms", 1e3)

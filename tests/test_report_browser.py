@@ -62,7 +62,8 @@ def test_the_console_check_can_fail(tmp_path: Path) -> None:
     bad.write_text(
         '<!DOCTYPE html><html><body><img src="data:image/png;base64,AAAA">'
         "<script>window.addEventListener('load', function () {"
-        "document.body.setAttribute('data-images-ok', String([].filter.call(document.images, function (i) { return i.naturalWidth > 0; }).length));"
+        "document.body.setAttribute('data-images-ok', String([].filter.call(document.images, function (i) { return i.naturalWidth > 0; "
+        "}).length));"
         "}); undefinedFunction();</script></body></html>"
     )
     dom, console = _dom(bad)
@@ -102,7 +103,8 @@ def _assert_not_blank(png: Path, min_size: tuple[int, int] = (1000, 1000)) -> No
 
 
 # Measures the report as laid out at a width, once every image is complete and has a box (at the load event
-# alone one plot of five was not yet laid out once, in a loaded CI run; 4 s of the 5 s virtual budget to get there), and writes the figures onto the enclosing page's body. Added by
+# alone one plot of five was not yet laid out once, in a loaded CI run; 4 s of the 5 s virtual budget to get there), and writes the figures
+# onto the enclosing page's body. Added by
 # the test, not shipped in the report. The report sits in a same-origin iframe (srcdoc) of the width under test:
 # headless Chromium will not make a window narrower than 500 px, and phones are 360-430 px wide.
 _LAYOUT_PROBE = """<script>window.addEventListener('load', function () { whenLaidOut(40); });

@@ -45,7 +45,8 @@ def test_the_plan_covers_every_set_variant_and_seed_then_reports(tmp_path: Path)
 def test_selection_variants_expand_fewer_words_on_greens_map(tmp_path: Path) -> None:
     ner = tmp_path / "ner"
     (ner / "A").mkdir(parents=True)
-    plan = _plan(tmp_path, "--ner", str(ner), "--sets", "A", "--seeds", "1", "--variants", "green,green-min20,green-max5k,green-min100-max20k")
+    plan = _plan(tmp_path, "--ner", str(ner), "--sets", "A", "--seeds", "1", "--variants",
+                 "green,green-min20,green-max5k,green-min100-max20k")
     expands = [line for line in plan if line.startswith("expand")]
     assert len(expands) == 3 and all("/align " in line for line in expands)  # green's own align folder: the same map
     options = {line.split("--out ")[1].rsplit("/", 1)[1]: line for line in expands}
@@ -111,7 +112,8 @@ def test_gap_table_reads_scores_and_costs_from_the_run_folder(tmp_path: Path) ->
             (folder / "metrics.json").write_text(json.dumps({"per_seed": {str(seed): {"test": scores}}}))
     for stage, cost in {"w2v": 30.0, "align": 1.0, "expand": 1.0, "pretrain-dapt": 600.0, "pretrain-green-mlm": 200.0}.items():
         (run / stage).mkdir(parents=True)
-        (run / stage / "manifest.json").write_text(json.dumps({"cost": {"wall_seconds": cost, "cpu_seconds": 2 * cost, "gpu_seconds": 0.0, "energy_kwh": cost / 1e5}}))
+        (run / stage / "manifest.json").write_text(json.dumps({"cost": {"wall_seconds": cost, "cpu_seconds": 2 * cost, "gpu_seconds": 0.0,
+                                                                        "energy_kwh": cost / 1e5}}))
 
     rows = {r["variant"]: r for r in reproduce_ner.gap_table(run, ["A"], ["base", "green", "dapt", "green-mlm"], [1, 2])}
     assert rows["base"]["test_f1"] == 0.71 and rows["base"]["gap_share"] == 0.0 and rows["base"]["wall_seconds"] == 0.0

@@ -68,7 +68,8 @@ def test_evaluate_prints_the_per_type_table(files: dict[str, Path], tmp_path: Pa
     assert done.returncode == 0, done.stderr
     header = next(i for i, line in enumerate(done.stdout.splitlines()) if line.split()[:2] == ["entity", "type"])
     types = {line.split()[0] for line in done.stdout.splitlines()[header + 1:] if line.startswith("  ")}
-    gold_types = {tag.split("-", 1)[1] for line in typed.read_text().splitlines() if line.strip() for tag in [line.split()[-1]] if "-" in tag}
+    gold_types = {tag.split("-", 1)[1] for line in typed.read_text().splitlines() if line.strip()
+                  for tag in [line.split()[-1]] if "-" in tag}
     assert types == gold_types
 
 

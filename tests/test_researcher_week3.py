@@ -34,7 +34,8 @@ def test_the_learned_nothing_table_takes_runs_near_the_floor_not_only_below_it()
     why = degenerate("ner", gold, twelve) or ""
     assert "tagged words with accuracy" in why and "of tagging every word 'O'" in why, why
     labels = ["a"] * 70 + ["b"] * 30
-    assert "accuracy 0.70, at the 0.70 of answering 'a'" in (degenerate("classify", labels, ["a"] * 69 + ["b"] + ["a"] * 29 + ["b"]) or ""), \
+    assert "accuracy 0.70, at the 0.70 of answering 'a'" in (degenerate("classify", labels,
+                                                                        ["a"] * 69 + ["b"] + ["a"] * 29 + ["b"]) or ""), \
         degenerate("classify", labels, ["a"] * 69 + ["b"] + ["a"] * 29 + ["b"])
     assert degenerate("classify", labels, ["a"] * 70 + ["b"] * 2 + ["a"] * 28) is None  # 72%: 2 points above the majority's 70
     assert "every test example the label 'a'" in (degenerate("classify", labels, ["a"] * 100) or "")
@@ -62,7 +63,8 @@ def _compare(data: dict[str, Path], out: Path, *extra: str) -> list[str]:
 
 
 def test_a_pair_with_a_run_that_learned_nothing_is_no_verdict_in_every_view(data: dict[str, Path], tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cmp"
     # 2 steps at the default learning rate: every run learns nothing; without --keep-going compare stops at the first
     code, err = run_cli(_compare(data, out, "--max-steps", "2"), monkeypatch, capsys)
@@ -90,7 +92,8 @@ def test_a_pair_with_a_run_that_learned_nothing_is_no_verdict_in_every_view(data
 
 
 def test_a_budget_under_a_quarter_of_the_recipe_says_so_under_every_verdict(data: dict[str, Path], tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
     from greenadapt.comparison.run import budget_note
@@ -104,7 +107,8 @@ def test_a_budget_under_a_quarter_of_the_recipe_says_so_under_every_verdict(data
     assert budget_note(SimpleNamespace(**{**vars(short), "max_steps": 4})) is None  # type: ignore[arg-type]  (32 of 120: over a quarter)
     assert budget_note(SimpleNamespace(**{**vars(short), "max_steps": None, "epochs": 1})) is None  # type: ignore[arg-type]
     out = tmp_path / "cmp"
-    code, err = run_cli([*_compare(data, out, "--max-steps", "2", "--batch-size", "8", "--keep-going", "--lr", "3e-3")], monkeypatch, capsys)
+    code, err = run_cli([*_compare(data, out, "--max-steps", "2", "--batch-size", "8", "--keep-going", "--lr", "3e-3")],
+                        monkeypatch, capsys)
     assert code == 0, err
     (pair,) = json.loads((out / "compare.json").read_text())["pairs"]
     assert any(n.startswith("budget:") for n in pair["notes"])
@@ -121,7 +125,8 @@ def test_a_compare_run_folder_replays_with_another_seed(data: dict[str, Path], t
                        out=out, seeds=[1], max_steps=2, lr=3e-3, device="cpu", bootstrap=100, keep_going=True, progress=False,
                        ensembles={"base-x2": 2}, agreements={"green": 1.0})  # type: ignore[arg-type]
     for run in (out / "base" / "seed-1", out / "green" / "seed-1", out / "base-x2" / "seed-1-member-1"):
-        code, err = run_cli(["finetune", "--config", str(run), "--seed", "7", "--out", str(tmp_path / f"again-{run.parent.name}-{run.name}")],
+        code, err = run_cli(["finetune", "--config", str(run), "--seed", "7", "--out",
+                             str(tmp_path / f"again-{run.parent.name}-{run.name}")],
                             monkeypatch, capsys)
         assert code == 0, (run, err)
         manifest = json.loads((tmp_path / f"again-{run.parent.name}-{run.name}" / "manifest.json").read_text())
@@ -140,7 +145,8 @@ def test_the_new_users_run_that_learned_nothing_is_no_verdict(shared_data: Path,
     test = tmp_path / "test-300.tsv"  # (300 of the 940 test sentences: the same floor, a third of the scoring time)
     test.write_text("\n\n".join((shared_data / "ner" / "NCBI-disease" / "test.tsv").read_text(encoding="utf-8").split("\n\n")[:300]) + "\n",
                     encoding="utf-8")
-    args = ["compare", "--task", "ner", "--train", str(train), "--test", str(test), "--model", f"a={minilm_path}", "--model", f"b={minilm_path}",
+    args = ["compare", "--task", "ner", "--train", str(train), "--test", str(test), "--model", f"a={minilm_path}", "--model",
+            f"b={minilm_path}",
             "--seeds", "1", "--max-steps", "60", "--device", "cpu", "--bootstrap", "200", "--out", str(tmp_path / "cmp")]
     code, err = run_cli(args, monkeypatch, capsys)
     assert code == 4 and "compare stopped" in err and "learned nothing" in err, err

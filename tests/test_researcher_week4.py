@@ -119,7 +119,8 @@ def test_a_stopped_compare_writes_why_and_info_report_and_keep_going_recommend(
 
     out = tmp_path / "cmp"
     args = ["compare", "--task", "ner", "--train", str(data["train"]), "--test", str(data["test"]), "--model", f"base={data['plain']}",
-            "--model", f"other={data['plain']}", "--seeds", "1,2", "--max-steps", "2", "--device", "cpu", "--bootstrap", "100", "--out", str(out)]
+            "--model", f"other={data['plain']}", "--seeds", "1,2", "--max-steps", "2", "--device", "cpu", "--bootstrap", "100",
+            "--out", str(out)]
     code, err = run_cli(args, monkeypatch, capsys)
     assert code == 4 and "compare stopped" in err, err
     assert "--max-steps 2 stopped it: raise it or leave it out" in err and "--epochs" not in err, err  # issue 95, item 8

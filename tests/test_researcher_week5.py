@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("week5")
-    return {"root": root, "plain": build_tiny_bert(root / "plain", head="base"), "other": build_tiny_bert(root / "other", head="base", seed=3),
+    return {"root": root, "plain": build_tiny_bert(root / "plain", head="base"),
+            "other": build_tiny_bert(root / "other", head="base", seed=3),
             "train": write_ner_file(root / "train.tsv", 24, seed=1), "test": write_ner_file(root / "test.tsv", 8, seed=2)}
 
 
@@ -116,7 +117,8 @@ def test_predict_speaks_while_a_slow_window_runs(data: dict[str, Path], tmp_path
     monkeypatch.setattr(predict_text, "HEARTBEAT_CHECK_SECONDS", 0.05)
     monkeypatch.setattr("greenadapt.progress.FIRST_LINE_SECONDS", 0.2)
     monkeypatch.setenv("GREENADAPT_HEARTBEAT", "0.3")
-    code, out, err = cli_output(["predict", str(tmp_path / "in.txt"), "-m", str(run), "-o", str(tmp_path / "out.jsonl")], monkeypatch, capsys)
+    code, out, err = cli_output(["predict", str(tmp_path / "in.txt"), "-m", str(run), "-o", str(tmp_path / "out.jsonl")],
+                                monkeypatch, capsys)
     assert code == 0, err
     beats = [line for line in err.splitlines() if "predicting a window of 10 documents" in line]
     assert len(beats) >= 2, err  # within the one window: ~1.5 s at 0.3 s

@@ -71,8 +71,10 @@ def test_the_second_view_drops_only_the_drawn_pieces_and_keeps_every_id(family: 
 def test_finetune_trains_the_second_view_on_the_mixture_and_scores_every_pool(tmp_path: Path) -> None:
     import greenadapt
 
-    view = greenadapt.second_view(model=str(build_tiny_bert(tmp_path / "model", head="base")), drop=0.3, out=tmp_path / "view", progress=False)
-    run = greenadapt.finetune("ner", write_ner_file(tmp_path / "train.tsv", 24, seed=1), test=write_ner_file(tmp_path / "test.tsv", 12, seed=2),
+    view = greenadapt.second_view(model=str(build_tiny_bert(tmp_path / "model", head="base")), drop=0.3, out=tmp_path / "view",
+                                  progress=False)
+    run = greenadapt.finetune("ner", write_ner_file(tmp_path / "train.tsv", 24, seed=1),
+                              test=write_ner_file(tmp_path / "test.tsv", 12, seed=2),
                               model=str(view.path), out=tmp_path / "run", max_steps=4, device="cpu", progress=False)
     stats = run.manifest["stats"]
     assert stats["pool"] == "mean" and stats["mix"] == 0.5 and 0 < stats["training"]["42"]["domain_fraction"] < 1

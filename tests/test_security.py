@@ -143,7 +143,8 @@ def remote_code_model(tmp_path: Path) -> tuple[Path, Path]:
     """A BERT folder whose config and tokenizer config point (auto_map) at a modeling file that writes a marker."""
     folder = build_tiny_bert(tmp_path / "model", head="base")
     marker = tmp_path / "code-ran"
-    code = f"from pathlib import Path\nPath({str(marker)!r}).touch()\nfrom transformers import BertModel as EvilModel, BertConfig as EvilConfig\n"
+    code = (f"from pathlib import Path\nPath({str(marker)!r}).touch()\nfrom transformers import BertModel as EvilModel, BertConfig as "
+            f"EvilConfig\n")
     (folder / "modeling_evil.py").write_text(code)
     (folder / "configuration_evil.py").write_text(code)
     (folder / "tokenization_evil.py").write_text(code.replace("BertModel as EvilModel, BertConfig as EvilConfig",

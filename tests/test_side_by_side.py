@@ -40,8 +40,10 @@ def test_a_second_adapt_configuration_gets_its_own_stages_beside_the_first(tmp_p
     assert _fingerprints(first.expand.path) == before
 
     # Running either again reuses it; so does naming the first configuration again.
-    assert all(stage.skipped for _, stage in greenadapt.adapt(corpus, model=str(tiny_bert), workdir=work, epochs=3, min_count=2, workers=1).stages)
-    assert all(stage.skipped for _, stage in greenadapt.adapt(corpus, model=str(tiny_bert), workdir=work, epochs=2, min_count=2, workers=1).stages)
+    assert all(stage.skipped for _, stage in greenadapt.adapt(corpus, model=str(tiny_bert), workdir=work, epochs=3, min_count=2,
+                                                              workers=1).stages)
+    assert all(stage.skipped for _, stage in greenadapt.adapt(corpus, model=str(tiny_bert), workdir=work, epochs=2, min_count=2,
+                                                              workers=1).stages)
 
     # A second expand of the first fit (the paper's every-word setting) goes beside the first expand.
     every = greenadapt.expand(align=first.align.path, min_count=1)

@@ -58,7 +58,8 @@ def test_the_pooled_interval_takes_each_sets_own_level_out(rule) -> None:  # typ
     ({**BASES, "green-both": 1.0, "green-agree": 1.8}, "green-agree", "base-rdrop"),  # the KL helps beyond doubt
     ({**BASES, "base-both": 0.9, "green-both": 1.6, "green-agree": 1.5}, "green-both", "base-both"),  # a tie: the simpler
 ])
-def test_the_candidate_and_comparator_are_chosen_on_the_first_two_sets(rule, gains, candidate, comparator) -> None:  # type: ignore[no-untyped-def]
+def test_the_candidate_and_comparator_are_chosen_on_the_first_two_sets(rule, gains, candidate,
+                                                                       comparator) -> None:  # type: ignore[no-untyped-def]
     made = scores(gains, seeds=5, sd=0.15)
     for name in SETS[2:]:
         del made[name]  # the later sets have no numbers when the selection is made
@@ -149,7 +150,8 @@ def test_arm_table_applies_it_to_unit_files_and_refuses_files_that_do_not_pair(t
         assert str(seed_1) in said[0] or str(other) in said[0] or "base_model" in said[0]
     damaged = tmp_path / "damaged.json"
     damaged.write_text('{"options": {"test": "/d/ner/x/test.tsv"}, "variants": [{"name": 12345}]}')
-    done = subprocess.run([sys.executable, str(BENCH / "arm_table.py"), str(damaged), "--rule"], capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, str(BENCH / "arm_table.py"), str(damaged), "--rule"], capture_output=True,
+                          text=True, check=False)
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1 and str(damaged) in done.stderr
 
 

@@ -116,7 +116,8 @@ def test_to_device_copies_the_array() -> None:
     assert tensor.dtype == torch.int64 and torch.equal(tensor, torch.arange(12).reshape(3, 4))
 
 
-@pytest.mark.parametrize(("lr", "decay", "fragment"), [(0.0, 0.01, "--lr must be positive"), (1e-3, -0.1, "--weight-decay must be at least 0"),
+@pytest.mark.parametrize(("lr", "decay", "fragment"), [(0.0, 0.01, "--lr must be positive"),
+                                                       (1e-3, -0.1, "--weight-decay must be at least 0"),
                                                        (200.0, 0.01, "AdamW's decay would zero or flip")])
 def test_the_schedule_is_checked_before_training(lr: float, decay: float, fragment: str) -> None:
     with pytest.raises(UsageError, match=fragment):
@@ -183,7 +184,8 @@ def test_a_masked_lm_step_never_waits_for_the_device(head_warmup: int, embedding
     special = np.zeros(40, bool)
     special[:5] = True
     masker = Masker(3, special, np.zeros(40, bool), np.arange(5, 40))
-    training = PretrainSettings(corpus=("corpus.txt",), batch_size=4, lr=1e-3, epochs=1, head_warmup_steps=head_warmup, train_embeddings=embeddings,
+    training = PretrainSettings(corpus=("corpus.txt",), batch_size=4, lr=1e-3, epochs=1, head_warmup_steps=head_warmup,
+                                train_embeddings=embeddings,
                                 weight_decay=0.01)
     frozen, after_warmup = freeze_for(mlm, training, 30)
     trainer = Trainer(mlm, training, ctx, total_steps=training.plan(len(corpus.train_indices))[1])

@@ -59,7 +59,8 @@ class Recorder:
 
 
 def _run(corpus: Path, model: Path, work: Path, *, options: dict[str, Any] | None = None, **run: Any) -> Any:
-    """The w2v command in the workspace ``work``; ``options`` its options (default: one worker, min-count 2); ``run``: out, force, progress."""
+    """The w2v command in the workspace ``work``; ``options`` its options (default: one worker, min-count 2); ``run``:
+    out, force, progress."""
     return greenadapt.w2v([str(corpus)], model=str(model), **(options or {"workers": 1, "min_count": 2}), workdir=work, **run)
 
 
@@ -225,7 +226,8 @@ _DETERMINISM_SCRIPT = textwrap.dedent(
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     pretok = pretokenize_corpus(resolve_corpus([str(corpus)]), tokenizer, work / "cache", workers=1)
-    vectors, _ = _train(pretok, dim=24, settings=W2vSettings(corpus=("corpus.txt",), min_count=2, seed=3), workers=1, progress=NULL_PROGRESS)
+    settings = W2vSettings(corpus=("corpus.txt",), min_count=2, seed=3)
+    vectors, _ = _train(pretok, dim=24, settings=settings, workers=1, progress=NULL_PROGRESS)
     vectors.save_word2vec_format(str(work / "vectors.bin"), binary=True)
     print(hashlib.sha256((work / "vectors.bin").read_bytes()).hexdigest())
     """
@@ -378,7 +380,8 @@ def test_max_vocab_keeps_the_most_frequent_words_as_gensim_does(tmp_path: Path, 
     beside = _run(corpus, tiny_bert, tmp_path / "work", options=dict(workers=1, min_count=1, seed=7, max_vocab=cap))
     assert beside.path != full.path and f"max-vocab-{cap}" in beside.path.name and beside.manifest["config"]["max_vocab"] == cap
     assert load_stage(full.path, "w2v")["fingerprint"] == full.manifest["fingerprint"]
-    capped = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "capped", options=dict(workers=1, min_count=1, seed=7, max_vocab=cap))
+    capped = _run(corpus, tiny_bert, tmp_path / "work", out=tmp_path / "capped",
+                  options=dict(workers=1, min_count=1, seed=7, max_vocab=cap))
     assert capped.manifest["config"]["max_vocab"] == cap and "max_vocab" not in full.manifest["config"]
     ours = KeyedVectors.load_word2vec_format(str(capped.path / VECTORS_FILE), binary=True)
     assert 0 < len(ours) <= cap
@@ -437,7 +440,8 @@ def test_a_corpus_copied_back_with_a_new_time_is_not_trained_again(tmp_path: Pat
 
     local = tmp_path / "corpus.txt"
     shutil.copyfile(corpus, local)
-    args = ["w2v", "--corpus", str(local), "--model", str(tiny_bert), "--workdir", str(tmp_path / "w"), "--workers", "1", "--w2v-min-count", "2", "-q"]
+    args = ["w2v", "--corpus", str(local), "--model", str(tiny_bert), "--workdir", str(tmp_path / "w"), "--workers", "1",
+            "--w2v-min-count", "2", "-q"]
     assert cli(*args).exit_code == 0
     shutil.copyfile(corpus, local)  # `cp` without -p: same bytes, a new modification time
     os.utime(local, ns=(local.stat().st_mtime_ns + 5 * 10**9,) * 2)

@@ -40,7 +40,7 @@ def _new_rows(folder: Path) -> np.ndarray:
 
 
 def test_the_average_of_draws_is_their_mean_at_their_mean_norm() -> None:
-    from greenadapt.adaptation.expand import average_draws
+    from greenadapt.adaptation.weights import average_draws
 
     rng = np.random.default_rng(1)
     a, b, c = (rng.normal(size=(5, 4)).astype(np.float32) for _ in range(3))
@@ -59,7 +59,7 @@ def test_the_average_of_draws_is_their_mean_at_their_mean_norm() -> None:
 
 
 def test_adapt_with_three_draws_averages_the_single_draw_rows(tmp_path: Path, tiny_bert: Path) -> None:
-    from greenadapt.adaptation.expand import average_draws
+    from greenadapt.adaptation.weights import average_draws
     from greenadapt.api import adapt, expand
 
     corpus = _corpus(tmp_path / "corpus.txt")

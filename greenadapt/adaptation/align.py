@@ -159,7 +159,8 @@ def heldout_split(n_shared: int) -> tuple[Any, Any]:
     return order[:n_held], order[n_held:]
 
 
-def _read_inputs(w2v_dir: Path, ref: ModelRef, general: GeneralTokenizer, method: InitMethod, progress: Progress) -> tuple[list[str], Any, Any]:
+def _read_inputs(w2v_dir: Path, ref: ModelRef, general: GeneralTokenizer, method: InitMethod,
+                 progress: Progress) -> tuple[list[str], Any, Any]:
     """The word2vec words and vectors, and the model's input embeddings (checked against its tokenizer)."""
     from greenadapt.artifacts.model_weights import read_input_embeddings
 
@@ -177,7 +178,8 @@ def _read_inputs(w2v_dir: Path, ref: ModelRef, general: GeneralTokenizer, method
     return words, vectors, embeddings
 
 
-def _checked_shared_words(words: list[str], general: GeneralTokenizer, method: InitMethod, ref: ModelRef, w2v_dir: Path) -> tuple[list[int], list[int], int]:
+def _checked_shared_words(words: list[str], general: GeneralTokenizer, method: InitMethod, ref: ModelRef,
+                          w2v_dir: Path) -> tuple[list[int], list[int], int]:
     w2v_rows, vocab_ids, n_new = shared_words(words, general)
     if not w2v_rows and method.needs_vectors:
         raise InputError(
@@ -189,7 +191,8 @@ def _checked_shared_words(words: list[str], general: GeneralTokenizer, method: I
 
 
 def _neighbour_rows(
-    w2v_dir: Path, dest: Path, fitted: dict[str, Any], words: list[str], vectors: Any, embeddings: Any, general: GeneralTokenizer, probes: Sequence[str]
+    w2v_dir: Path, dest: Path, fitted: dict[str, Any], words: list[str], vectors: Any, embeddings: Any, general: GeneralTokenizer,
+    probes: Sequence[str]
 ) -> list[dict[str, Any]]:
     """The report's neighbour table, with the fitted map (when the method has one) for the cross-space column."""
     import numpy as np

@@ -46,7 +46,8 @@ def check_context_layer(given: int, n_layers: int) -> int:
     if not 0 <= layer <= n_layers:
         from greenadapt.errors import UsageError
 
-        raise UsageError(f"--context-layer {given} is not a layer of this {n_layers}-layer model", hint=f"use 0..{n_layers} or -1 for the last")
+        raise UsageError(f"--context-layer {given} is not a layer of this {n_layers}-layer model",
+                         hint=f"use 0..{n_layers} or -1 for the last")
     return layer
 
 
@@ -112,7 +113,8 @@ def context_vectors(
         "words_at_cap": int((seen >= settings.context_cap).sum()),
         "seconds": round(time.perf_counter() - started, 3),
     }
-    log.info("contextual vectors: %s words from %s tokens (layer %d) in %.0f s", f"{len(found):,}", f"{tokens_read:,}", layer, stats["seconds"])
+    log.info("contextual vectors: %s words from %s tokens (layer %d) in %.0f s", f"{len(found):,}", f"{tokens_read:,}", layer,
+             stats["seconds"])
     return [words[i] for i in found], vectors, stats
 
 

@@ -58,7 +58,7 @@ from greenadapt.adaptation.model_files import copy_other_files
 from greenadapt.adaptation.new_words import NEW_WORDS_FILE, NewWords, select_new_words
 from greenadapt.adaptation.settings import AlignSettings, NewRowsSettings
 from greenadapt.adaptation.w2v import pretokenized_corpus_of
-from greenadapt.adaptation.weights import grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
+from greenadapt.adaptation.weights import average_draws, grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
 from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
 from greenadapt.artifacts.model_card import (
     CARD_FILE,
@@ -178,7 +178,8 @@ def _recorded_method_options(align_manifest: Manifest) -> AlignSettings:
 
 
 def _destination(align_dir: Path, align_manifest: Manifest, w2v_dir: Path, fitted: InitMethod, ref: ModelRef, also_align: Sequence[Path],
-                 run: Run, *, rows: NewRowsSettings, min_count: int, seed: int) -> tuple[dict[str, Any], list[tuple[Path, Manifest, Path]], Path, Path]:
+                 run: Run, *, rows: NewRowsSettings, min_count: int,
+                 seed: int) -> tuple[dict[str, Any], list[tuple[Path, Manifest, Path]], Path, Path]:
     """The stage's config, the other draws, its output folder (checked: greenadapt replaces only what it wrote) and checkpoint."""
     from greenadapt.artifacts.destination import check_destination, protected
 
@@ -191,7 +192,8 @@ def _destination(align_dir: Path, align_manifest: Manifest, w2v_dir: Path, fitte
     own = inspect.signature(expand_stage).parameters  # the defaults where declared: the group's, and this function's two
     defaults = functools.partial(_config, ref, align_dir, align_manifest, fitted, rows=NewRowsSettings(),
                                  **{k: own[k].default for k in ("min_count", "seed")})
-    out_dir = Path(run.out) if run.out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults, force=run.force)
+    out_dir = Path(run.out) if run.out is not None else stage_variant_dir(align_dir.parent / f"expand{suffix}", config, defaults,
+                                                                          force=run.force)
     check_destination(
         out_dir, kind="expand", force=run.force, workspace=run.workdir,
         reads=[
@@ -271,7 +273,8 @@ def _write_card(
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
 
     card = expanded_card(
-        base_model=display_name(ref), base_model_hub_id=hub_id(ref), method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
+        base_model=display_name(ref), base_model_hub_id=hub_id(ref), method=stats.get("method_description")
+        or {"name": stats.get("method")}, stats=stats,
         align_stats=align_manifest.stats, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
     )
     (dest / CARD_FILE).write_text(scrub_secrets(card), encoding="utf-8")
@@ -337,7 +340,8 @@ def _expand(
 
     progress.start("writing weights", total=len(state), unit="tensors")
     n_new = len(new.words)
-    write_safetensors(dest / WEIGHTS_FILE, grown_tensor_specs(state, row_keys, bias_keys, n_new, new_rows), metadata={"format": "pt"}, progress=progress)
+    write_safetensors(dest / WEIGHTS_FILE, grown_tensor_specs(state, row_keys, bias_keys, n_new, new_rows), metadata={"format": "pt"},
+                      progress=progress)
     progress.finish()
     embedding_dtype = state[embedding_key].torch_name
     match_norm_target, method_stats = context.match_norm_target, context.method_stats
@@ -367,7 +371,8 @@ def _expand(
     }
 
 
-def _write_tokenizers(general: GeneralTokenizer, new: NewWords, n_rows: int, ref: ModelRef, dest: Path, progress: Progress) -> dict[str, Any]:
+def _write_tokenizers(general: GeneralTokenizer, new: NewWords, n_rows: int, ref: ModelRef, dest: Path,
+                      progress: Progress) -> dict[str, Any]:
     """The domain tokenizer at the top, the general one beside it, the base's other files and new_words.tsv; the tokenizer's facts."""
     from greenadapt.adaptation.domain_tokenizer import copy_general_tokenizer, write_domain_tokenizer
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
@@ -397,20 +402,6 @@ def _draw_rows(method: InitMethod, context: RowContext, new: NewWords, draw: tup
     vectors, shared_vectors, shared_ids = _method_vectors(method, other_w2v, list(listed), new, context.general, progress)
     return new_row_source(method, replace(context, align_dir=other_align, vectors=vectors, shared_vectors=shared_vectors,
                                           shared_ids=shared_ids))
-
-
-def average_draws(sources: Sequence[Callable[[], Iterator[np.ndarray]]]) -> Iterator[np.ndarray]:
-    """Each word's row as the mean of its rows from several word2vec draws, rescaled to their mean norm (the mean
-    of vectors that disagree is shorter than any of them, and the norm of a row is part of what the model reads)."""
-    import numpy as np
-
-    for chunks in zip(*(source() for source in sources), strict=True):
-        stacked = np.stack([np.asarray(c, dtype=np.float64) for c in chunks])
-        mean = stacked.mean(axis=0)
-        target = np.linalg.norm(stacked, axis=2).mean(axis=0)
-        length = np.linalg.norm(mean, axis=1)
-        scale = np.divide(target, length, out=np.ones_like(target), where=length > 0)
-        yield (mean * scale[:, None]).astype(np.float32)
 
 
 def _other_draws(also_align: Sequence[Path], align_dir: Path, fitted: InitMethod, ref: ModelRef) -> list[tuple[Path, Manifest, Path]]:
@@ -452,7 +443,8 @@ def _write_config(ref: ModelRef, dest: Path, method: InitMethod, n_rows: int, n_
         log.warning("config.json says vocab_size %s, the embedding matrix has %d rows", config.get("vocab_size"), n_rows)
     config["vocab_size"] = n_rows + n_new
     config[CONFIG_KEY] = config_block(
-        method=method.name, base_model=display_name(ref), base_model_hub_id=hub_id(ref), first_new_id=n_rows, n_new=n_new, general_tokenizer=GENERAL_TOKENIZER_DIR
+        method=method.name, base_model=display_name(ref), base_model_hub_id=hub_id(ref), first_new_id=n_rows, n_new=n_new,
+        general_tokenizer=GENERAL_TOKENIZER_DIR
     ) | dict(provenance)
     (dest / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -493,4 +485,5 @@ def _method_vectors(
 def run_expand(settings: ExpandSettings, run: Run) -> StageOutcome:
     """``greenadapt expand``: the stage from its settings."""
     return expand_stage(align=settings.align, corpus=list(settings.corpus or ()) or None, model=settings.model, rows=settings,
-                        min_count=settings.min_count, seed=settings.seed, method=settings.method, also_align=list(settings.also_align), run=run)
+                        min_count=settings.min_count, seed=settings.seed, method=settings.method,
+                        also_align=list(settings.also_align), run=run)

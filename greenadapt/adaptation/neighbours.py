@@ -1,4 +1,5 @@
-"""The nearest-neighbour table of the align report (cf. Poerner et al. 2020, Table 2): frequent new words, their neighbours within word2vec space and the wordpieces nearest to their mapped vectors."""
+"""The nearest-neighbour table of the align report (cf. Poerner et al. 2020, Table 2): frequent new words, their
+neighbours within word2vec space and the wordpieces nearest to their mapped vectors."""
 
 from __future__ import annotations
 

@@ -51,10 +51,12 @@ def take_deprecated(settings: Settings, alias: str, field: str, meaning: str) ->
 class ContextSettings(Settings):
     """context-mean's vectors (``w2v --source context``, ``adapt --method context-mean``)."""
 
-    context_layer: int = option(-1, "--context-layer", panel=ADAPTATION, help="context-mean: hidden layer of the base model (0 = embeddings, -1 = the last).")
+    context_layer: int = option(-1, "--context-layer", panel=ADAPTATION,
+                                help="context-mean: hidden layer of the base model (0 = embeddings, -1 = the last).")
     context_cap: int = option(20, "--context-cap", panel=ADAPTATION, minimum=1, help="context-mean: occurrences averaged per word at most.")
     context_max_tokens: int | None = option(None, "--context-max-tokens", panel=ADAPTATION, minimum=1,
-                                            help="context-mean: read at most N corpus tokens (default: until every word has --context-cap).")
+                                            help="context-mean: read at most N corpus tokens "
+                                                 "(default: until every word has --context-cap).")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +71,8 @@ class MethodSettings(Settings):
                                   help="hybrid: the weight of lstsq (the rest is subword-mean).")
     match_norm: bool = option(False, "--match-norm", panel=ADAPTATION,
                               help="Rescale each new row to the mean norm of the model's whole-word rows (any method).")
-    distill_per_word: int = option(4, "--distill-per-word", panel=ADAPTATION, minimum=1, help="distill: corpus windows per new word at most.")
+    distill_per_word: int = option(4, "--distill-per-word", panel=ADAPTATION, minimum=1,
+                                   help="distill: corpus windows per new word at most.")
     distill_sentences: int = option(16_000, "--distill-sentences", panel=ADAPTATION, minimum=1,
                                     help="distill: corpus windows in all at most (the CPU cost grows with it).")
     distill_epochs: int = option(1, "--distill-epochs", panel=ADAPTATION, minimum=1, help="distill: passes over the windows.")
@@ -82,7 +85,8 @@ class Word2vecSettings(Settings):
     positional = ("corpus",)
 
     corpus: tuple[str, ...] = option(REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
-                                     help="Registered corpus name, file, folder, glob or URL (.txt, .gz, .bz2, .xz, JSON lines, CSV). Repeatable.")
+                                     help="Registered corpus name, file, folder, glob or URL (.txt, .gz, .bz2, .xz, JSON lines, CSV). "
+                                          "Repeatable.")
     model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
                                help="Model folder or Hub id whose tokenizer defines the words (default: the bundled MiniLM).")
     text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT,
@@ -95,10 +99,12 @@ class Word2vecSettings(Settings):
                                            help="Deprecated: the old spelling of --w2v-min-count.")
     max_vocab: int | None = option(
         None, "--max-vocab", panel=ADAPTATION, metavar="N", minimum=1,
-        help="Keep at most N words, the most frequent (gensim's max_final_vocab: min-count is raised as needed); bounds a huge corpus's vocabulary.")
+        help="Keep at most N words, the most frequent (gensim's max_final_vocab: min-count is raised as needed); bounds a huge corpus's "
+             "vocabulary.")
     workers: int | None = option(
         None, "--workers", panel=PERFORMANCE, minimum=1,
-        help="Processes/threads (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS); with 1, runs are reproducible.")
+        help="Processes/threads (default: the cores this process may use: affinity mask and cgroup quota, or $GREENADAPT_WORKERS); with 1, "
+             "runs are reproducible.")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Random seed (adapt: of every stage).")
 
     def __post_init__(self) -> None:
@@ -114,9 +120,11 @@ class W2vSettings(Word2vecSettings, ContextSettings):
     run_help = {"out": "Output folder (default: WORKDIR/CORPUS/MODEL/w2v)."}
 
     source: str = option("word2vec", "--source", panel=INPUT_OUTPUT, metavar="NAME", choices=("word2vec", "context"),
-                         help="word2vec (CBOW, the paper) or context (the base model's own contextual vectors, for align --method context-mean).")
+                         help="word2vec (CBOW, the paper) or context (the base model's own contextual vectors, for align --method "
+                              "context-mean).")
     no_vectors: bool = option(False, "--no-vectors", panel=ADAPTATION,
-                              help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean or random).")
+                              help="Only count the corpus words (--min-count applies); train no vectors (for align --method subword-mean "
+                                   "or random).")
 
     def check(self) -> None:
         if self.source == "context" and self.no_vectors:
@@ -135,8 +143,10 @@ class AlignSettings(MethodSettings):
     w2v: Path | None = option(None, "--w2v", panel=INPUT_OUTPUT, help="Folder written by `greenadapt w2v`.")
     corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                             help="Find the w2v output of this corpus in the workspace (repeatable).")
-    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder or Hub id (default: the model the w2v output was made with).")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the held-out split (and of the random ablation).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
+                               help="Model folder or Hub id (default: the model the w2v output was made with).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed,
+                       help="Seed of the held-out split (and of the random ablation).")
     probe: tuple[str, ...] = option((), "--probe", panel=ADAPTATION, help="Also show the neighbours of this word (repeatable).")
 
 
@@ -159,17 +169,21 @@ class ExpandSettings(NewRowsSettings):
     align: Path | None = option(None, "--align", panel=INPUT_OUTPUT, help="Folder written by `greenadapt align`.")
     corpus: tuple[str, ...] | None = option(None, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
                                             help="Find the align output of this corpus in the workspace (repeatable).")
-    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder or Hub id (default: the model align was fitted on).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
+                               help="Model folder or Hub id (default: the model align was fitted on).")
     min_count: int = option(DEFAULT_MIN_COUNT_NEW, "--min-count-new", panel=ADAPTATION, minimum=1,
                             help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
     min_count_spelled: int | None = option(None, "--min-count", panel=ADAPTATION, minimum=1, recorded=False,
                                            help="Deprecated: the old spelling of --min-count-new.")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the random ablation's draws (align --method random).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed,
+                       help="Seed of the random ablation's draws (align --method random).")
     method: str | None = option(None, "--method", panel=ADAPTATION, metavar="NAME", choices=tuple(METHODS),
-                                help="The initialisation method (chosen at align): with --corpus, use its align folder; with --align, check it. "
+                                help="The initialisation method (chosen at align): with --corpus, use its align folder; with --align, "
+                                     "check it. "
                                      + method_help())
     also_align: tuple[Path, ...] = option((), "--also-align", panel=ADAPTATION, metavar="DIR",
-                                          help="The align folder of another word2vec draw (repeat): each new row is the mean of the draws' rows.")
+                                          help="The align folder of another word2vec draw (repeat): each new row is the mean of the draws' "
+                                               "rows.")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -183,7 +197,8 @@ class SecondViewSettings(Settings):
     command = "second-view"
     run_help = {"out": "Output model folder (default: <workdir>/second-view/<model>/drop-<p>-seed-<s>)."}
 
-    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder or Hub id (default: the bundled MiniLM).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
+                               help="Model folder or Hub id (default: the bundled MiniLM).")
     drop: float = option(0.1, "--drop", panel=ADAPTATION, minimum=0.01, maximum=0.9,
                          help="Fraction of the vocabulary's pieces of two characters or more that the second tokenizer never uses "
                               "(words with one are cut otherwise: a fixed alternative segmentation).")

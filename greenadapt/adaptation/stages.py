@@ -1,4 +1,5 @@
-"""How the adaptation stages find each other: the upstream folder a stage reads, the model it was made with, and the folder names and recorded options of a method."""
+"""How the adaptation stages find each other: the upstream folder a stage reads, the model it was made with, and the
+folder names and recorded options of a method."""
 
 from __future__ import annotations
 

@@ -97,7 +97,8 @@ def stable_hash(text: str) -> int:
 
 
 def _write_vectors(
-    pretok: Any, model_path: Path, settings: W2vSettings | AdaptSettings, source: str, dim: int, workers: int, dest: Path, progress: Progress
+    pretok: Any, model_path: Path, settings: W2vSettings | AdaptSettings, source: str, dim: int, workers: int, dest: Path,
+    progress: Progress
 ) -> tuple[int, dict[str, Any]]:
     """The stage's output by its vector source: word2vec vectors, the model's contextual ones, or counts only ("none")."""
     if source == "context":
@@ -143,7 +144,8 @@ def w2v_stage(settings: W2vSettings | AdaptSettings, run: Run = DEFAULT_RUN, *, 
         defaults = W2vSettings(corpus=settings.corpus)
         out_dir = workspace.stage_variant_dir(
             workspace.stage_dir(root, corpus, workspace.model_folder_name(root, corpus, model_ref), default_name), config, force=force,
-            defaults=lambda: _stage_config(defaults, source, hidden_size(model_ref), w2v_workers(defaults), text_fields, model_ref.identity(),
+            defaults=lambda: _stage_config(defaults, source, hidden_size(model_ref), w2v_workers(defaults), text_fields,
+                                           model_ref.identity(),
                                            rules.flags()),
         )
     check_destination(
@@ -163,7 +165,8 @@ def w2v_stage(settings: W2vSettings | AdaptSettings, run: Run = DEFAULT_RUN, *, 
         )
         vocab_size, train_stats = _write_vectors(pretok, model_ref.path, settings, source, dim, workers, stage.tmp, progress)
         manifest = stage.commit(stats={**_corpus_stats(pretok), "vocab_size": vocab_size, **train_stats})
-    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({source})" if source != "none" else " counted (no vectors)", stage.out)
+    log.info("w2v: %s words%s -> %s", f"{vocab_size:,}", f" x {dim} dims ({source})" if source != "none"
+             else " counted (no vectors)", stage.out)
     return StageOutcome(stage.out, manifest, skipped=False)
 
 
@@ -439,7 +442,8 @@ def pretokenized_corpus_of(w2v_dir: Path, w2v_manifest: Manifest, corpus: list[s
 
     cache = w2v_manifest.stats.get("pretok_cache")
     if not cache:
-        raise StageError("the w2v manifest does not say where its pre-tokenized corpus is", path=w2v_dir, hint="rerun `greenadapt w2v ... --force`")
+        raise StageError("the w2v manifest does not say where its pre-tokenized corpus is", path=w2v_dir,
+                         hint="rerun `greenadapt w2v ... --force`")
     try:
         load_stage(cache, kinds.PRETOKENIZED, checksums=False)  # a full checksum would read the corpus once more
         return Path(cache) / CORPUS_FILE

@@ -1,4 +1,5 @@
-"""The grown model's weights, streamed: new embedding rows (and output-bias entries) appended chunk by chunk and written to safetensors without holding the model twice.
+"""The grown model's weights, streamed: new embedding rows (and output-bias entries) appended chunk by chunk and
+written to safetensors without holding the model twice.
 
 Tensors are :class:`~greenadapt.artifacts.raw_tensors.RawTensor` (numpy, memory-mapped from the base
 model's safetensors): writing a grown model needs no torch."""
@@ -69,6 +70,20 @@ def new_row_source(method: InitMethod, context: RowContext) -> Callable[[], Iter
     target = whole_word_norm(context.embeddings, context.general)
     context.match_norm_target = target
     return lambda: (rescale_rows(chunk, target) for chunk in rows())
+
+
+def average_draws(sources: Sequence[Callable[[], Iterator[np.ndarray]]]) -> Iterator[np.ndarray]:
+    """Each word's row as the mean of its rows from several word2vec draws, rescaled to their mean norm (the mean
+    of vectors that disagree is shorter than any of them, and the norm of a row is part of what the model reads)."""
+    import numpy as np
+
+    for chunks in zip(*(source() for source in sources), strict=True):
+        stacked = np.stack([np.asarray(c, dtype=np.float64) for c in chunks])
+        mean = stacked.mean(axis=0)
+        target = np.linalg.norm(stacked, axis=2).mean(axis=0)
+        length = np.linalg.norm(mean, axis=1)
+        scale = np.divide(target, length, out=np.ones_like(target), where=length > 0)
+        yield (mean * scale[:, None]).astype(np.float32)
 
 
 def grown_rows(

@@ -48,7 +48,8 @@ class GreenadaptNer:
         self.name, self.batch_size = name, batch_size
         loaded = load(model, runtime=runtime, quantize=quantize, pool=pool, batch_size=batch_size, device=device, precision=precision)
         if not isinstance(loaded, NerModel):
-            raise UsageError(f"{model} is not an NER run (its task finds no entities)", hint=f"{FACTORY} takes a finetune --task ner folder")
+            raise UsageError(f"{model} is not an NER run (its task finds no entities)",
+                             hint=f"{FACTORY} takes a finetune --task ner folder")
         self.model = loaded
 
     def __call__(self, doc: Doc) -> Doc:

@@ -93,7 +93,8 @@ def check_destination(
                 raise ResourceError("cannot write here", path=out, hint="check its permissions or choose another destination")
             return Path(out)
         if target.is_dir():
-            raise UsageError(f"{option} is a folder; a file is written here", path=out, hint=f"name a file, e.g. {Path(out) / 'predictions.tsv'}")
+            raise UsageError(f"{option} is a folder; a file is written here", path=out,
+                             hint=f"name a file, e.g. {Path(out) / 'predictions.tsv'}")
         if target.exists() and not force:
             raise OutputExistsError("the file exists", path=out, hint="pass --force to replace it, or choose another file")
     else:

@@ -1,4 +1,5 @@
-"""File identities and atomic writes: the checksums and identities manifests record, and writes that leave the old file or the new one, never a part."""
+"""File identities and atomic writes: the checksums and identities manifests record, and writes that leave the old file
+or the new one, never a part."""
 
 from __future__ import annotations
 
@@ -215,7 +216,8 @@ def make_cache(root: Path) -> None:
         raise ResourceError(f"cannot make greenadapt's cache here: {exc.strerror or exc}", path=root,
                             hint="check the path (and $XDG_CACHE_HOME), or make the model's folder writable") from None
     with os.fdopen(descriptor, "w", encoding="utf-8") as tag:
-        tag.write(f"{CACHE_SIGNATURE}\n# greenadapt's cache (ONNX exports of this folder's weights): safe to delete, made again when needed\n")
+        tag.write(f"{CACHE_SIGNATURE}\n# greenadapt's cache (ONNX exports of this folder's weights): safe to delete, made again when "
+                  f"needed\n")
 
 
 def is_greenadapt_cache(folder: Path) -> bool:

@@ -223,7 +223,8 @@ def _lines(info: dict[str, Any]) -> list[str]:
         cost = info.get("cost") or {}
         gpu = f", {cost['gpu_seconds']:.0f} GPU s ({cost['gpu']})" if cost.get("gpu") else ""
         if cost.get("wall_seconds") is not None:
-            lines.append(f"  cost        {cost['wall_seconds']:.0f} s wall, {cost.get('cpu_hours') or 0:.3f} CPU h{gpu}, {cost.get('energy_kwh') or 0:.2e} kWh")
+            lines.append(f"  cost        {cost['wall_seconds']:.0f} s wall, {cost.get('cpu_hours') or 0:.3f} CPU h{gpu}, "
+                         f"{cost.get('energy_kwh') or 0:.2e} kWh")
         for parent in info.get("parents") or []:
             label = parent.get("stage") or parent.get("role") or parent.get("kind") or "input"
             lines.append(f"  from        {label}: {parent.get('path')}")

@@ -174,7 +174,8 @@ class ExpandedModel:
         check_max_length(requested)
         positions = self.config.get("max_position_embeddings")
         if isinstance(positions, int) and requested > positions:
-            raise UsageError(f"--max-length {requested} exceeds the model's {positions} position embeddings", hint=f"use at most {positions}")
+            raise UsageError(f"--max-length {requested} exceeds the model's {positions} position embeddings",
+                             hint=f"use at most {positions}")
         return requested
 
     def check_rows(self, embedding_rows: int) -> None:

@@ -220,7 +220,8 @@ class StageRun:
         (artifacts/destination.py); here it holds for every stage, whichever command or API call reached it."""
         from greenadapt.artifacts.destination import check_destination_apart, protected
 
-        reads = [read for item in self.inputs if isinstance(item, Mapping) and isinstance(item.get("path"), str) and "://" not in item["path"]
+        reads = [read for item in self.inputs if isinstance(item, Mapping) and isinstance(item.get("path"), str)
+                 and "://" not in item["path"]
                  for read in protected(f"this command's {item.get('role') or item.get('kind') or 'input'}", item["path"])]
         check_destination_apart(self.out, reads)
 

@@ -47,7 +47,8 @@ def _root(
     ),
     heartbeat: float | None = typer.Option(
         None, "--heartbeat", min=0, metavar="SECONDS",
-        help="When stderr is not a terminal (cron, CI, nohup): a progress line every SECONDS (default: $GREENADAPT_HEARTBEAT, else 30; 0: none).",
+        help="When stderr is not a terminal (cron, CI, nohup): a progress line every SECONDS (default: $GREENADAPT_HEARTBEAT, else 30; 0: "
+             "none).",
     ),
 ) -> None:
     """greenadapt: domain vocabulary on CPUs in hours, the GPU only for fine-tuning."""

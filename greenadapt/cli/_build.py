@@ -62,15 +62,19 @@ def declared_command(
     # --no-cuda-graphs: a true flag a --config file gave is turned off on the command line (hidden: --config's help says so)
     negated = {_NEGATED + field.name: field.name for field, declaration in declared_fields(settings_class)
                if hints[field.name] is bool and declaration.flags[0].startswith("--")}
-    parameters += [_keyword(name, bool, typer.Option(False, f"--no-{declared[field].flags[0][2:]}", hidden=True, rich_help_panel=declared[field].panel or RUN_CONTROL)) for name, field in negated.items()]
+    parameters += [_keyword(name, bool, typer.Option(False, f"--no-{declared[field].flags[0][2:]}", hidden=True,
+                                                     rich_help_panel=declared[field].panel or RUN_CONTROL))
+                   for name, field in negated.items()]
     for run_name in settings_class.run_options:
         kind, declaration = RUN_OPTIONS[run_name]
         help_text = settings_class.run_help.get(run_name, declaration.help)
         if run_name == "out" and settings_class.out_required:
             help_text += " (required)"
-        parameters.append(_keyword(run_name, kind, _option(False if kind is bool else None, dataclasses.replace(declaration, help=help_text))))
+        parameters.append(_keyword(run_name, kind, _option(False if kind is bool else None,
+                                                           dataclasses.replace(declaration, help=help_text))))
     parameters.append(_keyword("config", Path | None, config_option(settings_class)))
-    parameters += [_keyword(flag, bool, default) for flag, default in zip(_OUTPUT_FLAGS, (JsonOption, QuietOption, VerboseOption), strict=True)]
+    parameters += [_keyword(flag, bool, default) for flag, default in zip(_OUTPUT_FLAGS,
+                                                                          (JsonOption, QuietOption, VerboseOption), strict=True)]
 
     def command(**values: Any) -> None:
         setup_logging(quiet=values["quiet"], verbose=values["verbose"])

@@ -125,7 +125,8 @@ class RichProgress:
         if self._task is None:
             return
         if self._total is not None:
-            self._progress.update(self._task, total=self._total, completed=self._total, count=count_text(self._total, self._total, self._unit))
+            self._progress.update(self._task, total=self._total, completed=self._total,
+                                  count=count_text(self._total, self._total, self._unit))
         else:
             end = max(self._completed, 1.0)
             self._progress.update(self._task, total=end, completed=end)

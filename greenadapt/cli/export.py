@@ -18,4 +18,5 @@ def _summary(outcome: Any) -> str:
 
 
 declared_command(ExportSettings, api.export, show_stage(_summary), example="greenadapt export --onnx -m runs/ncbi --out served/ncbi",
-                 help="Export a fine-tuned folder to ONNX (fp32 and int8) with its tokenizers and pooling recipe, to serve without greenadapt.")
+                 help="Export a fine-tuned folder to ONNX (fp32 and int8) with its tokenizers and pooling recipe, to serve without "
+                      "greenadapt.")

@@ -26,13 +26,16 @@ EXAMPLES: dict[str, str] = {
     "w2v": "greenadapt w2v --corpus 'abstracts/*.jsonl.gz' --text-field abstract --workers 8",
     "align": "greenadapt align --w2v greenadapt-work/biomed-1a2b/minilm/w2v --method lstsq",
     "expand": "greenadapt expand --align greenadapt-work/biomed-1a2b/minilm/align --max-new 20000",
-    "finetune": "greenadapt finetune --task ner --model greenadapt-work/biomed-1a2b/minilm/expand --train train.tsv --dev dev.tsv --test test.tsv --seeds 1,2,3",
+    "finetune": "greenadapt finetune --task ner --model greenadapt-work/biomed-1a2b/minilm/expand --train train.tsv --dev dev.tsv --test "
+                "test.tsv --seeds 1,2,3",
     "qa": "greenadapt qa --model runs/covid-qa --data questions.json --out runs/answers",
     "predict": "cat abstracts.txt | greenadapt predict -m runs/ncbi - > entities.jsonl",
     "pretrain": "greenadapt pretrain --corpus biomed.txt.gz --model bert-base-uncased --max-steps 10000 --save-every 1000",
-    "multitask": "greenadapt multitask --model MODEL --task name=ncbi,type=ner,train=ncbi/train.tsv --task name=rte,type=classify,train=rte/train.tsv",
+    "multitask": "greenadapt multitask --model MODEL --task name=ncbi,type=ner,train=ncbi/train.tsv --task "
+                 "name=rte,type=classify,train=rte/train.tsv",
     "report": "greenadapt report greenadapt-work runs --html report.html",
-    "compare": "greenadapt compare --task ner --model base=bert-base-uncased --model green=greenadapt-work/biomed-1a2b/minilm/expand --train train.tsv --dev dev.tsv --test test.tsv --seeds 1,2,3",
+    "compare": "greenadapt compare --task ner --model base=bert-base-uncased --model green=greenadapt-work/biomed-1a2b/minilm/expand "
+               "--train train.tsv --dev dev.tsv --test test.tsv --seeds 1,2,3",
     "info": "greenadapt info greenadapt-work/biomed-1a2b/minilm/expand",
 }
 

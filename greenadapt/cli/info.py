@@ -14,7 +14,8 @@ from greenadapt.cli._common import QuietOption, VerboseOption, setup_logging
 
 @app.command("info")
 def info_command(
-    path: Path = typer.Argument(..., metavar="PATH", help="A folder greenadapt wrote (w2v, align, expand, finetune, ...) or a model folder."),
+    path: Path = typer.Argument(..., metavar="PATH",
+                                help="A folder greenadapt wrote (w2v, align, expand, finetune, ...) or a model folder."),
     check: bool = typer.Option(False, "--check", help="Also verify every file against the manifest's checksums (reads them all)."),
     as_json: bool = typer.Option(False, "--json", help="Print the description as JSON."),
     quiet: bool = QuietOption,

@@ -31,9 +31,11 @@ def summary(document: Mapping[str, Any], path: Path, skipped: bool) -> str:
     size = ""
     if counts.get("relative_to_base"):
         per_task = [t["total"] for t in manifest.section("stats", "parameters", "per_task").values()]
-        size = f"; parameters {counts['total']:,} = {counts['relative_to_base']:.3f}x the base ({counts['base']:,}), {max(per_task, default=0):,} per task at most"
+        size = (f"; parameters {counts['total']:,} = {counts['relative_to_base']:.3f}x the base ({counts['base']:,}), "
+                f"{max(per_task, default=0):,} per task at most")
     state = "up to date" if skipped else "trained"
-    return f"{state} {len(stats.get('tasks', []))}-task {stats.get('adapter', '')} model in {path}" + (f": {', '.join(parts)}" if parts else "") + size
+    listed = f": {', '.join(parts)}" if parts else ""
+    return f"{state} {len(stats.get('tasks', []))}-task {stats.get('adapter', '')} model in {path}{listed}{size}"
 
 
 declared_command(MultitaskSettings, api.multitask, show_stage(lambda outcome: summary(outcome.manifest, outcome.path, outcome.skipped)),

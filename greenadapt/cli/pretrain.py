@@ -18,7 +18,8 @@ def _show(result: Any, as_json: bool) -> None:
             sys.stdout.write(json.dumps(result, indent=2) + "\n")
         else:
             for name, scores in result["results"].items():
-                sys.stdout.write(f"{name}: held-out MLM loss {scores['loss']:.4f}, perplexity {scores['perplexity']:.2f} ({scores['targets']} targets)\n")
+                sys.stdout.write(f"{name}: held-out MLM loss {scores['loss']:.4f}, perplexity {scores['perplexity']:.2f} "
+                                 f"({scores['targets']} targets)\n")
         return
     if result.manifest:  # a non-zero rank under torchrun: rank 0 reports
         from greenadapt.runners.pretrain.run import summary_line
@@ -27,4 +28,5 @@ def _show(result: Any, as_json: bool) -> None:
 
 
 declared_command(PretrainSettings, api.pretrain, _show,
-                 help="Continue masked-LM training on a domain corpus (the DAPT baseline); output loads in finetune, qa, expand and transformers.")
+                 help="Continue masked-LM training on a domain corpus (the DAPT baseline); output loads in finetune, qa, expand and "
+                      "transformers.")

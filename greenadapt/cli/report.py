@@ -14,7 +14,8 @@ from greenadapt.cli._common import QuietOption, VerboseOption, setup_logging
 
 @app.command("report")
 def report_command(
-    runs: list[Path] = typer.Argument(..., metavar="RUN", help="Run folders: a workspace run (<workdir>/<corpus>/<model>), stage or finetune output folders."),
+    runs: list[Path] = typer.Argument(..., metavar="RUN",
+                                      help="Run folders: a workspace run (<workdir>/<corpus>/<model>), stage or finetune output folders."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page (plots embedded) here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report's data as JSON instead of Markdown."),
     quiet: bool = QuietOption,

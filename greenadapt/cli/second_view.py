@@ -18,4 +18,5 @@ def _summary(outcome: Any) -> str:
 
 
 declared_command(SecondViewSettings, api.second_view, show_stage(_summary),
-                 help="Give a model a second tokenizer over its own vocabulary (no corpus, no new rows): the control for two-view averaging.")
+                 help="Give a model a second tokenizer over its own vocabulary (no corpus, no new rows): the control for two-view "
+                      "averaging.")

@@ -85,7 +85,8 @@ def run_resources(placement: RayPlacement, device: str, cluster_gpus: float, lar
     if gpus > 0 and cluster_gpus < gpus:
         raise UsageError(f"--run-gpus {gpus:g}: the Ray cluster has {cluster_gpus:g} GPU(s)",
                          hint="add GPU nodes, or --run-gpus 0 to fine-tune on the nodes' CPUs")
-    cpus = placement.run_cpus if placement.run_cpus is not None else (1 if gpus > 0 else max(1, min(DEFAULT_CPU_RUN_CPUS, int(largest_node_cpus))))
+    cpus = placement.run_cpus if placement.run_cpus is not None else (1 if gpus > 0
+                                                                      else max(1, min(DEFAULT_CPU_RUN_CPUS, int(largest_node_cpus))))
     if cpus > largest_node_cpus:
         raise UsageError(f"--run-cpus {cpus}: no node of the Ray cluster has that many CPUs (the largest has {largest_node_cpus:g})",
                          hint=f"--run-cpus {max(1, int(largest_node_cpus))} or fewer")

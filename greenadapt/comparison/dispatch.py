@@ -100,7 +100,8 @@ def finetune_elsewhere(options: Comparison, todo: Sequence[Run], finetune: Calla
 
     def done(outcome: Outcome) -> bool:
         clock.finished(wall_seconds(by_label[outcome.job.label].folder(options.out)) if outcome.exit_code == 0 else None)
-        log.info("%s %s (%d/%d%s)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, clock.done, len(jobs), clock.left())
+        log.info("%s %s (%d/%d%s)", "finished" if outcome.exit_code == 0 else "failed:", outcome.job.label, clock.done,
+                 len(jobs), clock.left())
         run = by_label[outcome.job.label]
         why = learned_nothing(options, run) if outcome.exit_code == 0 and not keeps_going(options) and not stopped else None
         if why is not None:

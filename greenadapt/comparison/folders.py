@@ -83,7 +83,8 @@ def _tensorboard_events_only(folder: Path) -> bool:
         for seed in run.iterdir():
             if seed.is_symlink() or not seed.is_dir() or not re.fullmatch(r"seed-[0-9]+", seed.name):
                 return False
-            if any(event.is_symlink() or not event.is_file() or not event.name.startswith("events.out.tfevents.") for event in seed.iterdir()):
+            if any(event.is_symlink() or not event.is_file() or not event.name.startswith("events.out.tfevents.")
+                   for event in seed.iterdir()):
                 return False
     return True
 

@@ -116,7 +116,7 @@ def _not_grpc(connection: Any) -> str:
     if len(head) == 9 and head[3] == _SETTINGS_FRAME:
         return ""
     shown = head.decode("ascii", errors="replace").split("\r")[0][:40]
-    return f"something answers there, but not Ray's GCS (it said {shown!r})" if shown.strip() else "something answers there, but not Ray's GCS"
+    return "something answers there, but not Ray's GCS" + (f" (it said {shown!r})" if shown.strip() else "")
 
 
 def resources_on(ray: Any, placement: RayPlacement, device: str) -> RunResources:
@@ -125,7 +125,8 @@ def resources_on(ray: Any, placement: RayPlacement, device: str) -> RunResources
     cluster_gpus = sum(float(node.get("GPU", 0)) for node in nodes)
     resources = run_resources(placement, device, cluster_gpus, max(cpus, default=0.0))
     resources = replace(resources, slots=cluster_slots(resources, nodes))
-    log.info("Ray cluster: %d node(s), %g CPU(s), %g GPU(s); each run asks for %d CPU(s)%s: %d at once", len(nodes), sum(cpus), cluster_gpus,
+    log.info("Ray cluster: %d node(s), %g CPU(s), %g GPU(s); each run asks for %d CPU(s)%s: %d at once", len(nodes),
+             sum(cpus), cluster_gpus,
              resources.cpus, f" and {resources.gpus:g} GPU" if resources.gpus else "", resources.slots)
     return resources
 

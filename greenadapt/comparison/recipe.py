@@ -96,7 +96,8 @@ class Comparison:
         if self.comparator is not None and self.comparator == self.baseline:
             raise UsageError(f"--comparator {self.comparator!r} is the baseline itself: its share of its own gain says nothing",
                              hint="name the expensive variant (e.g. dapt) as --comparator, another --model than --against")
-        if self.devices and (self.device.partition(":")[0] not in ("auto", "cuda") or not all(d.isdigit() and len(d) < 6 for d in self.devices)):
+        if self.devices and (self.device.partition(":")[0] not in ("auto", "cuda")
+                             or not all(d.isdigit() and len(d) < 6 for d in self.devices)):
             raise UsageError(f"--devices {','.join(self.devices)} spreads workers over CUDA GPUs by their ids, with --device auto or cuda",
                              hint="e.g. --devices 0,1,2,3; leave it out on a machine without GPUs")
         if self.ray is not None:
@@ -136,7 +137,8 @@ class Comparison:
             if name not in names:
                 raise UsageError(f"--agreement {name}={weight:g} names no --model", hint=f"one of {', '.join(names)}")
             if not (math.isfinite(weight) and 0 < weight <= MAX_AGREEMENT) or get_task(self.task).answers_questions:
-                raise UsageError(f"--agreement {name}={weight:g}: a positive weight of at most {MAX_AGREEMENT:g}, for NER or classification",
+                raise UsageError(f"--agreement {name}={weight:g}: a positive weight of at most {MAX_AGREEMENT:g}, "
+                                 "for NER or classification",
                                  hint="e.g. --agreement green-agree=1")
         if len(dict(self.agreements)) != len(self.agreements):
             raise UsageError("--agreement names one model twice", hint="give each NAME=W once")

@@ -301,10 +301,12 @@ def _collect(options: Comparison, name: str, spec: str) -> Variant:
         per_seed: dict[str, Any] = document.get("per_seed") or {}
         first: dict[str, Any] = next(iter(per_seed.values()), {})
         test: dict[str, Any] = first.get("test") or {}
-        variant.scores[seed] = {pool: {k: float(v) for k, v in values.items() if isinstance(v, int | float)} for pool, values in test.items()}
+        variant.scores[seed] = {pool: {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
+                                for pool, values in test.items()}
         costs.append(cost_of(read_manifest(folder) or {}))
     pools_seen = {pool for pools in variant.scores.values() for pool in pools}
-    variant.headline_pool = "mean" if "mean" in pools_seen else ("general" if "general" in pools_seen or not pools_seen else pools_seen.pop())
+    variant.headline_pool = "mean" if "mean" in pools_seen else ("general" if "general" in pools_seen or not pools_seen
+                                                                 else pools_seen.pop())
     variant.finetune_cost = cost_figures(costs)
     variant.adaptation_cost = adaptation_cost(spec)
     return variant

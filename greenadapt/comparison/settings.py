@@ -102,18 +102,21 @@ class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSett
     parallel: int = option(1, "--parallel", panel=PERFORMANCE, minimum=1,
                            help="Fine-tunings at once: N worker processes, each with its share of the cores, each training run after run.")
     bootstrap: int = option(1000, "--bootstrap", panel=EVALUATION, minimum=100, maximum=MAX_BOOTSTRAP,
-                            help="Paired bootstrap replicates over test examples (each holds a row per test example: memory grows with both).")
+                            help="Paired bootstrap replicates over test examples (each holds a row per test example: memory grows with "
+                                 "both).")
     bootstrap_seed: int = option(0, "--bootstrap-seed", panel=EVALUATION, help="Seed of the bootstrap's resampling.")
     keep_going: bool = option(False, "--keep-going", panel=RUN_CONTROL,
                               help="Train every run even after one learned nothing (no entity, one label everywhere, or words tagged worse "
                                    "than always answering the most frequent label); by default compare stops there and says why.")
     save_every: int | None = option(100, "--save-every", panel=RUN_CONTROL, minimum=1,
                                     help="Checkpoint every N steps, so an interrupted compare resumes.")
-    corpus: tuple[str, ...] = option((), "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs, help="With --adapt-methods: the corpus to adapt the first --model to.")
+    corpus: tuple[str, ...] = option((), "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
+                                     help="With --adapt-methods: the corpus to adapt the first --model to.")
     adapt_methods: tuple[str, ...] = option(
         (), "--adapt-methods", panel=TRAINING, metavar="M1,M2", cli_type=str | None,
         parse=lambda text: tuple(m.strip() for m in (text or "").split(",") if m.strip()),
-        help="Adapt the first --model to --corpus with each method (lstsq, subword-mean, focus, ...); each joins the comparison under its method's name.")
+        help="Adapt the first --model to --corpus with each method (lstsq, subword-mean, focus, ...); each joins the comparison under its "
+             "method's name.")
     agreements: tuple[tuple[str, float], ...] = option(
         (), "--agreement", panel=MODEL, metavar="NAME=W", parse=parse_agreements, cli_type=list[str],
         help="That --model trains with views that agree at weight W (finetune --agreement; e.g. --model green-agree=MODEL "
@@ -140,7 +143,8 @@ class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSett
             raise UsageError("--entity-type is for --task ner")
         if self.ray is None:
             given = [flag for flag, value in (("--ray-storage", self.ray_storage != "shared"),
-                                              ("--run-cpus", self.run_cpus is not None), ("--run-gpus", self.run_gpus is not None)) if value]
+                                              ("--run-cpus", self.run_cpus is not None),
+                                              ("--run-gpus", self.run_gpus is not None)) if value]
             if given:
                 raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --ray, which was not given",
                                  hint="add --ray ADDRESS (or auto), or leave them out: --parallel N trains N runs at once here")

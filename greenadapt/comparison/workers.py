@@ -139,7 +139,8 @@ def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, th
         slots = context.Queue()
         for device in worker_slots(devices, n_workers):
             slots.put(device)
-    executor = ProcessPoolExecutor(max_workers=n_workers, mp_context=context, initializer=_start_worker, initargs=(threads, os.getpid(), slots))
+    executor = ProcessPoolExecutor(max_workers=n_workers, mp_context=context, initializer=_start_worker,
+                                   initargs=(threads, os.getpid(), slots))
     pending: dict[Future[Outcome], Job] = {executor.submit(train_one, finetune, job, os.getpid()): job for job in jobs}
     try:
         while pending:

@@ -54,7 +54,8 @@ def padded_width(longest: int, multiple: int = 1, widest: int | None = None) -> 
     return max(longest, min(width, widest)) if widest is not None else width
 
 
-def pad_rows(rows: Sequence[tuple[np.ndarray, np.ndarray | None]], pad_id: int, width: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pad_rows(rows: Sequence[tuple[np.ndarray, np.ndarray | None]], pad_id: int,
+             width: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(ids, token types)`` sequences as right-padded ``int64`` (ids, token types, attention mask) arrays,
     ``width`` wide (default: the longest's length).
 

@@ -23,8 +23,10 @@ log = logging.getLogger(__name__)
 PATIENCE = 2
 WINDOW = 20
 MIN_DROP = 0.05  # a relative drop of 5%
-CAUSES = "usual causes: a learning rate too low or too high (--lr), labels that do not match the text, or --max-length cutting the labelled words off"
-QA_CAUSES = "usual causes: a learning rate too low or too high (--lr), too few epochs or questions, or answers whose answer_start does not point at their text"
+CAUSES = ("usual causes: a learning rate too low or too high (--lr), labels that do not match the text, or --max-length cutting the "
+          "labelled words off")
+QA_CAUSES = ("usual causes: a learning rate too low or too high (--lr), too few epochs or questions, or answers whose answer_start does "
+             "not point at their text")
 
 
 @dataclass
@@ -225,7 +227,8 @@ def degenerate(task: str, gold: Sequence[Any], predicted: Sequence[Any]) -> str 
             return "tagged no entity"
         scores = entity_scores(gold, predicted)
         if scores["f1"] < _FLOOR["ner", "entity F1"]:
-            return f"reached entity F1 {100 * scores['f1']:.1f} ({scores['correct_entities']:,} of {scores['gold_entities']:,} gold entities)"
+            return (f"reached entity F1 {100 * scores['f1']:.1f} ({scores['correct_entities']:,} of {scores['gold_entities']:,} gold "
+                    f"entities)")
         words = [g for sentence in gold for g in sentence]
         majority, count = Counter(words).most_common(1)[0] if words else (NER_OUTSIDE, 0)
         rate = count / len(words) if words else 0.0

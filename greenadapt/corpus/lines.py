@@ -1,4 +1,5 @@
-"""Corpus text read as lines: plain text in any of the usual encodings (a BOM stripped), streamed in blocks, and a line too long to hold cut at whitespace."""
+"""Corpus text read as lines: plain text in any of the usual encodings (a BOM stripped), streamed in blocks, and a line
+too long to hold cut at whitespace."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Corpus files of records: JSON lines, CSV and TSV, each record's text fields joined; malformed records warned about a few times, a file of mostly bad records refused."""
+"""Corpus files of records: JSON lines, CSV and TSV, each record's text fields joined; malformed records warned about a
+few times, a file of mostly bad records refused."""
 
 from __future__ import annotations
 

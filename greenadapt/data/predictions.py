@@ -1,4 +1,5 @@
-"""Predictions written in the input's own format: a column file with a prediction column, JSON lines with pred_label or pred_tags, a TSV with a prediction column, Parquet or a saved dataset."""
+"""Predictions written in the input's own format: a column file with a prediction column, JSON lines with pred_label or
+pred_tags, a TSV with a prediction column, Parquet or a saved dataset."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ HEADERS = ("auto", "yes", "no")  # --header: a TSV file's first row is a header 
 class FieldSettings(Settings):
     text_field: str | None = option(None, "--text-field", panel=INPUT_OUTPUT,
                                     help="Text field (JSON) or column (TSV: header name or 0-based number); NER JSON: the token list.")
-    pair_field: str | None = option(None, "--pair-field", panel=INPUT_OUTPUT, help="Second text of a sentence pair (JSON field or TSV column).")
+    pair_field: str | None = option(None, "--pair-field", panel=INPUT_OUTPUT,
+                                    help="Second text of a sentence pair (JSON field or TSV column).")
     label_field: str | None = option(None, "--label-field", panel=INPUT_OUTPUT, help="Label field or column; NER JSON: the tag list.")
 
     def reader_overrides(self, header: str | None) -> dict[str, str | None]:

@@ -169,7 +169,8 @@ def _parse(root: Any, file: Path) -> SquadData:
             questions = tuple(_question(qa, f"{where_p}.qas[{q}]", context, file, data, seen) for q, qa in enumerate(qas))
             data.documents.append(Document(context, str(title) if title is not None else None, where_p, questions))
     if not data.n_questions:
-        raise DataError("no questions in this file", path=file, hint='SQuAD format: {"data": [{"paragraphs": [{"context": ..., "qas": [...]}]}]}')
+        raise DataError("no questions in this file", path=file,
+                        hint='SQuAD format: {"data": [{"paragraphs": [{"context": ..., "qas": [...]}]}]}')
     _log_summary(data)
     return data
 

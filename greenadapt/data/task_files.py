@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, Literal
 
 from greenadapt.errors import DataError, UsageError
 from greenadapt.structured_text import NestedTooDeeply, bounded_lines, loads_json
+from greenadapt.data.ner_labels import check_ner_label, untyped
 from greenadapt.data.settings import HEADERS
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 Format = Literal["columns", "jsonl", "tsv", "dataset"]
 FORMATS = ("auto", "columns", "jsonl", "tsv")
 DOCSTART = "-DOCSTART-"
-NER_LABEL = re.compile(r"^(O|[BIES](-.+)?)$")
 
 # Looked for, in this order, when no field or column is named. They cover
 # GLUE (RTE, MRPC, QQP, MNLI, SST-2), SciBERT/DAPT JSON lines and the usual
@@ -242,46 +241,12 @@ def _read_ner_columns(path: Path) -> TaskFile:
     return TaskFile(path, "columns", sentences, bool(labelled), {})
 
 
-_SCHEME_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")
-MAX_ENTITY_TYPE = 64  # a type names a kind of thing (Disease); every label and prediction repeats it
-
-
-def check_entity_type(entity_type: str | None) -> str | None:
-    if entity_type is not None and (not entity_type or len(entity_type) > MAX_ENTITY_TYPE or any(c.isspace() for c in entity_type)):
-        shown = repr(entity_type) if len(entity_type) <= MAX_ENTITY_TYPE else f"of {len(entity_type):,} characters"
-        raise UsageError(f"--entity-type {shown} must be one word of at most {MAX_ENTITY_TYPE} characters", hint="e.g. --entity-type Disease")
-    if entity_type is not None and (entity_type == "O" or entity_type[:2].upper() in _SCHEME_PREFIXES):
-        bare = entity_type[2:] if entity_type != "O" else "Disease"
-        raise UsageError(f"--entity-type {entity_type!r} is a label, not a type: labels would read B-{entity_type}",
-                         hint=f"name the type alone, e.g. --entity-type {bare or 'Disease'}")
-    return entity_type
-
-
 def typed_sentence(sentence: NerSentence, entity_type: str) -> NerSentence:
     """Bare B/I/E/S labels get ``entity_type`` ("B" -> "B-Disease"); O and typed labels stay as they are."""
     if sentence.labels is None:
         return sentence
-    labels = tuple(f"{label}-{entity_type}" if _untyped(label) else label for label in sentence.labels)
+    labels = tuple(f"{label}-{entity_type}" if untyped(label) else label for label in sentence.labels)
     return replace(sentence, labels=labels)
-
-
-def _untyped(label: str) -> bool:
-    return label != "O" and "-" not in label
-
-
-def untyped_labels(labels: Sequence[str]) -> list[str]:
-    """The NER labels that name no entity type (bare B, I, E, S)."""
-    return [label for label in labels if _untyped(label)]
-
-
-def check_ner_label(label: str, path: Path, line: int) -> None:
-    if not NER_LABEL.match(label):
-        raise DataError(
-            f"label {label!r} is not O or B/I/E/S with an optional -TYPE",
-            path=path,
-            line=line,
-            hint="NER labels use BIO or BIOES tagging, e.g. O, B, I-Disease, S-Chemical; the label is the last column",
-        )
 
 
 def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -298,7 +263,8 @@ def json_objects(lines: Iterable[tuple[int, str]], path: Path) -> Iterator[tuple
         except json.JSONDecodeError as exc:
             raise DataError(f"not valid JSON ({exc.msg})", path=path, line=number, hint="one JSON object per line") from None
         except NestedTooDeeply:
-            raise DataError("a JSON line nested too deeply to be a record", path=path, line=number, hint="one flat JSON object per line") from None
+            raise DataError("a JSON line nested too deeply to be a record", path=path, line=number,
+                            hint="one flat JSON object per line") from None
         if not isinstance(obj, dict):
             raise DataError("a JSON line that is not an object", path=path, line=number, hint="one JSON object per line")
         yield number, obj

@@ -73,7 +73,8 @@ def _printable(raw: bytes) -> str:
     except UnicodeDecodeError:
         return "".join(f"<0x{b:02X}>" for b in raw)
     if not text or not text.isprintable() or text != text.strip():
-        return "".join(c if c.isprintable() and not c.isspace() else "".join(f"<0x{b:02X}>" for b in c.encode("utf-8")) for c in text) or "<0x20>"
+        return "".join(c if c.isprintable() and not c.isspace() else "".join(f"<0x{b:02X}>" for b in c.encode("utf-8"))
+                       for c in text) or "<0x20>"
     return text
 
 

@@ -62,7 +62,8 @@ def evaluate_files(
     for mode, logits in by_mode.items():
         predictions = request.task.decode(request.task_file, argmax_labels(logits, request.settings.labels))
         scores[mode] = request.task.score(request.task_file, predictions, request.settings)
-        warnings += [w for w in prediction_warnings(request.task_file.path.name, request.task_file.gold(), predictions) if w not in warnings]
+        warnings += [w for w in prediction_warnings(request.task_file.path.name, request.task_file.gold(), predictions)
+                     if w not in warnings]
     headline = "mean" if "mean" in scores else next(iter(scores))
     metric = request.settings.metric or request.task.default_metric
     return EvaluateResult([f for f, _ in founds], Path(data), len(request.task_file.examples), metric, headline, scores, warnings)
@@ -70,5 +71,6 @@ def evaluate_files(
 
 def run_evaluate(settings: EvaluateSettings, run: Run) -> EvaluateResult:
     """``greenadapt evaluate`` from the command's settings (it writes nothing: ``run`` carries only its progress)."""
-    return evaluate_files(settings.members(), Path(settings.data), options=pooled_as(settings, settings.pool[0] if settings.pool else "mean"),
+    return evaluate_files(settings.members(), Path(settings.data), options=pooled_as(settings,
+                                                                                     settings.pool[0] if settings.pool else "mean"),
                           pools=settings.pool, reader_overrides=settings.reader_overrides(settings.header))

@@ -90,7 +90,8 @@ class GreenadaptTokenClassificationPipeline(_GreenadaptPipeline):
         _refuse(unused, "token-classification")
         if str(aggregation_strategy).lower() not in ENTITY_AGGREGATIONS:
             raise UsageError(
-                f"aggregation_strategy={aggregation_strategy!r}: greenadapt pools its predictions per word, so it gives whole entities only",
+                f"aggregation_strategy={aggregation_strategy!r}: greenadapt pools its predictions per word, "
+                "so it gives whole entities only",
                 hint=f"use one of {', '.join(ENTITY_AGGREGATIONS)} (the same entities)",
             )
         if not inputs:
@@ -201,7 +202,8 @@ def _hf_entity(entity: Any) -> dict[str, Any]:
 def _refuse(unused: dict[str, Any], task: str) -> None:
     if unused:
         raise UsageError(f"the greenadapt {task} pipeline does not take {', '.join(sorted(unused))}",
-                         hint="greenadapt.load(...)'s options (device, pool, batch_size, precision, max_length) go to greenadapt.pipeline too")
+                         hint="greenadapt.load(...)'s options (device, pool, batch_size, precision, max_length) go to greenadapt.pipeline "
+                              "too")
 
 
 class TransformersEntry:

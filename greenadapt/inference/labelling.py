@@ -155,7 +155,8 @@ def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]
         models = load_stage(path, kinds.FINETUNE).section("stats", "models")
         if len(models) > 1:
             names = ", ".join(sorted(models.values()))
-            raise UsageError(f"this run holds one model per seed ({names})", path=path, hint=f"pass --model {path}/{sorted(models.values())[0]}")
+            raise UsageError(f"this run holds one model per seed ({names})", path=path,
+                             hint=f"pass --model {path}/{sorted(models.values())[0]}")
     elif (path / MANIFEST).exists():
         load_stage(path, kinds.FINETUNE)  # damaged or of another kind: its one line says which
     elif (path.parent / MANIFEST).is_file() and (read_manifest(path.parent) or {}).get("kind") == kinds.FINETUNE:
@@ -248,7 +249,8 @@ def label_file(
     the file with its own tokenizers and pools its own views; the rows, words or examples, are the file's), so
     that the label of highest mean probability wins. Members are opened one at a time.
     """
-    request, by_mode = label_file_by_mode(founds, input_path, options=options, ignore_labels=ignore_labels, reader_overrides=reader_overrides)
+    request, by_mode = label_file_by_mode(founds, input_path, options=options, ignore_labels=ignore_labels,
+                                          reader_overrides=reader_overrides)
     return request, by_mode[request.mode]
 
 
@@ -275,7 +277,8 @@ def label_file_by_mode(
     for folder, settings in founds:
         opened = open_finetuned(folder, settings, options)
         own = {mode: mode if opened.tokenizers.has_domain else "general" for mode in wanted}
-        mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder, pool=headline if opened.tokenizers.has_domain else "general",
+        mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder,
+                                   pool=headline if opened.tokenizers.has_domain else "general",
                                    ignore_labels=ignore_labels, reader_overrides=reader_overrides)
         computed = opened.logits_by_mode(mine.units, mine.task_file.examples, sorted(set(own.values())))
         logits = {mode: computed[own[mode]] for mode in wanted}

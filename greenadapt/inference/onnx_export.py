@@ -154,13 +154,17 @@ def standalone_script() -> str:
 
 def _card(folder: Path, task_settings: Any, views: list[str], formats: tuple[str, ...]) -> str:
     both = len(views) == 2
-    int8_line = "int8 (int8 weights per channel; each token's activations quantized with its own scale, so an answer never depends on the batch)"
+    int8_line = ("int8 (int8 weights per channel; each token's activations quantized with its own scale, so an answer never depends on the "
+                 "batch)")
     model_lines = "\n".join(f"- `{MODEL_FILES[f]}`: {'fp32' if f == 'fp32' else int8_line}" for f in formats)
     int8 = " --int8" if formats == ("int8",) else ""
+    reading = (f"It reads text through two tokenizers (views) and averages their predictions: {views[0]} (the model's own) and "
+               f"{views[1]} (the domain tokenizer, which keeps the domain words whole)."
+               if both else "It reads text through one tokenizer.")
     return f"""# {folder.name}, exported for serving (ONNX)
 
 A {task_settings.task} model fine-tuned with greenadapt (run `{folder.name}`), exported with `greenadapt export --onnx`.
-{"It reads text through two tokenizers (views) and averages their predictions: " + views[0] + " (the model's own) and " + views[1] + " (the domain tokenizer, which keeps the domain words whole)." if both else "It reads text through one tokenizer."}
+{reading}
 
 {model_lines}
 - `{"`, `".join(views)}`: the tokenizers (`tokenizers` loads them in Python, Rust, JavaScript and Java bindings)

@@ -58,7 +58,8 @@ def per_row_activations(model: Any) -> int:
     graph = model.graph
     readers: dict[str, list[Any]] = {}
     producers = {name: node for node in graph.node for name in node.output if node.op_type != "Constant"}
-    initializers = {tensor.name for tensor in graph.initializer} | {name for node in graph.node if node.op_type == "Constant" for name in node.output}
+    initializers = {tensor.name for tensor in graph.initializer} | {name for node in graph.node if node.op_type == "Constant"
+                                                                    for name in node.output}
     for node in graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node)
@@ -84,7 +85,8 @@ def per_row_activations(model: Any) -> int:
             fused = helper.make_node("MatMulIntegerToFloat", [quantized, product.input[1], step("one"), weights_scale, zero_point,
                                                               product.input[3]],
                                      [f"{rescale.output[0]}/unscaled"], name=f"{product.name}/ToFloat", domain="com.microsoft")
-            rows = helper.make_node("Mul", [f"{rescale.output[0]}/unscaled", step("scale")], [rescale.output[0]], name=f"{product.name}/RowScale")
+            rows = helper.make_node("Mul", [f"{rescale.output[0]}/unscaled", step("scale")], [rescale.output[0]],
+                                    name=f"{product.name}/RowScale")
             replaced[id(product)] = [fused, rows]
             dropped.update({id(cast), id(rescale), id(scales)})
     nodes = [replacement for node in graph.node if id(node) not in dropped for replacement in replaced.get(id(node), [node])]
@@ -100,7 +102,8 @@ def _row_quantization(x: str, quantized: str, zero_point: str, step: Any, *, one
     their constants; ``one_sided``: around :data:`GELU_ZERO_POINT` (a GELU's output), else symmetric around 128."""
     from onnx import TensorProto, helper
 
-    zero, above, below = (GELU_ZERO_POINT, 255.0 - GELU_ZERO_POINT, float(GELU_ZERO_POINT)) if one_sided else (ZERO_POINT, ROW_LIMIT, ROW_LIMIT)
+    zero, above, below = (GELU_ZERO_POINT, 255.0 - GELU_ZERO_POINT,
+                          float(GELU_ZERO_POINT)) if one_sided else (ZERO_POINT, ROW_LIMIT, ROW_LIMIT)
     nodes = [
         helper.make_node("ReduceMax", [x], [step("max")], name=step("ReduceMax"), axes=[-1], keepdims=1),
         helper.make_node("ReduceMin", [x], [step("min")], name=step("ReduceMin"), axes=[-1], keepdims=1),

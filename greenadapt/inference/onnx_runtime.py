@@ -62,7 +62,8 @@ def check_runtime(runtime: str, quantize: str, device: str) -> None:
     if runtime == "onnx" or quantize != "none":
         kind, colon, index = device.partition(":")
         if kind not in ("auto", "cpu") or (colon and not index.isdigit()):
-            raise UsageError(f"--runtime onnx runs on the CPU, not --device {device}", hint="leave --device out (or cpu), or use --runtime torch on a GPU")
+            raise UsageError(f"--runtime onnx runs on the CPU, not --device {device}",
+                             hint="leave --device out (or cpu), or use --runtime torch on a GPU")
         configured = os.environ.get("XDG_CACHE_HOME") or ""
         if configured and os.path.isabs(configured) and os.path.exists(configured) and not os.path.isdir(configured):
             # (checked before ONNX Runtime is imported: it writes there too, and warns in lines of its own)
@@ -306,7 +307,8 @@ def export(model: Any, path: Path, *, quantize: str = "none") -> None:
     model = model.eval()
     taken = inspect.signature(model.forward).parameters
     names = [name for name in INPUTS if name in taken]  # (a model without segment ids takes none)
-    example = {name: torch.zeros(2, 8, dtype=torch.long) if name == "token_type_ids" else torch.ones(2, 8, dtype=torch.long) for name in names}
+    example = {name: torch.zeros(2, 8, dtype=torch.long) if name == "token_type_ids" else torch.ones(2, 8, dtype=torch.long)
+               for name in names}
     with torch.no_grad():
         outputs = model(**example)
     output_names = [key for key in ("logits", "start_logits", "end_logits") if getattr(outputs, key, None) is not None]

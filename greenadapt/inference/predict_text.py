@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, IO, Any
 from greenadapt.tasks import get_task
 from greenadapt.inference.windows import CHARS_PER_WINDOW, DOCS_PER_WINDOW, STALL_SECONDS, flushed_on_stalls, windows
 from greenadapt.artifacts.files import atomic_writer
-from greenadapt.data.task_files import NER_LABEL, NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
+from greenadapt.data.ner_labels import NER_LABEL
+from greenadapt.data.task_files import NER_TOKEN_NAMES, TEXT_NAMES, json_objects, pick_key
 from greenadapt.errors import DataError, UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress, said_once
 from greenadapt.structured_text import NestedTooDeeply, loads_json
@@ -318,7 +319,8 @@ def _json_lines(lines: Iterator[str], handle: IO[str], name: str, text_field: st
             if key is None:
                 key = pick_key(obj, text_field, TEXT_NAMES)
                 if key is None:
-                    raise DataError(f"no text field (looked for {', '.join(TEXT_NAMES)})", path=Path(name), line=number, hint="name it with --text-field")
+                    raise DataError(f"no text field (looked for {', '.join(TEXT_NAMES)})", path=Path(name), line=number,
+                                    hint="name it with --text-field")
             text = obj.get(key)
             if not isinstance(text, str):
                 raise DataError(f"field {key!r} is missing or not a string", path=Path(name), line=number, hint="every line needs its text")
@@ -334,9 +336,11 @@ def _decoded(handle: IO[str], name: str) -> Iterator[str]:
     try:
         yield from bounded_lines(handle, Path(name))
     except UnicodeDecodeError as exc:
-        raise DataError(f"not UTF-8 text (byte {exc.start} of a line cannot be decoded)", path=Path(name), hint="convert the input to UTF-8") from None
+        raise DataError(f"not UTF-8 text (byte {exc.start} of a line cannot be decoded)", path=Path(name),
+                        hint="convert the input to UTF-8") from None
     except (EOFError, lzma.LZMAError, zlib.error, OSError) as exc:  # a .gz/.bz2/.xz cut short or not compressed at all
-        raise DataError(f"unreadable compressed input ({exc})", path=Path(name), hint="check the file (gzip -t), or give it uncompressed") from None
+        raise DataError(f"unreadable compressed input ({exc})", path=Path(name),
+                        hint="check the file (gzip -t), or give it uncompressed") from None
 
 
 def _folder_documents(folder: Path) -> Iterator[_Record]:
@@ -430,11 +434,10 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     overrides = {k: v for k, v in settings.reader_overrides(settings.header).items() if v is not None}
     multitask = len(members) == 1 and (task_name is not None or is_multitask(members[0]))
     founds = []
-    if multitask and (options.runtime == "onnx" or options.quantize != "none"):  # PALs run in torch only: never silently in torch
-        raise UsageError("ONNX Runtime (--runtime onnx, --quantize) does not run multitask (PALs) runs", path=str(members[0]),
-                         hint="leave --runtime and --quantize out (torch runs it)")
-    if multitask:  # its tasks read training-style files only
-        opened = Source("training", path=_spool(*_stdin_lines()), spooled=True) if is_stdio(source) else Source("training", path=Path(source))
+    if multitask:
+        _refuse_onnx_for_multitask(options, str(members[0]))
+        spooled = is_stdio(source)  # its tasks read training-style files only
+        opened = Source("training", path=_spool(*_stdin_lines()) if spooled else Path(source), spooled=spooled)
     else:
         founds = [find_model_folder(m) for m in members]  # verified once; the models are opened from what it found
         from greenadapt.inference.labelling import check_ensemble
@@ -450,7 +453,8 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
             return predict_text(predictor, opened, output, progress=progress)
         if file_format != "auto" and opened.format != "dataset":
             overrides["format"] = "jsonl" if opened.format == "training-jsonl" else opened.format
-        labeller = multitask_predictor(members[0], task_name) if multitask else partial(run_predict, found=founds[0] if len(founds) == 1 else None)
+        found = founds[0] if len(founds) == 1 else None
+        labeller = multitask_predictor(members[0], task_name) if multitask else partial(run_predict, found=found)
         target = _temporary_output(opened.path) if is_stdio(output) else Path(output)
         try:
             result = labeller(
@@ -467,6 +471,12 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     finally:
         if opened.spooled and opened.path is not None:
             opened.path.unlink(missing_ok=True)
+
+
+def _refuse_onnx_for_multitask(options: PredictSettings, run: str) -> None:
+    if options.runtime == "onnx" or options.quantize != "none":  # PALs run in torch only: never silently in torch
+        raise UsageError("ONNX Runtime (--runtime onnx, --quantize) does not run multitask (PALs) runs", path=run,
+                         hint="leave --runtime and --quantize out (torch runs it)")
 
 
 def _stdin_lines() -> tuple[Iterator[str], IO[str], str]:

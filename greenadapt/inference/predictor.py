@@ -283,7 +283,8 @@ def _raw_sentences(texts: Sequence[str], pre_tokenizer: Any = None) -> list[_Raw
 def _entities(text: str, starts: Sequence[int], ends: Sequence[int], tags: Sequence[str], scores: np.ndarray) -> list[Entity]:
     """The entities of one sentence's word tags (conlleval chunks, as scored), with offsets into ``text``."""
     return [
-        Entity(starts[first], ends[last], text[starts[first] : ends[last]], kind or UNTYPED_ENTITY, float(np.mean(scores[first : last + 1])))
+        Entity(starts[first], ends[last], text[starts[first] : ends[last]], kind or UNTYPED_ENTITY,
+               float(np.mean(scores[first : last + 1])))
         for first, last, kind in chunks(tags)
     ]
 

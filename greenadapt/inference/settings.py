@@ -39,7 +39,8 @@ class RuntimeSettings(Settings):
             import logging
 
             logging.getLogger(__name__).warning("--precision %s is not used with --runtime onnx: ONNX Runtime runs the fp32 graph%s",
-                                                precision, " quantized to int8" if self.quantize == "int8" else " (--quantize int8 for int8)")
+                                                precision, " quantized to int8" if self.quantize == "int8"
+                                                else " (--quantize int8 for int8)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +56,8 @@ class ModelRunSettings(DeviceSettings, RuntimeSettings):
 class LoadSettings(ModelRunSettings):
     """A fine-tuned model run and pooled: what the inference code receives."""
 
-    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES,
+                       help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
 
 
 def pooled_as(settings: ModelRunSettings, pool: str) -> LoadSettings:
@@ -75,7 +77,8 @@ class InferenceSettings(FieldSettings, ModelRunSettings):
     model: tuple[str, ...] = option(REQUIRED, "--model", "-m", public=model_paths, panel=MODEL,
                                     help="A `greenadapt finetune` run folder (or one of its seed-N folders); "
                                          "repeat it for an ensemble (the mean of the models' probabilities).")
-    header: str | None = option(None, "--header", panel=INPUT_OUTPUT, choices=HEADERS, help="Override TSV header detection (auto, yes, no).")
+    header: str | None = option(None, "--header", panel=INPUT_OUTPUT, choices=HEADERS,
+                                help="Override TSV header detection (auto, yes, no).")
 
     def members(self) -> Any:
         """One folder, or the list of an ensemble's."""
@@ -93,10 +96,13 @@ class PredictSettings(InferenceSettings, LoadSettings):
 
     source: str | None = option(None, "--source", panel=INPUT_OUTPUT, metavar="INPUT", argument=True,
                                 help="Raw text (one document per line), JSON lines, a folder of .txt files, a task file, or - for stdin.")
-    input_path: str | None = option(None, "--input", "-i", panel=INPUT_OUTPUT, recorded=False, help="The input, as an option (same as INPUT).")
+    input_path: str | None = option(None, "--input", "-i", panel=INPUT_OUTPUT, recorded=False,
+                                    help="The input, as an option (same as INPUT).")
     output: str = option("-", "--out", "--output", "-o", panel=INPUT_OUTPUT,
-                         help="Where predictions go (default: stdout). Raw input: JSON lines; a task file: itself plus a prediction column.")
-    task: str | None = option(None, "--task", panel=INPUT_OUTPUT, help="The task to run, when --model is a `greenadapt multitask` run folder.")
+                         help="Where predictions go (default: stdout). "
+                              "Raw input: JSON lines; a task file: itself plus a prediction column.")
+    task: str | None = option(None, "--task", panel=INPUT_OUTPUT,
+                              help="The task to run, when --model is a `greenadapt multitask` run folder.")
     ignore_labels: bool = option(False, "--ignore-labels", panel=EVALUATION, help="Do not read or score gold labels in the input.")
     file_format: str = option("auto", "--format", panel=INPUT_OUTPUT,
                               help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv.")

@@ -1,4 +1,5 @@
-"""The carbon intensity of the grid a run draws from: --co2-intensity, $GREENADAPT_CO2_INTENSITY, a country's yearly figure (Ember 2023 via Our World in Data, bundled as co2_intensity.csv) or the world average."""
+"""The carbon intensity of the grid a run draws from: --co2-intensity, $GREENADAPT_CO2_INTENSITY, a country's yearly
+figure (Ember 2023 via Our World in Data, bundled as co2_intensity.csv) or the world average."""
 
 from __future__ import annotations
 

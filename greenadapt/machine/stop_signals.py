@@ -93,7 +93,8 @@ def _in_importlib(frame: FrameType) -> bool:
 
 
 def stop_on_signals(received: list[int], exiting: Callable[[], bool]) -> None:
-    """SIGINT raises KeyboardInterrupt and SIGTERM raises :class:`~greenadapt.errors.Terminated`, so stages remove their temporaries and locks.
+    """SIGINT raises KeyboardInterrupt and SIGTERM raises :class:`~greenadapt.errors.Terminated`, so stages remove their
+    temporaries and locks.
 
     The default action would kill the process at once: the output stays safe
     (a stage folder is renamed into place whole), but nothing is said and a
@@ -144,7 +145,8 @@ def end_process_within(seconds: float, code: object) -> None:
         time.sleep(seconds)
         try:
             sys.stdout.flush()
-            sys.stderr.write(f"greenadapt: a library's thread kept the process from exiting for {seconds:.0f} s; ended it (exit {status})\n")
+            sys.stderr.write(f"greenadapt: a library's thread kept the process from exiting for {seconds:.0f} s; "
+                             f"ended it (exit {status})\n")
             sys.stderr.flush()
         finally:
             os._exit(status)

@@ -406,7 +406,8 @@ def install(model: Any, *, n_base: int, mode: str, capacity: int) -> SplitWordEm
         embedding.weight.data, n_base, embedding.padding_idx, train_base=(mode == "all"), capacity=min(capacity, n_rows - n_base)
     )
     model.set_input_embeddings(split)
-    log.info("word embeddings: %d original rows (%s), %d added rows trained row-wise", n_base, "trained" if mode == "all" else "frozen", n_rows - n_base)
+    log.info("word embeddings: %d original rows (%s), %d added rows trained row-wise", n_base, "trained" if mode == "all" else "frozen",
+             n_rows - n_base)
     return split
 
 

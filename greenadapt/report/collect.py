@@ -25,7 +25,15 @@ from greenadapt.artifacts import kinds
 from greenadapt.errors import StageError, UsageError
 from greenadapt.machine.energy import cost_of, sum_costs
 from greenadapt.report.reading import find_stage_folders, optional_json, read_json_file, read_manifest
-from greenadapt.report.results import accuracy_vs_cost, adaptation_chains, entity_type_table, group_label, paper_comparison, results_table, seed_of
+from greenadapt.report.results import (
+    accuracy_vs_cost,
+    adaptation_chains,
+    entity_type_table,
+    group_label,
+    paper_comparison,
+    results_table,
+    seed_of,
+)
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ LB_TO_KG = 0.45359237
 SOURCE = "Poerner, Waltinger & Schütze (2020), Inexpensive Domain Adaptation of Pretrained Language Models, Findings of EMNLP, cost table"
 
 
-def _row(name: str, hardware: str, wall: float | None, devices: int | None, device: str, co2_lbs: float | None, usd: str | None) -> dict[str, Any]:
+def _row(name: str, hardware: str, wall: float | None, devices: int | None, device: str, co2_lbs: float | None,
+         usd: str | None) -> dict[str, Any]:
     return {
         "name": name,
         "hardware": hardware,

@@ -192,7 +192,8 @@ BARELY_MARK = "(barely trained: see the warnings)"
 def entity_type_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["run", "split", "entity type", "F1 mean ± sd (%)", "seeds", "gold entities"]
     rows = [
-        [r["run"], r["split"], r["type"], f"{100 * r['f1']['mean']:.2f}" + (f" ± {100 * r['f1']['std']:.2f}" if r["f1"].get("n", 1) > 1 else ""),
+        [r["run"], r["split"], r["type"], f"{100 * r['f1']['mean']:.2f}" + (f" ± {100 * r['f1']['std']:.2f}"
+                                                                            if r["f1"].get("n", 1) > 1 else ""),
          str(r["f1"].get("n", 1)), str(r["gold"])]
         for r in data.get("entity_types") or []
     ]
@@ -224,7 +225,9 @@ def markdown(data: Mapping[str, Any]) -> str:
     if data["paper"]["ours"] or data["paper"]["published"]:
         parts += ["## Adaptation cost beside the paper's", "", _md_table(*comparison_table(data)), ""]
         parts += [f"- {line}" for line in ratio_lines(data)]
-        parts += ["", f"Published figures: {SOURCE}. Ours: w2v + align + expand of each adapted model, and each continued-pretraining stage on its own; the paper's corpus is far larger.", ""]
+        parts += ["",
+                  f"Published figures: {SOURCE}. Ours: w2v + align + expand of each adapted model, and each continued-pretraining stage on "
+                  f"its own; the paper's corpus is far larger.", ""]
     if data.get("finetune_cost"):
         f = data["finetune_cost"]
         parts += [
@@ -302,7 +305,8 @@ def html_page(data: Mapping[str, Any], figures: Mapping[str, bytes | None]) -> s
     if ratio_lines(data):
         body.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in ratio_lines(data)) + "</ul>")
     body.append(
-        f'<p class="note">Published figures: {html.escape(SOURCE)}. Ours: w2v + align + expand of each adapted model, and each continued-pretraining stage on its own; '
+        f'<p class="note">Published figures: {html.escape(SOURCE)}. Ours: w2v + align + expand of each adapted model, and each '
+        f'continued-pretraining stage on its own; '
         "the paper adapted on a far larger corpus, and its CO₂ figures include a data-centre overhead factor.</p>"
     )
     if data.get("finetune_cost"):

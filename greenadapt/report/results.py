@@ -216,7 +216,8 @@ def paper_comparison(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ]
     # Continued pretraining (the DAPT comparator) beside them, each stage on its own cost.
     ours += [
-        _comparison_row(stages, f"this run: {s['name']} (continued masked-LM pretraining, {s['stats'].get('steps')} steps)", [s["name"]], s["cost"])
+        _comparison_row(stages, f"this run: {s['name']} (continued masked-LM pretraining, {s['stats'].get('steps')} steps)",
+                        [s["name"]], s["cost"])
         for s in stages
         if s["kind"] == kinds.PRETRAIN
     ]

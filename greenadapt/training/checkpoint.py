@@ -224,7 +224,8 @@ def gather_rng_states(ctx: DistContext) -> list[dict[str, Any]]:
     generators = ("torch", "cuda")  # byte tensors: sent as base64 inside the JSON every rank contributes
     sent = {key: base64.b64encode(value.numpy().tobytes()).decode("ascii") if key in generators else value for key, value in mine.items()}
     return [
-        {key: torch.frombuffer(bytearray(base64.b64decode(value)), dtype=torch.uint8) if key in generators else value for key, value in got.items()}
+        {key: torch.frombuffer(bytearray(base64.b64decode(value)), dtype=torch.uint8) if key in generators else value
+         for key, value in got.items()}
         for got in ctx.all_gather_json(sent)
     ]
 

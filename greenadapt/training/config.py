@@ -135,7 +135,8 @@ def check_compile(compile_: bool, device_spec: str | None) -> None:
     the CPU"): refused there in one line, before any data is read; a CUDA run keeps it."""
     if compile_ and _device_kind(device_spec) == "cpu":
         raise UsageError("--compile makes CPU training slower: compiled MiniLM steps ran at 0.89x the eager steps/s after 57 s "
-                         "of compiling (docs/benchmarks.md, \"torch.compile on the CPU\")", hint="leave it out on a CPU; it is for CUDA GPUs")
+                         "of compiling (docs/benchmarks.md, \"torch.compile on the CPU\")",
+                         hint="leave it out on a CPU; it is for CUDA GPUs")
 
 
 def check_cuda_graphs(cuda_graphs: bool, device_spec: str | None) -> None:
@@ -151,6 +152,7 @@ def check_decay(lr: float, weight_decay: float) -> None:
     """AdamW multiplies every weight by (1 - lr x decay) each step: at 1 or more that zeroes or flips them."""
     if lr * weight_decay >= 1:
         raise UsageError(
-            f"--lr {lr:g} × --weight-decay {weight_decay:g} is {lr * weight_decay:g}: AdamW's decay would zero or flip every weight at each step",
+            f"--lr {lr:g} × --weight-decay {weight_decay:g} is {lr * weight_decay:g}: AdamW's decay would zero or flip every weight at "
+            f"each step",
             hint="their product must be below 1 (typical: --lr 5e-5, --weight-decay 0.01)",
         )

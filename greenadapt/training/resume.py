@@ -29,7 +29,8 @@ class Resumable(Protocol):
 
     def load_extra_state(self, state: dict[str, Any]) -> None: ...
 
-WEIGHTS_FILE, BEST_FILE, TENSORS_FILE, STATE_FILE, LOG_FILE = "model.safetensors", "best.safetensors", "optimizer.pt", "state.json", "train_log.jsonl"
+WEIGHTS_FILE, BEST_FILE, TENSORS_FILE = "model.safetensors", "best.safetensors", "optimizer.pt"
+STATE_FILE, LOG_FILE = "state.json", "train_log.jsonl"
 
 
 # What a checkpoint's position may hold: a step, epoch or batch count, and the seconds trained (ten years).

@@ -194,7 +194,8 @@ def run_training(
                     raise stop.stopped(f"at step {loop.at.step} of {total}{task.where}", loop.save())
                 stepped = loop.step(batches[index], index) or stepped
             if not stepped:
-                raise DataError(f"no training batch of this epoch fills {trainer.micro_per_step} micro-batch(es)", hint="lower --grad-accum or use more data")
+                raise DataError(f"no training batch of this epoch fills {trainer.micro_per_step} micro-batch(es)",
+                                hint="lower --grad-accum or use more data")
             if loop.result.stopped_early:
                 break
             if loop.at.batch >= len(batches) or task.partial_epoch_ends:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from greenadapt.data.task_files import check_entity_type
+from greenadapt.data.ner_labels import check_entity_type
 from greenadapt.defaults import MAX_EPOCHS, MAX_LABEL_SMOOTHING, MAX_STEPS, check_max_length, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.options import INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
@@ -79,8 +79,10 @@ class RecipeSettings(Settings):
     entity_type: str | None = option(
         None, "--entity-type", panel=INPUT_OUTPUT, metavar="TYPE", check=check_entity_type,
         help="NER files with bare B/I labels: train them as B-TYPE/I-TYPE (e.g. Disease), so transformers' entity aggregation groups them.")
-    label_smoothing: float = option(0.0, "--label-smoothing", panel=TRAINING, metavar="EPS", minimum=0, maximum=MAX_LABEL_SMOOTHING, fingerprint="when set",
-                                    help="Label smoothing of the cross-entropy: the target puts EPS on a uniform spread over the labels (e.g. 0.1; 0: off).")
+    label_smoothing: float = option(0.0, "--label-smoothing", panel=TRAINING, metavar="EPS", minimum=0, maximum=MAX_LABEL_SMOOTHING,
+                                    fingerprint="when set",
+                                    help="Label smoothing of the cross-entropy: the target puts EPS on a uniform spread over the labels "
+                                         "(e.g. 0.1; 0: off).")
 
 
 ADAMW_KERNELS = ("foreach", "fused")
@@ -90,7 +92,8 @@ ADAMW_KERNELS = ("foreach", "fused")
 class CompileSettings(Settings):
     compile: bool = option(False, "--compile", panel=PERFORMANCE,
                            help="Compile the training forward and backward with torch.compile, on a CUDA GPU (the first steps pay the "
-                                "compilation). Refused on a CPU, where it measured slower (docs/benchmarks.md, \"torch.compile on the CPU\").")
+                                "compilation). Refused on a CPU, where it measured slower (docs/benchmarks.md, \"torch.compile on the "
+                                "CPU\").")
     adamw: str = option("fused", "--adamw", panel=PERFORMANCE, choices=ADAMW_KERNELS,
                         help="AdamW's kernel on a CPU: fused (one pass over the weights: 5x faster than foreach, 1.29x the steps/s of a "
                              "bf16 MiniLM fine-tune; F1 checked over 3 paired seeds, docs/benchmarks.md) or foreach (before 2026-11; the "
@@ -130,7 +133,8 @@ class CheckpointSettings(Settings):
     """Checkpoints of a training run that resumes after a kill (finetune, QA, multitask): the training stage reads them."""
 
     save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1,
-                                    help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run completes).")
+                                    help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run "
+                                         "completes).")
     save_minutes: float | None = option(10.0, "--save-minutes", panel=RUN_CONTROL, minimum=0, maximum=1e6,
                                         help="Also save one every M minutes of training (one process; only the newest is kept): a kill "
                                              "costs minutes, not the run. 0 or none: by steps alone.")

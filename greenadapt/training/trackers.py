@@ -154,7 +154,8 @@ def open_trackers(names: Sequence[str], out: Path, seed: int) -> list[Tracker]:
             made.append(Guarded(name, TensorBoardTracker(tensorboard_dir(out, seed)) if name == "tensorboard"
                                 else MlflowTracker(f"{out.name}/seed-{seed}")))
         except Exception as error:  # noqa: BLE001 - a tracker's failure never costs the run
-            log.warning("--report-to %s: could not start tracking seed %d (%s); training goes on without it", name, seed, _first_line(error))
+            log.warning("--report-to %s: could not start tracking seed %d (%s); training goes on without it", name, seed,
+                        _first_line(error))
     return made
 
 

@@ -1,4 +1,5 @@
-"""One optimizer step (the first owner of the training runtime, greenadapt.training.runtime): seeds, device and DDP, the optimizers and schedule, micro-batches under autocast, the fp16 loss scaler, and optimizer_step."""
+"""One optimizer step (the first owner of the training runtime, greenadapt.training.runtime): seeds, device and DDP, the
+optimizers and schedule, micro-batches under autocast, the fp16 loss scaler, and optimizer_step."""
 
 from __future__ import annotations
 
@@ -94,7 +95,8 @@ class Trainer(Generic[C]):
             return
         self.split.load_rows(np.concatenate(ids) if ids else np.zeros(0, np.int64))
 
-    def step(self, parts: Sequence[Any], loss_of: Callable[[Any], Any], *, before_update: Callable[[], None] | None = None) -> tuple[Any, Any]:
+    def step(self, parts: Sequence[Any], loss_of: Callable[[Any], Any], *,
+             before_update: Callable[[], None] | None = None) -> tuple[Any, Any]:
         """Forward/backward each of ``parts`` (``loss_of(part)``: its share of the step's loss), then one optimizer step.
 
         Returns the step's loss summed over every process's parts (divided by the
@@ -117,7 +119,8 @@ class Trainer(Generic[C]):
             loss_sum += loss.detach()
         if before_update is not None:
             before_update()
-        grad_norm = optimizer_step(self.optimizers, self.schedulers, self.trainable, max_grad_norm=self.config.max_grad_norm, scaler=self.scaler)
+        grad_norm = optimizer_step(self.optimizers, self.schedulers, self.trainable, max_grad_norm=self.config.max_grad_norm,
+                                   scaler=self.scaler)
         return ctx.all_reduce_sum(loss_sum) / ctx.world, grad_norm
 
     def state(self) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -39,4 +39,5 @@ def method_help() -> str:
     return "How new rows are initialised: " + "; ".join(f"{m.name}: {m.summary}" for m in METHODS.values()) + "."
 
 
-__all__ = ["DEFAULT_METHOD", "METHODS", "CorpusAccess", "FitContext", "InitMethod", "RowContext", "options_for", "get_method", "method_help"]
+__all__ = ["DEFAULT_METHOD", "METHODS", "CorpusAccess", "FitContext", "InitMethod", "RowContext", "options_for", "get_method",
+           "method_help"]

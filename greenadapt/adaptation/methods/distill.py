@@ -56,7 +56,8 @@ CHECKPOINT_FILE = "distill-checkpoint.safetensors"
 
 class Distill(Lstsq):
     name = "distill"
-    summary = "lstsq rows, then fitted so the frozen model's states under the domain tokenizer match its own on corpus windows (CPU minutes)"
+    summary = ("lstsq rows, then fitted so the frozen model's states under the domain tokenizer match its own on corpus windows (CPU "
+               "minutes)")
     options: tuple[str, ...] = ("distill_per_word", "distill_sentences", "distill_epochs")
     seeded = True
     reads_corpus = True
@@ -242,7 +243,8 @@ def distill_rows(start: np.ndarray, ctx: RowContext) -> np.ndarray:
     unseen = [w for w, n in zip(ctx.words, windows.seen, strict=True) if n == 0]
     if unseen:
         log.warning(
-            "distill: %s of %s new words were not seen in a corpus window (budget %s windows, %s per word) and keep their lstsq rows (e.g. %s)",
+            "distill: %s of %s new words were not seen in a corpus window (budget %s windows, %s per word) and keep their lstsq rows (e.g. "
+            "%s)",
             f"{len(unseen):,}", f"{len(ctx.words):,}", f"{options.distill_sentences:,}", options.distill_per_word, ", ".join(unseen[:5]),
         )
     tokenizer = load_fast_tokenizer(access.model_path)

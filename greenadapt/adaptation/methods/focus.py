@@ -36,12 +36,14 @@ class Focus(MethodDefaults):
 
         if not len(ctx.held):
             return {"train_cosine": None, "heldout_cosine": None}
-        rows = np.concatenate(list(focus_rows(VectorRows(ctx.X[ctx.held]), ctx.X[ctx.train], ctx.Y[ctx.train], ctx.options.focus_k, ctx.options.focus_temperature)))
+        rows = np.concatenate(list(focus_rows(VectorRows(ctx.X[ctx.held]), ctx.X[ctx.train], ctx.Y[ctx.train], ctx.options.focus_k,
+                                              ctx.options.focus_temperature)))
         return {"train_cosine": None, "heldout_cosine": mean_cosine(rows, ctx.Y[ctx.held])}
 
     def rows(self, ctx: RowContext) -> Iterator[np.ndarray]:
         assert ctx.vectors is not None and ctx.shared_vectors is not None and ctx.shared_ids is not None
-        yield from focus_rows(ctx.vectors, ctx.shared_vectors, ctx.embeddings[ctx.shared_ids], ctx.options.focus_k, ctx.options.focus_temperature)
+        yield from focus_rows(ctx.vectors, ctx.shared_vectors, ctx.embeddings[ctx.shared_ids], ctx.options.focus_k,
+                              ctx.options.focus_temperature)
 
 
 def sparsemax(scores: np.ndarray) -> np.ndarray:
@@ -75,7 +77,8 @@ def focus_weights(queries: np.ndarray, shared: np.ndarray, k: int, temperature: 
     return top, sparsemax(top_sims / temperature)
 
 
-def focus_rows(queries: VectorRows, shared_vectors: np.ndarray, shared_rows: np.ndarray, k: int, temperature: float) -> Iterator[np.ndarray]:
+def focus_rows(queries: VectorRows, shared_vectors: np.ndarray, shared_rows: np.ndarray, k: int,
+               temperature: float) -> Iterator[np.ndarray]:
     import numpy as np
 
     shared_rows64 = np.asarray(shared_rows, dtype=np.float64)

@@ -188,7 +188,7 @@ def answer_questions(
         yield finished(skipped.pop(), [])
     progress.finish()
     if preparer.truncated_questions:
-        log.warning("%d question(s) longer than %d wordpieces were cut to fit the windows", preparer.truncated_questions, preparer.max_question)
+        log.warning("%d question(s) longer than %d wordpieces cut to fit the windows", preparer.truncated_questions, preparer.max_question)
     if stats is not None:
         padding = round(inference.padding / inference.positions, 4) if inference.positions else 0.0
         stats.update(windows=inference.windows, batches=inference.batches, padding_fraction=padding,
@@ -266,7 +266,8 @@ def resolve_qa_settings(ref: Any, options: AnswerSettings) -> SettledQa:
     from greenadapt.inference.qa.model import resolve_pool
 
     if options.general_model is not None and not gmap.is_gmap_folder(ref.path):
-        raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path, hint="leave --general-model out")
+        raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path,
+                         hint="leave --general-model out")
     folder = ExpandedModel.open(ref)
     pool = resolve_pool(options.pool, folder.tokenizers, ref.path)
     return SettledQa(folder, pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False))

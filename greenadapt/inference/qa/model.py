@@ -109,6 +109,7 @@ def load_qa_model(ref: ModelRef, device: Any) -> Any:
         )
     missing = list(info.get("missing_keys", ()))
     if missing:
-        log.warning("%s: %d encoder weights missing from the checkpoint, randomly initialised: %s", ref.path, len(missing), ", ".join(sorted(missing)[:5]))
+        log.warning("%s: %d encoder weights missing from the checkpoint, randomly initialised: %s", ref.path, len(missing),
+                    ", ".join(sorted(missing)[:5]))
     model.eval()
     return model.to(device)

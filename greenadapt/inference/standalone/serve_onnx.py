@@ -67,7 +67,8 @@ class Exported:
             for key in ("words", "cls_id", "sep_id", "unk_id", "task"):
                 recipe[key]
         except (KeyError, TypeError, ValueError) as exc:
-            raise ServeError(f"{folder}: pooling.json or labels.json lacks {exc} (export the run again with greenadapt export --onnx)") from None
+            raise ServeError(f"{folder}: pooling.json or labels.json lacks {exc} "
+                             "(export the run again with greenadapt export --onnx)") from None
         if recipe["task"] != "ner" or not self.labels:
             raise ServeError(f"{folder}: this script serves NER exports; this one is {recipe['task']!r} (run it with greenadapt predict)")
         self.recipe = recipe
@@ -76,7 +77,8 @@ class Exported:
             try:
                 tokenizer = Tokenizer.from_file(str(folder / name))
             except Exception as exc:  # tokenizers raises its own exception type
-                raise ServeError(f"{folder / name}: cannot read this tokenizer ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+                raise ServeError(f"{folder / name}: cannot read this tokenizer "
+                                 f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
             tokenizer.no_padding()
             tokenizer.no_truncation()
             self.views.append(tokenizer)
@@ -217,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
 
         # a reader of its own over stdin's descriptor: the thread that reads it may still be waiting in it when the
         # script ends early (a bad line), and the interpreter's shutdown then takes sys.stdin's lock, not this one's
-        for raw in flushed_on_stalls(open(sys.stdin.fileno(), "rb", closefd=False), PAUSE, 4 * LINES):  # type: ignore[name-defined]  # noqa: F821, SIM115
+        stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
+        for raw in flushed_on_stalls(stdin, PAUSE, 4 * LINES):  # type: ignore[name-defined]  # noqa: F821
             if raw is STALLED:  # type: ignore[name-defined]  # noqa: F821  (a live input paused: answer what it gave)
                 if waiting:
                     flush()

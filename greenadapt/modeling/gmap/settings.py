@@ -32,9 +32,11 @@ def strategy_name(value: str) -> str:
 @dataclass(frozen=True, kw_only=True)
 class GmapSettings(Settings):
     gmap: str = option(NONE, "--gmap", panel=MODEL, check=strategy_name,
-                       help="G-MAP: fuse a frozen general model's hidden states as memory: none, single, multi, gated or chunk (the paper's best).")
+                       help="G-MAP: fuse a frozen general model's hidden states as memory: none, single, multi, gated or chunk (the "
+                            "paper's best).")
     gmap_layers: str | None = option(None, "--gmap-layers", panel=MODEL,
-                                     help='Fused domain layers, 1-based, e.g. "6,12" (default per strategy: single/gated ⌈3L/4⌉, chunk L/2 and L, multi all).')
+                                     help='Fused domain layers, 1-based, e.g. "6,12" (default per strategy: single/gated ⌈3L/4⌉, chunk L/2 '
+                                          'and L, multi all).')
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP general model (default for an expanded model: the model it was expanded from).")
     gmap_unfrozen: bool = option(False, "--gmap-unfrozen", panel=MODEL, help="G-MAP ablation: train the general model too.")
@@ -59,14 +61,16 @@ class GmapSettings(Settings):
     def check_gmap(self) -> None:
         """``--gmap-*`` options need ``--gmap``; the layers and the indexing make a plan; a cache needs a frozen model."""
         if not self.fuses:
-            given = [flag for flag, value in (("--gmap-layers", self.gmap_layers is not None), ("--general-model", self.general_model is not None),
+            given = [flag for flag, value in (("--gmap-layers", self.gmap_layers is not None),
+                                              ("--general-model", self.general_model is not None),
                                               ("--gmap-unfrozen", self.gmap_unfrozen), ("--gmap-cache", self.gmap_cache),
                                               ("--gmap-indexing", self.gmap_indexing != "reference")) if value]
             if given:
                 raise UsageError(f"{', '.join(given)} need(s) --gmap", hint="add --gmap chunk (or single, multi, gated)")
             return
         if self.gmap_unfrozen and self.gmap_cache:
-            raise UsageError("--gmap-cache needs a frozen general model: an unfrozen one changes every step", hint="drop --gmap-unfrozen or --gmap-cache")
+            raise UsageError("--gmap-cache needs a frozen general model: an unfrozen one changes every step",
+                             hint="drop --gmap-unfrozen or --gmap-cache")
         self.gmap_config(None)  # validates the layers and the indexing
 
     def gmap_config(self, general_name: str | None) -> GmapConfig:
@@ -80,7 +84,8 @@ class GmapSettings(Settings):
         """What the stage config records (None without G-MAP, so old runs keep their fingerprints)."""
         if not self.fuses:
             return None
-        record = {"strategy": self.gmap, "layers": None if self.fused_layers is None else list(self.fused_layers), "unfrozen": self.gmap_unfrozen,
+        record = {"strategy": self.gmap, "layers": None if self.fused_layers is None else list(self.fused_layers),
+                  "unfrozen": self.gmap_unfrozen,
                   "cache": self.gmap_cache, "general_model": None if general is None else str(general.path)}
         if self.gmap_indexing != "reference":  # only when used: runs made before the option stay up to date
             record["indexing"] = self.gmap_indexing

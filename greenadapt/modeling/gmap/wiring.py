@@ -88,7 +88,8 @@ def general_tokenizer(folder: Path, t_lm: Any) -> Any | None:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:  # no tokenizer files, or ones transformers cannot read
-        log.warning("%s: no usable tokenizer (%s); the general model reads the T_LM view", folder, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__)
+        log.warning("%s: no usable tokenizer (%s); the general model reads the T_LM view", folder,
+                    str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__)
         return None
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError("the general model's tokenizer has no fast (tokenizers) version", path=folder)

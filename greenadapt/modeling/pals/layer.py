@@ -228,4 +228,5 @@ def _check_adoptable(module: nn.Module, name: str) -> None:
         raise ModelError(f"{where} has parameters PALs do not handle: {', '.join(others[:4])}", hint="use a BERT-style encoder")
 
 
-__all__ = ["LowRankAdapter", "PalAdapter", "PalMlp", "PalOutput", "SmallAttention", "build_adapter", "encoder_layers", "unwrap_layer", "wrap_layer", "zero_decoder"]
+__all__ = ["LowRankAdapter", "PalAdapter", "PalMlp", "PalOutput", "SmallAttention", "build_adapter", "encoder_layers", "unwrap_layer",
+           "wrap_layer", "zero_decoder"]

@@ -234,7 +234,8 @@ class MultiTaskModel(nn.Module):
             raise StageError(f"task {name!r} holds adapter weights but the model has adapter 'none'")
 
     @classmethod
-    def load(cls, folder: Path, *, tasks: Iterable[str] | None = None, device: Any = "cpu", base: nn.Module | None = None) -> MultiTaskModel:
+    def load(cls, folder: Path, *, tasks: Iterable[str] | None = None, device: Any = "cpu",
+             base: nn.Module | None = None) -> MultiTaskModel:
         """The saved model with all its tasks, or only ``tasks``; ``base``: the encoder, already loaded (G-MAP)."""
         import transformers
         from safetensors.torch import load_file
@@ -286,7 +287,8 @@ def read_pals_config(folder: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise StageError(f"not a multitask model (no {CONFIG_FILE})", path=folder, hint="pass the folder `greenadapt multitask` wrote") from None
+        raise StageError(f"not a multitask model (no {CONFIG_FILE})", path=folder,
+                         hint="pass the folder `greenadapt multitask` wrote") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise StageError(f"unreadable {CONFIG_FILE}: {exc}", path=path) from None
     if not isinstance(doc, dict):

@@ -42,7 +42,8 @@ from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.metrics import summarize_seeds
 from greenadapt.data.predictions import prediction_file_name, write_predictions
-from greenadapt.data.task_files import TaskFile, check_known_labels, untyped_labels
+from greenadapt.data.ner_labels import untyped_labels
+from greenadapt.data.task_files import TaskFile, check_known_labels
 from greenadapt.errors import DataError, UsageError
 from greenadapt.modeling.units import Unit
 from greenadapt.progress import Progress
@@ -93,7 +94,8 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
     probe_trackers(settings.report_to)  # a store that does not answer is a line now, not a hang after the data is read
     ref = resolve_model(settings.model)
     out = run.out or default_run_folder(settings, run, ref)
-    check_run_destination(out, kind=KIND, force=run.force, model=ref.path, data=[settings.train, settings.dev, settings.test], workdir=run.workdir)
+    check_run_destination(out, kind=KIND, force=run.force, model=ref.path, data=[settings.train, settings.dev, settings.test],
+                          workdir=run.workdir)
     model_identity = identity_of_model(ref)
 
     train_file, dev_file, test_file, labels = _read_splits(task, settings)
@@ -106,16 +108,9 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
     pool = ensemble_mode(settings.pool, tokenizers.has_domain, ref.path)
     positive = task.positive_label(labels, settings.positive_label)
     metric = task.check_metric(settings.metric, positive)
-    task_settings = TaskSettings(
-        task=task.name,
-        labels=labels,
-        max_length=folder.length_limit if settings.max_length is None else folder.capped_length(settings.max_length),
-        max_words=settings.max_words,
-        metric=metric,
-        positive_label=positive,
-        reader=settings.reader.as_config(),
-        has_domain_tokenizer=tokenizers.has_domain,
-    )
+    max_length = folder.length_limit if settings.max_length is None else folder.capped_length(settings.max_length)
+    task_settings = TaskSettings(task=task.name, labels=labels, max_length=max_length, max_words=settings.max_words, metric=metric,
+                                 positive_label=positive, reader=settings.reader.as_config(), has_domain_tokenizer=tokenizers.has_domain)
     config: dict[str, Any] = {
         "task": task_settings.to_json(),
         "train": {k: v for k, v in base.recorded().items() if k != "seed"},
@@ -124,7 +119,8 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
         "pool": pool,
         "model": ref.name,
     }
-    inputs = [model_identity] + [{"role": role, **file_identity(f.path)} for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file)) if f is not None]
+    splits = (("train", train_file), ("dev", dev_file), ("test", test_file))
+    inputs = [model_identity] + [{"role": role, **file_identity(f.path)} for role, f in splits if f is not None]
     if gmap is not None:
         # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
         config["gmap"] = settings.gmap_record(gmap.general)
@@ -136,15 +132,15 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
         if job.stage is not None and task.finds_entities and untyped_labels(labels):  # said once training is sure to start
             log.warning(
                 "%s: the labels %s name no entity type, so transformers' entity aggregation cannot group them into "
-                "entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels", train_file.path, ", ".join(untyped_labels(labels)),
+                "entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels", train_file.path,
+                ", ".join(untyped_labels(labels)),
             )
-        checkpointing = job.checkpointing(
-            save_every=settings.save_every, resume=settings.resume, save_final=settings.save_every is not None or len(settings.seed_list) > 1,
-            save_minutes=settings.save_minutes,
-        )
+        checkpointing = job.checkpointing(save_every=settings.save_every, resume=settings.resume, save_minutes=settings.save_minutes,
+                                          save_final=settings.save_every is not None or len(settings.seed_list) > 1)
         runner = _Job(task, task_settings, tokenizers, ref, base, job.ctx, pool, run.progress, checkpointing, job.stop, gmap,
                       settings.report_to, out, config, model_identity)
-        return job.commit(runner.run(train_file, dev_file, test_file, settings.seed_list, settings.train_on, job.tmp), cost=_cost_figures(base))
+        return job.commit(runner.run(train_file, dev_file, test_file, settings.seed_list, settings.train_on, job.tmp),
+                          cost=_cost_figures(base))
 
 
 def _cost_figures(base: FinetuneSettings) -> dict[str, Any]:
@@ -245,7 +241,8 @@ class _Job:
             "models": {str(s): "." if len(seeds) == 1 else f"seed-{s}" for s in seeds},
             "training": trained,
             # Every seed's warnings in one list, as info and the report read them from any stage; the run's budget first.
-            "warnings": [*self._budget_warnings(len(train_file.examples) + (len(dev_file.examples) if train_on == "train+dev" and dev_file else 0)),
+            "warnings": [*self._budget_warnings(len(train_file.examples) + (len(dev_file.examples) if train_on == "train+dev"
+                                                                            and dev_file else 0)),
                          *(f"seed {seed}: {w}" for seed, summary in trained.items() for w in summary["warnings"])],
         }
         if self.gmap is not None:
@@ -272,7 +269,8 @@ class _Job:
             labels=list(self.settings.labels), metric=self.settings.metric or "",
             summary=metrics_doc["summary"], seeds=list(seeds), mix=self.base.mix or 0.0, pool=self.pool,
             two_tokenizers=self.tokenizers.has_domain, general_tokenizer=GENERAL_TOKENIZER_DIR,
-            adaptation=self.ref.config().get(CONFIG_KEY), untyped_labels=untyped_labels(self.settings.labels) if self.task.finds_entities else [],
+            adaptation=self.ref.config().get(CONFIG_KEY), untyped_labels=untyped_labels(self.settings.labels)
+            if self.task.finds_entities else [],
         )
         with resource_errors(tmp):
             write_json(tmp / "metrics.json", metrics_doc)
@@ -318,19 +316,11 @@ class _Job:
 
         with tracking(self.report_to if self.ctx.is_main else (), self.out, seed, self.tracked) as trackers:
             result = train(
-                model,
-                train_units,
-                config,
-                self.ctx,
-                pad_id=self.tokenizers.pad_id,
-                n_base_rows=n_base,
-                has_domain=self.tokenizers.has_domain,
-                evaluate=evaluate if dev_file is not None and dev_units is not None else None,
-                log_path=folder / "train_log.jsonl" if folder is not None else None,
-                progress=self.progress,
+                model, train_units, config, self.ctx, pad_id=self.tokenizers.pad_id, n_base_rows=n_base,
+                has_domain=self.tokenizers.has_domain, evaluate=evaluate if dev_file is not None and dev_units is not None else None,
+                log_path=folder / "train_log.jsonl" if folder is not None else None, progress=self.progress,
                 checkpoint=replace(self.checkpoint, folder=self.checkpoint.folder / f"seed-{seed}") if self.checkpoint else None,
-                stop=self.stop,
-                trackers=trackers,
+                stop=self.stop, trackers=trackers,
             )
             metrics = self._score_splits(model, (("dev", dev), ("test", test)), result.warnings, folder)
             report_scores(trackers, metrics, result.steps)
@@ -341,7 +331,8 @@ class _Job:
             "steps": result.steps,
             "epochs": result.epochs_run,
             "best_epoch": result.best_epoch,
-            **({"best_step": result.best_step, "stopped_early": result.stopped_early} if self.base.eval_every or self.base.early_stopping else {}),
+            **({"best_step": result.best_step, "stopped_early": result.stopped_early}
+               if self.base.eval_every or self.base.early_stopping else {}),
             "dev_history": result.dev_history,
             "train_seconds": round(result.seconds, 2),
             "precision_used": precision_used(self.base.precision, self.ctx.device),
@@ -407,7 +398,8 @@ class _Job:
             if folder is not None:
                 with resource_errors(folder):
                     write_predictions(task_file, predictions[self.pool], folder / "predictions" / prediction_file_name(task_file, split))
-                    write_json(folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name(split), self._by_pool(task_file, predictions), scrub=False)
+                    write_json(folder / kinds.PREDICTIONS_DIR / kinds.by_pool_file_name(split),
+                               self._by_pool(task_file, predictions), scrub=False)
         return metrics
 
     def _scores(

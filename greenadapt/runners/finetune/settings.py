@@ -53,22 +53,28 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
     run_help = {"out": "Run folder (default: <workdir>/finetune/<data>/<model>)."}
     replaces = {"seed": ("seeds",), "seeds": ("seed",)}  # a compare run records seeds = [s]: --config RUN --seed N trains seed N
 
-    task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=task_name, help=f"{tasks_help()} (each with its own defaults, listed below).")
+    task: str = option(REQUIRED, "--task", panel=INPUT_OUTPUT, check=task_name,
+                       help=f"{tasks_help()} (each with its own defaults, listed below).")
     train: Path = option(REQUIRED, "--train", panel=INPUT_OUTPUT, help="Training file.")
     dev: Path | None = option(None, "--dev", panel=INPUT_OUTPUT,
-                              help="Dev file: best-epoch selection (or training data with --train-on train+dev); qa: scored after training.")
+                              help="Dev file: best-epoch selection (or training data with --train-on train+dev); "
+                                   "qa: scored after training.")
     test: Path | None = option(None, "--test", panel=INPUT_OUTPUT,
                                help="Test file, evaluated at the end under every pooling mode (qa: EM/F1 as `greenadapt qa` answers).")
-    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
+                               help="Expanded model folder (two tokenizers) or any BERT-style model.")
     mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
     agreement: float = option(0.0, "--agreement", panel=TRAINING, metavar="W", minimum=0, maximum=MAX_AGREEMENT, fingerprint="when set",
-                              help="Views that agree: show each training example in both tokenizers' views in the same step and add W x the "
-                                   "symmetric KL between their label distributions (word-level for NER). Doubles the forward passes; 0: off. "
+                              help="Views that agree: show each training example in both tokenizers' views in the same step and add W x "
+                                   "the "
+                                   "symmetric KL between their label distributions (word-level for NER). Doubles the forward passes; 0: "
+                                   "off. "
                                    "On a model with one tokenizer: R-Drop (two passes of the same pieces, dropout apart).")
     both_views: bool = option(False, "--both-views", panel=TRAINING, fingerprint="when set",
                               help="Show each training example in both views every step (the mean of their cross-entropies) without "
-                                   "--agreement's KL term: the control that tells the KL from the doubled exposure. Doubles the forward passes.")
+                                   "--agreement's KL term: the control that tells the KL from the doubled exposure. Doubles the forward "
+                                   "passes.")
     pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
                               help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
     grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always",
@@ -76,23 +82,28 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
     seeds: tuple[int, ...] | None = option(None, "--seeds", panel=TRAINING, parse=parse_seeds, cli_type=str | None, check=check_seeds,
                                            help="Several seeds, e.g. 1,2,3: one model each, mean ± std reported.")
-    train_on: str = option("train", "--train-on", panel=TRAINING, choices=TRAIN_ON, help="train, or train+dev (the paper's protocol; no dev selection).")
+    train_on: str = option("train", "--train-on", panel=TRAINING, choices=TRAIN_ON,
+                           help="train, or train+dev (the paper's protocol; no dev selection).")
     train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, choices=TRAIN_EMBEDDINGS, fingerprint="always",
                                    help="Word embeddings to train: all, new (added rows only) or none.")
     doc_stride: int | None = option(None, "--doc-stride", panel=TRAINING, minimum=1,
-                                    help="qa: wordpieces shared by consecutive windows of a long context (default: 128, at most a third of --max-length).")
+                                    help="qa: wordpieces shared by consecutive windows of a long context (default: 128, at most a third of "
+                                         "--max-length).")
     max_words: int | None = option(None, "--max-words", panel=TRAINING, minimum=1,
                                    help="NER: words per training chunk (labelled spans are never split; default 30); scored and predicted "
                                         "sentences stay whole where the window holds them.")
     metric: str | None = option(None, "--metric", panel=EVALUATION,
-                                help="Dev metric for the best epoch: NER f1|precision|recall|accuracy; classify accuracy|micro_f1|macro_f1|mcc|f1.")
+                                help="Dev metric for the best epoch: NER f1|precision|recall|accuracy; classify "
+                                     "accuracy|micro_f1|macro_f1|mcc|f1.")
     positive_label: str | None = option(None, "--positive-label", panel=EVALUATION,
                                         help="Classification: the label whose F1 is 'f1' (default: 1 for 0/1 labels).")
     eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
     eval_every: int | None = option(None, "--eval-every", panel=EVALUATION, metavar="N", minimum=1, fingerprint="always",
-                                    help="With --dev: also score dev every N optimizer steps, not only at each epoch's end; the best scoring's weights are kept.")
+                                    help="With --dev: also score dev every N optimizer steps, not only at each epoch's end; the best "
+                                         "scoring's weights are kept.")
     early_stopping: int | None = option(None, "--early-stopping", panel=EVALUATION, metavar="N", minimum=1, fingerprint="always",
-                                        help="With --dev: stop once N dev scorings in a row did not beat the best (the best's weights are kept).")
+                                        help="With --dev: stop once N dev scorings in a row did not beat the best (the best's weights are "
+                                             "kept).")
 
     def check(self) -> None:
         """The checks between options, once, when the settings are made (each option's own are in its declaration)."""
@@ -126,7 +137,8 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
         """How the task files are read, as greenadapt_task.json keeps it for prediction."""
         from greenadapt.data.task_files import ReaderOptions
 
-        return ReaderOptions(self.file_format, self.text_field, self.pair_field, self.label_field, self.header, self.entity_type)  # type: ignore[arg-type]
+        return ReaderOptions(self.file_format, self.text_field, self.pair_field, self.label_field,
+                             self.header, self.entity_type)  # type: ignore[arg-type]
 
 
 def _check_dev_use(settings: FinetuneSettings) -> None:

@@ -29,8 +29,10 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
              "label_field, format, header, metric, positive_label. Repeatable.")
     tasks_file: Path | None = option(None, "--tasks", panel=INPUT_OUTPUT,
                                      help="TOML file of \\[\\[task]] tables with the same keys (paths relative to the file).")
-    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Expanded model folder (two tokenizers) or any BERT-style model.")
-    adapter: str = option("pals", "--adapter", panel=MODEL, help="pals (projected attention layers), low-rank, or none (shared encoder, task heads only).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
+                               help="Expanded model folder (two tokenizers) or any BERT-style model.")
+    adapter: str = option("pals", "--adapter", panel=MODEL,
+                          help="pals (projected attention layers), low-rank, or none (shared encoder, task heads only).")
     pal_size: int = option(204, "--pal-size", panel=MODEL, help="Width s of the PAL space (V_E: d -> s; low-rank: the rank).")
     pal_heads: int = option(12, "--pal-heads", panel=MODEL, help="Attention heads in the PAL space (must divide --pal-size).")
     sampling: str = option("annealed", "--sampling", panel=TRAINING, choices=SAMPLING,
@@ -38,17 +40,23 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
     steps_per_epoch: int | None = option(None, "--steps-per-epoch", panel=TRAINING, minimum=1,
                                          help="Steps per 'epoch' (default: one pass over all tasks' training data).")
     freeze_base: bool = option(False, "--freeze-base", panel=TRAINING, help="Train only the PALs, the heads and the encoder's layer norms.")
-    epochs: int = option(3, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always", help="Epochs (of --steps-per-epoch steps).")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always", help="Stop after this many steps (overrides --epochs).")
-    batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always", help="Examples per step (all from one task).")
-    lr: float = option(5e-5, "--lr", panel=TRAINING, check=check_lr, fingerprint="always", help="Peak learning rate (AdamW, linear schedule).")
+    epochs: int = option(3, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always",
+                         help="Epochs (of --steps-per-epoch steps).")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always",
+                                   help="Stop after this many steps (overrides --epochs).")
+    batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always",
+                             help="Examples per step (all from one task).")
+    lr: float = option(5e-5, "--lr", panel=TRAINING, check=check_lr, fingerprint="always",
+                       help="Peak learning rate (AdamW, linear schedule).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
     mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
-    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES, help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES,
+                       help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
     max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING, check=check_max_length, help="Wordpieces per sequence.")
     max_words: int = option(30, "--max-words", panel=TRAINING, minimum=1,
-                            help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole where the window holds them.")
+                            help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole where the "
+                                 "window holds them.")
     eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
 
     def check(self) -> None:

@@ -99,7 +99,8 @@ class MultitaskTask(TrainingTask):
 
     label = "multi-task fine-tuning"
 
-    def __init__(self, trainer: Trainer[MultitaskSettings], model: Any, names: Sequence[str], units: Sequence[Sequence[Unit]], config: MultitaskSettings, *, pad_id: int) -> None:
+    def __init__(self, trainer: Trainer[MultitaskSettings], model: Any, names: Sequence[str], units: Sequence[Sequence[Unit]],
+                 config: MultitaskSettings, *, pad_id: int) -> None:
         training = config
         self.trainer, self.names, self.units, self.config, self.pad_id = trainer, names, units, config, pad_id
         self.sizes = [len(u) for u in units]

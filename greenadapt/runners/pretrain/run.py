@@ -71,7 +71,8 @@ def _setup(model: str | None, tokenizer_choice: str, max_length: int, *, mix: fl
     folder = ExpandedModel.open(ref)
     pair = folder.tokenizers
     if tokenizer_choice == "domain" and not pair.has_domain:
-        raise UsageError("--tokenizer domain needs a model folder with a domain tokenizer", path=ref.path, hint="pass a folder written by `greenadapt expand`")
+        raise UsageError("--tokenizer domain needs a model folder with a domain tokenizer", path=ref.path,
+                         hint="pass a folder written by `greenadapt expand`")
     if mix is not None:
         _check_mixable(pair, ref.path)
     view = "domain" if pair.has_domain and tokenizer_choice != "general" else "general"
@@ -84,7 +85,8 @@ def _check_mixable(pair: Any, path: Path) -> None:
     """--mix reads both tokenizers' ids with one embedding matrix and one masker: the domain tokenizer
     must extend the general one (every general entry at the same id), as ``expand`` writes it."""
     if not pair.has_domain:
-        raise UsageError("--mix needs a model folder with a domain tokenizer", path=path, hint="pass a folder written by `greenadapt expand`")
+        raise UsageError("--mix needs a model folder with a domain tokenizer", path=path,
+                         hint="pass a folder written by `greenadapt expand`")
     domain = pair.domain.get_vocab()
     if any(domain.get(piece) != index for piece, index in pair.general.get_vocab().items()):
         raise UsageError(
@@ -112,12 +114,14 @@ def _training_corpus(
     settings: PretrainSettings, run: Run, setup: _Setup, root: Path, workers: int
 ) -> tuple[PackedCorpus | MixedCorpus, dict[str, Any]]:
     """The training corpus packed with the training tokenizer, or with both under ``--mix``."""
-    packed = partial(_packed, list(settings.corpus), _text_fields(settings), setup, root, settings.heldout, workers, run.force, run.progress)
+    packed = partial(_packed, list(settings.corpus), _text_fields(settings), setup, root, settings.heldout, workers,
+                     run.force, run.progress)
     corpus, stats = packed()
     if settings.mix is None:
         return corpus, stats
     general_view, general_stats = packed(tokenizer=setup.pair.general)
-    return MixedCorpus(corpus, general_view, settings.mix, settings.seed), {**stats, "mix": settings.mix, "general_tokenizer": general_stats}
+    return MixedCorpus(corpus, general_view, settings.mix, settings.seed), {**stats, "mix": settings.mix,
+                                                                            "general_tokenizer": general_stats}
 
 
 def _text_fields(settings: PretrainSettings) -> list[str] | None:
@@ -134,7 +138,8 @@ def _load_mlm(setup: _Setup) -> Any:
         with quiet_transformers():
             model, info = transformers.AutoModelForMaskedLM.from_pretrained(str(setup.ref.path), output_loading_info=True)
     except (OSError, ValueError, KeyError) as exc:
-        raise ModelError(f"cannot load a masked-LM model: {' '.join(str(exc).split())[:200]}", path=setup.ref.path, hint="pass a BERT-style model folder") from None
+        raise ModelError(f"cannot load a masked-LM model: {' '.join(str(exc).split())[:200]}", path=setup.ref.path,
+                         hint="pass a BERT-style model folder") from None
     missing = [k for k in info.get("missing_keys", []) if not k.endswith("decoder.weight")]
     if missing:
         log.warning(
@@ -157,7 +162,8 @@ def _load_mlm(setup: _Setup) -> Any:
     return model
 
 
-def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...] | None, general_model: str, gates: Path | None = None) -> Any:
+def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...] | None, general_model: str,
+                gates: Path | None = None) -> Any:
     import transformers
 
     from greenadapt.artifacts.pretrained import load_fast_tokenizer, resolve_model
@@ -236,14 +242,16 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
         "tokenizer": setup.view,
         **({"mix": settings.mix} if settings.mix is not None else {}),  # only when used: earlier outputs stay up to date
         "text_fields": text_fields,
-        "gmap": None if settings.gmap is None else {"strategy": settings.gmap, "layers": _layers(settings), "general_model": settings.general_model},
+        "gmap": None if settings.gmap is None else {"strategy": settings.gmap, "layers": _layers(settings),
+                                                    "general_model": settings.general_model},
         "model": setup.ref.name,
     }
     inputs: list[dict[str, Any]] = [identity_of_model(setup.ref)]
     inputs += [{"role": "corpus", **i} for i in source_identities(corpus_sources)]
     inputs += [{"role": "general-corpus", **i} for i in source_identities(general_sources)]
     corpus = list(settings.corpus)
-    out = Path(run.out) if run.out is not None else workspace.stage_dir(root, corpus, workspace.model_folder_name(root, corpus, setup.ref), KIND)
+    out = Path(run.out) if run.out is not None else workspace.stage_dir(root, corpus,
+                                                                        workspace.model_folder_name(root, corpus, setup.ref), KIND)
     check_destination(
         out, kind=KIND, force=run.force, workspace=root,
         reads=[*protected("the --model", setup.ref.path), *corpus_reads(corpus), *corpus_reads(list(settings.general_corpus or []))],
@@ -273,14 +281,16 @@ def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers
     corpus, corpus_stats = _training_corpus(settings, run, setup, root, workers)
     general, general_stats = None, None
     if settings.general_corpus:
-        general, general_stats = _packed(list(settings.general_corpus), _text_fields(settings), setup, root, settings.heldout, workers, run.force,
-                                         run.progress)
+        general, general_stats = _packed(list(settings.general_corpus), _text_fields(settings), setup, root, settings.heldout,
+                                         workers, run.force, run.progress)
     set_seed(settings.seed)
     model = _load_mlm(setup)
-    gmap = _gmap_model(model, setup, settings.gmap, _layers(settings), settings.general_model) if settings.gmap else None  # type: ignore[arg-type]
+    gmap = _gmap_model(model, setup, settings.gmap, _layers(settings),
+                       settings.general_model) if settings.gmap else None  # type: ignore[arg-type]
     mlm = build_masked_lm(model, gmap)
     vocab_rows = model.get_input_embeddings().weight.shape[0]
-    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=settings.whole_word_masking, probability=settings.mask_probability)
+    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=settings.whole_word_masking,
+                                  probability=settings.mask_probability)
 
     def evaluate(step: int) -> dict[str, Any]:
         kwargs = {"pad_id": setup.pair.pad_id, "batch_size": settings.eval_batch_size, "precision": settings.precision}
@@ -290,14 +300,10 @@ def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers
         return result
 
     result = pretrain(
-        mlm, corpus, masker, settings, ctx,
-        pad_id=setup.pair.pad_id,
-        n_base_rows=setup.pair.general_vocab_size if setup.pair.has_domain else vocab_rows,
-        evaluate=evaluate,
-        log_path=job.tmp / LOG_FILE if job.tmp is not None else None,
-        progress=run.progress,
-        checkpoint=job.checkpointing(save_every=settings.save_every, resume=settings.resume),
-        stop=job.stop,
+        mlm, corpus, masker, settings, ctx, pad_id=setup.pair.pad_id,
+        n_base_rows=setup.pair.general_vocab_size if setup.pair.has_domain else vocab_rows, evaluate=evaluate,
+        log_path=job.tmp / LOG_FILE if job.tmp is not None else None, progress=run.progress,
+        checkpoint=job.checkpointing(save_every=settings.save_every, resume=settings.resume), stop=job.stop,
     )
     if job.tmp is not None:
         _save_model(model.to("cpu"), gmap, setup, job.tmp)
@@ -363,11 +369,13 @@ def run_eval_only(settings: PretrainSettings, run: Run) -> dict[str, Any]:
         gmap = _gmap_model(model, setup, gconfig.strategy, gconfig.layers, general, gates if gates.is_file() else None)
     mlm = build_masked_lm(model, gmap).to(ctx.device).eval()
     vocab_rows = model.get_input_embeddings().weight.shape[0]
-    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=settings.whole_word_masking, probability=settings.mask_probability)
+    masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=settings.whole_word_masking,
+                                  probability=settings.mask_probability)
     results: dict[str, Any] = {}
     for spec in settings.corpus:
         corpus, stats = _packed([spec], _text_fields(settings), setup, root, settings.heldout, workers, False, run.progress)
-        scores = heldout_loss(mlm, corpus, masker, ctx, pad_id=setup.pair.pad_id, batch_size=settings.eval_batch_size, precision=settings.precision)
+        scores = heldout_loss(mlm, corpus, masker, ctx, pad_id=setup.pair.pad_id, batch_size=settings.eval_batch_size,
+                              precision=settings.precision)
         results[spec] = {**scores, "corpus_tokens": stats["tokens"], "corpus_sequences": stats["sequences"]}
     return {
         "model": str(setup.ref.path),

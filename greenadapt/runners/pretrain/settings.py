@@ -27,52 +27,70 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Traini
     corpus: tuple[str, ...] = option(
         REQUIRED, "--corpus", "-c", panel=INPUT_OUTPUT, public=public_specs,
         help="Registered corpus name, file, folder, glob or URL, as for w2v. Repeatable (--eval-only: each is scored on its own).")
-    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL, help="Model folder (an expanded one too) or Hub id (default: the bundled MiniLM).")
+    model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
+                               help="Model folder (an expanded one too) or Hub id (default: the bundled MiniLM).")
     eval_only: bool = option(False, "--eval-only", panel=EVALUATION,
                              help="Only report held-out masked-LM loss/perplexity of --model on each --corpus (JSON).")
     general_corpus: tuple[str, ...] | None = option(None, "--general-corpus", public=public_specs, panel=INPUT_OUTPUT,
                                                     help="A general corpus whose held-out loss is tracked too (forgetting).")
-    text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT, help="Field(s) holding the text in JSON lines/CSV sources (default: text).")
+    text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT,
+                                                 help="Field(s) holding the text in JSON lines/CSV sources (default: text).")
     max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING, check=check_max_length,
                              help="Wordpieces per packed sequence, [CLS] and [SEP] included (512 is typical).")
-    heldout: int = option(256, "--heldout", panel=TRAINING, minimum=1, help="The first N sequences are held out for evaluation (at most a tenth of the corpus).")
-    whole_word_masking: bool = option(False, "--whole-word-masking", panel=TRAINING, help="Mask whole words (a piece and its ## continuations).")
+    heldout: int = option(256, "--heldout", panel=TRAINING, minimum=1,
+                          help="The first N sequences are held out for evaluation (at most a tenth of the corpus).")
+    whole_word_masking: bool = option(False, "--whole-word-masking", panel=TRAINING,
+                                      help="Mask whole words (a piece and its ## continuations).")
     mask_probability: float = option(0.15, "--mask-probability", panel=TRAINING,
                                      help="Share of the non-special tokens that become targets (80% [MASK], 10% random, 10% unchanged).")
     tokenizer: str = option("auto", "--tokenizer", panel=MODEL, choices=TOKENIZER_CHOICES,
                             help="auto (the domain tokenizer of an expanded model, else the only one), domain or general.")
     mix: float | None = option(
         None, "--mix", panel=TRAINING, minimum=0.0, maximum=1.0,
-        help="Expanded models: read this share of the sequences with the domain tokenizer and the rest with the general one (the fine-tuning's "
+        help="Expanded models: read this share of the sequences with the domain tokenizer and the rest with the general one (the "
+             "fine-tuning's "
              "mixture; 0.5 is the recipe after `adapt`). Default: one tokenizer (--tokenizer).")
-    epochs: int = option(1, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always", help="Passes over the training sequences.")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always", help="Stop after this many optimizer steps (overrides --epochs).")
-    batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always", help="Sequences per optimizer step, over all processes.")
-    grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always", help="Micro-batches per step and process (gradient accumulation).")
-    lr: float = option(5e-5, "--lr", panel=TRAINING, check=check_lr, fingerprint="always", help="Peak learning rate (AdamW, linear warm-up and decay).")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed (order, masking, dropout).")
-    train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, choices=TRAIN_EMBEDDINGS, fingerprint="always", help="Word embeddings to train: all, new (rows added by expand only) or none.")
+    epochs: int = option(1, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always",
+                         help="Passes over the training sequences.")
+    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always",
+                                   help="Stop after this many optimizer steps (overrides --epochs).")
+    batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always",
+                             help="Sequences per optimizer step, over all processes.")
+    grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always",
+                             help="Micro-batches per step and process (gradient accumulation).")
+    lr: float = option(5e-5, "--lr", panel=TRAINING, check=check_lr, fingerprint="always",
+                       help="Peak learning rate (AdamW, linear warm-up and decay).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always",
+                       help="Random seed (order, masking, dropout).")
+    train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, choices=TRAIN_EMBEDDINGS, fingerprint="always",
+                                   help="Word embeddings to train: all, new (rows added by expand only) or none.")
     train: str = option("all", "--train", panel=TRAINING, metavar="WHAT", choices=TRAIN_CHOICES, fingerprint="when set",
                         help="all: every parameter (DAPT); new-rows: only the rows expand added, encoder, original rows and head frozen "
                              "(the head trains during --head-warmup-steps).")
     head_warmup_steps: int = option(0, "--head-warmup-steps", panel=TRAINING, minimum=0, fingerprint="when set",
-                                    help="The first N steps train the masked-LM head alone (encoder and embeddings frozen): for models shipped "
+                                    help="The first N steps train the masked-LM head alone (encoder and embeddings frozen): for models "
+                                         "shipped "
                                          "without an MLM head, such as the bundled MiniLM.")
-    eval_every: int | None = option(None, "--eval-every", panel=EVALUATION, minimum=1, fingerprint="always", help="Held-out evaluation every N steps (always before and after training).")
+    eval_every: int | None = option(None, "--eval-every", panel=EVALUATION, minimum=1, fingerprint="always",
+                                    help="Held-out evaluation every N steps (always before and after training).")
     eval_batch_size: int = option(32, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per evaluation batch.")
-    gmap: str | None = option(None, "--gmap", panel=MODEL, help="G-MAP memory during training: single, multi, gated or chunk (needs --general-model).")
-    gmap_layers: str | None = option(None, "--gmap-layers", panel=MODEL, help='Fused domain layers, 1-based, e.g. "6,12" (default: the paper\'s).')
+    gmap: str | None = option(None, "--gmap", panel=MODEL,
+                              help="G-MAP memory during training: single, multi, gated or chunk (needs --general-model).")
+    gmap_layers: str | None = option(None, "--gmap-layers", panel=MODEL,
+                                     help='Fused domain layers, 1-based, e.g. "6,12" (default: the paper\'s).')
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="The frozen general model of --gmap (same vocabulary as the training tokenizer).")
     workers: int | None = option(None, "--workers", panel=PERFORMANCE, minimum=1,
                                  help="Pre-tokenizing processes (default: the cores this process may use, or $GREENADAPT_WORKERS).")
-    save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1, help="Save a resumable checkpoint every N steps (in <out>.checkpoint/).")
+    save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1,
+                                    help="Save a resumable checkpoint every N steps (in <out>.checkpoint/).")
     resume: bool = option(False, "--resume", panel=RUN_CONTROL,
                           help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99).")
 
     def check(self) -> None:
         if self.eval_only:
-            training_only = {"--gmap": self.gmap, "--general-corpus": self.general_corpus, "--max-steps": self.max_steps, "--save-every": self.save_every}
+            training_only = {"--gmap": self.gmap, "--general-corpus": self.general_corpus, "--max-steps": self.max_steps,
+                             "--save-every": self.save_every}
             given = [flag for flag, value in training_only.items() if value] + (["--resume"] if self.resume else [])
             if given:
                 raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --eval-only",
@@ -83,7 +101,8 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Traini
             raise UsageError("--train new-rows decides which rows train; leave --train-embeddings at all")
         if self.mix is not None:
             if self.tokenizer != "auto":
-                raise UsageError("--mix chooses the tokenizer per sequence; it cannot be combined with --tokenizer", hint="drop --tokenizer")
+                raise UsageError("--mix chooses the tokenizer per sequence; it cannot be combined with --tokenizer",
+                                 hint="drop --tokenizer")
             if self.gmap is not None:
                 raise UsageError("--mix cannot be combined with --gmap", hint="G-MAP's general model reads one tokenizer's ids")
         if self.gmap is not None and not self.general_model:

@@ -249,11 +249,13 @@ class PretrainTask(TrainingTask):
         self.frozen_in_warmup: list[Any] = []
         if config.head_warmup_steps:
             if self.mlm.head is None:
-                raise UsageError("--head-warmup-steps needs a BERT-style masked-LM head", hint="leave --head-warmup-steps at 0 for this model")
+                raise UsageError("--head-warmup-steps needs a BERT-style masked-LM head",
+                                 hint="leave --head-warmup-steps at 0 for this model")
             head = {id(p) for p in self.mlm.head.parameters()} - {id(self.embedding)}
             self.frozen_in_warmup = [p for p in trainer.trainable if id(p) not in head]
             if config.head_warmup_steps >= trainer.total_steps:
-                log.warning("--head-warmup-steps %d covers all %d steps: the encoder is not trained", config.head_warmup_steps, trainer.total_steps)
+                log.warning("--head-warmup-steps %d covers all %d steps: the encoder is not trained", config.head_warmup_steps,
+                            trainer.total_steps)
         self.evaluations: list[dict[str, Any]] = []
         self.eval_seconds = 0.0
         self.head_only = False
@@ -331,7 +333,8 @@ class PretrainTask(TrainingTask):
         self.eval_seconds += time.perf_counter() - begun
         self.evaluations.append(evaluation)
         if self.trainer.ctx.is_main:
-            log.info("step %d: held-out %s", step, ", ".join(f"{k} loss {v['loss']:.4f}" for k, v in evaluation.items() if isinstance(v, dict)))
+            log.info("step %d: held-out %s", step, ", ".join(f"{k} loss {v['loss']:.4f}" for k, v in evaluation.items()
+                                                             if isinstance(v, dict)))
         return [{"event": "eval", **evaluation}]
 
     def record(self, batch: np.ndarray) -> dict[str, Any]:

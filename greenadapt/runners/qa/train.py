@@ -82,7 +82,8 @@ def check_squad_path(path: str | os.PathLike[str], flag: str) -> None:
         raise UsageError(
             f"{flag}: --task qa trains on SQuAD-style JSON, not a {suffix} file",
             path=path,
-            hint='the format `greenadapt qa` reads, {"data": [{"paragraphs": [...]}]}; NER and classification files go with --task ner or classify',
+            hint='the format `greenadapt qa` reads, {"data": [{"paragraphs": [...]}]}; NER and classification files go with --task ner or '
+                 'classify',
         )
 
 
@@ -187,10 +188,12 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     memory_length = 512 if setup is None else setup.max_length
     assert settings.max_length is not None and settings.doc_stride is not None  # _plan
     windows = {"max_length": settings.max_length, "doc_stride": settings.doc_stride, "max_question_tokens": MAX_QUESTION_TOKENS}
-    featurized = [featurize(train_data, tokenizer, **windows, memory_tokenizer=memory_tokenizer, memory_length=memory_length) for tokenizer in views]
+    featurized = [featurize(train_data, tokenizer, **windows, memory_tokenizer=memory_tokenizer, memory_length=memory_length)
+                  for tokenizer in views]
     dropped = featurized[0][1]
     if len(featurized[0][0].input_ids) == 0:
-        raise DataError("no training question has a gold answer found in its context", path=train_data.path, hint="check the answers' text and answer_start")
+        raise DataError("no training question has a gold answer found in its context", path=train_data.path,
+                        hint="check the answers' text and answer_start")
     if dropped:
         log.warning("%d training question(s) left out: their gold answer text is not in the context", dropped)
     qa_model = _load_for_training(plan.ref.path, tokenizers, settings.seed, device)

@@ -12,86 +12,39 @@ once, each error one line naming the option and the fix. Where a run's outputs g
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
-import types
-import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from greenadapt.defaults import MAX_OPTION_INT
 from greenadapt.errors import UsageError
 from greenadapt.progress import NULL_PROGRESS, Progress
-
-# The panels of a command's --help, in the order they are shown.
-INPUT_OUTPUT = "Input and output"
-MODEL = "Model"
-ADAPTATION = "Adaptation"
-TRAINING = "Training"
-EVALUATION = "Evaluation"
-PERFORMANCE = "Performance"
-RUN_CONTROL = "Run control"
-PANELS = (INPUT_OUTPUT, MODEL, ADAPTATION, TRAINING, EVALUATION, PERFORMANCE, RUN_CONTROL)
-
-REQUIRED: Any = dataclasses.MISSING  # option(REQUIRED, "--train", ...): no default
-OPTIONS_FILE = "options.json"  # the resolved options a run folder keeps (``--config`` replays it)
-_META = "greenadapt.option"
+from greenadapt.options.declaration import (
+    ADAPTATION,
+    EVALUATION,
+    INPUT_OUTPUT,
+    MODEL,
+    OPTION_METADATA,
+    OPTIONS_FILE,
+    PANELS,
+    PERFORMANCE,
+    REQUIRED,
+    RUN_CONTROL,
+    TRAINING,
+    Declaration,
+    model_paths,
+    option,
+)
+from greenadapt.options.values import checked, coerced, plain, type_hints
 
 S = TypeVar("S", bound="Settings")
 
-
-@dataclasses.dataclass(frozen=True)
-class Declaration:
-    """What the command line and the checks need to know of one option, beside its field's name, type and default."""
-
-    flags: tuple[str, ...]  # "--out", "-o": the first is the option's name in messages
-    help: str
-    panel: str | None = None
-    metavar: str | None = None
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple[str, ...] | None = None
-    check: Callable[[Any], Any] | None = None  # value -> the value to keep; raises UsageError
-    parse: Callable[[Any], Any] | None = None  # the command line's text (or list of texts) -> the value
-    shown: str | None = None  # the default as --help shows it, for an option whose text is parsed
-    cli_type: Any = None  # what the command line reads, where it is not the field's type (parsed options)
-    argument: bool = False  # a positional command-line argument (predict's INPUT)
-    recorded: bool = True  # in options.json and the manifest (False: an alias whose value another option holds)
-    public: Callable[[Any], Any] | None = None  # the value as it may be written down (a corpus URL without its credentials)
-    # In its stage's fingerprint (Settings.fingerprinted): "always", or "when set" for an option newer than the outputs
-    # that exist (left out at its default, so those stay up to date). None: speed only, or recorded elsewhere.
-    fingerprint: str | None = None
-
-    @property
-    def flag(self) -> str:
-        """How messages name the option: its long flag, or a positional argument's metavar."""
-        return self.metavar if self.argument and self.metavar else self.flags[0]
-
-
-def model_paths(value: Any) -> Any:
-    """A ``--model`` as options.json records it: a local folder by its absolute path (so ``--config`` replays it from any
-    folder, as it does the data files), a Hub id as given; also a list of them, or of (name, model) pairs."""
-    if isinstance(value, str):
-        return str(Path(value).absolute()) if Path(value).exists() else value
-    if isinstance(value, tuple | list):
-        return tuple(model_paths(item) if not isinstance(item, tuple | list) else (item[0], model_paths(item[1])) for item in value)
-    return value
-
-
-def option(default: Any = dataclasses.MISSING, *flags: str, help: str, **declared: Any) -> Any:  # noqa: A002 (help is the word)
-    """A settings field: ``lr: float | None = option(None, "--lr", help="Peak learning rate.", panel=TRAINING)``.
-
-    Leave ``default`` out for a required option. A list-like default is given as a tuple (fields are immutable).
-    """
-    if not flags:
-        raise TypeError("an option needs its command-line flag, e.g. option(3, '--epochs', help=...)")
-    if isinstance(default, list | dict | set):
-        raise TypeError(f"{flags[0]}: a mutable default is shared between runs; give a tuple")
-    return dataclasses.field(default=default, metadata={_META: Declaration(tuple(flags), help, **declared)})
+__all__ = ["ADAPTATION", "DEFAULT_RUN", "EVALUATION", "INPUT_OUTPUT", "MODEL", "OPTIONS_FILE", "PANELS", "PERFORMANCE", "REQUIRED",
+           "RUN_CONTROL", "RUN_OPTIONS", "TRAINING", "Declaration", "Run", "Settings", "call_command", "declared_fields", "model_paths",
+           "option", "read_config", "recorded_settings", "recording", "refuse_remote_output", "required"]
 
 
 def declared_fields(cls: type[Settings] | Settings) -> tuple[tuple[dataclasses.Field[Any], Declaration], ...]:
@@ -107,13 +60,14 @@ _FIELDS: dict[type, tuple[tuple[dataclasses.Field[Any], Declaration], ...]] = {}
 
 
 def _declared_fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Declaration], ...]:
-    by_name = {f.name: f for f in dataclasses.fields(cls) if _META in f.metadata}
+    by_name = {f.name: f for f in dataclasses.fields(cls) if OPTION_METADATA in f.metadata}
     # A command's own options first, then each mixin's (the order of --help's panels and of options.json).
-    order = [name for klass in cls.__mro__ if issubclass(klass, Settings) for name in vars(klass).get("__annotations__", {}) if name in by_name]
+    order = [name for klass in cls.__mro__ if issubclass(klass, Settings) for name in vars(klass).get("__annotations__", {})
+             if name in by_name]
     twice = sorted({name for name in order if order.count(name) > 1})
     if twice:  # a subclass that declares a mixin's option again: two declarations, one silently winning
         raise TypeError(f"{cls.__name__}: {', '.join(twice)} declared twice (in the class and a mixin it takes): declare each option once")
-    found = tuple((by_name[name], by_name[name].metadata[_META]) for name in order)
+    found = tuple((by_name[name], by_name[name].metadata[OPTION_METADATA]) for name in order)
     seen: dict[str, str] = {}
     for field, declared in found:
         for flag in declared.flags:
@@ -155,7 +109,8 @@ def refuse_remote_output(path: Any, option: str) -> None:
     from greenadapt.redaction import looks_remote
 
     if looks_remote(path):
-        raise UsageError(f"{option} {path}: remote outputs are not supported", hint=f"give {option} a local path; copy the result up afterwards")
+        raise UsageError(f"{option} {path}: remote outputs are not supported",
+                         hint=f"give {option} a local path; copy the result up afterwards")
 
 
 DEFAULT_RUN = Run()  # outputs at their default places, nothing redone, no progress shown
@@ -163,7 +118,9 @@ DEFAULT_RUN = Run()  # outputs at their default places, nothing redone, no progr
 # The run settings each command may take, declared once; a command names which it takes (Settings.run_options)
 # and may word their help its own way (Settings.run_help).
 RUN_OPTIONS: dict[str, tuple[Any, Declaration]] = {
-    "workdir": (Path | None, Declaration(("--workdir",), "Workspace for stage outputs (default: $GREENADAPT_WORKDIR, else ./greenadapt-work).", INPUT_OUTPUT)),
+    "workdir": (Path | None,
+                Declaration(("--workdir",), "Workspace for stage outputs (default: $GREENADAPT_WORKDIR, else ./greenadapt-work).",
+                            INPUT_OUTPUT)),
     "out": (Path | None, Declaration(("--out", "-o"), "Output folder.", INPUT_OUTPUT)),
     "force": (bool, Declaration(("--force",), "Redo the stage even if an up-to-date output exists.", RUN_CONTROL)),
     "wait": (bool, Declaration(("--wait",), "If another process is writing the same output, wait for it instead of failing.", RUN_CONTROL)),
@@ -186,10 +143,10 @@ class Settings:
     replaces: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def __post_init__(self) -> None:
-        hints = _hints(type(self))
+        hints = type_hints(type(self))
         for field, declared in declared_fields(self):
-            value = _coerced(getattr(self, field.name), hints[field.name], declared)
-            object.__setattr__(self, field.name, _checked(value, declared))
+            value = coerced(getattr(self, field.name), hints[field.name], declared)
+            object.__setattr__(self, field.name, checked(value, declared))
         self.check()
 
     def check(self) -> None:
@@ -201,7 +158,8 @@ class Settings:
     def fingerprinted(self, group: type[Settings] | None = None) -> dict[str, Any]:
         """The options (of ``group``, else all) a stage's fingerprint covers: those declared ``fingerprint="always"``, and
         ``"when set"`` ones that differ from their default (so the outputs made before such an option stay up to date)."""
-        return {field.name: getattr(self, field.name) for field, declared in declared_fields(group or self) if declared.fingerprint == "always"
+        return {field.name: getattr(self, field.name) for field, declared in declared_fields(group or self)
+                if declared.fingerprint == "always"
                 or (declared.fingerprint == "when set" and getattr(self, field.name) != field.default)}
 
     def replaced(self: S, **values: Any) -> S:
@@ -229,7 +187,8 @@ class Settings:
             raise TypeError(f"greenadapt.{cls.command}() got unexpected option(s) {', '.join(unknown)}{_suggestion(unknown[0], fields)}")
         for name, (field, declared) in fields.items():
             if required(field) and given.get(name) is None:
-                raise UsageError(f"{declared.flag} is required", hint=f"give {declared.flag}" + (", or a --config FILE that has it" if config is None else f": {config} has none"))
+                raise UsageError(f"{declared.flag} is required", hint=f"give {declared.flag}"
+                                 + (", or a --config FILE that has it" if config is None else f": {config} has none"))
         try:
             return cls(**given)
         except UsageError as error:  # a bad value the file gave: the line says which file
@@ -241,7 +200,7 @@ class Settings:
     def to_json(self) -> dict[str, Any]:
         """Every recorded option as plain JSON values (paths absolute, so a replay from elsewhere reads the same files;
         secrets left out: a corpus URL's credentials are given again on the command line, never written)."""
-        return {f.name: _plain(d.public(getattr(self, f.name)) if d.public else getattr(self, f.name))
+        return {f.name: plain(d.public(getattr(self, f.name)) if d.public else getattr(self, f.name))
                 for f, d in declared_fields(self) if d.recorded}
 
     def names_in(self, kind: str) -> dict[str, str]:
@@ -336,133 +295,6 @@ def recording(settings: Settings) -> Iterator[None]:
 
 def recorded_settings() -> Settings | None:
     return _RECORDING.get()
-
-
-# -- values ---------------------------------------------------------------------------------------
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _members(hint: Any) -> tuple[Any, ...]:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return typing.get_args(hint)
-    return (hint,)
-
-
-def _coerced(value: Any, hint: Any, declared: Declaration) -> Any:
-    """``value`` as the field's type: paths as Path, sequences as tuples; a value of another type is refused."""
-    if value is None:
-        if type(None) in _members(hint):
-            return None
-        raise UsageError(f"{declared.flag} needs a value", hint=f"see --help for {declared.flag}")
-    for member in _members(hint):
-        if member is type(None):
-            continue
-        try:
-            return _as(value, member)
-        except (TypeError, ValueError):
-            continue
-    if declared.parse is not None and _command_line_form(value):
-        # a config file may spell a value as the command line does: models = ["base=bert", "green=models/green"]
-        text = [value] if isinstance(value, str) and typing.get_origin(declared.cli_type) is list else value
-        return _coerced(declared.parse(text), hint, dataclasses.replace(declared, parse=None))
-    raise UsageError(f"{declared.flag} must be {_type_words(hint)}, not {value!r}", hint=f"see --help for {declared.flag}")
-
-
-def _command_line_form(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, list | tuple) and all(isinstance(item, str) for item in value))
-
-
-def _as(value: Any, kind: Any) -> Any:
-    origin = typing.get_origin(kind)
-    if origin is tuple:
-        args = typing.get_args(kind)
-        if isinstance(value, Mapping):  # {"green": "models/green"}: its (name, value) pairs
-            value = tuple(value.items())
-        items = (value,) if isinstance(value, str | os.PathLike) or not hasattr(value, "__iter__") else tuple(value)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_as(item, args[0]) for item in items)
-        if len(items) != len(args):
-            raise ValueError(f"{len(args)} values")
-        return tuple(_as(item, arg) for item, arg in zip(items, args, strict=True))
-    if kind is Path:
-        if isinstance(value, str | os.PathLike):
-            return Path(os.fspath(value))
-        raise TypeError("a path")
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise TypeError("true or false")
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise TypeError("an integer")
-    if kind is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            try:
-                return float(value)
-            except OverflowError:  # an integer past float's range (300-odd digits)
-                raise ValueError("a number within range") from None
-        raise TypeError("a number")
-    if kind is str:
-        if isinstance(value, str | os.PathLike):  # a model folder given as a Path
-            return os.fspath(value)
-        raise TypeError("text")
-    if kind is Any:
-        return value
-    if isinstance(kind, type) and isinstance(value, kind):
-        return value
-    raise TypeError(f"a {getattr(kind, '__name__', kind)}")
-
-
-def _type_words(hint: Any) -> str:
-    words = {int: "an integer", float: "a number", str: "text", bool: "true or false", Path: "a path"}
-    parts = []
-    for member in _members(hint):
-        if member is type(None):
-            continue
-        origin = typing.get_origin(member)
-        parts.append("a list" if origin is tuple else words.get(member, getattr(member, "__name__", str(member))))
-    return " or ".join(parts)
-
-
-def _checked(value: Any, declared: Declaration) -> Any:
-    if value is None:
-        return value
-    for item in value if isinstance(value, tuple) and declared.choices else (value,):
-        if declared.choices is not None and item not in declared.choices:
-            raise UsageError(f"unknown {declared.flag} {item!r}", hint=f"choose one of {', '.join(declared.choices)}")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if isinstance(value, float) and not math.isfinite(value):  # nan passes every bound: refused whatever its source
-            raise UsageError(f"{declared.flag} must be a finite number, not {value}")
-        if declared.minimum is not None and value < declared.minimum:
-            raise UsageError(f"{declared.flag} must be at least {declared.minimum:g}, not {_shown(value)}")
-        if declared.maximum is not None and value > declared.maximum:
-            raise UsageError(f"{declared.flag} must be at most {declared.maximum:g}, not {_shown(value)}")
-        if isinstance(value, int) and abs(value) > MAX_OPTION_INT:  # (an option with no bound of its own)
-            raise UsageError(f"{declared.flag} must be at most {MAX_OPTION_INT:,}, not {_shown(value)}")
-    return declared.check(value) if declared.check is not None else value
-
-
-def _shown(value: int | float) -> str:
-    """A number for a message: a huge integer by its size (as a float it overflows, as text it may pass Python's digit limit)."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"a number of about {int(value.bit_length() * 0.30103) + 1:,} digits"
-    return f"{value:g}"
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value.absolute())
-    if isinstance(value, tuple | list):
-        return [_plain(item) for item in value]
-    return value
 
 
 def call_command(settings_class: type[Settings], runner: str, *args: Any, config: Any = None, progress: Any = None, **keywords: Any) -> Any:
