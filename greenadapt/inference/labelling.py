@@ -52,9 +52,6 @@ class FinetunedModel:
     def task(self) -> LabellingTask:
         return get_labelling_task(self.settings.task)
 
-    def default_mode(self, pool: str) -> str:
-        return pooling_mode(pool, self.tokenizers, self.folder)
-
     def logits(self, units: Sequence[Unit], examples: Sequence[Any], mode: str) -> np.ndarray:
         """``[rows, labels]`` logits of ``units`` (built from ``examples``) under pooling ``mode``."""
         return self.logits_by_mode(units, examples, (mode,))[mode]

@@ -37,7 +37,6 @@ from greenadapt.report.results import (
 
 log = logging.getLogger(__name__)
 
-ADAPT_KINDS = ("w2v", "align", "expand")
 MAX_CURVE_POINTS = 400
 
 

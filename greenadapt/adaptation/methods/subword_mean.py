@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.adaptation.methods.base import FitContext, MethodDefaults, ROW_CHUNK, RowContext
-from greenadapt.adaptation.methods.lstsq import mean_cosine
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,13 +60,6 @@ def subword_mean_rows(general: GeneralTokenizer, words: Sequence[str], embedding
             shape=(len(chunk), len(table)),
         )
         yield np.asarray(averaging @ table, dtype=np.float32)
-
-
-def subword_mean_cosine(general: GeneralTokenizer, words: Sequence[str], targets: np.ndarray, embeddings: np.ndarray) -> float:
-    """How close subword means come to the rows ``targets`` the model has for ``words`` (a diagnostic)."""
-    import numpy as np
-
-    return mean_cosine(np.concatenate(list(subword_mean_rows(general, words, embeddings))), targets)
 
 
 SUBWORD_MEAN = SubwordMean()

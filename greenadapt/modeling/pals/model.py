@@ -161,12 +161,6 @@ class MultiTaskModel(nn.Module):
         return TaskModel(self, name)
 
     # -- parameters -----------------------------------------------------------
-    def task_parameters(self, name: str) -> Iterable[nn.Parameter]:
-        key = _key(name)
-        if key in self.adapters:
-            yield from self.adapters[key].parameters()
-        yield from self.heads[key].parameters()
-
     def freeze_base(self) -> list[str]:
         """Freeze the shared encoder except its layer norms; returns the names left trainable."""
         trainable = []
