@@ -211,14 +211,14 @@ def main() -> None:
             ops = run(expanded, args.data, Path(tmp) / f"{precision}-{kernel}-p", steps=args.steps, skip=args.skip, precision=precision,
                       batch_size=args.batch_size, profile=True, adamw=kernel)
             length = timed["wordpieces_per_step"] / args.batch_size
-            gflops = timed["wordpieces_per_step"] * training_flops_per_token(config, round(length),
-                                                                             masked_share=0.0) / timed["seconds_per_step"] / 1e9
-            report["precisions"][precision if len(kernels) == 1
-                                 else f"{precision}, adamw {kernel}"] = {**timed, "steps_per_second": 1 / timed["seconds_per_step"],
-                                                                         "achieved_gflops": gflops,
-                                               "peak_gflops": peaks[precision], "share_of_peak": gflops / peaks[precision],
-                                               "operators_seconds_per_step": ops["operators_seconds_per_step"],
-                                               "top_operators": ops["top_operators"]}
+            flops_per_token = training_flops_per_token(config, round(length), masked_share=0.0)
+            gflops = timed["wordpieces_per_step"] * flops_per_token / timed["seconds_per_step"] / 1e9
+            name = precision if len(kernels) == 1 else f"{precision}, adamw {kernel}"
+            report["precisions"][name] = {
+                **timed, "steps_per_second": 1 / timed["seconds_per_step"], "achieved_gflops": gflops,
+                "peak_gflops": peaks[precision], "share_of_peak": gflops / peaks[precision],
+                "operators_seconds_per_step": ops["operators_seconds_per_step"], "top_operators": ops["top_operators"],
+            }
     print(json.dumps(report, indent=1))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
