@@ -157,7 +157,7 @@ def weights_digest(folder: Path) -> str:
     from greenadapt.artifacts.files import sha256_file
 
     digest = hashlib.sha256()
-    for name in sorted(p.name for p in folder.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".bin")
-                                                                            or p.name == "config.json")):
+    weights = [p for p in folder.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".bin") or p.name == "config.json")]
+    for name in sorted(p.name for p in weights):
         digest.update(f"{name}\n{sha256_file(folder / name)}\n".encode())
     return digest.hexdigest()

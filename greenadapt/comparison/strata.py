@@ -100,8 +100,8 @@ def _f1(sums: np.ndarray) -> float:
 
 
 def stratified_differences(
-    variant: str, baseline: str, gold: Sequence[Sequence[str]], predicted: Mapping[int,
-                                                                                   tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]]],
+    variant: str, baseline: str, gold: Sequence[Sequence[str]],
+    predicted: Mapping[int, tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]]],
     facts: WordFacts, *, replicates: int = DEFAULT_REPLICATES, seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Per stratum: the gold mentions in it, each model's entity F1 there (mean over seeds), and the paired difference

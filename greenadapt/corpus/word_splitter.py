@@ -46,8 +46,8 @@ class TextRules:
 
         backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
         spec = json.loads(backend.to_str())
-        return cls(_canonical(spec.get("normalizer")), _canonical(word_pre_tokenizer((spec.get("model") or {}).get("type"),
-                                                                                     spec.get("pre_tokenizer"))))
+        words = word_pre_tokenizer((spec.get("model") or {}).get("type"), spec.get("pre_tokenizer"))
+        return cls(_canonical(spec.get("normalizer")), _canonical(words))
 
     def flags(self) -> dict[str, bool]:
         """``{"lowercase": ..., "strip_accents": ...}`` as the normalizer applies them."""

@@ -71,6 +71,6 @@ def evaluate_files(
 
 def run_evaluate(settings: EvaluateSettings, run: Run) -> EvaluateResult:
     """``greenadapt evaluate`` from the command's settings (it writes nothing: ``run`` carries only its progress)."""
-    return evaluate_files(settings.members(), Path(settings.data), options=pooled_as(settings,
-                                                                                     settings.pool[0] if settings.pool else "mean"),
+    options = pooled_as(settings, settings.pool[0] if settings.pool else "mean")
+    return evaluate_files(settings.members(), Path(settings.data), options=options,
                           pools=settings.pool, reader_overrides=settings.reader_overrides(settings.header))

@@ -192,8 +192,8 @@ BARELY_MARK = "(barely trained: see the warnings)"
 def entity_type_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["run", "split", "entity type", "F1 mean ± sd (%)", "seeds", "gold entities"]
     rows = [
-        [r["run"], r["split"], r["type"], f"{100 * r['f1']['mean']:.2f}" + (f" ± {100 * r['f1']['std']:.2f}"
-                                                                            if r["f1"].get("n", 1) > 1 else ""),
+        [r["run"], r["split"], r["type"],
+         f"{100 * r['f1']['mean']:.2f}" + (f" ± {100 * r['f1']['std']:.2f}" if r["f1"].get("n", 1) > 1 else ""),
          str(r["f1"].get("n", 1)), str(r["gold"])]
         for r in data.get("entity_types") or []
     ]

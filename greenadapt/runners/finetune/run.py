@@ -241,8 +241,8 @@ class _Job:
             "models": {str(s): "." if len(seeds) == 1 else f"seed-{s}" for s in seeds},
             "training": trained,
             # Every seed's warnings in one list, as info and the report read them from any stage; the run's budget first.
-            "warnings": [*self._budget_warnings(len(train_file.examples) + (len(dev_file.examples) if train_on == "train+dev"
-                                                                            and dev_file else 0)),
+            "warnings": [*self._budget_warnings(len(train_file.examples)
+                                                + (len(dev_file.examples) if train_on == "train+dev" and dev_file else 0)),
                          *(f"seed {seed}: {w}" for seed, summary in trained.items() for w in summary["warnings"])],
         }
         if self.gmap is not None:

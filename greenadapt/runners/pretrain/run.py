@@ -120,8 +120,8 @@ def _training_corpus(
     if settings.mix is None:
         return corpus, stats
     general_view, general_stats = packed(tokenizer=setup.pair.general)
-    return MixedCorpus(corpus, general_view, settings.mix, settings.seed), {**stats, "mix": settings.mix,
-                                                                            "general_tokenizer": general_stats}
+    mixed_stats = {**stats, "mix": settings.mix, "general_tokenizer": general_stats}
+    return MixedCorpus(corpus, general_view, settings.mix, settings.seed), mixed_stats
 
 
 def _text_fields(settings: PretrainSettings) -> list[str] | None:
