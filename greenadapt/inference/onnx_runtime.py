@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -201,7 +202,8 @@ def _entry(root: Path, config: dict[str, str]) -> Path:
     return root / "onnx" / _key(config)
 
 
-def _fits(folder: Path) -> Any:
+def _fits(folder: Path) -> Callable[[Path], str | None]:
+    """The check of a cached export that its manifest cannot vouch for: a graph of ``folder``'s model."""
     return lambda entry: graph_problem(entry / MODEL_FILE, folder)
 
 
