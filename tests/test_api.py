@@ -435,7 +435,7 @@ def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
     ],
 )
 def test_input_format_is_detected_from_the_first_lines(task: str, lines: list[str], expected: str) -> None:
-    from greenadapt.inference.predict_text import detect_format
+    from greenadapt.inference.prediction_input import detect_format
 
     assert detect_format(task, [line + "\n" for line in lines]) == expected
 

@@ -150,7 +150,7 @@ def test_the_api_default_of_every_setting_is_the_library_configs(command: str) -
 
 
 def test_the_defaults_the_generic_walk_cannot_name_agree_too() -> None:
-    from greenadapt.inference.predict_text import STDIO
+    from greenadapt.inference.prediction_input import STDIO
 
     def default_of(function: Callable[..., Any], name: str) -> Any:
         return inspect.signature(function).parameters[name].default

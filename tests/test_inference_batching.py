@@ -19,13 +19,13 @@ import pytest
 from conftest import HANG_S, REPO
 from finetune_helpers import build_tiny_expanded, write_ner_file
 from greenadapt.errors import DataError
-from greenadapt.inference.predict_text import _Record
+from greenadapt.inference.prediction_input import Record
 from greenadapt.inference.windows import flushed_on_stalls, windows
 
 
-def _records(texts: list[str]) -> Iterator[_Record]:
+def _records(texts: list[str]) -> Iterator[Record]:
     for text in texts:
-        yield _Record(text, {"text": text})
+        yield Record(text, {"text": text})
 
 
 def test_windows_bound_documents_and_characters() -> None:
@@ -40,7 +40,7 @@ def test_windows_bound_documents_and_characters() -> None:
 
 
 def test_a_full_window_is_handed_on_before_the_next_document_is_read() -> None:
-    def two_then_stuck() -> Iterator[_Record]:
+    def two_then_stuck() -> Iterator[Record]:
         yield from _records(["one", "two"])
         raise AssertionError("read past a full window")
 
@@ -53,7 +53,7 @@ def test_a_stalled_live_input_hands_on_what_it_gave() -> None:
 
     resume = threading.Event()
 
-    def three_then_pause() -> Iterator[_Record]:
+    def three_then_pause() -> Iterator[Record]:
         yield from _records(["one", "two", "three"])
         resume.wait(30)  # a feed that goes quiet: no fourth line, no end of input
         yield from _records(["four"])
@@ -65,7 +65,7 @@ def test_a_stalled_live_input_hands_on_what_it_gave() -> None:
 
 
 def test_a_reading_error_of_a_live_input_is_raised_where_it_is_predicted() -> None:
-    def one_then_bad() -> Iterator[_Record]:
+    def one_then_bad() -> Iterator[Record]:
         yield from _records(["one"])
         raise DataError("not UTF-8 text", path=Path("<stdin>"), line=2)
 

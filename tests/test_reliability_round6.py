@@ -479,7 +479,7 @@ def test_a_spool_stopped_by_a_signal_is_removed(tmp_path: Path, monkeypatch: pyt
     import io
 
     from greenadapt.errors import Terminated
-    from greenadapt.inference import predict_text
+    from greenadapt.inference import prediction_input
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
@@ -491,7 +491,7 @@ def test_a_spool_stopped_by_a_signal_is_removed(tmp_path: Path, monkeypatch: pyt
         raise Terminated()
 
     with pytest.raises(Terminated):
-        predict_text._spool(lines(), io.StringIO(), "<stdin>")  # type: ignore[arg-type]
+        prediction_input.spool(lines(), io.StringIO(), "<stdin>")  # type: ignore[arg-type]
     assert not list(tmp_path.iterdir())
 
 

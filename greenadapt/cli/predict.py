@@ -14,14 +14,14 @@ from greenadapt.inference.settings import PredictSettings
 
 def _check(values: Mapping[str, Any]) -> None:
     from greenadapt.errors import UsageError
-    from greenadapt.inference.predict_text import is_stdio
+    from greenadapt.inference.prediction_input import is_stdio
 
     if values["as_json"] and is_stdio(values["output"]):
         raise UsageError("--json prints a summary on stdout, where the predictions go", hint="add --out FILE")
 
 
 def _show(result: Any, as_json: bool) -> None:
-    from greenadapt.inference.predict_text import is_stdio
+    from greenadapt.inference.prediction_input import is_stdio
 
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
