@@ -57,9 +57,10 @@ from greenadapt.adaptation.methods.base import describe, recorded_seed
 from greenadapt.adaptation.model_files import copy_other_files
 from greenadapt.adaptation.new_words import NEW_WORDS_FILE, NewWords, select_new_words
 from greenadapt.adaptation.settings import AlignSettings, NewRowsSettings
+from greenadapt.adaptation.stages import other_draws, w2v_of_align
 from greenadapt.adaptation.w2v import pretokenized_corpus_of
 from greenadapt.adaptation.weights import average_draws, grown_tensor_specs, new_row_source, vocabulary_tensors, write_safetensors
-from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
+from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity
 from greenadapt.artifacts.model_card import (
     CARD_FILE,
     CONFIG_KEY,
@@ -143,7 +144,7 @@ def expand_stage(
     workdir, force, wait, progress = run.workdir, run.force, run.wait, run.progress
     rows = rows or NewRowsSettings()
     align_dir, align_manifest, fitted = _find_align(align, corpus, model, workdir, method)
-    w2v_dir, w2v_manifest = _w2v_of(align_dir, align_manifest)
+    w2v_dir, w2v_manifest = w2v_of_align(align_dir, align_manifest)
     method_options = _recorded_method_options(align_manifest)
     ref, general = _model_of(model, align_dir, align_manifest)
 
@@ -186,7 +187,7 @@ def _destination(align_dir: Path, align_manifest: Manifest, w2v_dir: Path, fitte
     # align-focus -> expand-focus: each method's model beside its own fit.
     suffix = align_dir.name.removeprefix("align") if align_dir.name.startswith("align") else ""
     config = _config(ref, align_dir, align_manifest, fitted, rows=rows, min_count=min_count, seed=seed)
-    draws = _other_draws(also_align, align_dir, fitted, ref)
+    draws = other_draws(also_align, align_dir, fitted, ref)
     if draws:  # recorded only then, so single-draw outputs keep their fingerprints
         config["other_draws"] = [manifest_identity(d, m) for d, m, _ in draws]
     own = inspect.signature(expand_stage).parameters  # the defaults where declared: the group's, and this function's two
@@ -278,22 +279,6 @@ def _write_card(
         align_stats=align_manifest.stats, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
     )
     (dest / CARD_FILE).write_text(scrub_secrets(card), encoding="utf-8")
-
-
-def _w2v_of(align_dir: Path, align_manifest: Manifest) -> tuple[Path, Manifest]:
-    """The w2v folder align read, checked to be unchanged since."""
-    recorded = next((i for i in align_manifest.inputs if i.get("stage") == "w2v"), None)
-    if recorded is None or not recorded.get("path"):
-        raise StageError("the align manifest names no w2v input", path=align_dir, hint="rerun `greenadapt align --force`")
-    w2v_dir = recorded_input_path(recorded, align_dir)
-    w2v_manifest = load_stage(w2v_dir, "w2v")
-    if not same_identity(manifest_identity(w2v_dir, w2v_manifest), recorded):
-        raise StageError(
-            "the w2v output changed after align read it",
-            path=w2v_dir,
-            hint="rerun `greenadapt align ... --force` before expand",
-        )
-    return w2v_dir, w2v_manifest
 
 
 def _expand(
@@ -402,31 +387,6 @@ def _draw_rows(method: InitMethod, context: RowContext, new: NewWords, draw: tup
     vectors, shared_vectors, shared_ids = _method_vectors(method, other_w2v, list(listed), new, context.general, progress)
     return new_row_source(method, replace(context, align_dir=other_align, vectors=vectors, shared_vectors=shared_vectors,
                                           shared_ids=shared_ids))
-
-
-def _other_draws(also_align: Sequence[Path], align_dir: Path, fitted: InitMethod, ref: ModelRef) -> list[tuple[Path, Manifest, Path]]:
-    """(align folder, its manifest, its w2v folder) of each other draw, checked to be the same fit of another draw."""
-    if also_align and fitted.vector_source != "word2vec":
-        raise UsageError(f"--method {fitted.name} uses no word2vec vectors: there are no draws to average",
-                         hint="average word2vec draws of lstsq, focus, hybrid or identity")
-    draws = []
-    seen = {align_dir.resolve()}
-    for other in also_align:
-        other = Path(other)
-        manifest = load_stage(other, kinds.ALIGN)
-        if other.resolve() in seen:
-            raise UsageError("the same align folder is named twice", path=other, hint="name each word2vec draw's align folder once")
-        seen.add(other.resolve())
-        if str(manifest.config.get("method", DEFAULT_METHOD)) != fitted.name:
-            raise UsageError(f"this draw was aligned with --method {manifest.config.get('method')}, not {fitted.name}", path=other,
-                             hint="average draws of one method")
-        recorded = manifest.config.get("model")
-        if isinstance(recorded, dict) and recorded.get("path") and Path(str(recorded["path"])).resolve() != Path(ref.path).resolve():
-            raise UsageError(f"this draw was aligned for another model ({recorded['path']})", path=other,
-                             hint="average draws aligned for the same --model")
-        w2v_dir, _ = _w2v_of(other, manifest)
-        draws.append((other, manifest, w2v_dir))
-    return draws
 
 
 def _check_rows(general: GeneralTokenizer, n_rows: int, ref: ModelRef) -> None:

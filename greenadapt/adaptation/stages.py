@@ -1,5 +1,6 @@
-"""How the adaptation stages find each other: the upstream folder a stage reads, the model it was made with, and the
-folder names and recorded options of a method."""
+"""How the adaptation stages find each other: the upstream folder a stage reads (the w2v folder an align folder read,
+the other word2vec draws an expand averages), the model it was made with, and the folder names and recorded options
+of a method."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from greenadapt.adaptation.methods import DEFAULT_METHOD, InitMethod, options_for
 from greenadapt.adaptation.methods.lstsq import MAP_FILE, fit_linear_map, mean_cosine  # noqa: E402,F401
 from greenadapt.adaptation.methods.random import COV_FILE, MEAN_FILE, gaussian_rows  # noqa: E402,F401
-from greenadapt.artifacts.manifest import Manifest
+from greenadapt.artifacts import kinds
+from greenadapt.artifacts.manifest import Manifest, load_stage, manifest_identity, recorded_input_path, same_identity
 from greenadapt.errors import InputError, StageError, UsageError
 
 if TYPE_CHECKING:
@@ -120,3 +122,44 @@ def recorded_options(method: InitMethod, options: Any) -> dict[str, Any]:
     if not chosen.get("match_norm"):
         chosen.pop("match_norm", None)
     return chosen
+
+
+def w2v_of_align(align_dir: Path, align_manifest: Manifest) -> tuple[Path, Manifest]:
+    """The w2v folder align read, checked to be unchanged since."""
+    recorded = next((i for i in align_manifest.inputs if i.get("stage") == "w2v"), None)
+    if recorded is None or not recorded.get("path"):
+        raise StageError("the align manifest names no w2v input", path=align_dir, hint="rerun `greenadapt align --force`")
+    w2v_dir = recorded_input_path(recorded, align_dir)
+    w2v_manifest = load_stage(w2v_dir, "w2v")
+    if not same_identity(manifest_identity(w2v_dir, w2v_manifest), recorded):
+        raise StageError(
+            "the w2v output changed after align read it",
+            path=w2v_dir,
+            hint="rerun `greenadapt align ... --force` before expand",
+        )
+    return w2v_dir, w2v_manifest
+
+
+def other_draws(also_align: Sequence[Path], align_dir: Path, fitted: InitMethod, ref: ModelRef) -> list[tuple[Path, Manifest, Path]]:
+    """(align folder, its manifest, its w2v folder) of each other draw, checked to be the same fit of another draw."""
+    if also_align and fitted.vector_source != "word2vec":
+        raise UsageError(f"--method {fitted.name} uses no word2vec vectors: there are no draws to average",
+                         hint="average word2vec draws of lstsq, focus, hybrid or identity")
+    draws = []
+    seen = {align_dir.resolve()}
+    for other in also_align:
+        other = Path(other)
+        manifest = load_stage(other, kinds.ALIGN)
+        if other.resolve() in seen:
+            raise UsageError("the same align folder is named twice", path=other, hint="name each word2vec draw's align folder once")
+        seen.add(other.resolve())
+        if str(manifest.config.get("method", DEFAULT_METHOD)) != fitted.name:
+            raise UsageError(f"this draw was aligned with --method {manifest.config.get('method')}, not {fitted.name}", path=other,
+                             hint="average draws of one method")
+        recorded = manifest.config.get("model")
+        if isinstance(recorded, dict) and recorded.get("path") and Path(str(recorded["path"])).resolve() != Path(ref.path).resolve():
+            raise UsageError(f"this draw was aligned for another model ({recorded['path']})", path=other,
+                             hint="average draws aligned for the same --model")
+        w2v_dir, _ = w2v_of_align(other, manifest)
+        draws.append((other, manifest, w2v_dir))
+    return draws
