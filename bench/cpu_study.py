@@ -535,7 +535,9 @@ def status(repo: Path) -> None:
         rate, cores = statistics.median(rates), os.cpu_count() or 1
         print(f"measured: {rate * 1000:.0f} CPU-ms per training sentence per forward pass, the recipe's 3 epochs (median of "
               f"{len(rates)} distinct fine-tunings)")
-        print(f"ETA {work * rate / cores / 3600:.0f} h of an idle {cores}-core machine for the {len(left)} runs the rule asks for "
+        seconds = work * rate / cores
+        eta = f"{seconds / 3600:.0f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+        print(f"ETA {eta} of an idle {cores}-core machine for the {len(left)} runs the rule asks for "
               "now (fewer if the first look decides a question; more while other work shares the machine: it runs niced)")
     print("\n".join(study_rule.report(state)))
     tail = log_tail(STUDY / "study.log")
