@@ -205,7 +205,9 @@ def test_the_cached_export_is_a_stage_folder_that_a_copy_keeps_and_a_stray_file_
     assert not (entry / "stray.txt").exists() and (entry / "manifest.json").is_file()
 
 
-def test_a_link_at_an_exports_name_is_replaced_by_the_export_and_its_target_left_alone(data: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["a folder", "nothing"])
+def test_a_link_at_an_exports_name_is_replaced_by_the_export_and_its_target_left_alone(data: dict[str, Path], tmp_path: Path,
+                                                                                        target: str) -> None:
     import shutil
 
     import greenadapt
@@ -216,13 +218,17 @@ def test_a_link_at_an_exports_name_is_replaced_by_the_export_and_its_target_left
     entry = _cached(run).parent
     shutil.rmtree(entry)
     elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "mine.txt").write_text("mine")
+    if target == "a folder":
+        elsewhere.mkdir()
+        (elsewhere / "mine.txt").write_text("mine")
     entry.symlink_to(elsewhere)
     assert entry.name == cache_key(run, "none")
     greenadapt.load(run, runtime="onnx").predict(["fever"])
     assert not entry.is_symlink() and (entry / "model.onnx").is_file()
-    assert sorted(p.name for p in elsewhere.iterdir()) == ["mine.txt"]
+    if target == "a folder":
+        assert sorted(p.name for p in elsewhere.iterdir()) == ["mine.txt"]
+    else:
+        assert not elsewhere.exists()  # nothing made where the link pointed
 
 
 def test_a_damaged_export_in_a_cache_that_cannot_be_written_is_one_line(data: dict[str, Path], tmp_path: Path,

@@ -73,6 +73,20 @@ def test_evaluate_prints_the_per_type_table(files: dict[str, Path], tmp_path: Pa
     assert types == gold_types
 
 
+def test_evaluate_heads_each_breakdown_by_what_it_breaks_down(capsys: pytest.CaptureFixture[str]) -> None:
+    """Classification's per-label report is headed "label" (not "entity label"), NER's per-type "entity type"."""
+    from greenadapt.cli.evaluate import _show
+    from greenadapt.data.metrics import classification_scores, entity_scores
+    from greenadapt.inference.evaluation import EvaluateResult
+
+    for scores, heading in ((classification_scores(["yes", "no", "no"], ["yes", "yes", "no"]), ["label", "precision"]),
+                            (entity_scores([["B-D", "O"]], [["B-D", "O"]]), ["entity", "type"])):
+        _show(EvaluateResult([Path("run")], Path("x.tsv"), 3, "f1", "mean", {"mean": scores}), False)
+        lines = capsys.readouterr().out.splitlines()
+        assert any(line.split()[:2] == heading for line in lines), lines
+        assert not any(line.split()[:2] == ["entity", "label"] for line in lines), lines
+
+
 def test_a_tagged_file_writes_gold_and_prediction_in_one_form(files: dict[str, Path], tmp_path: Path) -> None:
     """Point 7: a run trained with --entity-type on bare B/I tags predicts B-Disease; beside a bare gold column it writes B."""
     import greenadapt

@@ -274,8 +274,8 @@ def _write_card(
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
 
     card = expanded_card(
-        base_model=display_name(ref), base_model_hub_id=hub_id(ref), method=stats.get("method_description")
-        or {"name": stats.get("method")}, stats=stats,
+        base_model=display_name(ref), base_model_hub_id=hub_id(ref),
+        method=stats.get("method_description") or {"name": stats.get("method")}, stats=stats,
         align_stats=align_manifest.stats, corpus=corpus, general_tokenizer=GENERAL_TOKENIZER_DIR, upstream_cost=upstream,
     )
     (dest / CARD_FILE).write_text(scrub_secrets(card), encoding="utf-8")

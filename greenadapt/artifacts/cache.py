@@ -41,8 +41,10 @@ class CacheEntryRun(StageRun):
     def __init__(self, kind: str, out: Path, config: Mapping[str, Any], *, check: Callable[[Path], str | None],
                  libraries: tuple[str, ...] = ()) -> None:
         super().__init__(kind, out, config, (), wait=True, libraries=libraries)
-        self.out = Path(out).absolute()  # a link planted at the entry's name is replaced, not written through
         self.check = check
+
+    def _destination(self, out: Path) -> Path:
+        return out  # a link planted at the entry's name, to a folder or to nothing, is replaced, never written through
 
     def _existing_is_current(self) -> bool:
         if self.out.is_symlink():

@@ -162,7 +162,7 @@ class StageRun:
         libraries: tuple[str, ...] = (),
     ) -> None:
         self.kind = kind
-        self.out = _through_links(Path(out_dir).absolute())
+        self.out = self._destination(Path(out_dir).absolute())
         self.config = dict(config)
         self.inputs = list(inputs)
         self.force = force
@@ -175,6 +175,10 @@ class StageRun:
         self.tmp: Path = self.out  # replaced in __enter__
         self._lock_handle: Any = None
         self._meter = CostMeter()
+
+    def _destination(self, out: Path) -> Path:
+        """The folder written: a user's link at ``out`` is written through, never replaced (:func:`_through_links`)."""
+        return _through_links(out)
 
     # -- lifecycle ----------------------------------------------------------
     def __enter__(self) -> StageRun:

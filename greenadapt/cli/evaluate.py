@@ -11,6 +11,9 @@ from greenadapt.cli._build import declared_command
 from greenadapt.inference.settings import EvaluateSettings
 
 SHOWN = ("f1", "precision", "recall", "accuracy", "micro_f1", "macro_f1", "mcc")
+# A breakdown's column heading where its key's words are not enough (per_type: NER's seqeval report; per_label:
+# classification's); any other per_<what> a scorer returns is headed by its own words.
+HEADINGS = {"per_type": "entity type", "per_label": "label"}
 
 
 def _show(result: Any, as_json: bool) -> None:
@@ -23,9 +26,10 @@ def _show(result: Any, as_json: bool) -> None:
         lines.append(f"  {mode:<8}{'*' if mode == result.headline else ' '} {shown}")
     lines.append(f"(* headline: {result.headline} pooling; scores × 100)")
     for key, table in (result.scores.get(result.headline) or {}).items():
-        # each breakdown the task's scorer gives under the headline pooling (NER: seqeval's per-type report), as a table
+        # each breakdown the task's scorer gives under the headline pooling, as a table
         if key.startswith("per_") and isinstance(table, dict) and table:
-            lines.append(f"  {'entity ' + key[4:].replace('_', ' '):<20} {'precision':>9} {'recall':>9} {'f1':>9} {'gold':>7}")
+            heading = HEADINGS.get(key, key[4:].replace("_", " "))
+            lines.append(f"  {heading:<20} {'precision':>9} {'recall':>9} {'f1':>9} {'gold':>7}")
             lines += [f"  {row:<20} {100 * float(s['precision']):9.2f} {100 * float(s['recall']):9.2f} {100 * float(s['f1']):9.2f} "
                       f"{int(s['gold']):7,}" for row, s in table.items()]
     lines += [f"warning: {w}" for w in result.warnings]

@@ -69,9 +69,8 @@ def view_logits(
 
 # Inference batches take a handful of shapes: widths rounded up to a multiple of this (never past the model's
 # positions), batch sizes to a power of two or the full batch size (the last batch of a call padded with repeats of
-# its last unit, whose rows are dropped). oneDNN compiles and keeps a kernel per shape: with any width and size a long predict grew by 460
-# MiB
-# over 60,000 sentences (docs/benchmarks.md, "predict on a long input"); padding is masked, so scores change only by
+# its last unit, whose rows are dropped). oneDNN compiles and keeps a kernel per shape: with any width and size a long
+# predict grew by 460 MiB over 60,000 sentences (docs/benchmarks.md, "predict on a long input"); padding is masked, so scores change only by
 # rounding.
 INFERENCE_WIDTH_MULTIPLE = 8
 
@@ -177,8 +176,8 @@ def same_in_both_views(unit: Unit) -> bool:
         types_alike = general_types is None and domain_types is None
     else:
         types_alike = np.array_equal(general_types, domain_types)
-    return types_alike and np.array_equal(unit.ids[VIEW_GENERAL],
-                                          unit.ids[VIEW_DOMAIN]) and np.array_equal(unit.rows[VIEW_GENERAL], unit.rows[VIEW_DOMAIN])
+    return (types_alike and np.array_equal(unit.ids[VIEW_GENERAL], unit.ids[VIEW_DOMAIN])
+            and np.array_equal(unit.rows[VIEW_GENERAL], unit.rows[VIEW_DOMAIN]))
 
 
 def check_pool(pool: str) -> None:

@@ -26,7 +26,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.artifacts.cache import entry_problem
 from greenadapt.artifacts.files import CACHE_FOLDER, CACHE_TAG, is_greenadapt_cache, make_cache
 from greenadapt.artifacts.model_weights import weights_digest  # (onnx_export and the serving bench take it from here)
 from greenadapt.errors import UsageError
@@ -212,6 +211,8 @@ def find_export(folder: Path, config: dict[str, str], *, root: Path | None = Non
     file's SHA-256 as its manifest recorded, and a graph that fits ``folder``'s model); None if not made yet. A damaged
     or replaced export is made again (said once), or, where the cache cannot be written, refused in one line: a graph
     that merely loads is never served unchecked."""
+    from greenadapt.artifacts.cache import entry_problem  # (here, not at import: `predict --help` reads this module's names)
+
     root = root or cache_root(folder)
     _check_cache_path(root)
     target = _entry(root, config)

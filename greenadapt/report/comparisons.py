@@ -64,8 +64,8 @@ def comparison_html(comparison: Mapping[str, Any], forest: bytes | None) -> list
                 *(f"<p>{html.escape(line)}</p>" for line in stopped_lines(comparison))]
     metric = comparison["metric"]
     body = [f"<h2>Did it help? <code>{html.escape(str(comparison['path']))}</code></h2>",
-            "<ul>" + "".join(f"<li>{html.escape(p['verdict'])}" + "".join(f"<br><em>{html.escape(note)}</em>"
-                                                                          for note in p.get("notes") or [])
+            "<ul>" + "".join(f"<li>{html.escape(p['verdict'])}"
+                             + "".join(f"<br><em>{html.escape(note)}</em>" for note in p.get("notes") or [])
                              + "</li>" for p in comparison["pairs"]) + "</ul>",
             *([f'<p class="recommendation"><strong>Recommendation:</strong> {html.escape(comparison["recommendation"])}</p>']
               if comparison.get("recommendation") else []),
@@ -76,9 +76,9 @@ def comparison_html(comparison: Mapping[str, Any], forest: bytes | None) -> list
         body += ["<h3>Where it lives</h3>", html_table(*compare_strata_table(comparison), numeric=lambda i: i >= 2)]
     shares = comparison.get("share_of_comparator_gain") or {}
     if shares:
-        body.append("<p>" + "; ".join(f"{html.escape(n)}: {'-' if s is None else f'{100 * s:.0f}%'} of "
-                                      f"{html.escape(str(comparison['options'].get('comparator')))}'s gain"
-                                      for n, s in shares.items()) + "</p>")
+        comparator = html.escape(str(comparison["options"].get("comparator")))
+        parts = [f"{html.escape(n)}: {'-' if s is None else f'{100 * s:.0f}%'} of {comparator}'s gain" for n, s in shares.items()]
+        body.append("<p>" + "; ".join(parts) + "</p>")
     body.append(
         '<p class="note">How to read it: each pair is one model against the baseline, fine-tuned with the same recipe '
         "and seeds and scored on the same test examples. Δ is the mean over seeds of the per-seed difference; "

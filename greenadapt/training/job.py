@@ -100,8 +100,8 @@ def training_stage(
     try:
         with contextlib.ExitStack() as stack:
             stop = stack.enter_context(StopSignal(checkpoints))
-            stage = stack.enter_context(StageRun(kind, out, config, inputs, force=force, wait=wait,
-                                                 libraries=LIBRARIES)) if ctx.is_main else None
+            made = StageRun(kind, out, config, inputs, force=force, wait=wait, libraries=LIBRARIES) if ctx.is_main else None
+            stage = stack.enter_context(made) if made is not None else None
             run = RunIdentity(kind, config, inputs)
             job = TrainingStage(ctx, stop, stage, Path(out), run, checkpoints)
             if ctx.broadcast_int(int(stage.skipped) if stage is not None else 0):

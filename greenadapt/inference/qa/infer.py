@@ -226,8 +226,7 @@ def _run_batch(runner: QaRunner, batch: list[_Pending], stats: InferenceStats) -
     items = [(p.state.job, p.window) for p in batch]
     input_ids, token_types, attention = build_batch(items)
     memory = memory_batch(items, (input_ids, token_types, attention), runner.memory_length) if getattr(runner, "fused", False) else None
-    start, end = runner.logits(input_ids, token_types, attention,
-                               memory) if memory is not None else runner.logits(input_ids, token_types, attention)
+    start, end = runner.logits(input_ids, token_types, attention, memory)
     stats.windows += len(batch)
     stats.batches += 1
     stats.positions += input_ids.size

@@ -29,8 +29,7 @@ def resolve_general_model(settings: GmapSettings, domain: ModelRef) -> ModelRef:
     if settings.general_model is not None:
         return resolve_model(settings.general_model)
     manifest = read_manifest(domain.path)
-    source = Manifest.of(manifest, domain.path).section("config",
-                                                        "model") if manifest is not None and manifest["kind"] == "expand" else None
+    source = Manifest.of(manifest, domain.path).section("config", "model") if manifest and manifest["kind"] == "expand" else None
     if isinstance(source, dict):
         path = source.get("path")
         if isinstance(path, str) and Path(path).is_dir():

@@ -67,8 +67,8 @@ class QaTask(TrainingTask):
         inputs, starts, ends = collate_windows(self.views, [self.rows[i] for i in part], self.pad_id, trainer.ctx.device, width)
         output = trainer.module(**inputs)
         cross_entropy = torch.nn.functional.cross_entropy
-        summed = cross_entropy(output.start_logits.float(), starts,
-                               reduction="sum") + cross_entropy(output.end_logits.float(), ends, reduction="sum")
+        summed = (cross_entropy(output.start_logits.float(), starts, reduction="sum")
+                  + cross_entropy(output.end_logits.float(), ends, reduction="sum"))
         # transformers' QA loss, (start + end) / 2 averaged over the batch, taken over the global batch.
         return summed * trainer.ctx.world / (2 * len(self.batch_rows))
 
