@@ -226,7 +226,8 @@ def _run_batch(runner: QaRunner, batch: list[_Pending], stats: InferenceStats) -
     items = [(p.state.job, p.window) for p in batch]
     input_ids, token_types, attention = build_batch(items)
     memory = memory_batch(items, (input_ids, token_types, attention), runner.memory_length) if getattr(runner, "fused", False) else None
-    start, end = runner.logits(input_ids, token_types, attention, memory)
+    fusion = () if memory is None else (memory,)  # a runner without G-MAP is called as it always was, without the memory
+    start, end = runner.logits(input_ids, token_types, attention, *fusion)
     stats.windows += len(batch)
     stats.batches += 1
     stats.positions += input_ids.size
