@@ -328,10 +328,9 @@ def table(args: argparse.Namespace, arms: dict[str, Any], rows: dict[str, dict[s
              f"(all views); peaks: int8 {int8:.0f} GMAC/s ({assumption}), fp32 {fp32:.0f} GMAC/s ({units['fp32']})"
              + (f", bf16 {bf16:.0f} GMAC/s ({units['bf16']})" if auto_is_bf16 else ""),
              "",
-             "| arm | sentences/s | sentences per CPU-s | × torch fp32 | × torch auto | share of peak | peak MiB (all sentences) | cold "
-             "start s "
-             "| test F1 | Δ F1 vs torch fp32 | sentences with torch fp32's entities | alone = in its batch (entities) | largest score gap, "
-             "alone vs batch |",
+             "| arm | sentences/s | sentences per CPU-s | × torch fp32 | × torch auto | share of peak | peak MiB (all sentences) "
+             "| cold start s | test F1 | Δ F1 vs torch fp32 | sentences with torch fp32's entities | alone = in its batch (entities) "
+             "| largest score gap, alone vs batch |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     reference = rows[REFERENCE]
     auto = rows.get("greenadapt torch auto (bf16 where the CPU has it)")

@@ -376,8 +376,7 @@ def render_gap_table(rows: list[dict[str, object]]) -> str:
         wall, cpu, gpu = row["wall_seconds"], row["cpu_seconds"], row["gpu_seconds"]
         lines.append(
             f"| {row['set']} | {row['variant']} | {number(f1 * 100 if isinstance(f1 := row['test_f1'], float) else None, '.2f')} "
-            f"({row['seeds']}) "
-            f"| {number(row['gap_share'], '.0%')} "
+            f"({row['seeds']}) | {number(row['gap_share'], '.0%')} "
             f"| {number(wall, '.0f')} | {number(cpu / 3600 if isinstance(cpu, float) else None, '.3f')} "
             f"| {number(gpu / 3600 if isinstance(gpu, float) else None, '.3f')} | {number(row['energy_kwh'], '.2e')} |"
         )

@@ -18,7 +18,7 @@ from finetune_helpers import loop_settings
 
 from greenadapt.errors import UsageError
 from greenadapt.compute.distributed import DistContext
-from greenadapt.training.runtime import TrainingTask, run_training, scorings_since_best
+from greenadapt.training.runtime import TrainingHooks, TrainingTask, run_training, scorings_since_best
 from greenadapt.training.trainer import Trainer
 
 torch = pytest.importorskip("torch")
@@ -55,7 +55,7 @@ def _train(scores: list[float], **config: Any) -> tuple[Any, list[tuple[int, flo
         seen.append((len(seen), float(m.weight.item())))
         return next(script), {}
 
-    run = run_training(trainer, Toy(model), evaluate=evaluate)
+    run = run_training(trainer, Toy(model), TrainingHooks(evaluate=evaluate))
     return run, seen, model
 
 

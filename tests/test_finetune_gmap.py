@@ -153,6 +153,7 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
     from greenadapt.modeling.gmap import wiring as gmap
     from greenadapt.compute.distributed import DistContext
     from greenadapt.training.finetuning import train
+    from greenadapt.training.runtime import TrainingHooks
 
     tokenizers, units = units_of
     ref = resolve_model(str(models["domain"]))
@@ -168,7 +169,7 @@ def _train_once(models, units_of, *, unfrozen: bool, tmp_path: Path, cache: bool
     log = tmp_path / f"log-{unfrozen}-{cache}.jsonl"
     config = loop_settings(mix=0.5, batch_size=8, epochs=epochs, lr=1e-3, seed=3)
     train(model, units[1], config, DistContext(), pad_id=tokenizers.pad_id, n_base_rows=tokenizers.general_vocab_size,
-          has_domain=True, log_path=log)
+          has_domain=True, hooks=TrainingHooks(log_path=log))
     return model, before, [json.loads(line) for line in log.read_text().splitlines()]
 
 

@@ -101,6 +101,27 @@ def test_settings_are_valid_once_built_and_errors_name_the_option() -> None:
         FinetuneSettings.build(task="ner", train="x", epoch=3)
 
 
+def test_a_training_option_several_commands_take_is_declared_once() -> None:
+    """multitask and pretrain take finetune's --epochs/--max-steps/--batch-size/--lr/--max-length with their own default
+    and help only: the same bounds, checks and fingerprint, so a limit changed in one place holds for all three."""
+    from dataclasses import replace
+
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+    from greenadapt.runners.multitask.settings import MultitaskSettings
+    from greenadapt.runners.pretrain.settings import PretrainSettings
+
+    shared = ("epochs", "max_steps", "batch_size", "lr", "max_length")
+    finetune = {field.name: declared for field, declared in declared_fields(FinetuneSettings) if field.name in shared}
+    for other in (MultitaskSettings, PretrainSettings):
+        theirs = {field.name: (field.default, declared) for field, declared in declared_fields(other) if field.name in shared}
+        assert theirs.keys() == finetune.keys()
+        for name, (default, declared) in theirs.items():
+            assert replace(declared, help="") == replace(finetune[name], help=""), (other.__name__, name)
+            assert default is not None or name == "max_steps"  # their own defaults, not finetune's "the task's"
+        with pytest.raises(UsageError, match="--epochs must be at most"):
+            other.build(**{other.positional[0]: ("x",), "epochs": 10**6})
+
+
 def _recorded(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["options"]["options"]
 

@@ -37,6 +37,7 @@ from greenadapt.options.declaration import (
     Declaration,
     model_paths,
     option,
+    option_as_in,
 )
 from greenadapt.options.values import checked, coerced, plain, type_hints
 
@@ -44,7 +45,7 @@ S = TypeVar("S", bound="Settings")
 
 __all__ = ["ADAPTATION", "DEFAULT_RUN", "EVALUATION", "INPUT_OUTPUT", "MODEL", "OPTIONS_FILE", "PANELS", "PERFORMANCE", "REQUIRED",
            "RUN_CONTROL", "RUN_OPTIONS", "TRAINING", "Declaration", "Run", "Settings", "call_command", "declared_fields", "model_paths",
-           "option", "read_config", "recorded_settings", "recording", "refuse_remote_output", "required"]
+           "option", "option_as_in", "read_config", "recorded_settings", "recording", "refuse_remote_output", "required"]
 
 
 def declared_fields(cls: type[Settings] | Settings) -> tuple[tuple[dataclasses.Field[Any], Declaration], ...]:

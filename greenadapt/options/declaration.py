@@ -72,3 +72,10 @@ def option(default: Any = dataclasses.MISSING, *flags: str, help: str, **declare
     if isinstance(default, list | dict | set):
         raise TypeError(f"{flags[0]}: a mutable default is shared between runs; give a tuple")
     return dataclasses.field(default=default, metadata={OPTION_METADATA: Declaration(tuple(flags), help, **declared)})
+
+
+def option_as_in(settings: type, name: str, default: Any, *, help: str | None = None) -> Any:  # noqa: A002
+    """The option ``settings`` declares as field ``name``, for another command with its own default (and help): its flags,
+    bounds, checks and fingerprint stay declared once, so ``multitask --epochs`` cannot drift from ``finetune --epochs``."""
+    declared = {field.name: field for field in dataclasses.fields(settings)}[name].metadata[OPTION_METADATA]
+    return dataclasses.field(default=default, metadata={OPTION_METADATA: dataclasses.replace(declared, help=help or declared.help)})

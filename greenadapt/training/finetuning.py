@@ -13,7 +13,7 @@ the added embedding rows can be trained row-wise (``--train-embeddings``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -23,12 +23,10 @@ import numpy as np
 from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR
 from greenadapt.errors import UsageError
 from greenadapt.modeling.units import VIEW_DOMAIN, VIEW_GENERAL, Unit
-from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.compute.batches import choose_views, collate, length_grouped_batches, output_rows, padded_width
-from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import LoopSettings, filled
 from greenadapt.compute.distributed import DistContext
-from greenadapt.training.runtime import TrainingTask, run_training
+from greenadapt.training.runtime import NO_HOOKS, TrainingHooks, TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -225,25 +223,16 @@ def train(
     pad_id: int,
     n_base_rows: int,
     has_domain: bool,
-    evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None,
-    log_path: Path | None = None,
-    progress: Progress = NULL_PROGRESS,
-    checkpoint: Checkpointing | None = None,
-    stop: StopSignal | None = None,
-    trackers: Sequence[Any] = (),
+    hooks: TrainingHooks = NO_HOOKS,
 ) -> TrainResult:
-    """Fine-tune ``model`` in place; with ``evaluate`` (dev score, details) keep the best epoch's weights.
-
-    Checkpoints, ``resume`` and SIGTERM: see :func:`greenadapt.training.runtime.run_training`.
-    """
+    """Fine-tune ``model`` in place; with ``hooks.evaluate`` keep the best epoch's weights (:func:`run_training`)."""
     mix = config.mix or 0.0
     if mix > 0 and not has_domain:
         raise UsageError("--mix > 0 needs a model folder with a domain tokenizer")
     longest = max(len(ids) for u in units for ids in u.ids)
     trainer = prepare_trainer(model, config, ctx, n_examples=len(units), longest=longest, n_base_rows=n_base_rows)
     task = FinetuneTask(trainer, units, mix, pad_id=pad_id)
-    run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress, checkpoint=checkpoint, stop=stop,
-                       trackers=trackers)
+    run = run_training(trainer, task, hooks)
     finish_model(model)
     seen = run.counts.get("seen_units", 0)
     return TrainResult(

@@ -151,32 +151,30 @@ class TrainingRun:
     warnings: list[str] = field(default_factory=list)
 
 
-def run_training(
-    trainer: Trainer[LoopSettings],
-    task: TrainingTask,
-    *,
-    evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None,
-    log_path: Path | None = None,
-    progress: Progress = NULL_PROGRESS,
-    checkpoint: Checkpointing | None = None,
-    stop: StopSignal | None = None,
-    trackers: Sequence[Any] = (),
-) -> TrainingRun:
-    """Train ``trainer.model`` for ``trainer.total_steps`` steps of ``task``; with ``evaluate`` (dev score, details)
-    at each epoch's end, keep the best epoch's weights.
+@dataclass(frozen=True)
+class TrainingHooks:
+    """What a training loop reports to and listens to, handed whole from a runner through its loop to :func:`run_training`."""
 
-    The best epoch's weights are held as a CPU copy of the state dict. With
-    ``checkpoint``, state is saved every ``save_every`` steps and, with
-    ``resume``, training continues from the newest checkpoint; with ``stop``,
-    SIGTERM saves a checkpoint before the next step and raises ``Preempted``.
-    """
-    ctx, total = trainer.ctx, trainer.total_steps
+    evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None  # model -> (dev score, details); the best's weights kept
+    log_path: Path | None = None  # the run's train_log.jsonl (written by the main process only)
+    progress: Progress = NULL_PROGRESS
+    checkpoint: Checkpointing | None = None  # saved every save_every steps / save_seconds; with resume, continued from
+    stop: StopSignal | None = None  # SIGTERM: a checkpoint before the next step, then Preempted
+    trackers: Sequence[Any] = ()  # greenadapt.training.trackers: every record the log gets
+
+
+NO_HOOKS = TrainingHooks()
+
+
+def run_training(trainer: Trainer[LoopSettings], task: TrainingTask, hooks: TrainingHooks = NO_HOOKS) -> TrainingRun:
+    """Train ``trainer.model`` for ``trainer.total_steps`` steps of ``task``; with ``hooks.evaluate`` at each epoch's end
+    (or every ``eval_every`` steps), keep the best weights, held as a CPU copy of the state dict."""
+    ctx, total, stop, progress, checkpoint = trainer.ctx, trainer.total_steps, hooks.stop, hooks.progress, hooks.checkpoint
     if stop is not None:
         stop.defer()
         if stop.requested(ctx):
             raise stop.stopped(f"before training{task.where}")
-    loop = _Loop(trainer, task, evaluate, checkpoint, stop, log_path if ctx.is_main else None, progress)
-    loop.trackers = list(trackers) if ctx.is_main else []  # greenadapt.training.trackers: every record the log gets
+    loop = _Loop(trainer, task, hooks)
     loop.write(*task.start(loop.at.step))
     progress.start(task.label, total=total, unit="steps")
     if loop.at.step:
@@ -258,19 +256,12 @@ class _Loop:
     step has finished when its call returns, it reads them after every step.
     """
 
-    def __init__(
-        self,
-        trainer: Trainer[LoopSettings],
-        task: TrainingTask,
-        evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None,
-        checkpoint: Checkpointing | None,
-        stop: StopSignal | None,
-        log_path: Path | None,
-        progress: Progress = NULL_PROGRESS,
-    ) -> None:
-        self.trainer, self.task, self.evaluate, self.checkpoint, self.log_path = trainer, task, evaluate, checkpoint, log_path
-        self.progress = progress
-        self.trackers: list[Any] = []
+    def __init__(self, trainer: Trainer[LoopSettings], task: TrainingTask, hooks: TrainingHooks) -> None:
+        main = trainer.ctx.is_main  # the only process that writes the log and reports to trackers
+        self.trainer, self.task, self.evaluate, self.progress = trainer, task, hooks.evaluate, hooks.progress
+        self.checkpoint = checkpoint = hooks.checkpoint
+        self.log_path = log_path = hooks.log_path if main else None
+        self.trackers = list(hooks.trackers) if main else []
         self.pending: list[_Done] = []
         self.sync_seconds = _sync_seconds(trainer.ctx)
         self.last_sync = time.perf_counter()

@@ -56,6 +56,7 @@ from greenadapt.training.trackers import probe_trackers, report_scores, tracking
 from greenadapt.training.finetuning import resolve_mix, train
 from greenadapt.compute.health import learned_nothing_warning, prediction_warnings
 from greenadapt.training.job import training_stage
+from greenadapt.training.runtime import TrainingHooks
 from greenadapt.redaction import scrub_secrets
 
 if TYPE_CHECKING:
@@ -317,11 +318,11 @@ class _Job:
         with tracking(self.report_to if self.ctx.is_main else (), self.out, seed, self.tracked) as trackers:
             result = train(
                 model, train_units, config, self.ctx, pad_id=self.tokenizers.pad_id, n_base_rows=n_base,
-                has_domain=self.tokenizers.has_domain, evaluate=evaluate if dev_file is not None and dev_units is not None else None,
-                log_path=folder / "train_log.jsonl" if folder is not None else None, progress=self.progress,
-                checkpoint=replace(self.checkpoint, folder=self.checkpoint.folder / f"seed-{seed}") if self.checkpoint else None,
-                stop=self.stop, trackers=trackers,
-            )
+                has_domain=self.tokenizers.has_domain, hooks=TrainingHooks(
+                    evaluate=evaluate if dev_file is not None and dev_units is not None else None,
+                    log_path=folder / "train_log.jsonl" if folder is not None else None, progress=self.progress,
+                    checkpoint=replace(self.checkpoint, folder=self.checkpoint.folder / f"seed-{seed}") if self.checkpoint else None,
+                    stop=self.stop, trackers=trackers))
             metrics = self._score_splits(model, (("dev", dev), ("test", test)), result.warnings, folder)
             report_scores(trackers, metrics, result.steps)
         if folder is not None:

@@ -67,10 +67,8 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
     agreement: float = option(0.0, "--agreement", panel=TRAINING, metavar="W", minimum=0, maximum=MAX_AGREEMENT, fingerprint="when set",
                               help="Views that agree: show each training example in both tokenizers' views in the same step and add W x "
-                                   "the "
-                                   "symmetric KL between their label distributions (word-level for NER). Doubles the forward passes; 0: "
-                                   "off. "
-                                   "On a model with one tokenizer: R-Drop (two passes of the same pieces, dropout apart).")
+                                   "the symmetric KL between their label distributions (word-level for NER). Doubles the forward "
+                                   "passes; 0: off. On a model with one tokenizer: R-Drop (two passes of the same pieces, dropout apart).")
     both_views: bool = option(False, "--both-views", panel=TRAINING, fingerprint="when set",
                               help="Show each training example in both views every step (the mean of their cross-entropies) without "
                                    "--agreement's KL term: the control that tells the KL from the doubled exposure. Doubles the forward "

@@ -29,6 +29,7 @@ from greenadapt.artifacts.pretrained import resolve_model, slugify
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.job import training_stage
+from greenadapt.training.runtime import TrainingHooks
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.predictions import prediction_file_name, write_predictions
 from greenadapt.data.task_files import TaskFile, check_known_labels
@@ -265,11 +266,8 @@ def _train_and_save(
         training,
         ctx,
         pad_id=tokenizers.pad_id,
-        evaluate=evaluate if with_dev else None,
-        log_path=tmp / "train_log.jsonl",
-        progress=progress,
-        checkpoint=checkpoint,
-        stop=stop,
+        hooks=TrainingHooks(evaluate=evaluate if with_dev else None, log_path=tmp / "train_log.jsonl", progress=progress,
+                            checkpoint=checkpoint, stop=stop),
     )
     with resource_errors(tmp):
         metrics = _score_and_save(prepared, model, scores, tokenizers, pool, tmp, gmap)

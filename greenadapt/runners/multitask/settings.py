@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from greenadapt.compute.settings import POOL_MODES, DeviceSettings
-from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_max_length, check_seed
+from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
 from greenadapt.modeling.gmap.settings import GmapSettings
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option, option_as_in
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import CheckpointSettings, CompileSettings, ScheduleSettings, check_lr
+from greenadapt.training.settings import CheckpointSettings, CompileSettings, RecipeSettings, ScheduleSettings
 
 SAMPLING = ("proportional", "sqrt", "annealed", "round-robin")  # how each step's task is drawn (greenadapt.runners.multitask.sampling)
 
@@ -40,20 +40,16 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
     steps_per_epoch: int | None = option(None, "--steps-per-epoch", panel=TRAINING, minimum=1,
                                          help="Steps per 'epoch' (default: one pass over all tasks' training data).")
     freeze_base: bool = option(False, "--freeze-base", panel=TRAINING, help="Train only the PALs, the heads and the encoder's layer norms.")
-    epochs: int = option(3, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always",
-                         help="Epochs (of --steps-per-epoch steps).")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always",
-                                   help="Stop after this many steps (overrides --epochs).")
-    batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always",
-                             help="Examples per step (all from one task).")
-    lr: float = option(5e-5, "--lr", panel=TRAINING, check=check_lr, fingerprint="always",
-                       help="Peak learning rate (AdamW, linear schedule).")
+    epochs: int = option_as_in(RecipeSettings, "epochs", 3, help="Epochs (of --steps-per-epoch steps).")
+    max_steps: int | None = option_as_in(RecipeSettings, "max_steps", None)
+    batch_size: int = option_as_in(RecipeSettings, "batch_size", 32, help="Examples per step (all from one task).")
+    lr: float = option_as_in(RecipeSettings, "lr", 5e-5, help="Peak learning rate (AdamW, linear schedule).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
     mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
     pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES,
                        help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
-    max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING, check=check_max_length, help="Wordpieces per sequence.")
+    max_length: int = option_as_in(RecipeSettings, "max_length", DEFAULT_MAX_LENGTH, help="Wordpieces per sequence.")
     max_words: int = option(30, "--max-words", panel=TRAINING, minimum=1,
                             help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole where the "
                                  "window holds them.")

@@ -16,21 +16,18 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from greenadapt.errors import UsageError
 from greenadapt.modeling.units import Unit
-from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.multitask.sampling import alpha, sample_tasks
 from greenadapt.compute.batches import choose_views
 from greenadapt.compute.batches import collate, output_rows
-from greenadapt.training.checkpoint import Checkpointing, StopSignal
-from greenadapt.training.runtime import TrainingTask, run_training
+from greenadapt.training.runtime import NO_HOOKS, TrainingHooks, TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -162,11 +159,7 @@ def train_multitask(
     ctx: Any,
     *,
     pad_id: int,
-    evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None,
-    log_path: Path | None = None,
-    progress: Progress = NULL_PROGRESS,
-    checkpoint: Checkpointing | None = None,
-    stop: StopSignal | None = None,
+    hooks: TrainingHooks = NO_HOOKS,
 ) -> MultitaskResult:
     """Train ``model`` (a :class:`~greenadapt.modeling.pals.model.MultiTaskModel`) in place on every task."""
     sizes = [len(u) for u in units]
@@ -179,7 +172,7 @@ def train_multitask(
         log.info("--freeze-base: the shared encoder is frozen except %d layer-norm tensors", len(kept))
     trainer = Trainer(model, config, ctx, total_steps=total)
     task = MultitaskTask(trainer, model, names, units, config, pad_id=pad_id)
-    run = run_training(trainer, task, evaluate=evaluate, log_path=log_path, progress=progress, checkpoint=checkpoint, stop=stop)
+    run = run_training(trainer, task, hooks)
     model.eval()
     seen = run.counts.get("seen_units", 0)
     return MultitaskResult(

@@ -38,6 +38,7 @@ from greenadapt.machine.cores import available_cores
 from greenadapt.progress import Progress
 from greenadapt.runners.pretrain.data import MixedCorpus, PackedCorpus
 from greenadapt.training.job import TrainingStage, training_stage
+from greenadapt.training.runtime import TrainingHooks
 
 if TYPE_CHECKING:
     from greenadapt.options import Run
@@ -302,8 +303,8 @@ def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers
     result = pretrain(
         mlm, corpus, masker, settings, ctx, pad_id=setup.pair.pad_id,
         n_base_rows=setup.pair.general_vocab_size if setup.pair.has_domain else vocab_rows, evaluate=evaluate,
-        log_path=job.tmp / LOG_FILE if job.tmp is not None else None, progress=run.progress,
-        checkpoint=job.checkpointing(save_every=settings.save_every, resume=settings.resume), stop=job.stop,
+        hooks=TrainingHooks(log_path=job.tmp / LOG_FILE if job.tmp is not None else None, progress=run.progress,
+                            checkpoint=job.checkpointing(save_every=settings.save_every, resume=settings.resume), stop=job.stop),
     )
     if job.tmp is not None:
         _save_model(model.to("cpu"), gmap, setup, job.tmp)

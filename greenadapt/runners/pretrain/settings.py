@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from greenadapt.compute.settings import DeviceSettings
-from greenadapt.defaults import MAX_EPOCHS, MAX_STEPS, DEFAULT_MAX_LENGTH, DEFAULT_SEED, TRAIN_EMBEDDINGS, check_max_length, check_seed
+from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, TRAIN_EMBEDDINGS, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option
+from greenadapt.options import (EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option,
+                                option_as_in)
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import CompileSettings, ScheduleSettings, check_lr
+from greenadapt.training.settings import CompileSettings, RecipeSettings, ScheduleSettings
 
 TOKENIZER_CHOICES = ("auto", "domain", "general")
 TRAIN_CHOICES = ("all", "new-rows")
@@ -35,8 +36,8 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Traini
                                                     help="A general corpus whose held-out loss is tracked too (forgetting).")
     text_fields: tuple[str, ...] | None = option(None, "--text-field", panel=INPUT_OUTPUT,
                                                  help="Field(s) holding the text in JSON lines/CSV sources (default: text).")
-    max_length: int = option(DEFAULT_MAX_LENGTH, "--max-length", panel=TRAINING, check=check_max_length,
-                             help="Wordpieces per packed sequence, [CLS] and [SEP] included (512 is typical).")
+    max_length: int = option_as_in(RecipeSettings, "max_length", DEFAULT_MAX_LENGTH,
+                                   help="Wordpieces per packed sequence, [CLS] and [SEP] included (512 is typical).")
     heldout: int = option(256, "--heldout", panel=TRAINING, minimum=1,
                           help="The first N sequences are held out for evaluation (at most a tenth of the corpus).")
     whole_word_masking: bool = option(False, "--whole-word-masking", panel=TRAINING,
@@ -48,18 +49,13 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Traini
     mix: float | None = option(
         None, "--mix", panel=TRAINING, minimum=0.0, maximum=1.0,
         help="Expanded models: read this share of the sequences with the domain tokenizer and the rest with the general one (the "
-             "fine-tuning's "
-             "mixture; 0.5 is the recipe after `adapt`). Default: one tokenizer (--tokenizer).")
-    epochs: int = option(1, "--epochs", panel=TRAINING, minimum=1, maximum=MAX_EPOCHS, fingerprint="always",
-                         help="Passes over the training sequences.")
-    max_steps: int | None = option(None, "--max-steps", panel=TRAINING, minimum=1, maximum=MAX_STEPS, fingerprint="always",
-                                   help="Stop after this many optimizer steps (overrides --epochs).")
-    batch_size: int = option(32, "--batch-size", panel=TRAINING, minimum=1, fingerprint="always",
-                             help="Sequences per optimizer step, over all processes.")
+             "fine-tuning's mixture; 0.5 is the recipe after `adapt`). Default: one tokenizer (--tokenizer).")
+    epochs: int = option_as_in(RecipeSettings, "epochs", 1, help="Passes over the training sequences.")
+    max_steps: int | None = option_as_in(RecipeSettings, "max_steps", None)
+    batch_size: int = option_as_in(RecipeSettings, "batch_size", 32, help="Sequences per optimizer step, over all processes.")
     grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always",
                              help="Micro-batches per step and process (gradient accumulation).")
-    lr: float = option(5e-5, "--lr", panel=TRAINING, check=check_lr, fingerprint="always",
-                       help="Peak learning rate (AdamW, linear warm-up and decay).")
+    lr: float = option_as_in(RecipeSettings, "lr", 5e-5, help="Peak learning rate (AdamW, linear warm-up and decay).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always",
                        help="Random seed (order, masking, dropout).")
     train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, choices=TRAIN_EMBEDDINGS, fingerprint="always",
@@ -69,8 +65,7 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Traini
                              "(the head trains during --head-warmup-steps).")
     head_warmup_steps: int = option(0, "--head-warmup-steps", panel=TRAINING, minimum=0, fingerprint="when set",
                                     help="The first N steps train the masked-LM head alone (encoder and embeddings frozen): for models "
-                                         "shipped "
-                                         "without an MLM head, such as the bundled MiniLM.")
+                                         "shipped without an MLM head, such as the bundled MiniLM.")
     eval_every: int | None = option(None, "--eval-every", panel=EVALUATION, minimum=1, fingerprint="always",
                                     help="Held-out evaluation every N steps (always before and after training).")
     eval_batch_size: int = option(32, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per evaluation batch.")

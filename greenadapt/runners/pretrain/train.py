@@ -57,20 +57,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from greenadapt.errors import UsageError
 from greenadapt.machine.devices import to_device
-from greenadapt.progress import NULL_PROGRESS, Progress
 from greenadapt.runners.pretrain.settings import PretrainSettings
 from greenadapt.runners.pretrain.data import EVAL_SEED, IGNORE, Masker, TrainingCorpus, epoch_order, masked_batch
-from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import filled
 from greenadapt.compute.distributed import DistContext, autocast, autocast_dtype
-from greenadapt.training.runtime import TrainingTask, run_training
+from greenadapt.training.runtime import NO_HOOKS, TrainingHooks, TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -380,10 +377,7 @@ def pretrain(
     pad_id: int,
     n_base_rows: int,
     evaluate: Callable[[int], dict[str, Any]] | None = None,
-    log_path: Path | None = None,
-    progress: Progress = NULL_PROGRESS,
-    checkpoint: Checkpointing | None = None,
-    stop: StopSignal | None = None,
+    hooks: TrainingHooks = NO_HOOKS,
 ) -> PretrainResult:
     """Continue masked-LM training of ``mlm`` (from :func:`build_masked_lm`) in place.
 
@@ -396,7 +390,7 @@ def pretrain(
     task = PretrainTask(
         trainer, config, corpus, masker, pad_id=pad_id, frozen_rows=frozen_rows, after_warmup_frozen=after_warmup_frozen, evaluate=evaluate
     )
-    run = run_training(trainer, task, log_path=log_path, progress=progress, checkpoint=checkpoint, stop=stop)
+    run = run_training(trainer, task, hooks)
     mlm.eval()
     return PretrainResult(
         steps=run.steps, epochs=run.epoch_fraction, tokens=run.counts.get("tokens", 0), seconds=run.seconds,

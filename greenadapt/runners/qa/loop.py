@@ -9,19 +9,16 @@ averaged over the windows of the global batch. One process.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from greenadapt.machine.devices import to_device
-from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import Features
 from greenadapt.compute.batches import choose_views, length_grouped_batches, pad_rows, padded_width
-from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.config import filled
 from greenadapt.training.finetuning import FinetuneLoopSettings
-from greenadapt.training.runtime import TrainingTask, run_training
+from greenadapt.training.runtime import TrainingHooks, TrainingTask, run_training
 from greenadapt.training.trainer import Trainer
 
 
@@ -93,12 +90,9 @@ def train_qa(
     n_base_rows: int,
     config: FinetuneLoopSettings,
     device: Any,
-    log_path: Path,
-    progress: Progress,
-    checkpoint: Checkpointing | None = None,
-    stop: StopSignal | None = None,
+    hooks: TrainingHooks,
 ) -> dict[str, Any]:
-    """Train ``model`` on the windows of ``views``; with ``checkpoint``, resumable as finetune is (``--save-every``,
+    """Train ``model`` on the windows of ``views``; with ``hooks.checkpoint``, resumable as finetune is (``--save-every``,
     ``--save-minutes``, SIGTERM, ``--resume``)."""
     import numpy as np
 
@@ -111,8 +105,7 @@ def train_qa(
     n_windows = max(len(views[v].input_ids) for v in used)
     trainer = prepare_trainer(model, config, DistContext(device=device), n_examples=n_windows, longest=longest, n_base_rows=n_base_rows)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    run = run_training(trainer, QaTask(trainer, views, n_questions, pad_id=pad_id), log_path=log_path, progress=progress,
-                       checkpoint=checkpoint, stop=stop)
+    run = run_training(trainer, QaTask(trainer, views, n_questions, pad_id=pad_id), hooks)
     finish_model(model)
     seen = run.counts.get("seen_windows", 0)
     return {

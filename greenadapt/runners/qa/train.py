@@ -34,10 +34,9 @@ from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.model_folder import ExpandedModel
 from greenadapt.artifacts.model_identity import identity_of_model
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
-from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.job import training_stage
+from greenadapt.training.runtime import TrainingHooks
 from greenadapt.errors import DataError, UsageError
-from greenadapt.progress import Progress
 from greenadapt.runners.qa.features import featurize
 from greenadapt.runners.qa.loop import train_qa
 from greenadapt.training.finetuning import resolve_mix
@@ -117,8 +116,9 @@ def finetune_qa(settings: FinetuneSettings, run: Run) -> StageOutcome:
         assert job.tmp is not None  # one process: --task qa has no data-parallel path
         checkpointing = job.checkpointing(save_every=settings.save_every, resume=settings.resume, save_minutes=settings.save_minutes)
         checkpointing = replace(checkpointing, folder=checkpointing.folder / f"seed-{plan.settings.seed}")
+        hooks = TrainingHooks(log_path=job.tmp / "train_log.jsonl", progress=run.progress, checkpoint=checkpointing, stop=job.stop)
         with resource_errors(job.tmp):
-            stats = _train_and_score(plan, train_data, scored, job.tmp, run.progress, checkpointing, job.stop)
+            stats = _train_and_score(plan, train_data, scored, job.tmp, hooks)
         return job.commit(stats, extra={"model": str(ref.path)})
 
 
@@ -176,8 +176,8 @@ def _plan(ref: Any, settings: FinetuneSettings, run: Run) -> _QaPlan:
     return _QaPlan(ref, tokenizers, settings, pool, setup, pick_device(settings.device))
 
 
-def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, SquadData], folder: Path, progress: Progress,
-                     checkpoint: Checkpointing | None = None, stop: StopSignal | None = None) -> dict[str, Any]:
+def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, SquadData], folder: Path,
+                     hooks: TrainingHooks) -> dict[str, Any]:
     """Featurize, train, save the model and tokenizers into ``folder``, answer and score ``scored``: the manifest's stats."""
     from greenadapt.artifacts.pretrained import quiet_transformers
 
@@ -202,8 +202,7 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
 
         qa_model = finetune_gmap.build_model(qa_model, setup).to(device)
     stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
-    stats.update(train_qa(qa_model, [f for f, _ in featurized], train_data.n_questions, len(tokenizers.general), settings, device,
-                        folder / "train_log.jsonl", progress, checkpoint, stop))
+    stats.update(train_qa(qa_model, [f for f, _ in featurized], train_data.n_questions, len(tokenizers.general), settings, device, hooks))
     stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
     if setup is not None:
         finetune_gmap.save(qa_model, folder, setup)
