@@ -158,7 +158,7 @@ class TrainingHooks:
     evaluate: Callable[[Any], tuple[float, dict[str, Any]]] | None = None  # model -> (dev score, details); the best's weights kept
     log_path: Path | None = None  # the run's train_log.jsonl (written by the main process only)
     progress: Progress = NULL_PROGRESS
-    checkpoint: Checkpointing | None = None  # saved every save_every steps / save_seconds; with resume, continued from
+    checkpoint: Checkpointing | None = None  # state saved every save_every steps or save_seconds; resume: from the newest
     stop: StopSignal | None = None  # SIGTERM: a checkpoint before the next step, then Preempted
     trackers: Sequence[Any] = ()  # greenadapt.training.trackers: every record the log gets
 
