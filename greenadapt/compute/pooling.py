@@ -70,8 +70,8 @@ def view_logits(
 # Inference batches take a handful of shapes: widths rounded up to a multiple of this (never past the model's
 # positions), batch sizes to a power of two or the full batch size (the last batch of a call padded with repeats of
 # its last unit, whose rows are dropped). oneDNN compiles and keeps a kernel per shape: with any width and size a long
-# predict grew by 460 MiB over 60,000 sentences (docs/benchmarks.md, "predict on a long input"); padding is masked, so scores change only by
-# rounding.
+# predict grew by 460 MiB over 60,000 sentences (docs/benchmarks.md, "predict on a long input"); padding is masked, so
+# scores change only by rounding.
 INFERENCE_WIDTH_MULTIPLE = 8
 
 
