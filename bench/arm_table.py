@@ -8,10 +8,12 @@ so any two of them pair by seed: the per-seed differences get the same Student-t
         --pair green-agree:green-min20 --pair green-agree:base-rdrop --pair green-both:green-min20
 
 Prints Markdown: per set, each arm's T_LM / T̂ / headline mean ± sd over its seeds (× 100), its difference to the
-baseline (compare's own ``--against``) with the seed interval and the seeds above; then each ``--pair``'s
-difference per set. Only seeds both arms finished count. Several files of one set (the CPU study writes one per arm
-and seed, bench/cpu_study.py) are merged by arm and seed when their recipe is the same. ``--rule`` applies
-docs/study.md's rule once every arm has 10 seeds on the four NER sets, and says that a partial table decides nothing.
+baseline (compare's own ``--against``; where the files of a set name different ones, the study's ``base``) with the
+seed interval and the seeds above; then each ``--pair``'s difference per set. Only seeds both arms finished count.
+Several files of one set (the CPU study writes one per arm and seed, bench/cpu_study.py) are merged by arm and seed
+when their recipe is the same. ``--rule`` applies docs/study.md's rule as amended on 2026-11-29
+(bench/study_rule.py) to the seeds the files hold: it reads a question only at its looks (seeds 1-5, then 1-10, of
+all four sets) and says what each waits for.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def merge(results: dict[str, dict[str, Any]], name: str, result: dict[str, Any],
         results[name] = {**result, "variants": [dict(v, scores=dict(v["scores"])) for v in result["variants"]]}
         return
     held = results[name]
+    if held["options"].get("against") != result["options"].get("against"):
+        held["no_common_baseline"] = True  # the later sets' units compare arm against arm: no arm is every file's baseline
     for key in RECIPE_KEYS:
         if held["options"].get(key) != result["options"].get(key):
             raise SystemExit(f"{path}: {key} is {result['options'].get(key)!r}, another file of {name} has "
@@ -111,8 +115,11 @@ def main() -> None:
         metric = result["metric"]
         arms = {v["name"]: v for v in result["variants"]}
         baseline = result["options"].get("against") or result["variants"][0]["name"]
+        if result.get("no_common_baseline"):  # the study's units pair arm with arm: its baseline where it ran
+            baseline = study_rule.BASELINE if study_rule.BASELINE in arms else None
         for arm_name, arm in arms.items():
-            delta = "—" if arm_name == baseline else difference(arm, arms[baseline], metric)
+            delta = (f"no {study_rule.BASELINE} run on this set (the pairs below)" if baseline is None
+                     else "—" if arm_name == baseline else difference(arm, arms[baseline], metric))
             print(f"| {name} | {arm_name} | {len(arm['scores'])} | {pool_cell(arm, 'general', metric)} | "
                   f"{pool_cell(arm, 'domain', metric)} | "
                   f"{pool_cell(arm, arm['headline_pool'], metric)} | {delta} |")

@@ -35,6 +35,7 @@ MARGIN = 0.5  # F1 × 100: an interval inside ±MARGIN is "no gain worth having"
 ALPHA = 0.05  # the chance, over both looks, of calling a zero difference "above 0" (or below)
 SELECTION_LEVEL = 0.95
 DEFAULT_ARM = "green-min20"
+BASELINE = "base"  # the unadapted model, one view: what the table's Δ column is read against where it ran
 CONTROL = {"green-both": "base-both", "green-agree": "base-rdrop"}  # each candidate's control at equal exposure
 SELECTION_ARMS = ("green-both", "green-agree", "base-both", "base-rdrop")
 # The forward passes one training example costs an arm: what a run of it costs against a one-view run.

@@ -155,6 +155,26 @@ def test_arm_table_applies_it_to_unit_files_and_refuses_files_that_do_not_pair(t
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1 and str(damaged) in done.stderr
 
 
+def test_arm_table_reads_the_baseline_column_against_base_where_the_files_of_a_set_name_different_ones(tmp_path: Path) -> None:
+    # The study's units pair arm with arm (green-both beside base-rdrop, base-both beside green-min20): the column
+    # holds differences to base where it ran, never to whichever file happened to be read first.
+    files = [_unit(tmp_path, "BC2GM", 1, {"green-both": 72.0, "base-rdrop": 71.0}),
+             _unit(tmp_path, "BC2GM", 1, {"base-both": 70.5, "green-min20": 70.0}),
+             _unit(tmp_path, "NCBI-disease", 1, {"green-both": 81.0, "base-rdrop": 80.0}),
+             _unit(tmp_path, "NCBI-disease", 1, {"base": 79.5, "green-min20": 80.5})]
+    table = subprocess.run([sys.executable, str(BENCH / "arm_table.py"), *map(str, files), "--pair", "green-both:base-rdrop"],
+                           capture_output=True, text=True, check=True).stdout
+    rows = [line for line in table.splitlines() if line.startswith("| BC2GM |")]
+    assert len(rows) == 4 and all(row.endswith("| no base run on this set (the pairs below) |") for row in rows)
+    assert "| green-both − base-rdrop | +1.00; 1/1 above (+1.00) | +1.00; 1/1 above (+1.00) |" in table
+    assert "| NCBI-disease | base | 1 | — | — | 79.50 | — |" in table
+    assert "| NCBI-disease | green-both | 1 | — | — | 81.00 | +1.50; 1/1 above (+1.50) |" in table
+    same = [_unit(tmp_path / "same", "BC2GM", 1, {"green-min20": 70.0, arm: f1}) for arm, f1 in (("green-both", 72.0), ("base-both", 70.5))]
+    table = subprocess.run([sys.executable, str(BENCH / "arm_table.py"), *map(str, same)], capture_output=True, text=True,
+                           check=True).stdout
+    assert "| BC2GM | green-min20 | 1 |" in table and "| BC2GM | green-both | 1 | — | — | 72.00 | +2.00; 1/1 above (+2.00) |" in table
+
+
 def test_power_and_cost_are_what_the_amendment_states(rule) -> None:  # type: ignore[no-untyped-def]
     assert rule.fixed_seeds_for_power(0.5, 0.58) == 4 and rule.fixed_seeds_for_power(0.5, 1.41) == 17
     chances = rule.simulate(0.5, 0.58, runs=4000)
