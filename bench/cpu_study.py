@@ -60,7 +60,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "base-both": ("base", ["--both-views", "base-both"]),          # exposure: every example twice per step, no KL
     "base-rdrop": ("base", ["--agreement", "base-rdrop=1"]),       # R-Drop: the same, plus the KL
     "green-both": ("green", ["--both-views", "green-both"]),       # both views, no KL
-    "green-min20": ("green", []),                                 # the product's default
+    "green-min20": ("green", []),  # the 50/50 mixture, the default of the pinned code (a repin past 2026-11-29 adds --no-both-views)
     "green-agree": ("green", ["--agreement", "green-agree=1"]),     # views that agree
 }
 # The study's recipe (docs/study.md "Recipe"); --precision auto trains in bf16 on a CPU that has it.

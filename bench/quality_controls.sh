@@ -68,8 +68,8 @@ if arm base-view || arm base-view-agree; then
 fi
 models=(--model "base=$MINILM")   # the baseline of every pair
 arm base-x2 && models+=(--model "base-x2=$MINILM" --ensemble base-x2=2)
-arm green-min20 && models+=(--model "green-min20=$model")
-arm base-view && models+=(--model "base-view=$A/second-view")
+arm green-min20 && models+=(--model "green-min20=$model" --no-both-views green-min20)   # the 50/50 mixture, as studied
+arm base-view && models+=(--model "base-view=$A/second-view" --no-both-views base-view)
 arm green-agree && models+=(--model "green-agree=$model" --agreement green-agree=1)
 arm base-rdrop && models+=(--model "base-rdrop=$MINILM" --agreement base-rdrop=1)
 arm base-both && models+=(--model "base-both=$MINILM" --both-views base-both)
@@ -81,20 +81,20 @@ if wants subword; then
   # green-subword: the default's words with subword-mean rows (FVT): a second view with rows that carry the pieces' mean
   $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method subword-mean --seed 1 --out "$A/align-subword" -q
   $GREENADAPT expand --align "$A/align-subword" --model "$MINILM" --seed 1 --out "$A/expand-subword" -q
-  models+=(--model "green-subword=$A/expand-subword")
+  models+=(--model "green-subword=$A/expand-subword" --no-both-views green-subword)
 fi
 if wants random; then
   # green-random (on the CPU: the round-4 screen, docs/study.md): the same new words, rows drawn from the embeddings'
   # Gaussian at the whole-word norm, the same mixture and pooling: what is left of the gain without word2vec's content.
   $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method random --match-norm --seed 1 --out "$A/align-random" -q
   $GREENADAPT expand --align "$A/align-random" --model "$MINILM" --seed 1 --out "$A/expand-random" -q
-  models+=(--model "green-random=$A/expand-random")
+  models+=(--model "green-random=$A/expand-random" --no-both-views green-random)
 fi
 if wants identity; then
   # green-identity: word2vec vectors as rows, only where word2vec's dimension is the model's (384 for MiniLM).
   if $GREENADAPT align --w2v "$A/w2v" --model "$MINILM" --method identity --seed 1 --out "$A/align-identity" -q 2>/dev/null; then
     $GREENADAPT expand --align "$A/align-identity" --model "$MINILM" --seed 1 --out "$A/expand-identity" -q
-    models+=(--model "green-identity=$A/expand-identity")
+    models+=(--model "green-identity=$A/expand-identity" --no-both-views green-identity)
   fi
 fi
 for s in "${sets[@]}"; do

@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         train, test = splits[name]
         return ["compare", "--task", "ner", "--train", str(train), "--test", str(test),
                 *[part for v in compared for part in ("--model", f"{v}={models[v]}")],
+                *[part for v in compared if is_mixed(v) for part in ("--no-both-views", v)],  # the paper's 50/50 mixture
                 *(["--against", args.against] if args.against in compared else []),
                 "--seeds", ",".join(map(str, seed_list)), *recipe, "--parallel", str(args.parallel),
                 "--out", str(run_dir / "finetune" / name)]
@@ -299,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                 mix = "0.5" if is_mixed(variant) else "0"
                 jobs.append((
                     ["finetune", "--task", "ner", "--train", str(train), "--test", str(test), "--model", models[variant],
-                     "--mix", mix, "--pool", "mean", "--seed", str(seed), *recipe, "--resume", "--out", str(out)],
+                     "--mix", mix, *(["--no-both-views"] if is_mixed(variant) else []), "--pool", "mean", "--seed", str(seed), *recipe,
+                     "--resume", "--out", str(out)],
                     out,
                     DENSE_EMBEDDINGS if variant == "green-dense" else None,
                 ))

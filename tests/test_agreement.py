@@ -2,11 +2,12 @@
 and adds W x the symmetric KL between the views' label distributions; R-Drop and both views without the KL (issue 75).
 
 Invariants: the term is a symmetric divergence (0 between equal distributions); at weight 0 a run is exactly the
-plain mixture run (same fingerprint, same weights); with a weight the two views end closer together on the test set
+default run (same fingerprint, same weights); with a weight the two views end closer together on the test set
 than the same run without it; the manifest's cost block says the run paid two forward passes an example.
 On a one-tokenizer model the two passes read the same pieces: without dropout, R-Drop, both views and the plain run
 are the same run; with dropout, R-Drop leaves the model less sensitive to its dropout than the same two passes without
-the KL. ``--both-views`` is agreement with the KL taken out, exactly.
+the KL. ``--both-views`` is agreement with the KL taken out, exactly, and the default on a two-tokenizer model since
+the CPU study's first look (the run ``--both-views`` makes; ``--no-both-views`` is the 50/50 mixture run as before).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import cli_output, run_cli
 from conftest import build_tiny_bert
 from finetune_helpers import build_tiny_expanded, comparison, write_ner_file
 
@@ -63,7 +64,7 @@ def _view_disagreement(run: Path, test: Path) -> float:
     return float(symmetric_kl(torch.tensor(np.asarray(by_mode["general"])), torch.tensor(np.asarray(by_mode["domain"]))).mean())
 
 
-def test_weight_zero_is_the_plain_mixture_run(files: dict[str, Path]) -> None:
+def test_weight_zero_is_the_default_run(files: dict[str, Path]) -> None:
     plain = _finetune(files, files["root"] / "plain")
     zero = _finetune(files, files["root"] / "zero", agreement=0.0)
     assert zero.manifest["fingerprint"] == plain.manifest["fingerprint"]  # type: ignore[attr-defined]
@@ -71,7 +72,7 @@ def test_weight_zero_is_the_plain_mixture_run(files: dict[str, Path]) -> None:
 
 
 def test_views_that_agree_end_closer_and_the_cost_block_says_what_they_cost(files: dict[str, Path]) -> None:
-    _finetune(files, files["root"] / "mixture")
+    _finetune(files, files["root"] / "mixture", both_views=False)
     agreeing = _finetune(files, files["root"] / "agreeing", agreement=5.0)
     manifest = agreeing.manifest  # type: ignore[attr-defined]
     assert manifest["cost"]["forward_passes_per_example"] == 2
@@ -173,7 +174,7 @@ def test_both_views_is_agreement_without_its_kl(files: dict[str, Path], monkeypa
     seed = both.manifest["stats"]["training"]["42"]  # type: ignore[attr-defined]
     assert seed["both_views"] is True and seed["forward_passes_per_example"] == 2 and seed["domain_fraction"] == 0.5
     assert both.manifest["config"]["train"]["both_views"] is True  # type: ignore[attr-defined]
-    _finetune(files, files["root"] / "mixture-for-both")
+    _finetune(files, files["root"] / "mixture-for-both", both_views=False)
     _finetune(files, files["root"] / "agree-for-both", agreement=1.0)
     assert not _same_weights(files["root"] / "both", files["root"] / "mixture-for-both")
     assert not _same_weights(files["root"] / "both", files["root"] / "agree-for-both")
@@ -266,3 +267,37 @@ def test_base_both_sees_every_example_twice_a_step_and_is_its_own_run(files: dic
     arms.check()
     arguments = finetune_arguments(arms, str(plain), 1, tmp_path / "b", name="base-both")
     assert arguments["both_views"] is True and arguments["mix"] == 0.0
+
+
+def test_both_views_is_the_default_with_two_tokenizers_and_no_both_views_is_the_mixture_as_before(
+        files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CPU study's first look (docs/study.md) made green-both the default: a two-tokenizer model trains both views
+    each step unless told otherwise; a one-tokenizer model, a mixture other than 0.5, or views that agree keep theirs."""
+    from greenadapt.comparison.recipe import finetune_arguments
+    from greenadapt.training.finetuning import resolve_both_views
+
+    default = _finetune(files, files["root"] / "default-views")
+    both = _finetune(files, files["root"] / "both")  # the same folder test_both_views_is_agreement_without_its_kl made
+    assert default.manifest["fingerprint"] == both.manifest["fingerprint"]  # type: ignore[attr-defined]
+    assert _same_weights(files["root"] / "default-views", files["root"] / "both")
+    assert default.manifest["stats"]["training"]["42"]["forward_passes_per_example"] == 2  # type: ignore[attr-defined]
+    mixture = _finetune(files, files["root"] / "no-both-views", both_views=False)
+    train = mixture.manifest["config"]["train"]  # type: ignore[attr-defined]
+    assert "both_views" not in train and train["mix"] == 0.5  # the fingerprint of a mixture run made before the default moved
+    assert "forward_passes_per_example" not in mixture.manifest["stats"]["training"]["42"]  # type: ignore[attr-defined]
+    code, out, err = cli_output(["finetune", "--task", "ner", "--train", str(files["train"]), "--model", str(files["model"]),
+                              "--out", str(files["root"] / "no-both-views"), "--max-steps", "30", "--batch-size", "8", "--lr", "3e-3",
+                              "--test", str(files["test"]), "--device", "cpu", "--no-both-views", "--json"], monkeypatch, capsys)
+    assert code == 0, err
+    assert json.loads(out)["fingerprint"] == mixture.manifest["fingerprint"] and "up to date" in err  # type: ignore[attr-defined]
+    assert [resolve_both_views(None, True, mix=mix, agreement=w) for mix, w in ((None, 0), (0.5, 0), (0.3, 0), (None, 1.0))] == [
+        True, True, False, False]
+    assert resolve_both_views(None, False, mix=None, agreement=0) is False  # base stays one pass: base-both is its control
+    assert resolve_both_views(False, True, mix=None, agreement=0) is False
+    plain = build_tiny_bert(tmp_path / "plain", head="base")
+    arms = comparison(tmp_path / "cmp", task="ner", train=files["train"], test=files["test"],
+                      models=(("base", str(plain)), ("green", str(files["model"])), ("green-mix", str(files["model"]))),
+                      one_view=("green-mix",))
+    arms.check()
+    assert "both_views" not in finetune_arguments(arms, str(files["model"]), 1, tmp_path / "a", name="green")
+    assert finetune_arguments(arms, str(files["model"]), 1, tmp_path / "b", name="green-mix")["both_views"] is False

@@ -92,7 +92,7 @@ def test_padded_batches_train_what_unpadded_ones_do_in_a_handful_of_shapes(files
     plain = _run(files, tmp_path / "plain")
     plain_widths, widths[:] = list(widths), []
     padded = _run(files, tmp_path / "padded", pad_to_multiple=8)
-    assert len(plain_widths) == len(widths) == 5
+    assert len(plain_widths) == len(widths) == 10  # five steps, both views each (the default with two tokenizers)
     assert all(w % 8 == 0 or w == max(widths) for w in widths) and all(w >= p for w, p in zip(widths, plain_widths, strict=True))
     assert widths != plain_widths  # the option did pad: this data's widths are not all multiples of 8
 

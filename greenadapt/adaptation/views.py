@@ -8,7 +8,7 @@ characters or more (each family its own way: :meth:`TokenizerFamily.write_withou
 Words with a dropped piece are cut otherwise (``disease`` -> ``dis ##ease``): a fixed alternative segmentation,
 as subword regularization's dropout draws at random. The weights are the model's, untouched.
 
-The folder is a two-tokenizer folder like ``expand``'s, so ``finetune`` trains it on the 50/50 mixture and every
+The folder is a two-tokenizer folder like ``expand``'s, so ``finetune`` trains it on both views and every
 reader mean-pools both views (predict, evaluate, ensembles, compare) with no change.
 """
 

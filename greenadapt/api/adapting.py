@@ -44,6 +44,6 @@ second_view = command_function(SecondViewSettings, "greenadapt.adaptation.views:
 ``model`` with a second tokenizer over its own vocabulary: no corpus, no new rows (the control for two-view averaging).
 
 The second tokenizer never uses a seeded fraction ``drop`` of the vocabulary's pieces of two characters or more, so
-words with such a piece are cut otherwise; ``.path`` of the result is a two-tokenizer folder ``finetune`` trains on the
-50/50 mixture and every reader mean-pools.
+words with such a piece are cut otherwise; ``.path`` of the result is a two-tokenizer folder ``finetune`` trains on
+both views and every reader mean-pools.
 """)

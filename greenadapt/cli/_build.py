@@ -59,9 +59,10 @@ def declared_command(
     declared = {field.name: declaration for field, declaration in declared_fields(settings_class)}
     hints = typing.get_type_hints(settings_class)
     parameters = [_parameter(field, declaration, hints[field.name]) for field, declaration in declared_fields(settings_class)]
-    # --no-cuda-graphs: a true flag a --config file gave is turned off on the command line (hidden: --config's help says so)
+    # --no-cuda-graphs: a true flag a --config file gave is turned off on the command line (hidden: --config's help says so);
+    # --no-both-views: a flag whose default depends on the model is turned off
     negated = {_NEGATED + field.name: field.name for field, declaration in declared_fields(settings_class)
-               if hints[field.name] is bool and declaration.flags[0].startswith("--")}
+               if _without_none(hints[field.name]) is bool and declaration.flags[0].startswith("--")}
     parameters += [_keyword(name, bool, typer.Option(False, f"--no-{declared[field].flags[0][2:]}", hidden=True,
                                                      rich_help_panel=declared[field].panel or RUN_CONTROL))
                    for name, field in negated.items()]

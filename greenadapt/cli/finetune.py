@@ -54,4 +54,4 @@ def _qa_summary(path: Path, stats: Mapping[str, Any], skipped: bool) -> str:
 
 
 declared_command(FinetuneSettings, api.finetune, show_stage(_summary), epilog=tasks_epilog(),
-                 help="Fine-tune with a 50/50 mixture of the general and domain tokenizers; evaluate with mean pooling.")
+                 help="Fine-tune on both tokenizers' views of each example (--no-both-views: a 50/50 mixture); evaluate mean-pooled.")

@@ -147,8 +147,16 @@ class Comparison:
                 raise UsageError(f"--both-views {name} names no --model", hint=f"one of {', '.join(names)}")
             if get_task(self.task).answers_questions:
                 raise UsageError("--both-views is for NER and classification", hint="leave it out for --task qa")
-        if len(set(self.both_views)) != len(self.both_views):
-            raise UsageError("--both-views names one model twice", hint="give each NAME once")
+        for flag, views in (("--both-views", self.both_views), ("--no-both-views", self.one_view)):
+            if len(set(views)) != len(views):
+                raise UsageError(f"{flag} names one model twice", hint="give each NAME once")
+        for name in self.one_view:
+            if name not in names:
+                raise UsageError(f"--no-both-views {name} names no --model", hint=f"one of {', '.join(names)}")
+            if name in self.both_views:
+                raise UsageError(f"--both-views and --no-both-views both name {name}", hint="give one")
+            if get_task(self.task).answers_questions:
+                raise UsageError("--no-both-views is for NER and classification", hint="leave it out for --task qa")
 
     def _check_member_seeds(self) -> None:
         """An ensemble member's seed is in range and none is a seed of the comparison (the same run under two names)."""
@@ -192,7 +200,7 @@ def finetune_arguments(options: Comparison, spec: str, seed: int, out: Path, *, 
         "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed], "force": options.run.force,
         # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
         **({"save_every": options.save_every, "resume": True} if not questions else {}),
-        # the options a variant may have of its own: views that agree (--agreement NAME=W), both views (--both-views NAME)
+        # a variant's own options: views that agree (--agreement NAME=W), both views or one (--both-views / --no-both-views NAME)
         **({"agreement": dict(options.agreements)[name]} if name in dict(options.agreements) else {}),
-        **({"both_views": True} if name in options.both_views else {}),
+        **({"both_views": True} if name in options.both_views else {"both_views": False} if name in options.one_view else {}),
     }

@@ -8,7 +8,7 @@ A compare folder::
     <variant>/seed-<s>.log      its log, when fine-tunings ran in parallel processes
 
 Every variant is fine-tuned by ``finetune`` with the same task files, recipe and
-seeds; a model with a domain tokenizer trains on the 50/50 mixture and its
+seeds; a model with a domain tokenizer trains on both views each step and its
 headline is mean pooling, a plain model's the general view (finetune's own
 defaults). The pairs, each variant against ``against``, are computed by
 :mod:`greenadapt.comparison.statistics`.

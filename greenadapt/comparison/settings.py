@@ -126,6 +126,10 @@ class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSett
         (), "--both-views", panel=MODEL, metavar="NAME", cli_type=list[str], parse=lambda names: tuple(n.strip() for n in names),
         help="That --model trains every example in both views each step without the KL (finetune --both-views; the control "
              "that separates --agreement's KL from its doubled exposure), e.g. --model green-both=MODEL --both-views green-both.")
+    one_view: tuple[str, ...] = option(
+        (), "--no-both-views", panel=MODEL, metavar="NAME", cli_type=list[str], parse=lambda names: tuple(n.strip() for n in names),
+        help="That two-tokenizer --model trains one view a step, the 50/50 mixture (finetune --no-both-views; the default "
+             "before the CPU study's first look), e.g. --model green-mix=MODEL --no-both-views green-mix.")
     ensembles: tuple[tuple[str, int], ...] = option(
         (), "--ensemble", panel=MODEL, metavar="NAME=N", parse=parse_ensembles, cli_type=list[str],
         help="That --model is N fine-tunings per seed scored on the mean of their probabilities "

@@ -77,7 +77,7 @@ class TrainingRun:
     pad_to_multiple = 1
     cuda_graphs = False
     agreement = 0.0
-    both_views = False
+    both_views: bool | None = None  # finetune resolves it by the model (resolve_both_views); elsewhere one view a step
     adamw = "fused"
     dropout_masks = "fast"
     # In every training fingerprint, whether the command has the option or not.
@@ -88,14 +88,14 @@ class TrainingRun:
         declaration), and :attr:`ALWAYS_RECORDED`."""
         settings: Any = self  # a Settings class's, which takes this mixin
         recorded = {name: getattr(self, name) for name in self.ALWAYS_RECORDED} | settings.fingerprinted()
-        if self.agreement:  # agreement implies both views: one run, one fingerprint
+        if self.agreement or not self.both_views:  # agreement implies both views; off is the recipe before the option
             recorded.pop("both_views", None)
         return recorded
 
     @property
     def two_passes(self) -> bool:
         """Every unit in both views each step (with a one-tokenizer model: its one view twice, dropout apart)."""
-        return bool(self.agreement) or self.both_views
+        return bool(self.agreement) or bool(self.both_views)
 
     @property
     def views_per_example(self) -> int:

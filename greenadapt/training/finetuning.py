@@ -3,8 +3,9 @@
 The loop, the optimizer step, checkpoints and SIGTERM are
 :mod:`greenadapt.training.runtime`'s (its docstring has the batch arithmetic).
 What is fine-tuning's own: each unit (a sentence chunk or a text) is fed
-through the domain tokenizer in an epoch with probability ``mix``
-(:func:`~greenadapt.compute.batches.choose_views`), batches are
+through both tokenizers each step (``two_passes``: the default with two
+tokenizers, :func:`resolve_both_views`) or through the domain tokenizer in an
+epoch with probability ``mix`` (:func:`~greenadapt.compute.batches.choose_views`), batches are
 length-grouped, the loss of a micro-batch is its summed cross-entropy over
 labelled rows divided by the labelled rows of the whole global batch, and
 the added embedding rows can be trained row-wise (``--train-embeddings``).
@@ -55,6 +56,15 @@ def symmetric_kl(logits_a: Any, logits_b: Any) -> Any:
 
     log_a, log_b = torch.log_softmax(logits_a.float(), dim=-1), torch.log_softmax(logits_b.float(), dim=-1)
     return 0.5 * ((log_a.exp() * (log_a - log_b)).sum(-1) + (log_b.exp() * (log_b - log_a)).sum(-1))
+
+
+def resolve_both_views(requested: bool | None, has_domain: bool, *, mix: float | None, agreement: float) -> bool:
+    """Whether a run shows every example in both views each step: ``requested``, else on for a model with two tokenizers
+    (the CPU study's first look, docs/study.md: it beat the 50/50 mixture on four NER sets), unless the run asks for what
+    only one view a step has (a mixture other than the default) or trains views that agree (which shows both anyway)."""
+    if requested is not None:
+        return requested
+    return has_domain and not agreement and mix in (None, DEFAULT_MIX)
 
 
 def resolve_mix(requested: float | None, has_domain: bool, model: Path, *, two_passes: bool = False) -> float:

@@ -1,6 +1,6 @@
 """G-MAP in ``finetune`` and ``predict``: the general model's inputs, building and reloading the fused model.
 
-The domain model reads each unit under T_LM or T̂ (the 50/50 mixture); the
+The domain model reads each unit under T_LM and T̂ (or one of them: the mixture); the
 general model always reads the same text under *its own* tokenizer. When
 that tokenizer is T_LM (the usual case: an expanded model and the model it
 was expanded from), the memory input of a unit is its T_LM view, whatever

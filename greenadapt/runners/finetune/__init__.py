@@ -1,1 +1,1 @@
-"""``greenadapt finetune``: a labelling task trained on both tokenizers (the mixture) and scored mean-pooled."""
+"""``greenadapt finetune``: a labelling task trained on both tokenizers' views (or their mixture) and scored mean-pooled."""

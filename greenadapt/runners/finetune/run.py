@@ -53,7 +53,7 @@ from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.compute.distributed import DistContext, precision_used
 from greenadapt.inference.labelling import ensemble_mode
 from greenadapt.training.trackers import probe_trackers, report_scores, tracking
-from greenadapt.training.finetuning import resolve_mix, train
+from greenadapt.training.finetuning import resolve_both_views, resolve_mix, train
 from greenadapt.compute.health import learned_nothing_warning, prediction_warnings
 from greenadapt.training.job import training_stage
 from greenadapt.training.runtime import TrainingHooks
@@ -104,7 +104,9 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
     folder = ExpandedModel.open(ref)
     tokenizers = folder.tokenizers
     gmap = _prepare_gmap(settings, run, ref, tokenizers.general)
-    base = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path, two_passes=settings.two_passes))
+    views = settings.replaced(both_views=resolve_both_views(settings.both_views, tokenizers.has_domain, mix=settings.mix,
+                                                            agreement=settings.agreement))
+    base = views.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path, two_passes=views.two_passes))
     assert settings.pool is not None and settings.max_words is not None  # filled: the task's defaults
     pool = ensemble_mode(settings.pool, tokenizers.has_domain, ref.path)
     positive = task.positive_label(labels, settings.positive_label)

@@ -46,7 +46,7 @@ class TrainingFileSettings(FieldSettings):
 @dataclass(frozen=True, kw_only=True)
 class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings, ShapeSettings,
                        TrackerSettings, CheckpointSettings, AnswerSpanSettings, TrainingRun):
-    """``greenadapt finetune``: fine-tune with a 50/50 mixture of the general and domain tokenizers; evaluate mean-pooled."""
+    """``greenadapt finetune``: fine-tune on both tokenizers' views (every step by default, or the 50/50 mixture); evaluate mean-pooled."""
 
     command = "finetune"
     positional = ("task", "train")
@@ -69,10 +69,11 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
                               help="Views that agree: show each training example in both tokenizers' views in the same step and add W x "
                                    "the symmetric KL between their label distributions (word-level for NER). Doubles the forward "
                                    "passes; 0: off. On a model with one tokenizer: R-Drop (two passes of the same pieces, dropout apart).")
-    both_views: bool = option(False, "--both-views", panel=TRAINING, fingerprint="when set",
-                              help="Show each training example in both views every step (the mean of their cross-entropies) without "
-                                   "--agreement's KL term: the control that tells the KL from the doubled exposure. Doubles the forward "
-                                   "passes.")
+    both_views: bool | None = option(None, "--both-views", panel=TRAINING, fingerprint="when set",
+                                     help="Show each training example in both views every step (the mean of their cross-entropies) "
+                                          "without --agreement's KL term; doubles the forward passes. Default: on for a model with two "
+                                          "tokenizers (the CPU study's winner, docs/study.md), off with one (there it is the doubled "
+                                          "exposure's control); --no-both-views trains one view a step (the 50/50 mixture).")
     pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
                               help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
     grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always",
