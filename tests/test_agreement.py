@@ -224,6 +224,8 @@ def test_compare_checks_each_variants_own_options_before_any_run(files: dict[str
         ({"agreements": (("base-rdrop", float("nan")),)}, "a positive weight of at most"),
         ({"both_views": ("nope",)}, "--both-views nope names no --model"),
         ({"both_views": ("green-both", "green-both")}, "names one model twice"),
+        ({"one_view": ("nope",)}, "--no-both-views nope names no --model"),
+        ({"both_views": ("green-both",), "one_view": ("green-both",)}, "--both-views and --no-both-views both name green-both"),
     ):
         with pytest.raises(UsageError, match=message):
             options(**variant).check()  # when the settings are made, or before the first run
@@ -277,7 +279,7 @@ def test_both_views_is_the_default_with_two_tokenizers_and_no_both_views_is_the_
     from greenadapt.training.finetuning import resolve_both_views
 
     default = _finetune(files, files["root"] / "default-views")
-    both = _finetune(files, files["root"] / "both")  # the same folder test_both_views_is_agreement_without_its_kl made
+    both = _finetune(files, files["root"] / "both", both_views=True)  # reused if test_both_views_is_agreement_without_its_kl ran
     assert default.manifest["fingerprint"] == both.manifest["fingerprint"]  # type: ignore[attr-defined]
     assert _same_weights(files["root"] / "default-views", files["root"] / "both")
     assert default.manifest["stats"]["training"]["42"]["forward_passes_per_example"] == 2  # type: ignore[attr-defined]

@@ -44,7 +44,8 @@ def config_block(
         "pooling": "mean",
         "note": (
             "Two tokenizers: the domain tokenizer at the folder root and the base model's in "
-            f"{general_tokenizer}/. greenadapt trains on both views of every example and averages the predictions of both."
+            f"{general_tokenizer}/. greenadapt fine-tunes on both views of every example (QA: a 50/50 mixture) and averages the "
+            "predictions of both."
         ),
     }
 
@@ -107,8 +108,9 @@ def expanded_card(
         "## Two tokenizers",
         "",
         f"The folder root holds the domain tokenizer (it knows the added words); `{general_tokenizer}/` holds the",
-        "base model's own. greenadapt fine-tunes on both views of every example and averages the predictions of",
-        "both (mean pooling); a model used through one tokenizer alone scores lower. Outside greenadapt:",
+        "base model's own. greenadapt fine-tunes on both views of every example (QA training: a 50/50 mixture of the",
+        "two) and averages the predictions of both (mean pooling); a model used through one tokenizer alone scores",
+        "lower. Outside greenadapt:",
         "",
         "```python",
         "from transformers import AutoModel, AutoTokenizer",

@@ -142,21 +142,16 @@ class Comparison:
                                  hint="e.g. --agreement green-agree=1")
         if len(dict(self.agreements)) != len(self.agreements):
             raise UsageError("--agreement names one model twice", hint="give each NAME=W once")
-        for name in self.both_views:
-            if name not in names:
-                raise UsageError(f"--both-views {name} names no --model", hint=f"one of {', '.join(names)}")
-            if get_task(self.task).answers_questions:
-                raise UsageError("--both-views is for NER and classification", hint="leave it out for --task qa")
-        for flag, views in (("--both-views", self.both_views), ("--no-both-views", self.one_view)):
-            if len(set(views)) != len(views):
+        for flag, named in (("--both-views", self.both_views), ("--no-both-views", self.one_view)):
+            for name in named:
+                if name not in names:
+                    raise UsageError(f"{flag} {name} names no --model", hint=f"one of {', '.join(names)}")
+            if named and get_task(self.task).answers_questions:
+                raise UsageError(f"{flag} is for NER and classification", hint="leave it out for --task qa")
+            if len(set(named)) != len(named):
                 raise UsageError(f"{flag} names one model twice", hint="give each NAME once")
-        for name in self.one_view:
-            if name not in names:
-                raise UsageError(f"--no-both-views {name} names no --model", hint=f"one of {', '.join(names)}")
-            if name in self.both_views:
-                raise UsageError(f"--both-views and --no-both-views both name {name}", hint="give one")
-            if get_task(self.task).answers_questions:
-                raise UsageError("--no-both-views is for NER and classification", hint="leave it out for --task qa")
+        if both := sorted(set(self.both_views) & set(self.one_view)):
+            raise UsageError(f"--both-views and --no-both-views both name {', '.join(both)}", hint="give one of them each")
 
     def _check_member_seeds(self) -> None:
         """An ensemble member's seed is in range and none is a seed of the comparison (the same run under two names)."""
