@@ -97,6 +97,7 @@ def test_agreement_is_a_finite_weight_for_a_labelling_task(files: dict[str, Path
         (["--agreement", "nan"], "--agreement"),
         (["--task", "qa", "--train", str(qa_train), "--agreement", "1"], "--agreement does not apply to --task qa"),
         (["--task", "qa", "--train", str(qa_train), "--both-views"], "--both-views does not apply to --task qa"),
+        (["--task", "qa", "--train", str(qa_train), "--no-both-views"], "--no-both-views does not apply to --task qa"),
     ):
         task = [] if "--task" in argv else ["--task", "ner", "--train", str(files["train"])]
         code, err = run_cli(["finetune", *task, "--model", str(files["model"]), *argv, "--out", str(tmp_path / "run")], monkeypatch, capsys)
