@@ -160,6 +160,13 @@ class _AtStep(NullProgress):
 
 
 def test_sigterm_checkpoint_and_resume_equal_an_uninterrupted_run(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
+    """SIGTERM saves a checkpoint and --resume finishes the run as if uninterrupted; so does a crash after a checkpoint
+    --save-minutes took (the interval tiny here, so every step is due): pretrain reads the options finetune does."""
+    from interrupt_helpers import Crash, CrashAt
+
+    from greenadapt.training.checkpoint import latest_checkpoint
+    from greenadapt.training.job import checkpoint_folder
+
     small = tmp_path / "small.txt"
     small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
     # ~37 sequences, 4 held out: 5 batches of 8 (the last of 1) per epoch; 9 steps cross an epoch boundary
@@ -180,6 +187,14 @@ def test_sigterm_checkpoint_and_resume_equal_an_uninterrupted_run(tiny_bert: Pat
         np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-6, err_msg=key)
     assert _log(reference) == _log(out)
     assert load_stage(reference, "pretrain")["stats"]["evaluations"] == load_stage(out, "pretrain")["stats"]["evaluations"]
+    crashed = tmp_path / "crashed"
+    with pytest.raises(Crash):
+        pretrain(**_options(tiny_bert, small, crashed, save_minutes=1e-6, **settings), progress=CrashAt(6))
+    found = latest_checkpoint(checkpoint_folder(crashed))
+    assert found is not None and 1 <= found[1]["step"] < 6
+    pretrain(**_options(tiny_bert, small, crashed, save_minutes=1e-6, resume=True, **settings))
+    for key, value in _weights(crashed).items():
+        np.testing.assert_allclose(value, a[key], rtol=0, atol=1e-6, err_msg=key)
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
@@ -328,6 +343,9 @@ def test_library_errors(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
         pretrain(**_options(tiny_bert, corpus, tmp_path / "out", gmap="chunk"))
     with pytest.raises(UsageError, match="train-embeddings"):
         pretrain(**_options(tiny_bert, corpus, tmp_path / "out", train_embeddings="some"))
+    with pytest.raises(UsageError, match="--save-every, --resume, --save-minutes do not apply to --eval-only"):
+        pretrain(**{**_options(tiny_bert, corpus, tmp_path / "out", eval_only=True, save_every=2, resume=True, save_minutes=1,
+                               max_steps=None), "out": None})
     with pytest.raises(UsageError, match="--tokenizer domain"):
         pretrain(**_options(tiny_bert, corpus, tmp_path / "out", tokenizer="domain"))
     assert not (tmp_path / "out").exists()

@@ -497,11 +497,16 @@ def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, 
 @pytest.mark.parametrize("argv,advice", [
     (["finetune", "--task", "ner", "--save-every", "50", "--out", "r"],
      "rerun with --resume to continue from its last checkpoint (one every --save-minutes, 10 by default, and every --save-every steps)"),
-    (["pretrain", "-c", "x", "--save-every=100"], "rerun with --resume to continue from its last checkpoint"),
+    (["pretrain", "-c", "x", "--save-every=100"], "rerun with --resume to continue from its last checkpoint (one every --save-minutes, "
+                                                  "10 by default, and every --save-every steps)"),
     (["finetune", "--task", "ner", "--save-every", "50", "--resume"], "rerun to continue"),
     (["finetune", "--task", "ner"], "rerun with --resume to continue from its last checkpoint (one every --save-minutes, 10 by "
                                     "default, and every --save-every steps)"),
-    (["pretrain", "-c", "x"], "rerun to continue"),
+    (["pretrain", "-c", "x"], "rerun with --resume to continue from its last checkpoint (one every --save-minutes, 10 by default, and "
+                              "every --save-every steps)"),
+    (["multitask", "--task", "name=a,type=ner,train=t.tsv"], "rerun with --resume to continue from its last checkpoint (one every "
+                                                             "--save-minutes, 10 by default, and every --save-every steps)"),
+    (["pretrain", "-c", "x", "--resume"], "rerun to continue"),
     # issue 95, item 5: what a rerun of word2vec keeps, exactly
     (["w2v", "-c", "x"], "rerun to continue: finished stages and the corpus's pre-tokenization (cached) are kept; a cut word2vec "
                          "training starts again from its first epoch"),

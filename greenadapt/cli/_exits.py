@@ -154,15 +154,12 @@ def _fail_for_signal(signum: int) -> None:
 def _rerun_advice(argv: list[str]) -> str:
     """How to continue, and exactly what a rerun keeps: a training run that saves checkpoints is refused on a plain
     rerun until ``--resume``; word2vec keeps its pre-tokenization but not a cut training."""
-    saves = any(word == "--save-every" or word.startswith("--save-every=") for word in argv)
     from greenadapt.cli import invoked_command
 
     command = invoked_command(argv)
-    if command == "finetune" and "--resume" not in argv:
+    if command in ("finetune", "multitask", "pretrain") and "--resume" not in argv:  # CheckpointSettings' commands
         return ("rerun with --resume to continue from its last checkpoint (one every --save-minutes, 10 by default, "
                 "and every --save-every steps)")
-    if command == "pretrain" and saves and "--resume" not in argv:
-        return "rerun with --resume to continue from its last checkpoint"
     if command in ("w2v", "adapt"):
         return ("rerun to continue: finished stages and the corpus's pre-tokenization (cached) are kept; a cut word2vec "
                 "training starts again from its first epoch")

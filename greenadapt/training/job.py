@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.errors import StageError
@@ -32,6 +32,9 @@ from greenadapt.training.checkpoint import (
 )
 from greenadapt.compute.distributed import DistContext, init_distributed
 
+if TYPE_CHECKING:
+    from greenadapt.options import Run
+
 log = logging.getLogger(__name__)
 
 LIBRARIES = ("torch", "transformers", "tokenizers")  # their versions go into the manifest
@@ -41,6 +44,22 @@ def checkpoint_folder(out: str | os.PathLike[str]) -> Path:
     """Where a run writing ``out`` keeps its checkpoints: a sibling, so they outlive the run's temporary folder."""
     path = Path(out).absolute()
     return path.parent / f"{path.name}.checkpoint"
+
+
+class StageOptions(Protocol):
+    """What a training stage reads of its command's settings (CheckpointSettings and DeviceSettings declare them)."""
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def resume(self) -> bool: ...
+
+    @property
+    def save_every(self) -> int | None: ...
+
+    @property
+    def save_minutes(self) -> float | None: ...
 
 
 @dataclass
@@ -53,6 +72,7 @@ class TrainingStage:
     out: Path
     run: RunIdentity  # the run's options and inputs: a checkpoint of another run is never resumed
     checkpoints: Path
+    options: StageOptions
     up_to_date: StageOutcome | None = None  # set when the output is up to date: nothing to train
 
     @property
@@ -60,11 +80,13 @@ class TrainingStage:
         """The folder rank 0 writes the output into; None on the other ranks."""
         return self.stage.tmp if self.stage is not None else None
 
-    def checkpointing(self, *, save_every: int | None, resume: bool, save_final: bool = False,
-                      save_minutes: float | None = None) -> Checkpointing:
+    def checkpointing(self, *, save_final: bool = False) -> Checkpointing:
+        """The run's checkpoints as its options ask (--save-every, --save-minutes, --resume); ``save_final``: one after
+        the last step too (a run of several seeds resumes at the next seed)."""
+        options = self.options
         return Checkpointing(
-            self.checkpoints, self.run, save_every=save_every, resume=resume, save_final=save_final, writer=self.ctx.is_main,
-            save_seconds=save_minutes * 60 if save_minutes and self.ctx.world == 1 else None,
+            self.checkpoints, self.run, save_every=options.save_every, resume=options.resume, save_final=save_final,
+            writer=self.ctx.is_main, save_seconds=options.save_minutes * 60 if options.save_minutes and self.ctx.world == 1 else None,
         )
 
     def commit(self, stats: dict[str, Any], cost: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> StageOutcome:
@@ -85,33 +107,31 @@ def training_stage(
     out: str | os.PathLike[str],
     config: Mapping[str, Any],
     inputs: list[dict[str, Any]],
-    *,
-    device: str,
-    force: bool,
-    wait: bool,
-    resume: bool,
+    options: StageOptions,
+    run: Run,
 ) -> Iterator[TrainingStage]:
-    """Open a training stage writing ``out``; its ``up_to_date`` is set when there is nothing to train."""
+    """Open a training stage writing ``out`` on ``options.device``; its ``up_to_date`` is set when there is nothing to
+    train. ``run``: --force and --wait."""
     from greenadapt.artifacts.files import refuse_planted
 
     checkpoints = checkpoint_folder(out)
     refuse_planted(checkpoints, f"{checkpoints.name}, the checkpoints folder greenadapt keeps beside {Path(out).name},", kind="folder")
-    ctx = init_distributed(device)
+    ctx = init_distributed(options.device)
     try:
         with contextlib.ExitStack() as stack:
             stop = stack.enter_context(StopSignal(checkpoints))
-            made = StageRun(kind, out, config, inputs, force=force, wait=wait, libraries=LIBRARIES) if ctx.is_main else None
+            made = StageRun(kind, out, config, inputs, force=run.force, wait=run.wait, libraries=LIBRARIES) if ctx.is_main else None
             stage = stack.enter_context(made) if made is not None else None
-            run = RunIdentity(kind, config, inputs)
-            job = TrainingStage(ctx, stop, stage, Path(out), run, checkpoints)
+            identity = RunIdentity(kind, config, inputs)
+            job = TrainingStage(ctx, stop, stage, Path(out), identity, checkpoints, options)
             if ctx.broadcast_int(int(stage.skipped) if stage is not None else 0):
                 if stage is None:
                     job.up_to_date = StageOutcome(Path(out), {}, True)
                 else:
-                    _drop_finished_checkpoints(checkpoints, run)
+                    _drop_finished_checkpoints(checkpoints, identity)
                     job.up_to_date = StageOutcome(stage.out, stage.manifest or {}, True, stage.skip_reason)
             elif stage is not None:
-                _check_checkpoints(checkpoints, run, resume=resume, force=force)
+                _check_checkpoints(checkpoints, identity, resume=options.resume, force=run.force)
             yield job
     finally:
         ctx.close()

@@ -31,15 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.artifacts.destination import check_run_destination
-from greenadapt.artifacts.files import file_identity, write_json
+from greenadapt.artifacts.files import write_json
 from greenadapt.artifacts.model_card import CARD_FILE, CONFIG_KEY, finetuned_card
-from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, ExpandedModel, TokenizerPair, check_vocab_fits
+from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, TokenizerPair, check_vocab_fits
 from greenadapt.artifacts.pipeline_entry import write_pipeline_entry
-from greenadapt.artifacts.model_identity import identity_of_model
-from greenadapt.artifacts.pretrained import ModelRef, display_name, hub_id, quiet_transformers, resolve_model
+from greenadapt.artifacts.pretrained import ModelRef, display_name, hub_id, quiet_transformers
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
-from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.metrics import summarize_seeds
 from greenadapt.data.predictions import prediction_file_name, write_predictions
 from greenadapt.data.ner_labels import untyped_labels
@@ -56,6 +53,7 @@ from greenadapt.training.trackers import probe_trackers, report_scores, tracking
 from greenadapt.training.finetuning import resolve_both_views, resolve_mix, train
 from greenadapt.compute.health import learned_nothing_warning, prediction_warnings
 from greenadapt.training.job import training_stage
+from greenadapt.runners.setup import prepare_runner
 from greenadapt.training.runtime import TrainingHooks
 from greenadapt.redaction import scrub_secrets
 
@@ -93,17 +91,10 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
 
     ``settings``: checked when made, the task's defaults filled in (:meth:`Task.filled`)."""
     probe_trackers(settings.report_to)  # a store that does not answer is a line now, not a hang after the data is read
-    ref = resolve_model(settings.model)
-    out = run.out or default_run_folder(settings, run, ref)
-    check_run_destination(out, kind=KIND, force=run.force, model=ref.path, data=[settings.train, settings.dev, settings.test],
-                          workdir=run.workdir)
-    model_identity = identity_of_model(ref)
-
+    setup = prepare_runner(settings, run, kind=KIND, data=[settings.train, settings.dev, settings.test],
+                           default_out=lambda ref: default_run_folder(settings, run, ref))
+    ref, tokenizers, gmap = setup.ref, setup.tokenizers, setup.gmap
     train_file, dev_file, test_file, labels = _read_splits(task, settings)
-
-    folder = ExpandedModel.open(ref)
-    tokenizers = folder.tokenizers
-    gmap = _prepare_gmap(settings, run, ref, tokenizers.general)
     views = settings.replaced(both_views=resolve_both_views(settings.both_views, tokenizers.has_domain, mix=settings.mix,
                                                             agreement=settings.agreement))
     base = views.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path, two_passes=views.two_passes))
@@ -111,25 +102,18 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
     pool = ensemble_mode(settings.pool, tokenizers.has_domain, ref.path)
     positive = task.positive_label(labels, settings.positive_label)
     metric = task.check_metric(settings.metric, positive)
-    max_length = folder.length_limit if settings.max_length is None else folder.capped_length(settings.max_length)
+    max_length = setup.folder.length_limit if settings.max_length is None else setup.folder.capped_length(settings.max_length)
     task_settings = TaskSettings(task=task.name, labels=labels, max_length=max_length, max_words=settings.max_words, metric=metric,
                                  positive_label=positive, reader=settings.reader.as_config(), has_domain_tokenizer=tokenizers.has_domain)
-    config: dict[str, Any] = {
+    config, inputs = setup.record({
         "task": task_settings.to_json(),
         "train": {k: v for k, v in base.recorded().items() if k != "seed"},
         "seeds": list(settings.seed_list),
         "train_on": settings.train_on,
         "pool": pool,
         "model": ref.name,
-    }
-    splits = (("train", train_file), ("dev", dev_file), ("test", test_file))
-    inputs = [model_identity] + [{"role": role, **file_identity(f.path)} for role, f in splits if f is not None]
-    if gmap is not None:
-        # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
-        config["gmap"] = settings.gmap_record(gmap.general)
-        inputs.append({"role": "general", **identity_of_model(gmap.general)})
-    with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait,
-                        resume=settings.resume) as job:
+    }, [(role, f.path) for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file)) if f is not None], settings)
+    with training_stage(KIND, setup.out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
             return job.up_to_date
         if job.stage is not None and task.finds_entities and untyped_labels(labels):  # said once training is sure to start
@@ -138,10 +122,9 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
                 "entities; pass --entity-type TYPE (e.g. Disease) to train B-TYPE/I-TYPE labels", train_file.path,
                 ", ".join(untyped_labels(labels)),
             )
-        checkpointing = job.checkpointing(save_every=settings.save_every, resume=settings.resume, save_minutes=settings.save_minutes,
-                                          save_final=settings.save_every is not None or len(settings.seed_list) > 1)
+        checkpointing = job.checkpointing(save_final=settings.save_every is not None or len(settings.seed_list) > 1)
         runner = _Job(task, task_settings, tokenizers, ref, base, job.ctx, pool, run.progress, checkpointing, job.stop, gmap,
-                      settings.report_to, out, config, model_identity)
+                      settings.report_to, setup.out, config, setup.identity)
         return job.commit(runner.run(train_file, dev_file, test_file, settings.seed_list, settings.train_on, job.tmp),
                           cost=_cost_figures(base))
 
@@ -168,15 +151,6 @@ def _read_splits(task: LabellingTask, settings: FinetuneSettings) -> tuple[TaskF
         if other is not None:
             check_known_labels(other, labels)
     return train_file, dev_file, test_file, labels
-
-
-def _prepare_gmap(settings: FinetuneSettings, run: Run, ref: ModelRef, t_lm: Any) -> GmapSetup | None:
-    """Resolve ``--gmap``'s general model before any data is tokenized (its options were checked with the settings)."""
-    if not settings.fuses:
-        return None
-    from greenadapt.modeling.gmap.wiring import prepare
-
-    return prepare(settings, ref, t_lm, cache_root=resolve_workdir(run.workdir) / "cache")
 
 
 @dataclass

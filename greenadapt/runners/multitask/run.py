@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.artifacts.files import file_identity, write_json
+from greenadapt.artifacts.files import write_json
 from greenadapt.artifacts.model_folder import TokenizerPair, check_vocab_fits
-from greenadapt.artifacts.pretrained import resolve_model, slugify
+from greenadapt.artifacts.pretrained import slugify
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.job import training_stage
+from greenadapt.runners.setup import prepare_runner
 from greenadapt.training.runtime import TrainingHooks
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.predictions import prediction_file_name, write_predictions
@@ -64,22 +65,14 @@ class _Prepared:
 
 def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
     """``greenadapt multitask``: train one shared encoder with a head (and PALs) per task, evaluate every task, write the run folder."""
-    from greenadapt.artifacts.destination import check_run_destination
-    from greenadapt.artifacts.model_folder import ExpandedModel
-    from greenadapt.artifacts.model_identity import identity_of_model
     from greenadapt.runners.multitask.spec import collect_specs
 
     specs = collect_specs(list(settings.task), settings.tasks_file)
     check_unique(specs)
-    ref = resolve_model(settings.model)
-    model_identity = identity_of_model(ref)
-    folder = ExpandedModel.open(ref)
-    tokenizers = folder.tokenizers
-    gmap = None
-    if settings.fuses:
-        from greenadapt.modeling.gmap.wiring import prepare
-
-        gmap = prepare(settings, ref, tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
+    setup = prepare_runner(settings, run, kind=KIND, data=[path for spec in specs for path in (spec.train, spec.dev, spec.test)],
+                           default_out=lambda ref: resolve_workdir(run.workdir) / "multitask" / slugify("-".join(s.name for s in specs))
+                           / ref.slug)
+    ref, folder, tokenizers = setup.ref, setup.folder, setup.tokenizers
     if settings.pool == "domain" and not tokenizers.has_domain:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = settings.pool if tokenizers.has_domain else "general"
@@ -87,7 +80,7 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
     prepared = [_prepare(spec, tokenizers, max_length, settings.max_words) for spec in specs]
 
     training = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path))
-    config = {
+    config, inputs = setup.record({
         "tasks": [{**p.spec.to_json(), "settings": p.settings.to_json()} for p in prepared],
         "pals": _pals(settings).to_json(),
         "train": training.recorded(),
@@ -96,26 +89,15 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
         "freeze_base": settings.freeze_base,
         "pool": pool,
         "model": ref.name,
-    }
-    inputs = [model_identity] + [
-        {"role": f"{p.spec.name}:{role}", **file_identity(f.path)} for p in prepared for role, f in p.files.items()
-    ]
-    if gmap is not None:
-        config["gmap"] = settings.gmap_record(gmap.general)
-        inputs.append({"role": "general", **identity_of_model(gmap.general)})
-    out = run.out or resolve_workdir(run.workdir) / "multitask" / slugify("-".join(p.spec.name for p in prepared)) / ref.slug
-    check_run_destination(
-        out, kind=KIND, force=run.force, model=ref.path, data=[f.path for p in prepared for f in p.files.values()],
-        workdir=run.workdir,
-    )
+    }, [(f"{p.spec.name}:{role}", f.path) for p in prepared for role, f in p.files.items()], settings)
     # the training stage every runner uses: checkpoints (--save-every, --save-minutes), SIGTERM, --resume
-    with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait, resume=settings.resume) as job:
+    with training_stage(KIND, setup.out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
             return job.up_to_date
         assert job.tmp is not None  # one process: multitask has no data-parallel path
-        checkpoint = job.checkpointing(save_every=settings.save_every, resume=settings.resume, save_minutes=settings.save_minutes)
         ctx = DistContext(device=pick_device(settings.device))
-        stats = _train_and_save(prepared, ref.path, tokenizers, training, pool, ctx, job.tmp, run.progress, gmap, checkpoint, job.stop)
+        stats = _train_and_save(prepared, ref.path, tokenizers, training, pool, ctx, job.tmp, run.progress, setup.gmap,
+                                job.checkpointing(), job.stop)
         return job.commit(stats)
 
 

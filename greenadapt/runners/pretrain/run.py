@@ -257,8 +257,7 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
         out, kind=KIND, force=run.force, workspace=root,
         reads=[*protected("the --model", setup.ref.path), *corpus_reads(corpus), *corpus_reads(list(settings.general_corpus or []))],
     )
-    with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait,
-                        resume=settings.resume) as job:
+    with training_stage(KIND, out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
             return job.up_to_date
         return job.commit(_train(settings, run, setup, root, workers, job))
@@ -304,7 +303,7 @@ def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers
         mlm, corpus, masker, settings, ctx, pad_id=setup.pair.pad_id,
         n_base_rows=setup.pair.general_vocab_size if setup.pair.has_domain else vocab_rows, evaluate=evaluate,
         hooks=TrainingHooks(log_path=job.tmp / LOG_FILE if job.tmp is not None else None, progress=run.progress,
-                            checkpoint=job.checkpointing(save_every=settings.save_every, resume=settings.resume), stop=job.stop),
+                            checkpoint=job.checkpointing(), stop=job.stop),
     )
     if job.tmp is not None:
         _save_model(model.to("cpu"), gmap, setup, job.tmp)

@@ -8,17 +8,16 @@ from greenadapt.compute.settings import DeviceSettings
 from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, TRAIN_EMBEDDINGS, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
-from greenadapt.options import (EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, RUN_CONTROL, TRAINING, model_paths, option,
-                                option_as_in)
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option, option_as_in
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import CompileSettings, RecipeSettings, ScheduleSettings
+from greenadapt.training.settings import SAVE_MINUTES, CheckpointSettings, CompileSettings, RecipeSettings, ScheduleSettings
 
 TOKENIZER_CHOICES = ("auto", "domain", "general")
 TRAIN_CHOICES = ("all", "new-rows")
 
 
 @dataclass(frozen=True, kw_only=True)
-class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, TrainingRun):
+class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, CheckpointSettings, TrainingRun):
     """``greenadapt pretrain``: continued masked-LM pretraining (DAPT), optionally with G-MAP memory; --eval-only scores a model."""
 
     command = "pretrain"
@@ -77,16 +76,13 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Traini
                                        help="The frozen general model of --gmap (same vocabulary as the training tokenizer).")
     workers: int | None = option(None, "--workers", panel=PERFORMANCE, minimum=1,
                                  help="Pre-tokenizing processes (default: the cores this process may use, or $GREENADAPT_WORKERS).")
-    save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1,
-                                    help="Save a resumable checkpoint every N steps (in <out>.checkpoint/).")
-    resume: bool = option(False, "--resume", panel=RUN_CONTROL,
-                          help="Continue from the checkpoint an interrupted run left (SIGTERM saves one and exits with code 99).")
 
     def check(self) -> None:
         if self.eval_only:
             training_only = {"--gmap": self.gmap, "--general-corpus": self.general_corpus, "--max-steps": self.max_steps,
                              "--save-every": self.save_every}
-            given = [flag for flag, value in training_only.items() if value] + (["--resume"] if self.resume else [])
+            given = [flag for flag, value in training_only.items() if value] + (["--resume"] if self.resume else []) + (
+                ["--save-minutes"] if self.save_minutes != SAVE_MINUTES else [])
             if given:
                 raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --eval-only",
                                  hint="pass each corpus to score as --corpus")

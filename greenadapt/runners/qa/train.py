@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.compute.health import answer_warnings
 from greenadapt.artifacts import kinds
-from greenadapt.artifacts.files import file_identity, write_json
+from greenadapt.artifacts.files import write_json
 from greenadapt.artifacts.model_folder import ExpandedModel
-from greenadapt.artifacts.model_identity import identity_of_model
 from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.training.job import training_stage
+from greenadapt.runners.setup import RunnerSetup, prepare_runner
 from greenadapt.training.runtime import TrainingHooks
 from greenadapt.errors import DataError, UsageError
 from greenadapt.runners.qa.features import featurize
@@ -89,9 +89,6 @@ def check_squad_path(path: str | os.PathLike[str], flag: str) -> None:
 def finetune_qa(settings: FinetuneSettings, run: Run) -> StageOutcome:
     """``finetune --task qa``: fine-tune ``settings.model`` for extractive QA on SQuAD-style ``settings.train``; score
     ``dev``/``test`` as ``greenadapt qa`` does. ``settings``: checked when made, QA's defaults filled in."""
-    from greenadapt.artifacts.model_weights import check_weights_load_safely
-    from greenadapt.artifacts.destination import check_run_destination
-    from greenadapt.artifacts.pretrained import resolve_model
     from greenadapt.data.squad import read_squad
     from greenadapt.runners.finetune.settings import default_run_folder
 
@@ -101,25 +98,23 @@ def finetune_qa(settings: FinetuneSettings, run: Run) -> StageOutcome:
             check_squad_path(path, f"--{split}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError("--task qa trains in one process; it has no data-parallel path", hint="run it without torchrun")
-    ref = resolve_model(settings.model)
-    out = run.out or default_run_folder(settings, run, ref)
-    check_run_destination(out, kind=KIND, force=run.force, model=ref.path, data=splits.values(), workdir=run.workdir)
-    check_weights_load_safely(ref.path)
-    plan = _plan(ref, settings, run)
+    setup = prepare_runner(settings, run, kind=KIND, data=splits.values(), default_out=lambda ref: default_run_folder(settings, run, ref))
+    plan = _plan(setup, settings)
     train_data = read_squad(settings.train)
     scored = {split: read_squad(path) for split, path in splits.items() if split != "train" and path is not None}
-    config, inputs = plan.identity(train_data, scored)
+    config, inputs = setup.record(plan.config(), [("train", train_data.path), *((split, data.path) for split, data in scored.items())],
+                                  settings)
     # the training stage every runner uses: checkpoints (--save-every, --save-minutes), SIGTERM, --resume
-    with training_stage(KIND, out, config, inputs, device=settings.device, force=run.force, wait=run.wait, resume=settings.resume) as job:
+    with training_stage(KIND, setup.out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
             return job.up_to_date
         assert job.tmp is not None  # one process: --task qa has no data-parallel path
-        checkpointing = job.checkpointing(save_every=settings.save_every, resume=settings.resume, save_minutes=settings.save_minutes)
+        checkpointing = job.checkpointing()
         checkpointing = replace(checkpointing, folder=checkpointing.folder / f"seed-{plan.settings.seed}")
         hooks = TrainingHooks(log_path=job.tmp / "train_log.jsonl", progress=run.progress, checkpoint=checkpointing, stop=job.stop)
         with resource_errors(job.tmp):
             stats = _train_and_score(plan, train_data, scored, job.tmp, hooks)
-        return job.commit(stats, extra={"model": str(ref.path)})
+        return job.commit(stats, extra={"model": str(setup.ref.path)})
 
 
 @dataclass
@@ -133,10 +128,10 @@ class _QaPlan:
     setup: Any  # G-MAP (None: off)
     device: Any
 
-    def identity(self, train_data: SquadData, scored: dict[str, SquadData]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The stage's config and inputs: what its fingerprint covers."""
+    def config(self) -> dict[str, Any]:
+        """What the stage's fingerprint covers of the run's options (the model and files: :meth:`RunnerSetup.record`)."""
         settings = self.settings
-        config = {
+        return {
             "task": {
                 "task": TASK,
                 "max_length": settings.max_length,
@@ -149,31 +144,18 @@ class _QaPlan:
             "limit": None,  # the first N questions once; runs made then keep their fingerprints
             "model": self.ref.name,
         }
-        inputs = [identity_of_model(self.ref), {"role": "train", **file_identity(train_data.path)}]
-        inputs += [{"role": split, **file_identity(data.path)} for split, data in scored.items()]
-        if self.setup is not None:
-            config["gmap"] = settings.gmap_record(self.setup.general)
-            inputs.append({"role": "general", **self.setup.general.identity()})
-        return config, inputs
 
 
-def _plan(ref: Any, settings: FinetuneSettings, run: Run) -> _QaPlan:
+def _plan(setup: RunnerSetup, settings: FinetuneSettings) -> _QaPlan:
     from greenadapt.machine.devices import pick_device
     from greenadapt.inference.qa.model import resolve_pool
 
-    folder = ExpandedModel.open(ref)
-    tokenizers = folder.tokenizers
-    mix = resolve_mix(settings.mix, tokenizers.domain is not None, ref.path)
-    pool = resolve_pool(settings.pool, tokenizers, ref.path)
-    setup = None
-    if settings.fuses:
-        from greenadapt.artifacts.workspace import workdir as resolve_workdir
-        from greenadapt.modeling.gmap import wiring as finetune_gmap
-
-        setup = finetune_gmap.prepare(settings, ref, tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
-    max_length, doc_stride = window_lengths(settings, folder)
+    tokenizers = setup.tokenizers
+    mix = resolve_mix(settings.mix, tokenizers.domain is not None, setup.ref.path)
+    pool = resolve_pool(settings.pool, tokenizers, setup.ref.path)
+    max_length, doc_stride = window_lengths(settings, setup.folder)
     settings = settings.replaced(max_length=max_length, doc_stride=doc_stride, mix=mix, seed=settings.seed_list[0])
-    return _QaPlan(ref, tokenizers, settings, pool, setup, pick_device(settings.device))
+    return _QaPlan(setup.ref, tokenizers, settings, pool, setup.gmap, pick_device(settings.device))
 
 
 def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, SquadData], folder: Path,
