@@ -8,6 +8,7 @@ its own (so the memory comes from a different tokenization and length).
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -218,9 +219,13 @@ def test_qa_gmap_trains_then_qa_answers_the_same(models, tmp_path, monkeypatch, 
         ("q2", "What was associated with tachycardias?", [("Myocarditis", 25)]),
     )]}])
     out = tmp_path / "run"
+    # a general model with a second tokenizer: its identity covers that folder's files too, as every runner records it
+    general = shutil.copytree(models["general"], tmp_path / "general")
+    (general / "general-tokenizer").mkdir()
+    shutil.copy(general / "tokenizer.json", general / "general-tokenizer" / "tokenizer.json")
     code, stdout, err = cli(
         monkeypatch, capsys, "finetune", "--task", "qa", "--train", str(squad), "--test", str(squad),
-        "--model", str(models["qa"]), "--general-model", str(models["general"]), "--gmap", "chunk", "--gmap-cache",
+        "--model", str(models["qa"]), "--general-model", str(general), "--gmap", "chunk", "--gmap-cache",
         "--workdir", str(tmp_path / "w"), "--out", str(out), "--max-steps", "3", "--batch-size", "4", "--max-length", "48",
         "--doc-stride", "16", "--device", "cpu", "--json", "-q",
     )
@@ -228,6 +233,7 @@ def test_qa_gmap_trains_then_qa_answers_the_same(models, tmp_path, monkeypatch, 
     manifest = json.loads(stdout)
     assert manifest["stats"]["gmap"]["plan"]["strategy"] == "chunk" and (out / "gmap_config.json").is_file()
     assert manifest["stats"]["gmap_cache"]["misses"] > 0
+    assert "general_tokenizer_digest" in next(i for i in manifest["inputs"] if i.get("role") == "general")
     code, stdout, err = cli(
         monkeypatch, capsys, "qa", "--model", str(out), "--data", str(squad), "--out", str(tmp_path / "qa"),
         "--max-length", "48", "--device", "cpu", "--json", "-q",
