@@ -205,3 +205,40 @@ def test_the_training_loops_stand_ins_are_finetunes_declared_defaults() -> None:
                               "agreement"}
     assert stand_ins == {name: declared[name] for name in stand_ins}
     assert set(TrainingRun.ALWAYS_RECORDED) - {"max_grad_norm"} <= set(stand_ins)  # each always-recorded value has its stand-in
+
+
+def test_an_option_the_training_commands_share_is_declared_once() -> None:
+    """multitask and pretrain take finetune's declaration of an option they share (flags, bounds, checks, choices,
+    fingerprint), through option_as_in: only the default and the words may differ, so the same flag cannot drift
+    between commands. Options that share a flag but not a meaning are listed, each with why."""
+    import dataclasses
+
+    from greenadapt.options import declared_fields
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+    from greenadapt.runners.multitask.settings import MultitaskSettings
+    from greenadapt.runners.pretrain.settings import PretrainSettings
+
+    own = {
+        ("pretrain", "--mix"): "a share of packed sequences, recorded only when given",
+        ("pretrain", "--train"): "what trains (all or new-rows), not a training file",
+        ("pretrain", "--gmap"): "G-MAP over the masked-LM model: its own wiring",
+        ("pretrain", "--gmap-layers"): "the same",
+        ("pretrain", "--general-model"): "the same",
+        ("multitask", "--task"): "a task specification, not a task name",
+    }
+
+    def shape(declaration: object) -> object:
+        return dataclasses.replace(declaration, help="")  # type: ignore[type-var]
+
+    finetune = {declaration.flags[0]: shape(declaration) for _, declaration in declared_fields(FinetuneSettings)}
+    shared, exempt = 0, set()
+    for settings in (MultitaskSettings, PretrainSettings):
+        for _, declaration in declared_fields(settings):
+            flag = declaration.flags[0]
+            if (settings.command, flag) in own:
+                exempt.add((settings.command, flag))
+            elif flag in finetune:
+                assert shape(declaration) == finetune[flag], f"{settings.command} {flag} drifted from finetune's declaration"
+                shared += 1
+    assert exempt == set(own)  # an exemption whose option left is dead weight: remove it
+    assert shared >= 40

@@ -14,7 +14,7 @@ from greenadapt.adaptation.methods import DEFAULT_METHOD, METHODS, method_help
 from greenadapt.defaults import DEFAULT_MIN_COUNT_NEW, DEFAULT_SEED, check_seed
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
-from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
+from greenadapt.options import ADAPTATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option, option_as_in
 
 def check_focus_temperature(value: float) -> float:
     """focus's temperature: similarities are divided by it."""
@@ -145,8 +145,7 @@ class AlignSettings(MethodSettings):
                                             help="Find the w2v output of this corpus in the workspace (repeatable).")
     model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
                                help="Model folder or Hub id (default: the model the w2v output was made with).")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed,
-                       help="Seed of the held-out split (and of the random ablation).")
+    seed: int = option_as_in(Word2vecSettings, "seed", DEFAULT_SEED, help="Seed of the held-out split (and of the random ablation).")
     probe: tuple[str, ...] = option((), "--probe", panel=ADAPTATION, help="Also show the neighbours of this word (repeatable).")
 
 
@@ -175,8 +174,7 @@ class ExpandSettings(NewRowsSettings):
                             help="Add only words the corpus has at least this often (1: every word2vec word, the paper's setting).")
     min_count_spelled: int | None = option(None, "--min-count", panel=ADAPTATION, minimum=1, recorded=False,
                                            help="Deprecated: the old spelling of --min-count-new.")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed,
-                       help="Seed of the random ablation's draws (align --method random).")
+    seed: int = option_as_in(Word2vecSettings, "seed", DEFAULT_SEED, help="Seed of the random ablation's draws (align --method random).")
     method: str | None = option(None, "--method", panel=ADAPTATION, metavar="NAME", choices=tuple(METHODS),
                                 help="The initialisation method (chosen at align): with --corpus, use its align folder; with --align, "
                                      "check it. "
@@ -202,7 +200,7 @@ class SecondViewSettings(Settings):
     drop: float = option(0.1, "--drop", panel=ADAPTATION, minimum=0.01, maximum=0.9,
                          help="Fraction of the vocabulary's pieces of two characters or more that the second tokenizer never uses "
                               "(words with one are cut otherwise: a fixed alternative segmentation).")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, help="Seed of the draw of dropped pieces.")
+    seed: int = option_as_in(Word2vecSettings, "seed", DEFAULT_SEED, help="Seed of the draw of dropped pieces.")
 
 
 @dataclass(frozen=True, kw_only=True)

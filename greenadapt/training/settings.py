@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from greenadapt.data.ner_labels import check_entity_type
-from greenadapt.defaults import MAX_EPOCHS, MAX_LABEL_SMOOTHING, MAX_STEPS, check_max_length, check_seed
+from greenadapt.compute.settings import POOL_MODES
+from greenadapt.defaults import DEFAULT_SEED, MAX_EPOCHS, MAX_LABEL_SMOOTHING, MAX_STEPS, TRAIN_EMBEDDINGS, check_max_length, check_seed
 from greenadapt.errors import UsageError
-from greenadapt.options import INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
 from greenadapt.training.config import DROPOUT_MASKS, MAX_PAD_MULTIPLE
 
 
@@ -83,6 +84,29 @@ class RecipeSettings(Settings):
                                     fingerprint="when set",
                                     help="Label smoothing of the cross-entropy: the target puts EPS on a uniform spread over the labels "
                                          "(e.g. 0.1; 0: off).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopOptionSettings(Settings):
+    """Training options finetune, multitask and pretrain share, declared once: finetune takes the group; multitask and
+    pretrain take an option of it through ``option_as_in``, with their own default or words where those differ."""
+
+    mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
+                               help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
+    pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
+                              help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always",
+                             help="Micro-batches per step and process (gradient accumulation).")
+    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
+    train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, choices=TRAIN_EMBEDDINGS, fingerprint="always",
+                                   help="Word embeddings to train: all, new (added rows only) or none.")
+    max_words: int | None = option(None, "--max-words", panel=TRAINING, minimum=1,
+                                   help="NER: words per training chunk (labelled spans are never split; default 30); scored and predicted "
+                                        "sentences stay whole where the window holds them.")
+    eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
+    eval_every: int | None = option(None, "--eval-every", panel=EVALUATION, metavar="N", minimum=1, fingerprint="always",
+                                    help="With --dev: also score dev every N optimizer steps, not only at each epoch's end; the best "
+                                         "scoring's weights are kept.")
 
 
 ADAMW_KERNELS = ("foreach", "fused")

@@ -7,18 +7,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from greenadapt.compute.settings import POOL_MODES, DeviceSettings
+from greenadapt.compute.settings import DeviceSettings
 from greenadapt.data.settings import HEADERS, FieldSettings
-from greenadapt.defaults import DEFAULT_SEED, MAX_AGREEMENT, TRAIN_EMBEDDINGS, check_seed
+from greenadapt.defaults import DEFAULT_SEED, MAX_AGREEMENT
 from greenadapt.errors import UsageError
 from greenadapt.inference.qa.settings import AnswerSpanSettings
 from greenadapt.modeling.gmap.settings import GmapSettings
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, REQUIRED, TRAINING, model_paths, option
 from greenadapt.tasks import task_name, tasks_help
 from greenadapt.training.config import TrainingRun
 from greenadapt.training.settings import (
     CheckpointSettings,
     CompileSettings,
+    LoopOptionSettings,
     RecipeSettings,
     ScheduleSettings,
     ShapeSettings,
@@ -44,8 +45,8 @@ class TrainingFileSettings(FieldSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, ScheduleSettings, DeviceSettings, CompileSettings, ShapeSettings,
-                       TrackerSettings, CheckpointSettings, AnswerSpanSettings, TrainingRun):
+class FinetuneSettings(TrainingFileSettings, RecipeSettings, LoopOptionSettings, GmapSettings, ScheduleSettings, DeviceSettings,
+                       CompileSettings, ShapeSettings, TrackerSettings, CheckpointSettings, AnswerSpanSettings, TrainingRun):
     """``greenadapt finetune``: fine-tune on both tokenizers' views (every step by default, or the 50/50 mixture); evaluate mean-pooled."""
 
     command = "finetune"
@@ -63,8 +64,6 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
                                help="Test file, evaluated at the end under every pooling mode (qa: EM/F1 as `greenadapt qa` answers).")
     model: str | None = option(None, "--model", "-m", public=model_paths, panel=MODEL,
                                help="Expanded model folder (two tokenizers) or any BERT-style model.")
-    mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
-                               help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
     agreement: float = option(0.0, "--agreement", panel=TRAINING, metavar="W", minimum=0, maximum=MAX_AGREEMENT, fingerprint="when set",
                               help="Views that agree: show each training example in both tokenizers' views in the same step and add W x "
                                    "the symmetric KL between their label distributions (word-level for NER). Doubles the forward "
@@ -74,32 +73,18 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, GmapSettings, Sched
                                           "without --agreement's KL term; doubles the forward passes. Default: on for a model with two "
                                           "tokenizers (the CPU study's winner, docs/study.md), off with one (there it is the doubled "
                                           "exposure's control); --no-both-views trains one view a step (the 50/50 mixture).")
-    pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
-                              help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
-    grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always",
-                             help="Micro-batches per step and process (gradient accumulation).")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
     seeds: tuple[int, ...] | None = option(None, "--seeds", panel=TRAINING, parse=parse_seeds, cli_type=str | None, check=check_seeds,
                                            help="Several seeds, e.g. 1,2,3: one model each, mean ± std reported.")
     train_on: str = option("train", "--train-on", panel=TRAINING, choices=TRAIN_ON,
                            help="train, or train+dev (the paper's protocol; no dev selection).")
-    train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, choices=TRAIN_EMBEDDINGS, fingerprint="always",
-                                   help="Word embeddings to train: all, new (added rows only) or none.")
     doc_stride: int | None = option(None, "--doc-stride", panel=TRAINING, minimum=1,
                                     help="qa: wordpieces shared by consecutive windows of a long context (default: 128, at most a third of "
                                          "--max-length).")
-    max_words: int | None = option(None, "--max-words", panel=TRAINING, minimum=1,
-                                   help="NER: words per training chunk (labelled spans are never split; default 30); scored and predicted "
-                                        "sentences stay whole where the window holds them.")
     metric: str | None = option(None, "--metric", panel=EVALUATION,
                                 help="Dev metric for the best epoch: NER f1|precision|recall|accuracy; classify "
                                      "accuracy|micro_f1|macro_f1|mcc|f1.")
     positive_label: str | None = option(None, "--positive-label", panel=EVALUATION,
                                         help="Classification: the label whose F1 is 'f1' (default: 1 for 0/1 labels).")
-    eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
-    eval_every: int | None = option(None, "--eval-every", panel=EVALUATION, metavar="N", minimum=1, fingerprint="always",
-                                    help="With --dev: also score dev every N optimizer steps, not only at each epoch's end; the best "
-                                         "scoring's weights are kept.")
     early_stopping: int | None = option(None, "--early-stopping", panel=EVALUATION, metavar="N", minimum=1, fingerprint="always",
                                         help="With --dev: stop once N dev scorings in a row did not beat the best (the best's weights are "
                                              "kept).")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from greenadapt.compute.settings import POOL_MODES, DeviceSettings
-from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, check_seed
+from greenadapt.compute.settings import DeviceSettings
+from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED
 from greenadapt.modeling.gmap.settings import GmapSettings
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, TRAINING, model_paths, option, option_as_in
+from greenadapt.options import INPUT_OUTPUT, MODEL, TRAINING, model_paths, option, option_as_in
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import CheckpointSettings, CompileSettings, RecipeSettings, ScheduleSettings
+from greenadapt.training.settings import CheckpointSettings, CompileSettings, LoopOptionSettings, RecipeSettings, ScheduleSettings
 
 SAMPLING = ("proportional", "sqrt", "annealed", "round-robin")  # how each step's task is drawn (greenadapt.runners.multitask.sampling)
 
@@ -44,16 +44,14 @@ class MultitaskSettings(GmapSettings, ScheduleSettings, DeviceSettings, CompileS
     max_steps: int | None = option_as_in(RecipeSettings, "max_steps", None)
     batch_size: int = option_as_in(RecipeSettings, "batch_size", 32, help="Examples per step (all from one task).")
     lr: float = option_as_in(RecipeSettings, "lr", 5e-5, help="Peak learning rate (AdamW, linear schedule).")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
-    mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
-                               help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
-    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES,
-                       help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    seed: int = option_as_in(LoopOptionSettings, "seed", DEFAULT_SEED)
+    mix: float | None = option_as_in(LoopOptionSettings, "mix", None)
+    pool: str = option_as_in(LoopOptionSettings, "pool", "mean")
     max_length: int = option_as_in(RecipeSettings, "max_length", DEFAULT_MAX_LENGTH, help="Wordpieces per sequence.")
-    max_words: int = option(30, "--max-words", panel=TRAINING, minimum=1,
-                            help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole where the "
-                                 "window holds them.")
-    eval_batch_size: int = option(64, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per inference batch.")
+    max_words: int = option_as_in(LoopOptionSettings, "max_words", 30,
+                                  help="NER: words per training chunk (labelled spans are never split); scored sentences stay whole "
+                                       "where the window holds them.")
+    eval_batch_size: int = option_as_in(LoopOptionSettings, "eval_batch_size", 64)
 
     def check(self) -> None:
         check_decay(self.lr, self.weight_decay)

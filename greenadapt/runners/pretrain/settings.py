@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from greenadapt.compute.settings import DeviceSettings
-from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED, TRAIN_EMBEDDINGS, check_seed
+from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED
 from greenadapt.errors import UsageError
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option, option_as_in
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import SAVE_MINUTES, CheckpointSettings, CompileSettings, RecipeSettings, ScheduleSettings
+from greenadapt.training.settings import (SAVE_MINUTES, CheckpointSettings, CompileSettings, LoopOptionSettings, RecipeSettings,
+                                         ScheduleSettings)
 
 TOKENIZER_CHOICES = ("auto", "domain", "general")
 TRAIN_CHOICES = ("all", "new-rows")
@@ -52,22 +53,20 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Checkp
     epochs: int = option_as_in(RecipeSettings, "epochs", 1, help="Passes over the training sequences.")
     max_steps: int | None = option_as_in(RecipeSettings, "max_steps", None)
     batch_size: int = option_as_in(RecipeSettings, "batch_size", 32, help="Sequences per optimizer step, over all processes.")
-    grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always",
-                             help="Micro-batches per step and process (gradient accumulation).")
+    grad_accum: int = option_as_in(LoopOptionSettings, "grad_accum", 1)
     lr: float = option_as_in(RecipeSettings, "lr", 5e-5, help="Peak learning rate (AdamW, linear warm-up and decay).")
-    seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always",
-                       help="Random seed (order, masking, dropout).")
-    train_embeddings: str = option("all", "--train-embeddings", panel=TRAINING, choices=TRAIN_EMBEDDINGS, fingerprint="always",
-                                   help="Word embeddings to train: all, new (rows added by expand only) or none.")
+    seed: int = option_as_in(LoopOptionSettings, "seed", DEFAULT_SEED, help="Random seed (order, masking, dropout).")
+    train_embeddings: str = option_as_in(LoopOptionSettings, "train_embeddings", "all",
+                                         help="Word embeddings to train: all, new (rows added by expand only) or none.")
     train: str = option("all", "--train", panel=TRAINING, metavar="WHAT", choices=TRAIN_CHOICES, fingerprint="when set",
                         help="all: every parameter (DAPT); new-rows: only the rows expand added, encoder, original rows and head frozen "
                              "(the head trains during --head-warmup-steps).")
     head_warmup_steps: int = option(0, "--head-warmup-steps", panel=TRAINING, minimum=0, fingerprint="when set",
                                     help="The first N steps train the masked-LM head alone (encoder and embeddings frozen): for models "
                                          "shipped without an MLM head, such as the bundled MiniLM.")
-    eval_every: int | None = option(None, "--eval-every", panel=EVALUATION, minimum=1, fingerprint="always",
-                                    help="Held-out evaluation every N steps (always before and after training).")
-    eval_batch_size: int = option(32, "--eval-batch-size", panel=PERFORMANCE, minimum=1, help="Sequences per evaluation batch.")
+    eval_every: int | None = option_as_in(LoopOptionSettings, "eval_every", None,
+                                          help="Held-out evaluation every N steps (always before and after training).")
+    eval_batch_size: int = option_as_in(LoopOptionSettings, "eval_batch_size", 32, help="Sequences per evaluation batch.")
     gmap: str | None = option(None, "--gmap", panel=MODEL,
                               help="G-MAP memory during training: single, multi, gated or chunk (needs --general-model).")
     gmap_layers: str | None = option(None, "--gmap-layers", panel=MODEL,
