@@ -110,3 +110,30 @@ def test_an_entity_inside_a_spacy_token_widens_to_it_and_overlaps_keep_the_longe
     inside = [Entity(3, 14, "tachycardia", "Disease", 0.9), Entity(8, 15, "cardias", "Disease", 0.8),  # one token, twice
               Entity(19, 25, "sepsis", "Disease", 0.7), Entity(25, 26, " ", "Disease", 0.5)]  # a space: no token
     assert [(s.text, s.label_) for s in entity_spans(doc, inside)] == [("tachycardias", "Disease"), ("sepsis", "Disease")]
+
+
+def test_the_components_config_is_loads_options_with_their_defaults(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every greenadapt.load option (LoadSettings: threads and general_model too) is a config key of the component with
+    load's default, declared once, so a new one reaches spaCy by itself; spaCy refuses a key or a value load would not
+    take before any model is opened."""
+    import spacy
+
+    from greenadapt.api import using
+    from greenadapt.inference.settings import LoadSettings
+    from greenadapt.options import declared_fields
+
+    received: dict[str, object] = {}
+    real = using.load
+
+    def spy(path: object, **keywords: object) -> object:
+        received.update(keywords)
+        return real(path, **keywords)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(using, "load", spy)
+    spacy.blank("en").add_pipe("greenadapt_ner", config={"model": str(run), "threads": 1, "batch_size": 2})
+    assert received == {**{field.name: field.default for field, _ in declared_fields(LoadSettings)}, "threads": 1, "batch_size": 2}
+    for config, named in (({"batch_size": "many"}, "batch_size"), ({"colour": "red"}, "colour")):
+        received.clear()
+        with pytest.raises(Exception, match=named):
+            spacy.blank("en").add_pipe("greenadapt_ner", config={"model": str(run), **config})
+        assert not received

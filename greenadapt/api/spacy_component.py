@@ -15,7 +15,9 @@ widening creates keep the longer span (spaCy's ``filter_spans``). Like spaCy's o
 """
 
 # (no `from __future__ import annotations`: spaCy validates the factory's config against its real annotations)
+import inspect
 import logging
+import typing
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -27,30 +29,35 @@ except ModuleNotFoundError as missing:  # one line that names the extra, not a t
     raise ModuleNotFoundError("greenadapt's spaCy component needs spaCy: pip install 'greenadapt[spacy]'",
                               name=missing.name) from None
 
+from greenadapt.api.build import keyword_parameters
+from greenadapt.inference.settings import LoadSettings
+
 log = logging.getLogger(__name__)
 
 FACTORY = "greenadapt_ner"
-DEFAULT_CONFIG: dict[str, Any] = {"model": None, "runtime": "auto", "quantize": "none", "pool": "mean", "batch_size": 64,
-                                  "device": "auto", "precision": "auto"}
+# The component's config is greenadapt.load's way of running a model, each key declared once (LoadSettings: runtime,
+# quantize, pool, batch_size, device, precision, threads, general_model), with the command line's defaults.
+LOAD_PARAMETERS = [parameter.replace(annotation=typing.get_type_hints(LoadSettings)[parameter.name])
+                   for parameter in keyword_parameters(LoadSettings)]
+DEFAULT_CONFIG: dict[str, Any] = {"model": None, **{parameter.name: parameter.default for parameter in LOAD_PARAMETERS}}
 
 
 class GreenadaptNer:
     """The component: greenadapt's NER model over each doc's text; ``pipe`` hands it ``batch_size`` docs at a time."""
 
-    def __init__(self, nlp: Language, name: str, *, model: str | None, runtime: str, quantize: str, pool: str, batch_size: int,
-                 device: str, precision: str) -> None:
+    def __init__(self, nlp: Language, name: str, *, model: str | None, **settings: Any) -> None:
         from greenadapt.api.using import load
         from greenadapt.errors import UsageError
         from greenadapt.inference.predictor import NerModel
 
         if not model:
             raise UsageError(f'{FACTORY} needs its model: nlp.add_pipe("{FACTORY}", config={{"model": "RUN_FOLDER"}})')
-        self.name, self.batch_size = name, batch_size
-        loaded = load(model, runtime=runtime, quantize=quantize, pool=pool, batch_size=batch_size, device=device, precision=precision)
+        loaded = load(model, **settings)
         if not isinstance(loaded, NerModel):
             raise UsageError(f"{model} is not an NER run (its task finds no entities)",
                              hint=f"{FACTORY} takes a finetune --task ner folder")
-        self.model = loaded
+        self.name, self.model = name, loaded
+        self.batch_size = settings.get("batch_size", DEFAULT_CONFIG["batch_size"])
 
     def __call__(self, doc: Doc) -> Doc:
         return next(iter(self.pipe([doc])))
@@ -75,8 +82,12 @@ def entity_spans(doc: Doc, entities: Iterable[Any]) -> list[Span]:
     return filter_spans(spans)
 
 
-@Language.factory(FACTORY, default_config=DEFAULT_CONFIG)
-def make_greenadapt_ner(nlp: Language, name: str, model: str | None, runtime: str, quantize: str, pool: str, batch_size: int,
-                        device: str, precision: str) -> GreenadaptNer:
-    return GreenadaptNer(nlp, name, model=model, runtime=runtime, quantize=quantize, pool=pool, batch_size=batch_size, device=device,
-                         precision=precision)
+def make_greenadapt_ner(nlp: Language, name: str, model: str | None, **settings: Any) -> GreenadaptNer:
+    return GreenadaptNer(nlp, name, model=model, **settings)
+
+
+# spaCy reads a factory's config keys, types and defaults from its signature: LoadSettings' fields, as greenadapt.load's.
+make_greenadapt_ner.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [*list(inspect.signature(make_greenadapt_ner).parameters.values())[:3], *LOAD_PARAMETERS],
+    return_annotation=GreenadaptNer)
+Language.factory(FACTORY, default_config=DEFAULT_CONFIG)(make_greenadapt_ner)
