@@ -409,6 +409,17 @@ def _sweep_dead_temporaries(path: Path) -> None:
         partial.unlink()  # the sidecar of a killed write: it points at nothing now
 
 
+def fsync_directory(path: Path) -> None:
+    """Make a rename into ``path`` durable: it is so only once the directory entry is on disk (a file system that
+    cannot sync a directory is left as it is)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def atomic_write_text(path: Path, text: str, *, user_path: bool = False) -> None:
     """Write a file so readers see the old content or the new, never a part (``user_path``: see :func:`atomic_writer`)."""
     with atomic_writer(path, user_path=user_path) as handle:

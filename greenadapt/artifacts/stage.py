@@ -34,7 +34,7 @@ from typing import Any
 from greenadapt.version import __version__
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.differences import run_difference
-from greenadapt.artifacts.files import library_versions, readable_as_the_umask_says, sha256_file, write_json
+from greenadapt.artifacts.files import fsync_directory, library_versions, readable_as_the_umask_says, sha256_file, write_json
 from greenadapt.artifacts.locks import lock_within, release_output_lock, take_output_lock
 from greenadapt.artifacts.manifest import (
     MANIFEST,
@@ -294,7 +294,7 @@ class StageRun:
         try:
             write_json(self.tmp / MANIFEST, manifest)  # from here on the manifest is the proof
             (self.tmp / TEMPORARY_MARKER).unlink(missing_ok=True)
-            _fsync_dir(self.tmp)
+            fsync_directory(self.tmp)
             self._swap_into_place()
         except OSError as exc:
             raise _resource_error(exc, self.out) from exc
@@ -355,7 +355,7 @@ def swap_into_place(tmp: Path, out: Path) -> None:
         old = beside(out, "old")
         os.rename(out, old)
     os.rename(tmp, out)
-    _fsync_dir(out.parent)
+    fsync_directory(out.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -439,15 +439,6 @@ def _through_links(out: Path) -> Path:
                                 hint="make the folder it points to first, or choose another --out")
     log.info("%s is a link: writing into %s, the folder it points to", out, target)
     return target
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 TEMPORARY_MARKER = ".greenadapt-temporary"  # the first file of every stage's temporary folder

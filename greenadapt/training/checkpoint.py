@@ -294,7 +294,7 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
     next ``ckpt-NNNNNN`` and the rename made durable. Shared by ``finetune`` and
     ``pretrain``, whose checkpoints hold different state.
     """
-    from greenadapt.artifacts.files import refuse_planted, sha256_file, write_json
+    from greenadapt.artifacts.files import fsync_directory, refuse_planted, sha256_file, write_json
     from greenadapt.artifacts.stage import resource_errors
 
     folder = checkpoint.folder
@@ -317,7 +317,7 @@ def write_checkpoint(checkpoint: Checkpointing, step: int, fill: Callable[[Path]
             manifest = {"format": CHECKPOINT_FORMAT, **checkpoint.run.recorded(folder), "step": step}
             write_json(tmp / CHECKPOINT_MANIFEST, {**manifest, "complete": complete, "files": files})
             os.rename(tmp, final)
-            _fsync_directory(folder)
+            fsync_directory(folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -383,15 +383,6 @@ def _checkpoint_order(path: Path) -> tuple[int, int]:
     parts = path.name.split("-")[1:]
     numbers = [int(p) if p.isdigit() else -1 for p in parts] + [1]
     return numbers[0], numbers[1]
-
-
-def _fsync_directory(path: Path) -> None:
-    # The rename is durable only once the directory entry is on disk.
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def matching_checkpoint(checkpoint: Checkpointing) -> Path | None:
