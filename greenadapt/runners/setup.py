@@ -1,7 +1,8 @@
-"""What the runners that fine-tune a model resolve before they read data, written once: finetune (its labelling tasks
-and QA) and multitask call :func:`prepare_runner`, and record what it resolved in their stage's fingerprint with
-:meth:`RunnerSetup.record`. Every training runner, pretrain too, then opens
-:func:`greenadapt.training.job.training_stage` with its settings as they are (device, --resume, checkpoints)."""
+"""What every training runner resolves before it reads data, written once: finetune (its labelling tasks and QA),
+multitask and pretrain call :func:`prepare_runner`; the fine-tuning runners record what it resolved in their stage's
+fingerprint with :meth:`RunnerSetup.record` (pretrain records its corpora's identities instead of data files'). Each
+then opens :func:`greenadapt.training.job.training_stage` with its settings as they are (device, --resume,
+checkpoints)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from greenadapt.options import Run
     from greenadapt.runners.finetune.settings import FinetuneSettings
     from greenadapt.runners.multitask.settings import MultitaskSettings
+    from greenadapt.runners.pretrain.settings import PretrainSettings
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,11 @@ class RunnerSetup:
         return config, inputs
 
 
-def prepare_runner(settings: FinetuneSettings | MultitaskSettings, run: Run, *, kind: str, data: Iterable[str | os.PathLike[str] | None],
-                   default_out: Callable[[ModelRef], Path]) -> RunnerSetup:
+def prepare_runner(settings: FinetuneSettings | MultitaskSettings | PretrainSettings, run: Run, *, kind: str,
+                   data: Iterable[str | os.PathLike[str] | None], default_out: Callable[[ModelRef], Path]) -> RunnerSetup:
     """Resolve ``settings.model``, choose and check the output folder (``run.out``, else ``default_out``), check the
     model's weights load safely, open its tokenizers and G-MAP's general model: all before any data is read."""
+    from greenadapt.modeling.gmap.settings import GmapSettings
     from greenadapt.modeling.gmap.wiring import prepare
 
     ref = resolve_model(settings.model)
@@ -63,5 +66,7 @@ def prepare_runner(settings: FinetuneSettings | MultitaskSettings, run: Run, *, 
     check_run_destination(out, kind=kind, force=run.force, model=ref.path, data=data, workdir=run.workdir)
     identity = identity_of_model(ref)
     folder = ExpandedModel.open(ref)
-    gmap = prepare(settings, ref, folder.tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
+    gmap = None  # pretrain fuses G-MAP into its masked-LM model itself (--gmap with --general-model)
+    if isinstance(settings, GmapSettings):
+        gmap = prepare(settings, ref, folder.tokenizers.general, cache_root=resolve_workdir(run.workdir) / "cache")
     return RunnerSetup(ref, folder, out, identity, gmap)

@@ -64,12 +64,8 @@ class _Setup:
     max_length: int
 
 
-def _setup(model: str | None, tokenizer_choice: str, max_length: int, *, mix: float | None = None) -> _Setup:
-    from greenadapt.artifacts.model_folder import ExpandedModel
-    from greenadapt.artifacts.pretrained import resolve_model
-
-    ref = resolve_model(model)
-    folder = ExpandedModel.open(ref)
+def _setup(ref: Any, folder: Any, tokenizer_choice: str, max_length: int, *, mix: float | None = None) -> _Setup:
+    """The tokenizer training reads (``--tokenizer``), checked against the model folder (``ExpandedModel``)."""
     pair = folder.tokenizers
     if tokenizer_choice == "domain" and not pair.has_domain:
         raise UsageError("--tokenizer domain needs a model folder with a domain tokenizer", path=ref.path,
@@ -225,15 +221,18 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
     """Continue masked-LM training of ``settings.model`` on ``settings.corpus``; skip when an up-to-date output exists."""
 
     from greenadapt.artifacts import workspace
-    from greenadapt.artifacts.destination import check_destination, corpus_reads, protected
     from greenadapt.corpus import resolve_corpus, source_identities
-    from greenadapt.artifacts.model_identity import identity_of_model
+    from greenadapt.runners.setup import prepare_runner
 
     text_fields = _text_fields(settings)
     corpus_sources = resolve_corpus(list(settings.corpus), text_fields=text_fields)  # bad input fails before loading torch
     general_sources = resolve_corpus(list(settings.general_corpus), text_fields=text_fields) if settings.general_corpus else []
-    setup = _setup(settings.model, settings.tokenizer, settings.max_length, mix=settings.mix)
     root = workspace.workdir(run.workdir)
+    corpus = list(settings.corpus)
+    prepared = prepare_runner(
+        settings, run, kind=KIND, data=[*corpus, *(settings.general_corpus or [])],
+        default_out=lambda ref: workspace.stage_dir(root, corpus, workspace.model_folder_name(root, corpus, ref), KIND))
+    setup = _setup(prepared.ref, prepared.folder, settings.tokenizer, settings.max_length, mix=settings.mix)
     workers = settings.workers or available_cores()
     config = {
         "train": settings.recorded(),  # options added later count only when used: outputs made before them stay up to date
@@ -247,16 +246,9 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
                                                     "general_model": settings.general_model},
         "model": setup.ref.name,
     }
-    inputs: list[dict[str, Any]] = [identity_of_model(setup.ref)]
-    inputs += [{"role": "corpus", **i} for i in source_identities(corpus_sources)]
-    inputs += [{"role": "general-corpus", **i} for i in source_identities(general_sources)]
-    corpus = list(settings.corpus)
-    out = Path(run.out) if run.out is not None else workspace.stage_dir(root, corpus,
-                                                                        workspace.model_folder_name(root, corpus, setup.ref), KIND)
-    check_destination(
-        out, kind=KIND, force=run.force, workspace=root,
-        reads=[*protected("the --model", setup.ref.path), *corpus_reads(corpus), *corpus_reads(list(settings.general_corpus or []))],
-    )
+    inputs = [prepared.identity, *({"role": "corpus", **i} for i in source_identities(corpus_sources)),
+              *({"role": "general-corpus", **i} for i in source_identities(general_sources))]
+    out = prepared.out
     with training_stage(KIND, out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
             return job.up_to_date
@@ -346,7 +338,11 @@ def run_eval_only(settings: PretrainSettings, run: Run) -> dict[str, Any]:
 
     if run.out is not None:
         raise UsageError("--out does not apply to --eval-only", hint="pass each corpus to score as --corpus")
-    setup = _setup(settings.model, settings.tokenizer, settings.max_length)
+    from greenadapt.artifacts.model_folder import ExpandedModel
+    from greenadapt.artifacts.pretrained import resolve_model
+
+    ref = resolve_model(settings.model)
+    setup = _setup(ref, ExpandedModel.open(ref), settings.tokenizer, settings.max_length)
     root = workspace.workdir(run.workdir)
     workers = settings.workers or available_cores()
     ctx = DistContext(device=pick_device(settings.device))
