@@ -125,7 +125,7 @@ class _QaPlan:
     tokenizers: Any
     settings: FinetuneSettings  # max_length, doc_stride and the mix resolved
     pool: str
-    setup: Any  # G-MAP (None: off)
+    gmap: Any  # G-MAP's set-up (None: off)
     device: Any
 
     def config(self) -> dict[str, Any]:
@@ -163,11 +163,11 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     """Featurize, train, save the model and tokenizers into ``folder``, answer and score ``scored``: the manifest's stats."""
     from greenadapt.artifacts.pretrained import quiet_transformers
 
-    tokenizers, settings, setup, device, pool = plan.tokenizers, plan.settings, plan.setup, plan.device, plan.pool
+    tokenizers, settings, gmap, device, pool = plan.tokenizers, plan.settings, plan.gmap, plan.device, plan.pool
     mix = settings.mix or 0.0
     views = [tokenizers.general] + ([tokenizers.domain] if tokenizers.domain is not None and mix > 0 else [])
-    memory_tokenizer = None if setup is None else (setup.tokenizer or tokenizers.general)
-    memory_length = 512 if setup is None else setup.max_length
+    memory_tokenizer = None if gmap is None else (gmap.tokenizer or tokenizers.general)
+    memory_length = 512 if gmap is None else gmap.max_length
     assert settings.max_length is not None and settings.doc_stride is not None  # _plan
     windows = {"max_length": settings.max_length, "doc_stride": settings.doc_stride, "max_question_tokens": MAX_QUESTION_TOKENS}
     featurized = [featurize(train_data, tokenizer, **windows, memory_tokenizer=memory_tokenizer, memory_length=memory_length)
@@ -179,16 +179,16 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     if dropped:
         log.warning("%d training question(s) left out: their gold answer text is not in the context", dropped)
     qa_model = _load_for_training(plan.ref.path, tokenizers, settings.seed, device)
-    if setup is not None:
+    if gmap is not None:
         from greenadapt.modeling.gmap import wiring as finetune_gmap
 
-        qa_model = finetune_gmap.build_model(qa_model, setup).to(device)
+        qa_model = finetune_gmap.build_model(qa_model, gmap).to(device)
     stats: dict[str, Any] = {"task": TASK, "mix": mix, "pool": pool}
     stats.update(train_qa(qa_model, [f for f, _ in featurized], train_data.n_questions, len(tokenizers.general), settings, device, hooks))
     stats.update(questions_left_out=dropped, windows={name: len(f.input_ids) for name, (f, _) in zip(("general", "domain"), featurized)})
-    if setup is not None:
-        finetune_gmap.save(qa_model, folder, setup)
-        stats["gmap"] = {**qa_model.describe(), **setup.describe()}
+    if gmap is not None:
+        finetune_gmap.save(qa_model, folder, gmap)
+        stats["gmap"] = {**qa_model.describe(), **gmap.describe()}
         if qa_model.memory_cache is not None:
             stats["gmap_cache"] = qa_model.memory_cache.stats()
     else:
@@ -197,7 +197,7 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     _save_tokenizers(tokenizers, folder, settings.max_length)
     metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
     for split, data in scored.items():
-        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings, device, setup=setup)
+        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings, device, gmap=gmap)
         stats["warnings"] += answer_warnings(split, data.answer_texts(), predictions)
         metrics[split] = scores
         (folder / "predictions").mkdir(exist_ok=True)
@@ -230,12 +230,12 @@ def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> A
     return model.to(device)
 
 
-def _runner(model: Any, device: Any, tokenizers: Any, setup: Any) -> Any:
+def _runner(model: Any, device: Any, tokenizers: Any, gmap: Any) -> Any:
     from greenadapt.inference.qa.infer import QaRunner
 
-    if setup is None:
+    if gmap is None:
         return QaRunner(model, device)
-    return QaRunner(model, device, memory_tokenizer=setup.tokenizer or tokenizers.general, memory_length=setup.max_length)
+    return QaRunner(model, device, memory_tokenizer=gmap.tokenizer or tokenizers.general, memory_length=gmap.max_length)
 
 
 def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
@@ -250,7 +250,7 @@ def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
 
 
 def _evaluate(
-    model: Any, tokenizers: Any, data: SquadData, pool: str, settings: FinetuneSettings, device: Any, *, setup: Any = None
+    model: Any, tokenizers: Any, data: SquadData, pool: str, settings: FinetuneSettings, device: Any, *, gmap: Any = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``greenadapt qa``'s whole-document answers and scores; also the predictions, id → answer."""
     from greenadapt.data.squad_metrics import evaluate
@@ -260,7 +260,7 @@ def _evaluate(
     answered = {
         question.id: (answers[0]["text"] if answers else "")
         for question, answers in answer_questions(
-            _runner(model, device, tokenizers, setup), data.documents, tokenizers.for_pool(pool), max_length=settings.max_length,
+            _runner(model, device, tokenizers, gmap), data.documents, tokenizers.for_pool(pool), max_length=settings.max_length,
             batch_size=settings.eval_batch_size, n_best=1, spans=settings,
         )
     }
