@@ -325,9 +325,22 @@ def test_gmap_memory_gets_no_gradient_and_the_output_reloads(tiny_bert: Path, ti
 
 
 def test_gmap_refuses_a_general_model_with_another_vocabulary(corpus: Path, tmp_path: Path, tiny_bert_base: Path) -> None:
+    """G-MAP's options are checked before the corpus is read: the strategy and its layers when the options are made,
+    the general model (found, the training tokenizer's vocabulary) before pre-tokenizing; `--gmap none` is off."""
+    from greenadapt.errors import ModelError
+
     model = build_tiny_expanded(tmp_path / "expanded", head="mlm")
+    options = _options(model, corpus, tmp_path / "out", gmap="single", general_model=str(tiny_bert_base))
     with pytest.raises(UsageError, match="another vocabulary"):
-        pretrain(**_options(model, corpus, tmp_path / "out", gmap="single", general_model=str(tiny_bert_base)))
+        pretrain(**options)
+    with pytest.raises(ModelError, match="not found"):
+        pretrain(**{**options, "general_model": str(tmp_path / "missing")})
+    for gmap, refusal in (("sideways", "unknown --gmap 'sideways'"), ("single", "G-MAP layer")):
+        with pytest.raises(UsageError, match=refusal):
+            pretrain(**{**options, "gmap": gmap, "gmap_layers": "99" if gmap == "single" else None})
+    assert not (tmp_path / "work" / "cache").exists() and not (tmp_path / "out").exists()  # no corpus was read
+    with pytest.raises(UsageError, match="--general-model is only used with --gmap"):
+        pretrain(**{**options, "gmap": "none"})
 
 
 # --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenadapt.errors import ModelError, UsageError
-from greenadapt.modeling.gmap.config import FusionPlan
+from greenadapt.modeling.gmap.config import FusionPlan, GmapConfig
 
 if TYPE_CHECKING:
     from greenadapt.artifacts.pretrained import ModelRef
@@ -42,8 +42,8 @@ def resolve_general_model(settings: GmapSettings, domain: ModelRef) -> ModelRef:
     )
 
 
-def check_models(settings: GmapSettings, domain: ModelRef, general: ModelRef) -> FusionPlan:
-    """The fusion plan for these two models; a UsageError (bad layers) or ModelError (widths) otherwise."""
+def check_models(fusion: GmapConfig, domain: ModelRef, general: ModelRef) -> FusionPlan:
+    """The fusion plan ``fusion`` makes of these two models; a UsageError (bad layers) or ModelError (widths) otherwise."""
     domain_config, general_config = domain.config(), general.config()
     sizes = {}
     for role, config, ref in (("domain", domain_config, domain), ("general", general_config, general)):
@@ -57,7 +57,7 @@ def check_models(settings: GmapSettings, domain: ModelRef, general: ModelRef) ->
             path=general.path,
             hint="G-MAP projects general states with the domain model's key/value matrices; pick a --general-model of the same width",
         )
-    return settings.gmap_config(str(general.path)).plan(sizes["domain"][0], sizes["general"][0])
+    return fusion.plan(sizes["domain"][0], sizes["general"][0])
 
 
 def same_tokenizer(a: Any, b: Any) -> bool:

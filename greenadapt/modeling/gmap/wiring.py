@@ -67,7 +67,7 @@ def prepare(settings: GmapSettings, domain: ModelRef, t_lm: Any, *, cache_root: 
     if not settings.fuses:
         return None
     general = resolve_general_model(settings, domain)
-    check_models(settings, domain, general)
+    check_models(settings.gmap_config(str(general.path)), domain, general)
     tokenizer = general_tokenizer(general.path, t_lm)
     config = general.config()
     max_length = position_limit(config)

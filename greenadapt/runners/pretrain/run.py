@@ -159,15 +159,17 @@ def _load_mlm(setup: _Setup) -> Any:
     return model
 
 
-def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...] | None, general_model: str,
-                gates: Path | None = None) -> Any:
-    import transformers
-
+def _general_model(setup: _Setup, settings: PretrainSettings) -> Any:
+    """``--general-model`` resolved and checked against the model (widths, the fused layers) and the training
+    tokenizer: before any corpus is read."""
     from greenadapt.artifacts.pretrained import load_fast_tokenizer, resolve_model
     from greenadapt.modeling.gmap.config import GmapConfig
-    from greenadapt.modeling.gmap.model import GmapModel
+    from greenadapt.modeling.gmap.general_model import check_models
 
+    assert settings.gmap is not None and settings.general_model is not None  # PretrainSettings.check
+    general_model = settings.general_model
     general_ref = resolve_model(general_model)
+    check_models(GmapConfig(strategy=settings.gmap, layers=_layers(settings)), setup.ref, general_ref)
     try:
         general_tokenizer = load_fast_tokenizer(general_ref.path)
     except ModelError:
@@ -177,8 +179,18 @@ def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...
             f"--general-model {general_model} has another vocabulary than the training tokenizer ({setup.view})",
             hint="the general model reads the same masked ids; for an expanded model pass --tokenizer general",
         )
-    from greenadapt.artifacts.pretrained import quiet_transformers
+    return general_ref
 
+
+def _gmap_model(model: Any, setup: _Setup, strategy: str, layers: tuple[int, ...] | None, general_model: str,
+                gates: Path | None = None, *, general_ref: Any = None) -> Any:
+    import transformers
+
+    from greenadapt.artifacts.pretrained import quiet_transformers, resolve_model
+    from greenadapt.modeling.gmap.config import GmapConfig
+    from greenadapt.modeling.gmap.model import GmapModel
+
+    general_ref = general_ref or resolve_model(general_model)
     with quiet_transformers():
         general = transformers.AutoModel.from_pretrained(str(general_ref.path))
     if general.get_input_embeddings().weight.shape[0] < len(setup.tokenizer):
@@ -233,6 +245,7 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
         settings, run, kind=KIND, data=[*corpus, *(settings.general_corpus or [])],
         default_out=lambda ref: workspace.stage_dir(root, corpus, workspace.model_folder_name(root, corpus, ref), KIND))
     setup = _setup(prepared.ref, prepared.folder, settings.tokenizer, settings.max_length, mix=settings.mix)
+    general_ref = _general_model(setup, settings) if settings.fuses else None
     workers = settings.workers or available_cores()
     config = {
         "train": settings.recorded(),  # options added later count only when used: outputs made before them stay up to date
@@ -242,8 +255,8 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
         "tokenizer": setup.view,
         **({"mix": settings.mix} if settings.mix is not None else {}),  # only when used: earlier outputs stay up to date
         "text_fields": text_fields,
-        "gmap": None if settings.gmap is None else {"strategy": settings.gmap, "layers": _layers(settings),
-                                                    "general_model": settings.general_model},
+        "gmap": None if not settings.fuses else {"strategy": settings.gmap, "layers": _layers(settings),
+                                                 "general_model": settings.general_model},
         "model": setup.ref.name,
     }
     inputs = [prepared.identity, *({"role": "corpus", **i} for i in source_identities(corpus_sources)),
@@ -252,7 +265,7 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
     with training_stage(KIND, out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
             return job.up_to_date
-        return job.commit(_train(settings, run, setup, root, workers, job))
+        return job.commit(_train(settings, run, setup, root, workers, job, general_ref))
 
 
 def _layers(settings: PretrainSettings) -> tuple[int, ...] | None:
@@ -261,8 +274,10 @@ def _layers(settings: PretrainSettings) -> tuple[int, ...] | None:
     return parse_layers(settings.gmap_layers) if settings.gmap_layers is not None else None
 
 
-def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers: int, job: TrainingStage) -> dict[str, Any]:
-    """Pack the corpora, train, save the model into the stage folder (rank 0); the manifest's stats."""
+def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers: int, job: TrainingStage,
+           general_ref: Any) -> dict[str, Any]:
+    """Pack the corpora, train (G-MAP's memory from ``general_ref``, when given), save the model into the stage folder
+    (rank 0); the manifest's stats."""
     import torch
     from transformers import set_seed
 
@@ -277,8 +292,8 @@ def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers
                                          workers, run.force, run.progress)
     set_seed(settings.seed)
     model = _load_mlm(setup)
-    gmap = _gmap_model(model, setup, settings.gmap, _layers(settings),
-                       settings.general_model) if settings.gmap else None  # type: ignore[arg-type]
+    gmap = _gmap_model(model, setup, settings.gmap, _layers(settings), settings.general_model,  # type: ignore[arg-type]
+                       general_ref=general_ref) if general_ref is not None else None
     mlm = build_masked_lm(model, gmap)
     vocab_rows = model.get_input_embeddings().weight.shape[0]
     masker = Masker.for_tokenizer(setup.tokenizer, vocab_rows, whole_word=settings.whole_word_masking,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from greenadapt.compute.settings import DeviceSettings
 from greenadapt.defaults import DEFAULT_MAX_LENGTH, DEFAULT_SEED
 from greenadapt.errors import UsageError
+from greenadapt.modeling.gmap.settings import NONE, GmapSettings
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option, option_as_in
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
@@ -67,18 +68,17 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Checkp
     eval_every: int | None = option_as_in(LoopOptionSettings, "eval_every", None,
                                           help="Held-out evaluation every N steps (always before and after training).")
     eval_batch_size: int = option_as_in(LoopOptionSettings, "eval_batch_size", 32, help="Sequences per evaluation batch.")
-    gmap: str | None = option(None, "--gmap", panel=MODEL,
-                              help="G-MAP memory during training: single, multi, gated or chunk (needs --general-model).")
-    gmap_layers: str | None = option(None, "--gmap-layers", panel=MODEL,
-                                     help='Fused domain layers, 1-based, e.g. "6,12" (default: the paper\'s).')
-    general_model: str | None = option(None, "--general-model", panel=MODEL,
-                                       help="The frozen general model of --gmap (same vocabulary as the training tokenizer).")
+    gmap: str | None = option_as_in(GmapSettings, "gmap", None,
+                                    help="G-MAP memory during training: single, multi, gated or chunk (needs --general-model).")
+    gmap_layers: str | None = option_as_in(GmapSettings, "gmap_layers", None)
+    general_model: str | None = option_as_in(GmapSettings, "general_model", None,
+                                             help="The frozen general model of --gmap (same vocabulary as the training tokenizer).")
     workers: int | None = option(None, "--workers", panel=PERFORMANCE, minimum=1,
                                  help="Pre-tokenizing processes (default: the cores this process may use, or $GREENADAPT_WORKERS).")
 
     def check(self) -> None:
         if self.eval_only:
-            training_only = {"--gmap": self.gmap, "--general-corpus": self.general_corpus, "--max-steps": self.max_steps,
+            training_only = {"--gmap": self.fuses, "--general-corpus": self.general_corpus, "--max-steps": self.max_steps,
                              "--save-every": self.save_every}
             given = [flag for flag, value in training_only.items() if value] + (["--resume"] if self.resume else []) + (
                 ["--save-minutes"] if self.save_minutes != SAVE_MINUTES else [])
@@ -93,9 +93,18 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Checkp
             if self.tokenizer != "auto":
                 raise UsageError("--mix chooses the tokenizer per sequence; it cannot be combined with --tokenizer",
                                  hint="drop --tokenizer")
-            if self.gmap is not None:
+            if self.fuses:
                 raise UsageError("--mix cannot be combined with --gmap", hint="G-MAP's general model reads one tokenizer's ids")
-        if self.gmap is not None and not self.general_model:
+        if self.fuses and not self.general_model:
             raise UsageError("--gmap needs --general-model", hint="pass the general model whose hidden states are the memory")
-        if self.general_model and self.gmap is None and not self.eval_only:  # --eval-only: the general model of a --gmap model
+        if self.general_model and not self.fuses and not self.eval_only:  # --eval-only: the general model of a --gmap model
             raise UsageError("--general-model is only used with --gmap", hint="add --gmap chunk (or single, multi, gated)")
+        if self.gmap is not None and self.fuses:  # the strategy and its layers make a plan: said before any corpus is read
+            from greenadapt.modeling.gmap.config import GmapConfig, parse_layers
+
+            GmapConfig(strategy=self.gmap, layers=parse_layers(self.gmap_layers) if self.gmap_layers is not None else None)
+
+    @property
+    def fuses(self) -> bool:
+        """Whether G-MAP is on (``--gmap`` given, and not none)."""
+        return self.gmap not in (None, NONE)
