@@ -334,8 +334,13 @@ def test_cli_errors_are_one_line(expanded: Path, data: dict[str, Path], tmp_path
 
     from greenadapt.cli import main
 
+    unreadable = tmp_path / "unreadable.tsv"
+    unreadable.write_text("a line without a label column\n")
     cases = [
         (["finetune", "--task", "ner", "--train", str(tmp_path / "missing.tsv"), "--model", str(expanded)], 3, "task file not found"),
+        # a missing --test is said before --train is read (this train file would fail at its first line)
+        (["finetune", "--task", "ner", "--train", str(unreadable), "--test", str(tmp_path / "gone.tsv"), "--model", str(expanded)], 3,
+         "gone.tsv: task file not found"),
         (["finetune", "--task", "qa", "--train", str(data["train"]), "--model", str(expanded)], 2, "greenadapt qa"),
         (["finetune", "--task", "ner", "--train", str(data["train"]), "--model", str(expanded), "--seeds", "1,x"], 2, "--seeds"),
         (["predict", "--model", str(tmp_path), "--input", str(data["test"]), "--output", str(tmp_path.parent / f"{tmp_path.name}-o")], 4,

@@ -26,6 +26,7 @@ more column, JSON lines one more key, TSV files one more column.
 from __future__ import annotations
 
 import json
+import os
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -126,6 +127,15 @@ class TaskFile:
 # Reading
 
 
+def check_task_paths(*paths: str | os.PathLike[str] | None) -> None:
+    """Every given task file (or dataset folder) is there: a run refuses a missing --test before it reads --train."""
+    from greenadapt.data.datasets_input import is_dataset_input
+
+    for path in paths:
+        if path is not None and not is_dataset_input(Path(path)) and not Path(path).is_file():
+            raise DataError("task file not found", path=path, hint="check the path")
+
+
 def read_task_file(path: str | Path, task: str, options: ReaderOptions, *, require_labels: bool) -> TaskFile:
     """Read a NER or classification file; every problem is a DataError naming file and line."""
     p = Path(path)
@@ -141,7 +151,7 @@ def read_task_file(path: str | Path, task: str, options: ReaderOptions, *, requi
         result = (_read_ner_jsonl if task == "ner" else _read_text_jsonl)(p, options, dataset_rows(p))
         result.format = fmt
     elif not p.is_file():
-        raise DataError("task file not found", path=p, hint="check the path")
+        check_task_paths(p)
     elif task == "ner":
         fmt = _detect_format(p, task, options.format)
         fmt = "columns" if fmt == "tsv" else fmt

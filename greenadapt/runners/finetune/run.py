@@ -40,7 +40,7 @@ from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.data.metrics import summarize_seeds
 from greenadapt.data.predictions import prediction_file_name, write_predictions
 from greenadapt.data.ner_labels import untyped_labels
-from greenadapt.data.task_files import TaskFile, check_known_labels
+from greenadapt.data.task_files import TaskFile, check_known_labels, check_task_paths
 from greenadapt.errors import DataError, UsageError
 from greenadapt.modeling.units import Unit
 from greenadapt.progress import Progress
@@ -140,6 +140,7 @@ def _cost_figures(base: FinetuneSettings) -> dict[str, Any]:
 def _read_splits(task: LabellingTask, settings: FinetuneSettings) -> tuple[TaskFile, TaskFile | None, TaskFile | None, list[str]]:
     """The train, dev and test files, read and checked, and the labels of the training data (in the task's order)."""
     reader = settings.reader
+    check_task_paths(settings.train, settings.dev, settings.test)
     train_file = task.read(settings.train, reader, require_labels=True)
     dev_file = task.read(settings.dev, reader, require_labels=True) if settings.dev else None
     test_file = task.read(settings.test, reader, require_labels=True) if settings.test else None

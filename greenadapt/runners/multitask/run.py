@@ -33,7 +33,7 @@ from greenadapt.runners.setup import prepare_runner
 from greenadapt.training.runtime import TrainingHooks
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.predictions import prediction_file_name, write_predictions
-from greenadapt.data.task_files import TaskFile, check_known_labels
+from greenadapt.data.task_files import TaskFile, check_known_labels, check_task_paths
 from greenadapt.errors import DataError, UsageError
 from greenadapt.machine.devices import pick_device
 from greenadapt.modeling.pals.config import BASE_DIR, TASKS_DIR, PalsConfig
@@ -77,6 +77,7 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = settings.pool if tokenizers.has_domain else "general"
     max_length = folder.capped_length(settings.max_length)
+    check_task_paths(*(path for spec in specs for path in (spec.train, spec.dev, spec.test)))
     prepared = [_prepare(spec, tokenizers, max_length, settings.max_words) for spec in specs]
 
     training = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path))
