@@ -261,8 +261,7 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
     }
     inputs = [prepared.identity, *({"role": "corpus", **i} for i in source_identities(corpus_sources)),
               *({"role": "general-corpus", **i} for i in source_identities(general_sources))]
-    out = prepared.out
-    with training_stage(KIND, out, config, inputs, settings, run) as job:
+    with training_stage(KIND, prepared.out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
             return job.up_to_date
         return job.commit(_train(settings, run, setup, root, workers, job, general_ref))
