@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from greenadapt.inference.settings import LoadSettings, RuntimeSettings
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, Settings, model_paths, option
-from greenadapt.compute.settings import POOL_MODES, ThreadSettings
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, REQUIRED, TRAINING, Settings, model_paths, option, option_as_in
+from greenadapt.compute.settings import ThreadSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,14 +30,13 @@ class WindowSettings(Settings):
 
 @dataclass(frozen=True, kw_only=True)
 class AnswerSettings(RuntimeSettings, ThreadSettings, WindowSettings, AnswerSpanSettings):
-    pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
-                              help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "
-                                   "Default: mean for an expanded model, general for a plain one.")
-    batch_size: int = option(16, "--batch-size", panel=PERFORMANCE, minimum=1, help="Windows per forward pass.")
+    pool: str | None = option_as_in(LoadSettings, "pool", None,
+                                    help="mean (average word logits of both tokenizers), general (T_LM) or domain (T̂). "
+                                         "Default: mean for an expanded model, general for a plain one.")
+    batch_size: int = option_as_in(LoadSettings, "batch_size", 16, help="Windows per forward pass.")
     n_best: int = option(20, "--n-best", panel=EVALUATION, minimum=1, help="Answers kept per question in nbest.json.")
-    device: str = option("auto", "--device", panel=PERFORMANCE, help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
-    general_model: str | None = option(None, "--general-model", panel=MODEL,
-                                       help="G-MAP model: its general model, if not where training found it (weights are checked).")
+    device: str = option_as_in(LoadSettings, "device", "auto", help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
+    general_model: str | None = option_as_in(LoadSettings, "general_model", None)
 
 
 @dataclass(frozen=True, kw_only=True)
