@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from greenadapt.artifacts.destination import check_run_destination
 from greenadapt.artifacts.files import file_identity
@@ -23,9 +23,13 @@ if TYPE_CHECKING:
     from greenadapt.modeling.gmap.settings import GmapSettings
     from greenadapt.modeling.gmap.wiring import GmapSetup
     from greenadapt.options import Run
-    from greenadapt.runners.finetune.settings import FinetuneSettings
-    from greenadapt.runners.multitask.settings import MultitaskSettings
-    from greenadapt.runners.pretrain.settings import PretrainSettings
+
+
+class ModelSettings(Protocol):
+    """What :func:`prepare_runner` reads of a training command's settings (G-MAP's options too, when it has them)."""
+
+    @property
+    def model(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class RunnerSetup:
         return config, inputs
 
 
-def prepare_runner(settings: FinetuneSettings | MultitaskSettings | PretrainSettings, run: Run, *, kind: str,
+def prepare_runner(settings: ModelSettings, run: Run, *, kind: str,
                    data: Iterable[str | os.PathLike[str] | None], default_out: Callable[[ModelRef], Path]) -> RunnerSetup:
     """Resolve ``settings.model``, choose and check the output folder (``run.out``, else ``default_out``), check the
     model's weights load safely, open its tokenizers and G-MAP's general model: all before any data is read."""
