@@ -69,7 +69,8 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
 
     specs = collect_specs(list(settings.task), settings.tasks_file)
     check_unique(specs)
-    setup = prepare_runner(settings, run, kind=KIND, data=[path for spec in specs for path in (spec.train, spec.dev, spec.test)],
+    files = [path for spec in specs for path in (spec.train, spec.dev, spec.test)]
+    setup = prepare_runner(settings, run, kind=KIND, data=files,
                            default_out=lambda ref: resolve_workdir(run.workdir) / "multitask" / slugify("-".join(s.name for s in specs))
                            / ref.slug)
     ref, folder, tokenizers = setup.ref, setup.folder, setup.tokenizers
@@ -77,7 +78,7 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
         raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
     pool = settings.pool if tokenizers.has_domain else "general"
     max_length = folder.capped_length(settings.max_length)
-    check_task_paths(*(path for spec in specs for path in (spec.train, spec.dev, spec.test)))
+    check_task_paths(*files)
     prepared = [_prepare(spec, tokenizers, max_length, settings.max_words) for spec in specs]
 
     training = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path))
