@@ -203,9 +203,12 @@ def test_duplicate_task_names(data: dict[str, Path], monkeypatch: pytest.MonkeyP
 
 
 def test_missing_task_file(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing file of any task is said before a task's file is read (the first task's train here would fail)."""
     missing = data["root"] / "nope.tsv"
-    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task",
-                          f"name=x,type=ner,train={data['ner_train']},test={missing}", "-q")
+    unreadable = data["root"] / "unreadable.tsv"
+    unreadable.write_text("a line without a label column\n")
+    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--task", f"name=a,type=ner,train={unreadable}",
+                          "--task", f"name=x,type=ner,train={data['ner_train']},test={missing}", "-q")
     assert code == EXIT_BAD_INPUT
     assert stderr.strip().count("\n") == 0 and str(missing) in stderr and "not found" in stderr
 
