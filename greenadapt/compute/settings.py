@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from greenadapt.compute.distributed import PRECISIONS
 from greenadapt.defaults import MAX_THREADS
-from greenadapt.options import PERFORMANCE, Settings, option
+from greenadapt.options import EVALUATION, PERFORMANCE, Settings, option
 
 T = TypeVar("T", bound="ThreadSettings")
 
@@ -48,3 +48,12 @@ class DeviceSettings(ThreadSettings):
     precision: str = option(
         "auto", "--precision", panel=PERFORMANCE, choices=PRECISIONS, fingerprint="always",
         help="auto (CUDA: bf16, else fp16; CPU: bf16 where the CPU has it natively (avx512_bf16, AMX), else fp32), fp32, bf16, fp16.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSettings(Settings):
+    """Which views' logits a model's answers are made of: one declaration for inference (``LoadSettings``) and for
+    the scoring that ends training (finetune's and multitask's, through ``option_as_in`` with their own default)."""
+
+    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES,
+                       help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")

@@ -12,7 +12,7 @@ from greenadapt.defaults import MAX_BATCH
 from greenadapt.errors import UsageError
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, Settings, model_paths, option
 from greenadapt.inference.onnx_runtime import QUANTIZATIONS, RUNTIMES
-from greenadapt.compute.settings import POOL_MODES, DeviceSettings
+from greenadapt.compute.settings import POOL_MODES, DeviceSettings, PoolSettings
 
 
 
@@ -53,11 +53,8 @@ class ModelRunSettings(DeviceSettings, RuntimeSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class LoadSettings(ModelRunSettings):
+class LoadSettings(PoolSettings, ModelRunSettings):
     """A fine-tuned model run and pooled: what the inference code receives."""
-
-    pool: str = option("mean", "--pool", panel=EVALUATION, choices=POOL_MODES,
-                       help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
 
 
 def pooled_as(settings: ModelRunSettings, pool: str) -> LoadSettings:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from greenadapt.data.ner_labels import check_entity_type
-from greenadapt.compute.settings import POOL_MODES
+from greenadapt.compute.settings import PoolSettings
 from greenadapt.defaults import DEFAULT_SEED, MAX_EPOCHS, MAX_LABEL_SMOOTHING, MAX_STEPS, TRAIN_EMBEDDINGS, check_max_length, check_seed
 from greenadapt.errors import UsageError
-from greenadapt.options import EVALUATION, INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option
+from greenadapt.options import EVALUATION, INPUT_OUTPUT, PERFORMANCE, RUN_CONTROL, TRAINING, Settings, option, option_as_in
 from greenadapt.training.config import DROPOUT_MASKS, MAX_PAD_MULTIPLE
 
 
@@ -93,8 +93,7 @@ class LoopOptionSettings(Settings):
 
     mix: float | None = option(None, "--mix", panel=TRAINING, minimum=0, maximum=1, fingerprint="always",
                                help="Probability of tokenizing a training example with T̂ (default: 0.5 with two tokenizers, else 0).")
-    pool: str | None = option(None, "--pool", panel=EVALUATION, choices=POOL_MODES,
-                              help="Logits at test time: mean (of both tokenizers), general (T_LM) or domain (T̂).")
+    pool: str | None = option_as_in(PoolSettings, "pool", None)
     grad_accum: int = option(1, "--grad-accum", panel=TRAINING, minimum=1, fingerprint="always",
                              help="Micro-batches per step and process (gradient accumulation).")
     seed: int = option(DEFAULT_SEED, "--seed", panel=TRAINING, check=check_seed, fingerprint="always", help="Random seed.")
