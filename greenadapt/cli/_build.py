@@ -63,7 +63,7 @@ def declared_command(
     # --no-both-views: a flag whose default depends on the model is turned off
     negated = {_NEGATED + field.name: field.name for field, declaration in declared_fields(settings_class)
                if _without_none(hints[field.name]) is bool and declaration.flags[0].startswith("--")}
-    parameters += [_keyword(name, bool, typer.Option(False, f"--no-{declared[field].flags[0][2:]}", hidden=True,
+    parameters += [_keyword(name, bool, typer.Option(False, declared[field].negated, hidden=True,
                                                      rich_help_panel=declared[field].panel or RUN_CONTROL))
                    for name, field in negated.items()]
     for run_name in settings_class.run_options:
@@ -88,7 +88,7 @@ def declared_command(
                 if given.get(name):
                     from greenadapt.errors import UsageError
 
-                    raise UsageError(f"{declared[name].flags[0]} and --no-{declared[name].flags[0][2:]} were both given", hint="give one")
+                    raise UsageError(f"{declared[name].flags[0]} and {declared[name].negated} were both given", hint="give one")
                 given[name] = False
         with progress_for(values["quiet"]) as progress:
             result = api_function(config=values["config"], progress=progress, **given)

@@ -51,6 +51,15 @@ class Declaration:
         """How messages name the option: its long flag, or a positional argument's metavar."""
         return self.metavar if self.argument and self.metavar else self.flags[0]
 
+    @property
+    def negated(self) -> str:
+        """A flag's hidden off switch on the command line (``--no-both-views``)."""
+        return f"--no-{self.flags[0][2:]}"
+
+    def as_given(self, value: Any) -> str:
+        """How the user named the option that gave ``value``: a flag turned off came as its off switch."""
+        return self.negated if value is False else self.flag
+
 
 def model_paths(value: Any) -> Any:
     """A ``--model`` as options.json records it: a local folder by its absolute path (so ``--config`` replays it from any

@@ -147,18 +147,13 @@ class Task:
         from greenadapt.options import declared_fields
 
         declared = {field.name: (field, declaration) for field, declaration in declared_fields(settings)}
-        refused = [_as_given(declared[name][1].flag, getattr(settings, name)) for name in self.unused_options
+        refused = [declared[name][1].as_given(getattr(settings, name)) for name in self.unused_options
                    if name in declared and getattr(settings, name) != declared[name][0].default]
         if refused:
             raise UsageError(
                 f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --task {self.name}",
                 hint=f"leave {'it' if len(refused) == 1 else 'them'} out",
             )
-
-
-def _as_given(flag: str, value: Any) -> str:
-    """The flag as the user typed it: a flag set to False against another default came as --no-FLAG."""
-    return f"--no-{flag[2:]}" if value is False else flag
 
 
 class LabellingTask(Task):
