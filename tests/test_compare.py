@@ -305,6 +305,37 @@ def test_qa_models_are_compared_too(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert difference == pytest.approx(mine - base_variant["scores"][str(seed)][base_variant["headline_pool"]]["f1"])
 
 
+def test_a_cut_qa_run_of_compare_resumes_from_its_checkpoint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """compare gives a QA run the checkpoints every task's run keeps (--save-every, --resume): a run cut after a
+    checkpoint continues from it when compare starts it again, and ends as the uncut run does."""
+    import greenadapt
+    from finetune_helpers import comparison
+    from interrupt_helpers import Crash, CrashAt
+    from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
+    from safetensors.numpy import load_file
+
+    from greenadapt.comparison.recipe import finetune_arguments
+
+    green = build_tiny_expanded_qa(tmp_path / "green")
+    qas = [(f"q{i}", "what is tachycardia ?", [("a fast heart rate", 15)]) for i in range(8)]
+    data = squad_file(tmp_path / "squad.json", [{"paragraphs": [paragraph("tachycardia is a fast heart rate .", *qas)]}])
+    options = comparison(tmp_path / "cmp", task="qa", train=data, test=data, models=(("base", str(green)), ("green", str(green))),
+                         max_steps=6, batch_size=4, max_length=32, device="cpu", save_every=2)
+
+    def run(folder: str, **extra: Any) -> Any:
+        return greenadapt.finetune(**finetune_arguments(options, str(green), 1, tmp_path / folder, name="green"), **extra)
+
+    run("uncut", progress=False)
+    with pytest.raises(Crash):
+        run("cut", progress=CrashAt(5))
+    with caplog.at_level("INFO", logger="greenadapt"):
+        run("cut", progress=False)
+    assert any("resuming from" in record.getMessage() for record in caplog.records)
+    uncut, resumed = load_file(str(tmp_path / "uncut" / "model.safetensors")), load_file(str(tmp_path / "cut" / "model.safetensors"))
+    for key, value in uncut.items():
+        np.testing.assert_allclose(resumed[key], value, rtol=0, atol=1e-6, err_msg=key)
+
+
 def test_compare_passes_entity_type_and_max_steps_to_every_run(setup: dict[str, Path], tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """What finetune's warning suggests (--entity-type) and its --max-steps, taken by compare for every model and seed."""

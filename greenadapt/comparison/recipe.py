@@ -193,8 +193,8 @@ def finetune_arguments(options: Comparison, spec: str, seed: int, out: Path, *, 
     return {
         **shared, "task": options.task, "train": str(options.train), "test": str(options.test), **mixture,
         "dev": str(options.dev) if options.dev else None, "model": spec, "out": str(out), "seeds": [seed], "force": options.run.force,
-        # QA trains without checkpoints: an interrupted QA run starts again (its stage is skipped once finished).
-        **({"save_every": options.save_every, "resume": True} if not questions else {}),
+        # every task's run keeps checkpoints (QA's too): a cut run resumes where it was
+        "save_every": options.save_every, "resume": True,
         # a variant's own options: views that agree (--agreement NAME=W), both views or one (--both-views / --no-both-views NAME)
         **({"agreement": dict(options.agreements)[name]} if name in dict(options.agreements) else {}),
         **({"both_views": True} if name in options.both_views else {"both_views": False} if name in options.one_view else {}),

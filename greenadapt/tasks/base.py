@@ -134,7 +134,7 @@ class Task:
     finetunes: bool = True
     # Predictions are entity spans over words (NER): entity F1, entities in raw-text output, typed-label hints.
     finds_entities: bool = False
-    # SQuAD-style questions over documents: answered by `greenadapt qa`, scored in percent, trained without checkpoints.
+    # SQuAD-style questions over documents: answered by `greenadapt qa`, scored in percent.
     answers_questions: bool = False
 
     def filled(self, settings: S) -> S:
