@@ -20,7 +20,6 @@ from greenadapt.artifacts.pretrained import ModelRef, resolve_model
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 
 if TYPE_CHECKING:
-    from greenadapt.modeling.gmap.settings import GmapSettings
     from greenadapt.modeling.gmap.wiring import GmapSetup
     from greenadapt.options import Run
 
@@ -46,14 +45,14 @@ class RunnerSetup:
     def tokenizers(self) -> TokenizerPair:
         return self.folder.tokenizers
 
-    def record(self, config: Mapping[str, Any], files: Iterable[tuple[str, str | os.PathLike[str]]],
-               settings: GmapSettings) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def record(self, config: Mapping[str, Any], files: Iterable[tuple[str, str | os.PathLike[str]]]
+               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The stage's config and inputs: the model's identity, each data file's (role, path), G-MAP's general model."""
         config = dict(config)
         inputs = [self.identity, *({"role": role, **file_identity(path)} for role, path in files)]
         if self.gmap is not None:
             # Only G-MAP runs record it, so the fingerprints of runs without it do not change.
-            config["gmap"] = settings.gmap_record(self.gmap.general)
+            config["gmap"] = self.gmap.settings.gmap_record(self.gmap.general)
             inputs.append({"role": "general", **identity_of_model(self.gmap.general)})
         return config, inputs
 

@@ -112,7 +112,7 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
         "train_on": settings.train_on,
         "pool": pool,
         "model": ref.name,
-    }, [(role, f.path) for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file)) if f is not None], settings)
+    }, [(role, f.path) for role, f in (("train", train_file), ("dev", dev_file), ("test", test_file)) if f is not None])
     with training_stage(KIND, setup.out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
             return job.up_to_date

@@ -91,7 +91,7 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
         "freeze_base": settings.freeze_base,
         "pool": pool,
         "model": ref.name,
-    }, [(f"{p.spec.name}:{role}", f.path) for p in prepared for role, f in p.files.items()], settings)
+    }, [(f"{p.spec.name}:{role}", f.path) for p in prepared for role, f in p.files.items()])
     # the training stage every runner uses: checkpoints (--save-every, --save-minutes), SIGTERM, --resume
     with training_stage(KIND, setup.out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:

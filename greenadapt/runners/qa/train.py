@@ -102,8 +102,7 @@ def finetune_qa(settings: FinetuneSettings, run: Run) -> StageOutcome:
     plan = _plan(setup, settings)
     train_data = read_squad(settings.train)
     scored = {split: read_squad(path) for split, path in splits.items() if split != "train" and path is not None}
-    config, inputs = setup.record(plan.config(), [("train", train_data.path), *((split, data.path) for split, data in scored.items())],
-                                  settings)
+    config, inputs = setup.record(plan.config(), [("train", train_data.path), *((split, data.path) for split, data in scored.items())])
     # the training stage every runner uses: checkpoints (--save-every, --save-minutes), SIGTERM, --resume
     with training_stage(KIND, setup.out, config, inputs, settings, run) as job:
         if job.up_to_date is not None:
