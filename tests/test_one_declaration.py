@@ -208,9 +208,9 @@ def test_the_training_loops_stand_ins_are_finetunes_declared_defaults() -> None:
 
 
 def test_an_option_the_training_commands_share_is_declared_once() -> None:
-    """multitask and pretrain take finetune's declaration of an option they share (flags, bounds, checks, choices,
-    fingerprint), through option_as_in: only the default and the words may differ, so the same flag cannot drift
-    between commands. Options that share a flag but not a meaning are listed, each with why."""
+    """An option multitask or pretrain shares with finetune agrees with finetune's declaration (flags, bounds, checks,
+    choices, fingerprint; they take it through option_as_in): only the default and the words may differ, so the same
+    flag cannot drift between commands. Options that share a flag but not a meaning are listed, each with why."""
     import dataclasses
 
     from greenadapt.options import declared_fields
