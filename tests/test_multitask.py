@@ -213,6 +213,20 @@ def test_missing_task_file(data: dict[str, Path], monkeypatch: pytest.MonkeyPatc
     assert stderr.strip().count("\n") == 0 and str(missing) in stderr and "not found" in stderr
 
 
+def test_pool_domain_on_a_one_tokenizer_model_is_one_line(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """multitask chooses its pooling as predict does (a one-tokenizer model has only the general view)."""
+    from conftest import build_tiny_bert
+
+    plain = build_tiny_bert(tmp_path / "plain", head="base")
+    capsys.readouterr()  # the model builder's own output
+    code, _, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(plain), "--task", f"name=x,type=ner,train={data['ner_train']}",
+                          "--pool", "domain", "--out", str(tmp_path / "run"), "-q")
+    assert code == EXIT_USAGE and stderr.strip().count("\n") == 0
+    assert "--pool domain needs a model with a domain tokenizer" in stderr and str(plain) in stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_label_set_differs_between_train_and_test(data: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     test_file = data["root"] / "typed_test.tsv"

@@ -30,6 +30,7 @@ from greenadapt.artifacts.stage import StageOutcome, resource_errors
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
 from greenadapt.training.job import training_stage
 from greenadapt.runners.setup import prepare_runner
+from greenadapt.inference.labelling import pooling_mode
 from greenadapt.training.runtime import TrainingHooks
 from greenadapt.artifacts.workspace import workdir as resolve_workdir
 from greenadapt.data.predictions import prediction_file_name, write_predictions
@@ -74,9 +75,7 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
                            default_out=lambda ref: resolve_workdir(run.workdir) / "multitask" / slugify("-".join(s.name for s in specs))
                            / ref.slug)
     ref, folder, tokenizers = setup.ref, setup.folder, setup.tokenizers
-    if settings.pool == "domain" and not tokenizers.has_domain:
-        raise UsageError("--pool domain needs a model with a domain tokenizer", hint="use --pool general")
-    pool = settings.pool if tokenizers.has_domain else "general"
+    pool = pooling_mode(settings.pool, tokenizers, ref.path)
     max_length = folder.capped_length(settings.max_length)
     check_task_paths(*files)
     prepared = [_prepare(spec, tokenizers, max_length, settings.max_words) for spec in specs]
