@@ -22,3 +22,15 @@ class CrashAt:
 
     def finish(self) -> None:
         pass
+
+
+def hang_in_exit_then_wait(marker: str, progress: object = None) -> None:
+    """A stand-in for compare's fine-tuning whose worker then hangs in its own exit: a thread that nobody ends, as a
+    library's thread pool can be left when Ctrl-C lands while it starts; ``marker`` is made once the run is going."""
+    import threading
+    import time
+    from pathlib import Path
+
+    threading.Thread(target=threading.Event().wait, name="never-ends").start()
+    Path(marker).touch()
+    time.sleep(600)

@@ -176,3 +176,38 @@ def test_compare_with_tensorboard_reruns_and_takes_another_seed(setup: dict[str,
         done = subprocess.run(args, capture_output=True, env=_env(), timeout=HANG_S, check=False)
         assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert len(list(out.glob("green/tensorboard/seed-*/seed-*/events.out.tfevents.*"))) >= 3
+
+
+HUNG_WORKER = """
+import sys
+from greenadapt.comparison import workers
+from interrupt_helpers import hang_in_exit_then_wait
+
+workers.INTERRUPT_GRACE_S = 2.0
+job = workers.Job("hung", {"marker": sys.argv[1]}, workers.Path(sys.argv[2]))
+try:
+    workers.run_jobs(hang_in_exit_then_wait, [job], workers=1, threads=1)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_ends_compare_even_when_a_worker_hangs_in_its_own_exit(tmp_path: Path) -> None:
+    """A worker that never ends after Ctrl-C (a thread left running in its exit, as a library's thread pool can be
+    when the interrupt lands while it starts: seen once in the test above) is killed after the grace period, and
+    compare's interrupt still ends it (130) instead of waiting for that worker forever."""
+    marker = tmp_path / "running"
+    process = subprocess.Popen([sys.executable, "-c", HUNG_WORKER, str(marker), str(tmp_path / "run.log")], env=_env(),
+                               cwd=REPO / "tests", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + HANG_S
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), process.communicate(timeout=5)[0].decode()[-2000:]
+        process.send_signal(signal.SIGINT)
+        output = process.communicate(timeout=60)[0].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output[-2000:]
+    assert "did not end within 2 s of the interrupt: killed" in output

@@ -50,6 +50,8 @@ class Outcome:
 # to save its checkpoint before the worker ends regardless.
 PARENT_POLL_S = 0.5
 ORPHAN_GRACE_S = 120.0
+# How long the workers may take to end after Ctrl-C before compare kills them (a run stopped by Ctrl-C saves nothing).
+INTERRUPT_GRACE_S = 30.0
 
 
 def _start_worker(threads: int, parent: int, devices: Any = None) -> None:
@@ -117,6 +119,19 @@ def train_one(finetune: Callable[..., Any], job: Job, parent: int | None = None)
             os._exit(143)
 
 
+def _end_stragglers(children: Sequence[Any]) -> None:
+    """Kill the workers still there :data:`INTERRUPT_GRACE_S` after the interrupt. A worker can hang in its own exit:
+    when Ctrl-C lands while a library is starting a thread pool, the pool's thread may never be told to end, and the
+    interpreter waits for it forever (seen in tests/test_reliability_round5_compare.py); compare would wait with it.
+    Its run loses nothing a rerun needs: writes are atomic and the rerun resumes from the last checkpoint."""
+    deadline = time.monotonic() + INTERRUPT_GRACE_S
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            log.warning("worker %d did not end within %.0f s of the interrupt: killed", child.pid, INTERRUPT_GRACE_S)
+            child.kill()
+
+
 def worker_slots(devices: Sequence[str], workers: int) -> list[str]:
     """The GPU of each of ``workers`` workers: the ``devices`` in turn (several workers per GPU when there are more workers)."""
     return [str(devices[k % len(devices)]) for k in range(workers)]
@@ -160,9 +175,11 @@ def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, th
                         queued.cancel()
         return outcomes
     except BaseException:
-        for child in multiprocessing.active_children():
-            if child.pid is not None:
-                os.kill(child.pid, signal.SIGINT)
+        children = [child for child in multiprocessing.active_children() if child.pid is not None]
+        for child in children:
+            os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
+        executor.shutdown(wait=False, cancel_futures=True)  # each worker ends once its run has stopped
+        _end_stragglers(children)
         raise
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
