@@ -8,6 +8,7 @@ the picture), so the direction of imports is decided, not grown.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import greenadapt
@@ -129,3 +130,69 @@ def test_every_api_command_is_built_from_its_settings() -> None:
         assert dataclasses.is_dataclass(settings_class) and settings_class.command.replace("-", "_") == name
         keywords = set(inspect.signature(function).parameters) - {"config", "progress", *settings_class.run_options}
         assert keywords == {field.name for field, _ in declared_fields(settings_class)}, name
+
+
+def _top_level_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return names
+
+
+def _names_in_docstrings() -> list[tuple[str, str]]:
+    """(file, name) for every ``greenadapt.x.y`` a module's, class's or function's docstring names."""
+    found = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                found += [(str(path.relative_to(ROOT)), name)
+                          for name in re.findall(r"\bgreenadapt(?:\.[A-Za-z_]\w*)+", ast.get_docstring(node) or "")]
+    return found
+
+
+def _resolves(dotted: str) -> bool:
+    from greenadapt.api import FUNCTIONS
+
+    parts = dotted.split(".")[1:]
+    folder = ROOT
+    while parts and (folder / parts[0]).is_dir():
+        folder, parts = folder / parts[0], parts[1:]
+    if not parts:
+        return True
+    module = folder / f"{parts[0]}.py"
+    if module.is_file():
+        return len(parts) == 1 or parts[1] in _top_level_names(module)
+    inside = folder / "__init__.py"
+    return parts[0] in _top_level_names(inside) or (folder == ROOT and parts[0] in FUNCTIONS)
+
+
+# Names a docstring may give that are not modules of the package: the recipes' folder is package data (pyproject maps
+# the checkout's corpora/ to it).
+NOT_MODULES = {"greenadapt.corpora"}
+
+
+def test_every_module_and_function_a_docstring_names_exists() -> None:
+    """A docstring that names ``greenadapt.<module>.<name>`` names something there: a function that moved (multitask's
+    ``load_task``) leaves no reader following the old path."""
+    stale = sorted({f"{file}: {name}" for file, name in _names_in_docstrings() if name not in NOT_MODULES and not _resolves(name)})
+    assert not stale, stale
+
+
+def test_a_package_docstring_that_lists_its_modules_lists_each_one() -> None:
+    """``Modules: ``a`` (...), ``b`` (...)`` in a package's docstring names every module of the package and no other."""
+    for init in ROOT.rglob("__init__.py"):
+        docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        if "Modules:" not in docstring:
+            continue
+        listing = docstring.split("Modules:", 1)[1].split("\n\n", 1)[0]
+        named = {name for name in re.findall(r"``(\w+)``\s+\(", listing) if not name.startswith("_")}
+        present = {path.stem for path in init.parent.glob("*.py") if not path.stem.startswith("_")}
+        present |= {path.name for path in init.parent.iterdir() if (path / "__init__.py").is_file()}
+        assert named == present, f"{init.relative_to(ROOT)}: lists {sorted(named - present)} that are not there, " \
+                                 f"leaves out {sorted(present - named)}"

@@ -10,7 +10,10 @@ layers and which general hidden states each fused layer reads; import-free so
 the CLI can use it), ``layer`` (:class:`MemoryAttention`, the wrapper around a
 layer's self-attention), ``model`` (:class:`GmapModel`: domain + general
 model, save/reload), ``cache`` (:class:`MemoryCache`: the general model's
-hidden states per example on disk, for ``--gmap-cache``).
+hidden states per example on disk, for ``--gmap-cache``), ``general_model``
+(which general model, and whether it fits the domain model), ``settings``
+(the fine-tuning commands' G-MAP options), ``wiring`` (the general model's
+inputs in ``finetune`` and ``predict``; building and reloading the fused model).
 
 Kept import-free so ``greenadapt --help`` does not load torch.
 """
