@@ -11,7 +11,7 @@ answers: each question over its whole context with centred windows,
 word-level logits pooled over the tokenizers (``pool``), exact match and F1
 with the official SQuAD normalisation. That is not transformers' per-window
 post-processing, so the numbers are comparable with ``greenadapt qa`` runs
-rather than with ``qa_stage.py``'s. Dev does not select an epoch.
+rather than with scores made that way. Dev does not select an epoch.
 
 The output folder loads with ``AutoModelForQuestionAnswering`` and
 ``AutoTokenizer`` (T̂ at the top, T_LM in ``general-tokenizer/`` when the
