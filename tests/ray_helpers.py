@@ -56,7 +56,8 @@ def local_ray_cluster(cpus: int | None = None) -> Iterator[str]:
                                                          "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
                                                          "node-manager-port", "object-manager-port", "dashboard-port"))]
     # As on a real cluster, the nodes do not have the driver's greenadapt variables: compare must send them.
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GREENADAPT_")}, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GREENADAPT_")}, "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONUNBUFFERED": "1"}  # what ray start said before it ended reaches the error line, even if it was killed
     head = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             preexec_fn=_stop_with_parent)
     said: list[str] = []
@@ -66,7 +67,7 @@ def local_ray_cluster(cpus: int | None = None) -> Iterator[str]:
         while time.monotonic() < deadline:
             line = head.stdout.readline()
             if not line and head.poll() is not None:
-                raise RuntimeError("ray start ended: " + "".join(said[-20:]))
+                raise RuntimeError(f"ray start ended with status {head.returncode}: " + "".join(said[-20:]))
             said.append(line)
             if "Ray runtime started" in line:
                 break
