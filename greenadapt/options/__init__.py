@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -155,6 +155,13 @@ class Settings:
 
     def configure_process(self) -> None:
         """What these options set in this process before the command runs (DeviceSettings: torch's CPU threads)."""
+
+    def given_options(self, names: Iterable[str]) -> list[str]:
+        """Each option of ``names`` set away from its declared default, as the user named it (a flag turned off: its off
+        switch), in the order of ``names``: what a refusal of options that do not apply names."""
+        declared = {field.name: (field, declaration) for field, declaration in declared_fields(self)}
+        return [declared[name][1].as_given(getattr(self, name)) for name in names
+                if name in declared and getattr(self, name) != declared[name][0].default]
 
     def fingerprinted(self, group: type[Settings] | None = None) -> dict[str, Any]:
         """The options (of ``group``, else all) a stage's fingerprint covers: those declared ``fingerprint="always"``, and

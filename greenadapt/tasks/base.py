@@ -144,11 +144,7 @@ class Task:
 
     def check_unused(self, settings: Settings) -> None:
         """Refuse the options this task has no use for, when they were set."""
-        from greenadapt.options import declared_fields
-
-        declared = {field.name: (field, declaration) for field, declaration in declared_fields(settings)}
-        refused = [declared[name][1].as_given(getattr(settings, name)) for name in self.unused_options
-                   if name in declared and getattr(settings, name) != declared[name][0].default]
+        refused = settings.given_options(self.unused_options)
         if refused:
             raise UsageError(
                 f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --task {self.name}",

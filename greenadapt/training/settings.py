@@ -151,9 +151,6 @@ class TrackerSettings(Settings):
              "dev and test scores, the run's options (the trackers extra: pip install tensorboard mlflow-skinny; docs/trackers.md).")
 
 
-SAVE_MINUTES = 10.0
-
-
 @dataclass(frozen=True, kw_only=True)
 class CheckpointSettings(Settings):
     """Checkpoints of a training run that resumes after a kill (finetune, QA, multitask, pretrain): the training stage
@@ -162,7 +159,7 @@ class CheckpointSettings(Settings):
     save_every: int | None = option(None, "--save-every", panel=RUN_CONTROL, minimum=1,
                                     help="Save a resumable checkpoint every N optimizer steps (in <out>.checkpoint/, removed when the run "
                                          "completes).")
-    save_minutes: float | None = option(SAVE_MINUTES, "--save-minutes", panel=RUN_CONTROL, minimum=0, maximum=1e6,
+    save_minutes: float | None = option(10.0, "--save-minutes", panel=RUN_CONTROL, minimum=0, maximum=1e6,
                                         help="Also save one every M minutes of training (one process; only the newest is kept): a kill "
                                              "costs minutes, not the run. 0 or none: by steps alone.")
     resume: bool = option(False, "--resume", panel=RUN_CONTROL,

@@ -11,7 +11,7 @@ from greenadapt.modeling.gmap.settings import NONE, GmapSettings
 from greenadapt.redaction import public_specs
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, TRAINING, model_paths, option, option_as_in
 from greenadapt.training.config import TrainingRun, check_compile, check_decay
-from greenadapt.training.settings import (SAVE_MINUTES, CheckpointSettings, CompileSettings, LoopOptionSettings, RecipeSettings,
+from greenadapt.training.settings import (CheckpointSettings, CompileSettings, LoopOptionSettings, RecipeSettings,
                                          ScheduleSettings)
 
 TOKENIZER_CHOICES = ("auto", "domain", "general")
@@ -78,10 +78,9 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Checkp
 
     def check(self) -> None:
         if self.eval_only:
-            training_only = {"--gmap": self.fuses, "--general-corpus": self.general_corpus, "--max-steps": self.max_steps,
-                             "--save-every": self.save_every}
-            given = [flag for flag, value in training_only.items() if value] + (["--resume"] if self.resume else []) + (
-                ["--save-minutes"] if self.save_minutes != SAVE_MINUTES else [])
+            # --gmap none is no fusion: it may stand beside --eval-only
+            given = (["--gmap"] if self.fuses else []) + self.given_options(
+                ("general_corpus", "max_steps", "save_every", "resume", "save_minutes"))
             if given:
                 raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --eval-only",
                                  hint="pass each corpus to score as --corpus")
