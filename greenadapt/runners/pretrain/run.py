@@ -169,7 +169,7 @@ def _general_model(setup: _Setup, settings: PretrainSettings) -> Any:
     assert settings.gmap is not None and settings.general_model is not None  # PretrainSettings.check
     general_model = settings.general_model
     general_ref = resolve_model(general_model)
-    check_models(GmapConfig(strategy=settings.gmap, layers=_layers(settings)), setup.ref, general_ref)
+    check_models(GmapConfig(strategy=settings.gmap, layers=settings.fused_layers), setup.ref, general_ref)
     try:
         general_tokenizer = load_fast_tokenizer(general_ref.path)
     except ModelError:
@@ -255,7 +255,7 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
         "tokenizer": setup.view,
         **({"mix": settings.mix} if settings.mix is not None else {}),  # only when used: earlier outputs stay up to date
         "text_fields": text_fields,
-        "gmap": None if not settings.fuses else {"strategy": settings.gmap, "layers": _layers(settings),
+        "gmap": None if not settings.fuses else {"strategy": settings.gmap, "layers": settings.fused_layers,
                                                  "general_model": settings.general_model},
         "model": setup.ref.name,
     }
@@ -265,12 +265,6 @@ def pretrain_stage(settings: PretrainSettings, run: Run) -> StageOutcome:
         if job.up_to_date is not None:
             return job.up_to_date
         return job.commit(_train(settings, run, setup, root, workers, job, general_ref))
-
-
-def _layers(settings: PretrainSettings) -> tuple[int, ...] | None:
-    from greenadapt.modeling.gmap.config import parse_layers
-
-    return parse_layers(settings.gmap_layers) if settings.gmap_layers is not None else None
 
 
 def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers: int, job: TrainingStage,
@@ -291,7 +285,7 @@ def _train(settings: PretrainSettings, run: Run, setup: Any, root: Path, workers
                                          workers, run.force, run.progress)
     set_seed(settings.seed)
     model = _load_mlm(setup)
-    gmap = _gmap_model(model, setup, settings.gmap, _layers(settings), settings.general_model,  # type: ignore[arg-type]
+    gmap = _gmap_model(model, setup, settings.gmap, settings.fused_layers, settings.general_model,  # type: ignore[arg-type]
                        general_ref=general_ref) if general_ref is not None else None
     mlm = build_masked_lm(model, gmap)
     vocab_rows = model.get_input_embeddings().weight.shape[0]

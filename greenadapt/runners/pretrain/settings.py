@@ -99,9 +99,16 @@ class PretrainSettings(ScheduleSettings, DeviceSettings, CompileSettings, Checkp
         if self.general_model and not self.fuses and not self.eval_only:  # --eval-only: the general model of a --gmap model
             raise UsageError("--general-model is only used with --gmap", hint="add --gmap chunk (or single, multi, gated)")
         if self.gmap is not None and self.fuses:  # the strategy and its layers make a plan: said before any corpus is read
-            from greenadapt.modeling.gmap.config import GmapConfig, parse_layers
+            from greenadapt.modeling.gmap.config import GmapConfig
 
-            GmapConfig(strategy=self.gmap, layers=parse_layers(self.gmap_layers) if self.gmap_layers is not None else None)
+            GmapConfig(strategy=self.gmap, layers=self.fused_layers)
+
+    @property
+    def fused_layers(self) -> tuple[int, ...] | None:
+        """``--gmap-layers`` as layer numbers; None: the strategy's default layers."""
+        from greenadapt.modeling.gmap.config import parse_layers
+
+        return parse_layers(self.gmap_layers) if self.gmap_layers is not None else None
 
     @property
     def fuses(self) -> bool:
