@@ -57,7 +57,7 @@ class GreenadaptNer:
             raise UsageError(f"{model} is not an NER run (its task finds no entities)",
                              hint=f"{FACTORY} takes a finetune --task ner folder")
         self.name, self.model = name, loaded
-        self.batch_size = settings.get("batch_size", DEFAULT_CONFIG["batch_size"])
+        self.batch_size = loaded.options.batch_size  # the model holds its settings as load made them
 
     def __call__(self, doc: Doc) -> Doc:
         return next(iter(self.pipe([doc])))
