@@ -91,6 +91,7 @@ def run_labelling(task: LabellingTask, settings: FinetuneSettings, run: Run) -> 
 
     ``settings``: checked when made, the task's defaults filled in (:meth:`Task.filled`)."""
     probe_trackers(settings.report_to)  # a store that does not answer is a line now, not a hang after the data is read
+    check_task_paths(settings.train, settings.dev, settings.test)  # before the model's files are hashed or any file read
     setup = prepare_runner(settings, run, kind=KIND, data=[settings.train, settings.dev, settings.test],
                            default_out=lambda ref: default_run_folder(settings, run, ref))
     ref, tokenizers, gmap = setup.ref, setup.tokenizers, setup.gmap
@@ -140,7 +141,6 @@ def _cost_figures(base: FinetuneSettings) -> dict[str, Any]:
 def _read_splits(task: LabellingTask, settings: FinetuneSettings) -> tuple[TaskFile, TaskFile | None, TaskFile | None, list[str]]:
     """The train, dev and test files, read and checked, and the labels of the training data (in the task's order)."""
     reader = settings.reader
-    check_task_paths(settings.train, settings.dev, settings.test)
     train_file = task.read(settings.train, reader, require_labels=True)
     dev_file = task.read(settings.dev, reader, require_labels=True) if settings.dev else None
     test_file = task.read(settings.test, reader, require_labels=True) if settings.test else None

@@ -71,13 +71,13 @@ def run_multitask(settings: MultitaskSettings, run: Run) -> StageOutcome:
     specs = collect_specs(list(settings.task), settings.tasks_file)
     check_unique(specs)
     files = [path for spec in specs for path in (spec.train, spec.dev, spec.test)]
+    check_task_paths(*files)  # before the model's files are hashed or any file read
     setup = prepare_runner(settings, run, kind=KIND, data=files,
                            default_out=lambda ref: resolve_workdir(run.workdir) / "multitask" / slugify("-".join(s.name for s in specs))
                            / ref.slug)
     ref, folder, tokenizers = setup.ref, setup.folder, setup.tokenizers
     pool = pooling_mode(settings.pool, tokenizers, ref.path)
     max_length = folder.capped_length(settings.max_length)
-    check_task_paths(*files)
     prepared = [_prepare(spec, tokenizers, max_length, settings.max_words) for spec in specs]
 
     training = settings.replaced(mix=resolve_mix(settings.mix, tokenizers.has_domain, ref.path))
