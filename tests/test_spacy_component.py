@@ -130,7 +130,8 @@ def test_the_components_config_is_loads_options_with_their_defaults(run: Path, m
         return real(path, **keywords)  # type: ignore[arg-type]
 
     monkeypatch.setattr(using, "load", spy)
-    spacy.blank("en").add_pipe("greenadapt_ner", config={"model": str(run), "threads": 1, "batch_size": 2})
+    component = spacy.blank("en").add_pipe("greenadapt_ner", config={"model": str(run), "threads": 1, "batch_size": 2})
+    assert component.batch_size == 2  # what pipe() hands the model at a time when spaCy's own call gives none
     assert received == {**{field.name: field.default for field, _ in declared_fields(LoadSettings)}, "threads": 1, "batch_size": 2}
     for config, named in (({"batch_size": "many"}, "batch_size"), ({"colour": "red"}, "colour")):
         received.clear()
