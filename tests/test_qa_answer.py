@@ -65,7 +65,7 @@ def test_words_without_logits_are_never_chosen() -> None:
     words = split_words("alpha beta gamma")
     start = np.array([-np.inf, 1.0, 0.0])
     end = np.array([5.0, -np.inf, 0.5])
-    spans = top_spans(start, end, words, max_chars=100, n_best=10)
+    spans = top_spans(start, end, words, spans=AnswerSpanSettings(max_answer_chars=100), n_best=10)
     assert [(s.first_word, s.last_word) for s in spans] == [(1, 2), (2, 2)]
 
 
@@ -97,7 +97,8 @@ def test_matches_brute_force(lengths: list[int], max_chars: int, n_best: int, se
     start = rng.integers(-3, 4, size=len(lengths)).astype(np.float32)  # small integers: many ties
     end = rng.integers(-3, 4, size=len(lengths)).astype(np.float32)
     expected = _brute_force(start, end, words, max_chars)[:n_best]
-    got = [(s.score, s.first_word, s.last_word) for s in top_spans(start, end, words, max_chars=max_chars, n_best=n_best)]
+    spans = AnswerSpanSettings(max_answer_chars=max_chars)
+    got = [(s.score, s.first_word, s.last_word) for s in top_spans(start, end, words, spans=spans, n_best=n_best)]
     assert got == expected
 
 

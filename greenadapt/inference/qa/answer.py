@@ -1,7 +1,7 @@
 """Best answer spans from word-level start/end logits.
 
 A span is a pair of words ``k ≤ k'`` whose characters ``[start_k, end_k')``
-are at most ``max_chars`` long; its score is ``start(k) + end(k')``. For
+are at most ``--max-answer-chars`` long; its score is ``start(k) + end(k')``. For
 each start word the admissible end words form a contiguous band (word end
 offsets increase), so all candidates fit a ``words × band`` matrix that is
 scored and partially sorted with numpy, in row blocks to bound memory: a
@@ -37,10 +37,10 @@ def top_spans(
     end: np.ndarray,
     words: Words,
     *,
-    max_chars: int,
+    spans: AnswerSpanSettings,
     n_best: int,
 ) -> list[Span]:
-    """The ``n_best`` highest-scoring admissible spans, best first (ties: earlier, then shorter)."""
+    """The ``n_best`` highest-scoring spans ``spans`` admits, best first (ties: earlier, then shorter)."""
     import numpy as np
 
     n = len(words)
@@ -48,8 +48,8 @@ def top_spans(
         return []
     start = np.asarray(start, dtype=np.float32)
     end = np.asarray(end, dtype=np.float32)
-    # last_end[k]: the last word k' whose span from k stays within max_chars (< k when none does).
-    last_end = np.searchsorted(words.ends, words.starts + max_chars, side="right") - 1
+    # last_end[k]: the last word k' whose span from k stays within the character limit (< k when none does).
+    last_end = np.searchsorted(words.ends, words.starts + spans.max_answer_chars, side="right") - 1
     band = int((last_end - np.arange(n)).max()) + 1
     if band <= 0:
         return []
@@ -105,7 +105,7 @@ def nbest_answers(
 ) -> list[dict[str, Any]]:
     """The n-best answers as exact context substrings, with softmax probabilities over the n-best scores; ``spans``:
     which spans may be answers (``qa``'s options, or ``finetune --task qa``'s)."""
-    best = top_spans(start, end, words, max_chars=spans.max_answer_chars, n_best=n_best)
+    best = top_spans(start, end, words, spans=spans, n_best=n_best)
     probabilities = softmax([span.score for span in best])
     answers = []
     for span, probability in zip(best, probabilities, strict=True):
