@@ -22,7 +22,7 @@ def peaks():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("flags", "fp32", "bf16", "int8", "unit"), [
     (ZEN4, 32, 64, 64, "AVX-512 VNNI"),
     (SAPPHIRE_RAPIDS, 32, 1024, 1024, "AMX-INT8"),
-    (HASWELL, 32, 32, 16, "AVX2"),
+    (HASWELL, 32, 32, 32, "AVX2"),
 ])
 def test_each_precisions_peak_comes_from_the_widest_unit_the_flags_show(  # type: ignore[no-untyped-def]
         peaks, flags: set[str], fp32: int, bf16: int, int8: int, unit: str) -> None:
