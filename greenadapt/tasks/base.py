@@ -18,7 +18,7 @@ task modules import torch, numpy and the data code inside their methods.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -142,9 +142,9 @@ class Task:
         defaults = {name: getattr(self.defaults, name) for name in ("epochs", "batch_size", "lr", "max_length", "max_words", "pool")}
         return settings.replaced(**{name: value for name, value in defaults.items() if getattr(settings, name) is None})
 
-    def check_unused(self, settings: Settings) -> None:
-        """Refuse the options this task has no use for, when they were set."""
-        refused = settings.given_options(self.unused_options)
+    def check_unused(self, settings: Settings, also: Iterable[str] = ()) -> None:
+        """Refuse the options this task has no use for (its own, then ``also``: a whole group), when they were set."""
+        refused = settings.given_options((*self.unused_options, *also))
         if refused:
             raise UsageError(
                 f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --task {self.name}",

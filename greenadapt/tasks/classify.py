@@ -27,7 +27,7 @@ class ClassifyTask(LabellingTask):
     pipeline_tag = "text-classification"
     summary = "text or text-pair classification: JSON lines or TSV, one label per example; accuracy, F1, MCC"
     defaults = TaskDefaults()
-    unused_options = ("max_words", "entity_type", "doc_stride", "max_answer_chars")
+    unused_options = ("max_words", "entity_type", "doc_stride")
     auto_model = "AutoModelForSequenceClassification"
     metrics = ("accuracy", "micro_f1", "macro_f1", "mcc", "f1")
     default_metric = "accuracy"

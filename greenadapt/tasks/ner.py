@@ -29,7 +29,7 @@ class NerTask(LabellingTask):
     pipeline_tag = "token-classification"
     summary = "named entities: a word and its BIO/BIOES label per line (or token JSON lines); entity F1"
     defaults = TaskDefaults()
-    unused_options = ("positive_label", "doc_stride", "max_answer_chars")
+    unused_options = ("positive_label", "doc_stride")
     auto_model = "AutoModelForTokenClassification"
     metrics = ("f1", "precision", "recall", "accuracy")
     default_metric = "f1"

@@ -91,6 +91,7 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, LoopOptionSettings,
 
     def check(self) -> None:
         """The checks between options, once, when the settings are made (each option's own are in its declaration)."""
+        from greenadapt.options import declared_fields
         from greenadapt.tasks import get_task
         from greenadapt.training.config import check_compile, check_cuda_graphs, check_decay
         from greenadapt.compute.distributed import check_precision
@@ -98,7 +99,9 @@ class FinetuneSettings(TrainingFileSettings, RecipeSettings, LoopOptionSettings,
         if self.seeds is not None and self.seed != DEFAULT_SEED:
             raise UsageError("--seed and --seeds were both given", hint="pass one: --seeds 1,2,3 trains once per seed")
         task = get_task(self.task)
-        task.check_unused(self)
+        # QA's answer-span options are one group: refused whole by a task that answers no questions, so a new one needs
+        # no entry in each task's list
+        task.check_unused(self, also=() if task.answers_questions else [field.name for field, _ in declared_fields(AnswerSpanSettings)])
         filled = task.filled(self)
         assert filled.lr is not None  # filled: the task's default
         check_decay(filled.lr, filled.weight_decay)
