@@ -9,8 +9,8 @@ off by ONEDNN_MAX_CPU_ISA the flags still say AMX). What the benches' "share of 
 fp32: 32 FLOP (16 FMA) a cycle a core with AVX2 or AVX-512, else 16. bf16: AMX tiles 1,024 FLOP a cycle a core,
 AVX-512 BF16 64, else fp32's rate. int8: AMX-INT8 1,024 MAC a cycle a core; AVX-512 VNNI 64 (one 512-bit VNNI
 product a cycle, as Zen 4 runs them; 128 on a core with two 512-bit FMA ports); AVX-VNNI 32; else 32 (AVX2: two
-256-bit ``vpmaddubsw`` a cycle, 32 byte products each. The 16 this said before was passed on a Zen 3 EPYC: 58 to 83
-GMAC per CPU-second a core, over 20 a cycle even at 4.0 GHz, the highest boost of any Zen 3 EPYC). The clock is
+256-bit ``vpmaddubsw`` a cycle, 32 byte products each. The 16 this said before was passed on a Zen 3 EPYC: 83 GMAC
+per CPU-second a core, which 16 a cycle reaches only at 5.2 GHz, past any Zen 3 EPYC's boost of 4.1 GHz). The clock is
 /proc/cpuinfo's unless a bench is given the all-core clock (a core that boosts above it makes every share lower).
 """
 
