@@ -76,9 +76,13 @@ def _two_ranks(script: Path, *args: str, timeout: float = 240) -> list[subproces
         procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     done = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
-        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:  # a hung rank does not outlive its test
+            proc.kill()
     return done
 
 
@@ -92,6 +96,36 @@ def test_collectives_keep_their_tensors_until_the_backend_lets_go(tmp_path: Path
         # the deterministic test below pins the mechanism whatever the timing).
         assert counts["unprotected"] == 0, counts
         assert counts["still_held_after_close"] == 0, counts
+
+
+REJOIN_SCRIPT = textwrap.dedent(
+    """
+    import json, time
+    import torch
+    from greenadapt.compute.distributed import init_distributed
+
+    sums = []
+    for run in range(3):  # three runs in one process, as a script under torchrun calling finetune three times
+        ctx = init_distributed("cpu")
+        t = torch.tensor([float(run + ctx.rank)])
+        ctx.all_reduce_sum(t)
+        sums.append(t.item())
+        if ctx.rank == 0:
+            time.sleep(1.0)  # rank 0 ends its run late: rank 1 is already starting the next one
+        ctx.close()
+    print(json.dumps(sums))
+    """
+)
+
+
+def test_runs_one_after_another_in_one_process_share_the_group_however_late_a_rank_ends(tmp_path: Path) -> None:
+    """Each run used to leave the group at its end and the next to join again on the same MASTER_PORT: rank 1, there
+    first, reached the store rank 0 had not yet torn down, and both waited forever (every time, with rank 0 late)."""
+    script = tmp_path / "rejoin.py"
+    script.write_text(REJOIN_SCRIPT)
+    for proc in _two_ranks(script, timeout=60):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1.0, 3.0, 5.0]
 
 
 class _SlowBackend:

@@ -17,6 +17,7 @@ past ``destroy_process_group``, so joining them is not an option.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import logging
@@ -39,7 +40,6 @@ class DistContext:
     rank: int = 0
     world: int = 1
     device: Any = "cpu"
-    initialized_here: bool = False
     # (tensor, its use count before the collective): held until the backend's count on it is gone
     _handed_over: list[tuple[Any, int]] = field(default_factory=list, repr=False)
 
@@ -119,16 +119,9 @@ class DistContext:
             dist.barrier()
 
     def close(self) -> None:
-        """Leave the process able to exit cleanly: destroy the group this context created, and let go of every
-        tensor a collective handed to the backend only once the backend has (on success, error and stop alike)."""
-        try:
-            if self.initialized_here:
-                import torch.distributed as dist
-
-                self.initialized_here = False
-                dist.destroy_process_group()
-        finally:
-            self._release_handed_over()
+        """Leave the process able to exit cleanly: let go of every tensor a collective handed to the backend only once
+        the backend has (on success, error and stop alike). The group itself is left at the process's exit."""
+        self._release_handed_over()
 
 
 def init_distributed(device: str = "auto") -> DistContext:
@@ -143,9 +136,19 @@ def init_distributed(device: str = "auto") -> DistContext:
 
         if not dist.is_initialized():
             _join_group(dist, torch_device)
-            ctx.initialized_here = True
+            # Left at exit, not at the run's end: a second run in the process (a script under torchrun calling
+            # finetune twice) joined again on the same MASTER_PORT, and a rank that did so before rank 0 had torn
+            # down the first group's store reached the old store and waited forever. Later runs use this group.
+            atexit.register(_leave_group)
         log.info("data parallel: rank %d of %d on %s", rank, world, torch_device)
     return ctx
+
+
+def _leave_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # unless the caller's own code left it first
+        dist.destroy_process_group()
 
 
 def _join_group(dist: Any, device: Any) -> None:
