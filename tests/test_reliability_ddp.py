@@ -26,15 +26,15 @@ from finetune_helpers import build_tiny_expanded, write_ner_file
 from greenadapt.training.checkpoint import latest_checkpoint
 from greenadapt.training.job import checkpoint_folder
 
-# Kills the process (os._exit: no handler, no cleanup) at the N-th training step: only checkpoints on disk survive.
+# Kills the process (os._exit: no handler, no cleanup) at the N-th training step of the run it is installed for: only
+# checkpoints on disk survive.
 CRASH_AT_STEP = """
-if mode.startswith("crash:"):
-    crash_at, calls = int(mode.split(":")[1]), [0]
-    original_step = train_module.Trainer.step
+def crash_at(step_number):
+    calls, original_step = [0], train_module.Trainer.step
 
     def step(self, *args, **kwargs):
         calls[0] += 1
-        if calls[0] == crash_at:
+        if calls[0] == step_number:
             os._exit(17)
         return original_step(self, *args, **kwargs)
 
@@ -49,12 +49,15 @@ WORKER = textwrap.dedent(
     from greenadapt.training import runtime as train_module
     import greenadapt
 
-    model, train, out, mode = sys.argv[1:5]
+    model, train, *jobs = sys.argv[1:]
     {crash}
-    greenadapt.finetune(**dict(
-        task="ner", train=Path(train), model=model, out=Path(out), device="cpu", seeds=[5],
-        **dict(batch_size=8, lr=3e-3, epochs=2, max_steps=8), save_every=3, resume=mode == "resume",
-    ))
+    for out, mode in zip(jobs[::2], jobs[1::2]):  # one launch runs its jobs in order, as a user's script may
+        if mode.startswith("crash:"):
+            crash_at(int(mode.split(":")[1]))
+        greenadapt.finetune(**dict(
+            task="ner", train=Path(train), model=model, out=Path(out), device="cpu", seeds=[5],
+            **dict(batch_size=8, lr=3e-3, epochs=2, max_steps=8), save_every=3, resume=mode == "resume",
+        ))
     """
 ).replace("{crash}", CRASH_AT_STEP)
 
@@ -66,12 +69,16 @@ PRETRAIN_WORKER = textwrap.dedent(
     from greenadapt.training import runtime as train_module
     from greenadapt import pretrain
 
-    model, corpus, out, mode = sys.argv[1:5]
+    model, corpus, *jobs = sys.argv[1:]
     {crash}
-    pretrain(**dict(
-        corpus=[corpus], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4, workers=1,
-        device="cpu", **dict(batch_size=8, max_steps=8, lr=3e-3, seed=5), save_every=3, resume=mode == "resume",
-    ))
+    for out, mode in zip(jobs[::2], jobs[1::2]):
+        if mode.startswith("crash:"):
+            crash_at(int(mode.split(":")[1]))
+        pretrain(**dict(
+            corpus=[corpus], model=model, out=Path(out), workdir=Path(out).parent / "work", max_length=24, heldout=4,
+            workers=1, device="cpu", **dict(batch_size=8, max_steps=8, lr=3e-3, seed=5), save_every=3,
+            resume=mode == "resume",
+        ))
     """
 ).replace("{crash}", CRASH_AT_STEP)
 
@@ -110,17 +117,17 @@ def _max_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float
 def _crash_resume_and_control(tmp_path: Path, inputs: list[str], worker: str, seed_folder: str) -> None:
     """Run uninterrupted; crash at step 5 and resume from the step-3 checkpoint; resume a copy without per-rank states.
 
-    ``seed_folder``: where the run keeps its checkpoints inside ``<out>.checkpoint/``
-    (finetune: one folder per seed; pretrain: none).
+    Two launches of two processes (each start costs more than the 8 steps): the first runs the reference and then the
+    run that crashes, the second resumes it and then the control. ``seed_folder``: where the run keeps its checkpoints
+    inside ``<out>.checkpoint/`` (finetune: one folder per seed; pretrain: none).
     """
     import shutil
 
-    def launch(out: Path, mode: str, expect: int = 0) -> None:
-        _launch([*inputs, str(out), mode], tmp_path, expect=expect, worker=worker)
+    def launch(jobs: list[tuple[Path, str]], expect: int = 0) -> None:
+        _launch([*inputs, *(str(part) for job in jobs for part in job)], tmp_path, expect=expect, worker=worker)
 
-    launch(tmp_path / "reference", "full")
-    out = tmp_path / "resumed"
-    launch(out, "crash:5", expect=17)
+    reference, out, control = tmp_path / "reference", tmp_path / "resumed", tmp_path / "control"
+    launch([(reference, "full"), (out, "crash:5")], expect=17)
     found = latest_checkpoint(checkpoint_folder(out) / seed_folder)
     assert found is not None and found[1]["step"] == 3
     tensors = torch.load(found[0] / "optimizer.pt", weights_only=True)
@@ -128,15 +135,12 @@ def _crash_resume_and_control(tmp_path: Path, inputs: list[str], worker: str, se
     assert not torch.equal(tensors["rank_rng"][0]["torch"], tensors["rank_rng"][1]["torch"])  # two different streams
 
     # The negative control: the same checkpoint without the per-rank states (what greenadapt saved before).
-    control = tmp_path / "control"
     shutil.copytree(checkpoint_folder(out), checkpoint_folder(control))
     _strip_rank_states(latest_checkpoint(checkpoint_folder(control) / seed_folder)[0])  # type: ignore[index]
-    launch(out, "resume")
-    launch(control, "resume")
+    launch([(out, "resume"), (control, "resume")])
 
-    reference, resumed, stripped = _weights(tmp_path / "reference"), _weights(out), _weights(control)
-    assert _max_difference(resumed, reference) <= 1e-6
-    assert _max_difference(stripped, reference) > 1e-5, "the test cannot see rank 1's random state"
+    assert _max_difference(_weights(out), _weights(reference)) <= 1e-6
+    assert _max_difference(_weights(control), _weights(reference)) > 1e-5, "the test cannot see rank 1's random state"
     assert not checkpoint_folder(out).exists()
 
 
@@ -157,14 +161,14 @@ def _strip_rank_states(ckpt: Path) -> None:
     (ckpt / "checkpoint.json").write_text(json.dumps(manifest))
 
 
-@pytest.mark.integration  # four launches of two processes: minutes on a loaded 2-core machine
+@pytest.mark.integration  # two launches of two processes, four runs: a minute on a loaded 2-core machine
 def test_two_rank_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     model = build_tiny_expanded(tmp_path / "model", dropout=0.3)
     train = write_ner_file(tmp_path / "train.tsv", 40, seed=1)
     _crash_resume_and_control(tmp_path, [str(model), str(train)], WORKER, "seed-5")
 
 
-@pytest.mark.integration  # four launches of two processes
+@pytest.mark.integration  # two launches of two processes, four runs
 def test_two_rank_pretrain_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     from conftest import build_tiny_bert
     from finetune_helpers import set_dropout
