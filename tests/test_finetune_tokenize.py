@@ -198,6 +198,15 @@ def test_each_tokenizer_is_copied_once_however_many_batches_and_again_when_it_gr
         text_units([TextExample("tachycardia was seen", None, None, 1)], None, pair, max_length=32)
     assert len(copies) == 2 * len(pair.views)  # the word and the truncating backend of each view, once
 
+    from greenadapt.modeling.gmap.wiring import attach_memory
+
+    memory_tokenizer = load_tokenizers(expanded).general  # G-MAP's general model reads another tokenizer, every batch
+    units_of_batch = ner_units(sentences, None, pair, max_words=None, max_length=32)[0]
+    copies.clear()
+    for _ in range(3):
+        attach_memory(units_of_batch, sentences, memory_tokenizer, 32)
+    assert copies == [memory_tokenizer]
+
     pair.general.add_tokens(["zzqx"])
     (ids,) = (u.ids[VIEW_GENERAL] for u in text_units([TextExample("zzqx", None, None, 1)], None, pair, max_length=32)[0])
     assert ids[1] == len(pair.general) - 1

@@ -76,19 +76,17 @@ def word_backend(tokenizer: Any) -> Any:
 _SHARED_BACKENDS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
 
 
-def shared_backend(tokenizer: Any, make: Callable[..., Any], *args: Any) -> Any:
-    """``make(tokenizer, *args)``, made once per tokenizer and ``args``; callers must not change what it returns."""
+def shared_backend(tokenizer: Any, *, words: bool = False, max_length: int | None = None) -> Any:
+    """:func:`word_backend` (``words``) or :func:`plain_backend`, truncating at ``max_length`` (None: never), made once per
+    tokenizer and kind; callers must not change what it returns."""
     made = _SHARED_BACKENDS.setdefault(tokenizer, {})
-    key = (make, len(tokenizer), *args)
+    key = (words, max_length, len(tokenizer))
     if key not in made:
-        made[key] = make(tokenizer, *args)
+        backend = word_backend(tokenizer) if words else plain_backend(tokenizer)
+        if max_length is not None:
+            backend.enable_truncation(max_length, strategy="longest_first")
+        made[key] = backend
     return made[key]
-
-
-def _truncating_backend(tokenizer: Any, max_length: int) -> Any:
-    backend = plain_backend(tokenizer)
-    backend.enable_truncation(max_length, strategy="longest_first")
-    return backend
 
 
 @dataclass
@@ -200,7 +198,7 @@ def ner_units(
         raise UsageError("--max-words must be at least 1")
     budget = check_max_length(max_length) - 2  # [CLS] and [SEP]
     words = [s.words for s in sentences]
-    per_view = [word_pieces(shared_backend(tok, word_backend), words, tokenizers.unk_id) for tok in tokenizers.views]
+    per_view = [word_pieces(shared_backend(tok, words=True), words, tokenizers.unk_id) for tok in tokenizers.views]
     units: list[Unit] = []
     stats = {"sentences": len(sentences), "chunks": 0, "split_for_length": 0, "truncated_words": 0}
     for index, sentence in enumerate(sentences):
@@ -277,7 +275,7 @@ def text_units(
     encoded_views = []
     truncated = 0
     for tok in tokenizers.views:
-        encodings = shared_backend(tok, _truncating_backend, max_length).encode_batch(inputs, add_special_tokens=True)
+        encodings = shared_backend(tok, max_length=max_length).encode_batch(inputs, add_special_tokens=True)
         truncated = max(truncated, sum(bool(e.overflowing) for e in encodings))
         encoded_views.append(encodings)
     units = []

@@ -99,15 +99,14 @@ def general_tokenizer(folder: Path, t_lm: Any) -> Any | None:
 def attach_memory(units: Sequence[Any], examples: Sequence[Any], tokenizer: Any | None, max_length: int) -> None:
     """Give every unit the general model's input: its T_LM view, or its text under the general tokenizer."""
     from greenadapt.data.task_files import NerSentence
-    from greenadapt.modeling.units import VIEW_GENERAL, plain_backend, word_backend
+    from greenadapt.modeling.units import VIEW_GENERAL, shared_backend
 
     if tokenizer is None:
         for unit in units:
             unit.memory_ids, unit.memory_type_ids = unit.ids[VIEW_GENERAL], unit.type_ids[VIEW_GENERAL]
         return
     pretokenized = bool(units) and isinstance(examples[units[0].example], NerSentence)
-    backend = word_backend(tokenizer) if pretokenized else plain_backend(tokenizer)
-    backend.enable_truncation(max_length, strategy="longest_first")
+    backend = shared_backend(tokenizer, words=pretokenized, max_length=max_length)  # inference: every batch
     inputs: list[Any] = []
     for unit in units:
         example = examples[unit.example]
