@@ -1,0 +1,130 @@
+"""The warm starts README's test runs its commands with (tests/warm_start.py) behave as the command run cold would.
+
+A defect there would hide README commands that fail (a lost exit status), so each property a shell relies on is
+checked here on a zygote that preloads nothing: the status, the streams, the folder and environment, a signal to the
+client, the client's death, and the cold start when the environment differs in what libraries read at import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from warm_start import Zygote, differing_variables
+
+HERE = Path(__file__).resolve()
+
+
+def report_and_exit() -> None:
+    """A command for the zygote: reads stdin, writes what it was given on stdout, a line on stderr, exits 3."""
+    seen = {"argv": sys.argv, "cwd": os.getcwd(), "stdin": sys.stdin.read(), "marker": os.environ.get("GREENADAPT_MARKER"),
+            "parent": os.getppid(), "imported": os.environ.get("WARM_TEST_IMPORTED")}
+    print(json.dumps(seen))
+    print("to stderr", file=sys.stderr)
+    sys.exit(3)
+
+
+def wait_forever() -> None:
+    """A command for the zygote: writes its pid to the file its argument names, then sleeps; a SIGTERM is written
+    beside it and ends it with 143, as greenadapt's commands end on one."""
+    def stop(number: int, _frame: object) -> None:
+        Path(sys.argv[1] + ".signal").write_text(signal.Signals(number).name)
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, stop)
+    Path(sys.argv[1]).write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+def _shell(zygote: Zygote, env: dict[str, str], entry: str, command: str, cwd: Path, **run: object) -> subprocess.Popen[str]:
+    env = dict(env, BASH_ENV=zygote.bash_env(program=str(HERE), entry=entry))
+    return subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **run)  # type: ignore[call-overload]
+
+
+@pytest.fixture
+def zygote_env() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
+
+
+def test_a_warm_command_gets_the_callers_arguments_streams_folder_environment_and_gives_back_its_status(
+        tmp_path: Path, zygote_env: dict[str, str]) -> None:
+    # a preloaded module that sets a variable at import, as torch does (TORCHINDUCTOR_CACHE_DIR): the command sees it
+    (tmp_path / "sets_variable.py").write_text("import os\nos.environ['WARM_TEST_IMPORTED'] = 'yes'\n")
+    zygote_env["PYTHONPATH"] = os.pathsep.join(filter(None, [zygote_env.get("PYTHONPATH"), str(tmp_path)]))
+    with Zygote(zygote_env, modules=("sets_variable",)) as zygote:
+        shell = _shell(zygote, zygote_env, "test_warm_start:report_and_exit",
+                       "GREENADAPT_MARKER=set greenadapt one 'two words'", tmp_path)
+        out, err = shell.communicate("from stdin\n", timeout=60)
+    assert shell.returncode == 3, err
+    seen = json.loads(out)
+    assert seen["argv"] == [str(HERE), "one", "two words"]
+    assert seen["cwd"] == str(tmp_path) and seen["stdin"] == "from stdin\n" and seen["marker"] == "set"
+    assert seen["imported"] == "yes"
+    assert seen["parent"] != shell.pid  # it ran in the zygote, not as the shell's child
+    assert err == "to stderr\n"
+
+
+def test_an_environment_that_differs_in_what_imports_read_starts_cold(tmp_path: Path, zygote_env: dict[str, str]) -> None:
+    assert differing_variables({"PATH": "a", "GREENADAPT_X": "1", "HF_HOME": "b"}, {"PATH": "c"}) == ["HF_HOME"]
+    program = tmp_path / "program"
+    program.write_text("#!/bin/sh\necho cold \"$@\"\n")
+    program.chmod(0o755)
+    with Zygote(zygote_env, modules=()) as zygote:
+        client = zygote.client(str(program), "test_warm_start:report_and_exit")
+        changed = subprocess.run([*client, "a"], env=dict(zygote_env, HF_HUB_OFFLINE="changed"), capture_output=True,
+                                 text=True, timeout=60)
+        # the same command in the zygote's environment: warm (on the same socket: nothing else decided it)
+        same = subprocess.run([*zygote.client(str(HERE), "test_warm_start:report_and_exit"), "a"], env=zygote_env,
+                              capture_output=True, text=True, timeout=60)
+    assert same.returncode == 3 and json.loads(same.stdout)["argv"] == [str(HERE), "a"]
+    assert (changed.returncode, changed.stdout) == (0, "cold a\n"), changed.stderr
+
+
+def test_a_signal_to_the_client_reaches_the_command_and_its_status_is_the_clients(tmp_path: Path, zygote_env: dict[str, str]) -> None:
+    pid_file = tmp_path / "pid"
+    with Zygote(zygote_env, modules=()) as zygote:
+        client = subprocess.Popen([*zygote.client(str(HERE), "test_warm_start:wait_forever"), str(pid_file)], env=zygote_env)
+        command = _wait_for_pid(pid_file)
+        client.send_signal(signal.SIGTERM)
+        assert client.wait(timeout=60) == 143
+        _wait_gone(command)
+    assert (tmp_path / "pid.signal").read_text() == "SIGTERM"
+
+
+def test_a_killed_client_takes_its_command_with_it(tmp_path: Path, zygote_env: dict[str, str]) -> None:
+    pid_file = tmp_path / "pid"
+    with Zygote(zygote_env, modules=()) as zygote:
+        client = subprocess.Popen([*zygote.client(str(HERE), "test_warm_start:wait_forever"), str(pid_file)], env=zygote_env)
+        command = _wait_for_pid(pid_file)
+        client.kill()
+        client.wait(timeout=60)
+        _wait_gone(command)
+
+
+def _wait_for_pid(path: Path) -> int:
+    deadline = time.monotonic() + 60
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):
+        assert time.monotonic() < deadline, f"the command {pid} outlived its client"
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0].lower()
+    except (FileNotFoundError, IndexError):
+        return "zombie"
