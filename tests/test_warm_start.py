@@ -71,6 +71,20 @@ def test_a_warm_command_gets_the_callers_arguments_streams_folder_environment_an
     assert err == "to stderr\n"
 
 
+def test_python_running_a_script_starts_warm_as_the_script_would_run_cold(tmp_path: Path, zygote_env: dict[str, str]) -> None:
+    (tmp_path / "block.py").write_text(
+        "import json, os, sys\n"
+        "print(json.dumps({'argv': sys.argv, 'name': __name__, 'path0': sys.path[0], 'parent': os.getppid()}))\n"
+        "sys.exit(5)\n")
+    with Zygote(zygote_env, modules=()) as zygote:
+        shell = _shell(zygote, zygote_env, "unused:unused", "python block.py x; echo $?; python -c 'print(7)'", tmp_path)
+        out, err = shell.communicate("", timeout=60)
+    seen, status, plain = out.splitlines()
+    assert json.loads(seen)["argv"] == ["block.py", "x"] and json.loads(seen)["name"] == "__main__", err
+    assert json.loads(seen)["path0"] == str(tmp_path.resolve())  # the script's folder, as `python block.py` has it
+    assert json.loads(seen)["parent"] != shell.pid and (status, plain) == ("5", "7")
+
+
 def test_an_environment_that_differs_in_what_imports_read_starts_cold(tmp_path: Path, zygote_env: dict[str, str]) -> None:
     assert differing_variables({"PATH": "a", "GREENADAPT_X": "1", "HF_HOME": "b"}, {"PATH": "c"}) == ["HF_HOME"]
     program = tmp_path / "program"

@@ -34,6 +34,8 @@ from pathlib import Path
 # (greenadapt's own are read when a command runs: the zygote does not import greenadapt.)
 RUN_TIME_VARIABLES = ("PATH", "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "PS1", "PWD", "OLDPWD", "SHLVL", "_", "BASH_ENV")
 RUN_TIME_PREFIXES = ("GREENADAPT_",)
+# The entry that runs ARGS[0] as ``python ARGS`` would (PROGRAM: the interpreter, for a cold start).
+SCRIPT = "script"
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _HEADER = struct.Struct("!I")
 
@@ -154,13 +156,18 @@ def _run_command(request: dict, fds: list[int], imported: dict[str, str]) -> Non
     os.environ.update(request["env"])
     os.environ.update(imported)
     sys.argv = request["argv"]
-    sys.path[0] = os.path.dirname(request["argv"][0])  # a script's folder, as for the program run cold (not tests/)
+    sys.path[0] = os.path.dirname(os.path.realpath(request["argv"][0]))  # a script's folder, as cold (not tests/)
     for number in FORWARDED_SIGNALS:
         signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
     code: object = 0
     try:
-        module, _, function = request["entry"].partition(":")
-        getattr(__import__(module, fromlist=[function]), function)()
+        if request["entry"] == SCRIPT:
+            import runpy
+
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        else:
+            module, _, function = request["entry"].partition(":")
+            getattr(__import__(module, fromlist=[function]), function)()
     except SystemExit as done:
         code = done.code
     except KeyboardInterrupt:
@@ -192,7 +199,8 @@ def client(path: str, program: str, entry: str, args: list[str]) -> None:
         conn.connect(path)
     except OSError:
         os.execv(program, [program, *args])
-    payload = json.dumps({"argv": [program, *args], "cwd": os.getcwd(), "env": dict(os.environ), "entry": entry}).encode()
+    argv = args if entry == SCRIPT else [program, *args]
+    payload = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "entry": entry}).encode()
     socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, 2])
     conn.sendall(payload)
     reply = _line(conn)
@@ -242,10 +250,15 @@ class Zygote:
 
     def bash_env(self, program: str, entry: str = "greenadapt.cli:entry_point") -> str:
         """A file for ``$BASH_ENV`` that defines ``greenadapt`` as a warm start of ``program`` (its path, for argv[0]
-        and for a cold start); a shell function is found before any ``greenadapt`` on ``$PATH``."""
+        and for a cold start), and ``python SCRIPT.py`` as a warm start of the script; a shell function is found
+        before any program of that name on ``$PATH``."""
         script = self.folder / "bash_env.sh"
         words = " ".join(shlex.quote(word) for word in self.client(program, entry))
-        script.write_text(f'greenadapt() {{ {words} "$@"; }}\n', encoding="utf-8")
+        interpreter = " ".join(shlex.quote(word) for word in self.client("PROGRAM", SCRIPT)).replace("PROGRAM", '"$(command -v python)"')
+        script.write_text(f'greenadapt() {{ {words} "$@"; }}\n'
+                          # `python SCRIPT.py ...` warm too; any other use of python (-m, -c, options) as it is
+                          f'python() {{ case "$1" in *.py) {interpreter} "$@";; *) command python "$@";; esac; }}\n',
+                          encoding="utf-8")
         return str(script)
 
     def __exit__(self, *exc: object) -> None:
