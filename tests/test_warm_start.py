@@ -71,6 +71,28 @@ def test_a_warm_command_gets_the_callers_arguments_streams_folder_environment_an
     assert err == "to stderr\n"
 
 
+def test_a_command_that_cannot_be_set_up_fails_instead_of_passing(tmp_path: Path, zygote_env: dict[str, str]) -> None:
+    """A folder gone between the client's request and the fork: the status is 1 with the reason on stderr, not 0."""
+    import socket
+
+    import warm_start
+
+    payload = json.dumps({"argv": [str(HERE)], "cwd": str(tmp_path / "gone"), "env": zygote_env,
+                          "entry": "test_warm_start:report_and_exit"}).encode()
+    read_end, write_end = os.pipe()
+    with Zygote(zygote_env, modules=()) as zygote, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(zygote.socket)
+        with open(os.devnull) as nothing:
+            socket.send_fds(conn, [warm_start._HEADER.pack(len(payload))], [nothing.fileno(), write_end, write_end])
+        conn.sendall(payload)
+        os.close(write_end)
+        assert "pid" in (warm_start._line(conn) or {})
+        done = warm_start._line(conn)
+    with os.fdopen(read_end) as stderr:
+        assert done is not None and os.waitstatus_to_exitcode(done["status"]) == 1
+        assert "FileNotFoundError" in stderr.read()
+
+
 def test_python_running_a_script_starts_warm_as_the_script_would_run_cold(tmp_path: Path, zygote_env: dict[str, str]) -> None:
     (tmp_path / "block.py").write_text(
         "import json, os, sys\n"

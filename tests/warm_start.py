@@ -89,6 +89,7 @@ def serve(path: str, modules: list[str]) -> None:
     listener.bind(path)
     listener.listen(64)
     print("ready", flush=True)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nobody reads the pipe after this line: nothing may fill it
     while True:
         conn, _ = listener.accept()
         if os.fork() == 0:
@@ -114,6 +115,7 @@ def _supervise(conn: socket.socket, started: dict[str, str], imported: dict[str,
     import select
 
     header, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+    header += _read_exactly(conn, _HEADER.size - len(header))
     request = json.loads(_read_exactly(conn, _HEADER.unpack(header)[0]))
     differing = differing_variables(request["env"], started)
     if differing:
@@ -123,8 +125,14 @@ def _supervise(conn: socket.socket, started: dict[str, str], imported: dict[str,
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        conn.close()
-        _run_command(request, fds, imported)
+        try:
+            conn.close()
+            _run_command(request, fds, imported)  # ends the process
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()  # a set-up that failed (a folder gone, say): never an exit 0 for a command not run
+        os._exit(1)
     for fd in fds:
         os.close(fd)
     conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
