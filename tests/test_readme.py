@@ -17,8 +17,9 @@ its reason; a README command that matches none of them must run.
 The shell's ``greenadapt`` and ``python SCRIPT.py`` start warm
 (tests/warm_start.py): forked from a process that imported torch and
 transformers once, with the command's own arguments, folder, environment and
-streams. The ~40 imports that saves were most of this test's CPU time. The console script and the interpreter's start
-are run cold by every other subprocess test and by CI's `make wheel-demo`.
+streams. The ~40 imports that saves were most of this test's CPU time. The
+console script and the interpreter's start are run cold by every other
+subprocess test and by CI's `make wheel-demo`.
 """
 
 from __future__ import annotations
