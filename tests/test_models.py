@@ -87,3 +87,73 @@ def test_default_model_is_the_bundled_minilm(minilm_path: Path) -> None:
     assert ref.path == minilm_path
     assert ref.slug == "all-MiniLM-L6-v2"
     assert hidden_size(ref) == 384
+
+
+def _tokenizer_files(folder: Path) -> dict[str, Path]:
+    """One tokenizer.json per kind of model family_of decides on, as the tokenizers library writes them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    made = {
+        "wordpiece": (models.WordPiece(vocab={"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"), pre_tokenizers.BertPreTokenizer()),
+        "byte-level bpe": (models.BPE(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")]), pre_tokenizers.ByteLevel()),
+        "unigram": (models.Unigram([("<unk>", 0.0), ("\u2581a", -1.0)], unk_id=0), pre_tokenizers.Metaspace()),
+        "whitespace bpe": (models.BPE(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")]), pre_tokenizers.Whitespace()),
+        "word level": (models.WordLevel(vocab={"[UNK]": 0, "a": 1}, unk_token="[UNK]"), pre_tokenizers.Whitespace()),
+    }
+    files = {}
+    for name, (model, pre_tokenizer) in made.items():
+        tokenizer = Tokenizer(model)
+        tokenizer.pre_tokenizer = pre_tokenizer
+        files[name] = folder / f"{name}.json"
+        tokenizer.save(str(files[name]))
+    return files
+
+
+def _family_verdict(spec: dict) -> str:
+    from greenadapt.families import family_of
+
+    try:
+        return type(family_of(spec)).__name__
+    except ModelError as refused:
+        return refused.message
+
+
+def test_the_family_check_reads_a_tokenizer_json_up_to_the_models_type_and_decides_as_the_whole_file(tmp_path: Path) -> None:
+    """A T̂ of a million words is a 25 MB tokenizer.json: the check before every load reads what family_of needs
+    (the entries before the model, its type) and not the vocabulary, with the verdict of the whole file."""
+    from greenadapt.artifacts.pretrained import tokenizer_json_head
+
+    verdicts = set()
+    for name, path in _tokenizer_files(tmp_path).items():
+        text = path.read_text(encoding="utf-8")
+        whole = json.loads(text)
+        head = tokenizer_json_head(text)
+        assert head is not None, name
+        assert head["model"] == {"type": whole["model"]["type"]} and head["pre_tokenizer"] == whole["pre_tokenizer"], name
+        assert _family_verdict(head) == _family_verdict(whole), name
+        verdicts.add(_family_verdict(whole))
+        # the vocabulary is not decoded: a file broken inside it still has its head (the load itself then reports it)
+        broken = text[: text.index('"vocab"')] + '"vocab": {"a": nonsense'
+        assert tokenizer_json_head(broken) == head, name
+    assert len(verdicts) == 5  # three families, two refusals: each kind was told apart
+
+
+def test_a_tokenizer_json_laid_out_otherwise_is_decoded_whole_with_the_same_verdict(tmp_path: Path) -> None:
+    from greenadapt.artifacts.pretrained import _check_family, tokenizer_json_head
+
+    for name, path in _tokenizer_files(tmp_path).items():
+        whole = json.loads(path.read_text(encoding="utf-8"))
+        model_first = {"model": whole["model"], **{k: v for k, v in whole.items() if k != "model"}}
+        type_last = {**whole, "model": {**{k: v for k, v in whole["model"].items() if k != "type"}, "type": whole["model"]["type"]}}
+        for layout in (model_first, type_last):
+            assert tokenizer_json_head(json.dumps(layout)) is None, name
+            folder = tmp_path / name.replace(" ", "-") / str(id(layout))
+            folder.mkdir(parents=True)
+            (folder / "tokenizer.json").write_text(json.dumps(layout))
+            if _family_verdict(whole).startswith("cannot adapt"):
+                with pytest.raises(ModelError, match="cannot adapt"):
+                    _check_family(folder)
+            else:
+                _check_family(folder)
+    for not_a_description in ("[1, 2]", "{", ""):
+        assert tokenizer_json_head(not_a_description) is None
