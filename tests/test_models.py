@@ -155,5 +155,5 @@ def test_a_tokenizer_json_laid_out_otherwise_is_decoded_whole_with_the_same_verd
                     _check_family(folder)
             else:
                 _check_family(folder)
-    for not_a_description in ("[1, 2]", "{", ""):
+    for not_a_description in ("[1, 2]", "{", "", '{[1]: 2, "model": {"type": "WordPiece"}}'):
         assert tokenizer_json_head(not_a_description) is None

@@ -303,6 +303,8 @@ def tokenizer_json_head(text: str) -> dict[str, Any] | None:
         at = after(0, "{")
         while True:
             key, at = decoder.raw_decode(text, at)
+            if not isinstance(key, str):
+                return None
             at = after(at, ":")
             if key == "model":
                 if "pre_tokenizer" not in head:
