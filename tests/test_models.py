@@ -157,3 +157,8 @@ def test_a_tokenizer_json_laid_out_otherwise_is_decoded_whole_with_the_same_verd
                 _check_family(folder)
     for not_a_description in ("[1, 2]", "{", "", '{[1]: 2, "model": {"type": "WordPiece"}}'):
         assert tokenizer_json_head(not_a_description) is None
+    # nested deeper than Python's stack: one line, as any unreadable file (it raised RecursionError)
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "tokenizer.json").write_text('{"pre_tokenizer": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ModelError, match="unreadable tokenizer.json: RecursionError"):
+        _check_family(tmp_path / "deep")

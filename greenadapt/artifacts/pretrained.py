@@ -274,8 +274,8 @@ def _check_family(path: Path) -> None:
     try:
         text = tokenizer_json.read_text(encoding="utf-8")
         spec = tokenizer_json_head(text) or json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"unreadable tokenizer.json: {exc}", path=tokenizer_json) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # nesting deeper than Python's stack
+        raise ModelError(f"unreadable tokenizer.json: {type(exc).__name__}: {exc}", path=tokenizer_json) from None
     if not isinstance(spec, dict):
         raise ModelError("tokenizer.json is not a tokenizer description", path=tokenizer_json)
     family_of(spec, path=tokenizer_json)
@@ -316,7 +316,7 @@ def tokenizer_json_head(text: str) -> dict[str, Any] | None:
                 return head
             head[key], at = decoder.raw_decode(text, at)
             at = after(at, ",")  # a "}" here: a file without a model, which the whole decode reports
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, RecursionError):
         return None
 
 
