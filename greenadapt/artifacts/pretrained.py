@@ -271,11 +271,13 @@ def _check_family(path: Path) -> None:
     tokenizer_json = path / "tokenizer.json"
     if not tokenizer_json.is_file():
         return
+    from greenadapt.structured_text import NestedTooDeeply, loads_json
+
     try:
         text = tokenizer_json.read_text(encoding="utf-8")
-        spec = tokenizer_json_head(text) or json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # nesting deeper than Python's stack
-        raise ModelError(f"unreadable tokenizer.json: {type(exc).__name__}: {exc}", path=tokenizer_json) from None
+        spec = tokenizer_json_head(text) or loads_json(text, max_depth=None)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, NestedTooDeeply) as exc:
+        raise ModelError(f"unreadable tokenizer.json: {exc}", path=tokenizer_json) from None
     if not isinstance(spec, dict):
         raise ModelError("tokenizer.json is not a tokenizer description", path=tokenizer_json)
     family_of(spec, path=tokenizer_json)
