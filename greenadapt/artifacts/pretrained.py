@@ -289,7 +289,7 @@ _BLANK = re.compile(r"[ \t\n\r]*")
 def tokenizer_json_head(text: str) -> dict[str, Any] | None:
     """What :func:`~greenadapt.families.family_of` reads of a tokenizer.json (the entries before ``model`` and the
     model's type), without decoding the vocabulary after them: a T̂ of a million words is a 25 MB file whose whole
-    decode cost 1.2 of the 5.5 CPU-seconds of loading it. None unless the file is laid out as the tokenizers library
+    decode was 1.18 CPU-s, a quarter of loading it (bench/tokenizer_check.py). None unless the file is laid out as the tokenizers library
     writes it (the pre-tokenizer before the model, the model's type first in it): then the caller decodes it whole.
     """
     decoder = json.JSONDecoder()
