@@ -164,3 +164,36 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0].lower()
     except (FileNotFoundError, IndexError):
         return "zombie"
+
+
+def test_a_signal_that_comes_before_the_commands_pid_is_passed_on_once_the_pid_is_known(tmp_path: Path) -> None:
+    """A stand-in zygote holds its reply until the client has had a SIGTERM: the command still gets it."""
+    import socket
+
+    import warm_start
+
+    command = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
+                                "print('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert command.stdout is not None and command.stdout.readline() == "ready\n"
+    path = str(Path(warm_start.tempfile.mkdtemp(prefix="warm-")) / "stand-in.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+        client = subprocess.Popen([sys.executable, "-I", "-S", warm_start.__file__, "client", path, "/bin/false", "x:y"])
+        conn, _ = server.accept()
+        header, fds, _, _ = socket.recv_fds(conn, 4, 3)
+        warm_start._read_exactly(conn, warm_start._HEADER.unpack(header)[0])  # the request: the client now waits
+        for fd in fds:
+            os.close(fd)
+        client.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # were it later, the client would pass it on directly: the test would hold either way
+        conn.sendall(json.dumps({"pid": command.pid}).encode() + b"\n")
+        try:
+            assert command.wait(timeout=30) == 143
+        finally:
+            command.kill()
+        conn.sendall(json.dumps({"status": 143 << 8}).encode() + b"\n")
+        assert client.wait(timeout=30) == 143
+        conn.close()
+    os.unlink(path)
+    os.rmdir(os.path.dirname(path))

@@ -209,15 +209,33 @@ def client(path: str, program: str, entry: str, args: list[str]) -> None:
         os.execv(program, [program, *args])
     argv = args if entry == SCRIPT else [program, *args]
     payload = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "entry": entry}).encode()
+    # a signal before the command's pid is known is held and passed on once it is (the default would end this
+    # client alone, and its command only when the supervisor saw it gone: by SIGKILL, without its own handlers)
+    held: list[int] = []
+    target: list[int] = []
+
+    def forward(received: int, _frame: object) -> None:
+        if target:
+            os.kill(target[0], received)
+        else:
+            held.append(received)
+
+    for number in FORWARDED_SIGNALS:
+        signal.signal(number, forward)
     socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, 2])
     conn.sendall(payload)
     reply = _line(conn)
     if reply is None or "cold" in reply:
         conn.close()
+        for number in FORWARDED_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
+        for signal_number in held:  # what this process would have done with it
+            os.kill(os.getpid(), signal_number)
         os.execv(program, [program, *args])
-    pid = reply["pid"]
-    for number in FORWARDED_SIGNALS:
-        signal.signal(number, lambda received, _frame: os.kill(pid, received))
+    target.append(reply["pid"])
+    for signal_number in held:
+        os.kill(target[0], signal_number)
+    pid = target[0]
     done = _line(conn)
     if done is None:
         print(f"warm_start: lost the command {pid}", file=sys.stderr)
