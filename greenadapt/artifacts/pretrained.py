@@ -256,21 +256,22 @@ def load_backend_tokenizer(path: Path) -> Any:
     tokenizer_json = Path(path) / "tokenizer.json"
     if not tokenizer_json.is_file():
         return load_fast_tokenizer(path).backend_tokenizer
-    _check_family(Path(path))
+    text = _check_family(Path(path))
     from tokenizers import Tokenizer
 
-    try:
-        return Tokenizer.from_file(str(tokenizer_json))
+    try:  # from the text the check read: a million-word T̂'s file is read once
+        return Tokenizer.from_str(text)
     except Exception as exc:
         raise ModelError(f"unreadable tokenizer.json: {type(exc).__name__}: {str(exc)[:200]}", path=tokenizer_json) from None
 
 
-def _check_family(path: Path) -> None:
+def _check_family(path: Path) -> str:
     """A saved tokenizer.json of a family greenadapt cannot adapt is refused in one line (the file decides:
-    transformers' tokenizer classes rebuild their model from whatever vocabulary it holds)."""
+    transformers' tokenizer classes rebuild their model from whatever vocabulary it holds). Returns the file's text
+    ("" when the folder has none)."""
     tokenizer_json = path / "tokenizer.json"
     if not tokenizer_json.is_file():
-        return
+        return ""
     from greenadapt.structured_text import NestedTooDeeply, loads_json
 
     try:
@@ -281,6 +282,7 @@ def _check_family(path: Path) -> None:
     if not isinstance(spec, dict):
         raise ModelError("tokenizer.json is not a tokenizer description", path=tokenizer_json)
     family_of(spec, path=tokenizer_json)
+    return text
 
 
 _BLANK = re.compile(r"[ \t\n\r]*")
@@ -289,8 +291,9 @@ _BLANK = re.compile(r"[ \t\n\r]*")
 def tokenizer_json_head(text: str) -> dict[str, Any] | None:
     """What :func:`~greenadapt.families.family_of` reads of a tokenizer.json (the entries before ``model`` and the
     model's type), without decoding the vocabulary after them: a T̂ of a million words is a 25 MB file whose whole
-    decode was 1.18 CPU-s, a quarter of loading it (bench/tokenizer_check.py). None unless the file is laid out as the tokenizers library
-    writes it (the pre-tokenizer before the model, the model's type first in it): then the caller decodes it whole.
+    decode was 1.18 CPU-s, a quarter of loading it (bench/tokenizer_check.py). None unless the file is laid out as
+    the tokenizers library writes it (the pre-tokenizer before the model, the model's type first in it): then the
+    caller decodes it whole.
     """
     decoder = json.JSONDecoder()
     head: dict[str, Any] = {}
