@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import processes
 from warm_start import Zygote, differing_variables
 
 HERE = Path(__file__).resolve()
@@ -154,16 +155,9 @@ def _wait_for_pid(path: Path) -> int:
 
 def _wait_gone(pid: int) -> None:
     deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):
+    while any(process.pid == pid and process.state != "Z" for process in processes()):  # a zombie has ended
         assert time.monotonic() < deadline, f"the command {pid} outlived its client"
         time.sleep(0.05)
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0].lower()
-    except (FileNotFoundError, IndexError):
-        return "zombie"
 
 
 def test_a_signal_that_comes_before_the_commands_pid_is_passed_on_once_the_pid_is_known(tmp_path: Path) -> None:
