@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import string
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +50,33 @@ def tiny_vocab() -> list[str]:
         if token not in vocab:
             vocab.append(token)
     return vocab
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_ranks(script: Path, *args: str, world: int = 2, timeout: float = HANG_S) -> list[subprocess.CompletedProcess[str]]:
+    """``python SCRIPT ARGS`` as the ``world`` ranks of one process group on this machine, with the variables torchrun
+    sets, one thread each; their outcomes in rank order. A rank still running at the end (hung) is killed."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    done = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            proc.kill()
+    return done
 
 
 def heavy_modules_after(*commands: list[str]) -> list[str]:

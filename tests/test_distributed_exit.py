@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_ranks
 
 RANK_SCRIPT = textwrap.dedent(
     """
@@ -61,35 +62,10 @@ RANK_SCRIPT = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _two_ranks(script: Path, *args: str, timeout: float = 240) -> list[subprocess.CompletedProcess[str]]:
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    done = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:  # a hung rank does not outlive its test
-            proc.kill()
-    return done
-
-
 def test_collectives_keep_their_tensors_until_the_backend_lets_go(tmp_path: Path) -> None:
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    for proc in _two_ranks(script):
+    for proc in run_ranks(script):
         assert proc.returncode == 0, proc.stderr[-3000:]
         counts = json.loads(proc.stdout.strip().splitlines()[-1])
         # Gloo usually still holds about half of the tensors when the wait returns (0 in one run of 30 under load:
@@ -123,7 +99,7 @@ def test_runs_one_after_another_in_one_process_share_the_group_however_late_a_ra
     first, reached the store rank 0 had not yet torn down, and both waited forever (every time, with rank 0 late)."""
     script = tmp_path / "rejoin.py"
     script.write_text(REJOIN_SCRIPT)
-    for proc in _two_ranks(script, timeout=60):
+    for proc in run_ranks(script, timeout=60):
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1.0, 3.0, 5.0]
 
@@ -243,7 +219,7 @@ def test_two_rank_runs_through_the_python_api_always_exit_cleanly(tmp_path: Path
     script.write_text(RUN_SCRIPT)
     for launch in range(LAUNCHES):
         out = tmp_path / f"out-{launch}"
-        for rank, proc in enumerate(_two_ranks(script, kind, str(model), str(data), str(out))):
+        for rank, proc in enumerate(run_ranks(script, kind, str(model), str(data), str(out))):
             assert proc.returncode == 0, f"launch {launch}, rank {rank}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
         assert (out / "model.safetensors").is_file()
 
@@ -255,12 +231,12 @@ def test_a_rank_waiting_for_one_that_never_joins_stops_on_sigterm(tmp_path: Path
     SIGKILL 30 s later (alone, it would wait out the group's 30-minute timeout). Rank 0 is started here without its
     partner; once it serves the group's store it is inside the join, and SIGTERM must end it as a stopped run.
     """
-    from conftest import HANG_S, build_tiny_bert
+    from conftest import HANG_S, build_tiny_bert, free_port
 
     model = build_tiny_bert(tmp_path / "model")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"the patients were treated with protein {i} and the gene" for i in range(40)) + "\n")
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
     command = [sys.executable, "-m", "greenadapt", "pretrain", "--corpus", str(corpus), "--model", str(model), "--max-steps", "2",

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HANG_S
+from conftest import run_ranks
 from finetune_helpers import build_tiny_expanded, set_dropout, write_ner_file
 
 WORKER = textwrap.dedent(
@@ -41,25 +38,11 @@ WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(world: int, args: list[str], tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    port = _free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        if world > 1:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stderr=subprocess.PIPE, text=True))
-    for proc in procs:
-        _, err = proc.communicate(timeout=HANG_S)
-        assert proc.returncode == 0, err[-3000:]
+    for proc in run_ranks(script, *args, world=world):
+        assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def _load(path: Path) -> dict[str, np.ndarray]:

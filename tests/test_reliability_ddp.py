@@ -10,16 +10,12 @@ and must differ, so this test can tell the two apart.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HANG_S
+from conftest import run_ranks
 import torch
 from finetune_helpers import build_tiny_expanded, write_ner_file
 
@@ -83,24 +79,11 @@ PRETRAIN_WORKER = textwrap.dedent(
 ).replace("{crash}", CRASH_AT_STEP)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(args: list[str], tmp_path: Path, *, expect: int = 0, worker: str = WORKER) -> None:
     script = tmp_path / "worker.py"
     script.write_text(worker)
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stderr=subprocess.PIPE, text=True))
-    for proc in procs:
-        _, err = proc.communicate(timeout=HANG_S)
-        assert proc.returncode == expect, err[-3000:]
+    for proc in run_ranks(script, *args):
+        assert proc.returncode == expect, proc.stderr[-3000:]
 
 
 def _weights(out: Path) -> dict[str, np.ndarray]:
