@@ -216,3 +216,19 @@ def test_small_things_predict_help_shows_its_example_once_and_an_exports_card_na
     greenadapt.export(tmp_path / "run", onnx=True, quantize="fp32", out=tmp_path / "served")
     card = (tmp_path / "served" / "README.md").read_text()
     assert str(tmp_path) not in card and "run `run`" in card, card
+
+
+def test_evaluate_names_the_pooling_mode_of_each_warning(data: dict[str, Path], tmp_path: Path) -> None:
+    """evaluate scores every pooling mode, and each mode's learned-nothing warning names it: the same accuracy under two
+    modes read as one warning said twice (found on BC5CDR-disease, where mean and general pooling tied)."""
+    import greenadapt
+    from finetune_helpers import build_tiny_expanded
+
+    run = tmp_path / "run"
+    greenadapt.finetune("ner", data["train"], model=str(build_tiny_expanded(tmp_path / "green")), out=run, epochs=1, lr=1e-9,
+                        batch_size=8, device="cpu", progress=False)
+    result = greenadapt.evaluate(data["test"], model=run, device="cpu")
+    assert set(result.scores) == {"mean", "general", "domain"}
+    below = [w for w in result.warnings if "below the" in w]
+    assert below and len(set(below)) == len(below), result.warnings
+    assert all(any(f"test.tsv under {mode} pooling" in w for mode in result.scores) for w in result.warnings), result.warnings

@@ -62,8 +62,9 @@ def evaluate_files(
     for mode, logits in by_mode.items():
         predictions = request.task.decode(request.task_file, argmax_labels(logits, request.settings.labels))
         scores[mode] = request.task.score(request.task_file, predictions, request.settings)
-        warnings += [w for w in prediction_warnings(request.task_file.path.name, request.task_file.gold(), predictions)
-                     if w not in warnings]
+        # each mode's warning names it: two modes at the same accuracy read as one warning said twice
+        where = request.task_file.path.name if len(by_mode) == 1 else f"{request.task_file.path.name} under {mode} pooling"
+        warnings += prediction_warnings(where, request.task_file.gold(), predictions)
     headline = "mean" if "mean" in scores else next(iter(scores))
     metric = request.settings.metric or request.task.default_metric
     return EvaluateResult([f for f, _ in founds], Path(data), len(request.task_file.examples), metric, headline, scores, warnings)
