@@ -163,3 +163,36 @@ def test_the_answer_length_is_declared_once_and_reaches_qa_training_its_scoring_
     assert finetune_arguments(plan, str(expanded), 1, tmp_path / "run")["max_answer_chars"] == 40
     with pytest.raises(UsageError, match="--max-answer-chars does not apply to --task ner"):
         finetune(task="ner", train=train_file, model=str(expanded), max_answer_chars=40, out=tmp_path / "ner")
+
+
+def test_scoring_the_test_file_shows_its_progress_and_says_when_it_starts_and_ends(expanded: Path, train_file: Path, tmp_path: Path,
+                                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """Answering a test file of whole papers takes minutes on a CPU (Covid-QA: ten of them for 100 questions on three
+    papers, silent before): it is a phase of the progress shown, question by question, and said in the log."""
+    import logging
+
+    class Recorded:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, object]] = []
+
+        def start(self, description: str, total: float | None = None, unit: str = "") -> None:
+            self.calls.append((description, (total, unit)))
+
+        def update(self, completed: float, **info: object) -> None:
+            self.calls.append(("update", completed))
+
+        def finish(self, **info: object) -> None:
+            self.calls.append(("finish", None))
+
+    recorded = Recorded()
+    data = read_squad(train_file)
+    questions = data.n_questions
+    with caplog.at_level(logging.INFO, logger="greenadapt"):
+        finetune(task="qa", train=train_file, test=train_file, model=str(expanded), out=tmp_path / "run", max_length=48, doc_stride=16,
+                 batch_size=4, max_steps=1, progress=recorded)
+    answering = [i for i, (what, _) in enumerate(recorded.calls) if what == "answering"]
+    assert answering and recorded.calls[answering[-1]][1] == (questions, "questions"), recorded.calls
+    assert ("update", questions) in recorded.calls[answering[-1]:], recorded.calls
+    said = [r.getMessage() for r in caplog.records]
+    assert len(data.documents) == 1 and f"scoring test: {questions} questions on 1 document" in said, said
+    assert any(m.startswith("scored test in ") for m in said), said

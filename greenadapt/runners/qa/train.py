@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from greenadapt.errors import DataError, UsageError
 from greenadapt.runners.qa.features import featurize
 from greenadapt.runners.qa.loop import train_qa
 from greenadapt.training.finetuning import resolve_mix
+from greenadapt.progress import NULL_PROGRESS, Progress
 
 if TYPE_CHECKING:
     from greenadapt.data.squad import SquadData
@@ -196,7 +198,13 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     _save_tokenizers(tokenizers, folder, settings.max_length)
     metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
     for split, data in scored.items():
-        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings, device, gmap=gmap)
+        # minutes on a CPU for whole papers (Covid-QA): said when it starts, shown as it goes, and said when it ends
+        started = time.perf_counter()
+        documents = len(data.documents)
+        log.info("scoring %s: %s questions on %s document%s", split, f"{data.n_questions:,}", f"{documents:,}",
+                 "" if documents == 1 else "s")
+        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings, device, gmap=gmap, progress=hooks.progress)
+        log.info("scored %s in %.1f s", split, time.perf_counter() - started)
         stats["warnings"] += answer_warnings(split, data.answer_texts(), predictions)
         metrics[split] = scores
         (folder / "predictions").mkdir(exist_ok=True)
@@ -249,7 +257,8 @@ def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
 
 
 def _evaluate(
-    model: Any, tokenizers: Any, data: SquadData, pool: str, settings: FinetuneSettings, device: Any, *, gmap: Any = None
+    model: Any, tokenizers: Any, data: SquadData, pool: str, settings: FinetuneSettings, device: Any, *, gmap: Any = None,
+    progress: Progress = NULL_PROGRESS,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``greenadapt qa``'s whole-document answers and scores; also the predictions, id → answer."""
     from greenadapt.data.squad_metrics import evaluate
@@ -260,7 +269,7 @@ def _evaluate(
         question.id: (answers[0]["text"] if answers else "")
         for question, answers in answer_questions(
             _runner(model, device, tokenizers, gmap), data.documents, tokenizers.for_pool(pool), max_length=settings.max_length,
-            batch_size=settings.eval_batch_size, n_best=1, spans=settings,
+            batch_size=settings.eval_batch_size, n_best=1, spans=settings, progress=progress,
         )
     }
     predictions = {q.id: answered.get(q.id, "") for q in data.questions}
