@@ -308,9 +308,13 @@ def test_minilm_on_rte_and_ncbi_subsets(minilm_path: Path, shared_data: Path, tm
 
 
 
-def test_a_killed_multitask_run_resumes_to_the_uninterrupted_runs_weights_and_scores(data: dict[str, Path], tmp_path: Path) -> None:
+def test_a_killed_multitask_run_resumes_to_the_uninterrupted_runs_weights_and_scores(data: dict[str, Path], tmp_path: Path,
+                                                                                       caplog: pytest.LogCaptureFixture) -> None:
     """multitask runs in the training stage every runner uses (issue 93): a kill inside an epoch resumes from the last
-    checkpoint, each task's batch stream where it was, and ends where the uninterrupted run ends."""
+    checkpoint, each task's batch stream where it was, and ends where the uninterrupted run ends. Its scoring of each
+    task's files is said when it starts and ends, as finetune's is."""
+    import logging
+
     import greenadapt
     import numpy as np
     from safetensors.numpy import load_file
@@ -319,7 +323,11 @@ def test_a_killed_multitask_run_resumes_to_the_uninterrupted_runs_weights_and_sc
              f"name=pair,type=classify,train={data['pair_train']},dev={data['pair_dev']}"]
     options = {"model": str(data["model"]), "task": tasks, "pal_size": 12, "pal_heads": 3, "batch_size": 8, "epochs": 2,
                "steps_per_epoch": 4, "device": "cpu", "lr": 1e-2, "save_every": 3, "save_minutes": 0}
-    reference = greenadapt.multitask(**options, out=tmp_path / "reference", progress=False)
+    with caplog.at_level(logging.INFO, logger="greenadapt"):
+        reference = greenadapt.multitask(**options, out=tmp_path / "reference", progress=False)
+    said = [r.getMessage() for r in caplog.records]
+    # (ncbi's test file is its dev file: 12 sentences)
+    assert "scoring ncbi test: 12 examples" in said and any(m.startswith("scored pair dev in ") for m in said), said
     with pytest.raises(Crash):
         greenadapt.multitask(**options, out=tmp_path / "run", progress=CrashAt(7))  # inside epoch 2: the checkpoint of step 6
     resumed = greenadapt.multitask(**options, out=tmp_path / "run", resume=True, progress=False)

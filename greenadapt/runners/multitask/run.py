@@ -17,6 +17,7 @@ A multitask run folder (kind ``multitask``, written through StageRun)::
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,7 +195,11 @@ def _score_and_save(
         for role in ("dev", "test"):
             if role not in p.files:
                 continue
+            # a phase of a minute or more on a CPU for a real set (ChemProt's test: 83 s): said when it starts and ends
+            started = time.perf_counter()
+            log.info("scoring %s %s: %s examples", p.spec.name, role, f"{len(p.files[role].examples):,}")
             split_scores, predictions = scores(p, role, modes)
+            log.info("scored %s %s in %.1f s", p.spec.name, role, time.perf_counter() - started)
             metrics[p.spec.name][role] = split_scores
             if p.files[role].labelled:
                 warnings = prediction_warnings(f"{p.spec.name} {role}", p.files[role].gold(), predictions[pool])
