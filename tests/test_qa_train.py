@@ -167,8 +167,8 @@ def test_the_answer_length_is_declared_once_and_reaches_qa_training_its_scoring_
 
 def test_scoring_the_test_file_shows_its_progress_and_says_when_it_starts_and_ends(expanded: Path, train_file: Path, tmp_path: Path,
                                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    """Answering a test file of whole papers takes minutes on a CPU (Covid-QA: ten of them for 100 questions on three
-    papers, silent before): it is a phase of the progress shown, question by question, and said in the log."""
+    """Answering a test file of whole papers takes minutes on a CPU (Covid-QA: 100 questions on three papers were not
+    done after 8.5 silent minutes): it is a phase of the progress shown, question by question, and said in the log."""
     import logging
 
     class Recorded:
