@@ -129,8 +129,10 @@ def test_a_unit_both_tokenizers_read_alike_runs_once_and_pools_as_before(expande
     np.testing.assert_allclose(pooled["mean"], (both[VIEW_GENERAL] + both[VIEW_DOMAIN]) / 2, atol=1e-5)
 
 
-def test_predict_on_a_live_pipe_answers_before_the_input_ends(expanded: Path, tmp_path: Path) -> None:
-    """The whole command: a feed that gives two lines and pauses gets their predictions while it is still open."""
+def test_predict_on_a_live_pipe_answers_before_the_input_ends(expanded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole command: a feed that gives two lines and pauses gets their predictions while it is still open. With
+    the predictions on stdout, the summary is a line on stderr, left out by --quiet."""
     import json
     import os
     import selectors
@@ -160,6 +162,14 @@ def test_predict_on_a_live_pipe_answers_before_the_input_ends(expanded: Path, tm
         rest = process.stdout.read()
         assert process.wait(timeout=HANG_S) == 0
         assert [json.loads(line)["text"] for line in rest.splitlines()] == ["sepsis"]
+        assert process.stderr is not None and process.stderr.read() == ""  # -q: not even the summary (warnings and errors only)
     finally:
         process.kill()
         process.wait()
+    from cli_helpers import cli_output
+
+    text = tmp_path / "notes.txt"
+    text.write_text("patients with leukemia\n")
+    code, out, err = cli_output(["predict", "-m", str(run), str(text), "--format", "text", "-o", "-"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["text"] == "patients with leukemia"
+    assert "\nwrote 1 prediction (mean pooling, text input) to stdout" in f"\n{err}", err

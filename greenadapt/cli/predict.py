@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -33,8 +34,12 @@ def _show(result: Any, as_json: bool) -> None:
     if result.metrics is not None:
         shown = {k: v for k, v in result.metrics.items() if k in ("f1", "precision", "recall", "accuracy", "macro_f1", "mcc")}
         line += ": " + ", ".join(f"{k} {100 * v:.2f}" for k, v in shown.items())
-    # With the predictions on stdout, the summary is a log line on stderr.
-    (sys.stderr if is_stdio(result.output) else sys.stdout).write(line + "\n")
+    if not is_stdio(result.output):
+        sys.stdout.write(line + "\n")
+    elif logging.getLogger("greenadapt").isEnabledFor(logging.INFO):
+        # With the predictions on stdout, the summary is a log line on stderr: --quiet (warnings and errors only, a
+        # cron job's mail) leaves it out.
+        sys.stderr.write(line + "\n")
 
 
 declared_command(PredictSettings, api.predict, _show, check=_check,
