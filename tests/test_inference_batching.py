@@ -162,7 +162,9 @@ def test_predict_on_a_live_pipe_answers_before_the_input_ends(expanded: Path, tm
         rest = process.stdout.read()
         assert process.wait(timeout=HANG_S) == 0
         assert [json.loads(line)["text"] for line in rest.splitlines()] == ["sepsis"]
-        assert process.stderr is not None and process.stderr.read() == ""  # -q: not even the summary (warnings and errors only)
+        # -q on unlabelled text: not even the summary, which the lines on stdout say (a labelled input's scores are said:
+        # tests/test_api.py)
+        assert process.stderr is not None and process.stderr.read() == ""
     finally:
         process.kill()
         process.wait()

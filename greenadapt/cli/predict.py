@@ -36,9 +36,9 @@ def _show(result: Any, as_json: bool) -> None:
         line += ": " + ", ".join(f"{k} {100 * v:.2f}" for k, v in shown.items())
     if not is_stdio(result.output):
         sys.stdout.write(line + "\n")
-    elif logging.getLogger("greenadapt").isEnabledFor(logging.INFO):
-        # With the predictions on stdout, the summary is a log line on stderr: --quiet (warnings and errors only, a
-        # cron job's mail) leaves it out.
+    elif result.metrics is not None or logging.getLogger("greenadapt").isEnabledFor(logging.INFO):
+        # With the predictions on stdout, the summary is a line on stderr. Under --quiet (warnings and errors only: a cron
+        # job's mail) it is said only with a labelled input's scores, which are nowhere else; what was written is on stdout.
         sys.stderr.write(line + "\n")
 
 
