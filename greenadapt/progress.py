@@ -219,3 +219,13 @@ def said_once(logger_name: str = "greenadapt") -> Iterator[None]:
         for (name, _), (times, record) in list(counts.items()):
             if times > 1:
                 logging.getLogger(name).warning("%s (said %d times in all)", record.getMessage(), times)
+
+
+@contextlib.contextmanager
+def said_scoring(log: Any, split: str, size: str) -> Iterator[None]:
+    """A runner's scoring of ``split``, minutes on a CPU for a real file: said in ``log`` when it starts, with its
+    ``size`` ("940 examples, 941 sequences"), and when it ends, with its time (README's promise of a line a phase)."""
+    started = time.perf_counter()
+    log.info("scoring %s: %s", split, size)
+    yield
+    log.info("scored %s in %.1f s", split, time.perf_counter() - started)

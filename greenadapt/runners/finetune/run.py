@@ -24,7 +24,6 @@ default depends on the task are None here until the task fills them in.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,7 +42,7 @@ from greenadapt.data.ner_labels import untyped_labels
 from greenadapt.data.task_files import TaskFile, check_known_labels, check_task_paths
 from greenadapt.errors import DataError, UsageError
 from greenadapt.modeling.units import Unit
-from greenadapt.progress import Progress
+from greenadapt.progress import Progress, said_scoring
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_task
 from greenadapt.runners.finetune.settings import default_run_folder
 from greenadapt.training.checkpoint import Checkpointing, StopSignal
@@ -360,12 +359,9 @@ class _Job:
         for split, (task_file, units) in splits:
             if task_file is None or units is None:
                 continue
-            # a phase of minutes on a CPU: said when it starts, with its size, and when it ends (README's promise of a line)
-            started = time.perf_counter()
-            log.info("scoring %s: %s examples, %s sequences%s", split, f"{len(task_file.examples):,}", f"{len(units):,}",
-                     " under both views" if self.tokenizers.has_domain else "")
-            scores, predictions = self._scores(model, task_file, units, _report_modes(self.tokenizers))
-            log.info("scored %s in %.1f s", split, time.perf_counter() - started)
+            views = " under both views" if self.tokenizers.has_domain else ""
+            with said_scoring(log, split, f"{len(task_file.examples):,} examples, {len(units):,} sequences{views}"):
+                scores, predictions = self._scores(model, task_file, units, _report_modes(self.tokenizers))
             metrics[split] = scores
             if task_file.labelled:
                 said = prediction_warnings(split, task_file.gold(), predictions[self.pool])

@@ -17,7 +17,6 @@ A multitask run folder (kind ``multitask``, written through StageRun)::
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ from greenadapt.errors import DataError, UsageError
 from greenadapt.machine.devices import pick_device
 from greenadapt.modeling.pals.config import BASE_DIR, TASKS_DIR, PalsConfig
 from greenadapt.modeling.units import Unit
-from greenadapt.progress import Progress
+from greenadapt.progress import Progress, said_scoring
 from greenadapt.runners.multitask.spec import TaskSpec, check_unique
 from greenadapt.runners.multitask.train import train_multitask
 from greenadapt.tasks import TASK_FILE, LabellingTask, TaskSettings, get_labelling_task
@@ -195,11 +194,8 @@ def _score_and_save(
         for role in ("dev", "test"):
             if role not in p.files:
                 continue
-            # a phase of a minute or more on a CPU for a real set (ChemProt's test: 83 s): said when it starts and ends
-            started = time.perf_counter()
-            log.info("scoring %s %s: %s examples", p.spec.name, role, f"{len(p.files[role].examples):,}")
-            split_scores, predictions = scores(p, role, modes)
-            log.info("scored %s %s in %.1f s", p.spec.name, role, time.perf_counter() - started)
+            with said_scoring(log, f"{p.spec.name} {role}", f"{len(p.files[role].examples):,} examples"):
+                split_scores, predictions = scores(p, role, modes)
             metrics[p.spec.name][role] = split_scores
             if p.files[role].labelled:
                 warnings = prediction_warnings(f"{p.spec.name} {role}", p.files[role].gold(), predictions[pool])

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,7 @@ from greenadapt.errors import DataError, UsageError
 from greenadapt.runners.qa.features import featurize
 from greenadapt.runners.qa.loop import train_qa
 from greenadapt.training.finetuning import resolve_mix
-from greenadapt.progress import NULL_PROGRESS, Progress
+from greenadapt.progress import NULL_PROGRESS, Progress, said_scoring
 
 if TYPE_CHECKING:
     from greenadapt.data.squad import SquadData
@@ -198,13 +197,10 @@ def _train_and_score(plan: _QaPlan, train_data: SquadData, scored: dict[str, Squ
     _save_tokenizers(tokenizers, folder, settings.max_length)
     metrics: dict[str, Any] = {"primary_metric": "f1", "pool": pool}
     for split, data in scored.items():
-        # minutes on a CPU for whole papers (Covid-QA): said when it starts, shown as it goes, and said when it ends
-        started = time.perf_counter()
         documents = len(data.documents)
-        log.info("scoring %s: %s questions on %s document%s", split, f"{data.n_questions:,}", f"{documents:,}",
-                 "" if documents == 1 else "s")
-        scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings, device, gmap=gmap, progress=hooks.progress)
-        log.info("scored %s in %.1f s", split, time.perf_counter() - started)
+        size = f"{data.n_questions:,} questions on {documents:,} document{'' if documents == 1 else 's'}"
+        with said_scoring(log, split, size):  # whole papers (Covid-QA): minutes, shown question by question too
+            scores, predictions = _evaluate(qa_model, tokenizers, data, pool, settings, device, gmap=gmap, progress=hooks.progress)
         stats["warnings"] += answer_warnings(split, data.answer_texts(), predictions)
         metrics[split] = scores
         (folder / "predictions").mkdir(exist_ok=True)
