@@ -74,8 +74,9 @@ def run_ranks(script: Path, *args: str, world: int = 2, timeout: float = HANG_S)
             out, err = proc.communicate(timeout=timeout)
             done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     finally:
-        for proc in procs:
+        for proc in procs:  # (a finished rank is not touched by this)
             proc.kill()
+            proc.wait()
     return done
 
 

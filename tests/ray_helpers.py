@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,15 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from conftest import free_port
+
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0
 TERM_GRACE_S = 5.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _session_members(session: int) -> list[int]:
@@ -45,13 +40,13 @@ def _stop_with_parent() -> None:
 
 def _start_head(cpus: int | None, temp: str) -> tuple[subprocess.Popen[str], int, str | None]:
     """Start ``ray start --head --block``: the process, its port, and None once it is up, else why it is not."""
-    port = _free_port()
+    port = free_port()
     ray = Path(sys.executable).parent / "ray"
     command = [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
                f"--num-cpus={cpus or os.cpu_count() or 1}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
                f"--temp-dir={temp}", "--object-store-memory=300000000",
                # ports of their own, so that two clusters (two test workers) never take each other's defaults
-               *(f"--{name}={_free_port()}" for name in ("ray-client-server-port", "dashboard-agent-listen-port",
+               *(f"--{name}={free_port()}" for name in ("ray-client-server-port", "dashboard-agent-listen-port",
                                                          "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
                                                          "node-manager-port", "object-manager-port", "dashboard-port"))]
     # As on a real cluster, the nodes do not have the driver's greenadapt variables: compare must send them.

@@ -609,10 +609,9 @@ def test_url_credentials_never_shown(payload: bytes, fast_retries: None) -> None
 
 
 def test_url_unreachable(fast_retries: None) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://user:pw123456@127.0.0.1:{port}/c.txt"
+    from conftest import free_port
+
+    url = f"http://user:pw123456@127.0.0.1:{free_port()}/c.txt"
     with pytest.raises(CorpusError, match="after 3 retries") as info:
         read_all(url)
     assert "pw123456" not in str(info.value)

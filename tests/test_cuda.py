@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from cli_helpers import run_cli
-from conftest import HANG_S, build_tiny_bert
+from conftest import HANG_S, build_tiny_bert, free_port
 from finetune_helpers import NEW_WORDS, build_tiny_expanded, write_classify_file, write_ner_file
 from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
@@ -157,17 +156,11 @@ def test_qa_inference_on_the_gpu_equals_the_cpu(files: dict[str, Path], tmp_path
         np.testing.assert_allclose([a["probability"] for a in gpu_best], [a["probability"] for a in cpu_best], atol=1e-3)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_two_ddp_processes(files: dict[str, Path], tmp_path: Path) -> None:
     """Two data-parallel processes: on two GPUs they train; on one GPU they are refused in one line
     (torchrun gives rank 1 the GPU cuda:1, and NCCL cannot put two ranks on one GPU)."""
     out = tmp_path / "ddp"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
                "-m", "greenadapt", "pretrain", "--corpus", str(files["corpus"]), "--model", str(files["expanded"]), "--max-steps", "4",
                "--batch-size", "8", "--max-length", "24", "--heldout", "8", "--device", DEVICE, "--precision", "bf16",
                "--workdir", str(tmp_path / "w"), "--out", str(out), "--quiet"]

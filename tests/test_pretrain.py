@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import HANG_S
+from conftest import HANG_S, free_port, run_ranks
 from finetune_helpers import NEW_WORDS, build_tiny_expanded
 
 from greenadapt.artifacts.manifest import load_stage
@@ -407,18 +406,8 @@ def test_two_gloo_processes_match_one_process(corpus: Path, tmp_path: Path) -> N
     small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
-                   LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, str(script), str(model), str(small), str(tmp_path / "ddp"), "2"], env=env,
-                                      stderr=subprocess.PIPE, text=True))
-    for proc in procs:
-        _, err = proc.communicate(timeout=HANG_S)
-        assert proc.returncode == 0, err[-3000:]
+    for rank in run_ranks(script, str(model), str(small), str(tmp_path / "ddp"), "2"):
+        assert rank.returncode == 0, rank.stderr[-3000:]
     # one process, grad-accum 1: the same global batches
 
     pretrain(**dict(
@@ -448,9 +437,7 @@ def test_accelerate_launch_trains_two_processes_like_one(corpus: Path, tmp_path:
     small.write_text("\n".join(corpus.read_text().splitlines()[:40]) + "\n")
     common = ["--model", str(model), "--corpus", str(small), "--workdir", str(tmp_path / "work"), "--max-length", "24",
               "--heldout", "6", "--batch-size", "8", "--max-steps", "4", "--lr", "2e-3", "--seed", "3", "--quiet"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     launcher = Path(sys.executable).with_name("accelerate")
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HOME=str(tmp_path / "hf"))  # no user accelerate config
     done = subprocess.run(
