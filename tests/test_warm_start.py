@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -169,7 +170,7 @@ def test_a_signal_that_comes_before_the_commands_pid_is_passed_on_once_the_pid_i
     command = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
                                 "print('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
     assert command.stdout is not None and command.stdout.readline() == "ready\n"
-    path = str(Path(warm_start.tempfile.mkdtemp(prefix="warm-")) / "stand-in.sock")
+    path = str(Path(tempfile.mkdtemp(prefix="warm-")) / "stand-in.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(path)
         server.listen(1)

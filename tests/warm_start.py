@@ -280,7 +280,8 @@ class Zygote:
         before any program of that name on ``$PATH``."""
         script = self.folder / "bash_env.sh"
         words = " ".join(shlex.quote(word) for word in self.client(program, entry))
-        interpreter = " ".join(shlex.quote(word) for word in self.client("PROGRAM", SCRIPT)).replace("PROGRAM", '"$(command -v python)"')
+        *head, _, entry_word = self.client("", SCRIPT)  # PROGRAM is the shell's python, found when the function runs
+        interpreter = " ".join([*map(shlex.quote, head), '"$(command -v python)"', shlex.quote(entry_word)])
         script.write_text(f'greenadapt() {{ {words} "$@"; }}\n'
                           # `python SCRIPT.py ...` warm too; any other use of python (-m, -c, options) as it is
                           f'python() {{ case "$1" in *.py) {interpreter} "$@";; *) command python "$@";; esac; }}\n',
