@@ -510,7 +510,7 @@ def test_predict_refuses_bad_invocations_in_one_line(
     text.write_text("The glioma study.\n")
     for args, needle in [
         (["predict", "-m", str(ner_run), str(text), "--json"], "--json"),
-        (["predict", "-m", str(ner_run)], "give the input once"),
+        (["predict", "-m", str(ner_run)], "no input: give a file or folder as INPUT, or - to read standard input"),
         (["predict", "-m", str(ner_run), str(text), "--input", str(text)], "give the input once"),
         (["predict", "-m", str(ner_run), str(tmp_path / "missing.txt")], "input not found"),
         (["predict", "-m", str(ner_run), str(text), "--format", "xml"], "unknown --format"),

@@ -106,7 +106,10 @@ class PredictSettings(InferenceSettings, LoadSettings):
 
     def check(self) -> None:
         super().check()
-        if (self.source is None) == (self.input_path is None):
+        if self.source is None and self.input_path is None:
+            raise UsageError("no input: give a file or folder as INPUT, or - to read standard input",
+                             hint="e.g. greenadapt predict -m MODEL notes.txt, or ... | greenadapt predict -m MODEL -")
+        if self.source is not None and self.input_path is not None:
             raise UsageError("give the input once: as INPUT or as --input", hint="e.g. greenadapt predict -m MODEL notes.txt")
         if self.source is None:
             object.__setattr__(self, "source", self.input_path)
