@@ -50,6 +50,7 @@ def test_a_compare_cut_after_its_first_run_is_read_by_info_and_the_report_and_fi
     said = "not finished: 1 of 4 fine-tunings done; rerun the same command to continue"
     code, shown, err = cli_output(["info", str(out)], monkeypatch, capsys)
     assert code == 0 and said in shown, (shown, err)
+    assert "  finished    a seed 1\n" in shown and "metric None" not in shown, shown  # which run is kept
     code, _, err = cli_output(["report", str(out), "--html", str(tmp_path / "r.html")], monkeypatch, capsys)
     assert code == 0 and said in (tmp_path / "r.html").read_text(), err
     code, _, err = cli_output(args, monkeypatch, capsys)  # the same command finishes it

@@ -140,9 +140,14 @@ def progress_line(document: dict[str, Any], folder: Path) -> str | None:
     planned = (document.get("in_progress") or {}).get("runs")
     if planned is None:
         return None
-    finished = sum(1 for run in planned if _finished_run(folder, run["folder"]))
     how = document["in_progress"].get("how_to_finish") or "rerun the same command to continue"
-    return f"not finished: {finished} of {len(planned)} fine-tunings done; {how}"
+    return f"not finished: {len(finished_runs(document, folder))} of {len(planned)} fine-tunings done; {how}"
+
+
+def finished_runs(document: dict[str, Any], folder: Path) -> list[str]:
+    """A compare's planned fine-tunings that have finished now, named as a stopped compare names them ("a seed 1")."""
+    planned = (document.get("in_progress") or {}).get("runs") or []
+    return [f"{run['name']} seed {run['seed']}" for run in planned if _finished_run(folder, run["folder"])]
 
 
 def _finished_run(folder: Path, relative: str) -> bool:

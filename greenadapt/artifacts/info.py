@@ -82,7 +82,7 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
 
 def _comparison(path: Path) -> dict[str, Any]:
     """A compare folder: its variants' headline scores and its verdicts, from compare.json."""
-    from greenadapt.artifacts.compare_result import progress_line, read_compare_result
+    from greenadapt.artifacts.compare_result import finished_runs, progress_line, read_compare_result
 
     result = read_compare_result(path)
     variants = []
@@ -96,6 +96,7 @@ def _comparison(path: Path) -> dict[str, Any]:
             "recommendation": result.get("recommendation"),
             "stopped": result.get("stopped") if isinstance(result.get("stopped"), dict) else None,
             "progress": progress_line(result, path.parent),
+            "finished_runs": finished_runs(result, path.parent) if result.get("in_progress") else None,
             "where_it_lives": [line for pair in result.get("pairs") or [] for line in pair.get("strata_table") or []],
             "notes": [note for pair in result.get("pairs") or [] for note in pair.get("notes") or []],
             "seconds": result.get("seconds")}
@@ -190,9 +191,11 @@ def _lines(info: dict[str, Any]) -> list[str]:
     kind = info.get("kind")
     lines.append(f"  kind        {kind or '-'}   (manifest: {info['manifest']})")
     if kind == "compare":
-        lines.append(f"  task        {info.get('task')}, metric {info.get('metric')}")
+        metric = f", metric {info['metric']}" if info.get("metric") else ""  # a compare cut short has none yet
+        lines.append(f"  task        {info.get('task')}{metric}")
         if info.get("progress"):
             lines.append(f"  progress    {info['progress']}")
+            lines.append(f"  finished    {', '.join(info.get('finished_runs') or []) or 'none yet'}")
         stopped = info.get("stopped")
         if stopped:
             lines.append(f"  stopped     {stopped.get('why')}; {stopped.get('not_started')} fine-tuning(s) not started")
