@@ -53,6 +53,14 @@ def test_a_compare_cut_after_its_first_run_is_read_by_info_and_the_report_and_fi
     assert "  finished    a seed 1\n" in shown and "metric None" not in shown, shown  # which run is kept
     code, _, err = cli_output(["report", str(out), "--html", str(tmp_path / "r.html")], monkeypatch, capsys)
     assert code == 0 and said in (tmp_path / "r.html").read_text(), err
+    calls.clear()
+    monkeypatch.setattr(finetune_module, "run_finetune", cut)
+    forced = [arg for arg in args if arg != "--quiet"] + ["--force"]
+    code, _, err = cli_output(forced, monkeypatch, capsys)  # --force retrains the finished run, and is cut in turn
+    assert code == 130 and "--force: the 1 finished fine-tuning(s) are trained again" in err and "(0 finished)" in err, err
+    code, shown, err = cli_output(["info", str(out)], monkeypatch, capsys)
+    assert "rerun the same command without --force to continue" in shown, shown  # with it, the finished run is redone
+    monkeypatch.setattr(finetune_module, "run_finetune", real)
     code, _, err = cli_output(args, monkeypatch, capsys)  # the same command finishes it
     assert code == 0, err
     code, shown, _ = cli_output(["info", str(out)], monkeypatch, capsys)

@@ -163,7 +163,9 @@ def compare_runs(options: Comparison, finetune: Callable[..., Any], progress: Pr
             raise
 
 
-IN_PROGRESS_HINT = "rerun the same command to continue: finished fine-tunings are kept, a cut one resumes from its checkpoint"
+def _how_to_finish(force: bool) -> str:
+    command = "the same command without --force" if force else "the same command"  # with it, the finished runs are redone
+    return f"rerun {command} to continue: finished fine-tunings are kept, a cut one resumes from its checkpoint"
 
 
 def _write_in_progress(options: Comparison, runs: Sequence[Run]) -> None:
@@ -176,7 +178,7 @@ def _write_in_progress(options: Comparison, runs: Sequence[Run]) -> None:
     planned = [{"name": r.name, "seed": r.seed, "folder": r.folder(options.out).relative_to(options.out).as_posix()} for r in runs]
     write_json(options.out / RESULT_FILE, {
         "format": RESULT_FORMAT, "kind": "compare", "options": options_doc, "metric": None, "variants": [], "pairs": [],
-        "in_progress": {"runs": planned, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how_to_finish": IN_PROGRESS_HINT},
+        "in_progress": {"runs": planned, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how_to_finish": _how_to_finish(options.run.force)},
     })
 
 
@@ -205,6 +207,9 @@ def _compare_locked(options: Comparison, finetune: Callable[..., Any], progress:
     runs = plan_runs(options)
     _write_in_progress(options, runs)
     done = [r for r in runs if _finished(r.folder(options.out))]
+    if options.run.force and done:  # each is retrained, and counted in the plan and the time left as such
+        log.info("--force: the %d finished fine-tuning(s) are trained again", len(done))
+        done = []
     # Finished runs go through finetune too: it skips a stage made with this recipe and refuses one made with
     # another (a changed --epochs must not be paired with runs of the old one). That check is quick: in process.
     todo = [r for r in runs if r not in done]
