@@ -512,6 +512,10 @@ def test_a_stop_signal_during_a_long_import_still_stops_the_run(tmp_path: Path, 
                          "training starts again from its first epoch"),
     (["compare", "--task", "ner"], "rerun the same command to continue: finished fine-tunings are kept, a cut one resumes from its "
                                    "checkpoint"),
+    (["compare", "--task", "ner", "--force"], "rerun the same command without --force to continue: finished fine-tunings are kept, "
+                                              "a cut one resumes from its checkpoint"),
+    (["predict", "-m", "r", "big.txt"], "rerun to start again: a cut predict keeps no partial output"),
+    (["qa", "-m", "r", "questions.json"], "rerun to start again: a cut qa keeps no partial output"),
 ])
 def test_the_stop_line_says_how_to_continue(argv: list[str], advice: str) -> None:
     """A training run with checkpoints is refused on a plain rerun until --resume: its stop line says so."""

@@ -134,6 +134,12 @@ def read_compare_result(path: Path) -> dict[str, Any]:
     return checked
 
 
+def how_to_finish(force: bool) -> str:
+    """How to finish a compare cut short: the same command, less a --force that would redo the runs it finished."""
+    command = "the same command without --force" if force else "the same command"
+    return f"rerun {command} to continue: finished fine-tunings are kept, a cut one resumes from its checkpoint"
+
+
 def progress_line(document: dict[str, Any], folder: Path) -> str | None:
     """For a compare still running or cut short (its compare.json holds the plan, not a result): how many of its
     fine-tunings have finished, counted from their folders now, and how to finish it."""

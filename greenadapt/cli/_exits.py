@@ -164,7 +164,11 @@ def _rerun_advice(argv: list[str]) -> str:
         return ("rerun to continue: finished stages and the corpus's pre-tokenization (cached) are kept; a cut word2vec "
                 "training starts again from its first epoch")
     if command == "compare":
-        return "rerun the same command to continue: finished fine-tunings are kept, a cut one resumes from its checkpoint"
+        from greenadapt.artifacts.compare_result import how_to_finish
+
+        return how_to_finish(force="--force" in argv)
+    if command in ("predict", "qa", "evaluate", "export"):  # they write their output at the end, whole
+        return f"rerun to start again: a cut {command} keeps no partial output"
     return "rerun to continue"
 
 

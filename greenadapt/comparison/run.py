@@ -163,14 +163,10 @@ def compare_runs(options: Comparison, finetune: Callable[..., Any], progress: Pr
             raise
 
 
-def _how_to_finish(force: bool) -> str:
-    command = "the same command without --force" if force else "the same command"  # with it, the finished runs are redone
-    return f"rerun {command} to continue: finished fine-tunings are kept, a cut one resumes from its checkpoint"
-
-
 def _write_in_progress(options: Comparison, runs: Sequence[Run]) -> None:
     """compare.json from the start: the plan of fine-tunings, so a compare killed by Ctrl-C or ``kill -9`` is still a
     compare folder that ``info`` and ``report`` read ("1 of 4 finished; rerun ..."); the result replaces it at the end."""
+    from greenadapt.artifacts.compare_result import how_to_finish
     from greenadapt.artifacts.files import write_json
 
     options_doc = {**options.settings.to_json(), "out": str(options.out), "force": options.run.force}
@@ -178,7 +174,7 @@ def _write_in_progress(options: Comparison, runs: Sequence[Run]) -> None:
     planned = [{"name": r.name, "seed": r.seed, "folder": r.folder(options.out).relative_to(options.out).as_posix()} for r in runs]
     write_json(options.out / RESULT_FILE, {
         "format": RESULT_FORMAT, "kind": "compare", "options": options_doc, "metric": None, "variants": [], "pairs": [],
-        "in_progress": {"runs": planned, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how_to_finish": _how_to_finish(options.run.force)},
+        "in_progress": {"runs": planned, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how_to_finish": how_to_finish(options.run.force)},
     })
 
 
