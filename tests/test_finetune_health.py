@@ -117,7 +117,10 @@ def test_a_question_answering_model_that_learned_nothing_is_named() -> None:
 
     golds = {"q1": ["the heart rate"], "q2": ["ventilation"], "q3": ["fever"]}
     assert "answers no question" in answer_warnings("test", golds, {"q1": "", "q2": "", "q3": ""})[0]
-    assert "'covid' (3 questions)" in answer_warnings("test", golds, {"q1": "covid", "q2": "covid", "q3": "covid"})[0]
+    assert "every question of test gets the answer 'covid' (3 questions)" in answer_warnings(
+        "test", golds, {"q1": "covid", "q2": "covid", "q3": "covid"})[0]
+    long_answer = "x" * 70  # quoted in one line, however long --max-answer-chars lets an answer be
+    assert f"'{'x' * 59}…' (3 questions)" in answer_warnings("test", golds, dict.fromkeys(golds, long_answer))[0]
     assert "overlaps" in answer_warnings("test", golds, {"q1": "sleep study", "q2": "cells", "q3": "expression"})[0]
     # A model that answers some questions right, or only partly right, is not warned about.
     assert answer_warnings("test", golds, {"q1": "heart rate", "q2": "", "q3": "covid"}) == []
@@ -159,7 +162,7 @@ def test_a_qa_run_answering_nothing_warns_in_its_summary_manifest_and_info(tmp_p
     assert "\nwarning: " in finetune_summary(trained) and "answers no question" in finetune_summary(trained)
 
     answered = greenadapt.qa(data, model=trained.path, device="cpu", out=tmp_path / "answers")
-    assert any("answers no question" in w for w in answered.manifest["stats"]["warnings"])
+    assert any("answers no question of qa.json" in w for w in answered.manifest["stats"]["warnings"])  # the file it read
     assert "answers no question" in qa_summary(answered)
     assert any(line.startswith("  warning") and "answers no question" in line
                for line in render(describe_folder(answered.path)).splitlines())

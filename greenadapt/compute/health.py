@@ -112,7 +112,8 @@ def answer_warnings(split: str, golds: dict[str, list[str]], predictions: dict[s
     if not any(answers):
         new.append(f"the model answers no question of {split} ({len(scored)} with gold answers): every answer is empty; {QA_CAUSES}")
     elif len(set(answers)) == 1 and len({golds[qid][0] for qid in scored}) > 1:
-        new.append(f"every {split} question gets the answer {answers[0]!r} ({len(scored)} questions): a constant model; {QA_CAUSES}")
+        shown = answers[0] if len(answers[0]) <= 60 else answers[0][:59] + "…"  # an answer can run to --max-answer-chars
+        new.append(f"every question of {split} gets the answer {shown!r} ({len(scored)} questions): a constant model; {QA_CAUSES}")
     elif not any(max(f1_score(predictions[qid], gold) for gold in golds[qid]) > 0 for qid in scored):
         new.append(f"no {split} answer overlaps its gold answer (F1 0 on {len(scored)} questions); {QA_CAUSES}")
     for warning in new:

@@ -118,7 +118,7 @@ def _answer_all(settings: SettledQa, options: QaSettings, squad: Any, folder: Pa
         exact_match=metrics["exact_match"],
         f1=metrics["f1"],
         substring_match=metrics["substring_match"],
-        warnings=answer_warnings("the data", squad.answer_texts(), predictions),
+        warnings=answer_warnings(Path(options.data).name, squad.answer_texts(), predictions),
     )
     if getattr(runner, "fused", False):
         stats["gmap"] = runner.model.describe()
