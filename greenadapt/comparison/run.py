@@ -174,7 +174,8 @@ def _write_in_progress(options: Comparison, runs: Sequence[Run]) -> None:
     planned = [{"name": r.name, "seed": r.seed, "folder": r.folder(options.out).relative_to(options.out).as_posix()} for r in runs]
     write_json(options.out / RESULT_FILE, {
         "format": RESULT_FORMAT, "kind": "compare", "options": options_doc, "metric": None, "variants": [], "pairs": [],
-        "in_progress": {"runs": planned, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how_to_finish": how_to_finish(options.run.force)},
+        "in_progress": {"runs": planned, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "how_to_finish": how_to_finish(options.run.force)},
     })
 
 
