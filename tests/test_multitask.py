@@ -170,6 +170,34 @@ def test_predict_task_reproduces_the_runs_predictions(
     assert code == EXIT_USAGE and "does not run multitask" in stderr and not (tmp_path / "y.tsv").exists(), stderr
 
 
+def test_raw_text_reaches_one_task_through_predict_and_load(
+    frozen_run: dict, data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A multitask run serves raw text as a fine-tuned folder does: ``predict --task`` on a text file and
+    ``greenadapt.load(run, task=...)`` tag each word, and label each pair, as the run's own predictions of the same data."""
+    import greenadapt
+
+    out = frozen_run["out"]
+    blocks = [b for b in (out / "tasks" / "ncbi" / "predictions" / "dev.tsv").read_text().split("\n\n") if b.strip()]
+    sentences = [[line.split("\t") for line in block.splitlines()] for block in blocks]  # word, gold, predicted
+    words = [[row[0] for row in sentence] for sentence in sentences]
+    tagger = greenadapt.load(out, task="ncbi", device="cpu")
+    tags, _ = tagger.tag_words(words)
+    assert tags == [[row[-1] for row in sentence] for sentence in sentences]
+    text = tmp_path / "notes.txt"
+    text.write_text("".join(" ".join(sentence) + "\n" for sentence in words))
+    code, stdout, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "ncbi", str(text), "--device", "cpu")
+    assert code == 0, stderr
+    found = [[entity["text"] for entity in json.loads(line)["entities"]] for line in stdout.splitlines()]
+    assert found == [[entity.text for entity in sentence] for sentence in tagger.predict([" ".join(s) for s in words])]
+    assert any(found)  # the trained tagger finds entities here: the comparison is not of empty lists
+    rows = [line.split("\t") for line in (out / "tasks" / "pair" / "predictions" / "dev.tsv").read_text().splitlines()[1:]]
+    labels = greenadapt.load(out, task="pair", device="cpu").predict([r[0] for r in rows], pairs=[r[1] for r in rows])
+    assert [label["label"] for label in labels] == [r[-1] for r in rows]
+    with pytest.raises(UsageError, match="name the task"):
+        greenadapt.load(out, device="cpu")
+
+
 def test_load_task_gives_one_task(frozen_run: dict) -> None:
     import torch
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from greenadapt.api.build import command_function
 from greenadapt.api.common import PathLike
+from greenadapt.errors import UsageError
 from greenadapt.inference.settings import EvaluateSettings, PredictSettings
 from greenadapt.inference.onnx_export import ExportSettings
 from greenadapt.inference.qa.settings import LoadOptions
@@ -54,13 +55,20 @@ def load(path: PathLike | Sequence[PathLike], **keywords: Any) -> NerModel | Cla
     answers, the same in any batch), torch or onnx (ONNX Runtime on the CPU, ``greenadapt[onnx]``, the model exported
     once and cached beside its weights; ``quantize="int8"`` its int8 form); ``threads``: torch's CPU threads (0: at
     most the cores this process may use, cgroup quota included); ``max_length`` and ``max_answer_chars``: a
-    question-answering model's window (default: the model's) and longest answer.
+    question-answering model's window (default: the model's) and longest answer; ``task``: the task of a multitask
+    run folder to load (its NER or classification model, as a fine-tuned folder's).
     """
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
+    from greenadapt.inference.multitask import is_multitask, open_task
     from greenadapt.inference.predictor import open_ensemble
 
     options = LoadOptions(**keywords)
-    founds = [find_model_folder(member) for member in ensemble_members(path)]
+    members = ensemble_members(path)
+    if options.task is not None or any(is_multitask(member) for member in members):
+        if len(members) > 1:
+            raise UsageError("an ensemble of multitask runs is not supported", hint="load one multitask run with task=NAME")
+        return open_task(members[0], options.task, options)
+    founds = [find_model_folder(member) for member in members]
     return open_ensemble(founds, options=options)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.artifacts import kinds
-from greenadapt.artifacts.manifest import Manifest, load_stage, read_manifest
+from greenadapt.artifacts.manifest import load_stage, read_manifest
 from greenadapt.artifacts.model_folder import TokenizerPair, load_tokenizers
 from greenadapt.errors import UsageError
 from greenadapt.machine.devices import pick_device
@@ -36,14 +36,17 @@ def is_multitask(folder: str | os.PathLike[str]) -> bool:
     return manifest is not None and manifest.get("kind") == kinds.MULTITASK
 
 
-def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
-    """Task ``name`` of a ``greenadapt multitask`` run folder: the shared encoder with only that task's PALs and head."""
-    from greenadapt.artifacts.pretrained import quiet_transformers
-    from greenadapt.modeling.pals.model import MultiTaskModel
-
+def task_settings(folder: str | os.PathLike[str], name: str | None) -> TaskSettings:
+    """The settings of task ``name`` of a ``greenadapt multitask`` run folder, read without its weights: what its
+    input is read as. A folder that is not a multitask run, or a name it has not, is one line naming the choices."""
     path = Path(folder)
-    manifest = load_stage(path, kinds.MULTITASK)
-    names = list(manifest.stats.get("tasks", []))
+    if not is_multitask(path):
+        raise UsageError("--task names a task of a multitask run, but this is not one", path=path,
+                         hint="leave out --task for a `greenadapt finetune` model")
+    names = list(load_stage(path, kinds.MULTITASK).stats.get("tasks", []))
+    if name is None:
+        raise UsageError("this is a multitask run: name the task to predict with", path=path,
+                         hint=f"pass --task, one of: {', '.join(names)}")
     if name not in names:
         raise UsageError(f"no task {name!r} in this multitask run", path=path, hint=f"--task one of: {', '.join(names)}")
     task_json = path / TASKS_DIR / name / TASK_FILE
@@ -53,7 +56,16 @@ def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu",
         from greenadapt.errors import StageError
 
         raise StageError(f"unreadable {TASK_FILE} of task {name!r}: {exc}", path=path / TASKS_DIR / name) from None
-    settings = TaskSettings.from_json(document, task_json)
+    return TaskSettings.from_json(document, task_json)
+
+
+def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
+    """Task ``name`` of a ``greenadapt multitask`` run folder: the shared encoder with only that task's PALs and head."""
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.modeling.pals.model import MultiTaskModel
+
+    path = Path(folder)
+    settings = task_settings(path, name)
     memory = None
     with quiet_transformers():
         from greenadapt.modeling.gmap.wiring import is_gmap_folder, load_fused
@@ -107,19 +119,34 @@ def predict_task(
     return request.write(logits, output_path, loaded.folder)
 
 
-def task_names(folder: str | os.PathLike[str]) -> list[str]:
-    manifest = read_manifest(Path(folder))
-    return [] if manifest is None else list(Manifest.of(manifest, Path(folder)).stats.get("tasks", []))
+def open_task(folder: str | os.PathLike[str], name: str | None, options: LoadSettings = DEFAULT_LOAD) -> Any:
+    """Task ``name`` of a multitask run as the object ``greenadapt.load`` gives for a fine-tuned folder of its kind
+    (:class:`~greenadapt.inference.predictor.NerModel` or ``ClassifierModel``): raw text in, entities or labels out."""
+    from greenadapt.inference.labelling import FinetunedModel
+    from greenadapt.inference.predictor import ClassifierModel, NerModel, refuse_qa_options
+    from greenadapt.tasks import get_task
+
+    refuse_onnx(options, folder)
+    refuse_qa_options(options, "a multitask run")
+    task_settings(folder, name)  # the name checked before the weights are read
+    assert name is not None  # task_settings refuses a missing name
+    options.configure_process()
+    ctx = DistContext(device=pick_device(options.device))
+    loaded = load_task(folder, name, device=ctx.device, general_model=options.general_model)
+    opened = FinetunedModel(loaded.folder, loaded.settings, loaded.tokenizers, loaded.model, ctx, loaded.memory, options)
+    return (NerModel if get_task(loaded.settings.task).finds_entities else ClassifierModel)(opened, options)
+
+
+def refuse_onnx(options: LoadSettings, run: str | os.PathLike[str]) -> None:
+    if options.runtime == "onnx" or options.quantize != "none":  # PALs run in torch only: never silently in torch
+        raise UsageError("ONNX Runtime (--runtime onnx, --quantize) does not run multitask (PALs) runs", path=str(run),
+                         hint="leave --runtime and --quantize out (torch runs it)")
 
 
 def multitask_predictor(folder: str | os.PathLike[str], name: str | None) -> Any:
     """A function with ``run_predict``'s signature that predicts with task ``name`` of a multitask run."""
-    if not is_multitask(folder):
-        raise UsageError("--task names a task of a multitask run, but this is not one", path=str(folder),
-                         hint="leave out --task for a `greenadapt finetune` model")
-    if name is None:
-        raise UsageError("this is a multitask run: name the task to predict with", path=str(folder),
-                         hint=f"pass --task, one of: {', '.join(task_names(folder))}")
+    task_settings(folder, name)
+    assert name is not None  # task_settings refuses a missing name
 
     def run(model: Any, input_path: Path, output_path: Path, **kwargs: Any) -> Any:
         return predict_task(model, name, input_path, output_path, **kwargs)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts.files import atomic_writer
 from greenadapt.errors import UsageError
-from greenadapt.inference.prediction_input import Source, is_stdio, open_source, spool, stdin_lines
+from greenadapt.inference.prediction_input import Source, is_stdio, open_source
 from greenadapt.inference.windows import CHARS_PER_WINDOW, DOCS_PER_WINDOW, STALL_SECONDS, flushed_on_stalls, windows
 from greenadapt.progress import NULL_PROGRESS, Progress, said_once
 
@@ -169,7 +169,7 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     """
     from greenadapt.artifacts.destination import check_prediction_output
     from greenadapt.inference.labelling import ensemble_members, find_model_folder, run_predict
-    from greenadapt.inference.multitask import is_multitask, multitask_predictor
+    from greenadapt.inference.multitask import is_multitask, multitask_predictor, refuse_onnx, task_settings
 
     model, source, output, task_name, options = settings.members(), str(settings.source), settings.output, settings.task, settings
     file_format, ignore_labels = settings.file_format, settings.ignore_labels
@@ -186,21 +186,21 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     multitask = len(members) == 1 and (task_name is not None or is_multitask(members[0]))
     founds = []
     if multitask:
-        _refuse_onnx_for_multitask(options, str(members[0]))
-        spooled = is_stdio(source)  # its tasks read training-style files only
-        opened = Source("training", path=spool(*stdin_lines()) if spooled else Path(source), spooled=spooled)
+        refuse_onnx(options, members[0])
+        task = task_settings(members[0], task_name).task
     else:
         founds = [find_model_folder(m) for m in members]  # verified once; the models are opened from what it found
         from greenadapt.inference.labelling import check_ensemble
 
         check_ensemble(founds)
-        opened = open_source(founds[0][1].task, source, file_format=file_format, text_field=overrides.get("text_field"))
+        task = founds[0][1].task
+    opened = open_source(task, source, file_format=file_format, text_field=overrides.get("text_field"))
     try:
         if opened.path is None:
+            from greenadapt.inference.multitask import open_task
             from greenadapt.inference.predictor import open_ensemble
 
-            assert founds  # a model is opened whenever the input is not a task file
-            predictor = open_ensemble(founds, options=options)
+            predictor = open_task(members[0], task_name, options) if multitask else open_ensemble(founds, options=options)
             return predict_text(predictor, opened, output, progress=progress)
         if file_format != "auto" and opened.format != "dataset":
             overrides["format"] = "jsonl" if opened.format == "training-jsonl" else opened.format
@@ -222,12 +222,6 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     finally:
         if opened.spooled and opened.path is not None:
             opened.path.unlink(missing_ok=True)
-
-
-def _refuse_onnx_for_multitask(options: PredictSettings, run: str) -> None:
-    if options.runtime == "onnx" or options.quantize != "none":  # PALs run in torch only: never silently in torch
-        raise UsageError("ONNX Runtime (--runtime onnx, --quantize) does not run multitask (PALs) runs", path=run,
-                         hint="leave --runtime and --quantize out (torch runs it)")
 
 
 def _temporary_output(near: Path) -> Path:

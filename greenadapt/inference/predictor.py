@@ -156,8 +156,9 @@ class NerModel(_Labeller):
 
 
 class ClassifierModel(_Labeller):
-    finds_entities = False
     """A fine-tuned text (or sentence-pair) classifier, mean-pooled over both tokenizers."""
+
+    finds_entities = False
 
     def predict(self, texts: str | Sequence[str], pairs: Sequence[str] | None = None) -> Any:
         """``{label, score, scores}`` per text (one dict for a single string)."""
@@ -297,7 +298,7 @@ def open_ensemble(founds: Sequence[tuple[Path, Any]], *, options: LoadSettings =
     if len(founds) == 1:
         return open_model(*founds[0], options=options)
     check_ensemble(founds)
-    _refuse_qa_options(options, "an ensemble")
+    refuse_qa_options(options, "an ensemble")
     options.check()
     members = [open_finetuned(folder, settings, options) for folder, settings in founds]
     kind = NerModel if get_task(founds[0][1].task).finds_entities else ClassifierModel
@@ -318,14 +319,14 @@ def open_model(folder: Path, settings: Any, *, options: LoadSettings = DEFAULT_L
 
         qa = answering_as(options)
         return QaModel(open_qa(resolve_qa_settings(resolve_model(str(folder)), qa), qa), qa)
-    _refuse_qa_options(options, f"{settings.task} models")
+    refuse_qa_options(options, f"{settings.task} models")
     options.check()
     opened = open_finetuned(folder, settings, options)
     kind = NerModel if task.finds_entities else ClassifierModel
     return kind(opened, options)
 
 
-def _refuse_qa_options(options: LoadSettings, what: str) -> None:
+def refuse_qa_options(options: LoadSettings, what: str) -> None:
     given = qa_options_set(options)
     if given:
         raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for question-answering models, not {what}",

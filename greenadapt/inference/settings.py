@@ -83,7 +83,15 @@ class InferenceSettings(FieldSettings, ModelRunSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PredictSettings(InferenceSettings, LoadSettings):
+class TaskChoiceSettings(Settings):
+    """Which task of a ``greenadapt multitask`` run to use (predict, ``greenadapt.load``)."""
+
+    task: str | None = option(None, "--task", panel=INPUT_OUTPUT,
+                              help="The task to run, when --model is a `greenadapt multitask` run folder.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictSettings(InferenceSettings, LoadSettings, TaskChoiceSettings):
     """``greenadapt predict``: entities with character offsets for raw text, labels for task files; both tokenizers."""
 
     command = "predict"
@@ -98,8 +106,6 @@ class PredictSettings(InferenceSettings, LoadSettings):
     output: str = option("-", "--out", "--output", "-o", panel=INPUT_OUTPUT,
                          help="Where predictions go (default: stdout). "
                               "Raw input: JSON lines; a task file: itself plus a prediction column.")
-    task: str | None = option(None, "--task", panel=INPUT_OUTPUT,
-                              help="The task to run, when --model is a `greenadapt multitask` run folder.")
     ignore_labels: bool = option(False, "--ignore-labels", panel=EVALUATION, help="Do not read or score gold labels in the input.")
     file_format: str = option("auto", "--format", panel=INPUT_OUTPUT,
                               help="auto, text (a document per line), jsonl, columns (NER word ... label) or tsv.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from greenadapt.inference.settings import LoadSettings, RuntimeSettings
+from greenadapt.inference.settings import LoadSettings, RuntimeSettings, TaskChoiceSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, REQUIRED, TRAINING, Settings, model_paths, option, option_as_in
 from greenadapt.compute.settings import ThreadSettings
 
@@ -59,9 +59,10 @@ QA_ONLY = (WindowSettings, AnswerSpanSettings)  # what a labelling model has no 
 
 
 @dataclass(frozen=True, kw_only=True)
-class LoadOptions(LoadSettings, WindowSettings, AnswerSpanSettings):
+class LoadOptions(LoadSettings, WindowSettings, AnswerSpanSettings, TaskChoiceSettings):
     """``greenadapt.load``'s keywords (and ``greenadapt.pipeline``'s that open the model): how any fine-tuned folder runs,
-    and a question-answering folder's window and answer length (refused, when set, for a labelling folder)."""
+    a question-answering folder's window and answer length (refused, when set, for a labelling folder), and the task
+    of a multitask run."""
 
 
 def answering_as(options: Settings) -> AnswerSettings:
