@@ -54,7 +54,7 @@ def test_a_constant_classifier_is_named_whatever_its_accuracy() -> None:
 
     gold = ["neg"] * 7 + ["pos"] * 3
     constant = prediction_warnings("test", gold, ["neg"] * 10)
-    assert len(constant) == 1 and "every test prediction is 'neg'" in constant[0] and "majority-class" in constant[0]
+    assert len(constant) == 1 and "every prediction of test is 'neg'" in constant[0] and "majority-class" in constant[0]
     # Two labels predicted, yet no better than always answering 'neg' (70%): still nothing learned.
     at_majority = prediction_warnings("test", gold, ["neg"] * 6 + ["pos", "neg", "neg", "pos"])
     assert len(at_majority) == 1 and "accuracy 0.70, at the 0.70 majority-class rate (always answering 'neg')" in at_majority[0]

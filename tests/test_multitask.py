@@ -198,6 +198,19 @@ def test_raw_text_reaches_one_task_through_predict_and_load(
         greenadapt.load(out, device="cpu")
 
 
+def test_evaluate_task_gives_the_runs_own_scores_under_each_pooling_mode(frozen_run: dict, data: dict[str, Path]) -> None:
+    import greenadapt
+
+    metrics = json.loads((frozen_run["out"] / "metrics.json").read_text())["tasks"]["ncbi"]["test"]  # the test file is ner_dev
+    result = greenadapt.evaluate(data["ner_dev"], model=str(frozen_run["out"]), task="ncbi", device="cpu")
+    assert set(result.scores) == set(metrics) == {"mean", "general", "domain"}
+    for mode, scores in metrics.items():
+        assert result.scores[mode]["f1"] == pytest.approx(scores["f1"])
+        assert result.scores[mode]["accuracy"] == pytest.approx(scores["accuracy"])
+    with pytest.raises(UsageError, match="an ensemble of multitask runs"):
+        greenadapt.evaluate(data["ner_dev"], model=[str(frozen_run["out"]), str(data["model"])], task="ncbi", device="cpu")
+
+
 def test_load_task_gives_one_task(frozen_run: dict) -> None:
     import torch
 

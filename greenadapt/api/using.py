@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from greenadapt.api.build import command_function
 from greenadapt.api.common import PathLike
-from greenadapt.errors import UsageError
 from greenadapt.inference.settings import EvaluateSettings, PredictSettings
 from greenadapt.inference.onnx_export import ExportSettings
 from greenadapt.inference.qa.settings import LoadOptions
@@ -59,15 +58,14 @@ def load(path: PathLike | Sequence[PathLike], **keywords: Any) -> NerModel | Cla
     run folder to load (its NER or classification model, as a fine-tuned folder's).
     """
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
-    from greenadapt.inference.multitask import is_multitask, open_task
+    from greenadapt.inference.multitask import multitask_run, open_task
     from greenadapt.inference.predictor import open_ensemble
 
     options = LoadOptions(**keywords)
     members = ensemble_members(path)
-    if options.task is not None or any(is_multitask(member) for member in members):
-        if len(members) > 1:
-            raise UsageError("an ensemble of multitask runs is not supported", hint="load one multitask run with task=NAME")
-        return open_task(members[0], options.task, options)
+    run = multitask_run(members, options.task)
+    if run is not None:
+        return open_task(run, options.task, options)
     founds = [find_model_folder(member) for member in members]
     return open_ensemble(founds, options=options)
 

@@ -170,7 +170,7 @@ def _label_warnings(split: str, gold: list[Any], predicted: list[Any]) -> list[s
     majority, majority_n = counts.most_common(1)[0]
     distinct = set(predicted)
     if len(distinct) == 1:
-        return [f"every {split} prediction is {next(iter(distinct))!r} ({len(predicted)} examples): a constant, "
+        return [f"every prediction of {split} is {next(iter(distinct))!r} ({len(predicted)} examples): a constant, "
                 f"majority-class model; {CAUSES}"]
     accuracy = sum(g == p for g, p in zip(gold, predicted, strict=True)) / len(gold)
     rate = majority_n / len(gold)

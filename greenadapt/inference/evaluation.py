@@ -1,5 +1,6 @@
-"""``evaluate``: score a fine-tuned run (or an ensemble of runs) on a labelled file, under each pooling mode,
-without training and without writing predictions: the figures finetune reports for its test file, for any file.
+"""``evaluate``: score a fine-tuned run (an ensemble of runs, or a multitask run's task) on a labelled file, under
+each pooling mode, without training and without writing predictions: the figures finetune reports for its test file,
+for any file.
 """
 
 from __future__ import annotations
@@ -48,12 +49,23 @@ def evaluate_files(
     options: LoadSettings = DEFAULT_LOAD,
     pools: Sequence[str] = (),
     reader_overrides: dict[str, Any] | None = None,
+    task: str | None = None,
 ) -> EvaluateResult:
     """Scores of ``model`` on the labelled file ``data`` under each pooling mode of ``pools`` (default: every mode
-    the model has), read with the training files' reader options (``reader_overrides`` changes some)."""
+    the model has), read with the training files' reader options (``reader_overrides`` changes some); ``task``: the
+    task of a multitask run to score."""
+    from greenadapt.inference.multitask import multitask_run, open_task_model
+
     options.check()
-    founds = [find_model_folder(spec) for spec in ensemble_members(model)]
-    request, by_mode = label_file_by_mode(founds, Path(data), options=options, modes=tuple(pools), reader_overrides=reader_overrides)
+    members = ensemble_members(model)
+    run = multitask_run(members, task)
+    if run is not None:
+        opened = open_task_model(run, task, options)
+        models, which = [opened.folder], opened
+    else:
+        founds = [find_model_folder(spec) for spec in members]
+        models, which = [folder for folder, _ in founds], founds
+    request, by_mode = label_file_by_mode(which, Path(data), options=options, modes=tuple(pools), reader_overrides=reader_overrides)
     if not request.score:
         raise DataError("this file has no gold labels to score against", path=data,
                         hint="evaluate scores a labelled task file; `greenadapt predict` labels an unlabelled one")
@@ -67,11 +79,11 @@ def evaluate_files(
         warnings += prediction_warnings(where, request.task_file.gold(), predictions)
     headline = "mean" if "mean" in scores else next(iter(scores))
     metric = request.settings.metric or request.task.default_metric
-    return EvaluateResult([f for f, _ in founds], Path(data), len(request.task_file.examples), metric, headline, scores, warnings)
+    return EvaluateResult(models, Path(data), len(request.task_file.examples), metric, headline, scores, warnings)
 
 
 def run_evaluate(settings: EvaluateSettings, run: Run) -> EvaluateResult:
     """``greenadapt evaluate`` from the command's settings (it writes nothing: ``run`` carries only its progress)."""
     options = pooled_as(settings, settings.pool[0] if settings.pool else "mean")
     return evaluate_files(settings.members(), Path(settings.data), options=options,
-                          pools=settings.pool, reader_overrides=settings.reader_overrides(settings.header))
+                          pools=settings.pool, reader_overrides=settings.reader_overrides(settings.header), task=settings.task)

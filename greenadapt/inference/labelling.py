@@ -252,7 +252,7 @@ def label_file(
 
 
 def label_file_by_mode(
-    founds: Sequence[tuple[Path, TaskSettings]],
+    models: Sequence[tuple[Path, TaskSettings]] | FinetunedModel,
     input_path: Path,
     *,
     options: LoadSettings = DEFAULT_LOAD,
@@ -261,24 +261,22 @@ def label_file_by_mode(
     reader_overrides: dict[str, Any] | None = None,
 ) -> tuple[PredictionRequest, dict[str, np.ndarray]]:
     """:func:`label_file` under each pooling mode of ``modes`` (None: ``options.pool``; ``()``: every mode the
-    first model has), from one pass per tokenizer and member."""
+    first model has), from one pass per tokenizer and member. ``models``: the folders found (an ensemble when several),
+    or one model already open (a multitask run's task: ``predict`` and ``evaluate --task``)."""
+    if isinstance(models, FinetunedModel):
+        headline, wanted = _modes(options.pool, modes, models.tokenizers.has_domain, models.folder)
+        return _label_opened(models, input_path, headline, wanted, ignore_labels, reader_overrides)
+    founds = models
     check_ensemble(founds)
     # An ensemble's modes are those of its members together, and each member pools a mode the way it can (a plain
     # model's one view serves every mode): the answer never depends on the order the members are named in.
     any_domain = any(has_domain_tokenizer(folder) for folder, _ in founds)
-    headline = ensemble_mode(options.pool, any_domain, founds[0][0])
-    every = report_modes(any_domain)
-    wanted = [headline] if modes is None else [ensemble_mode(m, any_domain, founds[0][0]) for m in modes or every]
+    headline, wanted = _modes(options.pool, modes, any_domain, founds[0][0])
     request: PredictionRequest | None = None
     totals: dict[str, np.ndarray] = {}
     for folder, settings in founds:
         opened = open_finetuned(folder, settings, options)
-        own = {mode: mode if opened.tokenizers.has_domain else "general" for mode in wanted}
-        mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder,
-                                   pool=headline if opened.tokenizers.has_domain else "general",
-                                   ignore_labels=ignore_labels, reader_overrides=reader_overrides)
-        computed = opened.logits_by_mode(mine.units, mine.task_file.examples, sorted(set(own.values())))
-        logits = {mode: computed[own[mode]] for mode in wanted}
+        mine, logits = _label_opened(opened, input_path, headline, wanted, ignore_labels, reader_overrides)
         if len(founds) == 1:
             return mine, logits
         request = request or replace(mine, mode=headline)
@@ -288,6 +286,24 @@ def label_file_by_mode(
         del opened
     assert request is not None and totals
     return request, {mode: np.log(np.maximum(total / len(founds), np.finfo(np.float64).tiny)) for mode, total in totals.items()}
+
+
+def _modes(pool: str, modes: Sequence[str] | None, any_domain: bool, folder: Path) -> tuple[str, list[str]]:
+    """The headline pooling mode and the modes wanted (``modes`` None: the headline; ``()``: every mode there is)."""
+    headline = ensemble_mode(pool, any_domain, folder)
+    return headline, [headline] if modes is None else [ensemble_mode(m, any_domain, folder) for m in modes or report_modes(any_domain)]
+
+
+def _label_opened(opened: FinetunedModel, input_path: Path, headline: str, wanted: Sequence[str], ignore_labels: bool,
+                  reader_overrides: dict[str, Any] | None) -> tuple[PredictionRequest, dict[str, np.ndarray]]:
+    """``input_path`` as ``opened`` reads it, and its logits under each mode of ``wanted`` (a one-view model's one
+    view serves every mode)."""
+    own = {mode: mode if opened.tokenizers.has_domain else "general" for mode in wanted}
+    mine = read_for_prediction(input_path, opened.settings, opened.tokenizers, opened.folder,
+                               pool=headline if opened.tokenizers.has_domain else "general",
+                               ignore_labels=ignore_labels, reader_overrides=reader_overrides)
+    computed = opened.logits_by_mode(mine.units, mine.task_file.examples, sorted(set(own.values())))
+    return mine, {mode: computed[own[mode]] for mode in wanted}
 
 
 def has_domain_tokenizer(folder: Path) -> bool:

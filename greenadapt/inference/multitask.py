@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,16 @@ def is_multitask(folder: str | os.PathLike[str]) -> bool:
     return manifest is not None and manifest.get("kind") == kinds.MULTITASK
 
 
+def multitask_run(members: Sequence[str | os.PathLike[str]], task: str | None) -> str | os.PathLike[str] | None:
+    """The multitask run folder ``members`` names (with ``task``, or a folder that is one), or None for fine-tuned
+    folders; several folders with a multitask run among them are refused (no ensemble of multitask runs)."""
+    if task is None and not any(is_multitask(member) for member in members):
+        return None
+    if len(members) > 1:
+        raise UsageError("an ensemble of multitask runs is not supported", hint="pass one multitask run with --task")
+    return members[0]
+
+
 def task_settings(folder: str | os.PathLike[str], name: str | None) -> TaskSettings:
     """The settings of task ``name`` of a ``greenadapt multitask`` run folder, read without its weights: what its
     input is read as. A folder that is not a multitask run, or a name it has not, is one line naming the choices."""
@@ -45,7 +56,7 @@ def task_settings(folder: str | os.PathLike[str], name: str | None) -> TaskSetti
                          hint="leave out --task for a `greenadapt finetune` model")
     names = list(load_stage(path, kinds.MULTITASK).stats.get("tasks", []))
     if name is None:
-        raise UsageError("this is a multitask run: name the task to predict with", path=path,
+        raise UsageError("this is a multitask run: name the task to use", path=path,
                          hint=f"pass --task, one of: {', '.join(names)}")
     if name not in names:
         raise UsageError(f"no task {name!r} in this multitask run", path=path, hint=f"--task one of: {', '.join(names)}")
@@ -96,45 +107,40 @@ def predict_task(
 ) -> Any:
     """``greenadapt predict --model RUN --task NAME``: label (and score) a file with one task of a multitask run."""
     from greenadapt.artifacts.destination import check_prediction_output
-    from greenadapt.inference.labelling import read_for_prediction
-    from greenadapt.compute.pooling import pooled_logits
+    from greenadapt.inference.labelling import label_file_by_mode
 
     options.check()
     check_prediction_output(output_path, force=force, model=folder, input_path=input_path)
-    ctx = DistContext(device=pick_device(options.device))
-    loaded = load_task(folder, name, device=ctx.device, general_model=options.general_model)
-    tokenizers = loaded.tokenizers
-    request = read_for_prediction(
-        input_path, loaded.settings, tokenizers, loaded.folder,
-        pool=options.pool, ignore_labels=ignore_labels, reader_overrides=reader_overrides,
-    )
-    if loaded.memory is not None:
-        from greenadapt.modeling.gmap.wiring import attach_memory
-
-        attach_memory(request.units, request.task_file.examples, *loaded.memory)
-    logits = pooled_logits(
-        loaded.model, request.units, ctx, has_domain=tokenizers.has_domain, pad_id=tokenizers.pad_id,
-        batch_size=options.batch_size, precision=options.precision, modes=(request.mode,),
-    )[request.mode]
-    return request.write(logits, output_path, loaded.folder)
+    opened = open_task_model(folder, name, options)
+    request, logits = label_file_by_mode(opened, input_path, options=options, ignore_labels=ignore_labels,
+                                           reader_overrides=reader_overrides)
+    return request.write(logits[request.mode], output_path, opened.folder)
 
 
 def open_task(folder: str | os.PathLike[str], name: str | None, options: LoadSettings = DEFAULT_LOAD) -> Any:
     """Task ``name`` of a multitask run as the object ``greenadapt.load`` gives for a fine-tuned folder of its kind
     (:class:`~greenadapt.inference.predictor.NerModel` or ``ClassifierModel``): raw text in, entities or labels out."""
-    from greenadapt.inference.labelling import FinetunedModel
-    from greenadapt.inference.predictor import ClassifierModel, NerModel, refuse_qa_options
+    from greenadapt.inference.predictor import ClassifierModel, NerModel
     from greenadapt.tasks import get_task
+
+    options.configure_process()
+    opened = open_task_model(folder, name, options)
+    return (NerModel if get_task(opened.settings.task).finds_entities else ClassifierModel)(opened, options)
+
+
+def open_task_model(folder: str | os.PathLike[str], name: str | None, options: LoadSettings = DEFAULT_LOAD) -> Any:
+    """Task ``name`` of a multitask run as a fine-tuned model opened for inference
+    (:class:`~greenadapt.inference.labelling.FinetunedModel`), after its options and name are checked."""
+    from greenadapt.inference.labelling import FinetunedModel
+    from greenadapt.inference.predictor import refuse_qa_options
 
     refuse_onnx(options, folder)
     refuse_qa_options(options, "a multitask run")
     task_settings(folder, name)  # the name checked before the weights are read
     assert name is not None  # task_settings refuses a missing name
-    options.configure_process()
     ctx = DistContext(device=pick_device(options.device))
     loaded = load_task(folder, name, device=ctx.device, general_model=options.general_model)
-    opened = FinetunedModel(loaded.folder, loaded.settings, loaded.tokenizers, loaded.model, ctx, loaded.memory, options)
-    return (NerModel if get_task(loaded.settings.task).finds_entities else ClassifierModel)(opened, options)
+    return FinetunedModel(loaded.folder, loaded.settings, loaded.tokenizers, loaded.model, ctx, loaded.memory, options)
 
 
 def refuse_onnx(options: LoadSettings, run: str | os.PathLike[str]) -> None:

@@ -169,21 +169,19 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     """
     from greenadapt.artifacts.destination import check_prediction_output
     from greenadapt.inference.labelling import ensemble_members, find_model_folder, run_predict
-    from greenadapt.inference.multitask import is_multitask, multitask_predictor, refuse_onnx, task_settings
+    from greenadapt.inference.multitask import multitask_predictor, multitask_run, refuse_onnx, task_settings
 
     model, source, output, task_name, options = settings.members(), str(settings.source), settings.output, settings.task, settings
     file_format, ignore_labels = settings.file_format, settings.ignore_labels
     members = ensemble_members(model)
     if len(members) == 1:
         model = members[0]
-    elif task_name is not None or any(is_multitask(m) for m in members):
-        raise UsageError("an ensemble of multitask runs is not supported", hint="pass one multitask run with --task")
+    multitask = multitask_run(members, task_name) is not None
     # (the settings were checked when they were made: --header's choices, the runtime's options)
     if not is_stdio(output):
         for member in members:
             check_prediction_output(output, force=force, model=member, input_path=os.devnull if is_stdio(source) else source)
     overrides = {k: v for k, v in settings.reader_overrides(settings.header).items() if v is not None}
-    multitask = len(members) == 1 and (task_name is not None or is_multitask(members[0]))
     founds = []
     if multitask:
         refuse_onnx(options, members[0])

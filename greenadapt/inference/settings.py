@@ -123,7 +123,7 @@ class PredictSettings(InferenceSettings, LoadSettings, TaskChoiceSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvaluateSettings(InferenceSettings):
+class EvaluateSettings(InferenceSettings, TaskChoiceSettings):
     """``greenadapt evaluate``: score a fine-tuned run on a labelled file under each pooling mode, without training."""
 
     command = "evaluate"
