@@ -30,15 +30,16 @@ except ModuleNotFoundError as missing:  # one line that names the extra, not a t
                               name=missing.name) from None
 
 from greenadapt.api.build import keyword_parameters
-from greenadapt.inference.settings import LoadSettings
+from greenadapt.inference.settings import LoadSettings, TaskChoiceSettings
 
 log = logging.getLogger(__name__)
 
 FACTORY = "greenadapt_ner"
 # The component's config is greenadapt.load's way of running a model, each key declared once (LoadSettings: runtime,
-# quantize, pool, batch_size, device, precision, threads, general_model), with the command line's defaults.
-LOAD_PARAMETERS = [parameter.replace(annotation=typing.get_type_hints(LoadSettings)[parameter.name])
-                   for parameter in keyword_parameters(LoadSettings)]
+# quantize, pool, batch_size, device, precision, threads, general_model), with the command line's defaults, and the
+# task of a multitask run (TaskChoiceSettings).
+LOAD_PARAMETERS = [parameter.replace(annotation=typing.get_type_hints(group)[parameter.name])
+                   for group in (LoadSettings, TaskChoiceSettings) for parameter in keyword_parameters(group)]
 DEFAULT_CONFIG: dict[str, Any] = {"model": None, **{parameter.name: parameter.default for parameter in LOAD_PARAMETERS}}
 
 
@@ -55,7 +56,7 @@ class GreenadaptNer:
         loaded = load(model, **settings)
         if not isinstance(loaded, NerModel):
             raise UsageError(f"{model} is not an NER run (its task finds no entities)",
-                             hint=f"{FACTORY} takes a finetune --task ner folder")
+                             hint=f"{FACTORY} takes a finetune --task ner folder, or a multitask run and an NER task")
         self.name, self.model = name, loaded
         self.batch_size = loaded.options.batch_size  # the model holds its settings as load made them
 
