@@ -133,6 +133,35 @@ def test_run_reports_parameters_scores_and_mixture(frozen_run: dict) -> None:
     assert stats["average"]["dev"] == pytest.approx(expected)
 
 
+def test_info_shows_each_tasks_score_and_the_average(frozen_run: dict) -> None:
+    from greenadapt.artifacts.info import describe_folder, render
+
+    stats = frozen_run["manifest"]["stats"]
+    shown = render(describe_folder(frozen_run["out"])).splitlines()
+    assert "  tasks       ncbi, pair" in shown
+    ncbi = stats["scores"]["ncbi"]
+    assert f"  score       ncbi dev f1 {100 * ncbi['dev']:.2f}, test f1 {100 * ncbi['test']:.2f}" in shown
+    assert f"  score       pair dev accuracy {100 * stats['scores']['pair']['dev']:.2f}" in shown
+    assert f"  score       average dev {100 * stats['average']['dev']:.2f}" in shown  # (pair has no test file)
+
+
+def test_a_run_that_learned_nothing_says_so_in_its_summary_manifest_and_info(
+    data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scoring's learned-nothing warnings reach what finetune's reach: the summary, the manifest and info (they
+    were in metrics.json alone)."""
+    from greenadapt.artifacts.info import describe_folder, render
+
+    out = tmp_path / "run"
+    code, stdout, stderr = cli(monkeypatch, capsys, "multitask", "--model", str(data["model"]), "--out", str(out), "--lr", "1e-12",
+                               "--task", f"name=pair,type=classify,train={data['pair_train']},dev={data['pair_dev']}", *COMMON)
+    assert code == 0, stderr
+    warnings = json.loads((out / "manifest.json").read_text())["stats"]["warnings"]
+    assert warnings == json.loads((out / "metrics.json").read_text())["tasks"]["pair"]["warnings"] and warnings
+    assert all(f"\nwarning: {w}" in stdout for w in warnings)
+    assert all(f"  warning     {w}" in render(describe_folder(out)).splitlines() for w in warnings)
+
+
 def test_freeze_base_keeps_base_weights_bit_identical(frozen_run: dict, data: dict[str, Path]) -> None:
     from safetensors.torch import load_file
 
@@ -196,6 +225,21 @@ def test_raw_text_reaches_one_task_through_predict_and_load(
     assert [label["label"] for label in labels] == [r[-1] for r in rows]
     with pytest.raises(UsageError, match="name the task"):
         greenadapt.load(out, device="cpu")
+
+
+def test_the_spacy_component_runs_a_multitask_runs_ner_task(frozen_run: dict, data: dict[str, Path]) -> None:
+    spacy = pytest.importorskip("spacy")
+    import greenadapt
+    import greenadapt.api.spacy_component  # noqa: F401 - registers the factory
+
+    text = " ".join(line.split("\t")[0] for line in data["ner_dev"].read_text().splitlines() if line.strip())
+    expected = [(e.start, e.end, e.label) for e in greenadapt.load(frozen_run["out"], task="ncbi", device="cpu").predict(text)]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("greenadapt_ner", config={"model": str(frozen_run["out"]), "task": "ncbi", "device": "cpu"})
+    found = [(span.start_char, span.end_char, span.label_) for span in nlp(text).ents]
+    assert found == expected and found  # the words are spaCy's tokens here, so no entity widens
+    with pytest.raises(greenadapt.errors.UsageError, match="not an NER run"):
+        nlp.add_pipe("greenadapt_ner", name="pair", config={"model": str(frozen_run["out"]), "task": "pair", "device": "cpu"})
 
 
 def test_evaluate_task_gives_the_runs_own_scores_under_each_pooling_mode(frozen_run: dict, data: dict[str, Path]) -> None:

@@ -57,6 +57,13 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
         )
         if isinstance(stats.get("per_type"), dict):
             info["per_type"] = stats["per_type"]
+        if manifest.get("kind") == kinds.MULTITASK and isinstance(stats.get("scores"), dict):
+            metric_of = {t.get("name"): (t.get("settings") or {}).get("metric") for t in (manifest.get("config") or {}).get("tasks") or []
+                         if isinstance(t, dict)}
+            info["task_scores"] = {name: {"metric": metric_of.get(name), **splits} for name, splits in stats["scores"].items()
+                                   if isinstance(splits, dict)}
+            if isinstance(stats.get("average"), dict):  # of the tasks' own metrics
+                info["task_average"] = stats["average"]
         if isinstance(stats.get("summary"), dict):
             info["scores"] = stats["summary"]
             info["metric"] = ((manifest.get("config") or {}).get("task") or {}).get("metric") or stats.get("metric")
@@ -221,6 +228,12 @@ def _lines(info: dict[str, Any]) -> list[str]:
                 seeds = value.get("n") or 1
                 spread = f" ± {100 * value.get('std', 0):.2f} over {seeds} seeds" if seeds > 1 else " (1 seed)"
                 lines.append(f"  {split + ' score':<11} {info.get('metric') or 'score'} {100 * value['mean']:.2f}{spread}")
+        average = {"average": {"metric": None, **info["task_average"]}} if info.get("task_average") else {}
+        for name, splits in [*(info.get("task_scores") or {}).items(), *average.items()]:
+            metric = f"{splits['metric']} " if splits["metric"] else ""
+            figures = ", ".join(f"{split} {metric}{100 * value:.2f}" for split, value in splits.items()
+                                if split != "metric" and isinstance(value, int | float))
+            lines.append(f"  {'score':<11} {name} {figures}")
         for split, kinds in (info.get("per_type") or {}).items():
             lines.append(f"  {split + ' types':<11} f1 {per_type_cells(kinds)}")
         cost = info.get("cost") or {}
@@ -276,6 +289,8 @@ def _spread(mean: float | None, sd: float | None, n: int | None) -> str:
 
 
 def _number(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"

@@ -35,7 +35,8 @@ def summary(document: Mapping[str, Any], path: Path, skipped: bool) -> str:
                 f"{max(per_task, default=0):,} per task at most")
     state = "up to date" if skipped else "trained"
     listed = f": {', '.join(parts)}" if parts else ""
-    return f"{state} {len(stats.get('tasks', []))}-task {stats.get('adapter', '')} model in {path}{listed}{size}"
+    warnings = "".join(f"\nwarning: {w}" for w in stats.get("warnings") or [])
+    return f"{state} {len(stats.get('tasks', []))}-task {stats.get('adapter', '')} model in {path}{listed}{size}{warnings}"
 
 
 declared_command(MultitaskSettings, api.multitask, show_stage(lambda outcome: summary(outcome.manifest, outcome.path, outcome.skipped)),

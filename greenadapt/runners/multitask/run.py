@@ -271,6 +271,7 @@ def _train_and_save(
         "parameters": counts,
         "scores": headline,
         "average": averages,
+        "warnings": [warning for n in names for warning in metrics[n].get("warnings", [])],  # for the summary, info, report
         "units": {n: {role: len(u) for role, u in units[n].items()} for n in names},
         "preprocessing": preprocessing,
         "training": {
