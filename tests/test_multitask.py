@@ -145,6 +145,20 @@ def test_info_shows_each_tasks_score_and_the_average(frozen_run: dict) -> None:
     assert f"  score       average dev {100 * stats['average']['dev']:.2f}" in shown  # (pair has no test file)
 
 
+def test_the_report_has_each_tasks_results_under_each_pooling_mode(frozen_run: dict) -> None:
+    from greenadapt.report.collect import collect
+    from greenadapt.report.render import markdown
+
+    tasks = json.loads((frozen_run["out"] / "metrics.json").read_text())["tasks"]
+    rows = collect([frozen_run["out"]])["results"]
+    got = {(row["group"], row["split"], row["pool"]): (row["task"], row["metric"], row["mean"]) for row in rows}
+    wanted = {(f"{frozen_run['out'].name} ({name})", split, pool): ({"ncbi": "ner", "pair": "classify"}[name], task["metric"],
+                                                                    task[split][pool][task["metric"]])
+              for name, task in tasks.items() for split in ("dev", "test") if split in task for pool in task[split]}
+    assert got == wanted and len(wanted) == 9  # ncbi dev and test, pair dev; three pooling modes each
+    assert f"| {frozen_run['out'].name} (pair) | classify |" in markdown(collect([frozen_run["out"]]))
+
+
 def test_a_run_that_learned_nothing_says_so_in_its_summary_manifest_and_info(
     data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

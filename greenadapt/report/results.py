@@ -78,6 +78,24 @@ def group_label(stage: Mapping[str, Any]) -> str:
     return "/".join(parts)
 
 
+def _scored(stage: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], str, str, str, dict[str, Any], str]]:
+    """(stage, group key, label, task, per-seed scores, primary metric) of what a stage scores: a fine-tuning's or
+    QA's one group, a multitask run's one per task (its metrics.json: task -> split -> pool -> scores)."""
+    if stage["kind"] in (kinds.FINETUNE, kinds.QA):
+        task = stage["stats"].get("task") or (stage["config"].get("task") or {}).get("task") or stage["kind"]
+        return [(stage, group_key(stage), group_label(stage), task, *_per_seed_scores(stage))]
+    if stage["kind"] != kinds.MULTITASK:
+        return []
+    metrics = optional_json(Path(stage["path"]) / "metrics.json", "metrics file")
+    tasks = metrics.get("tasks") if isinstance(metrics, dict) else None
+    types = {t.get("name"): (t.get("settings") or {}).get("task") for t in stage["config"].get("tasks") or [] if isinstance(t, dict)}
+    splits = ("dev", "test")
+    return [(stage, f"{group_key(stage)}/{name}", f"{group_label(stage)} ({name})", str(types.get(name) or "multitask"),
+             {str(seed_of(stage)): {split: pools for split, pools in scores.items() if split in splits and isinstance(pools, dict)}},
+             str(scores.get("metric") or "f1"))
+            for name, scores in (tasks if isinstance(tasks, dict) else {}).items() if isinstance(scores, dict)]
+
+
 def _per_seed_scores(stage: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """``{seed: {split: {pool: {metric: value}}}}`` and the primary metric, whatever the task's metrics.json shape."""
     metrics = optional_json(Path(stage["path"]) / "metrics.json", "metrics file")
@@ -99,25 +117,13 @@ def _per_seed_scores(stage: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
 def results_table(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Mean ± std over seeds of the primary metric, per configuration group, split and pooling mode."""
     groups: dict[str, dict[str, Any]] = {}
-    for stage in stages:
-        if stage["kind"] not in (kinds.FINETUNE, kinds.QA):
-            continue
-        per_seed, primary = _per_seed_scores(stage)
+    for stage, key, label, task, per_seed, primary in (scored for each in stages for scored in _scored(each)):
         if not per_seed:
             continue
-        key = group_key(stage)
         group = groups.setdefault(
             key,
-            {
-                "group": group_label(stage),
-                "kind": stage["kind"],
-                "task": stage["stats"].get("task") or (stage["config"].get("task") or {}).get("task") or stage["kind"],
-                "mix": stage["stats"].get("mix"),
-                "model": stage["config"].get("model"),
-                "metric": primary,
-                "runs": [],
-                "values": {},
-            },
+            {"group": label, "kind": stage["kind"], "task": task, "mix": stage["stats"].get("mix"), "model": stage["config"].get("model"),
+             "metric": primary, "runs": [], "values": {}},
         )
         group["runs"].append(stage["name"])
         for seed, splits in per_seed.items():
