@@ -258,8 +258,3 @@ def spool(lines: Iterator[str], handle: IO[str], name: str = "<stdin>") -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(tmp)
-
-
-def stdin_lines() -> tuple[Iterator[str], IO[str], str]:
-    handle, name = _open_text(STDIO)
-    return _decoded(handle, name), handle, name
