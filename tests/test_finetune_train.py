@@ -281,8 +281,9 @@ def test_several_seeds(expanded: Path, data: dict[str, Path], tmp_path: Path) ->
     summary = metrics["summary"]["test"]["mean"]["f1"]
     assert summary["n"] == 2 and summary["mean"] == pytest.approx(sum(f1s) / 2)
     assert summary["std"] == pytest.approx(abs(f1s[0] - f1s[1]) / np.sqrt(2))
-    with pytest.raises(UsageError, match="one model per seed"):
+    with pytest.raises(UsageError, match="one model per seed") as refused:
         find_model_folder(outcome.path)
+    assert f"for their ensemble: --model {outcome.path}/seed-1 --model {outcome.path}/seed-2" in str(refused.value)
     assert find_model_folder(outcome.path / "seed-2")[0] == outcome.path / "seed-2"
 
 

@@ -152,8 +152,10 @@ def find_model_folder(spec: str | os.PathLike[str]) -> tuple[Path, TaskSettings]
         models = load_stage(path, kinds.FINETUNE).section("stats", "models")
         if len(models) > 1:
             names = ", ".join(sorted(models.values()))
+            folders = [f"{path}/{name}" for name in sorted(models.values())]
             raise UsageError(f"this run holds one model per seed ({names})", path=path,
-                             hint=f"pass --model {path}/{sorted(models.values())[0]}")
+                             hint=f"pass --model {folders[0]}, or all of them for their ensemble: "
+                                  + " ".join(f"--model {folder}" for folder in folders))
     elif (path / MANIFEST).exists():
         load_stage(path, kinds.FINETUNE)  # damaged or of another kind: its one line says which
     elif (path.parent / MANIFEST).is_file() and (read_manifest(path.parent) or {}).get("kind") == kinds.FINETUNE:
