@@ -35,4 +35,5 @@ def __dir__() -> list[str]:
     """What ``dir(greenadapt)`` and a notebook's completion show: the commands too (the API is loaded on first use)."""
     import importlib
 
-    return sorted({*globals(), *importlib.import_module("greenadapt.api").FUNCTIONS})
+    dunders = {name for name in globals() if name.startswith("__")}  # not the typing names this module imports
+    return sorted({*dunders, *importlib.import_module("greenadapt.api").FUNCTIONS})

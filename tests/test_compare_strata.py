@@ -140,7 +140,7 @@ def test_compare_reports_the_split_in_json_the_terminal_and_info(tmp_path: Path,
     from greenadapt.artifacts.info import describe_folder
     from greenadapt.artifacts.info import render as render_info
 
-    from greenadapt.report import collect, markdown, render_html
+    from greenadapt.reporting import collect, markdown, render_html
 
     assert "Where it lives" in render_html(collect([tmp_path / "cmp"])) and "### Where it lives" in markdown(collect([tmp_path / "cmp"]))
     shown = render_info(describe_folder(tmp_path / "cmp"))

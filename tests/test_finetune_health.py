@@ -97,8 +97,8 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
 
 
 def test_the_report_shows_a_runs_warnings_beside_its_scores(tmp_path: Path) -> None:
-    from greenadapt.report.collect import collect
-    from greenadapt.report.render import html_page, markdown
+    from greenadapt.reporting.collect import collect
+    from greenadapt.reporting.render import html_page, markdown
     from greenadapt import finetune
 
     model = build_tiny_expanded(tmp_path / "model")

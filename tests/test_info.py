@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import cli_output, run_cli
 from conftest import build_tiny_bert
 from w2v_fixtures import linear_w2v
 
@@ -155,3 +155,24 @@ def test_info_prints_no_none_for_any_folder_kind(chain: dict[str, Path], tmp_pat
         assert "None" not in shown, (folder, shown)
     shown = render(describe_folder(view.path))
     assert "second view" in shown and "0.3 of its pieces dropped" in shown and "no new rows" in shown, shown
+
+
+def test_info_and_report_are_python_functions_with_the_commands_declarations(chain: dict[str, Path], tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command is also a typed function: ``greenadapt.info`` returns what ``info --json`` prints, and
+    ``greenadapt.report`` what ``report --json`` prints (and writes its page), from one declaration each."""
+    import inspect
+
+    import greenadapt
+
+    assert list(inspect.signature(greenadapt.info).parameters)[:2] == ["path", "check_files"]
+    described = greenadapt.info(chain["align"], check_files=True)
+    assert described == describe_folder(chain["align"], check_files=True) and described["check"]["ok"]
+    code, shown, _ = cli_output(["info", str(chain["align"]), "--check", "--json"], monkeypatch, capsys)
+    assert code == 0 and json.loads(shown) == json.loads(json.dumps(described, default=str))
+    page = tmp_path / "r.html"
+    data = greenadapt.report([chain["align"], chain["expand"]], html=page)
+    assert [a["name"] for a in data["alignment"]] and page.read_text().startswith("<!DOCTYPE html>")
+    code, shown, _ = cli_output(["report", str(chain["align"]), str(chain["expand"]), "--json"], monkeypatch, capsys)
+    assert code == 0 and json.loads(shown)["alignment"] == json.loads(json.dumps(data["alignment"], default=str))

@@ -18,8 +18,8 @@ from greenadapt.artifacts.manifest import manifest_identity
 from greenadapt.artifacts.files import write_json
 from greenadapt.artifacts.stage import StageRun
 from greenadapt.errors import EXIT_STAGE_CONFLICT, StageError
-from greenadapt.report import collect, markdown, write_html
-from greenadapt.report.paper import LB_TO_KG
+from greenadapt.reporting import collect, markdown, write_html
+from greenadapt.reporting.paper import LB_TO_KG
 
 # F1 per variant and seed, per pooling mode, as a finetune run's metrics.json holds them.
 SCORES = {
@@ -247,7 +247,7 @@ def test_pretrain_stages_get_their_held_out_losses_a_curve_and_a_row_beside_the_
 
 def test_accuracy_against_cost_follows_each_model_to_the_stages_that_made_it(tmp_path: Path) -> None:
     from greenadapt.artifacts.manifest import load_stage
-    from greenadapt.report.plots import accuracy_cost_chart
+    from greenadapt.reporting.plots import accuracy_cost_chart
 
     run = make_run(tmp_path)
     expand = run / "expand"
@@ -282,14 +282,14 @@ def test_accuracy_against_cost_follows_each_model_to_the_stages_that_made_it(tmp
     png = accuracy_cost_chart(list(rows.values()))
     assert png is not None and png.startswith(b"\x89PNG")
     page = tmp_path / "report.html"
-    from greenadapt.report import write_html
+    from greenadapt.reporting import write_html
 
     write_html(collect([run]), page)
     assert "Accuracy against adaptation cost" in page.read_text()
 
 
 def test_quantities_take_the_unit_their_size_reads_best_in() -> None:
-    from greenadapt.report.render import _co2, _energy, _num
+    from greenadapt.reporting.render import _co2, _energy, _num
 
     assert [_energy(v) for v in (0.0000123, 0.0123, 1.5, 2500)] == ["0.0123 Wh", "12.3 Wh", "1.5 kWh", "2.5 MWh"]
     assert [_co2(v) for v in (0.0004, 0.25, 12.0, 3400)] == ["0.4 g", "250 g", "12 kg", "3.4 t"]
@@ -298,8 +298,8 @@ def test_quantities_take_the_unit_their_size_reads_best_in() -> None:
 
 
 def test_durations_and_chart_axes_take_the_unit_their_size_reads_best_in() -> None:
-    from greenadapt.report.plots import ENERGY_UNITS, TIME_UNITS, axis_unit
-    from greenadapt.report.render import _duration
+    from greenadapt.reporting.plots import ENERGY_UNITS, TIME_UNITS, axis_unit
+    from greenadapt.reporting.render import _duration
 
     assert [_duration(v) for v in (0.0031, 4.25, 45, 600, 3 * 3600, 5 * 86400)] == ["0.0031 s", "4.2 s", "45 s", "10.0 min", "3.0 h",
                                                                                     "5.0 days"]
@@ -311,7 +311,7 @@ def test_durations_and_chart_axes_take_the_unit_their_size_reads_best_in() -> No
 
 
 def test_the_energy_label_reaches_the_tables(tmp_path: Path) -> None:
-    from greenadapt.report.render import comparison_table, stage_table
+    from greenadapt.reporting.render import comparison_table, stage_table
 
     data = collect([make_run(tmp_path / "run")])
     head, rows = stage_table(data)
@@ -333,7 +333,7 @@ def collect_label(cost: dict[str, Any]) -> str:
 
 
 def test_a_single_seed_bar_has_no_error_bar_and_says_n_1() -> None:
-    from greenadapt.report.plots import results_figure
+    from greenadapt.reporting.plots import results_figure
 
     rows = [
         {"group": "base", "pool": "mean", "mean": 0.80, "std": 0.0, "n": 1, "metric": "f1"},
@@ -349,7 +349,7 @@ def test_a_single_seed_bar_has_no_error_bar_and_says_n_1() -> None:
 
 def test_cost_growth_is_drawn_where_runs_of_several_sizes_exist(tmp_path: Path) -> None:
     """w2v runs of three corpus sizes (same epochs) give a curve ordered by size; one size alone gives none."""
-    from greenadapt.report.plots import growth_chart
+    from greenadapt.reporting.plots import growth_chart
 
     sizes = {"small": 1_000, "large": 100_000, "mid": 10_000}
     for name, tokens in sizes.items():
@@ -367,7 +367,7 @@ def test_cost_growth_is_drawn_where_runs_of_several_sizes_exist(tmp_path: Path) 
     write_html(data, page)
     assert "How cost grows" in page.read_text()
     assert collect([tmp_path / "runs" / "small"])["growth"] == [] and growth_chart([]) is None
-    from greenadapt.report.plots import count_label
+    from greenadapt.reporting.plots import count_label
 
     assert [count_label(v) for v in (999, 23_640, 559_757, 1_702_382, 1_000_000, 1.05e9)] == ["999", "24k", "560k", "1.7M", "1M", "1.1B"]
 
@@ -403,7 +403,7 @@ def make_compare(folder: Path) -> Path:
 
 
 def test_a_compare_folder_gets_its_verdicts_intervals_and_a_forest_plot(tmp_path: Path) -> None:
-    from greenadapt.report import markdown, render_html
+    from greenadapt.reporting import markdown, render_html
 
     compare = make_compare(tmp_path / "cmp")
     nested = make_compare(tmp_path / "study" / "finetune" / "NCBI-disease")  # the study script's place for it
@@ -420,7 +420,7 @@ def test_a_compare_folder_gets_its_verdicts_intervals_and_a_forest_plot(tmp_path
 
 def test_every_view_of_a_comparison_carries_its_notes_beside_the_verdict(tmp_path: Path) -> None:
     """Issue 65, point 2: a null result that is "not a verdict" says so in the HTML and Markdown as on the terminal."""
-    from greenadapt.report import markdown, render_html
+    from greenadapt.reporting import markdown, render_html
 
     compare = make_compare(tmp_path / "cmp")
     document = json.loads((compare / "compare.json").read_text())
@@ -435,7 +435,7 @@ def test_every_view_of_a_comparison_carries_its_notes_beside_the_verdict(tmp_pat
 
 def test_the_forest_plot_always_shows_zero() -> None:
     """A one-point gain drawn beside 0, not on an axis clipped to the scores (the bar chart's fault in issue 34)."""
-    from greenadapt.report import plots
+    from greenadapt.reporting import plots
 
     pair = {"variant": "green", "baseline": "base", "mean": 0.011, "seed_interval95": None, "bootstrap_interval95": [0.004, 0.018],
             "significant95": True}

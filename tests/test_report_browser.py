@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import HANG_S
 
-from greenadapt.report import collect, write_html
+from greenadapt.reporting import collect, write_html
 from tests.test_report import make_compare, make_run
 
 CHROMIUM = Path("/usr/bin/chromium")

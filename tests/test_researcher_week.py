@@ -105,7 +105,8 @@ def test_dir_of_the_package_lists_the_commands() -> None:
     from greenadapt import api
 
     assert set(api.FUNCTIONS) <= set(dir(greenadapt))
-    assert {"finetune", "compare", "second_view", "load"} <= set(dir(greenadapt))
+    assert {"finetune", "compare", "second_view", "load", "info", "report"} <= set(dir(greenadapt))
+    assert not {"Any", "TYPE_CHECKING", "annotations"} & set(dir(greenadapt))  # a notebook's completion: the API alone
 
 
 # -- point 5: predict for cron jobs

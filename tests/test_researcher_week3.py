@@ -83,7 +83,7 @@ def test_a_pair_with_a_run_that_learned_nothing_is_no_verdict_in_every_view(data
     (pair,) = json.loads((out / "compare.json").read_text())["pairs"]
     assert pair["not_a_verdict"] is True and pair["verdict"].startswith("green vs base: not a verdict") and not pair["significant95"]
     from greenadapt.artifacts.info import describe_folder, render
-    from greenadapt.report import collect, markdown, render_html
+    from greenadapt.reporting import collect, markdown, render_html
 
     info = render(describe_folder(out))
     assert "not a verdict" in info and "with a new word" not in info

@@ -56,8 +56,8 @@ def test_the_report_of_a_run_finds_its_adaptation_wherever_out_put_it(tmp_path: 
     """adapt --out models/green-bert, finetune from it, report the run folder alone: the adaptation stages and cost are there."""
     from finetune_helpers import write_ner_file
 
-    from greenadapt.report.collect import collect
-    from greenadapt.report.render import markdown
+    from greenadapt.reporting.collect import collect
+    from greenadapt.reporting.render import markdown
 
     corpus = str(_corpus(tmp_path / "notes.txt"))
     adapted = greenadapt.adapt(corpus, model=str(tiny_bert), workdir=tmp_path / "work", out=tmp_path / "models" / "green-bert",

@@ -1,8 +1,8 @@
 """The Python API: every command the notebooks and services need, as typed functions.
 
-Every command that does work is a function here, re-exported from the package
-(``greenadapt.w2v``, ``align``, ``expand``, ``adapt``, ``finetune``, ``qa``,
-``multitask``, ``pretrain``, ``compare``, ``predict``, ``evaluate``; and ``load``, ``pipeline``). Each command's
+Every command is a function here, re-exported from the package
+(``greenadapt.w2v``, ``align``, ``expand``, ``adapt``, ``finetune``, ``qa``, ``multitask``, ``pretrain``,
+``compare``, ``predict``, ``evaluate``, ``export``, ``info``, ``report``; and ``load``, ``pipeline``). Each command's
 function and its command-line options are built from one declaration, the command's settings class
 (:mod:`greenadapt.options`), so a script and a shell pipeline given the same arguments name the same
 outputs and reuse each other's finished stages.

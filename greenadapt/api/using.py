@@ -10,11 +10,13 @@ from greenadapt.api.common import PathLike
 from greenadapt.inference.settings import EvaluateSettings, PredictSettings
 from greenadapt.inference.onnx_export import ExportSettings
 from greenadapt.inference.qa.settings import LoadOptions
+from greenadapt.artifacts.info import InfoSettings
+from greenadapt.reporting.settings import ReportSettings
 
 if TYPE_CHECKING:
     from greenadapt.inference.predictor import ClassifierModel, NerModel, QaModel
 
-__all__ = ["evaluate", "export", "load", "pipeline", "predict"]
+__all__ = ["evaluate", "export", "info", "load", "pipeline", "predict", "report"]
 
 
 P = ParamSpec("P")
@@ -107,4 +109,16 @@ A fine-tuned NER or classification folder as a self-contained ONNX folder (``onn
 ONNX file(s) (``quantize``: fp32, int8 or both), both tokenizers, the labels, ``pooling.json`` (the recipe written
 down) and ``serve_onnx.py``, which gives ``greenadapt predict``'s entities with onnxruntime and tokenizers alone.
 Needs ``greenadapt[onnx]``.
+""")
+
+info = command_function(InfoSettings, "greenadapt.artifacts.info:run_info", """\
+What a folder greenadapt wrote (or a model folder) is, as a dict (what ``greenadapt info --json`` prints): its
+stage, method, figures, parent artifacts, scores, cost and warnings; a compare folder's verdicts or progress.
+``check_files=True`` also verifies every file against the manifest's checksums (``["check"]["ok"]``).
+""")
+
+report = command_function(ReportSettings, "greenadapt.reporting.settings:run_report", """\
+The report's data over run folders (what ``greenadapt report --json`` prints): stage costs beside the paper's,
+alignment, results over seeds per pooling mode, training curves, warnings, compare verdicts; ``html`` also writes
+the self-contained page. ``greenadapt.reporting.markdown(data)`` renders it as the command prints it.
 """)

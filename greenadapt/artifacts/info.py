@@ -13,9 +13,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.manifest import read_manifest_checked, verify_files
 from greenadapt.errors import StageError
+from greenadapt.options import INPUT_OUTPUT, REQUIRED, Settings, option
+
+if TYPE_CHECKING:
+    from greenadapt.options import Run
 
 # The figures of each stage kind worth a line, from its manifest's stats (in this order).
 _FIGURES: dict[str, tuple[str, ...]] = {
@@ -28,6 +35,25 @@ _FIGURES: dict[str, tuple[str, ...]] = {
     "multitask": ("tasks",),
     "predict": ("sentences", "documents"),
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class InfoSettings(Settings):
+    """``greenadapt info``: describe a folder greenadapt wrote, or a model folder."""
+
+    command = "info"
+    positional = ("path",)
+    run_options = ()
+
+    path: str = option(REQUIRED, "--path", panel=INPUT_OUTPUT, metavar="PATH", argument=True,
+                       help="A folder greenadapt wrote (w2v, align, expand, finetune, ...) or a model folder.")
+    check_files: bool = option(False, "--check", panel=INPUT_OUTPUT,
+                         help="Also verify every file against the manifest's checksums (reads them all).")
+
+
+def run_info(settings: InfoSettings, run: Run) -> dict[str, Any]:
+    """``greenadapt info``: :func:`describe_folder` of the settings' folder (``check_files``: every file's checksum too)."""
+    return describe_folder(Path(settings.path), check_files=settings.check_files)
 
 
 def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
@@ -228,12 +254,7 @@ def _lines(info: dict[str, Any]) -> list[str]:
                 seeds = value.get("n") or 1
                 spread = f" ± {100 * value.get('std', 0):.2f} over {seeds} seeds" if seeds > 1 else " (1 seed)"
                 lines.append(f"  {split + ' score':<11} {info.get('metric') or 'score'} {100 * value['mean']:.2f}{spread}")
-        average = {"average": {"metric": None, **info["task_average"]}} if info.get("task_average") else {}
-        for name, splits in [*(info.get("task_scores") or {}).items(), *average.items()]:
-            metric = f"{splits['metric']} " if splits["metric"] else ""
-            figures = ", ".join(f"{split} {metric}{100 * value:.2f}" for split, value in splits.items()
-                                if split != "metric" and isinstance(value, int | float))
-            lines.append(f"  {'score':<11} {name} {figures}")
+        lines += _task_score_lines(info)
         for split, kinds in (info.get("per_type") or {}).items():
             lines.append(f"  {split + ' types':<11} f1 {per_type_cells(kinds)}")
         cost = info.get("cost") or {}
@@ -286,6 +307,18 @@ def _spread(mean: float | None, sd: float | None, n: int | None) -> str:
     if not n or n < 2:
         return f"{100 * mean:.2f} (1 seed)"
     return f"{100 * mean:.2f} ± {100 * (sd or 0):.2f} ({n} seeds)"
+
+
+def _task_score_lines(info: dict[str, Any]) -> list[str]:
+    """A multitask run's score lines: each task's (in its own metric), then the average."""
+    average = {"average": {"metric": None, **info["task_average"]}} if info.get("task_average") else {}
+    lines = []
+    for name, splits in [*(info.get("task_scores") or {}).items(), *average.items()]:
+        metric = f"{splits['metric']} " if splits["metric"] else ""
+        figures = ", ".join(f"{split} {metric}{100 * value:.2f}" for split, value in splits.items()
+                            if split != "metric" and isinstance(value, int | float))
+        lines.append(f"  {'score':<11} {name} {figures}")
+    return lines
 
 
 def _number(value: Any) -> str:

@@ -17,7 +17,7 @@ import typer
 
 from greenadapt.progress import NULL_PROGRESS, HeartbeatProgress, Progress, format_duration, heartbeat_interval
 
-JsonOption = typer.Option(False, "--json", help="Print the manifest as JSON on stdout.")
+JsonOption = typer.Option(False, "--json", help="Print the result as JSON on stdout (a stage's: its manifest).")
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bars, warnings and errors only.")
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging.")
 

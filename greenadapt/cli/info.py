@@ -4,36 +4,26 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
+from typing import Any
 
-import typer
+from greenadapt import api
+from greenadapt.artifacts.info import InfoSettings
+from greenadapt.cli._build import declared_command
 
-from greenadapt.cli import app
-from greenadapt.cli._common import QuietOption, VerboseOption, setup_logging
 
-
-@app.command("info")
-def info_command(
-    path: Path = typer.Argument(..., metavar="PATH",
-                                help="A folder greenadapt wrote (w2v, align, expand, finetune, ...) or a model folder."),
-    check: bool = typer.Option(False, "--check", help="Also verify every file against the manifest's checksums (reads them all)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the description as JSON."),
-    quiet: bool = QuietOption,
-    verbose: bool = VerboseOption,
-) -> None:
-    """Describe a folder: stage, method, vocabulary sizes, figures, parent artifacts, scores and cost."""
-    setup_logging(quiet=quiet, verbose=verbose)
-    from greenadapt.artifacts.info import describe_folder, render
-
-    info = describe_folder(path, check_files=check)
-    from greenadapt.redaction import scrub_secrets
-
-    sys.stdout.write(scrub_secrets((json.dumps(info, indent=2, default=str) if as_json else render(info)) + "\n"))
-    sys.stdout.flush()
+def _show(info: dict[str, Any], as_json: bool) -> None:
+    from greenadapt.artifacts.info import render
     from greenadapt.errors import StageError
 
+    sys.stdout.write((json.dumps(info, indent=2, default=str) if as_json else render(info)) + "\n")
+    sys.stdout.flush()
     # The description is printed either way; the exit status tells a script the folder is corrupt (README: 4).
-    if check and not info["check"]["ok"]:
-        raise StageError(f"--check failed: {info['check']['problem']}", path=path, hint="rerun the command that wrote it with --force")
+    redo = "rerun the command that wrote it with --force"
+    if "check" in info and not info["check"]["ok"]:
+        raise StageError(f"--check failed: {info['check']['problem']}", path=info["path"], hint=redo)
     if info.get("damaged"):
-        raise StageError(str(info["manifest"]), path=path, hint="rerun the command that wrote it with --force")
+        raise StageError(str(info["manifest"]), path=info["path"], hint=redo)
+
+
+declared_command(InfoSettings, api.info, _show, example="greenadapt info runs/ncbi --check",
+                 help="Describe a folder: stage, method, vocabulary sizes, figures, parent artifacts, scores and cost.")

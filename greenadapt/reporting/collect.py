@@ -24,8 +24,8 @@ from typing import Any
 from greenadapt.artifacts import kinds
 from greenadapt.errors import StageError, UsageError
 from greenadapt.machine.energy import cost_of, sum_costs
-from greenadapt.report.reading import find_stage_folders, optional_json, read_json_file, read_manifest
-from greenadapt.report.results import (
+from greenadapt.reporting.reading import find_stage_folders, optional_json, read_json_file, read_manifest
+from greenadapt.reporting.results import (
     accuracy_vs_cost,
     adaptation_chains,
     entity_type_table,

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from greenadapt.report.collect import collect
-from greenadapt.report.render import figure_specs, html_page, markdown
+from greenadapt.reporting.collect import collect
+from greenadapt.reporting.render import figure_specs, html_page, markdown
 
 __all__ = ["collect", "markdown", "render_html", "write_html"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.machine.energy import sum_costs
-from greenadapt.report.paper import LB_TO_KG, PUBLISHED
-from greenadapt.report.reading import SEED_DIR, optional_json
+from greenadapt.reporting.paper import LB_TO_KG, PUBLISHED
+from greenadapt.reporting.reading import SEED_DIR, optional_json
 
 
 def adaptation_chains(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from greenadapt.report.cells import html_table, img, interval, md_table, num, signed
+from greenadapt.reporting.cells import html_table, img, interval, md_table, num, signed
 
 
 def compare_pairs_table(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:

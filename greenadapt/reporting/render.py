@@ -9,14 +9,14 @@ from typing import Any
 
 from greenadapt.artifacts import kinds
 from greenadapt.artifacts.destination import REPORT_MARKER
-from greenadapt.report.paper import SOURCE
-from greenadapt.report.cells import html_table as _html_table
-from greenadapt.report.cells import img as _img
-from greenadapt.report.cells import md_table as _md_table
-from greenadapt.report.cells import num as _num
-from greenadapt.report.cells import plain as _plain
-from greenadapt.report.comparisons import comparison_html, comparison_markdown
-from greenadapt.report.plots import axis_unit
+from greenadapt.reporting.paper import SOURCE
+from greenadapt.reporting.cells import html_table as _html_table
+from greenadapt.reporting.cells import img as _img
+from greenadapt.reporting.cells import md_table as _md_table
+from greenadapt.reporting.cells import num as _num
+from greenadapt.reporting.cells import plain as _plain
+from greenadapt.reporting.comparisons import comparison_html, comparison_markdown
+from greenadapt.reporting.plots import axis_unit
 
 # --------------------------------------------------------------------------
 # Number formatting
@@ -368,7 +368,7 @@ def curve_groups(data: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def figure_specs(data: Mapping[str, Any]) -> dict[str, Callable[[], bytes | None]]:
-    from greenadapt.report import plots
+    from greenadapt.reporting import plots
 
     specs: dict[str, Callable[[], bytes | None]] = {
         "cost": lambda: plots.cost_chart(data["stages"]),
