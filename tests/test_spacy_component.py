@@ -119,7 +119,7 @@ def test_the_components_config_is_loads_options_with_their_defaults(run: Path, m
     import spacy
 
     from greenadapt.api import using
-    from greenadapt.inference.settings import LoadSettings
+    from greenadapt.inference.settings import LoadSettings, TaskChoiceSettings
     from greenadapt.options import declared_fields
 
     received: dict[str, object] = {}
@@ -132,7 +132,8 @@ def test_the_components_config_is_loads_options_with_their_defaults(run: Path, m
     monkeypatch.setattr(using, "load", spy)
     component = spacy.blank("en").add_pipe("greenadapt_ner", config={"model": str(run), "threads": 1, "batch_size": 2})
     assert component.batch_size == 2  # what pipe() hands the model at a time when spaCy's own call gives none
-    assert received == {**{field.name: field.default for field, _ in declared_fields(LoadSettings)}, "threads": 1, "batch_size": 2}
+    declared = [*declared_fields(LoadSettings), *declared_fields(TaskChoiceSettings)]  # (task: a multitask run's)
+    assert received == {**{field.name: field.default for field, _ in declared}, "threads": 1, "batch_size": 2}
     for config, named in (({"batch_size": "many"}, "batch_size"), ({"colour": "red"}, "colour")):
         received.clear()
         with pytest.raises(Exception, match=named):
