@@ -70,13 +70,15 @@ def task_settings(folder: str | os.PathLike[str], name: str | None) -> TaskSetti
     return TaskSettings.from_json(document, task_json)
 
 
-def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
-    """Task ``name`` of a ``greenadapt multitask`` run folder: the shared encoder with only that task's PALs and head."""
+def load_task(folder: str | os.PathLike[str], name: str | None, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
+    """Task ``name`` of a ``greenadapt multitask`` run folder: the shared encoder with only that task's PALs and head
+    (the name is checked before any weight is read: None or one the run has not is one line naming its tasks)."""
     from greenadapt.artifacts.pretrained import quiet_transformers
     from greenadapt.modeling.pals.model import MultiTaskModel
 
     path = Path(folder)
     settings = task_settings(path, name)
+    assert name is not None  # task_settings refuses a missing name
     memory = None
     with quiet_transformers():
         from greenadapt.modeling.gmap.wiring import is_gmap_folder, load_fused
@@ -96,10 +98,10 @@ def load_task(folder: str | os.PathLike[str], name: str, *, device: Any = "cpu",
 
 def predict_task(
     folder: str | os.PathLike[str],
-    name: str,
     input_path: Path,
     output_path: Path,
     *,
+    task: str | None,
     options: LoadSettings = DEFAULT_LOAD,
     ignore_labels: bool = False,
     reader_overrides: dict[str, Any] | None = None,
@@ -111,7 +113,7 @@ def predict_task(
 
     options.check()
     check_prediction_output(output_path, force=force, model=folder, input_path=input_path)
-    opened = open_task_model(folder, name, options)
+    opened = open_task_model(folder, task, options)
     request, logits = label_file_by_mode(opened, input_path, options=options, ignore_labels=ignore_labels,
                                            reader_overrides=reader_overrides)
     return request.write(logits[request.mode], output_path, opened.folder)
@@ -136,8 +138,6 @@ def open_task_model(folder: str | os.PathLike[str], name: str | None, options: L
 
     refuse_onnx(options, folder)
     refuse_qa_options(options, "a multitask run")
-    task_settings(folder, name)  # the name checked before the weights are read
-    assert name is not None  # task_settings refuses a missing name
     ctx = DistContext(device=pick_device(options.device))
     loaded = load_task(folder, name, device=ctx.device, general_model=options.general_model)
     return FinetunedModel(loaded.folder, loaded.settings, loaded.tokenizers, loaded.model, ctx, loaded.memory, options)
@@ -147,14 +147,3 @@ def refuse_onnx(options: LoadSettings, run: str | os.PathLike[str]) -> None:
     if options.runtime == "onnx" or options.quantize != "none":  # PALs run in torch only: never silently in torch
         raise UsageError("ONNX Runtime (--runtime onnx, --quantize) does not run multitask (PALs) runs", path=str(run),
                          hint="leave --runtime and --quantize out (torch runs it)")
-
-
-def multitask_predictor(folder: str | os.PathLike[str], name: str | None) -> Any:
-    """A function with ``run_predict``'s signature that predicts with task ``name`` of a multitask run."""
-    task_settings(folder, name)
-    assert name is not None  # task_settings refuses a missing name
-
-    def run(model: Any, input_path: Path, output_path: Path, **kwargs: Any) -> Any:
-        return predict_task(model, name, input_path, output_path, **kwargs)
-
-    return run

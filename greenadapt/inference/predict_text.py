@@ -169,7 +169,7 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     """
     from greenadapt.artifacts.destination import check_prediction_output
     from greenadapt.inference.labelling import ensemble_members, find_model_folder, run_predict
-    from greenadapt.inference.multitask import multitask_predictor, multitask_run, refuse_onnx, task_settings
+    from greenadapt.inference.multitask import multitask_run, predict_task, refuse_onnx, task_settings
 
     model, source, output, task_name, options = settings.members(), str(settings.source), settings.output, settings.task, settings
     file_format, ignore_labels = settings.file_format, settings.ignore_labels
@@ -203,7 +203,7 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
         if file_format != "auto" and opened.format != "dataset":
             overrides["format"] = "jsonl" if opened.format == "training-jsonl" else opened.format
         found = founds[0] if len(founds) == 1 else None
-        labeller = multitask_predictor(members[0], task_name) if multitask else partial(run_predict, found=found)
+        labeller = partial(predict_task, task=task_name) if multitask else partial(run_predict, found=found)
         target = _temporary_output(opened.path) if is_stdio(output) else Path(output)
         try:
             result = labeller(
