@@ -10,14 +10,12 @@ folder of any size.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
-
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts import kinds
-from greenadapt.artifacts.manifest import read_manifest_checked, verify_files
+from greenadapt.artifacts.manifest import multitask_tasks, read_manifest_checked, verify_files
 from greenadapt.errors import StageError
 from greenadapt.options import INPUT_OUTPUT, REQUIRED, Settings, option
 
@@ -48,7 +46,7 @@ class InfoSettings(Settings):
     path: str = option(REQUIRED, "--path", panel=INPUT_OUTPUT, metavar="PATH", argument=True,
                        help="A folder greenadapt wrote (w2v, align, expand, finetune, ...) or a model folder.")
     check_files: bool = option(False, "--check", panel=INPUT_OUTPUT,
-                         help="Also verify every file against the manifest's checksums (reads them all).")
+                               help="Also verify every file against the manifest's checksums (reads them all).")
 
 
 def run_info(settings: InfoSettings, run: Run) -> dict[str, Any]:
@@ -84,9 +82,8 @@ def describe_folder(path: Path, *, check_files: bool = False) -> dict[str, Any]:
         if isinstance(stats.get("per_type"), dict):
             info["per_type"] = stats["per_type"]
         if manifest.get("kind") == kinds.MULTITASK and isinstance(stats.get("scores"), dict):
-            metric_of = {t.get("name"): (t.get("settings") or {}).get("metric") for t in (manifest.get("config") or {}).get("tasks") or []
-                         if isinstance(t, dict)}
-            info["task_scores"] = {name: {"metric": metric_of.get(name), **splits} for name, splits in stats["scores"].items()
+            tasks = multitask_tasks(manifest.get("config") or {})
+            info["task_scores"] = {name: {"metric": tasks.get(name, {}).get("metric"), **splits} for name, splits in stats["scores"].items()
                                    if isinstance(splits, dict)}
             if isinstance(stats.get("average"), dict):  # of the tasks' own metrics
                 info["task_average"] = stats["average"]

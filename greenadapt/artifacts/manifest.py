@@ -143,6 +143,12 @@ def same_identity(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return _without_paths(a) == _without_paths(b)
 
 
+def multitask_tasks(config: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """A multitask run's tasks, from its manifest's config, by name: each one's task settings (task, metric, labels)."""
+    return {task["name"]: task.get("settings") or {} for task in config.get("tasks") or []
+            if isinstance(task, dict) and isinstance(task.get("name"), str)}
+
+
 # --------------------------------------------------------------------------
 # The manifest as a typed, checked record
 

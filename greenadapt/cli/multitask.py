@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt import api
-from greenadapt.artifacts.manifest import Manifest
+from greenadapt.artifacts.manifest import Manifest, multitask_tasks
 from greenadapt.cli._build import declared_command
 from greenadapt.cli._common import show_stage
 from greenadapt.runners.multitask.settings import MultitaskSettings
@@ -17,12 +17,12 @@ def summary(document: Mapping[str, Any], path: Path, skipped: bool) -> str:
     """One line: each task's primary score (test, else dev), the average, and the parameter count."""
     manifest = Manifest.of(document, path)
     stats = manifest.stats
-    metric_of = {t["name"]: t["settings"]["metric"] for t in manifest.config.get("tasks", [])}
+    tasks = multitask_tasks(manifest.config)
     parts = []
     for name, splits in manifest.section("stats", "scores").items():
         split = "test" if "test" in splits else "dev" if "dev" in splits else None
         if split is not None:
-            parts.append(f"{name} {split} {metric_of.get(name, '')} {100 * splits[split]:.2f}")
+            parts.append(f"{name} {split} {tasks.get(name, {}).get('metric', '')} {100 * splits[split]:.2f}")
     average = manifest.section("stats", "average")
     split = "test" if "test" in average else "dev" if "dev" in average else None
     if split is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from greenadapt.artifacts import kinds
+from greenadapt.artifacts.manifest import multitask_tasks
 from greenadapt.machine.energy import sum_costs
 from greenadapt.reporting.paper import LB_TO_KG, PUBLISHED
 from greenadapt.reporting.reading import SEED_DIR, optional_json
@@ -88,7 +89,7 @@ def _scored(stage: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], str, str,
         return []
     metrics = optional_json(Path(stage["path"]) / "metrics.json", "metrics file")
     tasks = metrics.get("tasks") if isinstance(metrics, dict) else None
-    types = {t.get("name"): (t.get("settings") or {}).get("task") for t in stage["config"].get("tasks") or [] if isinstance(t, dict)}
+    types = {name: settings.get("task") for name, settings in multitask_tasks(stage["config"]).items()}
     splits = ("dev", "test")
     return [(stage, f"{group_key(stage)}/{name}", f"{group_label(stage)} ({name})", str(types.get(name) or "multitask"),
              {str(seed_of(stage)): {split: pools for split, pools in scores.items() if split in splits and isinstance(pools, dict)}},
