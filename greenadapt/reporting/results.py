@@ -79,19 +79,19 @@ def group_label(stage: Mapping[str, Any]) -> str:
     return "/".join(parts)
 
 
-def _scored(stage: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], str, str, str, dict[str, Any], str]]:
-    """(stage, group key, label, task, per-seed scores, primary metric) of what a stage scores: a fine-tuning's or
-    QA's one group, a multitask run's one per task (its metrics.json: task -> split -> pool -> scores)."""
+def _scored(stage: Mapping[str, Any]) -> list[tuple[str, str, str, dict[str, Any], str]]:
+    """(group key, label, task, per-seed scores, primary metric) of what a stage scores: a fine-tuning's or QA's one
+    group, a multitask run's one per task (its metrics.json: task -> split -> pool -> scores)."""
     if stage["kind"] in (kinds.FINETUNE, kinds.QA):
         task = stage["stats"].get("task") or (stage["config"].get("task") or {}).get("task") or stage["kind"]
-        return [(stage, group_key(stage), group_label(stage), task, *_per_seed_scores(stage))]
+        return [(group_key(stage), group_label(stage), task, *_per_seed_scores(stage))]
     if stage["kind"] != kinds.MULTITASK:
         return []
     metrics = optional_json(Path(stage["path"]) / "metrics.json", "metrics file")
     tasks = metrics.get("tasks") if isinstance(metrics, dict) else None
     types = {name: settings.get("task") for name, settings in multitask_tasks(stage["config"]).items()}
     splits = ("dev", "test")
-    return [(stage, f"{group_key(stage)}/{name}", f"{group_label(stage)} ({name})", str(types.get(name) or "multitask"),
+    return [(f"{group_key(stage)}/{name}", f"{group_label(stage)} ({name})", str(types.get(name) or "multitask"),
              {str(seed_of(stage)): {split: pools for split, pools in scores.items() if split in splits and isinstance(pools, dict)}},
              str(scores.get("metric") or "f1"))
             for name, scores in (tasks if isinstance(tasks, dict) else {}).items() if isinstance(scores, dict)]
@@ -115,24 +115,26 @@ def _per_seed_scores(stage: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return {str(seed_of(stage)): {split: {pool: scores} for split, scores in splits.items()}}, primary
 
 
+def _add_values(values: dict[tuple[str, str], list[tuple[str, float]]], per_seed: Mapping[str, Any], primary: str) -> None:
+    """Each seed's finite ``primary`` score into ``values`` under its (split, pooling mode)."""
+    for seed, splits in per_seed.items():
+        for split, pools in (splits or {}).items():
+            for pool, scores in (pools or {}).items():
+                value = (scores or {}).get(primary) if isinstance(scores, dict) else None
+                if isinstance(value, int | float) and math.isfinite(value):
+                    values.setdefault((split, pool), []).append((str(seed), float(value)))
+
+
 def results_table(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Mean ± std over seeds of the primary metric, per configuration group, split and pooling mode."""
     groups: dict[str, dict[str, Any]] = {}
-    for stage, key, label, task, per_seed, primary in (scored for each in stages for scored in _scored(each)):
-        if not per_seed:
-            continue
-        group = groups.setdefault(
-            key,
-            {"group": label, "kind": stage["kind"], "task": task, "mix": stage["stats"].get("mix"), "model": stage["config"].get("model"),
-             "metric": primary, "runs": [], "values": {}},
-        )
-        group["runs"].append(stage["name"])
-        for seed, splits in per_seed.items():
-            for split, pools in (splits or {}).items():
-                for pool, scores in (pools or {}).items():
-                    value = (scores or {}).get(primary) if isinstance(scores, dict) else None
-                    if isinstance(value, int | float) and math.isfinite(value):
-                        group["values"].setdefault((split, pool), []).append((str(seed), float(value)))
+    for stage in stages:
+        for key, label, task, per_seed, primary in _scored(stage):
+            if per_seed:
+                group = groups.setdefault(key, {"group": label, "kind": stage["kind"], "task": task, "mix": stage["stats"].get("mix"),
+                                                "model": stage["config"].get("model"), "metric": primary, "runs": [], "values": {}})
+                group["runs"].append(stage["name"])
+                _add_values(group["values"], per_seed, primary)
     rows: list[Any] = []
     for group in groups.values():
         for (split, pool), pairs in sorted(group["values"].items(), key=lambda kv: (kv[0][0] != "test", kv[0])):

@@ -1,5 +1,5 @@
 """``greenadapt report``'s options, declared once (:mod:`greenadapt.options`), and the function the command and
-``greenadapt.reporting`` both run; import-light, so the command line can declare the command without the report's code."""
+``greenadapt.report`` both run; import-light, so the command line can declare the command without the report's code."""
 
 from __future__ import annotations
 
