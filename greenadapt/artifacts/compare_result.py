@@ -140,14 +140,15 @@ def how_to_finish(force: bool) -> str:
     return f"rerun {command} to continue: finished fine-tunings are kept, a cut one resumes from its checkpoint"
 
 
-def progress_line(document: dict[str, Any], folder: Path) -> str | None:
+def progress_line(document: dict[str, Any], finished: list[str]) -> str | None:
     """For a compare still running or cut short (its compare.json holds the plan, not a result): how many of its
-    fine-tunings have finished, counted from their folders now, and how to finish it."""
+    fine-tunings have finished (``finished``: :func:`finished_runs`, counted from their folders now), and how to
+    finish it."""
     planned = (document.get("in_progress") or {}).get("runs")
     if planned is None:
         return None
     how = document["in_progress"].get("how_to_finish") or "rerun the same command to continue"
-    return f"not finished: {len(finished_runs(document, folder))} of {len(planned)} fine-tunings done; {how}"
+    return f"not finished: {len(finished)} of {len(planned)} fine-tunings done; {how}"
 
 
 def finished_runs(document: dict[str, Any], folder: Path) -> list[str]:

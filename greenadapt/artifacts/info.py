@@ -115,6 +115,7 @@ def _comparison(path: Path) -> dict[str, Any]:
     from greenadapt.artifacts.compare_result import finished_runs, progress_line, read_compare_result
 
     result = read_compare_result(path)
+    finished = finished_runs(result, path.parent)
     variants = []
     for variant in result.get("variants") or []:
         headline = (variant.get("summary") or {}).get(variant.get("headline_pool")) or {}
@@ -125,8 +126,8 @@ def _comparison(path: Path) -> dict[str, Any]:
             "verdicts": [pair.get("verdict") for pair in result.get("pairs") or []],
             "recommendation": result.get("recommendation"),
             "stopped": result.get("stopped") if isinstance(result.get("stopped"), dict) else None,
-            "progress": progress_line(result, path.parent),
-            "finished_runs": finished_runs(result, path.parent) if result.get("in_progress") else None,
+            "progress": progress_line(result, finished),
+            "finished_runs": finished if result.get("in_progress") else None,
             "where_it_lives": [line for pair in result.get("pairs") or [] for line in pair.get("strata_table") or []],
             "notes": [note for pair in result.get("pairs") or [] for note in pair.get("notes") or []],
             "seconds": result.get("seconds")}

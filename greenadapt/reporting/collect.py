@@ -121,7 +121,7 @@ def collect(runs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
 
 def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
     """The ``compare.json`` of every compare folder given (``greenadapt compare --out``), with where it is."""
-    from greenadapt.artifacts.compare_result import progress_line, read_compare_result
+    from greenadapt.artifacts.compare_result import finished_runs, progress_line, read_compare_result
     from greenadapt.comparison.run import RESULT_FILE
 
     found = []
@@ -130,7 +130,7 @@ def comparisons(runs: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
             document = read_json_file(path, "compare result")
             if isinstance(document, dict) and document.get("kind") == "compare":
                 result = read_compare_result(path)
-                found.append({**result, "path": str(path.parent), "progress": progress_line(result, path.parent)})
+                found.append({**result, "path": str(path.parent), "progress": progress_line(result, finished_runs(result, path.parent))})
     return found
 
 
