@@ -45,7 +45,7 @@ def test_per_type_scores_are_averaged_over_seeds_and_a_missing_type_counts_as_ze
 def test_a_typed_ner_run_shows_f1_by_entity_type_in_its_summary_info_and_report(tmp_path: Path) -> None:
     from greenadapt.artifacts.info import describe_folder, render
     from greenadapt.cli.finetune import _summary
-    from greenadapt.reporting.collect import collect
+    from greenadapt.reporting.collection import collect
     from greenadapt.reporting.render import html_page, markdown
     from greenadapt import finetune
 

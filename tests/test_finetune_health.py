@@ -97,7 +97,7 @@ def test_a_majority_class_run_warns_in_its_summary_manifest_info_and_predict(tmp
 
 
 def test_the_report_shows_a_runs_warnings_beside_its_scores(tmp_path: Path) -> None:
-    from greenadapt.reporting.collect import collect
+    from greenadapt.reporting.collection import collect
     from greenadapt.reporting.render import html_page, markdown
     from greenadapt import finetune
 

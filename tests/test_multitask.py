@@ -146,7 +146,7 @@ def test_info_shows_each_tasks_score_and_the_average(frozen_run: dict) -> None:
 
 
 def test_the_report_has_each_tasks_results_under_each_pooling_mode(frozen_run: dict) -> None:
-    from greenadapt.reporting.collect import collect
+    from greenadapt.reporting.collection import collect
     from greenadapt.reporting.render import markdown
 
     tasks = json.loads((frozen_run["out"] / "metrics.json").read_text())["tasks"]

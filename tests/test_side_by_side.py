@@ -56,7 +56,7 @@ def test_the_report_of_a_run_finds_its_adaptation_wherever_out_put_it(tmp_path: 
     """adapt --out models/green-bert, finetune from it, report the run folder alone: the adaptation stages and cost are there."""
     from finetune_helpers import write_ner_file
 
-    from greenadapt.reporting.collect import collect
+    from greenadapt.reporting.collection import collect
     from greenadapt.reporting.render import markdown
 
     corpus = str(_corpus(tmp_path / "notes.txt"))

@@ -17,17 +17,34 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from greenadapt.reporting.collect import collect
-from greenadapt.reporting.render import figure_specs, html_page, markdown
+if TYPE_CHECKING:
+    from greenadapt.reporting.collection import collect as collect
+    from greenadapt.reporting.render import markdown as markdown
 
 __all__ = ["collect", "markdown", "render_html", "write_html"]
 
 log = logging.getLogger(__name__)
 
 
+def __getattr__(name: str) -> Any:
+    # The report's code is loaded on first use: every command declares itself at start-up, `report` from
+    # greenadapt.reporting.settings, which must not bring the collector and renderer along.
+    if name == "collect":
+        from greenadapt.reporting.collection import collect
+
+        return collect
+    if name == "markdown":
+        from greenadapt.reporting.render import markdown
+
+        return markdown
+    raise AttributeError(f"module 'greenadapt.reporting' has no attribute {name!r}")
+
+
 def render_html(data: Mapping[str, Any]) -> str:
+    from greenadapt.reporting.render import figure_specs, html_page
+
     figures = {}
     for key, make in figure_specs(data).items():
         figures[key] = make()
