@@ -108,7 +108,7 @@ def main() -> None:
         "corpus_mb": round(args.corpus.stat().st_size / 1e6, 1),
         "lines": stats["lines"],
         "tokens": stats["tokens"],
-        "options": {k: getattr(options, k) for k in ("dim", "epochs", "min_count", "workers", "seed")},
+        "options": {k: getattr(args, k) for k in ("dim", "epochs", "min_count", "workers", "seed")},
         "a_greenadapt_seconds": round(a_seconds, 2),
         "a_pretok_seconds": stats["pretok_seconds"],
         "a_vocab_seconds": stats["vocab_seconds"],

@@ -462,3 +462,20 @@ def test_w2v_and_align_start_without_torch_or_transformers(tmp_path: Path, corpu
     common = ["--corpus", str(corpus), "--model", str(tiny_bert), "--workdir", str(tmp_path / "work"), "--quiet"]
     assert heavy_modules_after(["w2v", "--epochs", "1", *common], ["align", *common]) == []
     assert list((tmp_path / "work").glob("*/*/align/manifest.json")), "align did not run"
+
+
+def test_the_benchmark_against_raw_gensim_runs_and_reports_its_ratio(tmp_path: Path, corpus: Path, tiny_bert: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/bench_w2v.py, the stage's anchor in docs/benchmarks.md: both sides train on the same text, so they find the
+    same vocabulary (it once crashed at its report, after both trainings, unnoticed until it was run again)."""
+    from bench_helpers import BENCH, bench_module
+
+    monkeypatch.syspath_prepend(str(BENCH))  # as `python bench/bench_w2v.py` runs: beside the other bench modules
+    bench = bench_module("bench_w2v")
+    monkeypatch.setattr(sys, "argv", ["bench_w2v.py", "--corpus", str(corpus), "--model", str(tiny_bert), "--out", str(tmp_path),
+                                      "--dim", "16", "--epochs", "1", "--min-count", "2", "--workers", "1"])
+    bench.main()
+    result = json.loads((tmp_path / "bench_w2v.json").read_text())
+    assert result["same_vocabulary"] and result["a_vocab_size"] == result["b_vocab_size"] > 20
+    assert result["options"] == {"dim": 16, "epochs": 1, "min_count": 2, "workers": 1, "seed": 1}
+    assert result["ratio"] > 0 and result["goal"] == 1.15
