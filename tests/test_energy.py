@@ -74,6 +74,34 @@ def test_probe_measures_with_rapl_across_a_wrap(tmp_path: Path) -> None:
     assert cost["co2_kg"] == pytest.approx(0.085 * 481 / 1000)
 
 
+def test_a_resumed_runs_cost_adds_its_earlier_processes_up_to_their_checkpoint(tmp_path: Path) -> None:
+    """A run stopped and resumed (``--resume``) costs its processes together: seconds summed, the earlier ones' energy the
+    estimate of their seconds (RAPL read them, but nothing kept it), so a measured last process makes it partly measured."""
+    from greenadapt.machine.cost import CostMeter
+
+    first = CostMeter(probe=energy.EnergyProbe(rapl_root=tmp_path / "none", environ=NO_CODECARBON))
+    spent = {**first.spent(), "wall_seconds": 3600.0, "cpu_seconds": 7200.0}  # what a checkpoint records
+    files = _fake_rapl(tmp_path)
+    meter = CostMeter(probe=energy.EnergyProbe(rapl_root=tmp_path, environ=NO_CODECARBON))
+    meter.carry({**spent, "attempt": meter.attempt})  # a checkpoint this process wrote itself: nothing earlier
+    assert meter.earlier == {}
+    meter.carry(spent)
+    assert meter.spent()["processes"] == 2 and meter.spent()["cpu_seconds"] >= 7200.0
+    (files["pkg0"] / "energy_uj").write_text(f"{int(3.6e10)}\n")  # 0.01 kWh measured for this process
+    cost = meter.snapshot()
+    earlier_kwh = 7200 * 10 / 3.6e6 + 3600 * cost["peak_rss_mib"] / 1024 * 0.3725 / 3.6e6
+    assert cost["processes"] == 2
+    assert cost["cpu_seconds"] == pytest.approx(7200.0 + cost["last_process"]["cpu_seconds"], abs=2e-3)
+    assert cost["wall_seconds"] == pytest.approx(3600.0 + cost["last_process"]["wall_seconds"], abs=2e-3)
+    assert cost["energy_parts"]["earlier_processes_kwh"] == {"kwh": pytest.approx(earlier_kwh), "method": "tdp-estimate",
+                                                             "label": "estimated"}
+    assert cost["energy_kwh"] == pytest.approx(earlier_kwh + cost["last_process"]["energy_kwh"])
+    assert cost["co2_kg"] == pytest.approx(cost["energy_kwh"] * 481 / 1000)
+    assert cost["energy_method"] == "rapl+tdp-estimate" and cost["energy_label"] == "partly measured"
+    meter.carry({"attempt": "a damaged record", "cpu_seconds": "many"})  # unknown, never a guess
+    assert meter.earlier == {}
+
+
 def test_unreadable_rapl_falls_back_to_the_estimate(tmp_path: Path) -> None:
     files = _fake_rapl(tmp_path)
     (files["pkg1"] / "energy_uj").unlink()

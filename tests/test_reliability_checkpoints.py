@@ -26,8 +26,10 @@ from finetune_helpers import build_tiny_expanded, write_ner_file
 
 from greenadapt.artifacts.manifest import load_stage
 from greenadapt.artifacts.files import sha256_file
+from greenadapt.artifacts.info import render
 from greenadapt.errors import EXIT_PREEMPTED, StageError
 from greenadapt.modeling import embeddings
+import greenadapt
 from greenadapt import finetune
 from greenadapt.training.checkpoint import CHECKPOINT_MANIFEST, Preempted, latest_checkpoint
 from greenadapt.training.job import checkpoint_folder
@@ -153,10 +155,21 @@ def test_sigterm_saves_a_checkpoint_and_resume_matches(model: Path, data: dict[s
     # Stopped at an epoch's end: the dev evaluation ran before the save and is part of it.
     assert len(state["result"]["dev_history"]) == step // STEPS_PER_EPOCH
 
+    spent = state["spent"]  # what the stopped process had cost, for the one that resumes
+    assert spent["processes"] == 1 and spent["cpu_seconds"] > 0 and spent["wall_seconds"] > 0
+
     resumed = finetune(**_options(model, data, out, resume=True))
     assert not resumed.skipped
     assert_same_run(reference, resumed.path)
     assert not checkpoint_folder(out).exists()  # removed once the run is complete
+    # The manifest's cost is the whole run's: the stopped process's up to its checkpoint, and the one that finished it.
+    cost, last = resumed.manifest["cost"], resumed.manifest["cost"]["last_process"]
+    assert cost["processes"] == 2
+    for key in ("cpu_seconds", "wall_seconds"):
+        assert cost[key] == pytest.approx(spent[key] + last[key], abs=2e-3) and last[key] > 0
+    assert cost["energy_kwh"] > last["energy_kwh"] and cost["energy_parts"]["earlier_processes_kwh"]["kwh"] > 0
+    info = greenadapt.info(resumed.path)
+    assert info["cost"]["processes"] == 2 and "in 2 processes (resumed)" in render(info)
 
 
 def test_crash_resumes_from_the_newest_periodic_checkpoint(model: Path, data: dict[str, Path], reference: Path,
@@ -378,11 +391,17 @@ def test_sigterm_to_the_command_exits_99_and_resume_finishes(model: Path, data: 
     assert not out.exists() and not list(tmp_path.glob(".run.tmp-*"))
     stopped_at = _checkpoints(out)["seed-42"][1]["step"]
     assert 5 <= stopped_at < 30
+    checkpoint = _checkpoints(out)["seed-42"][0]
+    spent = json.loads((checkpoint / "state.json").read_text())["spent"]
 
     again = subprocess.run([sys.executable, "-m", "greenadapt", *args, "--resume"], capture_output=True, text=True, timeout=HANG_S,
                            env=ENV)
     assert again.returncode == 0, again.stderr
     assert not checkpoint_folder(out).exists()
+    # The stopped process's cost up to its checkpoint is part of the run's, beside the second's.
+    cost = load_stage(out, "finetune")["cost"]
+    assert cost["processes"] == 2 and spent["processes"] == 1 and spent["cpu_seconds"] > 0
+    assert cost["cpu_seconds"] == pytest.approx(spent["cpu_seconds"] + cost["last_process"]["cpu_seconds"], abs=2e-3)
     reference = finetune(**_options(model, data, tmp_path / "ref", dev=None, test=None, seeds=[42], lr=5e-5, max_steps=30))
     assert_same_run(reference.path, out)
 

@@ -168,6 +168,7 @@ def _cost(manifest: dict[str, Any]) -> dict[str, Any]:
         "gpu": cost.get("gpu_model"),
         "energy_kwh": cost.get("energy_kwh"),
         "co2_kg": cost.get("co2_kg"),
+        "processes": int(cost.get("processes") or 1),  # more than one: stopped, then resumed from a checkpoint
     }
 
 
@@ -255,11 +256,7 @@ def _lines(info: dict[str, Any]) -> list[str]:
         lines += _task_score_lines(info)
         for split, kinds in (info.get("per_type") or {}).items():
             lines.append(f"  {split + ' types':<11} f1 {per_type_cells(kinds)}")
-        cost = info.get("cost") or {}
-        gpu = f", {cost['gpu_seconds']:.0f} GPU s ({cost['gpu']})" if cost.get("gpu") else ""
-        if cost.get("wall_seconds") is not None:
-            lines.append(f"  cost        {cost['wall_seconds']:.0f} s wall, {cost.get('cpu_hours') or 0:.3f} CPU h{gpu}, "
-                         f"{cost.get('energy_kwh') or 0:.2e} kWh")
+        lines += _cost_line(info.get("cost") or {})
         for parent in info.get("parents") or []:
             label = parent.get("stage") or parent.get("role") or parent.get("kind") or "input"
             lines.append(f"  from        {label}: {parent.get('path')}")
@@ -278,6 +275,15 @@ def _lines(info: dict[str, Any]) -> list[str]:
         if block:
             lines.append(_adapted_line(block))
     return lines
+
+
+def _cost_line(cost: dict[str, Any]) -> list[str]:
+    if cost.get("wall_seconds") is None:
+        return []
+    gpu = f", {cost['gpu_seconds']:.0f} GPU s ({cost['gpu']})" if cost.get("gpu") else ""
+    resumed = f", in {cost['processes']} processes (resumed)" if (cost.get("processes") or 1) > 1 else ""
+    return [f"  cost        {cost['wall_seconds']:.0f} s wall, {cost.get('cpu_hours') or 0:.3f} CPU h{gpu}, "
+            f"{cost.get('energy_kwh') or 0:.2e} kWh{resumed}"]
 
 
 def _adapted_line(block: dict[str, Any]) -> str:

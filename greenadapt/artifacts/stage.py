@@ -19,14 +19,11 @@ import json
 import logging
 import os
 import re
-import resource
 import shutil
-import socket
 import stat
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,8 +50,7 @@ from greenadapt.errors import (
     ResourceError,
     StageError,
 )
-from greenadapt.machine.cores import usable_cores
-from greenadapt.machine.energy import EnergyProbe
+from greenadapt.machine.cost import CostMeter
 from greenadapt.options import OPTIONS_FILE, recorded_settings
 
 log = logging.getLogger(__name__)
@@ -102,44 +98,6 @@ class StageOutcome:
         return ""
 
 
-@dataclass
-class CostMeter:
-    """Wall time, CPU seconds and peak memory of this process and its children,
-    plus GPU time, energy (measured or estimated, method stated) and CO₂: see greenadapt.machine.energy."""
-
-    wall_start: float = field(default_factory=time.perf_counter)
-    cpu_start: float = field(default_factory=lambda: _cpu_seconds())
-    probe: EnergyProbe = field(default_factory=EnergyProbe)
-
-    def snapshot(self) -> dict[str, Any]:
-        self_usage = resource.getrusage(resource.RUSAGE_SELF)
-        child_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        # ru_maxrss is KiB on Linux; the children figure is the largest child's.
-        peak_kib = max(self_usage.ru_maxrss, child_usage.ru_maxrss)
-        cost: dict[str, Any] = {
-            "wall_seconds": round(time.perf_counter() - self.wall_start, 3),
-            "cpu_seconds": round(_cpu_seconds() - self.cpu_start, 3),
-            "peak_rss_mib": round(peak_kib / 1024, 1),
-            "cpu_count": usable_cores(),
-            "host": socket.gethostname(),
-        }
-        cost.update(
-            self.probe.finish(
-                wall_seconds=cost["wall_seconds"],
-                cpu_seconds=cost["cpu_seconds"],
-                peak_rss_mib=cost["peak_rss_mib"],
-                cpu_count=cost["cpu_count"],
-            )
-        )
-        return cost
-
-
-def _cpu_seconds() -> float:
-    s = resource.getrusage(resource.RUSAGE_SELF)
-    c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
 class StageRun:
     """Context manager that owns one stage output folder while it is made.
 
@@ -175,6 +133,11 @@ class StageRun:
         self.tmp: Path = self.out  # replaced in __enter__
         self._lock_handle: Any = None
         self._meter = CostMeter()
+
+    @property
+    def meter(self) -> CostMeter:
+        """What the stage has cost so far (the manifest's cost block at commit)."""
+        return self._meter
 
     def _destination(self, out: Path) -> Path:
         """The folder written: a user's link at ``out`` is written through, never replaced (:func:`_through_links`)."""

@@ -1,7 +1,7 @@
 """Energy and CO₂ accounting for stage manifests.
 
 Every stage's manifest ``cost`` block gets, besides wall/CPU time and peak
-memory (:class:`greenadapt.artifacts.stage.CostMeter`), GPU time and model, an energy
+memory (:class:`greenadapt.machine.cost.CostMeter`), GPU time and model, an energy
 figure in kWh with the *method* that produced it, and a CO₂ estimate:
 
 Measured, where the hardware exposes a counter

@@ -174,6 +174,8 @@ class Checkpointing:
     resume: bool = False
     save_final: bool = False  # after the last step too: several seeds, so a finished seed survives an interruption
     writer: bool = True  # under torchrun only rank 0 writes; every rank reads
+    # the stage's CostMeter (rank 0): each checkpoint records what the run has spent, and a resumed run counts it
+    meter: Any = None
 
 
 def latest_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:

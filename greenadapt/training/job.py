@@ -87,6 +87,7 @@ class TrainingStage:
         return Checkpointing(
             self.checkpoints, self.run, save_every=options.save_every, resume=options.resume, save_final=save_final,
             writer=self.ctx.is_main, save_seconds=options.save_minutes * 60 if options.save_minutes and self.ctx.world == 1 else None,
+            meter=self.stage.meter if self.stage is not None else None,
         )
 
     def commit(self, stats: dict[str, Any], cost: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> StageOutcome:

@@ -72,6 +72,7 @@ class Restored:
     result: dict[str, Any]
     best_state: dict[str, Any] | None
     complete: bool
+    spent: dict[str, Any] | None = None  # what the run had cost up to this checkpoint (CostMeter.spent)
 
 
 def load_checkpoint(checkpoint: Checkpointing, trainer: Trainer, task: Resumable, log_path: Path | None) -> Restored | None:
@@ -117,4 +118,5 @@ def load_checkpoint(checkpoint: Checkpointing, trainer: Trainer, task: Resumable
     if log_path is not None and (path / LOG_FILE).is_file():
         shutil.copyfile(path / LOG_FILE, log_path)
     log.info("resuming from %s: step %d, epoch %d", path, position.step, position.epoch + 1)
-    return Restored(position, result, best, bool(state.get("complete")))
+    spent = state.get("spent")
+    return Restored(position, result, best, bool(state.get("complete")), spent if isinstance(spent, dict) else None)

@@ -275,6 +275,8 @@ class _Loop:
             self.result.dev_history = list(self.restored.result["dev_history"])
             self.result.best_step = self.restored.result.get("best_step", _best_step(self.result.dev_history))
             self.result.stopped_early = bool(self.restored.result.get("stopped_early"))
+            if checkpoint is not None and checkpoint.meter is not None:
+                checkpoint.meter.carry(self.restored.spent)
         self.writes = checkpoint is not None and checkpoint.writer
         self.handle = open(log_path, "a" if self.restored else "w", encoding="utf-8") if log_path is not None else None  # noqa: SIM115
         self.started = time.perf_counter() - self.at.seconds
@@ -451,6 +453,7 @@ def _save_checkpoint(loop: _Loop, rank_rng: list[dict[str, Any]] | None, *, comp
                 "seed": trainer.config.seed,
                 "complete": complete,
                 "position": loop.at.to_json(),
+                "spent": checkpoint.meter.spent() if checkpoint.meter is not None else None,
                 "result": {"best_epoch": result.best_epoch, "best_score": result.best_score, "dev_history": result.dev_history,
                        "best_step": result.best_step, "stopped_early": result.stopped_early},
                 **task.extra_state(),
