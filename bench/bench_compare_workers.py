@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,7 +45,7 @@ def first_sentences(source: Path, target: Path, sentences: int) -> Path:
     return target
 
 
-def compare_runs(code: Path, args: argparse.Namespace, files: dict[str, Path], out: Path) -> tuple[float, dict[str, object]]:
+def compare_runs(code: Path, args: argparse.Namespace, files: dict[str, Path], out: Path) -> tuple[float, dict[str, Any]]:
     # fp32 on both sides: the code before this change had no bf16 default on a CPU
     env = dict(os.environ, PYTHONPATH=str(code), GREENADAPT_CPU_AUTO_PRECISION="fp32")
     command = [sys.executable, "-m", "greenadapt", "compare", "--task", "ner", "--train", str(files["train"]), "--test", str(files["test"]),
@@ -80,7 +81,7 @@ def main() -> None:
     files = {"train": first_sentences(args.data / "train.tsv", work / "train.tsv", args.sentences),
              "test": first_sentences(args.data / "test.tsv", work / "test.tsv", args.sentences // 2)}
     times: dict[str, list[float]] = {"process per run": [], "workers": []}
-    scores: dict[str, dict[str, object]] = {}
+    scores: dict[str, dict[str, Any]] = {}
     try:
         for repeat in range(args.repeats):
             for name, code in (("process per run", args.old), ("workers", args.new)):

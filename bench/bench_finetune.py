@@ -230,7 +230,7 @@ def same_sequences_run(base: Path, batches: list[dict[str, Any]], batch_size: in
     from greenadapt.runners.finetune.settings import FinetuneSettings
     from greenadapt.tasks import get_task
     from greenadapt.compute.distributed import DistContext
-    from greenadapt.training.runtime import TrainingTask, run_training
+    from greenadapt.training.runtime import TrainingHooks, TrainingTask, run_training
     from greenadapt.training.trainer import Trainer
 
     model = _token_model(base, device)
@@ -257,7 +257,7 @@ def same_sequences_run(base: Path, batches: list[dict[str, Any]], batch_size: in
 
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "train_log.jsonl"
-        run_training(trainer, SameBatches(), log_path=log_path)
+        run_training(trainer, SameBatches(), TrainingHooks(log_path=log_path))
         log = [json.loads(line) for line in log_path.read_text().splitlines()]
     seconds = (log[-1]["seconds"] - log[skip - 1]["seconds"]) / (len(log) - skip)
     return {"seconds_per_step": seconds, "wordpieces_per_step": sum(r["wordpieces"] for r in log[skip:]) / (len(log) - skip)}

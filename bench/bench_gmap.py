@@ -99,13 +99,13 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
     from greenadapt.artifacts.model_folder import load_tokenizers
     from greenadapt.artifacts.pretrained import quiet_transformers, resolve_model
     from greenadapt.modeling.gmap import wiring as gmap
-    from greenadapt.tasks import TaskSettings, get_task
+    from greenadapt.tasks import TaskSettings, get_labelling_task
     from greenadapt.compute.distributed import DistContext
     from greenadapt.runners.finetune.settings import FinetuneSettings
     from greenadapt.training.finetuning import FinetuneTask, prepare_trainer
 
     train = subset(CHEMPROT / "train.txt", (args.steps + args.skip) * args.batch_size, 0, args.out.parent / "data")
-    task = get_task("classify")
+    task = get_labelling_task("classify")
     ref = resolve_model(str(args.domain))
     tokenizers = load_tokenizers(ref.path)
     task_file = task.read(train, TaskSettings(task="classify", labels=[]), require_labels=True)
@@ -145,7 +145,7 @@ def bench_step(args: argparse.Namespace) -> dict[str, Any]:
         none, chunk = statistics.median(per["none"][kind]), statistics.median(per["chunk"][kind])
         result[kind] = {"none": none, "chunk": chunk, "ratio": chunk / none}
         print(f"| {kind} s/step | {none:.3f} | {chunk:.3f} | {chunk / none:.2f}x |", flush=True)
-    result["plan"] = steppers["chunk"].model.plan.describe()
+    result["plan"] = steppers["chunk"].trainer.model.plan.describe()
     return result
 
 

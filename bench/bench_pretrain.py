@@ -175,6 +175,7 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
     from greenadapt.runners.pretrain.settings import PretrainSettings
     from greenadapt.runners.pretrain.train import build_masked_lm, pretrain
     from greenadapt.compute.distributed import DistContext
+    from greenadapt.training.runtime import TrainingHooks
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     cache = tokenize_corpus(resolve_corpus([str(corpus_path)]), tokenizer, work / "cache", workers=1)
@@ -190,7 +191,7 @@ def ours(model_path: Path, corpus_path: Path, args: argparse.Namespace, work: Pa
     _reset_memory(args.device)
     began = time.perf_counter()
     pretrain(build_masked_lm(model), corpus, masker, config, DistContext(device=args.device), pad_id=tokenizer.pad_token_id,
-             n_base_rows=rows, progress=clock)
+             n_base_rows=rows, hooks=TrainingHooks(progress=clock))
     timed = [(t, step) for t, step in clock.marks if step >= args.skip]
     if len(timed) < 2:
         raise SystemExit(f"greenadapt reported {len(timed)} time(s) past step {args.skip}: raise --steps")

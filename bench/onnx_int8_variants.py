@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def batches(run: Path, corpus: Path, lines: int, size: int = 32) -> list[dict[st
     return out
 
 
-def session(path: Path, *, profile: str | None = None) -> object:
+def session(path: Path, *, profile: str | None = None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
