@@ -176,8 +176,9 @@ def build_expanded(qa_model: Path, papers: list[str], work: Path) -> tuple[Path,
     corpus = work / "covid-papers.txt"
     corpus.write_text("\n".join(line for paper in papers for line in paper.splitlines() if line.strip()) + "\n", encoding="utf-8")
     began = time.perf_counter()
+    # --force: build_qa_model saves its folder again each run, so a kept --workdir's expanded model is always remade
     outcome = greenadapt.adapt([str(corpus)], model=str(qa_model), epochs=5, min_count=3, seed=1, workdir=work / "workspace",
-                               out=work / "expanded")
+                               out=work / "expanded", force=True)
     stats = outcome.expand.manifest.get("stats", {})
     return outcome.expand.path, {"seconds": round(time.perf_counter() - began, 1), "new_words": stats.get("n_new")}
 
