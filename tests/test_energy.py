@@ -98,8 +98,9 @@ def test_a_resumed_runs_cost_adds_its_earlier_processes_up_to_their_checkpoint(t
     assert cost["energy_kwh"] == pytest.approx(earlier_kwh + cost["last_process"]["energy_kwh"])
     assert cost["co2_kg"] == pytest.approx(cost["energy_kwh"] * 481 / 1000)
     assert cost["energy_method"] == "rapl+tdp-estimate" and cost["energy_label"] == "partly measured"
-    meter.carry({"attempt": "a damaged record", "cpu_seconds": "many"})  # unknown, never a guess
-    assert meter.earlier == {}
+    for damaged in ({"cpu_seconds": "many"}, {**spent, "processes": float("nan")}, {**spent, "wall_seconds": -1.0}):
+        meter.carry({**damaged, "attempt": "a damaged record"})  # unknown, never a guess (nor a crash at the next save)
+        assert meter.earlier == {} and meter.spent()["processes"] == 1
 
 
 def test_unreadable_rapl_falls_back_to_the_estimate(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ last process's alone. What a killed process spent after its last checkpoint is n
 
 from __future__ import annotations
 
+import math
 import resource
 import socket
 import time
@@ -42,9 +43,10 @@ class CostMeter:
         if not spent or spent.get("attempt") == self.attempt:
             return
         try:
-            self.earlier = {key: float(spent[key]) for key in ("processes", "wall_seconds", "cpu_seconds")}
+            earlier = {key: float(spent[key]) for key in ("processes", "wall_seconds", "cpu_seconds")}
         except (KeyError, TypeError, ValueError):  # a checkpoint of an older greenadapt, or a damaged record: unknown
-            self.earlier = {}
+            earlier = {}
+        self.earlier = earlier if all(math.isfinite(v) and v >= 0 for v in earlier.values()) else {}
 
     def snapshot(self) -> dict[str, Any]:
         self_usage = resource.getrusage(resource.RUSAGE_SELF)
