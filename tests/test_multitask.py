@@ -430,6 +430,7 @@ def test_a_killed_multitask_run_resumes_to_the_uninterrupted_runs_weights_and_sc
     with pytest.raises(Crash):
         greenadapt.multitask(**options, out=tmp_path / "run", progress=CrashAt(7))  # inside epoch 2: the checkpoint of step 6
     resumed = greenadapt.multitask(**options, out=tmp_path / "run", resume=True, progress=False)
+    assert resumed.manifest["cost"]["processes"] == 2  # the crashed part's cost up to its checkpoint is the run's too
     files = sorted(p.relative_to(reference.path) for p in reference.path.rglob("*.safetensors"))
     assert files and files == sorted(p.relative_to(resumed.path) for p in resumed.path.rglob("*.safetensors"))
     for name in files:  # the shared encoder and each task's adapter and head

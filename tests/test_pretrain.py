@@ -180,6 +180,7 @@ def test_sigterm_checkpoint_and_resume_equal_an_uninterrupted_run(tiny_bert: Pat
         pretrain(**_options(tiny_bert, small, out, **settings))
     resumed = pretrain(**_options(tiny_bert, small, out, resume=True, **settings))
     assert not resumed.skipped and not (tmp_path / "run.checkpoint").exists()
+    assert resumed.manifest["cost"]["processes"] == 2  # the stopped part's cost is the run's too
     a, b = _weights(reference), _weights(out)
     assert a.keys() == b.keys()
     for key in a:

@@ -177,6 +177,7 @@ def test_a_killed_qa_training_resumes_to_the_uninterrupted_runs_weights_and_scor
         greenadapt.finetune(**options, out=tmp_path / "run", progress=CrashAt(5))
     assert (tmp_path / "run.checkpoint").is_dir() and not (tmp_path / "run").exists()
     resumed = greenadapt.finetune(**options, out=tmp_path / "run", resume=True, progress=False)
+    assert resumed.manifest["cost"]["processes"] == 2  # the killed part's cost up to its checkpoint is the run's too
     a, b = load_file(str(reference.path / "model.safetensors")), load_file(str(resumed.path / "model.safetensors"))
     assert a.keys() == b.keys()
     for key in a:
