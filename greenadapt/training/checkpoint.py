@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from greenadapt.errors import EXIT_PREEMPTED, GreenAdaptError, StageError
+from greenadapt.machine.cost import CostMeter
 from greenadapt.machine.stop_signals import raise_when_safe
 from greenadapt.compute.distributed import DistContext
 
@@ -175,7 +176,7 @@ class Checkpointing:
     save_final: bool = False  # after the last step too: several seeds, so a finished seed survives an interruption
     writer: bool = True  # under torchrun only rank 0 writes; every rank reads
     # the stage's CostMeter (rank 0): each checkpoint records what the run has spent, and a resumed run counts it
-    meter: Any = None
+    meter: CostMeter | None = None
 
 
 def latest_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
