@@ -47,14 +47,15 @@ def multitask_run(members: Sequence[str | os.PathLike[str]], task: str | None) -
     return members[0]
 
 
-def task_settings(folder: str | os.PathLike[str], name: str | None) -> TaskSettings:
+def task_settings(folder: str | os.PathLike[str], name: str | None, *, checksums: bool = False) -> TaskSettings:
     """The settings of task ``name`` of a ``greenadapt multitask`` run folder, read without its weights: what its
-    input is read as. A folder that is not a multitask run, or a name it has not, is one line naming the choices."""
+    input is read as. A folder that is not a multitask run, or a name it has not, is one line naming the choices.
+    ``checksums``: verify every file of the run too (:func:`load_task`, which reads the weights, does it once)."""
     path = Path(folder)
     if not is_multitask(path):
         raise UsageError("--task names a task of a multitask run, but this is not one", path=path,
                          hint="leave out --task for a `greenadapt finetune` model")
-    names = list(load_stage(path, kinds.MULTITASK).stats.get("tasks", []))
+    names = list(load_stage(path, kinds.MULTITASK, checksums=checksums).stats.get("tasks", []))
     if name is None:
         raise UsageError("this is a multitask run: name the task to use", path=path,
                          hint=f"pass --task, one of: {', '.join(names)}")
@@ -77,7 +78,7 @@ def load_task(folder: str | os.PathLike[str], name: str | None, *, device: Any =
     from greenadapt.modeling.pals.model import MultiTaskModel
 
     path = Path(folder)
-    settings = task_settings(path, name)
+    settings = task_settings(path, name, checksums=True)
     assert name is not None  # task_settings refuses a missing name
     memory = None
     with quiet_transformers():
