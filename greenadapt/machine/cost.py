@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from greenadapt.machine.cores import usable_cores
-from greenadapt.machine.energy import METHOD_ESTIMATE, EnergyProbe, energy_label, methods_of, tdp_estimate_kwh
+from greenadapt.machine.energy import METHOD_ESTIMATE, EnergyProbe, cpu_utilisation, energy_label, sum_costs, tdp_estimate_kwh
 
 
 @dataclass
@@ -72,32 +72,30 @@ class CostMeter:
 
 
 def _with_earlier(cost: dict[str, Any], earlier: Mapping[str, float]) -> dict[str, Any]:
-    """``cost`` (this process's) with the earlier processes' seconds added, and their energy as the TDP estimate makes it
-    from those seconds, at this process's assumptions, memory peak and GPUs: their own measurements were not kept."""
+    """``cost`` (this process's) with the earlier processes' added, their energy as the TDP estimate makes it from
+    their seconds, at this process's assumptions, memory peak and GPUs: their own measurements were not kept."""
     wall, cpu = earlier["wall_seconds"], earlier["cpu_seconds"]
     gpus = int(cost.get("gpu_count") or 0)
     watts = (cost.get("energy_assumptions") or {}).get("cpu_watts_per_core")
-    parts = tdp_estimate_kwh(cpu_seconds=cpu, wall_seconds=wall, peak_rss_gib=float(cost["peak_rss_mib"]) / 1024,
-                             gpu_seconds=wall * gpus, gpu_model=cost.get("gpu_model"),
-                             **({"watts_per_core": float(watts)} if watts else {}))
-    kwh = sum(parts.values())
+    kwh = sum(tdp_estimate_kwh(cpu_seconds=cpu, wall_seconds=wall, peak_rss_gib=float(cost["peak_rss_mib"]) / 1024,
+                               gpu_seconds=wall * gpus, gpu_model=cost.get("gpu_model"),
+                               **({"watts_per_core": float(watts)} if watts else {})).values())
+    intensity = cost.get("co2_intensity_g_per_kwh")
+    part = {"kwh": round(kwh, 9), "method": METHOD_ESTIMATE, "label": energy_label([METHOD_ESTIMATE])}
+    before = {"wall_seconds": wall, "cpu_seconds": cpu, "gpu_seconds": wall * gpus, "energy_kwh": kwh,
+              "co2_kg": None if intensity is None else kwh * float(intensity) / 1000, "energy_method": METHOD_ESTIMATE,
+              "energy_parts": {"earlier_processes_kwh": part}, "co2_intensity_g_per_kwh": intensity}
+    total = sum_costs([cost, before])
     last = {key: cost.get(key) for key in ("wall_seconds", "cpu_seconds", "gpu_seconds", "energy_kwh", "co2_kg")}
+    cost.update({key: None if total[key] is None else round(total[key], 3 if key.endswith("seconds") else 9) for key in last})
     cost.update({
-        "wall_seconds": round(wall + cost["wall_seconds"], 3),
-        "cpu_seconds": round(cpu + cost["cpu_seconds"], 3),
-        "gpu_seconds": round(wall * gpus + float(cost.get("gpu_seconds") or 0.0), 3),
-        "energy_kwh": round(kwh + float(cost.get("energy_kwh") or 0.0), 9),
         "processes": int(earlier["processes"]) + 1,
         "last_process": last,  # what the process that finished the run spent, as every stage measures its own
+        "energy_parts": {**(cost.get("energy_parts") or {}), "earlier_processes_kwh": part},
+        "energy_method": total["energy_method"],
+        "energy_label": total["energy_label"],
+        "cpu_utilisation": cpu_utilisation(cost["cpu_seconds"], cost["wall_seconds"], int(cost.get("cpu_count") or 1)),
     })
-    if cost.get("co2_intensity_g_per_kwh") is not None:
-        cost["co2_kg"] = round(kwh * float(cost["co2_intensity_g_per_kwh"]) / 1000 + float(cost.get("co2_kg") or 0.0), 9)
-    cost["energy_parts"] = {**(cost.get("energy_parts") or {}), "earlier_processes_kwh": {
-        "kwh": round(kwh, 9), "method": METHOD_ESTIMATE, "label": energy_label([METHOD_ESTIMATE])}}
-    cost["energy_method"] = "+".join(dict.fromkeys(m for m in [*str(cost.get("energy_method") or "").split("+"), METHOD_ESTIMATE] if m))
-    cost["energy_label"] = energy_label(methods_of(cost))
-    if cost["wall_seconds"] > 0 and cost.get("cpu_count"):
-        cost["cpu_utilisation"] = round(cost["cpu_seconds"] / (cost["wall_seconds"] * cost["cpu_count"]), 4)
     return cost
 
 

@@ -346,7 +346,7 @@ class EnergyProbe:
         intensity = self._intensity or resolve_intensity(self.environ)
         cores = cpu_count or 1
         return {
-            "cpu_utilisation": round(cpu_seconds / (wall_seconds * cores), 4) if wall_seconds > 0 else None,
+            "cpu_utilisation": cpu_utilisation(cpu_seconds, wall_seconds, cores),
             "gpu_seconds": round(gpu_seconds, 3),
             "gpu_model": gpu_model,
             "gpu_count": gpu_count,
@@ -373,6 +373,11 @@ class EnergyProbe:
 
 # --------------------------------------------------------------------------
 # A stage's cost as readers show it (report, info, compare, expand's record of its parents)
+
+
+def cpu_utilisation(cpu_seconds: float, wall_seconds: float, cores: int) -> float | None:
+    """The share of ``cores`` busy over ``wall_seconds``; None for no time at all."""
+    return round(cpu_seconds / (wall_seconds * cores), 4) if wall_seconds > 0 else None
 
 
 def cost_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
