@@ -465,7 +465,8 @@ def test_w2v_and_align_start_without_torch_or_transformers(tmp_path: Path, corpu
 
 
 def test_the_benchmark_against_raw_gensim_runs_and_reports_its_ratio(tmp_path: Path, corpus: Path, tiny_bert: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """bench/bench_w2v.py, the stage's anchor in docs/benchmarks.md: both sides train on the same text, so they find the
     same vocabulary (it once crashed at its report, after both trainings, unnoticed until it was run again)."""
     from bench_helpers import BENCH, bench_module
@@ -478,4 +479,6 @@ def test_the_benchmark_against_raw_gensim_runs_and_reports_its_ratio(tmp_path: P
     result = json.loads((tmp_path / "bench_w2v.json").read_text())
     assert result["same_vocabulary"] and result["a_vocab_size"] == result["b_vocab_size"] > 20
     assert result["options"] == {"dim": 16, "epochs": 1, "min_count": 2, "workers": 1, "seed": 1}
-    assert result["ratio"] > 0 and result["goal"] == 1.15
+    # the Markdown row docs/benchmarks.md quotes carries the JSON's figures (the goal, 1.15, is a constant of the bench)
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    assert result["ratio"] > 0 and f"| {result['ratio']:.3f} |" in row and f"{result['a_vocab_size']:,} / " in row
