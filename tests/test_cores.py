@@ -127,7 +127,7 @@ def test_threads_reach_torch_from_a_command_and_from_load(torch_threads: object,
 
     QaSettings(data=train, threads=1).configure_process()
     assert torch.get_num_threads() == 1
-    with pytest.raises(UsageError, match="--threads"):
+    with pytest.raises(UsageError, match="threads must be at least 0"):
         greenadapt.load(run.path, threads=-1)
 
 

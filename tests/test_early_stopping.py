@@ -122,7 +122,7 @@ def test_finetune_with_eval_every_and_early_stopping(tmp_path: Path) -> None:
     assert outcome.manifest["config"]["train"]["eval_every"] == 2  # it changes the result: recorded
     log = [json.loads(line) for line in (outcome.path / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if r.get("event") == "dev"] == [h["step"] for h in history]
-    with pytest.raises(UsageError, match="needs --dev"):
+    with pytest.raises(UsageError, match=r"needs dev \(and train_on='train'\) \(pass dev=FILE"):
         finetune(**dict(task="ner", train=train, model=str(model), out=tmp_path / "x", device="cpu",
                                      **dict(batch_size=8, early_stopping=2)))
     assert not (tmp_path / "x").exists()

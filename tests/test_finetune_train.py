@@ -250,7 +250,7 @@ def test_speed_only_options_leave_a_finished_run_up_to_date(expanded: Path, data
     from greenadapt.errors import UsageError
 
     first = finetune(**_options(expanded, data, tmp_path / "r", max_steps=2))
-    with pytest.raises(UsageError, match="--compile makes CPU training slower"):
+    with pytest.raises(UsageError, match="compile=True makes CPU training slower"):
         finetune(**_options(expanded, data, tmp_path / "r", max_steps=2, compile=True))
     again = finetune(**_options(expanded, data, tmp_path / "r", max_steps=2, eval_batch_size=5))
     assert again.skipped and again.manifest["fingerprint"] == first.manifest["fingerprint"]
@@ -310,10 +310,10 @@ def test_classification_with_pairs_end_to_end(expanded: Path, tmp_path: Path) ->
     ("change", "error", "fragment"),
     [
         ({"task": "qa"}, UsageError, "greenadapt qa"),
-        ({"task": "pos"}, UsageError, "unknown --task"),
-        ({"mix": 1.5}, UsageError, "--mix must be at most 1"),
-        ({"train_on": "train+dev"}, UsageError, "needs --dev"),
-        ({"pool": "max"}, UsageError, "--pool"),
+        ({"task": "pos"}, UsageError, "unknown task 'pos'"),
+        ({"mix": 1.5}, UsageError, "mix must be at most 1"),
+        ({"train_on": "train+dev"}, UsageError, "train_on='train\\+dev' needs dev"),
+        ({"pool": "max"}, UsageError, "unknown pool 'max'"),
         ({"batch_size": 2, "grad_accum": 4}, UsageError, "smaller than"),
     ],
 )
@@ -418,7 +418,7 @@ def test_entity_type_errors(expanded: Path, data: dict[str, Path], tmp_path: Pat
     with pytest.raises(UsageError, match="one word"):
         finetune(**_options(expanded, data, tmp_path / "a", **dict(entity_type="two words")))
     classify = write_classify_file(tmp_path / "c.jsonl", 10, seed=1)
-    with pytest.raises(UsageError, match="--entity-type does not apply to --task classify"):
+    with pytest.raises(UsageError, match="entity_type does not apply to task classify"):
         finetune(**_options(expanded, {"train": classify}, tmp_path / "b", task="classify", **dict(entity_type="Disease")))
 
 

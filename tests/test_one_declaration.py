@@ -74,9 +74,9 @@ def test_label_smoothing_is_in_both_commands_and_qa_refuses_it(files: dict[str, 
         shown = subprocess.run([sys.executable, "-m", "greenadapt", command, "--help"], capture_output=True, text=True,
                                env={**os.environ, "COLUMNS": "200"}, timeout=HANG_S)
         assert "--label-smoothing" in shown.stdout, command
-    with pytest.raises(UsageError, match="--label-smoothing does not apply to --task qa"):
+    with pytest.raises(UsageError, match="label_smoothing does not apply to task qa"):
         greenadapt.finetune(task="qa", train=tmp_path / "squad.json", label_smoothing=0.1)
-    with pytest.raises(UsageError, match="--label-smoothing must be at most 0.99"):
+    with pytest.raises(UsageError, match="label_smoothing must be at most 0.99"):
         greenadapt.finetune(task="ner", train=files["train"], label_smoothing=1.5)
     from greenadapt.comparison.recipe import finetune_arguments
 

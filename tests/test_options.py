@@ -101,6 +101,31 @@ def test_settings_are_valid_once_built_and_errors_name_the_option() -> None:
         FinetuneSettings.build(task="ner", train="x", epoch=3)
 
 
+def test_a_refusal_names_the_option_as_the_caller_gave_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The same check, one line each: a Python caller reads its keywords (``lr=5e-5``), the command line its flags."""
+    import greenadapt
+
+    train = tmp_path / "train.tsv"
+    for keywords, python, command_line in (
+        ({"lr": -1.0}, "lr must be positive, not -1 (e.g. lr=5e-5)", ["--lr", "-1"]),
+        ({"task": "qa", "metric": "f1"}, "metric does not apply to task qa (leave it out)", ["--metric", "f1"]),
+        ({"task": "qa", "both_views": False}, "both_views=False does not apply to task qa", ["--no-both-views"]),
+        ({"train_on": "train+dev"}, "train_on='train+dev' needs dev", ["--train-on", "train+dev"]),
+    ):
+        keywords = {"task": "ner", **keywords}
+        with pytest.raises(UsageError) as refused:
+            greenadapt.finetune(train=train, out=tmp_path / "run", **keywords)
+        assert refused.value.one_line().startswith(python), refused.value.one_line()
+        code, err = run_cli(["finetune", "--task", keywords["task"], "--train", str(train), "--out", str(tmp_path / "run"),
+                             *command_line], monkeypatch, capsys)
+        flags = [word for word in command_line if word.startswith("--")]
+        assert code == 2 and all(flag in err for flag in flags) and err.count("\n") == 1, err
+    with pytest.raises(UsageError, match=r"^quantize='int8' is for runtime='onnx' \(leave runtime out, or give runtime='onnx'\)$"):
+        greenadapt.load(tmp_path, runtime="torch", quantize="int8")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_training_option_several_commands_take_is_declared_once() -> None:
     """multitask and pretrain take finetune's --epochs/--max-steps/--batch-size/--lr/--max-length with their own default
     and help only: the same bounds, checks and fingerprint, so a limit changed in one place holds for all three."""

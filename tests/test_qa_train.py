@@ -161,7 +161,7 @@ def test_the_answer_length_is_declared_once_and_reaches_qa_training_its_scoring_
                       max_answer_chars=40)
     plan.check()
     assert finetune_arguments(plan, str(expanded), 1, tmp_path / "run")["max_answer_chars"] == 40
-    with pytest.raises(UsageError, match="--max-answer-chars does not apply to --task ner"):
+    with pytest.raises(UsageError, match="max_answer_chars does not apply to task ner"):
         finetune(task="ner", train=train_file, model=str(expanded), max_answer_chars=40, out=tmp_path / "ner")
 
 

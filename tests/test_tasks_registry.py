@@ -115,7 +115,7 @@ def test_a_new_task_is_one_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     # Three tags that follow from the word; always NOUN would score 0.5, the two commonest 0.75.
     assert metrics["summary"]["test"]["mean"]["accuracy"]["mean"] > 0.9
-    with pytest.raises(UsageError, match="--positive-label does not apply to --task pos"):
+    with pytest.raises(UsageError, match="positive_label does not apply to task pos"):
         greenadapt.finetune("pos", train, model=str(model), out=tmp_path / "other", positive_label="NOUN")
 
 

@@ -166,7 +166,7 @@ def test_pretokenized_cache_is_shared_between_options(tmp_path: Path, corpus: Pa
 
 
 def test_bad_options_and_inputs(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
-    with pytest.raises(UsageError, match="--epochs"):
+    with pytest.raises(UsageError, match="^epochs must be at least 1"):
         _run(corpus, tiny_bert, tmp_path / "work", options=dict(epochs=0))
     with pytest.raises(CorpusError, match="no word occurs at least 100000 times"):
         _run(corpus, tiny_bert, tmp_path / "work", options=dict(workers=1, min_count=100_000))

@@ -20,6 +20,7 @@ import typer
 
 from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, progress_for, setup_logging
 from greenadapt.options import RUN_CONTROL, RUN_OPTIONS, Declaration, Settings, declared_fields, required
+from greenadapt.options.python_terms import on_the_command_line
 
 _OUTPUT_FLAGS = ("as_json", "quiet", "verbose")
 _NEGATED = "no__"  # the parameter of an option's hidden --no- form
@@ -90,7 +91,7 @@ def declared_command(
 
                     raise UsageError(f"{declared[name].flags[0]} and {declared[name].negated} were both given", hint="give one")
                 given[name] = False
-        with progress_for(values["quiet"]) as progress:
+        with progress_for(values["quiet"]) as progress, on_the_command_line():
             result = api_function(config=values["config"], progress=progress, **given)
         show_scrubbed(show, result, values["as_json"])
 

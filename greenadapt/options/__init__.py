@@ -314,6 +314,18 @@ def call_command(settings_class: type[Settings], runner: str, *args: Any, config
     """
     import importlib
 
+    from greenadapt.options.python_terms import named_for_python
+
+    with named_for_python(settings_class):
+        settings, run = _settings_and_run(settings_class, args, config, progress, keywords)
+    module_name, _, function_name = runner.partition(":")
+    settings.configure_process()
+    with recording(settings):
+        return getattr(importlib.import_module(module_name), function_name)(settings, run)
+
+
+def _settings_and_run(settings_class: type[S], args: tuple[Any, ...], config: Any, progress: Any,
+                      keywords: dict[str, Any]) -> tuple[S, Run]:
     from greenadapt.progress import as_progress
 
     positional = settings_class.positional
@@ -333,7 +345,4 @@ def call_command(settings_class: type[Settings], runner: str, *args: Any, config
     run = Run(**run_values, progress=as_progress(progress))
     if settings_class.out_required and run.out is None:
         raise UsageError("--out is required", hint=f"give the folder greenadapt {settings_class.command} writes")
-    module_name, _, function_name = runner.partition(":")
-    settings.configure_process()
-    with recording(settings):
-        return getattr(importlib.import_module(module_name), function_name)(settings, run)
+    return settings, run

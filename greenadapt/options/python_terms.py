@@ -1,0 +1,80 @@
+"""A refused option, named as the caller named it: ``greenadapt.finetune(lr=-1)`` is told ``lr must be positive``, the
+command line ``--lr must be positive``. The checks are written once, in the command line's words; this rewords their
+line for a Python caller."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from greenadapt.errors import UsageError
+
+# Set while the command line runs a command through its Python function: its refusals keep the flags.
+_ON_THE_COMMAND_LINE: ContextVar[bool] = ContextVar("greenadapt_on_the_command_line", default=False)
+
+# What a message gives after a flag that is its value: a number (``--lr 5e-5``) or a placeholder (``--dev FILE``), written
+# as is; one of its choices (``--task qa``), quoted.
+_AS_IS = re.compile(r"-?\d[\d.]*(e[+-]?\d+)?|[A-Z][A-Z_]*")
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][\w-]*)(?: ('[^']*'|(?!-[a-z-])(?:[^\s,;:()]|,(?=\d))+))?")
+
+
+@contextmanager
+def named_for_python(settings_class: type) -> Iterator[None]:
+    """Within: a UsageError about an option of ``settings_class`` (or a run keyword) names its keyword, not its flag."""
+    try:
+        yield
+    except UsageError as error:
+        if _ON_THE_COMMAND_LINE.get():
+            raise
+        keywords = _keywords(settings_class)
+        raise type(error)(_reworded(error.message, keywords), hint=_reworded(error.hint, keywords) if error.hint else None,
+                          path=error.path, line=error.line) from None
+
+
+@contextmanager
+def on_the_command_line() -> Iterator[None]:
+    """Within: refusals name the command line's flags (``greenadapt finetune --lr -1``)."""
+    token = _ON_THE_COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _ON_THE_COMMAND_LINE.reset(token)
+
+
+def _keywords(settings_class: type) -> dict[str, tuple[str, Any]]:
+    """Each long flag (and off switch) of the command: its keyword and its declaration (True: a switch's on flag, False:
+    its off flag)."""
+    from greenadapt.options import RUN_OPTIONS, declared_fields
+    from greenadapt.options.values import type_hints
+
+    hints = type_hints(settings_class)
+    declared = [(field.name, declaration, hints[field.name]) for field, declaration in declared_fields(settings_class)]
+    declared += [(name, declaration, kind) for name, (kind, declaration) in RUN_OPTIONS.items()]
+    keywords: dict[str, tuple[str, Any]] = {"--config": ("config", None)}
+    for name, declaration, kind in declared:
+        switch = kind in (bool, bool | None)
+        keywords.update({flag: (name, True if switch else declaration) for flag in declaration.flags if flag.startswith("--")})
+        if switch:
+            keywords[declaration.negated] = (name, False)
+    return keywords
+
+
+def _reworded(text: str, keywords: dict[str, tuple[str, Any]]) -> str:
+    def keyword(match: re.Match[str]) -> str:
+        flag, value = match[1], match[2]
+        if flag not in keywords:
+            return match[0]
+        name, declaration = keywords[flag]
+        if isinstance(declaration, bool):  # a switch: --force, --no-both-views
+            return f"{name}={declaration}" + (f" {value}" if value else "")
+        choices = getattr(declaration, "choices", None) or ()
+        if value and _AS_IS.fullmatch(value):
+            return f"{name}={value}"
+        if value and value.strip("'") in choices:
+            return f"{name}={value.strip(chr(39))!r}"
+        return name + (f" {value}" if value else "")
+
+    return _FLAG.sub(keyword, text)
