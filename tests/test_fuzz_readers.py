@@ -19,10 +19,10 @@ import gzip
 import io
 import os
 import tarfile
-import tempfile
 import zipfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,10 +47,17 @@ FRAGMENTS = [
 STRUCTURED = st.lists(st.sampled_from(FRAGMENTS), max_size=60).map(b"".join)
 ANY_BYTES = st.one_of(st.binary(max_size=600), STRUCTURED)
 
-_TMP = Path(tempfile.mkdtemp(prefix="greenadapt-fuzz-"))
+_TMP: Path | None = None  # the module's folder for the files it writes (pytest's, so it is removed with the others)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    global _TMP
+    _TMP = tmp_path_factory.mktemp("fuzz")
 
 
 def _write(name: str, data: bytes) -> Path:
+    assert _TMP is not None
     path = _TMP / name
     path.write_bytes(data)
     return path

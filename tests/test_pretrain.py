@@ -440,7 +440,8 @@ def test_accelerate_launch_trains_two_processes_like_one(corpus: Path, tmp_path:
               "--heldout", "6", "--batch-size", "8", "--max-steps", "4", "--lr", "2e-3", "--seed", "3", "--quiet"]
     port = free_port()
     launcher = Path(sys.executable).with_name("accelerate")
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HOME=str(tmp_path / "hf"))  # no user accelerate config
+    # no user accelerate config; torchrun's log folder (it leaves it) in this test's folder
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HOME=str(tmp_path / "hf"), TMPDIR=str(tmp_path))
     done = subprocess.run(
         [str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--main_process_port", str(port),
          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "greenadapt", "pretrain", *common, "--out", str(tmp_path / "acc")],

@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -234,9 +235,15 @@ def test_every_readme_example_runs_as_written(tmp_path: Path) -> None:
     if sys.prefix == sys.base_prefix:
         pytest.skip("the tests must run in a virtual environment, which stands for the .venv README's set-up makes")
     env = build_sandbox(tmp_path)
-    with Zygote(env) as zygote:
-        env["BASH_ENV"] = zygote.bash_env(program=str(tmp_path / ".venv" / "bin" / "greenadapt"))
-        printed = _run_every_command(tmp_path, env)
+    # What the examples leave in TMPDIR (torchrun's log folders) goes when the test ends. A short path: a socket of
+    # multiprocessing's forkserver is made in it (at most 107 bytes), which tmp_path's would overrun.
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="readme-")
+    try:
+        with Zygote(env) as zygote:
+            env["BASH_ENV"] = zygote.bash_env(program=str(tmp_path / ".venv" / "bin" / "greenadapt"))
+            printed = _run_every_command(tmp_path, env)
+    finally:
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
     samples = sample_outputs()
     assert samples, "README shows no ```output block"
     for command, sample in samples:
