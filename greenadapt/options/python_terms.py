@@ -18,6 +18,8 @@ _ON_THE_COMMAND_LINE: ContextVar[bool] = ContextVar("greenadapt_on_the_command_l
 # What a message gives after a flag that is its value: a number (``--lr 5e-5``) or a placeholder (``--dev FILE``), written
 # as is; one of its choices (``--task qa``), quoted.
 _AS_IS = re.compile(r"-?\d[\d.]*(e[+-]?\d+)?|[A-Z][A-Z_]*")
+# A shell command a line gives (`greenadapt align --force`, greenadapt qa --model M --out DIR): left as written.
+_COMMAND = re.compile(r"`[^`]*`|greenadapt [a-z][\w-]*(?: [^,;()`]*)?")
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][\w-]*)(?: ('[^']*'|(?!-[a-z-])(?:[^\s,;:()]|,(?=\d))+))?")
 
 
@@ -77,4 +79,6 @@ def _reworded(text: str, keywords: dict[str, tuple[str, Any]]) -> str:
             return f"{name}={value.strip(chr(39))!r}"
         return name + (f" {value}" if value else "")
 
-    return _FLAG.sub(keyword, text)
+    parts = _COMMAND.split(text)
+    commands = _COMMAND.findall(text)
+    return "".join(_FLAG.sub(keyword, part) + (commands[i] if i < len(commands) else "") for i, part in enumerate(parts))
