@@ -123,6 +123,8 @@ def test_a_refusal_names_the_option_as_the_caller_gave_it(tmp_path: Path, monkey
         assert code == 2 and all(flag in err for flag in flags) and err.count("\n") == 1, err
     with pytest.raises(UsageError, match=r"^quantize='int8' is for runtime='onnx' \(leave runtime out, or give runtime='onnx'\)$"):
         greenadapt.load(tmp_path, runtime="torch", quantize="int8")
+    with pytest.raises(UsageError, match=r"^compare needs at least two models NAME=MODEL.*\(e\.g\. models base="):
+        greenadapt.compare(task="ner", train=train, test=train, models={"base": str(tmp_path)}, out=tmp_path / "cmp")  # the runner's
     with pytest.raises(UsageError) as refused:  # a shell command in the line stays one
         greenadapt.export(tmp_path, out=tmp_path / "onnx")
     assert refused.value.one_line() == "export writes ONNX: pass onnx=True (greenadapt export --onnx --model RUN --out DIR)"

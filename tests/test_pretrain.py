@@ -359,7 +359,7 @@ def test_library_errors(tiny_bert: Path, corpus: Path, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="save_every, resume=True, save_minutes do not apply to eval_only=True"):
         pretrain(**{**_options(tiny_bert, corpus, tmp_path / "out", eval_only=True, save_every=2, resume=True, save_minutes=1,
                                max_steps=None), "out": None})
-    with pytest.raises(UsageError, match="--tokenizer domain"):
+    with pytest.raises(UsageError, match="tokenizer='domain' needs a model folder with a domain tokenizer"):
         pretrain(**_options(tiny_bert, corpus, tmp_path / "out", tokenizer="domain"))
     assert not (tmp_path / "out").exists()
 

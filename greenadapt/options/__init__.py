@@ -316,12 +316,12 @@ def call_command(settings_class: type[Settings], runner: str, *args: Any, config
 
     from greenadapt.options.python_terms import named_for_python
 
-    with named_for_python(settings_class):
+    with named_for_python(settings_class):  # (and the refusals a runner makes of its options before it starts)
         settings, run = _settings_and_run(settings_class, args, config, progress, keywords)
-    module_name, _, function_name = runner.partition(":")
-    settings.configure_process()
-    with recording(settings):
-        return getattr(importlib.import_module(module_name), function_name)(settings, run)
+        module_name, _, function_name = runner.partition(":")
+        settings.configure_process()
+        with recording(settings):
+            return getattr(importlib.import_module(module_name), function_name)(settings, run)
 
 
 def _settings_and_run(settings_class: type[S], args: tuple[Any, ...], config: Any, progress: Any,
