@@ -131,6 +131,25 @@ def test_a_refusal_names_the_option_as_the_caller_gave_it(tmp_path: Path, monkey
     assert not (tmp_path / "run").exists()
 
 
+def test_a_command_lines_worker_refuses_in_flags_in_any_process(tmp_path: Path) -> None:
+    """compare hands its runs to other processes (pickled, as to a worker or a Ray task): a run of `greenadapt compare`
+    still names flags there, one of `greenadapt.compare(...)` keywords."""
+    import pickle
+    from functools import partial
+
+    from greenadapt.options import call_command
+    from greenadapt.options.python_terms import as_called_here, on_the_command_line
+    from greenadapt.runners.finetune.settings import FinetuneSettings
+
+    finetune = partial(call_command, FinetuneSettings, "greenadapt.runners.finetune.run:run_finetune")
+    with on_the_command_line():
+        from_the_command_line = pickle.loads(pickle.dumps(as_called_here(finetune)))
+    from_python = pickle.loads(pickle.dumps(as_called_here(finetune)))
+    for function, says in ((from_the_command_line, "^--lr must be positive"), (from_python, "^lr must be positive")):
+        with pytest.raises(UsageError, match=says):
+            function(task="ner", train=tmp_path / "train.tsv", lr=-1.0, out=tmp_path / "run")
+
+
 def test_a_training_option_several_commands_take_is_declared_once() -> None:
     """multitask and pretrain take finetune's --epochs/--max-steps/--batch-size/--lr/--max-length with their own default
     and help only: the same bounds, checks and fingerprint, so a limit changed in one place holds for all three."""

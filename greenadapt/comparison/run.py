@@ -435,10 +435,11 @@ def run_compare(settings: CompareSettings, run: RunContext) -> CompareResult:
     from greenadapt.adaptation.settings import AdaptSettings
     from greenadapt.artifacts.files import write_json
     from greenadapt.options import OPTIONS_FILE, call_command
+    from greenadapt.options.python_terms import as_called_here
     from greenadapt.runners.finetune.settings import FinetuneSettings
 
-    finetune = partial(call_command, FinetuneSettings, "greenadapt.runners.finetune.run:run_finetune")
-    adapt = partial(call_command, AdaptSettings, "greenadapt.adaptation.pipeline:run_adapt")
+    finetune = as_called_here(partial(call_command, FinetuneSettings, "greenadapt.runners.finetune.run:run_finetune"))
+    adapt = as_called_here(partial(call_command, AdaptSettings, "greenadapt.adaptation.pipeline:run_adapt"))
     options = Comparison(settings, run)
     result = compare_runs(options, finetune, run.progress, adapt=adapt)
     write_json(options.out / OPTIONS_FILE, settings.document())

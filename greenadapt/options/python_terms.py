@@ -5,9 +5,10 @@ line for a Python caller."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
 from greenadapt.errors import UsageError
@@ -42,6 +43,20 @@ def on_the_command_line() -> Iterator[None]:
     token = _ON_THE_COMMAND_LINE.set(True)
     try:
         yield
+    finally:
+        _ON_THE_COMMAND_LINE.reset(token)
+
+
+def as_called_here(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` to hand to another process (compare's workers, Ray's tasks), naming options there as this call's
+    caller does: a run of ``greenadapt compare`` refuses in flags, whichever process it trains in."""
+    return partial(_called_as, _ON_THE_COMMAND_LINE.get(), function)
+
+
+def _called_as(on_the_command_line: bool, function: Callable[..., Any], *args: Any, **keywords: Any) -> Any:
+    token = _ON_THE_COMMAND_LINE.set(on_the_command_line)
+    try:
+        return function(*args, **keywords)
     finally:
         _ON_THE_COMMAND_LINE.reset(token)
 
