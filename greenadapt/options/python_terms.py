@@ -17,7 +17,7 @@ from greenadapt.errors import UsageError
 _ON_THE_COMMAND_LINE: ContextVar[bool] = ContextVar("greenadapt_on_the_command_line", default=False)
 
 # What a message gives after a flag that is its value: a number (``--lr 5e-5``) or a placeholder (``--dev FILE``), written
-# as is; one of its choices (``--task qa``), quoted.
+# as is; one of the choices it declares (``--runtime onnx``), quoted.
 _AS_IS = re.compile(r"-?\d[\d.]*(e[+-]?\d+)?|[A-Z][A-Z_]*")
 # A shell command a line gives (`greenadapt align --force`, greenadapt qa --model M --out DIR): left as written.
 _COMMAND = re.compile(r"`[^`]*`|greenadapt [a-z][\w-]*(?: [^,;()`]*)?")
