@@ -21,6 +21,7 @@ import typer
 from greenadapt.cli._common import JsonOption, QuietOption, VerboseOption, progress_for, setup_logging
 from greenadapt.options import RUN_CONTROL, RUN_OPTIONS, Declaration, Settings, declared_fields, required
 from greenadapt.options.python_terms import on_the_command_line
+from greenadapt.options.values import is_switch
 
 _OUTPUT_FLAGS = ("as_json", "quiet", "verbose")
 _NEGATED = "no__"  # the parameter of an option's hidden --no- form
@@ -63,7 +64,7 @@ def declared_command(
     # --no-cuda-graphs: a true flag a --config file gave is turned off on the command line (hidden: --config's help says so);
     # --no-both-views: a flag whose default depends on the model is turned off
     negated = {_NEGATED + field.name: field.name for field, declaration in declared_fields(settings_class)
-               if _without_none(hints[field.name]) is bool and declaration.flags[0].startswith("--")}
+               if is_switch(hints[field.name]) and declaration.flags[0].startswith("--")}
     parameters += [_keyword(name, bool, typer.Option(False, declared[field].negated, hidden=True,
                                                      rich_help_panel=declared[field].panel or RUN_CONTROL))
                    for name, field in negated.items()]

@@ -19,9 +19,10 @@ _ON_THE_COMMAND_LINE: ContextVar[bool] = ContextVar("greenadapt_on_the_command_l
 # What a message gives after a flag that is its value: a number (``--lr 5e-5``) or a placeholder (``--dev FILE``), written
 # as is; one of the choices it declares (``--runtime onnx``), quoted.
 _AS_IS = re.compile(r"-?\d[\d.]*(e[+-]?\d+)?|[A-Z][A-Z_]*")
-# A shell command a line gives (`greenadapt align --force`, greenadapt qa --model M --out DIR): left as written.
-_COMMAND = re.compile(r"`[^`]*`|greenadapt [a-z][\w-]*(?: [^,;()`]*)?")
-_FLAG = re.compile(r"(?<![\w-])(--[a-z][\w-]*)(?: ('[^']*'|(?!-[a-z-])(?:[^\s,;:()]|,(?=\d))+))?")
+# What is reworded: a flag (and a value after it). A shell command a line gives (`greenadapt align --force`, greenadapt
+# qa --model M --out DIR) matches first and is left as written.
+_PIECE = re.compile(r"(?P<command>`[^`]*`|greenadapt [a-z][\w-]*(?: [^,;()`]*)?)"
+                    r"|(?<![\w-])(?P<flag>--[a-z][\w-]*)(?: (?P<value>'[^']*'|(?!-[a-z-])(?:[^\s,;:()]|,(?=\d))+))?")
 
 
 @contextmanager
@@ -62,38 +63,35 @@ def _called_as(on_the_command_line: bool, function: Callable[..., Any], *args: A
 
 
 def _keywords(settings_class: type) -> dict[str, tuple[str, Any]]:
-    """Each long flag (and off switch) of the command: its keyword and its declaration (True: a switch's on flag, False:
-    its off flag)."""
+    """Each long flag of the command (and a switch's off form): its keyword and its declaration, or for a switch the value
+    the flag gives it."""
     from greenadapt.options import RUN_OPTIONS, declared_fields
-    from greenadapt.options.values import type_hints
+    from greenadapt.options.values import is_switch, type_hints
 
     hints = type_hints(settings_class)
-    declared = [(field.name, declaration, hints[field.name]) for field, declaration in declared_fields(settings_class)]
-    declared += [(name, declaration, kind) for name, (kind, declaration) in RUN_OPTIONS.items()]
     keywords: dict[str, tuple[str, Any]] = {"--config": ("config", None)}
-    for name, declaration, kind in declared:
-        switch = kind in (bool, bool | None)
-        keywords.update({flag: (name, True if switch else declaration) for flag in declaration.flags if flag.startswith("--")})
+    for name, (kind, declaration) in RUN_OPTIONS.items():
+        keywords.update({flag: (name, True if kind is bool else declaration) for flag in declaration.flags if flag.startswith("--")})
+    for field, declaration in declared_fields(settings_class):
+        switch = is_switch(hints[field.name])  # as the command line declares it: a --no- form (cli/_build.py)
+        keywords.update({flag: (field.name, True if switch else declaration) for flag in declaration.flags if flag.startswith("--")})
         if switch:
-            keywords[declaration.negated] = (name, False)
+            keywords[declaration.negated] = (field.name, False)
     return keywords
 
 
 def _reworded(text: str, keywords: dict[str, tuple[str, Any]]) -> str:
-    def keyword(match: re.Match[str]) -> str:
-        flag, value = match[1], match[2]
-        if flag not in keywords:
+    def reworded(match: re.Match[str]) -> str:
+        flag, value = match["flag"], match["value"]
+        if match["command"] or flag not in keywords:
             return match[0]
         name, declaration = keywords[flag]
         if isinstance(declaration, bool):  # a switch: --force, --no-both-views
             return f"{name}={declaration}" + (f" {value}" if value else "")
-        choices = getattr(declaration, "choices", None) or ()
         if value and _AS_IS.fullmatch(value):
             return f"{name}={value}"
-        if value and value.strip("'") in choices:
+        if value and value.strip("'") in (getattr(declaration, "choices", None) or ()):
             return f"{name}={value.strip(chr(39))!r}"
         return name + (f" {value}" if value else "")
 
-    parts = _COMMAND.split(text)
-    commands = _COMMAND.findall(text)
-    return "".join(_FLAG.sub(keyword, part) + (commands[i] if i < len(commands) else "") for i, part in enumerate(parts))
+    return _PIECE.sub(reworded, text)

@@ -31,6 +31,12 @@ def _members(hint: Any) -> tuple[Any, ...]:
     return (hint,)
 
 
+def is_switch(hint: Any) -> bool:
+    """An option of type ``bool`` (or ``bool | None``, None leaving it to the model): on the command line a flag with a
+    ``--no-`` form, from Python ``name=True`` or ``False``."""
+    return [member for member in _members(hint) if member is not type(None)] == [bool]
+
+
 def coerced(value: Any, hint: Any, declared: Declaration) -> Any:
     """``value`` as the field's type: paths as Path, sequences as tuples; a value of another type is refused."""
     if value is None:
