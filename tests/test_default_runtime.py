@@ -46,5 +46,5 @@ def test_quantize_without_a_runtime_is_onnx_and_with_torch_is_refused() -> None:
     from greenadapt.inference.settings import LoadSettings
 
     assert LoadSettings().runtime == "auto"
-    with pytest.raises(UsageError, match="--quantize int8 is for --runtime onnx"):
+    with pytest.raises(UsageError, match="quantize='int8' is for runtime='onnx'"):
         LoadSettings(runtime="torch", quantize="int8")

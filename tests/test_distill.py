@@ -206,7 +206,7 @@ def test_a_link_in_the_checkpoints_place_is_refused_and_left_alone(adapted: dict
 
 @pytest.mark.parametrize("field", ["distill_per_word", "distill_sentences", "distill_epochs"])
 def test_budget_options_below_one_are_refused(field: str) -> None:
-    with pytest.raises(UsageError, match=field.replace("_", "-")):
+    with pytest.raises(UsageError, match=f"{field} must be at least 1"):
         AlignSettings(**{field: 0})  # refused when the settings are made
 
 

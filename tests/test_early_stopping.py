@@ -96,7 +96,7 @@ def test_scorings_since_best() -> None:
 
 
 def test_the_options_are_checked_before_training() -> None:
-    for config, says in (({"eval_every": 0}, "--eval-every"), ({"early_stopping": 0}, "--early-stopping")):
+    for config, says in (({"eval_every": 0}, "eval_every must"), ({"early_stopping": 0}, "early_stopping must")):
         with pytest.raises(UsageError, match=says):
             loop_settings(**config)  # when the settings are made
 

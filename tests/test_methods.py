@@ -183,7 +183,7 @@ def test_method_options_count_only_for_their_method(w2v: Path, tmp_path: Path) -
     assert "method_options" not in first.manifest["config"]
     focus = align_stage(w2v=w2v, method="focus", run=Run(out=tmp_path / "f"))
     assert focus.manifest["config"]["method_options"] == {"focus_k": 10, "focus_temperature": 0.1}
-    with pytest.raises(UsageError, match="--hybrid-weight"):
+    with pytest.raises(UsageError, match="hybrid_weight must be at most 1"):
         align_stage(w2v=w2v, method="hybrid", method_options=AlignSettings(hybrid_weight=1.5), run=Run(out=tmp_path / "h"))
 
 

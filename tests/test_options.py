@@ -4,6 +4,7 @@ manifest's record and the config file's entry; declared twice, it is refused; a 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,11 +87,11 @@ def test_settings_are_valid_once_built_and_errors_name_the_option() -> None:
     built = FinetuneSettings(task="NER", train="train.tsv", seeds=[3, 1])
     assert built.task == "ner" and built.train == Path("train.tsv") and built.seeds == (3, 1)
     for values, says in (
-        ({"header": "maybe"}, "unknown --header 'maybe'"),
-        ({"epochs": "3"}, "--epochs must be an integer"),
-        ({"seeds": (1, 1)}, "--seeds '1,1' repeats a seed"),
-        ({"seeds": (1, 2), "seed": 7}, "--seed and --seeds were both given"),
-        ({"pad_to_multiple": 0}, "--pad-to-multiple must be at least 1"),
+        ({"header": "maybe"}, "unknown header 'maybe'"),
+        ({"epochs": "3"}, "epochs must be an integer"),
+        ({"seeds": (1, 1)}, "seeds '1,1' repeats a seed"),
+        ({"seeds": (1, 2), "seed": 7}, "seed and seeds were both given"),
+        ({"pad_to_multiple": 0}, "pad_to_multiple must be at least 1"),
         ({"task": "translation"}, "translation"),
     ):
         with pytest.raises(UsageError, match=says):
@@ -105,6 +106,7 @@ def test_a_refusal_names_the_option_as_the_caller_gave_it(tmp_path: Path, monkey
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """The same check, one line each: a Python caller reads its keywords (``lr=5e-5``), the command line its flags."""
     import greenadapt
+    from greenadapt.runners.finetune.settings import FinetuneSettings
 
     train = tmp_path / "train.tsv"
     for keywords, python, command_line in (
@@ -116,6 +118,9 @@ def test_a_refusal_names_the_option_as_the_caller_gave_it(tmp_path: Path, monkey
         keywords = {"task": "ner", **keywords}
         with pytest.raises(UsageError) as refused:
             greenadapt.finetune(train=train, out=tmp_path / "run", **keywords)
+        assert refused.value.one_line().startswith(python), refused.value.one_line()
+        with pytest.raises(UsageError) as refused:  # the typed route: the settings object built by hand
+            FinetuneSettings(train=train, **keywords)
         assert refused.value.one_line().startswith(python), refused.value.one_line()
         code, err = run_cli(["finetune", "--task", keywords["task"], "--train", str(train), "--out", str(tmp_path / "run"),
                              *command_line], monkeypatch, capsys)
@@ -167,7 +172,7 @@ def test_a_training_option_several_commands_take_is_declared_once() -> None:
         for name, (default, declared) in theirs.items():
             assert replace(declared, help="") == replace(finetune[name], help=""), (other.__name__, name)
             assert default is not None or name == "max_steps"  # their own defaults, not finetune's "the task's"
-        with pytest.raises(UsageError, match="--epochs must be at most"):
+        with pytest.raises(UsageError, match="epochs must be at most"):
             other.build(**{other.positional[0]: ("x",), "epochs": 10**6})
 
 
@@ -218,6 +223,8 @@ def test_a_config_file_by_hand_and_its_mistakes(tmp_path: Path, monkeypatch: pyt
     toml.write_text('task = "ner"\ntrain = "x"\nepochs = "three"\n', encoding="utf-8")
     code, err = run_cli(["finetune", "--config", str(toml)], monkeypatch, capsys)
     assert code == 2 and f"{toml}: --epochs must be an integer" in err, err
+    with pytest.raises(UsageError, match=f"^{re.escape(str(toml))}: epochs must be an integer"):  # the file named in Python too
+        FinetuneSettings.build(toml)
     code, err = run_cli(["finetune", "--config", str(toml), "--epochs", "1", "--header", "maybe"], monkeypatch, capsys)
     assert code == 2 and "unknown --header 'maybe'" in err and str(toml) not in err, err  # the command line's own mistake
 

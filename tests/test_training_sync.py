@@ -116,8 +116,8 @@ def test_to_device_copies_the_array() -> None:
     assert tensor.dtype == torch.int64 and torch.equal(tensor, torch.arange(12).reshape(3, 4))
 
 
-@pytest.mark.parametrize(("lr", "decay", "fragment"), [(0.0, 0.01, "--lr must be positive"),
-                                                       (1e-3, -0.1, "--weight-decay must be at least 0"),
+@pytest.mark.parametrize(("lr", "decay", "fragment"), [(0.0, 0.01, "^lr must be positive"),
+                                                       (1e-3, -0.1, "^weight_decay must be at least 0"),
                                                        (200.0, 0.01, "AdamW's decay would zero or flip")])
 def test_the_schedule_is_checked_before_training(lr: float, decay: float, fragment: str) -> None:
     with pytest.raises(UsageError, match=fragment):

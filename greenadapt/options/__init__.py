@@ -144,11 +144,14 @@ class Settings:
     replaces: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def __post_init__(self) -> None:
+        from greenadapt.options.python_terms import named_for_python
+
         hints = type_hints(type(self))
-        for field, declared in declared_fields(self):
-            value = coerced(getattr(self, field.name), hints[field.name], declared)
-            object.__setattr__(self, field.name, checked(value, declared))
-        self.check()
+        with named_for_python(type(self)):  # FinetuneSettings(lr=-1) is told "lr", as greenadapt.finetune(lr=-1) is
+            for field, declared in declared_fields(self):
+                value = coerced(getattr(self, field.name), hints[field.name], declared)
+                object.__setattr__(self, field.name, checked(value, declared))
+            self.check()
 
     def check(self) -> None:
         """Checks between options (one option's own checks are in its declaration); raises UsageError."""
@@ -200,7 +203,8 @@ class Settings:
         try:
             return cls(**given)
         except UsageError as error:  # a bad value the file gave: the line says which file
-            named = [re.escape(declared.flag) for name, (_, declared) in fields.items() if name in from_file]
+            named = [re.escape(spelling) for name, (_, declared) in fields.items() if name in from_file
+                     for spelling in (declared.flag, name)]  # the flag on the command line, the keyword in Python
             if not named or not re.search(rf"(?<![\w-])({'|'.join(named)})(?![\w-])", error.message):
                 raise
             raise UsageError(f"{_where(config)}: {error.message}", path=error.path, hint=error.hint) from None
