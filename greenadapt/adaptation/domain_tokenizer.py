@@ -134,12 +134,17 @@ def write_domain_tokenizer(general: GeneralTokenizer, new_words: Sequence[str], 
     """Write T̂ into ``dest``: T_LM with ``new_words`` as ids ``first_id, …``; returns the family's facts."""
     if first_id < general.size:
         raise ValueError(f"first_id {first_id} collides with existing ids (< {general.size})")
+    from greenadapt.artifacts.pretrained import record_added_tokens
+
     facts = general.family.write(general, new_words, first_id, dest)
     for name in TOKENIZER_FILES[2:]:
         if (general.path / name).is_file():
             shutil.copyfile(general.path / name, dest / name)
     if general.family.load_as_written:
         _load_as_written(dest / "tokenizer_config.json")
+    # The family writers keep T_LM's added tokens as they are.
+    record_added_tokens(dest, {token["id"]: {key: value for key, value in token.items() if key != "id"}
+                               for token in general.spec.get("added_tokens", [])})
     return {"family": general.family.name, **facts}
 
 

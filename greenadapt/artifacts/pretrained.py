@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,6 +244,20 @@ def load_fast_tokenizer(path: Path) -> Any:
     family_of({"model": {"type": type(backend.model).__name__},
                "pre_tokenizer": json.loads(pre_tokenizer.__getstate__()) if pre_tokenizer is not None else None}, path=Path(path))
     return tokenizer
+
+
+def record_added_tokens(folder: Path, added: Mapping[int, Mapping[str, Any]]) -> None:
+    """Write a tokenizer's added tokens (``{id: AddedToken's fields}``) into ``folder``'s tokenizer_config.json, as
+    transformers 4 did. transformers 5 leaves them out for a tokenizer backed by tokenizer.json, then, loading it, parses
+    that whole file in Python to find them: ~1 of the 3-3.5 CPU-s a million-word T̂ takes to load (docs/benchmarks.md)."""
+    path = Path(folder) / "tokenizer_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # none (transformers picks the class from config.json), or not ours to mend: loaded as it was
+    if isinstance(config, dict) and "added_tokens_decoder" not in config:
+        config["added_tokens_decoder"] = {str(token_id): dict(fields) for token_id, fields in sorted(added.items())}
+        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def load_backend_tokenizer(path: Path) -> Any:
