@@ -225,6 +225,12 @@ def test_a_config_file_by_hand_and_its_mistakes(tmp_path: Path, monkeypatch: pyt
     assert code == 2 and f"{toml}: --epochs must be an integer" in err, err
     with pytest.raises(UsageError, match=f"^{re.escape(str(toml))}: epochs must be an integer"):  # the file named in Python too
         FinetuneSettings.build(toml)
+    # A mistake of the caller's own is not the file's, though the file gave an option named in the line ("train").
+    toml.write_text('task = "ner"\ntrain = "x"\n', encoding="utf-8")
+    code, err = run_cli(["finetune", "--config", str(toml), "--train-on", "train+dev"], monkeypatch, capsys)
+    assert code == 2 and "--train-on train+dev needs --dev" in err and str(toml) not in err, err
+    with pytest.raises(UsageError, match=r"^train_on='train\+dev' needs dev"):
+        FinetuneSettings.build(toml, train_on="train+dev")
     code, err = run_cli(["finetune", "--config", str(toml), "--epochs", "1", "--header", "maybe"], monkeypatch, capsys)
     assert code == 2 and "unknown --header 'maybe'" in err and str(toml) not in err, err  # the command line's own mistake
 

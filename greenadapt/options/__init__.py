@@ -200,14 +200,17 @@ class Settings:
             if required(field) and given.get(name) is None:
                 raise UsageError(f"{declared.flag} is required", hint=f"give {declared.flag}"
                                  + (", or a --config FILE that has it" if config is None else f": {config} has none"))
-        try:
-            return cls(**given)
-        except UsageError as error:  # a bad value the file gave: the line says which file
-            named = [re.escape(spelling) for name, (_, declared) in fields.items() if name in from_file
-                     for spelling in (declared.flag, name)]  # the flag on the command line, the keyword in Python
-            if not named or not re.search(rf"(?<![\w-])({'|'.join(named)})(?![\w-])", error.message):
-                raise
-            raise UsageError(f"{_where(config)}: {error.message}", path=error.path, hint=error.hint) from None
+        from greenadapt.options.python_terms import named_for_python, on_the_command_line
+
+        with named_for_python(cls):  # (the line in a Python caller's keywords, once the file is named or not)
+            try:
+                with on_the_command_line():  # checked in flags: a flag names an option unlike a keyword ("train")
+                    return cls(**given)
+            except UsageError as error:  # a bad value the file gave: the line says which file
+                named = [re.escape(declared.flag) for name, (_, declared) in fields.items() if name in from_file]
+                if not named or not re.search(rf"(?<![\w-])({'|'.join(named)})(?![\w-])", error.message):
+                    raise
+                raise UsageError(f"{_where(config)}: {error.message}", path=error.path, hint=error.hint) from None
 
     def to_json(self) -> dict[str, Any]:
         """Every recorded option as plain JSON values (paths absolute, so a replay from elsewhere reads the same files;
