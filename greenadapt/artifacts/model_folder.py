@@ -61,8 +61,9 @@ class TokenizerPair:
         ``domain``), it at the folder's top and the general one in ``general-tokenizer/``; else the general one at the top."""
         from greenadapt.artifacts.pretrained import record_added_tokens
 
-        saved = {folder: self.domain, folder / GENERAL_TOKENIZER_DIR: self.general} if domain and self.domain is not None \
-            else {folder: self.general}
+        saved = {folder: self.general}
+        if domain and self.domain is not None:
+            saved = {folder: self.domain, folder / GENERAL_TOKENIZER_DIR: self.general}
         for place, tokenizer in saved.items():
             tokenizer.save_pretrained(str(place))
             record_added_tokens(place, {token_id: token.__getstate__() for token_id, token in tokenizer.added_tokens_decoder.items()})
