@@ -114,6 +114,8 @@ def test_a_refusal_names_the_option_as_the_caller_gave_it(tmp_path: Path, monkey
         ({"task": "qa", "metric": "f1"}, "metric does not apply to task qa (leave it out)", ["--metric", "f1"]),
         ({"task": "qa", "both_views": False}, "both_views=False does not apply to task qa", ["--no-both-views"]),
         ({"train_on": "train+dev"}, "train_on='train+dev' needs dev", ["--train-on", "train+dev"]),
+        ({"epochs": "three"}, "epochs must be an integer, not 'three' (see help(greenadapt.finetune) for epochs)",
+         ["--epochs", "three"]),
     ):
         keywords = {"task": "ner", **keywords}
         with pytest.raises(UsageError) as refused:
