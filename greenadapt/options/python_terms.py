@@ -70,8 +70,9 @@ def _keywords(settings_class: type) -> dict[str, tuple[str, Any]]:
 
     hints = type_hints(settings_class)
     keywords: dict[str, tuple[str, Any]] = {"--config": ("config", None)}
-    if settings_class.command:  # "see --help for --epochs": where a Python caller reads the same text
-        keywords["--help"] = (f"help(greenadapt.{settings_class.command})", None)
+    command = getattr(settings_class, "command", "")
+    if command:  # "see --help for --epochs": where a Python caller reads the same text
+        keywords["--help"] = (f"help(greenadapt.{command})", None)
     for name, (kind, declaration) in RUN_OPTIONS.items():
         keywords.update({flag: (name, True if kind is bool else declaration) for flag in declaration.flags if flag.startswith("--")})
     for field, declaration in declared_fields(settings_class):
