@@ -63,10 +63,7 @@ def load(path: PathLike | Sequence[PathLike], **keywords: Any) -> NerModel | Cla
     from greenadapt.inference.multitask import multitask_run, open_task
     from greenadapt.inference.predictor import open_ensemble
 
-    from greenadapt.options.python_terms import named_for_python
-
-    with named_for_python(LoadOptions):
-        options = LoadOptions(**keywords)
+    options = LoadOptions(**keywords)
     members = ensemble_members(path)
     run = multitask_run(members, options.task)
     if run is not None:

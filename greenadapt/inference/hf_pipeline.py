@@ -174,7 +174,6 @@ def open_pipeline(task: str, model: Any, **options: Any) -> Pipeline:
     the rest are call options of transformers' pipeline of the task, which every call then uses.
     """
     from greenadapt.options import declared_fields
-    from greenadapt.options.python_terms import named_for_python
     from greenadapt.inference.labelling import ensemble_members, find_model_folder
     from greenadapt.inference.predictor import open_ensemble
     from greenadapt.inference.qa.settings import LoadOptions
@@ -192,9 +191,7 @@ def open_pipeline(task: str, model: Any, **options: Any) -> Pipeline:
     load_names = {field.name for field, _ in declared_fields(LoadOptions)}
     load_options = {k: v for k, v in options.items() if k in load_names}
     call_defaults = {k: v for k, v in options.items() if k not in load_names}
-    with named_for_python(LoadOptions):
-        loading = LoadOptions(**load_options)
-    opened = open_ensemble(founds, options=loading)
+    opened = open_ensemble(founds, options=LoadOptions(**load_options))
     return PIPELINES[wanted](opened, call_defaults, task=HF_TASK[wanted])
 
 
