@@ -39,6 +39,7 @@ from greenadapt.options.declaration import (
     option,
     option_as_in,
 )
+from greenadapt.options.python_terms import named_for_python, on_the_command_line
 from greenadapt.options.values import checked, coerced, plain, type_hints
 
 S = TypeVar("S", bound="Settings")
@@ -144,8 +145,6 @@ class Settings:
     replaces: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def __post_init__(self) -> None:
-        from greenadapt.options.python_terms import named_for_python
-
         hints = type_hints(type(self))
         with named_for_python(type(self)):  # FinetuneSettings(lr=-1) is told "lr", as greenadapt.finetune(lr=-1) is
             for field, declared in declared_fields(self):
@@ -200,8 +199,6 @@ class Settings:
             if required(field) and given.get(name) is None:
                 raise UsageError(f"{declared.flag} is required", hint=f"give {declared.flag}"
                                  + (", or a --config FILE that has it" if config is None else f": {config} has none"))
-        from greenadapt.options.python_terms import named_for_python, on_the_command_line
-
         with named_for_python(cls):  # (the line in a Python caller's keywords, once the file is named or not)
             try:
                 with on_the_command_line():  # checked in flags: a flag names an option unlike a keyword ("train")
@@ -320,8 +317,6 @@ def call_command(settings_class: type[Settings], runner: str, *args: Any, config
     process can be handed (compare's workers).
     """
     import importlib
-
-    from greenadapt.options.python_terms import named_for_python
 
     with named_for_python(settings_class):  # (and the refusals a runner makes of its options before it starts)
         settings, run = _settings_and_run(settings_class, args, config, progress, keywords)
