@@ -245,6 +245,44 @@ def test_the_domain_tokenizer_loads_without_parsing_its_vocabulary_in_python(ada
     assert_loads_without_parsing_its_vocabulary_in_python(tmp_path / "wordpiece")
 
 
+def test_inference_reads_each_tokenizer_from_its_files_as_transformers_loads_it(adapted: dict[str, Any], tiny_bert: Path,
+                                                                                tmp_path: Path) -> None:
+    """What prediction reads of a tokenizer without transformers (SavedTokenizer) is transformers' tokenizer of the
+    folder: the same pieces and offsets of running text and of split words, special ids, length and limit. Every
+    tokenizer greenadapt writes is read so; a BertTokenizer whose settings contradict its tokenizer.json is left to
+    transformers (which rebuilds it from those settings)."""
+    from transformers import AutoTokenizer
+
+    from greenadapt.adaptation.domain_tokenizer import load_general_tokenizer, write_domain_tokenizer
+    from greenadapt.artifacts.saved_tokenizer import read_saved_tokenizer
+    from greenadapt.modeling.units import plain_backend
+
+    wordpiece = tmp_path / "wordpiece"
+    wordpiece.mkdir()
+    shutil.copyfile(tiny_bert / "config.json", wordpiece / "config.json")
+    general = load_general_tokenizer(tiny_bert)
+    write_domain_tokenizer(general, ["tachycardia", "myocarditis"], general.size, wordpiece)
+    words = [*DOMAIN_WORDS, *GENERAL_WORDS, "tachycardia", "caf\u00e9", "\u6771\u4eac", "x-ray!!", "don't"]
+    rng = random.Random(3)
+    texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(20)]
+    for folder in (adapted["expand"], wordpiece, tiny_bert):
+        saved, fast = read_saved_tokenizer(folder), AutoTokenizer.from_pretrained(folder)
+        assert saved is not None, folder
+        texts_with_specials = [*texts, f"{fast.cls_token} the {fast.mask_token} patients {fast.sep_token}"]
+        mine, theirs = saved.backend_tokenizer, plain_backend(fast)
+        for text in texts_with_specials:
+            assert (mine.encode(text).ids, mine.encode(text).offsets) == (theirs.encode(text).ids, theirs.encode(text).offsets)
+            split = text.split()
+            assert mine.encode(split, is_pretokenized=True).ids == theirs.encode(split, is_pretokenized=True).ids
+        assert [saved.cls_token_id, saved.sep_token_id, saved.pad_token_id, saved.unk_token_id, len(saved), saved.model_max_length] \
+            == [fast.cls_token_id, fast.sep_token_id, fast.pad_token_id, fast.unk_token_id, len(fast), fast.model_max_length]
+    contradicted = tmp_path / "cased-config"
+    shutil.copytree(wordpiece, contradicted)
+    config = json.loads((contradicted / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (contradicted / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}), encoding="utf-8")
+    assert read_saved_tokenizer(contradicted) is None  # transformers would build a cased tokenizer from it
+
+
 def test_word2vec_words_are_plain_text_for_every_family(adapted: dict[str, Any]) -> None:
     counts = next(adapted["root"].glob("work/*/*/w2v/counts.tsv"))
     words = [line.split("\t")[0] for line in counts.read_text(encoding="utf-8").splitlines()]

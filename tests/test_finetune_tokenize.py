@@ -210,3 +210,24 @@ def test_each_tokenizer_is_copied_once_however_many_batches_and_again_when_it_gr
     pair.general.add_tokens(["zzqx"])
     (ids,) = (u.ids[VIEW_GENERAL] for u in text_units([TextExample("zzqx", None, None, 1)], None, pair, max_length=32)[0])
     assert ids[1] == len(pair.general) - 1
+
+
+def test_a_saved_tokenizers_backend_is_shared_and_never_changed(expanded: Path) -> None:
+    """Inference reads its tokenizers from their files (SavedTokenizer) and uses each one's backend as it is, without
+    the copy a transformers tokenizer needs (1.5 CPU-s for a million-word T̂); a truncating backend is a copy, and
+    the units are those of transformers' tokenizers."""
+    from greenadapt.modeling.units import shared_backend
+
+    saved, fast = load_tokenizers(expanded, inference=True), load_tokenizers(expanded)
+    sentences = [NerSentence(("Tachycardia", "was", "seen", "in", "myocarditis"), None, (1, 2, 3, 4, 5))]
+    examples = [TextExample("tachycardia was seen " * 20, None, None, 1)]
+    for tok in saved.views:
+        assert shared_backend(tok, words=True) is tok.backend_tokenizer  # WordPiece words are read as running text
+        assert shared_backend(tok, max_length=8) is not tok.backend_tokenizer
+    for _ in range(2):
+        got = ner_units(sentences, None, saved, max_words=None, max_length=32)[0] + text_units(examples, None, saved, max_length=16)[0]
+        expected = ner_units(sentences, None, fast, max_words=None, max_length=32)[0] + text_units(examples, None, fast, max_length=16)[0]
+        assert [[ids.tolist() for ids in u.ids] for u in got] == [[ids.tolist() for ids in u.ids] for u in expected]
+        assert [[rows.tolist() for rows in u.rows] for u in got] == [[rows.tolist() for rows in u.rows] for u in expected]
+    for tok in saved.views:
+        assert tok.backend_tokenizer.truncation is None and tok.backend_tokenizer.padding is None

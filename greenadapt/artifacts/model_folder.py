@@ -77,17 +77,24 @@ class TokenizerPair:
         return {"general": self.general}
 
 
-def load_tokenizers(folder: Path) -> TokenizerPair:
-    """T̂ from the folder's root and T_LM from ``general-tokenizer/``, or the one tokenizer of a plain folder."""
+def load_tokenizers(folder: Path, *, inference: bool = False) -> TokenizerPair:
+    """T̂ from the folder's root and T_LM from ``general-tokenizer/``, or the one tokenizer of a plain folder.
+    ``inference``: each read from its files where they say all inference needs (:mod:`~greenadapt.artifacts.saved_tokenizer`:
+    no transformers), else transformers' tokenizer, which training needs (it saves and extends them)."""
     from greenadapt.artifacts.pretrained import load_fast_tokenizer
+    from greenadapt.artifacts.saved_tokenizer import read_saved_tokenizer
+
+    def load(path: Path) -> Any:
+        saved = read_saved_tokenizer(path) if inference else None
+        return saved if saved is not None else load_fast_tokenizer(path)
 
     general_dir = folder / GENERAL_TOKENIZER_DIR
     if general_dir.is_dir():
-        domain = load_fast_tokenizer(folder)
-        general = load_fast_tokenizer(general_dir)
+        domain = load(folder)
+        general = load(general_dir)
     else:
         domain = None
-        general = load_fast_tokenizer(folder)
+        general = load(folder)
     ids = {}
     for name in ("cls_token_id", "sep_token_id", "pad_token_id", "unk_token_id"):
         values = {getattr(tok, name) for tok in ([general] if domain is None else [general, domain])}
@@ -144,12 +151,12 @@ class ExpandedModel:
     tokenizers: TokenizerPair
 
     @classmethod
-    def open(cls, spec: ModelRef | str | os.PathLike[str] | None) -> ExpandedModel:
-        """Resolve ``--model`` (a folder, a Hub id or the bundled default) and read its tokenizers."""
+    def open(cls, spec: ModelRef | str | os.PathLike[str] | None, *, inference: bool = False) -> ExpandedModel:
+        """Resolve ``--model`` (a folder, a Hub id or the bundled default) and read its tokenizers (:func:`load_tokenizers`)."""
         from greenadapt.artifacts.pretrained import ModelRef, resolve_model
 
         ref = spec if isinstance(spec, ModelRef) else resolve_model(None if spec is None else str(spec))
-        return cls(ref, load_tokenizers(ref.path))
+        return cls(ref, load_tokenizers(ref.path, inference=inference))
 
     @property
     def path(self) -> Path:

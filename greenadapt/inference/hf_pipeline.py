@@ -51,7 +51,8 @@ class _GreenadaptPipeline(Pipeline):
     def __init__(self, predictor: Any, call_defaults: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self.predictor = predictor
         self.call_defaults = dict(call_defaults or {})
-        super().__init__(model=predictor.model, tokenizer=predictor.general_tokenizer, device=predictor.model.device, **kwargs)
+        super().__init__(model=predictor.model, tokenizer=_as_transformers(predictor.general_tokenizer), device=predictor.model.device,
+                         **kwargs)
         self._predict([], **self.call_defaults)  # refuses an option it does not take now, not at the first call
 
     def _with_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +73,15 @@ class _GreenadaptPipeline(Pipeline):
 
     def _predict(self, inputs: list[Any], **params: Any) -> list[Any]:
         raise NotImplementedError
+
+
+def _as_transformers(tokenizer: Any) -> Any:
+    """transformers' own tokenizer for the pipeline's ``.tokenizer`` (its callers use transformers' API), where greenadapt
+    read it from its files for inference (:class:`~greenadapt.artifacts.saved_tokenizer.SavedTokenizer`)."""
+    from greenadapt.artifacts.pretrained import load_fast_tokenizer
+    from greenadapt.artifacts.saved_tokenizer import SavedTokenizer
+
+    return load_fast_tokenizer(tokenizer.path) if isinstance(tokenizer, SavedTokenizer) else tokenizer
 
 
 class GreenadaptTokenClassificationPipeline(_GreenadaptPipeline):

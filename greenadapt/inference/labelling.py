@@ -94,7 +94,7 @@ def open_finetuned(folder: Path, settings: TaskSettings, run: ModelRunSettings =
     from greenadapt.modeling.gmap import wiring as gmap
 
     task = get_labelling_task(settings.task)
-    tokenizers = load_tokenizers(folder)
+    tokenizers = load_tokenizers(folder, inference=True)
     memory = None
     from greenadapt.inference.default_runtime import chosen_runtime
 

@@ -94,7 +94,7 @@ def load_task(folder: str | os.PathLike[str], name: str | None, *, device: Any =
             raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
         else:
             multi = MultiTaskModel.load(path, tasks=[name], device=device)
-    return LoadedTask(name, multi.task_view(name), settings, load_tokenizers(path / BASE_DIR), path, memory)
+    return LoadedTask(name, multi.task_view(name), settings, load_tokenizers(path / BASE_DIR, inference=True), path, memory)
 
 
 def predict_task(

@@ -22,6 +22,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from functools import cached_property
 from types import SimpleNamespace
 from typing import Any
 
@@ -73,7 +74,7 @@ def check_runtime(runtime: str, quantize: str, device: str) -> None:
 
 class OnnxModel:
     """An ONNX Runtime session that answers as the torch model did: ``model(**inputs)`` has the same outputs
-    (``.logits``, or ``.start_logits``/``.end_logits``) as torch tensors, and ``.config`` is the model's.
+    (``.logits``, or ``.start_logits``/``.end_logits``) as torch tensors, and ``.config`` is the model's (``folder``'s).
 
     A batch is cut into ``threads`` slices run side by side, each by one thread: the layer norms, transposes and
     softmax between the int8 products parallelise poorly inside one run, so two slices on their own cores served the
@@ -84,13 +85,13 @@ class OnnxModel:
     training = False
     runs_any_shape = True  # nothing is compiled per input shape: batches need no padding to a few shapes
 
-    def __init__(self, path: Path, config: Any, *, threads: int | None = None) -> None:
+    def __init__(self, path: Path, folder: Path, *, threads: int | None = None) -> None:
         ort = require_onnxruntime()
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        self.path, self.config, self.threads = path, config, max(1, threads or 1)
+        self.path, self.folder, self.threads = path, folder, max(1, threads or 1)
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
@@ -117,6 +118,14 @@ class OnnxModel:
             arrays = [np.concatenate(parts_of_one) for parts_of_one in zip(*sliced, strict=True)]
         return SimpleNamespace(**{name: torch.from_numpy(array) for name, array in zip(self.outputs, arrays, strict=True)})
 
+    @cached_property
+    def config(self) -> Any:
+        """The model's transformers config, read when asked (transformers' Pipeline asks): inference itself reads
+        config.json alone, so answering imports no transformers (~1 CPU-s)."""
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(str(self.folder))
+
     @property
     def device(self) -> Any:
         """The CPU, as a torch model says where it runs (transformers' Pipeline asks)."""
@@ -134,20 +143,20 @@ class OnnxModel:
         return self
 
     def get_input_embeddings(self) -> Any:
-        return SimpleNamespace(num_embeddings=int(self.config.vocab_size))
+        from greenadapt.artifacts.pretrained import read_config
+
+        return SimpleNamespace(num_embeddings=int(read_config(self.folder)["vocab_size"]))
 
 
 def onnx_model(folder: Path, load: Any, *, quantize: str = "none") -> OnnxModel:
     """``folder``'s model as ONNX Runtime runs it: from the cache (the torch weights are then never loaded), or
     exported now from ``load()`` (the torch model). A G-MAP folder is refused: its fusion reads a second model."""
-    from transformers import AutoConfig
-
     from greenadapt.modeling.gmap import wiring as gmap
 
     if gmap.is_gmap_folder(folder):
         raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=folder,
                          hint="use --runtime torch")
-    return OnnxModel(ensure_export(folder, quantize, load), AutoConfig.from_pretrained(str(folder)), threads=_torch_threads())
+    return OnnxModel(ensure_export(folder, quantize, load), folder, threads=_torch_threads())
 
 
 def _torch_threads() -> int:

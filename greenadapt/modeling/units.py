@@ -44,18 +44,29 @@ IGNORE = -100  # target of a row with no gold label (unlabelled input)
 
 
 def plain_backend(tokenizer: Any) -> Any:
-    """A private copy of the tokenizers backend with no padding or truncation (tokenizer.json may set both)."""
-    from tokenizers import Tokenizer
+    """The tokenizers backend with no padding or truncation (tokenizer.json may set both), for reading only: a
+    :class:`~greenadapt.artifacts.saved_tokenizer.SavedTokenizer`'s own (it has neither), else a private copy (a
+    transformers tokenizer sets its backend's padding and truncation at every call)."""
+    from greenadapt.artifacts.saved_tokenizer import SavedTokenizer
 
-    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    if isinstance(tokenizer, SavedTokenizer):
+        return tokenizer.backend_tokenizer
+    backend = _copy(tokenizer.backend_tokenizer)
     backend.no_padding()
     backend.no_truncation()
     return backend
 
 
+def _copy(backend: Any) -> Any:
+    """A private copy of a tokenizers backend (a serialization round trip: 1.5 CPU-s for a million-word T̂)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(backend.to_str())
+
+
 def word_backend(tokenizer: Any) -> Any:
     """:func:`plain_backend` for pre-split words, each encoded as in running text
-    (:func:`greenadapt.families.running_text_pre_tokenizer`)."""
+    (:func:`greenadapt.families.running_text_pre_tokenizer`); for reading only."""
     import json
 
     from greenadapt.families import pre_tokenizer_from_spec, running_text_pre_tokenizer
@@ -66,8 +77,14 @@ def word_backend(tokenizer: Any) -> Any:
         own = json.loads(backend.pre_tokenizer.__getstate__())
         words = running_text_pre_tokenizer(own)
         if words is not own:
+            backend = _private(tokenizer, backend)
             backend.pre_tokenizer = pre_tokenizer_from_spec(words)
     return backend
+
+
+def _private(tokenizer: Any, backend: Any) -> Any:
+    """``backend`` (from :func:`plain_backend`), copied when it is the tokenizer's own, so it can be changed."""
+    return _copy(backend) if backend is getattr(tokenizer, "backend_tokenizer", None) else backend
 
 
 # Each tokenizer's private backends, made once and only read after: a copy is a serialization round trip (1.4 CPU-s
@@ -84,6 +101,7 @@ def shared_backend(tokenizer: Any, *, words: bool = False, max_length: int | Non
     if key not in made:
         backend = word_backend(tokenizer) if words else plain_backend(tokenizer)
         if max_length is not None:
+            backend = _private(tokenizer, backend)
             backend.enable_truncation(max_length, strategy="longest_first")
         made[key] = backend
     return made[key]

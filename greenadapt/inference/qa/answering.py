@@ -61,30 +61,17 @@ class _Open:
     word_logits: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
-def plain_backend(tokenizer: Any) -> Any:
-    """A copy of the fast tokenizer's backend with truncation and padding off.
-
-    Saved tokenizers often carry a truncation setting (all-MiniLM-L6-v2:
-    128 wordpieces) that would silently cut a whole paper to its first
-    window; copying leaves the caller's tokenizer as it was.
-    """
-    from tokenizers import Tokenizer
-
-    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    backend.no_truncation()
-    backend.no_padding()
-    return backend
-
-
 class DocumentPreparer:
     """Tokenizes contexts (once per document and tokenizer) and questions (truncated to fit)."""
 
     def __init__(self, tokenizers: dict[str, Any], max_length: int) -> None:
         from greenadapt.inference.qa.infer import SpecialIds
         from greenadapt.inference.qa.windows import max_question_length
+        from greenadapt.modeling.units import shared_backend
 
         self.tokenizers = tokenizers
-        self.backends = {name: plain_backend(tok) for name, tok in tokenizers.items()}
+        # truncation off: a saved one (all-MiniLM-L6-v2's 128 wordpieces) would cut a whole paper to its first window
+        self.backends = {name: shared_backend(tok) for name, tok in tokenizers.items()}
         self.max_question = max_question_length(max_length)
         self.truncated_questions = 0
         self.context_pieces = dict.fromkeys(tokenizers, 0)
@@ -268,7 +255,7 @@ def resolve_qa_settings(ref: Any, options: AnswerSettings) -> SettledQa:
     if options.general_model is not None and not gmap.is_gmap_folder(ref.path):
         raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path,
                          hint="leave --general-model out")
-    folder = ExpandedModel.open(ref)
+    folder = ExpandedModel.open(ref, inference=True)
     pool = resolve_pool(options.pool, folder.tokenizers, ref.path)
     return SettledQa(folder, pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False))
 
