@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -120,8 +121,12 @@ def test_threads_reach_torch_from_a_command_and_from_load(torch_threads: object,
                               threads=1)
     assert torch.get_num_threads() == 1
     torch.set_num_threads(2)
-    greenadapt.load(run.path, device="cpu", threads=1)
+    greenadapt.load(run.path, device="cpu", threads=1, runtime="torch")
     assert torch.get_num_threads() == 1
+    if importlib.util.find_spec("onnxruntime") is not None:  # ONNX Runtime's threads are its model's: torch's left alone
+        torch.set_num_threads(2)
+        assert greenadapt.load(run.path, threads=1, runtime="onnx").model.threads == 1  # type: ignore[union-attr]
+        assert torch.get_num_threads() == 2
     torch.set_num_threads(2)  # qa declares its own --device: --threads is its too (the group, not DeviceSettings)
     from greenadapt.inference.qa.settings import QaSettings
 
@@ -129,6 +134,30 @@ def test_threads_reach_torch_from_a_command_and_from_load(torch_threads: object,
     assert torch.get_num_threads() == 1
     with pytest.raises(UsageError, match="threads must be at least 0"):
         greenadapt.load(run.path, threads=-1)
+
+
+def test_onnx_runtimes_threads_are_found_without_torch_and_a_deferred_choice_yields_to_a_later_one(
+        torch_threads: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from greenadapt.machine import devices
+
+    torch = torch_threads
+    monkeypatch.setattr(cores, "usable_cores", lambda: 2)
+    monkeypatch.setitem(sys.modules, "torch", None)  # an import of torch now fails: none is made
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    devices.defer_cpu_threads(0)
+    assert devices.inference_threads() == 2  # OMP_NUM_THREADS, never past the usable cores
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert devices.inference_threads() == 1
+    devices.defer_cpu_threads(3)
+    assert devices.inference_threads() == 3  # --threads 3
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    torch.set_num_threads(2)
+    devices.pick_device("cpu")  # the first torch model: the deferred choice is set
+    assert torch.get_num_threads() == 3 and devices.inference_threads() == 3
+    devices.defer_cpu_threads(1)
+    devices.use_cpu_threads(2)  # a later command's own choice voids the deferred one
+    devices.pick_device("cpu")
+    assert torch.get_num_threads() == 2
 
 
 def test_busy_share_counts_full_priority_work_and_not_niced_or_idle_time(tmp_path: Path) -> None:

@@ -34,6 +34,22 @@ def test_an_explicit_runtime_a_quantization_or_a_gpu_decide_before_the_table() -
         assert chosen_runtime("auto", "none", "cuda:1", bf16_unit=lambda: unit, onnx_installed=lambda: True) == "torch"
 
 
+def test_auto_finds_no_gpu_without_importing_torch_where_no_gpu_driver_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold predict from a cached ONNX export imports no torch (2 CPU-s) to learn that a Linux machine without a GPU
+    driver has no GPU; where a driver is, torch is asked."""
+    import sys
+
+    from greenadapt.inference import default_runtime
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(default_runtime, "GPU_DRIVER_PATHS", (str(tmp_path / "nvidiactl"),))
+    monkeypatch.setitem(sys.modules, "torch", None)  # an import of torch now fails
+    assert chosen_runtime("auto", "none", "auto", bf16_unit=lambda: None, onnx_installed=lambda: True) == "onnx"
+    (tmp_path / "nvidiactl").touch()
+    with pytest.raises(ImportError):  # a driver: only torch can tell whether it has a GPU
+        chosen_runtime("auto", "none", "auto", bf16_unit=lambda: None, onnx_installed=lambda: True)
+
+
 def test_the_table_is_documented_with_its_measurements() -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     section = doc.split("## The default runtime by CPU", 1)[1].split("\n## ", 1)[0]

@@ -120,6 +120,8 @@ def memory_arrays(units: Sequence[Unit], pad_id: int) -> dict[str, np.ndarray]:
 def output_rows(model: Any, batch: Batch) -> Any:
     """Logits of the output rows: word-initial pieces (token models) or sequences ([B, L] heads)."""
     logits = model(**batch.model_inputs()).logits
-    if logits.dim() == 2:  # sequence classification: one row per sequence, at position 0
+    if logits.ndim == 2:  # sequence classification: one row per sequence, at position 0
         return logits
+    if isinstance(logits, np.ndarray):  # a model that takes and gives numpy arrays (ONNX Runtime's)
+        return logits.reshape(-1, logits.shape[-1])[batch.rows]
     return logits.reshape(-1, logits.shape[-1]).index_select(0, batch.rows)

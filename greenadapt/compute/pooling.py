@@ -36,6 +36,8 @@ def view_logits(
     precision: str = "auto",
 ) -> np.ndarray:
     """``[total rows, labels]`` float32 logits of every unit's output rows under ``view``."""
+    if ctx.device is None:
+        return _numpy_view_logits(model, units, view, pad_id=pad_id, batch_size=batch_size)
     import torch
 
     n_rows = np.array([u.n_rows for u in units], dtype=np.int64)
@@ -65,6 +67,18 @@ def view_logits(
     finally:
         model.train(was_training)
     return out.cpu().numpy()
+
+
+def _numpy_view_logits(model: Any, units: Sequence[Unit], view: int, *, pad_id: int, batch_size: int) -> np.ndarray:
+    """:func:`view_logits` of a model that takes and gives numpy arrays (ONNX Runtime's, one process): each batch
+    unpadded, as it runs any shape; no torch."""
+    offsets = _row_offsets(units)
+    order = np.argsort([-len(u.ids[view]) for u in units], kind="stable")
+    out = np.zeros((int(offsets[-1]), model.num_labels), dtype=np.float32)
+    for chunk in inference_chunks(units, order, view, None, batch_size):
+        batch = collate(units, chunk, [view] * len(chunk), pad_id, None)
+        out[_rows_of(offsets, chunk)] = output_rows(model, batch)
+    return out
 
 
 # Inference batches take a handful of shapes: widths rounded up to a multiple of this (never past the model's

@@ -39,6 +39,19 @@ def onnx_runtime_installed() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
+# What a machine with a GPU torch can use has: NVIDIA's driver, AMD's ROCm (torch.cuda there too), WSL's GPU.
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def _may_have_a_gpu() -> bool:
+    """False where torch cannot find a GPU (a Linux machine with no GPU driver), found without importing torch
+    (2 CPU-s, most of a cold predict from a cached ONNX export); True where only torch can tell."""
+    import os
+    import sys
+
+    return not sys.platform.startswith("linux") or any(os.path.exists(path) for path in GPU_DRIVER_PATHS)
+
+
 def chosen_runtime(runtime: str, quantize: str, device: str, *, exportable: bool = True,
                    bf16_unit: Callable[[], str | None] = cpu_bf16_unit, onnx_installed: Callable[[], bool] = onnx_runtime_installed) -> str:
     """``torch`` or ``onnx`` for ``--runtime`` (``auto``: the table above) on ``device``.
@@ -54,7 +67,7 @@ def chosen_runtime(runtime: str, quantize: str, device: str, *, exportable: bool
     kind = device.split(":")[0]
     if kind not in ("auto", "cpu"):
         return "torch"
-    if kind == "auto":
+    if kind == "auto" and _may_have_a_gpu():
         import torch
 
         if torch.cuda.is_available():

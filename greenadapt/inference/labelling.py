@@ -130,7 +130,8 @@ def _open_onnx(folder: Path, settings: TaskSettings, tokenizers: TokenizerPair, 
     from greenadapt.inference.onnx_runtime import onnx_model
 
     model = onnx_model(folder, lambda: load_finetuned_weights(folder, task), quantize=run.quantize)
-    return FinetunedModel(folder, settings, tokenizers, model, DistContext(device=pick_device("cpu")), run=run)
+    # device None: batches stay numpy arrays, which the ONNX model takes and gives back (no torch)
+    return FinetunedModel(folder, settings, tokenizers, model, DistContext(device=None), run=run)
 
 
 @dataclass

@@ -98,10 +98,12 @@ class OnnxModel:
         self._slices: Any = None  # the threads that run a batch's slices, started on the first batch of two rows or more
 
     def __call__(self, **inputs: Any) -> SimpleNamespace:
+        """The outputs as the inputs came: numpy arrays for numpy arrays (greenadapt's own batches: no torch), else
+        torch tensors (transformers' Pipeline, question answering)."""
         import numpy as np
-        import torch
 
-        feed = {name: inputs[name].cpu().numpy() for name in self.inputs}
+        given_numpy = isinstance(inputs[self.inputs[0]], np.ndarray)
+        feed = {name: inputs[name] if given_numpy else inputs[name].cpu().numpy() for name in self.inputs}
         rows = len(next(iter(feed.values())))
         parts = min(self.threads, rows)
         if parts <= 1:
@@ -116,6 +118,10 @@ class OnnxModel:
                     for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
             sliced = [run.result() for run in runs]
             arrays = [np.concatenate(parts_of_one) for parts_of_one in zip(*sliced, strict=True)]
+        if given_numpy:
+            return SimpleNamespace(**dict(zip(self.outputs, arrays, strict=True)))
+        import torch
+
         return SimpleNamespace(**{name: torch.from_numpy(array) for name, array in zip(self.outputs, arrays, strict=True)})
 
     @cached_property
@@ -125,6 +131,14 @@ class OnnxModel:
         from transformers import AutoConfig
 
         return AutoConfig.from_pretrained(str(self.folder))
+
+    @cached_property
+    def num_labels(self) -> int:
+        """The model's labels, as transformers counts them (its id2label), read from config.json alone."""
+        from greenadapt.artifacts.pretrained import read_config
+
+        config = read_config(self.folder)
+        return len(config.get("id2label") or {}) or int(config.get("num_labels", 2))
 
     @property
     def device(self) -> Any:
@@ -156,13 +170,9 @@ def onnx_model(folder: Path, load: Any, *, quantize: str = "none") -> OnnxModel:
     if gmap.is_gmap_folder(folder):
         raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=folder,
                          hint="use --runtime torch")
-    return OnnxModel(ensure_export(folder, quantize, load), folder, threads=_torch_threads())
+    from greenadapt.machine.devices import inference_threads
 
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()  # the same cores torch would use here (its affinity and cgroup view)
+    return OnnxModel(ensure_export(folder, quantize, load), folder, threads=inference_threads())
 
 
 def export_config(quantize: str, weights: str) -> dict[str, str]:

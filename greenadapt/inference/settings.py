@@ -51,6 +51,15 @@ class ModelRunSettings(DeviceSettings, RuntimeSettings):
     general_model: str | None = option(None, "--general-model", panel=MODEL,
                                        help="G-MAP model: its general model, if not where training found it (weights are checked).")
 
+    def configure_process(self) -> None:
+        """torch's threads are set when a torch model picks its device: a predict from a cached ONNX export never
+        imports torch (ONNX Runtime's threads: :func:`~greenadapt.machine.devices.inference_threads`)."""
+        from greenadapt.machine.devices import defer_cpu_threads
+        from greenadapt.machine.load import choose_wait_policy
+
+        choose_wait_policy()
+        defer_cpu_threads(self.threads)
+
 
 @dataclass(frozen=True, kw_only=True)
 class LoadSettings(PoolSettings, ModelRunSettings):

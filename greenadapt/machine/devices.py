@@ -11,8 +11,11 @@ log = logging.getLogger(__name__)
 
 
 def pick_device(spec: str | None = "auto", local_rank: int = 0, *, allow_mps: bool = True) -> Any:
-    """``--device``: auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:N, mps."""
+    """``--device``: auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:N, mps. Sets torch's CPU threads where a
+    command deferred that (:func:`defer_cpu_threads`)."""
     import torch
+
+    _set_deferred_threads()
 
     spec = spec or "auto"
     if spec == "auto":
@@ -80,6 +83,8 @@ def to_device(array: Any, device: Any) -> Any:
     while the GPU runs this one; a copy from pinned memory is queued like a
     kernel (the caching host allocator keeps the buffer alive until it ends).
     """
+    if device is None:  # a model that takes numpy arrays (ONNX Runtime's): no tensor, no torch
+        return array
     import torch
 
     tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
@@ -92,13 +97,52 @@ def use_cpu_threads(requested: int = 0) -> int:
     """Set torch's CPU threads: ``requested``, or (0) the lower of torch's current count and the cores this process
     may use. torch counts the machine's cores (or its affinity mask) and not a cgroup's CPU quota, so in a container
     limited to 2 CPUs of a 64-core host it starts 64 threads that share 2 cores; OMP_NUM_THREADS and a compare
-    worker's share (set lower before) are kept. Returns the count in effect."""
+    worker's share (set lower before) are kept. Returns the count in effect; a deferred setting is then void."""
     import torch
 
     from greenadapt.machine.cores import usable_cores
+
+    global _deferred_threads
+    _deferred_threads = None
 
     threads = requested or min(torch.get_num_threads(), usable_cores())
     if threads != torch.get_num_threads():
         log.info("torch CPU threads: %d (was %d)", threads, torch.get_num_threads())
         torch.set_num_threads(threads)
     return threads
+
+
+# A command that may never import torch (predict from a cached ONNX export) sets torch's threads when torch is first
+# asked for a device, not at its start: importing torch to set them was 2 of the 3 CPU-s of such a predict.
+_deferred_threads: int | None = None
+
+
+def defer_cpu_threads(requested: int = 0) -> None:
+    """:func:`use_cpu_threads` (``requested``), run by the first :func:`pick_device`, if one comes."""
+    global _deferred_threads
+    _deferred_threads = requested
+
+
+def _set_deferred_threads() -> None:
+    global _deferred_threads
+    if _deferred_threads is not None:
+        requested, _deferred_threads = _deferred_threads, None
+        use_cpu_threads(requested)
+
+
+def inference_threads() -> int:
+    """The CPU threads a model outside torch (ONNX Runtime's) runs on: torch's own count where torch was set up, else
+    the count :func:`use_cpu_threads` would set, found without importing torch (OMP_NUM_THREADS, which torch follows,
+    where it is set; never more than the usable cores)."""
+    import os
+    import sys
+
+    from greenadapt.machine.cores import usable_cores
+
+    if _deferred_threads is None and "torch" in sys.modules:
+        import torch
+
+        return int(torch.get_num_threads())
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    default = int(omp) if omp.isdigit() and int(omp) > 0 else usable_cores()
+    return _deferred_threads or min(default, usable_cores())
