@@ -195,11 +195,11 @@ class Settings:
         unknown = sorted(set(given) - set(fields))
         if unknown:
             raise TypeError(f"greenadapt.{cls.command}() got unexpected option(s) {', '.join(unknown)}{_suggestion(unknown[0], fields)}")
-        for name, (field, declared) in fields.items():
-            if required(field) and given.get(name) is None:
-                raise UsageError(f"{declared.flag} is required", hint=f"give {declared.flag}"
-                                 + (", or a --config FILE that has it" if config is None else f": {config} has none"))
         with named_for_python(cls):  # (the line in a Python caller's keywords, once the file is named or not)
+            for name, (field, declared) in fields.items():
+                if required(field) and given.get(name) is None:
+                    raise UsageError(f"{declared.flag} is required", hint=f"give {declared.flag}"
+                                     + (", or a --config FILE that has it" if config is None else f": {config} has none"))
             try:
                 with on_the_command_line():  # checked in flags: a flag names an option unlike a keyword ("train")
                     return cls(**given)
