@@ -10,7 +10,9 @@ into several pieces by T_LM, as a real model splits "tachycardia".
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 from pathlib import Path
 
 FAMILIES = ("roberta", "modernbert", "deberta")
@@ -120,3 +122,31 @@ def build_family_model(family: str, folder: Path, *, hidden: int = 32, layers: i
     saved["tokenizer_class"] = tokenizer_class
     config_path.write_text(json.dumps(saved, indent=2), encoding="utf-8")
     return folder
+
+
+def assert_loads_without_parsing_its_vocabulary_in_python(folder: Path) -> None:
+    """tokenizer_config.json lists the added tokens, so transformers does not parse the whole tokenizer.json in Python
+    to find them (~1 CPU-s of a million-word T̂'s load); the tokenizer it loads is the one it loads without the list."""
+    import transformers.tokenization_utils_base as base
+    from transformers import AutoTokenizer
+
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    written = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
+    assert config["added_tokens_decoder"] == {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in written}
+    parsed: list[str] = []
+    real_load = base.json.load
+    base.json.load = lambda handle, *a, **k: parsed.append(Path(handle.name).name) or real_load(handle, *a, **k)
+    try:
+        fast = AutoTokenizer.from_pretrained(folder)
+    finally:
+        base.json.load = real_load
+    # A class of its own (BertTokenizer) is rebuilt from the file's vocabulary, once; TokenizersBackend reads it in Rust.
+    assert parsed.count("tokenizer.json") == (config.get("tokenizer_class") != "TokenizersBackend"), parsed
+    without = folder.with_name(folder.name + "-without")
+    shutil.copytree(folder, without)
+    (without / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "added_tokens_decoder"}))
+    plain = AutoTokenizer.from_pretrained(without)
+    text = f"{fast.cls_token} the patients {fast.mask_token} tachycardia {fast.sep_token} caf\u00e9"
+    assert fast(text, text)["input_ids"] == plain(text, text)["input_ids"]
+    assert str(fast.added_tokens_decoder) == str(plain.added_tokens_decoder) and fast.special_tokens_map == plain.special_tokens_map
+    shutil.rmtree(without)

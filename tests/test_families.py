@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from family_models import DOMAIN_WORDS, FAMILIES, GENERAL_WORDS, build_family_model, domain_text
+from family_models import (
+    DOMAIN_WORDS,
+    FAMILIES,
+    GENERAL_WORDS,
+    assert_loads_without_parsing_its_vocabulary_in_python,
+    build_family_model,
+    domain_text,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -203,34 +210,6 @@ def test_the_whole_chain_finetune_predict_pipeline(adapted: dict[str, Any]) -> N
     assert label["label"] in {"disease", "other"}
     for folder in (root / "ner", root / "ner" / "general-tokenizer"):  # as TokenizerPair.save writes a run's
         assert_loads_without_parsing_its_vocabulary_in_python(folder)
-
-
-def assert_loads_without_parsing_its_vocabulary_in_python(folder: Path) -> None:
-    """tokenizer_config.json lists the added tokens, so transformers does not parse the whole tokenizer.json in Python
-    to find them (~1 CPU-s of a million-word T̂'s load); the tokenizer it loads is the one it loads without the list."""
-    import transformers.tokenization_utils_base as base
-    from transformers import AutoTokenizer
-
-    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    written = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
-    assert config["added_tokens_decoder"] == {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in written}
-    parsed: list[str] = []
-    real_load = base.json.load
-    base.json.load = lambda handle, *a, **k: parsed.append(Path(handle.name).name) or real_load(handle, *a, **k)
-    try:
-        fast = AutoTokenizer.from_pretrained(folder)
-    finally:
-        base.json.load = real_load
-    # A class of its own (BertTokenizer) is rebuilt from the file's vocabulary, once; TokenizersBackend reads it in Rust.
-    assert parsed.count("tokenizer.json") == (config.get("tokenizer_class") != "TokenizersBackend"), parsed
-    without = folder.with_name(folder.name + "-without")
-    shutil.copytree(folder, without)
-    (without / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "added_tokens_decoder"}))
-    plain = AutoTokenizer.from_pretrained(without)
-    text = f"{fast.cls_token} the patients {fast.mask_token} tachycardia {fast.sep_token} caf\u00e9"
-    assert fast(text, text)["input_ids"] == plain(text, text)["input_ids"]
-    assert str(fast.added_tokens_decoder) == str(plain.added_tokens_decoder) and fast.special_tokens_map == plain.special_tokens_map
-    shutil.rmtree(without)
 
 
 def test_the_domain_tokenizer_loads_without_parsing_its_vocabulary_in_python(adapted: dict[str, Any], tiny_bert: Path,

@@ -120,6 +120,9 @@ def test_predict_with_gmap_runs_the_general_model(models, data, tmp_path, monkey
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stats"]["gmap"]["general_tokenizer"] == "own"
     assert (out / "gmap-tokenizer" / "tokenizer.json").is_file()
+    from family_models import assert_loads_without_parsing_its_vocabulary_in_python
+
+    assert_loads_without_parsing_its_vocabulary_in_python(out / "gmap-tokenizer")  # saved as every greenadapt tokenizer
     result = run_predict(out, data["cls_dev"], tmp_path / "p.jsonl", options=LoadSettings(device="cpu"))
     assert (tmp_path / "p.jsonl").read_text() == (out / "predictions" / "dev.jsonl").read_text()
     assert result.metrics is not None

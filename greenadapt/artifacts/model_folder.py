@@ -59,14 +59,13 @@ class TokenizerPair:
     def save(self, folder: Path, *, domain: bool = True) -> None:
         """The tokenizers as a model folder keeps them (every runner writes them so): with a domain tokenizer (and
         ``domain``), it at the folder's top and the general one in ``general-tokenizer/``; else the general one at the top."""
-        from greenadapt.artifacts.pretrained import record_added_tokens
+        from greenadapt.artifacts.pretrained import save_tokenizer
 
         saved = {folder: self.general}
         if domain and self.domain is not None:
             saved = {folder: self.domain, folder / GENERAL_TOKENIZER_DIR: self.general}
         for place, tokenizer in saved.items():
-            tokenizer.save_pretrained(str(place))
-            record_added_tokens(place, {token_id: token.__getstate__() for token_id, token in tokenizer.added_tokens_decoder.items()})
+            save_tokenizer(tokenizer, place)
 
     def for_pool(self, pool: str) -> dict[str, Any]:
         """The tokenizers pooling mode ``pool`` runs, by name (``mean``: both)."""

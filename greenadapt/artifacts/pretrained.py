@@ -246,6 +246,12 @@ def load_fast_tokenizer(path: Path) -> Any:
     return tokenizer
 
 
+def save_tokenizer(tokenizer: Any, folder: Path) -> None:
+    """A transformers tokenizer saved as every greenadapt folder keeps one: its files, its added tokens listed."""
+    tokenizer.save_pretrained(str(folder))
+    record_added_tokens(folder, {token_id: token.__getstate__() for token_id, token in tokenizer.added_tokens_decoder.items()})
+
+
 def record_added_tokens(folder: Path, added: Mapping[int, Mapping[str, Any]]) -> None:
     """Write a tokenizer's added tokens (``{id: AddedToken's fields}``) into ``folder``'s tokenizer_config.json, as
     transformers 4 did. transformers 5 leaves them out for a tokenizer backed by tokenizer.json, then, loading it, parses

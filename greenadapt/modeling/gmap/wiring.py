@@ -143,12 +143,12 @@ def build_model(domain_model: Any, setup: GmapSetup) -> Any:
 
 def save(model: Any, folder: Path, setup: GmapSetup | None) -> None:
     """``GmapModel.save_pretrained`` (domain checkpoint + gates + gmap_config.json) and the general tokenizer if its own."""
-    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.artifacts.pretrained import quiet_transformers, save_tokenizer
 
     with quiet_transformers():
         model.save_pretrained(str(folder))
     if setup is not None and setup.tokenizer is not None:
-        setup.tokenizer.save_pretrained(str(folder / MEMORY_TOKENIZER_DIR))
+        save_tokenizer(setup.tokenizer, folder / MEMORY_TOKENIZER_DIR)
 
 
 def load_fused(folder: Path, *, general_model: str | None = None) -> tuple[Any, Any | None, int]:
