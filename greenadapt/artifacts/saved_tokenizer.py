@@ -2,11 +2,11 @@
 
 Inference needs of a tokenizer only its ``tokenizers.Tokenizer`` (normalizer, pre-tokenizer, vocabulary), its special
 ids, its length and its ``model_max_length``. transformers' ``AutoTokenizer`` gives the same, but importing it imports
-torch and transformers (~1 CPU-s beside ONNX Runtime's own imports) and, for a BertTokenizer, rebuilds the tokenizer
-in Python from the vocabulary and every added token (1.6 CPU-s for a million-word T̂; 0.4 from the file here), then
-greenadapt copied its backend to switch padding and truncation off (1.5 CPU-s more). A :class:`SavedTokenizer` is
-read where the folder's files say all of it the way transformers would build it; anything else is loaded by
-transformers as before (:func:`~greenadapt.artifacts.pretrained.load_fast_tokenizer`).
+torch and transformers (most of a cold predict from a cached ONNX export), and greenadapt then copied its backend to
+switch padding and truncation off (a serialization round trip: 3.5 CPU-s for a million-word T̂, whose load itself
+took 2.1; reading it here takes 3.6 and needs no copy: docs/benchmarks.md). A :class:`SavedTokenizer` is read where
+the folder's files say all of it the way transformers would build it; anything else is loaded by transformers as
+before (:func:`~greenadapt.artifacts.pretrained.load_fast_tokenizer`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 # transformers 5 loads these classes' tokenizer.json as it is (TokenizersBackend) or rebuilds it (BertTokenizer) from
-# the vocabulary and the settings of tokenizer_config.json; for a BertTokenizer those settings are checked below
-# against the file's normalizer. Other classes rebuild from settings this reader does not follow: transformers loads them.
+# the vocabulary and the settings of tokenizer_config.json; for a BertTokenizer the file's normalizer, pre-tokenizer and
+# WordPiece model are checked below to be what those settings build. Other classes rebuild from settings this reader
+# does not follow: transformers loads them.
 _AS_SAVED = ("TokenizersBackend", "PreTrainedTokenizerFast")
 _BERT = ("BertTokenizer", "BertTokenizerFast")
 # tokenizer_config.json's BertTokenizer settings -> (the BertNormalizer field they become, BertTokenizer's default)

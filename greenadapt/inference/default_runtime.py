@@ -39,7 +39,7 @@ def onnx_runtime_installed() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-# What a machine with a GPU torch can use has: NVIDIA's driver, AMD's ROCm (torch.cuda there too), WSL's GPU.
+# Where one of these exists, torch may find a GPU: NVIDIA's driver, AMD's ROCm (torch.cuda there too), WSL's GPU.
 GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
 
 

@@ -21,8 +21,8 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from pathlib import Path
 from functools import cached_property
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -74,7 +74,8 @@ def check_runtime(runtime: str, quantize: str, device: str) -> None:
 
 class OnnxModel:
     """An ONNX Runtime session that answers as the torch model did: ``model(**inputs)`` has the same outputs
-    (``.logits``, or ``.start_logits``/``.end_logits``) as torch tensors, and ``.config`` is the model's (``folder``'s).
+    (``.logits``, or ``.start_logits``/``.end_logits``), numpy arrays for numpy inputs and torch tensors for torch
+    tensors, and ``.config`` is the model's (``folder``'s).
 
     A batch is cut into ``threads`` slices run side by side, each by one thread: the layer norms, transposes and
     softmax between the int8 products parallelise poorly inside one run, so two slices on their own cores served the
