@@ -458,6 +458,54 @@ def test_a_stop_signal_inside_importlibs_bookkeeping_stops_the_run_and_leaves_im
     assert (result.returncode, result.stderr, result.stdout) == (code, line + "\n", "")
 
 
+# The stop signal lands in threading.Condition.__enter__ after it took its lock and before the `with` that gives it
+# back (traced to that instruction), as in a ThreadPoolExecutor's submit (its idle semaphore) or a Future's result.
+# Raised there, the lock stayed held: the hashing thread of `expand`'s weights writer then waited for it forever in
+# Semaphore.release, and the main thread for that thread (tests/test_reliability_kills.py, expand under SIGINT).
+STOPPED_ENTERING_A_CONDITION = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    from greenadapt.machine.stop_signals import stop_on_signals
+
+    stop_on_signals([], lambda: False)
+    semaphore = threading.Semaphore(1)
+    fired = []
+
+    def opcodes(frame, event, arg):
+        if event == "opcode" and not fired and semaphore._cond._is_owned():
+            fired.append(frame.f_lasti)
+            os.kill(os.getpid(), signal.SIGINT)
+        return opcodes
+
+    def calls(frame, event, arg):
+        if frame.f_code.co_name == "__enter__" and frame.f_code.co_filename == threading.__file__:
+            frame.f_trace_opcodes = True
+            return opcodes
+        return None
+
+    try:
+        sys.settrace(calls)
+        semaphore.acquire()
+        sys.settrace(None)
+        time.sleep(30)  # the stop must come before this ends
+        print("the stop signal was lost")
+    except KeyboardInterrupt:
+        sys.settrace(None)
+    assert fired, "Condition.__enter__ was never traced holding its lock"
+    beside = threading.Thread(target=semaphore.release, daemon=True)  # as the executor's worker does
+    beside.start()
+    beside.join(10)
+    print("left held" if beside.is_alive() else "given back")
+    """
+)
+
+
+def test_a_stop_signal_while_a_condition_takes_its_lock_leaves_the_lock_free(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-c", STOPPED_ENTERING_A_CONDITION], capture_output=True, text=True, env=ENV,
+                            cwd=tmp_path, timeout=HANG_S)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "given back\n", "")
+
+
 # A stop signal while the main thread is inside an import for long: a module whose own code runs on, or a wait for
 # a module another thread is importing. The stop waits for importlib only so long (greenadapt/machine/stop_signals.py).
 STOPPED_DURING_A_LONG_IMPORT = textwrap.dedent(

@@ -14,7 +14,9 @@ about a thousand kills) was still running five minutes later.
 :func:`raise_when_safe` raises at once when no importlib frame is on the main
 thread's stack. Otherwise it leaves the exception pending and looks again
 every :data:`RETRY_S` (a one-shot ``SIGALRM``: a timer, not a thread or a
-lock, so a handler can never wait on a lock the interrupted code holds). A
+lock, so a handler can never wait on a lock the interrupted code holds). The
+same holds for ``threading.Condition.__enter__`` (a semaphore's, a queue's, a
+future's), between taking its lock and the ``with`` that gives it back. A
 main thread that stays inside imports is stopped anyway: after
 :data:`INNER_ONLY_S` once the innermost frame is not importlib's (an
 exception in a module's own code is one importlib cleans up after), after
@@ -79,6 +81,8 @@ def _raise(exception: Callable[[], BaseException | None]) -> None:
 def _is_safe(frame: FrameType | None, waited: float) -> bool:
     if frame is None or waited >= ANYWHERE_S:
         return True
+    if _entering_a_condition(frame):
+        return False
     if waited >= INNER_ONLY_S:
         return not _in_importlib(frame)
     while frame is not None:
@@ -90,6 +94,21 @@ def _is_safe(frame: FrameType | None, waited: float) -> bool:
 
 def _in_importlib(frame: FrameType) -> bool:
     return frame.f_code.co_filename.startswith(_IMPORTLIB)
+
+
+def _entering_a_condition(frame: FrameType) -> bool:
+    """Whether the main thread is in ``threading.Condition.__enter__``, where it may hold the lock before the ``with``
+    that gives it back has begun: raised there, the lock stays held, and a thread that needs it (a worker's
+    ``Semaphore.release`` in ``ThreadPoolExecutor``, a ``Future``'s result) waits forever, as the main thread then
+    waits for that thread: ``expand`` sent SIGINT by tests/test_reliability_kills.py hung in its hashing writer."""
+    import threading
+
+    here: FrameType | None = frame
+    while here is not None:  # (the innermost frame, unless a tracer's runs above it)
+        if here.f_code.co_name == "__enter__" and here.f_code.co_filename == threading.__file__:
+            return True
+        here = here.f_back
+    return False
 
 
 def stop_on_signals(received: list[int], exiting: Callable[[], bool]) -> None:
