@@ -134,12 +134,16 @@ class OnnxModel:
         return AutoConfig.from_pretrained(str(self.folder))
 
     @cached_property
-    def num_labels(self) -> int:
-        """The model's labels, as transformers counts them (its id2label), read from config.json alone."""
+    def _config_json(self) -> dict[str, Any]:
+        """config.json as JSON: what greenadapt's own inference reads of the model (no transformers)."""
         from greenadapt.artifacts.pretrained import read_config
 
-        config = read_config(self.folder)
-        return len(config.get("id2label") or {}) or int(config.get("num_labels", 2))
+        return read_config(self.folder)
+
+    @property
+    def num_labels(self) -> int:
+        """The model's labels, as transformers counts them (its id2label)."""
+        return len(self._config_json.get("id2label") or {}) or int(self._config_json.get("num_labels", 2))
 
     @property
     def device(self) -> Any:
@@ -158,9 +162,7 @@ class OnnxModel:
         return self
 
     def get_input_embeddings(self) -> Any:
-        from greenadapt.artifacts.pretrained import read_config
-
-        return SimpleNamespace(num_embeddings=int(read_config(self.folder)["vocab_size"]))
+        return SimpleNamespace(num_embeddings=int(self._config_json["vocab_size"]))
 
 
 def onnx_model(folder: Path, load: Any, *, quantize: str = "none") -> OnnxModel:

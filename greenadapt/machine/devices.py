@@ -113,7 +113,7 @@ def use_cpu_threads(requested: int = 0) -> int:
 
 
 # A command that may never import torch (predict from a cached ONNX export) sets torch's threads when torch is first
-# asked for a device, not at its start: importing torch to set them was 2 of the 3 CPU-s of such a predict.
+# asked for a device, not at its start: importing torch only to set them was most of such a predict's start.
 _deferred_threads: int | None = None
 
 
@@ -143,6 +143,7 @@ def inference_threads() -> int:
         import torch
 
         return int(torch.get_num_threads())
-    omp = os.environ.get("OMP_NUM_THREADS", "")
-    default = int(omp) if omp.isdigit() and int(omp) > 0 else usable_cores()
-    return _deferred_threads or min(default, usable_cores())
+    if _deferred_threads:
+        return _deferred_threads
+    usable, omp = usable_cores(), os.environ.get("OMP_NUM_THREADS", "")
+    return min(int(omp), usable) if omp.isdigit() and int(omp) > 0 else usable
