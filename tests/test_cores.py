@@ -130,7 +130,11 @@ def test_threads_reach_torch_from_a_command_and_from_load(torch_threads: object,
     torch.set_num_threads(2)  # qa declares its own --device: --threads is its too (the group, not DeviceSettings)
     from greenadapt.inference.qa.settings import QaSettings
 
-    QaSettings(data=train, threads=1).configure_process()
+    from greenadapt.machine.devices import pick_device
+
+    QaSettings(data=train, threads=1).configure_process()  # deferred, as predict's: an ONNX answer never imports torch
+    assert torch.get_num_threads() == 2
+    pick_device("cpu", allow_mps=False)  # where a torch QA model is opened
     assert torch.get_num_threads() == 1
     with pytest.raises(UsageError, match="threads must be at least 0"):
         greenadapt.load(run.path, threads=-1)

@@ -267,7 +267,8 @@ def test_a_folder_with_a_million_added_rows_exports_and_runs(tmp_path: Path) -> 
 
 def test_qa_answers_alike_through_onnx(tmp_path: Path) -> None:
     """Question answering's windows and both views through ONNX Runtime: the same answers and scores as torch fp32,
-    through `greenadapt qa --runtime onnx` and `greenadapt.load(..., runtime="onnx")`."""
+    through `greenadapt qa --runtime onnx` and `greenadapt.load(..., runtime="onnx")`; a fresh process answering from
+    the cached export imports neither torch nor transformers and writes the in-process answers."""
     from qa_helpers import build_tiny_expanded_qa, paragraph, squad_file
 
     context = "Heart rate was high in myocarditis. Ventilation was the main treatment of covid patients."
@@ -281,6 +282,12 @@ def test_qa_answers_alike_through_onnx(tmp_path: Path) -> None:
         answers[runtime] = json.loads((tmp_path / f"qa-{runtime}" / "nbest.json").read_text())
     for qid in ("q1", "q2"):
         assert [a["text"] for a in answers["onnx"][qid][:3]] == [a["text"] for a in answers["torch"][qid][:3]]
+    program = ("import sys, greenadapt; greenadapt.qa(sys.argv[1], sys.argv[2], model=sys.argv[3], max_length=32, runtime='onnx', "
+               "progress=False); print('transformers' in sys.modules, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", program, str(data), str(tmp_path / "qa-fresh"), str(run.path)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=HANG_S, check=False)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "False False", done.stdout + done.stderr
+    assert json.loads((tmp_path / "qa-fresh" / "nbest.json").read_text()) == answers["onnx"]
     torch_answer = greenadapt.load(run.path, device="cpu", max_length=32).answer("What was high?", context)  # type: ignore[union-attr]
     onnx_answer = greenadapt.load(run.path, max_length=32, runtime="onnx").answer("What was high?", context)  # type: ignore[union-attr]
     assert onnx_answer["text"] == torch_answer["text"] and onnx_answer["score"] == pytest.approx(torch_answer["score"], abs=1e-4)

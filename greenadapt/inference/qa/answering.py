@@ -233,7 +233,7 @@ class SettledQa:
     folder: Any  # greenadapt.artifacts.model_folder.ExpandedModel
     pool: str
     max_length: int
-    device: Any
+    device: Any  # None: ONNX Runtime on the CPU, which takes the batches as numpy arrays (no torch)
 
 
 @dataclass
@@ -248,16 +248,20 @@ class OpenedQa:
 def resolve_qa_settings(ref: Any, options: AnswerSettings) -> SettledQa:
     """The pooling mode, window length and device ``options`` mean for the model ``ref`` (its tokenizers read once)."""
     from greenadapt.artifacts.model_folder import ExpandedModel
+    from greenadapt.inference.default_runtime import chosen_runtime
     from greenadapt.machine.devices import pick_device
     from greenadapt.modeling.gmap import wiring as gmap
     from greenadapt.inference.qa.model import resolve_pool
 
-    if options.general_model is not None and not gmap.is_gmap_folder(ref.path):
+    fused = gmap.is_gmap_folder(ref.path)
+    if options.general_model is not None and not fused:
         raise UsageError("--general-model is for G-MAP models; this one has no gmap_config.json", path=ref.path,
                          hint="leave --general-model out")
     folder = ExpandedModel.open(ref, inference=True)
     pool = resolve_pool(options.pool, folder.tokenizers, ref.path)
-    return SettledQa(folder, pool, folder.checked_length(options.max_length), pick_device(options.device, allow_mps=False))
+    onnx = chosen_runtime(options.runtime, options.quantize, options.device, exportable=not fused) == "onnx"
+    device = None if onnx else pick_device(options.device, allow_mps=False)
+    return SettledQa(folder, pool, folder.checked_length(options.max_length), device)
 
 
 def _open_qa_onnx(settings: SettledQa, options: AnswerSettings) -> OpenedQa:
@@ -268,10 +272,9 @@ def _open_qa_onnx(settings: SettledQa, options: AnswerSettings) -> OpenedQa:
     from greenadapt.machine.devices import pick_device
 
     folder = settings.folder
-    cpu = pick_device("cpu", allow_mps=False)
-    model = onnx_model(folder.path, lambda: load_qa_model(folder.ref, cpu), quantize=options.quantize)
+    model = onnx_model(folder.path, lambda: load_qa_model(folder.ref, pick_device("cpu", allow_mps=False)), quantize=options.quantize)
     folder.check_rows(model.get_input_embeddings().num_embeddings)
-    return OpenedQa(QaRunner(model, cpu), folder.tokenizers.for_pool(settings.pool), settings.max_length)
+    return OpenedQa(QaRunner(model, None), folder.tokenizers.for_pool(settings.pool), settings.max_length)
 
 
 def open_qa(settings: SettledQa, options: AnswerSettings) -> OpenedQa:
@@ -282,11 +285,9 @@ def open_qa(settings: SettledQa, options: AnswerSettings) -> OpenedQa:
     from greenadapt.inference.qa.model import load_qa_model
 
     folder, device = settings.folder, settings.device
-    tokenizers = folder.tokenizers
-    from greenadapt.inference.default_runtime import chosen_runtime
-
-    if chosen_runtime(options.runtime, options.quantize, options.device, exportable=not gmap.is_gmap_folder(folder.path)) == "onnx":
+    if device is None:
         return _open_qa_onnx(settings, options)
+    tokenizers = folder.tokenizers
     if gmap.is_gmap_folder(folder.path):
         qa_model, memory_tokenizer, memory_length = gmap.load_fused(folder.path, general_model=options.general_model)
         qa_model.to(device)

@@ -151,7 +151,7 @@ class QaRunner:
     it is the same) and ``memory_length`` its input limit.
     """
 
-    def __init__(self, model: Any, device: torch.device, *, memory_tokenizer: Any = None, memory_length: int = 512) -> None:
+    def __init__(self, model: Any, device: torch.device | None, *, memory_tokenizer: Any = None, memory_length: int = 512) -> None:
 
         self.model = model
         self.device = device
@@ -160,7 +160,8 @@ class QaRunner:
             raise ValueError("a G-MAP model needs the general model's tokenizer (memory_tokenizer)")
         self.memory_tokenizer = memory_tokenizer
         self.memory_length = memory_length
-        self.dtype = autocast_dtype("auto", device)  # bf16 (else fp16) on CUDA, fp32 elsewhere
+        # bf16 (else fp16) on CUDA, fp32 elsewhere; device None: ONNX Runtime's fp32 graph, numpy in and out (no torch)
+        self.dtype = autocast_dtype("auto", device) if device is not None else None
 
     def logits(
         self,
@@ -169,8 +170,6 @@ class QaRunner:
         attention: np.ndarray,
         memory: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        import torch
-
         inputs = {
             "input_ids": to_device(input_ids, self.device),
             "token_type_ids": to_device(token_types, self.device),
@@ -179,6 +178,11 @@ class QaRunner:
         if memory is not None:
             for name, array in zip(("general_input_ids", "general_token_type_ids", "general_attention_mask"), memory, strict=True):
                 inputs[name] = to_device(array, self.device)
+        if self.device is None:
+            output = self.model(**inputs)
+            return output.start_logits, output.end_logits
+        import torch
+
         with torch.inference_mode(), autocast(self.device, self.dtype):
             output = self.model(**inputs)
         start = output.start_logits.float().cpu().numpy()

@@ -72,7 +72,8 @@ def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
 
 def _answer_all(settings: SettledQa, options: QaSettings, squad: Any, folder: Path, progress: Progress) -> dict[str, Any]:
     """Answer every question of ``squad``; write predictions, n-best, metrics and data issues into ``folder``: the stats."""
-    pool, max_length, device = settings.pool, settings.max_length, settings.device
+    pool, max_length = settings.pool, settings.max_length
+    device = "cpu" if settings.device is None else settings.device  # None: ONNX Runtime, on the CPU
     opened = open_qa(settings, options)
     runner, chosen = opened.runner, opened.tokenizers
     log.info(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from greenadapt.inference.settings import LoadSettings, RuntimeSettings, TaskChoiceSettings
+from greenadapt.inference.settings import LoadSettings, ModelRunSettings, RuntimeSettings, TaskChoiceSettings
 from greenadapt.options import EVALUATION, INPUT_OUTPUT, MODEL, REQUIRED, TRAINING, Settings, model_paths, option, option_as_in
 from greenadapt.compute.settings import ThreadSettings
 
@@ -37,6 +37,8 @@ class AnswerSettings(RuntimeSettings, ThreadSettings, WindowSettings, AnswerSpan
     n_best: int = option(20, "--n-best", panel=EVALUATION, minimum=1, help="Answers kept per question in nbest.json.")
     device: str = option_as_in(LoadSettings, "device", "auto", help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
     general_model: str | None = option_as_in(LoadSettings, "general_model", None)
+
+    configure_process = ModelRunSettings.configure_process  # torch's threads wait for a torch model (ONNX: no torch)
 
 
 @dataclass(frozen=True, kw_only=True)
