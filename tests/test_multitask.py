@@ -215,10 +215,38 @@ def test_predict_task_reproduces_the_runs_predictions(
     code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "rte", "--input", str(data["pair_dev"]),
                           "--output", str(tmp_path / "x.tsv"))
     assert code == EXIT_USAGE and "no task 'rte'" in stderr
-    # a runtime that cannot run PALs is refused, never silently replaced by torch (issue 81)
-    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "ncbi", "--input", str(data["ner_dev"]),
-                          "--output", str(tmp_path / "y.tsv"), "--runtime", "onnx", "--quantize", "int8")
-    assert code == EXIT_USAGE and "does not run multitask" in stderr and not (tmp_path / "y.tsv").exists(), stderr
+
+
+def test_each_task_runs_in_onnx_runtime_from_its_own_cached_graph(
+    frozen_run: dict, data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--runtime onnx`` serves a task as it serves a fine-tuned folder (refused before): the task's own graph of the
+    encoder with its adapters and head, exported once and cached in the run under its own key, gives torch fp32's
+    logits under every pooling mode and its predictions; int8 runs close to them."""
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+
+    from greenadapt.inference import multitask
+    from greenadapt.inference.labelling import label_file_by_mode
+    from greenadapt.inference.settings import LoadSettings
+
+    out, logits = frozen_run["out"], {}
+    for name, dev in (("ncbi", data["ner_dev"]), ("pair", data["pair_dev"])):
+        for runtime, quantize in (("torch", "none"), ("onnx", "none"), ("onnx", "int8")):
+            options = LoadSettings(runtime=runtime, quantize=quantize, precision="fp32" if runtime == "torch" else "auto", device="cpu")
+            _, logits[name, quantize, runtime] = label_file_by_mode(multitask.open_task_model(out, name, options), dev, options=options,
+                                                                    modes=())
+        for mode, expected in logits[name, "none", "torch"].items():
+            assert np.abs(logits[name, "none", "onnx"][mode] - expected).max() < 1e-4, (name, mode)
+            assert np.abs(logits[name, "int8", "onnx"][mode] - expected).mean() < 0.05, (name, mode)
+        target = tmp_path / f"{name}.tsv"
+        code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", name, "--input", str(dev), "--output",
+                              str(target), "--runtime", "onnx")
+        assert code == 0 and target.read_text() == (out / "tasks" / name / "predictions" / "dev.tsv").read_text(), stderr
+    exports = sorted((out / ".greenadapt-cache" / "onnx").glob("*/model.onnx"))
+    assert len(exports) == 4  # each task's fp32 and int8 graph under a key of its own
+    monkeypatch.setattr(multitask, "_task_model", lambda *a, **k: pytest.fail("the cached graph was exported again"))
+    assert multitask.open_task_model(out, "pair", LoadSettings(runtime="onnx")).model.num_labels == 2
 
 
 def test_raw_text_reaches_one_task_through_predict_and_load(
@@ -378,6 +406,9 @@ def test_multitask_with_gmap_trains_saves_and_predicts(
                           "--output", str(target), "--device", "cpu")
     assert code == 0, stderr
     assert target.read_text() == (out / "tasks" / "pair" / "predictions" / "dev.tsv").read_text()
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "pair", "--input", str(data["pair_dev"]),
+                          "--output", str(tmp_path / "onnx.tsv"), "--runtime", "onnx")
+    assert code == EXIT_USAGE and "does not run G-MAP" in stderr and not (tmp_path / "onnx.tsv").exists(), stderr
 
     from greenadapt.inference.multitask import load_task
 

@@ -56,7 +56,7 @@ def chosen_runtime(runtime: str, quantize: str, device: str, *, exportable: bool
                    bf16_unit: Callable[[], str | None] = cpu_bf16_unit, onnx_installed: Callable[[], bool] = onnx_runtime_installed) -> str:
     """``torch`` or ``onnx`` for ``--runtime`` (``auto``: the table above) on ``device``.
 
-    ``exportable``: whether this model folder can run in ONNX Runtime (a G-MAP model, a multitask run: no).
+    ``exportable``: whether this model folder can run in ONNX Runtime (a G-MAP model, or a multitask run over one: no).
     ``bf16_unit`` reads this CPU's unit, ``onnx_installed`` whether ONNX Runtime imports (tests give other machines').
     An ``auto`` that would pick ONNX Runtime where it is not installed, or for a folder it cannot run, is torch.
     """

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenadapt.inference.settings import DEFAULT_LOAD, LoadSettings
 from greenadapt.artifacts import kinds
@@ -18,6 +18,9 @@ from greenadapt.machine.devices import pick_device
 from greenadapt.modeling.pals.config import BASE_DIR, TASKS_DIR
 from greenadapt.tasks import TASK_FILE, TaskSettings
 from greenadapt.compute.distributed import DistContext
+
+if TYPE_CHECKING:
+    from greenadapt.inference.onnx_runtime import ExportSource
 
 
 @dataclass
@@ -74,12 +77,18 @@ def task_settings(folder: str | os.PathLike[str], name: str | None, *, checksums
 def load_task(folder: str | os.PathLike[str], name: str | None, *, device: Any = "cpu", general_model: str | None = None) -> LoadedTask:
     """Task ``name`` of a ``greenadapt multitask`` run folder: the shared encoder with only that task's PALs and head
     (the name is checked before any weight is read: None or one the run has not is one line naming its tasks)."""
-    from greenadapt.artifacts.pretrained import quiet_transformers
-    from greenadapt.modeling.pals.model import MultiTaskModel
-
     path = Path(folder)
     settings = task_settings(path, name, checksums=True)
     assert name is not None  # task_settings refuses a missing name
+    model, memory = _task_model(path, name, device, general_model)
+    return LoadedTask(name, model, settings, load_tokenizers(path / BASE_DIR, inference=True), path, memory)
+
+
+def _task_model(path: Path, name: str, device: Any, general_model: str | None) -> tuple[Any, tuple[Any, int] | None]:
+    """The task's model of a verified run, and G-MAP's memory source (None without G-MAP)."""
+    from greenadapt.artifacts.pretrained import quiet_transformers
+    from greenadapt.modeling.pals.model import MultiTaskModel
+
     memory = None
     with quiet_transformers():
         from greenadapt.modeling.gmap.wiring import is_gmap_folder, load_fused
@@ -94,7 +103,7 @@ def load_task(folder: str | os.PathLike[str], name: str | None, *, device: Any =
             raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
         else:
             multi = MultiTaskModel.load(path, tasks=[name], device=device)
-    return LoadedTask(name, multi.task_view(name), settings, load_tokenizers(path / BASE_DIR, inference=True), path, memory)
+    return multi.task_view(name), memory
 
 
 def predict_task(
@@ -133,18 +142,55 @@ def open_task(folder: str | os.PathLike[str], name: str | None, options: LoadSet
 
 def open_task_model(folder: str | os.PathLike[str], name: str | None, options: LoadSettings = DEFAULT_LOAD) -> Any:
     """Task ``name`` of a multitask run as a fine-tuned model opened for inference
-    (:class:`~greenadapt.inference.labelling.FinetunedModel`), after its options and name are checked."""
+    (:class:`~greenadapt.inference.labelling.FinetunedModel`), after its options and name are checked. ``--runtime
+    onnx`` (or ``auto``, where it picks ONNX Runtime): the task's own graph, exported on first use (see
+    :func:`task_export_source`)."""
+    from greenadapt.inference.default_runtime import chosen_runtime
     from greenadapt.inference.labelling import FinetunedModel
     from greenadapt.inference.predictor import refuse_qa_options
+    from greenadapt.modeling.gmap.wiring import is_gmap_folder
 
-    refuse_onnx(options, folder)
     refuse_qa_options(options, "a multitask run")
+    path = Path(folder)
+    fused = is_gmap_folder(path / BASE_DIR)
+    if chosen_runtime(options.runtime, options.quantize, options.device, exportable=not fused) == "onnx":
+        return _open_task_onnx(path, name, options)
     ctx = DistContext(device=pick_device(options.device))
     loaded = load_task(folder, name, device=ctx.device, general_model=options.general_model)
     return FinetunedModel(loaded.folder, loaded.settings, loaded.tokenizers, loaded.model, ctx, loaded.memory, options)
 
 
-def refuse_onnx(options: LoadSettings, run: str | os.PathLike[str]) -> None:
-    if options.runtime == "onnx" or options.quantize != "none":  # PALs run in torch only: never silently in torch
-        raise UsageError("ONNX Runtime (--runtime onnx, --quantize) does not run multitask (PALs) runs", path=str(run),
-                         hint="leave --runtime and --quantize out (torch runs it)")
+def _open_task_onnx(path: Path, name: str | None, options: LoadSettings) -> Any:
+    """Task ``name`` run by ONNX Runtime on the CPU (a G-MAP run is refused by :func:`onnx_model`, as a G-MAP folder is)."""
+    from greenadapt.inference.labelling import FinetunedModel
+    from greenadapt.inference.onnx_runtime import onnx_model
+
+    settings = task_settings(path, name, checksums=True)
+    assert name is not None  # task_settings refuses a missing name
+    if options.general_model is not None:
+        raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
+
+    def load() -> Any:  # only when the task's graph is not in the cache yet
+        model, _ = _task_model(path, name, pick_device("cpu"), None)
+        # traced with plain attention, as a fine-tuned folder's model is (onnx_runtime._eager_attention: the same logits, faster)
+        model.multi.base.set_attn_implementation("eager")
+        return model
+
+    model = onnx_model(task_export_source(path, name, settings), load, quantize=options.quantize)
+    # device None: batches stay numpy arrays, which the ONNX model takes and gives back (no torch)
+    return FinetunedModel(path, settings, load_tokenizers(path / BASE_DIR, inference=True), model, DistContext(device=None), run=options)
+
+
+def task_export_source(path: Path, name: str, settings: TaskSettings) -> ExportSource:
+    """Task ``name``'s graph as an ONNX export (:class:`~greenadapt.inference.onnx_runtime.ExportSource`): the run's
+    encoder (its config.json gives the vocabulary) with the task's adapters and head (its labels), made from the
+    encoder's weights, the task's and the run's PALs config; cached in the run folder, each task under its own key."""
+    import hashlib
+
+    from greenadapt.artifacts.files import sha256_file
+    from greenadapt.artifacts.model_weights import weights_digest
+    from greenadapt.inference.onnx_runtime import ExportSource
+    from greenadapt.modeling.pals.config import CONFIG_FILE
+
+    parts = [f"task {name}", weights_digest(path / BASE_DIR), weights_digest(path / TASKS_DIR / name), sha256_file(path / CONFIG_FILE)]
+    return ExportSource(path, path / BASE_DIR, hashlib.sha256("\n".join(parts).encode()).hexdigest(), labels=len(settings.labels))

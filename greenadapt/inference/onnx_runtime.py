@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
@@ -72,10 +73,27 @@ def check_runtime(runtime: str, quantize: str, device: str) -> None:
         require_onnxruntime()
 
 
+@dataclass(frozen=True)
+class ExportSource:
+    """What an export is of: ``model``, the folder of its config.json (its vocabulary; its labels unless ``labels``
+    says), made from the weights and config whose digest is ``weights``, cached beside ``folder``. A fine-tuned
+    folder is all four (:meth:`of`); one task of a multitask run is its run's encoder and that task's adapters and
+    head (:func:`greenadapt.inference.multitask.task_export_source`)."""
+
+    folder: Path
+    model: Path
+    weights: str
+    labels: int | None = None
+
+    @classmethod
+    def of(cls, folder: Path | ExportSource, weights: str | None = None) -> ExportSource:
+        return folder if isinstance(folder, ExportSource) else cls(folder, folder, weights or weights_digest(folder))
+
+
 class OnnxModel:
     """An ONNX Runtime session that answers as the torch model did: ``model(**inputs)`` has the same outputs
     (``.logits``, or ``.start_logits``/``.end_logits``), numpy arrays for numpy inputs and torch tensors for torch
-    tensors, and ``.config`` is the model's (``folder``'s).
+    tensors, and ``.config`` is the model's (``source.model``'s).
 
     A batch is cut into ``threads`` slices run side by side, each by one thread: the layer norms, transposes and
     softmax between the int8 products parallelise poorly inside one run, so two slices on their own cores served the
@@ -86,13 +104,13 @@ class OnnxModel:
     training = False
     runs_any_shape = True  # nothing is compiled per input shape: batches need no padding to a few shapes
 
-    def __init__(self, path: Path, folder: Path, *, threads: int | None = None) -> None:
+    def __init__(self, path: Path, source: ExportSource, *, threads: int | None = None) -> None:
         ort = require_onnxruntime()
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        self.path, self.folder, self.threads = path, folder, max(1, threads or 1)
+        self.path, self.folder, self.labels, self.threads = path, source.model, source.labels, max(1, threads or 1)
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
@@ -143,7 +161,7 @@ class OnnxModel:
     @property
     def num_labels(self) -> int:
         """The model's labels, as transformers counts them (its id2label)."""
-        return len(self._config_json.get("id2label") or {}) or int(self._config_json.get("num_labels", 2))
+        return self.labels or len(self._config_json.get("id2label") or {}) or int(self._config_json.get("num_labels", 2))
 
     @property
     def device(self) -> Any:
@@ -165,17 +183,19 @@ class OnnxModel:
         return SimpleNamespace(num_embeddings=int(self._config_json["vocab_size"]))
 
 
-def onnx_model(folder: Path, load: Any, *, quantize: str = "none") -> OnnxModel:
+def onnx_model(folder: Path | ExportSource, load: Any, *, quantize: str = "none") -> OnnxModel:
     """``folder``'s model as ONNX Runtime runs it: from the cache (the torch weights are then never loaded), or
     exported now from ``load()`` (the torch model). A G-MAP folder is refused: its fusion reads a second model."""
     from greenadapt.modeling.gmap import wiring as gmap
 
-    if gmap.is_gmap_folder(folder):
-        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=folder,
+    model = folder.model if isinstance(folder, ExportSource) else folder
+    if gmap.is_gmap_folder(model):
+        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=model,
                          hint="use --runtime torch")
     from greenadapt.machine.devices import inference_threads
 
-    return OnnxModel(ensure_export(folder, quantize, load), folder, threads=inference_threads())
+    source = ExportSource.of(folder)
+    return OnnxModel(ensure_export(source, quantize, load), source, threads=inference_threads())
 
 
 def export_config(quantize: str, weights: str) -> dict[str, str]:
@@ -210,37 +230,38 @@ def cache_root(folder: Path) -> Path:
     return _user_cache()
 
 
-def ensure_export(folder: Path, quantize: str, load: Any, *, weights: str | None = None) -> Path:
+def ensure_export(folder: Path | ExportSource, quantize: str, load: Any, *, weights: str | None = None) -> Path:
     """The ONNX file of ``folder``'s weights at ``quantize``: from its cache (:func:`cache_root`) when the export there
     is whole and verified, else exported now from ``load()`` (the torch model). ``weights``: :func:`weights_digest`,
     where the caller has it (hashed once)."""
-    config = export_config(quantize, weights or weights_digest(folder))
-    root = cache_root(folder)
-    return find_export(folder, config, root=root) or cached_export(folder, config, load, root=root)
+    source = ExportSource.of(folder, weights)
+    config = export_config(quantize, source.weights)
+    root = cache_root(source.folder)
+    return find_export(source, config, root=root) or cached_export(source, config, load, root=root)
 
 
 def _entry(root: Path, config: dict[str, str]) -> Path:
     return root / "onnx" / _key(config)
 
 
-def _fits(folder: Path) -> Callable[[Path], str | None]:
-    """The check of a cached export that its manifest cannot vouch for: a graph of ``folder``'s model."""
-    return lambda entry: graph_problem(entry / MODEL_FILE, folder)
+def _fits(source: ExportSource) -> Callable[[Path], str | None]:
+    """The check of a cached export that its manifest cannot vouch for: a graph of ``source``'s model."""
+    return lambda entry: graph_problem(entry / MODEL_FILE, source)
 
 
-def find_export(folder: Path, config: dict[str, str], *, root: Path | None = None) -> Path | None:
-    """The cached ONNX file of ``config`` (:func:`export_config`) in ``folder``'s cache, verified (a stage folder: each
-    file's SHA-256 as its manifest recorded, and a graph that fits ``folder``'s model); None if not made yet. A damaged
+def find_export(source: ExportSource, config: dict[str, str], *, root: Path | None = None) -> Path | None:
+    """The cached ONNX file of ``config`` (:func:`export_config`) in ``source.folder``'s cache, verified (a stage folder: each
+    file's SHA-256 as its manifest recorded, and a graph that fits ``source``'s model); None if not made yet. A damaged
     or replaced export is made again (said once), or, where the cache cannot be written, refused in one line: a graph
     that merely loads is never served unchecked."""
     from greenadapt.artifacts.cache import entry_problem  # (here, not at import: `predict --help` reads this module's names)
 
-    root = root or cache_root(folder)
+    root = root or cache_root(source.folder)
     _check_cache_path(root)
     target = _entry(root, config)
     if not target.exists() and not target.is_symlink():
         return None
-    problem = entry_problem(target, kinds.ONNX_EXPORT, config, _fits(folder))
+    problem = entry_problem(target, kinds.ONNX_EXPORT, config, _fits(source))
     if problem is None:
         log.info("ONNX model from the cache: %s", target)
         return target / MODEL_FILE
@@ -253,15 +274,15 @@ def find_export(folder: Path, config: dict[str, str], *, root: Path | None = Non
     return None
 
 
-def graph_problem(graph_file: Path, folder: Path) -> str | None:
-    """Why an ONNX graph is not an export of ``folder``'s model, or None: it must hold an embedding table of the
+def graph_problem(graph_file: Path, source: ExportSource) -> str | None:
+    """Why an ONNX graph is not an export of ``source``'s model, or None: it must hold an embedding table of the
     model's vocabulary size (config.json's ``vocab_size``) and, for a model with labels, give one score per label."""
     import onnx
 
     from greenadapt.artifacts.files import read_own_text
 
     try:
-        config = json.loads(read_own_text(folder / "config.json", limit=16 << 20))
+        config = json.loads(read_own_text(source.model / "config.json", limit=16 << 20))
         graph = onnx.load(str(graph_file), load_external_data=False).graph
     except (OSError, ValueError, RecursionError) as exc:
         return f"its graph or the model's config.json cannot be read ({' '.join(str(exc).split())[:120]})"
@@ -271,11 +292,12 @@ def graph_problem(graph_file: Path, folder: Path) -> str | None:
     tables = {int(init.dims[0]) for init in graph.initializer if len(init.dims) == 2}
     if isinstance(vocabulary, int) and vocabulary not in tables:
         return f"its graph has no embedding table of {vocabulary} rows (the model's vocabulary): another model's graph"
-    labels = config.get("id2label") if isinstance(config, dict) else None
+    id2label = config.get("id2label") if isinstance(config, dict) else None
+    labels = source.labels or (len(id2label) if isinstance(id2label, dict) else 0)
     dims = graph.output[0].type.tensor_type.shape.dim if graph.output else []
     scores = dims[-1].dim_value if dims else 0
-    if isinstance(labels, dict) and len(labels) > 1 and scores and scores != len(labels):
-        return f"its graph scores {scores} labels, the model has {len(labels)}: another model's graph"
+    if labels > 1 and scores and scores != labels:
+        return f"its graph scores {scores} labels, the model has {labels}: another model's graph"
     return None
 
 
@@ -296,14 +318,14 @@ def _check_cache_path(root: Path) -> None:
                             "ONNX cache: it is never adopted", path=root, hint="rename or move that folder")
 
 
-def cached_export(folder: Path, config: dict[str, str], load: Any, *, root: Path | None = None) -> Path:
-    """The ONNX file of ``folder``'s model (``load()``) as ``config`` says: exported, quantized and put in the cache as a
+def cached_export(source: ExportSource, config: dict[str, str], load: Any, *, root: Path | None = None) -> Path:
+    """The ONNX file of ``source``'s model (``load()``) as ``config`` says: exported, quantized and put in the cache as a
     stage (:class:`~greenadapt.artifacts.cache.CacheEntryRun`: under a lock, so two processes make it once; written
     in a temporary folder with its manifest and renamed into place; a killed export's temporary removed by the next)."""
     from greenadapt.artifacts.cache import CacheEntryRun
     from greenadapt.artifacts.stage import sweep_stale_temporaries
 
-    root = root or cache_root(folder)
+    root = root or cache_root(source.folder)
     _check_cache_path(root)
     make_cache(root)
     (root / "onnx").mkdir(exist_ok=True)
@@ -311,12 +333,12 @@ def cached_export(folder: Path, config: dict[str, str], load: Any, *, root: Path
     sweep_stale_temporaries(root / "onnx")  # other keys' dead exports too (a key's own: by its stage)
     quantize = config["quantize"]
     int8 = " (quantized to int8)" if quantize == "int8" else ""
-    with CacheEntryRun(kinds.ONNX_EXPORT, _entry(root, config), config, check=_fits(folder), libraries=("onnx", "onnxruntime")) as entry:
+    with CacheEntryRun(kinds.ONNX_EXPORT, _entry(root, config), config, check=_fits(source), libraries=("onnx", "onnxruntime")) as entry:
         if entry.skipped:  # another process made it while this one waited
             return entry.out / MODEL_FILE
-        log.info("exporting %s to ONNX%s, once (then cached in %s)", folder, int8, root)
+        log.info("exporting %s to ONNX%s, once (then cached in %s)", source.folder, int8, root)
         export(load(), entry.tmp / MODEL_FILE, quantize=quantize)
-        entry.commit(extra={"source": str(folder)})
+        entry.commit(extra={"source": str(source.folder)})
     log.info("ONNX model exported%s: %s", int8, entry.out)
     return entry.out / MODEL_FILE
 

@@ -169,7 +169,7 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     """
     from greenadapt.artifacts.destination import check_prediction_output
     from greenadapt.inference.labelling import ensemble_members, find_model_folder, run_predict
-    from greenadapt.inference.multitask import multitask_run, predict_task, refuse_onnx, task_settings
+    from greenadapt.inference.multitask import multitask_run, predict_task, task_settings
 
     model, source, output, task_name, options = settings.members(), str(settings.source), settings.output, settings.task, settings
     file_format, ignore_labels = settings.file_format, settings.ignore_labels
@@ -184,7 +184,6 @@ def predict_input(settings: PredictSettings, *, force: bool = False, progress: P
     overrides = {k: v for k, v in settings.reader_overrides(settings.header).items() if v is not None}
     founds = []
     if multitask:
-        refuse_onnx(options, members[0])
         task = task_settings(members[0], task_name).task
     else:
         founds = [find_model_folder(m) for m in members]  # verified once; the models are opened from what it found
