@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 from interrupt_helpers import Crash, CrashAt
 from finetune_helpers import build_tiny_expanded, write_classify_file, write_ner_file
 
@@ -247,6 +249,25 @@ def test_each_task_runs_in_onnx_runtime_from_its_own_cached_graph(
     assert len(exports) == 4  # each task's fp32 and int8 graph under a key of its own
     monkeypatch.setattr(multitask, "_task_model", lambda *a, **k: pytest.fail("the cached graph was exported again"))
     assert multitask.open_task_model(out, "pair", LoadSettings(runtime="onnx")).model.num_labels == 2
+    # export --onnx --task: the cached graphs, and a serve_onnx.py that gives predict's entities without greenadapt
+    code, _, stderr = cli(monkeypatch, capsys, "export", "--onnx", "-m", str(out), "--out", str(tmp_path / "served"))
+    assert code == EXIT_USAGE and "name the task" in stderr, stderr
+    code, _, stderr = cli(monkeypatch, capsys, "export", "--onnx", "-m", str(out), "--task", "ncbi", "--out", str(tmp_path / "served"))
+    assert code == 0, stderr
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(" ".join(line.split("\t")[0] for line in block.splitlines()) + "\n"
+                                 for block in data["ner_dev"].read_text().split("\n\n") if block.strip()))
+    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "ncbi", str(sentences), "-o",
+                          str(tmp_path / "entities.jsonl"), "--runtime", "onnx")
+    assert code == 0, stderr
+    served = subprocess.run([sys.executable, str(tmp_path / "served" / "serve_onnx.py"), str(tmp_path / "served")],
+                            input=sentences.read_text(), capture_output=True, text=True, timeout=HANG_S, check=False)
+    assert served.returncode == 0, served.stderr
+    expected = [json.loads(line)["entities"] for line in (tmp_path / "entities.jsonl").read_text().splitlines()]
+    got = [json.loads(line)["entities"] for line in served.stdout.splitlines()]
+    assert len(got) == len(expected) == 12 and sum(map(len, got)) > 0  # the tiny task found entities: a comparison of something
+    assert [[(e["start"], e["end"], e["label"]) for e in line] for line in got] == [[(e["start"], e["end"], e["label"]) for e in line]
+                                                                                    for line in expected]
 
 
 def test_raw_text_reaches_one_task_through_predict_and_load(

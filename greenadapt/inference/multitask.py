@@ -169,16 +169,17 @@ def _open_task_onnx(path: Path, name: str | None, options: LoadSettings) -> Any:
     assert name is not None  # task_settings refuses a missing name
     if options.general_model is not None:
         raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
-
-    def load() -> Any:  # only when the task's graph is not in the cache yet
-        model, _ = _task_model(path, name, pick_device("cpu"), None)
-        # traced with plain attention, as a fine-tuned folder's model is (onnx_runtime._eager_attention: the same logits, faster)
-        model.multi.base.set_attn_implementation("eager")
-        return model
-
-    model = onnx_model(task_export_source(path, name, settings), load, quantize=options.quantize)
+    model = onnx_model(task_export_source(path, name, settings), lambda: task_graph_model(path, name), quantize=options.quantize)
     # device None: batches stay numpy arrays, which the ONNX model takes and gives back (no torch)
     return FinetunedModel(path, settings, load_tokenizers(path / BASE_DIR, inference=True), model, DistContext(device=None), run=options)
+
+
+def task_graph_model(path: Path, name: str) -> Any:
+    """The torch model a task's graph is traced from (only when it is not in the cache yet): with plain attention, as a
+    fine-tuned folder's model is (``onnx_runtime._eager_attention``: the same logits, a faster graph)."""
+    model, _ = _task_model(path, name, pick_device("cpu"), None)
+    model.multi.base.set_attn_implementation("eager")
+    return model
 
 
 def task_export_source(path: Path, name: str, settings: TaskSettings) -> ExportSource:

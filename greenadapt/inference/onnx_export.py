@@ -18,9 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from greenadapt.artifacts.stage import StageOutcome, StageRun, resource_errors
 from greenadapt.errors import UsageError
-from greenadapt.options import INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, Settings, option
+from greenadapt.inference.settings import TaskChoiceSettings
+from greenadapt.options import INPUT_OUTPUT, MODEL, PERFORMANCE, REQUIRED, option
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from greenadapt.inference.onnx_runtime import ExportSource
     from greenadapt.options import Run
 
 log = logging.getLogger(__name__)
@@ -33,7 +37,7 @@ GENERAL_VIEW = "general/tokenizer.json"
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExportSettings(Settings):
+class ExportSettings(TaskChoiceSettings):
     """``greenadapt export``: a fine-tuned folder as a self-contained ONNX folder to serve without greenadapt."""
 
     command = "export"
@@ -42,7 +46,8 @@ class ExportSettings(Settings):
     out_required = True
     run_help = {"out": "The folder to write (the ONNX files, both tokenizers, labels, pooling.json, serve_onnx.py, README.md)."}
 
-    model: str = option(REQUIRED, "--model", "-m", panel=MODEL, help="A `greenadapt finetune` run folder (NER or classification).")
+    model: str = option(REQUIRED, "--model", "-m", panel=MODEL,
+                        help="A `greenadapt finetune` run folder (NER or classification), or a `greenadapt multitask` run with --task.")
     onnx: bool = option(False, "--onnx", panel=INPUT_OUTPUT, help="Export to ONNX (the one format export writes today; required).")
     quantize: str = option("both", "--quantize", panel=PERFORMANCE, choices=FORMATS,
                            help="Which ONNX files: fp32, int8 (int8 weights; each token's activations quantized on their own) or both.")
@@ -55,54 +60,72 @@ class ExportSettings(Settings):
 def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
     """``greenadapt export --onnx``: see the module's docstring."""
     from greenadapt.artifacts.model_folder import GENERAL_TOKENIZER_DIR, load_tokenizers
-    from greenadapt.inference.labelling import find_model_folder
-    from greenadapt.inference.onnx_runtime import cache_key, require_onnxruntime, weights_digest
+    from greenadapt.inference.onnx_runtime import cache_key, require_onnxruntime
     from greenadapt.tasks import get_task
 
     from greenadapt.modeling.gmap import wiring as gmap
 
     require_onnxruntime()
-    folder, task_settings = find_model_folder(settings.model)
-    folder = folder.resolve()  # recorded whole: the same export from any working folder
-    if gmap.is_gmap_folder(folder):  # the graph would be the domain model without its fusion: never half a model
-        raise UsageError("export --onnx does not export G-MAP runs (their fusion reads a second model's states)", path=folder,
+    source, load, task_settings, name = _exported_model(settings)  # the weights hashed once, for every format
+    if gmap.is_gmap_folder(source.model):  # the graph would be the domain model without its fusion: never half a model
+        raise UsageError("export --onnx does not export G-MAP runs (their fusion reads a second model's states)", path=source.model,
                          hint="serve it with `greenadapt predict` (torch)")
-    task = get_task(task_settings.task)
-    if task.answers_questions:
+    if get_task(task_settings.task).answers_questions:
         raise UsageError("export --onnx takes NER and classification folders (question answering: --runtime onnx of `greenadapt qa`)",
-                         path=folder, hint="pass a finetune run of --task ner or classify")
+                         path=source.folder, hint="pass a finetune run of --task ner or classify")
     assert run.out is not None
-    tokenizers = load_tokenizers(folder)
+    tokenizers = load_tokenizers(source.model)
     formats = ("fp32", "int8") if settings.quantize == "both" else (settings.quantize,)
-    weights = weights_digest(folder)  # hashed once, for every format
-    keys = {f: cache_key(folder, "none" if f == "fp32" else "int8", weights=weights) for f in formats}
-    config = {"model": str(folder), "weights": keys}
-    with StageRun(KIND, run.out, config, [{"path": str(folder), "kind": "finetune"}], force=run.force, wait=run.wait) as stage:
+    keys = {f: cache_key(source.folder, "none" if f == "fp32" else "int8", weights=source.weights) for f in formats}
+    config = {"model": str(source.folder), "weights": keys}
+    kind = "finetune" if settings.task is None else "multitask"
+    with StageRun(KIND, run.out, config, [{"path": str(source.folder), "kind": kind}], force=run.force, wait=run.wait) as stage:
         if stage.skipped:
             assert stage.manifest is not None
             return StageOutcome(stage.out, stage.manifest, True, stage.skip_reason)
         with resource_errors(stage.tmp):
-            files = _write(folder, task_settings, task, tokenizers, formats, weights, stage.tmp, GENERAL_TOKENIZER_DIR)
+            files = _write(source, load, task_settings, tokenizers, formats, stage.tmp, GENERAL_TOKENIZER_DIR, name)
         manifest = stage.commit(stats={"task": task_settings.task, "formats": list(formats), "views": 2 if tokenizers.has_domain else 1,
-                                       "files": files})
-    log.info("export: %s -> %s", folder, stage.out)
+                                       "files": files, **({"multitask_task": settings.task} if settings.task else {})})
+    log.info("export: %s -> %s", source.folder, stage.out)
     return StageOutcome(stage.out, manifest, False)
 
 
-def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats: tuple[str, ...], weights: str, dest: Path,
-           general_dir: str) -> list[str]:
-    from greenadapt.inference.labelling import load_finetuned_weights
+def _exported_model(settings: ExportSettings) -> tuple[ExportSource, Callable[[], Any], Any, str]:
+    """What ``--model`` (and ``--task``) name, checked: the graph's source, its torch model's loader (called only when
+    the graph is not cached yet), the task's settings and the card's name. A fine-tuned folder, or one task of a
+    multitask run (``--task``, as ``predict`` takes it)."""
+    from greenadapt.inference import multitask
+    from greenadapt.inference.labelling import find_model_folder, load_finetuned_weights
+    from greenadapt.inference.onnx_runtime import ExportSource
+    from greenadapt.tasks import get_task
+
+    task = settings.task
+    if task is not None or multitask.is_multitask(settings.model):
+        path = Path(settings.model).resolve()  # recorded whole: the same export from any working folder
+        task_settings = multitask.task_settings(path, task, checksums=True)  # (a name the run has not: one line naming its tasks)
+        assert task is not None
+        return (multitask.task_export_source(path, task, task_settings), lambda: multitask.task_graph_model(path, task), task_settings,
+                f"{path.name}, task {task}")
+    folder, task_settings = find_model_folder(settings.model)
+    folder = folder.resolve()
+    return ExportSource.of(folder), lambda: load_finetuned_weights(folder, get_task(task_settings.task)), task_settings, folder.name
+
+
+def _write(source: ExportSource, load: Callable[[], Any], task_settings: Any, tokenizers: Any, formats: tuple[str, ...], dest: Path,
+           general_dir: str, name: str) -> list[str]:
     from greenadapt.inference.onnx_runtime import ensure_export
 
     loaded: list[Any] = []
 
     def model() -> Any:  # loaded once, and only if an export is not in the cache
         if not loaded:
-            loaded.append(load_finetuned_weights(folder, task))
+            loaded.append(load())
         return loaded[0]
 
+    folder = source.model  # the tokenizers' folder
     for fmt in formats:
-        made = ensure_export(folder, "none" if fmt == "fp32" else "int8", model, weights=weights)
+        made = ensure_export(source, "none" if fmt == "fp32" else "int8", model)
         shutil.copyfile(made, dest / MODEL_FILES[fmt])
         for side in made.parent.glob(f"{made.name}*.data"):  # weights past 2 GB live beside the graph
             shutil.copyfile(side, dest / side.name)
@@ -127,7 +150,7 @@ def _write(folder: Path, task_settings: Any, task: Any, tokenizers: Any, formats
     (dest / "pooling.json").write_text(json.dumps(recipe, indent=2) + "\n")
     if task_settings.task == "ner":  # the script serves NER; a classification export is served by predict, or by the card's recipe
         (dest / SCRIPT).write_text(standalone_script(), encoding="utf-8")
-    (dest / "README.md").write_text(_card(folder, task_settings, views, formats), encoding="utf-8")
+    (dest / "README.md").write_text(_card(name, task_settings, views, formats), encoding="utf-8")
     return sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
 
 
@@ -152,7 +175,7 @@ def standalone_script() -> str:
     return script
 
 
-def _card(folder: Path, task_settings: Any, views: list[str], formats: tuple[str, ...]) -> str:
+def _card(name: str, task_settings: Any, views: list[str], formats: tuple[str, ...]) -> str:
     both = len(views) == 2
     int8_line = ("int8 (int8 weights per channel; each token's activations quantized with its own scale, so an answer never depends on the "
                  "batch)")
@@ -161,9 +184,9 @@ def _card(folder: Path, task_settings: Any, views: list[str], formats: tuple[str
     reading = (f"It reads text through two tokenizers (views) and averages their predictions: {views[0]} (the model's own) and "
                f"{views[1]} (the domain tokenizer, which keeps the domain words whole)."
                if both else "It reads text through one tokenizer.")
-    return f"""# {folder.name}, exported for serving (ONNX)
+    return f"""# {name}, exported for serving (ONNX)
 
-A {task_settings.task} model fine-tuned with greenadapt (run `{folder.name}`), exported with `greenadapt export --onnx`.
+A {task_settings.task} model fine-tuned with greenadapt (run `{name}`), exported with `greenadapt export --onnx`.
 {reading}
 
 {model_lines}
