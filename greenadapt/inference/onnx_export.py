@@ -63,13 +63,8 @@ def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
     from greenadapt.inference.onnx_runtime import cache_key, require_onnxruntime
     from greenadapt.tasks import get_task
 
-    from greenadapt.modeling.gmap import wiring as gmap
-
     require_onnxruntime()
     source, load, task_settings, name = _exported_model(settings)  # the weights hashed once, for every format
-    if gmap.is_gmap_folder(source.model):  # the graph would be the domain model without its fusion: never half a model
-        raise UsageError("export --onnx does not export G-MAP runs (their fusion reads a second model's states)", path=source.model,
-                         hint="serve it with `greenadapt predict` (torch)")
     if get_task(task_settings.task).answers_questions:
         raise UsageError("export --onnx takes NER and classification folders (question answering: --runtime onnx of `greenadapt qa`)",
                          path=source.folder, hint="pass a finetune run of --task ner or classify")
@@ -86,7 +81,7 @@ def run_export(settings: ExportSettings, run: Run) -> StageOutcome:
         with resource_errors(stage.tmp):
             files = _write(source, load, task_settings, tokenizers, formats, stage.tmp, GENERAL_TOKENIZER_DIR, name)
         manifest = stage.commit(stats={"task": task_settings.task, "formats": list(formats), "views": 2 if tokenizers.has_domain else 1,
-                                       "files": files, **({"multitask_task": settings.task} if settings.task else {})})
+                                       "files": files, **({"task_of_the_run": settings.task} if settings.task else {})})
     log.info("export: %s -> %s", source.folder, stage.out)
     return StageOutcome(stage.out, manifest, False)
 
@@ -103,13 +98,24 @@ def _exported_model(settings: ExportSettings) -> tuple[ExportSource, Callable[[]
     task = settings.task
     if task is not None or multitask.is_multitask(settings.model):
         path = Path(settings.model).resolve()  # recorded whole: the same export from any working folder
+        _refuse_gmap(path / multitask.BASE_DIR)
         task_settings = multitask.task_settings(path, task, checksums=True)  # (a name the run has not: one line naming its tasks)
         assert task is not None
         return (multitask.task_export_source(path, task, task_settings), lambda: multitask.task_graph_model(path, task), task_settings,
                 f"{path.name}, task {task}")
     folder, task_settings = find_model_folder(settings.model)
     folder = folder.resolve()
+    _refuse_gmap(folder)
     return ExportSource.of(folder), lambda: load_finetuned_weights(folder, get_task(task_settings.task)), task_settings, folder.name
+
+
+def _refuse_gmap(model: Path) -> None:
+    """Before the weights are hashed: a G-MAP graph would be the domain model without its fusion, never half a model."""
+    from greenadapt.modeling.gmap import wiring as gmap
+
+    if gmap.is_gmap_folder(model):
+        raise UsageError("export --onnx does not export G-MAP runs (their fusion reads a second model's states)", path=model,
+                         hint="serve it with `greenadapt predict` (torch)")
 
 
 def _write(source: ExportSource, load: Callable[[], Any], task_settings: Any, tokenizers: Any, formats: tuple[str, ...], dest: Path,
