@@ -427,9 +427,10 @@ def test_multitask_with_gmap_trains_saves_and_predicts(
                           "--output", str(target), "--device", "cpu")
     assert code == 0, stderr
     assert target.read_text() == (out / "tasks" / "pair" / "predictions" / "dev.tsv").read_text()
-    code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "pair", "--input", str(data["pair_dev"]),
-                          "--output", str(tmp_path / "onnx.tsv"), "--runtime", "onnx")
-    assert code == EXIT_USAGE and "does not run G-MAP" in stderr and not (tmp_path / "onnx.tsv").exists(), stderr
+    for general_model in ((), ("--general-model", str(general))):  # the runtime is what is refused, whatever else is given
+        code, _, stderr = cli(monkeypatch, capsys, "predict", "--model", str(out), "--task", "pair", "--input", str(data["pair_dev"]),
+                              "--output", str(tmp_path / "onnx.tsv"), "--runtime", "onnx", *general_model)
+        assert code == EXIT_USAGE and "does not run G-MAP" in stderr and not (tmp_path / "onnx.tsv").exists(), stderr
     code, _, stderr = cli(monkeypatch, capsys, "export", "--onnx", "-m", str(out), "--task", "pair", "--out", str(tmp_path / "served"))
     assert code == EXIT_USAGE and "does not export G-MAP" in stderr and not (tmp_path / "served").exists(), stderr
 

@@ -161,10 +161,11 @@ def open_task_model(folder: str | os.PathLike[str], name: str | None, options: L
 
 
 def _open_task_onnx(path: Path, name: str | None, options: LoadSettings) -> Any:
-    """Task ``name`` run by ONNX Runtime on the CPU (a G-MAP run is refused by :func:`onnx_model`, as a G-MAP folder is)."""
+    """Task ``name`` run by ONNX Runtime on the CPU (a G-MAP run is refused, as a G-MAP folder is)."""
     from greenadapt.inference.labelling import FinetunedModel
-    from greenadapt.inference.onnx_runtime import onnx_model
+    from greenadapt.inference.onnx_runtime import onnx_model, refuse_gmap
 
+    refuse_gmap(path / BASE_DIR)  # before the run's files are hashed
     settings = task_settings(path, name, checksums=True)
     assert name is not None  # task_settings refuses a missing name
     if options.general_model is not None:

@@ -186,16 +186,21 @@ class OnnxModel:
 def onnx_model(folder: Path | ExportSource, load: Any, *, quantize: str = "none") -> OnnxModel:
     """``folder``'s model as ONNX Runtime runs it: from the cache (the torch weights are then never loaded), or
     exported now from ``load()`` (the torch model). A G-MAP folder is refused: its fusion reads a second model."""
-    from greenadapt.modeling.gmap import wiring as gmap
-
-    model = folder.model if isinstance(folder, ExportSource) else folder
-    if gmap.is_gmap_folder(model):
-        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=model,
-                         hint="use --runtime torch")
     from greenadapt.machine.devices import inference_threads
+
+    refuse_gmap(folder.model if isinstance(folder, ExportSource) else folder)
 
     source = ExportSource.of(folder)
     return OnnxModel(ensure_export(source, quantize, load), source, threads=inference_threads())
+
+
+def refuse_gmap(model: Path) -> None:
+    """A G-MAP model is not run by ONNX Runtime: its fusion reads a second model's states (one line, before any hashing)."""
+    from greenadapt.modeling.gmap import wiring as gmap
+
+    if gmap.is_gmap_folder(model):
+        raise UsageError("--runtime onnx does not run G-MAP models (their fusion reads a second model's states)", path=model,
+                         hint="use --runtime torch")
 
 
 def export_config(quantize: str, weights: str) -> dict[str, str]:
