@@ -246,7 +246,8 @@ class OpenedQa:
 
 
 def resolve_qa_settings(ref: Any, options: AnswerSettings) -> SettledQa:
-    """The pooling mode, window length and device ``options`` mean for the model ``ref`` (its tokenizers read once)."""
+    """The pooling mode, window length and device ``options`` mean for the model ``ref`` (its tokenizers read once); the
+    runtime is chosen first, so that ONNX Runtime gets no torch device (None) and answering imports no torch."""
     from greenadapt.artifacts.model_folder import ExpandedModel
     from greenadapt.inference.default_runtime import chosen_runtime
     from greenadapt.machine.devices import pick_device
