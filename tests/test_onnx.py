@@ -282,6 +282,14 @@ def test_qa_answers_alike_through_onnx(tmp_path: Path) -> None:
         answers[runtime] = json.loads((tmp_path / f"qa-{runtime}" / "nbest.json").read_text())
     for qid in ("q1", "q2"):
         assert [a["text"] for a in answers["onnx"][qid][:3]] == [a["text"] for a in answers["torch"][qid][:3]]
+    # int8 answers asked of the folder of the fp32 ones: not "up to date" (the fp32 answers kept without a word); --force makes them
+    from greenadapt.errors import OutputExistsError
+
+    with pytest.raises(OutputExistsError, match="quantize"):
+        greenadapt.qa(data, tmp_path / "qa-onnx", model=str(run.path), max_length=32, runtime="onnx", quantize="int8", progress=False)
+    int8 = greenadapt.qa(data, tmp_path / "qa-onnx", model=str(run.path), max_length=32, runtime="onnx", quantize="int8", progress=False,
+                         force=True)
+    assert not int8.skipped and int8.manifest["config"]["quantize"] == "int8"
     program = ("import sys, greenadapt; greenadapt.qa(sys.argv[1], sys.argv[2], model=sys.argv[3], max_length=32, runtime='onnx', "
                "progress=False); print('transformers' in sys.modules, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", program, str(data), str(tmp_path / "qa-fresh"), str(run.path)], capture_output=True,

@@ -54,6 +54,8 @@ def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
         "max_answer_chars": settings.max_answer_chars,
         "limit": settings.limit,
     }
+    if settings.quantize != "none":  # int8's answers are not fp32's: a folder of fp32 answers is not up to date for them
+        config["quantize"] = settings.quantize
     inputs = [ref.identity(), {"data": file_identity(squad.path)}]
     from greenadapt.modeling.gmap import wiring as gmap
 
