@@ -99,11 +99,15 @@ def _task_model(path: Path, name: str, device: Any, general_model: str | None) -
             multi.attach_fusion(fusion)
             multi.to(device)
             memory = (general_tokenizer, general_length)
-        elif general_model is not None:
-            raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
         else:
+            _refuse_general_model(path, general_model)
             multi = MultiTaskModel.load(path, tasks=[name], device=device)
     return multi.task_view(name), memory
+
+
+def _refuse_general_model(path: Path, general_model: str | None) -> None:
+    if general_model is not None:
+        raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
 
 
 def predict_task(
@@ -168,19 +172,15 @@ def _open_task_onnx(path: Path, name: str | None, options: LoadSettings) -> Any:
     refuse_gmap(path / BASE_DIR)  # before the run's files are hashed
     settings = task_settings(path, name, checksums=True)
     assert name is not None  # task_settings refuses a missing name
-    if options.general_model is not None:
-        raise UsageError("--general-model applies to G-MAP models; this multitask run has no G-MAP", path=path)
+    _refuse_general_model(path, options.general_model)
     model = onnx_model(task_export_source(path, name, settings), lambda: task_graph_model(path, name), quantize=options.quantize)
     # device None: batches stay numpy arrays, which the ONNX model takes and gives back (no torch)
     return FinetunedModel(path, settings, load_tokenizers(path / BASE_DIR, inference=True), model, DistContext(device=None), run=options)
 
 
 def task_graph_model(path: Path, name: str) -> Any:
-    """The torch model a task's graph is traced from (only when it is not in the cache yet): with plain attention, as a
-    fine-tuned folder's model is (``onnx_runtime._eager_attention``: the same logits, a faster graph)."""
-    model, _ = _task_model(path, name, pick_device("cpu"), None)
-    model.multi.base.set_attn_implementation("eager")
-    return model
+    """The torch model a task's graph is traced from (only when it is not in the cache yet)."""
+    return _task_model(path, name, pick_device("cpu"), None)[0]
 
 
 def task_export_source(path: Path, name: str, settings: TaskSettings) -> ExportSource:

@@ -86,8 +86,8 @@ class ExportSource:
     labels: int | None = None
 
     @classmethod
-    def of(cls, folder: Path | ExportSource, weights: str | None = None) -> ExportSource:
-        return folder if isinstance(folder, ExportSource) else cls(folder, folder, weights or weights_digest(folder))
+    def of(cls, folder: Path | ExportSource) -> ExportSource:
+        return folder if isinstance(folder, ExportSource) else cls(folder, folder, weights_digest(folder))
 
 
 class OnnxModel:
@@ -235,11 +235,11 @@ def cache_root(folder: Path) -> Path:
     return _user_cache()
 
 
-def ensure_export(folder: Path | ExportSource, quantize: str, load: Any, *, weights: str | None = None) -> Path:
+def ensure_export(folder: Path | ExportSource, quantize: str, load: Any) -> Path:
     """The ONNX file of ``folder``'s weights at ``quantize``: from its cache (:func:`cache_root`) when the export there
-    is whole and verified, else exported now from ``load()`` (the torch model). ``weights``: :func:`weights_digest`,
-    where the caller has it (hashed once)."""
-    source = ExportSource.of(folder, weights)
+    is whole and verified, else exported now from ``load()`` (the torch model). An :class:`ExportSource` carries its
+    weights' digest (hashed once for every format); a folder's is hashed here."""
+    source = ExportSource.of(folder)
     config = export_config(quantize, source.weights)
     root = cache_root(source.folder)
     return find_export(source, config, root=root) or cached_export(source, config, load, root=root)
@@ -404,17 +404,18 @@ class _Outputs:
 def _eager_attention(model: Any) -> Any:
     """The model traced with its plain (eager) attention: torch's fused attention is traced into a mask of
     ``IsNaN``/``Where`` nodes that took a sixth of ONNX Runtime's time; the plain form runs 1.18x faster at int8 here
-    (bench/bench_serving.py, docs/benchmarks.md) and gives the same logits."""
-    config = getattr(model, "config", None)
-    before = getattr(config, "_attn_implementation", None)
-    if before is None or before == "eager" or not hasattr(model, "set_attn_implementation"):
+    (bench/bench_serving.py, docs/benchmarks.md) and gives the same logits. The switch is the model's, or that of the
+    transformers model inside a wrapper (a multitask task's encoder)."""
+    owner = next((module for module in model.modules() if hasattr(module, "set_attn_implementation")), None)
+    before = getattr(getattr(owner, "config", None), "_attn_implementation", None)
+    if owner is None or before is None or before == "eager":
         yield
         return
-    model.set_attn_implementation("eager")
+    owner.set_attn_implementation("eager")
     try:
         yield
     finally:
-        model.set_attn_implementation(before)
+        owner.set_attn_implementation(before)
 
 
 @contextlib.contextmanager

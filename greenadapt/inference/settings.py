@@ -25,7 +25,7 @@ class RuntimeSettings(Settings):
                                "batch: torch where the CPU has native bf16, else ONNX Runtime fp32 when installed; docs/benchmarks.md, "
                                "\"The default runtime by CPU\"), torch, or onnx: ONNX Runtime on the CPU (exported once and cached "
                                "beside the weights; needs greenadapt[onnx]).")
-    quantize: str = option("none", "--quantize", panel=PERFORMANCE, choices=QUANTIZATIONS,
+    quantize: str = option("none", "--quantize", panel=PERFORMANCE, choices=QUANTIZATIONS, fingerprint="when set",
                            help="With --runtime onnx: int8 weights and activations, each token's with its own scale (a sentence's "
                                 "answer never depends on its batch; docs/benchmarks.md has its speed and F1).")
 

@@ -16,6 +16,7 @@ from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.inference.qa.answering import SettledQa, answer_questions, open_qa, resolve_qa_settings
+from greenadapt.inference.settings import RuntimeSettings
 from greenadapt.progress import Progress
 from greenadapt.errors import UsageError
 from greenadapt.options import Run
@@ -53,9 +54,8 @@ def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
         "n_best": settings.n_best,
         "max_answer_chars": settings.max_answer_chars,
         "limit": settings.limit,
+        **settings.fingerprinted(RuntimeSettings),  # int8's answers are not fp32's
     }
-    if settings.quantize != "none":  # int8's answers are not fp32's: a folder of fp32 answers is not up to date for them
-        config["quantize"] = settings.quantize
     inputs = [ref.identity(), {"data": file_identity(squad.path)}]
     from greenadapt.modeling.gmap import wiring as gmap
 
