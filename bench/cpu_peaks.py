@@ -6,7 +6,10 @@ off by ONEDNN_MAX_CPU_ISA the flags still say AMX). What the benches' "share of 
 
     python bench/cpu_peaks.py --threads 1,2          # flags' peaks beside measured ones, per CPU-second and per wall second
 
-fp32: 32 FLOP (16 FMA) a cycle a core with AVX2 or AVX-512, else 16. bf16: AMX tiles 1,024 FLOP a cycle a core,
+fp32: 32 FLOP (16 FMA) a cycle a core with AVX2 or AVX-512, else 16 (64 on a core with two 512-bit FMA pipes, a
+Zen 5 EPYC's: measured there, below). fp32 is measured in torch and in ONNX Runtime, each as greenadapt runs it: on
+a Zen 5 EPYC torch's fp32 products (MKL) reach half of what ONNX Runtime's reach (93-97 GFLOP per CPU-second a core
+against 181-192), and the machine's peak is the higher. bf16: AMX tiles 1,024 FLOP a cycle a core,
 AVX-512 BF16 64, else fp32's rate. int8: AMX-INT8 1,024 MAC a cycle a core; AVX-512 VNNI 64 (one 512-bit VNNI
 product a cycle, as Zen 4 runs them; 128 on a core with two 512-bit FMA ports); AVX-VNNI 32; else 32 (AVX2: two
 256-bit ``vpmaddubsw`` a cycle, 32 byte products each. The 16 this said before was passed on a Zen 3 EPYC: 83 GMAC
@@ -20,11 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def cpu_facts() -> tuple[set[str], float, str]:
-    """The CPU's flags, clock (MHz) and model name, from /proc/cpuinfo."""
+def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> tuple[set[str], float, str]:
+    """The CPU's flags, clock (MHz) and name, from /proc/cpuinfo: the name with its family and model, which tell the
+    generation where a virtual machine names only the vendor's line ("AMD EPYC": family 25 model 1 is Zen 3, 26 is
+    Zen 5)."""
     flags: set[str] = set()
     mhz, model = 0.0, "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
+    numbers: dict[str, str] = {}
+    for line in Path(cpuinfo).read_text().splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
         if key == "flags" and not flags:
@@ -33,6 +39,10 @@ def cpu_facts() -> tuple[set[str], float, str]:
             mhz = float(value)
         elif key == "model name":
             model = value.strip()
+        elif key in ("cpu family", "model") and key not in numbers:
+            numbers[key] = value.strip()
+    if numbers:
+        model += " (" + ", ".join(f"{'family' if key == 'cpu family' else key} {value}" for key, value in numbers.items()) + ")"
     return flags, mhz, model
 
 
@@ -81,16 +91,23 @@ def int8_peak(flags: set[str], cores: int, ghz: float) -> tuple[float, str]:
 # --- measured: what this machine reaches, per CPU-second ---
 
 
-def measured_peak(dtype: str, threads: int, *, size: int = 2048, repeats: int = 5,
+# Who multiplies each dtype in greenadapt: torch (training, --runtime torch) and ONNX Runtime (--runtime onnx).
+LIBRARIES = {"fp32": ("torch", "onnxruntime"), "bf16": ("torch",), "int8": ("onnxruntime",)}
+
+
+def measured_peak(dtype: str, threads: int, *, library: str | None = None, size: int = 2048, repeats: int = 5,
                   clocks: tuple[Callable[[], float], Callable[[], float]] | None = None) -> dict[str, float]:
-    """GFLOP per CPU-second and per wall second of ``size``×``size`` matrix products in ``dtype`` (torch: fp32, bf16;
-    ONNX Runtime's MatMulInteger: int8, GMAC) on ``threads`` threads: the best of ``repeats`` timed products after one
-    warm-up. CPU-seconds are the process's own (user + system), so other work on the machine does not lower the
-    figure; wall time is shown beside it."""
+    """GFLOP per CPU-second and per wall second of ``size``×``size`` matrix products in ``dtype`` on ``threads``
+    threads, by ``library`` (default: the first of :data:`LIBRARIES`; int8 is ONNX Runtime's MatMulInteger, in GMAC):
+    the best of ``repeats`` timed products after one warm-up. CPU-seconds are the process's own (user + system), so
+    other work on the machine does not lower the figure; wall time is shown beside it."""
     import time
 
     cpu_clock, wall_clock = clocks or (time.process_time, time.perf_counter)
-    product = _product(dtype, size, threads)
+    library = library or LIBRARIES[dtype][0]
+    if library not in LIBRARIES[dtype]:
+        raise ValueError(f"{dtype} is not multiplied by {library} in greenadapt (by {', '.join(LIBRARIES[dtype])})")
+    product = _product(dtype, size, threads, library)
     product()
     best_cpu = best_wall = float("inf")
     for _ in range(repeats):
@@ -102,24 +119,28 @@ def measured_peak(dtype: str, threads: int, *, size: int = 2048, repeats: int = 
             "cpu_seconds": best_cpu, "wall_seconds": best_wall}
 
 
-def _product(dtype: str, size: int, threads: int) -> Callable[[], object]:
-    if dtype == "int8":
+def _product(dtype: str, size: int, threads: int, library: str) -> Callable[[], object]:
+    if library == "onnxruntime":
         import numpy as np
         import onnx
         import onnxruntime as ort
         from onnx import TensorProto, helper
 
-        graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["c"])], "int8",
-                                  [helper.make_tensor_value_info("a", TensorProto.UINT8, [size, size]),
-                                   helper.make_tensor_value_info("b", TensorProto.INT8, [size, size])],
-                                  [helper.make_tensor_value_info("c", TensorProto.INT32, [size, size])])
+        rng = np.random.default_rng(0)
+        if dtype == "int8":
+            node, types, out = "MatMulInteger", (TensorProto.UINT8, TensorProto.INT8), TensorProto.INT32
+            feed = {"a": rng.integers(0, 255, (size, size), dtype=np.uint8), "b": rng.integers(-127, 127, (size, size), dtype=np.int8)}
+        else:
+            node, types, out = "MatMul", (TensorProto.FLOAT, TensorProto.FLOAT), TensorProto.FLOAT
+            feed = {name: rng.standard_normal((size, size), dtype=np.float32) for name in "ab"}
+        graph = helper.make_graph([helper.make_node(node, ["a", "b"], ["c"])], dtype,
+                                  [helper.make_tensor_value_info(name, kind, [size, size]) for name, kind in zip("ab", types, strict=True)],
+                                  [helper.make_tensor_value_info("c", out, [size, size])])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         session = ort.InferenceSession(onnx._serialize(model) if hasattr(onnx, "_serialize") else model.SerializeToString(),
                                        options, providers=["CPUExecutionProvider"])
-        rng = np.random.default_rng(0)
-        feed = {"a": rng.integers(0, 255, (size, size), dtype=np.uint8), "b": rng.integers(-127, 127, (size, size), dtype=np.int8)}
         return lambda: session.run(None, feed)
     import torch
 
@@ -164,18 +185,19 @@ def table(threads: list[int], dtypes: list[str]) -> list[str]:
     per_core = {**{k: v / cores for k, v in flops.items()}, "int8": int8 / cores}
     rows = [f"CPU: {model}, {cores} cores, {mhz:.0f} MHz; oneDNN runs bf16 on: {onednn_isa_of_bf16() or 'unknown (no verbose line)'}",
             f"flags' peaks: {words['assumption']}; int8 {int8_words}", "",
-            "| dtype | threads | measured per CPU-second | per wall second | flags' peak a core | measured / flags' (a core) |",
-            "|---|---:|---:|---:|---:|---:|"]
+            "| dtype | library | threads | measured per CPU-second | per wall second | flags' peak a core | measured / flags' (a core) |",
+            "|---|---|---:|---:|---:|---:|---:|"]
     for dtype in dtypes:
-        for count in threads:
-            try:
-                got = measured_peak(dtype, count)
-            except ImportError as missing:
-                rows.append(f"| {dtype} | {count} | skipped: {missing.name} is not installed | | | |")
-                continue
-            unit = "GMAC" if dtype == "int8" else "GFLOP"
-            rows.append(f"| {dtype} | {count} | {got['per_cpu_second']:.0f} {unit} | {got['per_wall_second']:.0f} {unit} | "
-                        f"{per_core[dtype]:.0f} {unit} | {got['per_cpu_second'] / per_core[dtype]:.0%} |")
+        for library in LIBRARIES[dtype]:
+            for count in threads:
+                try:
+                    got = measured_peak(dtype, count, library=library)
+                except ImportError as missing:
+                    rows.append(f"| {dtype} | {library} | {count} | skipped: {missing.name} is not installed | | | |")
+                    continue
+                unit = "GMAC" if dtype == "int8" else "GFLOP"
+                rows.append(f"| {dtype} | {library} | {count} | {got['per_cpu_second']:.0f} {unit} | {got['per_wall_second']:.0f} {unit} | "
+                            f"{per_core[dtype]:.0f} {unit} | {got['per_cpu_second'] / per_core[dtype]:.0%} |")
     return rows
 
 

@@ -50,11 +50,11 @@ def test_a_measured_peak_is_work_over_the_best_cpu_time_and_wall_beside_it(  # t
         ticks["cpu"] += cpu
         ticks["wall"] += wall
 
-    monkeypatch.setattr(peaks, "_product", lambda dtype, size, threads: product)
+    monkeypatch.setattr(peaks, "_product", lambda dtype, size, threads, library: product)
     got = peaks.measured_peak("fp32", 2, size=1000, repeats=5, clocks=(lambda: ticks["cpu"], lambda: ticks["wall"]))
     assert got["cpu_seconds"] == pytest.approx(0.25) and got["wall_seconds"] == pytest.approx(0.5)  # each the best
     assert got["per_cpu_second"] == pytest.approx(2 * 1000**3 / 1e9 / 0.25)  # 2 FLOP a multiply-add
-    monkeypatch.setattr(peaks, "_product", lambda dtype, size, threads: product)
+    monkeypatch.setattr(peaks, "_product", lambda dtype, size, threads, library: product)
     spent = iter([(1.0, 1.0)] * 6)
     assert peaks.measured_peak("int8", 1, size=1000, repeats=5, clocks=(lambda: ticks["cpu"], lambda: ticks["wall"]))["per_cpu_second"] \
         == pytest.approx(1.0)  # int8 in MACs, as int8_peak counts them
@@ -74,8 +74,26 @@ def test_the_isa_is_what_onednn_ran_not_what_the_flags_say(peaks) -> None:  # ty
 def test_the_bench_prints_measured_peaks_beside_the_flags(peaks, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(peaks, "onednn_isa_of_bf16", lambda: "avx512_core_bf16")
-    monkeypatch.setattr(peaks, "measured_peak", lambda dtype, threads: {"per_cpu_second": 50.0, "per_wall_second": 25.0})
-    rows = peaks.table([1], ["fp32"])
+    by_library = {"torch": 50.0, "onnxruntime": 100.0}  # a Zen 5 EPYC's fp32: MKL's products reach half of ONNX Runtime's
+    monkeypatch.setattr(peaks, "measured_peak", lambda dtype, threads, library:
+                        {"per_cpu_second": by_library[library], "per_wall_second": by_library[library] / 2})
+    rows = peaks.table([1], ["fp32", "int8"])
     assert "oneDNN runs bf16 on: avx512_core_bf16" in rows[0]
-    [row] = [r for r in rows if r.startswith("| fp32 | 1 |")]
-    assert "| 50 GFLOP | 25 GFLOP |" in row and row.endswith("% |")
+    fp32 = [r for r in rows if r.startswith("| fp32 |")]
+    assert [r.split(" | ")[1:4] for r in fp32] == [["torch", "1", "50 GFLOP"], ["onnxruntime", "1", "100 GFLOP"]]  # fp32 by both
+    assert all(r.endswith("% |") for r in fp32)
+    assert [r.split(" | ")[1] for r in rows if r.startswith("| int8 |")] == ["onnxruntime"]  # int8 is ONNX Runtime's alone
+
+
+def test_a_dtype_is_measured_only_in_a_library_that_multiplies_it_in_greenadapt(peaks) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="bf16 is not multiplied by onnxruntime"):
+        peaks.measured_peak("bf16", 1, library="onnxruntime")
+
+
+def test_the_cpu_is_named_with_its_family_and_model(peaks, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A virtual machine names the line ("AMD EPYC"), not the generation: Zen 3 and Zen 5 differ by family."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("".join(f"processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+                            f"cpu MHz\t\t: 2596.120\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\n" for n in range(2)))
+    flags, mhz, name = peaks.cpu_facts(str(info))
+    assert name == "AMD EPYC (family 26, model 2)" and mhz == pytest.approx(2596.12) and "avx512_bf16" in flags

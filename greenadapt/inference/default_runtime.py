@@ -27,8 +27,8 @@ class RuntimeChoice:
 BY_CPU: dict[str | None, RuntimeChoice] = {
     "amx_bf16": RuntimeChoice("torch", "Xeon with AMX, one thread: torch bf16 ~170 sentences per CPU-s (99.70% fp32's), "
                                        "ONNX int8 136 (96.90%); ONNX fp32 runs no AMX kernel"),
-    "avx512_bf16": RuntimeChoice("torch", "EPYC, 2 cores: torch bf16 146.5 sentences/s (99.72% fp32's), ONNX fp32 110.1 "
-                                          "(100%), ONNX int8 250.5 (93.32%)"),
+    "avx512_bf16": RuntimeChoice("torch", "Zen 5 EPYC, 2 cores: torch bf16 244.6 sentences/s (99.80% fp32's), ONNX fp32 224.0 "
+                                          "(100%; 0.94 ± 0.07x paired, but 1.9 s of cold start against 6.0), ONNX int8 330.1 (96.95%)"),
     "bf16": RuntimeChoice("torch", "Arm with BF16: not measured; torch bf16 as on the x86 CPUs with native bf16"),
     None: RuntimeChoice("onnx", "Zen 3 EPYC (AVX2), 2 cores: ONNX fp32 104.0 sentences/s (100% fp32's, 19 MiB less), torch "
                                 "fp32 103.7: a tie, 0.98 ± 0.07x paired by round; the AVX-512 EPYC held in fp32: 1.29 ± 0.06x"),
