@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from greenadapt.compute.distributed import CPU_AUTO_PRECISION_ENV
 from greenadapt.inference.default_runtime import BY_CPU, chosen_runtime
 from greenadapt.machine.devices import cpu_bf16_unit
 
@@ -16,7 +17,9 @@ from greenadapt.machine.devices import cpu_bf16_unit
     ("fpu sse2 avx2 avx512f avx512_vnni", None, "onnx"),  # AVX-512 without bf16 (Ice Lake, Zen 3 has no AVX-512 at all)
     ("fpu sse2 avx2 fma", None, "onnx"),
 ])
-def test_each_cpu_kind_gets_its_documented_runtime(tmp_path: Path, flags: str, unit: str | None, runtime: str) -> None:
+def test_each_cpu_kind_gets_its_documented_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: str, unit: str | None,
+                                                  runtime: str) -> None:
+    monkeypatch.setenv(CPU_AUTO_PRECISION_ENV, "bf16")  # a user's default (the suite keeps CPUs in fp32)
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
     assert cpu_bf16_unit(str(cpuinfo)) == unit
@@ -32,6 +35,22 @@ def test_an_explicit_runtime_a_quantization_or_a_gpu_decide_before_the_table() -
         assert chosen_runtime("onnx", "none", "cpu", bf16_unit=lambda: unit, onnx_installed=lambda: True) == "onnx"
         assert chosen_runtime("auto", "int8", "cpu", bf16_unit=lambda: unit, onnx_installed=lambda: True) == "onnx"
         assert chosen_runtime("auto", "none", "cuda:1", bf16_unit=lambda: unit, onnx_installed=lambda: True) == "torch"
+
+
+@pytest.mark.parametrize("unit", [unit for unit in BY_CPU if unit is not None])
+def test_the_precision_torch_would_run_at_decides_on_a_cpu_with_bf16(monkeypatch: pytest.MonkeyPatch, unit: str) -> None:
+    """Where torch would run fp32 (asked, or auto kept in fp32), the candidates are fp32 runtimes, and ONNX Runtime fp32
+    served 2.25x torch fp32's sentences on a Zen 5 EPYC (docs/benchmarks.md): the table's fp32 row. A product asked in
+    bf16 or fp16 is torch's on every CPU (ONNX Runtime runs the fp32 graph; torch refuses bf16 where it is emulated)."""
+    def chosen(precision: str, cpu: str | None = unit) -> str:
+        return chosen_runtime("auto", "none", "cpu", precision=precision, bf16_unit=lambda: cpu, onnx_installed=lambda: True)
+
+    monkeypatch.setenv(CPU_AUTO_PRECISION_ENV, "bf16")
+    assert chosen("auto") == BY_CPU[unit].runtime == "torch"  # bf16 in torch: the unit's row
+    assert chosen("fp32") == BY_CPU[None].runtime == "onnx"
+    assert chosen("bf16") == chosen("fp16") == chosen("bf16", None) == "torch"
+    monkeypatch.setenv(CPU_AUTO_PRECISION_ENV, "fp32")  # auto kept in fp32 on this machine
+    assert chosen("auto") == "onnx" and chosen("bf16") == "torch"
 
 
 def test_auto_finds_no_gpu_without_importing_torch_where_no_gpu_driver_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

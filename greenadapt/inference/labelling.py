@@ -99,7 +99,7 @@ def open_finetuned(folder: Path, settings: TaskSettings, run: ModelRunSettings =
     from greenadapt.inference.default_runtime import chosen_runtime
 
     fused = gmap.is_gmap_folder(folder)
-    if chosen_runtime(run.runtime, run.quantize, run.device, exportable=not fused) == "onnx":
+    if chosen_runtime(run.runtime, run.quantize, run.device, precision=run.precision, exportable=not fused) == "onnx":
         return _open_onnx(folder, settings, tokenizers, task, run)
     if fused:
         loaded, memory_tokenizer, memory_length = gmap.load_fused(folder, general_model=run.general_model)

@@ -157,7 +157,7 @@ def open_task_model(folder: str | os.PathLike[str], name: str | None, options: L
     refuse_qa_options(options, "a multitask run")
     path = Path(folder)
     fused = is_gmap_folder(path / BASE_DIR)
-    if chosen_runtime(options.runtime, options.quantize, options.device, exportable=not fused) == "onnx":
+    if chosen_runtime(options.runtime, options.quantize, options.device, precision=options.precision, exportable=not fused) == "onnx":
         return _open_task_onnx(path, name, options)
     ctx = DistContext(device=pick_device(options.device))
     loaded = load_task(folder, name, device=ctx.device, general_model=options.general_model)

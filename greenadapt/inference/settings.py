@@ -22,7 +22,8 @@ class RuntimeSettings(Settings):
 
     runtime: str = option("auto", "--runtime", panel=PERFORMANCE, choices=RUNTIMES,
                           help="auto (the fastest measured for this CPU kind among runtimes that give fp32's answers, the same in any "
-                               "batch: torch where the CPU has native bf16, else ONNX Runtime fp32 when installed; docs/benchmarks.md, "
+                               "batch: torch where the CPU has native bf16 and --precision lets torch use it, else ONNX Runtime fp32 "
+                               "when installed; docs/benchmarks.md, "
                                "\"The default runtime by CPU\"), torch, or onnx: ONNX Runtime on the CPU (exported once and cached "
                                "beside the weights; needs greenadapt[onnx]).")
     quantize: str = option("none", "--quantize", panel=PERFORMANCE, choices=QUANTIZATIONS, fingerprint="when set",
