@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import HANG_S
@@ -298,30 +299,56 @@ def test_raw_text_reaches_one_task_through_predict_and_load(
         greenadapt.load(out, device="cpu")
 
 
-def test_the_spacy_component_runs_a_multitask_runs_ner_task(frozen_run: dict, data: dict[str, Path]) -> None:
+def _count_onnx_opens(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The tasks opened in ONNX Runtime from here on (which runtime ran is otherwise not visible in the answers)."""
+    from greenadapt.inference import multitask
+
+    opened: list[str | None] = []
+    real = multitask._open_task_onnx
+
+    def counted(path: Path, name: str | None, options: Any) -> Any:
+        opened.append(name)
+        return real(path, name, options)
+
+    monkeypatch.setattr(multitask, "_open_task_onnx", counted)
+    return opened
+
+
+# Each runtime by name: which one `auto` picks depends on the machine (tests/test_default_runtime.py).
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_the_spacy_component_runs_a_multitask_runs_ner_task(frozen_run: dict, data: dict[str, Path], runtime: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     spacy = pytest.importorskip("spacy")
     import greenadapt
     import greenadapt.api.spacy_component  # noqa: F401 - registers the factory
 
+    opened = _count_onnx_opens(monkeypatch)
+
     text = " ".join(line.split("\t")[0] for line in data["ner_dev"].read_text().splitlines() if line.strip())
-    expected = [(e.start, e.end, e.label) for e in greenadapt.load(frozen_run["out"], task="ncbi", device="cpu").predict(text)]
+    reference = greenadapt.load(frozen_run["out"], task="ncbi", device="cpu", runtime="torch")
+    expected = [(e.start, e.end, e.label) for e in reference.predict(text)]
     nlp = spacy.blank("en")
-    nlp.add_pipe("greenadapt_ner", config={"model": str(frozen_run["out"]), "task": "ncbi", "device": "cpu"})
+    nlp.add_pipe("greenadapt_ner", config={"model": str(frozen_run["out"]), "task": "ncbi", "device": "cpu", "runtime": runtime})
     found = [(span.start_char, span.end_char, span.label_) for span in nlp(text).ents]
     assert found == expected and found  # the words are spaCy's tokens here, so no entity widens
+    assert opened == (["ncbi"] if runtime == "onnx" else [])
     with pytest.raises(greenadapt.errors.UsageError, match="not an NER run"):
         nlp.add_pipe("greenadapt_ner", name="pair", config={"model": str(frozen_run["out"]), "task": "pair", "device": "cpu"})
 
 
-def test_evaluate_task_gives_the_runs_own_scores_under_each_pooling_mode(frozen_run: dict, data: dict[str, Path]) -> None:
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_evaluate_task_gives_the_runs_own_scores_under_each_pooling_mode(frozen_run: dict, data: dict[str, Path], runtime: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     import greenadapt
 
+    opened = _count_onnx_opens(monkeypatch)
     metrics = json.loads((frozen_run["out"] / "metrics.json").read_text())["tasks"]["ncbi"]["test"]  # the test file is ner_dev
-    result = greenadapt.evaluate(data["ner_dev"], model=str(frozen_run["out"]), task="ncbi", device="cpu")
+    result = greenadapt.evaluate(data["ner_dev"], model=str(frozen_run["out"]), task="ncbi", device="cpu", runtime=runtime)
     assert set(result.scores) == set(metrics) == {"mean", "general", "domain"}
     for mode, scores in metrics.items():
         assert result.scores[mode]["f1"] == pytest.approx(scores["f1"])
         assert result.scores[mode]["accuracy"] == pytest.approx(scores["accuracy"])
+    assert opened == (["ncbi"] if runtime == "onnx" else [])
     with pytest.raises(UsageError, match="an ensemble of multitask runs"):
         greenadapt.evaluate(data["ner_dev"], model=[str(frozen_run["out"]), str(data["model"])], task="ncbi", device="cpu")
 
