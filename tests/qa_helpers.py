@@ -51,3 +51,22 @@ def paragraph(context: str, *qas: tuple[Any, str, list[tuple[str, int]]]) -> dic
             for qid, question, answers in qas
         ],
     }
+
+
+def record_runner_dtypes(monkeypatch: Any) -> list[object]:
+    """The autocast dtype of every QaRunner made from here on, on a CPU faked to have native bf16 with auto at bf16
+    (a user's default): None is fp32."""
+    from greenadapt.compute.distributed import CPU_AUTO_PRECISION_ENV
+    from greenadapt.inference.qa import infer
+
+    monkeypatch.setenv(CPU_AUTO_PRECISION_ENV, "bf16")
+    monkeypatch.setattr("greenadapt.machine.devices.cpu_has_native_bf16", lambda cpuinfo="/proc/cpuinfo": True)
+    dtypes: list[object] = []
+    real = infer.QaRunner.__init__
+
+    def recorded(self: Any, *args: Any, **keywords: Any) -> None:
+        real(self, *args, **keywords)
+        dtypes.append(self.dtype)
+
+    monkeypatch.setattr(infer.QaRunner, "__init__", recorded)
+    return dtypes

@@ -243,8 +243,9 @@ def test_an_option_the_training_commands_share_is_declared_once() -> None:
 
 
 def test_qa_answers_with_the_declarations_every_inference_command_has() -> None:
-    """`qa`'s --pool, --batch-size, --device, --general-model, --runtime, --quantize and --threads are predict's
-    (LoadSettings'): its own defaults and words, the same bounds (--batch-size at most MAX_BATCH) and checks."""
+    """`qa`'s --pool, --batch-size, --device, --general-model, --runtime, --quantize, --threads and --precision are
+    predict's (LoadSettings'): its own defaults and words, the same bounds (--batch-size at most MAX_BATCH) and checks
+    (a fingerprint is the command's own: qa's outputs made before --precision stay up to date)."""
     import dataclasses
 
     from greenadapt.inference.qa.settings import QaSettings
@@ -252,9 +253,9 @@ def test_qa_answers_with_the_declarations_every_inference_command_has() -> None:
     from greenadapt.options import declared_fields
 
     def shape(declaration: object) -> object:
-        return dataclasses.replace(declaration, help="")  # type: ignore[type-var]
+        return dataclasses.replace(declaration, help="", fingerprint=None)  # type: ignore[type-var]
 
     load = {declaration.flags[0]: shape(declaration) for _, declaration in declared_fields(LoadSettings)}
     shared = {declaration.flags[0]: shape(declaration) for _, declaration in declared_fields(QaSettings) if declaration.flags[0] in load}
-    assert set(shared) == {"--pool", "--batch-size", "--device", "--general-model", "--runtime", "--quantize", "--threads"}
+    assert set(shared) == {"--pool", "--batch-size", "--device", "--general-model", "--runtime", "--quantize", "--threads", "--precision"}
     assert shared == {flag: load[flag] for flag in shared}

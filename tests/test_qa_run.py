@@ -86,6 +86,25 @@ def test_outputs_are_exact_substrings_with_a_softmax_nbest(models: dict[str, Pat
     assert again.skipped
 
 
+def test_precision_reaches_the_answering_and_the_fingerprint_only_when_set(models: dict[str, Path], data: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`qa --precision` is predict's: answering runs in it (fp32 where auto would be bf16); a folder answered at the
+    default keeps the fingerprint it had before the option, and a rerun in another precision is refused, not skipped."""
+    import torch
+    from qa_helpers import record_runner_dtypes
+
+    from greenadapt.errors import OutputExistsError
+
+    dtypes = record_runner_dtypes(monkeypatch)
+    options = dict(model=str(models["expanded"]), max_length=48, limit=2, runtime="torch", device="cpu", progress=False)
+    auto = greenadapt.qa(data, out=tmp_path / "auto", **options)  # type: ignore[arg-type]
+    fp32 = greenadapt.qa(data, out=tmp_path / "fp32", precision="fp32", **options)  # type: ignore[arg-type]
+    assert dtypes == [torch.bfloat16, None]
+    assert "precision" not in auto.manifest["config"] and fp32.manifest["config"]["precision"] == "fp32"
+    with pytest.raises(OutputExistsError, match="precision"):
+        greenadapt.qa(data, out=tmp_path / "auto", precision="fp32", **options)  # type: ignore[arg-type]
+
+
 def test_mean_pool_is_the_average_of_both_tokenizers(models: dict[str, Path]) -> None:
     import torch
 

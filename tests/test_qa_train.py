@@ -165,6 +165,17 @@ def test_the_answer_length_is_declared_once_and_reaches_qa_training_its_scoring_
         finetune(task="ner", train=train_file, model=str(expanded), max_answer_chars=40, out=tmp_path / "ner")
 
 
+def test_qa_training_scores_in_its_own_precision(expanded: Path, train_file: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run trained at --precision fp32 is scored in fp32, where auto would be bf16 (it was scored at auto before)."""
+    from qa_helpers import record_runner_dtypes
+
+    dtypes = record_runner_dtypes(monkeypatch)
+    finetune(task="qa", train=train_file, test=train_file, model=str(expanded), max_length=48, doc_stride=16, batch_size=4, max_steps=2,
+             precision="fp32", out=tmp_path / "fp32")
+    assert dtypes and all(dtype is None for dtype in dtypes)  # None: autocast off, fp32
+
+
 def test_scoring_the_test_file_shows_its_progress_and_says_when_it_starts_and_ends(expanded: Path, train_file: Path, tmp_path: Path,
                                                                                   caplog: pytest.LogCaptureFixture) -> None:
     """Answering a test file of whole papers takes minutes on a CPU (Covid-QA: 100 questions on three papers were not

@@ -83,8 +83,11 @@ def option(default: Any = dataclasses.MISSING, *flags: str, help: str, **declare
     return dataclasses.field(default=default, metadata={OPTION_METADATA: Declaration(tuple(flags), help, **declared)})
 
 
-def option_as_in(settings: type, name: str, default: Any, *, help: str | None = None) -> Any:  # noqa: A002
+def option_as_in(settings: type, name: str, default: Any, *, help: str | None = None,  # noqa: A002
+                 fingerprint: str | None = None) -> Any:
     """The option ``settings`` declares as field ``name``, for another command with its own default (and help): its flags,
-    bounds, checks and fingerprint stay declared once, so ``multitask --epochs`` cannot drift from ``finetune --epochs``."""
+    bounds, checks and fingerprint stay declared once, so ``multitask --epochs`` cannot drift from ``finetune --epochs``.
+    ``fingerprint`` ``"when set"``: where the option is newer than the command's outputs, which stay up to date."""
     declared = {field.name: field for field in dataclasses.fields(settings)}[name].metadata[OPTION_METADATA]
-    return dataclasses.field(default=default, metadata={OPTION_METADATA: dataclasses.replace(declared, help=help or declared.help)})
+    changed = dataclasses.replace(declared, help=help or declared.help, fingerprint=fingerprint or declared.fingerprint)
+    return dataclasses.field(default=default, metadata={OPTION_METADATA: changed})

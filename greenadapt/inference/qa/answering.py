@@ -260,7 +260,7 @@ def resolve_qa_settings(ref: Any, options: AnswerSettings) -> SettledQa:
                          hint="leave --general-model out")
     folder = ExpandedModel.open(ref, inference=True)
     pool = resolve_pool(options.pool, folder.tokenizers, ref.path)
-    onnx = chosen_runtime(options.runtime, options.quantize, options.device, exportable=not fused) == "onnx"
+    onnx = chosen_runtime(options.runtime, options.quantize, options.device, precision=options.precision, exportable=not fused) == "onnx"
     device = None if onnx else pick_device(options.device, allow_mps=False)
     return SettledQa(folder, pool, folder.checked_length(options.max_length), device)
 
@@ -292,9 +292,10 @@ def open_qa(settings: SettledQa, options: AnswerSettings) -> OpenedQa:
     if gmap.is_gmap_folder(folder.path):
         qa_model, memory_tokenizer, memory_length = gmap.load_fused(folder.path, general_model=options.general_model)
         qa_model.to(device)
-        runner = QaRunner(qa_model, device, memory_tokenizer=memory_tokenizer or tokenizers.general, memory_length=memory_length)
+        runner = QaRunner(qa_model, device, precision=options.precision, memory_tokenizer=memory_tokenizer or tokenizers.general,
+                          memory_length=memory_length)
     else:
         qa_model = load_qa_model(folder.ref, device)
-        runner = QaRunner(qa_model, device)
+        runner = QaRunner(qa_model, device, precision=options.precision)
     folder.check_rows(qa_model.get_input_embeddings().num_embeddings)
     return OpenedQa(runner, tokenizers.for_pool(settings.pool), settings.max_length)

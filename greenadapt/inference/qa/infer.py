@@ -151,7 +151,8 @@ class QaRunner:
     it is the same) and ``memory_length`` its input limit.
     """
 
-    def __init__(self, model: Any, device: torch.device | None, *, memory_tokenizer: Any = None, memory_length: int = 512) -> None:
+    def __init__(self, model: Any, device: torch.device | None, *, precision: str = "auto", memory_tokenizer: Any = None,
+                 memory_length: int = 512) -> None:
 
         self.model = model
         self.device = device
@@ -160,8 +161,9 @@ class QaRunner:
             raise ValueError("a G-MAP model needs the general model's tokenizer (memory_tokenizer)")
         self.memory_tokenizer = memory_tokenizer
         self.memory_length = memory_length
-        # bf16 (else fp16) on CUDA, fp32 elsewhere; device None: ONNX Runtime's fp32 graph, numpy in and out (no torch)
-        self.dtype = autocast_dtype("auto", device) if device is not None else None
+        # --precision's autocast dtype (auto: bf16 on CUDA and on a CPU with native bf16); device None: ONNX Runtime's
+        # fp32 graph, numpy in and out (no torch)
+        self.dtype = autocast_dtype(precision, device) if device is not None else None
 
     def logits(
         self,

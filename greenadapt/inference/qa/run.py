@@ -55,6 +55,7 @@ def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
         "max_answer_chars": settings.max_answer_chars,
         "limit": settings.limit,
         **settings.fingerprinted(RuntimeSettings),  # int8's answers are not fp32's
+        **({"precision": settings.precision} if "precision" in settings.fingerprinted() else {}),  # nor bf16's
     }
     inputs = [ref.identity(), {"data": file_identity(squad.path)}]
     from greenadapt.modeling.gmap import wiring as gmap

@@ -36,6 +36,7 @@ class AnswerSettings(RuntimeSettings, ThreadSettings, WindowSettings, AnswerSpan
     batch_size: int = option_as_in(LoadSettings, "batch_size", 16, help="Windows per forward pass.")
     n_best: int = option(20, "--n-best", panel=EVALUATION, minimum=1, help="Answers kept per question in nbest.json.")
     device: str = option_as_in(LoadSettings, "device", "auto", help="auto, cpu, cuda or cuda:N (answering runs on no MPS device).")
+    precision: str = option_as_in(LoadSettings, "precision", "auto", fingerprint="when set")
     general_model: str | None = option_as_in(LoadSettings, "general_model", None)
 
     configure_process = ModelRunSettings.configure_process  # torch's threads wait for a torch model (ONNX: no torch)

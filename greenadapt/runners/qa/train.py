@@ -233,12 +233,14 @@ def _load_for_training(path: Path, tokenizers: Any, seed: int, device: Any) -> A
     return model.to(device)
 
 
-def _runner(model: Any, device: Any, tokenizers: Any, gmap: Any) -> Any:
+def _runner(model: Any, device: Any, tokenizers: Any, gmap: Any, precision: str) -> Any:
+    """What scores the trained model: in the run's own --precision (it trained in it)."""
     from greenadapt.inference.qa.infer import QaRunner
 
     if gmap is None:
-        return QaRunner(model, device)
-    return QaRunner(model, device, memory_tokenizer=gmap.tokenizer or tokenizers.general, memory_length=gmap.max_length)
+        return QaRunner(model, device, precision=precision)
+    return QaRunner(model, device, precision=precision, memory_tokenizer=gmap.tokenizer or tokenizers.general,
+                    memory_length=gmap.max_length)
 
 
 def _save_tokenizers(tokenizers: Any, folder: Path, max_length: int) -> None:
@@ -264,8 +266,8 @@ def _evaluate(
     answered = {
         question.id: (answers[0]["text"] if answers else "")
         for question, answers in answer_questions(
-            _runner(model, device, tokenizers, gmap), data.documents, tokenizers.for_pool(pool), max_length=settings.max_length,
-            batch_size=settings.eval_batch_size, n_best=1, spans=settings, progress=progress,
+            _runner(model, device, tokenizers, gmap, settings.precision), data.documents, tokenizers.for_pool(pool),
+            max_length=settings.max_length, batch_size=settings.eval_batch_size, n_best=1, spans=settings, progress=progress,
         )
     }
     predictions = {q.id: answered.get(q.id, "") for q in data.questions}
