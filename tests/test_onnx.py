@@ -50,7 +50,7 @@ def _probabilities(model: object, texts: list[str]) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["plain", "green"])
 def test_onnx_gives_torch_fp32s_probabilities_both_views_pooled(runs: dict[str, Path], name: str) -> None:
-    torch_model = greenadapt.load(runs[name], precision="fp32")
+    torch_model = greenadapt.load(runs[name], runtime="torch", precision="fp32")
     onnx_model = greenadapt.load(runs[name], runtime="onnx")
     for mode in ("mean", "general", "domain") if name == "green" else ("general",):
         torch_model.mode = onnx_model.mode = mode  # type: ignore[union-attr]
@@ -124,7 +124,7 @@ def test_the_families_round_trip(tmp_path: Path) -> None:
     for family in FAMILIES:
         model = build_family_model(family, tmp_path / family)
         greenadapt.finetune("ner", ner, model=str(model), out=tmp_path / f"run-{family}", max_steps=3, device="cpu", progress=False)
-        expected = _probabilities(greenadapt.load(tmp_path / f"run-{family}", precision="fp32"), TEXTS)
+        expected = _probabilities(greenadapt.load(tmp_path / f"run-{family}", runtime="torch", precision="fp32"), TEXTS)
         got = _probabilities(greenadapt.load(tmp_path / f"run-{family}", runtime="onnx"), TEXTS)
         assert np.abs(got - expected).max() < 1e-5, (family, np.abs(got - expected).max())
 
@@ -132,7 +132,7 @@ def test_the_families_round_trip(tmp_path: Path) -> None:
 def test_evaluate_and_predict_through_the_command_line_give_torchs_scores(runs: dict[str, Path], tmp_path: Path) -> None:
     import greenadapt.api as api
 
-    torch_scores = api.evaluate(runs["test"], model=[str(runs["green"])], precision="fp32",
+    torch_scores = api.evaluate(runs["test"], model=[str(runs["green"])], runtime="torch", precision="fp32",
                                 progress=False).scores  # type: ignore[attr-defined]
     onnx_scores = api.evaluate(runs["test"], model=[str(runs["green"])], runtime="onnx",
                                progress=False).scores  # type: ignore[attr-defined]
@@ -171,7 +171,7 @@ def test_the_export_is_cached_beside_the_weights_and_made_again_when_they_change
     assert cache_key(run, "none") != before  # other weights, another key
     changed = _probabilities(greenadapt.load(run, runtime="onnx"), TEXTS)
     assert sorted(p.parent.name for p in (shared / "onnx").glob(f"*/{MODEL_FILE}")) == sorted([before, cache_key(run, "none")])
-    assert np.abs(changed - _probabilities(greenadapt.load(run, precision="fp32"), TEXTS)).max() < 1e-5  # the new weights'
+    assert np.abs(changed - _probabilities(greenadapt.load(run, runtime="torch", precision="fp32"), TEXTS)).max() < 1e-5  # the new weights'
 
 
 def test_a_read_only_folder_caches_in_the_users_cache(runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,7 +228,7 @@ def test_the_exported_folder_serves_predicts_entities_without_greenadapt(runs: d
     text = tmp_path / "docs.txt"
     text.write_text("\n".join(TEXTS) + "\n")
     expected_file = tmp_path / "expected.jsonl"
-    greenadapt.predict(text, model=str(runs["green"]), output=expected_file, precision="fp32", progress=False)
+    greenadapt.predict(text, model=str(runs["green"]), output=expected_file, runtime="torch", precision="fp32", progress=False)
     # a Python with numpy, onnxruntime and tokenizers but no greenadapt and no torch: both are made unimportable
     blocker = tmp_path / "blocked"
     for name in ("greenadapt", "torch", "transformers"):
@@ -259,7 +259,7 @@ def test_a_folder_with_a_million_added_rows_exports_and_runs(tmp_path: Path) -> 
     ner = write_ner_file(tmp_path / "ner.tsv", 8, seed=1)
     greenadapt.finetune("ner", ner, model=str(model), out=tmp_path / "run", max_steps=1, device="cpu", progress=False,
                         train_embeddings="none")
-    expected = _probabilities(greenadapt.load(tmp_path / "run", precision="fp32"), TEXTS[:2])
+    expected = _probabilities(greenadapt.load(tmp_path / "run", runtime="torch", precision="fp32"), TEXTS[:2])
     for quantize, tolerance in (("none", 1e-5), ("int8", 0.05)):
         got = _probabilities(greenadapt.load(tmp_path / "run", runtime="onnx", quantize=quantize), TEXTS[:2])
         assert np.abs(got - expected).mean() < tolerance, (quantize, np.abs(got - expected).mean())
