@@ -9,7 +9,7 @@ off by ONEDNN_MAX_CPU_ISA the flags still say AMX). What the benches' "share of 
 fp32: 32 FLOP (16 FMA) a cycle a core with AVX2 or AVX-512, else 16 (64 on a core with two 512-bit FMA pipes, a
 Zen 5 EPYC's: measured there, below). fp32 is measured in torch and in ONNX Runtime, each as greenadapt runs it: on
 a Zen 5 EPYC torch's fp32 products (MKL) reach half of what ONNX Runtime's reach (93-97 GFLOP per CPU-second a core
-against 181-192), and the machine's peak is the higher. bf16: AMX tiles 1,024 FLOP a cycle a core,
+against 181-192), and the machine's peak is the higher (`machine_peak`). bf16: AMX tiles 1,024 FLOP a cycle a core,
 AVX-512 BF16 64, else fp32's rate. int8: AMX-INT8 1,024 MAC a cycle a core; AVX-512 VNNI 64 (one 512-bit VNNI
 product a cycle, as Zen 4 runs them; 128 on a core with two 512-bit FMA ports); AVX-VNNI 32; else 32 (AVX2: two
 256-bit ``vpmaddubsw`` a cycle, 32 byte products each. The 16 this said before was passed on a Zen 3 EPYC: 83 GMAC
@@ -20,6 +20,7 @@ per CPU-second a core, which 16 a cycle reaches only at 5.2 GHz, past any Zen 3 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 
@@ -117,6 +118,21 @@ def measured_peak(dtype: str, threads: int, *, library: str | None = None, size:
     work = size**3 * (1 if dtype == "int8" else 2) / 1e9  # int8 in MACs, as int8_peak counts them
     return {"per_cpu_second": work / max(best_cpu, 1e-9), "per_wall_second": work / max(best_wall, 1e-9),
             "cpu_seconds": best_cpu, "wall_seconds": best_wall}
+
+
+def machine_peak(dtype: str, threads: int) -> dict[str, Any]:
+    """:func:`measured_peak` of ``dtype`` by each library that multiplies it in greenadapt (those installed), the
+    highest: what this machine reaches, and (``"library"``) who reaches it. A Zen 5 EPYC's fp32 is ONNX Runtime's,
+    twice torch's."""
+    reached = []
+    for library in LIBRARIES[dtype]:
+        try:
+            reached.append({**measured_peak(dtype, threads, library=library), "library": library})
+        except ImportError:
+            continue
+    if not reached:
+        raise ImportError(f"none of {', '.join(LIBRARIES[dtype])} is installed to measure {dtype}")
+    return max(reached, key=lambda got: got["per_cpu_second"])
 
 
 def _product(dtype: str, size: int, threads: int, library: str) -> Callable[[], object]:

@@ -10,7 +10,7 @@ fine-tunes the same expanded MiniLM (5,000 NCBI-disease words added, built once)
 wall (``perf_counter``) and the process's CPU time (``process_time``: every thread's), so a busy machine shows
 in the wall figure and not in the CPU one. Ratios are per round (this code over the code before), then their
 median. Each arm's training FLOPs per CPU-second are also given as a share of this machine's measured peak per
-CPU-second in the step's precision (a 2048² product on the same threads: bench/cpu_peaks.py).
+CPU-second in the step's precision (a 2048² product on the same threads, the highest of torch's and ONNX Runtime's: bench/cpu_peaks.py).
 """
 
 from __future__ import annotations
@@ -128,17 +128,18 @@ def main() -> None:
 
 def add_shares(report: dict[str, Any], *, model_config: Path, flags: set[str]) -> None:
     """Each arm's training GFLOP per CPU-second and its share of this machine's measured peak per CPU-second (a
-    2048² product in the step's precision, bench/cpu_peaks.py) on the same threads."""
+    2048² product in the step's precision, the highest of the libraries greenadapt multiplies it with,
+    bench/cpu_peaks.py) on the same threads."""
     from transformers import AutoConfig
 
     from bench_pretrain import training_flops_per_token
-    from cpu_peaks import measured_peak, native_bf16
+    from cpu_peaks import machine_peak, native_bf16
 
     dtype = "bf16" if native_bf16(flags) else "fp32"
     config = AutoConfig.from_pretrained(str(model_config))
     for label, entry in report["summary"].items():
         threads = int(label.split()[0])
-        peak = measured_peak(dtype, threads)["per_cpu_second"]
+        peak = machine_peak(dtype, threads)["per_cpu_second"]
         for arm, figures in entry.items():
             rows = [r for r in report["rows"] if r["threads"] == threads and r["arm"] == arm]
             wordpieces = statistics.median(r["wordpieces_per_step"] for r in rows)

@@ -90,6 +90,23 @@ def test_a_dtype_is_measured_only_in_a_library_that_multiplies_it_in_greenadapt(
         peaks.measured_peak("bf16", 1, library="onnxruntime")
 
 
+def test_the_machines_peak_is_the_highest_library_that_is_installed(peaks, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    reached = {"torch": 90.0, "onnxruntime": 180.0}
+
+    def measured(dtype: str, threads: int, *, library: str) -> dict[str, float]:
+        if library not in reached:
+            raise ImportError(library)
+        return {"per_cpu_second": reached[library], "per_wall_second": reached[library]}
+
+    monkeypatch.setattr(peaks, "measured_peak", measured)
+    assert peaks.machine_peak("fp32", 1) == {"per_cpu_second": 180.0, "per_wall_second": 180.0, "library": "onnxruntime"}
+    del reached["onnxruntime"]  # not installed: torch's
+    assert peaks.machine_peak("fp32", 1)["library"] == "torch"
+    del reached["torch"]
+    with pytest.raises(ImportError, match="none of torch, onnxruntime"):
+        peaks.machine_peak("fp32", 1)
+
+
 def test_the_cpu_is_named_with_its_family_and_model(peaks, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A virtual machine names the line ("AMD EPYC"), not the generation: Zen 3 and Zen 5 differ by family."""
     info = tmp_path / "cpuinfo"

@@ -65,8 +65,6 @@ def chosen_runtime(runtime: str, quantize: str, device: str, *, precision: str =
     An ``auto`` that would pick ONNX Runtime where it is not installed, or for a folder it cannot run, is torch; so is
     one at ``--precision bf16`` or ``fp16`` (ONNX Runtime runs the fp32 graph: a product asked in bf16 is torch's).
     """
-    from greenadapt.compute.distributed import cpu_auto_precision
-
     if runtime != "auto":
         return runtime
     if quantize != "none":
@@ -81,6 +79,8 @@ def chosen_runtime(runtime: str, quantize: str, device: str, *, precision: str =
 
         if torch.cuda.is_available():
             return "torch"
+    from greenadapt.compute.distributed import cpu_auto_precision
+
     in_bf16 = precision == "auto" and cpu_auto_precision() == "bf16"
     choice = BY_CPU.get(bf16_unit() if in_bf16 else None, BY_CPU[None]).runtime
     if choice == "onnx" and not (exportable and onnx_installed()):

@@ -16,7 +16,7 @@ from greenadapt.artifacts import kinds
 from greenadapt.artifacts.files import file_identity, write_json
 from greenadapt.artifacts.stage import StageOutcome, StageRun
 from greenadapt.inference.qa.answering import SettledQa, answer_questions, open_qa, resolve_qa_settings
-from greenadapt.inference.settings import RuntimeSettings
+from greenadapt.inference.qa.settings import AnswerSettings
 from greenadapt.progress import Progress
 from greenadapt.errors import UsageError
 from greenadapt.options import Run
@@ -54,8 +54,7 @@ def run_qa(settings: QaSettings, run: Run) -> StageOutcome:
         "n_best": settings.n_best,
         "max_answer_chars": settings.max_answer_chars,
         "limit": settings.limit,
-        **settings.fingerprinted(RuntimeSettings),  # int8's answers are not fp32's
-        **({"precision": settings.precision} if "precision" in settings.fingerprinted() else {}),  # nor bf16's
+        **settings.fingerprinted(AnswerSettings),  # --quantize, --precision when set: int8's or bf16's answers are not fp32's
     }
     inputs = [ref.identity(), {"data": file_identity(squad.path)}]
     from greenadapt.modeling.gmap import wiring as gmap
