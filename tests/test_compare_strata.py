@@ -8,10 +8,13 @@ in compare.json, the terminal and ``info``.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import build_tiny_bert
+from conftest import HANG_S, REPO, build_tiny_bert
 from finetune_helpers import NEW_WORDS, build_tiny_expanded, write_ner_file
 
 from greenadapt.comparison.strata import (
@@ -146,3 +149,30 @@ def test_compare_reports_the_split_in_json_the_terminal_and_info(tmp_path: Path,
     shown = render_info(describe_folder(tmp_path / "cmp"))
     assert "where it lives" in shown and WITH_NEW in shown and pair["strata_table"][0].strip() in shown
     assert DIFFERENT_SEGMENTATION in shown and DIFFERENT_SEGMENTATION in markdown(collect([tmp_path / "cmp"]))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a GPU driver's files are Linux's")
+def test_compares_own_process_imports_no_torch_where_its_runs_train_in_workers(tmp_path: Path) -> None:
+    """On a machine without a GPU driver, compare's own process checks its options (--device auto), finds no GPU for its
+    workers and splits the verdicts by mention without torch or transformers: their import was 3.5 of a two-worker
+    compare's 24 CPU-s (the workers waited for it), and its workers import them anyway."""
+    model = build_tiny_expanded(tmp_path / "green")
+    program = """
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from greenadapt.machine import devices
+devices.GPU_DRIVER_PATHS = ()  # this machine as one without a GPU driver, wherever the test runs
+from greenadapt.comparison.dispatch import worker_devices
+from greenadapt.comparison.settings import CompareSettings
+from greenadapt.comparison.strata import word_facts
+model, data = sys.argv[1], Path(sys.argv[2])
+settings = CompareSettings(task="ner", train=data, test=data, models=(("base", model), ("green", model)))
+settings.configure_process()
+assert worker_devices(SimpleNamespace(devices=(), device=settings.device)) == []
+assert word_facts([["the", sys.argv[3]]], Path(sys.argv[1]), Path(sys.argv[1])).new == [[False, True]]
+print(sorted(name for name in ("torch", "transformers") if name in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", program, str(model), str(write_ner_file(tmp_path / "t.tsv", 4)), NEW_WORDS[0]],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=HANG_S, check=False)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr

@@ -217,7 +217,7 @@ def test_the_choice_says_nothing_a_user_sees(caplog: pytest.LogCaptureFixture) -
 
 def test_a_command_chooses_before_its_checks_import_torch(tmp_path: Path) -> None:
     """The policy must be in the environment before torch loads its OpenMP runtime: finetune's settings import torch
-    in their checks, so the choice is made when the settings are built."""
+    in their checks where a GPU driver is (to ask torch for a GPU), so the choice is made when the settings are built."""
     from finetune_helpers import write_ner_file
 
     train = write_ner_file(tmp_path / "train.tsv", 8, seed=1)
@@ -225,8 +225,9 @@ def test_a_command_chooses_before_its_checks_import_torch(tmp_path: Path) -> Non
             "seen = []\nreal = load.choose_wait_policy\n"
             "def spy(*a, **k):\n    seen.append('torch' in sys.modules)\n    return real(*a, **k)\n"
             "load.choose_wait_policy = spy\n"
+            "import greenadapt.machine.devices as devices\ndevices.GPU_DRIVER_PATHS = (sys.executable,)  # a driver\n"
             "from greenadapt.runners.finetune.settings import FinetuneSettings\n"
-            "FinetuneSettings.build(task='ner', train=sys.argv[1], device='cpu')\n"
+            "FinetuneSettings.build(task='ner', train=sys.argv[1], device='auto')\n"
             "print(os.environ.get('OMP_WAIT_POLICY'), seen[0], 'torch' in sys.modules)\n")
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     done = subprocess.run([sys.executable, "-c", code, str(train)], capture_output=True, text=True, env=env, timeout=120)

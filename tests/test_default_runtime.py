@@ -58,10 +58,10 @@ def test_auto_finds_no_gpu_without_importing_torch_where_no_gpu_driver_is(tmp_pa
     driver has no GPU; where a driver is, torch is asked."""
     import sys
 
-    from greenadapt.inference import default_runtime
+    from greenadapt.machine import devices
 
     monkeypatch.setattr(sys, "platform", "linux")
-    monkeypatch.setattr(default_runtime, "GPU_DRIVER_PATHS", (str(tmp_path / "nvidiactl"),))
+    monkeypatch.setattr(devices, "GPU_DRIVER_PATHS", (str(tmp_path / "nvidiactl"),))
     monkeypatch.setitem(sys.modules, "torch", None)  # an import of torch now fails
     assert chosen_runtime("auto", "none", "auto", bf16_unit=lambda: None, onnx_installed=lambda: True) == "onnx"
     (tmp_path / "nvidiactl").touch()

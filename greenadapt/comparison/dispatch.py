@@ -70,6 +70,10 @@ def worker_devices(options: Comparison) -> list[str]:
         return [index]
     if kind not in ("auto", "cuda"):
         return []
+    from greenadapt.machine.devices import may_have_a_gpu
+
+    if not may_have_a_gpu():  # (compare's own process then imports no torch: its runs train in the workers)
+        return []
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())]  # counts without making a CUDA context

@@ -153,6 +153,16 @@ class CompareSettings(RecipeSettings, DeviceSettings, ShapeSettings, TrackerSett
                 raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --ray, which was not given",
                                  hint="add --ray ADDRESS (or auto), or leave them out: --parallel N trains N runs at once here")
 
+    def configure_process(self) -> None:
+        """compare's own process runs no kernels: the fine-tunings it trains here set torch's threads as they start, and
+        a worker its share, so torch is imported here only for an explicit ``--threads`` (which they then keep)."""
+        from greenadapt.machine.load import choose_wait_policy
+
+        if self.threads:
+            super().configure_process()
+        else:
+            choose_wait_policy()
+
     def ray_placement(self) -> RayPlacement | None:
         """``--ray`` and its options as one placement; None without ``--ray``."""
         if self.ray is None:

@@ -66,10 +66,10 @@ def word_facts(sentences: Sequence[Sequence[str]], general_model: Path, expanded
     from greenadapt.artifacts.model_folder import load_tokenizers
     from greenadapt.modeling.units import word_backend, word_pieces
 
-    general = load_tokenizers(general_model)
+    general = load_tokenizers(general_model, inference=True)
     pieces = word_pieces(word_backend(general.general), sentences, general.unk_id)
     new = same = None
-    expanded = load_tokenizers(expanded_model) if expanded_model is not None else None
+    expanded = load_tokenizers(expanded_model, inference=True) if expanded_model is not None else None
     if expanded is not None and expanded.domain is not None:
         domain = word_pieces(word_backend(expanded.domain), sentences, expanded.unk_id)
         if len(expanded.domain) > expanded.general_vocab_size:  # (a second view adds no row)

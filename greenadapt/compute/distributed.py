@@ -196,30 +196,42 @@ def cpu_auto_precision() -> str:
     return "fp32" if value == "fp32" else "bf16"
 
 
-def autocast_dtype(precision: str, device: Any) -> Any:
-    """The autocast dtype for ``--precision`` on ``device`` (None: full fp32)."""
-    import torch
+def cpu_precision(precision: str) -> str:
+    """What ``--precision`` means on a CPU, ``fp32`` or ``bf16``, without torch: bf16 is refused where the CPU would
+    emulate it, and fp16 (CUDA's) is fp32 with a warning."""
+    from greenadapt.machine.devices import cpu_has_native_bf16
 
-    if precision not in ("auto", "fp32", "bf16", "fp16"):
-        raise UsageError(f"unknown --precision {precision!r}", hint="auto, fp32, bf16 or fp16")
-    if device.type == "cpu" and precision == "auto":
-        from greenadapt.machine.devices import cpu_has_native_bf16
-
+    check_precision_name(precision)
+    if precision == "auto":
         # bf16 where the CPU multiplies it natively: 1.5x the steps/s of fp32 at the same F1 (NCBI-disease, 3 seeds,
         # docs/benchmarks.md "bf16 on the CPU"); elsewhere torch would emulate it, slower than fp32.
         # $GREENADAPT_CPU_AUTO_PRECISION=fp32 keeps fp32 (bit-for-bit comparisons with older runs, the test suite).
-        keep_fp32 = cpu_auto_precision() == "fp32"
-        return torch.bfloat16 if cpu_has_native_bf16() and not keep_fp32 else None
-    if device.type == "cpu" and precision == "bf16":
-        from greenadapt.machine.devices import cpu_has_native_bf16
-
+        return "bf16" if cpu_has_native_bf16() and cpu_auto_precision() != "fp32" else "fp32"
+    if precision == "bf16":
         # autocast keeps the master weights and the optimizer state in fp32; only the products run in bf16
         if not cpu_has_native_bf16():
             raise UsageError("--precision bf16: this CPU has no native bfloat16 (avx512_bf16 or AMX), so torch would emulate "
                              "it, slower than fp32", hint="use --precision fp32 (or auto) on this machine")
-        return torch.bfloat16
+        return "bf16"
+    if precision == "fp16":
+        log.warning("--precision fp16 needs a CUDA device; training in fp32 on cpu")
+    return "fp32"
+
+
+def check_precision_name(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown --precision {precision!r}", hint="auto, fp32, bf16 or fp16")
+
+
+def autocast_dtype(precision: str, device: Any) -> Any:
+    """The autocast dtype for ``--precision`` on ``device`` (None: full fp32)."""
+    import torch
+
+    if device.type == "cpu":
+        return torch.bfloat16 if cpu_precision(precision) == "bf16" else None
+    check_precision_name(precision)
     if device.type != "cuda" or precision == "fp32":
-        if precision in ("bf16", "fp16") and device.type != "cuda":
+        if precision in ("bf16", "fp16"):
             log.warning("--precision %s needs a CUDA device; training in fp32 on %s", precision, device)
         return None
     if precision == "auto":
@@ -232,14 +244,15 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # --precision
 
 def check_precision(precision: str, device_spec: str | None) -> None:
     """``--precision`` against ``--device`` before any data is read: the one refusal :func:`autocast_dtype` would
-    give later, for a run that will be on the CPU (a GPU is only known once it is opened)."""
-    import torch
+    give later, for a run that will be on the CPU (a GPU is only known once it is opened). No torch is imported
+    where there is no GPU driver (:func:`~greenadapt.machine.devices.cuda_available`)."""
+    from greenadapt.machine.devices import cuda_available
 
     cpu_auto_precision()
-    if device_spec == "cpu" or (device_spec in (None, "auto") and not torch.cuda.is_available()):
-        autocast_dtype(precision, torch.device("cpu"))
-    elif precision not in PRECISIONS:
-        raise UsageError(f"unknown --precision {precision!r}", hint="auto, fp32, bf16 or fp16")
+    if device_spec == "cpu" or (device_spec in (None, "auto") and not cuda_available()):
+        cpu_precision(precision)
+    else:
+        check_precision_name(precision)
 
 
 # A torch dtype's name, as --precision names it.

@@ -14,7 +14,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from greenadapt.machine.devices import cpu_bf16_unit
+from greenadapt.machine.devices import cpu_bf16_unit, cuda_available
 
 
 @dataclass(frozen=True)
@@ -43,19 +43,6 @@ def onnx_runtime_installed() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-# Where one of these exists, torch may find a GPU: NVIDIA's driver, AMD's ROCm (torch.cuda there too), WSL's GPU.
-GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
-
-
-def _may_have_a_gpu() -> bool:
-    """False where torch cannot find a GPU (a Linux machine with no GPU driver), found without importing torch
-    (2 CPU-s, most of a cold predict from a cached ONNX export); True where only torch can tell."""
-    import os
-    import sys
-
-    return not sys.platform.startswith("linux") or any(os.path.exists(path) for path in GPU_DRIVER_PATHS)
-
-
 def chosen_runtime(runtime: str, quantize: str, device: str, *, precision: str = "auto", exportable: bool = True,
                    bf16_unit: Callable[[], str | None] = cpu_bf16_unit, onnx_installed: Callable[[], bool] = onnx_runtime_installed) -> str:
     """``torch`` or ``onnx`` for ``--runtime`` (``auto``: the table above) on ``device`` at ``--precision``.
@@ -74,11 +61,8 @@ def chosen_runtime(runtime: str, quantize: str, device: str, *, precision: str =
     kind = device.split(":")[0]
     if kind not in ("auto", "cpu"):
         return "torch"
-    if kind == "auto" and _may_have_a_gpu():
-        import torch
-
-        if torch.cuda.is_available():
-            return "torch"
+    if kind == "auto" and cuda_available():
+        return "torch"
     from greenadapt.compute.distributed import cpu_auto_precision
 
     in_bf16 = precision == "auto" and cpu_auto_precision() == "bf16"

@@ -50,6 +50,28 @@ def pick_device(spec: str | None = "auto", local_rank: int = 0, *, allow_mps: bo
     return device
 
 
+# Where one of these exists, torch may find a GPU: NVIDIA's driver, AMD's ROCm (torch.cuda there too), WSL's GPU.
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def may_have_a_gpu() -> bool:
+    """False where torch cannot find a GPU (a Linux machine with no GPU driver), found without importing torch (2 CPU-s,
+    most of a cold predict from a cached ONNX export; compare's own process, whose runs train in its workers, needs no
+    torch either); True where only torch can tell."""
+    import os
+    import sys
+
+    return not sys.platform.startswith("linux") or any(os.path.exists(path) for path in GPU_DRIVER_PATHS)
+
+
+def cuda_available() -> bool:
+    """``torch.cuda.is_available()``, asked only where :func:`may_have_a_gpu`."""
+    if not may_have_a_gpu():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
 
 # CPU features that run bfloat16 matrix products natively (x86: AMX, AVX-512 BF16; Arm: the BF16 extension), fastest first.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")

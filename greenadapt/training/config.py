@@ -124,9 +124,9 @@ class TrainingRun:
 def _device_kind(device_spec: str | None) -> str:
     kind = (device_spec or "auto").split(":")[0]
     if kind == "auto":
-        import torch
+        from greenadapt.machine.devices import cuda_available
 
-        kind = "cuda" if torch.cuda.is_available() else "cpu"
+        kind = "cuda" if cuda_available() else "cpu"
     return kind
 
 
