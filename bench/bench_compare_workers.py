@@ -1,8 +1,11 @@
-"""compare --parallel N: worker processes that train run after run, against a process per run (issue 58, item 3).
+"""compare --parallel N: how its runs are started, the code of a checkout ``--old`` against this one, side by side.
 
-Both are timed side by side, alternating, on the same comparison (2 models × 2 seeds by default, short runs so
-that the start-up share shows), the old code from a checkout given with ``--old`` (e.g. ``git worktree add
-/tmp/old <commit>``). The scores of each run must be equal: the worker changes where a run trains, not what.
+Made for worker processes that train run after run against a process per run (issue 58, item 3); it times any
+two versions of compare's start-up alike (``--names``), e.g. workers forked from a server that imported the
+libraries against spawned workers. Both are timed alternating on the same comparison (2 models × 2 seeds by
+default, short runs so that the start-up share shows): wall seconds, and the CPU-seconds the whole machine spent
+(/proc/stat, so that processes compare does not wait for, such as a fork server's workers, count; keep the
+machine otherwise idle). The scores of each run must be equal: where a run trains changes nothing of what it learns.
 
     git worktree add /tmp/old bde5d28
     python bench/bench_compare_workers.py --old /tmp/old --repeats 3
@@ -45,7 +48,13 @@ def first_sentences(source: Path, target: Path, sentences: int) -> Path:
     return target
 
 
-def compare_runs(code: Path, args: argparse.Namespace, files: dict[str, Path], out: Path) -> tuple[float, dict[str, Any]]:
+def machine_cpu_seconds() -> float:
+    """User, nice and system time of every core so far (Linux's /proc/stat, in its 100 Hz ticks)."""
+    user, nice, system = (int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:4])
+    return (user + nice + system) / 100
+
+
+def compare_runs(code: Path, args: argparse.Namespace, files: dict[str, Path], out: Path) -> tuple[float, float, dict[str, Any]]:
     # fp32 on both sides: the code before this change had no bf16 default on a CPU
     env = dict(os.environ, PYTHONPATH=str(code), GREENADAPT_CPU_AUTO_PRECISION="fp32")
     command = [sys.executable, "-m", "greenadapt", "compare", "--task", "ner", "--train", str(files["train"]), "--test", str(files["test"]),
@@ -53,13 +62,13 @@ def compare_runs(code: Path, args: argparse.Namespace, files: dict[str, Path], o
                "--max-steps", str(args.max_steps), "--batch-size", "16", "--lr", str(args.lr), "--device", "cpu", "--parallel",
                str(args.parallel),
                "--bootstrap", "100", "--out", str(out), "--json", "-q"]
-    started = time.monotonic()
+    started, cpu = time.monotonic(), machine_cpu_seconds()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - started
+    seconds, cpu = time.monotonic() - started, machine_cpu_seconds() - cpu
     if done.returncode != 0:
         raise SystemExit(f"compare failed ({code}): {done.stderr.strip()[-2000:]}")
     result = json.loads(done.stdout)
-    return seconds, {v["name"]: v["scores"] for v in result["variants"]}
+    return seconds, cpu, {v["name"]: v["scores"] for v in result["variants"]}
 
 
 def main() -> None:
@@ -75,34 +84,41 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-4, help="high, so that 30 steps already tag entities")
     parser.add_argument("--sentences", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--names", default="process per run,workers", help="what --old's and this code's start-ups are")
     args = parser.parse_args()
+    before, after = args.names.split(",")
     args.base = args.base or minilm()
     work = Path(tempfile.mkdtemp(prefix="bench-compare-workers-"))
     files = {"train": first_sentences(args.data / "train.tsv", work / "train.tsv", args.sentences),
              "test": first_sentences(args.data / "test.tsv", work / "test.tsv", args.sentences // 2)}
-    times: dict[str, list[float]] = {"process per run": [], "workers": []}
+    times: dict[str, list[float]] = {before: [], after: []}
+    cpus: dict[str, list[float]] = {before: [], after: []}
     scores: dict[str, dict[str, Any]] = {}
     try:
         for repeat in range(args.repeats):
-            for name, code in (("process per run", args.old), ("workers", args.new)):
-                seconds, scores[name] = compare_runs(code, args, files, work / f"{name.replace(' ', '-')}-{repeat}")
+            for name, code in ((before, args.old), (after, args.new)):
+                seconds, cpu, scores[name] = compare_runs(code, args, files, work / f"{name.replace(' ', '-')}-{repeat}")
                 times[name].append(seconds)
-                print(f"repeat {repeat + 1}: {name}: {seconds:.1f} s", file=sys.stderr, flush=True)
+                cpus[name].append(cpu)
+                print(f"repeat {repeat + 1}: {name}: {seconds:.1f} s, {cpu:.1f} CPU-s", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     runs = len(args.seeds.split(",")) * 2
     print(f"compare of 2 models × {len(args.seeds.split(','))} seeds ({runs} fine-tunings of {args.max_steps} steps), "
           f"--parallel {args.parallel}, {os.cpu_count()} cores, {args.repeats} repeats alternating")
-    print("| how runs are started | wall s (min / median / max) |")
-    print("|---|---|")
+    print("| how runs are started | wall s (min / median / max) | machine CPU-s (min / median / max) |")
+    print("|---|---|---|")
     for name, values in times.items():
-        print(f"| {name} | {min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f} |")
-    ratio = statistics.median(times["process per run"]) / statistics.median(times["workers"])
-    print(f"\nspeed of workers vs a process per run (medians): {ratio:.2f}×")
+        spent = cpus[name]
+        print(f"| {name} | {min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f} "
+              f"| {min(spent):.1f} / {statistics.median(spent):.1f} / {max(spent):.1f} |")
+    ratio = statistics.median(times[before]) / statistics.median(times[after])
+    saved = statistics.median(cpus[before]) - statistics.median(cpus[after])
+    print(f"\nspeed of {after} vs {before} (medians): {ratio:.2f}×; CPU-s saved (medians): {saved:.1f}")
     shown = {name: {seed: round(100 * pools.get("mean", pools.get("general", {})).get("f1", float("nan")), 2)
                     for seed, pools in by_seed.items()}
-             for name, by_seed in scores["workers"].items()}  # type: ignore[union-attr]
-    print(f"scores identical: {scores['process per run'] == scores['workers']} (test F1 by model and seed: {shown})")
+             for name, by_seed in scores[after].items()}  # type: ignore[union-attr]
+    print(f"scores identical: {scores[before] == scores[after]} (test F1 by model and seed: {shown})")
 
 
 if __name__ == "__main__":

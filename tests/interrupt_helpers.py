@@ -34,3 +34,17 @@ def hang_in_exit_then_wait(marker: str, progress: object = None) -> None:
     threading.Thread(target=threading.Event().wait, name="never-ends").start()
     Path(marker).touch()
     time.sleep(600)
+
+
+def record_where_it_runs_then_wait(marker: str, progress: object = None) -> None:
+    """A stand-in for compare's fine-tuning that writes its process id and its parent's command line to ``marker``
+    (atomically), then waits as a long run would."""
+    import json
+    import os
+    import time
+    from pathlib import Path
+
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    Path(marker + ".tmp").write_text(json.dumps({"pid": os.getpid(), "parent": parent}))
+    os.replace(marker + ".tmp", marker)
+    time.sleep(600)

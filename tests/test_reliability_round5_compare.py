@@ -8,6 +8,7 @@ moment of the interruption is an event (a checkpoint on disk), and a run that fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -81,9 +82,22 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie has ended; only its parent has not read its status yet
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # ended meanwhile
+        return b""
+
+
 def _workers(pid: int) -> list[int]:
-    """compare's worker processes (not multiprocessing's resource tracker)."""
-    return [child for child in _children(pid) if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes()]
+    """compare's worker processes: the children of its fork server (not multiprocessing's resource tracker)."""
+    servers = [child for child in _children(pid) if b"forkserver" in _cmdline(child)]
+    return [worker for server in servers for worker in _children(server)]
+
+
+def _descendants(pid: int) -> list[int]:
+    children = _children(pid)
+    return children + [pid for child in children for pid in _descendants(child)]
 
 
 def _wait_for(condition: object, what: str, process: subprocess.Popen[bytes] | None = None) -> None:
@@ -127,7 +141,7 @@ def test_a_rerun_after_kill_9_of_compare_itself_resumes_and_its_workers_died_wit
     out = tmp_path / "cmp"
     process = _start(setup, out, tmp_path / "first.log")
     _wait_for(lambda: _a_checkpoint(out) and len(_workers(process.pid)) == 2, "two workers and a checkpoint", process)
-    orphans = _children(process.pid)  # the workers and the resource tracker
+    orphans = _descendants(process.pid)  # the fork server, its workers and the resource tracker
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=HANG_S)
     _wait_for(lambda: not any(_alive(pid) for pid in orphans), "the workers of a killed compare to end")
@@ -214,3 +228,38 @@ def test_ctrl_c_ends_compare_even_when_a_worker_hangs_in_its_own_exit(tmp_path: 
             process.kill()
     assert process.returncode == 130, output[-2000:]
     assert "did not end within 2 s of the interrupt: killed" in output
+
+
+SERVED_WORKER = """
+import sys
+from greenadapt.comparison import workers
+from interrupt_helpers import record_where_it_runs_then_wait
+
+workers.fork_workers_from_a_server()  # as the greenadapt program does before its command
+job = workers.Job("served", {"marker": sys.argv[1]}, workers.Path(sys.argv[2]))
+workers.run_jobs(record_where_it_runs_then_wait, [job], workers=1, threads=1)
+"""
+
+
+def test_the_programs_workers_fork_from_a_server_that_imported_the_libraries_and_end_with_compare(tmp_path: Path) -> None:
+    """The greenadapt program's workers are forked from a server that imported torch, transformers and the fine-tuning
+    code once; after kill -9 of compare the worker still ends, though the server (which its workers keep alive) does not
+    end first and so does not orphan it."""
+    from greenadapt.comparison.workers import FORKSERVER_PRELOAD
+
+    marker = tmp_path / "where.json"
+    process = subprocess.Popen([sys.executable, "-c", SERVED_WORKER, str(marker), str(tmp_path / "run.log")], env=_env(),
+                               cwd=REPO / "tests", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for(marker.is_file, "the worker", process)
+        assert marker.is_file(), process.communicate(timeout=5)[0].decode()[-2000:]
+        where = json.loads(marker.read_text())
+        assert "forkserver" in where["parent"] and all(repr(name) in where["parent"] for name in FORKSERVER_PRELOAD), where
+        process.kill()
+        process.wait(timeout=HANG_S)
+        _wait_for(lambda: not _alive(where["pid"]), "the worker of a killed compare to end")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the server, whatever the test found
