@@ -232,10 +232,10 @@ def test_ctrl_c_ends_compare_even_when_a_worker_hangs_in_its_own_exit(tmp_path: 
 
 SERVED_WORKER = """
 import sys
-from greenadapt.comparison import workers
+from greenadapt.comparison import fork_workers_from_a_server, workers
 from interrupt_helpers import record_where_it_runs_then_wait
 
-workers.fork_workers_from_a_server()  # as the greenadapt program does before its command
+fork_workers_from_a_server()  # as the greenadapt program does before its command
 job = workers.Job("served", {"marker": sys.argv[1]}, workers.Path(sys.argv[2]))
 workers.run_jobs(record_where_it_runs_then_wait, [job], workers=1, threads=1)
 """

@@ -102,7 +102,7 @@ def entry_point() -> None:
     alone.
     """
     global _EXITING
-    from greenadapt.comparison.workers import fork_workers_from_a_server
+    from greenadapt.comparison import fork_workers_from_a_server
     from greenadapt.errors import EXIT_INTERRUPTED, Terminated
 
     fork_workers_from_a_server()  # one command a process: compare's workers may share one import of the libraries

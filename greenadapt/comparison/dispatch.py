@@ -70,13 +70,9 @@ def worker_devices(options: Comparison) -> list[str]:
         return [index]
     if kind not in ("auto", "cuda"):
         return []
-    from greenadapt.machine.devices import may_have_a_gpu
+    from greenadapt.machine.devices import cuda_device_count
 
-    if not may_have_a_gpu():  # (compare's own process then imports no torch: its runs train in the workers)
-        return []
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]  # counts without making a CUDA context
+    return [str(i) for i in range(cuda_device_count())]
 
 
 def finetune_elsewhere(options: Comparison, todo: Sequence[Run], finetune: Callable[..., Any], cluster: Cluster | None) -> None:

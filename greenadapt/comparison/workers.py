@@ -8,7 +8,7 @@ share of the cores; each run's log still goes to ``<variant>/seed-<s>.log`` besi
 A worker is never a fork of compare (a forked child of a process that has touched CUDA cannot use it): the greenadapt
 program, which runs one command a process, forks its workers from a server that imported torch, transformers and the
 fine-tuning code once (:data:`FORKSERVER_PRELOAD`; the server touches no GPU), so a worker starts without paying the
-imports (6.6 CPU-s each on a Zen 3 EPYC) and shares their ~390 MiB rather than holding its own copy. A Python caller's
+imports (6.6 CPU-s each on a Zen 3 EPYC) and shares their ~390 MiB copy-on-write rather than building its own. A Python caller's
 workers are spawned: each then reads the caller's environment and folder of the moment, which a server started for an
 earlier call would not.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -60,18 +59,10 @@ ORPHAN_GRACE_S = 120.0
 INTERRUPT_GRACE_S = 30.0
 
 
-# transformers imports its models lazily: BERT's module brings the shared ones (modeling_utils, masking_utils, ...), 2.5
-# of the 2.6 CPU-s a worker still paid after ``import transformers``; another family's own module is a worker's import.
+# transformers imports its models lazily: after ``import transformers`` a worker still imported for 4.4 s (python -X
+# importtime, a loaded Zen 3 EPYC), after BERT's module, which brings the shared ones (modeling_utils, masking_utils,
+# ...), for 0.16 s; another family's own module is a worker's import.
 FORKSERVER_PRELOAD = ("torch", "transformers.models.bert.modeling_bert", "greenadapt.runners.finetune.run")
-_start_method = "spawn"
-
-
-def fork_workers_from_a_server() -> None:
-    """For the greenadapt program, before its one command: compare's workers are forked from a server that imported
-    :data:`FORKSERVER_PRELOAD` (where the platform has one: not Windows)."""
-    global _start_method
-    if sys.platform != "win32":  # (multiprocessing is imported when the workers start, not by every command's start)
-        _start_method = "forkserver"
 
 
 _compare: tuple[int, int, int | None] | None = None  # in a worker: compare's pid, the starter's pid, compare's pidfd
@@ -199,9 +190,11 @@ def run_jobs(finetune: Callable[..., Any], jobs: Sequence[Job], workers: int, th
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
+    from greenadapt.comparison import worker_start_method
+
     outcomes: list[Outcome] = []
-    context = multiprocessing.get_context(_start_method)
-    if _start_method == "forkserver":
+    context = multiprocessing.get_context(worker_start_method)
+    if worker_start_method == "forkserver":  # (a server already running, e.g. pretokenize's, keeps its own imports)
         context.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     n_workers = max(1, min(workers, len(jobs)))
     slots = None

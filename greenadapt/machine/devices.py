@@ -55,9 +55,9 @@ GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/d
 
 
 def may_have_a_gpu() -> bool:
-    """False where torch cannot find a GPU (a Linux machine with no GPU driver), found without importing torch (2 CPU-s,
-    most of a cold predict from a cached ONNX export; compare's own process, whose runs train in its workers, needs no
-    torch either); True where only torch can tell."""
+    """False where torch cannot find a GPU (a Linux machine with no GPU driver), found without importing torch (most of
+    a cold predict from a cached ONNX export; compare's own process, whose runs train in its workers, needs no torch
+    either); True where only torch can tell."""
     import os
     import sys
 
@@ -71,6 +71,15 @@ def cuda_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def cuda_device_count() -> int:
+    """``torch.cuda.device_count()`` (which makes no CUDA context), asked only where :func:`may_have_a_gpu`."""
+    if not may_have_a_gpu():
+        return 0
+    import torch
+
+    return int(torch.cuda.device_count())
 
 
 # CPU features that run bfloat16 matrix products natively (x86: AMX, AVX-512 BF16; Arm: the BF16 extension), fastest first.
